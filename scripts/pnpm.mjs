@@ -9,7 +9,9 @@ const version = pinned.replace(/^pnpm@/, '');
 let cmd = 'npx';
 let prefix = ['--yes', `pnpm@${version}`];
 try {
-  if (execFileSync('pnpm', ['--version'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim() === version) {
+  if (
+    execFileSync('pnpm', ['--version'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim() === version
+  ) {
     cmd = 'pnpm';
     prefix = [];
   }
