@@ -1,0 +1,111 @@
+/**
+ * Public contract of the process engine. The executor (one ProcessTable per session) and the SDK's
+ * local backend use only what is exported from index.ts.
+ */
+
+/** Where a chunk came from. A PTY merges both streams into `pty`. */
+export type OutputStream = 'stdout' | 'stderr' | 'pty';
+
+/** `interrupt` is Codex's only signal; the rest are Tether extensions. */
+export type SignalName = 'interrupt' | 'terminate' | 'kill' | 'hangup' | 'quit' | 'user1' | 'user2';
+
+export type WriteStatus = 'accepted' | 'unknownProcess' | 'stdinClosed' | 'starting';
+
+export interface PtySize {
+  rows: number;
+  cols: number;
+}
+
+export interface StartRequest {
+  /** Caller-chosen key, unique within the table. */
+  processId: string;
+  /** Non-empty; argv[0] is resolved through the child's PATH (or the server's when the child has none). */
+  argv: string[];
+  /** Native absolute path of an existing directory. */
+  cwd: string;
+  /** The exact child environment (env policy already applied, see buildChildEnv). */
+  env: Record<string, string>;
+  tty: boolean;
+  /** Keep stdin writable for a non-tty child; otherwise its stdin is /dev/null. */
+  pipeStdin: boolean;
+  /** Process-visible argv[0]; argv[0] is still the program that runs. */
+  arg0?: string | null;
+  /** PTY size at start (tty only); default 24 rows x 80 cols. */
+  size?: PtySize | null;
+}
+
+export type ProcessEvent =
+  | { kind: 'output'; processId: string; seq: number; stream: OutputStream; chunk: Buffer }
+  | { kind: 'exited'; processId: string; seq: number; exitCode: number }
+  | { kind: 'closed'; processId: string; seq: number };
+
+export interface ReadOptions {
+  afterSeq?: number | null;
+  maxBytes?: number | null;
+  waitMs?: number | null;
+  /** Aborts a long poll early (connection gone, session taken over); the read then rejects with the signal's reason. */
+  signal?: AbortSignal;
+}
+
+export interface RetainedChunk {
+  seq: number;
+  stream: OutputStream;
+  chunk: Buffer;
+}
+
+export interface ReadResult {
+  chunks: RetainedChunk[];
+  nextSeq: number;
+  exited: boolean;
+  exitCode: number | null;
+  closed: boolean;
+}
+
+export interface ProcessSummary {
+  processId: string;
+  state: 'starting' | 'running' | 'exited' | 'closed';
+  pid: number | null;
+  argv: string[];
+  tty: boolean;
+  exitCode: number | null;
+  nextSeq: number;
+  startedAtMs: number;
+}
+
+export interface ProcessTableOptions {
+  /** Called synchronously for every event, in seq order per process. */
+  onEvent?: (event: ProcessEvent) => void;
+  /** Retained output per process (oldest chunks dropped first). Default 1 MiB. */
+  retainedOutputBytes?: number;
+  /** Retained chunks per process. Default 50 000. */
+  retainedOutputChunks?: number;
+  /** How long a closed process stays readable before its id is evicted and reusable. Default 30 000 ms. */
+  exitedRetentionMs?: number;
+  /** Remembered writeIds per process for dedupe. Default 4096. */
+  writeIdMemory?: number;
+  /** Most processes (any state) in one table; a start beyond it fails with `too_many_processes`. Default 1024. */
+  maxProcesses?: number;
+  /** Kills registered process groups when the owning process dies, even by SIGKILL. */
+  reaper?: Reaper | null;
+}
+
+/** Stable codes; the executor maps them to JSON-RPC errors in one table. */
+export type ProcessErrorCode =
+  | 'already_exists'
+  | 'unknown_process'
+  | 'starting'
+  | 'invalid_argument'
+  | 'spawn_failed'
+  | 'start_cancelled'
+  | 'signal_failed'
+  | 'write_failed'
+  | 'too_many_processes'
+  | 'shut_down';
+
+export interface Reaper {
+  /** Remember a process group to kill if the owner dies. */
+  track(pgid: number): void;
+  /** Forget it (the group is gone). */
+  untrack(pgid: number): void;
+  close(): Promise<void>;
+}
