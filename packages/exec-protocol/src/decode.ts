@@ -1,0 +1,152 @@
+/**
+ * Schema decoding at the edge. The fast path is a compiled TypeBox check; on failure we describe the
+ * first problem the way serde does (Codex answers `-32602` with serde's text, e.g. "missing field `cwd`"),
+ * so our errors read the same as the reference implementation's.
+ */
+import { Kind, type Static, type TSchema } from '@sinclair/typebox';
+import { type TypeCheck, TypeCompiler } from '@sinclair/typebox/compiler';
+
+const compiled = new WeakMap<TSchema, TypeCheck<TSchema>>();
+
+function checker<T extends TSchema>(schema: T): TypeCheck<T> {
+  let check = compiled.get(schema);
+  if (!check) {
+    check = TypeCompiler.Compile(schema);
+    compiled.set(schema, check);
+  }
+  return check as TypeCheck<T>;
+}
+
+export class DecodeError extends Error {
+  override readonly name = 'DecodeError';
+}
+
+/** Returns `value` typed by `schema`, or throws DecodeError with a serde-style message. */
+export function decode<T extends TSchema>(schema: T, value: unknown): Static<T> {
+  if (checker(schema).Check(value)) return value as Static<T>;
+  throw new DecodeError(describeMismatch(schema, value) ?? 'invalid params');
+}
+
+/** True when `value` matches `schema` (compiled, cached). */
+export function matches<T extends TSchema>(schema: T, value: unknown): value is Static<T> {
+  return checker(schema).Check(value);
+}
+
+function unexpected(value: unknown): string {
+  if (value === null || value === undefined) return 'null';
+  if (typeof value === 'boolean') return `boolean \`${value}\``;
+  if (typeof value === 'number')
+    return Number.isInteger(value) ? `integer \`${value}\`` : `floating point \`${value}\``;
+  if (typeof value === 'string') return `string ${JSON.stringify(value)}`;
+  if (Array.isArray(value)) return 'sequence';
+  return 'map';
+}
+
+function expecting(schema: TSchema): string {
+  switch (schema[Kind]) {
+    case 'String':
+      return 'a string';
+    case 'Boolean':
+      return 'a boolean';
+    case 'Integer':
+      return schema.minimum === 0 ? 'u64' : 'i32';
+    case 'Array':
+      return 'a sequence';
+    case 'Object':
+      return 'a struct';
+    case 'Record':
+      return 'a map';
+    case 'Union': {
+      const literals = (schema.anyOf as TSchema[]).filter((s) => s[Kind] === 'Literal');
+      if (literals.length === (schema.anyOf as TSchema[]).length) {
+        return `one of ${literals.map((s) => `\`${s.const}\``).join(', ')}`;
+      }
+      const other = (schema.anyOf as TSchema[]).find((s) => s[Kind] !== 'Null');
+      return other ? expecting(other) : 'a value';
+    }
+    default:
+      return 'a value';
+  }
+}
+
+/** The first reason `value` does not match `schema`, or null when it matches. */
+function describeMismatch(schema: TSchema, value: unknown): string | null {
+  const kind = schema[Kind];
+  switch (kind) {
+    case 'Unknown':
+    case 'Any':
+      return null;
+    case 'Null':
+      return value === null ? null : `invalid type: ${unexpected(value)}, expected null`;
+    case 'String':
+      return typeof value === 'string' ? null : `invalid type: ${unexpected(value)}, expected a string`;
+    case 'Boolean':
+      return typeof value === 'boolean' ? null : `invalid type: ${unexpected(value)}, expected a boolean`;
+    case 'Integer': {
+      if (typeof value !== 'number' || !Number.isInteger(value)) {
+        return `invalid type: ${unexpected(value)}, expected ${expecting(schema)}`;
+      }
+      if (schema.minimum !== undefined && value < schema.minimum) {
+        return `invalid value: integer \`${value}\`, expected ${expecting(schema)}`;
+      }
+      if (schema.maximum !== undefined && value > schema.maximum) {
+        return `invalid value: integer \`${value}\`, expected at most ${schema.maximum}`;
+      }
+      return null;
+    }
+    case 'Literal':
+      return value === schema.const ? null : `unknown variant ${unexpected(value)}, expected \`${schema.const}\``;
+    case 'Union': {
+      const options = schema.anyOf as TSchema[];
+      if (options.some((option) => matches(option, value))) return null;
+      if (value === null || value === undefined) return `invalid type: null, expected ${expecting(schema)}`;
+      const literals = options.filter((s) => s[Kind] === 'Literal');
+      if (typeof value === 'string' && literals.length > 0) {
+        return `unknown variant \`${value}\`, expected ${expecting(schema)}`;
+      }
+      const nonNull = options.filter((s) => s[Kind] !== 'Null');
+      if (nonNull.length === 1 && nonNull[0]) return describeMismatch(nonNull[0], value);
+      return `data did not match any variant (expected ${expecting(schema)})`;
+    }
+    case 'Array': {
+      if (!Array.isArray(value)) return `invalid type: ${unexpected(value)}, expected a sequence`;
+      for (const item of value) {
+        const problem = describeMismatch(schema.items as TSchema, item);
+        if (problem) return problem;
+      }
+      return null;
+    }
+    case 'Record': {
+      if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+        return `invalid type: ${unexpected(value)}, expected a map`;
+      }
+      const valueSchema = Object.values(schema.patternProperties as Record<string, TSchema>)[0];
+      for (const item of Object.values(value)) {
+        const problem = valueSchema ? describeMismatch(valueSchema, item) : null;
+        if (problem) return problem;
+      }
+      return null;
+    }
+    case 'Object': {
+      if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+        return `invalid type: ${unexpected(value)}, expected a struct`;
+      }
+      const properties = schema.properties as Record<string, TSchema>;
+      const record = value as Record<string, unknown>;
+      // serde reports type errors as it meets fields in input order, then the first missing field.
+      for (const key of Object.keys(record)) {
+        const propertySchema = properties[key];
+        if (!propertySchema) continue;
+        const problem = describeMismatch(propertySchema, record[key]);
+        if (problem) return problem;
+      }
+      const required = new Set<string>((schema.required as string[] | undefined) ?? []);
+      for (const key of Object.keys(properties)) {
+        if (required.has(key) && !(key in record)) return `missing field \`${key}\``;
+      }
+      return null;
+    }
+    default:
+      return matches(schema, value) ? null : 'invalid value';
+  }
+}

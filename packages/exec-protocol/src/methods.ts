@@ -1,0 +1,49 @@
+/** Method and notification names of the exec-server protocol (spec/exec-protocol.md §3). */
+export const Method = {
+  initialize: 'initialize',
+  initialized: 'initialized',
+  processStart: 'process/start',
+  processRead: 'process/read',
+  processWrite: 'process/write',
+  processSignal: 'process/signal',
+  processTerminate: 'process/terminate',
+  environmentInfo: 'environment/info',
+  environmentStatus: 'environment/status',
+  // Tether extensions, advertised in environmentInfo.capabilities.
+  processResize: 'process/resize',
+  processCloseStdin: 'process/closeStdin',
+  processList: 'process/list',
+} as const;
+export type MethodName = (typeof Method)[keyof typeof Method];
+
+export const Notification = {
+  processOutput: 'process/output',
+  processExited: 'process/exited',
+  processClosed: 'process/closed',
+} as const;
+
+/**
+ * The family named in gating errors ("client must call initialize before using <family> methods").
+ * Returns null for methods that are not gated (initialize itself).
+ */
+export function methodFamily(method: string): string | null {
+  if (method === Method.initialize) return null;
+  if (method.startsWith('process/')) return 'exec';
+  if (method.startsWith('fs/')) return 'filesystem';
+  if (method.startsWith('http/')) return 'http';
+  if (method === Method.environmentInfo) return 'environment info';
+  if (method === Method.environmentStatus) return 'environment status';
+  if (method.startsWith('environment/config')) return 'environment config';
+  return 'exec';
+}
+
+/** Requests served by the control lane when --concurrent-requests ≥ 2 (spec §7.5). */
+export const CONTROL_LANE_METHODS: ReadonlySet<string> = new Set([
+  Method.environmentInfo,
+  Method.environmentStatus,
+  Method.processSignal,
+  Method.processTerminate,
+  Method.processResize,
+  Method.processList,
+  'fs/close',
+]);

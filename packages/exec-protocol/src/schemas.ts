@@ -1,0 +1,194 @@
+/**
+ * Params, results and notifications of the exec-server protocol as runtime schemas; the TypeScript
+ * types are derived from them (`Static<>`), never written twice. Unknown members are allowed, as serde
+ * ignores them. Field names are camelCase, byte payloads are padded standard base64.
+ */
+import { type Static, type TSchema, Type } from '@sinclair/typebox';
+
+const Nullable = <T extends TSchema>(schema: T) => Type.Union([schema, Type.Null()]);
+const U64 = Type.Integer({ minimum: 0 });
+
+// §2.1 initialize ------------------------------------------------------------------------------
+export const InitializeParams = Type.Object({
+  clientName: Type.String(),
+  resumeSessionId: Type.Optional(Nullable(Type.String())),
+});
+export type InitializeParams = Static<typeof InitializeParams>;
+
+export const ShellInfo = Type.Object({ name: Type.String(), path: Type.String() });
+
+/** Extensions this executor serves beyond Codex; Codex clients ignore the object. */
+export const Capabilities = Type.Record(Type.String(), Type.Boolean());
+
+export const EnvironmentInfo = Type.Object({
+  shell: ShellInfo,
+  cwd: Type.Optional(Type.String()),
+  executorVersion: Type.Optional(Type.String()),
+  userHomeDir: Type.Optional(Type.String()),
+  platformOs: Type.Optional(Type.String()),
+  tempDir: Type.Optional(Type.String()),
+  capabilities: Type.Optional(Capabilities),
+});
+export type EnvironmentInfo = Static<typeof EnvironmentInfo>;
+
+export const InitializeResult = Type.Object({
+  sessionId: Type.String(),
+  environmentInfo: Type.Optional(EnvironmentInfo),
+});
+export type InitializeResult = Static<typeof InitializeResult>;
+
+// §3.1 process/start ----------------------------------------------------------------------------
+export const EnvPolicy = Type.Object({
+  inherit: Type.Union([Type.Literal('all'), Type.Literal('core'), Type.Literal('none')]),
+  ignoreDefaultExcludes: Type.Boolean(),
+  exclude: Type.Array(Type.String()),
+  set: Type.Record(Type.String(), Type.String()),
+  includeOnly: Type.Array(Type.String()),
+});
+export type EnvPolicy = Static<typeof EnvPolicy>;
+
+export const PtySize = Type.Object({
+  rows: Type.Integer({ minimum: 1, maximum: 1000 }),
+  cols: Type.Integer({ minimum: 1, maximum: 1000 }),
+});
+export type PtySize = Static<typeof PtySize>;
+
+export const ProcessStartParams = Type.Object({
+  processId: Type.String(),
+  argv: Type.Array(Type.String()),
+  cwd: Type.String(),
+  env: Type.Record(Type.String(), Type.String()),
+  tty: Type.Boolean(),
+  pipeStdin: Type.Optional(Type.Boolean()),
+  arg0: Type.Optional(Nullable(Type.String())),
+  envPolicy: Type.Optional(Nullable(EnvPolicy)),
+  sandbox: Type.Optional(Type.Unknown()),
+  enforceManagedNetwork: Type.Optional(Type.Boolean()),
+  managedNetwork: Type.Optional(Type.Unknown()),
+  networkProxy: Type.Optional(Type.Unknown()),
+  shellSnapshot: Type.Optional(Type.Unknown()),
+  metadata: Type.Optional(Type.Unknown()),
+  /** Tether extension: PTY size at start. */
+  size: Type.Optional(Nullable(PtySize)),
+});
+export type ProcessStartParams = Static<typeof ProcessStartParams>;
+
+export const ProcessStartResult = Type.Object({
+  processId: Type.String(),
+  sandboxType: Type.Optional(Type.String()),
+});
+export type ProcessStartResult = Static<typeof ProcessStartResult>;
+
+// §3.2 process/read -----------------------------------------------------------------------------
+export const OutputStreamName = Type.Union([Type.Literal('stdout'), Type.Literal('stderr'), Type.Literal('pty')]);
+export type OutputStreamName = Static<typeof OutputStreamName>;
+
+export const ProcessReadParams = Type.Object({
+  processId: Type.String(),
+  afterSeq: Type.Optional(Nullable(U64)),
+  maxBytes: Type.Optional(Nullable(U64)),
+  waitMs: Type.Optional(Nullable(U64)),
+});
+export type ProcessReadParams = Static<typeof ProcessReadParams>;
+
+export const ProcessOutputChunk = Type.Object({ seq: U64, stream: OutputStreamName, chunk: Type.String() });
+export type ProcessOutputChunk = Static<typeof ProcessOutputChunk>;
+
+export const ProcessReadResult = Type.Object({
+  chunks: Type.Array(ProcessOutputChunk),
+  nextSeq: U64,
+  exited: Type.Boolean(),
+  exitCode: Nullable(Type.Integer()),
+  closed: Type.Boolean(),
+  failure: Nullable(Type.String()),
+  sandboxDenied: Type.Optional(Type.Boolean()),
+});
+export type ProcessReadResult = Static<typeof ProcessReadResult>;
+
+// §3.3 process/write ----------------------------------------------------------------------------
+export const ProcessWriteParams = Type.Object({
+  processId: Type.String(),
+  chunk: Type.String(),
+  writeId: Type.Optional(Nullable(Type.String())),
+});
+export type ProcessWriteParams = Static<typeof ProcessWriteParams>;
+
+export const WriteStatus = Type.Union([
+  Type.Literal('accepted'),
+  Type.Literal('unknownProcess'),
+  Type.Literal('stdinClosed'),
+  Type.Literal('starting'),
+]);
+export const ProcessWriteResult = Type.Object({ status: WriteStatus });
+export type ProcessWriteResult = Static<typeof ProcessWriteResult>;
+
+// §3.4–3.5 signal and terminate (signal values beyond `interrupt` are Tether extensions) ---------
+export const SignalName = Type.Union([
+  Type.Literal('interrupt'),
+  Type.Literal('terminate'),
+  Type.Literal('kill'),
+  Type.Literal('hangup'),
+  Type.Literal('quit'),
+  Type.Literal('user1'),
+  Type.Literal('user2'),
+]);
+export type SignalName = Static<typeof SignalName>;
+
+export const ProcessSignalParams = Type.Object({ processId: Type.String(), signal: SignalName });
+export type ProcessSignalParams = Static<typeof ProcessSignalParams>;
+
+export const ProcessIdParams = Type.Object({ processId: Type.String() });
+export type ProcessIdParams = Static<typeof ProcessIdParams>;
+
+export const ProcessTerminateResult = Type.Object({ running: Type.Boolean() });
+export type ProcessTerminateResult = Static<typeof ProcessTerminateResult>;
+
+// Tether extensions -------------------------------------------------------------------------------
+export const ProcessResizeParams = Type.Object({
+  processId: Type.String(),
+  rows: PtySize.properties.rows,
+  cols: PtySize.properties.cols,
+});
+export type ProcessResizeParams = Static<typeof ProcessResizeParams>;
+
+export const ProcessCloseStdinResult = Type.Object({ status: WriteStatus });
+
+export const ProcessListEntry = Type.Object({
+  processId: Type.String(),
+  state: Type.Union([
+    Type.Literal('starting'),
+    Type.Literal('running'),
+    Type.Literal('exited'),
+    Type.Literal('closed'),
+  ]),
+  pid: Nullable(Type.Integer()),
+  argv: Type.Array(Type.String()),
+  tty: Type.Boolean(),
+  exitCode: Nullable(Type.Integer()),
+  nextSeq: U64,
+  startedAtMs: Type.Integer(),
+});
+export const ProcessListResult = Type.Object({ processes: Type.Array(ProcessListEntry) });
+export type ProcessListResult = Static<typeof ProcessListResult>;
+
+// §3.7 notifications ------------------------------------------------------------------------------
+export const ProcessOutputNotification = Type.Object({
+  processId: Type.String(),
+  seq: U64,
+  stream: OutputStreamName,
+  chunk: Type.String(),
+});
+export type ProcessOutputNotification = Static<typeof ProcessOutputNotification>;
+
+export const ProcessExitedNotification = Type.Object({
+  processId: Type.String(),
+  seq: U64,
+  exitCode: Type.Integer(),
+  sandboxDenied: Type.Optional(Nullable(Type.Boolean())),
+});
+export type ProcessExitedNotification = Static<typeof ProcessExitedNotification>;
+
+export const ProcessClosedNotification = Type.Object({ processId: Type.String(), seq: U64 });
+export type ProcessClosedNotification = Static<typeof ProcessClosedNotification>;
+
+export const EnvironmentStatusResult = Type.Object({ status: Type.String() });
