@@ -1,0 +1,31 @@
+export { type CallOptions, RpcClient, type RpcClientOptions, RpcTimeoutError } from './client.js';
+export {
+  ConnectionClosedError,
+  type ConnectionHandlers,
+  type ConnectionStatus,
+  malformedMessageText,
+  RpcConnection,
+} from './connection.js';
+export { type Lane, type LanesOptions, MAX_CONCURRENT_REQUESTS, RequestLanes } from './lanes.js';
+export {
+  classifyMessage,
+  type InboundMessage,
+  MALFORMED_MESSAGE_ID,
+  parseMessage,
+  type RequestId,
+  type RpcErrorObject,
+  serializeError,
+  serializeNotification,
+  serializeRequest,
+  serializeResponse,
+} from './message.js';
+export {
+  DEFAULT_HIGH_WATER_MARK,
+  DEFAULT_LOW_WATER_MARK,
+  DEFAULT_MAX_MESSAGE_BYTES,
+  type MessageTransport,
+  type TransportHandlers,
+  type TransportKind,
+} from './transport.js';
+export { StdioTransport, type StdioTransportOptions } from './transports/stdio.js';
+export { WebSocketTransport, type WebSocketTransportOptions } from './transports/websocket.js';

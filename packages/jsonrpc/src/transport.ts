@@ -1,0 +1,37 @@
+/**
+ * A message transport: one JSON-RPC message per unit (a stdio line, a WebSocket frame, a secure-stream
+ * record). Every transport becomes the same RpcConnection, so the core never knows which one it has.
+ */
+export type TransportKind = 'stdio' | 'websocket' | 'relay';
+
+export interface TransportHandlers {
+  onMessage(data: string | Buffer): void;
+  /** Called once when the transport is gone, for whatever reason. */
+  onClose(reason: string): void;
+  /** The outbound buffer fell back below the low-water mark. */
+  onDrain(): void;
+}
+
+export interface MessageTransport {
+  readonly kind: TransportKind;
+  /** Used in error messages and logs, e.g. `exec-server stdio` or `exec-server websocket 127.0.0.1:5000`. */
+  readonly label: string;
+  /** Starts delivering messages to the handlers; called once. */
+  start(handlers: TransportHandlers): void;
+  /** Queues one message; returns false when the outbound buffer is above its high-water mark. */
+  send(text: string): boolean;
+  /** Bytes queued and not yet written. */
+  readonly bufferedAmount: number;
+  /** Stop and restart reading inbound messages (backpressure toward the peer). */
+  pause(): void;
+  resume(): void;
+  /** Graceful close; idempotent. */
+  close(code?: number, reason?: string): void;
+}
+
+/** Outbound buffer thresholds shared by the transports. */
+export const DEFAULT_HIGH_WATER_MARK = 4 * 1024 * 1024;
+export const DEFAULT_LOW_WATER_MARK = 1024 * 1024;
+
+/** Default limit of one inbound message; larger ones are refused (WebSocket close 1009, stdio error). */
+export const DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024;

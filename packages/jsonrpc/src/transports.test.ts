@@ -1,0 +1,160 @@
+import { once } from 'node:events';
+import { PassThrough } from 'node:stream';
+import { afterEach, describe, expect, it } from 'vitest';
+import { WebSocket, WebSocketServer } from 'ws';
+import { RpcClient } from './client.js';
+import { ConnectionClosedError, RpcConnection } from './connection.js';
+import type { InboundMessage } from './message.js';
+import { StdioTransport } from './transports/stdio.js';
+import { WebSocketTransport } from './transports/websocket.js';
+
+function stdioPair(maxMessageBytes?: number) {
+  const input = new PassThrough();
+  const output = new PassThrough();
+  const oversize: number[] = [];
+  const transport = new StdioTransport({
+    input,
+    output,
+    ...(maxMessageBytes ? { maxMessageBytes } : {}),
+    onOversize: (bytes) => oversize.push(bytes),
+  });
+  const connection = new RpcConnection(transport);
+  const received: InboundMessage[] = [];
+  const closes: string[] = [];
+  connection.start({ onMessage: (m) => received.push(m), onClose: (r) => closes.push(r) });
+  return { input, output, connection, received, closes, oversize };
+}
+
+describe('StdioTransport', () => {
+  it('splits lines across chunks, skips blank lines and tolerates CRLF', async () => {
+    const { input, received } = stdioPair();
+    input.write('{"id":1,"met');
+    input.write('hod":"a"}\n\n   \n{"method":"b"}\r\n');
+    await new Promise((r) => setImmediate(r));
+    expect(received.map((m) => m.kind)).toEqual(['request', 'notification']);
+  });
+
+  it('writes compact JSON lines', async () => {
+    const { output, connection } = stdioPair();
+    connection.sendResponse(7, { a: 1 });
+    connection.sendNotification('n', { b: 2 });
+    expect(output.read().toString()).toBe('{"id":7,"result":{"a":1}}\n{"method":"n","params":{"b":2}}\n');
+  });
+
+  it('discards an oversize line, reports it, and keeps reading', async () => {
+    const { input, received, oversize } = stdioPair(32);
+    input.write(`${'x'.repeat(20)}`);
+    input.write(`${'y'.repeat(20)}\n{"method":"ok"}\n`);
+    await new Promise((r) => setImmediate(r));
+    expect(oversize).toEqual([40]);
+    expect(received).toEqual([{ kind: 'notification', method: 'ok', params: null }]);
+  });
+
+  it('closes on EOF and aborts the connection signal', async () => {
+    const { input, connection, closes } = stdioPair();
+    input.end();
+    await connection.closed;
+    expect(closes).toEqual(['stdin closed']);
+    expect(connection.signal.aborted).toBe(true);
+    expect(connection.signal.reason).toBeInstanceOf(ConnectionClosedError);
+    expect(connection.sendNotification('x')).toBe(false);
+  });
+});
+
+describe('WebSocketTransport and RpcClient', () => {
+  const cleanups: Array<() => Promise<void> | void> = [];
+  afterEach(async () => {
+    for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+  });
+
+  async function serve(onConnection: (connection: RpcConnection) => void, pingIntervalMs = 0) {
+    const wss = new WebSocketServer({ host: '127.0.0.1', port: 0, maxPayload: 1024 });
+    await once(wss, 'listening');
+    wss.on('connection', (ws) => onConnection(new RpcConnection(new WebSocketTransport(ws, { pingIntervalMs }))));
+    cleanups.push(
+      () =>
+        new Promise<void>((resolve) => {
+          for (const client of wss.clients) client.terminate();
+          wss.close(() => resolve());
+        }),
+    );
+    const { port } = wss.address() as { port: number };
+    return `ws://127.0.0.1:${port}`;
+  }
+
+  async function dial(url: string) {
+    const ws = new WebSocket(url);
+    await once(ws, 'open');
+    return ws;
+  }
+
+  it('answers calls, accepts binary frames and delivers notifications', async () => {
+    const url = await serve((connection) => {
+      connection.start({
+        onMessage: (m) => {
+          if (m.kind === 'request') {
+            connection.sendNotification('note', { for: m.id });
+            connection.sendResponse(m.id, { echo: m.params });
+          }
+        },
+      });
+    });
+    const ws = await dial(url);
+    const notes: unknown[] = [];
+    const client = new RpcClient(new RpcConnection(new WebSocketTransport(ws, { pingIntervalMs: 0 })), {
+      onNotification: (method, params) => notes.push([method, params]),
+    });
+    cleanups.push(() => client.close());
+    await expect(client.call('m', { x: 1 })).resolves.toEqual({ echo: { x: 1 } });
+    expect(notes).toEqual([['note', { for: 1 }]]);
+
+    const raw = await dial(url);
+    cleanups.push(() => raw.terminate());
+    raw.send(Buffer.from('{"id":"s","method":"m"}'), { binary: true });
+    const [data, isBinary] = (await once(raw, 'message')) as [Buffer, boolean];
+    expect(isBinary).toBe(false);
+    expect(JSON.parse(data.toString())).toEqual({ method: 'note', params: { for: 's' } });
+  });
+
+  it('fails pending calls when the server goes away', async () => {
+    const url = await serve((connection) => {
+      connection.start({ onMessage: () => connection.close('bye') });
+    });
+    const client = new RpcClient(new RpcConnection(new WebSocketTransport(await dial(url), { pingIntervalMs: 0 })));
+    await expect(client.call('m')).rejects.toBeInstanceOf(ConnectionClosedError);
+    await expect(client.call('again')).rejects.toBeInstanceOf(ConnectionClosedError);
+  });
+
+  it('closes with 1009 when a message exceeds maxPayload', async () => {
+    const url = await serve((connection) => connection.start({ onMessage: () => {} }));
+    const ws = await dial(url);
+    ws.send('x'.repeat(2048));
+    const [code] = (await once(ws, 'close')) as [number];
+    expect(code).toBe(1009);
+  });
+
+  it('times out a call and rejects an aborted one', async () => {
+    const url = await serve((connection) => connection.start({ onMessage: () => {} }));
+    const client = new RpcClient(new RpcConnection(new WebSocketTransport(await dial(url), { pingIntervalMs: 0 })));
+    cleanups.push(() => client.close());
+    await expect(client.call('m', undefined, { timeoutMs: 20 })).rejects.toThrow('m timed out after 20 ms');
+    const controller = new AbortController();
+    const pending = client.call('m', undefined, { signal: controller.signal });
+    controller.abort(new Error('stop'));
+    await expect(pending).rejects.toThrow('stop');
+  });
+
+  it('terminates a peer that stops answering pings', async () => {
+    let serverClosed: Promise<string> | undefined;
+    const url = await serve((connection) => {
+      connection.start({ onMessage: () => {} });
+      serverClosed = connection.closed;
+    }, 20);
+    const ws = await dial(url);
+    cleanups.push(() => ws.terminate());
+    // Stop the client socket from reading, so it can never answer a ping.
+    (ws as unknown as { _socket: { pause(): void } })._socket.pause();
+    await expect.poll(() => serverClosed, { timeout: 5000 }).toBeDefined();
+    await expect(serverClosed).resolves.toMatch(/websocket closed/);
+  });
+});

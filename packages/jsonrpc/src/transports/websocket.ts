@@ -1,0 +1,110 @@
+import type { WebSocket } from 'ws';
+import {
+  DEFAULT_HIGH_WATER_MARK,
+  DEFAULT_LOW_WATER_MARK,
+  type MessageTransport,
+  type TransportHandlers,
+} from '../transport.js';
+
+export interface WebSocketTransportOptions {
+  /** Sent as `exec-server websocket <peer>` in errors. */
+  peer?: string;
+  /** Ping interval; a peer that has not answered the previous ping by the next tick is terminated. 0 disables. */
+  pingIntervalMs?: number;
+  highWaterMark?: number;
+  lowWaterMark?: number;
+}
+
+/**
+ * One JSON-RPC message per WebSocket message (spec §1.2): text frames out, text or binary in. The
+ * message size limit is the server's `maxPayload` (ws closes with 1009 before buffering). Outbound
+ * backpressure uses `bufferedAmount` against a high-water mark; `onDrain` fires below the low one.
+ */
+export class WebSocketTransport implements MessageTransport {
+  readonly kind = 'websocket' as const;
+  readonly label: string;
+  private readonly ws: WebSocket;
+  private readonly pingIntervalMs: number;
+  private readonly highWaterMark: number;
+  private readonly lowWaterMark: number;
+  private handlers: TransportHandlers | null = null;
+  private pingTimer: NodeJS.Timeout | null = null;
+  private awaitingPong = false;
+  private needsDrain = false;
+  private closed = false;
+
+  constructor(ws: WebSocket, options: WebSocketTransportOptions = {}) {
+    this.ws = ws;
+    this.label = `exec-server websocket ${options.peer ?? 'peer'}`;
+    this.pingIntervalMs = options.pingIntervalMs ?? 30_000;
+    this.highWaterMark = options.highWaterMark ?? DEFAULT_HIGH_WATER_MARK;
+    this.lowWaterMark = options.lowWaterMark ?? DEFAULT_LOW_WATER_MARK;
+  }
+
+  get bufferedAmount(): number {
+    return this.ws.bufferedAmount;
+  }
+
+  start(handlers: TransportHandlers): void {
+    this.handlers = handlers;
+    this.ws.on('message', (data: Buffer) => handlers.onMessage(data));
+    this.ws.on('pong', () => {
+      this.awaitingPong = false;
+    });
+    this.ws.once('close', (code: number, reason: Buffer) =>
+      this.finish(`websocket closed (${code}${reason.length ? `: ${reason.toString()}` : ''})`),
+    );
+    this.ws.on('error', (err: Error) => this.finish(`websocket error: ${err.message}`));
+    if (this.pingIntervalMs > 0) {
+      this.pingTimer = setInterval(() => this.heartbeat(), this.pingIntervalMs);
+      this.pingTimer.unref();
+    }
+  }
+
+  send(text: string): boolean {
+    if (this.closed) return false;
+    this.ws.send(text, this.afterWrite);
+    if (this.ws.bufferedAmount > this.highWaterMark) this.needsDrain = true;
+    return !this.needsDrain;
+  }
+
+  pause(): void {
+    this.ws.pause();
+  }
+
+  resume(): void {
+    if (!this.closed) this.ws.resume();
+  }
+
+  close(code = 1000, reason = ''): void {
+    if (this.ws.readyState === this.ws.OPEN || this.ws.readyState === this.ws.CONNECTING) {
+      this.ws.close(code, reason);
+    }
+    this.finish('closed');
+  }
+
+  private readonly afterWrite = (err?: Error): void => {
+    if (err) return; // the close/error event reports it
+    if (this.needsDrain && this.ws.bufferedAmount <= this.lowWaterMark) {
+      this.needsDrain = false;
+      this.handlers?.onDrain();
+    }
+  };
+
+  private heartbeat(): void {
+    if (this.awaitingPong) {
+      this.ws.terminate();
+      return;
+    }
+    this.awaitingPong = true;
+    this.ws.ping();
+  }
+
+  private finish(reason: string): void {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.pingTimer) clearInterval(this.pingTimer);
+    this.pingTimer = null;
+    this.handlers?.onClose(reason);
+  }
+}
