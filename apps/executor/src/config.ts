@@ -1,0 +1,153 @@
+import { readFileSync } from 'node:fs';
+import { homedir } from 'node:os';
+import { join } from 'node:path';
+import { parse as parseToml } from 'smol-toml';
+
+/** Everything the executor can be configured with; defaults match Codex where Codex has a value. */
+export interface ExecutorConfig {
+  /** How long a detached session keeps its processes for a resume. */
+  detachedTtlMs: number;
+  /** Retained output per process (bytes). */
+  retainedOutputBytes: number;
+  /** Retained chunks per process. */
+  retainedOutputChunks: number;
+  /** How long a closed process stays readable. */
+  exitedRetentionMs: number;
+  /** Processes per session, in any state. */
+  maxProcessesPerSession: number;
+  /** Largest inbound JSON-RPC message. */
+  maxMessageBytes: number;
+  /** WebSocket keepalive ping interval; 0 disables. */
+  pingIntervalMs: number;
+  /** `--concurrent-requests`. */
+  concurrentRequests: number;
+  /** Sessions at once; an initialize beyond it is refused. */
+  maxSessions: number;
+  logLevel: string;
+}
+
+export const DEFAULT_CONFIG: ExecutorConfig = {
+  detachedTtlMs: 30_000,
+  retainedOutputBytes: 1024 * 1024,
+  retainedOutputChunks: 50_000,
+  exitedRetentionMs: 30_000,
+  maxProcessesPerSession: 1024,
+  maxMessageBytes: 16 * 1024 * 1024,
+  pingIntervalMs: 30_000,
+  concurrentRequests: 1,
+  maxSessions: 1024,
+  logLevel: 'info',
+};
+
+interface KeySpec {
+  key: keyof ExecutorConfig;
+  /** Converts the TOML value into the config value; returns an error text when invalid. */
+  read: (value: unknown) => number | string | { error: string };
+}
+
+const positiveInt = (scale: number, max: number) => (value: unknown) =>
+  typeof value === 'number' && Number.isInteger(value) && value > 0 && value * scale <= max
+    ? value * scale
+    : { error: `must be an integer between 1 and ${Math.floor(max / scale)}` };
+const nonNegativeInt = (scale: number, max: number) => (value: unknown) =>
+  typeof value === 'number' && Number.isInteger(value) && value >= 0 && value * scale <= max
+    ? value * scale
+    : { error: `must be an integer between 0 and ${Math.floor(max / scale)}` };
+const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
+
+/** The TOML schema: `[section] key = value`. Anything else is an unknown key. */
+const SCHEMA: Record<string, Record<string, KeySpec>> = {
+  sessions: {
+    detached_ttl_sec: { key: 'detachedTtlMs', read: positiveInt(1000, 24 * 3600 * 1000) },
+    max_sessions: { key: 'maxSessions', read: positiveInt(1, 100_000) },
+  },
+  processes: {
+    retained_output_bytes_per_process: { key: 'retainedOutputBytes', read: positiveInt(1, 1024 ** 3) },
+    retained_output_chunks_per_process: { key: 'retainedOutputChunks', read: positiveInt(1, 10_000_000) },
+    exited_process_retention_sec: { key: 'exitedRetentionMs', read: nonNegativeInt(1000, 24 * 3600 * 1000) },
+    max_processes_per_session: { key: 'maxProcessesPerSession', read: positiveInt(1, 100_000) },
+  },
+  server: {
+    max_message_bytes: { key: 'maxMessageBytes', read: positiveInt(1, 1024 ** 3) },
+    ping_interval_sec: { key: 'pingIntervalMs', read: nonNegativeInt(1000, 3600 * 1000) },
+    concurrent_requests: { key: 'concurrentRequests', read: positiveInt(1, 1024) },
+  },
+  logging: {
+    level: {
+      key: 'logLevel',
+      read: (value) =>
+        typeof value === 'string' && LOG_LEVELS.includes(value) ? value : { error: `must be one of ${LOG_LEVELS.join(', ')}` },
+    },
+  },
+};
+
+export class ConfigError extends Error {
+  override readonly name = 'ConfigError';
+}
+
+export interface LoadedConfig {
+  config: ExecutorConfig;
+  /** Problems that were ignored (non-strict mode). */
+  warnings: string[];
+  /** The file that was read, or null when none exists. */
+  path: string | null;
+}
+
+export function tetherHome(env: NodeJS.ProcessEnv = process.env): string {
+  return env.TETHER_HOME ?? join(homedir(), '.tether');
+}
+
+export function defaultConfigPath(env: NodeJS.ProcessEnv = process.env): string {
+  return join(tetherHome(env), 'config.toml');
+}
+
+/**
+ * Loads the TOML config. A missing file at the default path means defaults; a missing file given
+ * explicitly is an error. In strict mode every problem (syntax, unknown key, bad value) throws
+ * ConfigError; otherwise problems are returned as warnings and the affected keys keep their defaults.
+ */
+export function loadConfig(options: { path?: string; explicit?: boolean; strict?: boolean }): LoadedConfig {
+  const path = options.path ?? defaultConfigPath();
+  const config: ExecutorConfig = { ...DEFAULT_CONFIG };
+  const warnings: string[] = [];
+  const problem = (text: string) => {
+    if (options.strict) throw new ConfigError(`${path}: ${text}`);
+    warnings.push(`${path}: ${text}`);
+  };
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT' && !options.explicit) return { config, warnings, path: null };
+    throw new ConfigError(`cannot read config file ${path}: ${(err as Error).message}`);
+  }
+  let document: Record<string, unknown>;
+  try {
+    document = parseToml(text) as Record<string, unknown>;
+  } catch (err) {
+    problem(`invalid TOML: ${(err as Error).message.split('\n')[0]}`);
+    return { config, warnings, path };
+  }
+  for (const [section, body] of Object.entries(document)) {
+    const sectionSchema = SCHEMA[section];
+    if (!sectionSchema || typeof body !== 'object' || body === null || Array.isArray(body)) {
+      problem(`unknown config key \`${section}\``);
+      continue;
+    }
+    for (const [name, value] of Object.entries(body)) {
+      const spec = sectionSchema[name];
+      if (!spec) {
+        problem(`unknown config key \`${section}.${name}\``);
+        continue;
+      }
+      const read = spec.read(value);
+      if (typeof read === 'object') {
+        problem(`\`${section}.${name}\` ${read.error}`);
+        continue;
+      }
+      (config as unknown as Record<string, unknown>)[spec.key] = read;
+    }
+  }
+  return { config, warnings, path };
+}

@@ -1,0 +1,253 @@
+import {
+  CONTROL_LANE_METHODS,
+  decode,
+  type EnvironmentInfo,
+  ErrorCode,
+  InitializeParams,
+  type InitializeResult,
+  Method,
+  methodFamily,
+  Notification,
+  RpcError,
+} from '@tether/exec-protocol';
+import {
+  type InboundMessage,
+  MALFORMED_MESSAGE_ID,
+  malformedMessageText,
+  type RequestId,
+  RequestLanes,
+  type RpcConnection,
+} from '@tether/jsonrpc';
+import type { ProcessEvent } from '@tether/local-process';
+import { processHandlers, toRpcError } from './handlers/process.js';
+import type { HandlerTable, RequestContext } from './handlers/types.js';
+import type { Logger } from './logger.js';
+import type { Session, SessionAttachment, SessionRegistry } from './session-registry.js';
+
+export const SESSION_TAKEN_OVER = 'session has been resumed by another connection';
+
+/**
+ * Handshake state of one connection (spec §2): `new` → (initialize in flight) `initializing` →
+ * `initialized-pending` (response sent, waiting for the `initialized` notification) → `ready`.
+ */
+type HandshakeState = 'new' | 'initializing' | 'initialized-pending' | 'ready';
+
+export interface ConnectionProcessorOptions {
+  registry: SessionRegistry;
+  concurrency: number;
+  environmentInfo: EnvironmentInfo;
+  logger: Logger;
+  /** End the session with the connection instead of detaching it (stdio: one client, no resume). */
+  endSessionOnClose?: boolean;
+}
+
+/**
+ * Runs one RpcConnection: gates the handshake, dispatches requests through the lanes, forwards the
+ * session's process events as notifications, and detaches the session when the transport goes away.
+ * It never knows which transport it has.
+ */
+export class ConnectionProcessor implements SessionAttachment {
+  private readonly connection: RpcConnection;
+  private readonly options: ConnectionProcessorOptions;
+  private readonly lanes: RequestLanes;
+  private readonly handlers: HandlerTable;
+  private readonly logger: Logger;
+  private handshake: HandshakeState = 'new';
+  private sessionValue: Session | null = null;
+  /** Aborted when the connection closes or the session is taken by another connection. */
+  private readonly lifetime = new AbortController();
+  readonly done: Promise<void>;
+  private resolveDone!: () => void;
+
+  constructor(connection: RpcConnection, options: ConnectionProcessorOptions) {
+    this.connection = connection;
+    this.options = options;
+    this.logger = options.logger;
+    this.done = new Promise((resolve) => {
+      this.resolveDone = resolve;
+    });
+    this.lanes = new RequestLanes({
+      concurrency: options.concurrency,
+      onBusy: () => connection.pause(),
+      onIdle: () => connection.resume(),
+    });
+    this.handlers = {
+      ...processHandlers,
+      [Method.environmentInfo]: () => options.environmentInfo,
+      [Method.environmentStatus]: () => ({ status: 'ready' }),
+    };
+  }
+
+  start(): void {
+    this.connection.start({
+      onMessage: (message) => this.onMessage(message),
+      onClose: (reason) => this.onClose(reason),
+      onDrain: () => this.sessionValue?.drained(this),
+    });
+  }
+
+  /** Closes the connection; the session is detached (or ended, for stdio) as on any disconnect. */
+  close(reason = 'server closing'): void {
+    this.connection.close(reason, 1001);
+  }
+
+  // SessionAttachment ----------------------------------------------------------------------------
+
+  deliver(event: ProcessEvent): boolean {
+    switch (event.kind) {
+      case 'output':
+        return this.connection.sendNotification(Notification.processOutput, {
+          processId: event.processId,
+          seq: event.seq,
+          stream: event.stream,
+          chunk: event.chunk.toString('base64'),
+        });
+      case 'exited':
+        return this.connection.sendNotification(Notification.processExited, {
+          processId: event.processId,
+          seq: event.seq,
+          exitCode: event.exitCode,
+          sandboxDenied: false,
+        });
+      case 'closed':
+        return this.connection.sendNotification(Notification.processClosed, {
+          processId: event.processId,
+          seq: event.seq,
+        });
+    }
+  }
+
+  detached(): void {
+    this.lifetime.abort(RpcError.invalidRequest(SESSION_TAKEN_OVER));
+  }
+
+  // Inbound ---------------------------------------------------------------------------------------
+
+  private onMessage(message: InboundMessage): void {
+    switch (message.kind) {
+      case 'request':
+        this.onRequest(message.id, message.method, message.params);
+        return;
+      case 'notification':
+        this.lanes.run(this.handshake === 'ready' ? 'ordinary' : 'inline', () =>
+          this.onNotification(message.method),
+        );
+        return;
+      case 'malformed':
+        this.connection.sendError(MALFORMED_MESSAGE_ID, {
+          code: ErrorCode.invalidRequest,
+          message: malformedMessageText(this.connection, message.reason),
+        });
+        return;
+      case 'response':
+      case 'error':
+        // This server never sends requests, so any response is a protocol error.
+        this.protocolError(`unexpected ${message.kind} for id ${JSON.stringify(message.id)}`);
+        return;
+    }
+  }
+
+  private onNotification(method: string): void {
+    if (method !== Method.initialized) {
+      this.protocolError(`unknown notification \`${method}\``);
+      return;
+    }
+    if (this.handshake !== 'initialized-pending' || !this.sessionValue?.isAttachedTo(this)) {
+      this.protocolError('received `initialized` before a successful `initialize`');
+      return;
+    }
+    this.handshake = 'ready';
+  }
+
+  private onRequest(id: RequestId, method: string, params: unknown): void {
+    if (method === Method.initialize) {
+      // Reserved synchronously, so a pipelined second initialize is refused even in concurrent mode.
+      if (this.handshake !== 'new') {
+        this.connection.sendError(id, RpcError.invalidRequest('initialize may only be sent once per connection'));
+        return;
+      }
+      this.handshake = 'initializing';
+      this.lanes.run('inline', () => this.respond(id, () => this.initialize(params)));
+      return;
+    }
+    const lane = this.handshake !== 'ready' ? 'inline' : CONTROL_LANE_METHODS.has(method) ? 'control' : 'ordinary';
+    this.lanes.run(lane, () => this.respond(id, () => this.dispatch(method, params)));
+  }
+
+  private dispatch(method: string, params: unknown): Promise<unknown> | unknown {
+    const handler = this.handlers[method];
+    if (!handler) throw RpcError.methodNotFound(method);
+    if (this.handshake !== 'ready') {
+      const family = methodFamily(method) ?? 'exec';
+      throw RpcError.invalidRequest(
+        this.handshake === 'initialized-pending'
+          ? `client must send initialized before using ${family} methods`
+          : `client must call initialize before using ${family} methods`,
+      );
+    }
+    return handler(params, this.context);
+  }
+
+  private readonly context: RequestContext = {
+    session: () => {
+      const session = this.sessionValue;
+      if (!session || !session.isAttachedTo(this)) throw RpcError.invalidRequest(SESSION_TAKEN_OVER);
+      return session;
+    },
+    signal: this.lifetime.signal,
+  };
+
+  private async respond(id: RequestId, run: () => Promise<unknown> | unknown): Promise<void> {
+    if (this.connection.status !== 'open') return;
+    let result: unknown;
+    try {
+      result = await run();
+    } catch (err) {
+      if (this.connection.status !== 'open') return; // disconnect aborts the request: no response
+      const error =
+        this.lifetime.signal.aborted && this.sessionValue && !this.sessionValue.isAttachedTo(this)
+          ? RpcError.invalidRequest(SESSION_TAKEN_OVER)
+          : toRpcError(err);
+      if (error.code === ErrorCode.internal) this.logger.warn({ err: error.message }, 'request failed');
+      this.connection.sendError(id, { code: error.code, message: error.message });
+      return;
+    }
+    this.connection.sendResponse(id, result);
+  }
+
+  private initialize(raw: unknown): InitializeResult {
+    try {
+      const params = decode(InitializeParams, raw);
+      const session = params.resumeSessionId
+        ? this.options.registry.resume(params.resumeSessionId, this)
+        : this.options.registry.create(this);
+      this.sessionValue = session;
+      this.handshake = 'initialized-pending';
+      this.logger.debug({ sessionId: session.id, resumed: Boolean(params.resumeSessionId) }, 'initialized');
+      return { sessionId: session.id, environmentInfo: this.options.environmentInfo };
+    } catch (err) {
+      // A failed attach lets the client retry initialize on the same connection.
+      this.handshake = 'new';
+      throw err;
+    }
+  }
+
+  private protocolError(reason: string): void {
+    this.logger.warn({ reason, transport: this.connection.kind }, 'closing connection after a protocol error');
+    this.connection.close(`protocol error: ${reason}`, 1002);
+  }
+
+  private onClose(reason: string): void {
+    this.lifetime.abort(RpcError.invalidRequest(`connection closed: ${reason}`));
+    const session = this.sessionValue;
+    this.sessionValue = null;
+    const finish = async () => {
+      if (session) {
+        if (this.options.endSessionOnClose) await this.options.registry.end(session);
+        else this.options.registry.detach(session, this);
+      }
+      this.resolveDone();
+    };
+    void finish();
+  }
+}

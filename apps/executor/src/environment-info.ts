@@ -1,0 +1,34 @@
+import { existsSync } from 'node:fs';
+import { homedir, platform, tmpdir } from 'node:os';
+import { basename } from 'node:path';
+import { type EnvironmentInfo, pathToFileUri } from '@tether/exec-protocol';
+
+/** Tether's extensions beyond Codex, advertised so SDKs can feature-detect; Codex clients ignore them. */
+export const CAPABILITIES = {
+  processResize: true,
+  ptySize: true,
+  extendedSignals: true,
+  processCloseStdin: true,
+  processList: true,
+} as const;
+
+export const EXECUTOR_VERSION = '0.1.0';
+
+function detectShell(env: NodeJS.ProcessEnv): { name: string; path: string } {
+  const candidates = [env.SHELL, '/bin/bash', '/bin/sh'].filter((p): p is string => Boolean(p));
+  const path = candidates.find((candidate) => existsSync(candidate)) ?? '/bin/sh';
+  return { name: basename(path), path };
+}
+
+/** Computed once per server: none of it changes while the executor runs. */
+export function environmentInfo(env: NodeJS.ProcessEnv = process.env): EnvironmentInfo {
+  return {
+    shell: detectShell(env),
+    cwd: pathToFileUri(process.cwd()),
+    executorVersion: EXECUTOR_VERSION,
+    userHomeDir: pathToFileUri(homedir()),
+    platformOs: platform(),
+    tempDir: pathToFileUri(tmpdir()),
+    capabilities: { ...CAPABILITIES },
+  };
+}

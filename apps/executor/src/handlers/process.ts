@@ -1,0 +1,156 @@
+import {
+  DecodeError,
+  decode,
+  decodeBase64,
+  EnvPolicy as EnvPolicySchema,
+  ErrorCode,
+  FileUriError,
+  fileUriToPath,
+  Method,
+  type ProcessReadResult,
+  ProcessIdParams,
+  ProcessReadParams,
+  ProcessResizeParams,
+  ProcessSignalParams,
+  ProcessStartParams,
+  ProcessWriteParams,
+  RpcError,
+} from '@tether/exec-protocol';
+import { buildChildEnv, ProcessError, type ProcessErrorCode } from '@tether/local-process';
+import type { HandlerTable } from './types.js';
+
+/** The one mapping from process-engine errors to JSON-RPC codes. */
+const PROCESS_ERROR_CODES: Record<ProcessErrorCode, number> = {
+  already_exists: ErrorCode.invalidRequest,
+  unknown_process: ErrorCode.invalidRequest,
+  starting: ErrorCode.invalidRequest,
+  invalid_argument: ErrorCode.invalidParams,
+  spawn_failed: ErrorCode.internal,
+  start_cancelled: ErrorCode.invalidRequest,
+  signal_failed: ErrorCode.internal,
+  write_failed: ErrorCode.internal,
+  too_many_processes: ErrorCode.invalidRequest,
+  shut_down: ErrorCode.invalidRequest,
+};
+
+export function toRpcError(err: unknown): RpcError {
+  if (RpcError.is(err)) return err;
+  if (err instanceof ProcessError || (err instanceof Error && err.name === 'ProcessError')) {
+    const processError = err as ProcessError;
+    return new RpcError(PROCESS_ERROR_CODES[processError.code] ?? ErrorCode.internal, processError.message);
+  }
+  if (err instanceof DecodeError) return RpcError.invalidParams(err.message);
+  return RpcError.internal(err instanceof Error ? err.message : String(err));
+}
+
+/** Longest long poll a timer can express; larger `waitMs` values wait this long. */
+const MAX_WAIT_MS = 2 ** 31 - 1;
+
+/** Fields Tether does not implement; a request that sets them fails closed rather than running unconfined. */
+const UNSUPPORTED_START_FIELDS = ['sandbox', 'managedNetwork', 'networkProxy', 'shellSnapshot'] as const;
+
+function startProcess(params: ProcessStartParams) {
+  if (params.argv.length === 0) throw RpcError.invalidParams('argv must not be empty');
+  for (const field of UNSUPPORTED_START_FIELDS) {
+    if (params[field] !== undefined && params[field] !== null) {
+      throw RpcError.invalidParams(`\`${field}\` is not supported by this exec-server`);
+    }
+  }
+  if (params.enforceManagedNetwork) {
+    throw RpcError.invalidParams('managed network enforcement is not supported by this exec-server');
+  }
+  let cwd: string;
+  try {
+    cwd = fileUriToPath(params.cwd);
+  } catch (err) {
+    if (err instanceof FileUriError) {
+      throw RpcError.invalidParams(`cwd URI \`${params.cwd}\` is not valid on this exec-server host: ${err.message}`);
+    }
+    throw err;
+  }
+  if (params.envPolicy) decode(EnvPolicySchema, params.envPolicy);
+  const env = buildChildEnv(params.env, params.envPolicy ?? null, process.env);
+  return { cwd, env };
+}
+
+export const processHandlers: HandlerTable = {
+  [Method.processStart]: async (raw, ctx) => {
+    const params = decode(ProcessStartParams, raw);
+    const { cwd, env } = startProcess(params);
+    await ctx.session().table.start({
+      processId: params.processId,
+      argv: params.argv,
+      cwd,
+      env,
+      tty: params.tty,
+      pipeStdin: params.pipeStdin ?? false,
+      arg0: params.arg0 ?? null,
+      size: params.size ?? null,
+    });
+    return { processId: params.processId, sandboxType: 'none' };
+  },
+
+  [Method.processRead]: async (raw, ctx): Promise<ProcessReadResult> => {
+    const params = decode(ProcessReadParams, raw);
+    const result = await ctx.session().table.read(params.processId, {
+      afterSeq: params.afterSeq ?? null,
+      maxBytes: params.maxBytes ?? null,
+      waitMs: params.waitMs == null ? null : Math.min(params.waitMs, MAX_WAIT_MS),
+      signal: ctx.signal,
+    });
+    return {
+      chunks: result.chunks.map((chunk) => ({
+        seq: chunk.seq,
+        stream: chunk.stream,
+        chunk: chunk.chunk.toString('base64'),
+      })),
+      nextSeq: result.nextSeq,
+      exited: result.exited,
+      exitCode: result.exitCode,
+      closed: result.closed,
+      failure: null,
+      sandboxDenied: false,
+    };
+  },
+
+  [Method.processWrite]: async (raw, ctx) => {
+    const params = decode(ProcessWriteParams, raw);
+    if (params.writeId === '') throw RpcError.invalidParams('writeId must not be empty');
+    let data: Buffer;
+    try {
+      data = decodeBase64(params.chunk);
+    } catch (err) {
+      throw RpcError.invalidParams(`process/write requires valid base64 chunk: ${(err as Error).message}`);
+    }
+    const status = await ctx.session().table.write(params.processId, data, params.writeId ?? null);
+    return { status };
+  },
+
+  [Method.processSignal]: async (raw, ctx) => {
+    const params = decode(ProcessSignalParams, raw);
+    await ctx.session().table.signal(params.processId, params.signal);
+    return {};
+  },
+
+  [Method.processTerminate]: async (raw, ctx) => {
+    const params = decode(ProcessIdParams, raw);
+    const outcome = await ctx.session().table.terminate(params.processId);
+    return { running: outcome.running };
+  },
+
+  [Method.processResize]: async (raw, ctx) => {
+    const params = decode(ProcessResizeParams, raw);
+    await ctx.session().table.resize(params.processId, params.rows, params.cols);
+    return {};
+  },
+
+  [Method.processCloseStdin]: async (raw, ctx) => {
+    const params = decode(ProcessIdParams, raw);
+    const status = await ctx.session().table.closeStdin(params.processId);
+    return { status };
+  },
+
+  [Method.processList]: async (_raw, ctx) => {
+    return { processes: ctx.session().table.list() };
+  },
+};

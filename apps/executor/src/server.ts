@@ -1,0 +1,171 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
+import type { Readable, Writable } from 'node:stream';
+import type { EnvironmentInfo } from '@tether/exec-protocol';
+import { RpcConnection, StdioTransport, WebSocketTransport } from '@tether/jsonrpc';
+import { createReaper, type Reaper } from '@tether/local-process';
+import { WebSocketServer } from 'ws';
+import { DEFAULT_CONFIG, type ExecutorConfig } from './config.js';
+import { ConnectionProcessor } from './connection-processor.js';
+import { environmentInfo } from './environment-info.js';
+import { formatWebSocketUrl } from './listen-url.js';
+import { type Logger, silentLogger } from './logger.js';
+import { SessionRegistry } from './session-registry.js';
+
+export interface ExecServerOptions {
+  config?: Partial<ExecutorConfig>;
+  logger?: Logger;
+  /** Kill children even if this process is SIGKILLed (default true). */
+  reaper?: boolean;
+}
+
+/**
+ * The exec-server: owns the session registry, every connection processor, the WebSocket listener and
+ * the child reaper. Any transport becomes an RpcConnection handed to `serve()`. `close()` stops
+ * accepting, closes connections, kills every process and waits until all of it is gone.
+ */
+export class ExecServer {
+  readonly config: ExecutorConfig;
+  readonly registry: SessionRegistry;
+  private readonly logger: Logger;
+  private readonly info: EnvironmentInfo;
+  private readonly reaper: Reaper | null;
+  private readonly processors = new Set<ConnectionProcessor>();
+  private http: Server | null = null;
+  private wss: WebSocketServer | null = null;
+  private closing: Promise<void> | null = null;
+
+  constructor(options: ExecServerOptions = {}) {
+    this.config = { ...DEFAULT_CONFIG, ...options.config };
+    this.logger = options.logger ?? silentLogger();
+    this.info = environmentInfo();
+    this.reaper = options.reaper === false ? null : createReaper();
+    this.registry = new SessionRegistry({
+      detachedTtlMs: this.config.detachedTtlMs,
+      maxSessions: this.config.maxSessions,
+      logger: this.logger,
+      tableOptions: {
+        retainedOutputBytes: this.config.retainedOutputBytes,
+        retainedOutputChunks: this.config.retainedOutputChunks,
+        exitedRetentionMs: this.config.exitedRetentionMs,
+        maxProcesses: this.config.maxProcessesPerSession,
+        reaper: this.reaper,
+      },
+    });
+  }
+
+  get isClosing(): boolean {
+    return this.closing !== null;
+  }
+
+  /** Serves one connection until it closes. */
+  serve(connection: RpcConnection, options: { endSessionOnClose?: boolean } = {}): ConnectionProcessor {
+    const processor = new ConnectionProcessor(connection, {
+      registry: this.registry,
+      concurrency: this.config.concurrentRequests,
+      environmentInfo: this.info,
+      logger: this.logger,
+      endSessionOnClose: options.endSessionOnClose ?? false,
+    });
+    this.processors.add(processor);
+    void processor.done.then(() => this.processors.delete(processor));
+    if (this.closing) {
+      connection.close('exec-server is shutting down', 1001);
+      return processor;
+    }
+    processor.start();
+    return processor;
+  }
+
+  /** Serves the single stdio client; resolves when it disconnects (stdin EOF) and its session is gone. */
+  async serveStdio(input: Readable, output: Writable): Promise<void> {
+    const transport = new StdioTransport({
+      input,
+      output,
+      maxMessageBytes: this.config.maxMessageBytes,
+      onOversize: (bytes) =>
+        connection.sendError(-1, {
+          code: -32600,
+          message: `failed to parse JSON-RPC message from exec-server stdio: message of ${bytes} bytes exceeds the limit of ${this.config.maxMessageBytes} bytes`,
+        }),
+    });
+    const connection = new RpcConnection(transport);
+    await this.serve(connection, { endSessionOnClose: true }).done;
+  }
+
+  /** Binds the WebSocket listener (with /readyz and /livez) and returns its `ws://IP:PORT`. */
+  async listen(host: string, port: number): Promise<string> {
+    if (this.http) throw new Error('already listening');
+    const wss = new WebSocketServer({ noServer: true, maxPayload: this.config.maxMessageBytes });
+    const http = createServer((req, res) => this.onHttpRequest(req, res));
+    http.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
+      if (req.headers.origin !== undefined) return refuseUpgrade(socket, 403, 'Forbidden');
+      if (this.closing) return refuseUpgrade(socket, 503, 'Service Unavailable');
+      if ((req.url ?? '/').split('?')[0] !== '/') return refuseUpgrade(socket, 404, 'Not Found');
+      wss.handleUpgrade(req, socket, head, (ws) => {
+        const peer = `${req.socket.remoteAddress}:${req.socket.remotePort}`;
+        const transport = new WebSocketTransport(ws, { peer, pingIntervalMs: this.config.pingIntervalMs });
+        this.serve(new RpcConnection(transport));
+      });
+    });
+    this.wss = wss;
+    this.http = http;
+    await new Promise<void>((resolve, reject) => {
+      http.once('error', reject);
+      http.listen({ host, port }, () => {
+        http.off('error', reject);
+        resolve();
+      });
+    });
+    const address = http.address();
+    if (address === null || typeof address === 'string') throw new Error('listener has no TCP address');
+    const url = formatWebSocketUrl(address.address, address.port);
+    this.logger.info({ url }, 'exec-server listening');
+    return url;
+  }
+
+  private onHttpRequest(req: IncomingMessage, res: ServerResponse): void {
+    // Browsers always send Origin; no page may drive this server (spec §1.2).
+    if (req.headers.origin !== undefined) {
+      res.writeHead(403).end();
+      return;
+    }
+    const path = (req.url ?? '/').split('?')[0];
+    if (req.method === 'GET' && path === '/livez') {
+      res.writeHead(200).end();
+      return;
+    }
+    if (req.method === 'GET' && path === '/readyz') {
+      res.writeHead(this.closing ? 503 : 200).end();
+      return;
+    }
+    res.writeHead(path === '/' ? 426 : 404).end();
+  }
+
+  close(): Promise<void> {
+    this.closing ??= this.shutdown();
+    return this.closing;
+  }
+
+  private async shutdown(): Promise<void> {
+    const http = this.http;
+    const stopped = http ? new Promise<void>((resolve) => http.close(() => resolve())) : Promise.resolve();
+    for (const processor of this.processors) processor.close();
+    await this.registry.shutdown();
+    for (const client of this.wss?.clients ?? []) client.terminate();
+    http?.closeAllConnections();
+    await stopped;
+    this.wss?.close();
+    await Promise.all([...this.processors].map((processor) => processor.done));
+    await this.reaper?.close();
+    this.logger.info('exec-server shutdown complete');
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+}
+
+function refuseUpgrade(socket: Socket, status: number, text: string): void {
+  socket.end(`HTTP/1.1 ${status} ${text}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n`);
+}

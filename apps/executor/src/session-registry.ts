@@ -1,0 +1,178 @@
+import { randomUUID } from 'node:crypto';
+import { ErrorCode, RpcError } from '@tether/exec-protocol';
+import { type ProcessEvent, ProcessTable, type ProcessTableOptions } from '@tether/local-process';
+import type { Logger } from './logger.js';
+
+/** What a session needs from the connection it is attached to. */
+export interface SessionAttachment {
+  /** Delivers one process event; returns false when the connection is above its high-water mark. */
+  deliver(event: ProcessEvent): boolean;
+  /** The session was taken away from this attachment (server shutdown or TTL races). */
+  detached(): void;
+}
+
+type SessionState =
+  | { kind: 'attached'; attachment: SessionAttachment }
+  | { kind: 'detached'; since: number; timer: NodeJS.Timeout }
+  | { kind: 'closed' };
+
+/**
+ * A session owns the processes a client started. It is attached to at most one connection; events go
+ * to that connection only. While detached, output keeps being retained for `process/read` and
+ * notifications are dropped.
+ */
+export class Session {
+  readonly id: string;
+  readonly table: ProcessTable;
+  private stateValue: SessionState;
+  private outputPaused = false;
+
+  constructor(id: string, attachment: SessionAttachment, tableOptions: Omit<ProcessTableOptions, 'onEvent'>) {
+    this.id = id;
+    this.stateValue = { kind: 'attached', attachment };
+    this.table = new ProcessTable({ ...tableOptions, onEvent: (event) => this.onEvent(event) });
+  }
+
+  get state(): SessionState['kind'] {
+    return this.stateValue.kind;
+  }
+
+  isAttachedTo(attachment: SessionAttachment): boolean {
+    return this.stateValue.kind === 'attached' && this.stateValue.attachment === attachment;
+  }
+
+  /** The attached connection is writable again: let the children's output flow. */
+  drained(attachment: SessionAttachment): void {
+    if (this.outputPaused && this.isAttachedTo(attachment)) {
+      this.outputPaused = false;
+      this.table.resumeOutput();
+    }
+  }
+
+  private onEvent(event: ProcessEvent): void {
+    if (this.stateValue.kind !== 'attached') return;
+    const writable = this.stateValue.attachment.deliver(event);
+    // Backpressure: a client that reads notifications slower than children write makes the children
+    // wait (their pipes fill) instead of growing a buffer here.
+    if (!writable && !this.outputPaused) {
+      this.outputPaused = true;
+      this.table.pauseOutput();
+    }
+  }
+
+  /** @internal transitions, owned by SessionRegistry */
+  setState(state: SessionState): void {
+    if (this.stateValue.kind === 'detached') clearTimeout(this.stateValue.timer);
+    this.stateValue = state;
+    if (state.kind !== 'attached' && this.outputPaused) {
+      // Detached: nothing is delivered, so nothing should hold the children back.
+      this.outputPaused = false;
+      this.table.resumeOutput();
+    }
+  }
+
+  get detachedSince(): number | null {
+    return this.stateValue.kind === 'detached' ? this.stateValue.since : null;
+  }
+
+  get attachment(): SessionAttachment | null {
+    return this.stateValue.kind === 'attached' ? this.stateValue.attachment : null;
+  }
+}
+
+export interface SessionRegistryOptions {
+  detachedTtlMs: number;
+  maxSessions: number;
+  tableOptions: Omit<ProcessTableOptions, 'onEvent'>;
+  logger: Logger;
+  now?: () => number;
+}
+
+/**
+ * The only owner of session attachment state (spec §2): create, resume with `resumeSessionId`,
+ * detach on disconnect with a TTL, expiry kills the session's processes, shutdown kills everything.
+ */
+export class SessionRegistry {
+  private readonly sessions = new Map<string, Session>();
+  private readonly options: SessionRegistryOptions;
+  private readonly now: () => number;
+  private closed = false;
+
+  constructor(options: SessionRegistryOptions) {
+    this.options = options;
+    this.now = options.now ?? Date.now;
+  }
+
+  get size(): number {
+    return this.sessions.size;
+  }
+
+  create(attachment: SessionAttachment): Session {
+    if (this.closed) throw RpcError.invalidRequest('exec-server is shutting down');
+    if (this.sessions.size >= this.options.maxSessions) {
+      throw RpcError.invalidRequest(`too many sessions: limit is ${this.options.maxSessions}`);
+    }
+    const session = new Session(randomUUID(), attachment, this.options.tableOptions);
+    this.sessions.set(session.id, session);
+    return session;
+  }
+
+  /** Attaches an existing session to a new connection (`initialize{resumeSessionId}`). */
+  resume(id: string, attachment: SessionAttachment): Session {
+    const session = this.sessions.get(id);
+    if (!session || session.state === 'closed') throw RpcError.invalidRequest(`unknown session id ${id}`);
+    if (session.state === 'attached') {
+      if (session.isAttachedTo(attachment)) return session;
+      throw new RpcError(ErrorCode.sessionAlreadyAttached, `session ${id} is already attached to another connection`);
+    }
+    const since = session.detachedSince ?? 0;
+    if (this.now() - since >= this.options.detachedTtlMs) {
+      this.expire(session);
+      throw RpcError.invalidRequest(`unknown session id ${id}`);
+    }
+    session.setState({ kind: 'attached', attachment });
+    this.options.logger.debug({ sessionId: id }, 'session resumed');
+    return session;
+  }
+
+  /** The connection went away: keep the session for the TTL, then kill its processes. */
+  detach(session: Session, attachment: SessionAttachment): void {
+    if (!session.isAttachedTo(attachment)) return;
+    const timer = setTimeout(() => this.expire(session), this.options.detachedTtlMs);
+    timer.unref();
+    session.setState({ kind: 'detached', since: this.now(), timer });
+    this.options.logger.debug({ sessionId: session.id }, 'session detached');
+  }
+
+  /** Ends a session now (stdio connection end, expiry). */
+  async end(session: Session): Promise<void> {
+    if (session.state === 'closed') return;
+    session.setState({ kind: 'closed' });
+    this.sessions.delete(session.id);
+    await session.table.shutdown();
+  }
+
+  private expire(session: Session): void {
+    if (session.state !== 'detached') return;
+    this.options.logger.info({ sessionId: session.id }, 'detached session expired; killing its processes');
+    void this.end(session);
+  }
+
+  async shutdown(): Promise<void> {
+    this.closed = true;
+    const all = [...this.sessions.values()];
+    for (const session of all) session.attachment?.detached();
+    await Promise.all(all.map((session) => this.end(session)));
+  }
+
+  /** Totals for /metrics-style reporting and tests. */
+  stats(): { sessions: number; attached: number; processes: number } {
+    let attached = 0;
+    let processes = 0;
+    for (const session of this.sessions.values()) {
+      if (session.state === 'attached') attached++;
+      processes += session.table.size;
+    }
+    return { sessions: this.sessions.size, attached, processes };
+  }
+}
