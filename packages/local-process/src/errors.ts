@@ -1,0 +1,15 @@
+import type { ProcessErrorCode } from './types.js';
+
+/**
+ * The one error type of this package. `code` is the contract (the executor maps it to a JSON-RPC
+ * error in one table); `message` is for humans and mirrors the Codex exec-server texts.
+ */
+export class ProcessError extends Error {
+  override readonly name = 'ProcessError';
+  readonly code: ProcessErrorCode;
+
+  constructor(code: ProcessErrorCode, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.code = code;
+  }
+}
