@@ -1,0 +1,116 @@
+import { Writable } from 'node:stream';
+import { describe, expect, it } from 'vitest';
+import { StdinWriter } from './stdin-writer.js';
+
+/** A sink that takes chunks only when the test says so. */
+class ManualSink extends Writable {
+  readonly taken: string[] = [];
+  readonly #pending: (() => void)[] = [];
+  ended = false;
+
+  constructor() {
+    super({ highWaterMark: 1 << 30 });
+  }
+
+  override _write(chunk: Buffer, _encoding: BufferEncoding, callback: (err?: Error | null) => void): void {
+    this.#pending.push(() => {
+      this.taken.push(chunk.toString());
+      callback();
+    });
+  }
+
+  override _final(callback: (err?: Error | null) => void): void {
+    this.ended = true;
+    callback();
+  }
+
+  /** Lets the kernel take the oldest outstanding chunk. */
+  async flushOne(): Promise<void> {
+    this.#pending.shift()?.();
+    await new Promise((resolve) => setImmediate(resolve));
+  }
+}
+
+const settledState = async (promise: Promise<unknown>) => {
+  let state = 'pending';
+  promise.then(
+    () => {
+      state = 'fulfilled';
+    },
+    () => {
+      state = 'rejected';
+    },
+  );
+  await new Promise((resolve) => setImmediate(resolve));
+  return state;
+};
+
+describe('StdinWriter', () => {
+  it('hands writes over in order and waits while the in-flight bytes would exceed the bound', async () => {
+    const sink = new ManualSink();
+    const writer = new StdinWriter(sink, 4);
+    await writer.write(Buffer.from('ab'));
+    await writer.write(Buffer.from('cd'));
+    const third = writer.write(Buffer.from('ef'));
+    const fourth = writer.write(Buffer.from('g'));
+    expect(await settledState(third)).toBe('pending');
+    expect(await settledState(fourth)).toBe('pending');
+
+    await sink.flushOne(); // 'ab' consumed: 'ef' fits, 'g' does not yet
+    expect(await settledState(third)).toBe('fulfilled');
+    expect(await settledState(fourth)).toBe('pending');
+    await sink.flushOne();
+    expect(await settledState(fourth)).toBe('fulfilled');
+    await sink.flushOne();
+    await sink.flushOne();
+    expect(sink.taken).toEqual(['ab', 'cd', 'ef', 'g']);
+  });
+
+  it('lets one write larger than the bound through once nothing is in flight', async () => {
+    const sink = new ManualSink();
+    const writer = new StdinWriter(sink, 4);
+    await writer.write(Buffer.from('0123456789'));
+    const next = writer.write(Buffer.from('x'));
+    expect(await settledState(next)).toBe('pending');
+    await sink.flushOne();
+    expect(await settledState(next)).toBe('fulfilled');
+  });
+
+  it('fails a write at once when the waiting line is full too', async () => {
+    const sink = new ManualSink();
+    const writer = new StdinWriter(sink, 4);
+    await writer.write(Buffer.from('abcd'));
+    const waiting = writer.write(Buffer.from('efg'));
+    await expect(writer.write(Buffer.from('hi'))).rejects.toMatchObject({
+      code: 'write_failed',
+      message: 'failed to write to process stdin: the child is not reading (7 bytes queued)',
+    });
+    expect(await settledState(waiting)).toBe('pending');
+  });
+
+  it('fails waiting and later writes when the stream breaks', async () => {
+    const sink = new ManualSink();
+    const writer = new StdinWriter(sink, 2);
+    await writer.write(Buffer.from('ab'));
+    const waiting = writer.write(Buffer.from('cd'));
+    sink.destroy(Object.assign(new Error('write EPIPE'), { code: 'EPIPE' }));
+    await expect(waiting).rejects.toMatchObject({ code: 'write_failed', message: 'failed to write to process stdin' });
+    expect(writer.broken).toBe(true);
+    await expect(writer.write(Buffer.from('x'))).rejects.toMatchObject({ code: 'write_failed' });
+  });
+
+  it('ends the stream only after queued writes were handed over', async () => {
+    const sink = new ManualSink();
+    const writer = new StdinWriter(sink, 2);
+    await writer.write(Buffer.from('ab'));
+    const waiting = writer.write(Buffer.from('cd'));
+    writer.end();
+    expect(writer.ending).toBe(true);
+    await expect(writer.write(Buffer.from('late'))).rejects.toMatchObject({ code: 'write_failed' });
+    await sink.flushOne();
+    await waiting;
+    await sink.flushOne();
+    expect(sink.taken).toEqual(['ab', 'cd']);
+    expect(sink.ended).toBe(true);
+  });
+});

@@ -1,0 +1,126 @@
+import type { Writable } from 'node:stream';
+import { ProcessError } from './errors.js';
+
+/** Bytes handed to a child's stdin that it has not consumed yet, per process. */
+export const DEFAULT_STDIN_QUEUE_BYTES = 1024 * 1024;
+
+const WRITE_FAILED = 'failed to write to process stdin';
+
+interface WaitingWrite {
+  chunk: Buffer;
+  resolve: () => void;
+  reject: (err: ProcessError) => void;
+}
+
+/**
+ * Ordered, bounded writes to one child's stdin (pipe or PTY master).
+ *
+ * Bound: at most `limit` bytes are in flight (handed to the stream, not yet taken by the kernel). A write
+ * that does not fit waits, in order, behind earlier ones; its promise settles once it is handed over. A
+ * single write larger than `limit` goes through alone once nothing else is in flight. The waiting line is
+ * bounded by `limit` bytes as well: a write beyond it (a child that stopped reading while a caller keeps
+ * writing) fails at once with `write_failed`, so memory stays within 2 × `limit`.
+ *
+ * When the stream breaks (EPIPE, the child exited and Node closed the pipe, the PTY closed), waiting
+ * writes and all later ones fail with `write_failed` ("failed to write to process stdin").
+ */
+export class StdinWriter {
+  readonly #sink: Writable;
+  readonly #limit: number;
+  readonly #waiting: WaitingWrite[] = [];
+  #inFlight = 0;
+  #waitingBytes = 0;
+  #broken: Error | null = null;
+  #ending = false;
+  #endCalled = false;
+
+  constructor(sink: Writable, limit: number = DEFAULT_STDIN_QUEUE_BYTES) {
+    this.#sink = sink;
+    this.#limit = limit;
+    sink.on('error', (err: Error) => this.#fail(err));
+    sink.on('close', () => this.#fail(new Error('stdin closed')));
+  }
+
+  /** True once `end()` was called: the caller reports `stdinClosed` from then on. */
+  get ending(): boolean {
+    return this.#ending;
+  }
+
+  /** True once the stream failed or closed: writes reject with `write_failed`. */
+  get broken(): boolean {
+    return this.#broken !== null;
+  }
+
+  /** Resolves once `chunk` is handed to the stream (queued, not necessarily consumed). */
+  write(chunk: Buffer): Promise<void> {
+    if (this.#broken !== null || this.#ending) return Promise.reject(this.#failure());
+    if (this.#waiting.length === 0 && this.#fits(chunk.length)) {
+      this.#send(chunk);
+      return Promise.resolve();
+    }
+    if (this.#waitingBytes > 0 && this.#waitingBytes + chunk.length > this.#limit) {
+      return Promise.reject(
+        new ProcessError(
+          'write_failed',
+          `${WRITE_FAILED}: the child is not reading (${this.#inFlight + this.#waitingBytes} bytes queued)`,
+        ),
+      );
+    }
+    return new Promise<void>((resolve, reject) => {
+      this.#waiting.push({ chunk, resolve, reject });
+      this.#waitingBytes += chunk.length;
+    });
+  }
+
+  /** Closes stdin after every accepted write has been handed over. */
+  end(): void {
+    this.#ending = true;
+    this.#pump();
+  }
+
+  /** Drops whatever is queued and closes the stream (the process is gone or being evicted). */
+  destroy(): void {
+    this.#fail(new Error('stdin destroyed'));
+    this.#sink.destroy();
+  }
+
+  #fits(length: number): boolean {
+    return this.#inFlight === 0 || this.#inFlight + length <= this.#limit;
+  }
+
+  #send(chunk: Buffer): void {
+    if (chunk.length === 0) return;
+    this.#inFlight += chunk.length;
+    this.#sink.write(chunk, (err) => {
+      this.#inFlight -= chunk.length;
+      if (err) this.#fail(err);
+      else this.#pump();
+    });
+  }
+
+  #pump(): void {
+    if (this.#broken !== null) return;
+    while (this.#waiting.length > 0 && this.#fits(this.#waiting[0]!.chunk.length)) {
+      const next = this.#waiting.shift()!;
+      this.#waitingBytes -= next.chunk.length;
+      this.#send(next.chunk);
+      next.resolve();
+    }
+    if (this.#ending && !this.#endCalled && this.#waiting.length === 0) {
+      this.#endCalled = true;
+      this.#sink.end();
+    }
+  }
+
+  #fail(err: Error): void {
+    if (this.#broken !== null) return;
+    this.#broken = err;
+    const failure = this.#failure();
+    for (const waiting of this.#waiting.splice(0)) waiting.reject(failure);
+    this.#waitingBytes = 0;
+  }
+
+  #failure(): ProcessError {
+    return new ProcessError('write_failed', WRITE_FAILED, { cause: this.#broken ?? undefined });
+  }
+}
