@@ -1,7 +1,7 @@
 import { Command, InvalidArgumentError } from 'commander';
 import { ConfigError, defaultConfigPath, type ExecutorConfig, loadConfig } from './config.js';
 import { EXECUTOR_VERSION } from './environment-info.js';
-import { DEFAULT_LISTEN_URL, ListenUrlError, type ListenTarget, parseListenUrl } from './listen-url.js';
+import { DEFAULT_LISTEN_URL, type ListenTarget, ListenUrlError, parseListenUrl } from './listen-url.js';
 import { createLogger, type Logger } from './logger.js';
 import { ExecServer } from './server.js';
 
@@ -108,7 +108,9 @@ export async function runExecutor(options: ExecutorOptions, io: CliIo, logger?: 
       try {
         url = await server.listen(options.listen.host, options.listen.port);
       } catch (err) {
-        io.stderr.write(`executor: cannot listen on ${options.listen.host}:${options.listen.port}: ${(err as Error).message}\n`);
+        io.stderr.write(
+          `executor: cannot listen on ${options.listen.host}:${options.listen.port}: ${(err as Error).message}\n`,
+        );
         return 1;
       }
       io.stdout.write(`${url}\n`);

@@ -76,7 +76,9 @@ const SCHEMA: Record<string, Record<string, KeySpec>> = {
     level: {
       key: 'logLevel',
       read: (value) =>
-        typeof value === 'string' && LOG_LEVELS.includes(value) ? value : { error: `must be one of ${LOG_LEVELS.join(', ')}` },
+        typeof value === 'string' && LOG_LEVELS.includes(value)
+          ? value
+          : { error: `must be one of ${LOG_LEVELS.join(', ')}` },
     },
   },
 };

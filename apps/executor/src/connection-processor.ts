@@ -129,9 +129,7 @@ export class ConnectionProcessor implements SessionAttachment {
         this.onRequest(message.id, message.method, message.params);
         return;
       case 'notification':
-        this.lanes.run(this.handshake === 'ready' ? 'ordinary' : 'inline', () =>
-          this.onNotification(message.method),
-        );
+        this.lanes.run(this.handshake === 'ready' ? 'ordinary' : 'inline', () => this.onNotification(message.method));
         return;
       case 'malformed':
         this.connection.sendError(MALFORMED_MESSAGE_ID, {

@@ -139,7 +139,11 @@ export class ExecServer {
       res.writeHead(this.closing ? 503 : 200).end();
       return;
     }
-    res.writeHead(path === '/' ? 426 : 404).end();
+    if (path === '/') {
+      res.writeHead(400, { 'content-type': 'text/plain' }).end("Connection header did not include 'upgrade'");
+      return;
+    }
+    res.writeHead(404).end();
   }
 
   close(): Promise<void> {

@@ -109,7 +109,8 @@ export type ProcessReadResult = Static<typeof ProcessReadResult>;
 export const ProcessWriteParams = Type.Object({
   processId: Type.String(),
   chunk: Type.String(),
-  writeId: Type.Optional(Nullable(Type.String())),
+  /** Idempotency key; required, as the Codex binary requires it. */
+  writeId: Type.String(),
 });
 export type ProcessWriteParams = Static<typeof ProcessWriteParams>;
 

@@ -22,13 +22,23 @@ describe('classifyMessage', () => {
       kind: 'notification',
       method: 'initialized',
     });
-    expect(classifyMessage({ id: null, method: 'x' })).toMatchObject({ kind: 'notification' });
-    expect(classifyMessage({ id: 1.5, method: 'x' })).toMatchObject({ kind: 'notification' });
+    expect(classifyMessage({ id: -4, method: 'x' })).toMatchObject({ kind: 'request', id: -4 });
   });
 
   it('classifies responses and errors', () => {
     expect(classifyMessage({ id: 3, result: null })).toEqual({ kind: 'response', id: 3, result: null });
     expect(classifyMessage({ id: 3, error: { code: -1, message: 'x' } })).toMatchObject({ kind: 'error', id: 3 });
+  });
+
+  it('rejects an id that is neither a string nor an integer, as Codex does', () => {
+    for (const id of [null, true, 1.5, {}]) {
+      expect(classifyMessage({ id, method: 'initialized' })).toEqual({
+        kind: 'malformed',
+        reason: 'data did not match any variant of untagged enum RequestId',
+      });
+    }
+    expect(classifyMessage({ id: 10 })).toEqual({ kind: 'malformed', reason: 'missing field `error`' });
+    expect(classifyMessage([])).toEqual({ kind: 'malformed', reason: 'expected a JSON-RPC object' });
   });
 
   it('reports anything else as malformed', () => {

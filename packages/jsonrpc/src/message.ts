@@ -34,19 +34,24 @@ function isErrorObject(value: unknown): value is RpcErrorObject {
 /** Classifies an already-parsed JSON value. */
 export function classifyMessage(value: unknown): InboundMessage {
   if (typeof value !== 'object' || value === null || Array.isArray(value)) {
-    return { kind: 'malformed', reason: 'data did not match any variant of untagged enum JSONRPCMessage' };
+    return { kind: 'malformed', reason: 'expected a JSON-RPC object' };
   }
   const message = value as Record<string, unknown>;
-  const hasId = isRequestId(message.id);
+  // An `id` that is present must be a string or an integer, even on a notification (Codex: parse error).
+  if ('id' in message && !isRequestId(message.id)) {
+    return { kind: 'malformed', reason: 'data did not match any variant of untagged enum RequestId' };
+  }
+  const hasId = 'id' in message;
   if (typeof message.method === 'string') {
     const params = message.params ?? null;
     if (hasId) return { kind: 'request', id: message.id as RequestId, method: message.method, params };
     return { kind: 'notification', method: message.method, params };
   }
-  if (hasId && 'result' in message) return { kind: 'response', id: message.id as RequestId, result: message.result };
-  if (hasId && isErrorObject(message.error))
-    return { kind: 'error', id: message.id as RequestId, error: message.error };
-  return { kind: 'malformed', reason: 'data did not match any variant of untagged enum JSONRPCMessage' };
+  if (!hasId) return { kind: 'malformed', reason: 'missing field `method`' };
+  if ('result' in message) return { kind: 'response', id: message.id as RequestId, result: message.result };
+  if (!('error' in message)) return { kind: 'malformed', reason: 'missing field `error`' };
+  if (isErrorObject(message.error)) return { kind: 'error', id: message.id as RequestId, error: message.error };
+  return { kind: 'malformed', reason: 'invalid error object: expected `code` and `message`' };
 }
 
 /** Parses one transport message (text, or UTF-8 bytes from a binary frame). Never throws. */

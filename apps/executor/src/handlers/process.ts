@@ -7,9 +7,9 @@ import {
   FileUriError,
   fileUriToPath,
   Method,
-  type ProcessReadResult,
   ProcessIdParams,
   ProcessReadParams,
+  type ProcessReadResult,
   ProcessResizeParams,
   ProcessSignalParams,
   ProcessStartParams,
@@ -64,7 +64,11 @@ function startProcess(params: ProcessStartParams) {
     cwd = fileUriToPath(params.cwd);
   } catch (err) {
     if (err instanceof FileUriError) {
-      throw RpcError.invalidParams(`cwd URI \`${params.cwd}\` is not valid on this exec-server host: ${err.message}`);
+      throw RpcError.invalidParams(
+        err.kind === 'syntax'
+          ? err.message
+          : `cwd URI \`${params.cwd}\` is not valid on this exec-server host: ${err.message}`,
+      );
     }
     throw err;
   }
@@ -115,14 +119,14 @@ export const processHandlers: HandlerTable = {
 
   [Method.processWrite]: async (raw, ctx) => {
     const params = decode(ProcessWriteParams, raw);
-    if (params.writeId === '') throw RpcError.invalidParams('writeId must not be empty');
+    if (params.writeId.length === 0) throw RpcError.invalidParams('writeId must not be empty');
     let data: Buffer;
     try {
       data = decodeBase64(params.chunk);
     } catch (err) {
       throw RpcError.invalidParams(`process/write requires valid base64 chunk: ${(err as Error).message}`);
     }
-    const status = await ctx.session().table.write(params.processId, data, params.writeId ?? null);
+    const status = await ctx.session().table.write(params.processId, data, params.writeId);
     return { status };
   },
 

@@ -1,0 +1,246 @@
+/**
+ * `pnpm bench`: the executor side by side with the real `codex exec-server`, same machine, same run,
+ * same client (ours, over WebSocket, reading notifications). Prints a table with both columns, the
+ * ratio and the target of each figure, and writes bench/results/latest.json.
+ *
+ *   BENCH_STREAM_MIB=256 BENCH_ITERATIONS=100 pnpm bench
+ */
+
+import { once } from 'node:events';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { RpcClient, RpcConnection, WebSocketTransport } from '@tether/jsonrpc';
+import { type PeerKind, repoRoot, startPeer } from '@tether/test-kit';
+import { WebSocket } from 'ws';
+
+const STREAM_MIB = Number(process.env.BENCH_STREAM_MIB ?? 256);
+const ITERATIONS = Number(process.env.BENCH_ITERATIONS ?? 100);
+const IDLE_SESSIONS = 100;
+const FINISHED_PROCESSES = 1000;
+const PEER_ARGS = ['--concurrent-requests', '4'];
+const CHILD_ENV = { PATH: '/usr/local/bin:/usr/bin:/bin' };
+const CWD = `file://${process.cwd()}`;
+
+interface Notification {
+  method: string;
+  params: { processId: string; seq: number; stream?: string; chunk?: string; exitCode?: number };
+}
+
+/** One initialized connection with a notification hook per process id. */
+class BenchClient {
+  private readonly waiters = new Map<string, (n: Notification) => void>();
+  private constructor(readonly rpc: RpcClient) {}
+
+  static async connect(url: string): Promise<BenchClient> {
+    const ws = new WebSocket(url, { perMessageDeflate: false });
+    await once(ws, 'open');
+    let client: BenchClient | null = null;
+    const rpc = new RpcClient(new RpcConnection(new WebSocketTransport(ws, { pingIntervalMs: 0 })), {
+      onNotification: (method, params) => {
+        const n = { method, params } as Notification;
+        client?.waiters.get(n.params.processId)?.(n);
+      },
+      callTimeoutMs: 60_000,
+    });
+    client = new BenchClient(rpc);
+    await rpc.call('initialize', { clientName: 'tether-bench' });
+    rpc.notify('initialized', {});
+    return client;
+  }
+
+  /** Calls `onNotification` for every notification of `processId` until it returns true. */
+  until(processId: string, onNotification: (n: Notification) => boolean): Promise<void> {
+    return new Promise((resolve) => {
+      this.waiters.set(processId, (n) => {
+        if (onNotification(n)) {
+          this.waiters.delete(processId);
+          resolve();
+        }
+      });
+    });
+  }
+
+  start(processId: string, argv: string[], extra: Record<string, unknown> = {}): Promise<unknown> {
+    return this.rpc.call('process/start', { processId, argv, cwd: CWD, env: CHILD_ENV, tty: false, ...extra });
+  }
+
+  close(): void {
+    this.rpc.close();
+  }
+}
+
+function percentile(values: number[], p: number): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? Number.NaN;
+}
+
+function base64Bytes(text: string): number {
+  const padding = text.endsWith('==') ? 2 : text.endsWith('=') ? 1 : 0;
+  return (text.length / 4) * 3 - padding;
+}
+
+async function streamThroughput(url: string): Promise<number> {
+  const client = await BenchClient.connect(url);
+  const bytes = STREAM_MIB * 1024 * 1024;
+  let received = 0;
+  const t0 = performance.now();
+  const done = client.until('stream', (n) => {
+    if (n.method === 'process/output' && n.params.chunk) received += base64Bytes(n.params.chunk);
+    return n.method === 'process/closed';
+  });
+  await client.start('stream', ['head', '-c', String(bytes), '/dev/zero']);
+  await done;
+  const seconds = (performance.now() - t0) / 1000;
+  client.close();
+  if (received !== bytes) throw new Error(`stream delivered ${received} of ${bytes} bytes by notification`);
+  return bytes / 1e6 / seconds;
+}
+
+async function trueLatency(url: string): Promise<number> {
+  const client = await BenchClient.connect(url);
+  const samples: number[] = [];
+  for (let i = 0; i < ITERATIONS + 5; i++) {
+    const id = `true-${i}`;
+    const t0 = performance.now();
+    const closed = client.until(id, (n) => n.method === 'process/closed');
+    await client.start(id, ['true']);
+    await closed;
+    if (i >= 5) samples.push(performance.now() - t0); // the first few warm up both peers
+  }
+  client.close();
+  return percentile(samples, 50);
+}
+
+async function ptyEcho(url: string): Promise<number> {
+  const client = await BenchClient.connect(url);
+  let ready!: () => void;
+  let sawOutput: ((text: string) => void) | null = null;
+  const started = new Promise<void>((resolve) => {
+    ready = resolve;
+  });
+  void client.until('pty', (n) => {
+    if (n.method === 'process/output' && n.params.chunk) {
+      const text = Buffer.from(n.params.chunk, 'base64').toString();
+      if (text.includes('ready')) ready();
+      sawOutput?.(text);
+    }
+    return n.method === 'process/closed';
+  });
+  // `stty raw -echo`: cat echoes each byte itself, unbuffered, so one byte = one round trip.
+  await client.start('pty', ['/bin/sh', '-c', 'stty raw -echo; echo ready; exec cat'], { tty: true });
+  await started;
+  const samples: number[] = [];
+  for (let i = 0; i < ITERATIONS + 5; i++) {
+    const t0 = performance.now();
+    const echoed = new Promise<void>((resolve) => {
+      sawOutput = (text) => {
+        if (text.includes('x')) resolve();
+      };
+    });
+    await client.rpc.call('process/write', { processId: 'pty', chunk: 'eA==', writeId: `w${i}` });
+    await echoed;
+    if (i >= 5) samples.push(performance.now() - t0);
+  }
+  await client.rpc.call('process/terminate', { processId: 'pty' });
+  client.close();
+  return percentile(samples, 50);
+}
+
+function peakRssMiB(pid: number): { rss: number; hwm: number } {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  const field = (name: string) => Number(new RegExp(`${name}:\\s+(\\d+) kB`).exec(status)?.[1] ?? Number.NaN) / 1024;
+  return { rss: field('VmRSS'), hwm: field('VmHWM') };
+}
+
+async function idleFootprint(url: string, pid: number): Promise<number> {
+  const clients: BenchClient[] = [];
+  for (let i = 0; i < IDLE_SESSIONS; i++) clients.push(await BenchClient.connect(url));
+  const worker = clients[0]!;
+  for (let i = 0; i < FINISHED_PROCESSES; i += 20) {
+    const batch = [];
+    for (let j = i; j < i + 20; j++) {
+      const id = `done-${j}`;
+      batch.push(worker.until(id, (n) => n.method === 'process/closed'));
+      batch.push(worker.start(id, ['true']));
+    }
+    await Promise.all(batch);
+  }
+  const { rss } = peakRssMiB(pid);
+  for (const client of clients) client.close();
+  return rss;
+}
+
+type Figures = { streamMBps: number; trueP50Ms: number; ptyEchoP50Ms: number; idleRssMiB: number; peakRssMiB: number };
+
+async function measure(kind: PeerKind): Promise<Figures> {
+  const run = async <T>(task: (url: string, pid: number) => Promise<T>): Promise<T> => {
+    await using peer = await startPeer({ kind, transport: 'ws', args: PEER_ARGS });
+    return task(peer.url!, peer.pid);
+  };
+  process.stderr.write(`${kind}: streaming ${STREAM_MIB} MiB…\n`);
+  const streamMBps = await run(streamThroughput);
+  process.stderr.write(`${kind}: true latency…\n`);
+  const trueP50Ms = await run(trueLatency);
+  process.stderr.write(`${kind}: pty echo…\n`);
+  const ptyEchoP50Ms = await run(ptyEcho);
+  process.stderr.write(`${kind}: ${IDLE_SESSIONS} idle sessions + ${FINISHED_PROCESSES} finished processes…\n`);
+  let peak = 0;
+  const idleRssMiB = await run(async (url, pid) => {
+    const rss = await idleFootprint(url, pid);
+    peak = peakRssMiB(pid).hwm;
+    return rss;
+  });
+  return { streamMBps, trueP50Ms, ptyEchoP50Ms, idleRssMiB, peakRssMiB: peak };
+}
+
+const codex = await measure('codex');
+const tether = await measure('tether');
+
+const rows: Array<[string, number, number, string, boolean]> = [
+  [
+    `stream ${STREAM_MIB} MiB (MB/s)`,
+    codex.streamMBps,
+    tether.streamMBps,
+    '≥ 1.5× codex',
+    tether.streamMBps >= 1.5 * codex.streamMBps,
+  ],
+  [
+    '`true` start→closed p50 (ms)',
+    codex.trueP50Ms,
+    tether.trueP50Ms,
+    '≤ 0.2× codex',
+    tether.trueP50Ms <= 0.2 * codex.trueP50Ms,
+  ],
+  [
+    'PTY 1-byte echo p50 (ms)',
+    codex.ptyEchoP50Ms,
+    tether.ptyEchoP50Ms,
+    '≤ 0.1× codex',
+    tether.ptyEchoP50Ms <= 0.1 * codex.ptyEchoP50Ms,
+  ],
+  [
+    `RSS, ${IDLE_SESSIONS} idle sessions + ${FINISHED_PROCESSES} finished (MiB)`,
+    codex.idleRssMiB,
+    tether.idleRssMiB,
+    '< 150 MiB',
+    tether.idleRssMiB < 150,
+  ],
+  ['peak RSS in that run (MiB)', codex.peakRssMiB, tether.peakRssMiB, '< 150 MiB', tether.peakRssMiB < 150],
+];
+const fmt = (n: number) => (n >= 100 ? n.toFixed(0) : n >= 10 ? n.toFixed(1) : n.toFixed(2));
+const lines = [
+  '| metric | codex 0.171.0 | tether | tether/codex | target | met |',
+  '|---|---:|---:|---:|---|---|',
+  ...rows.map(
+    ([name, c, t, target, ok]) =>
+      `| ${name} | ${fmt(c)} | ${fmt(t)} | ${(t / c).toFixed(2)}× | ${target} | ${ok ? 'yes' : 'NO'} |`,
+  ),
+];
+console.log(lines.join('\n'));
+const dir = join(repoRoot(), 'bench', 'results');
+mkdirSync(dir, { recursive: true });
+writeFileSync(
+  join(dir, 'latest.json'),
+  `${JSON.stringify({ date: new Date().toISOString(), streamMiB: STREAM_MIB, iterations: ITERATIONS, codex, tether }, null, 2)}\n`,
+);
