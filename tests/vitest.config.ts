@@ -4,12 +4,16 @@ import shared from '../vitest.shared.ts';
 export default mergeConfig(
   shared,
   defineConfig({
+    // globalSetup files run in vitest's own `__vitest__` environment; give it the source condition too.
+    environments: { __vitest__: { resolve: { conditions: ['tether-source'] } } },
     test: {
       include: ['**/*.test.ts'],
       exclude: ['node_modules/**'],
       // Black-box tests start real executors (ours and codex); run files one at a time on 2 cores.
       fileParallelism: false,
       testTimeout: 30_000,
+      // Gives every run a peer marker and scratch root, and fails the run if any peer or child survives it.
+      globalSetup: ['./conformance/global-setup.ts'],
     },
   }),
 );

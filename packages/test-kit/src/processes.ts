@@ -1,0 +1,94 @@
+import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
+import { PEER_MARKER_ENV, peerMarker } from './peer.js';
+
+/** Whether a pid refers to a live (non-zombie) process. */
+export function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+  } catch {
+    return false;
+  }
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const state = stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
+    return state !== 'Z' && state !== 'X';
+  } catch {
+    return !existsProc();
+  }
+}
+
+function existsProc(): boolean {
+  try {
+    readdirSync('/proc');
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+export interface ProcessInfo {
+  pid: number;
+  cmdline: string;
+  cwd: string | undefined;
+}
+
+export interface FindProcessesOptions {
+  /** Processes whose cwd is this directory or below it. */
+  cwdUnder?: string;
+  /** Peers launched by the test-kit with this marker (see `peerMarker()`); omit to skip the peer scan. */
+  peerMarker?: string;
+}
+
+function procInfo(pid: number): ProcessInfo | undefined {
+  try {
+    const cmdline = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter(Boolean).join(' ');
+    let cwd: string | undefined;
+    try {
+      cwd = readlinkSync(`/proc/${pid}/cwd`);
+    } catch {
+      cwd = undefined;
+    }
+    return { pid, cmdline, cwd };
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Live processes (Linux `/proc` scan) that either run with a cwd under `cwdUnder` (the children
+ * that tests start) or carry the test-kit peer marker `peerMarker` in their environment (peers).
+ */
+export function findProcesses(options: FindProcessesOptions): ProcessInfo[] {
+  const found: ProcessInfo[] = [];
+  const marker = `${PEER_MARKER_ENV}=${options.peerMarker ?? peerMarker()}`;
+  let entries: string[];
+  try {
+    entries = readdirSync('/proc');
+  } catch {
+    return found;
+  }
+  for (const entry of entries) {
+    if (!/^\d+$/.test(entry)) continue;
+    const pid = Number(entry);
+    if (pid === process.pid || !isAlive(pid)) continue;
+    const info = procInfo(pid);
+    if (!info) continue;
+    let match = false;
+    if (
+      options.cwdUnder &&
+      info.cwd &&
+      (info.cwd === options.cwdUnder || info.cwd.startsWith(`${options.cwdUnder}/`))
+    ) {
+      match = true;
+    }
+    if (!match && options.peerMarker !== undefined) {
+      try {
+        match = readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0').includes(marker);
+      } catch {
+        match = false;
+      }
+    }
+    if (match) found.push(info);
+  }
+  return found;
+}

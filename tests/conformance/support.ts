@@ -1,0 +1,136 @@
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import {
+  activePeers,
+  connect,
+  fileUri,
+  findProcesses,
+  initialize,
+  type PeerHandle,
+  type PeerKind,
+  peerMarker,
+  type StartPeerOptions,
+  startPeer,
+  type TestClient,
+  type Transport,
+  waitUntil,
+} from '@tether/test-kit';
+import { afterAll, afterEach, expect } from 'vitest';
+
+export const PEER_KINDS: PeerKind[] = ['codex', 'tether'];
+export const TRANSPORTS: Transport[] = ['ws', 'stdio'];
+
+/** Every peer × transport combination; the scenario suites run once per entry. */
+export const MATRIX = PEER_KINDS.flatMap((kind) => TRANSPORTS.map((transport) => ({ kind, transport })));
+
+/** Environment variable (set by global-setup.ts) naming the run's scratch root. */
+export const CONFORMANCE_ROOT_ENV = 'TETHER_CONFORMANCE_ROOT';
+
+function scratchRoot(): string {
+  const root = process.env[CONFORMANCE_ROOT_ENV];
+  if (root) {
+    mkdirSync(root, { recursive: true });
+    return root;
+  }
+  return tmpdir();
+}
+
+export interface Session {
+  peer: PeerHandle;
+  client: TestClient;
+  sessionId: string;
+  initializeResult: Record<string, unknown>;
+}
+
+export interface StartParamsExtra {
+  env?: Record<string, string>;
+  tty?: boolean;
+  pipeStdin?: boolean;
+  arg0?: string | null;
+  cwd?: string;
+  [key: string]: unknown;
+}
+
+/**
+ * Per-file harness: tracks peers and clients and cleans them up after each test; after the file it
+ * checks that no peer and no child started under the file's scratch directory survived.
+ */
+export function useHarness() {
+  const peers = new Set<PeerHandle>();
+  const clients = new Set<TestClient>();
+  const workDir = mkdtempSync(join(scratchRoot(), 'work-'));
+
+  afterEach(async () => {
+    await Promise.all([...clients].map((c) => c.close().catch(() => undefined)));
+    clients.clear();
+    await Promise.all([...peers].map((p) => p.close().catch(() => undefined)));
+    peers.clear();
+  });
+
+  afterAll(async () => {
+    for (const peer of activePeers()) await peer.close();
+    // Children of a stopped peer may need a moment to be reaped by the kernel.
+    await waitUntil(
+      () => findProcesses({ cwdUnder: workDir, peerMarker: peerMarker() }).length === 0,
+      'all peers and their children to exit',
+      10_000,
+    ).catch(() => undefined);
+    const leaked = findProcesses({ cwdUnder: workDir, peerMarker: peerMarker() });
+    for (const p of leaked) {
+      try {
+        process.kill(p.pid, 'SIGKILL');
+      } catch {
+        // already gone
+      }
+    }
+    rmSync(workDir, { recursive: true, force: true });
+    expect(leaked, 'processes that outlived the test file').toEqual([]);
+  });
+
+  const harness = {
+    /** Scratch directory used as the cwd of every child the tests start. */
+    workDir,
+    get cwdUri() {
+      return fileUri(workDir);
+    },
+    async start(kind: PeerKind, transport: Transport, options: Partial<StartPeerOptions> = {}): Promise<PeerHandle> {
+      const peer = await startPeer({ ...options, kind, transport });
+      peers.add(peer);
+      return peer;
+    },
+    async connect(peer: PeerHandle, headers?: Record<string, string>): Promise<TestClient> {
+      const client = await connect(peer, headers ? { headers } : undefined);
+      clients.add(client);
+      return client;
+    },
+    /** Peer + connected client + initialize + initialized. */
+    async session(kind: PeerKind, transport: Transport, options: Partial<StartPeerOptions> = {}): Promise<Session> {
+      const peer = await harness.start(kind, transport, options);
+      const client = await harness.connect(peer);
+      const initializeResult = await initialize(client, { clientName: 'tether-conformance', resumeSessionId: null });
+      return { peer, client, sessionId: initializeResult.sessionId, initializeResult };
+    },
+    /** `process/start` params in the seed's shape (cwd = scratch dir, exact empty env, no tty). */
+    startParams(processId: string, argv: string[], extra: StartParamsExtra = {}): Record<string, unknown> {
+      return {
+        processId,
+        argv,
+        cwd: harness.cwdUri,
+        env: {},
+        tty: false,
+        pipeStdin: false,
+        arg0: null,
+        ...extra,
+      };
+    },
+  };
+  return harness;
+}
+
+export type Harness = ReturnType<typeof useHarness>;
+
+/** `sh -c SCRIPT` argv. */
+export function sh(script: string): string[] {
+  return ['/bin/sh', '-c', script];
+}
