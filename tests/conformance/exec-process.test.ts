@@ -16,9 +16,9 @@ import {
   waitUntil,
 } from '@tether/test-kit';
 import { describe, expect, it } from 'vitest';
-import { MATRIX, sh, useHarness } from './support.ts';
+import { CASES, sh, useHarness } from './support.ts';
 
-describe.each(MATRIX)('exec_process: $kind over $transport', ({ kind, transport }) => {
+describe.each(CASES)('exec_process: %s', (_label, { kind, transport }) => {
   const h = useHarness();
 
   it('starts_and_exits', async () => {

@@ -24,6 +24,12 @@ export const TRANSPORTS: Transport[] = ['ws', 'stdio'];
 /** Every peer × transport combination; the scenario suites run once per entry. */
 export const MATRIX = PEER_KINDS.flatMap((kind) => TRANSPORTS.map((transport) => ({ kind, transport })));
 
+/** `describe.each(CASES)('suite: %s', (_label, { kind, transport }) => …)` — labels like `codex over ws`. */
+export const CASES = MATRIX.map((entry) => [`${entry.kind} over ${entry.transport}`, entry] as const);
+
+/** Peer kinds with labels, for ws-only or CLI suites. */
+export const KIND_CASES = PEER_KINDS.map((kind) => [kind, kind] as const);
+
 /** Environment variable (set by global-setup.ts) naming the run's scratch root. */
 export const CONFORMANCE_ROOT_ENV = 'TETHER_CONFORMANCE_ROOT';
 
