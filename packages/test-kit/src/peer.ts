@@ -274,3 +274,57 @@ export async function startPeer(options: StartPeerOptions): Promise<PeerHandle> 
   url = found;
   return handle;
 }
+
+export interface RunPeerOptions {
+  kind: PeerKind;
+  /** Full argument list after the program (e.g. `['--listen', 'stdio', '--strict-config']`). */
+  args: string[];
+  env?: Record<string, string>;
+  homeFiles?: Record<string, string>;
+  /** Written to stdin, which is then closed. Default: nothing (immediate EOF). */
+  stdin?: string;
+  /** Kill with SIGKILL after this long. Default 20 s. */
+  timeoutMs?: number;
+}
+
+export interface RunPeerResult extends PeerExit {
+  stdout: string;
+  stderr: string;
+  timedOut: boolean;
+  home: string;
+}
+
+/** Runs a peer command to completion (for CLI tests); the home dir is removed afterwards. */
+export async function runPeer(options: RunPeerOptions): Promise<RunPeerResult> {
+  const cmd = peerCommand(options.kind, undefined, options.args);
+  const home = makePeerHome(options.kind, options.homeFiles);
+  try {
+    const child = spawn(cmd.command, cmd.args, {
+      env: { ...process.env, [cmd.homeEnv]: home, RUST_LOG: 'error', ...peerMarkerEnv(), ...options.env },
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout!.setEncoding('utf8').on('data', (chunk: string) => {
+      stdout += chunk;
+    });
+    child.stderr!.setEncoding('utf8').on('data', (chunk: string) => {
+      if (stderr.length < STDERR_CAP) stderr += chunk;
+    });
+    child.stdin!.on('error', () => {});
+    child.stdin!.end(options.stdin ?? '');
+    let timedOut = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      child.kill('SIGKILL');
+    }, options.timeoutMs ?? 20_000);
+    const exit = await new Promise<PeerExit>((resolve, reject) => {
+      child.once('error', reject);
+      child.once('close', (code, signal) => resolve({ code, signal }));
+    });
+    clearTimeout(timer);
+    return { ...exit, stdout, stderr, timedOut, home };
+  } finally {
+    rmSync(home, { recursive: true, force: true });
+  }
+}
