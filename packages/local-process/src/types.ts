@@ -34,6 +34,13 @@ export interface StartRequest {
   size?: PtySize | null;
 }
 
+/** What `start` resolves with once the child runs. */
+export interface StartResult {
+  processId: string;
+  /** OS pid of the direct child; it leads its own process group (pgid = pid). */
+  pid: number;
+}
+
 export type ProcessEvent =
   | { kind: 'output'; processId: string; seq: number; stream: OutputStream; chunk: Buffer }
   | { kind: 'exited'; processId: string; seq: number; exitCode: number }
@@ -83,6 +90,12 @@ export interface ProcessTableOptions {
   exitedRetentionMs?: number;
   /** Remembered writeIds per process for dedupe. Default 4096. */
   writeIdMemory?: number;
+  /**
+   * Bytes handed to one child's stdin and not yet consumed. A write that does not fit waits (in order)
+   * until the child reads; writes beyond a second such budget of waiting bytes fail with `write_failed`.
+   * Default 1 MiB.
+   */
+  stdinQueueBytes?: number;
   /** Most processes (any state) in one table; a start beyond it fails with `too_many_processes`. Default 1024. */
   maxProcesses?: number;
   /** Kills registered process groups when the owning process dies, even by SIGKILL. */

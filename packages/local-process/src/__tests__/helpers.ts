@@ -1,0 +1,103 @@
+/** Shared test helpers: bounded waits, liveness checks, and the Rust test client's read loop. */
+import { readdirSync, readFileSync } from 'node:fs';
+import type { ProcessTable } from '../process-table.js';
+import type { ReadResult, StartRequest } from '../types.js';
+
+/** PATH for children that run bare names (the tests' env is otherwise exact). */
+export const CHILD_PATH = '/usr/local/bin:/usr/bin:/bin';
+
+export function request(processId: string, argv: string[], overrides: Partial<StartRequest> = {}): StartRequest {
+  return { processId, argv, cwd: process.cwd(), env: { PATH: CHILD_PATH }, tty: false, pipeStdin: false, ...overrides };
+}
+
+export function sh(processId: string, script: string, overrides: Partial<StartRequest> = {}): StartRequest {
+  return request(processId, ['/bin/sh', '-c', script], overrides);
+}
+
+/** Polls `condition` every 10 ms until it holds; fails after `timeoutMs`. */
+export async function waitFor(
+  condition: () => boolean | Promise<boolean>,
+  what: string,
+  timeoutMs = 5_000,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await condition())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
+/** False once the process is gone or a zombie (this machine's init does not reap orphans). */
+export function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+  } catch {
+    return false;
+  }
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z';
+  } catch {
+    return false;
+  }
+}
+
+/** Live processes whose environment contains `NAME=value` (Linux /proc). */
+export function livePidsWithEnv(name: string, value: string): number[] {
+  const needle = `${name}=${value}`;
+  const pids: number[] = [];
+  for (const dir of readdirSync('/proc')) {
+    if (!/^\d+$/.test(dir)) continue;
+    try {
+      if (readFileSync(`/proc/${dir}/environ`, 'utf8').split('\0').includes(needle) && isAlive(Number(dir))) {
+        pids.push(Number(dir));
+      }
+    } catch {
+      // Gone meanwhile, or not ours to read.
+    }
+  }
+  return pids;
+}
+
+export interface Collected {
+  output: string;
+  exitCode: number | null;
+  closed: boolean;
+  last: ReadResult;
+}
+
+/**
+ * The read loop of the Rust tests: after each response `afterSeq = max(last chunk seq, nextSeq - 1)`,
+ * until closed. Each long poll is bounded, and so is the whole loop.
+ */
+export async function collectUntilClosed(table: ProcessTable, processId: string, afterSeq = 0): Promise<Collected> {
+  let output = '';
+  let exitCode: number | null = null;
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    const result = await table.read(processId, { afterSeq, waitMs: 2_000 });
+    for (const chunk of result.chunks) {
+      output += chunk.chunk.toString('utf8');
+      afterSeq = chunk.seq;
+    }
+    if (result.exited) exitCode = result.exitCode;
+    if (result.closed) return { output, exitCode, closed: true, last: result };
+    afterSeq = Math.max(afterSeq, result.nextSeq - 1);
+    if (Date.now() > deadline) throw new Error(`process ${processId} did not close; output so far: ${output}`);
+  }
+}
+
+/** Reads until the collected output contains `marker`. */
+export async function readUntil(table: ProcessTable, processId: string, marker: string): Promise<string> {
+  let output = '';
+  let afterSeq = 0;
+  const deadline = Date.now() + 10_000;
+  while (!output.includes(marker)) {
+    const result = await table.read(processId, { afterSeq, waitMs: 2_000 });
+    for (const chunk of result.chunks) output += chunk.chunk.toString('utf8');
+    afterSeq = Math.max(afterSeq, result.nextSeq - 1, result.chunks.at(-1)?.seq ?? 0);
+    if (result.closed) throw new Error(`process ${processId} closed before ${JSON.stringify(marker)}: ${output}`);
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${JSON.stringify(marker)}: ${output}`);
+  }
+  return output;
+}

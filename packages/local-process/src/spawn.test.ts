@@ -1,0 +1,227 @@
+import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { CHILD_PATH, collectUntilClosed, readUntil, request, sh } from './__tests__/helpers.js';
+import { ProcessTable } from './process-table.js';
+
+let processes: ProcessTable | undefined;
+const tempDirs: string[] = [];
+
+function tempDir(): string {
+  const dir = mkdtempSync(path.join(tmpdir(), 'local-process-spawn-'));
+  tempDirs.push(dir);
+  return dir;
+}
+
+afterEach(async () => {
+  await processes?.shutdown();
+  processes = undefined;
+  for (const dir of tempDirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+});
+
+async function run(req: Parameters<ProcessTable['start']>[0]) {
+  if (processes === undefined) throw new Error('call fresh() first');
+  await processes.start(req);
+  return collectUntilClosed(processes, req.processId);
+}
+
+function fresh(): ProcessTable {
+  processes = new ProcessTable();
+  return processes;
+}
+
+describe('program resolution', () => {
+  it('fails clearly for a missing binary, keeping the OS text', async () => {
+    const table = fresh();
+    await expect(table.start(request('missing', ['definitely-not-a-program-xyz']))).rejects.toMatchObject({
+      name: 'ProcessError',
+      code: 'spawn_failed',
+      message: 'failed to spawn `definitely-not-a-program-xyz`: No such file or directory (os error 2)',
+    });
+    await expect(table.start(request('missing', ['/no/such/dir/prog']))).rejects.toMatchObject({
+      code: 'spawn_failed',
+      message: 'failed to spawn `/no/such/dir/prog`: No such file or directory (os error 2)',
+    });
+  });
+
+  it('reports a file that is not executable as permission denied', async () => {
+    const table = fresh();
+    const dir = tempDir();
+    writeFileSync(path.join(dir, 'script'), '#!/bin/sh\necho hi\n');
+    await expect(table.start(request('denied', [path.join(dir, 'script')]))).rejects.toMatchObject({
+      code: 'spawn_failed',
+      message: `failed to spawn \`${path.join(dir, 'script')}\`: Permission denied (os error 13)`,
+    });
+    await expect(table.start(request('denied', ['script'], { env: { PATH: dir } }))).rejects.toMatchObject({
+      message: 'failed to spawn `script`: Permission denied (os error 13)',
+    });
+  });
+
+  it("searches the child env's PATH, skipping non-executables, and the server's PATH when the child has none", async () => {
+    const first = tempDir();
+    const second = tempDir();
+    writeFileSync(path.join(first, 'tool'), '#!/bin/sh\necho first\n');
+    writeFileSync(path.join(second, 'tool'), '#!/bin/sh\necho second\n');
+    chmodSync(path.join(second, 'tool'), 0o755);
+    fresh();
+    expect((await run(request('p1', ['tool'], { env: { PATH: `${first}:${second}` } }))).output).toBe('second\n');
+    // No PATH in the child env: the server's PATH finds `env`, and the child still gets no PATH.
+    expect((await run(request('p2', ['env'], { env: {} }))).output).toBe('');
+  });
+
+  it('resolves a relative path against the cwd', async () => {
+    const dir = tempDir();
+    mkdirSync(path.join(dir, 'bin'));
+    writeFileSync(path.join(dir, 'bin', 'hello'), '#!/bin/sh\necho "hello from $PWD"\n');
+    chmodSync(path.join(dir, 'bin', 'hello'), 0o755);
+    fresh();
+    expect((await run(request('rel', ['./bin/hello'], { cwd: dir }))).output).toBe(`hello from ${dir}\n`);
+  });
+});
+
+describe('cwd', () => {
+  it('runs in the given directory', async () => {
+    const dir = tempDir();
+    fresh();
+    expect((await run(request('pwd', ['pwd'], { cwd: dir }))).output).toBe(`${dir}\n`);
+  });
+
+  it('rejects a missing directory, a file, and a relative path, naming the cwd', async () => {
+    const table = fresh();
+    const dir = tempDir();
+    const file = path.join(dir, 'file');
+    writeFileSync(file, '');
+    await expect(table.start(request('bad', ['true'], { cwd: path.join(dir, 'nope') }))).rejects.toMatchObject({
+      code: 'invalid_argument',
+      message: `cwd \`${path.join(dir, 'nope')}\` is not usable: No such file or directory (os error 2)`,
+    });
+    await expect(table.start(request('bad', ['true'], { cwd: file }))).rejects.toMatchObject({
+      code: 'invalid_argument',
+      message: `cwd \`${file}\` is not usable: Not a directory (os error 20)`,
+    });
+    await expect(table.start(request('bad', ['true'], { cwd: 'relative/dir' }))).rejects.toMatchObject({
+      code: 'invalid_argument',
+      message: 'cwd `relative/dir` must be an absolute path',
+    });
+    expect(table.list()).toEqual([]);
+  });
+});
+
+describe('environment', () => {
+  it('gives a pipe child exactly the env it was given', async () => {
+    fresh();
+    expect((await run(request('empty', ['/usr/bin/env'], { env: {} }))).output).toBe('');
+    const env = { A: '1', 'WITH SPACE': 'x y', PATH: CHILD_PATH };
+    const output = (await run(request('some', ['/usr/bin/env'], { env }))).output;
+    expect(output.trim().split('\n').sort()).toEqual(['A=1', 'PATH=/usr/local/bin:/usr/bin:/bin', 'WITH SPACE=x y']);
+  });
+
+  it('gives a tty child the env plus the PWD and TERM node-pty sets', async () => {
+    const dir = tempDir();
+    fresh();
+    const output = (await run(request('tty-env', ['/usr/bin/env'], { env: { A: '1' }, tty: true, cwd: dir }))).output;
+    expect(output.trim().split('\r\n').sort()).toEqual(['A=1', `PWD=${dir}`, 'TERM=xterm']);
+    const own = (await run(request('tty-term', ['/usr/bin/env'], { env: { TERM: 'dumb' }, tty: true, cwd: dir })))
+      .output;
+    expect(own.trim().split('\r\n').sort()).toEqual([`PWD=${dir}`, 'TERM=dumb']);
+  });
+
+  it('rejects NUL bytes and bad names before spawning', async () => {
+    const table = fresh();
+    await expect(table.start(request('nul', ['echo', 'a\0b']))).rejects.toMatchObject({ code: 'invalid_argument' });
+    await expect(table.start(request('nul', ['true'], { env: { 'A=B': 'x' } }))).rejects.toMatchObject({
+      code: 'invalid_argument',
+    });
+    expect(table.list()).toEqual([]);
+  });
+});
+
+describe('arg0', () => {
+  const script = 'printf "%s|" "$0"; tr "\\0" " " < /proc/$$/cmdline';
+
+  it('sets the visible argv[0] of a pipe child', async () => {
+    fresh();
+    const { output } = await run(sh('arg0-pipe', script, { arg0: 'my-shell' }));
+    expect(output).toBe(`my-shell|my-shell -c ${script} `);
+  });
+
+  it('sets the visible argv[0] of a tty child', async () => {
+    fresh();
+    const { output } = await run(sh('arg0-tty', script, { arg0: 'my-tty-shell', tty: true }));
+    expect(output).toBe(`my-tty-shell|my-tty-shell -c ${script} `);
+  });
+
+  it('keeps the bare name as argv[0] by default, for pipes and ttys', async () => {
+    fresh();
+    const args = ['-c', 'printf "%s|" "$0"'];
+    expect((await run(request('bare-pipe', ['sh', ...args]))).output).toBe('sh|');
+    expect((await run(request('bare-tty', ['sh', ...args], { tty: true }))).output).toBe('sh|');
+    expect((await run(request('path-tty', ['/bin/sh', ...args], { tty: true }))).output).toBe('/bin/sh|');
+  });
+});
+
+describe('pty', () => {
+  it('starts at 24x80 by default, or at the given size, and resizes', async () => {
+    const table = fresh();
+    expect((await run(request('default-size', ['stty', 'size'], { tty: true }))).output).toBe('24 80\r\n');
+    await table.start(sh('sized', 'stty size; read line; stty size', { tty: true, size: { rows: 30, cols: 100 } }));
+    await readUntil(table, 'sized', '30 100\r\n');
+    table.resize('sized', 40, 120);
+    await table.write('sized', Buffer.from('\n'), 'go');
+    const { output } = await collectUntilClosed(table, 'sized');
+    expect(output).toBe('30 100\r\n\r\n40 120\r\n');
+  });
+
+  it('rejects resize of a pipe process and bad sizes', async () => {
+    const table = fresh();
+    await table.start(request('pipe', ['sleep', '1000']));
+    expect(() => table.resize('pipe', 10, 10)).toThrow(expect.objectContaining({ code: 'invalid_argument' }));
+    await table.start(request('tty', ['sleep', '1000'], { tty: true }));
+    expect(() => table.resize('tty', 0, 10)).toThrow(expect.objectContaining({ code: 'invalid_argument' }));
+    expect(() => table.resize('nope', 10, 10)).toThrow(expect.objectContaining({ code: 'unknown_process' }));
+    await expect(
+      table.start(request('bad-size', ['true'], { tty: true, size: { rows: 1.5, cols: 80 } })),
+    ).rejects.toMatchObject({ code: 'invalid_argument' });
+  });
+
+  it('reports exit codes: normal exit, and -1 for a signal death', async () => {
+    const table = fresh();
+    expect((await run(sh('code', 'exit 3', { tty: true }))).exitCode).toBe(3);
+    await table.start(request('killed', ['sleep', '1000'], { tty: true }));
+    table.signal('killed', 'terminate');
+    expect((await collectUntilClosed(table, 'killed')).exitCode).toBe(-1);
+  });
+
+  it('delivers large output from a tty completely', async () => {
+    fresh();
+    const { output } = await run(sh('bulk', 'head -c 300000 /dev/zero | tr "\\0" a', { tty: true }));
+    expect(output).toBe('a'.repeat(300_000));
+  });
+});
+
+describe('pipes', () => {
+  it('reports -1 for a signal death and keeps stdout and stderr apart', async () => {
+    const table = fresh();
+    await table.start(sh('streams', 'echo out; echo err >&2'));
+    await collectUntilClosed(table, 'streams');
+    const { chunks } = await table.read('streams');
+    expect(chunks.map((chunk) => [chunk.stream, chunk.chunk.toString()]).sort()).toEqual([
+      ['stderr', 'err\n'],
+      ['stdout', 'out\n'],
+    ]);
+    await table.start(request('killed', ['sleep', '1000']));
+    table.signal('killed', 'kill');
+    expect((await collectUntilClosed(table, 'killed')).exitCode).toBe(-1);
+  });
+
+  it('delivers large output completely and in order', async () => {
+    // Retention larger than the output, so a slow reader cannot lose the oldest chunks.
+    const table = new ProcessTable({ retainedOutputBytes: 8 * 1024 * 1024 });
+    processes = table;
+    await table.start(sh('bulk', 'head -c 4000000 /dev/zero | tr "\\0" b'));
+    const { output } = await collectUntilClosed(table, 'bulk');
+    expect(output.length).toBe(4_000_000);
+    expect(output).toBe('b'.repeat(4_000_000));
+  });
+});

@@ -1,0 +1,394 @@
+/**
+ * Starting one child: pipes (Node `child_process`) or a PTY (node-pty; this is the only module that
+ * imports it). The child always leads its own session and process group (pgid = pid), so signals and
+ * kills go to the whole group. Output is delivered in the chunks the OS read gives (up to 64 KiB for
+ * libuv), without re-slicing, straight to a `ProcessSink`.
+ */
+import { spawn as spawnChild } from 'node:child_process';
+import { constants as fsConstants, readSync, writeSync } from 'node:fs';
+import { access, stat } from 'node:fs/promises';
+import { constants as osConstants } from 'node:os';
+import path from 'node:path';
+import type { Readable } from 'node:stream';
+import { Writable } from 'node:stream';
+import { getSystemErrorMap } from 'node:util';
+import type { IPty } from 'node-pty';
+import { ProcessError } from './errors.js';
+import type { OutputStream, PtySize } from './types.js';
+
+export const DEFAULT_PTY_SIZE: Readonly<PtySize> = { rows: 24, cols: 80 };
+/** Used when neither the child env nor the server has a PATH (what a login shell would start from). */
+const FALLBACK_PATH = '/usr/local/bin:/usr/bin:/bin';
+/** Longest pause between retries of a PTY input write the kernel refused with EAGAIN (its buffer is ~4 KiB). */
+const PTY_WRITE_RETRY_MAX_MS = 10;
+const MAX_PTY_DIMENSION = 0xffff;
+
+export interface SpawnOptions {
+  argv: readonly string[];
+  cwd: string;
+  env: Readonly<Record<string, string>>;
+  tty: boolean;
+  pipeStdin: boolean;
+  arg0?: string | null | undefined;
+  size?: PtySize | null | undefined;
+  /** The server's PATH, searched for argv[0] when the child env has none. */
+  serverPath: string | undefined;
+}
+
+/** Where a running child reports. Calls happen in the order the OS delivered the events. */
+export interface ProcessSink {
+  output(stream: OutputStream, chunk: Buffer): void;
+  /** The stream reached EOF or was destroyed; no more output on it. */
+  streamEnd(stream: OutputStream): void;
+  /** The direct child was reaped: its exit code, or -1 when a signal killed it. */
+  exit(exitCode: number): void;
+}
+
+export interface SpawnedProcess {
+  readonly pid: number;
+  /** The output streams the sink will see end: `stdout`+`stderr`, or `pty`. */
+  readonly streams: readonly OutputStream[];
+  /** Child stdin (the PTY master for a tty); null when stdin is /dev/null. */
+  readonly stdin: Writable | null;
+  /** Settles when the direct child has been reaped. */
+  readonly exited: Promise<void>;
+  /** Sends `signal` to the child's process group; a group that is already gone is not an error. */
+  signalGroup(signal: NodeJS.Signals): void;
+  /** SIGKILL to the whole group and to the direct child. */
+  kill(): void;
+  resize(size: PtySize): void;
+  /** Stops reading output (used at shutdown when a descendant that left the group still holds the pipes). */
+  destroyStreams(): void;
+}
+
+/** Checks cwd and argv[0], then starts the child. Rejects with a `ProcessError` before spawning when it cannot run. */
+export async function spawnProcess(options: SpawnOptions, sink: ProcessSink): Promise<SpawnedProcess> {
+  validate(options);
+  await checkCwd(options.cwd);
+  const program = options.argv[0]!;
+  const searchPath = options.env.PATH ?? options.serverPath ?? FALLBACK_PATH;
+  const file = await resolveProgram(program, searchPath, options.cwd);
+  return options.tty ? spawnPty(file, options, sink) : spawnPipes(file, options, sink);
+}
+
+function validate(options: SpawnOptions): void {
+  if (options.argv.length === 0) throw new ProcessError('invalid_argument', 'argv must not be empty');
+  const texts = [...options.argv, options.cwd, options.arg0 ?? ''];
+  for (const [name, value] of Object.entries(options.env)) texts.push(name, value);
+  if (texts.some((text) => text.includes('\0'))) {
+    throw new ProcessError('invalid_argument', 'argv, cwd, arg0 and env must not contain NUL bytes');
+  }
+  if (Object.keys(options.env).some((name) => name === '' || name.includes('='))) {
+    throw new ProcessError('invalid_argument', 'env names must be non-empty and must not contain `=`');
+  }
+  if (options.size) checkSize(options.size);
+}
+
+export function checkSize(size: PtySize): void {
+  const ok = (n: number) => Number.isInteger(n) && n >= 1 && n <= MAX_PTY_DIMENSION;
+  if (!ok(size.rows) || !ok(size.cols)) {
+    throw new ProcessError('invalid_argument', `pty size must be 1..${MAX_PTY_DIMENSION} rows and cols`);
+  }
+}
+
+async function checkCwd(cwd: string): Promise<void> {
+  if (!path.isAbsolute(cwd)) throw new ProcessError('invalid_argument', `cwd \`${cwd}\` must be an absolute path`);
+  let isDirectory: boolean;
+  try {
+    isDirectory = (await stat(cwd)).isDirectory();
+  } catch (err) {
+    throw new ProcessError('invalid_argument', `cwd \`${cwd}\` is not usable: ${osErrorText(err)}`, { cause: err });
+  }
+  if (!isDirectory) {
+    throw new ProcessError('invalid_argument', `cwd \`${cwd}\` is not usable: ${errnoText('ENOTDIR')}`);
+  }
+}
+
+/**
+ * execvp's lookup, done before spawning so a failure is reported clearly and the id released: a name
+ * with a `/` is taken as a path (relative to the child's cwd); a bare name is searched in `searchPath`
+ * (empty entries mean the cwd), skipping entries that exist but are not executable files.
+ */
+async function resolveProgram(program: string, searchPath: string, cwd: string): Promise<string> {
+  if (program === '') throw spawnFailed(program, 'ENOENT');
+  if (program.includes('/')) {
+    const file = path.resolve(cwd, program);
+    const problem = await executableProblem(file);
+    if (problem !== null) throw spawnFailed(program, problem);
+    return file;
+  }
+  let sawDenied = false;
+  for (const dir of searchPath.split(':')) {
+    const file = path.resolve(cwd, dir, program);
+    const problem = await executableProblem(file);
+    if (problem === null) return file;
+    if (problem === 'EACCES') sawDenied = true;
+  }
+  throw spawnFailed(program, sawDenied ? 'EACCES' : 'ENOENT');
+}
+
+/** null when `file` is an executable regular file, else the errno code execve would give. */
+async function executableProblem(file: string): Promise<string | null> {
+  try {
+    if (!(await stat(file)).isFile()) return 'EACCES';
+    await access(file, fsConstants.X_OK);
+    return null;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EACCES' ? 'EACCES' : 'ENOENT';
+  }
+}
+
+function spawnFailed(program: string, code: string): ProcessError {
+  return new ProcessError('spawn_failed', `failed to spawn \`${program}\`: ${errnoText(code)}`);
+}
+
+function spawnError(program: string, err: unknown): ProcessError {
+  return new ProcessError('spawn_failed', `failed to spawn \`${program}\`: ${osErrorText(err)}`, { cause: err });
+}
+
+/** Rust's `io::Error` display for an errno code: `No such file or directory (os error 2)`. */
+function errnoText(code: string): string {
+  const errno = (osConstants.errno as Record<string, number>)[code];
+  const description = errno === undefined ? undefined : getSystemErrorMap().get(-errno)?.[1];
+  if (errno === undefined || description === undefined) return code;
+  return `${description.charAt(0).toUpperCase()}${description.slice(1)} (os error ${errno})`;
+}
+
+function osErrorText(err: unknown): string {
+  const code = (err as NodeJS.ErrnoException | null)?.code;
+  const text = typeof code === 'string' ? errnoText(code) : undefined;
+  if (text !== undefined && text !== code) return text;
+  return err instanceof Error ? err.message : String(err);
+}
+
+function spawnPipes(file: string, options: SpawnOptions, sink: ProcessSink): Promise<SpawnedProcess> {
+  let child: ReturnType<typeof spawnChild>;
+  try {
+    child = spawnChild(file, options.argv.slice(1), {
+      argv0: options.arg0 ?? options.argv[0]!,
+      cwd: options.cwd,
+      env: options.env,
+      stdio: [options.pipeStdin ? 'pipe' : 'ignore', 'pipe', 'pipe'],
+      // setsid(): the child leads a new session and process group, so pgid = pid.
+      detached: true,
+    });
+  } catch (err) {
+    return Promise.reject(spawnError(options.argv[0]!, err));
+  }
+  const stdout = child.stdout!;
+  const stderr = child.stderr!;
+  const forward = (stream: OutputStream, readable: Readable) => {
+    readable.on('data', (chunk: Buffer) => sink.output(stream, chunk));
+    // 'close' follows 'end', and also a read error or destroy(): either way the stream is over.
+    readable.on('close', () => sink.streamEnd(stream));
+    readable.on('error', () => {});
+  };
+  forward('stdout', stdout);
+  forward('stderr', stderr);
+  // Node destroys stdin itself when the child exits; EPIPE surfaces to the stdin writer as an error.
+  child.stdin?.on('error', () => {});
+
+  return new Promise<SpawnedProcess>((resolve, reject) => {
+    const onSpawnError = (err: Error) => {
+      stdout.destroy();
+      stderr.destroy();
+      reject(spawnError(options.argv[0]!, err));
+    };
+    child.once('error', onSpawnError);
+    child.once('spawn', () => {
+      child.off('error', onSpawnError);
+      // Later 'error's only report a failed child.kill(); the group kill before it is what counts.
+      child.on('error', () => {});
+      const pid = child.pid!;
+      let onExited!: () => void;
+      const exited = new Promise<void>((done) => {
+        onExited = done;
+      });
+      child.once('exit', (code) => {
+        sink.exit(code ?? -1);
+        onExited();
+      });
+      resolve({
+        pid,
+        streams: ['stdout', 'stderr'],
+        stdin: child.stdin,
+        exited,
+        signalGroup: (signal) => signalGroup(pid, signal),
+        kill: () => {
+          signalGroup(pid, 'SIGKILL');
+          if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+        },
+        resize: () => {
+          throw new ProcessError('invalid_argument', 'resize needs a tty process');
+        },
+        destroyStreams: () => {
+          stdout.destroy();
+          stderr.destroy();
+        },
+      });
+    });
+  });
+}
+
+type NodePty = typeof import('node-pty');
+let nodePty: Promise<NodePty> | undefined;
+let perlPath: Promise<string | null> | undefined;
+
+/**
+ * node-pty makes the child a session leader with the PTY as controlling terminal. It always runs
+ * argv[0] as the visible name, so a different visible argv[0] (`arg0`, or the bare name that was resolved
+ * to a path) goes through a perl trampoline (`exec {program} arg0, args`); perl-base is on every Debian.
+ */
+async function spawnPty(file: string, options: SpawnOptions, sink: ProcessSink): Promise<SpawnedProcess> {
+  nodePty ??= import('node-pty');
+  const pty = await nodePty;
+  const visibleArgv0 = options.arg0 ?? options.argv[0]!;
+  let ptyFile = file;
+  let ptyArgs = options.argv.slice(1);
+  let env: Record<string, string> = { ...options.env };
+  if (visibleArgv0 !== file) {
+    perlPath ??= resolveProgram('perl', options.serverPath ?? FALLBACK_PATH, '/').catch(() => null);
+    const perl = await perlPath;
+    if (perl !== null) {
+      // PERL_BADLANG=0 keeps perl quiet about a broken locale (its warning would land in the PTY); the
+      // script removes it again unless the caller set it, so the program sees the env it was given.
+      const ownsBadlang = env.PERL_BADLANG === undefined;
+      if (ownsBadlang) env = { ...env, PERL_BADLANG: '0' };
+      const script = `${ownsBadlang ? 'delete $ENV{PERL_BADLANG}; ' : ''}exec {shift @ARGV} @ARGV or die "exec: $!\\n"`;
+      ptyFile = perl;
+      ptyArgs = ['-e', script, '--', file, visibleArgv0, ...ptyArgs];
+    } else if (options.arg0 != null) {
+      throw new ProcessError('spawn_failed', `failed to spawn \`${options.argv[0]}\`: arg0 on a tty needs perl`);
+    }
+  }
+  const size = options.size ?? DEFAULT_PTY_SIZE;
+  let term: IPty;
+  try {
+    // encoding null: raw Buffers out, bytes in. node-pty adds PWD=cwd and TERM (env's, else xterm).
+    term = pty.spawn(ptyFile, ptyArgs, { cols: size.cols, rows: size.rows, cwd: options.cwd, env, encoding: null });
+  } catch (err) {
+    throw spawnError(options.argv[0]!, err);
+  }
+  const pid = term.pid;
+  const masterFd = (term as unknown as { fd: number }).fd;
+  const input = new PtyInput(masterFd);
+  let streamOpen = true;
+  const endStream = () => {
+    if (!streamOpen) return;
+    streamOpen = false;
+    // The master fd is closed with the socket: stop writing to it before the number can be reused.
+    input.destroy();
+    sink.streamEnd('pty');
+  };
+  term.onData((data) => sink.output('pty', data as unknown as Buffer));
+  // libuv ends a stream when poll reports POLLHUP after a short read. On a PTY master, POLLHUP means the
+  // last slave fd closed, but the kernel may still hold output in its flip buffer, which the next read()
+  // would return (then EIO). So on that end, before Node closes the fd, drain the master synchronously.
+  const socket = (term as unknown as { _socket: Readable })._socket;
+  socket.prependListener('end', () => drainMaster(masterFd, (chunk) => sink.output('pty', chunk)));
+  // node-pty emits 'close' (socket EIO/EOF) before onExit, and onExit only after that close.
+  (term as unknown as { on(event: 'close', listener: () => void): void }).on('close', endStream);
+  let exitedFired = false;
+  const exited = new Promise<void>((done) => {
+    term.onExit(({ exitCode, signal }) => {
+      exitedFired = true;
+      endStream();
+      sink.exit(signal ? -1 : exitCode);
+      done();
+    });
+  });
+  return {
+    pid,
+    streams: ['pty'],
+    stdin: input,
+    exited,
+    signalGroup: (signal) => signalGroup(pid, signal),
+    kill: () => {
+      signalGroup(pid, 'SIGKILL');
+      if (!exitedFired) term.kill('SIGKILL');
+    },
+    resize: (newSize) => {
+      checkSize(newSize);
+      if (streamOpen) term.resize(newSize.cols, newSize.rows);
+    },
+    destroyStreams: () => {
+      if (streamOpen) (term as unknown as { destroy(): void }).destroy();
+    },
+  };
+}
+
+/** Reads what is left on a hung-up PTY master; stops at EOF, EIO (all read) or EAGAIN. */
+function drainMaster(fd: number, output: (chunk: Buffer) => void): void {
+  const buffer = Buffer.allocUnsafe(64 * 1024);
+  for (;;) {
+    let length: number;
+    try {
+      length = readSync(fd, buffer, 0, buffer.length, null);
+    } catch {
+      return;
+    }
+    if (length === 0) return;
+    output(Buffer.from(buffer.subarray(0, length)));
+  }
+}
+
+/** process.kill on the negative pid: the whole group. ESRCH (group already gone) is not an error. */
+function signalGroup(pgid: number, signal: NodeJS.Signals): void {
+  try {
+    process.kill(-pgid, signal);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ESRCH') throw err;
+  }
+}
+
+/**
+ * Writes to the PTY master with backpressure node-pty's own `write` does not expose: the master is
+ * non-blocking, so `writeSync` never blocks; on EAGAIN (the terminal's input buffer is full) the rest is
+ * retried shortly. Synchronous writes also mean no write can be in flight when the fd is closed.
+ */
+class PtyInput extends Writable {
+  readonly #fd: number;
+  #retryTimer: NodeJS.Timeout | undefined;
+  #pending: ((err?: Error | null) => void) | undefined;
+
+  constructor(fd: number) {
+    super({ decodeStrings: true });
+    this.#fd = fd;
+  }
+
+  override _write(chunk: Buffer, _encoding: BufferEncoding, callback: (err?: Error | null) => void): void {
+    this.#pending = callback;
+    this.#writeFrom(chunk, 0, 0);
+  }
+
+  #writeFrom(chunk: Buffer, offset: number, attempt: number): void {
+    this.#retryTimer = undefined;
+    while (offset < chunk.length) {
+      try {
+        offset += writeSync(this.#fd, chunk, offset, chunk.length - offset);
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code === 'EAGAIN') {
+          const delay = Math.min(2 ** attempt, PTY_WRITE_RETRY_MAX_MS);
+          this.#retryTimer = setTimeout(() => this.#writeFrom(chunk, offset, attempt + 1), delay);
+          this.#retryTimer.unref();
+          return;
+        }
+        this.#settle(err as Error);
+        return;
+      }
+    }
+    this.#settle(null);
+  }
+
+  #settle(err: Error | null): void {
+    const callback = this.#pending;
+    this.#pending = undefined;
+    callback?.(err);
+  }
+
+  override _destroy(err: Error | null, callback: (err?: Error | null) => void): void {
+    clearTimeout(this.#retryTimer);
+    this.#settle(err ?? new Error('pty closed'));
+    callback(err);
+  }
+}
