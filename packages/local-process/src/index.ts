@@ -1,0 +1,13 @@
+export { buildChildEnv, type EnvPolicy } from './env.js';
+export { ProcessError } from './errors.js';
+export { DEFAULT_RETAINED_OUTPUT_BYTES, DEFAULT_RETAINED_OUTPUT_CHUNKS } from './output-log.js';
+export {
+  DEFAULT_EXITED_RETENTION_MS,
+  DEFAULT_MAX_PROCESSES,
+  DEFAULT_WRITE_ID_MEMORY,
+  ProcessTable,
+} from './process-table.js';
+export { createReaper, type ProcessReaper } from './reaper.js';
+export { DEFAULT_PTY_SIZE } from './spawn.js';
+export { DEFAULT_STDIN_QUEUE_BYTES } from './stdin-writer.js';
+export type * from './types.js';
