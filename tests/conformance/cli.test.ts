@@ -44,6 +44,8 @@ describe.each(KIND_CASES)('cli: %s', (_label, kind) => {
     });
     expect(run.timedOut).toBe(false);
     expect(run.code).not.toBe(0);
+    // codex: `Error: <home>/config.toml:1:5: key with no value, expected \`=\``
+    expect(run.stderr).toContain(`${run.home}/config.toml`);
   });
 
   /** Starts a stdio peer, runs initialize over it, closes stdin; returns the exit and stderr. */
