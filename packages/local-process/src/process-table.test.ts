@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -464,6 +464,41 @@ describe('write', () => {
     expect(await Promise.all(writes)).toEqual(Array(8).fill('accepted'));
     processes.closeStdin('ordered');
     expect((await collectUntilClosed(processes, 'ordered')).output).toBe(Buffer.concat(parts).toString());
+  });
+});
+
+describe('output backpressure', () => {
+  const retainedBytes = async (processes: ProcessTable, id: string) =>
+    (await processes.read(id)).chunks.reduce((total, chunk) => total + chunk.chunk.length, 0);
+  /** The kernel function the process sleeps in (Linux). */
+  const wchan = (pid: number) => readFileSync(`/proc/${pid}/wchan`, 'utf8');
+
+  it('pauseOutput blocks writing children until resumeOutput, without losing output', async () => {
+    for (const tty of [false, true]) {
+      const processes = table({ retainedOutputBytes: 8 * 1024 * 1024 });
+      processes.pauseOutput();
+      processes.pauseOutput();
+      const id = `flood-${tty}`;
+      const { pid } = await processes.start(request(id, ['head', '-c', '1000000', '/dev/zero'], { tty }));
+      // Blocked in the kernel on a full buffer: libuv's stdio "pipes" are socketpairs (sock_alloc_send_pskb);
+      // a terminal writer waits in n_tty_write (wait_woken).
+      await waitFor(() => /sock_alloc_send|pipe_write|tty|wait_woken/.test(wchan(pid)), `${id} to block on write`);
+      expect(await retainedBytes(processes, id)).toBeLessThan(1_000_000);
+      expect(processes.list()[0]?.state).toBe('running');
+      processes.resumeOutput();
+      const result = await collectUntilClosed(processes, id);
+      expect(result.exitCode).toBe(0);
+      expect(await retainedBytes(processes, id)).toBe(1_000_000);
+    }
+  });
+
+  it('shutdown completes while output is paused', async () => {
+    const processes = table();
+    await processes.start(request('yes', ['yes']));
+    processes.pauseOutput();
+    await processes.shutdown();
+    expect(processes.list()).toMatchObject([{ state: 'closed', exitCode: -1 }]);
+    expect(processes.size).toBe(1);
   });
 });
 

@@ -76,6 +76,8 @@ export class ProcessTable {
   readonly #stdinQueueBytes: number | undefined;
   readonly #reaper: Reaper | null;
   #shutdown: Promise<void> | null = null;
+  /** Output reading is paused for every process (the consumer of events is congested). */
+  #outputPaused = false;
 
   constructor(options: ProcessTableOptions = {}) {
     this.#onEvent = options.onEvent;
@@ -194,6 +196,25 @@ export class ProcessTable {
     entry.handle!.resize({ rows, cols });
   }
 
+  /** Entries in the table, in any state (what `maxProcesses` bounds). */
+  get size(): number {
+    return this.#entries.size;
+  }
+
+  /**
+   * Backpressure from the event consumer: stop reading every child's output (new children start
+   * paused) until `resumeOutput()`. Children then block on write once their pipe or PTY buffer is full,
+   * instead of output piling up or being dropped by retention. Idempotent.
+   */
+  pauseOutput(): void {
+    this.#setOutputPaused(true);
+  }
+
+  /** Reads output again after `pauseOutput()`. Idempotent. */
+  resumeOutput(): void {
+    this.#setOutputPaused(false);
+  }
+
   list(): ProcessSummary[] {
     return [...this.#entries.values()].map((entry) => ({
       processId: entry.processId,
@@ -222,6 +243,8 @@ export class ProcessTable {
   }
 
   async #shutDown(): Promise<void> {
+    // A paused stream would never see its EOF.
+    this.#setOutputPaused(false);
     const entries = [...this.#entries.values()];
     for (const entry of entries) {
       if (entry.handle === null) this.#cancel(entry);
@@ -326,10 +349,17 @@ export class ProcessTable {
       throw new ProcessError('start_cancelled', `process ${entry.processId} start was cancelled`);
     }
     entry.handle = handle;
+    if (this.#outputPaused) handle.pauseOutput(true);
     // A tty always takes input through the PTY master; a pipe child only with pipeStdin.
     if (handle.stdin !== null) entry.stdin = new StdinWriter(handle.stdin, this.#stdinQueueBytes);
     this.#afterChange(entry);
     return { processId: entry.processId, pid: handle.pid };
+  }
+
+  #setOutputPaused(paused: boolean): void {
+    if (this.#outputPaused === paused) return;
+    this.#outputPaused = paused;
+    for (const entry of this.#entries.values()) entry.handle?.pauseOutput(paused);
   }
 
   /** Called after exit or a stream end: a newly closed entry starts its retention clock (spec §4.2). */

@@ -57,6 +57,11 @@ export interface SpawnedProcess {
   /** SIGKILL to the whole group and to the direct child. */
   kill(): void;
   resize(size: PtySize): void;
+  /**
+   * Stops (true) or restarts (false) reading output: while paused, the OS buffers fill and the child
+   * blocks on its next write. Exit is still observed.
+   */
+  pauseOutput(paused: boolean): void;
   /** Stops reading output (used at shutdown when a descendant that left the group still holds the pipes). */
   destroyStreams(): void;
 }
@@ -221,6 +226,12 @@ function spawnPipes(file: string, options: SpawnOptions, sink: ProcessSink): Pro
         resize: () => {
           throw new ProcessError('invalid_argument', 'resize needs a tty process');
         },
+        pauseOutput: (paused) => {
+          for (const readable of [stdout, stderr]) {
+            if (paused) readable.pause();
+            else readable.resume();
+          }
+        },
         destroyStreams: () => {
           stdout.destroy();
           stderr.destroy();
@@ -310,6 +321,11 @@ async function spawnPty(file: string, options: SpawnOptions, sink: ProcessSink):
     resize: (newSize) => {
       checkSize(newSize);
       if (streamOpen) term.resize(newSize.cols, newSize.rows);
+    },
+    pauseOutput: (paused) => {
+      if (!streamOpen) return;
+      if (paused) term.pause();
+      else term.resume();
     },
     destroyStreams: () => {
       if (streamOpen) (term as unknown as { destroy(): void }).destroy();
