@@ -492,6 +492,22 @@ describe('output backpressure', () => {
     }
   });
 
+  it('keeps the output of a child that exits while output is paused', async () => {
+    for (const tty of [false, true]) {
+      const processes = table();
+      processes.pauseOutput();
+      const id = `short-${tty}`;
+      await processes.start(request(id, ['printf', 'hello'], { tty }));
+      if (tty) {
+        // node-pty reports the exit once the terminal is closed (at the latest 200 ms after the exit).
+        await waitFor(() => processes.list()[0]?.state === 'closed', `${id} to close while paused`);
+      }
+      processes.resumeOutput();
+      const result = await collectUntilClosed(processes, id);
+      expect(result).toMatchObject({ output: 'hello', exitCode: 0 });
+    }
+  });
+
   it('shutdown completes while output is paused', async () => {
     const processes = table();
     await processes.start(request('yes', ['yes']));

@@ -193,6 +193,16 @@ describe('pty', () => {
     expect((await collectUntilClosed(table, 'killed')).exitCode).toBe(-1);
   });
 
+  it('takes writes larger than the terminal input buffer (EAGAIN retries) completely', async () => {
+    const table = fresh();
+    await table.start(sh('big-input', 'stty -icanon -echo; echo ready; head -c 200000 | wc -c', { tty: true }));
+    await readUntil(table, 'big-input', 'ready');
+    expect(await table.write('big-input', Buffer.alloc(200_000, 120), 'big')).toBe('accepted');
+    const { output, exitCode } = await collectUntilClosed(table, 'big-input');
+    expect(output.trim().split('\r\n').at(-1)?.trim()).toBe('200000');
+    expect(exitCode).toBe(0);
+  });
+
   it('delivers large output from a tty completely', async () => {
     fresh();
     const { output } = await run(sh('bulk', 'head -c 300000 /dev/zero | tr "\\0" a', { tty: true }));

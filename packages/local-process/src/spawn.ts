@@ -292,11 +292,7 @@ async function spawnPty(file: string, options: SpawnOptions, sink: ProcessSink):
     sink.streamEnd('pty');
   };
   term.onData((data) => sink.output('pty', data as unknown as Buffer));
-  // libuv ends a stream when poll reports POLLHUP after a short read. On a PTY master, POLLHUP means the
-  // last slave fd closed, but the kernel may still hold output in its flip buffer, which the next read()
-  // would return (then EIO). So on that end, before Node closes the fd, drain the master synchronously.
-  const socket = (term as unknown as { _socket: Readable })._socket;
-  socket.prependListener('end', () => drainMaster(masterFd, (chunk) => sink.output('pty', chunk)));
+  keepOutputOnDestroy((term as unknown as { _socket: Readable })._socket, masterFd, sink);
   // node-pty emits 'close' (socket EIO/EOF) before onExit, and onExit only after that close.
   (term as unknown as { on(event: 'close', listener: () => void): void }).on('close', endStream);
   let exitedFired = false;
@@ -333,7 +329,27 @@ async function spawnPty(file: string, options: SpawnOptions, sink: ProcessSink):
   };
 }
 
-/** Reads what is left on a hung-up PTY master; stops at EOF, EIO (all read) or EAGAIN. */
+/**
+ * The PTY socket can go away while output is still pending, in three ways: libuv ends the stream when
+ * poll reports POLLHUP after a short read, yet on a PTY master the kernel may still hold output in its
+ * flip buffer (the next read() would return it, then EIO); node-pty destroys the socket 200 ms after the
+ * child's exit if it has not closed by then; and a paused socket discards chunks it read but did not
+ * emit. So every destroy first emits what the socket buffered, then drains the master synchronously,
+ * while the fd is still open.
+ */
+function keepOutputOnDestroy(socket: Readable, masterFd: number, sink: ProcessSink): void {
+  const destroy = socket.destroy.bind(socket);
+  socket.destroy = (err?: Error) => {
+    if (!socket.destroyed) {
+      // With a 'data' listener attached, read() emits each buffered chunk as 'data' (paused or not).
+      while (socket.read() !== null);
+      drainMaster(masterFd, (chunk) => sink.output('pty', chunk));
+    }
+    return destroy(err);
+  };
+}
+
+/** Reads what is left on a PTY master; stops at EOF, EIO (all read, slave closed) or EAGAIN. */
 function drainMaster(fd: number, output: (chunk: Buffer) => void): void {
   const buffer = Buffer.allocUnsafe(64 * 1024);
   for (;;) {
