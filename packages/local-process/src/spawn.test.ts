@@ -87,18 +87,19 @@ describe('cwd', () => {
     expect((await run(request('pwd', ['pwd'], { cwd: dir }))).output).toBe(`${dir}\n`);
   });
 
-  it('rejects a missing directory, a file, and a relative path, naming the cwd', async () => {
+  it('fails to spawn in a missing directory or a file, naming the cwd; rejects a relative path', async () => {
     const table = fresh();
     const dir = tempDir();
     const file = path.join(dir, 'file');
     writeFileSync(file, '');
+    // Codex reports these as spawn failures (-32603 on the wire) with the OS text.
     await expect(table.start(request('bad', ['true'], { cwd: path.join(dir, 'nope') }))).rejects.toMatchObject({
-      code: 'invalid_argument',
-      message: `cwd \`${path.join(dir, 'nope')}\` is not usable: No such file or directory (os error 2)`,
+      code: 'spawn_failed',
+      message: `failed to spawn \`true\` in \`${path.join(dir, 'nope')}\`: No such file or directory (os error 2)`,
     });
     await expect(table.start(request('bad', ['true'], { cwd: file }))).rejects.toMatchObject({
-      code: 'invalid_argument',
-      message: `cwd \`${file}\` is not usable: Not a directory (os error 20)`,
+      code: 'spawn_failed',
+      message: `failed to spawn \`true\` in \`${file}\`: Not a directory (os error 20)`,
     });
     await expect(table.start(request('bad', ['true'], { cwd: 'relative/dir' }))).rejects.toMatchObject({
       code: 'invalid_argument',

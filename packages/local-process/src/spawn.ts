@@ -69,8 +69,8 @@ export interface SpawnedProcess {
 /** Checks cwd and argv[0], then starts the child. Rejects with a `ProcessError` before spawning when it cannot run. */
 export async function spawnProcess(options: SpawnOptions, sink: ProcessSink): Promise<SpawnedProcess> {
   validate(options);
-  await checkCwd(options.cwd);
   const program = options.argv[0]!;
+  await checkCwd(program, options.cwd);
   const searchPath = options.env.PATH ?? options.serverPath ?? FALLBACK_PATH;
   const file = await resolveProgram(program, searchPath, options.cwd);
   return options.tty ? spawnPty(file, options, sink) : spawnPipes(file, options, sink);
@@ -96,16 +96,23 @@ export function checkSize(size: PtySize): void {
   }
 }
 
-async function checkCwd(cwd: string): Promise<void> {
+/**
+ * The cwd is checked before spawning, so the failure is reported clearly. Like Codex (whose chdir fails
+ * in the child), a missing cwd or a file is a spawn failure (`-32603` on the wire); only a relative path,
+ * which the request contract rules out, is an invalid argument.
+ */
+async function checkCwd(program: string, cwd: string): Promise<void> {
   if (!path.isAbsolute(cwd)) throw new ProcessError('invalid_argument', `cwd \`${cwd}\` must be an absolute path`);
   let isDirectory: boolean;
   try {
     isDirectory = (await stat(cwd)).isDirectory();
   } catch (err) {
-    throw new ProcessError('invalid_argument', `cwd \`${cwd}\` is not usable: ${osErrorText(err)}`, { cause: err });
+    throw new ProcessError('spawn_failed', `failed to spawn \`${program}\` in \`${cwd}\`: ${osErrorText(err)}`, {
+      cause: err,
+    });
   }
   if (!isDirectory) {
-    throw new ProcessError('invalid_argument', `cwd \`${cwd}\` is not usable: ${errnoText('ENOTDIR')}`);
+    throw new ProcessError('spawn_failed', `failed to spawn \`${program}\` in \`${cwd}\`: ${errnoText('ENOTDIR')}`);
   }
 }
 
