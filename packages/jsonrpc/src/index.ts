@@ -27,5 +27,6 @@ export {
   type TransportHandlers,
   type TransportKind,
 } from './transport.js';
+export { createMemoryTransportPair, MemoryTransport } from './transports/memory.js';
 export { StdioTransport, type StdioTransportOptions } from './transports/stdio.js';
 export { WebSocketTransport, type WebSocketTransportOptions } from './transports/websocket.js';

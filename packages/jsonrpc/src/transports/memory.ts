@@ -1,0 +1,78 @@
+import type { MessageTransport, TransportHandlers, TransportKind } from '../transport.js';
+
+/**
+ * Two connected in-memory transports: what one sends, the other receives (asynchronously, in order).
+ * For in-process connections and tests; behaves like a socket whose buffer never fills.
+ */
+export function createMemoryTransportPair(kind: TransportKind = 'websocket'): [MemoryTransport, MemoryTransport] {
+  const a = new MemoryTransport(kind, 'memory a');
+  const b = new MemoryTransport(kind, 'memory b');
+  a.peer = b;
+  b.peer = a;
+  return [a, b];
+}
+
+export class MemoryTransport implements MessageTransport {
+  readonly bufferedAmount = 0;
+  /** @internal */
+  peer: MemoryTransport | null = null;
+  private handlers: TransportHandlers | null = null;
+  private readonly inbox: string[] = [];
+  private paused = false;
+  private closed = false;
+  private scheduled = false;
+  private closeAfterInbox = false;
+
+  constructor(
+    readonly kind: TransportKind,
+    readonly label: string,
+  ) {}
+
+  start(handlers: TransportHandlers): void {
+    this.handlers = handlers;
+    this.schedule();
+  }
+
+  send(text: string): boolean {
+    if (this.closed || !this.peer || this.peer.closed) return false;
+    this.peer.inbox.push(text);
+    this.peer.schedule();
+    return true;
+  }
+
+  pause(): void {
+    this.paused = true;
+  }
+
+  resume(): void {
+    this.paused = false;
+    this.schedule();
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.finish('closed');
+    // The peer still receives what was sent before the close, then sees the close (like a socket).
+    if (this.peer) {
+      this.peer.closeAfterInbox = true;
+      this.peer.schedule();
+    }
+  }
+
+  private schedule(): void {
+    if (this.scheduled || !this.handlers || this.closed) return;
+    this.scheduled = true;
+    setImmediate(() => {
+      this.scheduled = false;
+      while (!this.paused && !this.closed && this.inbox.length > 0) this.handlers?.onMessage(this.inbox.shift()!);
+      if (this.closeAfterInbox && this.inbox.length === 0) this.finish('peer closed');
+    });
+  }
+
+  private finish(reason: string): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.inbox.length = 0;
+    this.handlers?.onClose(reason);
+  }
+}
