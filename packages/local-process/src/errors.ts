@@ -7,9 +7,12 @@ import type { ProcessErrorCode } from './types.js';
 export class ProcessError extends Error {
   override readonly name = 'ProcessError';
   readonly code: ProcessErrorCode;
+  /** For `spawn_failed` caused by the OS: its errno name (`ENOENT`, `EACCES`, `ENOTDIR`, …). */
+  readonly osCode: string | undefined;
 
-  constructor(code: ProcessErrorCode, message: string, options?: { cause?: unknown }) {
-    super(message, options);
+  constructor(code: ProcessErrorCode, message: string, options?: { cause?: unknown; osCode?: string }) {
+    super(message, options?.cause === undefined ? undefined : { cause: options.cause });
     this.code = code;
+    this.osCode = options?.osCode;
   }
 }

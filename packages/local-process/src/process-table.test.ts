@@ -330,12 +330,12 @@ describe('lifecycle', () => {
     await expect(processes.start(request('two', ['true']))).rejects.toMatchObject({ code: 'too_many_processes' });
   });
 
-  it('terminate kills a running process (exit -1) and reports false once it has exited', async () => {
+  it('terminate kills a running process (exit 137) and reports false once it has exited', async () => {
     const processes = table();
     await processes.start(request('victim', ['sleep', '1000']));
     expect(processes.terminate('victim')).toEqual({ running: true });
     const result = await collectUntilClosed(processes, 'victim');
-    expect(result).toMatchObject({ exitCode: -1, closed: true });
+    expect(result).toMatchObject({ exitCode: 137, closed: true });
     expect(processes.terminate('victim')).toEqual({ running: false });
     expect(processes.terminate('unknown')).toEqual({ running: false });
   });
@@ -358,7 +358,8 @@ describe('lifecycle', () => {
       expect(isAlive(grandchild)).toBe(true);
       expect(processes.terminate(id)).toEqual({ running: true });
       await waitFor(() => !isAlive(grandchild), `grandchild ${grandchild} to die`);
-      expect((await collectUntilClosed(processes, id)).exitCode).toBe(-1);
+      // Codex: 137 (128 + SIGKILL) for a pipe child, 1 for a PTY child.
+      expect((await collectUntilClosed(processes, id)).exitCode).toBe(tty ? 1 : 137);
     }
   });
 
@@ -513,7 +514,7 @@ describe('output backpressure', () => {
     await processes.start(request('yes', ['yes']));
     processes.pauseOutput();
     await processes.shutdown();
-    expect(processes.list()).toMatchObject([{ state: 'closed', exitCode: -1 }]);
+    expect(processes.list()).toMatchObject([{ state: 'closed', exitCode: 137 }]);
     expect(processes.size).toBe(1);
   });
 });
@@ -533,7 +534,7 @@ describe('signals', () => {
     }
     processes.signal('traps', 'kill');
     const result = await collectUntilClosed(processes, 'traps');
-    expect(result.exitCode).toBe(-1);
+    expect(result.exitCode).toBe(137);
     expect(output).toContain('got:USR2');
   });
 

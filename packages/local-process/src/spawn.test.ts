@@ -1,5 +1,5 @@
 import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { tmpdir, userInfo } from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { CHILD_PATH, collectUntilClosed, readUntil, request, sh } from './__tests__/helpers.js';
@@ -37,11 +37,12 @@ describe('program resolution', () => {
     await expect(table.start(request('missing', ['definitely-not-a-program-xyz']))).rejects.toMatchObject({
       name: 'ProcessError',
       code: 'spawn_failed',
-      message: 'failed to spawn `definitely-not-a-program-xyz`: No such file or directory (os error 2)',
+      message: 'No such file or directory (os error 2)',
+      osCode: 'ENOENT',
     });
     await expect(table.start(request('missing', ['/no/such/dir/prog']))).rejects.toMatchObject({
       code: 'spawn_failed',
-      message: 'failed to spawn `/no/such/dir/prog`: No such file or directory (os error 2)',
+      message: 'No such file or directory (os error 2)',
     });
   });
 
@@ -51,10 +52,11 @@ describe('program resolution', () => {
     writeFileSync(path.join(dir, 'script'), '#!/bin/sh\necho hi\n');
     await expect(table.start(request('denied', [path.join(dir, 'script')]))).rejects.toMatchObject({
       code: 'spawn_failed',
-      message: `failed to spawn \`${path.join(dir, 'script')}\`: Permission denied (os error 13)`,
+      message: 'Permission denied (os error 13)',
+      osCode: 'EACCES',
     });
     await expect(table.start(request('denied', ['script'], { env: { PATH: dir } }))).rejects.toMatchObject({
-      message: 'failed to spawn `script`: Permission denied (os error 13)',
+      message: 'Permission denied (os error 13)',
     });
   });
 
@@ -87,19 +89,21 @@ describe('cwd', () => {
     expect((await run(request('pwd', ['pwd'], { cwd: dir }))).output).toBe(`${dir}\n`);
   });
 
-  it('fails to spawn in a missing directory or a file, naming the cwd; rejects a relative path', async () => {
+  it('fails to spawn in a missing directory or a file; rejects a relative path', async () => {
     const table = fresh();
     const dir = tempDir();
     const file = path.join(dir, 'file');
     writeFileSync(file, '');
-    // Codex reports these as spawn failures (-32603 on the wire) with the OS text.
+    // Codex reports these as spawn failures (-32603 on the wire) with the bare OS text.
     await expect(table.start(request('bad', ['true'], { cwd: path.join(dir, 'nope') }))).rejects.toMatchObject({
       code: 'spawn_failed',
-      message: `failed to spawn \`true\` in \`${path.join(dir, 'nope')}\`: No such file or directory (os error 2)`,
+      message: 'No such file or directory (os error 2)',
+      osCode: 'ENOENT',
     });
     await expect(table.start(request('bad', ['true'], { cwd: file }))).rejects.toMatchObject({
       code: 'spawn_failed',
-      message: `failed to spawn \`true\` in \`${file}\`: Not a directory (os error 20)`,
+      message: 'Not a directory (os error 20)',
+      osCode: 'ENOTDIR',
     });
     await expect(table.start(request('bad', ['true'], { cwd: 'relative/dir' }))).rejects.toMatchObject({
       code: 'invalid_argument',
@@ -118,14 +122,18 @@ describe('environment', () => {
     expect(output.trim().split('\n').sort()).toEqual(['A=1', 'PATH=/usr/local/bin:/usr/bin:/bin', 'WITH SPACE=x y']);
   });
 
-  it('gives a tty child the env plus the PWD and TERM node-pty sets', async () => {
+  it('gives a tty child the env plus SHELL (the login shell) when absent, as portable-pty does', async () => {
     const dir = tempDir();
     fresh();
-    const output = (await run(request('tty-env', ['/usr/bin/env'], { env: { A: '1' }, tty: true, cwd: dir }))).output;
-    expect(output.trim().split('\r\n').sort()).toEqual(['A=1', `PWD=${dir}`, 'TERM=xterm']);
-    const own = (await run(request('tty-term', ['/usr/bin/env'], { env: { TERM: 'dumb' }, tty: true, cwd: dir })))
-      .output;
-    expect(own.trim().split('\r\n').sort()).toEqual([`PWD=${dir}`, 'TERM=dumb']);
+    const lines = async (id: string, env: Record<string, string>) =>
+      (await run(request(id, ['/usr/bin/env'], { env, tty: true, cwd: dir }))).output.trim().split('\r\n').sort();
+    expect(await lines('tty-env', { A: '1' })).toEqual(['A=1', `SHELL=${userInfo().shell}`]);
+    expect(await lines('tty-own', { TERM: 'dumb', PWD: '/given', SHELL: '/bin/zsh', PERL_BADLANG: '1' })).toEqual([
+      'PERL_BADLANG=1',
+      'PWD=/given',
+      'SHELL=/bin/zsh',
+      'TERM=dumb',
+    ]);
   });
 
   it('rejects NUL bytes and bad names before spawning', async () => {
@@ -186,12 +194,12 @@ describe('pty', () => {
     ).rejects.toMatchObject({ code: 'invalid_argument' });
   });
 
-  it('reports exit codes: normal exit, and -1 for a signal death', async () => {
+  it('reports exit codes: normal exit, and 1 for a signal death (portable-pty)', async () => {
     const table = fresh();
     expect((await run(sh('code', 'exit 3', { tty: true }))).exitCode).toBe(3);
     await table.start(request('killed', ['sleep', '1000'], { tty: true }));
     table.signal('killed', 'terminate');
-    expect((await collectUntilClosed(table, 'killed')).exitCode).toBe(-1);
+    expect((await collectUntilClosed(table, 'killed')).exitCode).toBe(1);
   });
 
   it('takes writes larger than the terminal input buffer (EAGAIN retries) completely', async () => {
@@ -212,7 +220,7 @@ describe('pty', () => {
 });
 
 describe('pipes', () => {
-  it('reports -1 for a signal death and keeps stdout and stderr apart', async () => {
+  it('reports 128 + signal for a signal death and keeps stdout and stderr apart', async () => {
     const table = fresh();
     await table.start(sh('streams', 'echo out; echo err >&2'));
     await collectUntilClosed(table, 'streams');
@@ -223,7 +231,10 @@ describe('pipes', () => {
     ]);
     await table.start(request('killed', ['sleep', '1000']));
     table.signal('killed', 'kill');
-    expect((await collectUntilClosed(table, 'killed')).exitCode).toBe(-1);
+    expect((await collectUntilClosed(table, 'killed')).exitCode).toBe(137);
+    await table.start(request('interrupted', ['sleep', '1000']));
+    table.signal('interrupted', 'interrupt');
+    expect((await collectUntilClosed(table, 'interrupted')).exitCode).toBe(130);
   });
 
   it('delivers large output completely and in order', async () => {

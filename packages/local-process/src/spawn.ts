@@ -7,7 +7,7 @@
 import { spawn as spawnChild } from 'node:child_process';
 import { constants as fsConstants, readSync, writeSync } from 'node:fs';
 import { access, stat } from 'node:fs/promises';
-import { constants as osConstants } from 'node:os';
+import { constants as osConstants, userInfo } from 'node:os';
 import path from 'node:path';
 import type { Readable } from 'node:stream';
 import { Writable } from 'node:stream';
@@ -40,7 +40,10 @@ export interface ProcessSink {
   output(stream: OutputStream, chunk: Buffer): void;
   /** The stream reached EOF or was destroyed; no more output on it. */
   streamEnd(stream: OutputStream): void;
-  /** The direct child was reaped: its exit code, or -1 when a signal killed it. */
+  /**
+   * The direct child was reaped: its exit code; after a signal death 128 + signal for pipes and 1 for a
+   * PTY, as Codex reports them.
+   */
   exit(exitCode: number): void;
 }
 
@@ -69,8 +72,8 @@ export interface SpawnedProcess {
 /** Checks cwd and argv[0], then starts the child. Rejects with a `ProcessError` before spawning when it cannot run. */
 export async function spawnProcess(options: SpawnOptions, sink: ProcessSink): Promise<SpawnedProcess> {
   validate(options);
+  await checkCwd(options.cwd);
   const program = options.argv[0]!;
-  await checkCwd(program, options.cwd);
   const searchPath = options.env.PATH ?? options.serverPath ?? FALLBACK_PATH;
   const file = await resolveProgram(program, searchPath, options.cwd);
   return options.tty ? spawnPty(file, options, sink) : spawnPipes(file, options, sink);
@@ -97,23 +100,19 @@ export function checkSize(size: PtySize): void {
 }
 
 /**
- * The cwd is checked before spawning, so the failure is reported clearly. Like Codex (whose chdir fails
- * in the child), a missing cwd or a file is a spawn failure (`-32603` on the wire); only a relative path,
- * which the request contract rules out, is an invalid argument.
+ * The cwd is checked before spawning. As with Codex (whose chdir fails in the child), a missing cwd or a
+ * file is a spawn failure with the bare OS text; only a relative path, which the request contract rules
+ * out, is an invalid argument.
  */
-async function checkCwd(program: string, cwd: string): Promise<void> {
+async function checkCwd(cwd: string): Promise<void> {
   if (!path.isAbsolute(cwd)) throw new ProcessError('invalid_argument', `cwd \`${cwd}\` must be an absolute path`);
   let isDirectory: boolean;
   try {
     isDirectory = (await stat(cwd)).isDirectory();
   } catch (err) {
-    throw new ProcessError('spawn_failed', `failed to spawn \`${program}\` in \`${cwd}\`: ${osErrorText(err)}`, {
-      cause: err,
-    });
+    throw spawnError(err);
   }
-  if (!isDirectory) {
-    throw new ProcessError('spawn_failed', `failed to spawn \`${program}\` in \`${cwd}\`: ${errnoText('ENOTDIR')}`);
-  }
+  if (!isDirectory) throw spawnFailed('ENOTDIR');
 }
 
 /**
@@ -122,11 +121,11 @@ async function checkCwd(program: string, cwd: string): Promise<void> {
  * (empty entries mean the cwd), skipping entries that exist but are not executable files.
  */
 async function resolveProgram(program: string, searchPath: string, cwd: string): Promise<string> {
-  if (program === '') throw spawnFailed(program, 'ENOENT');
+  if (program === '') throw spawnFailed('ENOENT');
   if (program.includes('/')) {
     const file = path.resolve(cwd, program);
     const problem = await executableProblem(file);
-    if (problem !== null) throw spawnFailed(program, problem);
+    if (problem !== null) throw spawnFailed(problem);
     return file;
   }
   let sawDenied = false;
@@ -136,7 +135,7 @@ async function resolveProgram(program: string, searchPath: string, cwd: string):
     if (problem === null) return file;
     if (problem === 'EACCES') sawDenied = true;
   }
-  throw spawnFailed(program, sawDenied ? 'EACCES' : 'ENOENT');
+  throw spawnFailed(sawDenied ? 'EACCES' : 'ENOENT');
 }
 
 /** null when `file` is an executable regular file, else the errno code execve would give. */
@@ -150,12 +149,15 @@ async function executableProblem(file: string): Promise<string | null> {
   }
 }
 
-function spawnFailed(program: string, code: string): ProcessError {
-  return new ProcessError('spawn_failed', `failed to spawn \`${program}\`: ${errnoText(code)}`);
+/** Codex reports a failed spawn with Rust's `io::Error` text alone: `No such file or directory (os error 2)`. */
+function spawnFailed(osCode: string, cause?: unknown): ProcessError {
+  return new ProcessError('spawn_failed', errnoText(osCode), { osCode, cause });
 }
 
-function spawnError(program: string, err: unknown): ProcessError {
-  return new ProcessError('spawn_failed', `failed to spawn \`${program}\`: ${osErrorText(err)}`, { cause: err });
+function spawnError(err: unknown): ProcessError {
+  const osCode = (err as NodeJS.ErrnoException | null)?.code;
+  if (typeof osCode === 'string' && errnoText(osCode) !== osCode) return spawnFailed(osCode, err);
+  return new ProcessError('spawn_failed', err instanceof Error ? err.message : String(err), { cause: err });
 }
 
 /** Rust's `io::Error` display for an errno code: `No such file or directory (os error 2)`. */
@@ -164,13 +166,6 @@ function errnoText(code: string): string {
   const description = errno === undefined ? undefined : getSystemErrorMap().get(-errno)?.[1];
   if (errno === undefined || description === undefined) return code;
   return `${description.charAt(0).toUpperCase()}${description.slice(1)} (os error ${errno})`;
-}
-
-function osErrorText(err: unknown): string {
-  const code = (err as NodeJS.ErrnoException | null)?.code;
-  const text = typeof code === 'string' ? errnoText(code) : undefined;
-  if (text !== undefined && text !== code) return text;
-  return err instanceof Error ? err.message : String(err);
 }
 
 function spawnPipes(file: string, options: SpawnOptions, sink: ProcessSink): Promise<SpawnedProcess> {
@@ -185,7 +180,7 @@ function spawnPipes(file: string, options: SpawnOptions, sink: ProcessSink): Pro
       detached: true,
     });
   } catch (err) {
-    return Promise.reject(spawnError(options.argv[0]!, err));
+    return Promise.reject(spawnError(err));
   }
   const stdout = child.stdout!;
   const stderr = child.stderr!;
@@ -204,7 +199,7 @@ function spawnPipes(file: string, options: SpawnOptions, sink: ProcessSink): Pro
     const onSpawnError = (err: Error) => {
       stdout.destroy();
       stderr.destroy();
-      reject(spawnError(options.argv[0]!, err));
+      reject(spawnError(err));
     };
     child.once('error', onSpawnError);
     child.once('spawn', () => {
@@ -216,8 +211,9 @@ function spawnPipes(file: string, options: SpawnOptions, sink: ProcessSink): Pro
       const exited = new Promise<void>((done) => {
         onExited = done;
       });
-      child.once('exit', (code) => {
-        sink.exit(code ?? -1);
+      child.once('exit', (code, signal) => {
+        // A signal death is reported shell-style, 128 + signal number (Codex reports 137 after terminate).
+        sink.exit(code ?? 128 + (signal === null ? 0 : osConstants.signals[signal]));
         onExited();
       });
       resolve({
@@ -250,42 +246,73 @@ function spawnPipes(file: string, options: SpawnOptions, sink: ProcessSink): Pro
 
 type NodePty = typeof import('node-pty');
 let nodePty: Promise<NodePty> | undefined;
+/** Resolved once, through the server's PATH (perl-base is Essential on Debian). */
 let perlPath: Promise<string | null> | undefined;
 
 /**
- * node-pty makes the child a session leader with the PTY as controlling terminal. It always runs
- * argv[0] as the visible name, so a different visible argv[0] (`arg0`, or the bare name that was resolved
- * to a path) goes through a perl trampoline (`exec {program} arg0, args`); perl-base is on every Debian.
+ * The PTY trampoline. Arguments: `<d> <s> <d names to delete> <s name/value pairs to set> <program>
+ * <argv0> <args…>`. It fixes the environment up, then execs `program` with the visible `argv0`. A fixed
+ * script: nothing from the request is interpolated into perl code.
+ */
+const PTY_TRAMPOLINE = [
+  'my ($d, $s) = splice(@ARGV, 0, 2);',
+  'delete @ENV{splice(@ARGV, 0, $d)};',
+  'my %set = splice(@ARGV, 0, 2 * $s);',
+  '@ENV{keys %set} = values %set;',
+  'exec {shift @ARGV} @ARGV or die "exec: $!\\n";',
+].join(' ');
+
+/**
+ * node-pty makes the child a session leader with the PTY as controlling terminal, but it always runs
+ * argv[0] as the visible name and it forces `PWD=cwd` and `TERM` (the env's, else `xterm`) into the
+ * environment. Codex (portable-pty) passes the env as given plus `SHELL` (the server user's login shell)
+ * when absent, and keeps the bare argv[0]. So the child goes through a perl trampoline that restores the
+ * env and sets the visible argv[0] (`exec {program} argv0, args`). Without perl, node-pty's env and a
+ * resolved argv[0] remain, and an explicit `arg0` fails.
  */
 async function spawnPty(file: string, options: SpawnOptions, sink: ProcessSink): Promise<SpawnedProcess> {
   nodePty ??= import('node-pty');
   const pty = await nodePty;
-  const visibleArgv0 = options.arg0 ?? options.argv[0]!;
+  perlPath ??= resolveProgram('perl', options.serverPath ?? FALLBACK_PATH, '/').catch(() => null);
+  const perl = await perlPath;
+  const env: Record<string, string> = { ...options.env };
+  env.SHELL ??= loginShell();
   let ptyFile = file;
   let ptyArgs = options.argv.slice(1);
-  let env: Record<string, string> = { ...options.env };
-  if (visibleArgv0 !== file) {
-    perlPath ??= resolveProgram('perl', options.serverPath ?? FALLBACK_PATH, '/').catch(() => null);
-    const perl = await perlPath;
-    if (perl !== null) {
-      // PERL_BADLANG=0 keeps perl quiet about a broken locale (its warning would land in the PTY); the
-      // script removes it again unless the caller set it, so the program sees the env it was given.
-      const ownsBadlang = env.PERL_BADLANG === undefined;
-      if (ownsBadlang) env = { ...env, PERL_BADLANG: '0' };
-      const script = `${ownsBadlang ? 'delete $ENV{PERL_BADLANG}; ' : ''}exec {shift @ARGV} @ARGV or die "exec: $!\\n"`;
-      ptyFile = perl;
-      ptyArgs = ['-e', script, '--', file, visibleArgv0, ...ptyArgs];
-    } else if (options.arg0 != null) {
-      throw new ProcessError('spawn_failed', `failed to spawn \`${options.argv[0]}\`: arg0 on a tty needs perl`);
+  if (perl !== null) {
+    const remove: string[] = [];
+    const restore: string[] = [];
+    if (env.TERM === undefined) remove.push('TERM');
+    if (env.PWD === undefined) remove.push('PWD');
+    else restore.push('PWD', env.PWD);
+    // PERL_BADLANG=0 keeps perl quiet about a broken locale (its warning would land in the PTY).
+    if (env.PERL_BADLANG === undefined) {
+      env.PERL_BADLANG = '0';
+      remove.push('PERL_BADLANG');
     }
+    ptyFile = perl;
+    ptyArgs = [
+      '-e',
+      PTY_TRAMPOLINE,
+      '--',
+      String(remove.length),
+      String(restore.length / 2),
+      ...remove,
+      ...restore,
+      file,
+      options.arg0 ?? options.argv[0]!,
+      ...ptyArgs,
+    ];
+  } else if (options.arg0 != null) {
+    throw new ProcessError('spawn_failed', 'arg0 on a tty needs perl, which was not found');
   }
   const size = options.size ?? DEFAULT_PTY_SIZE;
   let term: IPty;
   try {
-    // encoding null: raw Buffers out, bytes in. node-pty adds PWD=cwd and TERM (env's, else xterm).
+    // encoding null: raw Buffers out, bytes in.
     term = pty.spawn(ptyFile, ptyArgs, { cols: size.cols, rows: size.rows, cwd: options.cwd, env, encoding: null });
   } catch (err) {
-    throw spawnError(options.argv[0]!, err);
+    throw spawnError(err);
   }
   const pid = term.pid;
   const masterFd = (term as unknown as { fd: number }).fd;
@@ -307,7 +334,8 @@ async function spawnPty(file: string, options: SpawnOptions, sink: ProcessSink):
     term.onExit(({ exitCode, signal }) => {
       exitedFired = true;
       endStream();
-      sink.exit(signal ? -1 : exitCode);
+      // portable-pty (Codex) reports exit code 1 for a PTY child killed by a signal.
+      sink.exit(signal ? 1 : exitCode);
       done();
     });
   });
@@ -369,6 +397,20 @@ function drainMaster(fd: number, output: (chunk: Buffer) => void): void {
     if (length === 0) return;
     output(Buffer.from(buffer.subarray(0, length)));
   }
+}
+
+let cachedLoginShell: string | undefined;
+
+/** The server user's login shell (what portable-pty puts in SHELL), `/bin/sh` when unknown. */
+function loginShell(): string {
+  if (cachedLoginShell === undefined) {
+    try {
+      cachedLoginShell = userInfo().shell || '/bin/sh';
+    } catch {
+      cachedLoginShell = '/bin/sh';
+    }
+  }
+  return cachedLoginShell;
 }
 
 /** process.kill on the negative pid: the whole group. ESRCH (group already gone) is not an error. */
