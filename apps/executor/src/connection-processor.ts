@@ -207,7 +207,7 @@ export class ConnectionProcessor implements SessionAttachment {
           ? RpcError.invalidRequest(SESSION_TAKEN_OVER)
           : toRpcError(err);
       if (error.code === ErrorCode.internal) this.logger.warn({ err: error.message }, 'request failed');
-      this.connection.sendError(id, { code: error.code, message: error.message });
+      this.connection.sendError(id, { code: error.code, message: error.message, data: error.data });
       return;
     }
     this.connection.sendResponse(id, result);

@@ -37,7 +37,9 @@ export function toRpcError(err: unknown): RpcError {
   if (RpcError.is(err)) return err;
   if (err instanceof ProcessError || (err instanceof Error && err.name === 'ProcessError')) {
     const processError = err as ProcessError;
-    return new RpcError(PROCESS_ERROR_CODES[processError.code] ?? ErrorCode.internal, processError.message);
+    // Codex tags a spawn that found no program (or no cwd) so clients can tell it from other failures.
+    const data = processError.osCode === 'ENOENT' ? { kind: 'spawnNotFound' } : undefined;
+    return new RpcError(PROCESS_ERROR_CODES[processError.code] ?? ErrorCode.internal, processError.message, data);
   }
   if (err instanceof DecodeError) return RpcError.invalidParams(err.message);
   return RpcError.internal(err instanceof Error ? err.message : String(err));
