@@ -434,8 +434,8 @@ describe('write', () => {
   it('bounds queued stdin: a child that does not read makes writes wait, then fail', async () => {
     const processes = table({ stdinQueueBytes: 64 * 1024 });
     await processes.start(request('deaf', ['sleep', '1000'], { pipeStdin: true }));
-    // More than the pipe buffer: part stays queued in this process.
-    expect(await processes.write('deaf', Buffer.alloc(256 * 1024), 'big')).toBe('accepted');
+    // Far more than any kernel socket buffer takes: most of it stays queued in this process.
+    expect(await processes.write('deaf', Buffer.alloc(4 * 1024 * 1024), 'big')).toBe('accepted');
     let waitingSettled = false;
     const waiting = processes.write('deaf', Buffer.alloc(1024), 'waits').finally(() => {
       waitingSettled = true;
