@@ -426,9 +426,15 @@ describe.each(CASES)('protocol: %s', (_label, { kind, transport }) => {
       await client.call('process/start', h.startParams('sig', ['true']));
       await collectUntilClosed(client, 'sig');
       expect(await client.call('process/signal', { processId: 'sig', signal: 'interrupt' })).toEqual({});
-      expect((await client.request('process/signal', { processId: 'sig', signal: 'kill' })).error).toEqual({
+      // Codex knows only `interrupt`; tether advertises more signals (capabilities.extendedSignals), so an
+      // unknown name is what both must reject.
+      const unknownSignal = kind === 'codex' ? 'kill' : 'explode';
+      expect((await client.request('process/signal', { processId: 'sig', signal: unknownSignal })).error).toEqual({
         code: -32602,
-        message: 'unknown variant `kill`, expected `interrupt`',
+        message:
+          kind === 'codex'
+            ? 'unknown variant `kill`, expected `interrupt`'
+            : 'unknown variant `explode`, expected one of `interrupt`, `terminate`, `kill`, `hangup`, `quit`, `user1`, `user2`',
       });
       expect((await client.request('process/signal', { processId: 'sig' })).error).toEqual({
         code: -32602,

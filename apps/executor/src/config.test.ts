@@ -59,12 +59,12 @@ level = "debug"
 
   it('rejects unknown keys only in strict mode', () => {
     const path = file('[sessions]\ndetached_ttl_sec = 5\nbogus = 1\n[nope]\nx = 1\n');
-    expect(() => loadConfig({ path, strict: true })).toThrow('unknown config key `sessions.bogus`');
+    expect(() => loadConfig({ path, strict: true })).toThrow('unknown configuration field `sessions.bogus`');
     const lenient = loadConfig({ path });
     expect(lenient.config.detachedTtlMs).toBe(5000);
     expect(lenient.warnings).toEqual([
-      `${path}: unknown config key \`sessions.bogus\``,
-      `${path}: unknown config key \`nope\``,
+      `${path}: unknown configuration field \`sessions.bogus\``,
+      `${path}: unknown configuration field \`nope\``,
     ]);
   });
 

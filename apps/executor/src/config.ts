@@ -134,13 +134,13 @@ export function loadConfig(options: { path?: string; explicit?: boolean; strict?
   for (const [section, body] of Object.entries(document)) {
     const sectionSchema = SCHEMA[section];
     if (!sectionSchema || typeof body !== 'object' || body === null || Array.isArray(body)) {
-      problem(`unknown config key \`${section}\``);
+      problem(`unknown configuration field \`${section}\``);
       continue;
     }
     for (const [name, value] of Object.entries(body)) {
       const spec = sectionSchema[name];
       if (!spec) {
-        problem(`unknown config key \`${section}.${name}\``);
+        problem(`unknown configuration field \`${section}.${name}\``);
         continue;
       }
       const read = spec.read(value);
