@@ -189,7 +189,7 @@ export class ConnectionProcessor implements SessionAttachment {
   private readonly context: RequestContext = {
     session: () => {
       const session = this.sessionValue;
-      if (!session || !session.isAttachedTo(this)) throw RpcError.invalidRequest(SESSION_TAKEN_OVER);
+      if (!session?.isAttachedTo(this)) throw RpcError.invalidRequest(SESSION_TAKEN_OVER);
       return session;
     },
     signal: this.lifetime.signal,
