@@ -3,6 +3,7 @@ import {
   decode,
   type EnvironmentInfo,
   ErrorCode,
+  encodeOutputNotification,
   InitializeParams,
   type InitializeResult,
   Method,
@@ -96,12 +97,7 @@ export class ConnectionProcessor implements SessionAttachment {
   deliver(event: ProcessEvent): boolean {
     switch (event.kind) {
       case 'output':
-        return this.connection.sendNotification(Notification.processOutput, {
-          processId: event.processId,
-          seq: event.seq,
-          stream: event.stream,
-          chunk: event.chunk.toString('base64'),
-        });
+        return this.connection.sendRaw(encodeOutputNotification(event.processId, event.seq, event.stream, event.chunk));
       case 'exited':
         return this.connection.sendNotification(Notification.processExited, {
           processId: event.processId,

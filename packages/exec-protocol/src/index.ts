@@ -4,3 +4,4 @@ export { ErrorCode, type ErrorCodeName, RpcError } from './error-codes.js';
 export { FileUriError, fileUriToPath, pathToFileUri } from './file-uri.js';
 export { CONTROL_LANE_METHODS, Method, type MethodName, methodFamily, Notification } from './methods.js';
 export * from './schemas.js';
+export { encodeOutputNotification } from './wire.js';

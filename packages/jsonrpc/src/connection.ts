@@ -89,10 +89,13 @@ export class RpcConnection {
     return this.sendRaw(serializeError(id, error));
   }
 
-  /** Sends an already-serialized message. Returns false when the caller should wait for onDrain. */
-  sendRaw(text: string): boolean {
+  /**
+   * Sends an already-serialized message (JSON text, or its UTF-8 bytes for hot paths that build the
+   * frame directly). Returns false when the caller should wait for onDrain.
+   */
+  sendRaw(message: string | Buffer): boolean {
     if (this.statusValue !== 'open') return false;
-    return this.transport.send(text);
+    return this.transport.send(message);
   }
 
   pause(): void {

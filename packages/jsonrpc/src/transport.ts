@@ -18,8 +18,11 @@ export interface MessageTransport {
   readonly label: string;
   /** Starts delivering messages to the handlers; called once. */
   start(handlers: TransportHandlers): void;
-  /** Queues one message; returns false when the outbound buffer is above its high-water mark. */
-  send(text: string): boolean;
+  /**
+   * Queues one message (a string, or its UTF-8 bytes: always sent as text); returns false when the
+   * outbound buffer is above its high-water mark.
+   */
+  send(message: string | Buffer): boolean;
   /** Bytes queued and not yet written. */
   readonly bufferedAmount: number;
   /** Stop and restart reading inbound messages (backpressure toward the peer). */

@@ -33,9 +33,9 @@ export class MemoryTransport implements MessageTransport {
     this.schedule();
   }
 
-  send(text: string): boolean {
+  send(message: string | Buffer): boolean {
     if (this.closed || !this.peer || this.peer.closed) return false;
-    this.peer.inbox.push(text);
+    this.peer.inbox.push(typeof message === 'string' ? message : message.toString('utf8'));
     this.peer.schedule();
     return true;
   }

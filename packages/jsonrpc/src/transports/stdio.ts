@@ -17,6 +17,7 @@ export interface StdioTransportOptions {
 }
 
 const NEWLINE = 0x0a;
+const NEWLINE_BYTES = Buffer.from('\n');
 
 /**
  * Newline-delimited JSON over a Readable/Writable pair (spec §1.3): one compact JSON message per line,
@@ -59,9 +60,17 @@ export class StdioTransport implements MessageTransport {
     this.output.once('close', () => this.finish('stdout closed'));
   }
 
-  send(text: string): boolean {
+  send(message: string | Buffer): boolean {
     if (this.closed) return false;
-    const ok = this.output.write(`${text}\n`);
+    let ok: boolean;
+    if (typeof message === 'string') {
+      ok = this.output.write(`${message}\n`);
+    } else {
+      this.output.cork();
+      this.output.write(message);
+      ok = this.output.write(NEWLINE_BYTES);
+      this.output.uncork();
+    }
     if (!ok || this.output.writableLength > DEFAULT_HIGH_WATER_MARK) this.needsDrain = true;
     return !this.needsDrain;
   }

@@ -15,6 +15,8 @@ export interface WebSocketTransportOptions {
   lowWaterMark?: number;
 }
 
+const TEXT_FRAME = { binary: false } as const;
+
 /**
  * One JSON-RPC message per WebSocket message (spec §1.2): text frames out, text or binary in. The
  * message size limit is the server's `maxPayload` (ws closes with 1009 before buffering). Outbound
@@ -61,9 +63,10 @@ export class WebSocketTransport implements MessageTransport {
     }
   }
 
-  send(text: string): boolean {
+  send(message: string | Buffer): boolean {
     if (this.closed) return false;
-    this.ws.send(text, this.afterWrite);
+    // Bytes go out as a text frame too: the peer sees the same JSON text either way.
+    this.ws.send(message, TEXT_FRAME, this.afterWrite);
     if (this.ws.bufferedAmount > this.highWaterMark) this.needsDrain = true;
     return !this.needsDrain;
   }
