@@ -5,8 +5,7 @@
  * libuv), without re-slicing, straight to a `ProcessSink`.
  */
 import { spawn as spawnChild } from 'node:child_process';
-import { constants as fsConstants, readSync, writeSync } from 'node:fs';
-import { access, stat } from 'node:fs/promises';
+import { accessSync, constants as fsConstants, readSync, statSync, writeSync } from 'node:fs';
 import { constants as osConstants, userInfo } from 'node:os';
 import path from 'node:path';
 import type { Readable } from 'node:stream';
@@ -72,10 +71,12 @@ export interface SpawnedProcess {
 /** Checks cwd and argv[0], then starts the child. Rejects with a `ProcessError` before spawning when it cannot run. */
 export async function spawnProcess(options: SpawnOptions, sink: ProcessSink): Promise<SpawnedProcess> {
   validate(options);
-  await checkCwd(options.cwd);
+  // Synchronous on purpose: a few local stat calls cost microseconds, a thread-pool round trip each costs
+  // far more, and this is the latency of every process start.
+  checkCwd(options.cwd);
   const program = options.argv[0]!;
   const searchPath = options.env.PATH ?? options.serverPath ?? FALLBACK_PATH;
-  const file = await resolveProgram(program, searchPath, options.cwd);
+  const file = resolveProgram(program, searchPath, options.cwd);
   return options.tty ? spawnPty(file, options, sink) : spawnPipes(file, options, sink);
 }
 
@@ -104,11 +105,11 @@ export function checkSize(size: PtySize): void {
  * file is a spawn failure with the bare OS text; only a relative path, which the request contract rules
  * out, is an invalid argument.
  */
-async function checkCwd(cwd: string): Promise<void> {
+function checkCwd(cwd: string): void {
   if (!path.isAbsolute(cwd)) throw new ProcessError('invalid_argument', `cwd \`${cwd}\` must be an absolute path`);
   let isDirectory: boolean;
   try {
-    isDirectory = (await stat(cwd)).isDirectory();
+    isDirectory = statSync(cwd).isDirectory();
   } catch (err) {
     throw spawnError(err);
   }
@@ -120,18 +121,18 @@ async function checkCwd(cwd: string): Promise<void> {
  * with a `/` is taken as a path (relative to the child's cwd); a bare name is searched in `searchPath`
  * (empty entries mean the cwd), skipping entries that exist but are not executable files.
  */
-async function resolveProgram(program: string, searchPath: string, cwd: string): Promise<string> {
+function resolveProgram(program: string, searchPath: string, cwd: string): string {
   if (program === '') throw spawnFailed('ENOENT');
   if (program.includes('/')) {
     const file = path.resolve(cwd, program);
-    const problem = await executableProblem(file);
+    const problem = executableProblem(file);
     if (problem !== null) throw spawnFailed(problem);
     return file;
   }
   let sawDenied = false;
   for (const dir of searchPath.split(':')) {
     const file = path.resolve(cwd, dir, program);
-    const problem = await executableProblem(file);
+    const problem = executableProblem(file);
     if (problem === null) return file;
     if (problem === 'EACCES') sawDenied = true;
   }
@@ -139,10 +140,10 @@ async function resolveProgram(program: string, searchPath: string, cwd: string):
 }
 
 /** null when `file` is an executable regular file, else the errno code execve would give. */
-async function executableProblem(file: string): Promise<string | null> {
+function executableProblem(file: string): string | null {
   try {
-    if (!(await stat(file)).isFile()) return 'EACCES';
-    await access(file, fsConstants.X_OK);
+    if (!statSync(file).isFile()) return 'EACCES';
+    accessSync(file, fsConstants.X_OK);
     return null;
   } catch (err) {
     return (err as NodeJS.ErrnoException).code === 'EACCES' ? 'EACCES' : 'ENOENT';
@@ -247,7 +248,7 @@ function spawnPipes(file: string, options: SpawnOptions, sink: ProcessSink): Pro
 type NodePty = typeof import('node-pty');
 let nodePty: Promise<NodePty> | undefined;
 /** Resolved once, through the server's PATH (perl-base is Essential on Debian). */
-let perlPath: Promise<string | null> | undefined;
+let perlPath: string | null | undefined;
 
 /**
  * The PTY trampoline. Arguments: `<d> <s> <d names to delete> <s name/value pairs to set> <program>
@@ -273,8 +274,14 @@ const PTY_TRAMPOLINE = [
 async function spawnPty(file: string, options: SpawnOptions, sink: ProcessSink): Promise<SpawnedProcess> {
   nodePty ??= import('node-pty');
   const pty = await nodePty;
-  perlPath ??= resolveProgram('perl', options.serverPath ?? FALLBACK_PATH, '/').catch(() => null);
-  const perl = await perlPath;
+  if (perlPath === undefined) {
+    try {
+      perlPath = resolveProgram('perl', options.serverPath ?? FALLBACK_PATH, '/');
+    } catch {
+      perlPath = null;
+    }
+  }
+  const perl = perlPath;
   const env: Record<string, string> = { ...options.env };
   env.SHELL ??= loginShell();
   let ptyFile = file;
