@@ -153,6 +153,21 @@ describe.each(CASES)('transport: %s', (_label, { kind, transport }) => {
         await client.closed;
         for (const pid of pids) await waitUntil(() => !isAlive(pid), `pid ${pid} to die`);
       });
+
+      // Tether's guarantee beyond codex (whose parent-death signal reaches only the direct child): even a
+      // SIGKILLed executor leaves no child, grandchild or tty behind.
+      if (kind === 'tether') {
+        it('SIGKILL of the executor still kills every child, grandchildren and ttys included', async () => {
+          const { peer, client } = await h.session(kind, transport);
+          const pids = [
+            ...(await startSleepers(client, sleepers('k1'))),
+            ...(await startSleepers(client, { ...sleepers('k2'), tty: true })),
+          ];
+          peer.kill('SIGKILL');
+          expect(await peer.exited).toEqual({ code: null, signal: 'SIGKILL' });
+          for (const pid of pids) await waitUntil(() => !isAlive(pid), `pid ${pid} to die`);
+        });
+      }
     });
   }
 
