@@ -11,7 +11,7 @@ import {
   waitUntil,
 } from '@tether/test-kit';
 import { describe, expect, it } from 'vitest';
-import { CASES, sh, useHarness } from './support.ts';
+import { CASES, resumeWhenDetached, sh, useHarness } from './support.ts';
 
 const UUID_V4 = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
 
@@ -148,16 +148,7 @@ describe.each(CASES)('protocol: %s', (_label, { kind, transport }) => {
       if (transport === 'ws') {
         // The session is detached, not destroyed: it can be resumed and its process still runs.
         await client.closed;
-        let resumed: TestClient | undefined;
-        await waitUntil(async () => {
-          const candidate = await h.connect(peer);
-          const response = await candidate.request('initialize', { clientName: 'again', resumeSessionId: sessionId });
-          if (response.error?.code === -32010) return false;
-          expect(response.result).toMatchObject({ sessionId });
-          resumed = candidate;
-          return true;
-        }, 'the session to become resumable');
-        resumed!.notify('initialized', {});
+        const resumed = await resumeWhenDetached(h, peer, sessionId, 'again');
         expect(isAlive(pid)).toBe(true);
         expect(await readProcess(resumed!, { processId: 'victim' })).toMatchObject({ exited: false, closed: false });
       } else {

@@ -140,3 +140,26 @@ export type Harness = ReturnType<typeof useHarness>;
 export function sh(script: string): string[] {
   return ['/bin/sh', '-c', script];
 }
+
+/**
+ * Resumes `sessionId` on a new connection once the server has noticed the old one is gone (until then
+ * it answers -32010), and sends `initialized`.
+ */
+export async function resumeWhenDetached(
+  harness: Harness,
+  peer: PeerHandle,
+  sessionId: string,
+  clientName: string,
+): Promise<TestClient> {
+  let resumed: TestClient | undefined;
+  await waitUntil(async () => {
+    const candidate = await harness.connect(peer);
+    const response = await candidate.request('initialize', { clientName, resumeSessionId: sessionId });
+    if (response.error?.code === -32010) return false;
+    expect(response.result).toMatchObject({ sessionId });
+    resumed = candidate;
+    return true;
+  }, 'the session to become resumable');
+  resumed!.notify('initialized', {});
+  return resumed!;
+}

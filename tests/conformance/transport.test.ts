@@ -5,7 +5,7 @@ import { request } from 'node:http';
 import { join } from 'node:path';
 import { connectWs, isAlive, type RpcMessage, readUntilOutput, type TestClient, waitUntil } from '@tether/test-kit';
 import { describe, expect, it } from 'vitest';
-import { CASES, sh, useHarness } from './support.ts';
+import { CASES, resumeWhenDetached, sh, useHarness } from './support.ts';
 
 interface HttpResult {
   status: number;
@@ -127,18 +127,9 @@ describe.each(CASES)('transport: %s', (_label, { kind, transport }) => {
         const { peer, client, sessionId } = await h.session(kind, transport);
         const pids = await startSleepers(client, sleepers('survivor'));
         await client.close();
-        let resumed: TestClient | undefined;
-        await waitUntil(async () => {
-          const candidate = await h.connect(peer);
-          const response = await candidate.request('initialize', { clientName: 'back', resumeSessionId: sessionId });
-          if (response.error?.code === -32010) return false;
-          expect(response.result).toMatchObject({ sessionId });
-          resumed = candidate;
-          return true;
-        }, 'the session to become resumable');
-        resumed!.notify('initialized', {});
+        const resumed = await resumeWhenDetached(h, peer, sessionId, 'back');
         expect(pids.every((pid) => isAlive(pid))).toBe(true);
-        expect(await resumed!.call('process/terminate', { processId: 'survivor' })).toEqual({ running: true });
+        expect(await resumed.call('process/terminate', { processId: 'survivor' })).toEqual({ running: true });
         for (const pid of pids) await waitUntil(() => !isAlive(pid), `pid ${pid} to die`);
       });
 

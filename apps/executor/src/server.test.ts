@@ -1,5 +1,6 @@
 import { pathToFileUri } from '@tether/exec-protocol';
 import { createMemoryTransportPair, RpcClient, RpcConnection } from '@tether/jsonrpc';
+import { isAlive } from '@tether/test-kit';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { ExecutorConfig } from './config.js';
 import { ExecServer } from './server.js';
@@ -340,12 +341,3 @@ describe('concurrency lanes', () => {
     expect(order).toEqual(['status', 'read']);
   });
 });
-
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}

@@ -1,7 +1,11 @@
 /** Shared test helpers: bounded waits, liveness checks, and the Rust test client's read loop. */
 import { readdirSync, readFileSync } from 'node:fs';
+import { isAlive, waitUntil } from '@tether/test-kit';
 import type { ProcessTable } from '../process-table.js';
 import type { ReadResult, StartRequest } from '../types.js';
+
+/** Liveness (zombies count as gone) and bounded polling come from the shared test kit. */
+export { isAlive, waitUntil as waitFor };
 
 /** PATH for children that run bare names (the tests' env is otherwise exact). */
 export const CHILD_PATH = '/usr/local/bin:/usr/bin:/bin';
@@ -12,34 +16,6 @@ export function request(processId: string, argv: string[], overrides: Partial<St
 
 export function sh(processId: string, script: string, overrides: Partial<StartRequest> = {}): StartRequest {
   return request(processId, ['/bin/sh', '-c', script], overrides);
-}
-
-/** Polls `condition` every 10 ms until it holds; fails after `timeoutMs`. */
-export async function waitFor(
-  condition: () => boolean | Promise<boolean>,
-  what: string,
-  timeoutMs = 5_000,
-): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await condition())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
-}
-
-/** False once the process is gone or a zombie (this machine's init does not reap orphans). */
-export function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-  } catch {
-    return false;
-  }
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z';
-  } catch {
-    return false;
-  }
 }
 
 /** Live processes whose environment contains `NAME=value` (Linux /proc). */
