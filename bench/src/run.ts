@@ -10,7 +10,6 @@ import { once } from 'node:events';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { RpcClient, RpcConnection, WebSocketTransport } from '@tether/jsonrpc';
 import { type PeerKind, repoRoot, startPeer } from '@tether/test-kit';
 import { WebSocket } from 'ws';
 
@@ -27,26 +26,58 @@ interface Notification {
   params: { processId: string; seq: number; stream?: string; chunk?: string; exitCode?: number };
 }
 
-/** One initialized connection with a notification hook per process id. */
+/** Opens a WebSocket; a freshly started codex sometimes resets the first connections, so retry a little. */
+async function dial(url: string): Promise<WebSocket> {
+  for (let attempt = 1; ; attempt++) {
+    const ws = new WebSocket(url, { perMessageDeflate: false });
+    try {
+      await once(ws, 'open');
+      return ws;
+    } catch (err) {
+      if (attempt >= 5) throw err;
+      await new Promise((resolve) => setTimeout(resolve, 50 * attempt));
+    }
+  }
+}
+
+/**
+ * One initialized connection with a notification hook per process id. Deliberately lean (raw `ws`,
+ * JSON.parse per message, no extra layers) so the peers' costs, not the client's, decide the figures.
+ */
 class BenchClient {
   private readonly waiters = new Map<string, (n: Notification) => void>();
-  private constructor(readonly rpc: RpcClient) {}
+  private readonly pending = new Map<number, { resolve(v: unknown): void; reject(e: Error): void }>();
+  private nextId = 1;
+  private constructor(private readonly ws: WebSocket) {
+    ws.on('message', (data: Buffer) => {
+      const message = JSON.parse(data.toString());
+      if (message.id !== undefined) {
+        const call = this.pending.get(message.id);
+        this.pending.delete(message.id);
+        if (message.error) call?.reject(new Error(`${message.error.code} ${message.error.message}`));
+        else call?.resolve(message.result);
+        return;
+      }
+      this.waiters.get(message.params?.processId)?.(message as Notification);
+    });
+    ws.on('close', () => {
+      for (const call of this.pending.values()) call.reject(new Error('connection closed'));
+    });
+  }
 
   static async connect(url: string): Promise<BenchClient> {
-    const ws = new WebSocket(url, { perMessageDeflate: false });
-    await once(ws, 'open');
-    let client: BenchClient | null = null;
-    const rpc = new RpcClient(new RpcConnection(new WebSocketTransport(ws, { pingIntervalMs: 0 })), {
-      onNotification: (method, params) => {
-        const n = { method, params } as Notification;
-        client?.waiters.get(n.params.processId)?.(n);
-      },
-      callTimeoutMs: 60_000,
-    });
-    client = new BenchClient(rpc);
-    await rpc.call('initialize', { clientName: 'tether-bench' });
-    rpc.notify('initialized', {});
+    const client = new BenchClient(await dial(url));
+    await client.call('initialize', { clientName: 'tether-bench' });
+    client.ws.send(JSON.stringify({ method: 'initialized', params: {} }));
     return client;
+  }
+
+  call<T = unknown>(method: string, params: unknown): Promise<T> {
+    const id = this.nextId++;
+    return new Promise<T>((resolve, reject) => {
+      this.pending.set(id, { resolve: resolve as (v: unknown) => void, reject });
+      this.ws.send(JSON.stringify({ id, method, params }));
+    });
   }
 
   /** Calls `onNotification` for every notification of `processId` until it returns true. */
@@ -62,11 +93,11 @@ class BenchClient {
   }
 
   start(processId: string, argv: string[], extra: Record<string, unknown> = {}): Promise<unknown> {
-    return this.rpc.call('process/start', { processId, argv, cwd: CWD, env: CHILD_ENV, tty: false, ...extra });
+    return this.call('process/start', { processId, argv, cwd: CWD, env: CHILD_ENV, tty: false, ...extra });
   }
 
   close(): void {
-    this.rpc.close();
+    this.ws.terminate();
   }
 }
 
@@ -138,11 +169,11 @@ async function ptyEcho(url: string): Promise<number> {
         if (text.includes('x')) resolve();
       };
     });
-    await client.rpc.call('process/write', { processId: 'pty', chunk: 'eA==', writeId: `w${i}` });
+    await client.call('process/write', { processId: 'pty', chunk: 'eA==', writeId: `w${i}` });
     await echoed;
     if (i >= 5) samples.push(performance.now() - t0);
   }
-  await client.rpc.call('process/terminate', { processId: 'pty' });
+  await client.call('process/terminate', { processId: 'pty' });
   client.close();
   return percentile(samples, 50);
 }
@@ -176,7 +207,14 @@ type Figures = { streamMBps: number; trueP50Ms: number; ptyEchoP50Ms: number; id
 async function measure(kind: PeerKind): Promise<Figures> {
   const run = async <T>(task: (url: string, pid: number) => Promise<T>): Promise<T> => {
     await using peer = await startPeer({ kind, transport: 'ws', args: PEER_ARGS });
-    return task(peer.url!, peer.pid);
+    try {
+      return await task(peer.url!, peer.pid);
+    } catch (err) {
+      process.stderr.write(
+        `${kind} failed (exit: ${JSON.stringify(peer.exitStatus())}); its stderr:\n${peer.stderr()}\n`,
+      );
+      throw err;
+    }
   };
   process.stderr.write(`${kind}: streaming ${STREAM_MIB} MiB…\n`);
   const streamMBps = await run(streamThroughput);
