@@ -43,6 +43,7 @@ export {
   type PeerExit,
   type PeerHandle,
   type PeerKind,
+  type PeerTransport,
   peerCommand,
   peerMarker,
   peerMarkerEnv,
@@ -57,3 +58,10 @@ export {
   tetherMainPath,
 } from './peer.js';
 export { type FindProcessesOptions, findProcesses, isAlive, type ProcessInfo } from './processes.js';
+export {
+  type Bundle,
+  type Registration,
+  type RelayedMessage,
+  startTestRendezvous,
+  type TestRendezvous,
+} from './rendezvous.js';

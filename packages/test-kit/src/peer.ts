@@ -8,10 +8,12 @@ import { fileURLToPath } from 'node:url';
 
 export type PeerKind = 'codex' | 'tether';
 export type Transport = 'ws' | 'stdio';
+/** `remote`: no --listen; the caller passes `--remote URL --environment-id ID` in `args`. */
+export type PeerTransport = Transport | 'remote';
 
 export interface StartPeerOptions {
   kind: PeerKind;
-  transport: Transport;
+  transport: PeerTransport;
   /** Extra CLI arguments appended after `--listen …`. */
   args?: string[];
   /** Extra environment variables for the peer (merged over the current environment). */
@@ -29,7 +31,7 @@ export interface PeerExit {
 
 export interface PeerHandle extends AsyncDisposable {
   readonly kind: PeerKind;
-  readonly transport: Transport;
+  readonly transport: PeerTransport;
   readonly pid: number;
   /** `ws://IP:PORT` printed by the peer (ws transport only). */
   readonly url: string | undefined;
@@ -153,7 +155,7 @@ function waitForExit(child: ChildProcess): Promise<PeerExit> {
  */
 export async function startPeer(options: StartPeerOptions): Promise<PeerHandle> {
   const { kind, transport } = options;
-  const listen = transport === 'ws' ? 'ws://127.0.0.1:0' : 'stdio';
+  const listen = transport === 'ws' ? 'ws://127.0.0.1:0' : transport === 'stdio' ? 'stdio' : undefined;
   const cmd = peerCommand(kind, listen, options.args ?? []);
   const home = makePeerHome(kind, options.homeFiles);
   const child = spawn(cmd.command, cmd.args, {
@@ -226,7 +228,7 @@ export async function startPeer(options: StartPeerOptions): Promise<PeerHandle> 
     if (handle) livePeers.delete(handle);
   });
 
-  if (transport === 'stdio') {
+  if (transport !== 'ws') {
     const failed = await Promise.race([spawnError, new Promise<undefined>((r) => setImmediate(r, undefined))]);
     if (failed) {
       await close();
