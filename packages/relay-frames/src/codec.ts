@@ -1,0 +1,154 @@
+import { create, fromBinary, toBinary } from '@bufbuild/protobuf';
+import { BinaryReader, WireType } from '@bufbuild/protobuf/wire';
+import { FrameError } from './errors.js';
+import type { Frame } from './frame.js';
+import { isValidStreamId, validateFrame } from './frame.js';
+import { type RelayMessageFrame, RelayMessageFrameSchema } from './gen/relay.v1_pb.js';
+import { MAX_FRAME_BYTES, RELAY_PROTOCOL_VERSION } from './limits.js';
+
+/** Field number of `RelayMessageFrame.stream_id`, the only field the relay reads. */
+const STREAM_ID_FIELD = 2;
+
+export interface CodecOptions {
+  /** Largest encoded frame accepted; defaults to the 256 KiB WebSocket message limit. */
+  readonly maxBytes?: number;
+}
+
+type Body = RelayMessageFrame['body'];
+
+function bodyOf(frame: Frame): Body {
+  switch (frame.kind) {
+    case 'data':
+      // segment_index 0 is omitted on the wire; segment_count is always 1 (no relay-level segmentation).
+      return {
+        case: 'data',
+        value: {
+          $typeName: 'codex.exec_server.relay.v1.RelayData',
+          seq: frame.seq,
+          segmentIndex: 0,
+          segmentCount: 1,
+          payload: frame.payload,
+        },
+      };
+    case 'ack':
+      return { case: 'ackFrame', value: { $typeName: 'codex.exec_server.relay.v1.RelayAck' } };
+    case 'resume':
+      return { case: 'resume', value: { $typeName: 'codex.exec_server.relay.v1.RelayResume', nextSeq: frame.nextSeq } };
+    case 'reset':
+      return { case: 'reset', value: { $typeName: 'codex.exec_server.relay.v1.RelayReset', reason: frame.reason } };
+    case 'heartbeat':
+      return { case: 'heartbeat', value: { $typeName: 'codex.exec_server.relay.v1.RelayHeartbeat' } };
+    case 'handshake':
+      return {
+        case: 'handshake',
+        value: { $typeName: 'codex.exec_server.relay.v1.RelayHandshake', payload: frame.payload },
+      };
+  }
+}
+
+/**
+ * Encodes a frame as one protobuf `RelayMessageFrame` (one WebSocket binary message). Validates first,
+ * as the receiver would, and refuses a result larger than `maxBytes`: an invalid frame never leaves.
+ */
+export function encodeFrame(frame: Frame, options: CodecOptions = {}): Uint8Array {
+  validateFrame(frame);
+  const message = create(RelayMessageFrameSchema, {
+    version: RELAY_PROTOCOL_VERSION,
+    streamId: frame.streamId,
+    ack: frame.ack,
+    ackBits: frame.ackBits,
+    body: bodyOf(frame),
+    ...(frame.traceparent !== undefined && { traceparent: frame.traceparent }),
+    ...(frame.tracestate !== undefined && { tracestate: frame.tracestate }),
+  });
+  let bytes: Uint8Array;
+  try {
+    bytes = toBinary(RelayMessageFrameSchema, message);
+  } catch (cause) {
+    throw new FrameError('malformed', 'frame could not be encoded', { cause });
+  }
+  const maxBytes = options.maxBytes ?? MAX_FRAME_BYTES;
+  if (bytes.byteLength > maxBytes) {
+    throw new FrameError('too_large', `encoded frame is ${bytes.byteLength} bytes, over the ${maxBytes}-byte limit`);
+  }
+  return bytes;
+}
+
+function checkSize(bytes: Uint8Array, maxBytes: number): void {
+  if (bytes.byteLength > maxBytes) {
+    throw new FrameError('too_large', `frame is ${bytes.byteLength} bytes, over the ${maxBytes}-byte limit`);
+  }
+}
+
+/**
+ * Decodes and validates one frame (spec §3.3). The size is checked before parsing; unknown fields are
+ * skipped (newer senders add some); missing scalars default to 0 / "". Payloads are copied, so the
+ * result never aliases `bytes`. Throws only `FrameError`.
+ */
+export function decodeFrame(bytes: Uint8Array, options: CodecOptions = {}): Frame {
+  checkSize(bytes, options.maxBytes ?? MAX_FRAME_BYTES);
+  let message: RelayMessageFrame;
+  try {
+    message = fromBinary(RelayMessageFrameSchema, bytes, { readUnknownFields: false });
+  } catch (cause) {
+    throw new FrameError('malformed', 'frame is not a valid RelayMessageFrame', { cause });
+  }
+  if (message.version !== RELAY_PROTOCOL_VERSION) {
+    throw new FrameError('invalid_version', `unsupported relay frame version ${message.version}`);
+  }
+  const header = {
+    streamId: message.streamId,
+    ack: message.ack,
+    ackBits: message.ackBits,
+    ...(message.traceparent !== undefined && { traceparent: message.traceparent }),
+    ...(message.tracestate !== undefined && { tracestate: message.tracestate }),
+  };
+  if (!isValidStreamId(header.streamId)) {
+    throw new FrameError('invalid_stream_id', 'stream_id must be non-blank, unpadded and at most 128 bytes');
+  }
+  const body = message.body;
+  switch (body.case) {
+    case 'data':
+      if (body.value.segmentIndex !== 0 || body.value.segmentCount !== 1) {
+        throw new FrameError('invalid_data', 'data must be a single segment (index 0, count 1)');
+      }
+      return validateFrame({ kind: 'data', ...header, seq: body.value.seq, payload: body.value.payload.slice() });
+    case 'ackFrame':
+      return validateFrame({ kind: 'ack', ...header });
+    case 'resume':
+      return validateFrame({ kind: 'resume', ...header, nextSeq: body.value.nextSeq });
+    case 'reset':
+      return validateFrame({ kind: 'reset', ...header, reason: body.value.reason });
+    case 'heartbeat':
+      return validateFrame({ kind: 'heartbeat', ...header });
+    case 'handshake':
+      return validateFrame({ kind: 'handshake', ...header, payload: body.value.payload.slice() });
+    case undefined:
+      throw new FrameError('missing_body', 'frame has no body');
+  }
+}
+
+/**
+ * The relay's cheap routing read: the `stream_id` of an encoded frame, without decoding bodies or
+ * copying payloads (the wire reader skips them). Like a full decode, the last occurrence of the field
+ * wins. Returns null when the bytes are over `maxBytes`, are not a well-formed protobuf message, or
+ * carry no valid stream id; it never throws.
+ */
+export function peekStreamId(bytes: Uint8Array, options: CodecOptions = {}): string | null {
+  if (bytes.byteLength > (options.maxBytes ?? MAX_FRAME_BYTES)) return null;
+  let streamId: string | null = null;
+  try {
+    const reader = new BinaryReader(bytes);
+    while (reader.pos < reader.len) {
+      const [fieldNo, wireType] = reader.tag();
+      if (fieldNo === STREAM_ID_FIELD && wireType === WireType.LengthDelimited) {
+        streamId = reader.string(true); // strict: invalid UTF-8 throws, as in decodeFrame
+      } else {
+        reader.skip(wireType, fieldNo);
+      }
+    }
+  } catch {
+    return null;
+  }
+  return streamId !== null && isValidStreamId(streamId) ? streamId : null;
+}

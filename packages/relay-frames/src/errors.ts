@@ -1,0 +1,26 @@
+// Error family of this package. Callers match on `name` and `code` (stable strings), never on the message:
+// `name` survives duplicate package copies where `instanceof` does not.
+
+/** Why a relay frame was refused, by the decoder or by a constructor/encoder. */
+export type FrameErrorCode =
+  | 'too_large'
+  | 'malformed'
+  | 'invalid_version'
+  | 'invalid_stream_id'
+  | 'missing_body'
+  | 'invalid_data'
+  | 'invalid_handshake'
+  | 'invalid_reset'
+  | 'invalid_resume'
+  | 'invalid_header';
+
+export class FrameError extends Error {
+  static readonly NAME = 'FrameError';
+  override readonly name = FrameError.NAME;
+  readonly code: FrameErrorCode;
+
+  constructor(code: FrameErrorCode, message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.code = code;
+  }
+}

@@ -1,0 +1,37 @@
+export { type CodecOptions, decodeFrame, encodeFrame, peekStreamId } from './codec.js';
+export { FrameError, type FrameErrorCode } from './errors.js';
+export {
+  type AckFrame,
+  ackFrame,
+  type DataFrame,
+  dataFrame,
+  FRAME_KINDS,
+  type Frame,
+  type FrameHeader,
+  type FrameKind,
+  type FrameOptions,
+  type HandshakeFrame,
+  type HeartbeatFrame,
+  handshakeFrame,
+  heartbeatFrame,
+  isValidStreamId,
+  type ResetFrame,
+  type ResumeFrame,
+  resetFrame,
+  resumeFrame,
+  validateFrame,
+} from './frame.js';
+export {
+  MAX_FRAME_BYTES,
+  MAX_MESSAGE_BYTES,
+  MAX_RECORD_PLAINTEXT_BYTES,
+  MAX_REORDER_BYTES,
+  MAX_REORDER_DISTANCE,
+  MAX_REORDER_RECORDS,
+  MAX_RESET_REASON_BYTES,
+  MAX_SEQ,
+  MAX_STREAM_ID_BYTES,
+  MESSAGE_LENGTH_PREFIX_BYTES,
+  RELAY_LIMITS,
+  RELAY_PROTOCOL_VERSION,
+} from './limits.js';
