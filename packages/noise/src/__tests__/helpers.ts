@@ -1,0 +1,50 @@
+import { createHash } from 'node:crypto';
+import { createNodeProvider } from '../crypto/node.js';
+import { createPortableProvider } from '../crypto/portable.js';
+import type { CryptoProvider, KeyPair } from '../crypto.js';
+
+export const hex = (text: string): Uint8Array => Uint8Array.from(Buffer.from(text, 'hex'));
+export const toHex = (bytes: Uint8Array): string => Buffer.from(bytes).toString('hex');
+
+/** A deterministic byte stream: SHA-256(label ‖ u32 counter) blocks. Same label, same bytes, any provider. */
+export function seededRandom(label: string): (length: number) => Uint8Array {
+  let counter = 0;
+  let pool = new Uint8Array(0);
+  return (length: number) => {
+    while (pool.length < length) {
+      const block = createHash('sha256').update(label).update(Uint32Array.of(counter++)).digest();
+      const next = new Uint8Array(pool.length + block.length);
+      next.set(pool);
+      next.set(block, pool.length);
+      pool = next;
+    }
+    const out = pool.slice(0, length);
+    pool = pool.slice(length);
+    return out;
+  };
+}
+
+export const PROVIDERS: Record<string, (randomBytes?: (length: number) => Uint8Array) => CryptoProvider> = {
+  node: (randomBytes) => createNodeProvider(randomBytes ? { randomBytes } : {}),
+  portable: (randomBytes) => createPortableProvider(randomBytes ? { randomBytes } : {}),
+};
+
+export const PROVIDER_NAMES = Object.keys(PROVIDERS) as ('node' | 'portable')[];
+
+/** A provider whose next ephemeral key pairs are the given secrets, as the published vectors require. */
+export function withFixedEphemerals(provider: CryptoProvider, secrets: Uint8Array[]): CryptoProvider {
+  const queue = [...secrets];
+  return {
+    ...provider,
+    generateKeyPair(): KeyPair {
+      const secretKey = queue.shift();
+      if (secretKey === undefined) throw new Error('no fixed ephemeral left');
+      return { secretKey, publicKey: provider.publicKeyFromSecret(secretKey) };
+    },
+  };
+}
+
+export function keyPair(provider: CryptoProvider, secretHex: string): KeyPair {
+  const secretKey = hex(secretHex);
+  return { secretKey, publicKey: provider.publicKeyFromSecret(secretKey) };
+}

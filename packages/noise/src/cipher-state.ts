@@ -1,0 +1,88 @@
+import { CIPHER_KEY_LENGTH, type CipherName, type CryptoProvider } from './crypto.js';
+import { NoiseError } from './errors.js';
+import { Nonce } from './nonce.js';
+import { INSPECT, REDACTED } from './redact.js';
+
+const EMPTY = new Uint8Array(0);
+
+/** Noise spec §5.1 CipherState: a key k (or none) and a nonce n. */
+export class CipherState {
+  readonly cipher: CipherName;
+  readonly #provider: CryptoProvider;
+  #k: Uint8Array | null = null;
+  readonly #n: Nonce;
+
+  constructor(provider: CryptoProvider, cipher: CipherName, key: Uint8Array | null = null) {
+    this.#provider = provider;
+    this.cipher = cipher;
+    this.#n = new Nonce(cipher);
+    if (key !== null) this.initializeKey(key);
+  }
+
+  /** InitializeKey(key): sets k and resets n to 0. */
+  initializeKey(key: Uint8Array): void {
+    if (key.length !== CIPHER_KEY_LENGTH) throw new RangeError(`cipher keys are ${CIPHER_KEY_LENGTH} bytes`);
+    this.#k = Uint8Array.from(key);
+    this.#n.set(0n);
+  }
+
+  hasKey(): boolean {
+    return this.#k !== null;
+  }
+
+  /** The current counter n (the nonce the next message will use). */
+  get nonce(): bigint {
+    return this.#n.value;
+  }
+
+  /** SetNonce(n): for tests and explicit-nonce transports. */
+  setNonce(n: bigint): void {
+    this.#n.set(n);
+  }
+
+  /** The key, for vectors and split-key assertions only. */
+  keyForTesting(): Uint8Array | null {
+    return this.#k === null ? null : Uint8Array.from(this.#k);
+  }
+
+  /** EncryptWithAd(ad, plaintext): passthrough without a key, else AEAD and n += 1. */
+  encryptWithAd(ad: Uint8Array, plaintext: Uint8Array): Uint8Array {
+    if (this.#k === null) return Uint8Array.from(plaintext);
+    this.#n.assertUsable();
+    const ciphertext = this.#provider.encrypt(this.cipher, this.#k, this.#n.bytes(), ad, plaintext);
+    this.#n.increment();
+    return ciphertext;
+  }
+
+  /** DecryptWithAd(ad, ciphertext): on authentication failure n is NOT incremented (spec §5.1). */
+  decryptWithAd(ad: Uint8Array, ciphertext: Uint8Array): Uint8Array {
+    if (this.#k === null) return Uint8Array.from(ciphertext);
+    this.#n.assertUsable();
+    let plaintext: Uint8Array;
+    try {
+      plaintext = this.#provider.decrypt(this.cipher, this.#k, this.#n.bytes(), ad, ciphertext);
+    } catch (cause) {
+      throw new NoiseError('decrypt_failed', 'decryption failed: message was tampered, replayed or reordered', {
+        cause,
+      });
+    }
+    this.#n.increment();
+    return plaintext;
+  }
+
+  encrypt(plaintext: Uint8Array): Uint8Array {
+    return this.encryptWithAd(EMPTY, plaintext);
+  }
+
+  decrypt(ciphertext: Uint8Array): Uint8Array {
+    return this.decryptWithAd(EMPTY, ciphertext);
+  }
+
+  toJSON(): object {
+    return { cipher: this.cipher, k: this.#k === null ? null : REDACTED, n: this.#n.value.toString() };
+  }
+
+  [INSPECT](): string {
+    return `CipherState { cipher: '${this.cipher}', k: ${this.#k === null ? 'null' : REDACTED}, n: ${this.#n.value} }`;
+  }
+}

@@ -1,0 +1,104 @@
+/** Cipher names as they appear in Noise protocol names. */
+export type CipherName = 'AESGCM' | 'ChaChaPoly';
+
+export interface KeyPair {
+  readonly publicKey: Uint8Array;
+  readonly secretKey: Uint8Array;
+}
+
+export const X25519_KEY_LENGTH = 32;
+export const HASH_LENGTH = 32;
+export const CIPHER_KEY_LENGTH = 32;
+export const NONCE_LENGTH = 12;
+/** AEAD tag length for both AES-256-GCM and ChaCha20-Poly1305. */
+export const TAG_LENGTH_BYTES = 16;
+
+/**
+ * The primitives the Noise state machine needs (DH 25519, AEAD, SHA-256, HMAC, randomness).
+ * Implementations: `createNodeProvider()` (node:crypto) and `createPortableProvider()` (noble/stablelib).
+ * Tests override `generateKeyPair` or `randomBytes` to make runs deterministic.
+ */
+export interface CryptoProvider {
+  readonly name: string;
+  /** A fresh X25519 key pair; the secret comes from `randomBytes(32)`. */
+  generateKeyPair(): KeyPair;
+  /** X25519 public key for a 32-byte secret (RFC 7748 clamping is applied by the primitive). */
+  publicKeyFromSecret(secretKey: Uint8Array): Uint8Array;
+  /** X25519(secretKey, publicKey); throws on an all-zero (low-order) result. */
+  dh(secretKey: Uint8Array, publicKey: Uint8Array): Uint8Array;
+  /** AEAD seal: returns ciphertext ‖ 16-byte tag. */
+  encrypt(cipher: CipherName, key: Uint8Array, nonce: Uint8Array, ad: Uint8Array, plaintext: Uint8Array): Uint8Array;
+  /** AEAD open: throws on authentication failure. */
+  decrypt(cipher: CipherName, key: Uint8Array, nonce: Uint8Array, ad: Uint8Array, ciphertext: Uint8Array): Uint8Array;
+  /** SHA-256 over the concatenation of `parts`. */
+  hash(parts: readonly Uint8Array[]): Uint8Array;
+  /** HMAC-SHA256(key, concatenation of `parts`). */
+  hmac(key: Uint8Array, parts: readonly Uint8Array[]): Uint8Array;
+  randomBytes(length: number): Uint8Array;
+}
+
+/** Options shared by the provider and KEM factories: inject randomness for deterministic tests. */
+export interface RandomOptions {
+  randomBytes?: (length: number) => Uint8Array;
+}
+
+export interface KemEncapsulation {
+  readonly ciphertext: Uint8Array;
+  readonly sharedSecret: Uint8Array;
+}
+
+/**
+ * A KEM cannot hide behind dh(): encapsulation and decapsulation are asymmetric.
+ * ML-KEM decapsulation never fails on a well-sized ciphertext (implicit rejection): a wrong key or a
+ * tampered ciphertext yields a different shared secret, so the failure surfaces as an AEAD error later.
+ */
+export interface Kem {
+  readonly name: string;
+  readonly publicKeyLength: number;
+  readonly secretKeyLength: number;
+  readonly ciphertextLength: number;
+  readonly sharedSecretLength: number;
+  generateKeyPair(): KeyPair;
+  encapsulate(publicKey: Uint8Array): KemEncapsulation;
+  decapsulate(ciphertext: Uint8Array, secretKey: Uint8Array): Uint8Array;
+}
+
+/** Noise spec §4.3 HKDF with HMAC-SHA256: salt = chaining key, info empty, 2 or 3 outputs of HASHLEN. */
+export function hkdf(
+  provider: CryptoProvider,
+  chainingKey: Uint8Array,
+  inputKeyMaterial: Uint8Array,
+  outputs: 2 | 3,
+): Uint8Array[] {
+  const tempKey = provider.hmac(chainingKey, [inputKeyMaterial]);
+  const output1 = provider.hmac(tempKey, [Uint8Array.of(0x01)]);
+  const output2 = provider.hmac(tempKey, [output1, Uint8Array.of(0x02)]);
+  if (outputs === 2) return [output1, output2];
+  const output3 = provider.hmac(tempKey, [output2, Uint8Array.of(0x03)]);
+  return [output1, output2, output3];
+}
+
+export function concatBytes(parts: readonly Uint8Array[]): Uint8Array {
+  let length = 0;
+  for (const part of parts) length += part.length;
+  const out = new Uint8Array(length);
+  let offset = 0;
+  for (const part of parts) {
+    out.set(part, offset);
+    offset += part.length;
+  }
+  return out;
+}
+
+export function equalBytes(a: Uint8Array, b: Uint8Array): boolean {
+  if (a.length !== b.length) return false;
+  let diff = 0;
+  for (let i = 0; i < a.length; i++) diff |= a[i]! ^ b[i]!;
+  return diff === 0;
+}
+
+export function isAllZero(bytes: Uint8Array): boolean {
+  let acc = 0;
+  for (const byte of bytes) acc |= byte;
+  return acc === 0;
+}

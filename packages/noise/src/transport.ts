@@ -1,0 +1,63 @@
+import type { CipherState } from './cipher-state.js';
+import { NoiseError } from './errors.js';
+import { MAX_NOISE_MESSAGE_LENGTH, MAX_TRANSPORT_PLAINTEXT } from './limits.js';
+import { INSPECT } from './redact.js';
+
+/**
+ * The post-split pair of cipher states, and nothing else: the handshake does not outlive the handshake.
+ * Nonces are implicit (n counts up from 0 per direction, AD empty), so a replayed, duplicated, dropped or
+ * reordered record fails to decrypt. Never re-encrypt a plaintext for a retry: resend the same ciphertext.
+ */
+export class Transport {
+  readonly #send: CipherState;
+  readonly #recv: CipherState;
+  readonly #handshakeHash: Uint8Array;
+
+  constructor(send: CipherState, recv: CipherState, handshakeHash: Uint8Array) {
+    this.#send = send;
+    this.#recv = recv;
+    this.#handshakeHash = Uint8Array.from(handshakeHash);
+  }
+
+  /** The nonce the next `encrypt` will use. */
+  get sendNonce(): bigint {
+    return this.#send.nonce;
+  }
+
+  /** The nonce the next `decrypt` expects. */
+  get recvNonce(): bigint {
+    return this.#recv.nonce;
+  }
+
+  /** The final handshake hash h, identical on both sides (channel binding). */
+  get handshakeHash(): Uint8Array {
+    return Uint8Array.from(this.#handshakeHash);
+  }
+
+  encrypt(plaintext: Uint8Array): Uint8Array {
+    if (plaintext.length > MAX_TRANSPORT_PLAINTEXT) {
+      throw new NoiseError('payload_too_large', `transport plaintext exceeds ${MAX_TRANSPORT_PLAINTEXT} bytes`);
+    }
+    return this.#send.encrypt(plaintext);
+  }
+
+  decrypt(ciphertext: Uint8Array): Uint8Array {
+    if (ciphertext.length > MAX_NOISE_MESSAGE_LENGTH) {
+      throw new NoiseError('invalid_message', `transport message exceeds ${MAX_NOISE_MESSAGE_LENGTH} bytes`);
+    }
+    return this.#recv.decrypt(ciphertext);
+  }
+
+  /** Split keys, for vector tests only: [send key, receive key]. */
+  keysForTesting(): [Uint8Array, Uint8Array] {
+    return [this.#send.keyForTesting()!, this.#recv.keyForTesting()!];
+  }
+
+  toJSON(): object {
+    return { sendNonce: this.sendNonce.toString(), recvNonce: this.recvNonce.toString(), keys: '[redacted]' };
+  }
+
+  [INSPECT](): string {
+    return `Transport { sendNonce: ${this.sendNonce}, recvNonce: ${this.recvNonce}, keys: [redacted] }`;
+  }
+}
