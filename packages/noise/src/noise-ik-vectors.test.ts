@@ -1,20 +1,28 @@
 import { describe, expect, it } from 'vitest';
 import vectors from './__fixtures__/noise-ik-vectors.json' with { type: 'json' };
 import { hex, keyPair, PROVIDER_NAMES, PROVIDERS, toHex, withFixedEphemerals } from './__tests__/helpers.js';
+import type { CipherName } from './crypto.js';
 import { ClassicIKHandshake } from './handshake-state.js';
-import { PROTOCOL_NAME_CLASSIC_IK } from './suite.js';
 
 // Published Cacophony vectors (source named in the fixture) check the spec core: CipherState,
-// SymmetricState, the token methods and Split, independently of our hybrid pattern.
-const vector = vectors.vectors.find((v) => v.protocol_name === 'Noise_IK_25519_ChaChaPoly_SHA256')!;
+// SymmetricState, the token methods and Split, independently of our hybrid pattern. The AESGCM entry
+// pins the big-endian AES-GCM nonce layout; the ChaChaPoly one the little-endian layout.
+const CASES: [string, CipherName][] = [
+  ['Noise_IK_25519_ChaChaPoly_SHA256', 'ChaChaPoly'],
+  ['Noise_IK_25519_AESGCM_SHA256', 'AESGCM'],
+];
 
-describe.each(PROVIDER_NAMES)('Noise_IK_25519_ChaChaPoly_SHA256 published vector (%s provider)', (name) => {
+const cases = PROVIDER_NAMES.flatMap((name) => CASES.map(([protocol, cipher]) => ({ name, protocol, cipher })));
+
+describe.each(cases)('$protocol published vector ($name provider)', ({ name, protocol, cipher }) => {
+  const vector = vectors.vectors.find((v) => v.protocol_name === protocol)!;
+
   it('reproduces every handshake and transport ciphertext and the handshake hash', () => {
     const base = PROVIDERS[name]!();
     const initiator = new ClassicIKHandshake({
       provider: withFixedEphemerals(base, [hex(vector.init_ephemeral)]),
-      cipher: 'ChaChaPoly',
-      protocolName: PROTOCOL_NAME_CLASSIC_IK,
+      cipher,
+      protocolName: protocol,
       role: 'initiator',
       prologue: hex(vector.init_prologue),
       s: keyPair(base, vector.init_static),
@@ -22,8 +30,8 @@ describe.each(PROVIDER_NAMES)('Noise_IK_25519_ChaChaPoly_SHA256 published vector
     });
     const responder = new ClassicIKHandshake({
       provider: withFixedEphemerals(base, [hex(vector.resp_ephemeral)]),
-      cipher: 'ChaChaPoly',
-      protocolName: PROTOCOL_NAME_CLASSIC_IK,
+      cipher,
+      protocolName: protocol,
       role: 'responder',
       prologue: hex(vector.resp_prologue),
       s: keyPair(base, vector.resp_static),

@@ -98,8 +98,8 @@ export function createInitiator(options: InitiatorOptions): Initiator {
   return {
     message1,
     readMessage2: once('readMessage2', (message: Uint8Array) => {
-      if (message.length !== HYBRID_MESSAGE2_LENGTH) {
-        throw new NoiseError('invalid_message', `message 2 must be exactly ${HYBRID_MESSAGE2_LENGTH} bytes`);
+      if (message.length < HYBRID_MESSAGE2_LENGTH) {
+        throw new NoiseError('invalid_message', `message 2 must be ${HYBRID_MESSAGE2_LENGTH} bytes`);
       }
       const responderPayload = handshake.readMessage2(message);
       if (responderPayload.length !== 0) {

@@ -1,7 +1,10 @@
 import { createHash } from 'node:crypto';
 import { createNodeProvider } from '../crypto/node.js';
 import { createPortableProvider } from '../crypto/portable.js';
-import type { CryptoProvider, KeyPair } from '../crypto.js';
+import type { CryptoProvider, Kem, KeyPair } from '../crypto.js';
+import type { StaticKeys } from '../identity.js';
+import { createInitiator, createResponder } from '../session.js';
+import type { Suite } from '../suite.js';
 
 export const hex = (text: string): Uint8Array => Uint8Array.from(Buffer.from(text, 'hex'));
 export const toHex = (bytes: Uint8Array): string => Buffer.from(bytes).toString('hex');
@@ -47,4 +50,45 @@ export function withFixedEphemerals(provider: CryptoProvider, secrets: Uint8Arra
 export function keyPair(provider: CryptoProvider, secretHex: string): KeyPair {
   const secretKey = hex(secretHex);
   return { secretKey, publicKey: provider.publicKeyFromSecret(secretKey) };
+}
+
+export interface HybridRunOptions {
+  suite: Suite;
+  initiatorProvider: CryptoProvider;
+  responderProvider: CryptoProvider;
+  initiatorKem: Kem;
+  responderKem: Kem;
+  initiatorKeys: StaticKeys;
+  responderKeys: StaticKeys;
+  prologue?: Uint8Array;
+  payload?: Uint8Array;
+}
+
+/** One full hybrid IK handshake through the facade, in memory. */
+export function runHybrid(options: HybridRunOptions) {
+  const prologue = options.prologue ?? new TextEncoder().encode('test prologue');
+  const initiator = createInitiator({
+    suite: options.suite,
+    provider: options.initiatorProvider,
+    kem: options.initiatorKem,
+    staticKeys: options.initiatorKeys,
+    remoteStatic: {
+      suite: options.suite,
+      x25519: options.responderKeys.x25519.publicKey,
+      mlkem768: options.responderKeys.mlkem768.publicKey,
+    },
+    prologue,
+    payload: options.payload ?? new Uint8Array(0),
+  });
+  const responder = createResponder({
+    suite: options.suite,
+    provider: options.responderProvider,
+    kem: options.responderKem,
+    staticKeys: options.responderKeys,
+    prologue,
+  });
+  const pending = responder.readMessage1(initiator.message1);
+  const { message2, transport: responderTransport } = pending.writeMessage2();
+  const initiatorTransport = initiator.readMessage2(message2);
+  return { message1: initiator.message1, message2, pending, initiatorTransport, responderTransport };
 }
