@@ -24,3 +24,17 @@ export class FrameError extends Error {
     this.code = code;
   }
 }
+
+/** Why the length-prefixed JSON message framing inside the Noise channel failed (the stream must end). */
+export type MessageFramingErrorCode = 'empty_message' | 'message_too_large' | 'record_too_large' | 'failed';
+
+export class MessageFramingError extends Error {
+  static readonly NAME = 'MessageFramingError';
+  override readonly name = MessageFramingError.NAME;
+  readonly code: MessageFramingErrorCode;
+
+  constructor(code: MessageFramingErrorCode, message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.code = code;
+  }
+}

@@ -1,5 +1,10 @@
 export { type CodecOptions, decodeFrame, encodeFrame, peekStreamId } from './codec.js';
-export { FrameError, type FrameErrorCode } from './errors.js';
+export {
+  FrameError,
+  type FrameErrorCode,
+  MessageFramingError,
+  type MessageFramingErrorCode,
+} from './errors.js';
 export {
   type AckFrame,
   ackFrame,
@@ -35,3 +40,4 @@ export {
   RELAY_LIMITS,
   RELAY_PROTOCOL_VERSION,
 } from './limits.js';
+export { frameMessage, MessageReassembler } from './record-framing.js';

@@ -1,0 +1,210 @@
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { MessageFramingError, type MessageFramingErrorCode } from './errors.js';
+import { MAX_MESSAGE_BYTES, MAX_RECORD_PLAINTEXT_BYTES } from './limits.js';
+import { frameMessage, MessageReassembler } from './record-framing.js';
+
+function expectFramingError(fn: () => unknown, code: MessageFramingErrorCode): void {
+  let thrown: unknown;
+  try {
+    fn();
+  } catch (error) {
+    thrown = error;
+  }
+  expect(thrown).toBeInstanceOf(MessageFramingError);
+  expect((thrown as MessageFramingError).name).toBe('MessageFramingError');
+  expect((thrown as MessageFramingError).code).toBe(code);
+}
+
+/** A message of `size` bytes whose content depends on `seed`, so swapped or shifted bytes are noticed. */
+function message(size: number, seed: number): Uint8Array {
+  const bytes = new Uint8Array(size);
+  let x = (seed * 2_654_435_761 + 1) >>> 0;
+  for (let i = 0; i < size; i += 1) {
+    x = (Math.imul(x, 1_103_515_245) + 12_345) >>> 0;
+    bytes[i] = x >>> 24;
+  }
+  return bytes;
+}
+
+function concat(parts: readonly Uint8Array[]): Uint8Array {
+  const out = new Uint8Array(parts.reduce((n, p) => n + p.byteLength, 0));
+  let at = 0;
+  for (const part of parts) {
+    out.set(part, at);
+    at += part.byteLength;
+  }
+  return out;
+}
+
+/** A length prefix alone, for declared-length tests. */
+const prefix = (length: number): Uint8Array => {
+  const bytes = new Uint8Array(4);
+  new DataView(bytes.buffer).setUint32(0, length, false);
+  return bytes;
+};
+
+/** Cuts `stream` at the given fractions of its length, then splits any piece longer than one record. */
+function recut(stream: Uint8Array, fractions: readonly number[]): Uint8Array[] {
+  const points = [...new Set([0, ...fractions.map((f) => Math.floor(f * stream.byteLength)), stream.byteLength])];
+  points.sort((a, b) => a - b);
+  const pieces: Uint8Array[] = [];
+  for (let i = 0; i + 1 < points.length; i += 1) {
+    for (let at = points[i]!; at < points[i + 1]!; at += MAX_RECORD_PLAINTEXT_BYTES) {
+      pieces.push(stream.subarray(at, Math.min(at + MAX_RECORD_PLAINTEXT_BYTES, points[i + 1]!)));
+    }
+  }
+  return pieces;
+}
+
+describe('frameMessage', () => {
+  it('prefixes the big-endian length and keeps a small message in one record', () => {
+    const records = frameMessage(new TextEncoder().encode('{"id":1}'));
+    expect(records).toHaveLength(1);
+    expect(Buffer.from(records[0]!).toString('hex')).toBe(`00000008${Buffer.from('{"id":1}').toString('hex')}`);
+  });
+
+  it.each([
+    [61_436, [61_440]],
+    [61_437, [61_440, 1]],
+    [61_440, [61_440, 4]],
+    [61_441, [61_440, 5]],
+    [128 * 1024, [61_440, 61_440, 8196]],
+  ])('cuts a %i-byte message into records of %j bytes', (size, sizes) => {
+    const records = frameMessage(message(size, 1));
+    expect(records.map((r) => r.byteLength)).toEqual(sizes);
+    expect(Buffer.compare(concat(records).subarray(4), message(size, 1))).toBe(0);
+  });
+
+  it('rejects an empty or over-64-MiB message', () => {
+    expectFramingError(() => frameMessage(new Uint8Array()), 'empty_message');
+    expectFramingError(() => frameMessage(new Uint8Array(MAX_MESSAGE_BYTES + 1)), 'message_too_large');
+  });
+
+  it('accepts a message of exactly 64 MiB', () => {
+    const records = frameMessage(new Uint8Array(MAX_MESSAGE_BYTES));
+    expect(records).toHaveLength(Math.ceil((MAX_MESSAGE_BYTES + 4) / MAX_RECORD_PLAINTEXT_BYTES));
+    const reassembler = new MessageReassembler();
+    const out = records.flatMap((r) => reassembler.push(r));
+    expect(out).toHaveLength(1);
+    expect(out[0]!.byteLength).toBe(MAX_MESSAGE_BYTES);
+  });
+});
+
+describe('MessageReassembler', () => {
+  it('reassembles a 128 KiB message split into 60 KiB records (codex message_framing_tests)', () => {
+    const original = message(128 * 1024, 7);
+    const reassembler = new MessageReassembler();
+    const records = frameMessage(original);
+    expect(reassembler.push(records[0]!)).toEqual([]);
+    expect(reassembler.push(records[1]!)).toEqual([]);
+    expect(reassembler.bufferedBytes).toBe(2 * MAX_RECORD_PLAINTEXT_BYTES);
+    expect(reassembler.idle).toBe(false);
+    expect(reassembler.push(records[2]!)).toEqual([original]);
+    expect(reassembler.idle).toBe(true);
+  });
+
+  it('lets one record finish a message, carry a whole one and start a third', () => {
+    const a = message(10, 1);
+    const b = message(3, 2);
+    const c = message(20, 3);
+    const stream = concat([...frameMessage(a), ...frameMessage(b), ...frameMessage(c)]);
+    const reassembler = new MessageReassembler();
+    expect(reassembler.push(stream.subarray(0, 6))).toEqual([]);
+    expect(reassembler.push(stream.subarray(6, 30))).toEqual([a, b]);
+    expect(reassembler.push(stream.subarray(30))).toEqual([c]);
+  });
+
+  it('accepts empty records and a length prefix split across records', () => {
+    const a = message(5, 9);
+    const stream = concat(frameMessage(a));
+    const reassembler = new MessageReassembler();
+    expect(reassembler.push(new Uint8Array())).toEqual([]);
+    for (let i = 0; i < stream.byteLength - 1; i += 1) expect(reassembler.push(stream.subarray(i, i + 1))).toEqual([]);
+    expect(reassembler.push(stream.subarray(stream.byteLength - 1))).toEqual([a]);
+  });
+
+  it('copies record bytes, so the caller may reuse its buffer', () => {
+    const a = message(8, 4);
+    const record = concat(frameMessage(a));
+    const reassembler = new MessageReassembler();
+    const first = record.slice(0, 6);
+    expect(reassembler.push(first)).toEqual([]);
+    first.fill(0);
+    expect(reassembler.push(record.subarray(6))).toEqual([a]);
+  });
+
+  it('rejects a declared length of 0 or 64 MiB + 1 immediately, without its payload', () => {
+    expectFramingError(() => new MessageReassembler().push(prefix(0)), 'empty_message');
+    const reassembler = new MessageReassembler();
+    expectFramingError(() => reassembler.push(prefix(MAX_MESSAGE_BYTES + 1)), 'message_too_large');
+    expect(new MessageReassembler().push(prefix(MAX_MESSAGE_BYTES))).toEqual([]);
+  });
+
+  it('rejects a plaintext record over 61 440 bytes and accepts one of exactly 61 440', () => {
+    expectFramingError(() => new MessageReassembler().push(new Uint8Array(61_441)), 'record_too_large');
+    const full = concat([prefix(61_436), message(61_436, 5)]);
+    expect(new MessageReassembler().push(full)).toEqual([message(61_436, 5)]);
+  });
+
+  it('stays failed after an error', () => {
+    const reassembler = new MessageReassembler();
+    expectFramingError(() => reassembler.push(prefix(0)), 'empty_message');
+    expectFramingError(() => reassembler.push(concat(frameMessage(message(3, 1)))), 'failed');
+  });
+
+  it('round-trips messages of arbitrary sizes however the records are re-cut', () => {
+    const size = fc.oneof(
+      { weight: 1, arbitrary: fc.constantFrom(1, 61_435, 61_436, 61_437, 61_439, 61_440, 61_441, 122_876) },
+      { weight: 3, arbitrary: fc.integer({ min: 1, max: 300 }) },
+      { weight: 1, arbitrary: fc.integer({ min: 1, max: 3 * 1024 * 1024 }) },
+    );
+    fc.assert(
+      fc.property(
+        fc.array(size, { minLength: 1, maxLength: 4 }),
+        fc.array(fc.double({ min: 0, max: 1, noNaN: true }), { maxLength: 12 }),
+        fc.boolean(),
+        (sizes, cutFractions, keepSenderRecords) => {
+          const messages = sizes.map((n, i) => message(n, i));
+          const records = messages.flatMap((m) => frameMessage(m));
+          expect(records.every((r) => r.byteLength > 0 && r.byteLength <= MAX_RECORD_PLAINTEXT_BYTES)).toBe(true);
+          // Either the sender's records, or the concatenated stream re-cut at random points (each piece at
+          // most one record long), so records mix the end of one message and the start of the next.
+          const pieces = keepSenderRecords ? records : recut(concat(records), cutFractions);
+          const reassembler = new MessageReassembler();
+          const out = pieces.flatMap((p) => reassembler.push(p));
+          expect(out).toHaveLength(messages.length);
+          out.forEach((m, i) => expect(Buffer.compare(m, messages[i]!)).toBe(0));
+          expect(reassembler.idle).toBe(true);
+        },
+      ),
+      { numRuns: 60 },
+    );
+  });
+
+  it('fuzz: random records throw only MessageFramingError and the buffer stays bounded', () => {
+    const record = fc.oneof(
+      fc.uint8Array({ maxLength: 64 }),
+      // Small declared lengths, so messages actually complete between garbage.
+      fc
+        .tuple(fc.integer({ min: 0, max: 40 }), fc.uint8Array({ maxLength: 60 }))
+        .map(([n, rest]) => concat([prefix(n), rest])),
+      fc.integer({ min: 0, max: MAX_RECORD_PLAINTEXT_BYTES + 2 }).map((n) => new Uint8Array(n).fill(0x01)),
+    );
+    fc.assert(
+      fc.property(fc.array(record, { maxLength: 20 }), (records) => {
+        const reassembler = new MessageReassembler();
+        for (const r of records) {
+          try {
+            for (const m of reassembler.push(r)) expect(m.byteLength).toBeGreaterThan(0);
+          } catch (error) {
+            expect(error).toBeInstanceOf(MessageFramingError);
+            return;
+          }
+          expect(reassembler.bufferedBytes).toBeLessThanOrEqual(4 + MAX_MESSAGE_BYTES);
+        }
+      }),
+      { numRuns: 2_000 },
+    );
+  });
+});
