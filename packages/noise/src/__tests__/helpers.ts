@@ -92,3 +92,34 @@ export function runHybrid(options: HybridRunOptions) {
   const initiatorTransport = initiator.readMessage2(message2);
   return { message1: initiator.message1, message2, pending, initiatorTransport, responderTransport };
 }
+
+/** Randomness that replays recorded draws in order and fails loudly if the consumption pattern changes. */
+export function scriptedRandom(draws: readonly string[]): {
+  randomBytes: (length: number) => Uint8Array;
+  left(): number;
+} {
+  const queue = [...draws];
+  return {
+    randomBytes(length: number) {
+      const next = queue.shift();
+      if (next === undefined) throw new Error('scripted randomness exhausted');
+      const bytes = hex(next);
+      if (bytes.length !== length) throw new Error(`scripted draw has ${bytes.length} bytes, ${length} requested`);
+      return bytes;
+    },
+    left: () => queue.length,
+  };
+}
+
+/** Wraps a random source and records every draw (hex), to write vectors. */
+export function recordingRandom(source: (length: number) => Uint8Array) {
+  const draws: string[] = [];
+  return {
+    draws,
+    randomBytes(length: number) {
+      const bytes = source(length);
+      draws.push(toHex(bytes));
+      return bytes;
+    },
+  };
+}
