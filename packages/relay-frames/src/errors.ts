@@ -38,3 +38,23 @@ export class MessageFramingError extends Error {
     this.code = code;
   }
 }
+
+/** Why record sequencing failed (receive window overflow or u32 exhaustion); the stream must end. */
+export type SequenceErrorCode =
+  | 'window_distance'
+  | 'window_records'
+  | 'window_bytes'
+  | 'seq_exhausted'
+  | 'invalid_seq'
+  | 'failed';
+
+export class SequenceError extends Error {
+  static readonly NAME = 'SequenceError';
+  override readonly name = SequenceError.NAME;
+  readonly code: SequenceErrorCode;
+
+  constructor(code: SequenceErrorCode, message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.code = code;
+  }
+}

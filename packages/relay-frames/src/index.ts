@@ -4,6 +4,8 @@ export {
   type FrameErrorCode,
   MessageFramingError,
   type MessageFramingErrorCode,
+  SequenceError,
+  type SequenceErrorCode,
 } from './errors.js';
 export {
   type AckFrame,
@@ -40,4 +42,5 @@ export {
   RELAY_LIMITS,
   RELAY_PROTOCOL_VERSION,
 } from './limits.js';
+export { OrderedReceiveWindow, type OrderedReceiveWindowOptions, SendSequence } from './ordered-window.js';
 export { frameMessage, MessageReassembler } from './record-framing.js';
