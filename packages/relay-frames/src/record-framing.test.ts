@@ -174,7 +174,7 @@ describe('MessageReassembler', () => {
           const reassembler = new MessageReassembler();
           const out = pieces.flatMap((p) => reassembler.push(p));
           expect(out).toHaveLength(messages.length);
-          out.forEach((m, i) => expect(Buffer.compare(m, messages[i]!)).toBe(0));
+          for (const [i, m] of out.entries()) expect(Buffer.compare(m, messages[i]!)).toBe(0);
           expect(reassembler.idle).toBe(true);
         },
       ),
