@@ -1,4 +1,4 @@
-import { create, type MessageInitShape, toBinary } from '@bufbuild/protobuf';
+import { create, fromBinary, type MessageInitShape, toBinary } from '@bufbuild/protobuf';
 import { describe, expect, it } from 'vitest';
 import { decodeFrame, encodeFrame, peekStreamId } from './codec.js';
 import { FrameError, type FrameErrorCode } from './errors.js';
@@ -144,6 +144,15 @@ describe('decodeFrame validation (spec §3.3)', () => {
   ];
   it.each(rejects)('rejects %s', (_name, bytes, code) => {
     expectFrameError(() => decodeFrame(bytes), code);
+  });
+
+  it('refuses a varint that runs past the end of the body, which fromBinary alone accepts', () => {
+    // Resume body of length 2 = `08 80`: next_seq's varint is cut by the body's end; the `01` after it
+    // belongs to the frame, where it is an illegal tag (field 0).
+    const bytes = unhex('0801 120173 3a02 0880 01');
+    expect(fromBinary(RelayMessageFrameSchema, bytes).body).toMatchObject({ case: 'resume', value: { nextSeq: 128 } });
+    expectFrameError(() => decodeFrame(bytes), 'malformed');
+    expect(peekStreamId(bytes)).toBeNull();
   });
 
   it('accepts the boundary values', () => {

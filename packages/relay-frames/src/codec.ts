@@ -8,6 +8,9 @@ import { MAX_FRAME_BYTES, RELAY_PROTOCOL_VERSION } from './limits.js';
 
 /** Field number of `RelayMessageFrame.stream_id`, the only field the relay reads. */
 const STREAM_ID_FIELD = 2;
+/** Field numbers of the `body` oneof (data … handshake). */
+const FIRST_BODY_FIELD = 5;
+const LAST_BODY_FIELD = 10;
 
 export interface CodecOptions {
   /** Largest encoded frame accepted; defaults to the 256 KiB WebSocket message limit. */
@@ -74,6 +77,32 @@ export function encodeFrame(frame: Frame, options: CodecOptions = {}): Uint8Arra
   return bytes;
 }
 
+/**
+ * Walks the fields of one message with a reader bounded by exactly its bytes, calling `visit` for each
+ * field (which must consume it) or skipping it. Throws the library's error on any malformed tag,
+ * truncated value or unbalanced group.
+ */
+function walkFields(bytes: Uint8Array, visit?: (fieldNo: number, wireType: WireType, reader: BinaryReader) => boolean) {
+  const reader = new BinaryReader(bytes);
+  while (reader.pos < reader.len) {
+    const [fieldNo, wireType] = reader.tag();
+    if (!visit?.(fieldNo, wireType, reader)) reader.skip(wireType, fieldNo);
+  }
+}
+
+/**
+ * Structural check run before `fromBinary`: the frame and its body message must each be well-formed
+ * within their own bounds. `fromBinary` reads a sub-message with a reader over the whole frame, so it
+ * lets a varint run past the end of the body and accepts bytes a strict decoder (codex's prost) refuses.
+ */
+function checkWellFormed(bytes: Uint8Array): void {
+  walkFields(bytes, (fieldNo, wireType, reader) => {
+    if (fieldNo < FIRST_BODY_FIELD || fieldNo > LAST_BODY_FIELD || wireType !== WireType.LengthDelimited) return false;
+    walkFields(reader.bytes());
+    return true;
+  });
+}
+
 function checkSize(bytes: Uint8Array, maxBytes: number): void {
   if (bytes.byteLength > maxBytes) {
     throw new FrameError('too_large', `frame is ${bytes.byteLength} bytes, over the ${maxBytes}-byte limit`);
@@ -89,6 +118,7 @@ export function decodeFrame(bytes: Uint8Array, options: CodecOptions = {}): Fram
   checkSize(bytes, options.maxBytes ?? MAX_FRAME_BYTES);
   let message: RelayMessageFrame;
   try {
+    checkWellFormed(bytes);
     message = fromBinary(RelayMessageFrameSchema, bytes, { readUnknownFields: false });
   } catch (cause) {
     throw new FrameError('malformed', 'frame is not a valid RelayMessageFrame', { cause });
@@ -138,15 +168,11 @@ export function peekStreamId(bytes: Uint8Array, options: CodecOptions = {}): str
   if (bytes.byteLength > (options.maxBytes ?? MAX_FRAME_BYTES)) return null;
   let streamId: string | null = null;
   try {
-    const reader = new BinaryReader(bytes);
-    while (reader.pos < reader.len) {
-      const [fieldNo, wireType] = reader.tag();
-      if (fieldNo === STREAM_ID_FIELD && wireType === WireType.LengthDelimited) {
-        streamId = reader.string(true); // strict: invalid UTF-8 throws, as in decodeFrame
-      } else {
-        reader.skip(wireType, fieldNo);
-      }
-    }
+    walkFields(bytes, (fieldNo, wireType, reader) => {
+      if (fieldNo !== STREAM_ID_FIELD || wireType !== WireType.LengthDelimited) return false;
+      streamId = reader.string(true); // strict: invalid UTF-8 throws, as in decodeFrame
+      return true;
+    });
   } catch {
     return null;
   }

@@ -1,0 +1,112 @@
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { decodeFrame, encodeFrame, peekStreamId } from './codec.js';
+import { FrameError } from './errors.js';
+import { type Frame, type FrameHeader, isValidStreamId } from './frame.js';
+import { MAX_FRAME_BYTES, MAX_RESET_REASON_BYTES, MAX_SEQ } from './limits.js';
+
+const u32 = fc.integer({ min: 0, max: MAX_SEQ });
+const text = fc.string({ unit: 'binary', maxLength: 40 });
+const streamId = fc.oneof(fc.uuid(), text.filter(isValidStreamId));
+const nonEmptyBytes = fc.uint8Array({ minLength: 1, maxLength: 2048 });
+const resetReason = fc
+  .string({ unit: 'binary', minLength: 1, maxLength: 80 })
+  .filter((s) => Buffer.byteLength(s, 'utf8') <= MAX_RESET_REASON_BYTES);
+
+const header: fc.Arbitrary<FrameHeader> = fc
+  .record({
+    streamId,
+    ack: u32,
+    ackBits: u32,
+    traceparent: fc.option(text, { nil: undefined }),
+    tracestate: fc.option(text, { nil: undefined }),
+  })
+  .map(({ traceparent, tracestate, ...rest }) => ({
+    ...rest,
+    ...(traceparent !== undefined && { traceparent }),
+    ...(tracestate !== undefined && { tracestate }),
+  }));
+
+const frame: fc.Arbitrary<Frame> = fc.oneof(
+  fc.tuple(header, u32, nonEmptyBytes).map(([h, seq, payload]): Frame => ({ kind: 'data', ...h, seq, payload })),
+  header.map((h): Frame => ({ kind: 'ack', ...h })),
+  fc.tuple(header, u32).map(([h, nextSeq]): Frame => ({ kind: 'resume', ...h, nextSeq })),
+  fc.tuple(header, resetReason).map(([h, reason]): Frame => ({ kind: 'reset', ...h, reason })),
+  header.map((h): Frame => ({ kind: 'heartbeat', ...h })),
+  fc.tuple(header, nonEmptyBytes).map(([h, payload]): Frame => ({ kind: 'handshake', ...h, payload })),
+);
+
+/** Decoding either succeeds or throws a FrameError; peekStreamId never throws and agrees with decode. */
+function checkDecoders(bytes: Uint8Array): void {
+  let decoded: Frame | undefined;
+  try {
+    decoded = decodeFrame(bytes);
+  } catch (error) {
+    expect(error).toBeInstanceOf(FrameError);
+    expect((error as FrameError).name).toBe('FrameError');
+  }
+  const peeked = peekStreamId(bytes);
+  if (decoded) {
+    expect(peeked).toBe(decoded.streamId);
+    // What decodes re-encodes and decodes to the same frame.
+    expect(decodeFrame(encodeFrame(decoded))).toEqual(decoded);
+  }
+}
+
+describe('codec properties', () => {
+  it('arbitrary frames round-trip, and the relay peeks the same stream id', () => {
+    fc.assert(
+      fc.property(frame, (f) => {
+        const bytes = encodeFrame(f);
+        expect(bytes.byteLength).toBeLessThanOrEqual(MAX_FRAME_BYTES);
+        expect(decodeFrame(bytes)).toEqual(f);
+        expect(peekStreamId(bytes)).toBe(f.streamId);
+        expect(encodeFrame(decodeFrame(bytes))).toEqual(bytes);
+      }),
+      { numRuns: 2_000 },
+    );
+  });
+
+  it('fuzz: random bytes never make the decoders throw anything but FrameError', () => {
+    fc.assert(fc.property(fc.uint8Array({ maxLength: 300 }), checkDecoders), { numRuns: 20_000 });
+  });
+
+  it('fuzz: mutated valid frames (flips, cuts, inserts) are decoded or refused with FrameError', () => {
+    const edit = fc.oneof(
+      fc.record({ op: fc.constant('flip' as const), at: fc.nat(), value: fc.integer({ min: 1, max: 255 }) }),
+      fc.record({ op: fc.constant('cut' as const), at: fc.nat(), value: fc.constant(0) }),
+      fc.record({ op: fc.constant('insert' as const), at: fc.nat(), value: fc.integer({ min: 0, max: 255 }) }),
+    );
+    fc.assert(
+      fc.property(frame, fc.array(edit, { minLength: 1, maxLength: 4 }), (f, edits) => {
+        let bytes = Array.from(encodeFrame(f));
+        for (const { op, at, value } of edits) {
+          const i = at % (bytes.length + 1);
+          if (op === 'flip' && i < bytes.length) bytes[i] = bytes[i]! ^ value;
+          if (op === 'cut') bytes = bytes.slice(0, i);
+          if (op === 'insert') bytes.splice(i, 0, value);
+        }
+        checkDecoders(new Uint8Array(bytes));
+      }),
+      { numRuns: 10_000 },
+    );
+  });
+
+  it('fuzz: any input over maxBytes is refused as too_large before parsing', () => {
+    fc.assert(
+      fc.property(fc.uint8Array({ minLength: 1, maxLength: 200 }), (bytes) => {
+        const maxBytes = bytes.byteLength - 1;
+        expect(() => decodeFrame(bytes, { maxBytes })).toThrow(expect.objectContaining({ code: 'too_large' }));
+        expect(peekStreamId(bytes, { maxBytes })).toBeNull();
+      }),
+      { numRuns: 2_000 },
+    );
+  });
+
+  it('deeply nested unknown groups are refused, not a stack overflow', () => {
+    // Field 13 start-group tags (0x6b) nested 100 000 deep.
+    const bytes = new Uint8Array([0x08, 0x01, 0x12, 0x01, 0x73, ...new Uint8Array(100_000).fill(0x6b)]);
+    expect(() => decodeFrame(bytes)).toThrow(expect.objectContaining({ name: 'FrameError', code: 'malformed' }));
+    expect(peekStreamId(bytes)).toBeNull();
+  });
+});
