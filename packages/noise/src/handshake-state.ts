@@ -16,8 +16,11 @@ import { SymmetricState } from './symmetric-state.js';
 
 export type Role = 'initiator' | 'responder';
 
-/** Which message comes next; `split` once both messages are done, `failed` after any error. */
-export type HandshakeStep = 'message1' | 'message2' | 'split' | 'failed';
+/**
+ * Which message comes next; `split` once both messages are done, `done` after Split() (which may run only
+ * once: two CipherStates with the same key and n = 0 would reuse nonces), `failed` after any error.
+ */
+export type HandshakeStep = 'message1' | 'message2' | 'split' | 'done' | 'failed';
 
 export interface HandshakeStateOptions {
   readonly provider: CryptoProvider;
@@ -87,7 +90,8 @@ export abstract class HandshakeState {
 
   /** Split() once the last message is done: [c1 (initiator → responder), c2 (responder → initiator)]. */
   split(): [CipherState, CipherState] {
-    if (this.#step !== 'split') throw new NoiseError('invalid_state', 'handshake is not complete');
+    if (this.#step !== 'split') throw new NoiseError('invalid_state', `cannot split now (${this.#step})`);
+    this.#step = 'done';
     return this.symmetric.split();
   }
 
