@@ -1,0 +1,144 @@
+import { decodeFrame, encodeFrame, type Frame, FrameError } from '@tether/relay-frames';
+import type { WebSocket } from 'ws';
+
+export interface FrameLinkHandlers {
+  onFrame(frame: Frame): void;
+  /** Called once when the link is gone. */
+  onClose(reason: string): void;
+  /** The outbound buffer fell back below the low-water mark. */
+  onDrain(): void;
+}
+
+/**
+ * Relay frames for one stream, in both directions. The harness's link is its own WebSocket; the
+ * executor's is one virtual stream of its multiplexed relay socket. Frames of other streams never reach
+ * a link's handlers.
+ */
+export interface FrameLink {
+  start(handlers: FrameLinkHandlers): void;
+  /** Queues a frame; false when the outbound buffer is above the high-water mark. */
+  send(frame: Frame): boolean;
+  readonly bufferedAmount: number;
+  pause(): void;
+  resume(): void;
+  close(reason: string): void;
+}
+
+const HIGH_WATER_MARK = 4 * 1024 * 1024;
+const LOW_WATER_MARK = 1024 * 1024;
+const BINARY = { binary: true } as const;
+
+/**
+ * A harness's relay socket carrying one stream: binary messages only, one protobuf frame each
+ * (rendezvous.md §3.1). A text message or an undecodable frame is a protocol error that ends the link;
+ * frames for another stream id are ignored.
+ */
+export class WebSocketFrameLink implements FrameLink {
+  private handlers: FrameLinkHandlers | null = null;
+  private needsDrain = false;
+  private closed = false;
+
+  constructor(
+    private readonly ws: WebSocket,
+    private readonly streamId: string,
+  ) {}
+
+  get bufferedAmount(): number {
+    return this.ws.bufferedAmount;
+  }
+
+  start(handlers: FrameLinkHandlers): void {
+    this.handlers = handlers;
+    this.ws.on('message', (data: Buffer, isBinary: boolean) => {
+      if (this.closed) return;
+      if (!isBinary) return this.fail('relay sent a text message');
+      let frame: Frame;
+      try {
+        frame = decodeFrame(data);
+      } catch (err) {
+        if (err instanceof FrameError) return this.fail(`relay sent an invalid frame: ${err.message}`);
+        throw err;
+      }
+      if (frame.streamId === this.streamId) handlers.onFrame(frame);
+    });
+    this.ws.once('close', (code: number) => this.finish(`relay socket closed (${code})`));
+    this.ws.on('error', (err: Error) => this.finish(`relay socket error: ${err.message}`));
+  }
+
+  send(frame: Frame): boolean {
+    if (this.closed) return false;
+    this.ws.send(encodeFrame(frame), BINARY, this.afterWrite);
+    if (this.ws.bufferedAmount > HIGH_WATER_MARK) this.needsDrain = true;
+    return !this.needsDrain;
+  }
+
+  pause(): void {
+    this.ws.pause();
+  }
+
+  resume(): void {
+    if (!this.closed) this.ws.resume();
+  }
+
+  close(reason: string): void {
+    if (this.ws.readyState === this.ws.OPEN || this.ws.readyState === this.ws.CONNECTING) this.ws.close(1000);
+    this.finish(reason);
+  }
+
+  private readonly afterWrite = (err?: Error): void => {
+    if (!err && this.needsDrain && this.ws.bufferedAmount <= LOW_WATER_MARK) {
+      this.needsDrain = false;
+      this.handlers?.onDrain();
+    }
+  };
+
+  private fail(reason: string): void {
+    this.ws.close(1002, 'protocol error');
+    this.finish(reason);
+  }
+
+  private finish(reason: string): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.handlers?.onClose(reason);
+  }
+}
+
+/** Two links joined in memory (what one sends the other receives, asynchronously); for tests. */
+export function createMemoryLinkPair(): [FrameLink, FrameLink] {
+  const a = new MemoryFrameLink();
+  const b = new MemoryFrameLink();
+  a.peer = b;
+  b.peer = a;
+  return [a, b];
+}
+
+class MemoryFrameLink implements FrameLink {
+  peer: MemoryFrameLink | null = null;
+  readonly bufferedAmount = 0;
+  private handlers: FrameLinkHandlers | null = null;
+  private closed = false;
+  /** Frames pass through the codec, as they would on a socket. */
+  deliver(bytes: Uint8Array): void {
+    setImmediate(() => {
+      if (!this.closed) this.handlers?.onFrame(decodeFrame(bytes));
+    });
+  }
+  start(handlers: FrameLinkHandlers): void {
+    this.handlers = handlers;
+  }
+  send(frame: Frame): boolean {
+    if (this.closed) return false;
+    this.peer?.deliver(encodeFrame(frame));
+    return true;
+  }
+  pause(): void {}
+  resume(): void {}
+  close(reason: string): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.handlers?.onClose(reason);
+    const peer = this.peer;
+    setImmediate(() => peer?.close('peer closed'));
+  }
+}

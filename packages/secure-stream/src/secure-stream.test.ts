@@ -1,0 +1,196 @@
+import { randomUUID } from 'node:crypto';
+import { RpcClient, RpcConnection } from '@tether/jsonrpc';
+import { generateIdentity, type NoiseIdentity } from '@tether/noise';
+import { dataFrame, type Frame, handshakeFrame } from '@tether/relay-frames';
+import { describe, expect, it } from 'vitest';
+import { createMemoryLinkPair, type FrameLink } from './link.js';
+import { PROTOCOL_ERROR_RESET, SecureStream, SecureStreamError } from './secure-stream.js';
+
+const ids = { environmentId: 'env-1', registrationId: 'reg-1' };
+
+/** Wraps a link to watch (and optionally rewrite) the frames one side sends. */
+function tap(link: FrameLink, rewrite?: (frame: Frame) => Frame | null): { link: FrameLink; sent: Frame[] } {
+  const sent: Frame[] = [];
+  return {
+    sent,
+    link: {
+      start: (handlers) => link.start(handlers),
+      send: (frame) => {
+        sent.push(frame);
+        const out = rewrite ? rewrite(frame) : frame;
+        return out ? link.send(out) : true;
+      },
+      get bufferedAmount() {
+        return link.bufferedAmount;
+      },
+      pause: () => link.pause(),
+      resume: () => link.resume(),
+      close: (reason) => link.close(reason),
+    },
+  };
+}
+
+interface PairOptions {
+  authorize?: (authorization: string) => Promise<boolean>;
+  harnessRewrite?: (frame: Frame) => Frame | null;
+  executorKeyForHarness?: NoiseIdentity;
+}
+
+async function pair(options: PairOptions = {}) {
+  const [harnessSide, executorSide] = createMemoryLinkPair();
+  const harness = generateIdentity();
+  const executor = generateIdentity();
+  const streamId = randomUUID();
+  const harnessTap = tap(harnessSide, options.harnessRewrite);
+  const seen: Array<{ authorization: string; harnessKey: Uint8Array }> = [];
+  // The executor's demultiplexer hands the first Handshake frame's payload to accept().
+  const accepted = new Promise<Awaited<ReturnType<typeof SecureStream.accept>>>((resolve, reject) => {
+    executorSide.start({
+      onFrame: (frame) => {
+        if (frame.kind !== 'handshake') return;
+        SecureStream.accept({
+          link: executorSide,
+          streamId,
+          ...ids,
+          staticKeys: executor,
+          message1: frame.payload,
+          authorize: async ({ remoteStatic, authorization }) => {
+            seen.push({ authorization, harnessKey: remoteStatic.x25519 });
+            return options.authorize ? options.authorize(authorization) : true;
+          },
+        }).then(resolve, reject);
+      },
+      onClose: () => {},
+      onDrain: () => {},
+    });
+  });
+  const initiated = SecureStream.initiate({
+    link: harnessTap.link,
+    streamId,
+    ...ids,
+    staticKeys: harness,
+    remoteStatic: (options.executorKeyForHarness ?? executor).publicKey,
+    authorization: 'token-123',
+    timeoutMs: 5000,
+  });
+  return { initiated, accepted, seen, harness, harnessSent: harnessTap.sent };
+}
+
+describe('SecureStream', () => {
+  it('handshakes, authenticates the harness key to the executor, and carries JSON-RPC both ways', async () => {
+    const { initiated, accepted, seen, harness, harnessSent } = await pair();
+    const [harnessStream, { stream: executorStream, authorization }] = await Promise.all([initiated, accepted]);
+    expect(authorization).toBe('token-123');
+    expect(seen[0]?.harnessKey).toEqual(harness.publicKey.x25519);
+    expect(harnessSent.slice(0, 2).map((f) => f.kind)).toEqual(['resume', 'handshake']);
+
+    // A server on the executor side echoing a 300 KiB payload (several 60 KiB records each way).
+    const server = new RpcConnection(executorStream);
+    server.start({
+      onMessage: (m) => {
+        if (m.kind === 'request') server.sendResponse(m.id, { echo: m.params });
+      },
+    });
+    const client = new RpcClient(new RpcConnection(harnessStream), { callTimeoutMs: 5000 });
+    const big = 'x'.repeat(300 * 1024);
+    await expect(client.call('echo', { big })).resolves.toEqual({ echo: { big } });
+    await expect(client.call('echo', { n: 2 })).resolves.toEqual({ echo: { n: 2 } });
+    const dataFrames = harnessSent.filter((f) => f.kind === 'data');
+    expect(dataFrames.length).toBeGreaterThanOrEqual(6);
+    expect(dataFrames.map((f) => (f.kind === 'data' ? f.seq : -1))).toEqual(dataFrames.map((_, i) => i));
+    // No plaintext on the wire.
+    for (const frame of dataFrames) {
+      if (frame.kind === 'data') expect(Buffer.from(frame.payload).toString('latin1')).not.toContain('"method"');
+    }
+    client.close();
+  });
+
+  it('resets the stream when the executor refuses the authorization', async () => {
+    const { initiated, accepted } = await pair({ authorize: async () => false });
+    await expect(accepted).rejects.toMatchObject({ name: SecureStreamError.NAME, code: 'unauthorized' });
+    await expect(initiated).rejects.toMatchObject({ code: 'reset' });
+  });
+
+  it('fails when the harness pinned the wrong executor key', async () => {
+    const { initiated, accepted } = await pair({ executorKeyForHarness: generateIdentity() });
+    await expect(accepted).rejects.toMatchObject({ code: 'handshake_failed' });
+    await expect(initiated).rejects.toBeInstanceOf(SecureStreamError);
+  });
+
+  it('kills the stream on a tampered record: no plaintext fallback', async () => {
+    let tamper = false;
+    const { initiated, accepted } = await pair({
+      harnessRewrite: (frame) => {
+        if (!tamper || frame.kind !== 'data') return frame;
+        const payload = Uint8Array.from(frame.payload);
+        payload[payload.length - 1]! ^= 1;
+        return dataFrame(frame.streamId, frame.seq, payload);
+      },
+    });
+    const [harnessStream, { stream: executorStream }] = await Promise.all([initiated, accepted]);
+    const received: string[] = [];
+    const closed = new Promise<string>((resolve) =>
+      executorStream.start({ onMessage: (m) => received.push(m.toString()), onClose: resolve, onDrain: () => {} }),
+    );
+    harnessStream.start({ onMessage: () => {}, onClose: () => {}, onDrain: () => {} });
+    tamper = true;
+    harnessStream.send('{"method":"x"}');
+    await expect(closed).resolves.toMatch(/inbound record rejected/);
+    expect(received).toEqual([]);
+  });
+
+  it('treats Data before the handshake as fatal on the harness side', async () => {
+    const [harnessSide, executorSide] = createMemoryLinkPair();
+    const executorFrames: Frame[] = [];
+    executorSide.start({
+      onFrame: (frame) => {
+        executorFrames.push(frame);
+        if (frame.kind === 'handshake') executorSide.send(dataFrame(frame.streamId, 0, new Uint8Array([1, 2, 3])));
+      },
+      onClose: () => {},
+      onDrain: () => {},
+    });
+    const streamId = randomUUID();
+    const stream = SecureStream.initiate({
+      link: harnessSide,
+      streamId,
+      ...ids,
+      staticKeys: generateIdentity(),
+      remoteStatic: generateIdentity().publicKey,
+      authorization: 't',
+    });
+    await expect(stream).rejects.toMatchObject({ code: 'protocol' });
+    await expect
+      .poll(() => executorFrames.find((f) => f.kind === 'reset'))
+      .toMatchObject({ kind: 'reset', reason: PROTOCOL_ERROR_RESET });
+  });
+
+  it('gives up a handshake nobody answers', async () => {
+    const [harnessSide, executorSide] = createMemoryLinkPair();
+    executorSide.start({ onFrame: () => {}, onClose: () => {}, onDrain: () => {} });
+    const stream = SecureStream.initiate({
+      link: harnessSide,
+      streamId: randomUUID(),
+      ...ids,
+      staticKeys: generateIdentity(),
+      remoteStatic: generateIdentity().publicKey,
+      authorization: 't',
+      timeoutMs: 50,
+    });
+    await expect(stream).rejects.toMatchObject({ code: 'timeout' });
+  });
+
+  it('rejects a second Handshake frame after the stream is open', async () => {
+    const { initiated, accepted } = await pair();
+    const [harnessStream, { stream: executorStream }] = await Promise.all([initiated, accepted]);
+    const closed = new Promise<string>((resolve) =>
+      harnessStream.start({ onMessage: () => {}, onClose: resolve, onDrain: () => {} }),
+    );
+    executorStream.start({ onMessage: () => {}, onClose: () => {}, onDrain: () => {} });
+    // Reach under the stream to send a stray handshake on its link, as a confused peer would.
+    (executorStream as unknown as { link: FrameLink }).link.send(
+      handshakeFrame(harnessStream.streamId, new Uint8Array([9])),
+    );
+    await expect(closed).resolves.toMatch(/unexpected handshake frame/);
+  });
+});

@@ -1,0 +1,341 @@
+import type { MessageTransport, TransportHandlers } from '@tether/jsonrpc';
+import {
+  buildRelayPrologue,
+  type CryptoProvider,
+  createInitiator,
+  createResponder,
+  type Kem,
+  MAX_HANDSHAKE_PAYLOAD,
+  type NoisePublicKey,
+  type StaticKeys,
+  type Transport,
+} from '@tether/noise';
+import {
+  dataFrame,
+  type Frame,
+  frameMessage,
+  handshakeFrame,
+  MessageReassembler,
+  OrderedReceiveWindow,
+  resetFrame,
+  resumeFrame,
+  SendSequence,
+} from '@tether/relay-frames';
+import type { FrameLink } from './link.js';
+
+/** Reset reason sent on any failure; opaque to the peer (Codex's newest text). */
+export const PROTOCOL_ERROR_RESET = 'noise_relay_protocol_error';
+/** Reset reason sent when this side closes the stream normally. */
+export const CLOSED_RESET = 'stream_closed';
+/** How long a handshake may take before the stream is given up. */
+export const DEFAULT_HANDSHAKE_TIMEOUT_MS = 10_000;
+
+export class SecureStreamError extends Error {
+  static readonly NAME = 'SecureStreamError';
+  override readonly name = SecureStreamError.NAME;
+  constructor(
+    readonly code: 'reset' | 'handshake_failed' | 'unauthorized' | 'timeout' | 'protocol' | 'closed',
+    message: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
+}
+
+type State = 'handshaking' | 'open' | 'closed';
+
+/**
+ * One end-to-end encrypted JSON-RPC stream over relay frames (rendezvous.md §3.4–§3.5, §4.8). After the
+ * handshake it is an ordinary MessageTransport, so the JSON-RPC layer never knows it has a relay: each
+ * message is length-prefixed, cut into ≤ 60 KiB records, each record encrypted (nonce = seq) into one
+ * Data frame; inbound Data frames go through the ordered window, are decrypted in order and reassembled.
+ * Any decrypt, framing or order failure resets the stream: there is no plaintext fallback.
+ */
+export class SecureStream implements MessageTransport {
+  readonly kind = 'relay' as const;
+  readonly label: string;
+  private state: State = 'handshaking';
+  private handlers: TransportHandlers | null = null;
+  private transport: Transport | null = null;
+  private readonly window = new OrderedReceiveWindow();
+  private readonly reassembler = new MessageReassembler();
+  private readonly sequence = new SendSequence();
+  /** Messages that arrived between the handshake and `start()`. */
+  private early: Buffer[] | null = [];
+  private handshakeListener: ((frame: Frame) => void) | null = null;
+  private failHandshake: ((error: SecureStreamError) => void) | null = null;
+  private closeReason = '';
+
+  private constructor(
+    private readonly link: FrameLink,
+    readonly streamId: string,
+  ) {
+    this.label = `secure stream ${streamId}`;
+    link.start({
+      onFrame: (frame) => this.onFrame(frame),
+      onClose: (reason) => this.finish(`relay link closed: ${reason}`, false),
+      onDrain: () => this.handlers?.onDrain(),
+    });
+  }
+
+  get bufferedAmount(): number {
+    return this.link.bufferedAmount;
+  }
+
+  get status(): State {
+    return this.state;
+  }
+
+  /** Why the stream ended ('' while open). */
+  get closedReason(): string {
+    return this.closeReason;
+  }
+
+  start(handlers: TransportHandlers): void {
+    this.handlers = handlers;
+    const early = this.early ?? [];
+    this.early = null;
+    for (const message of early) handlers.onMessage(message);
+    if (this.state === 'closed') handlers.onClose(this.closeReason);
+  }
+
+  send(message: string | Buffer): boolean {
+    if (this.state !== 'open' || !this.transport) return false;
+    const bytes = typeof message === 'string' ? Buffer.from(message) : message;
+    let writable = true;
+    try {
+      for (const record of frameMessage(bytes)) {
+        const seq = this.sequence.take();
+        writable = this.link.send(dataFrame(this.streamId, seq, this.transport.encrypt(record)));
+      }
+    } catch (err) {
+      this.fail(`cannot send: ${(err as Error).message}`);
+      return false;
+    }
+    return writable;
+  }
+
+  pause(): void {
+    this.link.pause();
+  }
+
+  resume(): void {
+    this.link.resume();
+  }
+
+  /** Ends the stream: tells the peer with a Reset, then closes the link. Idempotent. */
+  close(): void {
+    if (this.state === 'closed') return;
+    this.link.send(resetFrame(this.streamId, CLOSED_RESET));
+    this.finish('closed', true);
+  }
+
+  // Handshake drivers ---------------------------------------------------------------------------
+
+  /**
+   * Harness side (initiator): claims the stream with `Resume`, sends message 1 carrying the
+   * authorization, and resolves once message 2 authenticates the pinned executor key.
+   */
+  static async initiate(options: InitiateOptions): Promise<SecureStream> {
+    const stream = new SecureStream(options.link, options.streamId);
+    const initiator = createInitiator({
+      remoteStatic: options.remoteStatic,
+      staticKeys: options.staticKeys,
+      prologue: buildRelayPrologue({
+        environmentId: options.environmentId,
+        registrationId: options.registrationId,
+        streamId: options.streamId,
+      }),
+      payload: new TextEncoder().encode(options.authorization),
+      ...(options.provider ? { provider: options.provider } : {}),
+      ...(options.kem ? { kem: options.kem } : {}),
+    });
+    const message2 = stream.awaitHandshake(options.timeoutMs ?? DEFAULT_HANDSHAKE_TIMEOUT_MS, options.signal);
+    options.link.send(resumeFrame(options.streamId, 0));
+    options.link.send(handshakeFrame(options.streamId, initiator.message1));
+    const payload = await message2;
+    try {
+      stream.open(initiator.readMessage2(payload));
+    } catch (err) {
+      stream.fail('message 2 did not authenticate the executor');
+      throw new SecureStreamError('handshake_failed', 'the executor failed the Noise handshake', { cause: err });
+    }
+    return stream;
+  }
+
+  /**
+   * Executor side (responder): reads message 1 (already received by the caller's demultiplexer), asks
+   * `authorize` about the recovered harness key and payload, and only then answers with message 2.
+   * A refusal or any failure resets the stream without details.
+   */
+  static async accept(options: AcceptOptions): Promise<AcceptedStream> {
+    const stream = new SecureStream(options.link, options.streamId);
+    const responder = createResponder({
+      staticKeys: options.staticKeys,
+      prologue: buildRelayPrologue({
+        environmentId: options.environmentId,
+        registrationId: options.registrationId,
+        streamId: options.streamId,
+      }),
+      ...(options.provider ? { provider: options.provider } : {}),
+      ...(options.kem ? { kem: options.kem } : {}),
+    });
+    let pending: ReturnType<typeof responder.readMessage1>;
+    let authorization: string;
+    try {
+      pending = responder.readMessage1(options.message1);
+      if (pending.payload.length > MAX_HANDSHAKE_PAYLOAD) throw new Error('authorization too long');
+      authorization = new TextDecoder('utf-8', { fatal: true }).decode(pending.payload);
+    } catch (err) {
+      stream.fail('invalid handshake message 1');
+      throw new SecureStreamError('handshake_failed', 'invalid Noise message 1', { cause: err });
+    }
+    let allowed = false;
+    try {
+      allowed = await options.authorize({ remoteStatic: pending.remoteStatic, authorization });
+    } catch (err) {
+      stream.fail('authorization check failed');
+      throw new SecureStreamError('unauthorized', 'the harness authorization could not be checked', { cause: err });
+    }
+    if (!allowed || stream.state === 'closed') {
+      stream.fail('harness not authorized');
+      throw new SecureStreamError('unauthorized', 'the harness is not authorized for this environment');
+    }
+    const { message2, transport } = pending.writeMessage2();
+    options.link.send(handshakeFrame(options.streamId, message2));
+    stream.open(transport);
+    return { stream, remoteStatic: pending.remoteStatic, authorization };
+  }
+
+  // Internals -----------------------------------------------------------------------------------
+
+  private awaitHandshake(timeoutMs: number, signal?: AbortSignal): Promise<Uint8Array> {
+    return new Promise<Uint8Array>((resolve, reject) => {
+      const cleanup = () => {
+        clearTimeout(timer);
+        signal?.removeEventListener('abort', onAbort);
+        this.handshakeListener = null;
+        this.failHandshake = null;
+      };
+      const timer = setTimeout(() => {
+        cleanup();
+        this.fail('handshake timed out');
+        reject(new SecureStreamError('timeout', `no handshake answer within ${timeoutMs} ms`));
+      }, timeoutMs);
+      const onAbort = () => {
+        cleanup();
+        this.fail('handshake aborted');
+        reject(signal?.reason ?? new SecureStreamError('closed', 'handshake aborted'));
+      };
+      signal?.addEventListener('abort', onAbort, { once: true });
+      this.failHandshake = (error) => {
+        cleanup();
+        reject(error);
+      };
+      this.handshakeListener = (frame) => {
+        cleanup();
+        resolve((frame as Extract<Frame, { kind: 'handshake' }>).payload);
+      };
+    });
+  }
+
+  private open(transport: Transport): void {
+    this.transport = transport;
+    this.state = 'open';
+  }
+
+  private onFrame(frame: Frame): void {
+    if (this.state === 'closed') return;
+    switch (frame.kind) {
+      case 'ack':
+      case 'resume':
+      case 'heartbeat':
+        return; // accepted and ignored by both endpoints (§3.3)
+      case 'reset':
+        this.failHandshake?.(new SecureStreamError('reset', 'the peer reset the stream'));
+        this.finish('the peer reset the stream', false);
+        return;
+      case 'handshake':
+        if (this.state === 'handshaking' && this.handshakeListener) {
+          this.handshakeListener(frame);
+          return;
+        }
+        this.fail('unexpected handshake frame');
+        return;
+      case 'data':
+        if (this.state !== 'open' || !this.transport) {
+          this.fail('data before the handshake completed');
+          return;
+        }
+        this.onData(frame.seq, frame.payload);
+        return;
+    }
+  }
+
+  private onData(seq: number, ciphertext: Uint8Array): void {
+    try {
+      for (const record of this.window.push(seq, ciphertext)) {
+        const plaintext = this.transport!.decrypt(record);
+        for (const message of this.reassembler.push(plaintext)) {
+          const bytes = Buffer.from(message.buffer, message.byteOffset, message.byteLength);
+          if (this.early) this.early.push(bytes);
+          else this.handlers?.onMessage(bytes);
+          if (this.state !== 'open') return;
+        }
+      }
+    } catch (err) {
+      this.fail(`inbound record rejected: ${(err as Error).message}`);
+    }
+  }
+
+  /** Resets the stream with the generic reason (never details) and closes it. */
+  private fail(reason: string): void {
+    if (this.state === 'closed') return;
+    this.link.send(resetFrame(this.streamId, PROTOCOL_ERROR_RESET));
+    this.failHandshake?.(new SecureStreamError('protocol', reason));
+    this.finish(reason, true);
+  }
+
+  private finish(reason: string, closeLink: boolean): void {
+    if (this.state === 'closed') return;
+    this.state = 'closed';
+    this.closeReason = reason;
+    this.transport = null;
+    this.failHandshake?.(new SecureStreamError('closed', reason));
+    if (closeLink) this.link.close(reason);
+    if (!this.early) this.handlers?.onClose(reason);
+  }
+}
+
+interface CommonOptions {
+  link: FrameLink;
+  streamId: string;
+  environmentId: string;
+  registrationId: string;
+  /** This side's static keys (a NoiseIdentity). */
+  staticKeys: StaticKeys;
+  provider?: CryptoProvider;
+  kem?: Kem;
+}
+
+export interface InitiateOptions extends CommonOptions {
+  /** The executor key pinned from the rendezvous bundle. */
+  remoteStatic: NoisePublicKey;
+  /** `harness_key_authorization` from the bundle; the payload of message 1. */
+  authorization: string;
+  timeoutMs?: number;
+  signal?: AbortSignal;
+}
+
+export interface AcceptOptions extends CommonOptions {
+  /** The payload of the harness's first Handshake frame. */
+  message1: Uint8Array;
+  /** The registry's `/validate` in production: may this harness key in with this authorization? */
+  authorize(request: { remoteStatic: NoisePublicKey; authorization: string }): Promise<boolean>;
+}
+
+export interface AcceptedStream {
+  stream: SecureStream;
+  remoteStatic: NoisePublicKey;
+  authorization: string;
+}
