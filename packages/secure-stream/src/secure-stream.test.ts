@@ -139,6 +139,46 @@ describe('SecureStream', () => {
     expect(received).toEqual([]);
   });
 
+  it('drops duplicated records and reorders swapped ones within the window', async () => {
+    let held: Frame | null = null;
+    let mode: 'pass' | 'duplicate' | 'swap' = 'pass';
+    const { initiated, accepted } = await pair();
+    const [harnessStream, { stream: executorStream }] = await Promise.all([initiated, accepted]);
+    const received: string[] = [];
+    executorStream.start({ onMessage: (m) => received.push(m.toString()), onClose: () => {}, onDrain: () => {} });
+    harnessStream.start({ onMessage: () => {}, onClose: () => {}, onDrain: () => {} });
+    const link = (harnessStream as unknown as { link: FrameLink }).link;
+    const realSend = link.send.bind(link);
+    link.send = (frame: Frame) => {
+      if (frame.kind !== 'data') return realSend(frame);
+      if (mode === 'duplicate') {
+        realSend(frame);
+        return realSend(frame);
+      }
+      if (mode === 'swap') {
+        if (!held) {
+          held = frame;
+          return true;
+        }
+        realSend(frame);
+        const first = held;
+        held = null;
+        return realSend(first);
+      }
+      return realSend(frame);
+    };
+    mode = 'duplicate';
+    harnessStream.send('{"n":1}');
+    mode = 'swap';
+    harnessStream.send('{"n":2}');
+    harnessStream.send('{"n":3}');
+    mode = 'pass';
+    harnessStream.send('{"n":4}');
+    await expect.poll(() => received.length).toBe(4);
+    expect(received).toEqual(['{"n":1}', '{"n":2}', '{"n":3}', '{"n":4}']);
+    expect(executorStream.status).toBe('open');
+  });
+
   it('treats Data before the handshake as fatal on the harness side', async () => {
     const [harnessSide, executorSide] = createMemoryLinkPair();
     const executorFrames: Frame[] = [];
