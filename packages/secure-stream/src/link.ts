@@ -118,10 +118,20 @@ class MemoryFrameLink implements FrameLink {
   readonly bufferedAmount = 0;
   private handlers: FrameLinkHandlers | null = null;
   private closed = false;
-  /** Frames pass through the codec, as they would on a socket. */
+  private readonly inbox: Uint8Array[] = [];
+  private scheduled = false;
+
+  /** Frames pass through the codec, as on a socket, and arrive in batches on a later turn. */
   deliver(bytes: Uint8Array): void {
+    this.inbox.push(bytes);
+    if (this.scheduled) return;
+    this.scheduled = true;
     setImmediate(() => {
-      if (!this.closed) this.handlers?.onFrame(decodeFrame(bytes));
+      this.scheduled = false;
+      for (const frame of this.inbox.splice(0)) {
+        if (this.closed) return;
+        this.handlers?.onFrame(decodeFrame(frame));
+      }
     });
   }
   start(handlers: FrameLinkHandlers): void {

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { RpcClient, RpcConnection } from '@tether/jsonrpc';
-import { generateIdentity, type NoiseIdentity } from '@tether/noise';
+import { generateIdentity, type NoiseIdentity, SUITE_HYBRID_CHACHAPOLY } from '@tether/noise';
 import { dataFrame, type Frame, handshakeFrame } from '@tether/relay-frames';
 import { describe, expect, it } from 'vitest';
 import { createMemoryLinkPair, type FrameLink } from './link.js';
@@ -103,6 +103,44 @@ describe('SecureStream', () => {
       if (frame.kind === 'data') expect(Buffer.from(frame.payload).toString('latin1')).not.toContain('"method"');
     }
     client.close();
+  });
+
+  it('speaks the ChaChaPoly suite when the executor identity uses it', async () => {
+    const [harnessSide, executorSide] = createMemoryLinkPair();
+    const executor = generateIdentity({ suite: SUITE_HYBRID_CHACHAPOLY });
+    const streamId = randomUUID();
+    let accepted: ReturnType<typeof SecureStream.accept> | undefined;
+    executorSide.start({
+      onFrame: (frame) => {
+        if (frame.kind === 'handshake') {
+          accepted = SecureStream.accept({
+            link: executorSide,
+            streamId,
+            ...ids,
+            staticKeys: executor,
+            message1: frame.payload,
+            authorize: async () => true,
+          });
+        }
+      },
+      onClose: () => {},
+      onDrain: () => {},
+    });
+    const harnessStream = await SecureStream.initiate({
+      link: harnessSide,
+      streamId,
+      ...ids,
+      staticKeys: generateIdentity({ suite: SUITE_HYBRID_CHACHAPOLY }),
+      remoteStatic: executor.publicKey,
+      authorization: 't',
+    });
+    const { stream } = await accepted!;
+    const got = new Promise<string>((resolve) =>
+      stream.start({ onMessage: (m) => resolve(m.toString()), onClose: () => {}, onDrain: () => {} }),
+    );
+    harnessStream.start({ onMessage: () => {}, onClose: () => {}, onDrain: () => {} });
+    harnessStream.send('{"suite":"chacha"}');
+    await expect(got).resolves.toBe('{"suite":"chacha"}');
   });
 
   it('resets the stream when the executor refuses the authorization', async () => {

@@ -6,8 +6,10 @@ import {
   createResponder,
   type Kem,
   MAX_HANDSHAKE_PAYLOAD,
+  type NoiseIdentity,
   type NoisePublicKey,
   type StaticKeys,
+  type Suite,
   type Transport,
 } from '@tether/noise';
 import {
@@ -170,7 +172,10 @@ export class SecureStream implements MessageTransport {
    */
   static async accept(options: AcceptOptions): Promise<AcceptedStream> {
     const stream = new SecureStream(options.link, options.streamId);
+    // The responder's suite is its own identity's (a NoiseIdentity carries it), else Codex's.
+    const suite = options.suite ?? (options.staticKeys as Partial<NoiseIdentity>).suite;
     const responder = createResponder({
+      ...(suite ? { suite } : {}),
       staticKeys: options.staticKeys,
       prologue: buildRelayPrologue({
         environmentId: options.environmentId,
@@ -328,6 +333,8 @@ export interface InitiateOptions extends CommonOptions {
 }
 
 export interface AcceptOptions extends CommonOptions {
+  /** Defaults to the suite of `staticKeys` when it is a NoiseIdentity, else Codex's AES-GCM suite. */
+  suite?: Suite;
   /** The payload of the harness's first Handshake frame. */
   message1: Uint8Array;
   /** The registry's `/validate` in production: may this harness key in with this authorization? */
