@@ -40,6 +40,20 @@ describe('crypto providers agree byte for byte', () => {
     }
   });
 
+  it("node's OS-random key pairs (generated natively, imported by JWK) are consistent with the portable provider", () => {
+    for (let i = 0; i < 8; i++) {
+      const a = node.generateKeyPair();
+      const b = node.generateKeyPair();
+      expect(toHex(portable.publicKeyFromSecret(a.secretKey))).toBe(toHex(a.publicKey));
+      expect(toHex(node.publicKeyFromSecret(a.secretKey))).toBe(toHex(a.publicKey));
+      // Fresh copies of the arrays bypass the KeyObject cache: same results.
+      expect(toHex(node.dh(Uint8Array.from(a.secretKey), Uint8Array.from(b.publicKey)))).toBe(
+        toHex(portable.dh(a.secretKey, b.publicKey)),
+      );
+      expect(toHex(node.dh(a.secretKey, b.publicKey))).toBe(toHex(node.dh(b.secretKey, a.publicKey)));
+    }
+  });
+
   it.each(['AESGCM', 'ChaChaPoly'] as CipherName[])('%s seals identically and opens the other provider', (cipher) => {
     for (const length of [0, 1, 15, 16, 17, 1000, 65_519]) {
       const key = random(32);

@@ -39,10 +39,13 @@ export {
 } from './identity.js';
 export {
   createMlKem768,
+  defaultMlKemBackend,
   MLKEM768_CIPHERTEXT_LENGTH,
   MLKEM768_PUBLIC_KEY_LENGTH,
   MLKEM768_SECRET_KEY_LENGTH,
   MLKEM768_SHARED_SECRET_LENGTH,
+  type MlKemBackend,
+  type MlKemOptions,
 } from './kem/ml-kem-768.js';
 export {
   checkPublicKey,
