@@ -1,6 +1,7 @@
 import { create, fromBinary, type MessageInitShape, toBinary } from '@bufbuild/protobuf';
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { decodeFrame, encodeFrame, peekStreamId } from './codec.js';
+import { decodeFrame, encodeFrame, encodeFrameGeneric, peekStreamId } from './codec.js';
 import { FrameError, type FrameErrorCode } from './errors.js';
 import {
   ackFrame,
@@ -108,6 +109,24 @@ describe('constructors', () => {
 });
 
 describe('encodeFrame', () => {
+  it("encodes Data frames on the fast path to exactly the generic encoder's bytes", () => {
+    fc.assert(
+      fc.property(
+        fc.uuid(),
+        fc.nat({ max: 0xffffffff }),
+        fc.nat({ max: 0xffffffff }),
+        fc.nat({ max: 0xffffffff }),
+        fc.uint8Array({ minLength: 1, maxLength: 70_000 }),
+        (streamId, seq, ack, ackBits, payload) => {
+          const frame = { ...dataFrame(streamId, seq, payload), ack, ackBits };
+          expect(encodeFrame(frame)).toEqual(encodeFrameGeneric(frame));
+          expect(decodeFrame(encodeFrame(frame))).toMatchObject({ kind: 'data', seq, ack, ackBits, payload });
+        },
+      ),
+      { numRuns: 200 },
+    );
+  });
+
   it('validates hand-built frames before encoding', () => {
     const bad = { kind: 'data', ...base, seq: 0, payload: new Uint8Array() } as const;
     expectFrameError(() => encodeFrame(bad), 'invalid_data');

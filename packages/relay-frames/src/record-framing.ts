@@ -36,6 +36,13 @@ export function frameMessage(json: Uint8Array): Uint8Array[] {
  * Any error is final: the reassembler refuses every later record, as the stream must end.
  */
 export class MessageReassembler {
+  /** True when the caller hands over each record buffer (never reuses it): the reassembler keeps views. */
+  readonly #ownsRecords: boolean;
+
+  constructor(options: { readonly takeOwnershipOfRecords?: boolean } = {}) {
+    this.#ownsRecords = options.takeOwnershipOfRecords ?? false;
+  }
+
   readonly #prefix = new Uint8Array(MESSAGE_LENGTH_PREFIX_BYTES);
   #prefixFilled = 0;
   /** Declared length of the message being read, or -1 while the prefix is incomplete. */
@@ -89,8 +96,10 @@ export class MessageReassembler {
         continue;
       }
       const take = Math.min(this.#expected - this.#bodyFilled, record.byteLength - offset);
-      // Copied: the caller may reuse its record buffer once push() returns.
-      this.#chunks.push(record.slice(offset, offset + take));
+      // Copied unless the caller handed its record buffers over: it may reuse them once push() returns.
+      this.#chunks.push(
+        this.#ownsRecords ? record.subarray(offset, offset + take) : record.slice(offset, offset + take),
+      );
       this.#bodyFilled += take;
       offset += take;
       if (this.#bodyFilled === this.#expected) messages.push(this.#takeMessage());
@@ -99,6 +108,15 @@ export class MessageReassembler {
   }
 
   #takeMessage(): Uint8Array {
+    if (this.#chunks.length === 1) {
+      // One chunk is the whole message: hand it out without another copy.
+      const [only] = this.#chunks;
+      this.#chunks = [];
+      this.#bodyFilled = 0;
+      this.#prefixFilled = 0;
+      this.#expected = -1;
+      return only!;
+    }
     const message = new Uint8Array(this.#expected);
     let at = 0;
     for (const chunk of this.#chunks) {

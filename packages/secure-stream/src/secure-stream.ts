@@ -60,7 +60,8 @@ export class SecureStream implements MessageTransport {
   private handlers: TransportHandlers | null = null;
   private transport: Transport | null = null;
   private readonly window = new OrderedReceiveWindow();
-  private readonly reassembler = new MessageReassembler();
+  // Decrypted records are fresh buffers nobody else holds: the reassembler may keep views of them.
+  private readonly reassembler = new MessageReassembler({ takeOwnershipOfRecords: true });
   private readonly sequence = new SendSequence();
   /** Messages that arrived between the handshake and `start()`. */
   private early: Buffer[] | null = [];
