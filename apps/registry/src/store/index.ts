@@ -1,0 +1,16 @@
+import { openPostgresStore } from './postgres.js';
+import { openSqliteStore } from './sqlite.js';
+import type { RegistryStore } from './types.js';
+
+export { openPostgresStore } from './postgres.js';
+export { openSqliteStore } from './sqlite.js';
+export * from './types.js';
+
+/** Opens `sqlite:PATH` (or `sqlite::memory:`) or `postgres://…` / `postgresql://…`. */
+export async function openStore(database: string, options: { schema?: string } = {}): Promise<RegistryStore> {
+  if (database.startsWith('sqlite:')) return openSqliteStore(database.slice('sqlite:'.length));
+  if (/^postgres(ql)?:\/\//.test(database)) {
+    return openPostgresStore({ connectionString: database, ...(options.schema ? { schema: options.schema } : {}) });
+  }
+  throw new Error('database must be sqlite:PATH or postgres://…');
+}

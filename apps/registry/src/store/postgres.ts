@@ -1,0 +1,164 @@
+import pg from 'pg';
+import { POSTGRES_MIGRATIONS } from './migrations.js';
+import { toKey, toRegistration } from './sqlite.js';
+import type { EnvironmentRecord, RegistryStore } from './types.js';
+
+export interface PostgresStoreOptions {
+  /** `postgres://…` connection string. */
+  connectionString: string;
+  /** Schema holding the registry's tables (created if missing); default `public`. */
+  schema?: string;
+  /** Pool size; default 10. */
+  max?: number;
+}
+
+const IDENTIFIER = /^[a-z_][a-z0-9_]{0,62}$/;
+/** Arbitrary lock id serialising concurrent migrators (two replicas starting at once). */
+const MIGRATION_LOCK = 0x7e7e_4e67;
+
+/** PostgreSQL store (pg pool); migrations run under an advisory lock on open. */
+export async function openPostgresStore(options: PostgresStoreOptions): Promise<RegistryStore> {
+  const schema = options.schema ?? 'public';
+  if (!IDENTIFIER.test(schema)) throw new Error(`invalid schema name: ${schema}`);
+  const pool = new pg.Pool({
+    connectionString: options.connectionString,
+    max: options.max ?? 10,
+    options: `-c search_path=${schema}`,
+  });
+  pool.on('error', () => {}); // idle-client errors surface on the next query instead of crashing
+  const client = await pool.connect().catch(async (err: unknown) => {
+    await pool.end();
+    throw err;
+  });
+  try {
+    await client.query('BEGIN');
+    await client.query('SELECT pg_advisory_xact_lock($1)', [MIGRATION_LOCK]);
+    await client.query(`CREATE SCHEMA IF NOT EXISTS ${schema}`);
+    await client.query('CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY)');
+    const { rows } = await client.query<{ version: number }>('SELECT version FROM schema_migrations');
+    const applied = new Set(rows.map((r) => r.version));
+    for (const migration of POSTGRES_MIGRATIONS) {
+      if (applied.has(migration.version)) continue;
+      await client.query(migration.sql);
+      await client.query('INSERT INTO schema_migrations (version) VALUES ($1)', [migration.version]);
+    }
+    await client.query('COMMIT');
+  } catch (err) {
+    await client.query('ROLLBACK').catch(() => {});
+    client.release();
+    await pool.end();
+    throw err;
+  }
+  client.release();
+
+  const keyColumns = 'id, role, environments, label, created_at, revoked_at';
+  const regColumns = 'environment_id, registration_id, security_profile, executor_public_key, api_key_id, created_at';
+  let closed = false;
+
+  return {
+    engine: 'postgres',
+    async ping() {
+      await pool.query('SELECT 1');
+    },
+    async close() {
+      if (closed) return;
+      closed = true;
+      await pool.end();
+    },
+    async createApiKey(k) {
+      await pool.query(
+        'INSERT INTO api_keys (id, token_hash, role, environments, label, created_at) VALUES ($1, $2, $3, $4, $5, $6)',
+        [k.id, k.tokenHash, k.role, k.environments, k.label, k.createdAt],
+      );
+    },
+    async findApiKey(tokenHash) {
+      const { rows } = await pool.query(
+        `SELECT ${keyColumns} FROM api_keys WHERE token_hash = $1 AND revoked_at IS NULL`,
+        [tokenHash],
+      );
+      return rows[0] && toKey(rows[0]);
+    },
+    async listApiKeys() {
+      const { rows } = await pool.query(`SELECT ${keyColumns} FROM api_keys ORDER BY created_at, id`);
+      return rows.map(toKey);
+    },
+    async revokeApiKey(id, at) {
+      const result = await pool.query('UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL', [
+        at,
+        id,
+      ]);
+      return (result.rowCount ?? 0) > 0;
+    },
+    async putRegistration(r) {
+      // One statement (CTE) keeps environment creation and replacement atomic without a pinned client.
+      await pool.query(
+        `WITH env AS (INSERT INTO environments (id, created_at) VALUES ($1, $6) ON CONFLICT (id) DO NOTHING)
+         INSERT INTO registrations (${regColumns}) VALUES ($1, $2, $3, $4, $5, $6)
+         ON CONFLICT (environment_id) DO UPDATE SET registration_id = excluded.registration_id,
+           security_profile = excluded.security_profile, executor_public_key = excluded.executor_public_key,
+           api_key_id = excluded.api_key_id, created_at = excluded.created_at`,
+        [r.environmentId, r.registrationId, r.securityProfile, r.executorPublicKey, r.apiKeyId, r.createdAt],
+      );
+    },
+    async currentRegistration(environmentId) {
+      const { rows } = await pool.query(`SELECT ${regColumns} FROM registrations WHERE environment_id = $1`, [
+        environmentId,
+      ]);
+      return rows[0] && toRegistration(rows[0]);
+    },
+    async revokeRegistration(environmentId, registrationId) {
+      const result = await pool.query('DELETE FROM registrations WHERE environment_id = $1 AND registration_id = $2', [
+        environmentId,
+        registrationId,
+      ]);
+      return (result.rowCount ?? 0) > 0;
+    },
+    async listEnvironments() {
+      const { rows } = await pool.query(
+        `SELECT e.id, e.created_at AS env_created_at, r.* FROM environments e
+         LEFT JOIN registrations r ON r.environment_id = e.id ORDER BY e.id`,
+      );
+      return rows.map(
+        (row): EnvironmentRecord => ({
+          environmentId: row.id,
+          createdAt: Number(row.env_created_at),
+          registration: row.registration_id === null ? null : toRegistration(row),
+        }),
+      );
+    },
+    async createAuthorization(a) {
+      await pool.query(
+        `INSERT INTO authorizations (token_hash, environment_id, registration_id, harness_public_key, expires_at)
+         VALUES ($1, $2, $3, $4, $5)`,
+        [a.tokenHash, a.environmentId, a.registrationId, a.harnessPublicKey, a.expiresAt],
+      );
+    },
+    async consumeAuthorization(c) {
+      // A single UPDATE … WHERE used_at IS NULL: concurrent claimers serialise on the row lock and the
+      // loser re-evaluates the predicate against the winner's committed row, so only one gets a row back.
+      const result = await pool.query(
+        `UPDATE authorizations SET used_at = $1 WHERE token_hash = $2 AND environment_id = $3 AND registration_id = $4
+         AND harness_public_key = $5 AND used_at IS NULL AND expires_at > $1 RETURNING token_hash`,
+        [c.now, c.tokenHash, c.environmentId, c.registrationId, c.harnessPublicKey],
+      );
+      return (result.rowCount ?? 0) === 1;
+    },
+    async pruneAuthorizations(before) {
+      const result = await pool.query('DELETE FROM authorizations WHERE expires_at < $1', [before]);
+      return result.rowCount ?? 0;
+    },
+    async heartbeatRelayNode(url, at) {
+      await pool.query(
+        'INSERT INTO relay_nodes (url, last_seen) VALUES ($1, $2) ON CONFLICT (url) DO UPDATE SET last_seen = excluded.last_seen',
+        [url, at],
+      );
+    },
+    async liveRelayNodes(since) {
+      const { rows } = await pool.query<{ url: string; last_seen: string }>(
+        'SELECT url, last_seen FROM relay_nodes WHERE last_seen >= $1 ORDER BY url',
+        [since],
+      );
+      return rows.map((r) => ({ url: r.url, lastSeen: Number(r.last_seen) }));
+    },
+  };
+}

@@ -1,0 +1,188 @@
+import { mkdirSync } from 'node:fs';
+import { dirname } from 'node:path';
+import Database from 'better-sqlite3';
+import { SQLITE_MIGRATIONS } from './migrations.js';
+import type {
+  ApiKeyRecord,
+  AuthorizationClaim,
+  EnvironmentRecord,
+  NewApiKey,
+  NewAuthorization,
+  RegistrationRecord,
+  RegistryStore,
+  RelayNodeRecord,
+  Role,
+} from './types.js';
+
+interface KeyRow {
+  id: string;
+  role: string;
+  environments: string;
+  label: string;
+  created_at: number;
+  revoked_at: number | null;
+}
+interface RegistrationRow {
+  environment_id: string;
+  registration_id: string;
+  security_profile: string;
+  executor_public_key: string;
+  api_key_id: string;
+  created_at: number;
+}
+
+export const toKey = (row: KeyRow): ApiKeyRecord => ({
+  id: row.id,
+  role: row.role as Role,
+  environments: row.environments,
+  label: row.label,
+  createdAt: Number(row.created_at),
+  revokedAt: row.revoked_at === null ? null : Number(row.revoked_at),
+});
+
+export const toRegistration = (row: RegistrationRow): RegistrationRecord => ({
+  environmentId: row.environment_id,
+  registrationId: row.registration_id,
+  securityProfile: row.security_profile,
+  executorPublicKey: row.executor_public_key,
+  apiKeyId: row.api_key_id,
+  createdAt: Number(row.created_at),
+});
+
+/** SQLite store (better-sqlite3, WAL). `path` may be `:memory:`. */
+export function openSqliteStore(path: string): RegistryStore {
+  if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true });
+  const db = new Database(path);
+  db.pragma('journal_mode = WAL');
+  db.pragma('busy_timeout = 5000');
+  db.pragma('foreign_keys = ON');
+  db.exec('CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY)');
+  db.transaction(() => {
+    const applied = new Set(
+      (db.prepare('SELECT version FROM schema_migrations').all() as Array<{ version: number }>).map((r) => r.version),
+    );
+    for (const migration of SQLITE_MIGRATIONS) {
+      if (applied.has(migration.version)) continue;
+      db.exec(migration.sql);
+      db.prepare('INSERT INTO schema_migrations (version) VALUES (?)').run(migration.version);
+    }
+  }).immediate();
+
+  const keyColumns = 'id, role, environments, label, created_at, revoked_at';
+  const regColumns = 'environment_id, registration_id, security_profile, executor_public_key, api_key_id, created_at';
+  const stmt = {
+    insertKey: db.prepare(
+      'INSERT INTO api_keys (id, token_hash, role, environments, label, created_at) VALUES (?, ?, ?, ?, ?, ?)',
+    ),
+    findKey: db.prepare(`SELECT ${keyColumns} FROM api_keys WHERE token_hash = ? AND revoked_at IS NULL`),
+    listKeys: db.prepare(`SELECT ${keyColumns} FROM api_keys ORDER BY created_at, id`),
+    revokeKey: db.prepare('UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL'),
+    insertEnv: db.prepare('INSERT INTO environments (id, created_at) VALUES (?, ?) ON CONFLICT (id) DO NOTHING'),
+    upsertReg: db.prepare(
+      `INSERT INTO registrations (${regColumns}) VALUES (?, ?, ?, ?, ?, ?)
+       ON CONFLICT (environment_id) DO UPDATE SET registration_id = excluded.registration_id,
+         security_profile = excluded.security_profile, executor_public_key = excluded.executor_public_key,
+         api_key_id = excluded.api_key_id, created_at = excluded.created_at`,
+    ),
+    currentReg: db.prepare(`SELECT ${regColumns} FROM registrations WHERE environment_id = ?`),
+    revokeReg: db.prepare('DELETE FROM registrations WHERE environment_id = ? AND registration_id = ?'),
+    listEnvs: db.prepare(
+      `SELECT e.id, e.created_at AS env_created_at, r.* FROM environments e
+       LEFT JOIN registrations r ON r.environment_id = e.id ORDER BY e.id`,
+    ),
+    insertAuth: db.prepare(
+      `INSERT INTO authorizations (token_hash, environment_id, registration_id, harness_public_key, expires_at)
+       VALUES (?, ?, ?, ?, ?)`,
+    ),
+    consumeAuth: db.prepare(
+      `UPDATE authorizations SET used_at = ? WHERE token_hash = ? AND environment_id = ? AND registration_id = ?
+       AND harness_public_key = ? AND used_at IS NULL AND expires_at > ? RETURNING token_hash`,
+    ),
+    pruneAuth: db.prepare('DELETE FROM authorizations WHERE expires_at < ?'),
+    heartbeat: db.prepare(
+      'INSERT INTO relay_nodes (url, last_seen) VALUES (?, ?) ON CONFLICT (url) DO UPDATE SET last_seen = excluded.last_seen',
+    ),
+    liveNodes: db.prepare('SELECT url, last_seen FROM relay_nodes WHERE last_seen >= ? ORDER BY url'),
+  };
+  const putRegistration = db.transaction((r: RegistrationRecord) => {
+    stmt.insertEnv.run(r.environmentId, r.createdAt);
+    stmt.upsertReg.run(
+      r.environmentId,
+      r.registrationId,
+      r.securityProfile,
+      r.executorPublicKey,
+      r.apiKeyId,
+      r.createdAt,
+    );
+  });
+
+  return {
+    engine: 'sqlite',
+    async ping() {
+      db.prepare('SELECT 1').get();
+    },
+    async close() {
+      if (db.open) db.close();
+    },
+    async createApiKey(k: NewApiKey) {
+      stmt.insertKey.run(k.id, k.tokenHash, k.role, k.environments, k.label, k.createdAt);
+    },
+    async findApiKey(tokenHash) {
+      const row = stmt.findKey.get(tokenHash) as KeyRow | undefined;
+      return row && toKey(row);
+    },
+    async listApiKeys() {
+      return (stmt.listKeys.all() as KeyRow[]).map(toKey);
+    },
+    async revokeApiKey(id, at) {
+      return stmt.revokeKey.run(at, id).changes > 0;
+    },
+    async putRegistration(r) {
+      putRegistration(r);
+    },
+    async currentRegistration(environmentId) {
+      const row = stmt.currentReg.get(environmentId) as RegistrationRow | undefined;
+      return row && toRegistration(row);
+    },
+    async revokeRegistration(environmentId, registrationId) {
+      return stmt.revokeReg.run(environmentId, registrationId).changes > 0;
+    },
+    async listEnvironments() {
+      const rows = stmt.listEnvs.all() as Array<
+        RegistrationRow & { id: string; env_created_at: number; registration_id: string | null }
+      >;
+      return rows.map(
+        (row): EnvironmentRecord => ({
+          environmentId: row.id,
+          createdAt: Number(row.env_created_at),
+          registration: row.registration_id === null ? null : toRegistration(row),
+        }),
+      );
+    },
+    async createAuthorization(a: NewAuthorization) {
+      stmt.insertAuth.run(a.tokenHash, a.environmentId, a.registrationId, a.harnessPublicKey, a.expiresAt);
+    },
+    async consumeAuthorization(c: AuthorizationClaim) {
+      const row = stmt.consumeAuth.get(
+        c.now,
+        c.tokenHash,
+        c.environmentId,
+        c.registrationId,
+        c.harnessPublicKey,
+        c.now,
+      );
+      return row !== undefined;
+    },
+    async pruneAuthorizations(before) {
+      return stmt.pruneAuth.run(before).changes;
+    },
+    async heartbeatRelayNode(url, at) {
+      stmt.heartbeat.run(url, at);
+    },
+    async liveRelayNodes(since) {
+      return (stmt.liveNodes.all(since) as Array<{ url: string; last_seen: number }>).map(
+        (r): RelayNodeRecord => ({ url: r.url, lastSeen: Number(r.last_seen) }),
+      );
+    },
+  };
+}

@@ -1,0 +1,221 @@
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import pg from 'pg';
+import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { openPostgresStore, openSqliteStore, openStore, type RegistryStore } from './index.js';
+
+const PG_URL = process.env.TETHER_TEST_POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+
+interface Engine {
+  name: string;
+  /** Opens a new store on a fresh database; `again()` opens a second store on that same database. */
+  fresh(): Promise<{ store: RegistryStore; again(): Promise<RegistryStore>; drop(): Promise<void> }>;
+}
+
+const sqlite: Engine = {
+  name: 'sqlite',
+  async fresh() {
+    const dir = mkdtempSync(join(tmpdir(), 'registry-store-'));
+    const path = join(dir, 'registry.db');
+    return {
+      store: openSqliteStore(path),
+      again: async () => openSqliteStore(path),
+      drop: async () => rmSync(dir, { recursive: true, force: true }),
+    };
+  },
+};
+
+const postgres: Engine = {
+  name: 'postgres',
+  async fresh() {
+    const schema = `registry_test_${randomBytes(6).toString('hex')}`;
+    const open = () => openPostgresStore({ connectionString: PG_URL, schema, max: 4 });
+    return {
+      store: await open(),
+      again: open,
+      drop: async () => {
+        const client = new pg.Client({ connectionString: PG_URL });
+        await client.connect();
+        await client.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+        await client.end();
+      },
+    };
+  },
+};
+
+const key = (over: Partial<{ id: string; tokenHash: string }> = {}) => ({
+  id: over.id ?? `key-${randomBytes(4).toString('hex')}`,
+  tokenHash: over.tokenHash ?? randomBytes(32).toString('hex'),
+  role: 'executor' as const,
+  environments: 'dev-*',
+  label: 'ci',
+  createdAt: 1_000,
+});
+
+const registration = (environmentId: string, registrationId: string) => ({
+  environmentId,
+  registrationId,
+  securityProfile: 'noise_hybrid_ik_v1',
+  executorPublicKey: '{"suite":"s"}',
+  apiKeyId: 'key-1',
+  createdAt: 2_000,
+});
+
+const authorization = (tokenHash: string, expiresAt = 10_000) => ({
+  tokenHash,
+  environmentId: 'dev-1',
+  registrationId: 'reg-1',
+  harnessPublicKey: '{"harness":1}',
+  expiresAt,
+});
+
+describe.each([sqlite, postgres])('RegistryStore on $name', (engine) => {
+  let store: RegistryStore;
+  let extra: RegistryStore[];
+  let db: Awaited<ReturnType<Engine['fresh']>>;
+
+  beforeEach(async () => {
+    db = await engine.fresh();
+    store = db.store;
+    extra = [];
+  });
+  afterEach(async () => {
+    for (const s of extra) await s.close();
+    await store.close();
+    await db.drop();
+  });
+
+  it('reports its engine and answers ping', async () => {
+    expect(store.engine).toBe(engine.name);
+    await expect(store.ping()).resolves.toBeUndefined();
+  });
+
+  it('migrations are idempotent: a second open of the same database keeps the data', async () => {
+    await store.createApiKey(key({ id: 'k1' }));
+    const second = await db.again();
+    extra.push(second);
+    expect((await second.listApiKeys()).map((k) => k.id)).toEqual(['k1']);
+  });
+
+  it('finds keys by hash only while unrevoked', async () => {
+    const k = key({ id: 'k1', tokenHash: 'a'.repeat(64) });
+    await store.createApiKey(k);
+    expect(await store.findApiKey('a'.repeat(64))).toEqual({
+      id: 'k1',
+      role: 'executor',
+      environments: 'dev-*',
+      label: 'ci',
+      createdAt: 1_000,
+      revokedAt: null,
+    });
+    expect(await store.findApiKey('b'.repeat(64))).toBeUndefined();
+    expect(await store.revokeApiKey('k1', 5_000)).toBe(true);
+    expect(await store.revokeApiKey('k1', 6_000)).toBe(false);
+    expect(await store.revokeApiKey('nope', 6_000)).toBe(false);
+    expect(await store.findApiKey('a'.repeat(64))).toBeUndefined();
+    expect((await store.listApiKeys())[0]?.revokedAt).toBe(5_000);
+  });
+
+  it('rejects a duplicate token hash', async () => {
+    await store.createApiKey(key({ id: 'k1', tokenHash: 'c'.repeat(64) }));
+    await expect(store.createApiKey(key({ id: 'k2', tokenHash: 'c'.repeat(64) }))).rejects.toThrow();
+  });
+
+  it('keeps one current registration per environment; a new one replaces it', async () => {
+    expect(await store.currentRegistration('dev-1')).toBeUndefined();
+    await store.putRegistration(registration('dev-1', 'reg-1'));
+    await store.putRegistration(registration('dev-2', 'reg-2'));
+    await store.putRegistration({ ...registration('dev-1', 'reg-3'), createdAt: 3_000 });
+    expect(await store.currentRegistration('dev-1')).toEqual({ ...registration('dev-1', 'reg-3'), createdAt: 3_000 });
+    const environments = await store.listEnvironments();
+    expect(environments.map((e) => [e.environmentId, e.createdAt, e.registration?.registrationId])).toEqual([
+      ['dev-1', 2_000, 'reg-3'],
+      ['dev-2', 2_000, 'reg-2'],
+    ]);
+  });
+
+  it('revokes a registration only by its current id', async () => {
+    await store.putRegistration(registration('dev-1', 'reg-1'));
+    expect(await store.revokeRegistration('dev-1', 'reg-0')).toBe(false);
+    expect(await store.revokeRegistration('dev-1', 'reg-1')).toBe(true);
+    expect(await store.currentRegistration('dev-1')).toBeUndefined();
+    expect((await store.listEnvironments())[0]?.registration).toBeNull();
+  });
+
+  it('consumes an authorization once, only with every field matching and before expiry', async () => {
+    await store.createAuthorization(authorization('t1'));
+    const claim = { ...authorization('t1'), now: 5_000 };
+    expect(await store.consumeAuthorization({ ...claim, environmentId: 'dev-2' })).toBe(false);
+    expect(await store.consumeAuthorization({ ...claim, registrationId: 'reg-2' })).toBe(false);
+    expect(await store.consumeAuthorization({ ...claim, harnessPublicKey: '{"harness":2}' })).toBe(false);
+    expect(await store.consumeAuthorization({ ...claim, tokenHash: 't2' })).toBe(false);
+    expect(await store.consumeAuthorization({ ...claim, now: 10_000 })).toBe(false);
+    expect(await store.consumeAuthorization(claim)).toBe(true);
+    expect(await store.consumeAuthorization(claim)).toBe(false);
+  });
+
+  it('prunes expired authorizations', async () => {
+    await store.createAuthorization(authorization('old', 1_000));
+    await store.createAuthorization(authorization('new', 9_000));
+    expect(await store.pruneAuthorizations(5_000)).toBe(1);
+    expect(await store.consumeAuthorization({ ...authorization('new'), now: 2_000 })).toBe(true);
+  });
+
+  it('an authorization stays single-use under concurrent consumption from two store instances', async () => {
+    const second = await db.again();
+    extra.push(second);
+    for (let round = 0; round < 5; round++) {
+      const token = `race-${round}`;
+      await store.createAuthorization(authorization(token));
+      const claim = { ...authorization(token), now: 5_000 };
+      const results = await Promise.all(
+        Array.from({ length: 16 }, (_, i) => (i % 2 ? second : store).consumeAuthorization(claim)),
+      );
+      expect(results.filter(Boolean)).toHaveLength(1);
+    }
+  });
+
+  it('tracks relay node presence by last heartbeat', async () => {
+    await store.heartbeatRelayNode('ws://b', 1_000);
+    await store.heartbeatRelayNode('ws://a', 2_000);
+    await store.heartbeatRelayNode('ws://b', 3_000);
+    expect(await store.liveRelayNodes(2_000)).toEqual([
+      { url: 'ws://a', lastSeen: 2_000 },
+      { url: 'ws://b', lastSeen: 3_000 },
+    ]);
+    expect(await store.liveRelayNodes(2_500)).toEqual([{ url: 'ws://b', lastSeen: 3_000 }]);
+  });
+});
+
+describe('openStore', () => {
+  const dirs: string[] = [];
+  afterAll(() => {
+    for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('opens sqlite: URLs, creating the parent directory', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'registry-open-'));
+    dirs.push(dir);
+    const store = await openStore(`sqlite:${join(dir, 'nested', 'r.db')}`);
+    expect(store.engine).toBe('sqlite');
+    await store.close();
+  });
+
+  it('opens postgres URLs in the requested schema', async () => {
+    const schema = `registry_test_${randomBytes(6).toString('hex')}`;
+    const store = await openStore(PG_URL, { schema });
+    expect(store.engine).toBe('postgres');
+    await store.close();
+    const client = new pg.Client({ connectionString: PG_URL });
+    await client.connect();
+    await client.query(`DROP SCHEMA ${schema} CASCADE`);
+    await client.end();
+  });
+
+  it('refuses other URLs and bad schema names', async () => {
+    await expect(openStore('mysql://x')).rejects.toThrow(/sqlite:PATH or postgres/);
+    await expect(openPostgresStore({ connectionString: PG_URL, schema: 'x; DROP' })).rejects.toThrow(/invalid schema/);
+  });
+});
