@@ -1,1 +1,13 @@
+export { buildRegistry, type RegistryConfig, type RegistryDeps } from './app.js';
+export { ERRORS, type ErrorCode, RegistryError } from './errors.js';
+export { pickRelayNode } from './routing.js';
+export {
+  loadOrCreateSigningKey,
+  type RelayGrant,
+  type SigningKey,
+  signingKeyFromPem,
+  signRelayUrl,
+  verifyRelayUrl,
+} from './signing.js';
 export * from './store/index.js';
+export { generateToken, hashToken, matchesEnvironmentGlob } from './tokens.js';

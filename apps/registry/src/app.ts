@@ -1,0 +1,116 @@
+import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstance, type FastifyRequest } from 'fastify';
+import { ERRORS, errorBody, RegistryError } from './errors.js';
+import { cloudRoutes } from './routes/cloud.js';
+import { healthRoutes } from './routes/health.js';
+import type { SigningKey } from './signing.js';
+import type { ApiKeyRecord, RegistryStore, Role } from './store/types.js';
+import { hashToken } from './tokens.js';
+
+export interface RegistryConfig {
+  /** Relay base URLs (`ws://…`/`wss://…`); each environment goes to one by rendezvous hashing. */
+  relayUrls: string[];
+  /** Lifetime of a `/connect` harness authorization; default 60 s. */
+  authorizationTtlMs?: number;
+  /** Lifetime of a signed relay URL; default 24 h (codex re-registers when the relay refuses it). */
+  relayUrlTtlMs?: number;
+  /** Request body limit in bytes; default 16 KiB (a NoiseChannelPublicKey is about 1.7 KB). */
+  bodyLimit?: number;
+}
+
+export interface RegistryDeps {
+  store: RegistryStore;
+  signingKey: SigningKey;
+  /** A pino logger to log through (tests capture its output); default: no logging. */
+  logger?: FastifyBaseLogger;
+  /** Clock, epoch ms; default Date.now. */
+  now?: () => number;
+}
+
+export interface ResolvedConfig {
+  relayUrls: string[];
+  authorizationTtlMs: number;
+  relayUrlTtlMs: number;
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    registry: { config: ResolvedConfig; store: RegistryStore; signingKey: SigningKey; now: () => number };
+  }
+  interface FastifyRequest {
+    apiKey: ApiKeyRecord | null;
+  }
+}
+
+/** Builds the registry app (never listens): Codex routes under `/cloud`, health probes. */
+export async function buildRegistry(config: RegistryConfig, deps: RegistryDeps): Promise<FastifyInstance> {
+  if (config.relayUrls.length === 0) throw new Error('at least one relay URL is required');
+  const app = Fastify({
+    ...(deps.logger ? { loggerInstance: deps.logger } : { logger: false }),
+    bodyLimit: config.bodyLimit ?? 16 * 1024,
+    return503OnClosing: true,
+    // Environment ids go up to 128 characters (find-my-way's default cap is 100); the schema enforces 128.
+    routerOptions: { maxParamLength: 256 },
+    ajv: { customOptions: { removeAdditional: false, coerceTypes: false, allErrors: false } },
+  });
+  app.decorate('registry', {
+    config: {
+      relayUrls: config.relayUrls,
+      authorizationTtlMs: config.authorizationTtlMs ?? 60_000,
+      relayUrlTtlMs: config.relayUrlTtlMs ?? 24 * 3600_000,
+    },
+    store: deps.store,
+    signingKey: deps.signingKey,
+    now: deps.now ?? Date.now,
+  });
+  app.decorateRequest('apiKey', null);
+  // JSON only: without this, text/plain bodies would reach the schema as strings.
+  app.removeContentTypeParser('text/plain');
+
+  app.setErrorHandler((error: FastifyError, request, reply) => {
+    if (error instanceof RegistryError) return reply.code(error.statusCode).send(errorBody(error.code, error.message));
+    if (error.validation) {
+      const code = error.validationContext === 'params' ? 'invalid_environment_id' : 'invalid_request';
+      return reply.code(400).send(errorBody(code, code === 'invalid_request' ? error.message : undefined));
+    }
+    switch (error.code) {
+      case 'FST_ERR_CTP_BODY_TOO_LARGE':
+        return reply.code(413).send(errorBody('body_too_large'));
+      case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
+        return reply.code(415).send(errorBody('unsupported_media_type'));
+      case 'FST_ERR_CTP_INVALID_JSON_BODY':
+      case 'FST_ERR_CTP_EMPTY_JSON_BODY':
+        return reply.code(400).send(errorBody('invalid_json'));
+    }
+    if (error.statusCode && error.statusCode < 500) {
+      return reply.code(error.statusCode).send(errorBody('invalid_request', error.message));
+    }
+    request.log.error({ err: error }, 'request failed');
+    return reply.code(500).send(errorBody('internal'));
+  });
+  app.setNotFoundHandler((_request, reply) => reply.code(404).send(errorBody('not_found')));
+
+  await app.register(healthRoutes);
+  await app.register(cloudRoutes, { prefix: '/cloud/environment' });
+  return app;
+}
+
+/** The bearer token of a request, or null; never logged. */
+function bearer(request: FastifyRequest): string | null {
+  const header = request.headers.authorization;
+  if (typeof header !== 'string') return null;
+  const match = /^Bearer ([\x21-\x7e]{1,512})$/.exec(header);
+  return match ? (match[1] as string) : null;
+}
+
+/** onRequest hook for a route group: a known, unrevoked API key of exactly `role`, else 401/403. */
+export function requireRole(app: FastifyInstance, role: Role) {
+  return async (request: FastifyRequest) => {
+    const token = bearer(request);
+    const key = token === null ? undefined : await app.registry.store.findApiKey(hashToken(token));
+    if (!key) throw new RegistryError('unauthorized');
+    if (key.role !== role) throw new RegistryError('forbidden_role', `this route needs a ${role} key`);
+    request.apiKey = key;
+  };
+}
+
+export { ERRORS };

@@ -1,0 +1,35 @@
+/** The error catalogue: the code is the contract (`{"error":{"code","message"}}`), the message is for humans. */
+export const ERRORS = {
+  unauthorized: { status: 401, message: 'missing or invalid bearer token' },
+  forbidden_role: { status: 403, message: 'this API key may not call this route' },
+  forbidden_environment: { status: 403, message: 'this API key may not act on this environment' },
+  invalid_request: { status: 400, message: 'request does not match the schema' },
+  invalid_environment_id: { status: 400, message: 'environment ids are 1-128 ASCII letters, digits, - or _' },
+  invalid_json: { status: 400, message: 'body is not valid JSON' },
+  invalid_public_key: { status: 400, message: 'public key is not a valid NoiseChannelPublicKey' },
+  unsupported_security_profile: { status: 400, message: 'unsupported security_profile' },
+  unsupported_media_type: { status: 415, message: 'body must be application/json' },
+  body_too_large: { status: 413, message: 'request body too large' },
+  not_found: { status: 404, message: 'no such route' },
+  method_not_allowed: { status: 405, message: 'method not allowed' },
+  environment_not_registered: { status: 404, message: 'no executor is registered for this environment' },
+  registration_not_found: { status: 404, message: 'no such current registration' },
+  no_relay_available: { status: 503, message: 'no relay node is available' },
+  store_unavailable: { status: 503, message: 'the registry store is unreachable' },
+  internal: { status: 500, message: 'internal error' },
+} as const satisfies Record<string, { status: number; message: string }>;
+
+export type ErrorCode = keyof typeof ERRORS;
+
+export class RegistryError extends Error {
+  readonly code: ErrorCode;
+  readonly statusCode: number;
+  constructor(code: ErrorCode, message: string = ERRORS[code].message) {
+    super(message);
+    this.name = 'RegistryError';
+    this.code = code;
+    this.statusCode = ERRORS[code].status;
+  }
+}
+
+export const errorBody = (code: ErrorCode, message: string = ERRORS[code].message) => ({ error: { code, message } });

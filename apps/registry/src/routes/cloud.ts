@@ -1,0 +1,155 @@
+import { randomBytes } from 'node:crypto';
+import { type NoisePublicKeyJson, parsePublicKey, publicKeyToJson, SECURITY_PROFILE_HYBRID_IK_V1 } from '@tether/noise';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { requireRole } from '../app.js';
+import { RegistryError } from '../errors.js';
+import { pickRelayNode } from '../routing.js';
+import {
+  authErrors,
+  ConnectBody,
+  ConnectResponse,
+  EnvironmentParams,
+  ErrorResponse,
+  RegisterBody,
+  RegisterResponse,
+  ValidateBody,
+  ValidateResponse,
+} from '../schemas.js';
+import { type RelayRole, signRelayUrl } from '../signing.js';
+import { generateToken, hashToken, matchesEnvironmentGlob } from '../tokens.js';
+
+/** Canonical JSON of a NoiseChannelPublicKey (strict codec, fixed field order), or null when invalid. */
+function canonicalKey(value: unknown): string | null {
+  try {
+    return JSON.stringify(publicKeyToJson(parsePublicKey(value)));
+  } catch {
+    return null;
+  }
+}
+
+/** The Codex registry contract (rendezvous.md §1): register, connect, validate. */
+export async function cloudRoutes(app: FastifyInstance) {
+  const { store, config, signingKey, now } = app.registry;
+
+  const inScope = async (request: FastifyRequest<{ Params: EnvironmentParams }>) => {
+    if (!request.apiKey || !matchesEnvironmentGlob(request.apiKey.environments, request.params.id)) {
+      throw new RegistryError('forbidden_environment');
+    }
+  };
+
+  const relayUrl = (role: RelayRole, environmentId: string, registrationId: string) => {
+    const base = pickRelayNode(config.relayUrls, environmentId);
+    if (!base) throw new RegistryError('no_relay_available');
+    const expiresAt = Math.floor((now() + config.relayUrlTtlMs) / 1000);
+    return signRelayUrl(base, { role, environmentId, registrationId, expiresAt }, signingKey);
+  };
+
+  await app.register(async (executor) => {
+    executor.addHook('onRequest', requireRole(app, 'executor'));
+    executor.addHook('preHandler', inScope);
+
+    executor.post<{ Params: EnvironmentParams; Body: RegisterBody }>(
+      '/:id/register',
+      {
+        schema: {
+          params: EnvironmentParams,
+          body: RegisterBody,
+          response: { 200: RegisterResponse, ...authErrors, 503: ErrorResponse },
+        },
+      },
+      async (request) => {
+        const environmentId = request.params.id;
+        if (request.body.security_profile !== SECURITY_PROFILE_HYBRID_IK_V1) {
+          throw new RegistryError('unsupported_security_profile');
+        }
+        const executorPublicKey = canonicalKey(request.body.executor_public_key);
+        if (executorPublicKey === null) throw new RegistryError('invalid_public_key');
+        const registrationId = `reg_${randomBytes(16).toString('base64url')}`;
+        const url = relayUrl('environment', environmentId, registrationId);
+        await store.putRegistration({
+          environmentId,
+          registrationId,
+          securityProfile: SECURITY_PROFILE_HYBRID_IK_V1,
+          executorPublicKey,
+          apiKeyId: (request.apiKey as { id: string }).id,
+          createdAt: now(),
+        });
+        request.log.info({ environmentId, registrationId }, 'executor registered');
+        return {
+          environment_id: environmentId,
+          url,
+          security_profile: SECURITY_PROFILE_HYBRID_IK_V1,
+          executor_registration_id: registrationId,
+        };
+      },
+    );
+
+    executor.post<{ Params: EnvironmentParams; Body: ValidateBody }>(
+      '/:id/validate',
+      { schema: { params: EnvironmentParams, body: ValidateBody, response: { 200: ValidateResponse, ...authErrors } } },
+      async (request) => {
+        const environmentId = request.params.id;
+        const body = request.body;
+        const current = await store.currentRegistration(environmentId);
+        const harnessPublicKey = canonicalKey(body.harness_public_key);
+        const owned =
+          current !== undefined &&
+          current.registrationId === body.executor_registration_id &&
+          current.apiKeyId === request.apiKey?.id;
+        const valid =
+          owned &&
+          harnessPublicKey !== null &&
+          (await store.consumeAuthorization({
+            tokenHash: hashToken(body.harness_key_authorization),
+            environmentId,
+            registrationId: body.executor_registration_id,
+            harnessPublicKey,
+            now: now(),
+          }));
+        request.log.info({ environmentId, valid }, 'harness key validation');
+        return { valid };
+      },
+    );
+  });
+
+  await app.register(async (harness) => {
+    harness.addHook('onRequest', requireRole(app, 'harness'));
+    harness.addHook('preHandler', inScope);
+
+    harness.post<{ Params: EnvironmentParams; Body: ConnectBody }>(
+      '/:id/connect',
+      {
+        schema: {
+          params: EnvironmentParams,
+          body: ConnectBody,
+          response: { 200: ConnectResponse, ...authErrors, 404: ErrorResponse, 503: ErrorResponse },
+        },
+      },
+      async (request) => {
+        const environmentId = request.params.id;
+        const harnessPublicKey = canonicalKey(request.body.harness_public_key);
+        if (harnessPublicKey === null) throw new RegistryError('invalid_public_key');
+        const current = await store.currentRegistration(environmentId);
+        if (!current) throw new RegistryError('environment_not_registered');
+        const url = relayUrl('harness', environmentId, current.registrationId);
+        const authorization = generateToken('thka');
+        await store.createAuthorization({
+          tokenHash: hashToken(authorization),
+          environmentId,
+          registrationId: current.registrationId,
+          harnessPublicKey,
+          expiresAt: now() + config.authorizationTtlMs,
+        });
+        request.log.info({ environmentId, registrationId: current.registrationId }, 'harness bundle issued');
+        return {
+          environment_id: environmentId,
+          url,
+          security_profile: current.securityProfile,
+          executor_registration_id: current.registrationId,
+          executor_public_key: JSON.parse(current.executorPublicKey) as NoisePublicKeyJson,
+          harness_key_authorization: authorization,
+        };
+      },
+    );
+  });
+}
