@@ -1,0 +1,154 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdtempSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { buildCli } from './cli.js';
+import { openSqliteStore } from './store/index.js';
+import { hashToken } from './tokens.js';
+
+const APP_DIR = join(import.meta.dirname, '..');
+const dirs: string[] = [];
+const children: ChildProcess[] = [];
+
+afterEach(() => {
+  for (const child of children.splice(0))
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+});
+
+function tempDir() {
+  const dir = mkdtempSync(join(tmpdir(), 'registry-cli-'));
+  dirs.push(dir);
+  return dir;
+}
+
+/** Runs the CLI in-process; resolves with the exit code and both outputs. */
+async function cli(args: string[], env: NodeJS.ProcessEnv = {}) {
+  let stdout = '';
+  let stderr = '';
+  let code = -1;
+  const io = {
+    stdout: { write: (t: string) => (stdout += t) },
+    stderr: { write: (t: string) => (stderr += t) },
+    env,
+    stopSignal: Promise.resolve(),
+  };
+  const program = buildCli(io, (c) => {
+    code = c;
+  });
+  program.exitOverride();
+  for (const sub of program.commands) {
+    sub.exitOverride();
+    for (const leaf of sub.commands) leaf.exitOverride();
+  }
+  try {
+    await program.parseAsync(['node', 'registry', ...args]);
+  } catch (err) {
+    code = (err as { exitCode?: number }).exitCode ?? 1;
+  }
+  return { code, stdout, stderr };
+}
+
+describe('registry keys', () => {
+  it('create prints the token once; the store keeps only its hash; list and revoke', async () => {
+    const db = `sqlite:${join(tempDir(), 'r.db')}`;
+    const created = await cli(['keys', 'create', '--database', db, '--role', 'harness', '--environments', 'dev-*']);
+    expect(created.code).toBe(0);
+    const token = created.stdout.trim();
+    expect(token).toMatch(/^treg_[A-Za-z0-9_-]{43}$/);
+    expect(created.stdout).toBe(`${token}\n`);
+    const listed = await cli(['keys', 'list', '--database', db]);
+    expect(listed.stdout).not.toContain(token);
+    const [key] = listed.stdout
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
+    expect(key).toMatchObject({ role: 'harness', environments: 'dev-*', revokedAt: null });
+    const store = openSqliteStore(db.slice('sqlite:'.length));
+    expect((await store.findApiKey(hashToken(token)))?.id).toBe(key.id);
+    await store.close();
+    expect((await cli(['keys', 'revoke', key.id, '--database', db])).code).toBe(0);
+    expect((await cli(['keys', 'revoke', key.id, '--database', db])).code).toBe(1);
+    const after = JSON.parse((await cli(['keys', 'list', '--database', db])).stdout);
+    expect(after.revokedAt).toEqual(expect.any(Number));
+  });
+
+  it('reads the database from TETHER_REGISTRY_DATABASE and validates options', async () => {
+    const db = `sqlite:${join(tempDir(), 'r.db')}`;
+    process.env.TETHER_REGISTRY_DATABASE = db;
+    try {
+      expect((await cli(['keys', 'create', '--role', 'admin'])).code).toBe(0);
+    } finally {
+      delete process.env.TETHER_REGISTRY_DATABASE;
+    }
+    expect((await cli(['keys', 'list', '--database', db])).stdout.trim().split('\n')).toHaveLength(1);
+    const bad = await cli(['keys', 'create', '--database', db, '--role', 'root']);
+    expect(bad.code).toBe(1);
+    expect(bad.stderr).toContain('executor, harness, admin');
+    expect((await cli(['keys', 'list', '--database', 'mysql://x'])).stderr).toContain('sqlite:PATH or postgres');
+    expect((await cli(['keys', 'list'])).stderr).toContain('--database');
+  });
+
+  it.each([[[]], [['serve']], [['keys']], [['keys', 'create']], [['keys', 'list']], [['keys', 'revoke']]])(
+    '--help for %j',
+    async (path) => {
+      const res = await cli([...path, '--help']);
+      expect(res.code).toBe(0);
+      expect(res.stdout).toContain('Usage: registry');
+    },
+  );
+});
+
+describe('registry serve (subprocess)', () => {
+  function serve(args: string[], env: NodeJS.ProcessEnv = {}) {
+    const child = spawn(
+      process.execPath,
+      ['--conditions=tether-source', '--import', 'tsx', 'src/main.ts', 'serve', ...args],
+      { cwd: APP_DIR, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    children.push(child);
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d) => (stdout += d));
+    child.stderr.on('data', (d) => (stderr += d));
+    const url = new Promise<string>((resolve, reject) => {
+      child.stdout.on('data', () => {
+        if (stdout.includes('\n')) resolve(stdout.split('\n')[0] as string);
+      });
+      child.on('exit', (code) => reject(new Error(`exited ${code}: ${stderr}`)));
+    });
+    url.catch(() => {}); // awaited only by tests that expect a URL
+    return { child, url, out: () => stdout, err: () => stderr };
+  }
+
+  it('prints only its URL, logs JSON on stderr, creates the signing key 0600 and exits 0 on SIGTERM', async () => {
+    const dir = tempDir();
+    const server = serve(['--listen', '127.0.0.1:0', '--data-dir', join(dir, 'data')], {
+      TETHER_REGISTRY_DATABASE: `sqlite:${join(dir, 'r.db')}`,
+      TETHER_REGISTRY_LOG_LEVEL: 'info',
+    });
+    const url = await server.url;
+    expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+    expect(await (await fetch(`${url}/readyz`)).json()).toEqual({ status: 'ok' });
+    const res = await fetch(`${url}/cloud/environment/dev-1/register`, { method: 'POST' });
+    expect(res.status).toBe(401);
+    expect(statSync(join(dir, 'data', 'relay-signing-key.pem')).mode & 0o777).toBe(0o600);
+    server.child.kill('SIGTERM');
+    const [code] = await once(server.child, 'exit');
+    expect(code).toBe(0);
+    expect(server.out()).toBe(`${url}\n`);
+    const lines = server.err().trim().split('\n');
+    expect(lines.length).toBeGreaterThan(1);
+    for (const line of lines) expect(() => JSON.parse(line)).not.toThrow();
+    expect(server.err()).toContain('shutting down');
+  });
+
+  it('exits 1 with a message when the database cannot be opened', async () => {
+    const server = serve(['--listen', '127.0.0.1:0', '--database', 'postgres://nobody@127.0.0.1:1/none']);
+    const [code] = await once(server.child, 'exit');
+    expect(code).toBe(1);
+    expect(server.err()).toContain('cannot open the database');
+  });
+});
