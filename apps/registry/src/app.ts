@@ -1,7 +1,9 @@
 import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstance, type FastifyRequest } from 'fastify';
 import { ERRORS, errorBody, RegistryError } from './errors.js';
+import { createRegistryMetrics, type Metrics } from './metrics.js';
 import { cloudRoutes } from './routes/cloud.js';
 import { healthRoutes } from './routes/health.js';
+import { v1Routes } from './routes/v1.js';
 import type { SigningKey } from './signing.js';
 import type { ApiKeyRecord, RegistryStore, Role } from './store/types.js';
 import { hashToken } from './tokens.js';
@@ -13,6 +15,8 @@ export interface RegistryConfig {
   authorizationTtlMs?: number;
   /** Lifetime of a signed relay URL; default 24 h (codex re-registers when the relay refuses it). */
   relayUrlTtlMs?: number;
+  /** A relay node counts as live this long after its last heartbeat; default 30 s. */
+  relayPresenceTtlMs?: number;
   /** Request body limit in bytes; default 16 KiB (a NoiseChannelPublicKey is about 1.7 KB). */
   bodyLimit?: number;
 }
@@ -30,11 +34,18 @@ export interface ResolvedConfig {
   relayUrls: string[];
   authorizationTtlMs: number;
   relayUrlTtlMs: number;
+  relayPresenceTtlMs: number;
 }
 
 declare module 'fastify' {
   interface FastifyInstance {
     registry: { config: ResolvedConfig; store: RegistryStore; signingKey: SigningKey; now: () => number };
+    metrics: Metrics;
+    /**
+     * Relay nodes to route to: the configured nodes with a recent heartbeat, or all configured nodes while
+     * none has reported (a deployment without heartbeats still works).
+     */
+    liveRelayNodes(): Promise<string[]>;
   }
   interface FastifyRequest {
     apiKey: ApiKeyRecord | null;
@@ -57,12 +68,27 @@ export async function buildRegistry(config: RegistryConfig, deps: RegistryDeps):
       relayUrls: config.relayUrls,
       authorizationTtlMs: config.authorizationTtlMs ?? 60_000,
       relayUrlTtlMs: config.relayUrlTtlMs ?? 24 * 3600_000,
+      relayPresenceTtlMs: config.relayPresenceTtlMs ?? 30_000,
     },
     store: deps.store,
     signingKey: deps.signingKey,
     now: deps.now ?? Date.now,
   });
   app.decorateRequest('apiKey', null);
+  app.decorate('metrics', createRegistryMetrics());
+  app.decorate('liveRelayNodes', async () => {
+    const { relayUrls, relayPresenceTtlMs } = app.registry.config;
+    const seen = await app.registry.store.liveRelayNodes(app.registry.now() - relayPresenceTtlMs);
+    const live = relayUrls.filter((url) => seen.some((node) => node.url === url));
+    return live.length > 0 ? live : relayUrls;
+  });
+  app.addHook('onResponse', async (request, reply) => {
+    app.metrics.inc('registry_http_requests_total', {
+      method: request.method,
+      route: request.routeOptions.url ?? 'unmatched',
+      status: String(reply.statusCode),
+    });
+  });
   // JSON only: without this, text/plain bodies would reach the schema as strings.
   app.removeContentTypeParser('text/plain');
 
@@ -91,6 +117,7 @@ export async function buildRegistry(config: RegistryConfig, deps: RegistryDeps):
 
   await app.register(healthRoutes);
   await app.register(cloudRoutes, { prefix: '/cloud/environment' });
+  await app.register(v1Routes, { prefix: '/v1' });
   return app;
 }
 

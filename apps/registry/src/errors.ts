@@ -14,6 +14,7 @@ export const ERRORS = {
   method_not_allowed: { status: 405, message: 'method not allowed' },
   environment_not_registered: { status: 404, message: 'no executor is registered for this environment' },
   registration_not_found: { status: 404, message: 'no such current registration' },
+  unknown_relay_node: { status: 400, message: 'not a configured relay node URL' },
   no_relay_available: { status: 503, message: 'no relay node is available' },
   store_unavailable: { status: 503, message: 'the registry store is unreachable' },
   internal: { status: 500, message: 'internal error' },

@@ -37,8 +37,8 @@ export async function cloudRoutes(app: FastifyInstance) {
     }
   };
 
-  const relayUrl = (role: RelayRole, environmentId: string, registrationId: string) => {
-    const base = pickRelayNode(config.relayUrls, environmentId);
+  const relayUrl = async (role: RelayRole, environmentId: string, registrationId: string) => {
+    const base = pickRelayNode(await app.liveRelayNodes(), environmentId);
     if (!base) throw new RegistryError('no_relay_available');
     const expiresAt = Math.floor((now() + config.relayUrlTtlMs) / 1000);
     return signRelayUrl(base, { role, environmentId, registrationId, expiresAt }, signingKey);
@@ -65,7 +65,7 @@ export async function cloudRoutes(app: FastifyInstance) {
         const executorPublicKey = canonicalKey(request.body.executor_public_key);
         if (executorPublicKey === null) throw new RegistryError('invalid_public_key');
         const registrationId = `reg_${randomBytes(16).toString('base64url')}`;
-        const url = relayUrl('environment', environmentId, registrationId);
+        const url = await relayUrl('environment', environmentId, registrationId);
         await store.putRegistration({
           environmentId,
           registrationId,
@@ -74,6 +74,7 @@ export async function cloudRoutes(app: FastifyInstance) {
           apiKeyId: (request.apiKey as { id: string }).id,
           createdAt: now(),
         });
+        app.metrics.inc('registry_registrations_total');
         request.log.info({ environmentId, registrationId }, 'executor registered');
         return {
           environment_id: environmentId,
@@ -106,6 +107,7 @@ export async function cloudRoutes(app: FastifyInstance) {
             harnessPublicKey,
             now: now(),
           }));
+        app.metrics.inc('registry_validations_total', { result: valid ? 'valid' : 'invalid' });
         request.log.info({ environmentId, valid }, 'harness key validation');
         return { valid };
       },
@@ -131,7 +133,7 @@ export async function cloudRoutes(app: FastifyInstance) {
         if (harnessPublicKey === null) throw new RegistryError('invalid_public_key');
         const current = await store.currentRegistration(environmentId);
         if (!current) throw new RegistryError('environment_not_registered');
-        const url = relayUrl('harness', environmentId, current.registrationId);
+        const url = await relayUrl('harness', environmentId, current.registrationId);
         const authorization = generateToken('thka');
         await store.createAuthorization({
           tokenHash: hashToken(authorization),
@@ -140,6 +142,7 @@ export async function cloudRoutes(app: FastifyInstance) {
           harnessPublicKey,
           expiresAt: now() + config.authorizationTtlMs,
         });
+        app.metrics.inc('registry_bundles_total');
         request.log.info({ environmentId, registrationId: current.registrationId }, 'harness bundle issued');
         return {
           environment_id: environmentId,
