@@ -46,6 +46,11 @@ declare module 'fastify' {
      * none has reported (a deployment without heartbeats still works).
      */
     liveRelayNodes(): Promise<string[]>;
+    /**
+     * An environment's relay link as reported by relay heartbeats: `up` when a live configured node listed it in
+     * its latest heartbeat, `down` when live nodes report but none lists it, `unknown` when no node reports.
+     */
+    relayLinkStatus(environmentId: string): Promise<{ status: 'up' | 'down' | 'unknown'; lastSeen: number | null }>;
   }
   interface FastifyRequest {
     apiKey: ApiKeyRecord | null;
@@ -81,6 +86,18 @@ export async function buildRegistry(config: RegistryConfig, deps: RegistryDeps):
     const seen = await app.registry.store.liveRelayNodes(app.registry.now() - relayPresenceTtlMs);
     const live = relayUrls.filter((url) => seen.some((node) => node.url === url));
     return live.length > 0 ? live : relayUrls;
+  });
+  app.decorate('relayLinkStatus', async (environmentId: string) => {
+    const { relayUrls, relayPresenceTtlMs } = app.registry.config;
+    const [seen, link] = await Promise.all([
+      app.registry.store.liveRelayNodes(app.registry.now() - relayPresenceTtlMs),
+      app.registry.store.relayLink(environmentId),
+    ]);
+    const live = seen.filter((node) => relayUrls.includes(node.url));
+    const lastSeen = link?.lastSeen ?? null;
+    if (live.length === 0) return { status: 'unknown' as const, lastSeen };
+    const node = link && live.find((n) => n.url === link.relayUrl);
+    return { status: node && link.lastSeen >= node.lastSeen ? ('up' as const) : ('down' as const), lastSeen };
   });
   app.addHook('onResponse', async (request, reply) => {
     app.metrics.inc('registry_http_requests_total', {

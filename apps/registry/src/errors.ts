@@ -13,6 +13,7 @@ export const ERRORS = {
   not_found: { status: 404, message: 'no such route' },
   method_not_allowed: { status: 405, message: 'method not allowed' },
   environment_not_registered: { status: 404, message: 'no executor is registered for this environment' },
+  environment_offline: { status: 409, message: "the environment's executor is not connected to its relay" },
   registration_not_found: { status: 404, message: 'no such current registration' },
   unknown_relay_node: { status: 400, message: 'not a configured relay node URL' },
   no_relay_available: { status: 503, message: 'no relay node is available' },

@@ -76,7 +76,9 @@ describe('/v1', () => {
       registered: true,
       executor_registration_id: reg.executor_registration_id,
       registered_at: clock,
-      relay_node: new URL(reg.url).origin.replace('http', 'ws'),
+      relay_node: new URL(reg.url).origin,
+      relay_link: 'unknown',
+      last_seen: null,
     });
     expect(two).toMatchObject({ environment_id: 'env-2', registered: false, executor_registration_id: null });
     for (const role of ['executor', 'harness'] as const) {
@@ -122,6 +124,47 @@ describe('/v1', () => {
       { url: 'ws://relay-b:1', live: false, last_seen: 1_000_000 },
       { url: 'ws://relay-c:1', live: true, last_seen: 1_020_000 },
     ]);
+  });
+
+  it('relay heartbeats report environment links: /connect answers 409 environment_offline when down', async () => {
+    const connect = () =>
+      app.inject({
+        method: 'POST',
+        url: '/cloud/environment/env-1/connect',
+        headers: as('harness'),
+        payload: { harness_public_key: harnessKey },
+      });
+    const link = async () =>
+      (await app.inject({ url: '/v1/environments', headers: as('admin') })).json().environments[0];
+    await register('env-1');
+    expect((await connect()).statusCode).toBe(200);
+    expect((await heartbeat('ws://relay-a:1')).statusCode).toBe(200);
+    expect(await link()).toMatchObject({ relay_link: 'down', last_seen: null });
+    const offline = await connect();
+    expect([offline.statusCode, offline.json().error.code]).toEqual([409, 'environment_offline']);
+    const up = await app.inject({
+      method: 'POST',
+      url: '/v1/relay/heartbeat',
+      headers: as('admin'),
+      payload: { url: 'ws://relay-a:1', environments: ['env-1', 'env-9'] },
+    });
+    expect(up.statusCode).toBe(200);
+    expect(await link()).toMatchObject({ relay_link: 'up', last_seen: clock });
+    expect((await connect()).statusCode).toBe(200);
+    clock += 5_000;
+    await heartbeat('ws://relay-a:1'); // the next report no longer lists env-1
+    expect(await link()).toMatchObject({ relay_link: 'down', last_seen: clock - 5_000 });
+    expect((await connect()).statusCode).toBe(409);
+    clock += 31_000; // no live node reports any more: unknown, and /connect is allowed again
+    expect(await link()).toMatchObject({ relay_link: 'unknown' });
+    expect((await connect()).statusCode).toBe(200);
+    const bad = await app.inject({
+      method: 'POST',
+      url: '/v1/relay/heartbeat',
+      headers: as('admin'),
+      payload: { url: 'ws://relay-a:1', environments: ['bad id'] },
+    });
+    expect([bad.statusCode, bad.json().error.code]).toEqual([400, 'invalid_request']);
   });
 
   it('heartbeats need an admin key and a configured node URL', async () => {

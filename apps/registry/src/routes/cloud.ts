@@ -124,7 +124,7 @@ export async function cloudRoutes(app: FastifyInstance) {
         schema: {
           params: EnvironmentParams,
           body: ConnectBody,
-          response: { 200: ConnectResponse, ...authErrors, 404: ErrorResponse, 503: ErrorResponse },
+          response: { 200: ConnectResponse, ...authErrors, 404: ErrorResponse, 409: ErrorResponse, 503: ErrorResponse },
         },
       },
       async (request) => {
@@ -133,6 +133,9 @@ export async function cloudRoutes(app: FastifyInstance) {
         if (harnessPublicKey === null) throw new RegistryError('invalid_public_key');
         const current = await store.currentRegistration(environmentId);
         if (!current) throw new RegistryError('environment_not_registered');
+        if ((await app.relayLinkStatus(environmentId)).status === 'down') {
+          throw new RegistryError('environment_offline');
+        }
         const url = await relayUrl('harness', environmentId, current.registrationId);
         const authorization = generateToken('thka');
         await store.createAuthorization({

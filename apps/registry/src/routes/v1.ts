@@ -13,6 +13,8 @@ const EnvironmentView = Type.Object({
   executor_registration_id: Type.Union([Type.String(), Type.Null()]),
   registered_at: Type.Union([Type.Number(), Type.Null()]),
   relay_node: Type.Union([Type.String(), Type.Null()]),
+  relay_link: Type.Union([Type.Literal('up'), Type.Literal('down'), Type.Literal('unknown')]),
+  last_seen: Type.Union([Type.Number(), Type.Null()]),
 });
 
 const RelayNodeView = Type.Object({
@@ -59,14 +61,17 @@ export async function v1Routes(app: FastifyInstance) {
       async () => {
         const live = await app.liveRelayNodes();
         const environments = await store.listEnvironments();
+        const links = await Promise.all(environments.map((e) => app.relayLinkStatus(e.environmentId)));
         return {
-          environments: environments.map((e) => ({
+          environments: environments.map((e, i) => ({
             environment_id: e.environmentId,
             created_at: e.createdAt,
             registered: e.registration !== null,
             executor_registration_id: e.registration?.registrationId ?? null,
             registered_at: e.registration?.createdAt ?? null,
             relay_node: e.registration ? (pickRelayNode(live, e.environmentId) ?? null) : null,
+            relay_link: links[i]?.status ?? 'unknown',
+            last_seen: links[i]?.lastSeen ?? null,
           })),
         };
       },
@@ -83,17 +88,25 @@ export async function v1Routes(app: FastifyInstance) {
       },
     );
 
-    admin.post<{ Body: { url: string } }>(
+    admin.post<{ Body: { url: string; environments?: string[] } }>(
       '/relay/heartbeat',
       {
+        // A busy node lists many environment ids: a larger limit than the Codex routes' 16 KiB.
+        bodyLimit: 4 * 1024 * 1024,
         schema: {
-          body: Type.Object({ url: Type.String({ maxLength: 2048 }) }),
+          body: Type.Object({
+            url: Type.String({ maxLength: 2048 }),
+            /** Environments whose executor socket is connected to this node right now. */
+            environments: Type.Optional(
+              Type.Array(Type.String({ pattern: ENVIRONMENT_ID_PATTERN }), { maxItems: 100_000 }),
+            ),
+          }),
           response: { 200: StatusResponse, ...authErrors },
         },
       },
       async (request) => {
         if (!config.relayUrls.includes(request.body.url)) throw new RegistryError('unknown_relay_node');
-        await store.heartbeatRelayNode(request.body.url, now());
+        await store.heartbeatRelayNode(request.body.url, now(), request.body.environments ?? []);
         return { status: 'ok' };
       },
     );

@@ -47,6 +47,16 @@ CREATE TABLE relay_nodes (
 );
 `,
   },
+  {
+    version: 2,
+    sql: `
+CREATE TABLE relay_links (
+  environment_id TEXT PRIMARY KEY,
+  relay_url TEXT NOT NULL,
+  last_seen ${int} NOT NULL
+);
+`,
+  },
 ];
 
 export const SQLITE_MIGRATIONS = common('INTEGER');

@@ -147,11 +147,24 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
       const result = await pool.query('DELETE FROM authorizations WHERE expires_at < $1', [before]);
       return result.rowCount ?? 0;
     },
-    async heartbeatRelayNode(url, at) {
+    async heartbeatRelayNode(url, at, environmentIds = []) {
       await pool.query(
-        'INSERT INTO relay_nodes (url, last_seen) VALUES ($1, $2) ON CONFLICT (url) DO UPDATE SET last_seen = excluded.last_seen',
-        [url, at],
+        `WITH node AS (
+           INSERT INTO relay_nodes (url, last_seen) VALUES ($1, $2)
+           ON CONFLICT (url) DO UPDATE SET last_seen = excluded.last_seen)
+         INSERT INTO relay_links (environment_id, relay_url, last_seen)
+         SELECT DISTINCT id, $1, $2::bigint FROM unnest($3::text[]) AS id
+         ON CONFLICT (environment_id) DO UPDATE SET relay_url = excluded.relay_url, last_seen = excluded.last_seen`,
+        [url, at, environmentIds],
       );
+    },
+    async relayLink(environmentId) {
+      const { rows } = await pool.query<{ environment_id: string; relay_url: string; last_seen: string }>(
+        'SELECT environment_id, relay_url, last_seen FROM relay_links WHERE environment_id = $1',
+        [environmentId],
+      );
+      const row = rows[0];
+      return row && { environmentId: row.environment_id, relayUrl: row.relay_url, lastSeen: Number(row.last_seen) };
     },
     async liveRelayNodes(since) {
       const { rows } = await pool.query<{ url: string; last_seen: string }>(

@@ -102,6 +102,11 @@ export function openSqliteStore(path: string): RegistryStore {
     heartbeat: db.prepare(
       'INSERT INTO relay_nodes (url, last_seen) VALUES (?, ?) ON CONFLICT (url) DO UPDATE SET last_seen = excluded.last_seen',
     ),
+    upsertLink: db.prepare(
+      `INSERT INTO relay_links (environment_id, relay_url, last_seen) VALUES (?, ?, ?)
+       ON CONFLICT (environment_id) DO UPDATE SET relay_url = excluded.relay_url, last_seen = excluded.last_seen`,
+    ),
+    link: db.prepare('SELECT environment_id, relay_url, last_seen FROM relay_links WHERE environment_id = ?'),
     liveNodes: db.prepare('SELECT url, last_seen FROM relay_nodes WHERE last_seen >= ? ORDER BY url'),
   };
   const putRegistration = db.transaction((r: RegistrationRecord) => {
@@ -114,6 +119,11 @@ export function openSqliteStore(path: string): RegistryStore {
       r.apiKeyId,
       r.createdAt,
     );
+  });
+
+  const heartbeat = db.transaction((url: string, at: number, environmentIds: readonly string[]) => {
+    stmt.heartbeat.run(url, at);
+    for (const id of environmentIds) stmt.upsertLink.run(id, url, at);
   });
 
   return {
@@ -176,8 +186,14 @@ export function openSqliteStore(path: string): RegistryStore {
     async pruneAuthorizations(before) {
       return stmt.pruneAuth.run(before).changes;
     },
-    async heartbeatRelayNode(url, at) {
-      stmt.heartbeat.run(url, at);
+    async heartbeatRelayNode(url, at, environmentIds = []) {
+      heartbeat(url, at, environmentIds);
+    },
+    async relayLink(environmentId) {
+      const row = stmt.link.get(environmentId) as
+        | { environment_id: string; relay_url: string; last_seen: number }
+        | undefined;
+      return row && { environmentId: row.environment_id, relayUrl: row.relay_url, lastSeen: Number(row.last_seen) };
     },
     async liveRelayNodes(since) {
       return (stmt.liveNodes.all(since) as Array<{ url: string; last_seen: number }>).map(

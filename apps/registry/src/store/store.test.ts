@@ -187,6 +187,19 @@ describe.each([sqlite, postgres])('RegistryStore on $name', (engine) => {
     ]);
     expect(await store.liveRelayNodes(2_500)).toEqual([{ url: 'ws://b', lastSeen: 3_000 }]);
   });
+
+  it('records which environments a relay node reports connected, the latest report winning', async () => {
+    expect(await store.relayLink('dev-1')).toBeUndefined();
+    await store.heartbeatRelayNode('ws://a', 1_000, ['dev-1', 'dev-2', 'dev-1']);
+    await store.heartbeatRelayNode('ws://b', 2_000, ['dev-2']);
+    await store.heartbeatRelayNode('ws://a', 3_000, []);
+    expect(await store.relayLink('dev-1')).toEqual({ environmentId: 'dev-1', relayUrl: 'ws://a', lastSeen: 1_000 });
+    expect(await store.relayLink('dev-2')).toEqual({ environmentId: 'dev-2', relayUrl: 'ws://b', lastSeen: 2_000 });
+    expect(await store.liveRelayNodes(0)).toEqual([
+      { url: 'ws://a', lastSeen: 3_000 },
+      { url: 'ws://b', lastSeen: 2_000 },
+    ]);
+  });
 });
 
 describe('openStore', () => {

@@ -54,6 +54,13 @@ export interface RelayNodeRecord {
   lastSeen: number;
 }
 
+/** The last heartbeat in which a relay node reported an environment's executor socket connected. */
+export interface RelayLinkRecord {
+  environmentId: string;
+  relayUrl: string;
+  lastSeen: number;
+}
+
 export interface RegistryStore {
   readonly engine: 'sqlite' | 'postgres';
   /** Throws when the backing database is unreachable. */
@@ -83,7 +90,9 @@ export interface RegistryStore {
   /** Deletes authorizations that expired before `before`; returns how many. */
   pruneAuthorizations(before: number): Promise<number>;
 
-  heartbeatRelayNode(url: string, at: number): Promise<void>;
+  /** Records a relay heartbeat at `at`, with the environments whose executor socket is connected to it. */
+  heartbeatRelayNode(url: string, at: number, environmentIds?: readonly string[]): Promise<void>;
+  relayLink(environmentId: string): Promise<RelayLinkRecord | undefined>;
   /** Relay nodes seen at or after `since`, by url. */
   liveRelayNodes(since: number): Promise<RelayNodeRecord[]>;
 }
