@@ -1,4 +1,5 @@
 import { generateKeyPairSync } from 'node:crypto';
+import { connect as tcpConnect } from 'node:net';
 import { Writable } from 'node:stream';
 import { generateIdentity, publicKeyToJson } from '@tether/noise';
 import type { FastifyInstance } from 'fastify';
@@ -356,6 +357,44 @@ describe('health, unknown routes and logs', () => {
     const res = await app.inject('/cloud/environment/dev-1/register');
     expect([res.statusCode, res.json()]).toEqual([404, { error: { code: 'not_found', message: 'no such route' } }]);
     expect((await app.inject({ method: 'POST', url: '/nope' })).statusCode).toBe(404);
+  });
+
+  it('close() then drain(): an in-flight request completes on the store before drain() resolves', async () => {
+    const slow = { ...store, engine: store.engine } as RegistryStore;
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    slow.ping = async () => {
+      await gate;
+      await store.ping();
+    };
+    const other = await buildRegistry({ relayUrls: ['ws://r:1'] }, { store: slow, signingKey });
+    await other.listen({ host: '127.0.0.1', port: 0 });
+    const { port } = other.server.address() as { port: number };
+    const socket = tcpConnect(port, '127.0.0.1');
+    let received = '';
+    socket.on('data', (d) => {
+      received += d.toString();
+    });
+    // Two pipelined requests on one kept-alive connection: the first waits on the store.
+    socket.write('GET /readyz HTTP/1.1\r\nHost: x\r\n\r\nGET /livez HTTP/1.1\r\nHost: x\r\n\r\n');
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const closed = other.close(); // Fastify's close waits for open connections, so it cannot be awaited yet
+    let drained: boolean | undefined;
+    const draining = other.drain(5_000).then((ok) => {
+      drained = ok;
+    });
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    expect(drained).toBeUndefined();
+    expect(await other.drain(10)).toBe(false);
+    release();
+    await draining;
+    expect(drained).toBe(true);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    socket.destroy();
+    await closed;
+    expect(received).toMatch(/^HTTP\/1\.1 200 [\s\S]*\{"status":"ok"\}$/);
   });
 
   it('refuses a registry with no relay URL', async () => {

@@ -50,6 +50,11 @@ declare module 'fastify' {
      * An environment's relay link as reported by relay heartbeats: `up` when a live configured node listed it in
      * its latest heartbeat, `down` when live nodes report but none lists it, `unknown` when no node reports.
      */
+    /**
+     * Resolves once no store operation is in flight (or after `timeoutMs`); true when drained. Fastify's close()
+     * does not wait for handlers whose client went away, so whoever owns the store awaits this before closing it.
+     */
+    drain(timeoutMs: number): Promise<boolean>;
     relayLinkStatus(environmentId: string): Promise<{ status: 'up' | 'down' | 'unknown'; lastSeen: number | null }>;
   }
   interface FastifyRequest {
@@ -63,11 +68,14 @@ export async function buildRegistry(config: RegistryConfig, deps: RegistryDeps):
   const app = Fastify({
     ...(deps.logger ? { loggerInstance: deps.logger } : { logger: false }),
     bodyLimit: config.bodyLimit ?? 16 * 1024,
-    return503OnClosing: true,
+    // Requests still arriving while closing are served (and counted by drain()) rather than answered with
+    // Fastify's own 503 body, which is not in our error format.
+    return503OnClosing: false,
     // Environment ids go up to 128 characters (find-my-way's default cap is 100); the schema enforces 128.
     routerOptions: { maxParamLength: 256 },
     ajv: { customOptions: { removeAdditional: false, coerceTypes: false, allErrors: false } },
   });
+  const tracked = trackStore(deps.store);
   app.decorate('registry', {
     config: {
       relayUrls: config.relayUrls,
@@ -75,7 +83,7 @@ export async function buildRegistry(config: RegistryConfig, deps: RegistryDeps):
       relayUrlTtlMs: config.relayUrlTtlMs ?? 24 * 3600_000,
       relayPresenceTtlMs: config.relayPresenceTtlMs ?? 30_000,
     },
-    store: deps.store,
+    store: tracked.store,
     signingKey: deps.signingKey,
     now: deps.now ?? Date.now,
   });
@@ -99,6 +107,7 @@ export async function buildRegistry(config: RegistryConfig, deps: RegistryDeps):
     const node = link && live.find((n) => n.url === link.relayUrl);
     return { status: node && link.lastSeen >= node.lastSeen ? ('up' as const) : ('down' as const), lastSeen };
   });
+  app.decorate('drain', (timeoutMs: number) => tracked.drain(timeoutMs));
   app.addHook('onResponse', async (request, reply) => {
     app.metrics.inc('registry_http_requests_total', {
       method: request.method,
@@ -136,6 +145,46 @@ export async function buildRegistry(config: RegistryConfig, deps: RegistryDeps):
   await app.register(cloudRoutes, { prefix: '/cloud/environment' });
   await app.register(v1Routes, { prefix: '/v1' });
   return app;
+}
+
+/** The store seen by the routes, counting operations in flight so that drain() can wait for them. */
+function trackStore(store: RegistryStore) {
+  let inFlight = 0;
+  const idle: Array<() => void> = [];
+  const wrapped = new Proxy(store, {
+    get(target, property, receiver) {
+      const value = Reflect.get(target, property, receiver);
+      if (typeof value !== 'function' || property === 'close') return value;
+      return async (...args: unknown[]) => {
+        inFlight++;
+        try {
+          return await value.apply(target, args);
+        } finally {
+          if (--inFlight === 0) for (const wake of idle.splice(0)) wake();
+        }
+      };
+    },
+  });
+  // A handler's next store call follows the previous one within microtasks, so "idle" means idle across a
+  // macrotask turn.
+  const settledIdle = () => new Promise<boolean>((resolve) => setImmediate(() => resolve(inFlight === 0)));
+  const drain = async (timeoutMs: number): Promise<boolean> => {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      if (inFlight === 0 && (await settledIdle())) return true;
+      const left = deadline - Date.now();
+      if (left <= 0) return false;
+      const woke = await new Promise<boolean>((resolve) => {
+        const timer = setTimeout(() => resolve(false), left);
+        idle.push(() => {
+          clearTimeout(timer);
+          resolve(true);
+        });
+      });
+      if (!woke) return false;
+    }
+  };
+  return { store: wrapped, drain };
 }
 
 /** The bearer token of a request, or null; never logged. */

@@ -100,7 +100,6 @@ export async function runServe(options: ServeOptions, io: CliIo, logger?: Logger
     },
     { store, signingKey, logger: log },
   );
-  app.addHook('onClose', async () => store.close());
   try {
     await app.listen({ host: options.listen.host, port: options.listen.port });
   } catch (err) {
@@ -108,6 +107,7 @@ export async function runServe(options: ServeOptions, io: CliIo, logger?: Logger
       `registry: cannot listen on ${options.listen.host}:${options.listen.port}: ${(err as Error).message}\n`,
     );
     await app.close();
+    await store.close();
     return 1;
   }
   const address = app.server.address();
@@ -118,6 +118,8 @@ export async function runServe(options: ServeOptions, io: CliIo, logger?: Logger
   await io.stopSignal;
   log.info('shutting down');
   await app.close();
+  if (!(await app.drain(10_000))) log.warn('requests still in flight after 10 s; closing the store anyway');
+  await store.close();
   return 0;
 }
 

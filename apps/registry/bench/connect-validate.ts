@@ -1,0 +1,119 @@
+// Benchmark (not a test): /connect + /validate pairs per second and p99 latency against a `registry serve`
+// subprocess, on SQLite and on PostgreSQL, with autocannon (50 connections). Usage: pnpm bench [seconds]
+import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { generateIdentity, publicKeyToJson } from '@tether/noise';
+import autocannon from 'autocannon';
+import pg from 'pg';
+import { openStore } from '../src/store/index.js';
+import { generateToken, hashToken } from '../src/tokens.js';
+
+const SECONDS = Number(process.argv[2] ?? 10);
+const PG_URL = process.env.TETHER_TEST_POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+const APP_DIR = join(import.meta.dirname, '..');
+
+async function bench(engine: 'sqlite' | 'postgres') {
+  const dir = mkdtempSync(join(tmpdir(), 'registry-bench-'));
+  const schema = `registry_bench_${randomBytes(4).toString('hex')}`;
+  const database =
+    engine === 'sqlite' ? `sqlite:${join(dir, 'r.db')}` : `${PG_URL}?options=-c%20search_path%3D${schema}`;
+  const store = await openStore(engine === 'sqlite' ? database : PG_URL, { schema });
+  const executor = generateToken();
+  const harness = generateToken();
+  for (const [id, token, role] of [
+    ['e', executor, 'executor'],
+    ['h', harness, 'harness'],
+  ] as const) {
+    await store.createApiKey({ id, tokenHash: hashToken(token), role, environments: '*', label: id, createdAt: 0 });
+  }
+  await store.close();
+
+  const child = spawn(
+    process.execPath,
+    ['--conditions=tether-source', '--import', 'tsx', 'src/main.ts', 'serve', '--listen', '127.0.0.1:0'],
+    {
+      cwd: APP_DIR,
+      env: {
+        ...process.env,
+        TETHER_REGISTRY_DATABASE: database,
+        TETHER_REGISTRY_DATA_DIR: dir,
+        TETHER_REGISTRY_LOG_LEVEL: 'warn',
+      },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    },
+  );
+  const url = await new Promise<string>((resolve, reject) => {
+    child.stdout.once('data', (d: Buffer) => resolve(d.toString().trim()));
+    child.once('exit', (code) => reject(new Error(`registry exited ${code}`)));
+  });
+  const headers = (token: string) => ({ authorization: `Bearer ${token}`, 'content-type': 'application/json' });
+  const registered = await fetch(`${url}/cloud/environment/bench-1/register`, {
+    method: 'POST',
+    headers: headers(executor),
+    body: JSON.stringify({
+      security_profile: 'noise_hybrid_ik_v1',
+      executor_public_key: publicKeyToJson(generateIdentity().publicKey),
+    }),
+  });
+  const registrationId = ((await registered.json()) as { executor_registration_id: string }).executor_registration_id;
+  const harnessKey = publicKeyToJson(generateIdentity().publicKey);
+
+  let invalid = 0;
+  const result = await autocannon({
+    url,
+    connections: 50,
+    duration: SECONDS,
+    requests: [
+      {
+        method: 'POST',
+        path: '/cloud/environment/bench-1/connect',
+        headers: headers(harness),
+        body: JSON.stringify({ harness_public_key: harnessKey }),
+        onResponse: (_status, body, context) => {
+          context.authorization = (JSON.parse(body) as { harness_key_authorization: string }).harness_key_authorization;
+        },
+      },
+      {
+        method: 'POST',
+        path: '/cloud/environment/bench-1/validate',
+        headers: headers(executor),
+        setupRequest: (request, context) => ({
+          ...request,
+          body: JSON.stringify({
+            executor_registration_id: registrationId,
+            harness_public_key: harnessKey,
+            harness_key_authorization: context.authorization,
+          }),
+        }),
+        onResponse: (_status, body) => {
+          if (!(JSON.parse(body) as { valid: boolean }).valid) invalid++;
+        },
+      },
+    ],
+  });
+  child.kill('SIGTERM');
+  await new Promise((resolve) => child.once('exit', resolve));
+  rmSync(dir, { recursive: true, force: true });
+  if (engine === 'postgres') {
+    const client = new pg.Client({ connectionString: PG_URL });
+    await client.connect();
+    await client.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+    await client.end();
+  }
+  return {
+    engine,
+    pairsPerSecond: Math.round(result.requests.average / 2),
+    p99Ms: result.latency.p99,
+    requests: result.requests.total,
+    non2xx: result.non2xx,
+    errors: result.errors,
+    invalidValidations: invalid,
+  };
+}
+
+const rows = [];
+for (const engine of ['sqlite', 'postgres'] as const) rows.push(await bench(engine));
+console.table(rows);
