@@ -397,6 +397,27 @@ describe('health, unknown routes and logs', () => {
     expect(received).toMatch(/^HTTP\/1\.1 200 [\s\S]*\{"status":"ok"\}$/);
   });
 
+  it('deletes expired authorizations periodically, and stops when closed', async () => {
+    const pruned: number[] = [];
+    const spy = { ...store, engine: store.engine } as RegistryStore;
+    spy.pruneAuthorizations = async (before) => {
+      pruned.push(before);
+      return store.pruneAuthorizations(before);
+    };
+    const other = await buildRegistry(
+      { relayUrls: ['ws://r:1'], pruneIntervalMs: 10 },
+      { store: spy, signingKey, now: () => clock },
+    );
+    await other.ready();
+    await new Promise((resolve) => setTimeout(resolve, 60));
+    await other.close();
+    const count = pruned.length;
+    expect(count).toBeGreaterThan(1);
+    expect(pruned.every((before) => before === clock)).toBe(true);
+    await new Promise((resolve) => setTimeout(resolve, 40));
+    expect(pruned.length).toBe(count);
+  });
+
   it('refuses a registry with no relay URL', async () => {
     await expect(buildRegistry({ relayUrls: [] }, { store, signingKey })).rejects.toThrow(/relay URL/);
   });

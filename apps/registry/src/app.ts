@@ -17,6 +17,8 @@ export interface RegistryConfig {
   relayUrlTtlMs?: number;
   /** A relay node counts as live this long after its last heartbeat; default 30 s. */
   relayPresenceTtlMs?: number;
+  /** How often expired harness authorizations are deleted; default 60 s. */
+  pruneIntervalMs?: number;
   /** Request body limit in bytes; default 16 KiB (a NoiseChannelPublicKey is about 1.7 KB). */
   bodyLimit?: number;
 }
@@ -108,6 +110,19 @@ export async function buildRegistry(config: RegistryConfig, deps: RegistryDeps):
     return { status: node && link.lastSeen >= node.lastSeen ? ('up' as const) : ('down' as const), lastSeen };
   });
   app.decorate('drain', (timeoutMs: number) => tracked.drain(timeoutMs));
+  // Expired authorizations are useless (consumption checks expiry); delete them now and then.
+  let pruner: NodeJS.Timeout | undefined;
+  app.addHook('onReady', async () => {
+    pruner = setInterval(() => {
+      app.registry.store.pruneAuthorizations(app.registry.now()).catch((err: unknown) => {
+        app.log.warn({ err }, 'pruning expired authorizations failed');
+      });
+    }, config.pruneIntervalMs ?? 60_000);
+    pruner.unref();
+  });
+  app.addHook('preClose', async () => {
+    clearInterval(pruner);
+  });
   app.addHook('onResponse', async (request, reply) => {
     app.metrics.inc('registry_http_requests_total', {
       method: request.method,
