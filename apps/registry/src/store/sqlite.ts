@@ -54,6 +54,8 @@ export function openSqliteStore(path: string): RegistryStore {
   if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true });
   const db = new Database(path);
   db.pragma('journal_mode = WAL');
+  // WAL + NORMAL: no corruption on power loss, only the last commits may be lost; FULL fsyncs every commit.
+  db.pragma('synchronous = NORMAL');
   db.pragma('busy_timeout = 5000');
   db.pragma('foreign_keys = ON');
   db.exec('CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY)');

@@ -216,6 +216,19 @@ describe('openStore', () => {
     await store.close();
   });
 
+  it('SQLite files are in WAL mode', async () => {
+    const path = (await import('node:path')).join(tmpdir(), `registry-wal-${randomBytes(4).toString('hex')}.db`);
+    const s = openSqliteStore(path);
+    await s.close();
+    const Database = (await import('better-sqlite3')).default;
+    const db = new Database(path);
+    expect(db.pragma('journal_mode', { simple: true })).toBe('wal');
+    db.close();
+    rmSync(path, { force: true });
+    rmSync(`${path}-wal`, { force: true });
+    rmSync(`${path}-shm`, { force: true });
+  });
+
   it('opens postgres URLs in the requested schema', async () => {
     const schema = `registry_test_${randomBytes(6).toString('hex')}`;
     const store = await openStore(PG_URL, { schema });
