@@ -341,3 +341,37 @@ describe('concurrency lanes', () => {
     expect(order).toEqual(['status', 'read']);
   });
 });
+
+describe('stdio', () => {
+  it('answers an oversize line with a -1 error and keeps serving, then ends the session at EOF', async () => {
+    const { PassThrough } = await import('node:stream');
+    const server = makeServer({ maxMessageBytes: 256 });
+    const input = new PassThrough();
+    const output = new PassThrough();
+    const lines: Array<Record<string, unknown>> = [];
+    let buffered = '';
+    output.on('data', (data: Buffer) => {
+      buffered += data.toString();
+      for (let i = buffered.indexOf('\n'); i >= 0; i = buffered.indexOf('\n')) {
+        lines.push(JSON.parse(buffered.slice(0, i)));
+        buffered = buffered.slice(i + 1);
+      }
+    });
+    const served = server.serveStdio(input, output);
+    input.write(`${'x'.repeat(1000)}\n`);
+    input.write('{"id":1,"method":"initialize","params":{"clientName":"t"}}\n');
+    await expect.poll(() => lines.length, { timeout: 5000 }).toBe(2);
+    expect(lines[0]).toEqual({
+      id: -1,
+      error: {
+        code: -32600,
+        message:
+          'failed to parse JSON-RPC message from exec-server stdio: message of 1000 bytes exceeds the limit of 256 bytes',
+      },
+    });
+    expect(lines[1]).toMatchObject({ id: 1, result: { sessionId: expect.any(String) } });
+    input.end();
+    await served;
+    expect(server.registry.size).toBe(0);
+  });
+});

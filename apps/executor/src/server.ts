@@ -1,8 +1,14 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { Readable, Writable } from 'node:stream';
-import type { EnvironmentInfo } from '@tether/exec-protocol';
-import { RpcConnection, StdioTransport, WebSocketTransport } from '@tether/jsonrpc';
+import { type EnvironmentInfo, ErrorCode } from '@tether/exec-protocol';
+import {
+  MALFORMED_MESSAGE_ID,
+  malformedMessageText,
+  RpcConnection,
+  StdioTransport,
+  WebSocketTransport,
+} from '@tether/jsonrpc';
 import { createReaper, type Reaper } from '@tether/local-process';
 import { WebSocketServer } from 'ws';
 import { DEFAULT_CONFIG, type ExecutorConfig } from './config.js';
@@ -54,10 +60,6 @@ export class ExecServer {
     });
   }
 
-  get isClosing(): boolean {
-    return this.closing !== null;
-  }
-
   /** Serves one connection until it closes. */
   serve(connection: RpcConnection, options: { endSessionOnClose?: boolean } = {}): ConnectionProcessor {
     const processor = new ConnectionProcessor(connection, {
@@ -84,9 +86,12 @@ export class ExecServer {
       output,
       maxMessageBytes: this.config.maxMessageBytes,
       onOversize: (bytes) =>
-        connection.sendError(-1, {
-          code: -32600,
-          message: `failed to parse JSON-RPC message from exec-server stdio: message of ${bytes} bytes exceeds the limit of ${this.config.maxMessageBytes} bytes`,
+        connection.sendError(MALFORMED_MESSAGE_ID, {
+          code: ErrorCode.invalidRequest,
+          message: malformedMessageText(
+            connection,
+            `message of ${bytes} bytes exceeds the limit of ${this.config.maxMessageBytes} bytes`,
+          ),
         }),
     });
     const connection = new RpcConnection(transport);

@@ -164,15 +164,4 @@ export class SessionRegistry {
     for (const session of all) session.attachment?.detached();
     await Promise.all(all.map((session) => this.end(session)));
   }
-
-  /** Totals for /metrics-style reporting and tests. */
-  stats(): { sessions: number; attached: number; processes: number } {
-    let attached = 0;
-    let processes = 0;
-    for (const session of this.sessions.values()) {
-      if (session.state === 'attached') attached++;
-      processes += session.table.size;
-    }
-    return { sessions: this.sessions.size, attached, processes };
-  }
 }

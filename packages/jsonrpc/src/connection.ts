@@ -28,7 +28,6 @@ export class RpcConnection {
   private readonly abort = new AbortController();
   private handlers: ConnectionHandlers | null = null;
   private statusValue: ConnectionStatus = 'idle';
-  private closeReason = '';
   readonly closed: Promise<string>;
   private resolveClosed!: (reason: string) => void;
 
@@ -113,14 +112,9 @@ export class RpcConnection {
     this.finish(reason);
   }
 
-  get closeReasonText(): string {
-    return this.closeReason;
-  }
-
   private finish(reason: string): void {
     if (this.statusValue === 'closed') return;
     this.statusValue = 'closed';
-    this.closeReason = reason;
     this.abort.abort(new ConnectionClosedError(reason));
     this.handlers?.onClose?.(reason);
     this.resolveClosed(reason);

@@ -2,7 +2,6 @@ import {
   DecodeError,
   decode,
   decodeBase64,
-  EnvPolicy as EnvPolicySchema,
   ErrorCode,
   FileUriError,
   fileUriToPath,
@@ -45,9 +44,6 @@ export function toRpcError(err: unknown): RpcError {
   return RpcError.internal(err instanceof Error ? err.message : String(err));
 }
 
-/** Longest long poll a timer can express; larger `waitMs` values wait this long. */
-const MAX_WAIT_MS = 2 ** 31 - 1;
-
 /** Fields Tether does not implement; a request that sets them fails closed rather than running unconfined. */
 const UNSUPPORTED_START_FIELDS = ['sandbox', 'managedNetwork', 'networkProxy', 'shellSnapshot'] as const;
 
@@ -74,7 +70,6 @@ function startProcess(params: ProcessStartParams) {
     }
     throw err;
   }
-  if (params.envPolicy) decode(EnvPolicySchema, params.envPolicy);
   const env = buildChildEnv(params.env, params.envPolicy ?? null, process.env);
   return { cwd, env };
 }
@@ -101,7 +96,7 @@ export const processHandlers: HandlerTable = {
     const result = await ctx.session().table.read(params.processId, {
       afterSeq: params.afterSeq ?? null,
       maxBytes: params.maxBytes ?? null,
-      waitMs: params.waitMs == null ? null : Math.min(params.waitMs, MAX_WAIT_MS),
+      waitMs: params.waitMs ?? null, // the process table clamps it to what a timer can express
       signal: ctx.signal,
     });
     return {
