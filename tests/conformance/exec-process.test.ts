@@ -6,7 +6,6 @@ import {
   b64,
   collectEvents,
   collectUntilClosed,
-  connectWs,
   decodeB64Text,
   eventsOutput,
   type ProcessEvent,
@@ -16,9 +15,9 @@ import {
   waitUntil,
 } from '@tether/test-kit';
 import { describe, expect, it } from 'vitest';
-import { CASES, sh, useHarness } from './support.ts';
+import { CASES_WITH_REMOTE, sh, useHarness } from './support.ts';
 
-describe.each(CASES)('exec_process: %s', (_label, { kind, transport }) => {
+describe.each(CASES_WITH_REMOTE)('exec_process: %s', (_label, { kind, transport }) => {
   const h = useHarness();
 
   it('starts_and_exits', async () => {
@@ -202,7 +201,7 @@ describe.each(CASES)('exec_process: %s', (_label, { kind, transport }) => {
     expect([collected.output, collected.exitCode, collected.closed]).toEqual(['queued output\n', 0, true]);
   });
 
-  if (transport === 'ws') {
+  if (transport === 'ws' || transport === 'remote') {
     it('recovers_after_transport_disconnect (detach, resume, read the gap, write)', async () => {
       const { peer, client, sessionId } = await h.session(kind, transport);
       const gate = join(h.workDir, `gate-${kind}`);
@@ -251,7 +250,7 @@ describe.each(CASES)('exec_process: %s', (_label, { kind, transport }) => {
       let resumed: TestClient | undefined;
       let resumeResult: { sessionId: string } | undefined;
       await waitUntil(async () => {
-        const candidate = await connectWs(peer.url!);
+        const candidate = await h.connect(peer);
         const response = await candidate.request<{ sessionId: string }>('initialize', {
           clientName: 'tether-conformance',
           resumeSessionId: sessionId,

@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import {
   activePeers,
   connect,
+  connectRemote,
   fileUri,
   findProcesses,
   initialize,
@@ -12,7 +13,9 @@ import {
   peerMarker,
   type StartPeerOptions,
   startPeer,
+  startTestRendezvous,
   type TestClient,
+  type TestRendezvous,
   type Transport,
   waitUntil,
 } from '@tether/test-kit';
@@ -26,6 +29,14 @@ export const MATRIX = PEER_KINDS.flatMap((kind) => TRANSPORTS.map((transport) =>
 
 /** `describe.each(CASES)('suite: %s', (_label, { kind, transport }) => …)` — labels like `codex over ws`. */
 export const CASES = MATRIX.map((entry) => [`${entry.kind} over ${entry.transport}`, entry] as const);
+
+/** Peers in remote mode: registered with a test registry, reached through its relay (Noise IK). */
+export const REMOTE_CASES = PEER_KINDS.map((kind) => [`${kind} over remote`, { kind, transport: 'remote' }] as const);
+
+/** CASES plus the remote variant of each peer, for the exec_process scenarios (local and remote). */
+export const CASES_WITH_REMOTE = [...CASES, ...REMOTE_CASES] as const;
+
+export type AnyTransport = Transport | 'remote';
 
 /** Peer kinds with labels, for ws-only or CLI suites. */
 export const KIND_CASES = PEER_KINDS.map((kind) => [kind, kind] as const);
@@ -65,6 +76,8 @@ export interface StartParamsExtra {
 export function useHarness() {
   const peers = new Set<PeerHandle>();
   const clients = new Set<TestClient>();
+  const remotes = new Map<PeerHandle, { rig: TestRendezvous; environmentId: string }>();
+  let remoteCount = 0;
   const workDir = mkdtempSync(join(scratchRoot(), 'work-'));
 
   afterEach(async () => {
@@ -72,6 +85,8 @@ export function useHarness() {
     clients.clear();
     await Promise.all([...peers].map((p) => p.close().catch(() => undefined)));
     peers.clear();
+    await Promise.all([...remotes.values()].map(({ rig }) => rig.close()));
+    remotes.clear();
   });
 
   afterAll(async () => {
@@ -100,18 +115,44 @@ export function useHarness() {
     get cwdUri() {
       return fileUri(workDir);
     },
-    async start(kind: PeerKind, transport: Transport, options: Partial<StartPeerOptions> = {}): Promise<PeerHandle> {
+    async start(kind: PeerKind, transport: AnyTransport, options: Partial<StartPeerOptions> = {}): Promise<PeerHandle> {
+      if (transport === 'remote') return harness.startRemote(kind, options);
       const peer = await startPeer({ ...options, kind, transport });
       peers.add(peer);
       return peer;
     },
+    /** A peer in remote mode behind its own test registry and relay; `connect` reaches it through them. */
+    async startRemote(kind: PeerKind, options: Partial<StartPeerOptions> = {}): Promise<PeerHandle> {
+      const rig = await startTestRendezvous();
+      const environmentId = `env-${kind}-${++remoteCount}`;
+      let peer: PeerHandle;
+      try {
+        peer = await startPeer({
+          ...options,
+          kind,
+          transport: 'remote',
+          args: ['--remote', rig.registryUrl, '--environment-id', environmentId, ...(options.args ?? [])],
+          env: { ...options.env, CODEX_API_KEY: rig.apiKey, TETHER_API_KEY: rig.apiKey },
+        });
+      } catch (err) {
+        await rig.close();
+        throw err;
+      }
+      peers.add(peer);
+      remotes.set(peer, { rig, environmentId });
+      await rig.environmentOnline(environmentId);
+      return peer;
+    },
     async connect(peer: PeerHandle, headers?: Record<string, string>): Promise<TestClient> {
-      const client = await connect(peer, headers ? { headers } : undefined);
+      const remote = remotes.get(peer);
+      const client = remote
+        ? await connectRemote(remote.rig, remote.environmentId)
+        : await connect(peer, headers ? { headers } : undefined);
       clients.add(client);
       return client;
     },
     /** Peer + connected client + initialize + initialized. */
-    async session(kind: PeerKind, transport: Transport, options: Partial<StartPeerOptions> = {}): Promise<Session> {
+    async session(kind: PeerKind, transport: AnyTransport, options: Partial<StartPeerOptions> = {}): Promise<Session> {
       const peer = await harness.start(kind, transport, options);
       const client = await harness.connect(peer);
       const initializeResult = await initialize(client, { clientName: 'tether-conformance', resumeSessionId: null });

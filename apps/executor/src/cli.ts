@@ -1,9 +1,15 @@
+import { RpcConnection } from '@tether/jsonrpc';
 import { Command, InvalidArgumentError } from 'commander';
 import { ConfigError, defaultConfigPath, type ExecutorConfig, loadConfig } from './config.js';
 import { EXECUTOR_VERSION } from './environment-info.js';
 import { DEFAULT_LISTEN_URL, type ListenTarget, ListenUrlError, parseListenUrl } from './listen-url.js';
 import { createLogger, type Logger } from './logger.js';
+import { checkEnvironmentId, parseRegistryUrl, RegistryError } from './remote/registry-client.js';
+import { API_KEY_ENV_VARS, RemoteLink } from './remote/remote-link.js';
 import { ExecServer } from './server.js';
+
+/** Set to `true` (or `1`) to shut a remote executor down when its stdin closes; stripped from children. */
+export const EXIT_ON_STDIN_CLOSE_ENV = ['TETHER_EXECUTOR_EXIT_ON_STDIN_CLOSE', 'CODEX_EXEC_SERVER_EXIT_ON_STDIN_CLOSE'];
 
 export interface CliIo {
   stdin: NodeJS.ReadableStream & import('node:stream').Readable;
@@ -20,6 +26,23 @@ function positiveInteger(value: string): number {
   return parsed;
 }
 
+function registryUrl(value: string): string {
+  try {
+    return parseRegistryUrl(value);
+  } catch (err) {
+    throw new InvalidArgumentError((err as Error).message);
+  }
+}
+
+function environmentId(value: string): string {
+  try {
+    checkEnvironmentId(value);
+    return value;
+  } catch (err) {
+    throw new InvalidArgumentError((err as Error).message);
+  }
+}
+
 function listenTarget(value: string): ListenTarget {
   try {
     return parseListenUrl(value);
@@ -30,7 +53,10 @@ function listenTarget(value: string): ListenTarget {
 }
 
 export interface ExecutorOptions {
-  listen: ListenTarget;
+  listen?: ListenTarget;
+  remote?: string;
+  environmentId?: string;
+  exitOnStdinClose?: boolean;
   concurrentRequests?: number;
   config?: string;
   strictConfig: boolean;
@@ -44,9 +70,18 @@ export function buildCommand(run: (options: ExecutorOptions) => Promise<void>): 
     .version(EXECUTOR_VERSION)
     .option(
       '--listen <url>',
-      `where to serve: ws://IP:PORT (port 0 picks one; the bound URL is printed on stdout) or stdio`,
+      `where to serve: ws://IP:PORT (port 0 picks one; the bound URL is printed on stdout) or stdio (default: ${DEFAULT_LISTEN_URL}; with --remote: no local listener unless given)`,
       listenTarget,
-      parseListenUrl(DEFAULT_LISTEN_URL),
+    )
+    .option(
+      '--remote <registry-url>',
+      'remote mode: register with this Tether (or Codex-compatible) registry and serve harnesses through its relay; the API key comes from TETHER_API_KEY (or CODEX_API_KEY)',
+      registryUrl,
+    )
+    .option('--environment-id <id>', 'the environment this executor serves (required with --remote)', environmentId)
+    .option(
+      '--exit-on-stdin-close',
+      `with --remote: shut down gracefully when stdin closes (for a parent that owns this process; also ${EXIT_ON_STDIN_CLOSE_ENV.join(' or ')}=true)`,
     )
     .option(
       '--concurrent-requests <n>',
@@ -62,6 +97,8 @@ Examples:
   executor                                  serve on ws://127.0.0.1:<free port>
   executor --listen ws://127.0.0.1:8765     serve on a fixed port
   executor --listen stdio                   one client over stdin/stdout (exits when stdin closes)
+  TETHER_API_KEY=… executor --remote http://127.0.0.1:8080 --environment-id dev-1
+                                            register and serve harnesses through the relay
 
 Endpoints (WebSocket mode): / (WebSocket upgrade), GET /readyz, GET /livez. Requests carrying an Origin
 header are refused with 403. Logs are JSON on stderr (level: TETHER_LOG or [logging] level).`,
@@ -70,7 +107,44 @@ header are refused with 403. Logs are JSON on stderr (level: TETHER_LOG or [logg
 }
 
 /** Runs the executor until a signal or (stdio) EOF; returns the process exit code. */
+/** Checks flag combinations that commander cannot express; returns an error message or null. */
+function checkModes(options: ExecutorOptions): string | null {
+  if (options.remote === undefined) {
+    if (options.environmentId !== undefined) return '--environment-id needs --remote';
+    if (options.exitOnStdinClose) return '--exit-on-stdin-close needs --remote';
+    return null;
+  }
+  if (options.environmentId === undefined) return '--remote needs --environment-id';
+  if (options.listen?.kind === 'stdio') return '--remote cannot be combined with --listen stdio';
+  return null;
+}
+
+function envFlag(env: NodeJS.ProcessEnv, names: readonly string[]): boolean {
+  return names.some((name) => /^(1|true|yes)$/i.test(env[name] ?? ''));
+}
+
+/** Runs the executor until a signal or (stdio) EOF; returns the process exit code. */
 export async function runExecutor(options: ExecutorOptions, io: CliIo, logger?: Logger): Promise<number> {
+  const modeProblem = checkModes(options);
+  if (modeProblem) {
+    io.stderr.write(`executor: ${modeProblem} (see executor --help)\n`);
+    return 2;
+  }
+  const exitOnStdinClose = options.exitOnStdinClose === true || envFlag(io.env, EXIT_ON_STDIN_CLOSE_ENV);
+  let apiKey = '';
+  if (options.remote !== undefined) {
+    apiKey = (API_KEY_ENV_VARS.map((name) => io.env[name]).find((value) => value && value.trim() !== '') ?? '').trim();
+    if (apiKey === '') {
+      io.stderr.write(`executor: --remote needs an API key in ${API_KEY_ENV_VARS.join(' or ')}\n`);
+      return 2;
+    }
+  }
+  // Neither the parent-lifetime switch nor our own registry key reaches a child process.
+  for (const name of [...EXIT_ON_STDIN_CLOSE_ENV, 'TETHER_API_KEY']) {
+    delete io.env[name];
+    delete process.env[name];
+  }
+
   let config: ExecutorConfig;
   let warnings: string[];
   try {
@@ -100,23 +174,55 @@ export async function runExecutor(options: ExecutorOptions, io: CliIo, logger?: 
   };
   process.on('SIGTERM', onSignal);
   process.on('SIGINT', onSignal);
+  let remote: RemoteLink | null = null;
   try {
-    if (options.listen.kind === 'stdio') {
+    if (options.remote !== undefined) {
+      remote = new RemoteLink({
+        registryUrl: options.remote,
+        environmentId: options.environmentId!,
+        apiKey,
+        logger: log,
+        pingIntervalMs: config.pingIntervalMs,
+        onStream: (stream) => server.serve(new RpcConnection(stream)),
+      });
+      const link = remote;
+      server.readinessCheck = () => link.ready;
+      try {
+        await remote.start();
+      } catch (err) {
+        if (err instanceof RegistryError) {
+          io.stderr.write(`executor: cannot register environment ${options.environmentId}: ${err.message}\n`);
+          return 1;
+        }
+        throw err;
+      }
+      if (exitOnStdinClose) {
+        io.stdin.on('end', () => {
+          log.info('stdin closed: shutting down');
+          stopRequested();
+        });
+        io.stdin.on('error', () => stopRequested());
+        io.stdin.resume();
+      }
+    }
+    if (options.listen?.kind === 'stdio') {
       await Promise.race([server.serveStdio(io.stdin, io.stdout), stop]);
     } else {
-      let url: string;
-      try {
-        url = await server.listen(options.listen.host, options.listen.port);
-      } catch (err) {
-        io.stderr.write(
-          `executor: cannot listen on ${options.listen.host}:${options.listen.port}: ${(err as Error).message}\n`,
-        );
-        return 1;
+      const listen = options.listen ?? (remote ? null : parseListenUrl(DEFAULT_LISTEN_URL));
+      if (listen?.kind === 'websocket') {
+        let url: string;
+        try {
+          url = await server.listen(listen.host, listen.port);
+        } catch (err) {
+          io.stderr.write(`executor: cannot listen on ${listen.host}:${listen.port}: ${(err as Error).message}\n`);
+          return 1;
+        }
+        io.stdout.write(`${url}\n`);
       }
-      io.stdout.write(`${url}\n`);
       await stop;
     }
   } finally {
+    await remote?.close();
     await server.close();
     process.off('SIGTERM', onSignal);
     process.off('SIGINT', onSignal);

@@ -40,6 +40,8 @@ export class ExecServer {
   private http: Server | null = null;
   private wss: WebSocketServer | null = null;
   private closing: Promise<void> | null = null;
+  /** Extra readiness condition for `/readyz` (remote mode: the relay link is up). */
+  readinessCheck: (() => boolean) | null = null;
 
   constructor(options: ExecServerOptions = {}) {
     this.config = { ...DEFAULT_CONFIG, ...options.config };
@@ -141,7 +143,8 @@ export class ExecServer {
       return;
     }
     if (req.method === 'GET' && path === '/readyz') {
-      res.writeHead(this.closing ? 503 : 200).end();
+      const ready = !this.closing && (this.readinessCheck?.() ?? true);
+      res.writeHead(ready ? 200 : 503).end();
       return;
     }
     if (path === '/') {

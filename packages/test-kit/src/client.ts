@@ -1,5 +1,9 @@
+import { randomUUID } from 'node:crypto';
+import { generateIdentity, parsePublicKey, publicKeyToJson } from '@tether/noise';
+import { SecureStream, WebSocketFrameLink } from '@tether/secure-stream';
 import WebSocket from 'ws';
 import type { PeerHandle } from './peer.js';
+import type { TestRendezvous } from './rendezvous.js';
 
 export type RpcId = string | number;
 
@@ -49,7 +53,7 @@ export class RpcCallError extends Error {
 }
 
 export interface TestClient {
-  readonly transport: 'ws' | 'stdio';
+  readonly transport: 'ws' | 'stdio' | 'remote';
   /** Sends a request and resolves with the raw response (result or error); rejects on timeout/close. */
   request<T = unknown>(method: string, params?: unknown, options?: RequestOptions): Promise<RpcResponse<T>>;
   /** Like `request` but resolves with `result` and throws `RpcCallError` on an error response. */
@@ -103,7 +107,7 @@ function idKey(id: unknown): string {
 }
 
 abstract class BaseClient implements TestClient {
-  abstract readonly transport: 'ws' | 'stdio';
+  abstract readonly transport: 'ws' | 'stdio' | 'remote';
   readonly notifications: RpcNotification[] = [];
   readonly messages: RpcMessage[] = [];
   readonly garbage: string[] = [];
@@ -285,6 +289,101 @@ class WsClient extends BaseClient {
   }
 }
 
+/**
+ * A raw JSON-RPC client over an end-to-end encrypted relay stream (what a harness uses in remote mode).
+ * `sendRaw` sends the bytes as one message inside the encrypted channel; `terminate` drops the relay
+ * socket without a Reset.
+ */
+class RelayClient extends BaseClient {
+  readonly transport = 'remote' as const;
+  constructor(
+    private readonly stream: SecureStream,
+    private readonly socket: WebSocket,
+  ) {
+    super();
+    stream.start({
+      onMessage: (data) => this.onText(typeof data === 'string' ? data : data.toString('utf8')),
+      onClose: () => this.onClosed(),
+      onDrain: () => undefined,
+    });
+    socket.on('close', () => this.onClosed());
+  }
+
+  protected write(text: string): void {
+    if (this.stream.status !== 'open') throw new Error('relay stream is not open');
+    this.stream.send(text);
+  }
+
+  sendRaw(data: string | Buffer): void {
+    this.write(Buffer.isBuffer(data) ? data.toString('utf8') : data);
+  }
+
+  async close(): Promise<void> {
+    if (this.isClosed) return;
+    this.stream.close();
+    this.socket.close();
+    const timer = setTimeout(() => this.socket.terminate(), 2_000);
+    await this.closed;
+    clearTimeout(timer);
+  }
+
+  terminate(): void {
+    this.socket.terminate();
+  }
+}
+
+export interface ConnectRemoteOptions {
+  /** Overrides the bundle's authorization (to test refusals). */
+  authorization?: string;
+  timeoutMs?: number;
+}
+
+/**
+ * Opens a raw JSON-RPC client to an environment through a test rendezvous: a fresh harness identity,
+ * a bundle from the rig's `/connect`, a relay socket, the Noise IK handshake.
+ */
+export async function connectRemote(
+  rig: TestRendezvous,
+  environmentId: string,
+  options: ConnectRemoteOptions = {},
+): Promise<TestClient> {
+  const identity = generateIdentity();
+  const bundle = rig.connect(environmentId, publicKeyToJson(identity.publicKey) as unknown as Record<string, unknown>);
+  const socket = new WebSocket(bundle.url, { perMessageDeflate: false, maxPayload: 256 * 1024 });
+  const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+  await new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => {
+      socket.terminate();
+      reject(new Error(`timed out connecting to the relay for ${environmentId}`));
+    }, timeoutMs);
+    socket.once('open', () => {
+      clearTimeout(timer);
+      resolve();
+    });
+    socket.once('error', (error) => {
+      clearTimeout(timer);
+      reject(error);
+    });
+  });
+  const streamId = randomUUID();
+  try {
+    const stream = await SecureStream.initiate({
+      link: new WebSocketFrameLink(socket, streamId),
+      streamId,
+      environmentId: bundle.environment_id,
+      registrationId: bundle.executor_registration_id,
+      staticKeys: identity,
+      remoteStatic: parsePublicKey(bundle.executor_public_key),
+      authorization: options.authorization ?? bundle.harness_key_authorization,
+      timeoutMs,
+    });
+    return new RelayClient(stream, socket);
+  } catch (err) {
+    socket.terminate();
+    throw err;
+  }
+}
+
 class StdioClient extends BaseClient {
   readonly transport = 'stdio' as const;
   constructor(private readonly peer: PeerHandle) {
@@ -371,6 +470,7 @@ export function connectStdio(peer: PeerHandle): TestClient {
 /** Connects to a peer over its transport: a new WebSocket for ws peers, the pipes for stdio peers. */
 export function connect(peer: PeerHandle, options?: ConnectWsOptions): Promise<TestClient> {
   if (peer.transport === 'stdio') return Promise.resolve(connectStdio(peer));
+  if (peer.transport === 'remote') throw new Error('remote peers are reached with connectRemote(rig, environmentId)');
   if (!peer.url) throw new Error('ws peer has no url');
   return connectWs(peer.url, options);
 }

@@ -1,6 +1,8 @@
 export {
+  type ConnectRemoteOptions,
   type ConnectWsOptions,
   connect,
+  connectRemote,
   connectStdio,
   connectWs,
   type InitializeResult,

@@ -2,14 +2,16 @@ import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
+import { encodeFrame, peekStreamId, resetFrame } from '@tether/relay-frames';
 import { type WebSocket, WebSocketServer } from 'ws';
 
 /**
  * A minimal registry + relay for tests, enough for an unmodified `codex exec-server --remote`:
  * `/register`, `/connect`, `/validate` (rendezvous.md §1) and a 1:1 relay that forwards every WebSocket
- * message verbatim between the environment socket and the current harness socket, recording them so a
- * test can check that nothing readable crosses it. Not the product registry or relay: no persistence,
- * no signatures, one harness at a time.
+ * message verbatim: harness sockets each carry the one stream their first frame names, environment
+ * frames go to the harness that owns their `stream_id`, and a harness that leaves is announced to the
+ * environment with a `Reset`. Every message is recorded so a test can check that nothing readable
+ * crosses it. Not the product registry or relay: no persistence, no signatures, no limits.
  */
 export interface Registration {
   environmentId: string;
@@ -61,7 +63,16 @@ export async function startTestRendezvous(): Promise<TestRendezvous> {
   const registrationWaiters = new Map<string, Array<(r: Registration) => void>>();
   const environments = new Map<string, WebSocket>();
   const onlineWaiters = new Map<string, Array<() => void>>();
-  const harnesses = new Map<string, WebSocket>();
+  /** Harness sockets by environment, then by the stream id their first frame claimed. */
+  const harnesses = new Map<string, Map<string, WebSocket>>();
+  const streamsOf = (environmentId: string) => {
+    let streams = harnesses.get(environmentId);
+    if (!streams) {
+      streams = new Map();
+      harnesses.set(environmentId, streams);
+    }
+    return streams;
+  };
   const authorizations = new Map<string, { environmentId: string; registrationId: string; harnessKey: string }>();
   const validations: TestRendezvous['validations'] = [];
   const relayed: RelayedMessage[] = [];
@@ -158,25 +169,35 @@ export async function startTestRendezvous(): Promise<TestRendezvous> {
     const environmentId = decodeURIComponent(match[1]!);
     wss.handleUpgrade(req, socket, head, (ws) => {
       if (role === 'environment') {
+        const previous = environments.get(environmentId);
         environments.set(environmentId, ws);
+        previous?.close(1001, 'replaced');
         for (const wake of onlineWaiters.get(environmentId)?.splice(0) ?? []) wake();
         ws.on('message', (data: Buffer, isBinary: boolean) => {
           relayed.push({ direction: 'to-harness', data, isBinary });
-          harnesses.get(environmentId)?.send(data, { binary: isBinary });
+          const streamId = isBinary ? safePeek(data) : null;
+          if (streamId !== null) streamsOf(environmentId).get(streamId)?.send(data, { binary: true });
         });
         ws.on('close', () => {
-          if (environments.get(environmentId) === ws) environments.delete(environmentId);
-          harnesses.get(environmentId)?.close(1001, 'environment gone');
+          if (environments.get(environmentId) !== ws) return;
+          environments.delete(environmentId);
+          for (const harness of streamsOf(environmentId).values()) harness.close(1001, 'environment gone');
         });
       } else {
-        harnesses.get(environmentId)?.close(1001, 'replaced');
-        harnesses.set(environmentId, ws);
+        let streamId: string | null = null;
         ws.on('message', (data: Buffer, isBinary: boolean) => {
           relayed.push({ direction: 'to-environment', data, isBinary });
+          if (streamId === null && isBinary) {
+            streamId = safePeek(data);
+            if (streamId !== null) streamsOf(environmentId).set(streamId, ws);
+          }
           environments.get(environmentId)?.send(data, { binary: isBinary });
         });
         ws.on('close', () => {
-          if (harnesses.get(environmentId) === ws) harnesses.delete(environmentId);
+          if (streamId === null) return;
+          const streams = streamsOf(environmentId);
+          if (streams.get(streamId) === ws) streams.delete(streamId);
+          environments.get(environmentId)?.send(encodeFrame(resetFrame(streamId, 'harness_closed')), { binary: true });
         });
       }
     });
@@ -241,4 +262,12 @@ export async function startTestRendezvous(): Promise<TestRendezvous> {
     close,
     [Symbol.asyncDispose]: close,
   };
+}
+
+function safePeek(data: Buffer): string | null {
+  try {
+    return peekStreamId(data) || null;
+  } catch {
+    return null;
+  }
 }

@@ -1,0 +1,292 @@
+import type { NoiseIdentity, NoisePublicKey } from '@tether/noise';
+import {
+  decodeFrame,
+  encodeFrame,
+  type Frame,
+  FrameError,
+  type HandshakeFrame,
+  resetFrame,
+} from '@tether/relay-frames';
+import { type FrameLink, type FrameLinkHandlers, SecureStream } from '@tether/secure-stream';
+import type { WebSocket } from 'ws';
+import type { Logger } from '../logger.js';
+
+/** Executor limits per physical relay socket (rendezvous.md §3.7). */
+export interface MultiplexerLimits {
+  /** Streams open or handshaking at once; more are reset. */
+  maxStreams: number;
+  /** Handshakes waiting for the registry's `/validate` at once; more are reset. */
+  maxPendingValidations: number;
+  /** Failed handshakes after which the whole socket is closed (a misbehaving relay or peer). */
+  maxFailedHandshakes: number;
+  /** Inbound bytes queued for one paused stream before that stream is reset. */
+  maxQueuedBytesPerStream: number;
+}
+
+export const DEFAULT_MULTIPLEXER_LIMITS: MultiplexerLimits = {
+  maxStreams: 128,
+  maxPendingValidations: 32,
+  maxFailedHandshakes: 8,
+  maxQueuedBytesPerStream: 8 * 1024 * 1024,
+};
+
+const HIGH_WATER_MARK = 4 * 1024 * 1024;
+const LOW_WATER_MARK = 1024 * 1024;
+const BINARY = { binary: true } as const;
+export const LIMIT_RESET = 'executor_stream_limit';
+export const BACKPRESSURE_RESET = 'executor_backpressure';
+
+export interface MultiplexerOptions {
+  environmentId: string;
+  registrationId: string;
+  identity: NoiseIdentity;
+  /** The registry's `/validate`. */
+  authorize(request: { remoteStatic: NoisePublicKey; authorization: string }): Promise<boolean>;
+  /** A stream whose handshake completed: serve JSON-RPC on it. */
+  onStream(stream: SecureStream): void;
+  logger: Logger;
+  limits?: Partial<MultiplexerLimits>;
+}
+
+export interface MultiplexerStats {
+  streams: number;
+  pendingValidations: number;
+  failedHandshakes: number;
+  droppedFrames: number;
+}
+
+/**
+ * One physical relay socket carrying many virtual streams (rendezvous.md §3.2, §5 step 5). Frames are
+ * routed by `stream_id`; a `Handshake` for an unknown stream opens one (responder side of the Noise IK
+ * handshake, gated by the registry); a `Reset` ends one; anything else for an unknown stream is dropped.
+ * A stream that cannot keep up is reset alone: the socket keeps serving every other stream.
+ */
+export class RelayMultiplexer {
+  private readonly links = new Map<string, VirtualLink>();
+  private readonly limits: MultiplexerLimits;
+  private pendingValidations = 0;
+  private failedHandshakes = 0;
+  private droppedFrames = 0;
+  private needsDrain = false;
+  private closed = false;
+
+  constructor(
+    private readonly ws: WebSocket,
+    private readonly options: MultiplexerOptions,
+  ) {
+    this.limits = { ...DEFAULT_MULTIPLEXER_LIMITS, ...options.limits };
+    ws.on('message', (data: Buffer, isBinary: boolean) => this.onMessage(data, isBinary));
+  }
+
+  get stats(): MultiplexerStats {
+    return {
+      streams: this.links.size,
+      pendingValidations: this.pendingValidations,
+      failedHandshakes: this.failedHandshakes,
+      droppedFrames: this.droppedFrames,
+    };
+  }
+
+  /** Ends every stream (their sessions detach and stay resumable); the socket is the caller's. */
+  close(reason: string): void {
+    if (this.closed) return;
+    this.closed = true;
+    for (const link of [...this.links.values()]) link.terminate(reason);
+    this.links.clear();
+  }
+
+  /** @internal */
+  sendFrame(frame: Frame): boolean {
+    if (this.closed || this.ws.readyState !== this.ws.OPEN) return false;
+    this.ws.send(encodeFrame(frame), BINARY, this.afterWrite);
+    if (this.ws.bufferedAmount > HIGH_WATER_MARK) this.needsDrain = true;
+    return !this.needsDrain;
+  }
+
+  /** @internal */
+  get bufferedAmount(): number {
+    return this.ws.bufferedAmount;
+  }
+
+  /** @internal */
+  forget(link: VirtualLink): void {
+    if (this.links.get(link.streamId) === link) this.links.delete(link.streamId);
+  }
+
+  private readonly afterWrite = (err?: Error): void => {
+    if (err || !this.needsDrain || this.ws.bufferedAmount > LOW_WATER_MARK) return;
+    this.needsDrain = false;
+    for (const link of this.links.values()) link.drained();
+  };
+
+  private onMessage(data: Buffer, isBinary: boolean): void {
+    if (this.closed) return;
+    if (!isBinary) {
+      this.droppedFrames++; // text messages are dropped by the executor (§3.1)
+      return;
+    }
+    let frame: Frame;
+    try {
+      frame = decodeFrame(data);
+    } catch (err) {
+      if (!(err instanceof FrameError)) throw err;
+      this.droppedFrames++;
+      this.options.logger.debug({ err: err.message }, 'dropped an invalid relay frame');
+      return;
+    }
+    const link = this.links.get(frame.streamId);
+    if (link) {
+      link.deliver(frame);
+      return;
+    }
+    if (frame.kind === 'handshake') {
+      this.open(frame);
+      return;
+    }
+    // Resume/Ack/Heartbeat precede or accompany a stream and are ignored (§3.3); a Reset or Data for
+    // a stream this side does not know is stale.
+    if (frame.kind === 'data') this.droppedFrames++;
+  }
+
+  private open(frame: HandshakeFrame): void {
+    const { streamId } = frame;
+    if (this.links.size >= this.limits.maxStreams || this.pendingValidations >= this.limits.maxPendingValidations) {
+      this.options.logger.warn(
+        { streams: this.links.size, pendingValidations: this.pendingValidations },
+        'refusing a stream: relay socket at its stream limit',
+      );
+      this.sendFrame(resetFrame(streamId, LIMIT_RESET));
+      return;
+    }
+    const link = new VirtualLink(this, streamId, this.limits.maxQueuedBytesPerStream);
+    this.links.set(streamId, link);
+    this.pendingValidations++;
+    // Held from message 1 until the registry has answered (or the handshake failed before asking it).
+    let held = true;
+    const release = () => {
+      if (held) this.pendingValidations--;
+      held = false;
+    };
+    SecureStream.accept({
+      link,
+      streamId,
+      environmentId: this.options.environmentId,
+      registrationId: this.options.registrationId,
+      staticKeys: this.options.identity,
+      message1: frame.payload,
+      authorize: async (request) => {
+        try {
+          return await this.options.authorize(request);
+        } finally {
+          release();
+        }
+      },
+    }).then(
+      ({ stream }) => {
+        release();
+        if (this.closed) return stream.close();
+        this.options.logger.info({ streamId }, 'harness stream opened');
+        this.options.onStream(stream);
+      },
+      (err: Error) => {
+        release();
+        this.forget(link);
+        if (this.closed) return;
+        this.failedHandshakes++;
+        this.options.logger.warn({ streamId, reason: err.message }, 'harness handshake failed');
+        if (this.failedHandshakes >= this.limits.maxFailedHandshakes) {
+          this.options.logger.error(
+            { failedHandshakes: this.failedHandshakes },
+            'too many failed handshakes on this relay socket: closing it',
+          );
+          this.ws.close(1008, 'too many failed handshakes');
+        }
+      },
+    );
+  }
+}
+
+/**
+ * One stream of the multiplexed socket, as the FrameLink a SecureStream runs on. Pausing it queues its
+ * inbound frames (bounded) instead of pausing the shared socket.
+ */
+class VirtualLink implements FrameLink {
+  private handlers: FrameLinkHandlers | null = null;
+  private paused = false;
+  private queue: Frame[] = [];
+  private queuedBytes = 0;
+  private waitingForDrain = false;
+  private closed = false;
+
+  constructor(
+    private readonly mux: RelayMultiplexer,
+    readonly streamId: string,
+    private readonly maxQueuedBytes: number,
+  ) {}
+
+  get bufferedAmount(): number {
+    return this.mux.bufferedAmount;
+  }
+
+  start(handlers: FrameLinkHandlers): void {
+    this.handlers = handlers;
+  }
+
+  deliver(frame: Frame): void {
+    if (this.closed) return;
+    if (!this.paused) {
+      this.handlers?.onFrame(frame);
+      return;
+    }
+    this.queue.push(frame);
+    this.queuedBytes += frame.kind === 'data' ? frame.payload.byteLength : 64;
+    if (this.queuedBytes > this.maxQueuedBytes) {
+      this.mux.sendFrame(resetFrame(this.streamId, BACKPRESSURE_RESET));
+      this.terminate('the stream fell too far behind its inbound frames');
+    }
+  }
+
+  send(frame: Frame): boolean {
+    if (this.closed) return false;
+    const ok = this.mux.sendFrame(frame);
+    if (!ok) this.waitingForDrain = true;
+    return ok;
+  }
+
+  drained(): void {
+    if (!this.waitingForDrain || this.closed) return;
+    this.waitingForDrain = false;
+    this.handlers?.onDrain();
+  }
+
+  pause(): void {
+    this.paused = true;
+  }
+
+  resume(): void {
+    if (!this.paused || this.closed) return;
+    this.paused = false;
+    while (!this.paused && !this.closed && this.queue.length > 0) {
+      const frame = this.queue.shift()!;
+      this.queuedBytes -= frame.kind === 'data' ? frame.payload.byteLength : 64;
+      this.handlers?.onFrame(frame);
+    }
+  }
+
+  /** The SecureStream is done with the link (it already sent its Reset when one was due). */
+  close(_reason: string): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.queue = [];
+    this.mux.forget(this);
+  }
+
+  /** The socket is gone or the stream overflowed: tell the SecureStream. */
+  terminate(reason: string): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.queue = [];
+    this.mux.forget(this);
+    this.handlers?.onClose(reason);
+  }
+}

@@ -1,0 +1,191 @@
+import type { NoisePublicKey } from '@tether/noise';
+import { publicKeyToJson, SECURITY_PROFILE_HYBRID_IK_V1 } from '@tether/noise';
+
+/** Per attempt: headers and body (rendezvous.md §1.5). */
+export const REGISTRY_TIMEOUT_MS = 10_000;
+/** Error bodies are read at most this far; never logged whole. */
+const ERROR_BODY_PREVIEW = 4096;
+const ENVIRONMENT_ID = /^[A-Za-z0-9_-]{1,128}$/;
+
+/** A registry answer the executor cannot use. `retryable` only for the two codes codex retries. */
+export class RegistryError extends Error {
+  override readonly name = 'RegistryError';
+  constructor(
+    message: string,
+    readonly status: number | null,
+    readonly code: string | null,
+    readonly retryable: boolean,
+  ) {
+    super(message);
+  }
+}
+
+export interface Registration {
+  environmentId: string;
+  /** The signed relay URL with `role=environment`; a credential, never logged. */
+  url: string;
+  registrationId: string;
+}
+
+export interface RegistryClientOptions {
+  /** Base URL, e.g. `http://127.0.0.1:8080` (trailing `/` trimmed). */
+  baseUrl: string;
+  /** Bearer token; never appears in errors or logs. */
+  apiKey: string;
+  timeoutMs?: number;
+  fetch?: typeof fetch;
+}
+
+export function checkEnvironmentId(environmentId: string): void {
+  if (!ENVIRONMENT_ID.test(environmentId)) {
+    throw new RegistryError(
+      `invalid environment id ${JSON.stringify(environmentId)}: use 1-128 ASCII letters, digits, '-' or '_'`,
+      null,
+      null,
+      false,
+    );
+  }
+}
+
+/** Parses and normalizes a registry base URL; throws a message fit for the CLI. */
+export function parseRegistryUrl(value: string): string {
+  let url: URL;
+  try {
+    url = new URL(value.trim());
+  } catch {
+    throw new Error(`invalid registry URL ${JSON.stringify(value)}: expected http(s)://HOST[:PORT][/PATH]`);
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') {
+    throw new Error(`invalid registry URL ${JSON.stringify(value)}: the scheme must be http or https`);
+  }
+  if (url.username || url.password) throw new Error('the registry URL must not carry credentials');
+  if (url.search || url.hash) throw new Error('the registry URL must not have a query or fragment');
+  return url.toString().replace(/\/+$/, '');
+}
+
+/**
+ * The executor's side of the registry API (rendezvous.md §1.2, §1.4): register the executor key and
+ * ask whether a harness may in. Redirects are never followed, so the bearer cannot leak to another host.
+ */
+export class RegistryClient {
+  private readonly baseUrl: string;
+  private readonly apiKey: string;
+  private readonly timeoutMs: number;
+  private readonly fetch: typeof fetch;
+
+  constructor(options: RegistryClientOptions) {
+    this.baseUrl = parseRegistryUrl(options.baseUrl);
+    this.apiKey = options.apiKey;
+    this.timeoutMs = options.timeoutMs ?? REGISTRY_TIMEOUT_MS;
+    this.fetch = options.fetch ?? fetch;
+  }
+
+  async register(environmentId: string, executorKey: NoisePublicKey): Promise<Registration> {
+    checkEnvironmentId(environmentId);
+    const body = await this.post(`/cloud/environment/${environmentId}/register`, {
+      security_profile: SECURITY_PROFILE_HYBRID_IK_V1,
+      executor_public_key: publicKeyToJson(executorKey),
+    });
+    const answer = body as Partial<Record<string, unknown>>;
+    const problem = (what: string) =>
+      new RegistryError(`the registry's /register answer is unusable: ${what}`, 200, null, false);
+    if (answer.environment_id !== environmentId) throw problem('environment_id does not match');
+    if (answer.security_profile !== SECURITY_PROFILE_HYBRID_IK_V1) {
+      throw problem(`security_profile is not ${SECURITY_PROFILE_HYBRID_IK_V1}`);
+    }
+    if (typeof answer.url !== 'string' || answer.url.trim() === '') throw problem('url is missing');
+    if (!/^wss?:\/\//i.test(answer.url)) throw problem('url is not a ws:// or wss:// URL');
+    if (typeof answer.executor_registration_id !== 'string' || answer.executor_registration_id.trim() === '') {
+      throw problem('executor_registration_id is missing');
+    }
+    return { environmentId, url: answer.url, registrationId: answer.executor_registration_id };
+  }
+
+  /** True only for a 2xx answer with `valid: true`; every failure is a plain no (and is not detailed). */
+  async validate(
+    environmentId: string,
+    request: { registrationId: string; harnessKey: NoisePublicKey; authorization: string },
+    signal?: AbortSignal,
+  ): Promise<boolean> {
+    try {
+      const body = await this.post(
+        `/cloud/environment/${environmentId}/validate`,
+        {
+          executor_registration_id: request.registrationId,
+          harness_public_key: publicKeyToJson(request.harnessKey),
+          harness_key_authorization: request.authorization,
+        },
+        signal,
+      );
+      return (body as { valid?: unknown } | null)?.valid === true;
+    } catch {
+      return false;
+    }
+  }
+
+  private async post(path: string, payload: unknown, signal?: AbortSignal): Promise<unknown> {
+    const timeout = AbortSignal.timeout(this.timeoutMs);
+    let response: Response;
+    try {
+      response = await this.fetch(`${this.baseUrl}${path}`, {
+        method: 'POST',
+        redirect: 'manual',
+        headers: { authorization: `Bearer ${this.apiKey}`, 'content-type': 'application/json' },
+        body: JSON.stringify(payload),
+        signal: signal ? AbortSignal.any([signal, timeout]) : timeout,
+      });
+    } catch (err) {
+      const reason = timeout.aborted ? `no answer within ${this.timeoutMs} ms` : describeFetchError(err);
+      throw new RegistryError(`cannot reach the registry at ${this.baseUrl}: ${reason}`, null, null, true);
+    }
+    const text = await readText(response, timeout);
+    if (response.status >= 200 && response.status < 300) {
+      try {
+        return JSON.parse(text) as unknown;
+      } catch {
+        throw new RegistryError(
+          `the registry answered ${path} with a body that is not JSON`,
+          response.status,
+          null,
+          false,
+        );
+      }
+    }
+    const { code, message } = parseErrorBody(text);
+    const retryable =
+      (response.status === 503 && code === 'registration_conflict') ||
+      (response.status === 502 && code === 'authentication_service_unavailable');
+    let summary = `the registry refused ${path.replace(/^\/cloud\/environment\/[^/]+/, '')} with HTTP ${response.status}`;
+    if (response.status === 401 || response.status === 403) summary += ' (authentication failed: check the API key)';
+    if (response.status >= 300 && response.status < 400) summary += ' (redirects are not followed)';
+    if (code) summary += ` [${code}]`;
+    if (message) summary += `: ${message}`;
+    throw new RegistryError(summary, response.status, code, retryable);
+  }
+}
+
+async function readText(response: Response, timeout: AbortSignal): Promise<string> {
+  try {
+    return await response.text();
+  } catch (err) {
+    const reason = timeout.aborted ? 'timed out' : describeFetchError(err);
+    throw new RegistryError(`the registry's answer was cut off: ${reason}`, response.status, null, true);
+  }
+}
+
+function parseErrorBody(text: string): { code: string | null; message: string | null } {
+  try {
+    const body = JSON.parse(text) as { error?: { code?: unknown; message?: unknown } };
+    const code = typeof body.error?.code === 'string' ? body.error.code : null;
+    const message = typeof body.error?.message === 'string' ? body.error.message.slice(0, 512) : null;
+    return { code, message };
+  } catch {
+    const preview = text.slice(0, ERROR_BODY_PREVIEW).replace(/\s+/g, ' ').trim();
+    return { code: null, message: preview === '' ? null : preview.slice(0, 200) };
+  }
+}
+
+function describeFetchError(err: unknown): string {
+  const cause = (err as { cause?: { code?: string; message?: string } }).cause;
+  return cause?.code ?? cause?.message ?? (err as Error).message;
+}

@@ -1,0 +1,234 @@
+import type { IncomingMessage } from 'node:http';
+import { generateIdentity, type NoiseIdentity } from '@tether/noise';
+import type { SecureStream } from '@tether/secure-stream';
+import { WebSocket } from 'ws';
+import type { Logger } from '../logger.js';
+import { type MultiplexerLimits, RelayMultiplexer } from './multiplexer.js';
+import { type Registration, RegistryClient, RegistryError } from './registry-client.js';
+
+/** WebSocket frame and message limit on the relay socket (rendezvous.md §3.1). */
+export const RELAY_MAX_PAYLOAD = 256 * 1024;
+
+export interface RemoteLinkOptions {
+  registryUrl: string;
+  environmentId: string;
+  apiKey: string;
+  /** Serve JSON-RPC on a stream whose handshake completed. */
+  onStream(stream: SecureStream): void;
+  logger: Logger;
+  /** Generated in memory when absent (as codex does). */
+  identity?: NoiseIdentity;
+  connectTimeoutMs?: number;
+  pingIntervalMs?: number;
+  /** Reconnect backoff: first delay, doubled per failure up to `maxBackoffMs`. */
+  minBackoffMs?: number;
+  maxBackoffMs?: number;
+  limits?: Partial<MultiplexerLimits>;
+  fetch?: typeof fetch;
+}
+
+export type RemoteLinkState = 'registering' | 'connecting' | 'connected' | 'backoff' | 'closed';
+
+/**
+ * Remote mode (rendezvous.md §5): register the executor key with the registry, dial the signed relay
+ * URL, and serve every harness stream the relay multiplexes onto that socket. When the socket drops the
+ * streams end (their sessions detach and stay resumable) and the link redials with exponential backoff;
+ * an HTTP 4xx on the upgrade (URL expired or revoked) means register again first.
+ */
+export class RemoteLink {
+  readonly identity: NoiseIdentity;
+  private readonly registry: RegistryClient;
+  private readonly logger: Logger;
+  private registration: Registration | null = null;
+  private ws: WebSocket | null = null;
+  private mux: RelayMultiplexer | null = null;
+  private stateValue: RemoteLinkState = 'registering';
+  private stopping = false;
+  private loop: Promise<void> | null = null;
+  private wake: (() => void) | null = null;
+  private connectWaiters: Array<() => void> = [];
+
+  constructor(private readonly options: RemoteLinkOptions) {
+    this.identity = options.identity ?? generateIdentity();
+    this.logger = options.logger;
+    this.registry = new RegistryClient({
+      baseUrl: options.registryUrl,
+      apiKey: options.apiKey,
+      ...(options.fetch ? { fetch: options.fetch } : {}),
+    });
+  }
+
+  get state(): RemoteLinkState {
+    return this.stateValue;
+  }
+
+  /** True while the relay socket is up: what `/readyz` reports in remote mode. */
+  get ready(): boolean {
+    return this.stateValue === 'connected';
+  }
+
+  get registrationId(): string | null {
+    return this.registration?.registrationId ?? null;
+  }
+
+  /**
+   * Registers (a refusal is fatal and thrown: a wrong key or environment will not fix itself), then
+   * keeps the relay link up in the background until `close()`. Resolves once registered.
+   */
+  async start(): Promise<Registration> {
+    const registration = await this.register(true);
+    this.loop = this.run();
+    return registration;
+  }
+
+  /** Resolves when the relay socket is connected (for tests and readiness waits). */
+  whenConnected(): Promise<void> {
+    if (this.stopping || this.stateValue === 'connected') return Promise.resolve();
+    return new Promise((resolve) => this.connectWaiters.push(resolve));
+  }
+
+  private wakeConnectWaiters(): void {
+    for (const resolve of this.connectWaiters.splice(0)) resolve();
+  }
+
+  async close(): Promise<void> {
+    this.stopping = true;
+    this.wake?.();
+    this.mux?.close('executor shutting down');
+    if (this.ws && this.ws.readyState !== WebSocket.CLOSED) this.ws.close(1001, 'executor shutting down');
+    await this.loop;
+    this.stateValue = 'closed';
+    this.wakeConnectWaiters();
+  }
+
+  private async register(initial: boolean): Promise<Registration> {
+    this.stateValue = 'registering';
+    let delay = this.options.minBackoffMs ?? 1000;
+    for (;;) {
+      try {
+        this.registration = await this.registry.register(this.options.environmentId, this.identity.publicKey);
+        this.logger.info(
+          { environmentId: this.options.environmentId, registrationId: this.registration.registrationId },
+          'registered with the registry',
+        );
+        return this.registration;
+      } catch (err) {
+        if (!(err instanceof RegistryError)) throw err;
+        // At start only the retryable answers are retried; later, every failure is (the link must come back).
+        if ((initial && !err.retryable) || this.stopping) throw err;
+        this.logger.warn({ err: err.message, retryInMs: delay }, 'registration failed; retrying');
+        await this.sleep(jitter(delay));
+        if (this.stopping) throw err;
+        delay = Math.min(delay * 2, this.options.maxBackoffMs ?? 30_000);
+      }
+    }
+  }
+
+  private async run(): Promise<void> {
+    let delay = this.options.minBackoffMs ?? 1000;
+    while (!this.stopping) {
+      if (!this.registration) {
+        try {
+          await this.register(false);
+        } catch {
+          return; // stopping
+        }
+      }
+      const outcome = await this.connectOnce(this.registration!);
+      if (this.stopping) return;
+      if (outcome === 'connected') delay = this.options.minBackoffMs ?? 1000;
+      if (outcome === 'rejected') this.registration = null;
+      this.stateValue = 'backoff';
+      this.logger.info({ retryInMs: delay }, 'relay link down; reconnecting');
+      await this.sleep(jitter(delay));
+      delay = Math.min(delay * 2, this.options.maxBackoffMs ?? 30_000);
+    }
+  }
+
+  /** One physical connection: resolves when it ends. */
+  private connectOnce(registration: Registration): Promise<'connected' | 'failed' | 'rejected'> {
+    this.stateValue = 'connecting';
+    return new Promise((resolve) => {
+      let opened = false;
+      let rejected = false;
+      const ws = new WebSocket(registration.url, {
+        maxPayload: RELAY_MAX_PAYLOAD,
+        perMessageDeflate: false,
+        handshakeTimeout: this.options.connectTimeoutMs ?? 10_000,
+      });
+      this.ws = ws;
+      ws.on('unexpected-response', (_req, res: IncomingMessage) => {
+        const status = res.statusCode ?? 0;
+        rejected = status >= 400 && status < 500;
+        this.logger.warn({ status }, 'relay refused the upgrade');
+        res.resume();
+        ws.terminate();
+      });
+      ws.on('error', (err) => {
+        if (!opened) this.logger.warn({ err: err.message }, 'cannot reach the relay');
+      });
+      let pingTimer: NodeJS.Timeout | null = null;
+      let alive = true;
+      ws.on('pong', () => {
+        alive = true;
+      });
+      ws.once('open', () => {
+        opened = true;
+        this.stateValue = 'connected';
+        this.logger.info({ environmentId: registration.environmentId }, 'relay link up');
+        this.mux = new RelayMultiplexer(ws, {
+          environmentId: registration.environmentId,
+          registrationId: registration.registrationId,
+          identity: this.identity,
+          authorize: ({ remoteStatic, authorization }) =>
+            this.registry.validate(registration.environmentId, {
+              registrationId: registration.registrationId,
+              harnessKey: remoteStatic,
+              authorization,
+            }),
+          onStream: this.options.onStream,
+          logger: this.logger,
+          ...(this.options.limits ? { limits: this.options.limits } : {}),
+        });
+        const interval = this.options.pingIntervalMs ?? 30_000;
+        pingTimer = setInterval(() => {
+          if (!alive) {
+            this.logger.warn('relay did not answer pings: dropping the link');
+            ws.terminate();
+            return;
+          }
+          alive = false;
+          ws.ping();
+        }, interval);
+        pingTimer.unref();
+        this.wakeConnectWaiters();
+      });
+      ws.once('close', (code: number) => {
+        if (pingTimer) clearInterval(pingTimer);
+        this.mux?.close(`relay socket closed (${code})`);
+        this.mux = null;
+        this.ws = null;
+        if (opened) this.logger.warn({ code }, 'relay link closed');
+        resolve(opened ? 'connected' : rejected ? 'rejected' : 'failed');
+      });
+    });
+  }
+
+  private sleep(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const timer = setTimeout(done, ms);
+      function done() {
+        clearTimeout(timer);
+        resolve();
+      }
+      this.wake = done;
+    });
+  }
+}
+
+function jitter(ms: number): number {
+  return Math.round(ms * (0.8 + Math.random() * 0.4));
+}
+
+/** Where the executor reads its registry API key from, in order. */
+export const API_KEY_ENV_VARS = ['TETHER_API_KEY', 'CODEX_API_KEY'] as const;

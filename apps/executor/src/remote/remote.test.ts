@@ -1,0 +1,408 @@
+import { randomUUID } from 'node:crypto';
+import { once } from 'node:events';
+import { createServer, type IncomingMessage, request, type Server, type ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
+import { RpcClient, RpcConnection } from '@tether/jsonrpc';
+import { generateIdentity, publicKeyToJson } from '@tether/noise';
+import { decodeFrame, encodeFrame, type Frame, handshakeFrame, resumeFrame } from '@tether/relay-frames';
+import { SecureStream, SecureStreamError, WebSocketFrameLink } from '@tether/secure-stream';
+import { afterEach, describe, expect, it } from 'vitest';
+import { type WebSocket, WebSocketServer } from 'ws';
+import { silentLogger } from '../logger.js';
+import { ExecServer } from '../server.js';
+import { LIMIT_RESET } from './multiplexer.js';
+import { RegistryClient, RegistryError } from './registry-client.js';
+import { RemoteLink, type RemoteLinkOptions } from './remote-link.js';
+
+const ENVIRONMENT = 'env-remote-test';
+const API_KEY = 'test-api-key-secret';
+
+interface FakeRendezvous {
+  url: string;
+  registers: Array<Record<string, unknown>>;
+  validations: Array<Record<string, unknown>>;
+  /** Answer for `/validate`. */
+  valid: boolean;
+  /** When set, relay upgrades are refused with this status. */
+  refuseUpgrades: number | null;
+  /** Environment sockets (server side), in connection order. */
+  sockets: WebSocket[];
+  nextSocket(): Promise<WebSocket>;
+  close(): Promise<void>;
+}
+
+/** A registry (register/validate) and a relay endpoint where the test itself plays the harness side. */
+async function fakeRendezvous(): Promise<FakeRendezvous> {
+  const wss = new WebSocketServer({ noServer: true });
+  const waiters: Array<(ws: WebSocket) => void> = [];
+  const state: FakeRendezvous = {
+    url: '',
+    registers: [],
+    validations: [],
+    valid: true,
+    refuseUpgrades: null,
+    sockets: [],
+    nextSocket: () => new Promise((resolve) => waiters.push(resolve)),
+    close: async () => {
+      for (const ws of wss.clients) ws.terminate();
+      wss.close();
+      http.closeAllConnections();
+      await new Promise<void>((resolve) => http.close(() => resolve()));
+    },
+  };
+  const http: Server = createServer(async (req: IncomingMessage, res: ServerResponse) => {
+    const chunks: Buffer[] = [];
+    for await (const chunk of req) chunks.push(chunk as Buffer);
+    const body = JSON.parse(Buffer.concat(chunks).toString() || '{}') as Record<string, unknown>;
+    const reply = (status: number, payload: unknown) =>
+      res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(payload));
+    if (req.headers.authorization !== `Bearer ${API_KEY}`) return reply(401, { error: { code: 'unauthorized' } });
+    if (req.url === `/cloud/environment/${ENVIRONMENT}/register`) {
+      state.registers.push(body);
+      return reply(200, {
+        environment_id: ENVIRONMENT,
+        url: `${state.url.replace('http:', 'ws:')}/relay?role=environment&registration=${state.registers.length}`,
+        security_profile: 'noise_hybrid_ik_v1',
+        executor_registration_id: `reg-${state.registers.length}`,
+      });
+    }
+    if (req.url === `/cloud/environment/${ENVIRONMENT}/validate`) {
+      state.validations.push(body);
+      return reply(200, { valid: state.valid });
+    }
+    return reply(404, { error: { code: 'not_found' } });
+  });
+  http.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
+    if (state.refuseUpgrades !== null) {
+      socket.end(`HTTP/1.1 ${state.refuseUpgrades} Refused\r\nContent-Length: 0\r\nConnection: close\r\n\r\n`);
+      return;
+    }
+    wss.handleUpgrade(req, socket, head, (ws) => {
+      ws.on('error', () => undefined); // resets are part of these tests
+      state.sockets.push(ws);
+      for (const wake of waiters.splice(0)) wake(ws);
+    });
+  });
+  http.listen(0, '127.0.0.1');
+  await once(http, 'listening');
+  state.url = `http://127.0.0.1:${(http.address() as { port: number }).port}`;
+  return state;
+}
+
+const cleanups: Array<() => Promise<void>> = [];
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
+
+async function setup(options: Partial<RemoteLinkOptions> = {}) {
+  const rendezvous = await fakeRendezvous();
+  cleanups.push(() => rendezvous.close());
+  const server = new ExecServer({ reaper: false });
+  cleanups.push(() => server.close());
+  const firstSocket = rendezvous.nextSocket();
+  const link = new RemoteLink({
+    registryUrl: rendezvous.url,
+    environmentId: ENVIRONMENT,
+    apiKey: API_KEY,
+    logger: silentLogger(),
+    minBackoffMs: 10,
+    maxBackoffMs: 40,
+    onStream: (stream) => server.serve(new RpcConnection(stream)),
+    ...options,
+  });
+  cleanups.push(() => link.close());
+  await link.start();
+  const socket = await firstSocket;
+  await link.whenConnected();
+  return { rendezvous, server, link, socket };
+}
+
+/** The harness side of one stream, played over the (server-side) environment socket. */
+async function openStream(socket: WebSocket, link: RemoteLink, authorization = 'authorization-1') {
+  const identity = generateIdentity();
+  const streamId = randomUUID();
+  const stream = await SecureStream.initiate({
+    link: new WebSocketFrameLink(socket, streamId),
+    streamId,
+    environmentId: ENVIRONMENT,
+    registrationId: link.registrationId!,
+    staticKeys: identity,
+    remoteStatic: link.identity.publicKey,
+    authorization,
+  });
+  const client = new RpcClient(new RpcConnection(stream), { callTimeoutMs: 10_000 });
+  cleanups.push(async () => client.close());
+  return { client, identity, streamId };
+}
+
+function framesOn(socket: WebSocket): Frame[] {
+  const frames: Frame[] = [];
+  socket.on('message', (data: Buffer) => frames.push(decodeFrame(data)));
+  return frames;
+}
+
+async function waitFor(condition: () => boolean, what: string): Promise<void> {
+  for (let i = 0; i < 500; i++) {
+    if (condition()) return;
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+  throw new Error(`timed out waiting for ${what}`);
+}
+
+describe('remote mode: registration and streams', () => {
+  it('registers its key, and serves a stream the registry validates', async () => {
+    const { rendezvous, link, socket } = await setup();
+    expect(rendezvous.registers).toEqual([
+      { security_profile: 'noise_hybrid_ik_v1', executor_public_key: publicKeyToJson(link.identity.publicKey) },
+    ]);
+    const { client, identity } = await openStream(socket, link);
+    expect(rendezvous.validations).toEqual([
+      {
+        executor_registration_id: 'reg-1',
+        harness_public_key: publicKeyToJson(identity.publicKey),
+        harness_key_authorization: 'authorization-1',
+      },
+    ]);
+    const init = await client.call<{ sessionId: string }>('initialize', { clientName: 'remote-test' });
+    expect(init.sessionId).toMatch(/^[0-9a-f-]{36}$/);
+  });
+
+  it('serves many streams on one socket, each with its own session', async () => {
+    const { link, socket } = await setup();
+    const streams = await Promise.all([1, 2, 3].map((n) => openStream(socket, link, `authorization-${n}`)));
+    const sessions = await Promise.all(
+      streams.map(({ client }) => client.call<{ sessionId: string }>('initialize', { clientName: 'mux' })),
+    );
+    expect(new Set(sessions.map((s) => s.sessionId)).size).toBe(3);
+  });
+
+  it('resets a stream the registry refuses, without answering the handshake', async () => {
+    const { rendezvous, link, socket } = await setup();
+    rendezvous.valid = false;
+    await expect(openStream(socket, link)).rejects.toMatchObject({ name: SecureStreamError.NAME, code: 'reset' });
+    expect(rendezvous.validations).toHaveLength(1);
+  });
+
+  it('resets streams beyond its stream limit and keeps serving the others', async () => {
+    const { link, socket } = await setup({ limits: { maxStreams: 1 } });
+    const first = await openStream(socket, link);
+    const frames = framesOn(socket);
+    const refused = randomUUID();
+    socket.send(encodeFrame(resumeFrame(refused)));
+    socket.send(encodeFrame(handshakeFrame(refused, new Uint8Array(64).fill(1))));
+    await waitFor(() => frames.some((f) => f.streamId === refused), 'the refusal');
+    expect(frames.find((f) => f.streamId === refused)).toMatchObject({ kind: 'reset', reason: LIMIT_RESET });
+    await expect(first.client.call('initialize', { clientName: 'still-served' })).resolves.toBeDefined();
+  });
+
+  it('closes the socket after too many failed handshakes', async () => {
+    const { link, socket, rendezvous } = await setup({ limits: { maxFailedHandshakes: 3 } });
+    const closed = once(socket, 'close');
+    const reconnected = rendezvous.nextSocket();
+    for (let i = 0; i < 3; i++) socket.send(encodeFrame(handshakeFrame(randomUUID(), new Uint8Array(40).fill(7))));
+    const [code] = await closed;
+    expect(code).toBe(1008);
+    // The executor itself is fine: it dials again.
+    await reconnected;
+    await link.whenConnected();
+  });
+
+  it('ignores text messages and frames for streams it does not know', async () => {
+    const { link, socket } = await setup();
+    socket.send('{"method":"initialize"}');
+    socket.send(
+      encodeFrame({
+        kind: 'data',
+        version: 1,
+        streamId: 'nobody',
+        ack: 0,
+        ackBits: 0,
+        seq: 0,
+        segmentIndex: 0,
+        segmentCount: 1,
+        payload: new Uint8Array([1]),
+      } as Frame),
+    );
+    const { client } = await openStream(socket, link);
+    await expect(client.call('initialize', { clientName: 'after-noise' })).resolves.toBeDefined();
+  });
+});
+
+describe('remote mode: link loss', () => {
+  it('redials after the relay drops the socket; the session resumes on a new stream', async () => {
+    const { rendezvous, link, socket } = await setup();
+    const first = await openStream(socket, link);
+    const { sessionId } = await first.client.call<{ sessionId: string }>('initialize', { clientName: 'before-drop' });
+    const next = rendezvous.nextSocket();
+    socket.terminate();
+    const socket2 = await next;
+    await link.whenConnected();
+    expect(rendezvous.registers).toHaveLength(1); // same signed URL, no re-registration
+    const second = await openStream(socket2, link, 'authorization-2');
+    const resumed = await second.client.call<{ sessionId: string }>('initialize', {
+      clientName: 'after-drop',
+      resumeSessionId: sessionId,
+    });
+    expect(resumed.sessionId).toBe(sessionId);
+  });
+
+  it('registers again when the relay refuses the upgrade with a 4xx', async () => {
+    const { rendezvous, link, socket } = await setup();
+    rendezvous.refuseUpgrades = 403;
+    socket.terminate();
+    await waitFor(() => rendezvous.registers.length >= 2, 're-registration');
+    rendezvous.refuseUpgrades = null;
+    const socket2 = await rendezvous.nextSocket();
+    expect(socket2).toBeDefined();
+    await link.whenConnected();
+    expect(link.registrationId).not.toBe('reg-1');
+  });
+
+  it('reports readiness from the relay link on /readyz', async () => {
+    const { rendezvous, link, socket, server } = await setup();
+    server.readinessCheck = () => link.ready;
+    const url = (await server.listen('127.0.0.1', 0)).replace('ws:', 'http:');
+    expect(await status(`${url}/readyz`)).toBe(200);
+    rendezvous.refuseUpgrades = 503;
+    socket.terminate();
+    await waitFor(() => !link.ready, 'the link to go down');
+    expect(await status(`${url}/readyz`)).toBe(503);
+    expect(await status(`${url}/livez`)).toBe(200);
+  });
+
+  it('close() ends the socket with 1001 and stops redialing', async () => {
+    const { rendezvous, link, socket } = await setup();
+    const closed = once(socket, 'close');
+    await link.close();
+    const [code] = await closed;
+    expect(code).toBe(1001);
+    expect(link.state).toBe('closed');
+    expect(rendezvous.sockets).toHaveLength(1);
+  });
+});
+
+describe('registry client', () => {
+  async function registryAnswering(status: number, body: unknown, headers: Record<string, string> = {}) {
+    let calls = 0;
+    const http = createServer((_req, res) => {
+      calls++;
+      res.writeHead(status, { 'content-type': 'application/json', ...headers }).end(JSON.stringify(body));
+    });
+    http.listen(0, '127.0.0.1');
+    await once(http, 'listening');
+    cleanups.push(async () => {
+      http.closeAllConnections();
+      await new Promise<void>((resolve) => http.close(() => resolve()));
+    });
+    return { url: `http://127.0.0.1:${(http.address() as { port: number }).port}`, calls: () => calls };
+  }
+
+  it('explains a 401 without echoing the key', async () => {
+    const registry = await registryAnswering(401, { error: { code: 'unauthorized', message: 'unknown API key' } });
+    const client = new RegistryClient({ baseUrl: registry.url, apiKey: API_KEY });
+    const error = await client.register(ENVIRONMENT, generateIdentity().publicKey).catch((err: unknown) => err);
+    expect(error).toBeInstanceOf(RegistryError);
+    expect((error as RegistryError).message).toBe(
+      'the registry refused /register with HTTP 401 (authentication failed: check the API key) [unauthorized]: unknown API key',
+    );
+    expect((error as RegistryError).retryable).toBe(false);
+    expect(String(error)).not.toContain(API_KEY);
+  });
+
+  it('does not follow redirects', async () => {
+    const registry = await registryAnswering(302, {}, { location: 'http://127.0.0.1:1/elsewhere' });
+    const client = new RegistryClient({ baseUrl: registry.url, apiKey: API_KEY });
+    await expect(client.register(ENVIRONMENT, generateIdentity().publicKey)).rejects.toThrow(
+      /HTTP 302 \(redirects are not followed\)/,
+    );
+    expect(registry.calls()).toBe(1);
+  });
+
+  it('rejects an answer for another environment or profile', async () => {
+    const other = await registryAnswering(200, {
+      environment_id: 'someone-else',
+      url: 'ws://127.0.0.1:1/relay',
+      security_profile: 'noise_hybrid_ik_v1',
+      executor_registration_id: 'reg',
+    });
+    await expect(
+      new RegistryClient({ baseUrl: other.url, apiKey: API_KEY }).register(ENVIRONMENT, generateIdentity().publicKey),
+    ).rejects.toThrow('environment_id does not match');
+    const profile = await registryAnswering(200, {
+      environment_id: ENVIRONMENT,
+      url: 'ws://127.0.0.1:1/relay',
+      security_profile: 'cleartext',
+      executor_registration_id: 'reg',
+    });
+    await expect(
+      new RegistryClient({ baseUrl: profile.url, apiKey: API_KEY }).register(ENVIRONMENT, generateIdentity().publicKey),
+    ).rejects.toThrow('security_profile is not noise_hybrid_ik_v1');
+  });
+
+  it('retries registration_conflict at start, then succeeds', async () => {
+    let calls = 0;
+    const http = createServer((_req, res) => {
+      calls++;
+      if (calls < 3) {
+        res.writeHead(503).end(JSON.stringify({ error: { code: 'registration_conflict' } }));
+        return;
+      }
+      res.writeHead(200).end(
+        JSON.stringify({
+          environment_id: ENVIRONMENT,
+          url: 'ws://127.0.0.1:1/relay?role=environment',
+          security_profile: 'noise_hybrid_ik_v1',
+          executor_registration_id: 'reg-after-conflict',
+        }),
+      );
+    });
+    http.listen(0, '127.0.0.1');
+    await once(http, 'listening');
+    cleanups.push(async () => {
+      http.closeAllConnections();
+      await new Promise<void>((resolve) => http.close(() => resolve()));
+    });
+    const link = new RemoteLink({
+      registryUrl: `http://127.0.0.1:${(http.address() as { port: number }).port}`,
+      environmentId: ENVIRONMENT,
+      apiKey: API_KEY,
+      logger: silentLogger(),
+      minBackoffMs: 5,
+      maxBackoffMs: 10,
+      onStream: () => undefined,
+    });
+    cleanups.push(() => link.close());
+    await expect(link.start()).resolves.toMatchObject({ registrationId: 'reg-after-conflict' });
+    expect(calls).toBe(3);
+  });
+
+  it('says no (without throwing) when /validate fails in any way', async () => {
+    const broken = await registryAnswering(500, { error: { code: 'internal' } });
+    const client = new RegistryClient({ baseUrl: broken.url, apiKey: API_KEY });
+    const answer = await client.validate(ENVIRONMENT, {
+      registrationId: 'reg',
+      harnessKey: generateIdentity().publicKey,
+      authorization: 'x',
+    });
+    expect(answer).toBe(false);
+    const unreachable = new RegistryClient({ baseUrl: 'http://127.0.0.1:1', apiKey: API_KEY });
+    await expect(
+      unreachable.validate(ENVIRONMENT, {
+        registrationId: 'r',
+        harnessKey: generateIdentity().publicKey,
+        authorization: 'x',
+      }),
+    ).resolves.toBe(false);
+  });
+});
+
+function status(url: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    request(url, (res) => {
+      res.resume();
+      resolve(res.statusCode ?? 0);
+    })
+      .on('error', reject)
+      .end();
+  });
+}

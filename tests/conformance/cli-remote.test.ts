@@ -1,0 +1,108 @@
+// Remote-mode CLI behaviours of codex-rs/cli/tests/exec_server.rs, run against codex
+// (`codex exec-server --remote`) and tether (`executor --remote`) behind a test registry and relay.
+import { runPeer, startTestRendezvous, type TestRendezvous, waitUntil } from '@tether/test-kit';
+import { afterEach, describe, expect, it } from 'vitest';
+import { KIND_CASES, sh, useHarness } from './support.ts';
+
+describe.each(KIND_CASES)('cli remote: %s', (_label, kind) => {
+  const h = useHarness();
+  const rigs: TestRendezvous[] = [];
+  afterEach(async () => {
+    await Promise.all(rigs.splice(0).map((rig) => rig.close()));
+  });
+
+  async function rig(): Promise<TestRendezvous> {
+    const started = await startTestRendezvous();
+    rigs.push(started);
+    return started;
+  }
+
+  it('gracefully stops when its parent closes stdin, and children never see the switch', async () => {
+    const peer = await h.startRemote(kind, { env: { CODEX_EXEC_SERVER_EXIT_ON_STDIN_CLOSE: 'true' } });
+    const client = await h.connect(peer);
+    await client.call('initialize', { clientName: 'parent-lifetime-test' });
+    client.notify('initialized', {});
+    // Exits at once (status 1) if the switch leaked into its environment; else sleeps until killed.
+    await client.call(
+      'process/start',
+      h.startParams(
+        'parent-lifetime',
+        // biome-ignore lint/suspicious/noTemplateCurlyInString: a shell parameter expansion, not a template
+        sh('[ -z "${CODEX_EXEC_SERVER_EXIT_ON_STDIN_CLOSE+present}" ] && exec /bin/sleep 60'),
+        {
+          env: {},
+          envPolicy: { inherit: 'all', ignoreDefaultExcludes: false, exclude: [], set: {}, includeOnly: [] },
+        },
+      ),
+    );
+    const running = await client.call<{ exited: boolean; closed: boolean }>('process/read', {
+      processId: 'parent-lifetime',
+      waitMs: 300,
+    });
+    expect(running).toMatchObject({ exited: false, closed: false });
+    expect(peer.exitStatus()).toBeUndefined();
+
+    peer.stdin.end();
+    const exit = await peer.exited;
+    expect(exit, peer.stderr()).toEqual({ code: 0, signal: null });
+    await waitUntil(() => client.isClosed, 'the relay stream to end with the executor');
+  });
+
+  it('keeps running while stdin stays open', async () => {
+    const peer = await h.startRemote(kind, { env: { CODEX_EXEC_SERVER_EXIT_ON_STDIN_CLOSE: 'true' } });
+    const client = await h.connect(peer);
+    await client.call('initialize', { clientName: 'still-here' });
+    expect(peer.exitStatus()).toBeUndefined();
+  });
+
+  it('exits with a clear error when the registry refuses its API key', async () => {
+    const registry = await rig();
+    const run = await runPeer({
+      kind,
+      args: ['--remote', registry.registryUrl, '--environment-id', 'env-wrong-key'],
+      env: { CODEX_API_KEY: 'not-the-key', TETHER_API_KEY: 'not-the-key' },
+      timeoutMs: 20_000,
+    });
+    expect(run.timedOut).toBe(false);
+    expect(run.code).not.toBe(0);
+    expect(run.stderr).toMatch(/401|unauthori[sz]ed|authentication/i);
+    // The rejected token is not echoed back.
+    expect(run.stderr).not.toContain('not-the-key');
+  });
+
+  it('--remote without --environment-id is a usage error', async () => {
+    const registry = await rig();
+    const run = await runPeer({
+      kind,
+      args: ['--remote', registry.registryUrl],
+      env: { CODEX_API_KEY: registry.apiKey },
+    });
+    expect(run.timedOut).toBe(false);
+    expect(run.code).not.toBe(0);
+    expect(run.stderr).toContain('--environment-id');
+  });
+
+  if (kind === 'tether') {
+    it('tether: --remote without an API key says where to put one', async () => {
+      const registry = await rig();
+      const run = await runPeer({
+        kind,
+        args: ['--remote', registry.registryUrl, '--environment-id', 'env-no-key'],
+        env: { CODEX_API_KEY: '', TETHER_API_KEY: '' },
+      });
+      expect(run.code).toBe(2);
+      expect(run.stderr).toContain('TETHER_API_KEY');
+    });
+
+    it('tether: an invalid environment id is refused before any request', async () => {
+      const registry = await rig();
+      const run = await runPeer({
+        kind,
+        args: ['--remote', registry.registryUrl, '--environment-id', 'bad/id'],
+        env: { TETHER_API_KEY: registry.apiKey },
+      });
+      expect(run.code).not.toBe(0);
+      expect(run.stderr).toContain('invalid environment id');
+    });
+  }
+});
