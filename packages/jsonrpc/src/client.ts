@@ -8,6 +8,8 @@ export interface RpcClientOptions {
   onRequest?: (method: string, params: unknown) => Promise<unknown> | unknown;
   /** Default timeout of one call; 0 = none. */
   callTimeoutMs?: number;
+  /** Called once when the connection is gone (after pending calls were failed). */
+  onClose?: (reason: string) => void;
 }
 
 export interface CallOptions {
@@ -44,7 +46,10 @@ export class RpcClient {
     this.options = options;
     connection.start({
       onMessage: (message) => this.onMessage(message),
-      onClose: (reason) => this.failAll(reason),
+      onClose: (reason) => {
+        this.failAll(reason);
+        this.options.onClose?.(reason);
+      },
     });
   }
 

@@ -51,6 +51,8 @@ export interface TestRendezvous extends AsyncDisposable {
   readonly validations: Array<{ environmentId: string; body: Record<string, unknown>; valid: boolean }>;
   /** Every message the relay forwarded. */
   readonly relayed: RelayedMessage[];
+  /** Abruptly drops every harness socket of the environment (a network failure, as the harness sees it). */
+  dropHarnessSockets(environmentId: string): void;
   close(): Promise<void>;
 }
 
@@ -257,6 +259,9 @@ export async function startTestRendezvous(): Promise<TestRendezvous> {
         `${environmentId} to join the relay`,
       ).then(() => undefined),
     connect: bundle,
+    dropHarnessSockets: (environmentId) => {
+      for (const ws of streamsOf(environmentId).values()) ws.terminate();
+    },
     validations,
     relayed,
     close,

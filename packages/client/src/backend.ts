@@ -1,0 +1,54 @@
+/** What a process handle needs from wherever its process runs: a local table or a remote executor. */
+export type OutputStream = 'stdout' | 'stderr' | 'pty';
+export type SignalName = 'interrupt' | 'terminate' | 'kill' | 'hangup' | 'quit' | 'user1' | 'user2';
+export type WriteStatus = 'accepted' | 'unknownProcess' | 'stdinClosed' | 'starting';
+
+/** One event of a process, numbered by the executor's per-process seq (output, exit and close share it). */
+export type ProcessEvent =
+  | { kind: 'output'; processId: string; seq: number; stream: OutputStream; chunk: Buffer }
+  | { kind: 'exited'; processId: string; seq: number; exitCode: number }
+  | { kind: 'closed'; processId: string; seq: number };
+
+export interface StartOptions {
+  processId: string;
+  argv: string[];
+  /** Native absolute path. */
+  cwd: string;
+  /** Exact environment when `inherit` is false; else added over the executor's own. */
+  env: Record<string, string>;
+  inheritEnv: boolean;
+  tty: boolean;
+  pipeStdin: boolean;
+  arg0?: string | null;
+  size?: { rows: number; cols: number } | null;
+}
+
+export interface ReadChunk {
+  seq: number;
+  stream: OutputStream;
+  chunk: Buffer;
+}
+
+export interface ReadAnswer {
+  chunks: ReadChunk[];
+  nextSeq: number;
+  exited: boolean;
+  exitCode: number | null;
+  closed: boolean;
+  /** Set when retention no longer covers what was asked for. */
+  failure: string | null;
+}
+
+export interface ProcessBackend {
+  start(options: StartOptions): Promise<void>;
+  read(processId: string, afterSeq: number, options?: { maxBytes?: number; waitMs?: number }): Promise<ReadAnswer>;
+  write(processId: string, chunk: Buffer, writeId: string): Promise<WriteStatus>;
+  closeStdin(processId: string): Promise<WriteStatus>;
+  signal(processId: string, signal: SignalName): Promise<void>;
+  terminate(processId: string): Promise<void>;
+  resize(processId: string, rows: number, cols: number): Promise<void>;
+  /** Pushed events (not necessarily complete: handles fill gaps with `read`). Returns an unsubscribe. */
+  subscribe(listener: (event: ProcessEvent) => void): () => void;
+  /** Called after the backend reconnected: pushed events may have been missed. */
+  onReconnect(listener: () => void): () => void;
+}

@@ -1,0 +1,129 @@
+import { randomUUID } from 'node:crypto';
+import type { NoiseIdentity } from '@tether/noise';
+import type { ProcessBackend } from './backend.js';
+import { TetherError } from './errors.js';
+import { ExecServerClient, type ExecServerClientOptions } from './exec-client.js';
+import { type EnvironmentFs, LocalFs, RemoteFs } from './fs.js';
+import { LocalBackend } from './local-backend.js';
+import { ProcessHandle, type ProcessHandleOptions } from './process.js';
+import type { RegistryOptions } from './registry.js';
+
+export interface SpawnOptions extends ProcessHandleOptions {
+  /** Absolute path; default: the environment's default directory (local: process.cwd(); remote: `/`). */
+  cwd?: string;
+  /** Variables added over the executor's own environment, or the exact environment with `inheritEnv: false`. */
+  env?: Record<string, string>;
+  inheritEnv?: boolean;
+  tty?: boolean;
+  /** Keep stdin open for writes (always true with a tty). */
+  stdin?: boolean;
+  /** Process-visible argv[0]. */
+  arg0?: string;
+  /** Terminal size at start (tty only). */
+  size?: { rows: number; cols: number };
+  /** Default: a random UUID. */
+  processId?: string;
+}
+
+/**
+ * Where processes run and files live: this machine (`Environment.local()`) or a remote executor
+ * (`Environment.connect…`). Both offer the same `spawn`/`exec` and `fs`.
+ */
+export class Environment {
+  private readonly handles = new Set<ProcessHandle>();
+  private closed = false;
+
+  private constructor(
+    private readonly backend: ProcessBackend,
+    readonly fs: EnvironmentFs,
+    private readonly defaultCwd: string,
+    private readonly onClose: () => Promise<void>,
+    /** The executor client when remote (for raw calls), else null. */
+    readonly client: ExecServerClient | null,
+  ) {}
+
+  static local(): Environment {
+    const backend = new LocalBackend();
+    return new Environment(backend, new LocalFs(), process.cwd(), () => backend.close(), null);
+  }
+
+  /** A remote executor reached through the registry and relay (end-to-end encrypted). */
+  static async connectRendezvous(
+    options: RegistryOptions & {
+      environmentId: string;
+      identity?: NoiseIdentity;
+    } & Omit<ExecServerClientOptions, 'dial'>,
+  ): Promise<Environment> {
+    return Environment.remote(await ExecServerClient.connectRendezvous(options));
+  }
+
+  /** An executor listening on a WebSocket (`executor --listen ws://…`). */
+  static async connectWebSocket(
+    url: string,
+    options: Omit<ExecServerClientOptions, 'dial'> = {},
+  ): Promise<Environment> {
+    return Environment.remote(await ExecServerClient.connectWebSocket(url, options));
+  }
+
+  static remote(client: ExecServerClient): Environment {
+    const capabilities = () => {
+      const info = client.initializeResult as {
+        capabilities?: unknown;
+        environmentInfo?: { capabilities?: unknown };
+      } | null;
+      const list = info?.capabilities ?? info?.environmentInfo?.capabilities;
+      return new Set(Array.isArray(list) ? list.filter((c): c is string => typeof c === 'string') : []);
+    };
+    const fs = new RemoteFs({ call: (method, params) => client.call(method, params), capabilities });
+    return new Environment(client, fs, '/', async () => client.close(), client);
+  }
+
+  /** Starts a process; its events, stdin and signals are on the handle. */
+  async spawn(argv: string[], options: SpawnOptions = {}): Promise<ProcessHandle> {
+    if (this.closed) throw new TetherError('closed', 'the environment is closed');
+    if (argv.length === 0) throw new TetherError('invalid_argument', 'argv must not be empty');
+    const processId = options.processId ?? randomUUID();
+    // Subscribe before starting: the first events can arrive before the start is answered.
+    const handle = new ProcessHandle(processId, this.backend, options);
+    this.handles.add(handle);
+    void handle.completion.then(
+      () => this.handles.delete(handle),
+      () => this.handles.delete(handle),
+    );
+    try {
+      await this.backend.start({
+        processId,
+        argv,
+        cwd: options.cwd ?? this.defaultCwd,
+        env: options.env ?? {},
+        inheritEnv: options.inheritEnv ?? true,
+        tty: options.tty ?? false,
+        pipeStdin: options.stdin ?? false,
+        arg0: options.arg0 ?? null,
+        size: options.size ?? null,
+      });
+    } catch (err) {
+      handle.startFailed(err as Error);
+      throw err;
+    }
+    return handle;
+  }
+
+  /** Runs to completion; resolves with the exit code and the collected output. */
+  async exec(argv: string[], options: SpawnOptions = {}) {
+    const handle = await this.spawn(argv, options);
+    return handle.collect();
+  }
+
+  /** Stops following every process; a local environment also kills them. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    for (const handle of this.handles) handle.dispose();
+    await this.onClose();
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+}

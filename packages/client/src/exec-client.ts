@@ -1,0 +1,413 @@
+import { randomUUID } from 'node:crypto';
+import { ErrorCode, RpcError } from '@tether/exec-protocol';
+import {
+  ConnectionClosedError,
+  type MessageTransport,
+  RpcClient,
+  RpcConnection,
+  RpcTimeoutError,
+  WebSocketTransport,
+} from '@tether/jsonrpc';
+import { generateIdentity, type NoiseIdentity } from '@tether/noise';
+import { SecureStream, SecureStreamError, WebSocketFrameLink } from '@tether/secure-stream';
+import { WebSocket } from 'ws';
+import type {
+  OutputStream,
+  ProcessBackend,
+  ProcessEvent,
+  ReadAnswer,
+  SignalName,
+  StartOptions,
+  WriteStatus,
+} from './backend.js';
+import { TetherError } from './errors.js';
+import { fetchBundle, type RegistryOptions } from './registry.js';
+
+/** Calls that may be sent again after a reconnect without changing their effect. */
+const IDEMPOTENT = new Set([
+  'process/read',
+  'process/write',
+  'process/list',
+  'environment/info',
+  'fs/readFile',
+  'fs/getMetadata',
+  'fs/readDirectory',
+  'fs/canonicalize',
+  'fs/readBlock',
+]);
+
+/** Opens a fresh transport to the executor (a new socket, or a new bundle + stream + handshake). */
+export type Dialer = (signal: AbortSignal) => Promise<MessageTransport>;
+
+export interface ReconnectOptions {
+  /** Give up after this long without a resumed session (default 25 s, inside the executor's 30 s TTL). */
+  timeoutMs?: number;
+}
+
+export interface ExecServerClientOptions {
+  dial: Dialer;
+  clientName?: string;
+  /** Default timeout of one call (default 60 s; reads with waitMs get that on top). */
+  callTimeoutMs?: number;
+  /** Re-dial and resume the session when the transport drops (default on). `false` disables. */
+  reconnect?: ReconnectOptions | false;
+  /** Logs transport drops and reconnects. */
+  onStatus?: (status: 'disconnected' | 'reconnected' | 'lost', detail: string) => void;
+}
+
+export interface InitializeInfo {
+  sessionId: string;
+  [key: string]: unknown;
+}
+
+/**
+ * A JSON-RPC client of one executor session, over any transport. When the transport drops it dials
+ * again and resumes the same session (`resumeSessionId`); process handles then recover what they
+ * missed by seq. Calls made while reconnecting wait for the new connection.
+ */
+export class ExecServerClient implements ProcessBackend {
+  private rpc: RpcClient | null = null;
+  private info: InitializeInfo | null = null;
+  private readonly listeners = new Set<(event: ProcessEvent) => void>();
+  private readonly reconnectListeners = new Set<() => void>();
+  private closed = false;
+  private reconnecting: Promise<void> | null = null;
+  private readonly abort = new AbortController();
+
+  private constructor(private readonly options: ExecServerClientOptions) {}
+
+  static async connect(options: ExecServerClientOptions): Promise<ExecServerClient> {
+    const client = new ExecServerClient(options);
+    await client.establish(null);
+    return client;
+  }
+
+  /** A plain WebSocket executor (`executor --listen ws://…`, `codex exec-server --listen ws://…`). */
+  static connectWebSocket(url: string, options: Omit<ExecServerClientOptions, 'dial'> = {}): Promise<ExecServerClient> {
+    return ExecServerClient.connect({ ...options, dial: (signal) => dialWebSocket(url, signal) });
+  }
+
+  /**
+   * An environment through the rendezvous: a bundle from the registry, the relay socket, the Noise IK
+   * handshake with the executor key the registry vouches for. Every (re)connect uses a fresh bundle
+   * and stream; the identity stays.
+   */
+  static connectRendezvous(
+    options: RegistryOptions & {
+      environmentId: string;
+      identity?: NoiseIdentity;
+      handshakeTimeoutMs?: number;
+    } & Omit<ExecServerClientOptions, 'dial'>,
+  ): Promise<ExecServerClient> {
+    const identity = options.identity ?? generateIdentity();
+    return ExecServerClient.connect({
+      ...options,
+      dial: (signal) => dialRendezvous(options, options.environmentId, identity, signal, options.handshakeTimeoutMs),
+    });
+  }
+
+  get sessionId(): string {
+    return this.info?.sessionId ?? '';
+  }
+
+  /** The `initialize` result (session id, environment info, advertised capabilities). */
+  get initializeResult(): InitializeInfo | null {
+    return this.info;
+  }
+
+  get isClosed(): boolean {
+    return this.closed;
+  }
+
+  /** One JSON-RPC call; executor errors become TetherError with `rpcCode`. */
+  async call<T = unknown>(method: string, params?: unknown, options: { timeoutMs?: number } = {}): Promise<T> {
+    for (;;) {
+      if (this.closed) throw new TetherError('closed', `the connection is closed; cannot call ${method}`);
+      if (this.reconnecting) await this.reconnecting;
+      const rpc = this.rpc!;
+      try {
+        return await rpc.call<T>(method, params, {
+          timeoutMs: options.timeoutMs ?? this.options.callTimeoutMs ?? 60_000,
+        });
+      } catch (err) {
+        if (RpcError.is(err)) {
+          throw new TetherError('rpc', `${method}: ${err.message}`, { rpcCode: err.code, cause: err });
+        }
+        if (err instanceof RpcTimeoutError)
+          throw new TetherError('closed', `${method}: ${err.message}`, { cause: err });
+        if (err instanceof ConnectionClosedError) {
+          // Retried once the session is back only when running it twice is harmless (writes carry ids).
+          if (this.reconnecting && !this.closed && IDEMPOTENT.has(method)) continue;
+          throw new TetherError('closed', `${method}: ${err.message}`, { cause: err });
+        }
+        throw err;
+      }
+    }
+  }
+
+  notify(method: string, params?: unknown): void {
+    this.rpc?.notify(method, params);
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.abort.abort(new TetherError('closed', 'client closed'));
+    this.rpc?.close('client closed');
+  }
+
+  // ProcessBackend ------------------------------------------------------------------------------
+
+  async start(options: StartOptions): Promise<void> {
+    await this.call('process/start', {
+      processId: options.processId,
+      argv: options.argv,
+      cwd: pathToUri(options.cwd),
+      env: options.inheritEnv ? {} : options.env,
+      ...(options.inheritEnv
+        ? { envPolicy: { inherit: 'all', ignoreDefaultExcludes: true, exclude: [], set: options.env, includeOnly: [] } }
+        : {}),
+      tty: options.tty,
+      pipeStdin: options.pipeStdin,
+      arg0: options.arg0 ?? null,
+      ...(options.size ? { size: options.size } : {}),
+    });
+  }
+
+  async read(
+    processId: string,
+    afterSeq: number,
+    options: { maxBytes?: number; waitMs?: number } = {},
+  ): Promise<ReadAnswer> {
+    const answer = await this.call<{
+      chunks: Array<{ seq: number; stream: OutputStream; chunk: string }>;
+      nextSeq: number;
+      exited: boolean;
+      exitCode: number | null;
+      closed: boolean;
+      failure: string | null;
+    }>(
+      'process/read',
+      { processId, afterSeq, maxBytes: options.maxBytes ?? null, waitMs: options.waitMs ?? null },
+      { timeoutMs: (this.options.callTimeoutMs ?? 60_000) + (options.waitMs ?? 0) },
+    );
+    return {
+      chunks: answer.chunks.map((c) => ({ seq: c.seq, stream: c.stream, chunk: Buffer.from(c.chunk, 'base64') })),
+      nextSeq: answer.nextSeq,
+      exited: answer.exited,
+      exitCode: answer.exitCode,
+      closed: answer.closed,
+      failure: answer.failure ?? null,
+    };
+  }
+
+  async write(processId: string, chunk: Buffer, writeId: string): Promise<WriteStatus> {
+    const answer = await this.call<{ status: WriteStatus }>('process/write', {
+      processId,
+      chunk: chunk.toString('base64'),
+      writeId,
+    });
+    return answer.status;
+  }
+
+  async closeStdin(processId: string): Promise<WriteStatus> {
+    const answer = await this.call<{ status: WriteStatus }>('process/closeStdin', { processId });
+    return answer.status;
+  }
+
+  async signal(processId: string, signal: SignalName): Promise<void> {
+    await this.call('process/signal', { processId, signal });
+  }
+
+  async terminate(processId: string): Promise<void> {
+    await this.call('process/terminate', { processId });
+  }
+
+  async resize(processId: string, rows: number, cols: number): Promise<void> {
+    await this.call('process/resize', { processId, rows, cols });
+  }
+
+  subscribe(listener: (event: ProcessEvent) => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  onReconnect(listener: () => void): () => void {
+    this.reconnectListeners.add(listener);
+    return () => this.reconnectListeners.delete(listener);
+  }
+
+  // Connection lifecycle --------------------------------------------------------------------------
+
+  private async establish(resumeSessionId: string | null): Promise<void> {
+    const transport = await this.options.dial(this.abort.signal);
+    const rpc: RpcClient = new RpcClient(new RpcConnection(transport), {
+      onNotification: (method, params) => this.onNotification(method, params),
+      callTimeoutMs: this.options.callTimeoutMs ?? 60_000,
+      onClose: () => this.onTransportClosed(rpc),
+    });
+    let info: InitializeInfo;
+    try {
+      info = await rpc.call<InitializeInfo>('initialize', {
+        clientName: this.options.clientName ?? 'tether-client',
+        ...(resumeSessionId ? { resumeSessionId } : {}),
+      });
+    } catch (err) {
+      rpc.close('initialize failed');
+      throw err;
+    }
+    rpc.notify('initialized', {});
+    if (rpc.isClosed) throw new TetherError('closed', 'the connection closed right after initialize');
+    this.rpc = rpc;
+    this.info = info;
+  }
+
+  private onTransportClosed(rpc: RpcClient): void {
+    if (this.closed || this.rpc !== rpc || this.reconnecting) return;
+    if (this.options.reconnect === false) {
+      this.options.onStatus?.('lost', 'transport closed');
+      this.close();
+      return;
+    }
+    this.options.onStatus?.('disconnected', 'transport closed; resuming the session');
+    this.reconnecting = this.resume().finally(() => {
+      this.reconnecting = null;
+    });
+  }
+
+  private async resume(): Promise<void> {
+    const reconnect = this.options.reconnect;
+    const deadline = Date.now() + ((reconnect ? reconnect.timeoutMs : undefined) ?? 25_000);
+    const sessionId = this.sessionId;
+    let delay = 100;
+    let lastError: unknown = null;
+    while (!this.closed && Date.now() < deadline) {
+      try {
+        await this.establish(sessionId);
+        this.options.onStatus?.('reconnected', `session ${sessionId} resumed`);
+        for (const listener of [...this.reconnectListeners]) listener();
+        return;
+      } catch (err) {
+        lastError = err;
+        // -32010: the executor has not noticed the old connection is gone yet; anything else may pass too.
+        if (RpcError.is(err) && err.code !== ErrorCode.sessionAlreadyAttached) break;
+      }
+      await new Promise((resolve) => setTimeout(resolve, delay));
+      delay = Math.min(delay * 2, 2_000);
+    }
+    this.options.onStatus?.(
+      'lost',
+      `could not resume session ${sessionId}: ${(lastError as Error)?.message ?? 'closed'}`,
+    );
+    this.close();
+  }
+
+  private onNotification(method: string, params: unknown): void {
+    const p = params as Record<string, unknown>;
+    let event: ProcessEvent;
+    switch (method) {
+      case 'process/output':
+        event = {
+          kind: 'output',
+          processId: p.processId as string,
+          seq: p.seq as number,
+          stream: p.stream as OutputStream,
+          chunk: Buffer.from(p.chunk as string, 'base64'),
+        };
+        break;
+      case 'process/exited':
+        event = {
+          kind: 'exited',
+          processId: p.processId as string,
+          seq: p.seq as number,
+          exitCode: p.exitCode as number,
+        };
+        break;
+      case 'process/closed':
+        event = { kind: 'closed', processId: p.processId as string, seq: p.seq as number };
+        break;
+      default:
+        return;
+    }
+    for (const listener of this.listeners) listener(event);
+  }
+}
+
+function pathToUri(path: string): string {
+  if (!path.startsWith('/')) throw new TetherError('invalid_argument', `cwd must be an absolute path: ${path}`);
+  return new URL(`file://${path.split('/').map(encodeURIComponent).join('/')}`).href;
+}
+
+async function dialWebSocket(url: string, signal: AbortSignal): Promise<MessageTransport> {
+  const ws = new WebSocket(url, { perMessageDeflate: false, maxPayload: 256 * 1024 * 1024 });
+  await openSocket(ws, url, signal);
+  return new WebSocketTransport(ws, { peer: url });
+}
+
+async function openSocket(ws: WebSocket, what: string, signal: AbortSignal, timeoutMs = 10_000): Promise<void> {
+  const onAbort = () => ws.terminate();
+  signal.addEventListener('abort', onAbort, { once: true });
+  const timer = setTimeout(() => ws.terminate(), timeoutMs);
+  try {
+    await new Promise<void>((resolve, reject) => {
+      ws.once('open', () => resolve());
+      ws.once('unexpected-response', (_req, res) => {
+        res.resume();
+        reject(
+          new TetherError('connect_failed', `${what} refused the connection with HTTP ${res.statusCode}`, {
+            status: res.statusCode,
+          }),
+        );
+      });
+      ws.once('error', (err) =>
+        reject(new TetherError('connect_failed', `cannot connect: ${err.message}`, { cause: err })),
+      );
+      ws.once('close', () => reject(new TetherError('connect_failed', `${what}: connection closed while opening`)));
+    });
+  } finally {
+    clearTimeout(timer);
+    signal.removeEventListener('abort', onAbort);
+  }
+}
+
+async function dialRendezvous(
+  registry: RegistryOptions,
+  environmentId: string,
+  identity: NoiseIdentity,
+  signal: AbortSignal,
+  handshakeTimeoutMs = 10_000,
+): Promise<MessageTransport> {
+  let bundle = await fetchBundle(registry, environmentId, identity.publicKey, signal);
+  let ws = new WebSocket(bundle.url, { perMessageDeflate: false, maxPayload: 256 * 1024 });
+  try {
+    await openSocket(ws, 'the relay', signal);
+  } catch (err) {
+    // A 401 means the bundle went stale: fetch one fresh bundle and try once more (rendezvous.md §3.1).
+    if (!(err instanceof TetherError) || err.status !== 401) throw err;
+    bundle = await fetchBundle(registry, environmentId, identity.publicKey, signal);
+    ws = new WebSocket(bundle.url, { perMessageDeflate: false, maxPayload: 256 * 1024 });
+    await openSocket(ws, 'the relay', signal);
+  }
+  ws.on('error', () => undefined);
+  const streamId = randomUUID();
+  try {
+    return await SecureStream.initiate({
+      link: new WebSocketFrameLink(ws, streamId),
+      streamId,
+      environmentId: bundle.environmentId,
+      registrationId: bundle.registrationId,
+      staticKeys: identity,
+      remoteStatic: bundle.executorPublicKey,
+      authorization: bundle.authorization,
+      timeoutMs: handshakeTimeoutMs,
+      signal,
+    });
+  } catch (err) {
+    ws.terminate();
+    if (err instanceof SecureStreamError) {
+      const why = err.code === 'reset' ? 'the executor refused the harness (authorization not accepted)' : err.message;
+      throw new TetherError('handshake_failed', `secure channel to ${environmentId} failed: ${why}`, { cause: err });
+    }
+    throw err;
+  }
+}

@@ -1,0 +1,260 @@
+import { createReadStream, createWriteStream } from 'node:fs';
+import * as fsp from 'node:fs/promises';
+import { Readable, Writable } from 'node:stream';
+import { TetherError } from './errors.js';
+
+export interface FileMetadata {
+  isDirectory: boolean;
+  isFile: boolean;
+  isSymlink: boolean;
+  size: number;
+  createdAtMs: number;
+  modifiedAtMs: number;
+}
+
+export interface DirectoryEntry {
+  fileName: string;
+  isDirectory: boolean;
+  isFile: boolean;
+}
+
+/** Files of an environment; the same methods whether it is this machine or a remote executor. */
+export interface EnvironmentFs {
+  readFile(path: string, options?: { maxBytes?: number }): Promise<Buffer>;
+  writeFile(path: string, data: Buffer | string): Promise<void>;
+  createDirectory(path: string, options?: { recursive?: boolean }): Promise<void>;
+  getMetadata(path: string): Promise<FileMetadata>;
+  canonicalize(path: string): Promise<string>;
+  readDirectory(path: string): Promise<DirectoryEntry[]>;
+  remove(path: string, options?: { recursive?: boolean; force?: boolean }): Promise<void>;
+  copy(source: string, destination: string, options?: { recursive?: boolean }): Promise<void>;
+  /** Streams a file in blocks (never whole in memory). */
+  createReadStream(path: string, options?: { blockSize?: number }): Readable;
+  /** Streams into a file (created or truncated) without holding it in memory where the executor can. */
+  createWriteStream(path: string): Writable;
+}
+
+/** Default block for streamed reads and writes. */
+export const DEFAULT_BLOCK_SIZE = 1024 * 1024;
+
+function osError(err: unknown, path: string): TetherError {
+  const e = err as NodeJS.ErrnoException;
+  const code = e.code === 'ENOENT' ? 'not_found' : 'invalid_argument';
+  return new TetherError(code, `${path}: ${e.message}`, { cause: err });
+}
+
+async function local<T>(path: string, action: () => Promise<T>): Promise<T> {
+  try {
+    return await action();
+  } catch (err) {
+    throw osError(err, path);
+  }
+}
+
+/** This machine's files (node:fs). */
+export class LocalFs implements EnvironmentFs {
+  readFile(path: string, options: { maxBytes?: number } = {}): Promise<Buffer> {
+    return local(path, async () => {
+      if (options.maxBytes !== undefined) {
+        const { size } = await fsp.stat(path);
+        if (size > options.maxBytes) {
+          throw new TetherError(
+            'invalid_argument',
+            `${path} is ${size} bytes, more than the limit of ${options.maxBytes}`,
+          );
+        }
+      }
+      return fsp.readFile(path);
+    });
+  }
+  writeFile(path: string, data: Buffer | string): Promise<void> {
+    return local(path, () => fsp.writeFile(path, data));
+  }
+  createDirectory(path: string, options: { recursive?: boolean } = {}): Promise<void> {
+    return local(path, async () => {
+      await fsp.mkdir(path, { recursive: options.recursive ?? true });
+    });
+  }
+  getMetadata(path: string): Promise<FileMetadata> {
+    return local(path, async () => {
+      const link = await fsp.lstat(path);
+      const stat = link.isSymbolicLink() ? await fsp.stat(path) : link;
+      return {
+        isDirectory: stat.isDirectory(),
+        isFile: stat.isFile(),
+        isSymlink: link.isSymbolicLink(),
+        size: stat.size,
+        createdAtMs: Math.trunc(stat.birthtimeMs),
+        modifiedAtMs: Math.trunc(stat.mtimeMs),
+      };
+    });
+  }
+  canonicalize(path: string): Promise<string> {
+    return local(path, () => fsp.realpath(path));
+  }
+  readDirectory(path: string): Promise<DirectoryEntry[]> {
+    return local(path, async () =>
+      (await fsp.readdir(path, { withFileTypes: true })).map((entry) => ({
+        fileName: entry.name,
+        isDirectory: entry.isDirectory(),
+        isFile: entry.isFile(),
+      })),
+    );
+  }
+  remove(path: string, options: { recursive?: boolean; force?: boolean } = {}): Promise<void> {
+    return local(path, () => fsp.rm(path, { recursive: options.recursive ?? true, force: options.force ?? true }));
+  }
+  copy(source: string, destination: string, options: { recursive?: boolean } = {}): Promise<void> {
+    return local(source, () => fsp.cp(source, destination, { recursive: options.recursive ?? false }));
+  }
+  createReadStream(path: string, options: { blockSize?: number } = {}): Readable {
+    return createReadStream(path, { highWaterMark: options.blockSize ?? DEFAULT_BLOCK_SIZE });
+  }
+  createWriteStream(path: string): Writable {
+    return createWriteStream(path);
+  }
+}
+
+/** What the remote fs needs from an executor connection. */
+export interface FsCaller {
+  call<T = unknown>(method: string, params?: unknown): Promise<T>;
+  /** Capabilities the executor advertised at initialize. */
+  capabilities(): ReadonlySet<string>;
+}
+
+export function toFileUri(path: string): string {
+  if (path.startsWith('file:')) return path;
+  if (!path.startsWith('/')) throw new TetherError('invalid_argument', `remote paths must be absolute: ${path}`);
+  return new URL(`file://${path.split('/').map(encodeURIComponent).join('/')}`).href;
+}
+
+/**
+ * A remote executor's files over `fs/*` (exec-protocol §3.9). Reads stream through `fs/open` +
+ * `fs/readBlock`; writes stream through the executor's advertised write extension when it has one,
+ * else (a Codex executor) they are sent whole with `fs/writeFile`, up to `maxWholeWriteBytes`.
+ */
+export class RemoteFs implements EnvironmentFs {
+  private handles = 0;
+
+  constructor(
+    private readonly caller: FsCaller,
+    private readonly options: { maxWholeWriteBytes?: number } = {},
+  ) {}
+
+  async readFile(path: string, options: { maxBytes?: number } = {}): Promise<Buffer> {
+    const answer = await this.caller.call<{ dataBase64: string }>('fs/readFile', {
+      path: toFileUri(path),
+      ...(options.maxBytes !== undefined ? { maxBytes: options.maxBytes } : {}),
+    });
+    return Buffer.from(answer.dataBase64, 'base64');
+  }
+  async writeFile(path: string, data: Buffer | string): Promise<void> {
+    const bytes = typeof data === 'string' ? Buffer.from(data) : data;
+    await this.caller.call('fs/writeFile', { path: toFileUri(path), dataBase64: bytes.toString('base64') });
+  }
+  async createDirectory(path: string, options: { recursive?: boolean } = {}): Promise<void> {
+    await this.caller.call('fs/createDirectory', { path: toFileUri(path), recursive: options.recursive ?? true });
+  }
+  getMetadata(path: string): Promise<FileMetadata> {
+    return this.caller.call<FileMetadata>('fs/getMetadata', { path: toFileUri(path) });
+  }
+  async canonicalize(path: string): Promise<string> {
+    const answer = await this.caller.call<{ path: string }>('fs/canonicalize', { path: toFileUri(path) });
+    return answer.path.startsWith('file:') ? decodeURIComponent(new URL(answer.path).pathname) : answer.path;
+  }
+  async readDirectory(path: string): Promise<DirectoryEntry[]> {
+    const answer = await this.caller.call<{ entries: DirectoryEntry[] }>('fs/readDirectory', { path: toFileUri(path) });
+    return answer.entries;
+  }
+  async remove(path: string, options: { recursive?: boolean; force?: boolean } = {}): Promise<void> {
+    await this.caller.call('fs/remove', {
+      path: toFileUri(path),
+      recursive: options.recursive ?? true,
+      force: options.force ?? true,
+    });
+  }
+  async copy(source: string, destination: string, options: { recursive?: boolean } = {}): Promise<void> {
+    await this.caller.call('fs/copy', {
+      sourcePath: toFileUri(source),
+      destinationPath: toFileUri(destination),
+      recursive: options.recursive ?? false,
+    });
+  }
+
+  createReadStream(path: string, options: { blockSize?: number } = {}): Readable {
+    const blockSize = options.blockSize ?? DEFAULT_BLOCK_SIZE;
+    const handleId = `read-${process.pid}-${++this.handles}-${Date.now()}`;
+    let offset = 0;
+    let opened: Promise<unknown> | null = null;
+    let open = false;
+    const caller = this.caller;
+    const close = async () => {
+      if (!open) return;
+      open = false;
+      await caller.call('fs/close', { handleId }).catch(() => undefined);
+    };
+    return new Readable({
+      highWaterMark: blockSize,
+      async read() {
+        try {
+          opened ??= caller.call('fs/open', { handleId, path: toFileUri(path) }).then(() => {
+            open = true;
+          });
+          await opened;
+          const block = await caller.call<{ chunk: string; eof: boolean }>('fs/readBlock', {
+            handleId,
+            offset,
+            len: blockSize,
+          });
+          const bytes = Buffer.from(block.chunk, 'base64');
+          offset += bytes.byteLength;
+          if (bytes.byteLength > 0) this.push(bytes);
+          if (block.eof || bytes.byteLength === 0) {
+            await close();
+            this.push(null);
+          }
+        } catch (err) {
+          await close();
+          this.destroy(err as Error);
+        }
+      },
+      destroy(err, callback) {
+        close().then(
+          () => callback(err),
+          () => callback(err),
+        );
+      },
+    });
+  }
+
+  createWriteStream(path: string): Writable {
+    const limit = this.options.maxWholeWriteBytes ?? 64 * 1024 * 1024;
+    const parts: Buffer[] = [];
+    let size = 0;
+    const caller = this.caller;
+    return new Writable({
+      write(chunk: Buffer, _encoding, callback) {
+        size += chunk.byteLength;
+        if (size > limit) {
+          callback(
+            new TetherError(
+              'invalid_argument',
+              `this executor has no streaming write; files over ${limit} bytes cannot be written to it`,
+            ),
+          );
+          return;
+        }
+        parts.push(chunk);
+        callback();
+      },
+      final(callback) {
+        caller
+          .call('fs/writeFile', { path: toFileUri(path), dataBase64: Buffer.concat(parts).toString('base64') })
+          .then(
+            () => callback(),
+            (err: Error) => callback(err),
+          );
+      },
+    });
+  }
+}

@@ -1,0 +1,115 @@
+import { createReaper, ProcessError, ProcessTable, type Reaper } from '@tether/local-process';
+import type { ProcessBackend, ProcessEvent, ReadAnswer, SignalName, StartOptions, WriteStatus } from './backend.js';
+import { TetherError } from './errors.js';
+
+/** Output a local process keeps for a consumer that fell behind (it then reads at its own pace). */
+const LOCAL_RETAINED_OUTPUT_BYTES = 64 * 1024 * 1024;
+
+/**
+ * Processes on this machine, through the same engine the executor uses (process groups, seq log,
+ * writeId dedupe, and a reaper so children die with this process).
+ */
+export class LocalBackend implements ProcessBackend {
+  private readonly listeners = new Set<(event: ProcessEvent) => void>();
+  private readonly reaper: Reaper;
+  private readonly table: ProcessTable;
+
+  constructor() {
+    this.reaper = createReaper();
+    this.table = new ProcessTable({
+      onEvent: (event) => {
+        for (const listener of this.listeners) listener(event as ProcessEvent);
+      },
+      retainedOutputBytes: LOCAL_RETAINED_OUTPUT_BYTES,
+      reaper: this.reaper,
+    });
+  }
+
+  async start(options: StartOptions): Promise<void> {
+    const env = options.inheritEnv ? { ...definedOnly(process.env), ...options.env } : options.env;
+    await wrap(() =>
+      this.table.start({
+        processId: options.processId,
+        argv: options.argv,
+        cwd: options.cwd,
+        env,
+        tty: options.tty,
+        pipeStdin: options.pipeStdin,
+        arg0: options.arg0 ?? null,
+        size: options.size ?? null,
+      }),
+    );
+  }
+
+  async read(
+    processId: string,
+    afterSeq: number,
+    options: { maxBytes?: number; waitMs?: number } = {},
+  ): Promise<ReadAnswer> {
+    const answer = await wrap(() =>
+      this.table.read(processId, { afterSeq, maxBytes: options.maxBytes ?? null, waitMs: options.waitMs ?? null }),
+    );
+    const first = answer.chunks[0];
+    return {
+      chunks: answer.chunks,
+      nextSeq: answer.nextSeq,
+      exited: answer.exited,
+      exitCode: answer.exitCode,
+      closed: answer.closed,
+      failure: first && first.seq > afterSeq + 1 ? `output before seq ${first.seq} was evicted` : null,
+    };
+  }
+
+  write(processId: string, chunk: Buffer, writeId: string): Promise<WriteStatus> {
+    return wrap(() => this.table.write(processId, chunk, writeId));
+  }
+
+  async closeStdin(processId: string): Promise<WriteStatus> {
+    return wrap(() => this.table.closeStdin(processId));
+  }
+
+  async signal(processId: string, signal: SignalName): Promise<void> {
+    await wrap(() => this.table.signal(processId, signal));
+  }
+
+  async terminate(processId: string): Promise<void> {
+    await wrap(() => this.table.terminate(processId));
+  }
+
+  async resize(processId: string, rows: number, cols: number): Promise<void> {
+    await wrap(() => this.table.resize(processId, rows, cols));
+  }
+
+  subscribe(listener: (event: ProcessEvent) => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  onReconnect(): () => void {
+    return () => undefined; // a local table never disconnects
+  }
+
+  /** Kills every process and waits for them. */
+  async close(): Promise<void> {
+    await this.table.shutdown();
+    await this.reaper.close();
+  }
+}
+
+function definedOnly(env: NodeJS.ProcessEnv): Record<string, string> {
+  const result: Record<string, string> = {};
+  for (const [name, value] of Object.entries(env)) if (value !== undefined) result[name] = value;
+  return result;
+}
+
+async function wrap<T>(action: () => T | Promise<T>): Promise<T> {
+  try {
+    return await action();
+  } catch (err) {
+    if (err instanceof ProcessError) {
+      const code = err.code === 'unknown_process' ? 'not_found' : 'invalid_argument';
+      throw new TetherError(code, err.message, { cause: err });
+    }
+    throw err;
+  }
+}

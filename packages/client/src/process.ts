@@ -1,0 +1,325 @@
+import { randomUUID } from 'node:crypto';
+import type { OutputStream, ProcessBackend, ProcessEvent, SignalName, WriteStatus } from './backend.js';
+import { TetherError } from './errors.js';
+
+/** Above this many undelivered bytes a handle stops taking pushed events and pulls at its consumer's pace. */
+export const DEFAULT_HIGH_WATER_BYTES = 4 * 1024 * 1024;
+/** Pulling resumes once the consumer has brought the queue below this. */
+const LOW_WATER_FRACTION = 0.25;
+/** Bytes asked per `process/read` while pulling. */
+const PULL_MAX_BYTES = 1024 * 1024;
+/** Long-poll of a pull that found nothing new (short: with one request lane it holds up other calls). */
+const PULL_WAIT_MS = 100;
+
+export interface ProcessResult {
+  exitCode: number;
+}
+
+export interface ProcessHandleOptions {
+  highWaterBytes?: number;
+}
+
+type Mode = 'push' | 'pull';
+
+/**
+ * A running (or finished) process of an environment. Its events arrive in seq order exactly once,
+ * however they travel: pushed notifications while the consumer keeps up; `process/read` polling at the
+ * consumer's pace when it falls behind, when a pushed seq is missing, or after a reconnect. Memory is
+ * bounded by the high-water mark either way: a slow consumer slows the reads, never grows a buffer.
+ *
+ * `completion` resolves only once every event has been consumed (or the consumer gave up the iterator,
+ * in which case the rest are drained internally): a caller that awaits it never misses the exit status
+ * that follows buffered output.
+ */
+export class ProcessHandle implements AsyncIterable<ProcessEvent> {
+  readonly completion: Promise<ProcessResult>;
+  private mode: Mode = 'push';
+  /** Highest seq delivered into the queue. */
+  private lastSeq = 0;
+  private readonly queue: ProcessEvent[] = [];
+  private queuedBytes = 0;
+  private readonly highWater: number;
+  private exitCode: number | null = null;
+  /** The closed event is in the queue (nothing more will be added). */
+  private ended = false;
+  /** The consumer has taken the closed event, or gave up the iterator. */
+  private settled = false;
+  private iterating = false;
+  private abandoned = false;
+  private failure: Error | null = null;
+  private wakeConsumer: (() => void) | null = null;
+  private wakePuller: (() => void) | null = null;
+  private pulling: Promise<void> | null = null;
+  private resolveCompletion!: (result: ProcessResult) => void;
+  private rejectCompletion!: (error: Error) => void;
+  private readonly unsubscribe: Array<() => void> = [];
+  private writeCounter = 0;
+  private readonly writePrefix = randomUUID();
+
+  constructor(
+    readonly processId: string,
+    private readonly backend: ProcessBackend,
+    options: ProcessHandleOptions = {},
+  ) {
+    this.highWater = options.highWaterBytes ?? DEFAULT_HIGH_WATER_BYTES;
+    this.completion = new Promise<ProcessResult>((resolve, reject) => {
+      this.resolveCompletion = resolve;
+      this.rejectCompletion = reject;
+    });
+    // Callers that only want the events must not see an unhandled rejection here.
+    this.completion.catch(() => undefined);
+    this.unsubscribe.push(
+      backend.subscribe((event) => {
+        if (event.processId === this.processId) this.onPushed(event);
+      }),
+      backend.onReconnect(() => this.switchToPull()),
+    );
+  }
+
+  /** Bytes of events received but not yet consumed. */
+  get bufferedBytes(): number {
+    return this.queuedBytes;
+  }
+
+  /** `push` while notifications are consumed as they come, `pull` while reading at the consumer's pace. */
+  get deliveryMode(): Mode {
+    return this.mode;
+  }
+
+  /** Writes to stdin (needs `pipeStdin` or a tty); each call has its own idempotency key. */
+  async write(data: string | Buffer): Promise<WriteStatus> {
+    const chunk = typeof data === 'string' ? Buffer.from(data) : data;
+    return this.backend.write(this.processId, chunk, `${this.writePrefix}-${++this.writeCounter}`);
+  }
+
+  closeStdin(): Promise<WriteStatus> {
+    return this.backend.closeStdin(this.processId);
+  }
+
+  signal(signal: SignalName = 'interrupt'): Promise<void> {
+    return this.backend.signal(this.processId, signal);
+  }
+
+  terminate(): Promise<void> {
+    return this.backend.terminate(this.processId);
+  }
+
+  resize(rows: number, cols: number): Promise<void> {
+    return this.backend.resize(this.processId, rows, cols);
+  }
+
+  /** The events, once, in seq order; `break` gives them up (they are then drained internally). */
+  [Symbol.asyncIterator](): AsyncIterator<ProcessEvent> {
+    if (this.iterating)
+      throw new TetherError('invalid_state', `the events of ${this.processId} are already being read`);
+    this.iterating = true;
+    return {
+      next: () => this.next(),
+      return: async () => {
+        this.abandon();
+        return { done: true, value: undefined };
+      },
+    };
+  }
+
+  /** Resolves with the exit status; output nobody iterates is read and discarded. */
+  wait(): Promise<ProcessResult> {
+    if (!this.iterating) {
+      this.iterating = true;
+      this.abandon();
+    }
+    return this.completion;
+  }
+
+  /** Consumes everything; resolves with the exit code and the output by stream. */
+  async collect(): Promise<ProcessResult & { stdout: Buffer; stderr: Buffer; pty: Buffer }> {
+    const parts: Record<OutputStream, Buffer[]> = { stdout: [], stderr: [], pty: [] };
+    for await (const event of this) if (event.kind === 'output') parts[event.stream].push(event.chunk);
+    const result = await this.completion;
+    return {
+      ...result,
+      stdout: Buffer.concat(parts.stdout),
+      stderr: Buffer.concat(parts.stderr),
+      pty: Buffer.concat(parts.pty),
+    };
+  }
+
+  /** Stops following the process (its events are dropped; completion rejects if still pending). */
+  dispose(): void {
+    for (const off of this.unsubscribe.splice(0)) off();
+    if (!this.settled) this.fail(new TetherError('closed', `stopped following process ${this.processId}`));
+  }
+
+  /** @internal The start request failed: nothing will come. */
+  startFailed(error: Error): void {
+    this.fail(error);
+    this.dispose();
+  }
+
+  // Delivery -------------------------------------------------------------------------------------
+
+  private onPushed(event: ProcessEvent): void {
+    if (this.mode === 'pull' || this.ended || event.seq <= this.lastSeq) return;
+    if (event.seq !== this.lastSeq + 1 || this.queuedBytes > this.highWater) {
+      // A seq went missing (a dropped stream) or the consumer is behind: read from the server instead.
+      this.switchToPull();
+      return;
+    }
+    this.enqueue(event);
+  }
+
+  private enqueue(event: ProcessEvent): void {
+    this.lastSeq = Math.max(this.lastSeq, event.seq);
+    if (event.kind === 'exited') this.exitCode = event.exitCode;
+    if (event.kind === 'closed') {
+      this.ended = true;
+      for (const off of this.unsubscribe.splice(0)) off();
+    }
+    this.queue.push(event);
+    if (event.kind === 'output') this.queuedBytes += event.chunk.byteLength;
+    const wake = this.wakeConsumer;
+    this.wakeConsumer = null;
+    wake?.();
+  }
+
+  private switchToPull(): void {
+    if (this.mode === 'pull' || this.ended) return;
+    this.mode = 'pull';
+    this.pulling = this.pull().catch((err: Error) => this.fail(err));
+  }
+
+  private async pull(): Promise<void> {
+    let exitedDelivered = this.exitCode !== null;
+    while (!this.ended && !this.settled) {
+      while (this.queuedBytes > this.highWater * LOW_WATER_FRACTION && !this.abandoned && !this.settled) {
+        await new Promise<void>((resolve) => {
+          this.wakePuller = resolve;
+        });
+      }
+      if (this.settled) return;
+      const answer = await this.backend.read(this.processId, this.lastSeq, {
+        maxBytes: PULL_MAX_BYTES,
+        waitMs: PULL_WAIT_MS,
+      });
+      if (answer.failure) {
+        throw new TetherError('output_lost', `output of ${this.processId} is no longer retained: ${answer.failure}`);
+      }
+      for (const chunk of answer.chunks) {
+        if (chunk.seq <= this.lastSeq) continue;
+        const gap = chunk.seq - this.lastSeq - 1;
+        if (gap === 1 && answer.exited && !exitedDelivered && answer.exitCode !== null) {
+          // Output after exit: the one missing seq is the exit itself.
+          exitedDelivered = true;
+          this.enqueue({ kind: 'exited', processId: this.processId, seq: this.lastSeq + 1, exitCode: answer.exitCode });
+        } else if (gap > 0) {
+          throw new TetherError(
+            'output_lost',
+            `output of ${this.processId} after seq ${this.lastSeq} is no longer retained by the executor (next retained: ${chunk.seq}); the consumer fell too far behind`,
+          );
+        }
+        this.enqueue({
+          kind: 'output',
+          processId: this.processId,
+          seq: chunk.seq,
+          stream: chunk.stream,
+          chunk: chunk.chunk,
+        });
+      }
+      if (answer.chunks.length > 0) continue;
+      // Recovered by polling, the exit and close have no seqs of their own here: close is the last seq
+      // the server handed out, the exit the one before it.
+      if (answer.exited && !exitedDelivered && answer.exitCode !== null) {
+        exitedDelivered = true;
+        this.enqueue({
+          kind: 'exited',
+          processId: this.processId,
+          seq: Math.max(this.lastSeq + 1, answer.nextSeq - 2),
+          exitCode: answer.exitCode,
+        });
+      }
+      if (answer.closed) {
+        this.enqueue({
+          kind: 'closed',
+          processId: this.processId,
+          seq: Math.max(this.lastSeq + 1, answer.nextSeq - 1),
+        });
+      }
+    }
+  }
+
+  private async next(): Promise<IteratorResult<ProcessEvent>> {
+    for (;;) {
+      if (this.abandoned) return { done: true, value: undefined };
+      const event = this.queue.shift();
+      if (event) {
+        if (event.kind === 'output') this.queuedBytes -= event.chunk.byteLength;
+        if (this.wakePuller && this.queuedBytes <= this.highWater * LOW_WATER_FRACTION) {
+          const wake = this.wakePuller;
+          this.wakePuller = null;
+          wake();
+        }
+        if (event.kind === 'closed') this.settle();
+        return { done: false, value: event };
+      }
+      if (this.failure) throw this.failure;
+      if (this.settled) return { done: true, value: undefined };
+      await new Promise<void>((resolve) => {
+        this.wakeConsumer = resolve;
+      });
+    }
+  }
+
+  /** The consumer gave up: drain what remains without keeping it, then complete. */
+  private abandon(): void {
+    if (this.abandoned) return;
+    this.abandoned = true;
+    this.queue.length = 0;
+    this.queuedBytes = 0;
+    if (this.ended) {
+      this.settle();
+      return;
+    }
+    const wake = this.wakePuller;
+    this.wakePuller = null;
+    wake?.();
+    // Keep following (by reading) until the close arrives; events are discarded as they come.
+    this.switchToPull();
+    const drain = () => {
+      this.queue.length = 0;
+      this.queuedBytes = 0;
+      if (this.ended) this.settle();
+      else this.wakeConsumer = drain;
+      const puller = this.wakePuller;
+      this.wakePuller = null;
+      puller?.();
+    };
+    this.wakeConsumer = drain;
+  }
+
+  private settle(): void {
+    if (this.settled) return;
+    this.settled = true;
+    for (const off of this.unsubscribe.splice(0)) off();
+    if (this.exitCode === null) {
+      this.rejectCompletion(new TetherError('protocol', `process ${this.processId} closed without an exit status`));
+    } else {
+      this.resolveCompletion({ exitCode: this.exitCode });
+    }
+  }
+
+  private fail(error: Error): void {
+    if (this.settled) return;
+    this.failure = error;
+    this.settled = true;
+    for (const off of this.unsubscribe.splice(0)) off();
+    this.rejectCompletion(error);
+    const wake = this.wakeConsumer;
+    this.wakeConsumer = null;
+    wake?.();
+  }
+
+  /** @internal for tests */
+  get pullLoop(): Promise<void> | null {
+    return this.pulling;
+  }
+}
