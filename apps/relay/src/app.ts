@@ -19,17 +19,20 @@ export interface RelayOptions {
   logger?: Logger;
   /** Clock for signature expiry, epoch ms; default Date.now. */
   now?: () => number;
-  /** Presence heartbeat; omitted → no heartbeat (a registry without heartbeats routes to every node). */
-  heartbeat?: {
-    registryUrl: string;
-    token: string;
-    /** This node's URL as the registry knows it; default the bound `ws://host:port`. */
-    publicUrl?: string;
-    /** Default 10 s (the registry counts a node live for 30 s after its last heartbeat). */
-    intervalMs?: number;
-  };
+  /** Presence heartbeat, started by listen(); omitted → none (a registry without heartbeats routes to every node). */
+  heartbeat?: HeartbeatConfig;
   /** Observer of every forwarded WebSocket message (capture, debugging); must not keep the buffer mutable. */
   tap?: (direction: Direction, data: Buffer) => void;
+}
+
+export interface HeartbeatConfig {
+  registryUrl: string;
+  /** An admin API key of the registry. */
+  token: string;
+  /** This node's URL as the registry knows it; default the bound `ws://host:port`. */
+  publicUrl?: string;
+  /** Default 10 s (the registry counts a node live for 30 s after its last heartbeat). */
+  intervalMs?: number;
 }
 
 export type Direction = 'to_environment' | 'to_harness';
@@ -47,6 +50,11 @@ export interface Relay extends AsyncDisposable {
   readonly server: Server;
   /** Listens and resolves with the bound `ws://host:port`; starts the heartbeat if configured. */
   listen(host: string, port: number): Promise<string>;
+  /**
+   * Starts the presence heartbeat after listen(), for when the registry's address is known only then
+   * (both on port 0); replaces a running one.
+   */
+  startHeartbeat(config: HeartbeatConfig): Promise<void>;
   /** Environment ids whose executor socket is connected here. */
   environments(): string[];
   stats(): RelayStats;
@@ -119,6 +127,7 @@ export function createRelay(options: RelayOptions): Relay {
   let closing = false;
   let listening = false;
   let heartbeat: Heartbeat | null = null;
+  let boundUrl = '';
 
   const wss = new WebSocketServer({
     noServer: true,
@@ -535,18 +544,23 @@ export function createRelay(options: RelayOptions): Relay {
     const address = server.address();
     const bound = typeof address === 'object' && address ? address.port : port;
     const url = `ws://${host.includes(':') ? `[${host}]` : host}:${bound}`;
-    if (options.heartbeat) {
-      heartbeat = startHeartbeat({
-        registryUrl: options.heartbeat.registryUrl,
-        token: options.heartbeat.token,
-        publicUrl: options.heartbeat.publicUrl ?? url,
-        intervalMs: options.heartbeat.intervalMs ?? 10_000,
-        environments: () => [...environments.keys()],
-        onResult: (ok) => metrics.counter('relay_heartbeats_total', { result: ok ? 'ok' : 'error' }).inc(),
-        log,
-      });
-    }
+    boundUrl = url;
+    if (options.heartbeat) await beginHeartbeat(options.heartbeat);
     return url;
+  }
+
+  async function beginHeartbeat(config: HeartbeatConfig): Promise<void> {
+    if (!listening || closing) throw new Error('the relay must be listening to start its heartbeat');
+    await heartbeat?.stop();
+    heartbeat = startHeartbeat({
+      registryUrl: config.registryUrl,
+      token: config.token,
+      publicUrl: config.publicUrl ?? boundUrl,
+      intervalMs: config.intervalMs ?? 10_000,
+      environments: () => [...environments.keys()],
+      onResult: (ok) => metrics.counter('relay_heartbeats_total', { result: ok ? 'ok' : 'error' }).inc(),
+      log,
+    });
   }
 
   let closed: Promise<void> | null = null;
@@ -581,6 +595,7 @@ export function createRelay(options: RelayOptions): Relay {
   return {
     server,
     listen,
+    startHeartbeat: beginHeartbeat,
     environments: () => [...environments.keys()],
     stats,
     metricsText,
