@@ -6,6 +6,7 @@ import { afterEach } from 'vitest';
 import { WebSocket } from 'ws';
 import { createRelay, type Relay, type RelayOptions } from '../app.js';
 import type { RelayLimits } from '../limits.js';
+import { peekHeader } from '../peek.js';
 
 const pair = generateKeyPairSync('ed25519');
 export const signingKey: SigningKey = { privateKey: pair.privateKey, publicKey: pair.publicKey };
@@ -57,11 +58,19 @@ export class Endpoint {
   readonly frames: Frame[] = [];
   readonly raw: Buffer[] = [];
   readonly closed: Promise<Closed>;
+  /** Data frames received, also counted when `storeData` is off (bulk tests keep no copies). */
+  dataFrames = 0;
   private waiters: Array<() => void> = [];
 
-  private constructor(readonly ws: WebSocket) {
+  private constructor(
+    readonly ws: WebSocket,
+    private readonly storeData: boolean,
+  ) {
     ws.on('message', (data: Buffer, isBinary: boolean) => {
-      if (isBinary) {
+      // A bulk endpoint counts data frames and stores every other kind.
+      const isData = isBinary && peekHeader(data)?.kind === 'data';
+      if (isData) this.dataFrames++;
+      if (isBinary && (this.storeData || !isData)) {
         this.raw.push(data);
         this.frames.push(decodeFrame(data));
       }
@@ -75,12 +84,22 @@ export class Endpoint {
     });
   }
 
-  static async open(url: string, options: { autoPong?: boolean } = {}): Promise<Endpoint> {
-    const ws = new WebSocket(url, { perMessageDeflate: false, maxPayload: 1024 * 1024, ...options });
+  static async open(url: string, options: { autoPong?: boolean; storeData?: boolean } = {}): Promise<Endpoint> {
+    const { storeData = true, ...wsOptions } = options;
+    const ws = new WebSocket(url, { perMessageDeflate: false, maxPayload: 1024 * 1024, ...wsOptions });
     sockets.push(ws);
     ws.on('error', () => {});
     await once(ws, 'open');
-    return new Endpoint(ws);
+    return new Endpoint(ws, storeData);
+  }
+
+  /** Waits until `count` data frames arrived in total. */
+  async dataCount(count: number): Promise<void> {
+    while (this.dataFrames < count) {
+      if (this.ws.readyState === WebSocket.CLOSED)
+        throw new Error(`closed with ${this.dataFrames}/${count} data frames`);
+      await new Promise<void>((resolve) => this.waiters.push(resolve));
+    }
   }
 
   send(frame: Frame): void {
