@@ -222,9 +222,11 @@ export function createRelay(options: RelayOptions): Relay {
     }
     heartbeat?.kick();
     ws.on('message', (data: Buffer, isBinary: boolean) => onEnvironmentMessage(env, data, isBinary));
-    ws.on('pong', () => {
+    const envAlive = () => {
       env.lastSeen = Date.now();
-    });
+    };
+    ws.on('pong', envAlive);
+    ws.on('ping', envAlive);
     ws.on('error', (err: Error & { code?: string }) => onSocketError(err));
     ws.once('close', () => {
       if (environments.get(env.environmentId) === env) {
@@ -299,9 +301,11 @@ export function createRelay(options: RelayOptions): Relay {
     };
     harnesses.add(harness);
     ws.on('message', (data: Buffer, isBinary: boolean) => onHarnessMessage(harness, data, isBinary));
-    ws.on('pong', () => {
+    const harnessAlive = () => {
       harness.lastSeen = Date.now();
-    });
+    };
+    ws.on('pong', harnessAlive);
+    ws.on('ping', harnessAlive);
     ws.on('error', (err: Error & { code?: string }) => onSocketError(err));
     ws.once('close', () => onHarnessClose(harness));
   }
@@ -416,8 +420,10 @@ export function createRelay(options: RelayOptions): Relay {
     if (!env) return;
     if (harness.key !== null && env.streams.get(harness.key) === harness) env.streams.delete(harness.key);
     if (harness.paused) {
+      // Read again: a closing socket must be able to receive the peer's close frame (its data is ignored).
       env.paused.delete(harness);
       harness.paused = false;
+      harness.ws.resume();
     }
   }
 
@@ -570,6 +576,7 @@ export function createRelay(options: RelayOptions): Relay {
       clearInterval(pingTimer);
       clearInterval(sweepTimer);
       await heartbeat?.stop();
+      for (const env of environments.values()) for (const paused of env.paused) paused.ws.resume();
       const sockets: WebSocket[] = [...[...environments.values()].map((e) => e.ws), ...[...harnesses].map((h) => h.ws)];
       const gone = sockets.map((ws) =>
         ws.readyState === 3 ? Promise.resolve() : new Promise<void>((resolve) => ws.once('close', () => resolve())),

@@ -117,4 +117,23 @@ describe('backpressure', () => {
     await expect.poll(() => relay.stats().pausedHarnessSockets).toBe(0);
     expect(env.frames.filter((f) => f.kind === 'reset')).toEqual([]);
   });
+
+  it('lets a paused harness finish its close handshake when its environment goes away', async () => {
+    // A grace longer than the test: only a completed close handshake (code 1001) can end the harness socket.
+    const { url, relay } = await startRelay({ environmentHighWaterBytes: 256 * 1024, closeGraceMs: 60_000 });
+    const env = await Endpoint.open(signedUrl(url, 'environment', 'env-1'), { storeData: false });
+    const { harness, streamId } = await answeredStream(url, env);
+    env.ws.pause();
+    const frame = encodeFrame(dataFrame(streamId, 1, FRAME_PAYLOAD));
+    for (let sent = 0; relay.stats().pausedHarnessSockets === 0 && sent < 4096; sent++) {
+      harness.ws.send(frame, { binary: true });
+      await tick();
+    }
+    expect(relay.stats().pausedHarnessSockets).toBe(1);
+    env.ws.terminate();
+    expect(await harness.next((f) => f.kind === 'reset')).toMatchObject({ reason: 'environment_closed' });
+    expect((await harness.closed).code).toBe(CLOSE.GOING_AWAY);
+    await expect.poll(() => relay.stats().harnessSockets).toBe(0);
+    expect(relay.stats().pausedHarnessSockets).toBe(0);
+  });
 });
