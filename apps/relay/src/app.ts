@@ -161,9 +161,10 @@ export function createRelay(options: RelayOptions): Relay {
     res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body));
   }
 
-  function refuse(socket: Socket, status: number, reason: RefusalReason, grant?: RelayGrant) {
+  function refuse(socket: Socket, status: number, reason: RefusalReason) {
     metrics.counter('relay_upgrades_refused_total', { reason }).inc();
-    log.info({ status, reason, environmentId: grant?.environmentId }, 'upgrade refused');
+    // Counted always; logged at debug only, so a flood of bad upgrades cannot flood the logs.
+    log.debug({ status, reason }, 'upgrade refused');
     socket.on('error', () => {});
     const body = `${reason}\n`;
     socket.end(
@@ -261,7 +262,8 @@ export function createRelay(options: RelayOptions): Relay {
     const header = peekHeader(data);
     if (!header) return drops('malformed_frame');
     const harness = env.streams.get(header.streamKey);
-    if (!harness || harness.closing) return drops('unknown_stream');
+    // A socket already closing (its close event pending) counts as gone: ws would only account the bytes.
+    if (!harness || harness.closing || harness.ws.readyState !== OPEN) return drops('unknown_stream');
     harness.answered = true;
     harness.lastActivity = env.lastSeen;
     tap?.('to_harness', data);
@@ -334,6 +336,7 @@ export function createRelay(options: RelayOptions): Relay {
   }
 
   function forwardToEnvironment(harness: HarnessPeer, env: EnvironmentPeer, data: Buffer) {
+    if (env.ws.readyState !== OPEN) return; // the environment is going: its close event resets this stream
     tap?.('to_environment', data);
     env.ws.send(data, BINARY);
     framesTo.to_environment.inc();
