@@ -2,11 +2,11 @@ import { generateKeyPairSync } from 'node:crypto';
 import { connect as tcpConnect } from 'node:net';
 import { Writable } from 'node:stream';
 import { generateIdentity, publicKeyToJson } from '@tether/noise';
+import { type RelayGrant, type SigningKey, verifyRelayUrl } from '@tether/relay-auth';
 import type { FastifyInstance } from 'fastify';
 import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { buildRegistry } from './app.js';
-import { type RelayGrant, type SigningKey, verifyRelayUrl } from './signing.js';
 import { openSqliteStore, type RegistryStore, type Role } from './store/index.js';
 import { generateToken, hashToken } from './tokens.js';
 

@@ -1,10 +1,10 @@
+import type { SigningKey } from '@tether/relay-auth';
 import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstance, type FastifyRequest } from 'fastify';
 import { ERRORS, errorBody, RegistryError } from './errors.js';
 import { createRegistryMetrics, type Metrics } from './metrics.js';
 import { cloudRoutes } from './routes/cloud.js';
 import { healthRoutes } from './routes/health.js';
 import { v1Routes } from './routes/v1.js';
-import type { SigningKey } from './signing.js';
 import type { ApiKeyRecord, RegistryStore, Role } from './store/types.js';
 import { hashToken } from './tokens.js';
 

@@ -1,9 +1,9 @@
 import { readFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
+import { loadOrCreateSigningKey, type SigningKey, signingKeyFromPem } from '@tether/relay-auth';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import pino, { type Logger } from 'pino';
 import { buildRegistry } from './app.js';
-import { loadOrCreateSigningKey, type SigningKey, signingKeyFromPem } from './signing.js';
 import { openStore, ROLES, type Role } from './store/index.js';
 import { generateToken, hashToken } from './tokens.js';
 

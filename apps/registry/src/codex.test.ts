@@ -3,11 +3,11 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parsePublicKey } from '@tether/noise';
+import { verifyRelayUrl } from '@tether/relay-auth';
 import { startPeer } from '@tether/test-kit';
 import type { FastifyInstance } from 'fastify';
 import { afterEach, beforeEach, expect, it } from 'vitest';
 import { buildRegistry } from './app.js';
-import { verifyRelayUrl } from './signing.js';
 import { openSqliteStore, type RegistrationRecord, type RegistryStore } from './store/index.js';
 import { generateToken, hashToken } from './tokens.js';
 

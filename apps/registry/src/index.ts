@@ -1,6 +1,3 @@
-export { buildRegistry, type RegistryConfig, type RegistryDeps } from './app.js';
-export { ERRORS, type ErrorCode, RegistryError } from './errors.js';
-export { pickRelayNode } from './routing.js';
 export {
   loadOrCreateSigningKey,
   type RelayGrant,
@@ -8,6 +5,9 @@ export {
   signingKeyFromPem,
   signRelayUrl,
   verifyRelayUrl,
-} from './signing.js';
+} from '@tether/relay-auth';
+export { buildRegistry, type RegistryConfig, type RegistryDeps } from './app.js';
+export { ERRORS, type ErrorCode, RegistryError } from './errors.js';
+export { pickRelayNode } from './routing.js';
 export * from './store/index.js';
 export { generateToken, hashToken, matchesEnvironmentGlob } from './tokens.js';

@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { type NoisePublicKeyJson, parsePublicKey, publicKeyToJson, SECURITY_PROFILE_HYBRID_IK_V1 } from '@tether/noise';
+import { type RelayRole, signRelayUrl } from '@tether/relay-auth';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { requireRole } from '../app.js';
 import { RegistryError } from '../errors.js';
@@ -15,7 +16,6 @@ import {
   ValidateBody,
   ValidateResponse,
 } from '../schemas.js';
-import { type RelayRole, signRelayUrl } from '../signing.js';
 import { generateToken, hashToken, matchesEnvironmentGlob } from '../tokens.js';
 
 /** Canonical JSON of a NoiseChannelPublicKey (strict codec, fixed field order), or null when invalid. */

@@ -1,0 +1,154 @@
+import { generateKeyPairSync } from 'node:crypto';
+import { once } from 'node:events';
+import { type RelayRole, type SigningKey, signRelayUrl } from '@tether/relay-auth';
+import { decodeFrame, encodeFrame, type Frame } from '@tether/relay-frames';
+import { afterEach } from 'vitest';
+import { WebSocket } from 'ws';
+import { createRelay, type Relay, type RelayOptions } from '../app.js';
+import type { RelayLimits } from '../limits.js';
+import { peekHeader } from '../peek.js';
+
+const pair = generateKeyPairSync('ed25519');
+export const signingKey: SigningKey = { privateKey: pair.privateKey, publicKey: pair.publicKey };
+
+const relays: Relay[] = [];
+const sockets: WebSocket[] = [];
+
+/** Every relay and client socket a test opened is closed after it; the relay's close() waits for its sockets. */
+afterEach(async () => {
+  for (const ws of sockets.splice(0)) ws.terminate();
+  await Promise.all(relays.splice(0).map((relay) => relay.close()));
+});
+
+export async function startRelay(
+  limits: Partial<RelayLimits> = {},
+  extra: Partial<RelayOptions> = {},
+): Promise<{ relay: Relay; url: string }> {
+  const relay = createRelay({ publicKey: signingKey.publicKey, limits, ...extra });
+  relays.push(relay);
+  const url = await relay.listen('127.0.0.1', 0);
+  return { relay, url };
+}
+
+export function signedUrl(
+  base: string,
+  role: RelayRole,
+  environmentId: string,
+  options: { registrationId?: string; expiresAt?: number; key?: SigningKey } = {},
+): string {
+  return signRelayUrl(
+    base,
+    {
+      role,
+      environmentId,
+      registrationId: options.registrationId ?? 'reg-1',
+      expiresAt: options.expiresAt ?? Math.floor(Date.now() / 1000) + 3600,
+    },
+    options.key ?? signingKey,
+  );
+}
+
+export interface Closed {
+  code: number;
+  reason: string;
+}
+
+/** A fake endpoint: a raw WebSocket that records every frame it receives, decoded. */
+export class Endpoint {
+  readonly frames: Frame[] = [];
+  readonly raw: Buffer[] = [];
+  readonly closed: Promise<Closed>;
+  /** Data frames received, also counted when `storeData` is off (bulk tests keep no copies). */
+  dataFrames = 0;
+  private waiters: Array<() => void> = [];
+
+  private constructor(
+    readonly ws: WebSocket,
+    private readonly storeData: boolean,
+  ) {
+    ws.on('message', (data: Buffer, isBinary: boolean) => {
+      // A bulk endpoint counts data frames and stores every other kind.
+      const isData = isBinary && peekHeader(data)?.kind === 'data';
+      if (isData) this.dataFrames++;
+      if (isBinary && (this.storeData || !isData)) {
+        this.raw.push(data);
+        this.frames.push(decodeFrame(data));
+      }
+      for (const wake of this.waiters.splice(0)) wake();
+    });
+    this.closed = new Promise((resolve) => {
+      ws.once('close', (code: number, reason: Buffer) => {
+        resolve({ code, reason: reason.toString() });
+        for (const wake of this.waiters.splice(0)) wake();
+      });
+    });
+  }
+
+  static async open(url: string, options: { autoPong?: boolean; storeData?: boolean } = {}): Promise<Endpoint> {
+    const { storeData = true, ...wsOptions } = options;
+    const ws = new WebSocket(url, { perMessageDeflate: false, maxPayload: 1024 * 1024, ...wsOptions });
+    sockets.push(ws);
+    ws.on('error', () => {});
+    await once(ws, 'open');
+    return new Endpoint(ws, storeData);
+  }
+
+  /** Waits until `count` data frames arrived in total. */
+  async dataCount(count: number): Promise<void> {
+    while (this.dataFrames < count) {
+      if (this.ws.readyState === WebSocket.CLOSED)
+        throw new Error(`closed with ${this.dataFrames}/${count} data frames`);
+      await new Promise<void>((resolve) => this.waiters.push(resolve));
+    }
+  }
+
+  send(frame: Frame): void {
+    this.ws.send(encodeFrame(frame), { binary: true });
+  }
+
+  /** Resolves with the first recorded frame matching, waiting for more as they arrive. */
+  async next(match: (frame: Frame) => boolean, what = 'a frame'): Promise<Frame> {
+    for (;;) {
+      const found = this.frames.find(match);
+      if (found) return found;
+      if (this.ws.readyState === WebSocket.CLOSED) {
+        throw new Error(`socket closed before ${what} arrived (${this.frames.length} frames)`);
+      }
+      await new Promise<void>((resolve) => this.waiters.push(resolve));
+    }
+  }
+
+  /** Waits until at least `count` frames matching arrived. */
+  async count(match: (frame: Frame) => boolean, count: number): Promise<Frame[]> {
+    for (;;) {
+      const found = this.frames.filter(match);
+      if (found.length >= count) return found;
+      if (this.ws.readyState === WebSocket.CLOSED) throw new Error(`closed with ${found.length}/${count} frames`);
+      await new Promise<void>((resolve) => this.waiters.push(resolve));
+    }
+  }
+}
+
+/** The HTTP status an upgrade to `url` is refused with (throws if it is accepted). */
+export async function refusal(url: string): Promise<{ status: number; body: string }> {
+  const ws = new WebSocket(url, { perMessageDeflate: false });
+  sockets.push(ws);
+  return new Promise((resolve, reject) => {
+    ws.once('open', () => reject(new Error('the upgrade was accepted')));
+    ws.once('unexpected-response', (_req, res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString() }));
+    });
+    ws.once('error', (err) => reject(err));
+  });
+}
+
+/** A counter's value in the relay's exposition, 0 when the series is absent. */
+export function metric(relay: Relay, series: string): number {
+  const line = relay
+    .metricsText()
+    .split('\n')
+    .find((l) => l.startsWith(`${series} `));
+  return line ? Number(line.slice(series.length + 1)) : 0;
+}

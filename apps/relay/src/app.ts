@@ -1,0 +1,615 @@
+import type { KeyObject } from 'node:crypto';
+import { once } from 'node:events';
+import { createServer, type IncomingMessage, type Server, type ServerResponse, STATUS_CODES } from 'node:http';
+import type { Socket } from 'node:net';
+import { type RelayGrant, verifyRelayRequest } from '@tether/relay-auth';
+import { decodeFrame, encodeFrame, type Frame, resetFrame } from '@tether/relay-frames';
+import pino, { type Logger } from 'pino';
+import { type WebSocket, WebSocketServer } from 'ws';
+import { type Heartbeat, startHeartbeat } from './heartbeat.js';
+import { CLOSE, DEFAULT_LIMITS, type RelayLimits } from './limits.js';
+import { type DropReason, type RefusalReason, RelayMetrics, type ResetReason } from './metrics.js';
+import { peekHeader, streamKey } from './peek.js';
+
+export interface RelayOptions {
+  /** The registry's Ed25519 public key: the only thing the relay needs to authenticate sockets. */
+  publicKey: KeyObject;
+  limits?: Partial<RelayLimits>;
+  /** Default: silent. Never receives URLs (they carry signatures) or payloads. */
+  logger?: Logger;
+  /** Clock for signature expiry, epoch ms; default Date.now. */
+  now?: () => number;
+  /** Presence heartbeat, started by listen(); omitted → none (a registry without heartbeats routes to every node). */
+  heartbeat?: HeartbeatConfig;
+  /** Observer of every forwarded WebSocket message (capture, debugging); must not keep the buffer mutable. */
+  tap?: (direction: Direction, data: Buffer) => void;
+}
+
+export interface HeartbeatConfig {
+  registryUrl: string;
+  /** An admin API key of the registry. */
+  token: string;
+  /** This node's URL as the registry knows it; default the bound `ws://host:port`. */
+  publicUrl?: string;
+  /** Default 10 s (the registry counts a node live for 30 s after its last heartbeat). */
+  intervalMs?: number;
+}
+
+export type Direction = 'to_environment' | 'to_harness';
+
+export interface RelayStats {
+  environments: number;
+  harnessSockets: number;
+  streams: number;
+  /** Bytes queued by the relay in its sockets' write buffers, by destination role. */
+  queuedBytes: { environment: number; harness: number };
+  pausedHarnessSockets: number;
+}
+
+export interface Relay extends AsyncDisposable {
+  readonly server: Server;
+  /** Listens and resolves with the bound `ws://host:port`; starts the heartbeat if configured. */
+  listen(host: string, port: number): Promise<string>;
+  /**
+   * Starts the presence heartbeat after listen(), for when the registry's address is known only then
+   * (both on port 0); replaces a running one.
+   */
+  startHeartbeat(config: HeartbeatConfig): Promise<void>;
+  /** Environment ids whose executor socket is connected here. */
+  environments(): string[];
+  stats(): RelayStats;
+  /** Prometheus text exposition, as served on `/metrics`. */
+  metricsText(): string;
+  /** Graceful: stop accepting, close every socket with 1001, stop timers; idempotent. */
+  close(): Promise<void>;
+}
+
+const BINARY = Object.freeze({ binary: true });
+const OPEN = 1;
+
+interface EnvironmentPeer {
+  readonly ws: WebSocket;
+  readonly socket: Socket;
+  readonly environmentId: string;
+  readonly registrationId: string;
+  /** stream key (stream_id bytes) → the harness socket that claimed it. */
+  readonly streams: Map<string, HarnessPeer>;
+  /** Harness sockets paused because this socket is above its high-water mark. */
+  readonly paused: Set<HarnessPeer>;
+  drainHooked: boolean;
+  lastSeen: number;
+}
+
+interface HarnessPeer {
+  readonly ws: WebSocket;
+  readonly environmentId: string;
+  readonly registrationId: string;
+  readonly createdAt: number;
+  /** Set by the first frame (`Resume`). */
+  streamId: string | null;
+  key: string | null;
+  env: EnvironmentPeer | null;
+  /** The environment has sent a frame on this stream (the handshake stage is over). */
+  answered: boolean;
+  handshakeFrames: number;
+  /** A Reset already crossed (either way) or was sent to the environment: no second one on close. */
+  resetDone: boolean;
+  paused: boolean;
+  closing: boolean;
+  graceTimer: NodeJS.Timeout | undefined;
+  lastActivity: number;
+  lastSeen: number;
+}
+
+/** Builds the relay (never listens): an HTTP server whose upgrades are authenticated before any WebSocket exists. */
+export function createRelay(options: RelayOptions): Relay {
+  const limits: RelayLimits = { ...DEFAULT_LIMITS, ...options.limits };
+  const log = options.logger ?? pino({ level: 'silent' });
+  const now = options.now ?? Date.now;
+  const tap = options.tap;
+  const metrics = new RelayMetrics();
+
+  const framesTo = {
+    to_environment: metrics.counter('relay_forwarded_frames_total', { direction: 'to_environment' }),
+    to_harness: metrics.counter('relay_forwarded_frames_total', { direction: 'to_harness' }),
+  };
+  const bytesTo = {
+    to_environment: metrics.counter('relay_forwarded_bytes_total', { direction: 'to_environment' }),
+    to_harness: metrics.counter('relay_forwarded_bytes_total', { direction: 'to_harness' }),
+  };
+  const resets = (reason: ResetReason) => metrics.counter('relay_resets_total', { reason }).inc();
+  const drops = (reason: DropReason) => metrics.counter('relay_drops_total', { reason }).inc();
+  const pauses = metrics.counter('relay_backpressure_pauses_total');
+
+  const environments = new Map<string, EnvironmentPeer>();
+  const harnesses = new Set<HarnessPeer>();
+  const connectionsByIp = new Map<string, number>();
+  let closing = false;
+  let listening = false;
+  let heartbeat: Heartbeat | null = null;
+  let boundUrl = '';
+
+  const wss = new WebSocketServer({
+    noServer: true,
+    maxPayload: limits.maxMessageBytes,
+    perMessageDeflate: false,
+    clientTracking: false,
+    // Text messages are refused whole; their bytes are never read as UTF-8.
+    skipUTF8Validation: true,
+  });
+
+  const server = createServer((req, res) => serveHttp(req, res));
+  server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => onUpgrade(req, socket, head));
+
+  // HTTP ----------------------------------------------------------------------------------------
+
+  function serveHttp(req: IncomingMessage, res: ServerResponse) {
+    const path = (req.url ?? '/').split('?')[0];
+    if (req.method === 'GET' && path === '/livez') return json(res, 200, { status: 'ok' });
+    if (req.method === 'GET' && path === '/readyz') {
+      const ready = listening && !closing;
+      return json(res, ready ? 200 : 503, { status: ready ? 'ready' : 'not_ready' });
+    }
+    if (req.method === 'GET' && path === '/metrics') {
+      res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' }).end(metricsText());
+      return;
+    }
+    return json(res, 404, { error: { code: 'not_found', message: 'no such route (WebSocket upgrades only)' } });
+  }
+
+  function json(res: ServerResponse, status: number, body: unknown) {
+    res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body));
+  }
+
+  function refuse(socket: Socket, status: number, reason: RefusalReason) {
+    metrics.counter('relay_upgrades_refused_total', { reason }).inc();
+    // Counted always; logged at debug only, so a flood of bad upgrades cannot flood the logs.
+    log.debug({ status, reason }, 'upgrade refused');
+    socket.on('error', () => {});
+    const body = `${reason}\n`;
+    socket.end(
+      `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nConnection: close\r\nContent-Type: text/plain\r\n` +
+        `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+      () => socket.destroy(),
+    );
+  }
+
+  function onUpgrade(req: IncomingMessage, socket: Socket, head: Buffer) {
+    if (closing) return refuse(socket, 503, 'shutting_down');
+    const ip = socket.remoteAddress ?? 'unknown';
+    const count = connectionsByIp.get(ip) ?? 0;
+    if (count >= limits.maxConnectionsPerIp) return refuse(socket, 429, 'ip_limit');
+    const verdict = verifyRelayRequest(req.url ?? '/', options.publicKey, Math.floor(now() / 1000));
+    if (!verdict.ok) return refuse(socket, verdict.status, verdict.reason);
+    connectionsByIp.set(ip, count + 1);
+    socket.once('close', () => {
+      const left = (connectionsByIp.get(ip) ?? 1) - 1;
+      if (left <= 0) connectionsByIp.delete(ip);
+      else connectionsByIp.set(ip, left);
+    });
+    const grant = verdict.grant;
+    wss.handleUpgrade(req, socket, head, (ws) => {
+      if (closing) {
+        ws.close(CLOSE.GOING_AWAY, 'relay shutting down');
+        return;
+      }
+      metrics.counter('relay_connections_total', { role: grant.role }).inc();
+      if (grant.role === 'environment') attachEnvironment(ws, socket, grant);
+      else attachHarness(ws, grant);
+    });
+  }
+
+  // Environment sockets -------------------------------------------------------------------------
+
+  function attachEnvironment(ws: WebSocket, socket: Socket, grant: RelayGrant) {
+    const env: EnvironmentPeer = {
+      ws,
+      socket,
+      environmentId: grant.environmentId,
+      registrationId: grant.registrationId,
+      streams: new Map(),
+      paused: new Set(),
+      drainHooked: false,
+      lastSeen: Date.now(),
+    };
+    const previous = environments.get(env.environmentId);
+    environments.set(env.environmentId, env);
+    if (previous) {
+      log.info({ environmentId: env.environmentId }, 'environment socket replaced');
+      endEnvironment(previous, 'environment_replaced');
+      previous.ws.close(CLOSE.REPLACED, 'replaced by a newer environment socket');
+    } else {
+      log.info({ environmentId: env.environmentId }, 'environment connected');
+    }
+    heartbeat?.kick();
+    ws.on('message', (data: Buffer, isBinary: boolean) => onEnvironmentMessage(env, data, isBinary));
+    const envAlive = () => {
+      env.lastSeen = Date.now();
+    };
+    ws.on('pong', envAlive);
+    ws.on('ping', envAlive);
+    ws.on('error', (err: Error & { code?: string }) => onSocketError(err));
+    ws.once('close', () => {
+      if (environments.get(env.environmentId) === env) {
+        environments.delete(env.environmentId);
+        log.info({ environmentId: env.environmentId }, 'environment disconnected');
+        heartbeat?.kick();
+      }
+      endEnvironment(env, 'environment_closed');
+    });
+  }
+
+  /** Every harness of a gone (or replaced) environment socket gets Reset and is closed. */
+  function endEnvironment(env: EnvironmentPeer, reason: ResetReason) {
+    for (const harness of [...env.streams.values()]) {
+      if (harness.closing) continue;
+      resets(reason);
+      sendReset(harness.ws, harness.streamId, reason);
+      harness.resetDone = true;
+      closeHarness(harness, CLOSE.GOING_AWAY, reason);
+    }
+    env.streams.clear();
+    env.paused.clear();
+  }
+
+  function onEnvironmentMessage(env: EnvironmentPeer, data: Buffer, isBinary: boolean) {
+    env.lastSeen = Date.now();
+    if (!isBinary) {
+      drops('text_message');
+      env.ws.close(CLOSE.TEXT, 'binary frames only');
+      return;
+    }
+    const header = peekHeader(data);
+    if (!header) return drops('malformed_frame');
+    const harness = env.streams.get(header.streamKey);
+    // A socket already closing (its close event pending) counts as gone: ws would only account the bytes.
+    if (!harness || harness.closing || harness.ws.readyState !== OPEN) return drops('unknown_stream');
+    harness.answered = true;
+    harness.lastActivity = env.lastSeen;
+    tap?.('to_harness', data);
+    harness.ws.send(data, BINARY);
+    framesTo.to_harness.inc();
+    bytesTo.to_harness.inc(data.length);
+    if (header.kind === 'reset') {
+      // The executor ended the stream: it is over at the relay too.
+      harness.resetDone = true;
+      closeHarness(harness, CLOSE.STREAM_RESET, 'stream reset by the environment');
+    } else if (harness.ws.bufferedAmount > limits.harnessMaxBufferedBytes) {
+      // This harness cannot keep up; it must not hold the environment's other streams hostage.
+      resetStream(harness, 'relay_backpressure', CLOSE.BACKPRESSURE);
+    }
+  }
+
+  // Harness sockets -----------------------------------------------------------------------------
+
+  function attachHarness(ws: WebSocket, grant: RelayGrant) {
+    const at = Date.now();
+    const harness: HarnessPeer = {
+      ws,
+      environmentId: grant.environmentId,
+      registrationId: grant.registrationId,
+      createdAt: at,
+      streamId: null,
+      key: null,
+      env: null,
+      answered: false,
+      handshakeFrames: 0,
+      resetDone: false,
+      paused: false,
+      closing: false,
+      graceTimer: undefined,
+      lastActivity: at,
+      lastSeen: at,
+    };
+    harnesses.add(harness);
+    ws.on('message', (data: Buffer, isBinary: boolean) => onHarnessMessage(harness, data, isBinary));
+    const harnessAlive = () => {
+      harness.lastSeen = Date.now();
+    };
+    ws.on('pong', harnessAlive);
+    ws.on('ping', harnessAlive);
+    ws.on('error', (err: Error & { code?: string }) => onSocketError(err));
+    ws.once('close', () => onHarnessClose(harness));
+  }
+
+  function onHarnessMessage(harness: HarnessPeer, data: Buffer, isBinary: boolean) {
+    harness.lastSeen = Date.now();
+    if (harness.closing) return;
+    if (!isBinary) {
+      drops('text_message');
+      return resetStream(harness, 'protocol_error', CLOSE.TEXT);
+    }
+    if (harness.key === null) return claim(harness, data);
+    const env = harness.env as EnvironmentPeer;
+    const header = peekHeader(data);
+    if (!header || header.streamKey !== harness.key) {
+      // A harness socket carries exactly its own stream; anything else is refused, never routed.
+      drops('malformed_frame');
+      return resetStream(harness, 'protocol_error', CLOSE.PROTOCOL);
+    }
+    if (!harness.answered && ++harness.handshakeFrames > limits.maxHandshakeFrames) {
+      return resetStream(harness, 'handshake_limit', CLOSE.POLICY);
+    }
+    if (header.kind === 'reset') harness.resetDone = true;
+    harness.lastActivity = harness.lastSeen;
+    forwardToEnvironment(harness, env, data);
+  }
+
+  function forwardToEnvironment(harness: HarnessPeer, env: EnvironmentPeer, data: Buffer) {
+    if (env.ws.readyState !== OPEN) return; // the environment is going: its close event resets this stream
+    tap?.('to_environment', data);
+    env.ws.send(data, BINARY);
+    framesTo.to_environment.inc();
+    bytesTo.to_environment.inc(data.length);
+    if (env.ws.bufferedAmount > limits.environmentHighWaterBytes && !harness.paused) pause(harness, env);
+  }
+
+  /** The first frame must be `Resume`; it claims the stream id on the harness's environment. */
+  function claim(harness: HarnessPeer, data: Buffer) {
+    let frame: Frame;
+    try {
+      frame = decodeFrame(data, { maxBytes: limits.maxMessageBytes });
+    } catch {
+      drops('malformed_frame');
+      return closeHarness(harness, CLOSE.PROTOCOL, 'invalid first frame');
+    }
+    if (frame.kind !== 'resume') {
+      drops('malformed_frame');
+      return closeHarness(harness, CLOSE.PROTOCOL, 'the first frame must be Resume');
+    }
+    harness.streamId = frame.streamId;
+    const env = environments.get(harness.environmentId);
+    const key = streamKey(frame.streamId);
+    if (!env) return refuseStream(harness, 'environment_offline', CLOSE.TRY_AGAIN);
+    if (env.registrationId !== harness.registrationId) {
+      return refuseStream(harness, 'registration_mismatch', CLOSE.REGISTRATION_MISMATCH);
+    }
+    const holder = env.streams.get(key);
+    if (holder && !holder.closing) return refuseStream(harness, 'duplicate_stream', CLOSE.DUPLICATE_STREAM);
+    if (env.streams.size >= limits.maxStreamsPerEnvironment) {
+      return refuseStream(harness, 'stream_limit', CLOSE.STREAM_LIMIT);
+    }
+    env.streams.set(key, harness);
+    harness.key = key;
+    harness.env = env;
+    harness.handshakeFrames = 1;
+    harness.lastActivity = harness.lastSeen;
+    forwardToEnvironment(harness, env, data);
+  }
+
+  /** A claim the relay will not route: Reset to this harness only (the environment never saw it). */
+  function refuseStream(harness: HarnessPeer, reason: ResetReason, code: number) {
+    resets(reason);
+    sendReset(harness.ws, harness.streamId, reason);
+    harness.resetDone = true;
+    closeHarness(harness, code, reason);
+  }
+
+  function onHarnessClose(harness: HarnessPeer) {
+    clearTimeout(harness.graceTimer);
+    harnesses.delete(harness);
+    const env = harness.env;
+    if (env && harness.key !== null && env.streams.get(harness.key) === harness && !harness.resetDone) {
+      resets('harness_closed');
+      sendReset(env.ws, harness.streamId, 'harness_closed');
+    }
+    unclaim(harness);
+  }
+
+  /** Relay-initiated end of a live stream: Reset to both sides, then close the harness socket. */
+  function resetStream(harness: HarnessPeer, reason: ResetReason, code: number) {
+    if (harness.closing) return;
+    resets(reason);
+    const env = harness.env;
+    if (env && !harness.resetDone && harness.key !== null && env.streams.get(harness.key) === harness) {
+      sendReset(env.ws, harness.streamId, reason);
+    }
+    if (harness.streamId !== null) sendReset(harness.ws, harness.streamId, reason);
+    harness.resetDone = true;
+    closeHarness(harness, code, reason);
+  }
+
+  function closeHarness(harness: HarnessPeer, code: number, reason: string) {
+    if (harness.closing) return;
+    harness.closing = true;
+    unclaim(harness);
+    if (harness.ws.readyState === OPEN) harness.ws.close(code, reason);
+    // A peer that does not read never completes the close handshake; free its buffers after a grace.
+    harness.graceTimer = setTimeout(() => harness.ws.terminate(), limits.closeGraceMs);
+  }
+
+  function unclaim(harness: HarnessPeer) {
+    const env = harness.env;
+    if (!env) return;
+    if (harness.key !== null && env.streams.get(harness.key) === harness) env.streams.delete(harness.key);
+    if (harness.paused) {
+      // Read again: a closing socket must be able to receive the peer's close frame (its data is ignored).
+      env.paused.delete(harness);
+      harness.paused = false;
+      harness.ws.resume();
+    }
+  }
+
+  function sendReset(ws: WebSocket, streamId: string | null, reason: ResetReason) {
+    if (streamId === null || ws.readyState !== OPEN) return;
+    ws.send(encodeFrame(resetFrame(streamId, reason)), BINARY);
+  }
+
+  // Backpressure --------------------------------------------------------------------------------
+
+  function pause(harness: HarnessPeer, env: EnvironmentPeer) {
+    harness.paused = true;
+    harness.ws.pause();
+    env.paused.add(harness);
+    pauses.inc();
+    if (env.drainHooked) return;
+    env.drainHooked = true;
+    // The write that crossed the high-water mark returned false, so the socket will emit 'drain'.
+    env.socket.once('drain', () => {
+      env.drainHooked = false;
+      for (const paused of env.paused) {
+        paused.paused = false;
+        if (!paused.closing) paused.ws.resume();
+      }
+      env.paused.clear();
+    });
+  }
+
+  function onSocketError(err: Error & { code?: string }) {
+    if (err.code === 'WS_ERR_UNSUPPORTED_MESSAGE_LENGTH') drops('oversize_message');
+    else if (err.code?.startsWith('WS_ERR_')) drops('malformed_frame');
+    // ws closes the socket itself (1009 for oversize, 1002 for protocol errors).
+  }
+
+  // Timers: ping/pong and idle streams ----------------------------------------------------------
+
+  const pingTimer = setInterval(() => {
+    const at = Date.now();
+    const check = (ws: WebSocket, lastSeen: number) => {
+      if (ws.readyState !== OPEN) return;
+      if (at - lastSeen >= limits.pongTimeoutMs) {
+        drops('pong_timeout');
+        ws.terminate();
+      } else {
+        ws.ping();
+      }
+    };
+    for (const env of environments.values()) check(env.ws, env.lastSeen);
+    for (const harness of harnesses) if (!harness.closing) check(harness.ws, harness.lastSeen);
+  }, limits.pingIntervalMs);
+
+  const sweepMs = Math.max(10, Math.min(5_000, Math.floor(Math.min(limits.idleTimeoutMs, limits.claimTimeoutMs) / 4)));
+  const sweepTimer = setInterval(() => {
+    const at = Date.now();
+    for (const harness of harnesses) {
+      if (harness.closing) continue;
+      if (harness.key === null) {
+        if (at - harness.createdAt >= limits.claimTimeoutMs) {
+          drops('claim_timeout');
+          closeHarness(harness, CLOSE.TIMEOUT, 'no Resume frame in time');
+        }
+      } else if (at - harness.lastActivity >= limits.idleTimeoutMs) {
+        resetStream(harness, 'idle_timeout', CLOSE.TIMEOUT);
+      }
+    }
+  }, sweepMs);
+
+  // Introspection -------------------------------------------------------------------------------
+
+  function stats(): RelayStats {
+    let streams = 0;
+    let environmentQueue = 0;
+    let harnessQueue = 0;
+    let paused = 0;
+    for (const env of environments.values()) {
+      streams += env.streams.size;
+      environmentQueue += env.ws.bufferedAmount;
+      paused += env.paused.size;
+    }
+    for (const harness of harnesses) harnessQueue += harness.ws.bufferedAmount;
+    return {
+      environments: environments.size,
+      harnessSockets: harnesses.size,
+      streams,
+      queuedBytes: { environment: environmentQueue, harness: harnessQueue },
+      pausedHarnessSockets: paused,
+    };
+  }
+
+  function metricsText(): string {
+    const s = stats();
+    return metrics.render([
+      {
+        name: 'relay_sockets',
+        help: 'Open WebSocket connections, by role.',
+        series: [
+          [{ role: 'environment' }, s.environments],
+          [{ role: 'harness' }, s.harnessSockets],
+        ],
+      },
+      { name: 'relay_streams', help: 'Claimed streams (paired harness sockets).', series: [[{}, s.streams]] },
+      {
+        name: 'relay_queued_bytes',
+        help: 'Bytes queued in the relay’s socket write buffers, by destination role.',
+        series: [
+          [{ role: 'environment' }, s.queuedBytes.environment],
+          [{ role: 'harness' }, s.queuedBytes.harness],
+        ],
+      },
+      {
+        name: 'relay_paused_harness_sockets',
+        help: 'Harness sockets paused because their environment socket is behind.',
+        series: [[{}, s.pausedHarnessSockets]],
+      },
+    ]);
+  }
+
+  // Lifecycle -----------------------------------------------------------------------------------
+
+  async function listen(host: string, port: number): Promise<string> {
+    server.listen(port, host);
+    await once(server, 'listening');
+    listening = true;
+    const address = server.address();
+    const bound = typeof address === 'object' && address ? address.port : port;
+    const url = `ws://${host.includes(':') ? `[${host}]` : host}:${bound}`;
+    boundUrl = url;
+    if (options.heartbeat) await beginHeartbeat(options.heartbeat);
+    return url;
+  }
+
+  async function beginHeartbeat(config: HeartbeatConfig): Promise<void> {
+    if (!listening || closing) throw new Error('the relay must be listening to start its heartbeat');
+    await heartbeat?.stop();
+    heartbeat = startHeartbeat({
+      registryUrl: config.registryUrl,
+      token: config.token,
+      publicUrl: config.publicUrl ?? boundUrl,
+      intervalMs: config.intervalMs ?? 10_000,
+      environments: () => [...environments.keys()],
+      onResult: (ok) => metrics.counter('relay_heartbeats_total', { result: ok ? 'ok' : 'error' }).inc(),
+      log,
+    });
+  }
+
+  let closed: Promise<void> | null = null;
+  function close(): Promise<void> {
+    closed ??= (async () => {
+      closing = true;
+      clearInterval(pingTimer);
+      clearInterval(sweepTimer);
+      await heartbeat?.stop();
+      for (const env of environments.values()) for (const paused of env.paused) paused.ws.resume();
+      const sockets: WebSocket[] = [...[...environments.values()].map((e) => e.ws), ...[...harnesses].map((h) => h.ws)];
+      const gone = sockets.map((ws) =>
+        ws.readyState === 3 ? Promise.resolve() : new Promise<void>((resolve) => ws.once('close', () => resolve())),
+      );
+      for (const ws of sockets) if (ws.readyState === OPEN) ws.close(CLOSE.GOING_AWAY, 'relay shutting down');
+      const grace = setTimeout(() => {
+        for (const ws of sockets) ws.terminate();
+      }, limits.closeGraceMs);
+      await Promise.all(gone);
+      clearTimeout(grace);
+      for (const harness of harnesses) clearTimeout(harness.graceTimer);
+      wss.close();
+      if (listening) {
+        const stopped = new Promise<void>((resolve) => server.close(() => resolve()));
+        server.closeAllConnections();
+        await stopped;
+      }
+      listening = false;
+    })();
+    return closed;
+  }
+
+  return {
+    server,
+    listen,
+    startHeartbeat: beginHeartbeat,
+    environments: () => [...environments.keys()],
+    stats,
+    metricsText,
+    close,
+    [Symbol.asyncDispose]: close,
+  };
+}

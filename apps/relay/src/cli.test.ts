@@ -1,0 +1,183 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { buildRegistry, generateToken, hashToken, openSqliteStore } from '@tether/registry';
+import { resumeFrame } from '@tether/relay-frames';
+import { afterEach, describe, expect, it } from 'vitest';
+import { Endpoint, refusal, signedUrl, signingKey } from './__tests__/support.js';
+import { buildCli } from './cli.js';
+
+const APP_DIR = join(import.meta.dirname, '..');
+const dirs: string[] = [];
+const children: ChildProcess[] = [];
+
+afterEach(() => {
+  for (const child of children.splice(0)) {
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  }
+  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+});
+
+function tempDir() {
+  const dir = mkdtempSync(join(tmpdir(), 'relay-cli-'));
+  dirs.push(dir);
+  return dir;
+}
+
+/** The registry's public key as the PEM a relay operator would be given. */
+function publicPemFile(): string {
+  const path = join(tempDir(), 'registry.pub.pem');
+  writeFileSync(path, signingKey.publicKey.export({ type: 'spki', format: 'pem' }) as string);
+  return path;
+}
+
+/** Runs the CLI in-process (nothing listens: stopSignal is already resolved); exit code and outputs. */
+async function cli(args: string[]) {
+  let stdout = '';
+  let stderr = '';
+  let code = -1;
+  const io = {
+    stdout: { write: (t: string) => (stdout += t) },
+    stderr: { write: (t: string) => (stderr += t) },
+    env: {},
+    stopSignal: Promise.resolve(),
+  };
+  const program = buildCli(io, (c) => {
+    code = c;
+  });
+  program.exitOverride();
+  for (const sub of program.commands) sub.exitOverride();
+  try {
+    await program.parseAsync(['node', 'relay', ...args]);
+  } catch (err) {
+    code = (err as { exitCode?: number }).exitCode ?? 1;
+  }
+  return { code, stdout, stderr };
+}
+
+/** `relay serve` as a real process, from sources. */
+function serve(args: string[], env: NodeJS.ProcessEnv = {}) {
+  const child = spawn(
+    process.execPath,
+    ['--conditions=tether-source', '--import', 'tsx', 'src/main.ts', 'serve', ...args],
+    { cwd: APP_DIR, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+  children.push(child);
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (d) => (stdout += d));
+  child.stderr.on('data', (d) => (stderr += d));
+  const url = new Promise<string>((resolve, reject) => {
+    child.stdout.on('data', () => {
+      if (stdout.includes('\n')) resolve(stdout.split('\n')[0] as string);
+    });
+    child.on('exit', (code) => reject(new Error(`exited ${code}: ${stderr}`)));
+  });
+  url.catch(() => {});
+  return { child, url, out: () => stdout, err: () => stderr };
+}
+
+describe('relay CLI (in-process)', () => {
+  it.each([[[]], [['serve']]])('--help for %j', async (path) => {
+    const res = await cli([...path, '--help']);
+    expect(res.code).toBe(0);
+    expect(res.stdout).toContain('Usage: relay');
+  });
+
+  it('documents every bound as a flag with its env variable', async () => {
+    const res = await cli(['serve', '--help']);
+    for (const flag of ['--max-streams-per-environment', '--harness-max-buffered-bytes', '--idle-timeout-ms']) {
+      expect(res.stdout).toContain(flag);
+    }
+    expect(res.stdout).toContain('TETHER_RELAY_MAX_CONNECTIONS_PER_IP');
+  });
+
+  it('refuses to start without a way to get the registry key, and bad flags', async () => {
+    expect((await cli(['serve', '--listen', '127.0.0.1:0'])).code).toBe(2);
+    const bad = await cli(['serve', '--listen', 'nowhere']);
+    expect(bad.code).not.toBe(0);
+    expect(bad.stderr).toContain('HOST:PORT');
+    expect(
+      (await cli(['serve', '--registry-key-file', publicPemFile(), '--max-streams-per-environment', '0'])).code,
+    ).not.toBe(0);
+  });
+});
+
+describe('relay serve (subprocess)', () => {
+  it('prints only its URL, logs JSON without signatures on stderr, and closes sockets with 1001 then exits 0 on SIGTERM', async () => {
+    const server = serve(['--listen', '127.0.0.1:0', '--registry-key-file', publicPemFile()], {
+      TETHER_RELAY_LOG_LEVEL: 'debug',
+    });
+    const url = await server.url;
+    expect(url).toMatch(/^ws:\/\/127\.0\.0\.1:\d+$/);
+    expect(await (await fetch(`${url.replace('ws:', 'http:')}/readyz`)).json()).toEqual({ status: 'ready' });
+    const envUrl = signedUrl(url, 'environment', 'env-cli');
+    const env = await Endpoint.open(envUrl);
+    const forged = envUrl.replace(/sig=[^&]+/, 'sig=AAAA');
+    expect((await refusal(forged)).status).toBe(401);
+    server.child.kill('SIGTERM');
+    expect((await env.closed).code).toBe(1001);
+    const [code] = await once(server.child, 'exit');
+    expect(code).toBe(0);
+    expect(server.out()).toBe(`${url}\n`);
+    const lines = server.err().trim().split('\n');
+    for (const line of lines) expect(() => JSON.parse(line)).not.toThrow();
+    expect(lines.some((l) => JSON.parse(l).msg === 'environment connected')).toBe(true);
+    expect(lines.some((l) => JSON.parse(l).msg === 'upgrade refused')).toBe(true);
+    const signature = new URL(envUrl).searchParams.get('sig') as string;
+    expect(server.err()).not.toContain(signature);
+    expect(server.err()).not.toContain('sig=');
+  });
+
+  it('takes every flag from TETHER_RELAY_* and fetches the key from the registry, then heartbeats to it', async () => {
+    const dir = tempDir();
+    const store = openSqliteStore(join(dir, 'r.db'));
+    const publicUrl = 'ws://relay-node.test:8081';
+    const registry = await buildRegistry({ relayUrls: [publicUrl] }, { store, signingKey });
+    const registryUrl = await registry.listen({ host: '127.0.0.1', port: 0 });
+    const admin = generateToken();
+    await store.createApiKey({
+      id: 'admin',
+      tokenHash: hashToken(admin),
+      role: 'admin',
+      environments: '*',
+      label: '',
+      createdAt: Date.now(),
+    });
+    try {
+      const server = serve([], {
+        TETHER_RELAY_LISTEN: '127.0.0.1:0',
+        TETHER_RELAY_REGISTRY: registryUrl,
+        TETHER_RELAY_REGISTRY_TOKEN: admin,
+        TETHER_RELAY_PUBLIC_URL: publicUrl,
+        TETHER_RELAY_HEARTBEAT_INTERVAL_MS: '200',
+        TETHER_RELAY_MAX_STREAMS_PER_ENVIRONMENT: '1',
+      });
+      const url = await server.url;
+      const env = await Endpoint.open(signedUrl(url, 'environment', 'env-cli'));
+      const first = await Endpoint.open(signedUrl(url, 'harness', 'env-cli'));
+      first.send(resumeFrame('s1', 0));
+      await env.next((f) => f.kind === 'resume');
+      const second = await Endpoint.open(signedUrl(url, 'harness', 'env-cli'));
+      second.send(resumeFrame('s2', 0));
+      expect(await second.next((f) => f.kind === 'reset')).toMatchObject({ reason: 'stream_limit' });
+      // The registry saw this node live under its public URL, with the environment connected.
+      await expect
+        .poll(async () => (await store.relayLink('env-cli'))?.relayUrl, { timeout: 10_000, interval: 100 })
+        .toBe(publicUrl);
+      const nodes = await fetch(`${registryUrl}/v1/relay/nodes`, { headers: { authorization: `Bearer ${admin}` } });
+      expect(((await nodes.json()) as { nodes: unknown[] }).nodes).toEqual([
+        expect.objectContaining({ url: publicUrl, live: true }),
+      ]);
+      expect(server.err()).not.toContain(admin);
+      server.child.kill('SIGTERM');
+      const [code] = await once(server.child, 'exit');
+      expect(code).toBe(0);
+    } finally {
+      await registry.close();
+      await store.close();
+    }
+  });
+});

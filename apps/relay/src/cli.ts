@@ -1,0 +1,198 @@
+import type { KeyObject } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { publicKeyFromPem } from '@tether/relay-auth';
+import { Command, InvalidArgumentError, Option } from 'commander';
+import pino, { type Logger } from 'pino';
+import { createRelay } from './app.js';
+import { DEFAULT_LIMITS, type RelayLimits } from './limits.js';
+
+export interface CliIo {
+  stdout: { write(text: string): unknown };
+  stderr: { write(text: string): unknown };
+  env: NodeJS.ProcessEnv;
+  /** Resolves when the relay should stop (SIGTERM/SIGINT in main.ts). */
+  stopSignal: Promise<unknown>;
+}
+
+export interface ServeOptions extends Partial<RelayLimits> {
+  listen: { host: string; port: number };
+  publicUrl?: string;
+  registry?: string;
+  registryKeyFile?: string;
+  registryToken?: string;
+  heartbeatIntervalMs: number;
+  logLevel: string;
+}
+
+function listenAddress(value: string): { host: string; port: number } {
+  const match = /^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):(\d{1,5})$/.exec(value);
+  const port = Number(match?.[2]);
+  if (!match || port > 65_535) throw new InvalidArgumentError('expected HOST:PORT (port 0 picks a free one)');
+  return { host: (match[1] as string).replace(/^\[|\]$/g, ''), port };
+}
+
+function wsUrl(value: string): string {
+  if (!/^wss?:\/\/[^\s]+$/.test(value)) throw new InvalidArgumentError('expected a ws:// or wss:// URL');
+  return value;
+}
+
+function httpUrl(value: string): string {
+  if (!/^https?:\/\/[^\s]+$/.test(value)) throw new InvalidArgumentError('expected an http:// or https:// URL');
+  return value;
+}
+
+function positiveInteger(value: string): number {
+  if (!/^\d+$/.test(value) || Number(value) < 1 || !Number.isSafeInteger(Number(value))) {
+    throw new InvalidArgumentError('expected a positive integer');
+  }
+  return Number(value);
+}
+
+/** Each bound: flag, env suffix, help. The value is in the unit the name says (bytes, ms, count). */
+const LIMIT_FLAGS: Array<[keyof RelayLimits, string, string]> = [
+  ['maxMessageBytes', 'max-message-bytes', 'largest WebSocket message; larger → close 1009'],
+  ['maxStreamsPerEnvironment', 'max-streams-per-environment', 'streams per environment; beyond → Reset stream_limit'],
+  ['maxConnectionsPerIp', 'max-connections-per-ip', 'open sockets per source IP; beyond → HTTP 429'],
+  ['maxHandshakeFrames', 'max-handshake-frames', 'harness frames before the environment answers; beyond → Reset'],
+  ['idleTimeoutMs', 'idle-timeout-ms', 'a stream silent both ways this long is reset (idle_timeout)'],
+  ['claimTimeoutMs', 'claim-timeout-ms', 'a harness socket must send Resume within this'],
+  ['pingIntervalMs', 'ping-interval-ms', 'WebSocket ping interval'],
+  ['pongTimeoutMs', 'pong-timeout-ms', 'a socket silent this long is dropped'],
+  ['environmentHighWaterBytes', 'environment-high-water-bytes', 'pause harness reads above this environment backlog'],
+  ['harnessMaxBufferedBytes', 'harness-max-buffered-bytes', 'reset a harness (relay_backpressure) above this backlog'],
+  ['closeGraceMs', 'close-grace-ms', 'time a closing socket gets before it is cut'],
+];
+
+/** Public key from a PEM file, else from the registry's `/v1/relay-signing-key`, retrying until stopped. */
+async function loadPublicKey(options: ServeOptions, io: CliIo, log: Logger): Promise<KeyObject | null> {
+  if (options.registryKeyFile) return publicKeyFromPem(readFileSync(options.registryKeyFile, 'utf8'));
+  const endpoint = `${(options.registry as string).replace(/\/+$/, '')}/v1/relay-signing-key`;
+  let stopped = false;
+  void io.stopSignal.then(() => {
+    stopped = true;
+  });
+  for (let attempt = 1; !stopped; attempt++) {
+    try {
+      const response = await fetch(endpoint, { signal: AbortSignal.timeout(5_000) });
+      if (!response.ok) throw new Error(`HTTP ${response.status}`);
+      const body = (await response.json()) as { public_key_pem?: unknown };
+      if (typeof body.public_key_pem !== 'string') throw new Error('no public_key_pem in the answer');
+      return publicKeyFromPem(body.public_key_pem);
+    } catch (err) {
+      log.warn({ attempt, err: (err as Error).message }, 'cannot fetch the registry signing key yet; retrying');
+      await Promise.race([
+        new Promise((resolve) => setTimeout(resolve, Math.min(5_000, 250 * attempt))),
+        io.stopSignal,
+      ]);
+    }
+  }
+  return null;
+}
+
+/** Runs `relay serve` until io.stopSignal; returns the exit code. */
+export async function runServe(options: ServeOptions, io: CliIo, logger?: Logger): Promise<number> {
+  const log = logger ?? pino({ level: options.logLevel, base: { service: 'relay' } }, pino.destination(2));
+  if (!options.registryKeyFile && !options.registry) {
+    io.stderr.write('relay: give --registry-key-file or --registry (to fetch the signing key)\n');
+    return 2;
+  }
+  let publicKey: KeyObject | null;
+  try {
+    publicKey = await loadPublicKey(options, io, log);
+  } catch (err) {
+    io.stderr.write(`relay: cannot load the registry signing key: ${(err as Error).message}\n`);
+    return 1;
+  }
+  if (!publicKey) return 0; // stopped before the key arrived
+  if (options.registry && !options.registryToken) {
+    log.warn('no --registry-token: presence heartbeats are off (the registry then routes to every configured node)');
+  }
+  const limits: Partial<RelayLimits> = {};
+  for (const [key] of LIMIT_FLAGS) if (options[key] !== undefined) limits[key] = options[key];
+  const relay = createRelay({
+    publicKey,
+    limits,
+    logger: log,
+    ...(options.registry && options.registryToken
+      ? {
+          heartbeat: {
+            registryUrl: options.registry,
+            token: options.registryToken,
+            intervalMs: options.heartbeatIntervalMs,
+            ...(options.publicUrl ? { publicUrl: options.publicUrl } : {}),
+          },
+        }
+      : {}),
+  });
+  let url: string;
+  try {
+    url = await relay.listen(options.listen.host, options.listen.port);
+  } catch (err) {
+    io.stderr.write(
+      `relay: cannot listen on ${options.listen.host}:${options.listen.port}: ${(err as Error).message}\n`,
+    );
+    await relay.close();
+    return 1;
+  }
+  io.stdout.write(`${url}\n`);
+  log.info({ url, publicUrl: options.publicUrl ?? url, limits: { ...DEFAULT_LIMITS, ...limits } }, 'relay listening');
+  await io.stopSignal;
+  log.info('shutting down');
+  await relay.close();
+  return 0;
+}
+
+/** `relay serve`; `exit` receives the action's exit code. */
+export function buildCli(io: CliIo, exit: (code: number) => void): Command {
+  const program = new Command('relay')
+    .description('Tether relay: pairs harness and environment WebSockets and forwards frames it cannot read.')
+    .showHelpAfterError()
+    .configureOutput({ writeOut: (t) => io.stdout.write(t), writeErr: (t) => io.stderr.write(t) });
+
+  const serve = program
+    .command('serve')
+    .description('serve relay WebSockets (prints its bound URL on stdout, logs JSON on stderr)')
+    .addOption(
+      new Option('--listen <host:port>', 'address to listen on (port 0 picks one)')
+        .env('TETHER_RELAY_LISTEN')
+        .argParser(listenAddress)
+        .default({ host: '127.0.0.1', port: 8081 }, '127.0.0.1:8081'),
+    )
+    .addOption(
+      new Option('--public-url <url>', 'this node’s URL as the registry knows it (default: the bound URL)')
+        .env('TETHER_RELAY_PUBLIC_URL')
+        .argParser(wsUrl),
+    )
+    .addOption(
+      new Option('--registry <url>', 'registry base URL: signing key (unless a file is given) and heartbeats')
+        .env('TETHER_RELAY_REGISTRY')
+        .argParser(httpUrl),
+    )
+    .addOption(
+      new Option('--registry-key-file <path>', 'the registry’s Ed25519 key as PEM (public SPKI or private PKCS#8)').env(
+        'TETHER_RELAY_REGISTRY_KEY_FILE',
+      ),
+    )
+    .addOption(
+      new Option('--registry-token <token>', 'admin API key for presence heartbeats (prefer the env variable)').env(
+        'TETHER_RELAY_REGISTRY_TOKEN',
+      ),
+    )
+    .addOption(
+      new Option('--heartbeat-interval-ms <ms>', 'presence heartbeat interval')
+        .env('TETHER_RELAY_HEARTBEAT_INTERVAL_MS')
+        .argParser(positiveInteger)
+        .default(10_000),
+    );
+  for (const [key, flag, help] of LIMIT_FLAGS) {
+    serve.addOption(
+      new Option(`--${flag} <n>`, `${help} (default ${DEFAULT_LIMITS[key]})`)
+        .env(`TETHER_RELAY_${flag.toUpperCase().replace(/-/g, '_')}`)
+        .argParser(positiveInteger),
+    );
+  }
+  serve
+    .addOption(new Option('--log-level <level>', 'pino level').env('TETHER_RELAY_LOG_LEVEL').default('info'))
+    .action(async (options: ServeOptions) => exit(await runServe(options, io)));
+  return program;
+}

@@ -1,0 +1,71 @@
+import { MAX_FRAME_BYTES } from '@tether/relay-frames';
+
+/** Every bound the relay enforces, with its behaviour at the limit (README "Limits"). All are flags. */
+export interface RelayLimits {
+  /** Largest WebSocket message; larger → close 1009. Default 256 KiB, the endpoints' own limit. */
+  maxMessageBytes: number;
+  /** Concurrent streams (harness sockets) per environment; beyond → Reset `stream_limit` + close 4029. */
+  maxStreamsPerEnvironment: number;
+  /** Open sockets (both roles) per source IP; beyond → HTTP 429 at the upgrade. */
+  maxConnectionsPerIp: number;
+  /** Frames a harness may send before the environment answers its stream; beyond → Reset `handshake_limit`. */
+  maxHandshakeFrames: number;
+  /** A stream with no frame either way for this long is reset (`idle_timeout`) and its socket closed 4008. */
+  idleTimeoutMs: number;
+  /** A harness socket that has not claimed a stream (`Resume`) within this is closed 4008 (`claim_timeout`). */
+  claimTimeoutMs: number;
+  /** WebSocket ping interval, both roles. */
+  pingIntervalMs: number;
+  /** A socket silent (no pong, no message) for this long is dropped (`pong_timeout`). */
+  pongTimeoutMs: number;
+  /** Pause reading a stream's harness socket while its environment socket has more than this buffered. */
+  environmentHighWaterBytes: number;
+  /** A harness socket with more than this buffered towards it is reset (`relay_backpressure`) and closed. */
+  harnessMaxBufferedBytes: number;
+  /** After a Reset, how long a closing harness socket may take to finish the close handshake. */
+  closeGraceMs: number;
+}
+
+export const DEFAULT_LIMITS: Readonly<RelayLimits> = Object.freeze({
+  maxMessageBytes: MAX_FRAME_BYTES,
+  maxStreamsPerEnvironment: 128,
+  maxConnectionsPerIp: 1024,
+  maxHandshakeFrames: 8,
+  idleTimeoutMs: 30 * 60_000,
+  claimTimeoutMs: 10_000,
+  pingIntervalMs: 30_000,
+  pongTimeoutMs: 60_000,
+  environmentHighWaterBytes: 1024 * 1024,
+  harnessMaxBufferedBytes: 4 * 1024 * 1024,
+  closeGraceMs: 5_000,
+});
+
+/** WebSocket close codes the relay uses; each outcome has its own. */
+export const CLOSE = Object.freeze({
+  /** Shutdown, or the environment socket went away: reconnect. */
+  GOING_AWAY: 1001,
+  /** Protocol error (bad first frame, a frame for another stream, malformed frame). */
+  PROTOCOL: 1002,
+  /** A text message. */
+  TEXT: 1003,
+  /** Policy (handshake-stage frame limit). */
+  POLICY: 1008,
+  /** A message over `maxMessageBytes`. */
+  TOO_BIG: 1009,
+  /** The environment is not connected here: try again later. */
+  TRY_AGAIN: 1013,
+  /** The stream ended normally (the environment reset it). */
+  STREAM_RESET: 4000,
+  /** This environment socket was replaced by a newer one. */
+  REPLACED: 4001,
+  /** The harness could not take the environment's output fast enough. */
+  BACKPRESSURE: 4002,
+  /** The stream id is already claimed by a live harness socket. */
+  DUPLICATE_STREAM: 4003,
+  /** The harness's grant is for another executor registration than the connected one. */
+  REGISTRATION_MISMATCH: 4004,
+  /** Idle or claim timeout. */
+  TIMEOUT: 4008,
+  /** Too many streams on this environment. */
+  STREAM_LIMIT: 4029,
+});

@@ -1,0 +1,14 @@
+export {
+  grantMessage,
+  loadOrCreateSigningKey,
+  publicKeyFromPem,
+  type RelayGrant,
+  type RelayRole,
+  SIGNING_KEY_FILE,
+  type SigningKey,
+  signingKeyFromPem,
+  signRelayUrl,
+  type VerifyResult,
+  verifyRelayRequest,
+  verifyRelayUrl,
+} from './signing.js';

@@ -1,0 +1,103 @@
+import { generateKeyPairSync } from 'node:crypto';
+import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import {
+  loadOrCreateSigningKey,
+  publicKeyFromPem,
+  SIGNING_KEY_FILE,
+  signingKeyFromPem,
+  signRelayUrl,
+  verifyRelayRequest,
+  verifyRelayUrl,
+} from './index.js';
+
+const dirs: string[] = [];
+afterEach(() => {
+  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+});
+
+function tempKey() {
+  const dir = mkdtempSync(join(tmpdir(), 'relay-auth-'));
+  dirs.push(dir);
+  return loadOrCreateSigningKey(dir);
+}
+
+describe('relay signing key', () => {
+  it('is generated once into the data dir with mode 0600 and reloaded after', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'relay-auth-'));
+    dirs.push(dir);
+    const data = join(dir, 'data');
+    const first = loadOrCreateSigningKey(data);
+    const path = join(data, SIGNING_KEY_FILE);
+    expect(statSync(path).mode & 0o777).toBe(0o600);
+    const again = loadOrCreateSigningKey(data);
+    expect(again.publicKey.export({ format: 'jwk' })).toEqual(first.publicKey.export({ format: 'jwk' }));
+    expect(signingKeyFromPem(readFileSync(path, 'utf8')).privateKey.asymmetricKeyType).toBe('ed25519');
+  });
+
+  it('signs role, environment, registration and expiry', () => {
+    const key = tempKey();
+    const grant = { role: 'harness' as const, environmentId: 'e1', registrationId: 'r1', expiresAt: 2_000 };
+    const url = signRelayUrl('wss://relay.example/base/', grant, key);
+    expect(
+      url.startsWith('wss://relay.example/base/ws/environment/e1?role=harness&registration=r1&expires=2000&sig='),
+    ).toBe(true);
+    expect(verifyRelayUrl(url, key.publicKey, 1_999)).toEqual(grant);
+    expect(verifyRelayUrl(url, key.publicKey, 2_000)).toBeNull();
+    expect(verifyRelayUrl(url.replace('registration=r1', 'registration=r2'), key.publicKey, 1)).toBeNull();
+    expect(verifyRelayUrl(url.replace('expires=2000', 'expires=3000'), key.publicKey, 1)).toBeNull();
+  });
+
+  it('refuses non-Ed25519 PEMs', () => {
+    const { privateKey, publicKey } = generateKeyPairSync('x25519');
+    expect(() => signingKeyFromPem(privateKey.export({ type: 'pkcs8', format: 'pem' }) as string)).toThrow(/Ed25519/);
+    expect(() => publicKeyFromPem(publicKey.export({ type: 'spki', format: 'pem' }) as string)).toThrow(/Ed25519/);
+  });
+
+  it('loads the verifying key from a public (SPKI) or a private (PKCS#8) PEM', () => {
+    const key = tempKey();
+    const spki = key.publicKey.export({ type: 'spki', format: 'pem' }) as string;
+    const pkcs8 = key.privateKey.export({ type: 'pkcs8', format: 'pem' }) as string;
+    const jwk = key.publicKey.export({ format: 'jwk' });
+    expect(publicKeyFromPem(spki).export({ format: 'jwk' })).toEqual(jwk);
+    expect(publicKeyFromPem(pkcs8).export({ format: 'jwk' })).toEqual(jwk);
+  });
+});
+
+describe('verifyRelayRequest (what the relay checks at the upgrade)', () => {
+  const key = tempKey();
+  const other = generateKeyPairSync('ed25519');
+  const grant = { role: 'environment' as const, environmentId: 'env_1', registrationId: 'reg-1', expiresAt: 5_000 };
+  const url = new URL(signRelayUrl('ws://127.0.0.1:1/prefix', grant, key));
+  const path = `${url.pathname}${url.search}`;
+
+  it('accepts the signed path and query and returns the grant', () => {
+    expect(verifyRelayRequest(path, key.publicKey, 4_999)).toEqual({ ok: true, grant });
+  });
+
+  it.each([
+    ['no signature', path.replace(/&sig=[^&]+/, ''), 401, 'missing_signature'],
+    ['no expiry', path.replace(/&expires=\d+/, ''), 401, 'missing_signature'],
+    ['another path', path.replace('/ws/environment/env_1', '/ws/env_1'), 401, 'missing_signature'],
+    ['a non-numeric expiry', path.replace('expires=5000', 'expires=5e3'), 401, 'missing_signature'],
+    [
+      'a control character in the registration',
+      path.replace('registration=reg-1', 'registration=reg%0A1'),
+      401,
+      'missing_signature',
+    ],
+    ['the role changed to harness', path.replace('role=environment', 'role=harness'), 401, 'bad_signature'],
+    ['another environment', path.replace('/env_1?', '/env_2?'), 401, 'bad_signature'],
+    ['a truncated signature', path.slice(0, -4), 401, 'bad_signature'],
+    ['an unknown role', path.replace('role=environment', 'role=admin'), 403, 'forbidden_role'],
+  ])('refuses %s', (_what, candidate, status, reason) => {
+    expect(verifyRelayRequest(candidate, key.publicKey, 1)).toEqual({ ok: false, status, reason });
+  });
+
+  it('refuses an expired grant and a signature by another key', () => {
+    expect(verifyRelayRequest(path, key.publicKey, 5_000)).toEqual({ ok: false, status: 401, reason: 'expired' });
+    expect(verifyRelayRequest(path, other.publicKey, 1)).toEqual({ ok: false, status: 401, reason: 'bad_signature' });
+  });
+});

@@ -1,0 +1,119 @@
+import { createPrivateKey, createPublicKey, generateKeyPairSync, type KeyObject, sign, verify } from 'node:crypto';
+import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+
+/** Ed25519 key pair the registry signs relay URLs with; relays verify with the public half alone. */
+export interface SigningKey {
+  privateKey: KeyObject;
+  publicKey: KeyObject;
+}
+
+export type RelayRole = 'environment' | 'harness';
+
+export interface RelayGrant {
+  role: RelayRole;
+  environmentId: string;
+  registrationId: string;
+  /** Epoch seconds. */
+  expiresAt: number;
+}
+
+export const SIGNING_KEY_FILE = 'relay-signing-key.pem';
+const DOMAIN = 'tether-relay-url-v1';
+
+/** The exact bytes signed: a domain tag and the four grant fields, newline-separated (none may contain one). */
+export function grantMessage(grant: RelayGrant): Buffer {
+  return Buffer.from(
+    [DOMAIN, grant.role, grant.environmentId, grant.registrationId, String(grant.expiresAt)].join('\n'),
+  );
+}
+
+/**
+ * The public key a relay verifies with, from a PEM holding either the public key (SPKI, as served by the
+ * registry's `GET /v1/relay-signing-key`) or the private key (PKCS#8, the registry's own file).
+ */
+export function publicKeyFromPem(pem: string): KeyObject {
+  const publicKey = pem.includes('PRIVATE KEY') ? createPublicKey(createPrivateKey(pem)) : createPublicKey(pem);
+  if (publicKey.asymmetricKeyType !== 'ed25519') throw new Error('relay signing key must be Ed25519');
+  return publicKey;
+}
+
+export function signingKeyFromPem(pem: string): SigningKey {
+  const privateKey = createPrivateKey(pem);
+  if (privateKey.asymmetricKeyType !== 'ed25519') throw new Error('relay signing key must be Ed25519');
+  return { privateKey, publicKey: createPublicKey(privateKey) };
+}
+
+/** Loads `DIR/relay-signing-key.pem`, generating it (mode 0600, directory 0700) on first start. */
+export function loadOrCreateSigningKey(dataDir: string): SigningKey {
+  const path = join(dataDir, SIGNING_KEY_FILE);
+  if (existsSync(path)) return signingKeyFromPem(readFileSync(path, 'utf8'));
+  mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+  const { privateKey } = generateKeyPairSync('ed25519');
+  writeFileSync(path, privateKey.export({ type: 'pkcs8', format: 'pem' }), { mode: 0o600, flag: 'wx' });
+  chmodSync(path, 0o600);
+  return signingKeyFromPem(readFileSync(path, 'utf8'));
+}
+
+/** `BASE/ws/environment/ID?role=…&registration=…&expires=…&sig=…` (sig: base64url Ed25519 over grantMessage). */
+export function signRelayUrl(base: string, grant: RelayGrant, key: SigningKey): string {
+  const sig = sign(null, grantMessage(grant), key.privateKey).toString('base64url');
+  const url = new URL(`${base.replace(/\/+$/, '')}/ws/environment/${grant.environmentId}`);
+  url.searchParams.set('role', grant.role);
+  url.searchParams.set('registration', grant.registrationId);
+  url.searchParams.set('expires', String(grant.expiresAt));
+  url.searchParams.set('sig', sig);
+  return url.toString();
+}
+
+/** Why a relay refused an upgrade: 401 for missing, forged or expired credentials, 403 for a role it does not serve. */
+export type VerifyResult =
+  | { ok: true; grant: RelayGrant }
+  | {
+      ok: false;
+      status: 401 | 403;
+      reason: 'malformed_url' | 'missing_signature' | 'bad_signature' | 'expired' | 'forbidden_role';
+    };
+
+const PATH = /\/ws\/environment\/([A-Za-z0-9_-]{1,128})$/;
+
+/**
+ * What a relay does with an upgrade request's path and query (`/…/ws/environment/ID?role=…&registration=…&expires=…&sig=…`):
+ * the grant when the signature verifies under `publicKey` and `expires` is after `nowSeconds`, else why not.
+ */
+export function verifyRelayRequest(pathAndQuery: string, publicKey: KeyObject, nowSeconds: number): VerifyResult {
+  let parsed: URL;
+  try {
+    parsed = new URL(pathAndQuery, 'http://relay.invalid');
+  } catch {
+    return { ok: false, status: 401, reason: 'malformed_url' };
+  }
+  const match = PATH.exec(parsed.pathname);
+  const role = parsed.searchParams.get('role');
+  const registrationId = parsed.searchParams.get('registration');
+  const expiresText = parsed.searchParams.get('expires');
+  const sig = parsed.searchParams.get('sig');
+  if (!match || !role || !registrationId || !expiresText || !sig)
+    return { ok: false, status: 401, reason: 'missing_signature' };
+  if (role !== 'environment' && role !== 'harness') return { ok: false, status: 403, reason: 'forbidden_role' };
+  // Printable ASCII only: a newline would make the signed message ambiguous.
+  if (!/^[\x21-\x7e]{1,256}$/.test(registrationId)) return { ok: false, status: 401, reason: 'missing_signature' };
+  const expires = Number(expiresText);
+  if (!/^\d{1,15}$/.test(expiresText) || !Number.isSafeInteger(expires)) {
+    return { ok: false, status: 401, reason: 'missing_signature' };
+  }
+  const grant: RelayGrant = { role, environmentId: match[1] as string, registrationId, expiresAt: expires };
+  const signature = Buffer.from(sig, 'base64url');
+  if (signature.byteLength !== 64 || !verify(null, grantMessage(grant), publicKey, signature)) {
+    return { ok: false, status: 401, reason: 'bad_signature' };
+  }
+  if (expires <= nowSeconds) return { ok: false, status: 401, reason: 'expired' };
+  return { ok: true, grant };
+}
+
+/** The grant a full relay URL carries when its signature verifies and it is unexpired, else null. */
+export function verifyRelayUrl(url: string, publicKey: KeyObject, nowSeconds: number): RelayGrant | null {
+  const parsed = new URL(url);
+  const result = verifyRelayRequest(`${parsed.pathname}${parsed.search}`, publicKey, nowSeconds);
+  return result.ok ? result.grant : null;
+}
