@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { createReadStream, createWriteStream } from 'node:fs';
 import * as fsp from 'node:fs/promises';
 import { Readable, Writable } from 'node:stream';
@@ -29,13 +30,15 @@ export interface EnvironmentFs {
   remove(path: string, options?: { recursive?: boolean; force?: boolean }): Promise<void>;
   copy(source: string, destination: string, options?: { recursive?: boolean }): Promise<void>;
   /** Streams a file in blocks (never whole in memory). */
-  createReadStream(path: string, options?: { blockSize?: number }): Readable;
+  createReadStream(path: string, options?: { blockSize?: number; depth?: number }): Readable;
   /** Streams into a file (created or truncated) without holding it in memory where the executor can. */
-  createWriteStream(path: string): Writable;
+  createWriteStream(path: string, options?: { blockSize?: number; depth?: number }): Writable;
 }
 
 /** Default block for streamed reads and writes. */
 export const DEFAULT_BLOCK_SIZE = 1024 * 1024;
+/** Largest block either executor accepts for `fs/readBlock` and `fs/writeBlock`. */
+export const MAX_BLOCK_BYTES = 1024 * 1024;
 
 function osError(err: unknown, path: string): TetherError {
   const e = err as NodeJS.ErrnoException;
@@ -181,17 +184,31 @@ export class RemoteFs implements EnvironmentFs {
     });
   }
 
-  createReadStream(path: string, options: { blockSize?: number } = {}): Readable {
-    const blockSize = options.blockSize ?? DEFAULT_BLOCK_SIZE;
-    const handleId = `read-${process.pid}-${++this.handles}-${Date.now()}`;
-    let offset = 0;
-    let opened: Promise<unknown> | null = null;
-    let open = false;
+  /**
+   * Reads in blocks with up to `depth` `fs/readBlock` requests in flight (default 4), so the round trip
+   * through the relay overlaps with the transfer; blocks are delivered in order.
+   */
+  createReadStream(path: string, options: { blockSize?: number; depth?: number } = {}): Readable {
+    let blockSize = options.blockSize ?? DEFAULT_BLOCK_SIZE;
+    const depth = Math.max(1, options.depth ?? 4);
+    const handleId = this.nextHandleId('r');
     const caller = this.caller;
+    let opened: Promise<void> | null = null;
+    let open = false;
+    let nextOffset = 0;
+    let eof = false;
+    let inflight: Array<{ offset: number; len: number; answer: Promise<{ chunk: string; eof: boolean }> }> = [];
     const close = async () => {
       if (!open) return;
       open = false;
+      await Promise.allSettled(inflight.map((block) => block.answer));
+      inflight = [];
       await caller.call('fs/close', { handleId }).catch(() => undefined);
+    };
+    const request = (offset: number, len: number) => {
+      const answer = caller.call<{ chunk: string; eof: boolean }>('fs/readBlock', { handleId, offset, len });
+      answer.catch(() => undefined); // awaited in order below
+      inflight.push({ offset, len, answer });
     };
     return new Readable({
       highWaterMark: blockSize,
@@ -201,15 +218,30 @@ export class RemoteFs implements EnvironmentFs {
             open = true;
           });
           await opened;
-          const block = await caller.call<{ chunk: string; eof: boolean }>('fs/readBlock', {
-            handleId,
-            offset,
-            len: blockSize,
-          });
-          const bytes = Buffer.from(block.chunk, 'base64');
-          offset += bytes.byteLength;
+          while (!eof && inflight.length < depth) {
+            request(nextOffset, blockSize);
+            nextOffset += blockSize;
+          }
+          const block = inflight.shift();
+          if (!block) {
+            await close();
+            this.push(null);
+            return;
+          }
+          const answer = await block.answer;
+          const bytes = Buffer.from(answer.chunk, 'base64');
+          if (answer.eof) eof = true;
+          if (!answer.eof && bytes.byteLength < block.len) {
+            // The executor caps blocks: what was asked beyond this one starts at the wrong offset.
+            await Promise.allSettled(inflight.map((b) => b.answer));
+            inflight = [];
+            blockSize = Math.max(1, bytes.byteLength);
+            nextOffset = block.offset + bytes.byteLength;
+            if (bytes.byteLength === 0)
+              throw new TetherError('protocol', `fs/readBlock returned nothing before EOF in ${path}`);
+          }
           if (bytes.byteLength > 0) this.push(bytes);
-          if (block.eof || bytes.byteLength === 0) {
+          if (eof) {
             await close();
             this.push(null);
           }
@@ -227,7 +259,93 @@ export class RemoteFs implements EnvironmentFs {
     });
   }
 
-  createWriteStream(path: string): Writable {
+  /**
+   * Streams with `fs/open {mode: "replace"}` + positional `fs/writeBlock` (capability
+   * `fileWriteStreaming`, Codex's and ours), up to `depth` blocks in flight; without it, buffers and sends
+   * one `fs/writeFile` (refusing files over `maxWholeWriteBytes`).
+   */
+  createWriteStream(path: string, options: { blockSize?: number; depth?: number } = {}): Writable {
+    if (!this.caller.capabilities().has('fileWriteStreaming')) return this.wholeFileWriter(path);
+    const blockSize = Math.min(options.blockSize ?? DEFAULT_BLOCK_SIZE, MAX_BLOCK_BYTES);
+    const depth = Math.max(1, options.depth ?? 4);
+    const handleId = this.nextHandleId('w');
+    const caller = this.caller;
+    let opened: Promise<unknown> | null = null;
+    let isOpen = false;
+    let offset = 0;
+    let pending: Buffer = Buffer.alloc(0);
+    const inflight = new Set<Promise<unknown>>();
+    let failure: Error | null = null;
+    const open = async () => {
+      opened ??= caller.call('fs/open', { handleId, path: toFileUri(path), mode: 'replace' }).then(() => {
+        isOpen = true;
+      });
+      await opened;
+    };
+    const send = async (block: Buffer) => {
+      const at = offset;
+      offset += block.byteLength;
+      const request = caller
+        .call('fs/writeBlock', { handleId, offset: at, chunk: block.toString('base64') })
+        .catch((err: Error) => {
+          failure ??= err;
+        });
+      inflight.add(request);
+      void request.finally(() => inflight.delete(request));
+      while (inflight.size >= depth) await Promise.race(inflight);
+      if (failure) throw failure;
+    };
+    const closeHandle = async () => {
+      if (!isOpen) return;
+      isOpen = false;
+      await caller.call('fs/close', { handleId });
+    };
+    return new Writable({
+      highWaterMark: blockSize,
+      write(chunk: Buffer, _encoding, callback) {
+        (async () => {
+          await open();
+          pending = pending.byteLength === 0 ? chunk : Buffer.concat([pending, chunk]);
+          while (pending.byteLength >= blockSize) {
+            const block = pending.subarray(0, blockSize);
+            pending = pending.subarray(blockSize);
+            await send(block);
+          }
+        })().then(
+          () => callback(),
+          (err: Error) => callback(err),
+        );
+      },
+      final(callback) {
+        (async () => {
+          await open(); // an empty file is still created
+          if (pending.byteLength > 0) await send(pending);
+          pending = Buffer.alloc(0);
+          await Promise.all(inflight);
+          if (failure) throw failure;
+          await closeHandle();
+        })().then(
+          () => callback(),
+          (err: Error) => callback(err),
+        );
+      },
+      destroy(err, callback) {
+        Promise.allSettled(inflight)
+          .then(() => closeHandle())
+          .then(
+            () => callback(err),
+            () => callback(err),
+          );
+      },
+    });
+  }
+
+  private nextHandleId(prefix: string): string {
+    // Handle ids are at most 32 bytes (both executors).
+    return `${prefix}${++this.handles}-${randomUUID().slice(0, 8)}`;
+  }
+
+  private wholeFileWriter(path: string): Writable {
     const limit = this.options.maxWholeWriteBytes ?? 64 * 1024 * 1024;
     const parts: Buffer[] = [];
     let size = 0;

@@ -67,3 +67,4 @@ export {
   startTestRendezvous,
   type TestRendezvous,
 } from './rendezvous.js';
+export { type Stack, startStack } from './stack.js';

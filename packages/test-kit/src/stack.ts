@@ -1,0 +1,141 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { generateKeyPairSync } from 'node:crypto';
+import { once } from 'node:events';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { waitUntil } from './helpers.js';
+import { type PeerHandle, type PeerKind, repoRoot, startPeer } from './peer.js';
+
+/**
+ * The product stack as real processes, for black-box tests: the built `registry` (SQLite in a scratch
+ * directory) and `relay` bins sharing one signing key, API keys for each role, and executors (ours or
+ * codex) started in remote mode against them.
+ */
+export interface Stack extends AsyncDisposable {
+  readonly registryUrl: string;
+  readonly relayUrl: string;
+  readonly keys: Readonly<Record<'admin' | 'executor' | 'harness', string>>;
+  /** Starts an executor serving `environmentId` and waits until it is on the relay. */
+  startExecutor(
+    kind: PeerKind,
+    environmentId: string,
+    options?: { env?: Record<string, string>; args?: string[] },
+  ): Promise<PeerHandle>;
+  /** The relay's Prometheus text. */
+  relayMetrics(): Promise<string>;
+  close(): Promise<void>;
+}
+
+async function runBin(
+  children: ChildProcess[],
+  app: 'registry' | 'relay',
+  args: string[],
+  env: Record<string, string> = {},
+): Promise<{ line: string; child: ChildProcess }> {
+  const child = spawn(process.execPath, [join(repoRoot(), 'apps', app, 'dist', 'main.js'), ...args], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, TETHER_REGISTRY_LOG_LEVEL: 'warn', TETHER_RELAY_LOG_LEVEL: 'warn', ...env },
+  });
+  children.push(child);
+  let stdout = '';
+  let stderr = '';
+  child.stderr?.on('data', (d: Buffer) => {
+    if (stderr.length < 64 * 1024) stderr += d;
+  });
+  const line = await new Promise<string>((resolve, reject) => {
+    child.stdout?.on('data', (d: Buffer) => {
+      stdout += d;
+      if (stdout.includes('\n')) resolve(stdout.split('\n')[0] as string);
+    });
+    child.once('exit', (code) => reject(new Error(`${app} ${args[0]} exited ${code}: ${stderr}`)));
+  });
+  return { line, child };
+}
+
+export async function startStack(): Promise<Stack> {
+  const dir = mkdtempSync(join(tmpdir(), 'tether-stack-'));
+  const children: ChildProcess[] = [];
+  const executors: PeerHandle[] = [];
+  const close = async () => {
+    for (const peer of executors.splice(0)) await peer.close();
+    for (const child of children.splice(0).reverse()) {
+      if (child.exitCode === null && child.signalCode === null) {
+        child.kill('SIGTERM');
+        await once(child, 'exit');
+      }
+    }
+    rmSync(dir, { recursive: true, force: true });
+  };
+  try {
+    const keyFile = join(dir, 'signing.pem');
+    writeFileSync(keyFile, generateKeyPairSync('ed25519').privateKey.export({ type: 'pkcs8', format: 'pem' }), {
+      mode: 0o600,
+    });
+    const database = `sqlite:${join(dir, 'registry.db')}`;
+    const keys = { admin: '', executor: '', harness: '' };
+    for (const role of ['admin', 'executor', 'harness'] as const) {
+      const { line, child } = await runBin(children, 'registry', [
+        'keys',
+        'create',
+        '--database',
+        database,
+        '--role',
+        role,
+      ]);
+      keys[role] = line;
+      if (child.exitCode === null) await once(child, 'exit');
+    }
+    const relayUrl = (
+      await runBin(children, 'relay', ['serve', '--listen', '127.0.0.1:0', '--registry-key-file', keyFile])
+    ).line;
+    const registryUrl = (
+      await runBin(children, 'registry', [
+        'serve',
+        '--listen',
+        '127.0.0.1:0',
+        '--database',
+        database,
+        '--signing-key-file',
+        keyFile,
+        '--relay-url',
+        relayUrl,
+      ])
+    ).line;
+    const relayMetrics = async () => (await fetch(`${relayUrl.replace('ws:', 'http:')}/metrics`)).text();
+    let online = 0;
+    return {
+      registryUrl,
+      relayUrl,
+      keys,
+      relayMetrics,
+      async startExecutor(kind, environmentId, options = {}) {
+        const peer = await startPeer({
+          kind,
+          transport: 'remote',
+          args: ['--remote', registryUrl, '--environment-id', environmentId, ...(options.args ?? [])],
+          env: { CODEX_API_KEY: keys.executor, TETHER_API_KEY: keys.executor, ...options.env },
+        });
+        executors.push(peer);
+        const expected = ++online;
+        await waitUntil(
+          async () => {
+            const line = (await relayMetrics())
+              .split('\n')
+              .find((l) => l.startsWith('relay_sockets{role="environment"}'));
+            return Number(line?.split(' ')[1] ?? 0) >= expected;
+          },
+          `${environmentId} to join the relay`,
+          20_000,
+          50,
+        );
+        return peer;
+      },
+      close,
+      [Symbol.asyncDispose]: close,
+    };
+  } catch (err) {
+    await close();
+    throw err;
+  }
+}
