@@ -203,9 +203,15 @@ function responseHeaders(response: IncomingMessage): HttpHeader[] {
 
 function sendOnce(prepared: Prepared, signal: AbortSignal): Promise<IncomingMessage> {
   return new Promise((resolve, reject) => {
+    // Raw headers keep the caller's order and repeats; Node then adds none of its defaults, so the
+    // ones reqwest (Codex's client) adds come last: accept, host, content-length.
     const flat: string[] = [];
-    for (const header of prepared.headers) flat.push(header.name, header.value);
-    if (prepared.body !== null && !prepared.headers.some((h) => h.name.toLowerCase() === 'content-length')) {
+    // Names go out in lower case, as hyper (under reqwest) writes them.
+    for (const header of prepared.headers) flat.push(header.name.toLowerCase(), header.value);
+    const has = (name: string) => prepared.headers.some((h) => h.name.toLowerCase() === name);
+    if (!has('accept')) flat.push('accept', '*/*');
+    if (!has('host')) flat.push('host', prepared.url.host);
+    if (prepared.body !== null && !has('content-length') && !has('transfer-encoding')) {
       flat.push('content-length', String(prepared.body.length));
     }
     const request = (prepared.url.protocol === 'https:' ? httpsRequest : httpRequest)(prepared.url, {
