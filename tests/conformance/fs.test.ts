@@ -414,7 +414,42 @@ describe.each(CASES)('fs: %s', (label, { kind, transport }) => {
     });
     expect(await errorOf(client, 'fs/open', { handleId: 'n', path, mode: 'append' })).toEqual({
       code: -32602,
-      message: 'unknown variant `append`, expected `read` or `replace`',
+      message:
+        kind === 'codex'
+          ? 'unknown variant `append`, expected `read` or `replace`'
+          : 'unknown variant `append`, expected one of `read`, `replace`, `update`',
+    });
+  });
+
+  it('Tether extension: fs/open mode update resumes a write without truncating (Codex refuses the mode)', async () => {
+    const dir = scratch();
+    const { client, initializeResult } = await h.session(kind, transport);
+    const capabilities = (initializeResult.environmentInfo as { capabilities: Record<string, boolean> }).capabilities;
+    writeFileSync(join(dir, 'partial'), 'first half|');
+    const path = fileUri(join(dir, 'partial'));
+    const response = await client.request('fs/open', { handleId: 'u', path, mode: 'update' });
+    if (kind === 'codex') {
+      expect(capabilities.fileWriteUpdate).toBeUndefined();
+      expect(response.error).toEqual({
+        code: -32602,
+        message: 'unknown variant `update`, expected `read` or `replace`',
+      });
+      expect(readFileSync(join(dir, 'partial'), 'utf8')).toBe('first half|');
+      return;
+    }
+    expect(capabilities.fileWriteUpdate).toBe(true);
+    expect(response.result).toEqual({ handleId: 'u' });
+    const { size } = await client.call<{ size: number }>('fs/getMetadata', { path });
+    await client.call('fs/writeBlock', { handleId: 'u', offset: size, chunk: b64('second half') });
+    await client.call('fs/close', { handleId: 'u' });
+    expect(readFileSync(join(dir, 'partial'), 'utf8')).toBe('first half|second half');
+    // Absent files are created; directories are refused.
+    await client.call('fs/open', { handleId: 'new', path: fileUri(join(dir, 'fresh')), mode: 'update' });
+    await client.call('fs/writeBlock', { handleId: 'new', offset: 0, chunk: b64('x') });
+    expect(readFileSync(join(dir, 'fresh'), 'utf8')).toBe('x');
+    expect(await errorOf(client, 'fs/open', { handleId: 'd', path: fileUri(dir), mode: 'update' })).toEqual({
+      code: -32603,
+      message: 'Is a directory (os error 21)',
     });
   });
 

@@ -12,6 +12,8 @@ export const CAPABILITIES = {
   processList: true,
   // Codex's own name for `fs/open {mode: "replace"}` + `fs/writeBlock` (it advertises it too).
   fileWriteStreaming: true,
+  // Tether: `fs/open {mode: "update"}` (write without truncating, to resume an upload).
+  fileWriteUpdate: true,
 } as const;
 
 export const EXECUTOR_VERSION = '0.1.0';

@@ -96,7 +96,7 @@ describe('fs and http schemas', () => {
       }),
     ).toThrow('invalid type: string "x", expected usize');
     expect(() => decode(FsOpenParams, { handleId: 'h', path: 'file:///', mode: 'append' })).toThrow(
-      'unknown variant `append`, expected `read` or `replace`',
+      'unknown variant `append`, expected one of `read`, `replace`, `update`',
     );
     expect(() =>
       decode(HttpRequestParams, { method: 'GET', url: 'http://x/', requestId: 'r', redirectPolicy: 'x' }),

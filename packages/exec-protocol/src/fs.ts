@@ -69,8 +69,12 @@ export const FsCopyParams = Type.Object({
 });
 export type FsCopyParams = Static<typeof FsCopyParams>;
 
-/** `read` (default) opens for `fs/readBlock`; `replace` creates or truncates for `fs/writeBlock`. */
-export const FsOpenMode = Type.Union([Type.Literal('read'), Type.Literal('replace')]);
+/**
+ * `read` (default) opens for `fs/readBlock`; `replace` creates or truncates for `fs/writeBlock` (both
+ * Codex's). `update` is a Tether extension (capability `fileWriteUpdate`): create if absent, keep the
+ * existing bytes, write positionally — how a client resumes an upload its lost connection cut short.
+ */
+export const FsOpenMode = Type.Union([Type.Literal('read'), Type.Literal('replace'), Type.Literal('update')]);
 export type FsOpenMode = Static<typeof FsOpenMode>;
 
 export const FsOpenParams = Type.Object({

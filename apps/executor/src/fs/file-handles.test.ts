@@ -1,8 +1,10 @@
+import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { FileHandleTable, MAX_BLOCK_BYTES } from './file-handles.js';
+import { writeWholeFile } from './operations.js';
 import { walk } from './walk.js';
 
 const dirs: string[] = [];
@@ -85,6 +87,19 @@ describe('FileHandleTable', () => {
     );
     await files.close('w');
     expect(readFileSync(path).equals(expected)).toBe(true);
+  });
+
+  it('refuses to open a FIFO for writing instead of blocking on it', async () => {
+    const dir = scratch();
+    execFileSync('mkfifo', [join(dir, 'fifo')]);
+    const files = table();
+    for (const mode of ['replace', 'update', 'read'] as const) {
+      await expect(files.open(mode, join(dir, 'fifo'), mode)).rejects.toMatchObject({
+        code: -32600,
+        message: `path \`${join(dir, 'fifo')}\` is not a file`,
+      });
+    }
+    await expect(writeWholeFile(join(dir, 'fifo'), Buffer.from('x'))).rejects.toMatchObject({ code: -32600 });
   });
 
   it('closeAll closes every handle and refuses new opens', async () => {

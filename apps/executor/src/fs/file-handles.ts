@@ -1,3 +1,4 @@
+import { constants as fsConstants } from 'node:fs';
 import { type FileHandle, open, stat } from 'node:fs/promises';
 import { ErrorCode, type FsOpenMode, RpcError } from '@tether/exec-protocol';
 import { fsError, osCall } from './os-error.js';
@@ -10,6 +11,11 @@ export const MAX_HANDLE_ID_BYTES = 32;
 interface OpenFile {
   mode: FsOpenMode;
   file: FileHandle;
+}
+
+/** True when `path` names a FIFO (following symlinks); false when absent or anything else. */
+export async function isFifo(path: string): Promise<boolean> {
+  return (await stat(path).catch(() => null))?.isFIFO() ?? false;
 }
 
 /** `path \`/x\` is not a file`: what Codex says when a read targets a directory or a special file. */
@@ -53,8 +59,15 @@ export class FileHandleTable {
         if (!(await osCall(() => stat(path))).isFile()) throw notAFile(path);
         file = await osCall(() => open(path, 'r'));
         if (!(await osCall(() => file!.stat())).isFile()) throw notAFile(path);
-      } else {
+      } else if (await isFifo(path)) {
+        // Opening a FIFO for writing blocks (a libuv worker) until a reader appears: refuse it.
+        throw notAFile(path);
+      } else if (mode === 'replace') {
         file = await osCall(() => open(path, 'w'));
+      } else {
+        // update: create if absent, never truncate; a directory fails like replace (EISDIR).
+        file = await osCall(() => open(path, fsConstants.O_WRONLY | fsConstants.O_CREAT, 0o666));
+        if (!(await osCall(() => file!.stat())).isFile()) throw notAFile(path);
       }
       if (this.closed) throw RpcError.invalidRequest('connection is closing');
       this.files.set(id, { mode, file });

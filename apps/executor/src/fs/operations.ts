@@ -16,7 +16,7 @@ import {
 } from 'node:fs/promises';
 import { basename, dirname, join, resolve, sep } from 'node:path';
 import { type FsDirectoryEntry, type FsMetadata, pathToFileUri, RpcError } from '@tether/exec-protocol';
-import { notAFile } from './file-handles.js';
+import { isFifo, notAFile } from './file-handles.js';
 import { fsError, osCall } from './os-error.js';
 
 /** Codex's default `[filesystem] max_read_file_bytes`. */
@@ -57,6 +57,7 @@ export async function readWholeFile(path: string, limit: number): Promise<Buffer
 }
 
 export async function writeWholeFile(path: string, data: Buffer): Promise<void> {
+  if (await isFifo(path)) throw notAFile(path); // opening it for writing would block until a reader came
   await osCall(() => writeFile(path, data));
 }
 
