@@ -129,4 +129,14 @@ describe('walk', () => {
     expect(result.entries.map((e) => `${e.kind}:${e.path.split('/').pop()}`)).toEqual(['file:f', 'directory:self']);
     expect(result.truncated).toBe(false);
   });
+
+  it('caps the entries of one answer whatever the client asks', async () => {
+    const dir = scratch();
+    for (const name of ['a', 'b', 'c']) writeFileSync(join(dir, name), '');
+    const options = { maxDepth: 1, maxDirectories: 10, maxEntries: 1_000_000_000, followDirectorySymlinks: false };
+    const capped = await walk(dir, options, 2);
+    expect(capped.entries.map((e) => e.path.split('/').pop())).toEqual(['a', 'b']);
+    expect(capped.truncated).toBe(true);
+    expect((await walk(dir, options)).entries).toHaveLength(3);
+  });
 });

@@ -10,6 +10,9 @@ import {
 } from '@tether/exec-protocol';
 import { fsError } from './os-error.js';
 
+/** Entries one `fs/walk` answer may count, whatever the client asks (≈ 100 MB of JSON). */
+export const MAX_WALK_ENTRIES = 1_000_000;
+
 /**
  * `fs/walk` as Codex 0.171.0 does it: breadth first from `root` (not listed itself), each directory's
  * entries sorted by name, only regular files and directories (plus, with `followDirectorySymlinks`,
@@ -19,10 +22,16 @@ import { fsError } from './os-error.js';
  * `truncated` when `maxEntries` or `maxDirectories` cut the walk short. A directory that cannot be
  * read, or an entry whose type cannot be read, becomes an `errors` item.
  */
-export async function walk(root: string, options: FsWalkOptions): Promise<FsWalkResult> {
-  if (options.maxDirectories === 0 || options.maxEntries === 0) {
+export async function walk(
+  root: string,
+  requested: FsWalkOptions,
+  entryCap: number = MAX_WALK_ENTRIES,
+): Promise<FsWalkResult> {
+  if (requested.maxDirectories === 0 || requested.maxEntries === 0) {
     throw RpcError.invalidRequest('filesystem walk limits must be greater than zero');
   }
+  // The server's own bound on one answer: a larger walk is reported as truncated.
+  const options = { ...requested, maxEntries: Math.min(requested.maxEntries, entryCap) };
   const empty: FsWalkResult = { entries: [], errors: [], truncated: false };
   const follow = options.followDirectorySymlinks;
   const rootLink = await lstat(root).catch((err: unknown) => {

@@ -30,6 +30,7 @@ import {
   writeWholeFile,
 } from '../fs/operations.js';
 import { walk } from '../fs/walk.js';
+import { whileAttached } from './attached.js';
 import type { HandlerTable } from './types.js';
 
 /**
@@ -68,7 +69,7 @@ export function checkSandbox(method: string, sandbox: unknown): void {
   }
 }
 
-export const fsHandlers: HandlerTable = {
+export const fsHandlers: HandlerTable = whileAttached({
   [Method.fsReadFile]: async (raw, ctx) => {
     const params = decode(FsReadFileParams, raw);
     checkSandbox(Method.fsReadFile, params.sandbox);
@@ -166,4 +167,4 @@ export const fsHandlers: HandlerTable = {
     checkSandbox(Method.fsWalk, params.sandbox);
     return walk(nativePath(params.path), params.options);
   },
-};
+});

@@ -42,7 +42,7 @@ afterAll(async () => {
   await new Promise<void>((resolve) => server.close(() => resolve()));
 });
 
-function collector(writable = true) {
+function collector(writable = true, maxActiveStreams?: number) {
   const deltas: HttpBodyDeltaNotification[] = [];
   let waits = 0;
   let done!: () => void;
@@ -50,6 +50,7 @@ function collector(writable = true) {
     done = resolve;
   });
   const requests = new HttpRequests({
+    maxActiveStreams,
     sendDelta: (params) => {
       deltas.push(params);
       if (params.done) done();
@@ -103,5 +104,22 @@ describe('HttpRequests', () => {
     await expect.poll(() => requests.activeStreams).toBe(0);
     expect(deltas).toHaveLength(1);
     await expect(requests.request(get(`${base}/echo`))).rejects.toMatchObject({ code: -32603 });
+  });
+
+  it('bounds the streams active at once, and the buffered body', async () => {
+    const { requests } = collector(true, 1);
+    await requests.request(get(`${base}/hold`, { requestId: 'a', streamResponse: true }));
+    await expect(requests.request(get(`${base}/hold`, { requestId: 'b', streamResponse: true }))).rejects.toMatchObject(
+      {
+        code: -32600,
+        message: 'at most 1 http/request streams may be active per connection',
+      },
+    );
+    requests.closeAll();
+    const small = new HttpRequests({ sendDelta: () => true, writable: async () => {}, maxBufferedBodyBytes: 1000 });
+    await expect(small.request(get(`${base}/big`))).rejects.toMatchObject({
+      code: -32603,
+      message: 'http/request failed: response body exceeds 1000 bytes; use streamResponse',
+    });
   });
 });

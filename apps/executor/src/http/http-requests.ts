@@ -11,6 +11,8 @@ import {
 
 /** Redirects followed before giving up (reqwest's default policy, which Codex uses). */
 export const MAX_REDIRECTS = 10;
+/** Streamed bodies in flight per connection; one more is refused (-32600). */
+export const MAX_ACTIVE_STREAMS = 256;
 /** Largest body returned in one `http/request` result; bigger bodies must be streamed. */
 export const DEFAULT_MAX_BUFFERED_BODY_BYTES = 256 * 1024 * 1024;
 
@@ -25,6 +27,7 @@ export interface HttpRequestsOptions {
   /** Resolves when the connection can take more (after `sendDelta` returned false). */
   writable: () => Promise<void>;
   maxBufferedBodyBytes?: number;
+  maxActiveStreams?: number;
 }
 
 interface Prepared {
@@ -46,9 +49,11 @@ export class HttpRequests {
   private readonly inflight = new Set<AbortController>();
   private closed = false;
   private readonly maxBufferedBodyBytes: number;
+  private readonly maxActiveStreams: number;
 
   constructor(private readonly options: HttpRequestsOptions) {
     this.maxBufferedBodyBytes = options.maxBufferedBodyBytes ?? DEFAULT_MAX_BUFFERED_BODY_BYTES;
+    this.maxActiveStreams = options.maxActiveStreams ?? MAX_ACTIVE_STREAMS;
   }
 
   get activeStreams(): number {
@@ -61,6 +66,11 @@ export class HttpRequests {
     if (streaming) {
       if (this.streams.has(params.requestId)) {
         throw RpcError.invalidParams(`http/request streamResponse requestId \`${params.requestId}\` is already active`);
+      }
+      if (this.streams.size >= this.maxActiveStreams) {
+        throw RpcError.invalidRequest(
+          `at most ${this.maxActiveStreams} http/request streams may be active per connection`,
+        );
       }
       this.streams.add(params.requestId);
     }
