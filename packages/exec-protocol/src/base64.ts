@@ -36,6 +36,8 @@ function morselOf(byte: number): number {
  * first, then every complete quad except the last, then the final quad with its padding.
  */
 export function base64Problem(text: string): string | null {
+  // Fast path (native, no per-byte JS): canonical text is exactly what re-encoding its bytes gives.
+  if (Buffer.from(text, 'base64').toString('base64') === text) return null;
   const input = Buffer.from(text, 'utf8');
   const rem = input.length % 4;
   if (rem === 1) {
@@ -87,7 +89,7 @@ function invalidSymbol(byte: number, offset: number): string {
 
 /** Decodes padded standard base64, throwing a TypeError with Codex's wording when it is not. */
 export function decodeBase64Codex(text: string): Buffer {
-  const problem = base64Problem(text);
-  if (problem !== null) throw new TypeError(problem);
-  return Buffer.from(text, 'base64');
+  const bytes = Buffer.from(text, 'base64');
+  if (bytes.toString('base64') === text) return bytes;
+  throw new TypeError(base64Problem(text) ?? 'Invalid padding');
 }
