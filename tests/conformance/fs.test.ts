@@ -42,6 +42,14 @@ describe.each(CASES)('fs: %s', (label, { kind, transport }) => {
     });
   });
 
+  it('fs/getMetadataBatch (in some Codex versions, not 0.171.0) is an unknown method on both', async () => {
+    const { client } = await h.session(kind, transport);
+    expect(await errorOf(client, 'fs/getMetadataBatch', { paths: [fileUri('/tmp')] })).toEqual({
+      code: -32601,
+      message: 'exec-server stub does not implement `fs/getMetadataBatch` yet',
+    });
+  });
+
   it('writeFile, readFile, getMetadata, canonicalize, readDirectory', async () => {
     const dir = scratch();
     const { client } = await h.session(kind, transport);
