@@ -133,6 +133,25 @@ describe.each(CASES)('http: %s', (_label, { kind, transport }) => {
     ]);
   });
 
+  it('request header values go out as UTF-8; response headers that are not ASCII are left out', async () => {
+    const { client } = await h.session(kind, transport);
+    const text = 'é ✓';
+    const latin1 = Buffer.from(text, 'utf8').toString('latin1'); // what node:http sees of UTF-8 bytes
+    routes.set('/utf8', (req, res) => {
+      res.setHeader('x-back', latin1);
+      res.end(JSON.stringify({ seen: req.headers['x-u'] }));
+    });
+    const result = await client.call<HttpResult>('http/request', {
+      method: 'GET',
+      url: `${base}/utf8`,
+      headers: [{ name: 'x-u', value: text }],
+      requestId: 'u8',
+    });
+    expect(JSON.parse(decodeB64(result.bodyBase64).toString())).toEqual({ seen: latin1 });
+    expect(result.headers.map((header) => header.name)).not.toContain('x-back');
+    expect(result.headers.map((header) => header.name)).toContain('date');
+  });
+
   it('follows redirects (with a referer) unless redirectPolicy is stop', async () => {
     const { client } = await h.session(kind, transport);
     const followed = await client.call<HttpResult>('http/request', {

@@ -19,6 +19,7 @@ export const DEFAULT_MAX_BUFFERED_BODY_BYTES = 256 * 1024 * 1024;
 const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 // RFC 9110 field-value: visible ASCII, obs-text, space and tab; no CR, LF, NUL or DEL.
 const FIELD_VALUE = /^[\t\x20-\x7e\x80-\xff]*$/;
+const VISIBLE_ASCII = /^[\t\x20-\x7e]*$/;
 const REDIRECT_STATUSES = new Set([301, 302, 303, 307, 308]);
 
 export interface HttpRequestsOptions {
@@ -184,7 +185,11 @@ function prepare(params: HttpRequestParams): Prepared {
     throw RpcError.invalidParams(`http/request only supports http and https URLs, got ${url.protocol.slice(0, -1)}`);
   }
   if (!TOKEN.test(params.method)) throw RpcError.invalidParams('http/request method is invalid: invalid HTTP method');
-  const headers = params.headers ?? [];
+  // Values go out as their UTF-8 bytes (Node writes header strings as latin1, one byte per char).
+  const headers = (params.headers ?? []).map((h) => ({
+    name: h.name,
+    value: Buffer.from(h.value, 'utf8').toString('latin1'),
+  }));
   for (const header of headers) {
     if (!TOKEN.test(header.name)) {
       throw RpcError.invalidParams('http/request header name is invalid: invalid HTTP header name');
@@ -207,7 +212,11 @@ function prepare(params: HttpRequestParams): Prepared {
 function responseHeaders(response: IncomingMessage): HttpHeader[] {
   const headers: HttpHeader[] = [];
   const raw = response.rawHeaders;
-  for (let i = 0; i + 1 < raw.length; i += 2) headers.push({ name: raw[i]!.toLowerCase(), value: raw[i + 1]! });
+  // Codex keeps only values that are visible ASCII (what `HeaderValue::to_str` accepts) and leaves the
+  // others out; Node hands us each byte as one latin1 char, so the same test applies.
+  for (let i = 0; i + 1 < raw.length; i += 2) {
+    if (VISIBLE_ASCII.test(raw[i + 1]!)) headers.push({ name: raw[i]!.toLowerCase(), value: raw[i + 1]! });
+  }
   return headers;
 }
 
