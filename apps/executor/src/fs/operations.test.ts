@@ -27,6 +27,20 @@ describe('readWholeFile', () => {
     expect(await readWholeFile(join(dir, 'empty'), 0)).toEqual(Buffer.alloc(0));
   });
 
+  it('points files too big for one answer (but within the limit) to fs/readBlock', async () => {
+    const dir = scratch();
+    writeFileSync(join(dir, 'f'), 'abcdef');
+    await expect(readWholeFile(join(dir, 'f'), 100, 5)).rejects.toMatchObject({
+      code: -32600,
+      message: 'file is too large to read in one response: limit is 5 bytes; read it with fs/open and fs/readBlock',
+    });
+    // The configured limit is checked first, with Codex's wording.
+    await expect(readWholeFile(join(dir, 'f'), 3, 5)).rejects.toMatchObject({
+      message: 'file is too large to read: limit is 3 bytes',
+    });
+    expect((await readWholeFile(join(dir, 'f'), 100, 6)).toString()).toBe('abcdef');
+  });
+
   it('refuses what is not a regular file, by native path', async () => {
     const dir = scratch();
     await expect(readWholeFile(dir, 10)).rejects.toMatchObject({

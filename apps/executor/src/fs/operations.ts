@@ -22,18 +22,35 @@ import { fsError, osCall } from './os-error.js';
 /** Codex's default `[filesystem] max_read_file_bytes`. */
 export const DEFAULT_MAX_READ_FILE_BYTES = 512 * 1024 * 1024;
 
+/**
+ * Largest file one `fs/readFile` answer can carry: its base64 (4/3 of it) must fit in one V8 string
+ * (2^29 − 24 chars), together with the JSON around it. Larger files, below the configured limit, are
+ * refused with a pointer to `fs/open` + `fs/readBlock`.
+ */
+export const MAX_INLINE_READ_BYTES = 360 * 1024 * 1024;
+
 export function tooLarge(limit: number): RpcError {
   return RpcError.invalidRequest(`file is too large to read: limit is ${limit} bytes`);
 }
 
 /** Reads a whole regular file of at most `limit` bytes (checked before reading and while reading). */
-export async function readWholeFile(path: string, limit: number): Promise<Buffer> {
+export async function readWholeFile(
+  path: string,
+  limit: number,
+  inlineLimit: number = MAX_INLINE_READ_BYTES,
+): Promise<Buffer> {
   if (!(await osCall(() => stat(path))).isFile()) throw notAFile(path);
   const file = await osCall(() => open(path, fsConstants.O_RDONLY));
   try {
     const info = await osCall(() => file.stat());
     if (!info.isFile()) throw notAFile(path);
     if (info.size > limit) throw tooLarge(limit);
+    if (info.size > inlineLimit) {
+      throw RpcError.invalidRequest(
+        `file is too large to read in one response: limit is ${inlineLimit} bytes; read it with fs/open and fs/readBlock`,
+      );
+    }
+    limit = Math.min(limit, inlineLimit);
     // One byte more than the limit tells a file that grew since the stat from one that did not.
     const capacity = Math.min(limit + 1, Math.max(info.size + 1, 1));
     let buffer = Buffer.allocUnsafe(capacity);
