@@ -275,11 +275,11 @@ export class ConnectionProcessor implements SessionAttachment {
     const session = this.sessionValue;
     this.sessionValue = null;
     const finish = async () => {
-      await files;
       if (session) {
         if (this.options.endSessionOnClose) await this.options.registry.end(session);
         else this.options.registry.detach(session, this);
       }
+      await files; // `done` means every descriptor of this connection is closed
       this.resolveDone();
     };
     void finish();

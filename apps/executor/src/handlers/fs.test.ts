@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileUri, RpcError } from '@tether/exec-protocol';
@@ -21,11 +21,12 @@ async function ready(config: ConstructorParameters<typeof ExecServer>[0] = {}) {
   const server = new ExecServer({ ...config, config: { pingIntervalMs: 0, ...config.config }, reaper: false });
   servers.push(server);
   const [serverSide, clientSide] = createMemoryTransportPair();
-  server.serve(new RpcConnection(serverSide));
-  const client = new RpcClient(new RpcConnection(clientSide), { onNotification: () => {}, callTimeoutMs: 10_000 });
+  const processor = server.serve(new RpcConnection(serverSide));
+  const connection = new RpcConnection(clientSide);
+  const client = new RpcClient(connection, { onNotification: () => {}, callTimeoutMs: 10_000 });
   await client.call('initialize', { clientName: 'test' });
   client.notify('initialized', {});
-  return { server, client };
+  return { server, client, connection, processor };
 }
 
 describe('fs handlers in the server', () => {
@@ -44,6 +45,38 @@ describe('fs handlers in the server', () => {
       code: -32600,
       message: 'at most 1 file handles may be open per connection',
     });
+  });
+});
+
+/** Paths this process has open, from /proc/self/fd. */
+function openPaths(): string[] {
+  const paths: string[] = [];
+  for (const fd of readdirSync('/proc/self/fd')) {
+    try {
+      paths.push(readlinkSync(`/proc/self/fd/${fd}`));
+    } catch {
+      // closed between the listing and the readlink
+    }
+  }
+  return paths;
+}
+
+describe('connection end', () => {
+  it('closes every file the connection opened before `done` resolves', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'tether-fs-handlers-'));
+    dirs.push(dir);
+    writeFileSync(join(dir, 'r'), 'read me');
+    const { client, connection, processor } = await ready();
+    await client.call('fs/open', { handleId: 'r', path: pathToFileUri(join(dir, 'r')) });
+    await client.call('fs/open', { handleId: 'w', path: pathToFileUri(join(dir, 'w')), mode: 'replace' });
+    expect(
+      openPaths()
+        .filter((path) => path.startsWith(dir))
+        .sort(),
+    ).toEqual([join(dir, 'r'), join(dir, 'w')]);
+    connection.close('test over');
+    await processor.done;
+    expect(openPaths().filter((path) => path.startsWith(dir))).toEqual([]);
   });
 });
 
