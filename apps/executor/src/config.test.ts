@@ -40,6 +40,9 @@ max_processes_per_session = 7
 max_message_bytes = 65536
 ping_interval_sec = 0
 concurrent_requests = 4
+[filesystem]
+max_read_file_bytes = 1024
+max_open_files_per_connection = 16
 [logging]
 level = "debug"
 `);
@@ -54,6 +57,8 @@ level = "debug"
       pingIntervalMs: 0,
       concurrentRequests: 4,
       logLevel: 'debug',
+      maxReadFileBytes: 1024,
+      maxFileHandles: 16,
     });
   });
 

@@ -24,6 +24,10 @@ export interface ExecutorConfig {
   /** Sessions at once; an initialize beyond it is refused. */
   maxSessions: number;
   logLevel: string;
+  /** Largest file `fs/readFile` returns (Codex `[filesystem] max_read_file_bytes`). */
+  maxReadFileBytes: number;
+  /** `fs/open` handles open at once per connection. */
+  maxFileHandles: number;
 }
 
 export const DEFAULT_CONFIG: ExecutorConfig = {
@@ -37,6 +41,8 @@ export const DEFAULT_CONFIG: ExecutorConfig = {
   concurrentRequests: 1,
   maxSessions: 1024,
   logLevel: 'info',
+  maxReadFileBytes: 512 * 1024 * 1024,
+  maxFileHandles: 128,
 };
 
 interface KeySpec {
@@ -71,6 +77,10 @@ const SCHEMA: Record<string, Record<string, KeySpec>> = {
     max_message_bytes: { key: 'maxMessageBytes', read: positiveInt(1, 1024 ** 3) },
     ping_interval_sec: { key: 'pingIntervalMs', read: nonNegativeInt(1000, 3600 * 1000) },
     concurrent_requests: { key: 'concurrentRequests', read: positiveInt(1, 1024) },
+  },
+  filesystem: {
+    max_read_file_bytes: { key: 'maxReadFileBytes', read: positiveInt(1, 2 ** 53 - 1) },
+    max_open_files_per_connection: { key: 'maxFileHandles', read: positiveInt(1, 100_000) },
   },
   logging: {
     level: {

@@ -20,8 +20,13 @@ import {
   type RpcConnection,
 } from '@tether/jsonrpc';
 import type { ProcessEvent } from '@tether/local-process';
+import { DEFAULT_MAX_FILE_HANDLES, FileHandleTable } from './fs/file-handles.js';
+import { DEFAULT_MAX_READ_FILE_BYTES } from './fs/operations.js';
+import { fsHandlers } from './handlers/fs.js';
+import { httpHandlers } from './handlers/http.js';
 import { processHandlers, toRpcError } from './handlers/process.js';
 import type { HandlerTable, RequestContext } from './handlers/types.js';
+import { HttpRequests } from './http/http-requests.js';
 import type { Logger } from './logger.js';
 import type { Session, SessionAttachment, SessionRegistry } from './session-registry.js';
 
@@ -40,6 +45,10 @@ export interface ConnectionProcessorOptions {
   logger: Logger;
   /** End the session with the connection instead of detaching it (stdio: one client, no resume). */
   endSessionOnClose?: boolean;
+  /** Largest file `fs/readFile` returns (default 512 MiB, as Codex). */
+  maxReadFileBytes?: number;
+  /** Open `fs/open` handles per connection (default 128, as Codex). */
+  maxFileHandles?: number;
 }
 
 /**
@@ -55,6 +64,10 @@ export class ConnectionProcessor implements SessionAttachment {
   private readonly logger: Logger;
   private handshake: HandshakeState = 'new';
   private sessionValue: Session | null = null;
+  /** Connection-scoped resources: open files and streamed HTTP bodies end with the connection. */
+  private readonly files: FileHandleTable;
+  private readonly http: HttpRequests;
+  private drainWaiters: (() => void)[] = [];
   /** Aborted when the connection closes or the session is taken by another connection. */
   private readonly lifetime = new AbortController();
   readonly done: Promise<void>;
@@ -72,10 +85,31 @@ export class ConnectionProcessor implements SessionAttachment {
       onBusy: () => connection.pause(),
       onIdle: () => connection.resume(),
     });
+    this.files = new FileHandleTable(options.maxFileHandles ?? DEFAULT_MAX_FILE_HANDLES);
+    this.http = new HttpRequests({
+      sendDelta: (params) => connection.sendNotification(Notification.httpRequestBodyDelta, params),
+      writable: () =>
+        connection.status === 'open'
+          ? new Promise<void>((resolve) => this.drainWaiters.push(resolve))
+          : Promise.resolve(),
+    });
     this.handlers = {
       ...processHandlers,
+      ...fsHandlers,
+      ...httpHandlers,
       [Method.environmentInfo]: () => options.environmentInfo,
       [Method.environmentStatus]: () => ({ status: 'ready' }),
+    };
+    this.context = {
+      session: () => {
+        const session = this.sessionValue;
+        if (!session?.isAttachedTo(this)) throw RpcError.invalidRequest(SESSION_TAKEN_OVER);
+        return session;
+      },
+      signal: this.lifetime.signal,
+      files: this.files,
+      http: this.http,
+      maxReadFileBytes: this.options.maxReadFileBytes ?? DEFAULT_MAX_READ_FILE_BYTES,
     };
   }
 
@@ -83,7 +117,10 @@ export class ConnectionProcessor implements SessionAttachment {
     this.connection.start({
       onMessage: (message) => this.onMessage(message),
       onClose: (reason) => this.onClose(reason),
-      onDrain: () => this.sessionValue?.drained(this),
+      onDrain: () => {
+        this.sessionValue?.drained(this);
+        this.releaseDrainWaiters();
+      },
     });
   }
 
@@ -182,14 +219,13 @@ export class ConnectionProcessor implements SessionAttachment {
     return handler(params, this.context);
   }
 
-  private readonly context: RequestContext = {
-    session: () => {
-      const session = this.sessionValue;
-      if (!session?.isAttachedTo(this)) throw RpcError.invalidRequest(SESSION_TAKEN_OVER);
-      return session;
-    },
-    signal: this.lifetime.signal,
-  };
+  private readonly context: RequestContext;
+
+  private releaseDrainWaiters(): void {
+    const waiters = this.drainWaiters;
+    this.drainWaiters = [];
+    for (const resolve of waiters) resolve();
+  }
 
   private async respond(id: RequestId, run: () => Promise<unknown> | unknown): Promise<void> {
     if (this.connection.status !== 'open') return;
@@ -233,6 +269,9 @@ export class ConnectionProcessor implements SessionAttachment {
 
   private onClose(reason: string): void {
     this.lifetime.abort(RpcError.invalidRequest(`connection closed: ${reason}`));
+    this.http.closeAll();
+    this.releaseDrainWaiters();
+    const files = this.files.closeAll();
     const session = this.sessionValue;
     this.sessionValue = null;
     const finish = async () => {
@@ -240,6 +279,7 @@ export class ConnectionProcessor implements SessionAttachment {
         if (this.options.endSessionOnClose) await this.options.registry.end(session);
         else this.options.registry.detach(session, this);
       }
+      await files; // `done` means every descriptor of this connection is closed
       this.resolveDone();
     };
     void finish();

@@ -10,6 +10,10 @@ export const CAPABILITIES = {
   extendedSignals: true,
   processCloseStdin: true,
   processList: true,
+  // Codex's own name for `fs/open {mode: "replace"}` + `fs/writeBlock` (it advertises it too).
+  fileWriteStreaming: true,
+  // Tether: `fs/open {mode: "update"}` (write without truncating, to resume an upload).
+  fileWriteUpdate: true,
 } as const;
 
 export const EXECUTOR_VERSION = '0.1.0';

@@ -70,6 +70,8 @@ export class ExecServer {
       environmentInfo: this.info,
       logger: this.logger,
       endSessionOnClose: options.endSessionOnClose ?? false,
+      maxReadFileBytes: this.config.maxReadFileBytes,
+      maxFileHandles: this.config.maxFileHandles,
     });
     this.processors.add(processor);
     void processor.done.then(() => this.processors.delete(processor));

@@ -16,3 +16,80 @@ export function decodeBase64(text: string): Buffer {
   }
   return Buffer.from(text, 'base64');
 }
+
+const PAD = 0x3d; // '='
+
+function morselOf(byte: number): number {
+  if (byte >= 0x41 && byte <= 0x5a) return byte - 0x41; // A-Z
+  if (byte >= 0x61 && byte <= 0x7a) return byte - 0x61 + 26; // a-z
+  if (byte >= 0x30 && byte <= 0x39) return byte - 0x30 + 52; // 0-9
+  if (byte === 0x2b) return 62; // +
+  if (byte === 0x2f) return 63; // /
+  return -1;
+}
+
+/**
+ * Why `text` is not canonical padded standard base64, worded as Codex words it (the Rust `base64`
+ * crate's STANDARD engine, whose decode errors Codex returns verbatim): `Invalid symbol 33, offset 0.`,
+ * `Invalid padding`, `Invalid input length: 1`, `Invalid last symbol 70, offset 2.`. Null when valid.
+ * Offsets are byte offsets of the UTF-8 text. The checks run in the crate's order: a stray last byte
+ * first, then every complete quad except the last, then the final quad with its padding.
+ */
+export function base64Problem(text: string): string | null {
+  // Fast path (native, no per-byte JS): canonical text is exactly what re-encoding its bytes gives.
+  if (Buffer.from(text, 'base64').toString('base64') === text) return null;
+  const input = Buffer.from(text, 'utf8');
+  const rem = input.length % 4;
+  if (rem === 1) {
+    const last = input[input.length - 1]!;
+    if (last !== PAD && morselOf(last) < 0) return invalidSymbol(last, input.length - 1);
+  }
+  // Every complete quad but the last is plain data: '=' there is an invalid symbol.
+  const body = rem === 0 ? Math.max(0, input.length - 4) : input.length - rem;
+  for (let i = 0; i < body; i++) {
+    if (morselOf(input[i]!) < 0) return invalidSymbol(input[i]!, i);
+  }
+  let morsels = 0;
+  let padding = 0;
+  let firstPadding = 0;
+  let lastSymbol = 0;
+  const values: number[] = [];
+  for (let i = body; i < input.length; i++) {
+    const byte = input[i]!;
+    const index = i - body;
+    if (byte === PAD) {
+      if (index < 2) return invalidSymbol(byte, i);
+      if (padding === 0) firstPadding = index;
+      padding++;
+      continue;
+    }
+    if (padding > 0) return invalidSymbol(PAD, body + firstPadding);
+    const value = morselOf(byte);
+    if (value < 0) return invalidSymbol(byte, i);
+    lastSymbol = byte;
+    values.push(value);
+    morsels++;
+  }
+  if (input.length > 0 && morsels < 2) return `Invalid input length: ${body + morsels}`;
+  if ((padding + morsels) % 4 !== 0) return 'Invalid padding';
+  // Bits of the last symbol that would be dropped must be zero (canonical encoding).
+  const usedBits = Math.floor((morsels * 6) / 8) * 8;
+  const totalBits = morsels * 6;
+  const last = values[values.length - 1] ?? 0;
+  const droppedBits = totalBits - usedBits;
+  if (droppedBits > 0 && (last & ((1 << droppedBits) - 1)) !== 0) {
+    return `Invalid last symbol ${lastSymbol}, offset ${body + morsels - 1}.`;
+  }
+  return null;
+}
+
+function invalidSymbol(byte: number, offset: number): string {
+  return `Invalid symbol ${byte}, offset ${offset}.`;
+}
+
+/** Decodes padded standard base64, throwing a TypeError with Codex's wording when it is not. */
+export function decodeBase64Codex(text: string): Buffer {
+  const bytes = Buffer.from(text, 'base64');
+  if (bytes.toString('base64') === text) return bytes;
+  throw new TypeError(base64Problem(text) ?? 'Invalid padding');
+}

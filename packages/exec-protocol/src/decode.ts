@@ -1,5 +1,6 @@
 /**
- * Schema decoding at the edge. The fast path is a compiled TypeBox check; on failure we describe the
+ * Schema decoding at the edge. A schema may carry `serde: 'Name'` to name its Rust type in messages
+ * (`expected struct WalkOptions`, `expected usize`). The fast path is a compiled TypeBox check; on failure we describe the
  * first problem the way serde does (Codex answers `-32602` with serde's text, e.g. "missing field `cwd`"),
  * so our errors read the same as the reference implementation's.
  */
@@ -49,17 +50,20 @@ function expecting(schema: TSchema): string {
     case 'Boolean':
       return 'a boolean';
     case 'Integer':
-      return schema.minimum === 0 ? 'u64' : 'i32';
+      return (schema.serde as string | undefined) ?? (schema.minimum === 0 ? 'u64' : 'i32');
     case 'Array':
       return 'a sequence';
     case 'Object':
-      return 'a struct';
+      return schema.serde ? `struct ${schema.serde}` : 'a struct';
     case 'Record':
       return 'a map';
     case 'Union': {
       const literals = (schema.anyOf as TSchema[]).filter((s) => s[Kind] === 'Literal');
       if (literals.length === (schema.anyOf as TSchema[]).length) {
-        return `one of ${literals.map((s) => `\`${s.const}\``).join(', ')}`;
+        // serde: "expected `a`", "expected `a` or `b`", "expected one of `a`, `b`, `c`".
+        const names = literals.map((s) => `\`${s.const}\``);
+        if (names.length <= 2) return names.join(' or ');
+        return `one of ${names.join(', ')}`;
       }
       const other = (schema.anyOf as TSchema[]).find((s) => s[Kind] !== 'Null');
       return other ? expecting(other) : 'a value';
@@ -127,7 +131,7 @@ function describeMismatch(schema: TSchema, value: unknown): string | null {
     }
     case 'Object': {
       if (typeof value !== 'object' || value === null || Array.isArray(value)) {
-        return `invalid type: ${unexpected(value)}, expected a struct`;
+        return `invalid type: ${unexpected(value)}, expected ${expecting(schema)}`;
       }
       const properties = schema.properties as Record<string, TSchema>;
       const record = value as Record<string, unknown>;

@@ -9,6 +9,20 @@ export const Method = {
   processTerminate: 'process/terminate',
   environmentInfo: 'environment/info',
   environmentStatus: 'environment/status',
+  fsReadFile: 'fs/readFile',
+  fsWriteFile: 'fs/writeFile',
+  fsCreateDirectory: 'fs/createDirectory',
+  fsGetMetadata: 'fs/getMetadata',
+  fsCanonicalize: 'fs/canonicalize',
+  fsReadDirectory: 'fs/readDirectory',
+  fsRemove: 'fs/remove',
+  fsCopy: 'fs/copy',
+  fsOpen: 'fs/open',
+  fsReadBlock: 'fs/readBlock',
+  fsWriteBlock: 'fs/writeBlock',
+  fsClose: 'fs/close',
+  fsWalk: 'fs/walk',
+  httpRequest: 'http/request',
   // Tether extensions, advertised in environmentInfo.capabilities.
   processResize: 'process/resize',
   processCloseStdin: 'process/closeStdin',
@@ -20,6 +34,7 @@ export const Notification = {
   processOutput: 'process/output',
   processExited: 'process/exited',
   processClosed: 'process/closed',
+  httpRequestBodyDelta: 'http/request/bodyDelta',
 } as const;
 
 /**
@@ -45,5 +60,5 @@ export const CONTROL_LANE_METHODS: ReadonlySet<string> = new Set([
   Method.processTerminate,
   Method.processResize,
   Method.processList,
-  'fs/close',
+  Method.fsClose,
 ]);

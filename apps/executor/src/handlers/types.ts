@@ -1,3 +1,5 @@
+import type { FileHandleTable } from '../fs/file-handles.js';
+import type { HttpRequests } from '../http/http-requests.js';
 import type { Session } from '../session-registry.js';
 
 export interface RequestContext {
@@ -5,6 +7,12 @@ export interface RequestContext {
   session(): Session;
   /** Aborted when the connection ends or loses its session. */
   signal: AbortSignal;
+  /** Open files of this connection (closed when it ends). */
+  files: FileHandleTable;
+  /** Streamed `http/request` bodies of this connection (aborted when it ends). */
+  http: HttpRequests;
+  /** Largest file `fs/readFile` returns. */
+  maxReadFileBytes: number;
 }
 
 export type Handler = (params: unknown, ctx: RequestContext) => Promise<unknown> | unknown;

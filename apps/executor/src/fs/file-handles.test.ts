@@ -1,0 +1,142 @@
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { FileHandleTable, MAX_BLOCK_BYTES } from './file-handles.js';
+import { writeWholeFile } from './operations.js';
+import { walk } from './walk.js';
+
+const dirs: string[] = [];
+const tables: FileHandleTable[] = [];
+
+function scratch(): string {
+  const dir = mkdtempSync(join(tmpdir(), 'tether-fs-'));
+  dirs.push(dir);
+  return dir;
+}
+
+function table(limit?: number): FileHandleTable {
+  const files = new FileHandleTable(limit);
+  tables.push(files);
+  return files;
+}
+
+afterEach(async () => {
+  await Promise.all(tables.splice(0).map((t) => t.closeAll()));
+  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+});
+
+describe('FileHandleTable', () => {
+  it('reads blocks from the descriptor it opened: no re-open per block', async () => {
+    const dir = scratch();
+    const path = join(dir, 'f');
+    writeFileSync(path, 'abcdefgh');
+    const files = table();
+    await files.open('h', path, 'read');
+    // Unlinking the name proves the reads use the open descriptor, not the path.
+    unlinkSync(path);
+    expect(await files.readBlock('h', 0, 3)).toEqual({ chunk: Buffer.from('abc'), eof: false });
+    expect(await files.readBlock('h', 6, 3)).toEqual({ chunk: Buffer.from('gh'), eof: true });
+  });
+
+  it('counts opens in flight against the limit and as duplicates', async () => {
+    const dir = scratch();
+    writeFileSync(join(dir, 'f'), 'x');
+    const files = table(2);
+    const results = await Promise.allSettled([
+      files.open('a', join(dir, 'f'), 'read'),
+      files.open('a', join(dir, 'f'), 'read'),
+      files.open('b', join(dir, 'f'), 'read'),
+      files.open('c', join(dir, 'f'), 'read'),
+    ]);
+    expect(results.map((r) => (r.status === 'fulfilled' ? 'ok' : (r.reason as Error).message))).toEqual([
+      'ok',
+      'file handle `a` already exists',
+      'ok',
+      'at most 2 file handles may be open per connection',
+    ]);
+    expect(files.size).toBe(2);
+  });
+
+  it('a failed open leaves no handle behind', async () => {
+    const dir = scratch();
+    const files = table(1);
+    await expect(files.open('a', join(dir, 'missing'), 'read')).rejects.toMatchObject({ code: -32004 });
+    await expect(files.open('a', dir, 'read')).rejects.toMatchObject({ code: -32600 });
+    expect(files.size).toBe(0);
+    writeFileSync(join(dir, 'f'), 'x');
+    await files.open('a', join(dir, 'f'), 'read');
+  });
+
+  it('writes a large file block by block in any order, holding one block at a time', async () => {
+    const dir = scratch();
+    const path = join(dir, 'out');
+    const files = table();
+    await files.open('w', path, 'replace');
+    const blocks = 6;
+    const expected = Buffer.alloc(blocks * MAX_BLOCK_BYTES);
+    // Last block first: positional writes do not depend on arrival order.
+    for (let i = blocks - 1; i >= 0; i--) {
+      const block = Buffer.alloc(MAX_BLOCK_BYTES, i + 1);
+      block.copy(expected, i * MAX_BLOCK_BYTES);
+      await files.writeBlock('w', i * MAX_BLOCK_BYTES, block);
+    }
+    await expect(files.writeBlock('w', 0, Buffer.alloc(MAX_BLOCK_BYTES + 1))).rejects.toThrow(
+      'file write block length must be between 1 and 1048576',
+    );
+    await files.close('w');
+    expect(readFileSync(path).equals(expected)).toBe(true);
+  });
+
+  it('refuses to open a FIFO for writing instead of blocking on it', async () => {
+    const dir = scratch();
+    execFileSync('mkfifo', [join(dir, 'fifo')]);
+    const files = table();
+    for (const mode of ['replace', 'update', 'read'] as const) {
+      await expect(files.open(mode, join(dir, 'fifo'), mode)).rejects.toMatchObject({
+        code: -32600,
+        message: `path \`${join(dir, 'fifo')}\` is not a file`,
+      });
+    }
+    await expect(writeWholeFile(join(dir, 'fifo'), Buffer.from('x'))).rejects.toMatchObject({ code: -32600 });
+  });
+
+  it('closeAll closes every handle and refuses new opens', async () => {
+    const dir = scratch();
+    writeFileSync(join(dir, 'f'), 'x');
+    const files = table();
+    await files.open('a', join(dir, 'f'), 'read');
+    await files.open('b', join(dir, 'g'), 'replace');
+    await files.closeAll();
+    expect(files.size).toBe(0);
+    await expect(files.readBlock('a', 0, 1)).rejects.toMatchObject({ code: -32004 });
+    await expect(files.open('c', join(dir, 'f'), 'read')).rejects.toThrow('connection is closing');
+  });
+});
+
+describe('walk', () => {
+  it('follows a link cycle once', async () => {
+    const dir = scratch();
+    symlinkSync('.', join(dir, 'self'));
+    writeFileSync(join(dir, 'f'), '');
+    const result = await walk(dir, {
+      maxDepth: 50,
+      maxDirectories: 1000,
+      maxEntries: 1000,
+      followDirectorySymlinks: true,
+    });
+    expect(result.entries.map((e) => `${e.kind}:${e.path.split('/').pop()}`)).toEqual(['file:f', 'directory:self']);
+    expect(result.truncated).toBe(false);
+  });
+
+  it('caps the entries of one answer whatever the client asks', async () => {
+    const dir = scratch();
+    for (const name of ['a', 'b', 'c']) writeFileSync(join(dir, name), '');
+    const options = { maxDepth: 1, maxDirectories: 10, maxEntries: 1_000_000_000, followDirectorySymlinks: false };
+    const capped = await walk(dir, options, 2);
+    expect(capped.entries.map((e) => e.path.split('/').pop())).toEqual(['a', 'b']);
+    expect(capped.truncated).toBe(true);
+    expect((await walk(dir, options)).entries).toHaveLength(3);
+  });
+});

@@ -1,0 +1,140 @@
+import { constants as fsConstants } from 'node:fs';
+import { type FileHandle, open, stat } from 'node:fs/promises';
+import { ErrorCode, type FsOpenMode, RpcError } from '@tether/exec-protocol';
+import { fsError, osCall } from './os-error.js';
+
+/** Codex's limits (`file_read.rs`): block length, handles per connection, handle id length. */
+export const MAX_BLOCK_BYTES = 1024 * 1024;
+export const DEFAULT_MAX_FILE_HANDLES = 128;
+export const MAX_HANDLE_ID_BYTES = 32;
+
+interface OpenFile {
+  mode: FsOpenMode;
+  file: FileHandle;
+}
+
+/** True when `path` names a FIFO (following symlinks); false when absent or anything else. */
+export async function isFifo(path: string): Promise<boolean> {
+  return (await stat(path).catch(() => null))?.isFIFO() ?? false;
+}
+
+/** `path \`/x\` is not a file`: what Codex says when a read targets a directory or a special file. */
+export function notAFile(path: string): RpcError {
+  return RpcError.invalidRequest(`path \`${path}\` is not a file`);
+}
+
+/**
+ * The open files of one connection (`fs/open`, `fs/readBlock`, `fs/writeBlock`, `fs/close`). Each
+ * handle keeps its descriptor open, so a large file is read or written block by block with positional
+ * I/O and no re-open. Ids are the client's; at most `limit` are open at once (a further open is
+ * refused); `closeAll()` runs when the connection ends, after which every open is refused.
+ */
+export class FileHandleTable {
+  private readonly files = new Map<string, OpenFile>();
+  /** Ids whose open is in flight: counted against the limit and refused as duplicates. */
+  private readonly opening = new Set<string>();
+  private closed = false;
+
+  constructor(private readonly limit = DEFAULT_MAX_FILE_HANDLES) {}
+
+  get size(): number {
+    return this.files.size + this.opening.size;
+  }
+
+  async open(id: string, path: string, mode: FsOpenMode): Promise<void> {
+    if (Buffer.byteLength(id, 'utf8') > MAX_HANDLE_ID_BYTES) {
+      throw RpcError.invalidRequest(`file handle ID must not exceed ${MAX_HANDLE_ID_BYTES} bytes`);
+    }
+    if (this.files.has(id) || this.opening.has(id))
+      throw RpcError.invalidRequest(`file handle \`${id}\` already exists`);
+    if (this.closed) throw RpcError.invalidRequest('connection is closing');
+    if (this.size >= this.limit) {
+      throw RpcError.invalidRequest(`at most ${this.limit} file handles may be open per connection`);
+    }
+    this.opening.add(id);
+    let file: FileHandle | undefined;
+    try {
+      if (mode === 'read') {
+        // Checked before opening: opening a FIFO for reading would block until a writer appears.
+        if (!(await osCall(() => stat(path))).isFile()) throw notAFile(path);
+        file = await osCall(() => open(path, 'r'));
+        if (!(await osCall(() => file!.stat())).isFile()) throw notAFile(path);
+      } else if (await isFifo(path)) {
+        // Opening a FIFO for writing blocks (a libuv worker) until a reader appears: refuse it.
+        throw notAFile(path);
+      } else if (mode === 'replace') {
+        file = await osCall(() => open(path, 'w'));
+      } else {
+        // update: create if absent, never truncate; a directory fails like replace (EISDIR).
+        file = await osCall(() => open(path, fsConstants.O_WRONLY | fsConstants.O_CREAT, 0o666));
+        if (!(await osCall(() => file!.stat())).isFile()) throw notAFile(path);
+      }
+      if (this.closed) throw RpcError.invalidRequest('connection is closing');
+      this.files.set(id, { mode, file });
+    } catch (err) {
+      await file?.close().catch(() => undefined);
+      throw err;
+    } finally {
+      this.opening.delete(id);
+    }
+  }
+
+  private lookup(id: string): OpenFile {
+    const entry = this.files.get(id);
+    if (!entry) throw new RpcError(ErrorCode.notFound, `unknown file handle \`${id}\``);
+    return entry;
+  }
+
+  /** Reads up to `len` bytes at `offset`; `eof` when fewer than `len` were left. */
+  async readBlock(id: string, offset: number, len: number): Promise<{ chunk: Buffer; eof: boolean }> {
+    if (len < 1 || len > MAX_BLOCK_BYTES) {
+      throw RpcError.invalidRequest(`file read block length must be between 1 and ${MAX_BLOCK_BYTES}`);
+    }
+    const { file } = this.lookup(id);
+    const buffer = Buffer.allocUnsafe(len);
+    let filled = 0;
+    try {
+      while (filled < len) {
+        const { bytesRead } = await file.read(buffer, filled, len - filled, offset + filled);
+        if (bytesRead === 0) break;
+        filled += bytesRead;
+      }
+    } catch (err) {
+      throw fsError(err);
+    }
+    return { chunk: buffer.subarray(0, filled), eof: filled < len };
+  }
+
+  /** Writes `data` at `offset` (positional: blocks may arrive in any order, a retry rewrites the same bytes). */
+  async writeBlock(id: string, offset: number, data: Buffer): Promise<void> {
+    if (data.length < 1 || data.length > MAX_BLOCK_BYTES) {
+      throw RpcError.invalidRequest(`file write block length must be between 1 and ${MAX_BLOCK_BYTES}`);
+    }
+    const { file } = this.lookup(id);
+    let written = 0;
+    try {
+      while (written < data.length) {
+        const result = await file.write(data, written, data.length - written, offset + written);
+        written += result.bytesWritten;
+      }
+    } catch (err) {
+      throw fsError(err);
+    }
+  }
+
+  /** Closes a handle; an unknown id is not an error (Codex answers `{}`). */
+  async close(id: string): Promise<void> {
+    const entry = this.files.get(id);
+    if (!entry) return;
+    this.files.delete(id);
+    await osCall(() => entry.file.close());
+  }
+
+  /** Closes every handle and refuses new ones (the connection ended). */
+  async closeAll(): Promise<void> {
+    this.closed = true;
+    const all = [...this.files.values()];
+    this.files.clear();
+    await Promise.all(all.map((entry) => entry.file.close().catch(() => undefined)));
+  }
+}

@@ -1,0 +1,170 @@
+import {
+  DecodeError,
+  decode,
+  decodeBase64Codex,
+  FileUriError,
+  FsCloseParams,
+  FsCopyParams,
+  FsCreateDirectoryParams,
+  FsOpenParams,
+  FsPathParams,
+  FsReadBlockParams,
+  FsReadFileParams,
+  FsRemoveParams,
+  FsWalkParams,
+  FsWriteBlockParams,
+  FsWriteFileParams,
+  fileUriToPath,
+  Method,
+  parseSandbox,
+  RpcError,
+} from '@tether/exec-protocol';
+import {
+  canonicalize,
+  copy,
+  createDirectory,
+  metadata,
+  readDirectory,
+  readWholeFile,
+  remove,
+  writeWholeFile,
+} from '../fs/operations.js';
+import { walk } from '../fs/walk.js';
+import { whileAttached } from './attached.js';
+import type { HandlerTable } from './types.js';
+
+/**
+ * A `file:` URI to a native path, with Codex's codes: a string that is not a file URI fails decoding
+ * (-32602), a file URI of another host's convention is an invalid request (-32600).
+ */
+export function nativePath(uri: string): string {
+  try {
+    return fileUriToPath(uri);
+  } catch (err) {
+    if (err instanceof FileUriError) {
+      throw err.kind === 'syntax' ? RpcError.invalidParams(err.message) : RpcError.invalidRequest(err.message);
+    }
+    throw err;
+  }
+}
+
+/**
+ * This executor has no filesystem sandbox. A profile that restricts the filesystem is refused rather
+ * than ignored (Codex runs the call in a sandboxed helper); profiles that restrict nothing here
+ * (`disabled`, `external`, managed with an unrestricted filesystem) run the call directly.
+ */
+export function checkSandbox(method: string, sandbox: unknown): void {
+  let request: ReturnType<typeof parseSandbox>;
+  try {
+    request = parseSandbox(sandbox);
+  } catch (err) {
+    if (err instanceof DecodeError) throw RpcError.invalidParams(err.message);
+    throw err;
+  }
+  if (request === 'restricted') {
+    throw RpcError.invalidParams(
+      `${method}: a restricted filesystem sandbox is not supported by this exec-server; ` +
+        'omit `sandbox` or use a profile without filesystem restrictions',
+    );
+  }
+}
+
+export const fsHandlers: HandlerTable = whileAttached({
+  [Method.fsReadFile]: async (raw, ctx) => {
+    const params = decode(FsReadFileParams, raw);
+    checkSandbox(Method.fsReadFile, params.sandbox);
+    const path = nativePath(params.path);
+    const limit = Math.min(params.maxBytes ?? Number.POSITIVE_INFINITY, ctx.maxReadFileBytes);
+    return { dataBase64: (await readWholeFile(path, limit)).toString('base64') };
+  },
+
+  [Method.fsWriteFile]: async (raw) => {
+    const params = decode(FsWriteFileParams, raw);
+    checkSandbox(Method.fsWriteFile, params.sandbox);
+    const path = nativePath(params.path);
+    let data: Buffer;
+    try {
+      data = decodeBase64Codex(params.dataBase64);
+    } catch (err) {
+      throw RpcError.invalidRequest(`fs/writeFile requires valid base64 dataBase64: ${(err as Error).message}`);
+    }
+    await writeWholeFile(path, data);
+    return {};
+  },
+
+  [Method.fsCreateDirectory]: async (raw) => {
+    const params = decode(FsCreateDirectoryParams, raw);
+    checkSandbox(Method.fsCreateDirectory, params.sandbox);
+    await createDirectory(nativePath(params.path), params.recursive ?? true);
+    return {};
+  },
+
+  [Method.fsGetMetadata]: async (raw) => {
+    const params = decode(FsPathParams, raw);
+    checkSandbox(Method.fsGetMetadata, params.sandbox);
+    return metadata(nativePath(params.path));
+  },
+
+  [Method.fsCanonicalize]: async (raw) => {
+    const params = decode(FsPathParams, raw);
+    checkSandbox(Method.fsCanonicalize, params.sandbox);
+    return { path: await canonicalize(nativePath(params.path)) };
+  },
+
+  [Method.fsReadDirectory]: async (raw) => {
+    const params = decode(FsPathParams, raw);
+    checkSandbox(Method.fsReadDirectory, params.sandbox);
+    return { entries: await readDirectory(nativePath(params.path)) };
+  },
+
+  [Method.fsRemove]: async (raw) => {
+    const params = decode(FsRemoveParams, raw);
+    checkSandbox(Method.fsRemove, params.sandbox);
+    await remove(nativePath(params.path), params.recursive ?? true, params.force ?? true);
+    return {};
+  },
+
+  [Method.fsCopy]: async (raw) => {
+    const params = decode(FsCopyParams, raw);
+    checkSandbox(Method.fsCopy, params.sandbox);
+    await copy(nativePath(params.sourcePath), nativePath(params.destinationPath), params.recursive);
+    return {};
+  },
+
+  [Method.fsOpen]: async (raw, ctx) => {
+    const params = decode(FsOpenParams, raw);
+    checkSandbox(Method.fsOpen, params.sandbox);
+    await ctx.files.open(params.handleId, nativePath(params.path), params.mode ?? 'read');
+    return { handleId: params.handleId };
+  },
+
+  [Method.fsReadBlock]: async (raw, ctx) => {
+    const params = decode(FsReadBlockParams, raw);
+    const { chunk, eof } = await ctx.files.readBlock(params.handleId, params.offset, params.len);
+    return { chunk: chunk.toString('base64'), eof };
+  },
+
+  [Method.fsWriteBlock]: async (raw, ctx) => {
+    const params = decode(FsWriteBlockParams, raw);
+    let data: Buffer;
+    try {
+      data = decodeBase64Codex(params.chunk);
+    } catch (err) {
+      throw RpcError.invalidParams((err as Error).message);
+    }
+    await ctx.files.writeBlock(params.handleId, params.offset, data);
+    return {};
+  },
+
+  [Method.fsClose]: async (raw, ctx) => {
+    const params = decode(FsCloseParams, raw);
+    await ctx.files.close(params.handleId);
+    return {};
+  },
+
+  [Method.fsWalk]: async (raw) => {
+    const params = decode(FsWalkParams, raw);
+    checkSandbox(Method.fsWalk, params.sandbox);
+    return walk(nativePath(params.path), params.options);
+  },
+});

@@ -1,0 +1,204 @@
+/**
+ * `fs/*` params and results (spec §3.9), shaped after what the Codex 0.171.0 binary accepts (see
+ * tests/conformance/CODEX-FINDINGS.md §15). Paths are `file:` URIs. Types derive from the schemas.
+ */
+import { type Static, type TSchema, Type } from '@sinclair/typebox';
+import { DecodeError } from './decode.js';
+
+const Nullable = <T extends TSchema>(schema: T) => Type.Union([schema, Type.Null()]);
+const U64 = Type.Integer({ minimum: 0 });
+/** Validated by `parseSandbox`, which words its errors as serde does for Codex's tagged enums. */
+const Sandbox = Type.Optional(Type.Unknown());
+
+export const FsReadFileParams = Type.Object({
+  path: Type.String(),
+  sandbox: Sandbox,
+  /** Refuse files larger than this (the server's own limit applies as well). Codex 0.171.0 ignores it. */
+  maxBytes: Type.Optional(Nullable(U64)),
+});
+export type FsReadFileParams = Static<typeof FsReadFileParams>;
+export const FsReadFileResult = Type.Object({ dataBase64: Type.String() });
+export type FsReadFileResult = Static<typeof FsReadFileResult>;
+
+export const FsWriteFileParams = Type.Object({ path: Type.String(), dataBase64: Type.String(), sandbox: Sandbox });
+export type FsWriteFileParams = Static<typeof FsWriteFileParams>;
+
+export const FsCreateDirectoryParams = Type.Object({
+  path: Type.String(),
+  recursive: Type.Optional(Nullable(Type.Boolean())),
+  sandbox: Sandbox,
+});
+export type FsCreateDirectoryParams = Static<typeof FsCreateDirectoryParams>;
+
+export const FsPathParams = Type.Object({ path: Type.String(), sandbox: Sandbox });
+export type FsPathParams = Static<typeof FsPathParams>;
+
+export const FsMetadata = Type.Object({
+  isDirectory: Type.Boolean(),
+  isFile: Type.Boolean(),
+  isSymlink: Type.Boolean(),
+  size: U64,
+  createdAtMs: Type.Integer(),
+  modifiedAtMs: Type.Integer(),
+});
+export type FsMetadata = Static<typeof FsMetadata>;
+
+export const FsCanonicalizeResult = Type.Object({ path: Type.String() });
+
+export const FsDirectoryEntry = Type.Object({
+  fileName: Type.String(),
+  isDirectory: Type.Boolean(),
+  isFile: Type.Boolean(),
+});
+export type FsDirectoryEntry = Static<typeof FsDirectoryEntry>;
+export const FsReadDirectoryResult = Type.Object({ entries: Type.Array(FsDirectoryEntry) });
+
+export const FsRemoveParams = Type.Object({
+  path: Type.String(),
+  recursive: Type.Optional(Nullable(Type.Boolean())),
+  force: Type.Optional(Nullable(Type.Boolean())),
+  sandbox: Sandbox,
+});
+export type FsRemoveParams = Static<typeof FsRemoveParams>;
+
+export const FsCopyParams = Type.Object({
+  sourcePath: Type.String(),
+  destinationPath: Type.String(),
+  recursive: Type.Boolean(),
+  sandbox: Sandbox,
+});
+export type FsCopyParams = Static<typeof FsCopyParams>;
+
+/**
+ * `read` (default) opens for `fs/readBlock`; `replace` creates or truncates for `fs/writeBlock` (both
+ * Codex's). `update` is a Tether extension (capability `fileWriteUpdate`): create if absent, keep the
+ * existing bytes, write positionally — how a client resumes an upload its lost connection cut short.
+ */
+export const FsOpenMode = Type.Union([Type.Literal('read'), Type.Literal('replace'), Type.Literal('update')]);
+export type FsOpenMode = Static<typeof FsOpenMode>;
+
+export const FsOpenParams = Type.Object({
+  handleId: Type.String(),
+  path: Type.String(),
+  mode: Type.Optional(Nullable(FsOpenMode)),
+  sandbox: Sandbox,
+});
+export type FsOpenParams = Static<typeof FsOpenParams>;
+export const FsOpenResult = Type.Object({ handleId: Type.String() });
+
+export const FsReadBlockParams = Type.Object({ handleId: Type.String(), offset: U64, len: U64 });
+export type FsReadBlockParams = Static<typeof FsReadBlockParams>;
+export const FsReadBlockResult = Type.Object({ chunk: Type.String(), eof: Type.Boolean() });
+export type FsReadBlockResult = Static<typeof FsReadBlockResult>;
+
+export const FsWriteBlockParams = Type.Object({ handleId: Type.String(), offset: U64, chunk: Type.String() });
+export type FsWriteBlockParams = Static<typeof FsWriteBlockParams>;
+
+export const FsCloseParams = Type.Object({ handleId: Type.String() });
+export type FsCloseParams = Static<typeof FsCloseParams>;
+
+const Usize = Type.Integer({ minimum: 0, serde: 'usize' });
+export const FsWalkOptions = Type.Object(
+  {
+    maxDepth: Usize,
+    maxDirectories: Usize,
+    maxEntries: Usize,
+    followDirectorySymlinks: Type.Boolean(),
+  },
+  { serde: 'WalkOptions' },
+);
+export type FsWalkOptions = Static<typeof FsWalkOptions>;
+export const FsWalkParams = Type.Object({ path: Type.String(), options: FsWalkOptions, sandbox: Sandbox });
+export type FsWalkParams = Static<typeof FsWalkParams>;
+
+export const FsWalkEntry = Type.Object({
+  path: Type.String(),
+  kind: Type.Union([Type.Literal('file'), Type.Literal('directory')]),
+});
+export type FsWalkEntry = Static<typeof FsWalkEntry>;
+export const FsWalkResult = Type.Object({
+  entries: Type.Array(FsWalkEntry),
+  errors: Type.Array(Type.Object({ path: Type.String(), message: Type.String() })),
+  truncated: Type.Boolean(),
+});
+export type FsWalkResult = Static<typeof FsWalkResult>;
+
+// Sandbox ------------------------------------------------------------------------------------------
+
+/**
+ * What a `sandbox` value asks of a filesystem call: `none` (absent or null), `unrestricted` (a
+ * profile that does not restrict the filesystem: `disabled`, `external`, or `managed` with
+ * `file_system: unrestricted`), or `restricted` (a managed profile with filesystem entries).
+ */
+export type SandboxRequest = 'none' | 'unrestricted' | 'restricted';
+
+const WINDOWS_SANDBOX_LEVELS = ['disabled', 'restricted-token', 'elevated', 'mxc'];
+
+function typeName(value: unknown): string {
+  if (value === null || value === undefined) return 'null';
+  if (typeof value === 'boolean') return `boolean \`${value}\``;
+  if (typeof value === 'number') return 'number';
+  if (typeof value === 'string') return `string ${JSON.stringify(value)}`;
+  if (Array.isArray(value)) return 'sequence';
+  return 'map';
+}
+
+function isMap(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+function variant(value: unknown, options: string[], expected: string): string {
+  if (typeof value !== 'string') throw new DecodeError(`invalid type: ${typeName(value)}, expected ${expected}`);
+  if (!options.includes(value)) {
+    const list =
+      options.length === 2
+        ? `\`${options[0]}\` or \`${options[1]}\``
+        : `one of ${options.map((o) => `\`${o}\``).join(', ')}`;
+    throw new DecodeError(`unknown variant \`${value}\`, expected ${list}`);
+  }
+  return value;
+}
+
+function field(map: Record<string, unknown>, name: string): unknown {
+  if (!(name in map)) throw new DecodeError(`missing field \`${name}\``);
+  return map[name];
+}
+
+/**
+ * Classifies a `sandbox` parameter, with serde's wording for the malformed shapes Codex rejects
+ * (`missing field \`permissions\``, `unknown variant \`x\`, expected one of \`managed\`, …`). Entries of a
+ * restricted profile are not inspected: this executor refuses every restricted profile anyway.
+ */
+export function parseSandbox(value: unknown): SandboxRequest {
+  if (value === undefined || value === null) return 'none';
+  if (!isMap(value)) {
+    throw new DecodeError(`invalid type: ${typeName(value)}, expected struct WireFileSystemSandboxContext`);
+  }
+  const permissions = field(value, 'permissions');
+  if (!isMap(permissions)) {
+    throw new DecodeError(
+      `invalid type: ${typeName(permissions)}, expected internally tagged enum ExecPermissionProfile`,
+    );
+  }
+  const kind = variant(field(permissions, 'type'), ['managed', 'disabled', 'external'], 'a string');
+  let request: SandboxRequest = 'unrestricted';
+  if (kind === 'managed') {
+    const fileSystem = field(permissions, 'file_system');
+    if (!isMap(fileSystem)) {
+      throw new DecodeError(
+        `invalid type: ${typeName(fileSystem)}, expected internally tagged enum ExecManagedFileSystemPermissions`,
+      );
+    }
+    const fsKind = variant(field(fileSystem, 'type'), ['restricted', 'unrestricted'], 'a string');
+    if (fsKind === 'restricted') {
+      const entries = field(fileSystem, 'entries');
+      if (!Array.isArray(entries)) throw new DecodeError(`invalid type: ${typeName(entries)}, expected a sequence`);
+      request = 'restricted';
+    }
+    variant(field(permissions, 'network'), ['restricted', 'enabled'], 'a string');
+  } else if (kind === 'external') {
+    variant(field(permissions, 'network'), ['restricted', 'enabled'], 'a string');
+  }
+  variant(field(value, 'windowsSandboxLevel'), WINDOWS_SANDBOX_LEVELS, 'a string');
+  return request;
+}

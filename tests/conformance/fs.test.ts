@@ -1,0 +1,661 @@
+// fs/* against both executors (every peer × transport). Expectations are what Codex 0.171.0 answers
+// (CODEX-FINDINGS.md §15); where Tether deliberately differs the test says so and asserts both sides.
+import { execFileSync } from 'node:child_process';
+import { mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { b64, decodeB64, fileUri, type TestClient } from '@tether/test-kit';
+import { describe, expect, it } from 'vitest';
+import { CASES, resumeWhenDetached, useHarness } from './support.ts';
+
+const NOT_FOUND = { code: -32004, message: 'No such file or directory (os error 2)' };
+
+async function errorOf(client: TestClient, method: string, params: unknown) {
+  const response = await client.request(method, params);
+  expect(response.result, `${method} should fail`).toBeUndefined();
+  return response.error;
+}
+
+const walkOptions = (extra: Record<string, unknown> = {}) => ({
+  maxDepth: 9,
+  maxDirectories: 100,
+  maxEntries: 100,
+  followDirectorySymlinks: false,
+  ...extra,
+});
+
+describe.each(CASES)('fs: %s', (label, { kind, transport }) => {
+  const h = useHarness();
+  let counter = 0;
+  /** A fresh directory for one test. */
+  const scratch = () => {
+    const dir = join(h.workDir, `${label.replace(/ /g, '-')}-${++counter}`);
+    mkdirSync(dir, { recursive: true });
+    return dir;
+  };
+
+  it('gates filesystem methods before initialized', async () => {
+    const peer = await h.start(kind, transport);
+    const client = await h.connect(peer);
+    expect(await errorOf(client, 'fs/readFile', { path: fileUri('/etc/hostname') })).toEqual({
+      code: -32600,
+      message: 'client must call initialize before using filesystem methods',
+    });
+  });
+
+  it('fs/getMetadataBatch (in some Codex versions, not 0.171.0) is an unknown method on both', async () => {
+    const { client } = await h.session(kind, transport);
+    expect(await errorOf(client, 'fs/getMetadataBatch', { paths: [fileUri('/tmp')] })).toEqual({
+      code: -32601,
+      message: 'exec-server stub does not implement `fs/getMetadataBatch` yet',
+    });
+  });
+
+  it('writeFile, readFile, getMetadata, canonicalize, readDirectory', async () => {
+    const dir = scratch();
+    const { client } = await h.session(kind, transport);
+    const bytes = Buffer.from([0, 1, 2, 250, 255, 10, 13]);
+    expect(await client.call('fs/writeFile', { path: fileUri(join(dir, 'a.bin')), dataBase64: b64(bytes) })).toEqual(
+      {},
+    );
+    expect(readFileSync(join(dir, 'a.bin'))).toEqual(bytes);
+    const read = await client.call<{ dataBase64: string }>('fs/readFile', { path: fileUri(join(dir, 'a.bin')) });
+    expect(decodeB64(read.dataBase64)).toEqual(bytes);
+    // An empty file and a file name that needs percent-encoding.
+    await client.call('fs/writeFile', { path: fileUri(join(dir, 'sp ace é')), dataBase64: '' });
+    expect(await client.call('fs/readFile', { path: fileUri(join(dir, 'sp ace é')) })).toEqual({ dataBase64: '' });
+
+    const meta = await client.call<Record<string, unknown>>('fs/getMetadata', { path: fileUri(join(dir, 'a.bin')) });
+    expect(meta).toMatchObject({ isDirectory: false, isFile: true, isSymlink: false, size: 7 });
+    expect(Object.keys(meta).sort()).toEqual([
+      'createdAtMs',
+      'isDirectory',
+      'isFile',
+      'isSymlink',
+      'modifiedAtMs',
+      'size',
+    ]);
+    // Codex (musl build) always reports createdAtMs 0; Tether reports the birth time when the kernel has one.
+    expect(Number.isInteger(meta.createdAtMs) && (meta.createdAtMs as number) >= 0).toBe(true);
+    expect(Math.abs((meta.modifiedAtMs as number) - Date.now())).toBeLessThan(60_000);
+
+    mkdirSync(join(dir, 'sub'));
+    symlinkSync('a.bin', join(dir, 'link'));
+    symlinkSync('sub', join(dir, 'dirlink'));
+    symlinkSync('nowhere', join(dir, 'dangling'));
+    execFileSync('mkfifo', [join(dir, 'fifo')]);
+    expect(await client.call('fs/getMetadata', { path: fileUri(join(dir, 'link')) })).toMatchObject({
+      isFile: true,
+      isSymlink: true,
+      size: 7,
+    });
+    expect(await client.call('fs/getMetadata', { path: fileUri(join(dir, 'dirlink')) })).toMatchObject({
+      isDirectory: true,
+      isSymlink: true,
+    });
+    expect(await client.call('fs/getMetadata', { path: fileUri(join(dir, 'fifo')) })).toMatchObject({
+      isDirectory: false,
+      isFile: false,
+      isSymlink: false,
+    });
+    expect(await errorOf(client, 'fs/getMetadata', { path: fileUri(join(dir, 'dangling')) })).toEqual(NOT_FOUND);
+
+    expect(await client.call('fs/canonicalize', { path: fileUri(join(dir, 'sub', '..', 'link')) })).toEqual({
+      path: fileUri(join(dir, 'a.bin')),
+    });
+    expect(await errorOf(client, 'fs/canonicalize', { path: fileUri(join(dir, 'nope')) })).toEqual(NOT_FOUND);
+
+    const listing = await client.call<{ entries: { fileName: string }[] }>('fs/readDirectory', { path: fileUri(dir) });
+    // Order is the OS's (Codex) or by name (Tether): compare sorted. Dangling links are left out.
+    expect([...listing.entries].sort((a, b) => a.fileName.localeCompare(b.fileName))).toEqual([
+      { fileName: 'a.bin', isDirectory: false, isFile: true },
+      { fileName: 'dirlink', isDirectory: true, isFile: false },
+      { fileName: 'fifo', isDirectory: false, isFile: false },
+      { fileName: 'link', isDirectory: false, isFile: true },
+      { fileName: 'sp ace é', isDirectory: false, isFile: true },
+      { fileName: 'sub', isDirectory: true, isFile: false },
+    ]);
+    expect(await errorOf(client, 'fs/readDirectory', { path: fileUri(join(dir, 'a.bin')) })).toEqual({
+      code: -32603,
+      message: 'Not a directory (os error 20)',
+    });
+  });
+
+  it('missing file, directory where a file is expected, and parameter errors', async () => {
+    const dir = scratch();
+    const { client } = await h.session(kind, transport);
+    expect(await errorOf(client, 'fs/readFile', { path: fileUri(join(dir, 'nope')) })).toEqual(NOT_FOUND);
+    expect(await errorOf(client, 'fs/readFile', { path: fileUri(dir) })).toEqual({
+      code: -32600,
+      message: `path \`${dir}\` is not a file`,
+    });
+    expect(await errorOf(client, 'fs/writeFile', { path: fileUri(dir), dataBase64: 'aGk=' })).toEqual({
+      code: -32603,
+      message: 'Is a directory (os error 21)',
+    });
+    expect(await errorOf(client, 'fs/writeFile', { path: fileUri(join(dir, 'no', 'f')), dataBase64: 'aGk=' })).toEqual(
+      NOT_FOUND,
+    );
+    expect(await errorOf(client, 'fs/readFile', {})).toEqual({ code: -32602, message: 'missing field `path`' });
+    expect(await errorOf(client, 'fs/writeFile', { path: fileUri(join(dir, 'f')) })).toEqual({
+      code: -32602,
+      message: 'missing field `dataBase64`',
+    });
+    expect(await errorOf(client, 'fs/copy', { sourcePath: fileUri(dir), destinationPath: fileUri(dir) })).toEqual({
+      code: -32602,
+      message: 'missing field `recursive`',
+    });
+  });
+
+  it('URIs that are not usable file: URIs', async () => {
+    const { client } = await h.session(kind, transport);
+    expect(await errorOf(client, 'fs/readFile', { path: '/etc/hostname' })).toEqual({
+      code: -32602,
+      message: 'invalid URI: relative URL without a base',
+    });
+    expect(await errorOf(client, 'fs/getMetadata', { path: 'http://example.com/etc/hostname' })).toEqual({
+      code: -32602,
+      message: 'unsupported path URI scheme `http`',
+    });
+    expect(await errorOf(client, 'fs/readDirectory', { path: 'file://server/share' })).toEqual({
+      code: -32600,
+      message: "'file://server/share' is invalid on 'linux'",
+    });
+    // A relative `file:` URI means the absolute path, as for process/start.
+    expect(await client.call('fs/getMetadata', { path: 'file:etc/hostname' })).toMatchObject({ isFile: true });
+  });
+
+  it('bad base64 is refused with the base64 crate wording', async () => {
+    const dir = scratch();
+    const { client } = await h.session(kind, transport);
+    const cases: [string, string][] = [
+      ['!!notbase64', 'Invalid symbol 33, offset 0.'],
+      ['aGk', 'Invalid padding'],
+      ['aGk==', 'Invalid symbol 61, offset 3.'],
+      ['-_8=', 'Invalid symbol 45, offset 0.'],
+      ['a', 'Invalid input length: 1'],
+      ['aGF=', 'Invalid last symbol 70, offset 2.'],
+      ['aGVsbG8\n', 'Invalid symbol 10, offset 7.'],
+    ];
+    for (const [text, problem] of cases) {
+      expect(await errorOf(client, 'fs/writeFile', { path: fileUri(join(dir, 'b')), dataBase64: text })).toEqual({
+        code: -32600,
+        message: `fs/writeFile requires valid base64 dataBase64: ${problem}`,
+      });
+    }
+  });
+
+  it('too large: the server limit, and maxBytes (honoured by Tether, ignored by Codex 0.171.0)', async () => {
+    const dir = scratch();
+    const { client } = await h.session(kind, transport);
+    // Sparse: 600 MiB of size, no blocks; both executors refuse from the size alone.
+    execFileSync('truncate', ['-s', '600M', join(dir, 'big')]);
+    expect(await errorOf(client, 'fs/readFile', { path: fileUri(join(dir, 'big')) })).toEqual({
+      code: -32600,
+      message: 'file is too large to read: limit is 536870912 bytes',
+    });
+    writeFileSync(join(dir, 'four'), 'abcd');
+    const response = await client.request('fs/readFile', { path: fileUri(join(dir, 'four')), maxBytes: 3 });
+    if (kind === 'codex') {
+      expect(response.result).toEqual({ dataBase64: b64('abcd') });
+    } else {
+      expect(response.error).toEqual({ code: -32600, message: 'file is too large to read: limit is 3 bytes' });
+      expect(await client.call('fs/readFile', { path: fileUri(join(dir, 'four')), maxBytes: 4 })).toEqual({
+        dataBase64: b64('abcd'),
+      });
+    }
+  });
+
+  it('permission denied: unlinking in /proc fails for root too', async () => {
+    const { client } = await h.session(kind, transport);
+    const error = await errorOf(client, 'fs/remove', { path: 'file:///proc/version', recursive: false });
+    // EPERM for root (procfs has no unlink), EACCES for anyone else (/proc is read-only for them):
+    // both are Rust's PermissionDenied, which Codex maps to -32600.
+    const expected =
+      process.getuid?.() === 0 ? 'Operation not permitted (os error 1)' : 'Permission denied (os error 13)';
+    expect(error).toEqual({ code: -32600, message: expected });
+  });
+
+  it('createDirectory, remove and copy', async () => {
+    const dir = scratch();
+    const { client } = await h.session(kind, transport);
+    const uri = (...parts: string[]) => fileUri(join(dir, ...parts));
+    expect(await client.call('fs/createDirectory', { path: uri('x', 'y', 'z') })).toEqual({});
+    expect(await client.call('fs/createDirectory', { path: uri('x') })).toEqual({});
+    expect(await errorOf(client, 'fs/createDirectory', { path: uri('p', 'q'), recursive: false })).toEqual(NOT_FOUND);
+    const exists = { code: -32603, message: 'File exists (os error 17)' };
+    expect(await errorOf(client, 'fs/createDirectory', { path: uri('x'), recursive: false })).toEqual(exists);
+    writeFileSync(join(dir, 'f'), 'data');
+    expect(await errorOf(client, 'fs/createDirectory', { path: uri('f') })).toEqual(exists);
+    expect(await errorOf(client, 'fs/createDirectory', { path: uri('f', 'sub') })).toEqual({
+      code: -32603,
+      message: 'Not a directory (os error 20)',
+    });
+
+    writeFileSync(join(dir, 'x', 'y', 'leaf'), 'leaf');
+    symlinkSync('y/leaf', join(dir, 'x', 'ln'));
+    expect(await client.call('fs/copy', { sourcePath: uri('f'), destinationPath: uri('g'), recursive: false })).toEqual(
+      {},
+    );
+    expect(readFileSync(join(dir, 'g'), 'utf8')).toBe('data');
+    expect(
+      await errorOf(client, 'fs/copy', { sourcePath: uri('x'), destinationPath: uri('x2'), recursive: false }),
+    ).toEqual({
+      code: -32600,
+      message: 'fs/copy requires recursive: true when sourcePath is a directory',
+    });
+    expect(await client.call('fs/copy', { sourcePath: uri('x'), destinationPath: uri('x2'), recursive: true })).toEqual(
+      {},
+    );
+    expect(readFileSync(join(dir, 'x2', 'y', 'leaf'), 'utf8')).toBe('leaf');
+    // Symlinks are copied as links.
+    expect(await client.call('fs/getMetadata', { path: uri('x2', 'ln') })).toMatchObject({
+      isSymlink: true,
+      isFile: true,
+    });
+    expect(
+      await errorOf(client, 'fs/copy', { sourcePath: uri('x'), destinationPath: uri('x', 'y', 'in'), recursive: true }),
+    ).toEqual({
+      code: -32600,
+      message: 'fs/copy cannot copy a directory to itself or one of its descendants',
+    });
+    expect(
+      await errorOf(client, 'fs/copy', { sourcePath: uri('nope'), destinationPath: uri('n2'), recursive: true }),
+    ).toEqual(NOT_FOUND);
+    expect(
+      await errorOf(client, 'fs/copy', { sourcePath: uri('f'), destinationPath: uri('x'), recursive: false }),
+    ).toEqual({
+      code: -32603,
+      message: 'Is a directory (os error 21)',
+    });
+    execFileSync('mkfifo', [join(dir, 'fifo')]);
+    expect(
+      await errorOf(client, 'fs/copy', { sourcePath: uri('fifo'), destinationPath: uri('fifo2'), recursive: false }),
+    ).toEqual({
+      code: -32600,
+      message: 'fs/copy only supports regular files, directories, and symlinks',
+    });
+
+    expect(await client.call('fs/remove', { path: uri('nope') })).toEqual({});
+    expect(await errorOf(client, 'fs/remove', { path: uri('nope'), force: false })).toEqual(NOT_FOUND);
+    expect(await errorOf(client, 'fs/remove', { path: uri('x'), recursive: false })).toEqual({
+      code: -32603,
+      message: 'Directory not empty (os error 39)',
+    });
+    expect(await client.call('fs/remove', { path: uri('x2', 'ln'), recursive: false })).toEqual({});
+    expect(readFileSync(join(dir, 'x2', 'y', 'leaf'), 'utf8')).toBe('leaf'); // the link, not its target
+    expect(await client.call('fs/remove', { path: uri('x') })).toEqual({});
+    expect(await errorOf(client, 'fs/getMetadata', { path: uri('x') })).toEqual(NOT_FOUND);
+  });
+
+  it('copy of a file onto itself: Codex truncates it, Tether keeps it', async () => {
+    const dir = scratch();
+    const { client } = await h.session(kind, transport);
+    writeFileSync(join(dir, 'self'), 'precious');
+    const path = fileUri(join(dir, 'self'));
+    expect(await client.call('fs/copy', { sourcePath: path, destinationPath: path, recursive: false })).toEqual({});
+    expect(readFileSync(join(dir, 'self'), 'utf8')).toBe(kind === 'codex' ? '' : 'precious');
+  });
+
+  it('open, readBlock and close: blocks, eof, limits, unknown handles', async () => {
+    const dir = scratch();
+    const { client } = await h.session(kind, transport);
+    const data = Buffer.alloc(3 * 1024 * 1024 + 10);
+    for (let i = 0; i < data.length; i++) data[i] = (i * 7) & 0xff;
+    writeFileSync(join(dir, 'data'), data);
+    writeFileSync(join(dir, 'hello'), 'hello');
+    expect(await client.call('fs/open', { handleId: 'h', path: fileUri(join(dir, 'hello')) })).toEqual({
+      handleId: 'h',
+    });
+    const block = (handleId: string, offset: number, len: number) =>
+      client.call<{ chunk: string; eof: boolean }>('fs/readBlock', { handleId, offset, len });
+    expect(await block('h', 0, 2)).toEqual({ chunk: b64('he'), eof: false });
+    expect(await block('h', 1, 2)).toEqual({ chunk: b64('el'), eof: false });
+    // eof means a short block: exactly reaching the end is not eof.
+    expect(await block('h', 0, 5)).toEqual({ chunk: b64('hello'), eof: false });
+    expect(await block('h', 3, 10)).toEqual({ chunk: b64('lo'), eof: true });
+    expect(await block('h', 100, 2)).toEqual({ chunk: '', eof: true });
+    // The handle stays open after eof.
+    expect(await block('h', 0, 1)).toEqual({ chunk: b64('h'), eof: false });
+    const bounds = { code: -32600, message: 'file read block length must be between 1 and 1048576' };
+    expect(await errorOf(client, 'fs/readBlock', { handleId: 'h', offset: 0, len: 0 })).toEqual(bounds);
+    expect(await errorOf(client, 'fs/readBlock', { handleId: 'h', offset: 0, len: 1048577 })).toEqual(bounds);
+    expect(await errorOf(client, 'fs/open', { handleId: 'h', path: fileUri(join(dir, 'hello')) })).toEqual({
+      code: -32600,
+      message: 'file handle `h` already exists',
+    });
+
+    // A large file read in 1 MiB blocks on one handle.
+    await client.call('fs/open', { handleId: 'big', path: fileUri(join(dir, 'data')) });
+    const parts: Buffer[] = [];
+    for (let offset = 0; ; offset += 1048576) {
+      const { chunk, eof } = await block('big', offset, 1048576);
+      parts.push(decodeB64(chunk));
+      if (eof) break;
+    }
+    expect(Buffer.concat(parts).equals(data)).toBe(true);
+
+    expect(await client.call('fs/close', { handleId: 'big' })).toEqual({});
+    expect(await client.call('fs/close', { handleId: 'big' })).toEqual({});
+    expect(await client.call('fs/close', { handleId: 'never-opened' })).toEqual({});
+    const unknown = { code: -32004, message: 'unknown file handle `big`' };
+    expect(await errorOf(client, 'fs/readBlock', { handleId: 'big', offset: 0, len: 1 })).toEqual(unknown);
+
+    expect(await errorOf(client, 'fs/open', { handleId: 'd', path: fileUri(dir) })).toEqual({
+      code: -32600,
+      message: `path \`${dir}\` is not a file`,
+    });
+    expect(await errorOf(client, 'fs/open', { handleId: 'd', path: fileUri(join(dir, 'nope')) })).toEqual(NOT_FOUND);
+    expect(await errorOf(client, 'fs/open', { handleId: 'x'.repeat(33), path: fileUri(join(dir, 'hello')) })).toEqual({
+      code: -32600,
+      message: 'file handle ID must not exceed 32 bytes',
+    });
+    expect(await client.call('fs/open', { handleId: 'x'.repeat(32), path: fileUri(join(dir, 'hello')) })).toEqual({
+      handleId: 'x'.repeat(32),
+    });
+    expect(await errorOf(client, 'fs/open', { path: fileUri(join(dir, 'hello')) })).toEqual({
+      code: -32602,
+      message: 'missing field `handleId`',
+    });
+  });
+
+  it('handle limit: 128 open handles per connection', async () => {
+    const dir = scratch();
+    const { client } = await h.session(kind, transport);
+    writeFileSync(join(dir, 'f'), 'x');
+    const path = fileUri(join(dir, 'f'));
+    const opened = await Promise.all(
+      Array.from({ length: 128 }, (_, i) => client.request('fs/open', { handleId: `k${i}`, path })),
+    );
+    expect(opened.every((response) => response.error === undefined)).toBe(true);
+    const full = { code: -32600, message: 'at most 128 file handles may be open per connection' };
+    expect(await errorOf(client, 'fs/open', { handleId: 'one-more', path })).toEqual(full);
+    await client.call('fs/close', { handleId: 'k5' });
+    expect(await client.call('fs/open', { handleId: 'one-more', path })).toEqual({ handleId: 'one-more' });
+    expect(await errorOf(client, 'fs/open', { handleId: 'two-more', path })).toEqual(full);
+  });
+
+  it('streaming write: fs/open mode replace + fs/writeBlock (fileWriteStreaming)', async () => {
+    const dir = scratch();
+    const { client, initializeResult } = await h.session(kind, transport);
+    const capabilities = (initializeResult.environmentInfo as { capabilities: Record<string, boolean> }).capabilities;
+    expect(capabilities.fileWriteStreaming).toBe(true);
+    writeFileSync(join(dir, 'old'), 'OLD CONTENT THAT IS LONG');
+    const path = fileUri(join(dir, 'old'));
+    expect(await client.call('fs/open', { handleId: 'w', path, mode: 'replace' })).toEqual({ handleId: 'w' });
+    // Truncated at open.
+    expect(readFileSync(join(dir, 'old'), 'utf8')).toBe('');
+    const write = (offset: number, chunk: string) => client.call('fs/writeBlock', { handleId: 'w', offset, chunk });
+    expect(await write(0, b64('hello'))).toEqual({});
+    expect(await write(5, b64(' world'))).toEqual({});
+    expect(await write(5, b64(' world'))).toEqual({}); // positional: a repeat rewrites the same bytes
+    expect(await write(20, b64('!'))).toEqual({}); // a gap reads as zeros
+    expect(readFileSync(join(dir, 'old'))).toEqual(
+      Buffer.concat([Buffer.from('hello world'), Buffer.alloc(9), Buffer.from('!')]),
+    );
+    expect(await errorOf(client, 'fs/writeBlock', { handleId: 'w', offset: 0, chunk: '!!' })).toEqual({
+      code: -32602,
+      message: 'Invalid symbol 33, offset 0.',
+    });
+    expect(await errorOf(client, 'fs/writeBlock', { handleId: 'w', offset: 0, chunk: '' })).toEqual({
+      code: -32600,
+      message: 'file write block length must be between 1 and 1048576',
+    });
+    expect(await errorOf(client, 'fs/writeBlock', { handleId: 'w', offset: 0 })).toEqual({
+      code: -32602,
+      message: 'missing field `chunk`',
+    });
+    const badDescriptor = { code: -32603, message: 'Bad file descriptor (os error 9)' };
+    expect(await errorOf(client, 'fs/readBlock', { handleId: 'w', offset: 0, len: 1 })).toEqual(badDescriptor);
+    expect(await client.call('fs/close', { handleId: 'w' })).toEqual({});
+    expect(await errorOf(client, 'fs/writeBlock', { handleId: 'w', offset: 0, chunk: 'aGk=' })).toEqual({
+      code: -32004,
+      message: 'unknown file handle `w`',
+    });
+    await client.call('fs/open', { handleId: 'r', path, mode: 'read' });
+    expect(await errorOf(client, 'fs/writeBlock', { handleId: 'r', offset: 0, chunk: 'aGk=' })).toEqual(badDescriptor);
+    expect(
+      await errorOf(client, 'fs/open', { handleId: 'n', path: fileUri(join(dir, 'no', 'x')), mode: 'replace' }),
+    ).toEqual(NOT_FOUND);
+    expect(await errorOf(client, 'fs/open', { handleId: 'n', path: fileUri(dir), mode: 'replace' })).toEqual({
+      code: -32603,
+      message: 'Is a directory (os error 21)',
+    });
+    expect(await errorOf(client, 'fs/open', { handleId: 'n', path, mode: 'append' })).toEqual({
+      code: -32602,
+      message:
+        kind === 'codex'
+          ? 'unknown variant `append`, expected `read` or `replace`'
+          : 'unknown variant `append`, expected one of `read`, `replace`, `update`',
+    });
+  });
+
+  it('Tether extension: fs/open mode update resumes a write without truncating (Codex refuses the mode)', async () => {
+    const dir = scratch();
+    const { client, initializeResult } = await h.session(kind, transport);
+    const capabilities = (initializeResult.environmentInfo as { capabilities: Record<string, boolean> }).capabilities;
+    writeFileSync(join(dir, 'partial'), 'first half|');
+    const path = fileUri(join(dir, 'partial'));
+    const response = await client.request('fs/open', { handleId: 'u', path, mode: 'update' });
+    if (kind === 'codex') {
+      expect(capabilities.fileWriteUpdate).toBeUndefined();
+      expect(response.error).toEqual({
+        code: -32602,
+        message: 'unknown variant `update`, expected `read` or `replace`',
+      });
+      expect(readFileSync(join(dir, 'partial'), 'utf8')).toBe('first half|');
+      return;
+    }
+    expect(capabilities.fileWriteUpdate).toBe(true);
+    expect(response.result).toEqual({ handleId: 'u' });
+    const { size } = await client.call<{ size: number }>('fs/getMetadata', { path });
+    await client.call('fs/writeBlock', { handleId: 'u', offset: size, chunk: b64('second half') });
+    await client.call('fs/close', { handleId: 'u' });
+    expect(readFileSync(join(dir, 'partial'), 'utf8')).toBe('first half|second half');
+    // Absent files are created; directories are refused.
+    await client.call('fs/open', { handleId: 'new', path: fileUri(join(dir, 'fresh')), mode: 'update' });
+    await client.call('fs/writeBlock', { handleId: 'new', offset: 0, chunk: b64('x') });
+    expect(readFileSync(join(dir, 'fresh'), 'utf8')).toBe('x');
+    expect(await errorOf(client, 'fs/open', { handleId: 'd', path: fileUri(dir), mode: 'update' })).toEqual({
+      code: -32603,
+      message: 'Is a directory (os error 21)',
+    });
+  });
+
+  it('walk: breadth first, sorted, links and special files, limits', async () => {
+    const dir = scratch();
+    const { client } = await h.session(kind, transport);
+    for (const d of ['a/b/c', 'z/y', '.hid']) mkdirSync(join(dir, d), { recursive: true });
+    for (const f of ['a/f1', 'a/b/f2', 'a/b/c/f3', 'z/y/f5', '.hid/h', '.dot', 'B']) writeFileSync(join(dir, f), f);
+    mkdirSync(join(dir, '..', `${dir.split('/').pop()}-outside`, 'o1'), { recursive: true });
+    symlinkSync(`../${dir.split('/').pop()}-outside`, join(dir, 'lo'));
+    symlinkSync('a', join(dir, 'linkdir'));
+    symlinkSync('B', join(dir, 'linkfile'));
+    symlinkSync('nowhere', join(dir, 'dangling'));
+    symlinkSync('loop', join(dir, 'loop'));
+    execFileSync('mkfifo', [join(dir, 'fifo')]);
+    const walk = (options: Record<string, unknown>, path = fileUri(dir)) =>
+      client.call<{ entries: { path: string; kind: string }[]; errors: unknown[]; truncated: boolean }>('fs/walk', {
+        path,
+        options: walkOptions(options),
+      });
+    const rel = (result: Awaited<ReturnType<typeof walk>>) =>
+      result.entries.map((e) => `${e.kind === 'directory' ? 'd' : 'f'}:${e.path.slice(fileUri(dir).length + 1)}`);
+
+    const all = await walk({});
+    expect(rel(all)).toEqual([
+      'f:.dot',
+      'd:.hid',
+      'f:B',
+      'd:a',
+      'd:z',
+      'f:.hid/h',
+      'd:a/b',
+      'f:a/f1',
+      'd:z/y',
+      'd:a/b/c',
+      'f:a/b/f2',
+      'f:z/y/f5',
+      'f:a/b/c/f3',
+    ]);
+    expect(all.errors).toEqual([]);
+    expect(all.truncated).toBe(false);
+
+    // Following links: lo is descended; linkdir points at a, already walked, so it is listed only.
+    const followed = await walk({ followDirectorySymlinks: true });
+    expect(rel(followed)).toEqual([
+      'f:.dot',
+      'd:.hid',
+      'f:B',
+      'd:a',
+      'd:linkdir',
+      'd:lo',
+      'd:z',
+      'f:.hid/h',
+      'd:a/b',
+      'f:a/f1',
+      'd:lo/o1',
+      'd:z/y',
+      'd:a/b/c',
+      'f:a/b/f2',
+      'f:z/y/f5',
+      'f:a/b/c/f3',
+    ]);
+    expect(rel(await walk({ maxDepth: 0 }))).toEqual(['f:.dot', 'd:.hid', 'f:B', 'd:a', 'd:z']);
+    expect((await walk({ maxDepth: 0 })).truncated).toBe(false);
+    // maxEntries counts every entry whose type is readable (the fifo and live links too, listed or not).
+    const first = await walk({ maxDepth: 0, maxEntries: 5 });
+    expect(rel(first)).toEqual(['f:.dot', 'd:.hid', 'f:B', 'd:a']);
+    expect(first.truncated).toBe(true);
+    const exact = await walk({ maxDepth: 0, maxEntries: 9 });
+    expect(rel(exact)).toEqual(['f:.dot', 'd:.hid', 'f:B', 'd:a', 'd:z']);
+    expect(exact.truncated).toBe(false);
+    const twoDirs = await walk({ maxDirectories: 2 });
+    expect(rel(twoDirs)).toEqual(['f:.dot', 'd:.hid', 'f:B', 'd:a', 'd:z', 'f:.hid/h']);
+    expect(twoDirs.truncated).toBe(true);
+
+    expect(await walk({}, fileUri(join(dir, 'B')))).toEqual({ entries: [], errors: [], truncated: false });
+    expect(await walk({}, fileUri(join(dir, 'linkdir')))).toEqual({ entries: [], errors: [], truncated: false });
+    expect(await errorOf(client, 'fs/walk', { path: fileUri(join(dir, 'nope')), options: walkOptions() })).toEqual(
+      NOT_FOUND,
+    );
+    expect(await errorOf(client, 'fs/walk', { path: fileUri(dir), options: walkOptions({ maxEntries: 0 }) })).toEqual({
+      code: -32600,
+      message: 'filesystem walk limits must be greater than zero',
+    });
+    expect(await errorOf(client, 'fs/walk', { path: fileUri(dir) })).toEqual({
+      code: -32602,
+      message: 'missing field `options`',
+    });
+    expect(await errorOf(client, 'fs/walk', { path: fileUri(dir), options: 'x' })).toEqual({
+      code: -32602,
+      message: 'invalid type: string "x", expected struct WalkOptions',
+    });
+    expect(await errorOf(client, 'fs/walk', { path: fileUri(dir), options: { maxDepth: 1 } })).toEqual({
+      code: -32602,
+      message: 'missing field `maxDirectories`',
+    });
+    expect(await errorOf(client, 'fs/walk', { path: fileUri(dir), options: walkOptions({ maxEntries: 'x' }) })).toEqual(
+      {
+        code: -32602,
+        message: 'invalid type: string "x", expected usize',
+      },
+    );
+  });
+
+  it('walk: an entry whose type cannot be read is an error item (a path beyond PATH_MAX)', async () => {
+    const dir = scratch();
+    const { client } = await h.session(kind, transport);
+    const name = 'n'.repeat(250);
+    // 17 nested 250-byte names: the deepest ones are only reachable relative to a chdir.
+    execFileSync(process.execPath, [
+      '-e',
+      `process.chdir(${JSON.stringify(dir)}); const fs = require('node:fs');
+       for (let i = 0; i < 17; i++) { fs.mkdirSync(${JSON.stringify(name)}); process.chdir(${JSON.stringify(name)}); fs.writeFileSync('f' + i, ''); }`,
+    ]);
+    const result = await client.call<{ entries: unknown[]; errors: unknown[]; truncated: boolean }>('fs/walk', {
+      path: fileUri(dir),
+      options: walkOptions({ maxDepth: 30 }),
+    });
+    // Level k holds file f(k-1) and level k+1. Paths longer than 4095 bytes cannot be lstat-ed.
+    const level = (k: number) => join(dir, ...Array<string>(k).fill(name));
+    const levels = Math.floor((4095 - dir.length) / 251);
+    const tooLong = 'Filename too long (os error 36)';
+    const lastFile = join(level(levels), `f${levels - 1}`);
+    const lastFileFits = lastFile.length <= 4095;
+    expect(result.entries).toHaveLength(2 * levels - (lastFileFits ? 0 : 1));
+    expect(result.errors).toEqual([
+      ...(lastFileFits ? [] : [{ path: fileUri(lastFile), message: tooLong }]),
+      { path: fileUri(level(levels + 1)), message: tooLong },
+    ]);
+    expect(result.truncated).toBe(false);
+    execFileSync('rm', ['-rf', dir]);
+  });
+
+  it('sandbox: unrestricted profiles run, malformed ones fail decoding, restricted ones are never ignored', async () => {
+    const dir = scratch();
+    const { client } = await h.session(kind, transport);
+    writeFileSync(join(dir, 'f'), 'secret');
+    const path = fileUri(join(dir, 'f'));
+    const read = (sandbox: unknown) => client.request('fs/readFile', { path, sandbox });
+    for (const sandbox of [
+      null,
+      { permissions: { type: 'disabled' }, windowsSandboxLevel: 'disabled' },
+      { permissions: { type: 'external', network: 'restricted' }, windowsSandboxLevel: 'disabled' },
+      {
+        permissions: { type: 'managed', file_system: { type: 'unrestricted' }, network: 'restricted' },
+        windowsSandboxLevel: 'disabled',
+      },
+    ]) {
+      expect((await read(sandbox)).result).toEqual({ dataBase64: b64('secret') });
+    }
+    expect((await read({})).error).toEqual({ code: -32602, message: 'missing field `permissions`' });
+    expect((await read({ permissions: {} })).error).toEqual({ code: -32602, message: 'missing field `type`' });
+    expect((await read('x')).error).toEqual({
+      code: -32602,
+      message: 'invalid type: string "x", expected struct WireFileSystemSandboxContext',
+    });
+    expect((await read({ permissions: { type: 'x' } })).error).toEqual({
+      code: -32602,
+      message: 'unknown variant `x`, expected one of `managed`, `disabled`, `external`',
+    });
+    expect((await read({ permissions: { type: 'disabled' }, windowsSandboxLevel: 'x' })).error).toEqual({
+      code: -32602,
+      message: 'unknown variant `x`, expected one of `disabled`, `restricted-token`, `elevated`, `mxc`',
+    });
+    const restricted = {
+      permissions: { type: 'managed', file_system: { type: 'restricted', entries: [] }, network: 'restricted' },
+      windowsSandboxLevel: 'disabled',
+    };
+    const response = await read(restricted);
+    expect(response.result).toBeUndefined();
+    // Codex runs the read in its sandbox helper, where nothing is visible; Tether has no filesystem
+    // sandbox and refuses the request instead of running it unconfined.
+    expect(response.error).toEqual(
+      kind === 'codex'
+        ? NOT_FOUND
+        : {
+            code: -32602,
+            message:
+              'fs/readFile: a restricted filesystem sandbox is not supported by this exec-server; omit `sandbox` or use a profile without filesystem restrictions',
+          },
+    );
+    const written = await client.request('fs/writeFile', { path, dataBase64: b64('x'), sandbox: restricted });
+    expect(written.result).toBeUndefined();
+    expect(readFileSync(join(dir, 'f'), 'utf8')).toBe('secret');
+  });
+
+  if (transport === 'ws') {
+    it('handles belong to the connection: a resumed session does not inherit them', async () => {
+      const dir = scratch();
+      const { peer, client, sessionId } = await h.session(kind, transport);
+      writeFileSync(join(dir, 'f'), 'abc');
+      await client.call('fs/open', { handleId: 'kept?', path: fileUri(join(dir, 'f')) });
+      client.terminate();
+      const resumed = await resumeWhenDetached(h, peer, sessionId, 'fs-resume');
+      expect(await errorOf(resumed, 'fs/readBlock', { handleId: 'kept?', offset: 0, len: 1 })).toEqual({
+        code: -32004,
+        message: 'unknown file handle `kept?`',
+      });
+    });
+  }
+});
