@@ -1,0 +1,171 @@
+import { createHash, randomBytes } from 'node:crypto';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { PassThrough } from 'node:stream';
+import { type PeerHandle, startPeer, startTestRendezvous, type TestRendezvous } from '@tether/test-kit';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { run } from './cli.js';
+import { parseLocation } from './target.js';
+
+const work = mkdtempSync(join(tmpdir(), 'tether-harness-'));
+afterAll(() => rmSync(work, { recursive: true, force: true }));
+
+interface Outcome {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+async function harness(args: string[], env: NodeJS.ProcessEnv, stdinText?: string): Promise<Outcome> {
+  const stdin = new PassThrough();
+  const stdout = new PassThrough();
+  const stderr = new PassThrough();
+  const out: Buffer[] = [];
+  const err: Buffer[] = [];
+  stdout.on('data', (chunk: Buffer) => out.push(chunk));
+  stderr.on('data', (chunk: Buffer) => err.push(chunk));
+  if (stdinText !== undefined) stdin.end(stdinText);
+  const code = await run(args, { stdin, stdout, stderr, env });
+  return { code, stdout: Buffer.concat(out).toString(), stderr: Buffer.concat(err).toString() };
+}
+
+describe('locations', () => {
+  it('parses ENV:/path and local paths', () => {
+    expect(parseLocation('dev-1:/tmp/x')).toEqual({ kind: 'remote', environmentId: 'dev-1', path: '/tmp/x' });
+    expect(parseLocation('./file')).toEqual({ kind: 'local', path: './file' });
+    expect(parseLocation('/abs/with:colon')).toEqual({ kind: 'local', path: '/abs/with:colon' });
+    expect(() => parseLocation('dev-1:relative')).toThrow('must be absolute');
+  });
+});
+
+describe('harness CLI through the registry and relay', () => {
+  let rig: TestRendezvous;
+  let peer: PeerHandle;
+  let env: NodeJS.ProcessEnv;
+
+  beforeAll(async () => {
+    rig = await startTestRendezvous();
+    peer = await startPeer({
+      kind: 'tether',
+      transport: 'remote',
+      args: ['--remote', rig.registryUrl, '--environment-id', 'env-cli'],
+      env: { TETHER_API_KEY: rig.apiKey },
+    });
+    await rig.environmentOnline('env-cli');
+    env = { TETHER_REGISTRY_URL: rig.registryUrl, TETHER_ENVIRONMENT_ID: 'env-cli', TETHER_API_KEY: rig.apiKey };
+  });
+  afterAll(async () => {
+    await peer?.close();
+    await rig?.close();
+  });
+
+  it('exec streams output and returns the remote exit code', async () => {
+    const result = await harness(['exec', '--cwd', work, '--', '/bin/sh', '-c', 'echo out; echo err >&2; exit 4'], env);
+    expect(result).toEqual({ code: 4, stdout: 'out\n', stderr: 'err\n' });
+  });
+
+  it('exec -i forwards stdin until it ends', async () => {
+    const result = await harness(['exec', '-i', '--', 'tr', 'a-z', 'A-Z'], env, 'shout please\n');
+    expect(result.stdout).toBe('SHOUT PLEASE\n');
+    expect(result.code).toBe(0);
+  });
+
+  it('exec -e sets variables; --clean-env starts empty', async () => {
+    const result = await harness(['exec', '--clean-env', '-e', 'ONLY=1', '--', '/usr/bin/env'], env);
+    expect(result.stdout).toBe('ONLY=1\n');
+  });
+
+  it('says what is missing when there is no registry or key', async () => {
+    const noRegistry = await harness(['exec', '--', 'true'], { TETHER_API_KEY: 'x' });
+    expect(noRegistry.code).toBe(2);
+    expect(noRegistry.stderr).toContain('--registry');
+    const noKey = await harness(['exec', '--', 'true'], { ...env, TETHER_API_KEY: '' });
+    expect(noKey.code).toBe(2);
+    expect(noKey.stderr).toContain('TETHER_API_KEY');
+  });
+
+  it('a wrong API key is reported without echoing it', async () => {
+    const result = await harness(['exec', '--', 'true'], { ...env, TETHER_API_KEY: 'wrong-key-123' });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain('refused the harness API key');
+    expect(result.stderr).not.toContain('wrong-key-123');
+  });
+
+  it('--help is available on every command', async () => {
+    for (const command of [[], ['exec'], ['cp'], ['ls'], ['cat']]) {
+      const result = await harness([...command, '--help'], {});
+      expect(result.code).toBe(0);
+      expect(result.stdout).toContain('Usage: harness');
+    }
+  });
+
+  it('an unknown command is a usage error', async () => {
+    const result = await harness(['frobnicate'], {});
+    expect(result.code).toBe(2);
+    expect(result.stderr).toContain("unknown command 'frobnicate'");
+  });
+
+  it('cp copies a local file to a local path with a sha256 check', async () => {
+    const source = join(work, 'local-src.bin');
+    writeFileSync(source, randomBytes(100_000));
+    const result = await harness(['cp', source, join(work, 'local-dst.bin')], {});
+    expect(result.code).toBe(0);
+    expect(result.stderr).toContain('sha256 verified');
+    expect(readFileSync(join(work, 'local-dst.bin'))).toEqual(readFileSync(source));
+  });
+
+  it('cp refuses a directory without -r', async () => {
+    mkdirSync(join(work, 'a-dir'), { recursive: true });
+    const result = await harness(['cp', join(work, 'a-dir'), join(work, 'b-dir')], {});
+    expect(result.code).toBe(2);
+    expect(result.stderr).toContain('use -r');
+  });
+
+  it('cp up to the environment, back down, and a tree both ways: bytes and digests equal', async () => {
+    const data = randomBytes(3 * 1024 * 1024 + 17);
+    const local = join(work, 'up.bin');
+    writeFileSync(local, data);
+    const remoteDir = mkdtempSync(join(tmpdir(), 'tether-remote-'));
+    try {
+      const up = await harness(['cp', local, `env-cli:${remoteDir}/up.bin`], env);
+      expect(up.stderr).toContain('sha256 verified');
+      expect(up.code).toBe(0);
+      expect(readFileSync(join(remoteDir, 'up.bin')).equals(data)).toBe(true);
+
+      const down = await harness(['cp', `env-cli:${remoteDir}/up.bin`, join(work, 'down.bin')], env);
+      expect(down.code).toBe(0);
+      const digest = (bytes: Buffer) => createHash('sha256').update(bytes).digest('hex');
+      expect(digest(readFileSync(join(work, 'down.bin')))).toBe(digest(data));
+
+      const tree = join(work, 'tree');
+      mkdirSync(join(tree, 'nested', 'deeper'), { recursive: true });
+      writeFileSync(join(tree, 'a.txt'), 'alpha\n');
+      writeFileSync(join(tree, 'nested', 'b.txt'), 'beta\n');
+      writeFileSync(join(tree, 'nested', 'deeper', 'c.bin'), randomBytes(70_000));
+      const treeUp = await harness(['cp', '-r', tree, `env-cli:${remoteDir}`], env);
+      expect(treeUp.code).toBe(0);
+      expect(treeUp.stderr).toContain('copied 3 file(s)');
+      expect(readFileSync(join(remoteDir, 'tree', 'nested', 'b.txt'), 'utf8')).toBe('beta\n');
+
+      const listing = await harness(['ls', `env-cli:${remoteDir}/tree`], env);
+      expect(listing.stdout).toBe('a.txt\nnested/\n');
+      const cat = await harness(['cat', `env-cli:${remoteDir}/tree/a.txt`], env);
+      expect(cat.stdout).toBe('alpha\n');
+
+      const treeDown = await harness(['cp', '-r', `env-cli:${remoteDir}/tree`, join(work, 'tree-back')], env);
+      expect(treeDown.code).toBe(0);
+      expect(readFileSync(join(work, 'tree-back', 'nested', 'deeper', 'c.bin'))).toEqual(
+        readFileSync(join(tree, 'nested', 'deeper', 'c.bin')),
+      );
+    } finally {
+      rmSync(remoteDir, { recursive: true, force: true });
+    }
+  });
+
+  it('cat of a missing remote file fails with the OS reason', async () => {
+    const result = await harness(['cat', `env-cli:${work}/does-not-exist`], env);
+    expect(result.code).toBe(1);
+    expect(result.stderr).toMatch(/No such file|not found|ENOENT/i);
+  });
+});

@@ -1,0 +1,304 @@
+import type { Readable, Writable } from 'node:stream';
+import { type Environment, LocalFs, TetherError } from '@tether/client';
+import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
+import { copy, type Endpoint } from './copy.js';
+import { type ConnectFlags, ENV, type Location, openEnvironment, parseLocation } from './target.js';
+
+export interface CliIo {
+  stdin: Readable & { isTTY?: boolean; setRawMode?: (raw: boolean) => unknown };
+  stdout: Writable & { isTTY?: boolean; columns?: number; rows?: number };
+  stderr: Writable & { isTTY?: boolean };
+  env: NodeJS.ProcessEnv;
+}
+
+export const VERSION = '0.1.0';
+
+function keyValue(value: string, previous: Record<string, string> = {}): Record<string, string> {
+  const eq = value.indexOf('=');
+  if (eq <= 0) throw new InvalidArgumentError(`expected NAME=VALUE, got ${JSON.stringify(value)}`);
+  return { ...previous, [value.slice(0, eq)]: value.slice(eq + 1) };
+}
+
+function connectOptions(command: Command): Command {
+  return command
+    .addOption(new Option('--registry <url>', `registry base URL (env ${ENV.registry})`))
+    .addOption(new Option('--environment-id <id>', `environment to use (env ${ENV.environmentId})`))
+    .addOption(new Option('--url <ws-url>', `talk to an executor's WebSocket directly instead (env ${ENV.url})`));
+}
+
+function formatBytes(bytes: number): string {
+  if (bytes < 1024) return `${bytes} B`;
+  const units = ['KiB', 'MiB', 'GiB', 'TiB'];
+  let value = bytes / 1024;
+  let unit = 0;
+  while (value >= 1024 && unit < units.length - 1) {
+    value /= 1024;
+    unit++;
+  }
+  return `${value.toFixed(1)} ${units[unit]}`;
+}
+
+/** Builds the program; `run` gives each action its IO and collects the exit code. */
+export function buildProgram(io: CliIo, setExit: (code: number) => void): Command {
+  const program = new Command('harness')
+    .description(
+      'Tether harness: run processes and move files on an environment, end-to-end encrypted through the relay.',
+    )
+    .version(VERSION)
+    .showHelpAfterError()
+    .configureOutput({
+      writeOut: (text) => io.stdout.write(text),
+      writeErr: (text) => io.stderr.write(text),
+    })
+    .exitOverride()
+    .addHelpText(
+      'after',
+      `
+Connection: --registry URL and --environment-id ID (or ${ENV.registry}, ${ENV.environmentId}), with a
+harness API key in ${ENV.apiKey}. --url ws://HOST:PORT talks to an executor directly (no relay).
+Remote paths are written ENV:/absolute/path.
+
+Examples:
+  harness exec -- uname -a
+  harness exec --tty -- bash
+  harness cp ./build.tar.gz dev-1:/tmp/build.tar.gz
+  harness cp -r dev-1:/var/log/app ./logs
+  harness ls dev-1:/tmp
+  harness cat dev-1:/etc/hostname`,
+    );
+
+  connectOptions(
+    program
+      .command('exec')
+      .description('run a command on the environment; its output streams here and its exit code becomes ours')
+      .argument('<command...>', 'program and arguments (put -- before them)')
+      .option('-t, --tty', 'run in a pseudo-terminal (interactive when stdin is a terminal)', false)
+      .option('-i, --interactive', 'forward stdin to the process', false)
+      .option('--cwd <dir>', 'absolute working directory on the environment (default /)')
+      .option('-e, --env <NAME=VALUE>', 'set a variable (repeatable)', keyValue, {})
+      .option('--clean-env', 'start from an empty environment instead of the executor\u2019s', false),
+  ).action(async (argv: string[], options: ConnectFlags & ExecFlags) => {
+    setExit(await withEnvironment(io, options, undefined, (env) => execCommand(env, argv, options, io)));
+  });
+
+  connectOptions(
+    program
+      .command('cp')
+      .description('copy files or directories between here and environments (ENV:/path); verified by sha256')
+      .argument('<source>', 'local path or ENV:/path')
+      .argument('<destination>', 'local path or ENV:/path (an existing directory receives the source inside it)')
+      .option('-r, --recursive', 'copy directories', false)
+      .option('-q, --quiet', 'no progress or summary', false),
+  ).action(
+    async (source: string, destination: string, options: ConnectFlags & { recursive: boolean; quiet: boolean }) => {
+      setExit(await cpCommand(source, destination, options, io));
+    },
+  );
+
+  connectOptions(
+    program
+      .command('ls')
+      .description('list a directory on an environment')
+      .argument('<location>', 'ENV:/path or a local path'),
+  ).action(async (location: string, options: ConnectFlags) => {
+    setExit(
+      await withLocation(io, options, location, async (fs, path) => {
+        const meta = await fs.getMetadata(path);
+        if (!meta.isDirectory) {
+          io.stdout.write(`${path}\n`);
+          return 0;
+        }
+        const entries = (await fs.readDirectory(path)).sort((a, b) => a.fileName.localeCompare(b.fileName));
+        for (const entry of entries) io.stdout.write(`${entry.fileName}${entry.isDirectory ? '/' : ''}\n`);
+        return 0;
+      }),
+    );
+  });
+
+  connectOptions(
+    program
+      .command('cat')
+      .description('print a file from an environment')
+      .argument('<location>', 'ENV:/path or a local path'),
+  ).action(async (location: string, options: ConnectFlags) => {
+    setExit(
+      await withLocation(io, options, location, async (fs, path) => {
+        for await (const chunk of fs.createReadStream(path)) {
+          if (!io.stdout.write(chunk as Buffer)) await new Promise((resolve) => io.stdout.once('drain', resolve));
+        }
+        return 0;
+      }),
+    );
+  });
+
+  return program;
+}
+
+interface ExecFlags {
+  tty: boolean;
+  interactive: boolean;
+  cwd?: string;
+  env: Record<string, string>;
+  cleanEnv: boolean;
+}
+
+async function execCommand(env: Environment, argv: string[], options: ExecFlags, io: CliIo): Promise<number> {
+  const forwardStdin = options.interactive || (options.tty && io.stdin.isTTY === true);
+  const handle = await env.spawn(argv, {
+    ...(options.cwd ? { cwd: options.cwd } : {}),
+    env: options.env,
+    inheritEnv: !options.cleanEnv,
+    tty: options.tty,
+    stdin: forwardStdin,
+    ...(options.tty && io.stdout.rows && io.stdout.columns
+      ? { size: { rows: io.stdout.rows, cols: io.stdout.columns } }
+      : {}),
+  });
+  const cleanups: Array<() => void> = [];
+  if (forwardStdin) {
+    if (options.tty && io.stdin.isTTY) io.stdin.setRawMode?.(true);
+    const onData = (chunk: Buffer) => void handle.write(chunk).catch(() => undefined);
+    const onEnd = () => void handle.closeStdin().catch(() => undefined);
+    io.stdin.on('data', onData);
+    io.stdin.once('end', onEnd);
+    cleanups.push(() => {
+      io.stdin.off('data', onData);
+      io.stdin.off('end', onEnd);
+      if (options.tty && io.stdin.isTTY) io.stdin.setRawMode?.(false);
+      io.stdin.pause();
+    });
+  }
+  const onSigint = () => void handle.signal('interrupt').catch(() => undefined);
+  process.on('SIGINT', onSigint);
+  cleanups.push(() => process.off('SIGINT', onSigint));
+  try {
+    for await (const event of handle) {
+      if (event.kind !== 'output') continue;
+      const sink = event.stream === 'stderr' ? io.stderr : io.stdout;
+      if (!sink.write(event.chunk)) await new Promise((resolve) => sink.once('drain', resolve));
+    }
+    return (await handle.completion).exitCode;
+  } finally {
+    for (const cleanup of cleanups) cleanup();
+  }
+}
+
+async function cpCommand(
+  sourceText: string,
+  destinationText: string,
+  options: ConnectFlags & { recursive: boolean; quiet: boolean },
+  io: CliIo,
+): Promise<number> {
+  const opened = new Map<string, Environment>();
+  const started = Date.now();
+  try {
+    const endpoint = async (location: Location, text: string): Promise<Endpoint> => {
+      if (location.kind === 'local') return { fs: new LocalFs(), env: null, path: location.path, label: text };
+      let env = opened.get(location.environmentId);
+      if (!env) {
+        env = await openEnvironment(options, io.env, location.environmentId);
+        opened.set(location.environmentId, env);
+      }
+      return { fs: env.fs, env, path: location.path, label: text };
+    };
+    const source = await endpoint(parseLocation(sourceText), sourceText);
+    const destination = await endpoint(parseLocation(destinationText), destinationText);
+    const progress = !options.quiet && io.stderr.isTTY === true;
+    let lastDraw = 0;
+    const stats = await copy(source, destination, {
+      recursive: options.recursive,
+      onProgress: progress
+        ? (file, done, total) => {
+            const now = Date.now();
+            if (now - lastDraw < 100 && done < total) return;
+            lastDraw = now;
+            const percent = total > 0 ? Math.floor((done / total) * 100) : 100;
+            const rate = done / Math.max((now - started) / 1000, 0.001);
+            io.stderr.write(
+              `\r\u001b[2K${basenameOf(file)}  ${percent}%  ${formatBytes(done)}  ${formatBytes(rate)}/s`,
+            );
+          }
+        : undefined,
+    });
+    if (progress) io.stderr.write('\r\u001b[2K');
+    if (!options.quiet) {
+      const seconds = Math.max((Date.now() - started) / 1000, 0.001);
+      io.stderr.write(
+        `copied ${stats.files} file(s)${stats.directories ? ` in ${stats.directories} dir(s)` : ''}, ${formatBytes(stats.bytes)} in ${seconds.toFixed(2)} s (${formatBytes(stats.bytes / seconds)}/s), sha256 verified\n`,
+      );
+    }
+    return 0;
+  } catch (err) {
+    return report(io, err);
+  } finally {
+    for (const env of opened.values()) await env.close();
+  }
+}
+
+function basenameOf(path: string): string {
+  return path.slice(path.lastIndexOf('/') + 1) || path;
+}
+
+async function withEnvironment(
+  io: CliIo,
+  flags: ConnectFlags,
+  environmentId: string | undefined,
+  action: (env: Environment) => Promise<number>,
+): Promise<number> {
+  let env: Environment | null = null;
+  try {
+    env = await openEnvironment(flags, io.env, environmentId);
+    return await action(env);
+  } catch (err) {
+    return report(io, err);
+  } finally {
+    await env?.close();
+  }
+}
+
+async function withLocation(
+  io: CliIo,
+  flags: ConnectFlags,
+  text: string,
+  action: (fs: Endpoint['fs'], path: string) => Promise<number>,
+): Promise<number> {
+  let location: Location;
+  try {
+    location = parseLocation(text);
+  } catch (err) {
+    return report(io, err);
+  }
+  if (location.kind === 'local') {
+    try {
+      return await action(new LocalFs(), location.path);
+    } catch (err) {
+      return report(io, err);
+    }
+  }
+  const { path } = location;
+  return withEnvironment(io, flags, location.environmentId, (env) => action(env.fs, path));
+}
+
+function report(io: CliIo, err: unknown): number {
+  if (err instanceof TetherError) {
+    io.stderr.write(`harness: ${err.message}\n`);
+    return err.code === 'invalid_argument' ? 2 : 1;
+  }
+  io.stderr.write(`harness: ${(err as Error).message ?? String(err)}\n`);
+  return 1;
+}
+
+/** Parses and runs; resolves with the process exit code. */
+export async function run(argv: string[], io: CliIo): Promise<number> {
+  let code = 0;
+  const program = buildProgram(io, (value) => {
+    code = value;
+  });
+  try {
+    await program.parseAsync(argv, { from: 'user' });
+  } catch (err) {
+    if (err instanceof CommanderError) return err.exitCode === 0 ? 0 : 2;
+    throw err;
+  }
+  return code;
+}

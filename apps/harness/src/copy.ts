@@ -1,0 +1,117 @@
+import { createHash, type Hash } from 'node:crypto';
+import { basename, posix } from 'node:path';
+import { Transform } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import { type Environment, type EnvironmentFs, LocalFs, TetherError } from '@tether/client';
+
+/** One side of a copy: a filesystem and, when remote, the environment to hash on. */
+export interface Endpoint {
+  fs: EnvironmentFs;
+  /** Remote: where `sha256sum` runs. Local: null (hashed in process). */
+  env: Environment | null;
+  path: string;
+  label: string;
+}
+
+export interface CopyStats {
+  files: number;
+  directories: number;
+  bytes: number;
+}
+
+export interface CopyOptions {
+  recursive: boolean;
+  /** Called as bytes move (for a progress line). */
+  onProgress?: (file: string, done: number, total: number) => void;
+  /** Called when a file has been copied and verified. */
+  onFile?: (file: string, bytes: number, sha256: string) => void;
+}
+
+/**
+ * Copies a file or (recursively) a directory between any two endpoints, streaming, and checks every
+ * file's SHA-256 at the destination against what was read at the source.
+ */
+export async function copy(source: Endpoint, destination: Endpoint, options: CopyOptions): Promise<CopyStats> {
+  const stats: CopyStats = { files: 0, directories: 0, bytes: 0 };
+  const meta = await source.fs.getMetadata(source.path);
+  let target = destination.path;
+  const existing = await destination.fs.getMetadata(target).catch(() => null);
+  if (existing?.isDirectory) target = posix.join(target, basename(source.path));
+  if (meta.isDirectory) {
+    if (!options.recursive) {
+      throw new TetherError('invalid_argument', `${source.label} is a directory (use -r to copy directories)`);
+    }
+    await copyTree(source, source.path, destination, target, options, stats);
+  } else {
+    await copyFile(source, source.path, destination, target, meta.size, options, stats);
+  }
+  return stats;
+}
+
+async function copyTree(
+  source: Endpoint,
+  from: string,
+  destination: Endpoint,
+  to: string,
+  options: CopyOptions,
+  stats: CopyStats,
+): Promise<void> {
+  await destination.fs.createDirectory(to, { recursive: true });
+  stats.directories++;
+  for (const entry of await source.fs.readDirectory(from)) {
+    const child = posix.join(from, entry.fileName);
+    const target = posix.join(to, entry.fileName);
+    if (entry.isDirectory) {
+      await copyTree(source, child, destination, target, options, stats);
+    } else if (entry.isFile) {
+      const { size } = await source.fs.getMetadata(child);
+      await copyFile(source, child, destination, target, size, options, stats);
+    }
+    // Anything else (sockets, devices, dangling links) is skipped, as cp -r of regular content.
+  }
+}
+
+async function copyFile(
+  source: Endpoint,
+  from: string,
+  destination: Endpoint,
+  to: string,
+  size: number,
+  options: CopyOptions,
+  stats: CopyStats,
+): Promise<void> {
+  const hash = createHash('sha256');
+  let done = 0;
+  const meter = new Transform({
+    transform(chunk: Buffer, _encoding, callback) {
+      hash.update(chunk);
+      done += chunk.byteLength;
+      options.onProgress?.(from, done, size);
+      callback(null, chunk);
+    },
+  });
+  await pipeline(source.fs.createReadStream(from), meter, destination.fs.createWriteStream(to));
+  const expected = hash.digest('hex');
+  const actual = await sha256Of(destination, to);
+  if (actual !== expected) {
+    throw new TetherError(
+      'protocol',
+      `integrity check failed for ${to}: sha256 ${actual} at the destination, ${expected} read from the source`,
+    );
+  }
+  stats.files++;
+  stats.bytes += done;
+  options.onFile?.(to, done, expected);
+}
+
+/** SHA-256 of a file where it lives: `sha256sum` on a remote environment, else read back and hashed. */
+export async function sha256Of(endpoint: Endpoint, path: string): Promise<string> {
+  if (endpoint.env && !(endpoint.fs instanceof LocalFs)) {
+    const result = await endpoint.env.exec(['sha256sum', '--', path]).catch(() => null);
+    const digest = result?.exitCode === 0 ? /^([0-9a-f]{64})\s/.exec(result.stdout.toString())?.[1] : undefined;
+    if (digest) return digest;
+  }
+  const hash: Hash = createHash('sha256');
+  for await (const chunk of endpoint.fs.createReadStream(path)) hash.update(chunk as Buffer);
+  return hash.digest('hex');
+}

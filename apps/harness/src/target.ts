@@ -1,0 +1,51 @@
+import { Environment, TetherError } from '@tether/client';
+
+/** How the CLI reaches an environment: through the registry and relay, or an executor's WebSocket. */
+export interface ConnectFlags {
+  registry?: string;
+  environmentId?: string;
+  url?: string;
+}
+
+export const ENV = {
+  registry: 'TETHER_REGISTRY_URL',
+  environmentId: 'TETHER_ENVIRONMENT_ID',
+  apiKey: 'TETHER_API_KEY',
+  url: 'TETHER_EXECUTOR_URL',
+} as const;
+
+/** `ENV:PATH` (remote) or a local path. A single letter before `:` is not an environment (C:\ on Windows). */
+export type Location = { kind: 'local'; path: string } | { kind: 'remote'; environmentId: string; path: string };
+
+export function parseLocation(text: string): Location {
+  const match = /^([A-Za-z0-9_-]{2,128}):(.*)$/.exec(text);
+  if (!match) return { kind: 'local', path: text };
+  const [, environmentId = '', path = ''] = match;
+  if (!path.startsWith('/')) {
+    throw new TetherError('invalid_argument', `remote path in ${JSON.stringify(text)} must be absolute (ENV:/path)`);
+  }
+  return { kind: 'remote', environmentId, path };
+}
+
+/** Opens the environment named by flags/env vars (remote), or `environmentId` from an `ENV:PATH`. */
+export async function openEnvironment(
+  flags: ConnectFlags,
+  env: NodeJS.ProcessEnv,
+  environmentId?: string,
+): Promise<Environment> {
+  const url = flags.url ?? env[ENV.url];
+  if (url && !environmentId) return Environment.connectWebSocket(url, { clientName: 'tether-harness' });
+  const registryUrl = flags.registry ?? env[ENV.registry];
+  const id = environmentId ?? flags.environmentId ?? env[ENV.environmentId];
+  if (!registryUrl) {
+    throw new TetherError(
+      'invalid_argument',
+      `no registry: pass --registry URL or set ${ENV.registry} (or --url for a direct executor)`,
+    );
+  }
+  if (!id)
+    throw new TetherError('invalid_argument', `no environment: pass --environment-id ID or set ${ENV.environmentId}`);
+  const apiKey = env[ENV.apiKey]?.trim();
+  if (!apiKey) throw new TetherError('invalid_argument', `no API key: set ${ENV.apiKey} to a harness key`);
+  return Environment.connectRendezvous({ registryUrl, apiKey, environmentId: id, clientName: 'tether-harness' });
+}

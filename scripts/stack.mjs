@@ -1,0 +1,194 @@
+#!/usr/bin/env node
+// The local stack on embedded defaults: a registry (SQLite), a relay and an executor in remote mode,
+// wired together, plus a harness key. Runs until Ctrl-C (or SIGTERM), then stops all three.
+//
+//   node scripts/stack.mjs [--data-dir DIR] [--registry-port 8080] [--relay-port 8081] [--environment-id local]
+//
+// Everything it creates (database, signing key, API keys) lives in the data directory (default ./data);
+// a second start reuses it. The harness key is written to DATA/harness.key (mode 0600).
+import { spawn, spawnSync } from 'node:child_process';
+import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+
+const root = fileURLToPath(new URL('..', import.meta.url));
+const { values } = parseArgs({
+  options: {
+    'data-dir': { type: 'string', default: 'data' },
+    'registry-port': { type: 'string', default: '8080' },
+    'relay-port': { type: 'string', default: '8081' },
+    'environment-id': { type: 'string', default: 'local' },
+    help: { type: 'boolean', default: false },
+  },
+});
+if (values.help) {
+  process.stdout.write(
+    'usage: node scripts/stack.mjs [--data-dir DIR] [--registry-port N] [--relay-port N] [--environment-id ID]\n' +
+      'Starts a registry (SQLite), a relay and an executor (remote mode) on 127.0.0.1; Ctrl-C stops them.\n',
+  );
+  process.exit(0);
+}
+
+const dataDir = resolve(values['data-dir']);
+const environmentId = values['environment-id'];
+const registryUrl = `http://127.0.0.1:${values['registry-port']}`;
+const relayUrl = `ws://127.0.0.1:${values['relay-port']}`;
+const database = `sqlite:${join(dataDir, 'registry.db')}`;
+const bin = (app) => join(root, 'apps', app, 'dist', 'main.js');
+for (const app of ['registry', 'relay', 'executor', 'harness']) {
+  if (!existsSync(bin(app))) {
+    process.stderr.write(`stack: ${bin(app)} is missing; build first (npm run build)\n`);
+    process.exit(1);
+  }
+}
+mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+
+/** Returns the token stored in DATA/NAME.key, creating the key in the registry's database first. */
+function key(name, role) {
+  const file = join(dataDir, `${name}.key`);
+  if (existsSync(file)) return readFileSync(file, 'utf8').trim();
+  const created = spawnSync(
+    process.execPath,
+    [bin('registry'), 'keys', 'create', '--database', database, '--role', role, '--label', `stack ${name}`],
+    { encoding: 'utf8' },
+  );
+  if (created.status !== 0) {
+    process.stderr.write(`stack: cannot create the ${name} key:\n${created.stderr}`);
+    process.exit(1);
+  }
+  writeFileSync(file, `${created.stdout.trim()}\n`, { mode: 0o600 });
+  chmodSync(file, 0o600);
+  return created.stdout.trim();
+}
+
+const adminKey = key('admin', 'admin');
+const executorKey = key('executor', 'executor');
+key('harness', 'harness');
+
+const children = [];
+let stopping = false;
+
+/** Starts a service; resolves with its first stdout line (the bound URL) once printed. */
+function start(name, args, env) {
+  const child = spawn(process.execPath, args, {
+    env: { ...process.env, ...env },
+    stdio: ['pipe', 'pipe', 'pipe'],
+  });
+  children.push({ name, child });
+  const logFile = join(dataDir, `${name}.log`);
+  writeFileSync(logFile, '');
+  child.stderr.on('data', (chunk) => writeFileSync(logFile, chunk, { flag: 'a' }));
+  child.once('exit', (code, signal) => {
+    if (!stopping) {
+      process.stderr.write(`stack: ${name} exited (${signal ?? code}); see ${logFile}\n`);
+      stop(1);
+    }
+  });
+  return new Promise((resolveLine, reject) => {
+    const lines = createInterface({ input: child.stdout });
+    lines.once('line', (line) => resolveLine(line.trim()));
+    child.once('exit', () => reject(new Error(`${name} exited before it was ready; see ${logFile}`)));
+  });
+}
+
+async function stop(code) {
+  if (stopping) return;
+  stopping = true;
+  for (const { child } of [...children].reverse()) {
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
+  }
+  await Promise.all(
+    children.map(
+      ({ child }) =>
+        new Promise((done) => {
+          if (child.exitCode !== null || child.signalCode !== null) return done();
+          const timer = setTimeout(() => child.kill('SIGKILL'), 5_000);
+          child.once('exit', () => {
+            clearTimeout(timer);
+            done();
+          });
+        }),
+    ),
+  );
+  process.exit(code);
+}
+process.on('SIGINT', () => stop(0));
+process.on('SIGTERM', () => stop(0));
+
+try {
+  await start(
+    'registry',
+    [
+      bin('registry'),
+      'serve',
+      '--listen',
+      `127.0.0.1:${values['registry-port']}`,
+      '--database',
+      database,
+      '--relay-url',
+      relayUrl,
+      '--data-dir',
+      dataDir,
+    ],
+    {},
+  );
+  await start(
+    'relay',
+    [
+      bin('relay'),
+      'serve',
+      '--listen',
+      `127.0.0.1:${values['relay-port']}`,
+      '--public-url',
+      relayUrl,
+      '--registry',
+      registryUrl,
+    ],
+    { TETHER_RELAY_REGISTRY_TOKEN: adminKey },
+  );
+  // The executor prints nothing on stdout in remote mode: wait for its registration in the log instead.
+  const executor = spawn(
+    process.execPath,
+    [bin('executor'), '--remote', registryUrl, '--environment-id', environmentId],
+    {
+      env: { ...process.env, TETHER_API_KEY: executorKey },
+      stdio: ['ignore', 'ignore', 'pipe'],
+    },
+  );
+  children.push({ name: 'executor', child: executor });
+  const executorLog = join(dataDir, 'executor.log');
+  writeFileSync(executorLog, '');
+  await new Promise((ready, fail) => {
+    const lines = createInterface({ input: executor.stderr });
+    lines.on('line', (line) => {
+      writeFileSync(executorLog, `${line}\n`, { flag: 'a' });
+      if (line.includes('relay link up')) ready();
+    });
+    executor.once('exit', (code) => {
+      if (!stopping) {
+        fail(new Error(`executor exited (${code}); see ${executorLog}`));
+        stop(1);
+      }
+    });
+  });
+} catch (err) {
+  process.stderr.write(`stack: ${err.message}\n`);
+  await stop(1);
+}
+
+const harness = `node ${join('apps', 'harness', 'bin', 'harness.js')}`;
+process.stdout.write(`Tether is running on 127.0.0.1:
+  registry  ${registryUrl}   (SQLite: ${join(dataDir, 'registry.db')})
+  relay     ${relayUrl}
+  executor  environment "${environmentId}", reached only through the relay (logs in ${dataDir}/*.log)
+
+In another terminal:
+  export TETHER_REGISTRY_URL=${registryUrl} TETHER_ENVIRONMENT_ID=${environmentId}
+  export TETHER_API_KEY=$(cat ${join(values['data-dir'], 'harness.key')})
+  ${harness} exec -- uname -a
+  ${harness} cp README.md ${environmentId}:/tmp/README.md && ${harness} cat ${environmentId}:/tmp/README.md
+
+Ctrl-C stops everything.
+`);
