@@ -169,3 +169,40 @@ describe('harness CLI through the registry and relay', () => {
     expect(result.stderr).toMatch(/No such file|not found|ENOENT/i);
   });
 });
+
+describe('copy integrity', () => {
+  it('fails when the destination does not hash like the source', async () => {
+    const { copy } = await import('./copy.js');
+    const { LocalFs } = await import('@tether/client');
+    const { Transform } = await import('node:stream');
+    const source = join(work, 'integrity-src.bin');
+    writeFileSync(source, randomBytes(50_000));
+    const real = new LocalFs();
+    // A destination that flips one byte on its way to disk, as a faulty transport or disk would.
+    const corrupting = Object.create(real) as InstanceType<typeof LocalFs>;
+    corrupting.createWriteStream = (path: string) => {
+      const sink = real.createWriteStream(path);
+      let flipped = false;
+      const flip = new Transform({
+        transform(chunk: Buffer, _encoding, callback) {
+          if (!flipped) {
+            chunk = Buffer.from(chunk);
+            chunk[0] = (chunk[0] ?? 0) ^ 0xff;
+            flipped = true;
+          }
+          callback(null, chunk);
+        },
+      });
+      flip.pipe(sink);
+      return flip;
+    };
+    const destination = join(work, 'integrity-dst.bin');
+    await expect(
+      copy(
+        { fs: real, env: null, path: source, label: source },
+        { fs: corrupting, env: null, path: destination, label: destination },
+        { recursive: false },
+      ),
+    ).rejects.toThrow(/integrity check failed/);
+  });
+});

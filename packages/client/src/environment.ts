@@ -67,12 +67,15 @@ export class Environment {
 
   static remote(client: ExecServerClient): Environment {
     const capabilities = () => {
-      const info = client.initializeResult as {
-        capabilities?: unknown;
-        environmentInfo?: { capabilities?: unknown };
-      } | null;
-      const list = info?.capabilities ?? info?.environmentInfo?.capabilities;
-      return new Set(Array.isArray(list) ? list.filter((c): c is string => typeof c === 'string') : []);
+      // `initialize` → `environmentInfo.capabilities`: an object of flags (`{fileWriteStreaming: true, …}`).
+      const info = client.initializeResult as { environmentInfo?: { capabilities?: unknown } } | null;
+      const flags = info?.environmentInfo?.capabilities;
+      if (!flags || typeof flags !== 'object') return new Set<string>();
+      return new Set(
+        Object.entries(flags)
+          .filter(([, on]) => on === true)
+          .map(([name]) => name),
+      );
     };
     const fs = new RemoteFs({ call: (method, params) => client.call(method, params), capabilities });
     return new Environment(client, fs, '/', async () => client.close(), client);

@@ -198,12 +198,18 @@ export class RemoteFs implements EnvironmentFs {
     let nextOffset = 0;
     let eof = false;
     let inflight: Array<{ offset: number; len: number; answer: Promise<{ chunk: string; eof: boolean }> }> = [];
-    const close = async () => {
-      if (!open) return;
-      open = false;
-      await Promise.allSettled(inflight.map((block) => block.answer));
-      inflight = [];
-      await caller.call('fs/close', { handleId }).catch(() => undefined);
+    // One close for every path that ends the stream (eof seen by overlapping reads, errors, destroy).
+    let closing: Promise<void> | null = null;
+    const close = () => {
+      closing ??= (async () => {
+        if (opened) await opened.catch(() => undefined);
+        if (!open) return;
+        open = false;
+        await Promise.allSettled(inflight.map((block) => block.answer));
+        inflight = [];
+        await caller.call('fs/close', { handleId }).catch(() => undefined);
+      })();
+      return closing;
     };
     const request = (offset: number, len: number) => {
       const answer = caller.call<{ chunk: string; eof: boolean }>('fs/readBlock', { handleId, offset, len });

@@ -211,7 +211,7 @@ export class ProcessHandle implements AsyncIterable<ProcessEvent> {
           // Output after exit: the one missing seq is the exit itself.
           exitedDelivered = true;
           this.enqueue({ kind: 'exited', processId: this.processId, seq: this.lastSeq + 1, exitCode: answer.exitCode });
-        } else if (gap > 0) {
+        } else if (gap > 0 && !this.abandoned) {
           throw new TetherError(
             'output_lost',
             `output of ${this.processId} after seq ${this.lastSeq} is no longer retained by the executor (next retained: ${chunk.seq}); the consumer fell too far behind`,
@@ -282,8 +282,8 @@ export class ProcessHandle implements AsyncIterable<ProcessEvent> {
     const wake = this.wakePuller;
     this.wakePuller = null;
     wake?.();
-    // Keep following (by reading) until the close arrives; events are discarded as they come.
-    this.switchToPull();
+    // Keep following until the close arrives (pushed, or pulled if already pulling); events are
+    // discarded as they come, and output the executor no longer retains is no longer an error.
     const drain = () => {
       this.queue.length = 0;
       this.queuedBytes = 0;

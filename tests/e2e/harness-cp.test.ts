@@ -1,0 +1,109 @@
+/**
+ * The whole product path, every part a real process: `harness cp` (the CLI bin) → registry bin (bundle) →
+ * relay bin → our executor in remote mode, end-to-end encrypted. A 512 MiB file goes up and comes back
+ * down; both copies hash the same, and neither the harness nor the executor holds the file in memory.
+ */
+import { spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { createReadStream, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { type PeerHandle, repoRoot, type Stack, startStack } from '@tether/test-kit';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+
+const ENVIRONMENT = 'env-cp-e2e';
+const SIZE_MIB = 512;
+/** Far below the file: a client or executor that buffered it would blow through this. */
+const RSS_BOUND_MIB = 256;
+
+/** Peak resident set (VmHWM) of a live process, in MiB. */
+function peakRssMib(pid: number): number {
+  try {
+    const match = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return match ? Number(match[1]) / 1024 : 0;
+  } catch {
+    return 0;
+  }
+}
+
+async function sha256File(path: string): Promise<string> {
+  const hash = createHash('sha256');
+  for await (const chunk of createReadStream(path, { highWaterMark: 4 * 1024 * 1024 })) hash.update(chunk as Buffer);
+  return hash.digest('hex');
+}
+
+/** Runs the harness bin; tracks its peak RSS while it runs. */
+function harness(
+  args: string[],
+  env: NodeJS.ProcessEnv,
+): Promise<{ code: number | null; stderr: string; peakMib: number }> {
+  const child = spawn(process.execPath, [join(repoRoot(), 'apps', 'harness', 'dist', 'main.js'), ...args], {
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  let stderr = '';
+  child.stderr.on('data', (d: Buffer) => {
+    stderr += d;
+  });
+  let peakMib = 0;
+  const sampler = setInterval(() => {
+    peakMib = Math.max(peakMib, peakRssMib(child.pid!));
+  }, 20);
+  return new Promise((resolve, reject) => {
+    child.once('error', reject);
+    child.once('exit', (code) => {
+      clearInterval(sampler);
+      resolve({ code, stderr, peakMib });
+    });
+  });
+}
+
+describe('harness cp through registry, relay and executor', () => {
+  let stack: Stack;
+  let executor: PeerHandle;
+  let dir: string;
+  let env: NodeJS.ProcessEnv;
+
+  beforeAll(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'tether-cp-e2e-'));
+    stack = await startStack();
+    executor = await stack.startExecutor('tether', ENVIRONMENT);
+    env = { TETHER_REGISTRY_URL: stack.registryUrl, TETHER_API_KEY: stack.keys.harness };
+  });
+
+  afterAll(async () => {
+    await stack?.close();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  it(`moves ${SIZE_MIB} MiB up and back with equal sha256 and bounded memory`, { timeout: 300_000 }, async () => {
+    const source = join(dir, 'big.bin');
+    const make = spawn('/bin/sh', ['-c', `head -c ${SIZE_MIB * 1024 * 1024} /dev/urandom > '${source}'`]);
+    await new Promise((resolve) => make.once('exit', resolve));
+    const expected = await sha256File(source);
+
+    let executorPeak = 0;
+    const sampler = setInterval(() => {
+      executorPeak = Math.max(executorPeak, peakRssMib(executor.pid));
+    }, 20);
+    try {
+      const up = await harness(['cp', '-q', source, `${ENVIRONMENT}:${dir}/remote.bin`], env);
+      expect(up.stderr).toBe('');
+      expect(up.code).toBe(0);
+      expect(await sha256File(join(dir, 'remote.bin'))).toBe(expected);
+
+      const down = await harness(['cp', '-q', `${ENVIRONMENT}:${dir}/remote.bin`, join(dir, 'back.bin')], env);
+      expect(down.stderr).toBe('');
+      expect(down.code).toBe(0);
+      expect(await sha256File(join(dir, 'back.bin'))).toBe(expected);
+
+      expect(up.peakMib, 'harness peak RSS uploading (MiB)').toBeLessThan(RSS_BOUND_MIB);
+      expect(down.peakMib, 'harness peak RSS downloading (MiB)').toBeLessThan(RSS_BOUND_MIB);
+      expect(up.peakMib).toBeGreaterThan(0);
+    } finally {
+      clearInterval(sampler);
+    }
+    expect(executorPeak, 'executor peak RSS (MiB)').toBeLessThan(RSS_BOUND_MIB);
+    expect(executorPeak).toBeGreaterThan(0);
+  });
+});
