@@ -20,6 +20,8 @@ const ITERATIONS = Number(process.env.BENCH_ITERATIONS ?? 100);
 const FS_MIB = Number(process.env.BENCH_FS_MIB ?? 256);
 const FS_BLOCK = 1024 * 1024;
 const FS_IN_FLIGHT = 4;
+/** BENCH_ONLY=fs measures just the fs block rows (the others print NaN): quicker when iterating on them. */
+const ONLY_FS = process.env.BENCH_ONLY === 'fs';
 const IDLE_SESSIONS = 100;
 const FINISHED_PROCESSES = 1000;
 const PEER_ARGS = ['--concurrent-requests', '4'];
@@ -199,7 +201,10 @@ async function pipelined(count: number, issue: (i: number) => Promise<number>): 
   let bytes = 0;
   const t0 = performance.now();
   const lane = async () => {
-    while (next < count) bytes += await issue(next++);
+    while (next < count) {
+      const done = await issue(next++); // not `bytes += await …`: that reads `bytes` before awaiting
+      bytes += done;
+    }
   };
   await Promise.all(Array.from({ length: FS_IN_FLIGHT }, lane));
   return bytes / 1e6 / ((performance.now() - t0) / 1000);
@@ -283,6 +288,19 @@ async function measure(kind: PeerKind): Promise<Figures> {
       throw err;
     }
   };
+  if (ONLY_FS) {
+    const [fsReadMBps, fsWriteMBps] = [await run(fsReadThroughput), await run(fsWriteThroughput)];
+    const none = Number.NaN;
+    return {
+      streamMBps: none,
+      trueP50Ms: none,
+      ptyEchoP50Ms: none,
+      idleRssMiB: none,
+      peakRssMiB: none,
+      fsReadMBps,
+      fsWriteMBps,
+    };
+  }
   process.stderr.write(`${kind}: streaming ${STREAM_MIB} MiB…\n`);
   const streamMBps = await run(streamThroughput);
   process.stderr.write(`${kind}: true latency…\n`);
