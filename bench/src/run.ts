@@ -3,11 +3,13 @@
  * same client (ours, over WebSocket, reading notifications). Prints a table with both columns, the
  * ratio and the target of each figure, and writes bench/results/latest.json.
  *
- *   BENCH_STREAM_MIB=256 BENCH_ITERATIONS=100 pnpm bench
+ *   BENCH_STREAM_MIB=256 BENCH_FS_MIB=256 BENCH_ITERATIONS=100 pnpm bench
  */
 
+import { randomFillSync } from 'node:crypto';
 import { once } from 'node:events';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync, writeSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { type PeerKind, repoRoot, startPeer } from '@tether/test-kit';
@@ -15,6 +17,11 @@ import { WebSocket } from 'ws';
 
 const STREAM_MIB = Number(process.env.BENCH_STREAM_MIB ?? 256);
 const ITERATIONS = Number(process.env.BENCH_ITERATIONS ?? 100);
+const FS_MIB = Number(process.env.BENCH_FS_MIB ?? 256);
+const FS_BLOCK = 1024 * 1024;
+const FS_IN_FLIGHT = 4;
+/** BENCH_ONLY=fs measures just the fs block rows (the others print NaN): quicker when iterating on them. */
+const ONLY_FS = process.env.BENCH_ONLY === 'fs';
 const IDLE_SESSIONS = 100;
 const FINISHED_PROCESSES = 1000;
 const PEER_ARGS = ['--concurrent-requests', '4'];
@@ -178,6 +185,63 @@ async function ptyEcho(url: string): Promise<number> {
   return percentile(samples, 50);
 }
 
+/** A file of `FS_MIB` random MiB for the block benchmarks, written once per run. */
+const fsDir = mkdtempSync(join(tmpdir(), 'tether-bench-fs-'));
+const fsSource = join(fsDir, 'source.bin');
+{
+  const fd = openSync(fsSource, 'w');
+  const block = Buffer.alloc(FS_BLOCK);
+  for (let i = 0; i < FS_MIB; i++) writeSync(fd, randomFillSync(block));
+  closeSync(fd);
+}
+
+/** Runs `issue(i)` for i in [0, count) with `FS_IN_FLIGHT` calls outstanding; returns MB/s. */
+async function pipelined(count: number, issue: (i: number) => Promise<number>): Promise<number> {
+  let next = 0;
+  let bytes = 0;
+  const t0 = performance.now();
+  const lane = async () => {
+    while (next < count) {
+      const done = await issue(next++); // not `bytes += await …`: that reads `bytes` before awaiting
+      bytes += done;
+    }
+  };
+  await Promise.all(Array.from({ length: FS_IN_FLIGHT }, lane));
+  return bytes / 1e6 / ((performance.now() - t0) / 1000);
+}
+
+/** `fs/open` + `fs/readBlock` of the whole file in 1 MiB blocks. */
+async function fsReadThroughput(url: string): Promise<number> {
+  const client = await BenchClient.connect(url);
+  await client.call('fs/open', { handleId: 'src', path: `file://${fsSource}` });
+  const rate = await pipelined(FS_MIB, async (i) => {
+    const { chunk } = await client.call<{ chunk: string }>('fs/readBlock', {
+      handleId: 'src',
+      offset: i * FS_BLOCK,
+      len: FS_BLOCK,
+    });
+    return base64Bytes(chunk);
+  });
+  client.close();
+  return rate;
+}
+
+/** `fs/open {mode: replace}` + `fs/writeBlock` of as many bytes in 1 MiB blocks. */
+async function fsWriteThroughput(url: string): Promise<number> {
+  const client = await BenchClient.connect(url);
+  const target = join(fsDir, 'target.bin');
+  await client.call('fs/open', { handleId: 'dst', path: `file://${target}`, mode: 'replace' });
+  const chunk = randomFillSync(Buffer.alloc(FS_BLOCK)).toString('base64');
+  const rate = await pipelined(FS_MIB, async (i) => {
+    await client.call('fs/writeBlock', { handleId: 'dst', offset: i * FS_BLOCK, chunk });
+    return FS_BLOCK;
+  });
+  await client.call('fs/close', { handleId: 'dst' });
+  client.close();
+  rmSync(target, { force: true });
+  return rate;
+}
+
 function peakRssMiB(pid: number): { rss: number; hwm: number } {
   const status = readFileSync(`/proc/${pid}/status`, 'utf8');
   const field = (name: string) => Number(new RegExp(`${name}:\\s+(\\d+) kB`).exec(status)?.[1] ?? Number.NaN) / 1024;
@@ -202,7 +266,15 @@ async function idleFootprint(url: string, pid: number): Promise<number> {
   return rss;
 }
 
-type Figures = { streamMBps: number; trueP50Ms: number; ptyEchoP50Ms: number; idleRssMiB: number; peakRssMiB: number };
+type Figures = {
+  streamMBps: number;
+  trueP50Ms: number;
+  ptyEchoP50Ms: number;
+  idleRssMiB: number;
+  peakRssMiB: number;
+  fsReadMBps: number;
+  fsWriteMBps: number;
+};
 
 async function measure(kind: PeerKind): Promise<Figures> {
   const run = async <T>(task: (url: string, pid: number) => Promise<T>): Promise<T> => {
@@ -216,6 +288,19 @@ async function measure(kind: PeerKind): Promise<Figures> {
       throw err;
     }
   };
+  if (ONLY_FS) {
+    const [fsReadMBps, fsWriteMBps] = [await run(fsReadThroughput), await run(fsWriteThroughput)];
+    const none = Number.NaN;
+    return {
+      streamMBps: none,
+      trueP50Ms: none,
+      ptyEchoP50Ms: none,
+      idleRssMiB: none,
+      peakRssMiB: none,
+      fsReadMBps,
+      fsWriteMBps,
+    };
+  }
   process.stderr.write(`${kind}: streaming ${STREAM_MIB} MiB…\n`);
   const streamMBps = await run(streamThroughput);
   process.stderr.write(`${kind}: true latency…\n`);
@@ -229,11 +314,15 @@ async function measure(kind: PeerKind): Promise<Figures> {
     peak = peakRssMiB(pid).hwm;
     return rss;
   });
-  return { streamMBps, trueP50Ms, ptyEchoP50Ms, idleRssMiB, peakRssMiB: peak };
+  process.stderr.write(`${kind}: fs blocks, ${FS_MIB} MiB each way…\n`);
+  const fsReadMBps = await run(fsReadThroughput);
+  const fsWriteMBps = await run(fsWriteThroughput);
+  return { streamMBps, trueP50Ms, ptyEchoP50Ms, idleRssMiB, peakRssMiB: peak, fsReadMBps, fsWriteMBps };
 }
 
 const codex = await measure('codex');
 const tether = await measure('tether');
+rmSync(fsDir, { recursive: true, force: true });
 
 const rows: Array<[string, number, number, string, boolean]> = [
   [
@@ -265,6 +354,20 @@ const rows: Array<[string, number, number, string, boolean]> = [
     tether.idleRssMiB < 150,
   ],
   ['peak RSS in that run (MiB)', codex.peakRssMiB, tether.peakRssMiB, '< 150 MiB', tether.peakRssMiB < 150],
+  [
+    `fs/readBlock ${FS_MIB} MiB, 1 MiB blocks (MB/s)`,
+    codex.fsReadMBps,
+    tether.fsReadMBps,
+    '≥ 1.0× codex',
+    tether.fsReadMBps >= codex.fsReadMBps,
+  ],
+  [
+    `fs/writeBlock ${FS_MIB} MiB, 1 MiB blocks (MB/s)`,
+    codex.fsWriteMBps,
+    tether.fsWriteMBps,
+    '≥ 1.0× codex',
+    tether.fsWriteMBps >= codex.fsWriteMBps,
+  ],
 ];
 const fmt = (n: number) => (n >= 100 ? n.toFixed(0) : n >= 10 ? n.toFixed(1) : n.toFixed(2));
 const lines = [
@@ -280,5 +383,5 @@ const dir = join(repoRoot(), 'bench', 'results');
 mkdirSync(dir, { recursive: true });
 writeFileSync(
   join(dir, 'latest.json'),
-  `${JSON.stringify({ date: new Date().toISOString(), streamMiB: STREAM_MIB, iterations: ITERATIONS, codex, tether }, null, 2)}\n`,
+  `${JSON.stringify({ date: new Date().toISOString(), streamMiB: STREAM_MIB, fsMiB: FS_MIB, iterations: ITERATIONS, codex, tether }, null, 2)}\n`,
 );

@@ -404,15 +404,22 @@ describe.each(CASES)('fs: %s', (label, { kind, transport }) => {
       code: -32602,
       message: 'missing field `chunk`',
     });
-    const badDescriptor = { code: -32603, message: 'Bad file descriptor (os error 9)' };
-    expect(await errorOf(client, 'fs/readBlock', { handleId: 'w', offset: 0, len: 1 })).toEqual(badDescriptor);
     expect(await client.call('fs/close', { handleId: 'w' })).toEqual({});
     expect(await errorOf(client, 'fs/writeBlock', { handleId: 'w', offset: 0, chunk: 'aGk=' })).toEqual({
       code: -32004,
       message: 'unknown file handle `w`',
     });
+    // A failed read closes its handle; a failed write does not.
+    const badDescriptor = { code: -32603, message: 'Bad file descriptor (os error 9)' };
+    await client.call('fs/open', { handleId: 'w2', path, mode: 'replace' });
+    expect(await errorOf(client, 'fs/readBlock', { handleId: 'w2', offset: 0, len: 1 })).toEqual(badDescriptor);
+    expect(await errorOf(client, 'fs/writeBlock', { handleId: 'w2', offset: 0, chunk: 'aGk=' })).toEqual({
+      code: -32004,
+      message: 'unknown file handle `w2`',
+    });
     await client.call('fs/open', { handleId: 'r', path, mode: 'read' });
     expect(await errorOf(client, 'fs/writeBlock', { handleId: 'r', offset: 0, chunk: 'aGk=' })).toEqual(badDescriptor);
+    expect(await client.call('fs/readBlock', { handleId: 'r', offset: 0, len: 1 })).toEqual({ chunk: '', eof: true });
     expect(
       await errorOf(client, 'fs/open', { handleId: 'n', path: fileUri(join(dir, 'no', 'x')), mode: 'replace' }),
     ).toEqual(NOT_FOUND);

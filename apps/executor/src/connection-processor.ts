@@ -25,7 +25,7 @@ import { DEFAULT_MAX_READ_FILE_BYTES } from './fs/operations.js';
 import { fsHandlers } from './handlers/fs.js';
 import { httpHandlers } from './handlers/http.js';
 import { processHandlers, toRpcError } from './handlers/process.js';
-import type { HandlerTable, RequestContext } from './handlers/types.js';
+import { EncodedResult, type HandlerTable, type RequestContext } from './handlers/types.js';
 import { HttpRequests } from './http/http-requests.js';
 import type { Logger } from './logger.js';
 import type { Session, SessionAttachment, SessionRegistry } from './session-registry.js';
@@ -242,7 +242,8 @@ export class ConnectionProcessor implements SessionAttachment {
       this.connection.sendError(id, { code: error.code, message: error.message, data: error.data });
       return;
     }
-    this.connection.sendResponse(id, result);
+    if (result instanceof EncodedResult) this.connection.sendRaw(result.encode(id));
+    else this.connection.sendResponse(id, result);
   }
 
   private initialize(raw: unknown): InitializeResult {

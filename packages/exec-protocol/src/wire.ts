@@ -18,3 +18,28 @@ export function encodeOutputNotification(processId: string, seq: number, stream:
   TAIL.copy(out, headBytes + base64Bytes);
   return out;
 }
+
+/**
+ * Serializes a response whose result is `{<field>: base64(bytes), …rest}` straight into bytes, for the
+ * large answers of `fs/readBlock` and `fs/readFile`. Equals `JSON.stringify({id, result})` with `field`
+ * first; `rest` holds only booleans and numbers. JSON.stringify of a megabyte of base64 (scanning it for
+ * escapes, then re-encoding it for the transport) was the executor's main cost per block read.
+ */
+export function encodeBase64Response(
+  id: string | number,
+  field: string,
+  bytes: Buffer,
+  rest: Record<string, boolean | number> = {},
+): Buffer {
+  const head = `{"id":${JSON.stringify(id)},"result":{${JSON.stringify(field)}:"`;
+  let tail = '"';
+  for (const [key, value] of Object.entries(rest)) tail += `,${JSON.stringify(key)}:${JSON.stringify(value)}`;
+  tail += '}}';
+  const headBytes = Buffer.byteLength(head);
+  const base64Bytes = Math.ceil(bytes.length / 3) * 4;
+  const out = Buffer.allocUnsafe(headBytes + base64Bytes + Buffer.byteLength(tail));
+  out.write(head, 0, 'utf8');
+  out.write(bytes.toString('base64'), headBytes, 'latin1');
+  out.write(tail, headBytes + base64Bytes, 'utf8');
+  return out;
+}

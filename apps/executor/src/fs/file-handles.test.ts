@@ -102,6 +102,23 @@ describe('FileHandleTable', () => {
     await expect(writeWholeFile(join(dir, 'fifo'), Buffer.from('x'))).rejects.toMatchObject({ code: -32600 });
   });
 
+  it('a failed read closes the handle, a failed write does not', async () => {
+    const dir = scratch();
+    const files = table();
+    await files.open('w', join(dir, 'f'), 'replace');
+    await expect(files.readBlock('w', 0, 1)).rejects.toMatchObject({
+      code: -32603,
+      message: 'Bad file descriptor (os error 9)',
+    });
+    expect(files.size).toBe(0);
+    await files.open('r', join(dir, 'f'), 'read');
+    await expect(files.writeBlock('r', 0, Buffer.from('x'))).rejects.toMatchObject({ code: -32603 });
+    expect(await files.readBlock('r', 0, 1)).toEqual({ chunk: Buffer.alloc(0), eof: true });
+    // Bounds are checked before any I/O and leave the handle alone.
+    await expect(files.readBlock('r', 0, 0)).rejects.toMatchObject({ code: -32600 });
+    expect(files.size).toBe(1);
+  });
+
   it('closeAll closes every handle and refuses new opens', async () => {
     const dir = scratch();
     writeFileSync(join(dir, 'f'), 'x');

@@ -85,21 +85,27 @@ export class FileHandleTable {
     return entry;
   }
 
-  /** Reads up to `len` bytes at `offset`; `eof` when fewer than `len` were left. */
+  /**
+   * Reads up to `len` bytes at `offset`; `eof` when fewer than `len` were left. The handle stays open
+   * at EOF; an OS error while reading closes it.
+   */
   async readBlock(id: string, offset: number, len: number): Promise<{ chunk: Buffer; eof: boolean }> {
     if (len < 1 || len > MAX_BLOCK_BYTES) {
       throw RpcError.invalidRequest(`file read block length must be between 1 and ${MAX_BLOCK_BYTES}`);
     }
-    const { file } = this.lookup(id);
+    const entry = this.lookup(id);
     const buffer = Buffer.allocUnsafe(len);
     let filled = 0;
     try {
       while (filled < len) {
-        const { bytesRead } = await file.read(buffer, filled, len - filled, offset + filled);
+        const { bytesRead } = await entry.file.read(buffer, filled, len - filled, offset + filled);
         if (bytesRead === 0) break;
         filled += bytesRead;
       }
     } catch (err) {
+      // A failed read closes the handle, as Codex does (a failed write does not).
+      if (this.files.get(id) === entry) this.files.delete(id);
+      await entry.file.close().catch(() => undefined);
       throw fsError(err);
     }
     return { chunk: buffer.subarray(0, filled), eof: filled < len };

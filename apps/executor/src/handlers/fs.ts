@@ -2,6 +2,7 @@ import {
   DecodeError,
   decode,
   decodeBase64Codex,
+  encodeBase64Response,
   FileUriError,
   FsCloseParams,
   FsCopyParams,
@@ -31,7 +32,7 @@ import {
 } from '../fs/operations.js';
 import { walk } from '../fs/walk.js';
 import { whileAttached } from './attached.js';
-import type { HandlerTable } from './types.js';
+import { EncodedResult, type HandlerTable } from './types.js';
 
 /**
  * A `file:` URI to a native path, with Codex's codes: a string that is not a file URI fails decoding
@@ -75,7 +76,8 @@ export const fsHandlers: HandlerTable = whileAttached({
     checkSandbox(Method.fsReadFile, params.sandbox);
     const path = nativePath(params.path);
     const limit = Math.min(params.maxBytes ?? Number.POSITIVE_INFINITY, ctx.maxReadFileBytes);
-    return { dataBase64: (await readWholeFile(path, limit)).toString('base64') };
+    const data = await readWholeFile(path, limit);
+    return new EncodedResult((id) => encodeBase64Response(id, 'dataBase64', data));
   },
 
   [Method.fsWriteFile]: async (raw) => {
@@ -141,7 +143,7 @@ export const fsHandlers: HandlerTable = whileAttached({
   [Method.fsReadBlock]: async (raw, ctx) => {
     const params = decode(FsReadBlockParams, raw);
     const { chunk, eof } = await ctx.files.readBlock(params.handleId, params.offset, params.len);
-    return { chunk: chunk.toString('base64'), eof };
+    return new EncodedResult((id) => encodeBase64Response(id, 'chunk', chunk, { eof }));
   },
 
   [Method.fsWriteBlock]: async (raw, ctx) => {

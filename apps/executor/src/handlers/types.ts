@@ -17,3 +17,11 @@ export interface RequestContext {
 
 export type Handler = (params: unknown, ctx: RequestContext) => Promise<unknown> | unknown;
 export type HandlerTable = Record<string, Handler>;
+
+/**
+ * A result the handler already serialized (the whole response, given its request id): the dispatcher
+ * sends these bytes as they are. Used for large base64 answers, which JSON.stringify would rescan.
+ */
+export class EncodedResult {
+  constructor(readonly encode: (id: string | number) => Buffer) {}
+}
