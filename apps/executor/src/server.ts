@@ -181,5 +181,7 @@ export class ExecServer {
 }
 
 function refuseUpgrade(socket: Socket, status: number, text: string): void {
+  // Upgrade sockets have no error listener of Node's: a peer's reset must not become an uncaught error.
+  socket.on('error', () => socket.destroy());
   socket.end(`HTTP/1.1 ${status} ${text}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n`);
 }

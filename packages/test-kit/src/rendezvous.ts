@@ -164,6 +164,7 @@ export async function startTestRendezvous(): Promise<TestRendezvous> {
     const url = new URL(req.url ?? '/', 'http://relay');
     const match = /^\/relay\/([^/]+)$/.exec(url.pathname);
     const role = url.searchParams.get('role');
+    socket.on('error', () => undefined);
     if (!match || (role !== 'environment' && role !== 'harness')) {
       socket.end('HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n');
       return;

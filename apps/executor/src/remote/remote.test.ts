@@ -73,6 +73,7 @@ async function fakeRendezvous(): Promise<FakeRendezvous> {
     return reply(404, { error: { code: 'not_found' } });
   });
   http.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
+    socket.on('error', () => undefined); // the executor may reset a refused upgrade
     if (state.refuseUpgrades !== null) {
       socket.end(`HTTP/1.1 ${state.refuseUpgrades} Refused\r\nContent-Length: 0\r\nConnection: close\r\n\r\n`);
       return;
