@@ -1,0 +1,101 @@
+/**
+ * The compose file and Dockerfile cannot be run here (no Docker engine), so they are checked offline: the
+ * compose file parses, every build target exists in the Dockerfile, every command names a built entry point
+ * and only flags that entry point accepts, and the services are wired to each other consistently.
+ */
+import { spawnSync } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { repoRoot } from '@tether/test-kit';
+import { describe, expect, it } from 'vitest';
+import { parse } from 'yaml';
+
+const root = repoRoot();
+const compose = parse(readFileSync(join(root, 'docker-compose.yml'), 'utf8'), { merge: true }) as {
+  services: Record<
+    string,
+    {
+      build?: { target?: string; dockerfile?: string };
+      entrypoint?: string[];
+      command?: string[];
+      depends_on?: Record<string, unknown>;
+    }
+  >;
+};
+const dockerfile = readFileSync(join(root, 'infra', 'docker', 'Dockerfile'), 'utf8');
+const targets = new Set([...dockerfile.matchAll(/^FROM\s+\S+\s+AS\s+(\S+)/gim)].map((m) => m[1]));
+
+/** Every `node apps/X/dist/main.js ARGS…` invocation in a service (entrypoint scripts included). */
+function invocations(service: { entrypoint?: string[]; command?: string[] }): Array<{ app: string; args: string[] }> {
+  const text = [...(service.entrypoint ?? []), ...(service.command ?? [])].join(' ').replace(/\\\n/g, ' ');
+  return [...text.matchAll(/node apps\/(\w+)\/dist\/main\.js((?:\s+(?:[\w:./=-]+|"\$\$@"))*)/g)].map((m) => ({
+    app: m[1] as string,
+    args: (m[2] ?? '').trim().split(/\s+/).filter(Boolean),
+  }));
+}
+
+function help(app: string, args: string[]): string {
+  const run = spawnSync(process.execPath, [join(root, 'apps', app, 'dist', 'main.js'), ...args, '--help'], {
+    encoding: 'utf8',
+  });
+  return `${run.stdout}${run.stderr}`;
+}
+
+describe('docker-compose.yml and infra/docker/Dockerfile', () => {
+  it('builds only targets the Dockerfile defines', () => {
+    for (const [name, service] of Object.entries(compose.services)) {
+      if (!service.build) continue;
+      expect(service.build.dockerfile, name).toBe('infra/docker/Dockerfile');
+      expect(targets.has(service.build.target ?? ''), `${name} → target ${service.build.target}`).toBe(true);
+    }
+    for (const app of ['registry', 'relay', 'executor', 'harness']) expect(targets.has(app), app).toBe(true);
+  });
+
+  it('depends only on services that exist', () => {
+    for (const [name, service] of Object.entries(compose.services)) {
+      for (const dependency of Object.keys(service.depends_on ?? {})) {
+        expect(Object.keys(compose.services), `${name} depends on ${dependency}`).toContain(dependency);
+      }
+    }
+  });
+
+  it('runs built entry points with flags they accept', () => {
+    let checked = 0;
+    for (const [name, service] of Object.entries(compose.services)) {
+      for (const { app, args } of invocations(service)) {
+        expect(existsSync(join(root, 'apps', app, 'dist', 'main.js')), `${name}: apps/${app}/dist/main.js`).toBe(true);
+        const subcommand =
+          args[0] && !args[0].startsWith('-') && args[0] !== '"$$@"'
+            ? [args[0], ...(args[1] && !args[1].startsWith('-') ? [args[1]] : [])]
+            : [];
+        const text = help(app, subcommand);
+        for (const flag of args.filter((a) => a.startsWith('--'))) {
+          expect(text, `${name}: ${app} ${subcommand.join(' ')} accepts ${flag}`).toContain(flag.split('=')[0]);
+        }
+        checked++;
+      }
+    }
+    expect(checked).toBeGreaterThanOrEqual(5);
+  });
+
+  it('wires the registry, relay and executor to each other', () => {
+    const text = JSON.stringify(compose.services);
+    // The registry routes to the relay by the URL the relay announces.
+    expect(text).toContain('--relay-url');
+    expect(text).toContain('ws://relay:8081');
+    expect(text).toContain('--public-url ws://relay:8081');
+    // The executor and harness reach the registry by its service name.
+    expect(text).toContain('--remote http://registry:8080');
+    expect(text).toContain('TETHER_REGISTRY_URL');
+  });
+
+  it('copies only what exists and never the local state', () => {
+    const ignore = readFileSync(join(root, '.dockerignore'), 'utf8');
+    for (const entry of ['**/node_modules', '**/dist', 'data', '.git']) expect(ignore).toContain(entry);
+    for (const match of dockerfile.matchAll(/^COPY\s+(?!--from)(\S+)/gm)) {
+      const source = match[1] as string;
+      if (source === '.') continue;
+      expect(existsSync(join(root, source)), `COPY ${source}`).toBe(true);
+    }
+  });
+});
