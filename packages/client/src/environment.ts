@@ -77,7 +77,7 @@ export class Environment {
           .map(([name]) => name),
       );
     };
-    const fs = new RemoteFs({ call: (method, params) => client.call(method, params), capabilities });
+    const fs = new RemoteFs({ call: (method, params, options) => client.call(method, params, options), capabilities });
     return new Environment(client, fs, '/', async () => client.close(), client);
   }
 

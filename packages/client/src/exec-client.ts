@@ -120,7 +120,11 @@ export class ExecServerClient implements ProcessBackend {
   }
 
   /** One JSON-RPC call; executor errors become TetherError with `rpcCode`. */
-  async call<T = unknown>(method: string, params?: unknown, options: { timeoutMs?: number } = {}): Promise<T> {
+  async call<T = unknown>(
+    method: string,
+    params?: unknown,
+    options: { timeoutMs?: number; encode?: (id: string | number) => Buffer } = {},
+  ): Promise<T> {
     for (;;) {
       if (this.closed) throw new TetherError('closed', `the connection is closed; cannot call ${method}`);
       if (this.reconnecting) await this.reconnecting;
@@ -128,6 +132,7 @@ export class ExecServerClient implements ProcessBackend {
       try {
         return await rpc.call<T>(method, params, {
           timeoutMs: options.timeoutMs ?? this.options.callTimeoutMs ?? 60_000,
+          ...(options.encode ? { encode: options.encode } : {}),
         });
       } catch (err) {
         if (RpcError.is(err)) {

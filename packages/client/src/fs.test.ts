@@ -33,9 +33,13 @@ describe.each<Case>(['local', 'remote tether', 'remote codex'])('Environment.fs:
     const caller = (inner as unknown as { caller: { call: RemoteFs['readFile']; capabilities(): ReadonlySet<string> } })
       .caller;
     fs = new RemoteFs({
-      call: (method: string, params?: unknown) => {
+      call: (method: string, params?: unknown, options?: { encode?: (id: string | number) => Buffer }) => {
         calls.push(method);
-        return (caller.call as unknown as (m: string, p?: unknown) => Promise<never>)(method, params);
+        return (caller.call as unknown as (m: string, p?: unknown, o?: unknown) => Promise<never>)(
+          method,
+          params,
+          options,
+        );
       },
       capabilities: () => caller.capabilities(),
     });

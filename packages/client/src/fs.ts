@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { createReadStream, createWriteStream } from 'node:fs';
 import * as fsp from 'node:fs/promises';
 import { Readable, Writable } from 'node:stream';
+import { encodeWriteBlockRequest } from '@tether/exec-protocol';
 import { TetherError } from './errors.js';
 
 export interface FileMetadata {
@@ -120,7 +121,12 @@ export class LocalFs implements EnvironmentFs {
 
 /** What the remote fs needs from an executor connection. */
 export interface FsCaller {
-  call<T = unknown>(method: string, params?: unknown): Promise<T>;
+  /** `encode` writes the request bytes directly (hot path); `params` stay the logical parameters. */
+  call<T = unknown>(
+    method: string,
+    params?: unknown,
+    options?: { encode?: (id: string | number) => Buffer },
+  ): Promise<T>;
   /** Capabilities the executor advertised at initialize. */
   capabilities(): ReadonlySet<string>;
 }
@@ -292,7 +298,11 @@ export class RemoteFs implements EnvironmentFs {
       const at = offset;
       offset += block.byteLength;
       const request = caller
-        .call('fs/writeBlock', { handleId, offset: at, chunk: block.toString('base64') })
+        .call(
+          'fs/writeBlock',
+          { handleId, offset: at },
+          { encode: (id) => encodeWriteBlockRequest(id, handleId, at, block) },
+        )
         .catch((err: Error) => {
           failure ??= err;
         });

@@ -6,4 +6,4 @@ export * from './fs.js';
 export * from './http.js';
 export { CONTROL_LANE_METHODS, Method, type MethodName, methodFamily, Notification } from './methods.js';
 export * from './schemas.js';
-export { encodeBase64Response, encodeOutputNotification } from './wire.js';
+export { encodeBase64Response, encodeOutputNotification, encodeWriteBlockRequest } from './wire.js';

@@ -43,3 +43,18 @@ export function encodeBase64Response(
   out.write(tail, headBytes + base64Bytes, 'utf8');
   return out;
 }
+
+/**
+ * Serializes an `fs/writeBlock` request straight into bytes (the client's hot path when uploading):
+ * equals `JSON.stringify({id, method: "fs/writeBlock", params: {handleId, offset, chunk: base64(bytes)}})`.
+ */
+export function encodeWriteBlockRequest(id: string | number, handleId: string, offset: number, bytes: Buffer): Buffer {
+  const head = `{"id":${JSON.stringify(id)},"method":"fs/writeBlock","params":{"handleId":${JSON.stringify(handleId)},"offset":${offset},"chunk":"`;
+  const headBytes = Buffer.byteLength(head);
+  const base64Bytes = Math.ceil(bytes.length / 3) * 4;
+  const out = Buffer.allocUnsafe(headBytes + base64Bytes + TAIL.length);
+  out.write(head, 0, 'utf8');
+  out.write(bytes.toString('base64'), headBytes, 'latin1');
+  TAIL.copy(out, headBytes + base64Bytes);
+  return out;
+}

@@ -15,6 +15,11 @@ export interface RpcClientOptions {
 export interface CallOptions {
   signal?: AbortSignal;
   timeoutMs?: number;
+  /**
+   * Writes the whole request for this id as bytes instead of `JSON.stringify` (a hot path with a large
+   * payload builds it directly; it must be the same JSON `{"id":…,"method":…,"params":…}`).
+   */
+  encode?: (id: RequestId) => Buffer;
 }
 
 interface PendingCall {
@@ -82,7 +87,8 @@ export class RpcClient {
           options.signal?.removeEventListener('abort', onAbort);
         },
       });
-      this.connection.sendRequest(id, method, params);
+      if (options.encode) this.connection.sendRaw(options.encode(id));
+      else this.connection.sendRequest(id, method, params);
     });
   }
 
