@@ -71,6 +71,16 @@ describe('harness CLI through the registry and relay', () => {
     expect(result.code).toBe(0);
   });
 
+  it('exec -t runs in a terminal and -ti forwards keystrokes to it', async () => {
+    const plain = await harness(['exec', '--', '/bin/sh', '-c', 'test -t 1 && echo tty || echo no-tty'], env);
+    expect(plain.stdout).toBe('no-tty\n');
+    const tty = await harness(['exec', '-t', '--', '/bin/sh', '-c', 'test -t 1 && echo tty || echo no-tty'], env);
+    expect(tty.stdout).toBe('tty\r\n');
+    const interactive = await harness(['exec', '-t', '-i', '--', '/bin/sh', '-c', 'read line; echo "got:$line"'], env, 'typed\n');
+    expect(interactive.stdout).toContain('got:typed');
+    expect(interactive.code).toBe(0);
+  });
+
   it('exec -e sets variables; --clean-env starts empty', async () => {
     const result = await harness(['exec', '--clean-env', '-e', 'ONLY=1', '--', '/usr/bin/env'], env);
     expect(result.stdout).toBe('ONLY=1\n');
