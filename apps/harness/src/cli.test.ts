@@ -76,7 +76,11 @@ describe('harness CLI through the registry and relay', () => {
     expect(plain.stdout).toBe('no-tty\n');
     const tty = await harness(['exec', '-t', '--', '/bin/sh', '-c', 'test -t 1 && echo tty || echo no-tty'], env);
     expect(tty.stdout).toBe('tty\r\n');
-    const interactive = await harness(['exec', '-t', '-i', '--', '/bin/sh', '-c', 'read line; echo "got:$line"'], env, 'typed\n');
+    const interactive = await harness(
+      ['exec', '-t', '-i', '--', '/bin/sh', '-c', 'read line; echo "got:$line"'],
+      env,
+      'typed\n',
+    );
     expect(interactive.stdout).toContain('got:typed');
     expect(interactive.code).toBe(0);
   });
