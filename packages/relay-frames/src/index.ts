@@ -1,4 +1,11 @@
-export { type CodecOptions, decodeFrame, encodeFrame, peekStreamId } from './codec.js';
+export {
+  type CodecOptions,
+  DataFrameEncoder,
+  type DecodeOptions,
+  decodeFrame,
+  encodeFrame,
+  peekStreamId,
+} from './codec.js';
 export {
   FrameError,
   type FrameErrorCode,
