@@ -50,4 +50,4 @@ export {
   RELAY_PROTOCOL_VERSION,
 } from './limits.js';
 export { OrderedReceiveWindow, type OrderedReceiveWindowOptions, SendSequence } from './ordered-window.js';
-export { frameMessage, MessageReassembler } from './record-framing.js';
+export { frameMessage, frameMessageParts, MessageReassembler } from './record-framing.js';
