@@ -62,7 +62,7 @@ function bodyOf(frame: Frame): Body {
  * as the receiver would, and refuses a result larger than `maxBytes`: an invalid frame never leaves.
  */
 export function encodeFrame(frame: Frame, options: CodecOptions = {}): Uint8Array {
-  const bytes = preEncoded.get(frame) ?? encodeValidated(validateFrame(frame));
+  const bytes = EncodedDataFrame.wireOf(frame) ?? encodeValidated(validateFrame(frame));
   const maxBytes = options.maxBytes ?? MAX_FRAME_BYTES;
   if (bytes.byteLength > maxBytes) {
     throw new FrameError('too_large', `encoded frame is ${bytes.byteLength} bytes, over the ${maxBytes}-byte limit`);
@@ -76,8 +76,31 @@ function encodeValidated(frame: Frame): Uint8Array {
     : encodeGeneric(frame);
 }
 
-/** Wire bytes of the frozen frames a `DataFrameEncoder` built (their payload is a view into them). */
-const preEncoded = new WeakMap<Frame, Uint8Array>();
+/**
+ * A frozen Data frame that carries its own wire bytes (its payload is a view into them), as built by
+ * `DataFrameEncoder`. The bytes are a private field rather than a WeakMap entry: a WeakMap would keep
+ * every frame's bytes alive until a full GC, and a busy stream would then run one every few megabytes.
+ */
+class EncodedDataFrame implements DataFrame {
+  readonly kind = 'data';
+  readonly ack = 0;
+  readonly ackBits = 0;
+  readonly #wire: Uint8Array;
+
+  constructor(
+    readonly streamId: string,
+    readonly seq: number,
+    readonly payload: Uint8Array,
+    wire: Uint8Array,
+  ) {
+    this.#wire = wire;
+    Object.freeze(this);
+  }
+
+  static wireOf(frame: Frame): Uint8Array | undefined {
+    return #wire in frame ? (frame as EncodedDataFrame).#wire : undefined;
+  }
+}
 
 function varintLength(value: number): number {
   let length = 1;
@@ -141,7 +164,9 @@ export class DataFrameEncoder {
     if (total > MAX_FRAME_BYTES) {
       throw new FrameError('too_large', `encoded frame is ${total} bytes, over the ${MAX_FRAME_BYTES}-byte limit`);
     }
-    const bytes = new Uint8Array(total);
+    // Uninitialised memory: every byte is written, the head here and the payload by the caller.
+    const unsafe = Buffer.allocUnsafe(total);
+    const bytes = new Uint8Array(unsafe.buffer, unsafe.byteOffset, total);
     bytes.set(head, 0);
     let at = head.byteLength;
     bytes[at++] = TAG_BODY_DATA;
@@ -154,16 +179,7 @@ export class DataFrameEncoder {
     bytes[at++] = 1;
     bytes[at++] = TAG_DATA_PAYLOAD;
     at = writeVarint(bytes, at, payloadLength);
-    const frame: DataFrame = Object.freeze({
-      kind: 'data',
-      streamId: this.streamId,
-      ack: 0,
-      ackBits: 0,
-      seq,
-      payload: bytes.subarray(at),
-    });
-    preEncoded.set(frame, bytes);
-    return frame;
+    return new EncodedDataFrame(this.streamId, seq, bytes.subarray(at), bytes);
   }
 }
 

@@ -79,15 +79,17 @@ describe('frameMessage', () => {
   it('frameMessageParts gives the same records as parts, with views into the message instead of a copy', () => {
     fc.assert(
       fc.property(
-        fc.oneof(fc.integer({ min: 1, max: 300 }), fc.integer({ min: 61_430, max: 61_450 }), fc.nat(200_000)),
+        fc.oneof(fc.integer({ min: 1, max: 300 }), fc.integer({ min: 61_430, max: 61_450 }), fc.nat(140_000)),
         (size) => {
           const json = message(Math.max(size, 1), size);
           const parts = frameMessageParts(json);
-          expect(parts.map((record) => concat(record))).toEqual(frameMessage(json));
+          const records = frameMessage(json);
+          expect(parts).toHaveLength(records.length);
+          for (const [i, record] of parts.entries()) expect(Buffer.compare(concat(record), records[i]!)).toBe(0);
           for (const part of parts.flat().slice(1)) expect(part.buffer).toBe(json.buffer);
         },
       ),
-      { numRuns: 200 },
+      { numRuns: 60 },
     );
     expectFramingError(() => frameMessageParts(new Uint8Array()), 'empty_message');
     expectFramingError(() => frameMessageParts(new Uint8Array(MAX_MESSAGE_BYTES + 1)), 'message_too_large');

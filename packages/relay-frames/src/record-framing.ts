@@ -135,7 +135,9 @@ export class MessageReassembler {
       this.#expected = -1;
       return only!;
     }
-    const message = new Uint8Array(this.#expected);
+    // Uninitialised memory (no zero fill): the chunks below write every byte.
+    const unsafe = Buffer.allocUnsafe(this.#expected);
+    const message = new Uint8Array(unsafe.buffer, unsafe.byteOffset, this.#expected);
     let at = 0;
     for (const chunk of this.#chunks) {
       message.set(chunk, at);
