@@ -150,7 +150,11 @@ export class DataFrameEncoder {
     this.#head = head.finish();
   }
 
-  /** A Data frame with `payloadLength` bytes of payload to fill in before it is sent. */
+  /**
+   * A Data frame with `payloadLength` bytes of payload to fill in before it is sent. The payload is
+   * uninitialised memory (not zeroed, for speed): the caller must write every byte of it, or drop the
+   * frame.
+   */
   allocate(seq: number, payloadLength: number): DataFrame {
     if (!Number.isInteger(seq) || seq < 0 || seq > MAX_SEQ) {
       throw new FrameError('invalid_data', 'data seq must be a u32');
@@ -269,7 +273,8 @@ function checkSize(bytes: Uint8Array, maxBytes: number): void {
 /**
  * Decodes and validates one frame (spec §3.3). The size is checked before parsing; unknown fields are
  * skipped (newer senders add some); missing scalars default to 0 / "". Payloads are copied, so the
- * result never aliases `bytes`. Throws only `FrameError`.
+ * result never aliases `bytes`, unless `copyPayload: false` asks for views. Canonical Data frames take a
+ * hand-written path that accepts nothing the generic one would decode differently. Throws only `FrameError`.
  */
 export function decodeFrame(bytes: Uint8Array, options: DecodeOptions = {}): Frame {
   checkSize(bytes, options.maxBytes ?? MAX_FRAME_BYTES);
