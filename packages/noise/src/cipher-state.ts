@@ -1,4 +1,11 @@
-import { CIPHER_KEY_LENGTH, type CipherName, type CryptoProvider } from './crypto.js';
+import {
+  CIPHER_KEY_LENGTH,
+  type CipherName,
+  type CryptoProvider,
+  type KeyedAead,
+  oneShotAead,
+  TAG_LENGTH_BYTES,
+} from './crypto.js';
 import { NoiseError } from './errors.js';
 import { Nonce } from './nonce.js';
 import { INSPECT, REDACTED } from './redact.js';
@@ -10,6 +17,8 @@ export class CipherState {
   readonly cipher: CipherName;
   readonly #provider: CryptoProvider;
   #k: Uint8Array | null = null;
+  /** The AEAD bound to k, made on first use (a handshake key may never seal anything). */
+  #aead: KeyedAead | null = null;
   readonly #n: Nonce;
 
   constructor(provider: CryptoProvider, cipher: CipherName, key: Uint8Array | null = null) {
@@ -23,6 +32,7 @@ export class CipherState {
   initializeKey(key: Uint8Array): void {
     if (key.length !== CIPHER_KEY_LENGTH) throw new RangeError(`cipher keys are ${CIPHER_KEY_LENGTH} bytes`);
     this.#k = Uint8Array.from(key);
+    this.#aead = null;
     this.#n.set(0n);
   }
 
@@ -45,13 +55,36 @@ export class CipherState {
     return this.#k === null ? null : Uint8Array.from(this.#k);
   }
 
+  #keyedAead(key: Uint8Array): KeyedAead {
+    this.#aead ??= this.#provider.keyedAead?.(this.cipher, key) ?? oneShotAead(this.#provider, this.cipher, key);
+    return this.#aead;
+  }
+
   /** EncryptWithAd(ad, plaintext): passthrough without a key, else AEAD and n += 1. */
   encryptWithAd(ad: Uint8Array, plaintext: Uint8Array): Uint8Array {
     if (this.#k === null) return Uint8Array.from(plaintext);
-    this.#n.assertUsable();
-    const ciphertext = this.#provider.encrypt(this.cipher, this.#k, this.#n.bytes(), ad, plaintext);
-    this.#n.increment();
+    const ciphertext = new Uint8Array(plaintext.length + TAG_LENGTH_BYTES);
+    this.encryptWithAdInto(ad, [plaintext], ciphertext);
     return ciphertext;
+  }
+
+  /**
+   * EncryptWithAd of the concatenation of `parts`, written into `out` (ciphertext ‖ tag, exactly that
+   * long; without a key, the plaintext itself). Same bytes and nonce rules as `encryptWithAd`.
+   */
+  encryptWithAdInto(ad: Uint8Array, parts: readonly Uint8Array[], out: Uint8Array): void {
+    if (this.#k === null) {
+      let at = 0;
+      for (const part of parts) {
+        out.set(part, at);
+        at += part.length;
+      }
+      if (at !== out.length) throw new RangeError('output buffer has the wrong length');
+      return;
+    }
+    this.#n.assertUsable();
+    this.#keyedAead(this.#k).sealInto(this.#n.bytes(), ad, parts, out);
+    this.#n.increment();
   }
 
   /** DecryptWithAd(ad, ciphertext): on authentication failure n is NOT incremented (spec §5.1). */
@@ -60,7 +93,7 @@ export class CipherState {
     this.#n.assertUsable();
     let plaintext: Uint8Array;
     try {
-      plaintext = this.#provider.decrypt(this.cipher, this.#k, this.#n.bytes(), ad, ciphertext);
+      plaintext = this.#keyedAead(this.#k).open(this.#n.bytes(), ad, ciphertext);
     } catch (cause) {
       throw new NoiseError('decrypt_failed', 'decryption failed: message was tampered, replayed or reordered', {
         cause,

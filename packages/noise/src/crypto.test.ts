@@ -1,7 +1,7 @@
 import { hkdfSync } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { hex, PROVIDERS, seededRandom, toHex } from './__tests__/helpers.js';
-import { type CipherName, hkdf } from './crypto.js';
+import { type CipherName, hkdf, oneShotAead } from './crypto.js';
 import { createMlKem768 } from './kem/ml-kem-768.js';
 
 const node = PROVIDERS.node!();
@@ -69,6 +69,31 @@ describe('crypto providers agree byte for byte', () => {
       tampered[tampered.length - 1]! ^= 0x80;
       expect(() => node.decrypt(cipher, key, nonce, ad, tampered)).toThrow();
       expect(() => portable.decrypt(cipher, key, nonce, ad, tampered)).toThrow();
+    }
+  });
+
+  it("keyed AEADs (node's KeyObject one, the one-shot wrapper) seal and open exactly as encrypt/decrypt", () => {
+    for (const cipher of ['AESGCM', 'ChaChaPoly'] as CipherName[]) {
+      const key = random(32);
+      const aeads = [node.keyedAead!(cipher, key), oneShotAead(node, cipher, key), oneShotAead(portable, cipher, key)];
+      for (const length of [0, 1, 15, 16, 17, 4100, 61_440]) {
+        const nonce = random(12);
+        const ad = random(length % 3 === 0 ? 0 : 13);
+        const plaintext = random(length);
+        const sealed = node.encrypt(cipher, key, nonce, ad, plaintext);
+        const cut = length >> 2;
+        for (const aead of aeads) {
+          const out = new Uint8Array(length + 16);
+          aead.sealInto(nonce, ad, [plaintext.subarray(0, cut), plaintext.subarray(cut)], out);
+          expect(toHex(out)).toBe(toHex(sealed));
+          expect(toHex(aead.open(nonce, ad, sealed))).toBe(toHex(plaintext));
+          expect(() => aead.sealInto(nonce, ad, [plaintext], new Uint8Array(length + 15))).toThrow(RangeError);
+          const tampered = Uint8Array.from(sealed);
+          tampered[0]! ^= 1;
+          expect(() => aead.open(nonce, ad, tampered)).toThrow();
+          expect(() => aead.open(nonce, ad, sealed.subarray(0, 15))).toThrow();
+        }
+      }
     }
   });
 

@@ -30,11 +30,43 @@ export interface CryptoProvider {
   encrypt(cipher: CipherName, key: Uint8Array, nonce: Uint8Array, ad: Uint8Array, plaintext: Uint8Array): Uint8Array;
   /** AEAD open: throws on authentication failure. */
   decrypt(cipher: CipherName, key: Uint8Array, nonce: Uint8Array, ad: Uint8Array, ciphertext: Uint8Array): Uint8Array;
+  /**
+   * Optional fast path for transport records: an AEAD bound to one key, so the key is set up once per
+   * direction rather than once per record. Without it, `CipherState` seals and opens with
+   * `encrypt`/`decrypt`. Both must produce the same bytes.
+   */
+  keyedAead?(cipher: CipherName, key: Uint8Array): KeyedAead;
   /** SHA-256 over the concatenation of `parts`. */
   hash(parts: readonly Uint8Array[]): Uint8Array;
   /** HMAC-SHA256(key, concatenation of `parts`). */
   hmac(key: Uint8Array, parts: readonly Uint8Array[]): Uint8Array;
   randomBytes(length: number): Uint8Array;
+}
+
+/** An AEAD bound to one key (see `CryptoProvider.keyedAead`). */
+export interface KeyedAead {
+  /**
+   * Seals the concatenation of `parts` (so a caller need not join them first) and writes
+   * ciphertext ‖ 16-byte tag into `out`, which must be exactly that long.
+   */
+  sealInto(nonce: Uint8Array, ad: Uint8Array, parts: readonly Uint8Array[], out: Uint8Array): void;
+  /** AEAD open: returns a fresh plaintext buffer; throws on authentication failure. */
+  open(nonce: Uint8Array, ad: Uint8Array, ciphertext: Uint8Array): Uint8Array;
+}
+
+/** A `KeyedAead` over a provider's one-shot `encrypt`/`decrypt` (for providers without `keyedAead`). */
+export function oneShotAead(provider: CryptoProvider, cipher: CipherName, key: Uint8Array): KeyedAead {
+  const k = Uint8Array.from(key);
+  return {
+    sealInto(nonce, ad, parts, out) {
+      const sealed = provider.encrypt(cipher, k, nonce, ad, parts.length === 1 ? parts[0]! : concatBytes(parts));
+      if (sealed.length !== out.length) throw new RangeError('output buffer has the wrong length');
+      out.set(sealed);
+    },
+    open(nonce, ad, ciphertext) {
+      return provider.decrypt(cipher, k, nonce, ad, ciphertext);
+    },
+  };
 }
 
 /** Options shared by the provider and KEM factories: inject randomness for deterministic tests. */

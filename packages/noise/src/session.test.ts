@@ -248,6 +248,26 @@ describe.each([SUITE_HYBRID_AESGCM, SUITE_HYBRID_CHACHAPOLY] as Suite[])('hybrid
       expect(run.responderTransport.recvNonce).toBe(3n);
     });
 
+    it('encryptInto seals the joined parts into the given buffer: same bytes and nonce as encrypt', () => {
+      const run = pair(suite);
+      const parts = [bytes('len:'), bytes('{"jsonrpc":"2.0"}'), new Uint8Array(0), new Uint8Array(40_000).fill(7)];
+      const joined = Uint8Array.from(Buffer.concat(parts));
+      const [sendKey] = run.initiatorTransport.keysForTesting();
+      const cipher = suiteInfo(suite).cipher;
+      const out = new Uint8Array(joined.length + 16);
+      run.initiatorTransport.encryptInto(parts, out);
+      // Nonce 0 is twelve zero bytes in both nonce layouts.
+      expect(toHex(out)).toBe(toHex(provider.encrypt(cipher, sendKey, new Uint8Array(12), new Uint8Array(0), joined)));
+      expect(run.initiatorTransport.sendNonce).toBe(1n);
+      expect(toHex(run.responderTransport.decrypt(out))).toBe(toHex(joined));
+      expect(toHex(run.responderTransport.decrypt(run.initiatorTransport.encrypt(joined)))).toBe(toHex(joined));
+      expect(() => run.initiatorTransport.encryptInto(parts, new Uint8Array(joined.length))).toThrow(RangeError);
+      expect(() => run.initiatorTransport.encryptInto([new Uint8Array(65_520)], new Uint8Array(65_536))).toThrow(
+        code('payload_too_large'),
+      );
+      expect(run.initiatorTransport.sendNonce).toBe(2n);
+    });
+
     it('a record reflected back to its sender does not decrypt (directions use different keys)', () => {
       const run = pair(suite);
       const record = run.initiatorTransport.encrypt(bytes('x'));

@@ -1,4 +1,5 @@
 import type { CipherState } from './cipher-state.js';
+import { TAG_LENGTH_BYTES } from './crypto.js';
 import { NoiseError } from './errors.js';
 import { MAX_NOISE_MESSAGE_LENGTH, MAX_TRANSPORT_PLAINTEXT } from './limits.js';
 import { INSPECT } from './redact.js';
@@ -8,6 +9,8 @@ import { INSPECT } from './redact.js';
  * Nonces are implicit (n counts up from 0 per direction, AD empty), so a replayed, duplicated, dropped or
  * reordered record fails to decrypt. Never re-encrypt a plaintext for a retry: resend the same ciphertext.
  */
+const EMPTY = new Uint8Array(0);
+
 export class Transport {
   readonly #send: CipherState;
   readonly #recv: CipherState;
@@ -39,6 +42,21 @@ export class Transport {
       throw new NoiseError('payload_too_large', `transport plaintext exceeds ${MAX_TRANSPORT_PLAINTEXT} bytes`);
     }
     return this.#send.encrypt(plaintext);
+  }
+
+  /**
+   * Encrypts the concatenation of `parts` (at most 65 519 bytes in all) into `out`, which must be exactly
+   * its length + 16: a record sealed straight into the buffer that carries it (e.g. a relay frame's
+   * payload), without joining the parts first. Same bytes and nonce as `encrypt` of the joined parts.
+   */
+  encryptInto(parts: readonly Uint8Array[], out: Uint8Array): void {
+    let length = 0;
+    for (const part of parts) length += part.length;
+    if (length > MAX_TRANSPORT_PLAINTEXT) {
+      throw new NoiseError('payload_too_large', `transport plaintext exceeds ${MAX_TRANSPORT_PLAINTEXT} bytes`);
+    }
+    if (out.length !== length + TAG_LENGTH_BYTES) throw new RangeError('output buffer must be plaintext + 16 bytes');
+    this.#send.encryptWithAdInto(EMPTY, parts, out);
   }
 
   decrypt(ciphertext: Uint8Array): Uint8Array {

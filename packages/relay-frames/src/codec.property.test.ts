@@ -1,8 +1,15 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { decodeFrame, encodeFrame, peekStreamId } from './codec.js';
+import {
+  DataFrameEncoder,
+  decodeFrame,
+  decodeFrameGeneric,
+  encodeFrame,
+  encodeFrameGeneric,
+  peekStreamId,
+} from './codec.js';
 import { FrameError } from './errors.js';
-import { type Frame, type FrameHeader, isValidStreamId } from './frame.js';
+import { dataFrame, type Frame, type FrameHeader, isValidStreamId } from './frame.js';
 import { MAX_FRAME_BYTES, MAX_RESET_REASON_BYTES, MAX_SEQ } from './limits.js';
 
 const u32 = fc.integer({ min: 0, max: MAX_SEQ });
@@ -36,15 +43,43 @@ const frame: fc.Arbitrary<Frame> = fc.oneof(
   fc.tuple(header, nonEmptyBytes).map(([h, payload]): Frame => ({ kind: 'handshake', ...h, payload })),
 );
 
-/** Decoding either succeeds or throws a FrameError; peekStreamId never throws and agrees with decode. */
-function checkDecoders(bytes: Uint8Array): void {
-  let decoded: Frame | undefined;
+/** The stream's own Data frames: no ack fields, no trace context (what the canonical decode path reads). */
+const canonicalData: fc.Arbitrary<Frame> = fc
+  .tuple(streamId, fc.oneof(fc.constant(0), fc.integer({ min: 1, max: 300 }), u32), nonEmptyBytes)
+  .map(([id, seq, payload]) => dataFrame(id, seq, payload));
+
+function decodeOrError(decode: () => Frame): Frame | FrameError {
   try {
-    decoded = decodeFrame(bytes);
+    return decode();
   } catch (error) {
     expect(error).toBeInstanceOf(FrameError);
     expect((error as FrameError).name).toBe('FrameError');
+    return error as FrameError;
   }
+}
+
+/** The decoder (with its canonical Data-frame fast path, copying or not) agrees with the generic one. */
+function checkAgainstGeneric(bytes: Uint8Array): Frame | FrameError {
+  const result = decodeOrError(() => decodeFrame(bytes));
+  const generic = decodeOrError(() => decodeFrameGeneric(bytes));
+  const aliased = decodeOrError(() => decodeFrame(bytes, { copyPayload: false }));
+  if (result instanceof FrameError) {
+    expect(generic).toBeInstanceOf(FrameError);
+    expect(aliased).toBeInstanceOf(FrameError);
+  } else {
+    expect(result).toEqual(generic);
+    expect(aliased).toEqual(generic);
+  }
+  return result;
+}
+
+/**
+ * Decoding either succeeds or throws a FrameError, as the generic decoder does; peekStreamId never
+ * throws and agrees with decode.
+ */
+function checkDecoders(bytes: Uint8Array): void {
+  const result = checkAgainstGeneric(bytes);
+  const decoded = result instanceof FrameError ? undefined : result;
   const peeked = peekStreamId(bytes);
   if (decoded) {
     expect(peeked).toBe(decoded.streamId);
@@ -64,6 +99,43 @@ describe('codec properties', () => {
         expect(encodeFrame(decodeFrame(bytes))).toEqual(bytes);
       }),
       { numRuns: 2_000 },
+    );
+  });
+
+  it("Data frames built around their payload encode to exactly the generic encoder's bytes, with no copy", () => {
+    fc.assert(
+      fc.property(streamId, u32, fc.uint8Array({ minLength: 1, maxLength: 70_000 }), (id, seq, payload) => {
+        const frame = new DataFrameEncoder(id).allocate(seq, payload.byteLength);
+        expect(Object.isFrozen(frame)).toBe(true);
+        frame.payload.set(payload);
+        const bytes = encodeFrame(frame);
+        expect(bytes).toEqual(encodeFrameGeneric(dataFrame(id, seq, payload)));
+        expect(bytes.buffer).toBe(frame.payload.buffer); // the payload is a view into the wire bytes
+        expect(decodeFrame(bytes)).toEqual(dataFrame(id, seq, payload));
+      }),
+      { numRuns: 500 },
+    );
+  });
+
+  it('canonical Data frames decode as the generic decoder does, also mutated (flips, cuts, inserts)', () => {
+    const edit = fc.oneof(
+      fc.record({ op: fc.constant('flip' as const), at: fc.nat(), value: fc.integer({ min: 1, max: 255 }) }),
+      fc.record({ op: fc.constant('cut' as const), at: fc.nat(), value: fc.constant(0) }),
+      fc.record({ op: fc.constant('insert' as const), at: fc.nat(), value: fc.integer({ min: 0, max: 255 }) }),
+    );
+    fc.assert(
+      fc.property(canonicalData, fc.array(edit, { maxLength: 3 }), (f, edits) => {
+        let bytes = Array.from(encodeFrame(f));
+        // Mutations land in the header (the first 60 bytes) most of the time, where the parsing is.
+        for (const { op, at, value } of edits) {
+          const i = at % Math.min(bytes.length + 1, at % 4 === 0 ? bytes.length + 1 : 60);
+          if (op === 'flip' && i < bytes.length) bytes[i] = bytes[i]! ^ value;
+          if (op === 'cut') bytes = bytes.slice(0, i);
+          if (op === 'insert') bytes.splice(i, 0, value);
+        }
+        checkAgainstGeneric(new Uint8Array(bytes));
+      }),
+      { numRuns: 20_000 },
     );
   });
 

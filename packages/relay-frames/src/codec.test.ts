@@ -1,7 +1,7 @@
 import { create, fromBinary, type MessageInitShape, toBinary } from '@bufbuild/protobuf';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { decodeFrame, encodeFrame, encodeFrameGeneric, peekStreamId } from './codec.js';
+import { DataFrameEncoder, decodeFrame, encodeFrame, encodeFrameGeneric, peekStreamId } from './codec.js';
 import { FrameError, type FrameErrorCode } from './errors.js';
 import {
   ackFrame,
@@ -139,6 +139,26 @@ describe('encodeFrame', () => {
   });
 });
 
+describe('DataFrameEncoder', () => {
+  it('writes the golden bytes of a Data frame around the payload', () => {
+    const frame = new DataFrameEncoder('s').allocate(300, 2);
+    frame.payload.set([0x0a, 0x0b]);
+    // version 1, stream_id "s", data { seq 300, segment_count 1, payload 0a0b }
+    expect(hex(encodeFrame(frame))).toBe('0801120173' + '2a09' + '08ac02' + '1801' + '22020a0b');
+    expect(frame).toEqual(dataFrame('s', 300, unhex('0a0b')));
+  });
+
+  it('refuses what dataFrame and encodeFrame refuse', () => {
+    expectFrameError(() => new DataFrameEncoder(' padded'), 'invalid_stream_id');
+    const encoder = new DataFrameEncoder('s');
+    expectFrameError(() => encoder.allocate(-1, 1), 'invalid_data');
+    expectFrameError(() => encoder.allocate(2 ** 32, 1), 'invalid_data');
+    expectFrameError(() => encoder.allocate(0, 0), 'invalid_data');
+    expectFrameError(() => encoder.allocate(0, MAX_FRAME_BYTES), 'too_large');
+    expectFrameError(() => encodeFrame(encoder.allocate(0, 100), { maxBytes: 50 }), 'too_large');
+  });
+});
+
 describe('decodeFrame validation (spec §3.3)', () => {
   const rejects: [string, Uint8Array, FrameErrorCode][] = [
     ['version 2', raw({ version: 2, body: body.resume(0) }), 'invalid_version'],
@@ -194,6 +214,15 @@ describe('decodeFrame validation (spec §3.3)', () => {
     const frame = decodeFrame(bytes);
     bytes.fill(0);
     expect(frame).toEqual(handshakeFrame('s', unhex('0102')));
+  });
+
+  it('with copyPayload: false, payloads are views into the input (data and handshake)', () => {
+    for (const frame of [dataFrame('s', 7, unhex('0a0b0c')), handshakeFrame('s', unhex('0102'))]) {
+      const bytes = encodeFrame(frame);
+      const decoded = decodeFrame(bytes, { copyPayload: false }) as Extract<Frame, { payload: Uint8Array }>;
+      expect(decoded).toEqual(frame);
+      expect(decoded.payload.buffer).toBe(bytes.buffer);
+    }
   });
 
   it('checks the size before parsing: a 10 MiB buffer of garbage is too_large, not malformed', () => {

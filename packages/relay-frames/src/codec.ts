@@ -4,7 +4,7 @@ import { FrameError } from './errors.js';
 import type { DataFrame, Frame } from './frame.js';
 import { isValidStreamId, validateFrame } from './frame.js';
 import { type RelayMessageFrame, RelayMessageFrameSchema } from './gen/relay.v1_pb.js';
-import { MAX_FRAME_BYTES, RELAY_PROTOCOL_VERSION } from './limits.js';
+import { MAX_FRAME_BYTES, MAX_SEQ, MAX_STREAM_ID_BYTES, RELAY_PROTOCOL_VERSION } from './limits.js';
 
 /** Field number of `RelayMessageFrame.stream_id`, the only field the relay reads. */
 const STREAM_ID_FIELD = 2;
@@ -15,6 +15,14 @@ const LAST_BODY_FIELD = 10;
 export interface CodecOptions {
   /** Largest encoded frame accepted; defaults to the 256 KiB WebSocket message limit. */
   readonly maxBytes?: number;
+}
+
+export interface DecodeOptions extends CodecOptions {
+  /**
+   * `false` lets a decoded payload be a view into the input (no copy), for callers that own the
+   * input buffer and never write to it again, such as a socket's freshly received message. Default true.
+   */
+  readonly copyPayload?: boolean;
 }
 
 type Body = RelayMessageFrame['body'];
@@ -54,16 +62,129 @@ function bodyOf(frame: Frame): Body {
  * as the receiver would, and refuses a result larger than `maxBytes`: an invalid frame never leaves.
  */
 export function encodeFrame(frame: Frame, options: CodecOptions = {}): Uint8Array {
-  validateFrame(frame);
-  const bytes =
-    frame.kind === 'data' && frame.traceparent === undefined && frame.tracestate === undefined
-      ? encodeDataFrame(frame)
-      : encodeGeneric(frame);
+  const bytes = EncodedDataFrame.wireOf(frame) ?? encodeValidated(validateFrame(frame));
   const maxBytes = options.maxBytes ?? MAX_FRAME_BYTES;
   if (bytes.byteLength > maxBytes) {
     throw new FrameError('too_large', `encoded frame is ${bytes.byteLength} bytes, over the ${maxBytes}-byte limit`);
   }
   return bytes;
+}
+
+function encodeValidated(frame: Frame): Uint8Array {
+  return frame.kind === 'data' && frame.traceparent === undefined && frame.tracestate === undefined
+    ? encodeDataFrame(frame)
+    : encodeGeneric(frame);
+}
+
+/**
+ * A frozen Data frame that carries its own wire bytes (its payload is a view into them), as built by
+ * `DataFrameEncoder`. The bytes are a private field rather than a WeakMap entry: a WeakMap would keep
+ * every frame's bytes alive until a full GC, and a busy stream would then run one every few megabytes.
+ */
+class EncodedDataFrame implements DataFrame {
+  readonly kind = 'data';
+  readonly ack = 0;
+  readonly ackBits = 0;
+  readonly #wire: Uint8Array;
+
+  constructor(
+    readonly streamId: string,
+    readonly seq: number,
+    readonly payload: Uint8Array,
+    wire: Uint8Array,
+  ) {
+    this.#wire = wire;
+    Object.freeze(this);
+  }
+
+  static wireOf(frame: Frame): Uint8Array | undefined {
+    return #wire in frame ? (frame as EncodedDataFrame).#wire : undefined;
+  }
+}
+
+function varintLength(value: number): number {
+  let length = 1;
+  while (value > 0x7f) {
+    value >>>= 7;
+    length += 1;
+  }
+  return length;
+}
+
+function writeVarint(out: Uint8Array, at: number, value: number): number {
+  while (value > 0x7f) {
+    out[at++] = (value & 0x7f) | 0x80;
+    value >>>= 7;
+  }
+  out[at++] = value;
+  return at;
+}
+
+/** Tag bytes (field << 3 | wire type) of the Data-frame fields written by hand. */
+const TAG_BODY_DATA = (5 << 3) | WireType.LengthDelimited;
+const TAG_DATA_SEQ = (1 << 3) | WireType.Varint;
+const TAG_DATA_SEGMENT_COUNT = (3 << 3) | WireType.Varint;
+const TAG_DATA_PAYLOAD = (4 << 3) | WireType.LengthDelimited;
+
+/**
+ * Builds the Data frames of one stream around their payload, for senders that produce the payload
+ * themselves (a sealer writing ciphertext): `allocate(seq, length)` returns a frozen, validated
+ * `DataFrame` whose `payload` is a writable view into the frame's own wire bytes, so `encodeFrame`
+ * returns those bytes without encoding or copying anything. The constant head (version, stream id) is
+ * encoded once by the library's writer; the per-frame fields (body tag and length, seq, segment count,
+ * payload length) are varints written by hand, the same bytes as `encodeFrame` (a property test pins
+ * them to the generic encoder). The frame is the stream's: ack fields 0, no trace context.
+ */
+export class DataFrameEncoder {
+  readonly streamId: string;
+  readonly #head: Uint8Array;
+
+  constructor(streamId: string) {
+    if (!isValidStreamId(streamId)) {
+      throw new FrameError('invalid_stream_id', 'stream_id must be non-blank, unpadded and at most 128 bytes');
+    }
+    this.streamId = streamId;
+    const head = new BinaryWriter();
+    head.tag(1, WireType.Varint).uint32(RELAY_PROTOCOL_VERSION);
+    head.tag(2, WireType.LengthDelimited).string(streamId);
+    this.#head = head.finish();
+  }
+
+  /**
+   * A Data frame with `payloadLength` bytes of payload to fill in before it is sent. The payload is
+   * uninitialised memory (not zeroed, for speed): the caller must write every byte of it, or drop the
+   * frame.
+   */
+  allocate(seq: number, payloadLength: number): DataFrame {
+    if (!Number.isInteger(seq) || seq < 0 || seq > MAX_SEQ) {
+      throw new FrameError('invalid_data', 'data seq must be a u32');
+    }
+    if (!Number.isInteger(payloadLength) || payloadLength < 1) {
+      throw new FrameError('invalid_data', 'data payload must be non-empty');
+    }
+    const innerLength = (seq === 0 ? 0 : 1 + varintLength(seq)) + 2 + 1 + varintLength(payloadLength) + payloadLength;
+    const head = this.#head;
+    const total = head.byteLength + 1 + varintLength(innerLength) + innerLength;
+    if (total > MAX_FRAME_BYTES) {
+      throw new FrameError('too_large', `encoded frame is ${total} bytes, over the ${MAX_FRAME_BYTES}-byte limit`);
+    }
+    // Uninitialised memory: every byte is written, the head here and the payload by the caller.
+    const unsafe = Buffer.allocUnsafe(total);
+    const bytes = new Uint8Array(unsafe.buffer, unsafe.byteOffset, total);
+    bytes.set(head, 0);
+    let at = head.byteLength;
+    bytes[at++] = TAG_BODY_DATA;
+    at = writeVarint(bytes, at, innerLength);
+    if (seq !== 0) {
+      bytes[at++] = TAG_DATA_SEQ;
+      at = writeVarint(bytes, at, seq);
+    }
+    bytes[at++] = TAG_DATA_SEGMENT_COUNT;
+    bytes[at++] = 1;
+    bytes[at++] = TAG_DATA_PAYLOAD;
+    at = writeVarint(bytes, at, payloadLength);
+    return new EncodedDataFrame(this.streamId, seq, bytes.subarray(at), bytes);
+  }
 }
 
 /**
@@ -111,6 +232,12 @@ function encodeGeneric(frame: Frame): Uint8Array {
 /** The generic (reflection) encoder for any frame; exported for the test that pins the fast path to it. */
 export { encodeGeneric as encodeFrameGeneric };
 
+/** The generic decoder (copying payloads), for the tests that pin the canonical fast path to it. */
+export function decodeFrameGeneric(bytes: Uint8Array, options: CodecOptions = {}): Frame {
+  checkSize(bytes, options.maxBytes ?? MAX_FRAME_BYTES);
+  return decodeGeneric(bytes, true);
+}
+
 /**
  * Walks the fields of one message with a reader bounded by exactly its bytes, calling `visit` for each
  * field (which must consume it) or skipping it. Throws the library's error on any malformed tag,
@@ -146,10 +273,81 @@ function checkSize(bytes: Uint8Array, maxBytes: number): void {
 /**
  * Decodes and validates one frame (spec §3.3). The size is checked before parsing; unknown fields are
  * skipped (newer senders add some); missing scalars default to 0 / "". Payloads are copied, so the
- * result never aliases `bytes`. Throws only `FrameError`.
+ * result never aliases `bytes`, unless `copyPayload: false` asks for views. Canonical Data frames take a
+ * hand-written path that accepts nothing the generic one would decode differently. Throws only `FrameError`.
  */
-export function decodeFrame(bytes: Uint8Array, options: CodecOptions = {}): Frame {
+export function decodeFrame(bytes: Uint8Array, options: DecodeOptions = {}): Frame {
   checkSize(bytes, options.maxBytes ?? MAX_FRAME_BYTES);
+  const copyPayload = options.copyPayload ?? true;
+  return decodeCanonicalData(bytes, copyPayload) ?? decodeGeneric(bytes, copyPayload);
+}
+
+/** The one-entry cache of the last canonical stream id decoded (a link sees one id, frame after frame). */
+let lastStreamIdBytes = new Uint8Array(0);
+let lastStreamId = '';
+
+/** Reads a varint of at most 5 bytes that fits a u32 ([value, next offset]); null otherwise. */
+function readU32(bytes: Uint8Array, at: number, end: number): [value: number, next: number] | null {
+  let value = 0;
+  for (let i = 0; i < 5 && at < end; i++) {
+    const byte = bytes[at++]!;
+    if (i === 4 && byte > 0x0f) return null;
+    value += (byte & 0x7f) * 2 ** (7 * i);
+    if (byte < 0x80) return [value, at];
+  }
+  return null;
+}
+
+/**
+ * The receive hot path: a Data frame in exactly the layout `encodeFrame` and codex (prost) write —
+ * version 1, an ASCII stream id, no ack fields, the data body last with its fields in order (seq if not 0,
+ * segment_count 1, a non-empty payload), nothing after it. Anything else returns null and goes through
+ * the generic decoder, so this path only ever accepts bytes the generic decoder decodes to the same frame
+ * (a property test checks it on encoded and mutated frames).
+ */
+function decodeCanonicalData(bytes: Uint8Array, copyPayload: boolean): DataFrame | null {
+  const end = bytes.byteLength;
+  if (end < 10 || bytes[0] !== 0x08 || bytes[1] !== RELAY_PROTOCOL_VERSION || bytes[2] !== 0x12) return null;
+  const idLength = readU32(bytes, 3, end);
+  if (!idLength) return null;
+  const idStart = idLength[1];
+  const idEnd = idStart + idLength[0];
+  if (idLength[0] === 0 || idEnd >= end || bytes[idEnd] !== TAG_BODY_DATA) return null;
+  const inner = readU32(bytes, idEnd + 1, end);
+  if (!inner || inner[1] + inner[0] !== end) return null;
+  let at = inner[1];
+  let seq = 0;
+  if (bytes[at] === TAG_DATA_SEQ) {
+    const read = readU32(bytes, at + 1, end);
+    if (!read) return null;
+    [seq, at] = read;
+  }
+  if (bytes[at] !== TAG_DATA_SEGMENT_COUNT || bytes[at + 1] !== 1 || bytes[at + 2] !== TAG_DATA_PAYLOAD) return null;
+  const payloadLength = readU32(bytes, at + 3, end);
+  if (!payloadLength || payloadLength[0] === 0 || payloadLength[1] + payloadLength[0] !== end) return null;
+  const streamId = asciiStreamId(bytes, idStart, idEnd);
+  if (streamId === null || !isValidStreamId(streamId)) return null;
+  const payload = copyPayload ? bytes.slice(payloadLength[1]) : bytes.subarray(payloadLength[1]);
+  return { kind: 'data', streamId, ack: 0, ackBits: 0, seq, payload };
+}
+
+/** The stream id if all its bytes are ASCII (decoded as any UTF-8 decoder would), else null. */
+function asciiStreamId(bytes: Uint8Array, start: number, end: number): string | null {
+  const length = end - start;
+  if (length > MAX_STREAM_ID_BYTES) return null;
+  let same = length === lastStreamIdBytes.byteLength;
+  for (let i = 0; i < length; i++) {
+    const byte = bytes[start + i]!;
+    if (byte > 0x7f) return null;
+    if (same && lastStreamIdBytes[i] !== byte) same = false;
+  }
+  if (same) return lastStreamId;
+  lastStreamIdBytes = bytes.slice(start, end);
+  lastStreamId = String.fromCharCode(...lastStreamIdBytes);
+  return lastStreamId;
+}
+
+function decodeGeneric(bytes: Uint8Array, copyPayload: boolean): Frame {
   let message: RelayMessageFrame;
   try {
     checkWellFormed(bytes);
@@ -176,7 +374,12 @@ export function decodeFrame(bytes: Uint8Array, options: CodecOptions = {}): Fram
       if (body.value.segmentIndex !== 0 || body.value.segmentCount !== 1) {
         throw new FrameError('invalid_data', 'data must be a single segment (index 0, count 1)');
       }
-      return validateFrame({ kind: 'data', ...header, seq: body.value.seq, payload: body.value.payload.slice() });
+      return validateFrame({
+        kind: 'data',
+        ...header,
+        seq: body.value.seq,
+        payload: copyPayload ? body.value.payload.slice() : body.value.payload,
+      });
     case 'ackFrame':
       return validateFrame({ kind: 'ack', ...header });
     case 'resume':
@@ -186,7 +389,11 @@ export function decodeFrame(bytes: Uint8Array, options: CodecOptions = {}): Fram
     case 'heartbeat':
       return validateFrame({ kind: 'heartbeat', ...header });
     case 'handshake':
-      return validateFrame({ kind: 'handshake', ...header, payload: body.value.payload.slice() });
+      return validateFrame({
+        kind: 'handshake',
+        ...header,
+        payload: copyPayload ? body.value.payload.slice() : body.value.payload,
+      });
     case undefined:
       throw new FrameError('missing_body', 'frame has no body');
   }

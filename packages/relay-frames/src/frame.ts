@@ -113,14 +113,19 @@ function isU32(n: number): boolean {
  * whitespace, at most 128 UTF-8 bytes.
  */
 export function isValidStreamId(streamId: string): boolean {
-  return (
+  if (streamId === lastValidStreamId) return true; // every frame of a stream carries the same id
+  const valid =
     streamId.length > 0 &&
     streamId.trim() === streamId &&
     streamId.length <= MAX_STREAM_ID_BYTES &&
     isWellFormed(streamId) &&
-    utf8.encode(streamId).byteLength <= MAX_STREAM_ID_BYTES
-  );
+    utf8.encode(streamId).byteLength <= MAX_STREAM_ID_BYTES;
+  if (valid) lastValidStreamId = streamId;
+  return valid;
 }
+
+/** The last id found valid (a pure function of the string, so remembering one answer is safe). */
+let lastValidStreamId: string | undefined;
 
 /**
  * Checks a frame against codex's `validate()` (spec §3.3) plus the u32 ranges its fields must fit,

@@ -1,4 +1,11 @@
-export { type CodecOptions, decodeFrame, encodeFrame, peekStreamId } from './codec.js';
+export {
+  type CodecOptions,
+  DataFrameEncoder,
+  type DecodeOptions,
+  decodeFrame,
+  encodeFrame,
+  peekStreamId,
+} from './codec.js';
 export {
   FrameError,
   type FrameErrorCode,
@@ -43,4 +50,4 @@ export {
   RELAY_PROTOCOL_VERSION,
 } from './limits.js';
 export { OrderedReceiveWindow, type OrderedReceiveWindowOptions, SendSequence } from './ordered-window.js';
-export { frameMessage, MessageReassembler } from './record-framing.js';
+export { frameMessage, frameMessageParts, MessageReassembler } from './record-framing.js';

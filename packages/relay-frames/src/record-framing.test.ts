@@ -2,7 +2,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { MessageFramingError, type MessageFramingErrorCode } from './errors.js';
 import { MAX_MESSAGE_BYTES, MAX_RECORD_PLAINTEXT_BYTES } from './limits.js';
-import { frameMessage, MessageReassembler } from './record-framing.js';
+import { frameMessage, frameMessageParts, MessageReassembler } from './record-framing.js';
 
 function expectFramingError(fn: () => unknown, code: MessageFramingErrorCode): void {
   let thrown: unknown;
@@ -74,6 +74,25 @@ describe('frameMessage', () => {
     const records = frameMessage(message(size, 1));
     expect(records.map((r) => r.byteLength)).toEqual(sizes);
     expect(Buffer.compare(concat(records).subarray(4), message(size, 1))).toBe(0);
+  });
+
+  it('frameMessageParts gives the same records as parts, with views into the message instead of a copy', () => {
+    fc.assert(
+      fc.property(
+        fc.oneof(fc.integer({ min: 1, max: 300 }), fc.integer({ min: 61_430, max: 61_450 }), fc.nat(140_000)),
+        (size) => {
+          const json = message(Math.max(size, 1), size);
+          const parts = frameMessageParts(json);
+          const records = frameMessage(json);
+          expect(parts).toHaveLength(records.length);
+          for (const [i, record] of parts.entries()) expect(Buffer.compare(concat(record), records[i]!)).toBe(0);
+          for (const part of parts.flat().slice(1)) expect(part.buffer).toBe(json.buffer);
+        },
+      ),
+      { numRuns: 60 },
+    );
+    expectFramingError(() => frameMessageParts(new Uint8Array()), 'empty_message');
+    expectFramingError(() => frameMessageParts(new Uint8Array(MAX_MESSAGE_BYTES + 1)), 'message_too_large');
   });
 
   it('rejects an empty or over-64-MiB message', () => {

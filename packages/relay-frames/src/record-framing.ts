@@ -29,6 +29,24 @@ export function frameMessage(json: Uint8Array): Uint8Array[] {
 }
 
 /**
+ * The same records as `frameMessage`, without copying `json`: each record is a list of parts to seal in
+ * order (a sealer can take them straight, e.g. `Transport.encryptInto`). The first record is
+ * [4-byte prefix, start of json]; every part after the prefix is a view into `json`, so the caller must
+ * not change `json` until the records are sealed. Same checks as `frameMessage`.
+ */
+export function frameMessageParts(json: Uint8Array): Uint8Array[][] {
+  checkMessageLength(json.byteLength);
+  const prefix = new Uint8Array(MESSAGE_LENGTH_PREFIX_BYTES);
+  new DataView(prefix.buffer).setUint32(0, json.byteLength, false);
+  const firstBody = MAX_RECORD_PLAINTEXT_BYTES - MESSAGE_LENGTH_PREFIX_BYTES;
+  const records: Uint8Array[][] = [[prefix, json.subarray(0, firstBody)]];
+  for (let offset = firstBody; offset < json.byteLength; offset += MAX_RECORD_PLAINTEXT_BYTES) {
+    records.push([json.subarray(offset, offset + MAX_RECORD_PLAINTEXT_BYTES)]);
+  }
+  return records;
+}
+
+/**
  * Rebuilds messages from decrypted plaintext records, given in order. A record may finish one message
  * and start the next; a message may span many records. Declared lengths are checked as soon as the
  * 4-byte prefix is complete, before any of the body is buffered; the partial body is kept as the
@@ -117,7 +135,9 @@ export class MessageReassembler {
       this.#expected = -1;
       return only!;
     }
-    const message = new Uint8Array(this.#expected);
+    // Uninitialised memory (no zero fill): the chunks below write every byte.
+    const unsafe = Buffer.allocUnsafe(this.#expected);
+    const message = new Uint8Array(unsafe.buffer, unsafe.byteOffset, this.#expected);
     let at = 0;
     for (const chunk of this.#chunks) {
       message.set(chunk, at);

@@ -27,6 +27,7 @@ export interface FrameLink {
 const HIGH_WATER_MARK = 4 * 1024 * 1024;
 const LOW_WATER_MARK = 1024 * 1024;
 const BINARY = { binary: true } as const;
+const NO_COPY = { copyPayload: false } as const;
 
 /**
  * A harness's relay socket carrying one stream: binary messages only, one protobuf frame each
@@ -54,7 +55,8 @@ export class WebSocketFrameLink implements FrameLink {
       if (!isBinary) return this.fail('relay sent a text message');
       let frame: Frame;
       try {
-        frame = decodeFrame(data);
+        // The socket hands over each message's buffer and never writes to it again: payloads may be views.
+        frame = decodeFrame(data, NO_COPY);
       } catch (err) {
         if (err instanceof FrameError) return this.fail(`relay sent an invalid frame: ${err.message}`);
         throw err;
@@ -130,7 +132,7 @@ class MemoryFrameLink implements FrameLink {
       this.scheduled = false;
       for (const frame of this.inbox.splice(0)) {
         if (this.closed) return;
-        this.handlers?.onFrame(decodeFrame(frame));
+        this.handlers?.onFrame(decodeFrame(frame, NO_COPY)); // each encoded frame is delivered once
       }
     });
   }

@@ -10,12 +10,13 @@ import {
   type NoisePublicKey,
   type StaticKeys,
   type Suite,
+  TAG_LENGTH_BYTES,
   type Transport,
 } from '@tether/noise';
 import {
-  dataFrame,
+  DataFrameEncoder,
   type Frame,
-  frameMessage,
+  frameMessageParts,
   handshakeFrame,
   MessageReassembler,
   OrderedReceiveWindow,
@@ -63,6 +64,7 @@ export class SecureStream implements MessageTransport {
   // Decrypted records are fresh buffers nobody else holds: the reassembler may keep views of them.
   private readonly reassembler = new MessageReassembler({ takeOwnershipOfRecords: true });
   private readonly sequence = new SendSequence();
+  private readonly dataFrames: DataFrameEncoder;
   /** Messages that arrived between the handshake and `start()`. */
   private early: Buffer[] | null = [];
   private handshakeListener: ((frame: Frame) => void) | null = null;
@@ -74,6 +76,7 @@ export class SecureStream implements MessageTransport {
     readonly streamId: string,
   ) {
     this.label = `secure stream ${streamId}`;
+    this.dataFrames = new DataFrameEncoder(streamId);
     link.start({
       onFrame: (frame) => this.onFrame(frame),
       onClose: (reason) => this.finish(`relay link closed: ${reason}`, false),
@@ -107,9 +110,14 @@ export class SecureStream implements MessageTransport {
     const bytes = typeof message === 'string' ? Buffer.from(message) : message;
     let writable = true;
     try {
-      for (const record of frameMessage(bytes)) {
-        const seq = this.sequence.take();
-        writable = this.link.send(dataFrame(this.streamId, seq, this.transport.encrypt(record)));
+      // Each record is sealed straight into the payload of its frame's wire bytes: the message is not
+      // copied to prepend its length, and the ciphertext is not copied into an encoded frame.
+      for (const parts of frameMessageParts(bytes)) {
+        let length = TAG_LENGTH_BYTES;
+        for (const part of parts) length += part.byteLength;
+        const frame = this.dataFrames.allocate(this.sequence.take(), length);
+        this.transport.encryptInto(parts, frame.payload);
+        writable = this.link.send(frame);
       }
     } catch (err) {
       this.fail(`cannot send: ${(err as Error).message}`);
@@ -280,7 +288,10 @@ export class SecureStream implements MessageTransport {
 
   private onData(seq: number, ciphertext: Uint8Array): void {
     try {
-      for (const record of this.window.push(seq, ciphertext)) {
+      // The payload may be a view into the received message (links decode without copying). A record
+      // parked out of order is copied, so the window's 1 MiB bound counts all the memory it pins.
+      const parked = seq !== this.window.nextSeq;
+      for (const record of this.window.push(seq, parked ? ciphertext.slice() : ciphertext)) {
         const plaintext = this.transport!.decrypt(record);
         for (const message of this.reassembler.push(plaintext)) {
           const bytes = Buffer.from(message.buffer, message.byteOffset, message.byteLength);

@@ -5,6 +5,7 @@ import {
   createHmac,
   createPrivateKey,
   createPublicKey,
+  createSecretKey,
   diffieHellman,
   generateKeyPairSync,
   type KeyObject,
@@ -14,6 +15,7 @@ import {
   type CipherName,
   type CryptoProvider,
   isAllZero,
+  type KeyedAead,
   type KeyPair,
   type RandomOptions,
   TAG_LENGTH_BYTES,
@@ -22,16 +24,55 @@ import {
 
 const TAG = { authTagLength: TAG_LENGTH_BYTES } as const;
 
-function cipherFor(cipher: CipherName, key: Uint8Array, nonce: Uint8Array) {
+function cipherFor(cipher: CipherName, key: Uint8Array | KeyObject, nonce: Uint8Array) {
   return cipher === 'AESGCM'
     ? createCipheriv('aes-256-gcm', key, nonce, TAG)
     : createCipheriv('chacha20-poly1305', key, nonce, TAG);
 }
 
-function decipherFor(cipher: CipherName, key: Uint8Array, nonce: Uint8Array) {
+function decipherFor(cipher: CipherName, key: Uint8Array | KeyObject, nonce: Uint8Array) {
   return cipher === 'AESGCM'
     ? createDecipheriv('aes-256-gcm', key, nonce, TAG)
     : createDecipheriv('chacha20-poly1305', key, nonce, TAG);
+}
+
+/**
+ * A transport AEAD with the key imported once as a KeyObject: node has no way to reset the nonce of a
+ * cipher, so each record still gets its own `createCipheriv`, but from a KeyObject that is cheaper than
+ * from raw key bytes. Sealing writes each `update` output straight into the caller's buffer (a frame),
+ * and opening returns `update`'s own fresh buffer.
+ */
+function keyedAead(cipher: CipherName, key: Uint8Array): KeyedAead {
+  const keyObject = createSecretKey(key);
+  return {
+    sealInto(nonce, ad, parts, out) {
+      let length = TAG_LENGTH_BYTES;
+      for (const part of parts) length += part.length;
+      if (length !== out.length) throw new RangeError('output buffer has the wrong length');
+      const c = cipherFor(cipher, keyObject, nonce);
+      if (ad.length > 0) c.setAAD(ad);
+      let at = 0;
+      for (const part of parts) {
+        const chunk = c.update(part);
+        out.set(chunk, at);
+        at += chunk.length;
+      }
+      const tail = c.final();
+      out.set(tail, at);
+      out.set(c.getAuthTag(), at + tail.length);
+    },
+    open(nonce, ad, ciphertext) {
+      if (ciphertext.length < TAG_LENGTH_BYTES) throw new Error('ciphertext shorter than the tag');
+      const bodyLength = ciphertext.length - TAG_LENGTH_BYTES;
+      const d = decipherFor(cipher, keyObject, nonce);
+      if (ad.length > 0) d.setAAD(ad);
+      d.setAuthTag(ciphertext.subarray(bodyLength));
+      const head = d.update(ciphertext.subarray(0, bodyLength));
+      const tail = d.final();
+      if (tail.length === 0) return toBytes(head);
+      return toBytes(Buffer.concat([head, tail]));
+    },
+  };
 }
 
 /**
@@ -129,6 +170,7 @@ export function createNodeProvider(options: RandomOptions = {}): CryptoProvider 
       if (tail.length === 0) return toBytes(head);
       return toBytes(Buffer.concat([head, tail]));
     },
+    keyedAead,
     hash(parts) {
       const h = createHash('sha256');
       for (const part of parts) h.update(part);
