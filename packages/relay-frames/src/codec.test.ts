@@ -281,3 +281,23 @@ describe('peekStreamId', () => {
     expect(peekStreamId(bytes, { maxBytes: bytes.byteLength - 1 })).toBeNull();
   });
 });
+
+describe('wire types of known fields', () => {
+  // Found by mutation: a known field sent with another wire type. The protobuf library would read it
+  // anyway (so decode named one stream while the relay's peek named none); prost refuses it.
+  it.each([
+    '090112083b747265616d2d312a09080318012203010203',
+    '0901120873742d65616d2d312a09080318012203010203',
+    '0801150873747265616d2d312a09080318012203010202',
+  ])('refuses %s, and the peek agrees', (hex) => {
+    const bytes = new Uint8Array(Buffer.from(hex, 'hex'));
+    expect(() => decodeFrame(bytes)).toThrow(FrameError);
+    expect(peekStreamId(bytes)).toBeNull();
+  });
+
+  it('refuses a Data body whose payload is not length-delimited', () => {
+    // version 1, stream "s", data { payload: varint 5 }
+    const bytes = new Uint8Array([0x08, 0x01, 0x12, 0x01, 0x73, 0x2a, 0x02, 0x20, 0x05]);
+    expect(() => decodeFrame(bytes)).toThrow(FrameError);
+  });
+});

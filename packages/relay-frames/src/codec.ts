@@ -258,10 +258,52 @@ function walkFields(bytes: Uint8Array, visit?: (fieldNo: number, wireType: WireT
  */
 function checkWellFormed(bytes: Uint8Array): void {
   walkFields(bytes, (fieldNo, wireType, reader) => {
-    if (fieldNo < FIRST_BODY_FIELD || fieldNo > LAST_BODY_FIELD || wireType !== WireType.LengthDelimited) return false;
-    walkFields(reader.bytes());
+    checkWireType(FRAME_WIRE_TYPES, fieldNo, wireType);
+    if (fieldNo < FIRST_BODY_FIELD || fieldNo > LAST_BODY_FIELD) return false;
+    const bodyTypes = BODY_WIRE_TYPES[fieldNo];
+    walkFields(reader.bytes(), (innerNo, innerType) => {
+      if (bodyTypes) checkWireType(bodyTypes, innerNo, innerType);
+      return false;
+    });
     return true;
   });
+}
+
+const V = WireType.Varint;
+const L = WireType.LengthDelimited;
+/** Wire types of the known fields (relay.v1.proto); unknown fields may be anything. */
+const FRAME_WIRE_TYPES: Readonly<Record<number, WireType>> = {
+  1: V,
+  2: L,
+  3: V,
+  4: V,
+  5: L,
+  6: L,
+  7: L,
+  8: L,
+  9: L,
+  10: L,
+  11: L,
+  12: L,
+};
+const BODY_WIRE_TYPES: Readonly<Record<number, Readonly<Record<number, WireType>>>> = {
+  5: { 1: V, 2: V, 3: V, 4: L }, // RelayData
+  6: {}, // RelayAck
+  7: { 1: V }, // RelayResume
+  8: { 1: L }, // RelayReset
+  9: {}, // RelayHeartbeat
+  10: { 1: L }, // RelayHandshake
+};
+
+/**
+ * A known field with another wire type is malformed (prost, codex's decoder, refuses it); the library
+ * would read it anyway, with a meaning the relay's peek and the sender never agreed on.
+ */
+function checkWireType(types: Readonly<Record<number, WireType>>, fieldNo: number, wireType: WireType): void {
+  const expected = types[fieldNo];
+  if (expected !== undefined && expected !== wireType) {
+    throw new Error(`field ${fieldNo} has wire type ${wireType}, expected ${expected}`);
+  }
 }
 
 function checkSize(bytes: Uint8Array, maxBytes: number): void {
