@@ -1,7 +1,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { type PeerHandle, startPeer, startTestRendezvous, type TestRendezvous } from '@tether/test-kit';
+import { type PeerHandle, startPeer, startTestRendezvous, type TestRendezvous, tetherMainPath } from '@tether/test-kit';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { ProcessEvent } from './backend.js';
 import { Environment } from './environment.js';
@@ -30,9 +30,9 @@ function printer(count: number, size: number, code = 0): string[] {
   return ['/bin/sh', '-c', `head -c ${count * size} /dev/zero | tr '\\0' x; exit ${code}`];
 }
 
-type Backend = 'local' | 'remote (ws)' | 'remote (rendezvous)';
+type Backend = 'local' | 'remote (ws)' | 'remote (rendezvous)' | 'remote (stdio)';
 
-describe.each<Backend>(['local', 'remote (ws)', 'remote (rendezvous)'])('Environment: %s', (kind) => {
+describe.each<Backend>(['local', 'remote (ws)', 'remote (rendezvous)', 'remote (stdio)'])('Environment: %s', (kind) => {
   let env: Environment;
   let peer: PeerHandle | null = null;
   let rig: TestRendezvous | null = null;
@@ -40,6 +40,10 @@ describe.each<Backend>(['local', 'remote (ws)', 'remote (rendezvous)'])('Environ
   beforeAll(async () => {
     if (kind === 'local') {
       env = Environment.local();
+    } else if (kind === 'remote (stdio)') {
+      env = await Environment.connectStdio([process.execPath, tetherMainPath(), '--listen', 'stdio'], {
+        clientName: 'client-test',
+      });
     } else if (kind === 'remote (ws)') {
       peer = await startPeer({ kind: 'tether', transport: 'ws' });
       env = await Environment.connectWebSocket(peer.url!, { clientName: 'client-test' });
@@ -261,5 +265,23 @@ describe('Environment over the rendezvous: recovery', () => {
     await expect(
       Environment.connectRendezvous({ registryUrl: rig.registryUrl, apiKey: rig.apiKey, environmentId: 'env-nobody' }),
     ).rejects.toMatchObject({ code: 'not_found' });
+  });
+});
+
+describe('Environment.connectStdio', () => {
+  it('owns its executor: close ends it', async () => {
+    const env = await Environment.connectStdio([process.execPath, tetherMainPath(), '--listen', 'stdio']);
+    const result = await env.exec(['echo', 'over stdio'], { cwd: work });
+    expect(result.stdout.toString()).toBe('over stdio\n');
+    const child = (env.client as unknown as { ownedChild: { pid: number; exitCode: number | null } }).ownedChild;
+    expect(child.exitCode).toBeNull();
+    await env.close();
+    expect(child.exitCode).toBe(0);
+  });
+
+  it('a command that cannot start is a clear error', async () => {
+    await expect(Environment.connectStdio(['/definitely/not/an/executor'])).rejects.toMatchObject({
+      code: 'connect_failed',
+    });
   });
 });

@@ -37,7 +37,7 @@ export class Environment {
     private readonly backend: ProcessBackend,
     readonly fs: EnvironmentFs,
     private readonly defaultCwd: string,
-    private readonly onClose: () => Promise<void>,
+    private onClose: () => Promise<void>,
     /** The executor client when remote (for raw calls), else null. */
     readonly client: ExecServerClient | null,
   ) {}
@@ -63,6 +63,21 @@ export class Environment {
     options: Omit<ExecServerClientOptions, 'dial'> = {},
   ): Promise<Environment> {
     return Environment.remote(await ExecServerClient.connectWebSocket(url, options));
+  }
+
+  /** An executor this environment starts and owns, over its stdio (e.g. `['executor', '--listen', 'stdio']`). */
+  static async connectStdio(
+    command: string[],
+    options: Parameters<typeof ExecServerClient.connectStdio>[1] = {},
+  ): Promise<Environment> {
+    const client = await ExecServerClient.connectStdio(command, options);
+    const env = Environment.remote(client);
+    const close = env.onClose;
+    env.onClose = async () => {
+      await close();
+      await client.whenChildExited();
+    };
+    return env;
   }
 
   static remote(client: ExecServerClient): Environment {

@@ -1,3 +1,4 @@
+import { type ChildProcess, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { ErrorCode, RpcError } from '@tether/exec-protocol';
 import {
@@ -6,6 +7,7 @@ import {
   RpcClient,
   RpcConnection,
   RpcTimeoutError,
+  StdioTransport,
   WebSocketTransport,
 } from '@tether/jsonrpc';
 import { generateIdentity, type NoiseIdentity } from '@tether/noise';
@@ -73,6 +75,8 @@ export class ExecServerClient implements ProcessBackend {
   private closed = false;
   private reconnecting: Promise<void> | null = null;
   private readonly abort = new AbortController();
+  /** The executor process this client started (`connectStdio`), ended on close. */
+  private ownedChild: ChildProcess | null = null;
 
   private constructor(private readonly options: ExecServerClientOptions) {}
 
@@ -85,6 +89,41 @@ export class ExecServerClient implements ProcessBackend {
   /** A plain WebSocket executor (`executor --listen ws://…`, `codex exec-server --listen ws://…`). */
   static connectWebSocket(url: string, options: Omit<ExecServerClientOptions, 'dial'> = {}): Promise<ExecServerClient> {
     return ExecServerClient.connect({ ...options, dial: (signal) => dialWebSocket(url, signal) });
+  }
+
+  /**
+   * An executor started as a child process speaking JSON-RPC on its stdin/stdout (`executor --listen stdio`,
+   * `codex exec-server --listen stdio`). The child is this client's: `close()` ends its stdin and, if it
+   * lingers, kills it. A stdio session cannot be resumed, so there is no reconnect.
+   */
+  static connectStdio(
+    command: string[],
+    options: Omit<ExecServerClientOptions, 'dial' | 'reconnect'> & { env?: NodeJS.ProcessEnv; cwd?: string } = {},
+  ): Promise<ExecServerClient> {
+    if (command.length === 0) throw new TetherError('invalid_argument', 'connectStdio needs a command');
+    let child: ChildProcess | null = null;
+    return ExecServerClient.connect({
+      ...options,
+      reconnect: false,
+      dial: async () => {
+        const spawned = spawn(command[0]!, command.slice(1), {
+          stdio: ['pipe', 'pipe', 'inherit'],
+          ...(options.env ? { env: options.env } : {}),
+          ...(options.cwd ? { cwd: options.cwd } : {}),
+        });
+        child = spawned;
+        await new Promise<void>((resolve, reject) => {
+          spawned.once('spawn', resolve);
+          spawned.once('error', (err) =>
+            reject(new TetherError('connect_failed', `cannot start ${command[0]}: ${err.message}`, { cause: err })),
+          );
+        });
+        return new StdioTransport({ input: spawned.stdout!, output: spawned.stdin!, label: `stdio ${command[0]}` });
+      },
+    }).then((client) => {
+      client.ownedChild = child;
+      return client;
+    });
   }
 
   /**
@@ -159,6 +198,20 @@ export class ExecServerClient implements ProcessBackend {
     this.closed = true;
     this.abort.abort(new TetherError('closed', 'client closed'));
     this.rpc?.close('client closed');
+    const child = this.ownedChild;
+    if (child && child.exitCode === null && child.signalCode === null) {
+      child.stdin?.end();
+      const timer = setTimeout(() => child.kill('SIGKILL'), 5_000);
+      timer.unref();
+      child.once('exit', () => clearTimeout(timer));
+    }
+  }
+
+  /** Resolves when the child started by `connectStdio` has exited (at once for other transports). */
+  async whenChildExited(): Promise<void> {
+    const child = this.ownedChild;
+    if (!child || child.exitCode !== null || child.signalCode !== null) return;
+    await new Promise((resolve) => child.once('exit', resolve));
   }
 
   // ProcessBackend ------------------------------------------------------------------------------
