@@ -17,10 +17,15 @@ interface Outcome {
   stderr: string;
 }
 
-async function harness(args: string[], env: NodeJS.ProcessEnv, stdinText?: string): Promise<Outcome> {
+async function harness(
+  args: string[],
+  env: NodeJS.ProcessEnv,
+  stdinText?: string,
+  options: { stderrIsTTY?: boolean } = {},
+): Promise<Outcome> {
   const stdin = new PassThrough();
   const stdout = new PassThrough();
-  const stderr = new PassThrough();
+  const stderr = Object.assign(new PassThrough(), { isTTY: options.stderrIsTTY ?? false });
   const out: Buffer[] = [];
   const err: Buffer[] = [];
   stdout.on('data', (chunk: Buffer) => out.push(chunk));
@@ -127,6 +132,22 @@ describe('harness CLI through the registry and relay', () => {
     expect(result.code).toBe(0);
     expect(result.stderr).toContain('sha256 verified');
     expect(readFileSync(join(work, 'local-dst.bin'))).toEqual(readFileSync(source));
+  });
+
+  it('cp draws progress on a terminal, and only there', async () => {
+    const source = join(work, 'progress-src.bin');
+    writeFileSync(source, randomBytes(2 * 1024 * 1024));
+    const onTerminal = await harness(['cp', source, join(work, 'progress-a.bin')], {}, undefined, {
+      stderrIsTTY: true,
+    });
+    expect(onTerminal.code).toBe(0);
+    expect(onTerminal.stderr).toContain('progress-src.bin  100%');
+    const piped = await harness(['cp', source, join(work, 'progress-b.bin')], {});
+    expect(piped.stderr).not.toContain('%');
+    const quiet = await harness(['cp', '-q', source, join(work, 'progress-c.bin')], {}, undefined, {
+      stderrIsTTY: true,
+    });
+    expect(quiet.stderr).toBe('');
   });
 
   it('cp refuses a directory without -r', async () => {
