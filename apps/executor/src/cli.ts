@@ -167,15 +167,13 @@ export async function runExecutor(options: ExecutorOptions, io: CliIo, logger?: 
 
   // Codex exports exec-server metrics whenever `[otel] metrics_exporter` names a collector; `[analytics]
   // enabled` does not gate them (observed with codex 0.171.0), so it does not here either.
-  const telemetry = config.metricsExporter
-    ? new Telemetry({
-        serviceName: 'tether-executor',
-        serviceVersion: EXECUTOR_VERSION,
-        environment: config.otelEnvironment,
-        otlpHttp: config.metricsExporter,
-        onError: (err) => log.warn({ err: err.message }, 'metrics export failed'),
-      })
-    : Telemetry.disabled();
+  const telemetry = await Telemetry.create({
+    serviceName: 'tether-executor',
+    serviceVersion: EXECUTOR_VERSION,
+    environment: config.otelEnvironment,
+    otlpHttp: config.metricsExporter,
+    onError: (err) => log.warn({ err: err.message }, 'metrics export failed'),
+  });
   const metrics = new ExecutorMetrics(telemetry);
   const server = new ExecServer({ config, logger: log, metrics });
   let stopRequested!: () => void;

@@ -11,8 +11,8 @@ afterEach(async () => {
 });
 
 /** A server whose metrics can be read back as Prometheus text (cumulative). */
-function makeServer() {
-  const telemetry = new Telemetry({ serviceName: 'executor-test', prometheus: true });
+async function makeServer() {
+  const telemetry = await Telemetry.create({ serviceName: 'executor-test', prometheus: true });
   const metrics = new ExecutorMetrics(telemetry);
   const server = new ExecServer({ config: { pingIntervalMs: 0 }, metrics, reaper: false });
   servers.push(server);
@@ -47,7 +47,7 @@ describe('executor metrics', () => {
   });
 
   it('counts connections, requests by method and result, and processes by how they ended', async () => {
-    const { server, metrics, scrape } = makeServer();
+    const { server, metrics, scrape } = await makeServer();
     const { client, closed, connection, processor } = await session(server);
     expect(metrics.snapshot().connectionsActive).toEqual({ stdio: 1, websocket: 0, relay: 0 });
 
@@ -90,7 +90,7 @@ describe('executor metrics', () => {
   });
 
   it('a start that fails to spawn is not an active or finished process', async () => {
-    const { server, metrics, scrape } = makeServer();
+    const { server, metrics, scrape } = await makeServer();
     const { client } = await session(server);
     await expect(start(client, 'nope', ['/no/such/program'])).rejects.toBeDefined();
     expect(metrics.snapshot().processesActive).toBe(0);
@@ -100,7 +100,7 @@ describe('executor metrics', () => {
   });
 
   it('a request whose connection closes before the answer counts as disconnected', async () => {
-    const { server, scrape } = makeServer();
+    const { server, scrape } = await makeServer();
     const { client, connection, processor } = await session(server);
     await start(client, 'quiet', ['sleep', '30']);
     const read = client.call('process/read', { processId: 'quiet', afterSeq: 0, waitMs: 30_000 }).catch(() => null);

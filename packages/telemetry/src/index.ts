@@ -1,5 +1,4 @@
 export { createLogger, DEFAULT_REDACT_PATHS, type Logger, type LoggerOptions, silentLogger } from './logger.js';
-export { renderPrometheus } from './prometheus.js';
 export {
   DURATION_BUCKETS_SECONDS,
   type OtlpHttpExporterConfig,

@@ -8,7 +8,7 @@ import {
 } from '@tether/test-kit';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createLogger } from './logger.js';
-import { DURATION_BUCKETS_SECONDS, Telemetry } from './telemetry.js';
+import { DURATION_BUCKETS_SECONDS, Telemetry, type TelemetryOptions } from './telemetry.js';
 
 const collectors: OtlpCollector[] = [];
 const telemetries: Telemetry[] = [];
@@ -23,8 +23,8 @@ async function collector(): Promise<OtlpCollector> {
   return started;
 }
 
-function telemetry(options: Partial<ConstructorParameters<typeof Telemetry>[0]> = {}): Telemetry {
-  const created = new Telemetry({
+async function telemetry(options: Partial<TelemetryOptions> = {}): Promise<Telemetry> {
+  const created = await Telemetry.create({
     serviceName: 'unit',
     serviceVersion: '1.2.3',
     exportIntervalMs: 3_600_000,
@@ -54,7 +54,7 @@ function record(t: Telemetry, active: { value: number }) {
 describe('Telemetry over OTLP/HTTP JSON', () => {
   it('pushes integer counters, gauges and duration histograms on flush', async () => {
     const c = await collector();
-    const t = telemetry({ otlpHttp: { endpoint: c.metricsUrl, protocol: 'json' }, environment: 'test' });
+    const t = await telemetry({ otlpHttp: { endpoint: c.metricsUrl, protocol: 'json' }, environment: 'test' });
     record(t, { value: 3 });
     expect(c.requests).toHaveLength(0);
     await t.flush();
@@ -96,7 +96,7 @@ describe('Telemetry over OTLP/HTTP JSON', () => {
 
   it('sends deltas: a later export carries only new counts, gauges every time', async () => {
     const c = await collector();
-    const t = telemetry({ otlpHttp: { endpoint: c.metricsUrl, protocol: 'json' } });
+    const t = await telemetry({ otlpHttp: { endpoint: c.metricsUrl, protocol: 'json' } });
     const active = { value: 1 };
     const { requests } = record(t, active);
     await t.flush();
@@ -118,7 +118,7 @@ describe('Telemetry over OTLP/HTTP JSON', () => {
 
   it('shutdown exports once and is idempotent; flush after shutdown sends nothing', async () => {
     const c = await collector();
-    const t = telemetry({ otlpHttp: { endpoint: c.metricsUrl, protocol: 'json' } });
+    const t = await telemetry({ otlpHttp: { endpoint: c.metricsUrl, protocol: 'json' } });
     t.counter('things_total', 'Things.').add(5);
     await Promise.all([t.shutdown(), t.shutdown()]);
     await t.flush();
@@ -130,7 +130,7 @@ describe('Telemetry over OTLP/HTTP JSON', () => {
     const down = await startOtlpCollector();
     await down.close();
     const errors: Error[] = [];
-    const t = telemetry({
+    const t = await telemetry({
       otlpHttp: { endpoint: down.metricsUrl, protocol: 'json' },
       exportTimeoutMs: 300,
       onError: (e) => errors.push(e),
@@ -144,7 +144,7 @@ describe('Telemetry over OTLP/HTTP JSON', () => {
 describe('Telemetry over OTLP/HTTP protobuf', () => {
   it('posts application/x-protobuf carrying the metric names', async () => {
     const c = await collector();
-    const t = telemetry({ otlpHttp: { endpoint: c.metricsUrl, protocol: 'binary' } });
+    const t = await telemetry({ otlpHttp: { endpoint: c.metricsUrl, protocol: 'binary' } });
     record(t, { value: 1 });
     await t.flush();
     expect(c.requests).toHaveLength(1);
@@ -160,7 +160,7 @@ describe('Telemetry over OTLP/HTTP protobuf', () => {
 
 describe('Prometheus exposition', () => {
   it('renders cumulative counters, gauges and histogram buckets', async () => {
-    const t = telemetry({ prometheus: true });
+    const t = await telemetry({ prometheus: true });
     const counter = t.counter('requests_total', 'Requests.');
     const histogram = t.durationHistogram('request_duration_seconds', 'Request time.');
     t.gauge('active', 'Active "things".', (report) => report(4));
@@ -185,7 +185,7 @@ describe('Prometheus exposition', () => {
   });
 
   it('escapes label values', async () => {
-    const t = telemetry({ prometheus: true });
+    const t = await telemetry({ prometheus: true });
     t.counter('odd_total', 'Odd.').add(1, { path: 'a"b\\c\nd' });
     expect(await t.prometheus()).toContain('odd_total{path="a\\"b\\\\c\\nd"} 1\n');
   });
@@ -200,6 +200,8 @@ describe('disabled telemetry', () => {
     await t.flush();
     await t.shutdown();
     await expect(t.prometheus()).rejects.toThrow(/prometheus/);
+    // create() without an exporter or Prometheus is the same no-op telemetry (the SDK stays unloaded).
+    expect((await Telemetry.create({ serviceName: 'idle', otlpHttp: null })).enabled).toBe(false);
   });
 });
 

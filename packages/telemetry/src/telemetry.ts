@@ -7,23 +7,7 @@ import {
   type ObservableResult,
   ValueType,
 } from '@opentelemetry/api';
-import { ExportResultCode } from '@opentelemetry/core';
-import { OTLPMetricExporterBase } from '@opentelemetry/exporter-metrics-otlp-http';
-import { convertLegacyHttpOptions, createOtlpHttpExportDelegate } from '@opentelemetry/otlp-exporter-base/node-http';
-import {
-  JsonMetricsSerializer,
-  MetricsExporterMetricsHelper,
-  ProtobufMetricsSerializer,
-} from '@opentelemetry/otlp-transformer';
-import { resourceFromAttributes } from '@opentelemetry/resources';
-import {
-  AggregationTemporality,
-  MeterProvider,
-  MetricReader,
-  PeriodicExportingMetricReader,
-  type PushMetricExporter,
-} from '@opentelemetry/sdk-metrics';
-import { renderPrometheus } from './prometheus.js';
+import type { SdkParts } from './sdk.js';
 
 /** Histogram bucket bounds (seconds) Codex uses for every exec-server duration. */
 export const DURATION_BUCKETS_SECONDS: readonly number[] = [
@@ -57,62 +41,42 @@ export interface TelemetryOptions {
   onError?: (err: Error) => void;
 }
 
-/** A pull reader: cumulative, collected on demand for the Prometheus text. */
-class PullReader extends MetricReader {
-  protected override async onForceFlush(): Promise<void> {}
-  protected override async onShutdown(): Promise<void> {}
-}
-
 /**
  * Owns one MeterProvider and its readers. Instruments are made through it (integer counters, duration
- * histograms with Codex's buckets, observable gauges); `flush()` pushes what was recorded, `shutdown()`
- * pushes a last time and stops. With neither an exporter nor Prometheus the meter is a no-op one, so
- * instrumented code costs a function call.
+ * histograms with Codex's bounds, observable gauges). `flush()` pushes what was recorded. `shutdown()`
+ * pushes a last time and stops. Without an exporter or Prometheus the meter is a no-op one, and the SDK
+ * is never loaded: instrumented code then costs a function call.
  */
 export class Telemetry {
   readonly meter: Meter;
   readonly enabled: boolean;
-  private readonly provider: MeterProvider | null;
-  private readonly pull: PullReader | null;
+  private readonly sdk: SdkParts | null;
   private readonly onError: (err: Error) => void;
   private closing: Promise<void> | null = null;
 
-  constructor(options: TelemetryOptions) {
-    this.onError = options.onError ?? (() => {});
-    const readers: MetricReader[] = [];
-    if (options.otlpHttp) {
-      const interval = options.exportIntervalMs ?? 60_000;
-      const timeout = Math.min(options.exportTimeoutMs ?? 5_000, interval);
-      readers.push(
-        new PeriodicExportingMetricReader({
-          exporter: reportingFailures(createOtlpHttpExporter(options.otlpHttp, timeout), this.onError),
-          exportIntervalMillis: interval,
-          exportTimeoutMillis: timeout,
-        }),
-      );
-    }
-    this.pull = options.prometheus ? new PullReader() : null;
-    if (this.pull) readers.push(this.pull);
-    this.enabled = readers.length > 0;
-    if (!this.enabled) {
-      this.provider = null;
-      this.meter = createNoopMeter();
-      return;
-    }
-    this.provider = new MeterProvider({
-      resource: resourceFromAttributes({
-        'service.name': options.serviceName,
-        ...(options.serviceVersion ? { 'service.version': options.serviceVersion } : {}),
-        env: options.environment ?? 'dev',
-      }),
-      readers,
-    });
-    this.meter = this.provider.getMeter(options.serviceName, options.serviceVersion);
+  private constructor(
+    sdk: SdkParts | null,
+    serviceName: string,
+    serviceVersion: string | undefined,
+    onError: (err: Error) => void,
+  ) {
+    this.sdk = sdk;
+    this.onError = onError;
+    this.enabled = sdk !== null;
+    this.meter = sdk ? sdk.provider.getMeter(serviceName, serviceVersion) : createNoopMeter();
+  }
+
+  /** Loads the SDK when `options` export somewhere; otherwise the same as `disabled()`. */
+  static async create(options: TelemetryOptions): Promise<Telemetry> {
+    const onError = options.onError ?? (() => {});
+    if (!options.otlpHttp && !options.prometheus) return new Telemetry(null, options.serviceName, undefined, onError);
+    const { createSdk } = await import('./sdk.js');
+    return new Telemetry(createSdk(options, onError), options.serviceName, options.serviceVersion, onError);
   }
 
   /** A telemetry that records nothing and exports nothing. */
   static disabled(): Telemetry {
-    return new Telemetry({ serviceName: 'disabled' });
+    return new Telemetry(null, 'disabled', undefined, () => {});
   }
 
   /** A monotonic integer counter. */
@@ -145,9 +109,9 @@ export class Telemetry {
 
   /** Pushes everything recorded so far (no-op without an exporter). Export failures go to `onError`. */
   async flush(): Promise<void> {
-    if (!this.provider || this.closing) return;
+    if (!this.sdk || this.closing) return;
     try {
-      await this.provider.forceFlush();
+      await this.sdk.provider.forceFlush();
     } catch (err) {
       this.onError(err as Error);
     }
@@ -156,9 +120,9 @@ export class Telemetry {
   /** Exports a last time and stops the readers; idempotent, never throws. */
   shutdown(): Promise<void> {
     this.closing ??= (async () => {
-      if (!this.provider) return;
+      if (!this.sdk) return;
       try {
-        await this.provider.shutdown();
+        await this.sdk.provider.shutdown();
       } catch (err) {
         this.onError(err as Error);
       }
@@ -168,8 +132,10 @@ export class Telemetry {
 
   /** The instruments in the Prometheus text exposition format (cumulative); needs `prometheus: true`. */
   async prometheus(): Promise<string> {
-    if (!this.pull) throw new Error('telemetry was created without prometheus: true');
-    const { resourceMetrics, errors } = await this.pull.collect();
+    const pull = this.sdk?.pull;
+    if (!pull) throw new Error('telemetry was created without prometheus: true');
+    const { renderPrometheus } = await import('./prometheus.js');
+    const { resourceMetrics, errors } = await pull.collect();
     for (const err of errors) this.onError(err instanceof Error ? err : new Error(String(err)));
     return renderPrometheus(resourceMetrics);
   }
@@ -177,38 +143,4 @@ export class Telemetry {
   async [Symbol.asyncDispose](): Promise<void> {
     await this.shutdown();
   }
-}
-
-/** The reader hands export failures to OTel's global error handler; route them to ours instead. */
-function reportingFailures(exporter: PushMetricExporter, onError: (err: Error) => void): PushMetricExporter {
-  return {
-    export: (metrics, done) =>
-      exporter.export(metrics, (result) => {
-        if (result.code !== ExportResultCode.SUCCESS) onError(result.error ?? new Error('metrics export failed'));
-        done(result);
-      }),
-    forceFlush: () => exporter.forceFlush(),
-    shutdown: () => exporter.shutdown(),
-    selectAggregationTemporality: (kind) => exporter.selectAggregationTemporality!(kind),
-    selectAggregation: (kind) => exporter.selectAggregation!(kind),
-  };
-}
-
-/** OTLP/HTTP push exporter with delta temporality (what Codex sends: `aggregationTemporality: 1`). */
-function createOtlpHttpExporter(config: OtlpHttpExporterConfig, timeoutMillis: number): OTLPMetricExporterBase {
-  const json = config.protocol === 'json';
-  const options = convertLegacyHttpOptions(
-    { url: config.endpoint, timeoutMillis, ...(config.headers ? { headers: config.headers } : {}) },
-    'METRICS',
-    'v1/metrics',
-    { 'Content-Type': json ? 'application/json' : 'application/x-protobuf' },
-  );
-  const delegate = createOtlpHttpExportDelegate(
-    options,
-    json ? JsonMetricsSerializer : ProtobufMetricsSerializer,
-    'otlp_http_metric_exporter',
-    MetricsExporterMetricsHelper,
-    undefined,
-  );
-  return new OTLPMetricExporterBase(delegate, { temporalityPreference: AggregationTemporality.DELTA });
 }

@@ -262,7 +262,7 @@ describe('remote mode: link loss', () => {
   });
 
   it('counts registrations, relay connects, drops and refusals in the remote metrics', async () => {
-    const telemetry = new Telemetry({ serviceName: 'remote-test', prometheus: true });
+    const telemetry = await Telemetry.create({ serviceName: 'remote-test', prometheus: true });
     const metrics = new ExecutorMetrics(telemetry);
     const { rendezvous, link, socket } = await setup({ metrics });
     const served = await openStream(socket, link);
