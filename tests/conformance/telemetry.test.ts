@@ -99,6 +99,20 @@ describe.each(KIND_CASES)('telemetry: %s', (_label, kind) => {
     expectPoint(c, 'exec_server_processes_finished_total', { result: 'terminated' }, 1);
   });
 
+  it('a collector that refuses connections does not change the exit status', async () => {
+    const gone = await startOtlpCollector();
+    await gone.close();
+    const peer = await h.start(kind, 'stdio', {
+      homeFiles: { 'config.toml': telemetryConfig(gone.metricsUrl) },
+      env: NO_PROXY,
+    });
+    const client = await h.connect(peer);
+    await initialize(client, { clientName: 'otel-test', resumeSessionId: null });
+    await client.call('process/start', h.startParams('otel-process', ['/bin/sleep', '60']));
+    peer.stdin.end();
+    expect(await peer.exited, peer.stderr()).toEqual({ code: 0, signal: null });
+  });
+
   it('an unknown method is counted under `unknown`, its error as `error`', async () => {
     const c = await collector();
     const peer = await h.start(kind, 'stdio', {

@@ -1,6 +1,13 @@
+import { Agent as HttpAgent, request as httpRequest } from 'node:http';
+import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
 import { ExportResultCode } from '@opentelemetry/core';
 import { OTLPMetricExporterBase } from '@opentelemetry/exporter-metrics-otlp-http';
-import { convertLegacyHttpOptions, createOtlpHttpExportDelegate } from '@opentelemetry/otlp-exporter-base/node-http';
+import {
+  createOtlpNetworkExportDelegate,
+  type ExportResponse,
+  type IExporterTransport,
+} from '@opentelemetry/otlp-exporter-base';
+import { createOtlpHttpExporterMetrics } from '@opentelemetry/otlp-exporter-base/node-http';
 import {
   JsonMetricsSerializer,
   MetricsExporterMetricsHelper,
@@ -70,21 +77,60 @@ function reportingFailures(exporter: PushMetricExporter, onError: (err: Error) =
   };
 }
 
+/**
+ * One POST per export, no retries: what codex's Rust exporter does (it exits ≈ 60 ms after stdin EOF even
+ * when the collector refuses connections). The stock OpenTelemetry JS transport retries refused
+ * connections with backoff until its timeout, which would hold every exit for that long.
+ */
+export function httpTransport(config: OtlpHttpExporterConfig, contentType: string): IExporterTransport {
+  const url = new URL(config.endpoint);
+  const request = url.protocol === 'https:' ? httpsRequest : httpRequest;
+  const agent = url.protocol === 'https:' ? new HttpsAgent({ keepAlive: true }) : new HttpAgent({ keepAlive: true });
+  return {
+    send: (data, timeoutMillis) =>
+      new Promise<ExportResponse>((resolve) => {
+        const req = request(
+          url,
+          {
+            method: 'POST',
+            agent,
+            timeout: timeoutMillis,
+            headers: { ...config.headers, 'content-type': contentType, 'content-length': data.byteLength },
+          },
+          (res) => {
+            res.resume(); // the body (an optional partial-success report) is not needed
+            res.on('error', (error) => resolve({ status: 'failure', error }));
+            res.on('end', () => {
+              const status = res.statusCode ?? 0;
+              resolve(
+                status >= 200 && status < 300
+                  ? { status: 'success' }
+                  : { status: 'failure', error: new Error(`the collector answered HTTP ${status}`) },
+              );
+            });
+          },
+        );
+        req.on('timeout', () => req.destroy(new Error(`no answer from the collector within ${timeoutMillis} ms`)));
+        req.on('error', (error) => resolve({ status: 'failure', error }));
+        req.end(data);
+      }),
+    shutdown: () => agent.destroy(),
+  };
+}
+
 /** OTLP/HTTP push exporter with delta temporality (what Codex sends: `aggregationTemporality: 1`). */
 function createOtlpHttpExporter(config: OtlpHttpExporterConfig, timeoutMillis: number): OTLPMetricExporterBase {
   const json = config.protocol === 'json';
-  const options = convertLegacyHttpOptions(
-    { url: config.endpoint, timeoutMillis, ...(config.headers ? { headers: config.headers } : {}) },
-    'METRICS',
-    'v1/metrics',
-    { 'Content-Type': json ? 'application/json' : 'application/x-protobuf' },
-  );
-  const delegate = createOtlpHttpExportDelegate(
-    options,
+  const delegate = createOtlpNetworkExportDelegate(
+    { timeoutMillis, concurrencyLimit: 8, compression: 'none' },
     json ? JsonMetricsSerializer : ProtobufMetricsSerializer,
-    'otlp_http_metric_exporter',
-    MetricsExporterMetricsHelper,
-    undefined,
+    createOtlpHttpExporterMetrics(
+      'otlp_http_metric_exporter',
+      MetricsExporterMetricsHelper,
+      config.endpoint,
+      undefined,
+    ),
+    httpTransport(config, json ? 'application/json' : 'application/x-protobuf'),
   );
   return new OTLPMetricExporterBase(delegate, { temporalityPreference: AggregationTemporality.DELTA });
 }

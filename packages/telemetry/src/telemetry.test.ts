@@ -141,6 +141,23 @@ describe('Telemetry over OTLP/HTTP JSON', () => {
   });
 });
 
+describe('OTLP/HTTP transport', () => {
+  it('sends the configured headers, posts once per export and reports a refusal without retrying', async () => {
+    const refusing = await startOtlpCollector({ status: 503 });
+    collectors.push(refusing);
+    const errors: Error[] = [];
+    const t = await telemetry({
+      otlpHttp: { endpoint: refusing.metricsUrl, protocol: 'json', headers: { 'x-team': 'exec' } },
+      onError: (e) => errors.push(e),
+    });
+    t.counter('things_total', 'Things.').add(1);
+    await t.shutdown();
+    expect(refusing.requests).toHaveLength(1); // a 503 is not retried (codex does not either)
+    expect(refusing.requests[0]!.headers['x-team']).toBe('exec');
+    expect(errors.map((e) => e.message).join('\n')).toContain('HTTP 503');
+  });
+});
+
 describe('Telemetry over OTLP/HTTP protobuf', () => {
   it('posts application/x-protobuf carrying the metric names', async () => {
     const c = await collector();

@@ -20,10 +20,10 @@ export interface OtlpCollector {
 }
 
 /**
- * A minimal OTLP/HTTP collector on 127.0.0.1:0: records every request and answers 202, like the
- * wiremock collector of Codex's CLI tests.
+ * A minimal OTLP/HTTP collector on 127.0.0.1:0: records every request and answers 202 (or `status`),
+ * like the wiremock collector of Codex's CLI tests.
  */
-export async function startOtlpCollector(): Promise<OtlpCollector> {
+export async function startOtlpCollector(options: { status?: number } = {}): Promise<OtlpCollector> {
   const requests: CollectedRequest[] = [];
   const server = createServer((req, res) => {
     const chunks: Buffer[] = [];
@@ -35,7 +35,7 @@ export async function startOtlpCollector(): Promise<OtlpCollector> {
         headers: req.headers,
         body: Buffer.concat(chunks),
       });
-      res.writeHead(202).end();
+      res.writeHead(options.status ?? 202).end();
     });
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
