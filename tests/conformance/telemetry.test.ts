@@ -7,6 +7,7 @@ import {
   describeMetricPoints,
   hasMetricPoint,
   initialize,
+  metricPoints,
   type OtlpCollector,
   startOtlpCollector,
   waitUntil,
@@ -86,6 +87,16 @@ describe.each(KIND_CASES)('telemetry: %s', (_label, kind) => {
     expectPoint(c, 'exec_server_request_duration_seconds', { method: 'process/start', result: 'success' });
     expectPoint(c, 'exec_server_process_duration_seconds', { result: 'terminated' });
     expectPoint(c, 'exec_server_process_duration_seconds', { result: 'success' });
+    // Wire format: delta sums and histograms, integer counters, Codex's duration buckets.
+    const points = metricPoints(c.metricPayloads());
+    const duration = points.find((p) => p.name === 'exec_server_request_duration_seconds')!;
+    expect(duration.temporality).toBe(1);
+    expect(duration.raw.explicitBounds).toEqual([
+      0, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 12, 15, 20, 30, 60, 120,
+    ]);
+    const started = points.find((p) => p.name === 'exec_server_requests_total')!;
+    expect(started.temporality).toBe(1);
+    expect(started.raw.asInt).toBeDefined();
     // codex 0.171.0 labels accepted connections by transport only (the spec's `result=accepted` is not sent).
     expect(
       hasMetricPoint(c.metricPayloads(), 'exec_server_connections_total', { transport: 'stdio', result: 'accepted' }),

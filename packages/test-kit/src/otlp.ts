@@ -67,6 +67,8 @@ export interface MetricPoint {
   value: number | null;
   /** Histogram count, else null. */
   count: number | null;
+  /** The metric's `aggregationTemporality` (1 delta, 2 cumulative); null for gauges. */
+  temporality: number | null;
   raw: Record<string, unknown>;
 }
 
@@ -101,6 +103,7 @@ export function metricPoints(payloads: readonly unknown[]): MetricPoint[] {
                 attributes,
                 value: numeric(point.asInt) ?? numeric(point.asDouble),
                 count: kind === 'histogram' ? numeric(point.count) : null,
+                temporality: numeric(data.aggregationTemporality),
                 raw: point,
               });
             }
