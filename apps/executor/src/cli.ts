@@ -1,9 +1,11 @@
 import { RpcConnection } from '@tether/jsonrpc';
+import { Telemetry } from '@tether/telemetry';
 import { Command, InvalidArgumentError } from 'commander';
 import { ConfigError, defaultConfigPath, type ExecutorConfig, loadConfig } from './config.js';
 import { EXECUTOR_VERSION } from './environment-info.js';
 import { DEFAULT_LISTEN_URL, type ListenTarget, ListenUrlError, parseListenUrl } from './listen-url.js';
 import { createLogger, type Logger } from './logger.js';
+import { ExecutorMetrics } from './metrics.js';
 import { checkEnvironmentId, parseRegistryUrl, RegistryError } from './remote/registry-client.js';
 import { API_KEY_ENV_VARS, RemoteLink } from './remote/remote-link.js';
 import { ExecServer } from './server.js';
@@ -163,7 +165,17 @@ export async function runExecutor(options: ExecutorOptions, io: CliIo, logger?: 
   const log = logger ?? createLogger(io.env.TETHER_LOG ?? config.logLevel);
   for (const warning of warnings) log.warn({ warning }, 'ignoring config problem (use --strict-config to fail)');
 
-  const server = new ExecServer({ config, logger: log });
+  // Codex exports exec-server metrics whenever `[otel] metrics_exporter` names a collector; `[analytics]
+  // enabled` does not gate them (observed with codex 0.171.0), so it does not here either.
+  const telemetry = await Telemetry.create({
+    serviceName: 'tether-executor',
+    serviceVersion: EXECUTOR_VERSION,
+    environment: config.otelEnvironment,
+    otlpHttp: config.metricsExporter,
+    onError: (err) => log.warn({ err: err.message }, 'metrics export failed'),
+  });
+  const metrics = new ExecutorMetrics(telemetry);
+  const server = new ExecServer({ config, logger: log, metrics });
   let stopRequested!: () => void;
   const stop = new Promise<void>((resolve) => {
     stopRequested = resolve;
@@ -183,6 +195,7 @@ export async function runExecutor(options: ExecutorOptions, io: CliIo, logger?: 
         apiKey,
         logger: log,
         pingIntervalMs: config.pingIntervalMs,
+        metrics,
         onStream: (stream) => server.serve(new RpcConnection(stream)),
       });
       const link = remote;
@@ -224,6 +237,9 @@ export async function runExecutor(options: ExecutorOptions, io: CliIo, logger?: 
   } finally {
     await remote?.close();
     await server.close();
+    // Every exit path (stdio EOF, SIGTERM/SIGINT, parent stdin closed, a failed start) ends here: the
+    // last export, with every process counted as finished, reaches the collector before we exit.
+    await telemetry.shutdown();
     process.off('SIGTERM', onSignal);
     process.off('SIGINT', onSignal);
   }

@@ -59,6 +59,9 @@ level = "debug"
       logLevel: 'debug',
       maxReadFileBytes: 1024,
       maxFileHandles: 16,
+      otelEnvironment: 'dev',
+      metricsExporter: null,
+      analyticsEnabled: true,
     });
   });
 
@@ -84,5 +87,62 @@ level = "debug"
 
   it('finds the default file under TETHER_HOME', () => {
     expect(defaultConfigPath({ TETHER_HOME: '/srv/tether' })).toBe('/srv/tether/config.toml');
+  });
+});
+
+describe('telemetry keys (Codex config.toml shape)', () => {
+  it('accepts [analytics] and [otel] with an otlp-http metrics exporter in strict mode', () => {
+    const path = file(`
+[analytics]
+enabled = false
+
+[otel]
+environment = "test"
+metrics_exporter = { otlp-http = { endpoint = "http://127.0.0.1:4318/v1/metrics", protocol = "json", headers = { "x-team" = "exec" } } }
+`);
+    const { config, warnings } = loadConfig({ path, strict: true });
+    expect(warnings).toEqual([]);
+    expect(config.otelEnvironment).toBe('test');
+    expect(config.analyticsEnabled).toBe(false);
+    expect(config.metricsExporter).toEqual({
+      endpoint: 'http://127.0.0.1:4318/v1/metrics',
+      protocol: 'json',
+      headers: { 'x-team': 'exec' },
+    });
+  });
+
+  it('defaults: no exporter, environment dev', () => {
+    expect(DEFAULT_CONFIG.metricsExporter).toBeNull();
+    expect(DEFAULT_CONFIG.otelEnvironment).toBe('dev');
+    const path = file('[otel]\nmetrics_exporter = "none"\n');
+    expect(loadConfig({ path, strict: true }).config.metricsExporter).toBeNull();
+  });
+
+  it.each([
+    ['{ otlp-http = { endpoint = "http://127.0.0.1:1/v1/metrics" } }', 'missing field `otlp-http.protocol`'],
+    ['{ otlp-http = { endpoint = "http://127.0.0.1:1/v1/metrics", protocol = "xml" } }', 'expected `binary` or `json`'],
+    ['{ otlp-http = { endpoint = "ftp://host/v1/metrics", protocol = "json" } }', 'must be an http(s) URL'],
+    [
+      '{ otlp-http = { endpoint = "http://h/v1/metrics", protocol = "json", extra = 1 } }',
+      'unknown field `otlp-http.extra`',
+    ],
+    ['{ otlp-grpc = { endpoint = "http://127.0.0.1:1" } }', 'otlp-grpc is not supported by this executor'],
+    ['"statsig"', '`statsig` is not supported by this executor'],
+  ])('metrics_exporter = %s is refused in strict mode', (value, message) => {
+    const path = file(`[otel]\nmetrics_exporter = ${value}\n`);
+    expect(() => loadConfig({ path, strict: true })).toThrow(message);
+    const lenient = loadConfig({ path });
+    expect(lenient.config.metricsExporter).toBeNull();
+    expect(lenient.warnings.join('\n')).toContain(message);
+  });
+
+  it('analytics.enabled must be a boolean (as codex: "yes" is an error)', () => {
+    const path = file('[analytics]\nenabled = "yes"\n');
+    expect(() => loadConfig({ path, strict: true })).toThrow('`analytics.enabled` must be a boolean');
+  });
+
+  it('unknown [otel] keys are still unknown', () => {
+    const path = file('[otel]\nfrobnicate = 1\n');
+    expect(() => loadConfig({ path, strict: true })).toThrow('unknown configuration field `otel.frobnicate`');
   });
 });

@@ -28,6 +28,22 @@ export interface ExecutorConfig {
   maxReadFileBytes: number;
   /** `fs/open` handles open at once per connection. */
   maxFileHandles: number;
+  /** Codex `[otel] environment`: the `env` resource attribute of exported metrics. */
+  otelEnvironment: string;
+  /** Codex `[otel] metrics_exporter`: where metrics are pushed (OTLP/HTTP), or null for nowhere. */
+  metricsExporter: MetricsExporterConfig | null;
+  /**
+   * Codex `[analytics] enabled`. Accepted for config compatibility; like `codex exec-server` 0.171.0 it
+   * does not gate exec-server metrics (`metrics_exporter` alone does).
+   */
+  analyticsEnabled: boolean;
+}
+
+/** `metrics_exporter = { otlp-http = { endpoint = "URL", protocol = "json" | "binary", headers = {…} } }` */
+export interface MetricsExporterConfig {
+  endpoint: string;
+  protocol: 'json' | 'binary';
+  headers?: Record<string, string>;
 }
 
 export const DEFAULT_CONFIG: ExecutorConfig = {
@@ -43,22 +59,70 @@ export const DEFAULT_CONFIG: ExecutorConfig = {
   logLevel: 'info',
   maxReadFileBytes: 512 * 1024 * 1024,
   maxFileHandles: 128,
+  otelEnvironment: 'dev',
+  metricsExporter: null,
+  analyticsEnabled: true,
 };
+
+/** A value the config cannot take, with the reason. */
+class Invalid {
+  constructor(readonly error: string) {}
+}
 
 interface KeySpec {
   key: keyof ExecutorConfig;
-  /** Converts the TOML value into the config value; returns an error text when invalid. */
-  read: (value: unknown) => number | string | { error: string };
+  /** Converts the TOML value into the config value; returns an Invalid when it cannot. */
+  read: (value: unknown) => unknown;
 }
 
 const positiveInt = (scale: number, max: number) => (value: unknown) =>
   typeof value === 'number' && Number.isInteger(value) && value > 0 && value * scale <= max
     ? value * scale
-    : { error: `must be an integer between 1 and ${Math.floor(max / scale)}` };
+    : new Invalid(`must be an integer between 1 and ${Math.floor(max / scale)}`);
 const nonNegativeInt = (scale: number, max: number) => (value: unknown) =>
   typeof value === 'number' && Number.isInteger(value) && value >= 0 && value * scale <= max
     ? value * scale
-    : { error: `must be an integer between 0 and ${Math.floor(max / scale)}` };
+    : new Invalid(`must be an integer between 0 and ${Math.floor(max / scale)}`);
+
+const isTable = (value: unknown): value is Record<string, unknown> =>
+  typeof value === 'object' && value !== null && !Array.isArray(value) && !(value instanceof Date);
+
+/** Codex's `metrics_exporter` shape; `"none"` switches export off. */
+function readMetricsExporter(value: unknown): MetricsExporterConfig | null | Invalid {
+  if (value === 'none') return null;
+  const shape = 'must be "none" or { otlp-http = { endpoint = "URL", protocol = "json" | "binary" } }';
+  if (typeof value === 'string') return new Invalid(`\`${value}\` is not supported by this executor: ${shape}`);
+  if (!isTable(value)) return new Invalid(shape);
+  const kinds = Object.keys(value);
+  if (kinds.length !== 1 || kinds[0] !== 'otlp-http') {
+    return new Invalid(`${kinds.join(', ') || 'an empty table'} is not supported by this executor: ${shape}`);
+  }
+  const body = value['otlp-http'];
+  if (!isTable(body)) return new Invalid(shape);
+  for (const key of Object.keys(body)) {
+    if (!['endpoint', 'protocol', 'headers'].includes(key)) return new Invalid(`unknown field \`otlp-http.${key}\``);
+  }
+  const { endpoint, protocol, headers } = body;
+  if (typeof endpoint !== 'string') return new Invalid('`otlp-http.endpoint` must be an http(s) URL');
+  let url: URL;
+  try {
+    url = new URL(endpoint);
+  } catch {
+    return new Invalid('`otlp-http.endpoint` must be an http(s) URL');
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') {
+    return new Invalid('`otlp-http.endpoint` must be an http(s) URL');
+  }
+  if (protocol === undefined) return new Invalid('missing field `otlp-http.protocol`');
+  if (protocol !== 'json' && protocol !== 'binary') {
+    return new Invalid(`unknown \`otlp-http.protocol\` ${JSON.stringify(protocol)}, expected \`binary\` or \`json\``);
+  }
+  if (headers === undefined) return { endpoint, protocol };
+  if (!isTable(headers) || Object.values(headers).some((header) => typeof header !== 'string')) {
+    return new Invalid('`otlp-http.headers` must be a table of strings');
+  }
+  return { endpoint, protocol, headers: headers as Record<string, string> };
+}
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
 
 /** The TOML schema: `[section] key = value`. Anything else is an unknown key. */
@@ -88,7 +152,21 @@ const SCHEMA: Record<string, Record<string, KeySpec>> = {
       read: (value) =>
         typeof value === 'string' && LOG_LEVELS.includes(value)
           ? value
-          : { error: `must be one of ${LOG_LEVELS.join(', ')}` },
+          : new Invalid(`must be one of ${LOG_LEVELS.join(', ')}`),
+    },
+  },
+  // Codex's telemetry keys (`config.toml` in CODEX_HOME has the same shape).
+  otel: {
+    environment: {
+      key: 'otelEnvironment',
+      read: (value) => (typeof value === 'string' && value !== '' ? value : new Invalid('must be a non-empty string')),
+    },
+    metrics_exporter: { key: 'metricsExporter', read: readMetricsExporter },
+  },
+  analytics: {
+    enabled: {
+      key: 'analyticsEnabled',
+      read: (value) => (typeof value === 'boolean' ? value : new Invalid('must be a boolean')),
     },
   },
 };
@@ -154,7 +232,7 @@ export function loadConfig(options: { path?: string; explicit?: boolean; strict?
         continue;
       }
       const read = spec.read(value);
-      if (typeof read === 'object') {
+      if (read instanceof Invalid) {
         problem(`\`${section}.${name}\` ${read.error}`);
         continue;
       }

@@ -28,6 +28,7 @@ import { processHandlers, toRpcError } from './handlers/process.js';
 import { EncodedResult, type HandlerTable, type RequestContext } from './handlers/types.js';
 import { HttpRequests } from './http/http-requests.js';
 import type { Logger } from './logger.js';
+import { ExecutorMetrics, type RequestResult, secondsSince } from './metrics.js';
 import type { Session, SessionAttachment, SessionRegistry } from './session-registry.js';
 
 export const SESSION_TAKEN_OVER = 'session has been resumed by another connection';
@@ -49,6 +50,8 @@ export interface ConnectionProcessorOptions {
   maxReadFileBytes?: number;
   /** Open `fs/open` handles per connection (default 128, as Codex). */
   maxFileHandles?: number;
+  /** Connection and request metrics (default: recorded nowhere). */
+  metrics?: ExecutorMetrics;
 }
 
 /**
@@ -62,6 +65,9 @@ export class ConnectionProcessor implements SessionAttachment {
   private readonly lanes: RequestLanes;
   private readonly handlers: HandlerTable;
   private readonly logger: Logger;
+  private readonly metrics: ExecutorMetrics;
+  /** Marks this connection closed in `exec_server_connections_active`; set once started. */
+  private connectionClosed: (() => void) | null = null;
   private handshake: HandshakeState = 'new';
   private sessionValue: Session | null = null;
   /** Connection-scoped resources: open files and streamed HTTP bodies end with the connection. */
@@ -77,6 +83,7 @@ export class ConnectionProcessor implements SessionAttachment {
     this.connection = connection;
     this.options = options;
     this.logger = options.logger;
+    this.metrics = options.metrics ?? new ExecutorMetrics();
     this.done = new Promise((resolve) => {
       this.resolveDone = resolve;
     });
@@ -114,6 +121,7 @@ export class ConnectionProcessor implements SessionAttachment {
   }
 
   start(): void {
+    this.connectionClosed = this.metrics.connectionOpened(this.connection.kind);
     this.connection.start({
       onMessage: (message) => this.onMessage(message),
       onClose: (reason) => this.onClose(reason),
@@ -191,18 +199,20 @@ export class ConnectionProcessor implements SessionAttachment {
   }
 
   private onRequest(id: RequestId, method: string, params: unknown): void {
+    const receivedAt = performance.now();
     if (method === Method.initialize) {
       // Reserved synchronously, so a pipelined second initialize is refused even in concurrent mode.
       if (this.handshake !== 'new') {
         this.connection.sendError(id, RpcError.invalidRequest('initialize may only be sent once per connection'));
+        this.metrics.requestFinished(method, 'error', 0, secondsSince(receivedAt));
         return;
       }
       this.handshake = 'initializing';
-      this.lanes.run('inline', () => this.respond(id, () => this.initialize(params)));
+      this.lanes.run('inline', () => this.respond(id, method, receivedAt, () => this.initialize(params)));
       return;
     }
     const lane = this.handshake !== 'ready' ? 'inline' : CONTROL_LANE_METHODS.has(method) ? 'control' : 'ordinary';
-    this.lanes.run(lane, () => this.respond(id, () => this.dispatch(method, params)));
+    this.lanes.run(lane, () => this.respond(id, method, receivedAt, () => this.dispatch(method, params)));
   }
 
   private dispatch(method: string, params: unknown): Promise<unknown> | unknown {
@@ -227,23 +237,44 @@ export class ConnectionProcessor implements SessionAttachment {
     for (const resolve of waiters) resolve();
   }
 
-  private async respond(id: RequestId, run: () => Promise<unknown> | unknown): Promise<void> {
-    if (this.connection.status !== 'open') return;
+  private async respond(
+    id: RequestId,
+    method: string,
+    receivedAt: number,
+    run: () => Promise<unknown> | unknown,
+  ): Promise<void> {
+    if (this.connection.status !== 'open') {
+      this.metrics.requestFinished(method, 'disconnected', null, secondsSince(receivedAt));
+      return;
+    }
+    const startedAt = performance.now();
+    this.metrics.requestAdmitted(method, (startedAt - receivedAt) / 1000);
+    const finished = (result: RequestResult) =>
+      this.metrics.requestFinished(method, result, secondsSince(startedAt), secondsSince(receivedAt));
     let result: unknown;
     try {
       result = await run();
     } catch (err) {
-      if (this.connection.status !== 'open') return; // disconnect aborts the request: no response
+      if (this.connection.status !== 'open') {
+        finished('disconnected'); // disconnect aborts the request: no response
+        return;
+      }
       const error =
         this.lifetime.signal.aborted && this.sessionValue && !this.sessionValue.isAttachedTo(this)
           ? RpcError.invalidRequest(SESSION_TAKEN_OVER)
           : toRpcError(err);
       if (error.code === ErrorCode.internal) this.logger.warn({ err: error.message }, 'request failed');
       this.connection.sendError(id, { code: error.code, message: error.message, data: error.data });
+      finished('error');
+      return;
+    }
+    if (this.connection.status !== 'open') {
+      finished('disconnected');
       return;
     }
     if (result instanceof EncodedResult) this.connection.sendRaw(result.encode(id));
     else this.connection.sendResponse(id, result);
+    finished('success');
   }
 
   private initialize(raw: unknown): InitializeResult {
@@ -269,6 +300,7 @@ export class ConnectionProcessor implements SessionAttachment {
   }
 
   private onClose(reason: string): void {
+    this.connectionClosed?.();
     this.lifetime.abort(RpcError.invalidRequest(`connection closed: ${reason}`));
     this.http.closeAll();
     this.releaseDrainWaiters();

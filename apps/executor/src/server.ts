@@ -16,6 +16,7 @@ import { ConnectionProcessor } from './connection-processor.js';
 import { environmentInfo } from './environment-info.js';
 import { formatWebSocketUrl } from './listen-url.js';
 import { type Logger, silentLogger } from './logger.js';
+import { ExecutorMetrics } from './metrics.js';
 import { SessionRegistry } from './session-registry.js';
 
 export interface ExecServerOptions {
@@ -23,6 +24,8 @@ export interface ExecServerOptions {
   logger?: Logger;
   /** Kill children even if this process is SIGKILLed (default true). */
   reaper?: boolean;
+  /** Where the exec-server metrics go (default: nowhere). */
+  metrics?: ExecutorMetrics;
 }
 
 /**
@@ -33,6 +36,7 @@ export interface ExecServerOptions {
 export class ExecServer {
   readonly config: ExecutorConfig;
   readonly registry: SessionRegistry;
+  readonly metrics: ExecutorMetrics;
   private readonly logger: Logger;
   private readonly info: EnvironmentInfo;
   private readonly reaper: Reaper | null;
@@ -46,12 +50,14 @@ export class ExecServer {
   constructor(options: ExecServerOptions = {}) {
     this.config = { ...DEFAULT_CONFIG, ...options.config };
     this.logger = options.logger ?? silentLogger();
+    this.metrics = options.metrics ?? new ExecutorMetrics();
     this.info = environmentInfo();
     this.reaper = options.reaper === false ? null : createReaper();
     this.registry = new SessionRegistry({
       detachedTtlMs: this.config.detachedTtlMs,
       maxSessions: this.config.maxSessions,
       logger: this.logger,
+      metrics: this.metrics,
       tableOptions: {
         retainedOutputBytes: this.config.retainedOutputBytes,
         retainedOutputChunks: this.config.retainedOutputChunks,
@@ -72,6 +78,7 @@ export class ExecServer {
       endSessionOnClose: options.endSessionOnClose ?? false,
       maxReadFileBytes: this.config.maxReadFileBytes,
       maxFileHandles: this.config.maxFileHandles,
+      metrics: this.metrics,
     });
     this.processors.add(processor);
     void processor.done.then(() => this.processors.delete(processor));

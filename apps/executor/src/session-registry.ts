@@ -1,7 +1,21 @@
 import { randomUUID } from 'node:crypto';
 import { ErrorCode, RpcError } from '@tether/exec-protocol';
-import { type ProcessEvent, ProcessTable, type ProcessTableOptions } from '@tether/local-process';
+import {
+  type ProcessEvent,
+  ProcessTable,
+  type ProcessTableOptions,
+  type StartRequest,
+  type StartResult,
+} from '@tether/local-process';
 import type { Logger } from './logger.js';
+import { ExecutorMetrics, secondsSince } from './metrics.js';
+
+/** A process this session started and has not seen exit yet (for the process metrics). */
+interface RunningProcess {
+  startedAt: number;
+  /** `process/terminate` was asked for it: its exit counts as `terminated`. */
+  terminating: boolean;
+}
 
 /** What a session needs from the connection it is attached to. */
 export interface SessionAttachment {
@@ -26,11 +40,54 @@ export class Session {
   readonly table: ProcessTable;
   private stateValue: SessionState;
   private outputPaused = false;
+  private readonly metrics: ExecutorMetrics;
+  private readonly running = new Map<string, RunningProcess>();
 
-  constructor(id: string, attachment: SessionAttachment, tableOptions: Omit<ProcessTableOptions, 'onEvent'>) {
+  constructor(
+    id: string,
+    attachment: SessionAttachment,
+    tableOptions: Omit<ProcessTableOptions, 'onEvent'>,
+    metrics: ExecutorMetrics = new ExecutorMetrics(),
+  ) {
     this.id = id;
     this.stateValue = { kind: 'attached', attachment };
+    this.metrics = metrics;
     this.table = new ProcessTable({ ...tableOptions, onEvent: (event) => this.onEvent(event) });
+  }
+
+  /** `process/start` through the table, counted in the process metrics. */
+  async startProcess(request: StartRequest): Promise<StartResult> {
+    // A known id fails with `already_exists` in the table; it must not replace the running record.
+    if (this.running.has(request.processId)) return this.table.start(request);
+    const record: RunningProcess = { startedAt: performance.now(), terminating: false };
+    this.running.set(request.processId, record);
+    this.metrics.processStarting();
+    try {
+      return await this.table.start(request);
+    } catch (err) {
+      if (this.running.get(request.processId) === record) {
+        this.running.delete(request.processId);
+        this.metrics.processStartFailed();
+      }
+      throw err;
+    }
+  }
+
+  /** `process/terminate`: its exit is then counted as `terminated`. */
+  terminateProcess(processId: string): { running: boolean } {
+    const record = this.running.get(processId);
+    if (record) record.terminating = true;
+    return this.table.terminate(processId);
+  }
+
+  private processExited(processId: string, exitCode: number): void {
+    const record = this.running.get(processId);
+    if (!record) return;
+    this.running.delete(processId);
+    // A session that is closed (stdio end, expiry, shutdown) killed its processes itself.
+    const result =
+      record.terminating || this.stateValue.kind === 'closed' ? 'terminated' : exitCode === 0 ? 'success' : 'error';
+    this.metrics.processFinished(result, secondsSince(record.startedAt));
   }
 
   get state(): SessionState['kind'] {
@@ -50,6 +107,7 @@ export class Session {
   }
 
   private onEvent(event: ProcessEvent): void {
+    if (event.kind === 'exited') this.processExited(event.processId, event.exitCode);
     if (this.stateValue.kind !== 'attached') return;
     const writable = this.stateValue.attachment.deliver(event);
     // Backpressure: a client that reads notifications slower than children write makes the children
@@ -86,6 +144,7 @@ export interface SessionRegistryOptions {
   tableOptions: Omit<ProcessTableOptions, 'onEvent'>;
   logger: Logger;
   now?: () => number;
+  metrics?: ExecutorMetrics;
 }
 
 /**
@@ -112,7 +171,7 @@ export class SessionRegistry {
     if (this.sessions.size >= this.options.maxSessions) {
       throw RpcError.invalidRequest(`too many sessions: limit is ${this.options.maxSessions}`);
     }
-    const session = new Session(randomUUID(), attachment, this.options.tableOptions);
+    const session = new Session(randomUUID(), attachment, this.options.tableOptions, this.options.metrics);
     this.sessions.set(session.id, session);
     return session;
   }

@@ -38,6 +38,15 @@ export {
   waitUntil,
 } from './helpers.js';
 export {
+  type CollectedRequest,
+  describeMetricPoints,
+  hasMetricPoint,
+  type MetricPoint,
+  metricPoints,
+  type OtlpCollector,
+  startOtlpCollector,
+} from './otlp.js';
+export {
   activePeers,
   codexBinaryPath,
   makePeerHome,

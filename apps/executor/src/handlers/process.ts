@@ -78,7 +78,7 @@ export const processHandlers: HandlerTable = {
   [Method.processStart]: async (raw, ctx) => {
     const params = decode(ProcessStartParams, raw);
     const { cwd, env } = startProcess(params);
-    await ctx.session().table.start({
+    await ctx.session().startProcess({
       processId: params.processId,
       argv: params.argv,
       cwd,
@@ -135,7 +135,7 @@ export const processHandlers: HandlerTable = {
 
   [Method.processTerminate]: async (raw, ctx) => {
     const params = decode(ProcessIdParams, raw);
-    const outcome = await ctx.session().table.terminate(params.processId);
+    const outcome = ctx.session().terminateProcess(params.processId);
     return { running: outcome.running };
   },
 

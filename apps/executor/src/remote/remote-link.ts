@@ -3,6 +3,7 @@ import { generateIdentity, type NoiseIdentity } from '@tether/noise';
 import type { SecureStream } from '@tether/secure-stream';
 import { WebSocket } from 'ws';
 import type { Logger } from '../logger.js';
+import { ExecutorMetrics, secondsSince } from '../metrics.js';
 import { type MultiplexerLimits, RelayMultiplexer } from './multiplexer.js';
 import { type Registration, RegistryClient, RegistryError } from './registry-client.js';
 
@@ -25,6 +26,8 @@ export interface RemoteLinkOptions {
   maxBackoffMs?: number;
   limits?: Partial<MultiplexerLimits>;
   fetch?: typeof fetch;
+  /** Registration and relay-socket metrics (default: recorded nowhere). */
+  metrics?: ExecutorMetrics;
 }
 
 export type RemoteLinkState = 'registering' | 'connecting' | 'connected' | 'backoff' | 'closed';
@@ -39,6 +42,7 @@ export class RemoteLink {
   readonly identity: NoiseIdentity;
   private readonly registry: RegistryClient;
   private readonly logger: Logger;
+  private readonly metrics: ExecutorMetrics;
   private registration: Registration | null = null;
   private ws: WebSocket | null = null;
   private mux: RelayMultiplexer | null = null;
@@ -51,6 +55,8 @@ export class RemoteLink {
   constructor(private readonly options: RemoteLinkOptions) {
     this.identity = options.identity ?? generateIdentity();
     this.logger = options.logger;
+    this.metrics = options.metrics ?? new ExecutorMetrics();
+    this.metrics.remoteModeStarted();
     this.registry = new RegistryClient({
       baseUrl: options.registryUrl,
       apiKey: options.apiKey,
@@ -105,14 +111,17 @@ export class RemoteLink {
     this.stateValue = 'registering';
     let delay = this.options.minBackoffMs ?? 1000;
     for (;;) {
+      const attemptAt = performance.now();
       try {
         this.registration = await this.registry.register(this.options.environmentId, this.identity.publicKey);
+        this.metrics.registration('success', secondsSince(attemptAt));
         this.logger.info(
           { environmentId: this.options.environmentId, registrationId: this.registration.registrationId },
           'registered with the registry',
         );
         return this.registration;
       } catch (err) {
+        this.metrics.registration('error', secondsSince(attemptAt));
         if (!(err instanceof RegistryError)) throw err;
         // At start only the retryable answers are retried; later, every failure is (the link must come back).
         if ((initial && !err.retryable) || this.stopping) throw err;
@@ -136,6 +145,9 @@ export class RemoteLink {
       }
       const outcome = await this.connectOnce(this.registration!);
       if (this.stopping) return;
+      this.metrics.websocketReconnect(
+        outcome === 'connected' ? 'disconnected' : outcome === 'rejected' ? 'rejected' : 'connect_failed',
+      );
       if (outcome === 'connected') delay = this.options.minBackoffMs ?? 1000;
       if (outcome === 'rejected') this.registration = null;
       this.stateValue = 'backoff';
@@ -148,6 +160,7 @@ export class RemoteLink {
   /** One physical connection: resolves when it ends. */
   private connectOnce(registration: Registration): Promise<'connected' | 'failed' | 'rejected'> {
     this.stateValue = 'connecting';
+    const connectAt = performance.now();
     return new Promise((resolve) => {
       let opened = false;
       let rejected = false;
@@ -174,6 +187,8 @@ export class RemoteLink {
       });
       ws.once('open', () => {
         opened = true;
+        this.metrics.websocketConnect('success', secondsSince(connectAt));
+        this.metrics.websocketUp();
         this.stateValue = 'connected';
         this.logger.info({ environmentId: registration.environmentId }, 'relay link up');
         this.mux = new RelayMultiplexer(ws, {
@@ -208,7 +223,12 @@ export class RemoteLink {
         this.mux?.close(`relay socket closed (${code})`);
         this.mux = null;
         this.ws = null;
-        if (opened) this.logger.warn({ code }, 'relay link closed');
+        if (opened) {
+          this.metrics.websocketDown();
+          this.logger.warn({ code }, 'relay link closed');
+        } else {
+          this.metrics.websocketConnect(rejected ? 'rejected' : 'error', secondsSince(connectAt));
+        }
         resolve(opened ? 'connected' : rejected ? 'rejected' : 'failed');
       });
     });

@@ -6,9 +6,11 @@ import { RpcClient, RpcConnection } from '@tether/jsonrpc';
 import { generateIdentity, publicKeyToJson } from '@tether/noise';
 import { decodeFrame, encodeFrame, type Frame, handshakeFrame, resumeFrame } from '@tether/relay-frames';
 import { SecureStream, SecureStreamError, WebSocketFrameLink } from '@tether/secure-stream';
+import { Telemetry } from '@tether/telemetry';
 import { afterEach, describe, expect, it } from 'vitest';
 import { type WebSocket, WebSocketServer } from 'ws';
 import { silentLogger } from '../logger.js';
+import { ExecutorMetrics } from '../metrics.js';
 import { ExecServer } from '../server.js';
 import { LIMIT_RESET } from './multiplexer.js';
 import { RegistryClient, RegistryError } from './registry-client.js';
@@ -257,6 +259,32 @@ describe('remote mode: link loss', () => {
     expect(socket2).toBeDefined();
     await link.whenConnected();
     expect(link.registrationId).not.toBe('reg-1');
+  });
+
+  it('counts registrations, relay connects, drops and refusals in the remote metrics', async () => {
+    const telemetry = await Telemetry.create({ serviceName: 'remote-test', prometheus: true });
+    const metrics = new ExecutorMetrics(telemetry);
+    const { rendezvous, link, socket } = await setup({ metrics });
+    const served = await openStream(socket, link);
+    await served.client.call('initialize', { clientName: 'metrics' });
+    expect(metrics.snapshot().remoteWebsocketActive).toBe(1);
+
+    rendezvous.refuseUpgrades = 403;
+    socket.terminate();
+    await waitFor(() => rendezvous.registers.length >= 2, 're-registration');
+    rendezvous.refuseUpgrades = null;
+    await rendezvous.nextSocket();
+    await link.whenConnected();
+    expect(metrics.snapshot().remoteWebsocketActive).toBe(1);
+
+    const text = await telemetry.prometheus();
+    expect(text).toMatch(/exec_server_remote_registration_total\{result="success"\} [2-9]\n/);
+    expect(text).toMatch(/exec_server_remote_websocket_connect_total\{result="success"\} 2\n/);
+    expect(text).toMatch(/exec_server_remote_websocket_connect_total\{result="rejected"\} [1-9]\d*\n/);
+    expect(text).toContain('exec_server_remote_websocket_reconnects_total{reason="disconnected"} 1\n');
+    expect(text).toMatch(/exec_server_remote_websocket_reconnects_total\{reason="rejected"\} [1-9]\d*\n/);
+    expect(text).toContain('exec_server_remote_websocket_active 1\n');
+    expect(text).toContain('exec_server_remote_registration_duration_seconds_count{result="success"}');
   });
 
   it('reports readiness from the relay link on /readyz', async () => {

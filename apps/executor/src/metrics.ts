@@ -1,0 +1,188 @@
+import type { Counter, Histogram } from '@opentelemetry/api';
+import { Method } from '@tether/exec-protocol';
+import type { TransportKind } from '@tether/jsonrpc';
+import { Telemetry } from '@tether/telemetry';
+
+export type RequestResult = 'success' | 'error' | 'disconnected';
+export type ProcessResult = 'success' | 'error' | 'terminated';
+
+const TRANSPORTS: readonly TransportKind[] = ['stdio', 'websocket', 'relay'];
+/** Method labels are bounded: anything that is not a protocol method is `unknown` (as Codex). */
+const KNOWN_METHODS: ReadonlySet<string> = new Set(Object.values(Method));
+
+export function methodLabel(method: string): string {
+  return KNOWN_METHODS.has(method) ? method : 'unknown';
+}
+
+/** Seconds between two `performance.now()` readings. */
+export function secondsSince(startMs: number): number {
+  return (performance.now() - startMs) / 1000;
+}
+
+/**
+ * The exec-server metrics of Codex (`exec-protocol.md` §8.4), same names, labels and kinds. Gauges
+ * are plain numbers read when metrics are collected; counters and histograms are recorded once per
+ * connection, request or process, never per output chunk. Labels never carry ids, commands, paths,
+ * hosts or URLs.
+ */
+export class ExecutorMetrics {
+  readonly telemetry: Telemetry;
+  private readonly connectionsActive = new Map<TransportKind, number>(TRANSPORTS.map((t) => [t, 0]));
+  private processesActive = 0;
+  private remoteWebsocketActive = 0;
+  private remoteGauge = false;
+  private readonly connectionsTotal: Counter;
+  private readonly requestsTotal: Counter;
+  private readonly requestDuration: Histogram;
+  private readonly requestQueueDuration: Histogram;
+  private readonly requestTotalDuration: Histogram;
+  private readonly processesFinished: Counter;
+  private readonly processDuration: Histogram;
+  private readonly registrationTotal: Counter;
+  private readonly registrationDuration: Histogram;
+  private readonly websocketConnectTotal: Counter;
+  private readonly websocketConnectDuration: Histogram;
+  private readonly websocketReconnects: Counter;
+
+  constructor(telemetry: Telemetry = Telemetry.disabled()) {
+    this.telemetry = telemetry;
+    const t = telemetry;
+    t.gauge('exec_server_connections_active', 'Number of active exec-server connections.', (report) => {
+      for (const [transport, value] of this.connectionsActive) report(value, { transport });
+    });
+    t.gauge('exec_server_processes_active', 'Number of active exec-server processes.', (report) =>
+      report(this.processesActive),
+    );
+    this.connectionsTotal = t.counter(
+      'exec_server_connections_total',
+      'Total number of accepted exec-server connections.',
+    );
+    this.requestsTotal = t.counter('exec_server_requests_total', 'Total number of exec-server requests.');
+    this.requestDuration = t.durationHistogram(
+      'exec_server_request_duration_seconds',
+      'Duration of exec-server requests in seconds.',
+    );
+    this.requestQueueDuration = t.durationHistogram(
+      'exec_server_request_queue_duration_seconds',
+      'Time exec-server requests spend queued before execution in seconds.',
+    );
+    this.requestTotalDuration = t.durationHistogram(
+      'exec_server_request_total_duration_seconds',
+      'Total exec-server request duration in seconds, including queueing, from decoded receipt until response enqueue or disconnection.',
+    );
+    this.processesFinished = t.counter(
+      'exec_server_processes_finished_total',
+      'Total number of finished exec-server processes.',
+    );
+    this.processDuration = t.durationHistogram(
+      'exec_server_process_duration_seconds',
+      'Duration of exec-server processes in seconds.',
+    );
+    this.registrationTotal = t.counter(
+      'exec_server_remote_registration_total',
+      'Total number of remote exec-server registration attempts.',
+    );
+    this.registrationDuration = t.durationHistogram(
+      'exec_server_remote_registration_duration_seconds',
+      'Duration of remote exec-server registration attempts in seconds.',
+    );
+    this.websocketConnectTotal = t.counter(
+      'exec_server_remote_websocket_connect_total',
+      'Total number of remote exec-server relay websocket connection attempts.',
+    );
+    this.websocketConnectDuration = t.durationHistogram(
+      'exec_server_remote_websocket_connect_duration_seconds',
+      'Duration of remote exec-server relay websocket connection attempts in seconds.',
+    );
+    this.websocketReconnects = t.counter(
+      'exec_server_remote_websocket_reconnects_total',
+      'Total number of remote exec-server relay websocket reconnects.',
+    );
+  }
+
+  /**
+   * A connection was accepted; the returned function (idempotent) marks it closed. The spec lists a
+   * `result=accepted` label, but codex 0.171.0 sends `exec_server_connections_total{transport}` only.
+   */
+  connectionOpened(transport: TransportKind): () => void {
+    this.connectionsTotal.add(1, { transport });
+    this.connectionsActive.set(transport, (this.connectionsActive.get(transport) ?? 0) + 1);
+    let open = true;
+    return () => {
+      if (!open) return;
+      open = false;
+      this.connectionsActive.set(transport, (this.connectionsActive.get(transport) ?? 1) - 1);
+    };
+  }
+
+  /** A request was admitted to run after waiting `queuedSeconds` in its lane. */
+  requestAdmitted(method: string, queuedSeconds: number): void {
+    this.requestQueueDuration.record(queuedSeconds, { method: methodLabel(method) });
+  }
+
+  /** A request ended: answered (`success`/`error`) or dropped because the transport went away. */
+  requestFinished(method: string, result: RequestResult, runSeconds: number | null, totalSeconds: number): void {
+    const attributes = { method: methodLabel(method), result };
+    this.requestsTotal.add(1, attributes);
+    if (runSeconds !== null) this.requestDuration.record(runSeconds, attributes);
+    this.requestTotalDuration.record(totalSeconds, attributes);
+  }
+
+  /** A process start was accepted (counted active until it exits or its start fails). */
+  processStarting(): void {
+    this.processesActive++;
+  }
+
+  /** A start that was counted by `processStarting` failed: no process ran. */
+  processStartFailed(): void {
+    this.processesActive--;
+  }
+
+  processFinished(result: ProcessResult, seconds: number): void {
+    this.processesActive--;
+    this.processesFinished.add(1, { result });
+    this.processDuration.record(seconds, { result });
+  }
+
+  registration(result: 'success' | 'error', seconds: number): void {
+    this.registrationTotal.add(1, { result });
+    this.registrationDuration.record(seconds, { result });
+  }
+
+  websocketConnect(result: 'success' | 'error' | 'rejected', seconds: number): void {
+    this.websocketConnectTotal.add(1, { result });
+    this.websocketConnectDuration.record(seconds, { result });
+  }
+
+  /** Remote mode: the relay-socket gauge exists only then (local codex does not send it either). */
+  remoteModeStarted(): void {
+    if (this.remoteGauge) return;
+    this.remoteGauge = true;
+    this.telemetry.gauge(
+      'exec_server_remote_websocket_active',
+      'Number of active remote exec-server relay websockets.',
+      (report) => report(this.remoteWebsocketActive),
+    );
+  }
+
+  websocketUp(): void {
+    this.remoteWebsocketActive++;
+  }
+
+  websocketDown(): void {
+    this.remoteWebsocketActive--;
+  }
+
+  websocketReconnect(reason: 'connect_failed' | 'disconnected' | 'rejected'): void {
+    this.websocketReconnects.add(1, { reason });
+  }
+
+  /** Current gauge values (for tests and diagnostics). */
+  snapshot(): { connectionsActive: Record<string, number>; processesActive: number; remoteWebsocketActive: number } {
+    return {
+      connectionsActive: Object.fromEntries(this.connectionsActive),
+      processesActive: this.processesActive,
+      remoteWebsocketActive: this.remoteWebsocketActive,
+    };
+  }
+}

@@ -1,0 +1,136 @@
+import { Agent as HttpAgent, request as httpRequest } from 'node:http';
+import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
+import { ExportResultCode } from '@opentelemetry/core';
+import { OTLPMetricExporterBase } from '@opentelemetry/exporter-metrics-otlp-http';
+import {
+  createOtlpNetworkExportDelegate,
+  type ExportResponse,
+  type IExporterTransport,
+} from '@opentelemetry/otlp-exporter-base';
+import { createOtlpHttpExporterMetrics } from '@opentelemetry/otlp-exporter-base/node-http';
+import {
+  JsonMetricsSerializer,
+  MetricsExporterMetricsHelper,
+  ProtobufMetricsSerializer,
+} from '@opentelemetry/otlp-transformer';
+import { resourceFromAttributes } from '@opentelemetry/resources';
+import {
+  AggregationTemporality,
+  MeterProvider,
+  MetricReader,
+  PeriodicExportingMetricReader,
+  type PushMetricExporter,
+} from '@opentelemetry/sdk-metrics';
+import type { OtlpHttpExporterConfig, TelemetryOptions } from './telemetry.js';
+
+// The OpenTelemetry SDK, loaded only when something is exported (it costs megabytes of RSS).
+
+/** A pull reader: cumulative, collected on demand for the Prometheus text. */
+export class PullReader extends MetricReader {
+  protected override async onForceFlush(): Promise<void> {}
+  protected override async onShutdown(): Promise<void> {}
+}
+
+export interface SdkParts {
+  provider: MeterProvider;
+  pull: PullReader | null;
+}
+
+export function createSdk(options: TelemetryOptions, onError: (err: Error) => void): SdkParts {
+  const readers: MetricReader[] = [];
+  if (options.otlpHttp) {
+    const interval = options.exportIntervalMs ?? 60_000;
+    const timeout = Math.min(options.exportTimeoutMs ?? 5_000, interval);
+    readers.push(
+      new PeriodicExportingMetricReader({
+        exporter: reportingFailures(createOtlpHttpExporter(options.otlpHttp, timeout), onError),
+        exportIntervalMillis: interval,
+        exportTimeoutMillis: timeout,
+      }),
+    );
+  }
+  const pull = options.prometheus ? new PullReader() : null;
+  if (pull) readers.push(pull);
+  const provider = new MeterProvider({
+    resource: resourceFromAttributes({
+      'service.name': options.serviceName,
+      ...(options.serviceVersion ? { 'service.version': options.serviceVersion } : {}),
+      env: options.environment ?? 'dev',
+    }),
+    readers,
+  });
+  return { provider, pull };
+}
+
+/** The reader hands export failures to OTel's global error handler; route them to ours instead. */
+function reportingFailures(exporter: PushMetricExporter, onError: (err: Error) => void): PushMetricExporter {
+  return {
+    export: (metrics, done) =>
+      exporter.export(metrics, (result) => {
+        if (result.code !== ExportResultCode.SUCCESS) onError(result.error ?? new Error('metrics export failed'));
+        done(result);
+      }),
+    forceFlush: () => exporter.forceFlush(),
+    shutdown: () => exporter.shutdown(),
+    selectAggregationTemporality: (kind) => exporter.selectAggregationTemporality!(kind),
+    selectAggregation: (kind) => exporter.selectAggregation!(kind),
+  };
+}
+
+/**
+ * One POST per export, no retries: what codex's Rust exporter does (it exits ≈ 60 ms after stdin EOF even
+ * when the collector refuses connections). The stock OpenTelemetry JS transport retries refused
+ * connections with backoff until its timeout, which would hold every exit for that long.
+ */
+export function httpTransport(config: OtlpHttpExporterConfig, contentType: string): IExporterTransport {
+  const url = new URL(config.endpoint);
+  const request = url.protocol === 'https:' ? httpsRequest : httpRequest;
+  const agent = url.protocol === 'https:' ? new HttpsAgent({ keepAlive: true }) : new HttpAgent({ keepAlive: true });
+  return {
+    send: (data, timeoutMillis) =>
+      new Promise<ExportResponse>((resolve) => {
+        const req = request(
+          url,
+          {
+            method: 'POST',
+            agent,
+            timeout: timeoutMillis,
+            headers: { ...config.headers, 'content-type': contentType, 'content-length': data.byteLength },
+          },
+          (res) => {
+            res.resume(); // the body (an optional partial-success report) is not needed
+            res.on('error', (error) => resolve({ status: 'failure', error }));
+            res.on('end', () => {
+              const status = res.statusCode ?? 0;
+              resolve(
+                status >= 200 && status < 300
+                  ? { status: 'success' }
+                  : { status: 'failure', error: new Error(`the collector answered HTTP ${status}`) },
+              );
+            });
+          },
+        );
+        req.on('timeout', () => req.destroy(new Error(`no answer from the collector within ${timeoutMillis} ms`)));
+        req.on('error', (error) => resolve({ status: 'failure', error }));
+        req.end(data);
+      }),
+    shutdown: () => agent.destroy(),
+  };
+}
+
+/** OTLP/HTTP push exporter with delta temporality (what Codex sends: `aggregationTemporality: 1`). */
+function createOtlpHttpExporter(config: OtlpHttpExporterConfig, timeoutMillis: number): OTLPMetricExporterBase {
+  const json = config.protocol === 'json';
+  const delegate = createOtlpNetworkExportDelegate(
+    { timeoutMillis, concurrencyLimit: 8, compression: 'none' },
+    json ? JsonMetricsSerializer : ProtobufMetricsSerializer,
+    createOtlpHttpExporterMetrics(
+      'otlp_http_metric_exporter',
+      MetricsExporterMetricsHelper,
+      config.endpoint,
+      undefined,
+    ),
+    httpTransport(config, json ? 'application/json' : 'application/x-protobuf'),
+  );
+  return new OTLPMetricExporterBase(delegate, { temporalityPreference: AggregationTemporality.DELTA });
+}
