@@ -1,6 +1,6 @@
 // Remote-mode CLI behaviours of codex-rs/cli/tests/exec_server.rs, run against codex
 // (`codex exec-server --remote`) and tether (`executor --remote`) behind a test registry and relay.
-import { runPeer, startTestRendezvous, type TestRendezvous, waitUntil } from '@tether/test-kit';
+import { runPeer, startPeer, startTestRendezvous, type TestRendezvous, waitUntil } from '@tether/test-kit';
 import { afterEach, describe, expect, it } from 'vitest';
 import { KIND_CASES, sh, useHarness } from './support.ts';
 
@@ -92,6 +92,22 @@ describe.each(KIND_CASES)('cli remote: %s', (_label, kind) => {
       });
       expect(run.code).toBe(2);
       expect(run.stderr).toContain('TETHER_API_KEY');
+    });
+
+    it('tether: SIGTERM while it keeps failing to reach the registry exits 0 at once', async () => {
+      const peer = await startPeer({
+        kind,
+        transport: 'remote',
+        args: ['--remote', 'http://127.0.0.1:1', '--environment-id', 'env-unreachable'],
+        env: { TETHER_API_KEY: 'some-key' },
+      });
+      try {
+        await waitUntil(() => peer.stderr().includes('registration failed; retrying'), 'a failed registration');
+        peer.kill('SIGTERM');
+        expect(await peer.exited).toEqual({ code: 0, signal: null });
+      } finally {
+        await peer.close();
+      }
     });
 
     it('tether: an invalid environment id is refused before any request', async () => {

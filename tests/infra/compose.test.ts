@@ -89,6 +89,15 @@ describe('docker-compose.yml and infra/docker/Dockerfile', () => {
     expect(text).toContain('TETHER_REGISTRY_URL');
   });
 
+  it('mounts each API key only into the service that uses it', () => {
+    const mounts = (name: string) =>
+      ((compose.services[name] as { volumes?: string[] }).volumes ?? []).filter((v) => v.includes('-key:'));
+    expect(mounts('relay')).toEqual(['admin-key:/keys/admin:ro']);
+    expect(mounts('executor')).toEqual(['executor-key:/keys/executor:ro']);
+    expect(mounts('harness')).toEqual(['harness-key:/keys/harness:ro']);
+    expect(mounts('registry')).toEqual([]);
+  });
+
   it('copies only what exists and never the local state', () => {
     const ignore = readFileSync(join(root, '.dockerignore'), 'utf8');
     for (const entry of ['**/node_modules', '**/dist', 'data', '.git']) expect(ignore).toContain(entry);

@@ -134,15 +134,17 @@ export async function runExecutor(options: ExecutorOptions, io: CliIo, logger?: 
   }
   const exitOnStdinClose = options.exitOnStdinClose === true || envFlag(io.env, EXIT_ON_STDIN_CLOSE_ENV);
   let apiKey = '';
+  let apiKeyVar: string | undefined;
   if (options.remote !== undefined) {
-    apiKey = (API_KEY_ENV_VARS.map((name) => io.env[name]).find((value) => value && value.trim() !== '') ?? '').trim();
+    apiKeyVar = API_KEY_ENV_VARS.find((name) => (io.env[name] ?? '').trim() !== '');
+    apiKey = apiKeyVar ? (io.env[apiKeyVar] ?? '').trim() : '';
     if (apiKey === '') {
       io.stderr.write(`executor: --remote needs an API key in ${API_KEY_ENV_VARS.join(' or ')}\n`);
       return 2;
     }
   }
-  // Neither the parent-lifetime switch nor our own registry key reaches a child process.
-  for (const name of [...EXIT_ON_STDIN_CLOSE_ENV, 'TETHER_API_KEY']) {
+  // Neither the parent-lifetime switch nor the registry key this executor uses reaches a child process.
+  for (const name of [...EXIT_ON_STDIN_CLOSE_ENV, 'TETHER_API_KEY', ...(apiKeyVar ? [apiKeyVar] : [])]) {
     delete io.env[name];
     delete process.env[name];
   }
@@ -200,8 +202,12 @@ export async function runExecutor(options: ExecutorOptions, io: CliIo, logger?: 
       });
       const link = remote;
       server.readinessCheck = () => link.ready;
+      // A signal while registering (a registry that keeps failing is retried) stops it too.
+      const started = remote.start().then(() => 'started' as const);
+      started.catch(() => undefined);
+      let outcome: 'started' | 'stopped';
       try {
-        await remote.start();
+        outcome = await Promise.race([started, stop.then(() => 'stopped' as const)]);
       } catch (err) {
         if (err instanceof RegistryError) {
           io.stderr.write(`executor: cannot register environment ${options.environmentId}: ${err.message}\n`);
@@ -209,6 +215,7 @@ export async function runExecutor(options: ExecutorOptions, io: CliIo, logger?: 
         }
         throw err;
       }
+      if (outcome === 'stopped') return 0;
       if (exitOnStdinClose) {
         io.stdin.on('end', () => {
           log.info('stdin closed: shutting down');

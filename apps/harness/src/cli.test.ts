@@ -90,6 +90,13 @@ describe('harness CLI through the registry and relay', () => {
     expect(interactive.code).toBe(0);
   });
 
+  it('exec -i delivers a large stdin whole and in order', async () => {
+    const input = Array.from({ length: 60_000 }, (_, i) => `line ${i}\n`).join('');
+    const result = await harness(['exec', '-i', '--', 'sha256sum'], env, input);
+    expect(result.code).toBe(0);
+    expect(result.stdout.split(' ')[0]).toBe(createHash('sha256').update(input).digest('hex'));
+  });
+
   it('exec -e sets variables; --clean-env starts empty', async () => {
     const result = await harness(['exec', '--clean-env', '-e', 'ONLY=1', '--', '/usr/bin/env'], env);
     expect(result.stdout).toBe('ONLY=1\n');

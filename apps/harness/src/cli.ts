@@ -157,8 +157,22 @@ async function execCommand(env: Environment, argv: string[], options: ExecFlags,
   const cleanups: Array<() => void> = [];
   if (forwardStdin) {
     if (options.tty && io.stdin.isTTY) io.stdin.setRawMode?.(true);
-    const onData = (chunk: Buffer) => void handle.write(chunk).catch(() => undefined);
-    const onEnd = () => void handle.closeStdin().catch(() => undefined);
+    // One write at a time, in order, with stdin paused meanwhile (bounded memory whatever is piped in);
+    // the close follows the last write.
+    let writing: Promise<unknown> = Promise.resolve();
+    const onData = (chunk: Buffer) => {
+      io.stdin.pause();
+      writing = writing
+        .then(() => handle.write(chunk))
+        .then((status) => {
+          if (status !== 'accepted') io.stdin.off('data', onData);
+        })
+        .catch(() => io.stdin.off('data', onData))
+        .finally(() => io.stdin.resume());
+    };
+    const onEnd = () => {
+      writing = writing.then(() => handle.closeStdin()).catch(() => undefined);
+    };
     io.stdin.on('data', onData);
     io.stdin.once('end', onEnd);
     cleanups.push(() => {

@@ -51,4 +51,6 @@ export interface ProcessBackend {
   subscribe(listener: (event: ProcessEvent) => void): () => void;
   /** Called after the backend reconnected: pushed events may have been missed. */
   onReconnect(listener: () => void): () => void;
+  /** Called once when the backend is gone for good (closed, or its connection lost and not resumed). */
+  onClosed(listener: (error: Error) => void): () => void;
 }

@@ -123,7 +123,7 @@ describe.each<Backend>(['local', 'remote (ws)', 'remote (rendezvous)', 'remote (
     for (;;) {
       const probe = await env.spawn(['true'], { cwd: work });
       await probe.wait();
-      if (handle.bufferedBytes > 0 || handle.deliveryMode === 'pull') break;
+      if (handle.bufferedBytes > 0 || handle.deliveryStats.switchesToPull > 0) break;
     }
     expect(await isSettled(handle.completion)).toBe(false);
     let outputBytes = first.value.kind === 'output' ? first.value.chunk.byteLength : 0;
@@ -153,8 +153,8 @@ describe.each<Backend>(['local', 'remote (ws)', 'remote (rendezvous)', 'remote (
     const iterator = handle[Symbol.asyncIterator]();
     const first = await iterator.next();
     let total = first.value?.kind === 'output' ? first.value.chunk.byteLength : 0;
-    // Stall until the pushed events overflow the mark and the handle gives up on them.
-    while (handle.deliveryMode === 'push') {
+    // Stall until the pushed events overflow the mark and the handle reads instead.
+    while (handle.deliveryStats.switchesToPull === 0) {
       const probe = await env.spawn(['true'], { cwd: work });
       await probe.wait();
     }
@@ -175,7 +175,7 @@ describe.each<Backend>(['local', 'remote (ws)', 'remote (rendezvous)', 'remote (
       const iterator = handle[Symbol.asyncIterator]();
       await iterator.next();
       // Let the process finish (8 MiB, far beyond the 1 MiB retained) before reading on.
-      while (handle.deliveryMode === 'push') {
+      while (handle.deliveryStats.switchesToPull === 0) {
         const probe = await env.spawn(['true'], { cwd: work });
         await probe.wait();
       }
@@ -189,6 +189,37 @@ describe.each<Backend>(['local', 'remote (ws)', 'remote (rendezvous)', 'remote (
       await expect(handle.completion).rejects.toMatchObject({ code: 'output_lost' });
     });
   }
+
+  it('after pulling has caught up, the handle goes back to pushed events', async () => {
+    const handle = await env.spawn(['/bin/sh', '-c', 'head -c 300000 /dev/zero; read x; echo after'], {
+      cwd: work,
+      stdin: true,
+      highWaterBytes: 64 * 1024,
+    });
+    const iterator = handle[Symbol.asyncIterator]();
+    let total = 0;
+    const first = await iterator.next();
+    if (first.value?.kind === 'output') total += first.value.chunk.byteLength;
+    while (handle.deliveryStats.switchesToPull === 0) {
+      const probe = await env.spawn(['true'], { cwd: work });
+      await probe.wait();
+    }
+    while (total < 300_000) {
+      const r = await iterator.next();
+      if (r.value?.kind === 'output') total += r.value.chunk.byteLength;
+    }
+    // The process now waits on stdin: reads find nothing new, and pushing resumes.
+    while (handle.deliveryMode === 'pull') await new Promise((resolve) => setTimeout(resolve, 20));
+    const readsWhenBack = handle.deliveryStats.reads;
+    await handle.write('go\n');
+    const rest: string[] = [];
+    for (let r = await iterator.next(); !r.done; r = await iterator.next()) {
+      if (r.value.kind === 'output') rest.push(r.value.chunk.toString());
+    }
+    expect(rest.join('')).toBe('after\n');
+    expect(handle.deliveryStats.reads).toBe(readsWhenBack);
+    await expect(handle.completion).resolves.toEqual({ exitCode: 0 });
+  });
 
   it('a failed start rejects with the reason and leaves nothing behind', async () => {
     const error = await env.spawn(['/definitely/not/a/program'], { cwd: work }).catch((err: unknown) => err);
@@ -277,6 +308,18 @@ describe('Environment.connectStdio', () => {
     expect(child.exitCode).toBeNull();
     await env.close();
     expect(child.exitCode).toBe(0);
+  });
+
+  it('a process handle fails (instead of waiting forever) when its executor dies', async () => {
+    const env = await Environment.connectStdio([process.execPath, tetherMainPath(), '--listen', 'stdio']);
+    try {
+      const handle = await env.spawn(['sleep', '30'], { cwd: work });
+      const child = (env.client as unknown as { ownedChild: { kill(signal: string): void } }).ownedChild;
+      child.kill('SIGKILL');
+      await expect(handle.completion).rejects.toMatchObject({ name: 'TetherError', code: 'closed' });
+    } finally {
+      await env.close();
+    }
   });
 
   it('a command that cannot start is a clear error', async () => {

@@ -35,7 +35,6 @@ const IDEMPOTENT = new Set([
   'fs/getMetadata',
   'fs/readDirectory',
   'fs/canonicalize',
-  'fs/readBlock',
 ]);
 
 /** Opens a fresh transport to the executor (a new socket, or a new bundle + stream + handshake). */
@@ -72,6 +71,7 @@ export class ExecServerClient implements ProcessBackend {
   private info: InitializeInfo | null = null;
   private readonly listeners = new Set<(event: ProcessEvent) => void>();
   private readonly reconnectListeners = new Set<() => void>();
+  private readonly closedListeners = new Set<(error: Error) => void>();
   private closed = false;
   private reconnecting: Promise<void> | null = null;
   private readonly abort = new AbortController();
@@ -120,10 +120,17 @@ export class ExecServerClient implements ProcessBackend {
         });
         return new StdioTransport({ input: spawned.stdout!, output: spawned.stdin!, label: `stdio ${command[0]}` });
       },
-    }).then((client) => {
-      client.ownedChild = child;
-      return client;
-    });
+    }).then(
+      (client) => {
+        client.ownedChild = child;
+        return client;
+      },
+      (err: unknown) => {
+        const started = child as ChildProcess | null;
+        if (started && started.exitCode === null && started.signalCode === null) started.kill('SIGKILL');
+        throw err;
+      },
+    );
   }
 
   /**
@@ -193,11 +200,14 @@ export class ExecServerClient implements ProcessBackend {
     this.rpc?.notify(method, params);
   }
 
-  close(): void {
+  close(reason = 'client closed'): void {
     if (this.closed) return;
     this.closed = true;
-    this.abort.abort(new TetherError('closed', 'client closed'));
-    this.rpc?.close('client closed');
+    this.abort.abort(new TetherError('closed', reason));
+    this.rpc?.close(reason);
+    const error = new TetherError('closed', `the connection to the executor is gone: ${reason}`);
+    for (const listener of [...this.closedListeners]) listener(error);
+    this.closedListeners.clear();
     const child = this.ownedChild;
     if (child && child.exitCode === null && child.signalCode === null) {
       child.stdin?.end();
@@ -223,7 +233,10 @@ export class ExecServerClient implements ProcessBackend {
       cwd: pathToUri(options.cwd),
       env: options.inheritEnv ? {} : options.env,
       ...(options.inheritEnv
-        ? { envPolicy: { inherit: 'all', ignoreDefaultExcludes: true, exclude: [], set: options.env, includeOnly: [] } }
+        ? // The executor's default excludes (*KEY*, *SECRET*, *TOKEN*) stay on: its secrets are not the child's.
+          {
+            envPolicy: { inherit: 'all', ignoreDefaultExcludes: false, exclude: [], set: options.env, includeOnly: [] },
+          }
         : {}),
       tty: options.tty,
       pipeStdin: options.pipeStdin,
@@ -295,6 +308,15 @@ export class ExecServerClient implements ProcessBackend {
     return () => this.reconnectListeners.delete(listener);
   }
 
+  onClosed(listener: (error: Error) => void): () => void {
+    if (this.closed) {
+      queueMicrotask(() => listener(new TetherError('closed', 'the connection to the executor is gone')));
+      return () => undefined;
+    }
+    this.closedListeners.add(listener);
+    return () => this.closedListeners.delete(listener);
+  }
+
   // Connection lifecycle --------------------------------------------------------------------------
 
   private async establish(resumeSessionId: string | null): Promise<void> {
@@ -314,6 +336,14 @@ export class ExecServerClient implements ProcessBackend {
       rpc.close('initialize failed');
       throw err;
     }
+    if (this.closed) {
+      rpc.close('client closed');
+      throw new TetherError('closed', 'client closed while connecting');
+    }
+    if (resumeSessionId && info.sessionId !== resumeSessionId) {
+      rpc.close('resumed a different session');
+      throw new TetherError('protocol', `asked to resume session ${resumeSessionId}, got ${info.sessionId}`);
+    }
     rpc.notify('initialized', {});
     if (rpc.isClosed) throw new TetherError('closed', 'the connection closed right after initialize');
     this.rpc = rpc;
@@ -324,7 +354,7 @@ export class ExecServerClient implements ProcessBackend {
     if (this.closed || this.rpc !== rpc || this.reconnecting) return;
     if (this.options.reconnect === false) {
       this.options.onStatus?.('lost', 'transport closed');
-      this.close();
+      this.close('the transport closed');
       return;
     }
     this.options.onStatus?.('disconnected', 'transport closed; resuming the session');
@@ -349,6 +379,7 @@ export class ExecServerClient implements ProcessBackend {
         lastError = err;
         // -32010: the executor has not noticed the old connection is gone yet; anything else may pass too.
         if (RpcError.is(err) && err.code !== ErrorCode.sessionAlreadyAttached) break;
+        if (err instanceof TetherError && (err.code === 'protocol' || err.code === 'unauthorized')) break;
       }
       await new Promise((resolve) => setTimeout(resolve, delay));
       delay = Math.min(delay * 2, 2_000);
@@ -428,6 +459,15 @@ async function openSocket(ws: WebSocket, what: string, signal: AbortSignal, time
   }
 }
 
+/** The relay socket for a signed URL; the URL is a credential, so no error repeats it. */
+function relaySocket(url: string): WebSocket {
+  try {
+    return new WebSocket(url, { perMessageDeflate: false, maxPayload: 256 * 1024 });
+  } catch {
+    throw new TetherError('registry', 'the relay URL in the bundle is not a valid WebSocket URL');
+  }
+}
+
 async function dialRendezvous(
   registry: RegistryOptions,
   environmentId: string,
@@ -436,14 +476,14 @@ async function dialRendezvous(
   handshakeTimeoutMs = 10_000,
 ): Promise<MessageTransport> {
   let bundle = await fetchBundle(registry, environmentId, identity.publicKey, signal);
-  let ws = new WebSocket(bundle.url, { perMessageDeflate: false, maxPayload: 256 * 1024 });
+  let ws = relaySocket(bundle.url);
   try {
     await openSocket(ws, 'the relay', signal);
   } catch (err) {
     // A 401 means the bundle went stale: fetch one fresh bundle and try once more (rendezvous.md §3.1).
     if (!(err instanceof TetherError) || err.status !== 401) throw err;
     bundle = await fetchBundle(registry, environmentId, identity.publicKey, signal);
-    ws = new WebSocket(bundle.url, { perMessageDeflate: false, maxPayload: 256 * 1024 });
+    ws = relaySocket(bundle.url);
     await openSocket(ws, 'the relay', signal);
   }
   ws.on('error', () => undefined);

@@ -195,9 +195,11 @@ export class RemoteFs implements EnvironmentFs {
    * through the relay overlaps with the transfer; blocks are delivered in order.
    */
   createReadStream(path: string, options: { blockSize?: number; depth?: number } = {}): Readable {
-    let blockSize = options.blockSize ?? DEFAULT_BLOCK_SIZE;
+    let blockSize = Math.min(Math.max(1, options.blockSize ?? DEFAULT_BLOCK_SIZE), MAX_BLOCK_BYTES);
     const depth = Math.max(1, options.depth ?? 4);
     const handleId = this.nextHandleId('r');
+    /** End of file delivered (or the stream failed): later reads take nothing more. */
+    let finished = false;
     const caller = this.caller;
     let opened: Promise<void> | null = null;
     let open = false;
@@ -225,17 +227,26 @@ export class RemoteFs implements EnvironmentFs {
     return new Readable({
       highWaterMark: blockSize,
       async read() {
+        if (finished) return;
         try {
           opened ??= caller.call('fs/open', { handleId, path: toFileUri(path) }).then(() => {
             open = true;
           });
           await opened;
+          if (eof) {
+            // An overlapping read after the last block: never take a block requested past the end.
+            finished = true;
+            await close();
+            this.push(null);
+            return;
+          }
           while (!eof && inflight.length < depth) {
             request(nextOffset, blockSize);
             nextOffset += blockSize;
           }
           const block = inflight.shift();
           if (!block) {
+            finished = true;
             await close();
             this.push(null);
             return;
@@ -252,12 +263,16 @@ export class RemoteFs implements EnvironmentFs {
             if (bytes.byteLength === 0)
               throw new TetherError('protocol', `fs/readBlock returned nothing before EOF in ${path}`);
           }
+          if (finished) return;
+          if (eof) finished = true;
           if (bytes.byteLength > 0) this.push(bytes);
           if (eof) {
             await close();
             this.push(null);
           }
         } catch (err) {
+          if (finished) return;
+          finished = true;
           await close();
           this.destroy(err as Error);
         }
@@ -346,7 +361,8 @@ export class RemoteFs implements EnvironmentFs {
         );
       },
       destroy(err, callback) {
-        Promise.allSettled(inflight)
+        // An open still in flight would leave a handle behind: wait for it, then close.
+        Promise.allSettled([...(opened ? [opened] : []), ...inflight])
           .then(() => closeHandle())
           .then(
             () => callback(err),

@@ -11,6 +11,7 @@ const LOCAL_RETAINED_OUTPUT_BYTES = 64 * 1024 * 1024;
  */
 export class LocalBackend implements ProcessBackend {
   private readonly listeners = new Set<(event: ProcessEvent) => void>();
+  private readonly closedListeners = new Set<(error: Error) => void>();
   private readonly reaper: Reaper;
   private readonly table: ProcessTable;
 
@@ -49,14 +50,14 @@ export class LocalBackend implements ProcessBackend {
     const answer = await wrap(() =>
       this.table.read(processId, { afterSeq, maxBytes: options.maxBytes ?? null, waitMs: options.waitMs ?? null }),
     );
-    const first = answer.chunks[0];
+    // Gaps (evicted output, or the exit's own seq) are judged by the handle, as for a remote executor.
     return {
       chunks: answer.chunks,
       nextSeq: answer.nextSeq,
       exited: answer.exited,
       exitCode: answer.exitCode,
       closed: answer.closed,
-      failure: first && first.seq > afterSeq + 1 ? `output before seq ${first.seq} was evicted` : null,
+      failure: null,
     };
   }
 
@@ -89,10 +90,18 @@ export class LocalBackend implements ProcessBackend {
     return () => undefined; // a local table never disconnects
   }
 
+  onClosed(listener: (error: Error) => void): () => void {
+    this.closedListeners.add(listener);
+    return () => this.closedListeners.delete(listener);
+  }
+
   /** Kills every process and waits for them. */
   async close(): Promise<void> {
     await this.table.shutdown();
     await this.reaper.close();
+    const error = new TetherError('closed', 'the local environment was closed');
+    for (const listener of [...this.closedListeners]) listener(error);
+    this.closedListeners.clear();
   }
 }
 

@@ -2,8 +2,11 @@ import { randomUUID } from 'node:crypto';
 import type { OutputStream, ProcessBackend, ProcessEvent, SignalName, WriteStatus } from './backend.js';
 import { TetherError } from './errors.js';
 
-/** Above this many undelivered bytes a handle stops taking pushed events and pulls at its consumer's pace. */
-export const DEFAULT_HIGH_WATER_BYTES = 4 * 1024 * 1024;
+/**
+ * Above this many undelivered bytes a handle stops taking pushed events and pulls at its consumer's pace.
+ * Half of what an executor retains per process by default (1 MiB), so that pulling can still find it.
+ */
+export const DEFAULT_HIGH_WATER_BYTES = 512 * 1024;
 /** Pulling resumes once the consumer has brought the queue below this. */
 const LOW_WATER_FRACTION = 0.25;
 /** Bytes asked per `process/read` while pulling. */
@@ -50,6 +53,12 @@ export class ProcessHandle implements AsyncIterable<ProcessEvent> {
   private wakeConsumer: (() => void) | null = null;
   private wakePuller: (() => void) | null = null;
   private pulling: Promise<void> | null = null;
+  /** Pushed events received while pulling (see keepAside). */
+  private aside: ProcessEvent[] = [];
+  private asideBytes = 0;
+  private asideOverflowed = false;
+  private switches = 0;
+  private reads = 0;
   private resolveCompletion!: (result: ProcessResult) => void;
   private rejectCompletion!: (error: Error) => void;
   private readonly unsubscribe: Array<() => void> = [];
@@ -73,6 +82,8 @@ export class ProcessHandle implements AsyncIterable<ProcessEvent> {
         if (event.processId === this.processId) this.onPushed(event);
       }),
       backend.onReconnect(() => this.switchToPull()),
+      // A backend that is gone can deliver nothing more: fail instead of waiting forever.
+      backend.onClosed((error) => this.fail(error)),
     );
   }
 
@@ -84,6 +95,11 @@ export class ProcessHandle implements AsyncIterable<ProcessEvent> {
   /** `push` while notifications are consumed as they come, `pull` while reading at the consumer's pace. */
   get deliveryMode(): Mode {
     return this.mode;
+  }
+
+  /** How often the handle switched to pulling, and how many `process/read` calls it made. */
+  get deliveryStats(): { switchesToPull: number; reads: number } {
+    return { switchesToPull: this.switches, reads: this.reads };
   }
 
   /** Writes to stdin (needs `pipeStdin` or a tty); each call has its own idempotency key. */
@@ -159,10 +175,15 @@ export class ProcessHandle implements AsyncIterable<ProcessEvent> {
   // Delivery -------------------------------------------------------------------------------------
 
   private onPushed(event: ProcessEvent): void {
-    if (this.mode === 'pull' || this.ended || event.seq <= this.lastSeq) return;
+    if (this.ended || event.seq <= this.lastSeq) return;
+    if (this.mode === 'pull') {
+      this.keepAside(event);
+      return;
+    }
     if (event.seq !== this.lastSeq + 1 || this.queuedBytes > this.highWater) {
       // A seq went missing (a dropped stream) or the consumer is behind: read from the server instead.
       this.switchToPull();
+      this.keepAside(event);
       return;
     }
     this.enqueue(event);
@@ -185,7 +206,49 @@ export class ProcessHandle implements AsyncIterable<ProcessEvent> {
   private switchToPull(): void {
     if (this.mode === 'pull' || this.ended) return;
     this.mode = 'pull';
+    this.switches++;
+    this.aside = [];
+    this.asideBytes = 0;
     this.pulling = this.pull().catch((err: Error) => this.fail(err));
+  }
+
+  /**
+   * While pulling, pushed events are kept (bounded by the high-water mark) so that the handle can go back to
+   * push once its reads have caught up: the events pushed meanwhile then continue the sequence exactly.
+   */
+  private keepAside(event: ProcessEvent): void {
+    const size = event.kind === 'output' ? event.chunk.byteLength : 0;
+    if (this.asideBytes + size > this.highWater) {
+      this.aside = [];
+      this.asideBytes = 0;
+      this.asideOverflowed = true;
+      return;
+    }
+    this.aside.push(event);
+    this.asideBytes += size;
+  }
+
+  /** After a read found nothing new: back to push if what was kept aside continues the sequence. */
+  private resumePush(answer: { exited: boolean; closed: boolean }, exitedDelivered: boolean): boolean {
+    if (this.abandoned || this.asideOverflowed) {
+      // Events were dropped while reading: start keeping them again, and try after the next empty read.
+      this.asideOverflowed = false;
+      this.aside = [];
+      this.asideBytes = 0;
+      return false;
+    }
+    const pending = this.aside.filter((event) => event.seq > this.lastSeq).sort((a, b) => a.seq - b.seq);
+    if (pending.length === 0 && ((answer.exited && !exitedDelivered) || answer.closed)) return false;
+    let next = this.lastSeq + 1;
+    for (const event of pending) {
+      if (event.seq !== next) return false;
+      next++;
+    }
+    this.mode = 'push';
+    this.aside = [];
+    this.asideBytes = 0;
+    for (const event of pending) this.enqueue(event);
+    return true;
   }
 
   private async pull(): Promise<void> {
@@ -197,6 +260,7 @@ export class ProcessHandle implements AsyncIterable<ProcessEvent> {
         });
       }
       if (this.settled) return;
+      this.reads++;
       const answer = await this.backend.read(this.processId, this.lastSeq, {
         maxBytes: PULL_MAX_BYTES,
         waitMs: PULL_WAIT_MS,
@@ -226,6 +290,7 @@ export class ProcessHandle implements AsyncIterable<ProcessEvent> {
         });
       }
       if (answer.chunks.length > 0) continue;
+      if (this.resumePush(answer, exitedDelivered)) return;
       // Recovered by polling, the exit and close have no seqs of their own here: close is the last seq
       // the server handed out, the exit the one before it.
       if (answer.exited && !exitedDelivered && answer.exitCode !== null) {

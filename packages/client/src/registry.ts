@@ -133,7 +133,7 @@ function parseBundle(text: string, environmentId: string): RendezvousBundle {
   if (body.environment_id !== environmentId) throw bad('environment_id does not match');
   if (body.security_profile !== SECURITY_PROFILE_HYBRID_IK_V1)
     throw bad(`security_profile is not ${SECURITY_PROFILE_HYBRID_IK_V1}`);
-  if (!nonBlank(body.url) || !/^wss?:\/\//i.test(body.url as string)) throw bad('url is not a ws:// or wss:// URL');
+  if (!nonBlank(body.url) || !isWebSocketUrl(body.url as string)) throw bad('url is not a ws:// or wss:// URL');
   if (!nonBlank(body.executor_registration_id)) throw bad('executor_registration_id is missing');
   if (!nonBlank(body.harness_key_authorization)) throw bad('harness_key_authorization is missing');
   let executorPublicKey: NoisePublicKey;
@@ -149,4 +149,13 @@ function parseBundle(text: string, environmentId: string): RendezvousBundle {
     executorPublicKey,
     authorization: body.harness_key_authorization as string,
   };
+}
+
+function isWebSocketUrl(text: string): boolean {
+  try {
+    const url = new URL(text);
+    return (url.protocol === 'ws:' || url.protocol === 'wss:') && url.hash === '';
+  } catch {
+    return false;
+  }
 }

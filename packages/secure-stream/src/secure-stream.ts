@@ -267,7 +267,8 @@ export class SecureStream implements MessageTransport {
         return; // accepted and ignored by both endpoints (§3.3)
       case 'reset':
         this.failHandshake?.(new SecureStreamError('reset', 'the peer reset the stream'));
-        this.finish('the peer reset the stream', false);
+        // The link goes too (no Reset back): the executor's stream slot is freed, the harness's socket closed.
+        this.finish('the peer reset the stream', true);
         return;
       case 'handshake':
         if (this.state === 'handshaking' && this.handshakeListener) {

@@ -103,7 +103,6 @@ export async function startStack(): Promise<Stack> {
       ])
     ).line;
     const relayMetrics = async () => (await fetch(`${relayUrl.replace('ws:', 'http:')}/metrics`)).text();
-    let online = 0;
     return {
       registryUrl,
       relayUrl,
@@ -117,7 +116,8 @@ export async function startStack(): Promise<Stack> {
           env: { CODEX_API_KEY: keys.executor, TETHER_API_KEY: keys.executor, ...options.env },
         });
         executors.push(peer);
-        const expected = ++online;
+        // Every executor of this stack still running is on the relay once this one is.
+        const expected = executors.filter((p) => p.exitStatus() === undefined).length;
         await waitUntil(
           async () => {
             const line = (await relayMetrics())

@@ -7,7 +7,7 @@ import {
   type HandshakeFrame,
   resetFrame,
 } from '@tether/relay-frames';
-import { type FrameLink, type FrameLinkHandlers, SecureStream } from '@tether/secure-stream';
+import { type FrameLink, type FrameLinkHandlers, SecureStream, SecureStreamError } from '@tether/secure-stream';
 import type { WebSocket } from 'ws';
 import type { Logger } from '../logger.js';
 
@@ -35,6 +35,7 @@ const LOW_WATER_MARK = 1024 * 1024;
 const BINARY = { binary: true } as const;
 export const LIMIT_RESET = 'executor_stream_limit';
 export const BACKPRESSURE_RESET = 'executor_backpressure';
+export const UNKNOWN_STREAM_RESET = 'unknown_stream';
 
 export interface MultiplexerOptions {
   environmentId: string;
@@ -69,6 +70,8 @@ export class RelayMultiplexer {
   private droppedFrames = 0;
   private needsDrain = false;
   private closed = false;
+  /** Unknown stream ids already answered with a Reset (bounded). */
+  private readonly resetUnknown = new Set<string>();
 
   constructor(
     private readonly ws: WebSocket,
@@ -143,9 +146,16 @@ export class RelayMultiplexer {
       this.open(frame);
       return;
     }
-    // Resume/Ack/Heartbeat precede or accompany a stream and are ignored (§3.3); a Reset or Data for
-    // a stream this side does not know is stale.
-    if (frame.kind === 'data') this.droppedFrames++;
+    // Resume/Ack/Heartbeat precede or accompany a stream and are ignored (§3.3); a Reset for a stream this
+    // side does not know is stale. Data for one is answered with a Reset (§4.9), once per stream id.
+    if (frame.kind === 'data') {
+      this.droppedFrames++;
+      if (!this.resetUnknown.has(frame.streamId)) {
+        if (this.resetUnknown.size >= 1024) this.resetUnknown.clear();
+        this.resetUnknown.add(frame.streamId);
+        this.sendFrame(resetFrame(frame.streamId, UNKNOWN_STREAM_RESET));
+      }
+    }
   }
 
   private open(frame: HandshakeFrame): void {
@@ -192,6 +202,12 @@ export class RelayMultiplexer {
         release();
         this.forget(link);
         if (this.closed) return;
+        // Only a message 1 that does not decrypt or parse counts against the socket; a harness that gave
+        // up, a refusal or an unreachable registry is not the relay misbehaving.
+        if (!(err instanceof SecureStreamError) || err.code !== 'handshake_failed') {
+          this.options.logger.info({ streamId, reason: err.message }, 'harness handshake ended');
+          return;
+        }
         this.failedHandshakes++;
         this.options.logger.warn({ streamId, reason: err.message }, 'harness handshake failed');
         if (this.failedHandshakes >= this.limits.maxFailedHandshakes) {

@@ -94,7 +94,7 @@ export class RegistryClient {
       throw problem(`security_profile is not ${SECURITY_PROFILE_HYBRID_IK_V1}`);
     }
     if (typeof answer.url !== 'string' || answer.url.trim() === '') throw problem('url is missing');
-    if (!/^wss?:\/\//i.test(answer.url)) throw problem('url is not a ws:// or wss:// URL');
+    if (!isWebSocketUrl(answer.url)) throw problem('url is not a ws:// or wss:// URL');
     if (typeof answer.executor_registration_id !== 'string' || answer.executor_registration_id.trim() === '') {
       throw problem('executor_registration_id is missing');
     }
@@ -188,4 +188,13 @@ function parseErrorBody(text: string): { code: string | null; message: string | 
 function describeFetchError(err: unknown): string {
   const cause = (err as { cause?: { code?: string; message?: string } }).cause;
   return cause?.code ?? cause?.message ?? (err as Error).message;
+}
+
+function isWebSocketUrl(text: string): boolean {
+  try {
+    const url = new URL(text);
+    return (url.protocol === 'ws:' || url.protocol === 'wss:') && url.hash === '';
+  } catch {
+    return false;
+  }
 }

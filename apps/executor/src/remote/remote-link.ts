@@ -7,6 +7,9 @@ import { ExecutorMetrics, secondsSince } from '../metrics.js';
 import { type MultiplexerLimits, RelayMultiplexer } from './multiplexer.js';
 import { type Registration, RegistryClient, RegistryError } from './registry-client.js';
 
+/** Attempts to reach an unreachable registry at start before giving up (backoff 1, 2, 4, 8, 16 s). */
+const START_UNREACHABLE_RETRIES = 5;
+
 /** WebSocket frame and message limit on the relay socket (rendezvous.md §3.1). */
 export const RELAY_MAX_PAYLOAD = 256 * 1024;
 
@@ -73,6 +76,11 @@ export class RemoteLink {
     return this.stateValue === 'connected';
   }
 
+  /** Streams open or handshaking on the current relay socket. */
+  get streams(): number {
+    return this.mux?.stats.streams ?? 0;
+  }
+
   get registrationId(): string | null {
     return this.registration?.registrationId ?? null;
   }
@@ -110,6 +118,7 @@ export class RemoteLink {
   private async register(initial: boolean): Promise<Registration> {
     this.stateValue = 'registering';
     let delay = this.options.minBackoffMs ?? 1000;
+    let unreachable = 0;
     for (;;) {
       const attemptAt = performance.now();
       try {
@@ -123,7 +132,9 @@ export class RemoteLink {
       } catch (err) {
         this.metrics.registration('error', secondsSince(attemptAt));
         if (!(err instanceof RegistryError)) throw err;
-        // At start only the retryable answers are retried; later, every failure is (the link must come back).
+        // At start only the retryable answers are retried, and an unreachable registry a few times (it may
+        // be starting beside us); later, every failure is (the link must come back).
+        if (initial && err.status === null && ++unreachable > START_UNREACHABLE_RETRIES) throw err;
         if ((initial && !err.retryable) || this.stopping) throw err;
         this.logger.warn({ err: err.message, retryInMs: delay }, 'registration failed; retrying');
         await this.sleep(jitter(delay));
@@ -164,11 +175,19 @@ export class RemoteLink {
     return new Promise((resolve) => {
       let opened = false;
       let rejected = false;
-      const ws = new WebSocket(registration.url, {
-        maxPayload: RELAY_MAX_PAYLOAD,
-        perMessageDeflate: false,
-        handshakeTimeout: this.options.connectTimeoutMs ?? 10_000,
-      });
+      let ws: WebSocket;
+      try {
+        ws = new WebSocket(registration.url, {
+          maxPayload: RELAY_MAX_PAYLOAD,
+          perMessageDeflate: false,
+          handshakeTimeout: this.options.connectTimeoutMs ?? 10_000,
+        });
+      } catch {
+        // The URL is a credential: say what is wrong, never what it is. A fresh registration may fix it.
+        this.logger.error('the registry gave a relay URL that cannot be dialled; registering again');
+        resolve('rejected');
+        return;
+      }
       this.ws = ws;
       ws.on('unexpected-response', (_req, res: IncomingMessage) => {
         const status = res.statusCode ?? 0;

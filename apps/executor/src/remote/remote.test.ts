@@ -4,15 +4,15 @@ import { createServer, type IncomingMessage, request, type Server, type ServerRe
 import type { Socket } from 'node:net';
 import { RpcClient, RpcConnection } from '@tether/jsonrpc';
 import { generateIdentity, publicKeyToJson } from '@tether/noise';
-import { decodeFrame, encodeFrame, type Frame, handshakeFrame, resumeFrame } from '@tether/relay-frames';
-import { SecureStream, SecureStreamError, WebSocketFrameLink } from '@tether/secure-stream';
+import { decodeFrame, encodeFrame, type Frame, handshakeFrame, resetFrame, resumeFrame } from '@tether/relay-frames';
+import { type FrameLink, type FrameLinkHandlers, SecureStream, SecureStreamError } from '@tether/secure-stream';
 import { Telemetry } from '@tether/telemetry';
 import { afterEach, describe, expect, it } from 'vitest';
 import { type WebSocket, WebSocketServer } from 'ws';
 import { silentLogger } from '../logger.js';
 import { ExecutorMetrics } from '../metrics.js';
 import { ExecServer } from '../server.js';
-import { LIMIT_RESET } from './multiplexer.js';
+import { LIMIT_RESET, UNKNOWN_STREAM_RESET } from './multiplexer.js';
 import { RegistryClient, RegistryError } from './registry-client.js';
 import { RemoteLink, type RemoteLinkOptions } from './remote-link.js';
 
@@ -120,12 +120,45 @@ async function setup(options: Partial<RemoteLinkOptions> = {}) {
   return { rendezvous, server, link, socket };
 }
 
+/**
+ * The harness side of one stream over the (server-side) environment socket, which every stream of a test
+ * shares: closing the link stops listening, it never closes the socket (a harness's own socket would go).
+ */
+class SharedSocketLink implements FrameLink {
+  private listener: ((data: Buffer) => void) | null = null;
+  constructor(
+    private readonly socket: WebSocket,
+    private readonly streamId: string,
+  ) {}
+  get bufferedAmount(): number {
+    return this.socket.bufferedAmount;
+  }
+  start(handlers: FrameLinkHandlers): void {
+    this.listener = (data: Buffer) => {
+      const frame = decodeFrame(data);
+      if (frame.streamId === this.streamId) handlers.onFrame(frame);
+    };
+    this.socket.on('message', this.listener);
+    this.socket.once('close', () => handlers.onClose('socket closed'));
+  }
+  send(frame: Frame): boolean {
+    this.socket.send(encodeFrame(frame));
+    return true;
+  }
+  pause(): void {}
+  resume(): void {}
+  close(): void {
+    if (this.listener) this.socket.off('message', this.listener);
+    this.listener = null;
+  }
+}
+
 /** The harness side of one stream, played over the (server-side) environment socket. */
 async function openStream(socket: WebSocket, link: RemoteLink, authorization = 'authorization-1') {
   const identity = generateIdentity();
   const streamId = randomUUID();
   const stream = await SecureStream.initiate({
-    link: new WebSocketFrameLink(socket, streamId),
+    link: new SharedSocketLink(socket, streamId),
     streamId,
     environmentId: ENVIRONMENT,
     registrationId: link.registrationId!,
@@ -210,8 +243,9 @@ describe('remote mode: registration and streams', () => {
     await link.whenConnected();
   });
 
-  it('ignores text messages and frames for streams it does not know', async () => {
+  it('ignores text messages, and answers Data for a stream it does not know with one Reset', async () => {
     const { link, socket } = await setup();
+    const frames = framesOn(socket);
     socket.send('{"method":"initialize"}');
     socket.send(
       encodeFrame({
@@ -228,6 +262,32 @@ describe('remote mode: registration and streams', () => {
     );
     const { client } = await openStream(socket, link);
     await expect(client.call('initialize', { clientName: 'after-noise' })).resolves.toBeDefined();
+    expect(frames.filter((f) => f.streamId === 'nobody')).toEqual([
+      expect.objectContaining({ kind: 'reset', reason: UNKNOWN_STREAM_RESET }),
+    ]);
+  });
+
+  it('frees a stream slot when the relay resets the stream (harness gone), however many times', async () => {
+    const { link, socket } = await setup({ limits: { maxStreams: 2 } });
+    for (let round = 0; round < 6; round++) {
+      const { client, streamId } = await openStream(socket, link, `authorization-${round}`);
+      await client.call('initialize', { clientName: `round-${round}` });
+      // What the relay sends when a harness socket closes.
+      socket.send(encodeFrame(resetFrame(streamId, 'harness_closed')));
+      await waitFor(() => link.streams === 0, 'the slot to be freed');
+    }
+  });
+
+  it('refused or abandoned handshakes do not count as failures of the relay socket', async () => {
+    const { rendezvous, link, socket } = await setup({ limits: { maxFailedHandshakes: 2 } });
+    rendezvous.valid = false;
+    for (let i = 0; i < 4; i++) {
+      await expect(openStream(socket, link, `refused-${i}`)).rejects.toMatchObject({ code: 'reset' });
+    }
+    rendezvous.valid = true;
+    const { client } = await openStream(socket, link);
+    await expect(client.call('initialize', { clientName: 'still-connected' })).resolves.toBeDefined();
+    expect(rendezvous.sockets).toHaveLength(1);
   });
 });
 
