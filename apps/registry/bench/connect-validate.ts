@@ -2,7 +2,7 @@
 // subprocess, on SQLite and on PostgreSQL, with autocannon (50 connections). Usage: pnpm bench [seconds]
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { generateIdentity, publicKeyToJson } from '@tether/noise';
@@ -14,6 +14,22 @@ import { generateToken, hashToken } from '../src/tokens.js';
 const SECONDS = Number(process.argv[2] ?? 10);
 const PG_URL = process.env.TETHER_TEST_POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const APP_DIR = join(import.meta.dirname, '..');
+/** BENCH_ENGINES=sqlite (or postgres) runs one engine; BENCH_CPU_PROF=DIR writes the registry's V8 CPU profile. */
+const ENGINES = (process.env.BENCH_ENGINES ?? 'sqlite,postgres').split(',') as Array<'sqlite' | 'postgres'>;
+const PROFILE_DIR = process.env.BENCH_CPU_PROF;
+
+/** CPU time (user + system, ms) a process has used so far, from /proc (Linux); NaN elsewhere. */
+function processCpuMs(pid: number): number {
+  try {
+    // Fields after the parenthesised command name: utime and stime are the 12th and 13th.
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return ((Number(fields[11]) + Number(fields[12])) * 1000) / CLOCK_TICKS;
+  } catch {
+    return Number.NaN;
+  }
+}
+const CLOCK_TICKS = 100; // USER_HZ, 100 on every Linux architecture Node supports
 
 async function bench(engine: 'sqlite' | 'postgres') {
   const dir = mkdtempSync(join(tmpdir(), 'registry-bench-'));
@@ -33,7 +49,16 @@ async function bench(engine: 'sqlite' | 'postgres') {
 
   const child = spawn(
     process.execPath,
-    ['--conditions=tether-source', '--import', 'tsx', 'src/main.ts', 'serve', '--listen', '127.0.0.1:0'],
+    [
+      ...(PROFILE_DIR ? ['--cpu-prof', '--cpu-prof-dir', PROFILE_DIR] : []),
+      '--conditions=tether-source',
+      '--import',
+      'tsx',
+      'src/main.ts',
+      'serve',
+      '--listen',
+      '127.0.0.1:0',
+    ],
     {
       cwd: APP_DIR,
       env: {
@@ -62,6 +87,8 @@ async function bench(engine: 'sqlite' | 'postgres') {
   const harnessKey = publicKeyToJson(generateIdentity().publicKey);
 
   let invalid = 0;
+  const registryCpuBefore = processCpuMs(child.pid as number);
+  const clientCpuBefore = process.cpuUsage();
   const result = await autocannon({
     url,
     connections: 50,
@@ -94,6 +121,9 @@ async function bench(engine: 'sqlite' | 'postgres') {
       },
     ],
   });
+  const registryCpu = processCpuMs(child.pid as number) - registryCpuBefore;
+  const clientCpuUsage = process.cpuUsage(clientCpuBefore);
+  const clientCpu = (clientCpuUsage.user + clientCpuUsage.system) / 1000;
   child.kill('SIGTERM');
   await new Promise((resolve) => child.once('exit', resolve));
   rmSync(dir, { recursive: true, force: true });
@@ -103,10 +133,14 @@ async function bench(engine: 'sqlite' | 'postgres') {
     await client.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
     await client.end();
   }
+  const pairs = result.requests.total / 2;
   return {
     engine,
     pairsPerSecond: Math.round(result.requests.average / 2),
     p99Ms: result.latency.p99,
+    // CPU per pair: what the registry itself costs, separately from the load generator sharing the machine.
+    registryCpuMsPerPair: Number((registryCpu / pairs).toFixed(3)),
+    clientCpuMsPerPair: Number((clientCpu / pairs).toFixed(3)),
     requests: result.requests.total,
     non2xx: result.non2xx,
     errors: result.errors,
@@ -115,5 +149,5 @@ async function bench(engine: 'sqlite' | 'postgres') {
 }
 
 const rows = [];
-for (const engine of ['sqlite', 'postgres'] as const) rows.push(await bench(engine));
+for (const engine of ENGINES) rows.push(await bench(engine));
 console.table(rows);

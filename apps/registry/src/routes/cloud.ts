@@ -3,6 +3,7 @@ import { type NoisePublicKeyJson, parsePublicKey, publicKeyToJson, SECURITY_PROF
 import { type RelayRole, signRelayUrl } from '@tether/relay-auth';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { requireRole } from '../app.js';
+import { BoundedCache } from '../cache.js';
 import { RegistryError } from '../errors.js';
 import { pickRelayNode } from '../routing.js';
 import {
@@ -19,7 +20,7 @@ import {
 import { generateToken, hashToken, matchesEnvironmentGlob } from '../tokens.js';
 
 /** Canonical JSON of a NoiseChannelPublicKey (strict codec, fixed field order), or null when invalid. */
-function canonicalKey(value: unknown): string | null {
+function parseCanonicalKey(value: unknown): string | null {
   try {
     return JSON.stringify(publicKeyToJson(parsePublicKey(value)));
   } catch {
@@ -27,9 +28,42 @@ function canonicalKey(value: unknown): string | null {
   }
 }
 
+const KEY_FIELDS = ['suite', 'x25519_public_key', 'mlkem768_public_key'] as const;
+
+/**
+ * parseCanonicalKey, memoised for the common input (an object of exactly the three string fields): the same harness
+ * key arrives in every /connect and /validate of a session, and decoding it is a good part of a request's CPU.
+ * The memo is exact (a pure function of the three strings); anything else is parsed every time.
+ */
+function canonicalKeyMemo() {
+  const memo = new BoundedCache<string, string>(512);
+  return (value: unknown): string | null => {
+    if (typeof value !== 'object' || value === null || Array.isArray(value) || Object.keys(value).length !== 3) {
+      return parseCanonicalKey(value);
+    }
+    const record = value as Record<string, unknown>;
+    const fields: string[] = [];
+    for (const field of KEY_FIELDS) {
+      const v = Object.hasOwn(record, field) ? record[field] : undefined;
+      if (typeof v !== 'string') return parseCanonicalKey(value);
+      fields.push(v);
+    }
+    const memoKey = JSON.stringify(fields);
+    const hit = memo.get(memoKey);
+    if (hit !== undefined) return hit;
+    const canonical = parseCanonicalKey(value);
+    if (canonical !== null) memo.set(memoKey, canonical);
+    return canonical;
+  };
+}
+
 /** The Codex registry contract (rendezvous.md §1): register, connect, validate. */
 export async function cloudRoutes(app: FastifyInstance) {
   const { store, config, signingKey, now } = app.registry;
+  const canonicalKey = canonicalKeyMemo();
+  // Ed25519 signatures are deterministic, so a grant signed again within the same second (expiry has 1 s
+  // resolution) is the same URL: reuse it rather than sign again.
+  const signedUrls = new BoundedCache<string, string>(1024);
 
   const inScope = async (request: FastifyRequest<{ Params: EnvironmentParams }>) => {
     if (!request.apiKey || !matchesEnvironmentGlob(request.apiKey.environments, request.params.id)) {
@@ -41,7 +75,13 @@ export async function cloudRoutes(app: FastifyInstance) {
     const base = pickRelayNode(await app.liveRelayNodes(), environmentId);
     if (!base) throw new RegistryError('no_relay_available');
     const expiresAt = Math.floor((now() + config.relayUrlTtlMs) / 1000);
-    return signRelayUrl(base, { role, environmentId, registrationId, expiresAt }, signingKey);
+    const memoKey = `${base}\n${role}\n${environmentId}\n${registrationId}\n${expiresAt}`;
+    let url = signedUrls.get(memoKey);
+    if (url === undefined) {
+      url = signRelayUrl(base, { role, environmentId, registrationId, expiresAt }, signingKey);
+      signedUrls.set(memoKey, url);
+    }
+    return url;
   };
 
   await app.register(async (executor) => {

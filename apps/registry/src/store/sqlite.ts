@@ -1,6 +1,7 @@
 import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
+import { BoundedCache } from '../cache.js';
 import { SQLITE_MIGRATIONS } from './migrations.js';
 import type {
   ApiKeyRecord,
@@ -10,6 +11,7 @@ import type {
   NewAuthorization,
   RegistrationRecord,
   RegistryStore,
+  RelayLinkRecord,
   RelayNodeRecord,
   Role,
 } from './types.js';
@@ -48,6 +50,9 @@ export const toRegistration = (row: RegistrationRow): RegistrationRecord => ({
   apiKeyId: row.api_key_id,
   createdAt: Number(row.created_at),
 });
+
+/** Bound on each read cache (API keys, relay links); past it the oldest entries go. */
+export const CACHE_ENTRIES = 10_000;
 
 /** SQLite store (better-sqlite3, WAL). `path` may be `:memory:`. */
 export function openSqliteStore(path: string): RegistryStore {
@@ -96,8 +101,10 @@ export function openSqliteStore(path: string): RegistryStore {
       `INSERT INTO authorizations (token_hash, environment_id, registration_id, harness_public_key, expires_at)
        VALUES (?, ?, ?, ?, ?)`,
     ),
+    // A consumed authorization is deleted (rather than marked used): the table holds only live ones, which
+    // keeps its pages few and hot; rows with used_at set by older versions still never match.
     consumeAuth: db.prepare(
-      `UPDATE authorizations SET used_at = ? WHERE token_hash = ? AND environment_id = ? AND registration_id = ?
+      `DELETE FROM authorizations WHERE token_hash = ? AND environment_id = ? AND registration_id = ?
        AND harness_public_key = ? AND used_at IS NULL AND expires_at > ? RETURNING token_hash`,
     ),
     pruneAuth: db.prepare('DELETE FROM authorizations WHERE expires_at < ?'),
@@ -109,7 +116,25 @@ export function openSqliteStore(path: string): RegistryStore {
        ON CONFLICT (environment_id) DO UPDATE SET relay_url = excluded.relay_url, last_seen = excluded.last_seen`,
     ),
     link: db.prepare('SELECT environment_id, relay_url, last_seen FROM relay_links WHERE environment_id = ?'),
-    liveNodes: db.prepare('SELECT url, last_seen FROM relay_nodes WHERE last_seen >= ? ORDER BY url'),
+    nodes: db.prepare('SELECT url, last_seen FROM relay_nodes ORDER BY url'),
+    dataVersion: db.prepare('PRAGMA data_version').pluck(),
+  };
+
+  // Read caches for the per-request lookups (API keys, relay presence). They are exact: this connection's own
+  // writes update or clear them, and `PRAGMA data_version` changes whenever another connection (a `registry keys`
+  // CLI, another process) commits, which clears them all before the next read.
+  const keys = new BoundedCache<string, ApiKeyRecord>(CACHE_ENTRIES);
+  const links = new BoundedCache<string, RelayLinkRecord | null>(CACHE_ENTRIES);
+  let nodes: RelayNodeRecord[] | null = null;
+  let seenVersion: unknown;
+  const fresh = () => {
+    const version = stmt.dataVersion.get();
+    if (version !== seenVersion) {
+      seenVersion = version;
+      keys.clear();
+      links.clear();
+      nodes = null;
+    }
   };
   const putRegistration = db.transaction((r: RegistrationRecord) => {
     stmt.insertEnv.run(r.environmentId, r.createdAt);
@@ -140,13 +165,20 @@ export function openSqliteStore(path: string): RegistryStore {
       stmt.insertKey.run(k.id, k.tokenHash, k.role, k.environments, k.label, k.createdAt);
     },
     async findApiKey(tokenHash) {
+      fresh();
+      const cached = keys.get(tokenHash);
+      if (cached) return { ...cached };
       const row = stmt.findKey.get(tokenHash) as KeyRow | undefined;
-      return row && toKey(row);
+      if (!row) return undefined; // unknown tokens are not cached: they cannot crowd out real keys
+      const key = toKey(row);
+      keys.set(tokenHash, key);
+      return { ...key };
     },
     async listApiKeys() {
       return (stmt.listKeys.all() as KeyRow[]).map(toKey);
     },
     async revokeApiKey(id, at) {
+      keys.clear();
       return stmt.revokeKey.run(at, id).changes > 0;
     },
     async putRegistration(r) {
@@ -175,32 +207,37 @@ export function openSqliteStore(path: string): RegistryStore {
       stmt.insertAuth.run(a.tokenHash, a.environmentId, a.registrationId, a.harnessPublicKey, a.expiresAt);
     },
     async consumeAuthorization(c: AuthorizationClaim) {
-      const row = stmt.consumeAuth.get(
-        c.now,
-        c.tokenHash,
-        c.environmentId,
-        c.registrationId,
-        c.harnessPublicKey,
-        c.now,
-      );
+      const row = stmt.consumeAuth.get(c.tokenHash, c.environmentId, c.registrationId, c.harnessPublicKey, c.now);
       return row !== undefined;
     },
     async pruneAuthorizations(before) {
       return stmt.pruneAuth.run(before).changes;
     },
     async heartbeatRelayNode(url, at, environmentIds = []) {
+      nodes = null;
+      links.clear();
       heartbeat(url, at, environmentIds);
     },
     async relayLink(environmentId) {
-      const row = stmt.link.get(environmentId) as
-        | { environment_id: string; relay_url: string; last_seen: number }
-        | undefined;
-      return row && { environmentId: row.environment_id, relayUrl: row.relay_url, lastSeen: Number(row.last_seen) };
+      fresh();
+      let link = links.get(environmentId);
+      if (link === undefined) {
+        const row = stmt.link.get(environmentId) as
+          | { environment_id: string; relay_url: string; last_seen: number }
+          | undefined;
+        link = row
+          ? { environmentId: row.environment_id, relayUrl: row.relay_url, lastSeen: Number(row.last_seen) }
+          : null;
+        links.set(environmentId, link);
+      }
+      return link ? { ...link } : undefined;
     },
     async liveRelayNodes(since) {
-      return (stmt.liveNodes.all(since) as Array<{ url: string; last_seen: number }>).map(
+      fresh();
+      nodes ??= (stmt.nodes.all() as Array<{ url: string; last_seen: number }>).map(
         (r): RelayNodeRecord => ({ url: r.url, lastSeen: Number(r.last_seen) }),
       );
+      return nodes.filter((node) => node.lastSeen >= since).map((node) => ({ ...node }));
     },
   };
 }

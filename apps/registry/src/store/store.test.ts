@@ -202,6 +202,95 @@ describe.each([sqlite, postgres])('RegistryStore on $name', (engine) => {
   });
 });
 
+describe.each([sqlite, postgres])('RegistryStore read caches on $name', (engine) => {
+  let db: Awaited<ReturnType<Engine['fresh']>>;
+  const opened: RegistryStore[] = [];
+  beforeEach(async () => {
+    db = await engine.fresh();
+    opened.push(db.store);
+  });
+  afterEach(async () => {
+    for (const s of opened.splice(0)) await s.close();
+    await db.drop();
+  });
+
+  it('a cached key stops being found as soon as this store revokes it', async () => {
+    await db.store.createApiKey(key({ id: 'k1', tokenHash: 'a'.repeat(64) }));
+    expect((await db.store.findApiKey('a'.repeat(64)))?.id).toBe('k1');
+    expect((await db.store.findApiKey('a'.repeat(64)))?.id).toBe('k1');
+    expect(await db.store.revokeApiKey('k1', 5_000)).toBe(true);
+    expect(await db.store.findApiKey('a'.repeat(64))).toBeUndefined();
+  });
+
+  it('a returned key is a copy: mutating it does not change what the next lookup sees', async () => {
+    await db.store.createApiKey(key({ id: 'k1', tokenHash: 'a'.repeat(64) }));
+    const found = await db.store.findApiKey('a'.repeat(64));
+    if (found) found.role = 'admin';
+    expect((await db.store.findApiKey('a'.repeat(64)))?.role).toBe('executor');
+  });
+
+  it('heartbeats through this store are seen at once by cached presence and link lookups', async () => {
+    expect(await db.store.liveRelayNodes(0)).toEqual([]);
+    expect(await db.store.relayLink('dev-1')).toBeUndefined();
+    await db.store.heartbeatRelayNode('ws://a', 1_000, ['dev-1']);
+    expect(await db.store.liveRelayNodes(0)).toEqual([{ url: 'ws://a', lastSeen: 1_000 }]);
+    expect(await db.store.relayLink('dev-1')).toEqual({ environmentId: 'dev-1', relayUrl: 'ws://a', lastSeen: 1_000 });
+    await db.store.heartbeatRelayNode('ws://a', 2_000, []);
+    expect(await db.store.liveRelayNodes(1_500)).toEqual([{ url: 'ws://a', lastSeen: 2_000 }]);
+  });
+
+  it('a consumed authorization is gone: prune finds nothing left of it', async () => {
+    await db.store.createAuthorization(authorization('t1'));
+    expect(await db.store.consumeAuthorization({ ...authorization('t1'), now: 5_000 })).toBe(true);
+    expect(await db.store.pruneAuthorizations(Number.MAX_SAFE_INTEGER)).toBe(0);
+  });
+});
+
+it('SQLite caches are exact across connections: revocations, new keys and heartbeats by another connection', async () => {
+  const db = await sqlite.fresh();
+  const other = await db.again();
+  try {
+    await db.store.createApiKey(key({ id: 'k1', tokenHash: 'a'.repeat(64) }));
+    expect((await db.store.findApiKey('a'.repeat(64)))?.id).toBe('k1');
+    expect(await db.store.liveRelayNodes(0)).toEqual([]);
+    expect(await db.store.relayLink('dev-1')).toBeUndefined();
+    // As `registry keys revoke|create` would, from another process.
+    expect(await other.revokeApiKey('k1', 5_000)).toBe(true);
+    await other.createApiKey(key({ id: 'k2', tokenHash: 'b'.repeat(64) }));
+    await other.heartbeatRelayNode('ws://a', 1_000, ['dev-1']);
+    expect(await db.store.findApiKey('a'.repeat(64))).toBeUndefined();
+    expect((await db.store.findApiKey('b'.repeat(64)))?.id).toBe('k2');
+    expect(await db.store.liveRelayNodes(0)).toEqual([{ url: 'ws://a', lastSeen: 1_000 }]);
+    expect((await db.store.relayLink('dev-1'))?.relayUrl).toBe('ws://a');
+  } finally {
+    await other.close();
+    await db.store.close();
+    await db.drop();
+  }
+});
+
+it("PostgreSQL with cacheTtlMs 0 sees another replica's revocation at once", async () => {
+  const db = await postgres.fresh();
+  await db.store.close();
+  const schema = `registry_test_${randomBytes(6).toString('hex')}`;
+  const a = await openPostgresStore({ connectionString: PG_URL, schema, max: 2, cacheTtlMs: 0 });
+  const b = await openPostgresStore({ connectionString: PG_URL, schema, max: 2, cacheTtlMs: 0 });
+  try {
+    await a.createApiKey(key({ id: 'k1', tokenHash: 'a'.repeat(64) }));
+    expect((await a.findApiKey('a'.repeat(64)))?.id).toBe('k1');
+    expect(await b.revokeApiKey('k1', 5_000)).toBe(true);
+    expect(await a.findApiKey('a'.repeat(64))).toBeUndefined();
+  } finally {
+    await a.close();
+    await b.close();
+    await db.drop();
+    const client = new pg.Client({ connectionString: PG_URL });
+    await client.connect();
+    await client.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+    await client.end();
+  }
+});
+
 describe('openStore', () => {
   const dirs: string[] = [];
   afterAll(() => {
