@@ -54,9 +54,28 @@ export const toRegistration = (row: RegistrationRow): RegistrationRecord => ({
 /** Bound on each read cache (API keys, relay links); past it the oldest entries go. */
 export const CACHE_ENTRIES = 10_000;
 
-/** SQLite store (better-sqlite3, WAL). `path` may be `:memory:`. */
+/**
+ * Commits of the SQLite stores in this process that have a group commit open. A store commits the others' before
+ * opening its own: two connections in one thread must never wait on each other's write lock (busy_timeout would
+ * block the very thread that is to release it).
+ */
+const openBatches = new Set<() => void>();
+const flushOtherBatches = () => {
+  for (const commit of openBatches) commit();
+};
+
+/**
+ * SQLite store (better-sqlite3, WAL). `path` may be `:memory:`.
+ *
+ * Writes are group-committed: the first write of an event-loop turn opens a transaction (BEGIN IMMEDIATE), the
+ * writes of that turn run in it, and it commits from setImmediate; each write's promise settles only after that
+ * commit, so nothing is acknowledged before it is committed. This costs one WAL commit per turn instead of one per
+ * statement. A write sees the effects of the earlier writes of its batch (one connection), so single-use
+ * authorizations stay single-use; if the commit fails, every write of the batch is rejected.
+ */
 export function openSqliteStore(path: string): RegistryStore {
   if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true });
+  flushOtherBatches();
   const db = new Database(path);
   db.pragma('journal_mode = WAL');
   // WAL + NORMAL: no corruption on power loss, only the last commits may be lost; FULL fsyncs every commit.
@@ -153,16 +172,63 @@ export function openSqliteStore(path: string): RegistryStore {
     for (const id of environmentIds) stmt.upsertLink.run(id, url, at);
   });
 
+  let batch: Array<{ resolve: () => void; reject: (err: unknown) => void }> | null = null;
+  const failBatch = (waiting: NonNullable<typeof batch>, err: unknown) => {
+    // Rolled back: what the caches read inside the transaction may never have existed.
+    keys.clear();
+    links.clear();
+    nodes = null;
+    for (const w of waiting) w.reject(err);
+  };
+  const commit = () => {
+    const waiting = batch;
+    if (waiting === null) return;
+    batch = null;
+    openBatches.delete(commit);
+    if (!db.inTransaction) return failBatch(waiting, new Error('the write transaction was rolled back'));
+    try {
+      db.exec('COMMIT');
+    } catch (err) {
+      if (db.inTransaction) db.exec('ROLLBACK');
+      return failBatch(waiting, err);
+    }
+    for (const w of waiting) w.resolve();
+  };
+  const write = <T>(fn: () => T): Promise<T> => {
+    if (batch === null) {
+      flushOtherBatches();
+      db.exec('BEGIN IMMEDIATE');
+      batch = [];
+      openBatches.add(commit);
+      setImmediate(commit);
+    }
+    const waiting = batch;
+    let result: T;
+    try {
+      result = fn();
+    } catch (err) {
+      // Most statement errors undo only the statement; some (disk full, I/O) roll the whole transaction back.
+      if (!db.inTransaction && batch === waiting) {
+        batch = null;
+        openBatches.delete(commit);
+        failBatch(waiting, err);
+      }
+      return Promise.reject(err);
+    }
+    return new Promise<T>((resolve, reject) => waiting.push({ resolve: () => resolve(result), reject }));
+  };
+
   return {
     engine: 'sqlite',
     async ping() {
       db.prepare('SELECT 1').get();
     },
     async close() {
+      commit();
       if (db.open) db.close();
     },
     async createApiKey(k: NewApiKey) {
-      stmt.insertKey.run(k.id, k.tokenHash, k.role, k.environments, k.label, k.createdAt);
+      await write(() => stmt.insertKey.run(k.id, k.tokenHash, k.role, k.environments, k.label, k.createdAt));
     },
     async findApiKey(tokenHash) {
       fresh();
@@ -178,18 +244,20 @@ export function openSqliteStore(path: string): RegistryStore {
       return (stmt.listKeys.all() as KeyRow[]).map(toKey);
     },
     async revokeApiKey(id, at) {
-      keys.clear();
-      return stmt.revokeKey.run(at, id).changes > 0;
+      return write(() => {
+        keys.clear();
+        return stmt.revokeKey.run(at, id).changes > 0;
+      });
     },
     async putRegistration(r) {
-      putRegistration(r);
+      await write(() => putRegistration(r));
     },
     async currentRegistration(environmentId) {
       const row = stmt.currentReg.get(environmentId) as RegistrationRow | undefined;
       return row && toRegistration(row);
     },
     async revokeRegistration(environmentId, registrationId) {
-      return stmt.revokeReg.run(environmentId, registrationId).changes > 0;
+      return write(() => stmt.revokeReg.run(environmentId, registrationId).changes > 0);
     },
     async listEnvironments() {
       const rows = stmt.listEnvs.all() as Array<
@@ -204,19 +272,25 @@ export function openSqliteStore(path: string): RegistryStore {
       );
     },
     async createAuthorization(a: NewAuthorization) {
-      stmt.insertAuth.run(a.tokenHash, a.environmentId, a.registrationId, a.harnessPublicKey, a.expiresAt);
+      await write(() =>
+        stmt.insertAuth.run(a.tokenHash, a.environmentId, a.registrationId, a.harnessPublicKey, a.expiresAt),
+      );
     },
     async consumeAuthorization(c: AuthorizationClaim) {
-      const row = stmt.consumeAuth.get(c.tokenHash, c.environmentId, c.registrationId, c.harnessPublicKey, c.now);
-      return row !== undefined;
+      return write(
+        () =>
+          stmt.consumeAuth.get(c.tokenHash, c.environmentId, c.registrationId, c.harnessPublicKey, c.now) !== undefined,
+      );
     },
     async pruneAuthorizations(before) {
-      return stmt.pruneAuth.run(before).changes;
+      return write(() => stmt.pruneAuth.run(before).changes);
     },
     async heartbeatRelayNode(url, at, environmentIds = []) {
-      nodes = null;
-      links.clear();
-      heartbeat(url, at, environmentIds);
+      await write(() => {
+        nodes = null;
+        links.clear();
+        heartbeat(url, at, environmentIds);
+      });
     },
     async relayLink(environmentId) {
       fresh();

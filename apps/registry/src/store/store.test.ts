@@ -269,6 +269,63 @@ it('SQLite caches are exact across connections: revocations, new keys and heartb
   }
 });
 
+describe('SQLite group commit', () => {
+  let db: Awaited<ReturnType<Engine['fresh']>>;
+  let other: RegistryStore;
+  beforeEach(async () => {
+    db = await sqlite.fresh();
+    other = await db.again();
+  });
+  afterEach(async () => {
+    await other.close();
+    await db.store.close();
+    await db.drop();
+  });
+
+  it('writes of one turn are acknowledged once committed: another connection then sees every one', async () => {
+    await Promise.all([
+      db.store.createAuthorization(authorization('t1')),
+      db.store.createAuthorization(authorization('t2')),
+      db.store.createApiKey(key({ id: 'k1', tokenHash: 'a'.repeat(64) })),
+    ]);
+    expect((await other.listApiKeys()).map((k) => k.id)).toEqual(['k1']);
+    expect(await other.consumeAuthorization({ ...authorization('t1'), now: 5_000 })).toBe(true);
+    expect(await other.consumeAuthorization({ ...authorization('t2'), now: 5_000 })).toBe(true);
+  });
+
+  it('a failing write is rejected alone; the rest of its batch commits', async () => {
+    await db.store.createApiKey(key({ id: 'k1', tokenHash: 'a'.repeat(64) }));
+    const results = await Promise.allSettled([
+      db.store.createAuthorization(authorization('t1')),
+      db.store.createApiKey(key({ id: 'k2', tokenHash: 'a'.repeat(64) })),
+      db.store.createAuthorization(authorization('t2')),
+    ]);
+    expect(results.map((r) => r.status)).toEqual(['fulfilled', 'rejected', 'fulfilled']);
+    expect(await other.pruneAuthorizations(Number.MAX_SAFE_INTEGER)).toBe(2);
+  });
+
+  it('two connections in one process writing in the same turn do not wait on each other', async () => {
+    const writes = [];
+    for (let i = 0; i < 6; i++) {
+      writes.push((i % 2 ? other : db.store).createAuthorization(authorization(`t${i}`)));
+    }
+    await Promise.all(writes);
+    const claims = await Promise.all(
+      Array.from({ length: 6 }, (_, i) =>
+        (i % 2 ? db.store : other).consumeAuthorization({ ...authorization(`t${i}`), now: 5_000 }),
+      ),
+    );
+    expect(claims).toEqual(Array(6).fill(true));
+  });
+
+  it('close commits a pending batch', async () => {
+    const pending = db.store.createAuthorization(authorization('t1'));
+    await db.store.close();
+    await pending;
+    expect(await other.consumeAuthorization({ ...authorization('t1'), now: 5_000 })).toBe(true);
+  });
+});
+
 it("PostgreSQL with cacheTtlMs 0 sees another replica's revocation at once", async () => {
   const db = await postgres.fresh();
   await db.store.close();
