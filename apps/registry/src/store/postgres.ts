@@ -84,6 +84,8 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
   const keyColumns = 'id, role, environments, label, created_at, revoked_at';
   const regColumns = 'environment_id, registration_id, security_profile, executor_public_key, api_key_id, created_at';
   let closed = false;
+  // The per-request queries below are named: pg prepares each once per pooled connection, sparing the server a
+  // parse and plan per request.
   const ttlMs = options.cacheTtlMs ?? 2_000;
   const keys = new TtlCache<ApiKeyRecord | undefined>(ttlMs);
   const links = new TtlCache<RelayLinkRecord | undefined>(ttlMs);
@@ -107,10 +109,11 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
     },
     async findApiKey(tokenHash) {
       const key = await keys.get(tokenHash, async () => {
-        const { rows } = await pool.query(
-          `SELECT ${keyColumns} FROM api_keys WHERE token_hash = $1 AND revoked_at IS NULL`,
-          [tokenHash],
-        );
+        const { rows } = await pool.query({
+          name: 'registry_find_api_key',
+          text: `SELECT ${keyColumns} FROM api_keys WHERE token_hash = $1 AND revoked_at IS NULL`,
+          values: [tokenHash],
+        });
         return rows[0] && toKey(rows[0]);
       });
       return key && { ...key };
@@ -140,9 +143,11 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
       );
     },
     async currentRegistration(environmentId) {
-      const { rows } = await pool.query(`SELECT ${regColumns} FROM registrations WHERE environment_id = $1`, [
-        environmentId,
-      ]);
+      const { rows } = await pool.query({
+        name: 'registry_current_registration',
+        text: `SELECT ${regColumns} FROM registrations WHERE environment_id = $1`,
+        values: [environmentId],
+      });
       return rows[0] && toRegistration(rows[0]);
     },
     async revokeRegistration(environmentId, registrationId) {
@@ -166,22 +171,24 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
       );
     },
     async createAuthorization(a) {
-      await pool.query(
-        `INSERT INTO authorizations (token_hash, environment_id, registration_id, harness_public_key, expires_at)
+      await pool.query({
+        name: 'registry_create_authorization',
+        text: `INSERT INTO authorizations (token_hash, environment_id, registration_id, harness_public_key, expires_at)
          VALUES ($1, $2, $3, $4, $5)`,
-        [a.tokenHash, a.environmentId, a.registrationId, a.harnessPublicKey, a.expiresAt],
-      );
+        values: [a.tokenHash, a.environmentId, a.registrationId, a.harnessPublicKey, a.expiresAt],
+      });
     },
     async consumeAuthorization(c) {
       // A single UPDATE … WHERE used_at IS NULL: concurrent claimers serialise on the row lock and the
       // loser re-evaluates the predicate against the winner's committed row, so only one gets a row back.
       // A consumed authorization is deleted (rather than marked used), so the table holds only live ones; rows
       // with used_at set by older versions still never match.
-      const result = await pool.query(
-        `DELETE FROM authorizations WHERE token_hash = $2 AND environment_id = $3 AND registration_id = $4
+      const result = await pool.query({
+        name: 'registry_consume_authorization',
+        text: `DELETE FROM authorizations WHERE token_hash = $2 AND environment_id = $3 AND registration_id = $4
          AND harness_public_key = $5 AND used_at IS NULL AND expires_at > $1 RETURNING token_hash`,
-        [c.now, c.tokenHash, c.environmentId, c.registrationId, c.harnessPublicKey],
-      );
+        values: [c.now, c.tokenHash, c.environmentId, c.registrationId, c.harnessPublicKey],
+      });
       return (result.rowCount ?? 0) === 1;
     },
     async pruneAuthorizations(before) {
