@@ -123,12 +123,14 @@ export async function buildRegistry(config: RegistryConfig, deps: RegistryDeps):
   app.addHook('preClose', async () => {
     clearInterval(pruner);
   });
-  app.addHook('onResponse', async (request, reply) => {
+  // Callback style: no promise per response.
+  app.addHook('onResponse', (request, reply, done) => {
     app.metrics.inc('registry_http_requests_total', {
       method: request.method,
       route: request.routeOptions.url ?? 'unmatched',
       status: String(reply.statusCode),
     });
+    done();
   });
   // JSON only: without this, text/plain bodies would reach the schema as strings.
   app.removeContentTypeParser('text/plain');

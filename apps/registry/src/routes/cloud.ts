@@ -48,7 +48,8 @@ function canonicalKeyMemo() {
       if (typeof v !== 'string') return parseCanonicalKey(value);
       fields.push(v);
     }
-    const memoKey = JSON.stringify(fields);
+    // Only valid keys are memoised and none of their fields holds a newline, so this join is unambiguous.
+    const memoKey = fields.join('\n');
     const hit = memo.get(memoKey);
     if (hit !== undefined) return hit;
     const canonical = parseCanonicalKey(value);

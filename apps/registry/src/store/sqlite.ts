@@ -139,11 +139,12 @@ export function openSqliteStore(path: string): RegistryStore {
     dataVersion: db.prepare('PRAGMA data_version').pluck(),
   };
 
-  // Read caches for the per-request lookups (API keys, relay presence). They are exact: this connection's own
+  // Read caches for the per-request lookups (API keys, current registrations, relay presence). They are exact: this connection's own
   // writes update or clear them, and `PRAGMA data_version` changes whenever another connection (a `registry keys`
   // CLI, another process) commits, which clears them all before the next read.
   const keys = new BoundedCache<string, ApiKeyRecord>(CACHE_ENTRIES);
   const links = new BoundedCache<string, RelayLinkRecord | null>(CACHE_ENTRIES);
+  const registrations = new BoundedCache<string, RegistrationRecord | null>(CACHE_ENTRIES);
   let nodes: RelayNodeRecord[] | null = null;
   let seenVersion: unknown;
   const fresh = () => {
@@ -152,6 +153,7 @@ export function openSqliteStore(path: string): RegistryStore {
       seenVersion = version;
       keys.clear();
       links.clear();
+      registrations.clear();
       nodes = null;
     }
   };
@@ -177,6 +179,7 @@ export function openSqliteStore(path: string): RegistryStore {
     // Rolled back: what the caches read inside the transaction may never have existed.
     keys.clear();
     links.clear();
+    registrations.clear();
     nodes = null;
     for (const w of waiting) w.reject(err);
   };
@@ -250,14 +253,26 @@ export function openSqliteStore(path: string): RegistryStore {
       });
     },
     async putRegistration(r) {
-      await write(() => putRegistration(r));
+      await write(() => {
+        registrations.delete(r.environmentId);
+        putRegistration(r);
+      });
     },
     async currentRegistration(environmentId) {
-      const row = stmt.currentReg.get(environmentId) as RegistrationRow | undefined;
-      return row && toRegistration(row);
+      fresh();
+      let registration = registrations.get(environmentId);
+      if (registration === undefined) {
+        const row = stmt.currentReg.get(environmentId) as RegistrationRow | undefined;
+        registration = row ? toRegistration(row) : null;
+        registrations.set(environmentId, registration);
+      }
+      return registration ? { ...registration } : undefined;
     },
     async revokeRegistration(environmentId, registrationId) {
-      return write(() => stmt.revokeReg.run(environmentId, registrationId).changes > 0);
+      return write(() => {
+        registrations.delete(environmentId);
+        return stmt.revokeReg.run(environmentId, registrationId).changes > 0;
+      });
     },
     async listEnvironments() {
       const rows = stmt.listEnvs.all() as Array<

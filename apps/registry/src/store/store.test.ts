@@ -222,6 +222,16 @@ describe.each([sqlite, postgres])('RegistryStore read caches on $name', (engine)
     expect(await db.store.findApiKey('a'.repeat(64))).toBeUndefined();
   });
 
+  it('registration lookups follow replacements and revocations by this store at once', async () => {
+    expect(await db.store.currentRegistration('dev-1')).toBeUndefined();
+    await db.store.putRegistration(registration('dev-1', 'reg-1'));
+    expect((await db.store.currentRegistration('dev-1'))?.registrationId).toBe('reg-1');
+    await db.store.putRegistration(registration('dev-1', 'reg-2'));
+    expect((await db.store.currentRegistration('dev-1'))?.registrationId).toBe('reg-2');
+    expect(await db.store.revokeRegistration('dev-1', 'reg-2')).toBe(true);
+    expect(await db.store.currentRegistration('dev-1')).toBeUndefined();
+  });
+
   it('a returned key is a copy: mutating it does not change what the next lookup sees', async () => {
     await db.store.createApiKey(key({ id: 'k1', tokenHash: 'a'.repeat(64) }));
     const found = await db.store.findApiKey('a'.repeat(64));
@@ -259,6 +269,11 @@ it('SQLite caches are exact across connections: revocations, new keys and heartb
     await other.createApiKey(key({ id: 'k2', tokenHash: 'b'.repeat(64) }));
     await other.heartbeatRelayNode('ws://a', 1_000, ['dev-1']);
     expect(await db.store.findApiKey('a'.repeat(64))).toBeUndefined();
+    expect(await db.store.currentRegistration('dev-9')).toBeUndefined();
+    await other.putRegistration(registration('dev-9', 'reg-9'));
+    expect((await db.store.currentRegistration('dev-9'))?.registrationId).toBe('reg-9');
+    expect(await other.revokeRegistration('dev-9', 'reg-9')).toBe(true);
+    expect(await db.store.currentRegistration('dev-9')).toBeUndefined();
     expect((await db.store.findApiKey('b'.repeat(64)))?.id).toBe('k2');
     expect(await db.store.liveRelayNodes(0)).toEqual([{ url: 'ws://a', lastSeen: 1_000 }]);
     expect((await db.store.relayLink('dev-1'))?.relayUrl).toBe('ws://a');
