@@ -132,14 +132,10 @@ export async function cloudRoutes(app: FastifyInstance) {
       async (request) => {
         const environmentId = request.params.id;
         const body = request.body;
-        const current = await store.currentRegistration(environmentId);
         const harnessPublicKey = canonicalKey(body.harness_public_key);
-        const owned =
-          current !== undefined &&
-          current.registrationId === body.executor_registration_id &&
-          current.apiKeyId === request.apiKey?.id;
+        // One statement: the authorization is consumed only while the registration it names is the environment's
+        // current one and was made with this executor key (otherwise it survives the attempt).
         const valid =
-          owned &&
           harnessPublicKey !== null &&
           (await store.consumeAuthorization({
             tokenHash: hashToken(body.harness_key_authorization),
@@ -147,6 +143,7 @@ export async function cloudRoutes(app: FastifyInstance) {
             registrationId: body.executor_registration_id,
             harnessPublicKey,
             now: now(),
+            apiKeyId: (request.apiKey as { id: string }).id,
           }));
         app.metrics.inc('registry_validations_total', { result: valid ? 'valid' : 'invalid' });
         request.log.info({ environmentId, valid }, 'harness key validation');

@@ -183,12 +183,25 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
       // loser re-evaluates the predicate against the winner's committed row, so only one gets a row back.
       // A consumed authorization is deleted (rather than marked used), so the table holds only live ones; rows
       // with used_at set by older versions still never match.
-      const result = await pool.query({
-        name: 'registry_consume_authorization',
-        text: `DELETE FROM authorizations WHERE token_hash = $2 AND environment_id = $3 AND registration_id = $4
-         AND harness_public_key = $5 AND used_at IS NULL AND expires_at > $1 RETURNING token_hash`,
-        values: [c.now, c.tokenHash, c.environmentId, c.registrationId, c.harnessPublicKey],
-      });
+      const values = [c.now, c.tokenHash, c.environmentId, c.registrationId, c.harnessPublicKey];
+      const result = await pool.query(
+        c.apiKeyId === undefined
+          ? {
+              name: 'registry_consume_authorization',
+              text: `DELETE FROM authorizations WHERE token_hash = $2 AND environment_id = $3 AND registration_id = $4
+                AND harness_public_key = $5 AND used_at IS NULL AND expires_at > $1 RETURNING token_hash`,
+              values,
+            }
+          : {
+              name: 'registry_consume_owned_authorization',
+              text: `DELETE FROM authorizations a WHERE token_hash = $2 AND environment_id = $3 AND registration_id = $4
+                AND harness_public_key = $5 AND used_at IS NULL AND expires_at > $1
+                AND EXISTS (SELECT 1 FROM registrations r WHERE r.environment_id = a.environment_id
+                  AND r.registration_id = a.registration_id AND r.api_key_id = $6)
+                RETURNING token_hash`,
+              values: [...values, c.apiKeyId],
+            },
+      );
       return (result.rowCount ?? 0) === 1;
     },
     async pruneAuthorizations(before) {

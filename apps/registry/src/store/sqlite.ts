@@ -152,6 +152,13 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
       `DELETE FROM authorizations WHERE token_hash = ? AND environment_id = ? AND registration_id = ?
        AND harness_public_key = ? AND used_at IS NULL AND expires_at > ? RETURNING token_hash`,
     ),
+    consumeOwnedAuth: db.prepare(
+      `DELETE FROM authorizations WHERE token_hash = ? AND environment_id = ? AND registration_id = ?
+       AND harness_public_key = ? AND used_at IS NULL AND expires_at > ?
+       AND EXISTS (SELECT 1 FROM registrations r WHERE r.environment_id = authorizations.environment_id
+         AND r.registration_id = authorizations.registration_id AND r.api_key_id = ?)
+       RETURNING token_hash`,
+    ),
     pruneAuth: db.prepare('DELETE FROM authorizations WHERE expires_at < ?'),
     heartbeat: db.prepare(
       'INSERT INTO relay_nodes (url, last_seen) VALUES (?, ?) ON CONFLICT (url) DO UPDATE SET last_seen = excluded.last_seen',
@@ -319,9 +326,12 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
       );
     },
     async consumeAuthorization(c: AuthorizationClaim) {
+      const args = [c.tokenHash, c.environmentId, c.registrationId, c.harnessPublicKey, c.now] as const;
       return write(
         () =>
-          stmt.consumeAuth.get(c.tokenHash, c.environmentId, c.registrationId, c.harnessPublicKey, c.now) !== undefined,
+          (c.apiKeyId === undefined
+            ? stmt.consumeAuth.get(...args)
+            : stmt.consumeOwnedAuth.get(...args, c.apiKeyId)) !== undefined,
       );
     },
     async pruneAuthorizations(before) {

@@ -156,6 +156,19 @@ describe.each([sqlite, postgres])('RegistryStore on $name', (engine) => {
     expect(await store.consumeAuthorization(claim)).toBe(false);
   });
 
+  it('a claim naming an API key also needs the current registration, made with that key', async () => {
+    await store.createAuthorization(authorization('t1'));
+    const claim = { ...authorization('t1'), now: 5_000, apiKeyId: 'key-1' };
+    expect(await store.consumeAuthorization(claim)).toBe(false); // no registration yet
+    await store.putRegistration(registration('dev-1', 'reg-1'));
+    expect(await store.consumeAuthorization({ ...claim, apiKeyId: 'key-2' })).toBe(false);
+    await store.putRegistration(registration('dev-1', 'reg-2'));
+    expect(await store.consumeAuthorization(claim)).toBe(false); // superseded
+    await store.putRegistration(registration('dev-1', 'reg-1'));
+    expect(await store.consumeAuthorization(claim)).toBe(true); // it survived the refused attempts
+    expect(await store.consumeAuthorization(claim)).toBe(false);
+  });
+
   it('prunes expired authorizations', async () => {
     await store.createAuthorization(authorization('old', 1_000));
     await store.createAuthorization(authorization('new', 9_000));

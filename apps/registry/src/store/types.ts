@@ -47,6 +47,11 @@ export interface NewAuthorization {
 
 export interface AuthorizationClaim extends Omit<NewAuthorization, 'expiresAt'> {
   now: number;
+  /**
+   * When set, the claim also needs `registrationId` to be the environment's current registration, made with this
+   * API key; checked in the same statement as the consumption.
+   */
+  apiKeyId?: string;
 }
 
 export interface RelayNodeRecord {
