@@ -52,7 +52,7 @@ export const toRegistration = (row: RegistrationRow): RegistrationRecord => ({
   createdAt: Number(row.created_at),
 });
 
-/** Bound on each read cache (API keys, relay links); past it the oldest entries go. */
+/** Bound on each read cache (API keys, registrations, relay links); past it the oldest entries go. */
 export const CACHE_ENTRIES = 10_000;
 
 /**
@@ -65,15 +65,6 @@ const flushOtherBatches = () => {
   for (const commit of openBatches) commit();
 };
 
-/**
- * SQLite store (better-sqlite3, WAL). `path` may be `:memory:`.
- *
- * Writes are group-committed: the first write of an event-loop turn opens a transaction (BEGIN IMMEDIATE), the
- * writes of that turn run in it, and it commits from setImmediate; each write's promise settles only after that
- * commit, so nothing is acknowledged before it is committed. This costs one WAL commit per turn instead of one per
- * statement. A write sees the effects of the earlier writes of its batch (one connection), so single-use
- * authorizations stay single-use; if the commit fails, every write of the batch is rejected.
- */
 export interface SqliteStoreOptions {
   /**
    * Checkpoint the WAL from a worker thread every this many ms instead of from the committing call (SQLite's
@@ -83,6 +74,15 @@ export interface SqliteStoreOptions {
   backgroundCheckpointMs?: number;
 }
 
+/**
+ * SQLite store (better-sqlite3, WAL). `path` may be `:memory:`.
+ *
+ * Writes are group-committed: the first write of an event-loop turn opens a transaction (BEGIN IMMEDIATE), the
+ * writes of that turn run in it, and it commits from setImmediate; each write's promise settles only after that
+ * commit, so nothing is acknowledged before it is committed. This costs one WAL commit per turn instead of one per
+ * statement. A write sees the effects of the earlier writes of its batch (one connection), so single-use
+ * authorizations stay single-use; if the commit fails, every write of the batch is rejected.
+ */
 export function openSqliteStore(path: string, options: SqliteStoreOptions = {}): RegistryStore {
   if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true });
   flushOtherBatches();
@@ -172,9 +172,9 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
     dataVersion: db.prepare('PRAGMA data_version').pluck(),
   };
 
-  // Read caches for the per-request lookups (API keys, current registrations, relay presence). They are exact: this connection's own
-  // writes update or clear them, and `PRAGMA data_version` changes whenever another connection (a `registry keys`
-  // CLI, another process) commits, which clears them all before the next read.
+  // Read caches for the per-request lookups (API keys, current registrations, relay presence). They are exact:
+  // this connection's own writes update or clear them, and `PRAGMA data_version` changes whenever another
+  // connection (a `registry keys` CLI, another process) commits, which clears them all before the next read.
   const keys = new BoundedCache<string, ApiKeyRecord>(CACHE_ENTRIES);
   const links = new BoundedCache<string, RelayLinkRecord | null>(CACHE_ENTRIES);
   const registrations = new BoundedCache<string, RegistrationRecord | null>(CACHE_ENTRIES);
