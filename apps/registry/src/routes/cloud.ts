@@ -65,6 +65,16 @@ export async function cloudRoutes(app: FastifyInstance) {
   // Ed25519 signatures are deterministic, so a grant signed again within the same second (expiry has 1 s
   // resolution) is the same URL: reuse it rather than sign again.
   const signedUrls = new BoundedCache<string, string>(1024);
+  // The stored executor key, parsed once per distinct value (the response serializer only reads it).
+  const parsedKeys = new BoundedCache<string, NoisePublicKeyJson>(512);
+  const parsedKey = (json: string) => {
+    let parsed = parsedKeys.get(json);
+    if (parsed === undefined) {
+      parsed = JSON.parse(json) as NoisePublicKeyJson;
+      parsedKeys.set(json, parsed);
+    }
+    return parsed;
+  };
 
   const inScope = async (request: FastifyRequest<{ Params: EnvironmentParams }>) => {
     if (!request.apiKey || !matchesEnvironmentGlob(request.apiKey.environments, request.params.id)) {
@@ -169,20 +179,21 @@ export async function cloudRoutes(app: FastifyInstance) {
         const environmentId = request.params.id;
         const harnessPublicKey = canonicalKey(request.body.harness_public_key);
         if (harnessPublicKey === null) throw new RegistryError('invalid_public_key');
-        const current = await store.currentRegistration(environmentId);
-        if (!current) throw new RegistryError('environment_not_registered');
         if ((await app.relayLinkStatus(environmentId)).status === 'down') {
+          // An unregistered environment is reported as such even while its link is down.
+          if (!(await store.currentRegistration(environmentId))) throw new RegistryError('environment_not_registered');
           throw new RegistryError('environment_offline');
         }
-        const url = await relayUrl('harness', environmentId, current.registrationId);
         const authorization = generateToken('thka');
-        await store.createAuthorization({
+        // The registration lookup and the authorization for it are one store step (one PostgreSQL round trip).
+        const current = await store.createAuthorizationForCurrent({
           tokenHash: hashToken(authorization),
           environmentId,
-          registrationId: current.registrationId,
           harnessPublicKey,
           expiresAt: now() + config.authorizationTtlMs,
         });
+        if (!current) throw new RegistryError('environment_not_registered');
+        const url = await relayUrl('harness', environmentId, current.registrationId);
         app.metrics.inc('registry_bundles_total');
         request.log.info({ environmentId, registrationId: current.registrationId }, 'harness bundle issued');
         return {
@@ -190,7 +201,7 @@ export async function cloudRoutes(app: FastifyInstance) {
           url,
           security_profile: current.securityProfile,
           executor_registration_id: current.registrationId,
-          executor_public_key: JSON.parse(current.executorPublicKey) as NoisePublicKeyJson,
+          executor_public_key: parsedKey(current.executorPublicKey),
           harness_key_authorization: authorization,
         };
       },

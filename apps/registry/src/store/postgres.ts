@@ -178,6 +178,18 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
         values: [a.tokenHash, a.environmentId, a.registrationId, a.harnessPublicKey, a.expiresAt],
       });
     },
+    async createAuthorizationForCurrent(a) {
+      // One statement, one snapshot: the registration read is the one the authorization is created for.
+      const { rows } = await pool.query({
+        name: 'registry_create_authorization_for_current',
+        text: `WITH r AS (SELECT ${regColumns} FROM registrations WHERE environment_id = $1),
+          ins AS (INSERT INTO authorizations (token_hash, environment_id, registration_id, harness_public_key, expires_at)
+            SELECT $2, environment_id, registration_id, $3, $4 FROM r)
+          SELECT * FROM r`,
+        values: [a.environmentId, a.tokenHash, a.harnessPublicKey, a.expiresAt],
+      });
+      return rows[0] && toRegistration(rows[0]);
+    },
     async consumeAuthorization(c) {
       // A single UPDATE … WHERE used_at IS NULL: concurrent claimers serialise on the row lock and the
       // loser re-evaluates the predicate against the winner's committed row, so only one gets a row back.

@@ -207,6 +207,17 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
     for (const id of environmentIds) stmt.upsertLink.run(id, url, at);
   });
 
+  const currentRegistration = (environmentId: string): RegistrationRecord | undefined => {
+    fresh();
+    let registration = registrations.get(environmentId);
+    if (registration === undefined) {
+      const row = stmt.currentReg.get(environmentId) as RegistrationRow | undefined;
+      registration = row ? toRegistration(row) : null;
+      registrations.set(environmentId, registration);
+    }
+    return registration ? { ...registration } : undefined;
+  };
+
   let batch: Array<{ resolve: () => void; reject: (err: unknown) => void }> | null = null;
   const failBatch = (waiting: NonNullable<typeof batch>, err: unknown) => {
     // Rolled back: what the caches read inside the transaction may never have existed.
@@ -293,14 +304,7 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
       });
     },
     async currentRegistration(environmentId) {
-      fresh();
-      let registration = registrations.get(environmentId);
-      if (registration === undefined) {
-        const row = stmt.currentReg.get(environmentId) as RegistrationRow | undefined;
-        registration = row ? toRegistration(row) : null;
-        registrations.set(environmentId, registration);
-      }
-      return registration ? { ...registration } : undefined;
+      return currentRegistration(environmentId);
     },
     async revokeRegistration(environmentId, registrationId) {
       return write(() => {
@@ -324,6 +328,15 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
       await write(() =>
         stmt.insertAuth.run(a.tokenHash, a.environmentId, a.registrationId, a.harnessPublicKey, a.expiresAt),
       );
+    },
+    async createAuthorizationForCurrent(a) {
+      return write(() => {
+        const current = currentRegistration(a.environmentId);
+        if (current) {
+          stmt.insertAuth.run(a.tokenHash, a.environmentId, current.registrationId, a.harnessPublicKey, a.expiresAt);
+        }
+        return current;
+      });
     },
     async consumeAuthorization(c: AuthorizationClaim) {
       const args = [c.tokenHash, c.environmentId, c.registrationId, c.harnessPublicKey, c.now] as const;

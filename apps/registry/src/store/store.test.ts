@@ -169,6 +169,18 @@ describe.each([sqlite, postgres])('RegistryStore on $name', (engine) => {
     expect(await store.consumeAuthorization(claim)).toBe(false);
   });
 
+  it('creates an authorization for the current registration only, returning it', async () => {
+    const a = { tokenHash: 't1', environmentId: 'dev-1', harnessPublicKey: '{"harness":1}', expiresAt: 10_000 };
+    expect(await store.createAuthorizationForCurrent(a)).toBeUndefined();
+    expect(await store.consumeAuthorization({ ...authorization('t1'), now: 5_000 })).toBe(false); // none created
+    await store.putRegistration(registration('dev-1', 'reg-1'));
+    await store.putRegistration(registration('dev-1', 'reg-2'));
+    expect(await store.createAuthorizationForCurrent(a)).toEqual(registration('dev-1', 'reg-2'));
+    expect(await store.consumeAuthorization({ ...authorization('t1'), now: 5_000 })).toBe(false); // not for reg-1
+    const claim = { ...authorization('t1'), registrationId: 'reg-2', now: 5_000, apiKeyId: 'key-1' };
+    expect(await store.consumeAuthorization(claim)).toBe(true);
+  });
+
   it('prunes expired authorizations', async () => {
     await store.createAuthorization(authorization('old', 1_000));
     await store.createAuthorization(authorization('new', 9_000));

@@ -88,6 +88,13 @@ export interface RegistryStore {
 
   createAuthorization(authorization: NewAuthorization): Promise<void>;
   /**
+   * In one step: finds the environment's current registration and, if there is one, creates an authorization for
+   * it. Returns that registration, or undefined (and creates nothing).
+   */
+  createAuthorizationForCurrent(
+    authorization: Omit<NewAuthorization, 'registrationId'>,
+  ): Promise<RegistrationRecord | undefined>;
+  /**
    * Atomically marks an authorization used when every field matches, it is unused and unexpired at `now`.
    * At most one caller ever gets `true` for a token, whatever the concurrency.
    */
