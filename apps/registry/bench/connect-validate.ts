@@ -2,8 +2,8 @@
 // subprocess, on SQLite and on PostgreSQL, with autocannon (50 connections). Usage: pnpm bench [seconds]
 // Besides throughput, which depends on whatever else the machine runs, it reports CPU time per pair of the registry
 // process (all its threads), of this load generator, and for PostgreSQL of the local server's processes, plus the
-// 1-minute load average at the start. BENCH_RUNS=N runs each engine N times and adds a median row;
-// BENCH_PAIRS_PER_SECOND=N measures latency at a fixed offered rate rather than at saturation.
+// 1-minute load average at the start. BENCH_RUNS=N runs each engine N times and adds a median row. (No fixed-rate
+// mode: autocannon's rate limit refills once a second, so every connection bursts at the top of each second.)
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
@@ -22,8 +22,6 @@ const APP_DIR = join(import.meta.dirname, '..');
 const ENGINES = (process.env.BENCH_ENGINES ?? 'sqlite,postgres').split(',') as Array<'sqlite' | 'postgres'>;
 const PROFILE_DIR = process.env.BENCH_CPU_PROF;
 const RUNS = Number(process.env.BENCH_RUNS ?? 1);
-/** BENCH_PAIRS_PER_SECOND=N offers N pairs/s (autocannon overallRate) instead of as many as the registry answers. */
-const OFFERED = process.env.BENCH_PAIRS_PER_SECOND ? Number(process.env.BENCH_PAIRS_PER_SECOND) : undefined;
 
 /** CPU time (user + system, ms) a process has used so far, from /proc (Linux); NaN elsewhere. */
 function processCpuMs(pid: number | string, command?: string): number {
@@ -110,7 +108,6 @@ async function bench(engine: 'sqlite' | 'postgres') {
     url,
     connections: 50,
     duration: SECONDS,
-    ...(OFFERED ? { overallRate: 2 * OFFERED } : {}),
     requests: [
       {
         method: 'POST',
