@@ -1,9 +1,13 @@
 // Benchmark (not a test): /connect + /validate pairs per second and p99 latency against a `registry serve`
 // subprocess, on SQLite and on PostgreSQL, with autocannon (50 connections). Usage: pnpm bench [seconds]
+// Besides throughput, which depends on whatever else the machine runs, it reports CPU time per pair of the registry
+// process (all its threads), of this load generator, and for PostgreSQL of the local server's processes, plus the
+// 1-minute load average at the start. BENCH_RUNS=N runs each engine N times and adds a median row. (No fixed-rate
+// mode: autocannon's rate limit refills once a second, so every connection bursts at the top of each second.)
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { generateIdentity, publicKeyToJson } from '@tether/noise';
 import autocannon from 'autocannon';
@@ -14,6 +18,31 @@ import { generateToken, hashToken } from '../src/tokens.js';
 const SECONDS = Number(process.argv[2] ?? 10);
 const PG_URL = process.env.TETHER_TEST_POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const APP_DIR = join(import.meta.dirname, '..');
+/** BENCH_ENGINES=sqlite (or postgres) runs one engine; BENCH_CPU_PROF=DIR writes the registry's V8 CPU profile. */
+const ENGINES = (process.env.BENCH_ENGINES ?? 'sqlite,postgres').split(',') as Array<'sqlite' | 'postgres'>;
+const PROFILE_DIR = process.env.BENCH_CPU_PROF;
+const RUNS = Number(process.env.BENCH_RUNS ?? 1);
+
+/** CPU time (user + system, ms) a process has used so far, from /proc (Linux); NaN elsewhere. */
+function processCpuMs(pid: number | string, command?: string): number {
+  try {
+    // Fields after the parenthesised command name: utime and stime are the 12th and 13th.
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    if (command !== undefined && !stat.includes(`(${command})`)) return 0;
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return ((Number(fields[11]) + Number(fields[12])) * 1000) / CLOCK_TICKS;
+  } catch {
+    return command === undefined ? Number.NaN : 0;
+  }
+}
+
+/** CPU time of every local `postgres` process (server and backends); backends that exit meanwhile are missed. */
+function postgresCpuMs(): number {
+  let total = 0;
+  for (const pid of readdirSync('/proc')) if (/^\d+$/.test(pid)) total += processCpuMs(pid, 'postgres');
+  return total;
+}
+const CLOCK_TICKS = 100; // USER_HZ, 100 on every Linux architecture Node supports
 
 async function bench(engine: 'sqlite' | 'postgres') {
   const dir = mkdtempSync(join(tmpdir(), 'registry-bench-'));
@@ -33,7 +62,16 @@ async function bench(engine: 'sqlite' | 'postgres') {
 
   const child = spawn(
     process.execPath,
-    ['--conditions=tether-source', '--import', 'tsx', 'src/main.ts', 'serve', '--listen', '127.0.0.1:0'],
+    [
+      ...(PROFILE_DIR ? ['--cpu-prof', '--cpu-prof-dir', PROFILE_DIR] : []),
+      '--conditions=tether-source',
+      '--import',
+      'tsx',
+      'src/main.ts',
+      'serve',
+      '--listen',
+      '127.0.0.1:0',
+    ],
     {
       cwd: APP_DIR,
       env: {
@@ -62,6 +100,10 @@ async function bench(engine: 'sqlite' | 'postgres') {
   const harnessKey = publicKeyToJson(generateIdentity().publicKey);
 
   let invalid = 0;
+  const loadAverage = Number((loadavg()[0] as number).toFixed(1));
+  const registryCpuBefore = processCpuMs(child.pid as number);
+  const postgresCpuBefore = engine === 'postgres' ? postgresCpuMs() : 0;
+  const clientCpuBefore = process.cpuUsage();
   const result = await autocannon({
     url,
     connections: 50,
@@ -94,6 +136,10 @@ async function bench(engine: 'sqlite' | 'postgres') {
       },
     ],
   });
+  const registryCpu = processCpuMs(child.pid as number) - registryCpuBefore;
+  const postgresCpu = engine === 'postgres' ? postgresCpuMs() - postgresCpuBefore : Number.NaN;
+  const clientCpuUsage = process.cpuUsage(clientCpuBefore);
+  const clientCpu = (clientCpuUsage.user + clientCpuUsage.system) / 1000;
   child.kill('SIGTERM');
   await new Promise((resolve) => child.once('exit', resolve));
   rmSync(dir, { recursive: true, force: true });
@@ -103,10 +149,16 @@ async function bench(engine: 'sqlite' | 'postgres') {
     await client.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
     await client.end();
   }
+  const pairs = result.requests.total / 2;
   return {
     engine,
     pairsPerSecond: Math.round(result.requests.average / 2),
     p99Ms: result.latency.p99,
+    // CPU per pair: what the registry itself costs, separately from the load generator sharing the machine.
+    registryCpuMsPerPair: Number((registryCpu / pairs).toFixed(3)),
+    clientCpuMsPerPair: Number((clientCpu / pairs).toFixed(3)),
+    postgresCpuMsPerPair: Number((postgresCpu / pairs).toFixed(3)),
+    loadAverage,
     requests: result.requests.total,
     non2xx: result.non2xx,
     errors: result.errors,
@@ -114,6 +166,23 @@ async function bench(engine: 'sqlite' | 'postgres') {
   };
 }
 
-const rows = [];
-for (const engine of ['sqlite', 'postgres'] as const) rows.push(await bench(engine));
+type Row = Awaited<ReturnType<typeof bench>>;
+const median = (values: number[]) => {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2 ? (sorted[mid] as number) : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2;
+};
+const rows: Array<Row | Record<string, string | number>> = [];
+for (const engine of ENGINES) {
+  const runs: Row[] = [];
+  for (let i = 0; i < RUNS; i++) runs.push(await bench(engine));
+  rows.push(...runs);
+  if (RUNS > 1) {
+    const row: Record<string, string | number> = { engine: `${engine} median` };
+    for (const field of Object.keys(runs[0] as Row) as Array<keyof Row>) {
+      if (field !== 'engine') row[field] = Number(median(runs.map((r) => r[field] as number)).toFixed(3));
+    }
+    rows.push(row);
+  }
+}
 console.table(rows);

@@ -295,6 +295,25 @@ describe('POST /cloud/environment/:id/validate', () => {
     expect((await validate('dev-1', body)).json()).toEqual({ valid: true });
   });
 
+  it('compares harness keys canonically whether or not the key was seen before', async () => {
+    const body = await minted();
+    const key = harnessKey as unknown as Record<string, string>;
+    const reordered = {
+      mlkem768_public_key: key.mlkem768_public_key,
+      suite: key.suite,
+      x25519_public_key: key.x25519_public_key,
+    };
+    const flipped = `${(key.x25519_public_key as string)[0] === 'A' ? 'B' : 'A'}${(key.x25519_public_key as string).slice(1)}`;
+    for (const bad of [
+      { ...key, extra: 'x' },
+      { ...key, suite: 1 },
+      { ...key, x25519_public_key: flipped },
+    ]) {
+      expect((await validate('dev-1', { ...body, harness_public_key: bad })).json()).toEqual({ valid: false });
+    }
+    expect((await validate('dev-1', { ...body, harness_public_key: reordered })).json()).toEqual({ valid: true });
+  });
+
   it('refuses an authorization minted for another environment', async () => {
     const body = await minted('dev-1');
     const other = await minted('dev-2');

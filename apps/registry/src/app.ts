@@ -123,12 +123,14 @@ export async function buildRegistry(config: RegistryConfig, deps: RegistryDeps):
   app.addHook('preClose', async () => {
     clearInterval(pruner);
   });
-  app.addHook('onResponse', async (request, reply) => {
+  // Callback style: no promise per response.
+  app.addHook('onResponse', (request, reply, done) => {
     app.metrics.inc('registry_http_requests_total', {
       method: request.method,
       route: request.routeOptions.url ?? 'unmatched',
       status: String(reply.statusCode),
     });
+    done();
   });
   // JSON only: without this, text/plain bodies would reach the schema as strings.
   app.removeContentTypeParser('text/plain');
@@ -166,11 +168,14 @@ export async function buildRegistry(config: RegistryConfig, deps: RegistryDeps):
 function trackStore(store: RegistryStore) {
   let inFlight = 0;
   const idle: Array<() => void> = [];
+  const wrappers = new Map<PropertyKey, { value: unknown; wrapper: unknown }>();
   const wrapped = new Proxy(store, {
     get(target, property, receiver) {
       const value = Reflect.get(target, property, receiver);
       if (typeof value !== 'function' || property === 'close') return value;
-      return async (...args: unknown[]) => {
+      const known = wrappers.get(property);
+      if (known && known.value === value) return known.wrapper;
+      const wrapper = async (...args: unknown[]) => {
         inFlight++;
         try {
           return await value.apply(target, args);
@@ -178,6 +183,8 @@ function trackStore(store: RegistryStore) {
           if (--inFlight === 0) for (const wake of idle.splice(0)) wake();
         }
       };
+      wrappers.set(property, { value, wrapper });
+      return wrapper;
     },
   });
   // A handler's next store call follows the previous one within microtasks, so "idle" means idle across a

@@ -88,7 +88,8 @@ export async function runServe(options: ServeOptions, io: CliIo, logger?: Logger
   }
   let store: Awaited<ReturnType<typeof openStore>>;
   try {
-    store = await openStore(options.database);
+    // SQLite: WAL checkpoints from a worker thread, off the request path.
+    store = await openStore(options.database, { sqliteBackgroundCheckpointMs: 200 });
   } catch (err) {
     io.stderr.write(`registry: cannot open the database: ${(err as Error).message}\n`);
     return 1;

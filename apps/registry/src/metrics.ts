@@ -9,9 +9,12 @@ export class Metrics {
   inc(name: string, labels: Record<string, string> = {}, by = 1): void {
     const counter = this.#counters.get(name);
     if (!counter) throw new Error(`unknown metric ${name}`);
-    const key = Object.entries(labels)
-      .map(([k, v]) => `${k}="${v.replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\n/g, '\\n')}"`)
-      .join(',');
+    let key = '';
+    for (const k in labels) {
+      const v = labels[k] as string;
+      const escaped = /[\\"\n]/.test(v) ? v.replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\n/g, '\\n') : v;
+      key += `${key ? ',' : ''}${k}="${escaped}"`;
+    }
     counter.values.set(key, (counter.values.get(key) ?? 0) + by);
   }
 

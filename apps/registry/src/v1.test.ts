@@ -142,6 +142,13 @@ describe('/v1', () => {
     expect(await link()).toMatchObject({ relay_link: 'down', last_seen: null });
     const offline = await connect();
     expect([offline.statusCode, offline.json().error.code]).toEqual([409, 'environment_offline']);
+    const unregistered = await app.inject({
+      method: 'POST',
+      url: '/cloud/environment/env-2/connect',
+      headers: as('harness'),
+      payload: { harness_public_key: harnessKey },
+    });
+    expect([unregistered.statusCode, unregistered.json().error.code]).toEqual([404, 'environment_not_registered']);
     const up = await app.inject({
       method: 'POST',
       url: '/v1/relay/heartbeat',

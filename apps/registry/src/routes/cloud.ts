@@ -3,6 +3,7 @@ import { type NoisePublicKeyJson, parsePublicKey, publicKeyToJson, SECURITY_PROF
 import { type RelayRole, signRelayUrl } from '@tether/relay-auth';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { requireRole } from '../app.js';
+import { BoundedCache } from '../cache.js';
 import { RegistryError } from '../errors.js';
 import { pickRelayNode } from '../routing.js';
 import {
@@ -19,7 +20,7 @@ import {
 import { generateToken, hashToken, matchesEnvironmentGlob } from '../tokens.js';
 
 /** Canonical JSON of a NoiseChannelPublicKey (strict codec, fixed field order), or null when invalid. */
-function canonicalKey(value: unknown): string | null {
+function parseCanonicalKey(value: unknown): string | null {
   try {
     return JSON.stringify(publicKeyToJson(parsePublicKey(value)));
   } catch {
@@ -27,9 +28,53 @@ function canonicalKey(value: unknown): string | null {
   }
 }
 
+const KEY_FIELDS = ['suite', 'x25519_public_key', 'mlkem768_public_key'] as const;
+
+/**
+ * parseCanonicalKey, memoised for the common input (an object of exactly the three string fields): the same harness
+ * key arrives in every /connect and /validate of a session, and decoding it is a good part of a request's CPU.
+ * The memo is exact (a pure function of the three strings); anything else is parsed every time.
+ */
+function canonicalKeyMemo() {
+  const memo = new BoundedCache<string, string>(512);
+  return (value: unknown): string | null => {
+    if (typeof value !== 'object' || value === null || Array.isArray(value) || Object.keys(value).length !== 3) {
+      return parseCanonicalKey(value);
+    }
+    const record = value as Record<string, unknown>;
+    const fields: string[] = [];
+    for (const field of KEY_FIELDS) {
+      const v = Object.hasOwn(record, field) ? record[field] : undefined;
+      if (typeof v !== 'string') return parseCanonicalKey(value);
+      fields.push(v);
+    }
+    // Only valid keys are memoised and none of their fields holds a newline, so this join is unambiguous.
+    const memoKey = fields.join('\n');
+    const hit = memo.get(memoKey);
+    if (hit !== undefined) return hit;
+    const canonical = parseCanonicalKey(value);
+    if (canonical !== null) memo.set(memoKey, canonical);
+    return canonical;
+  };
+}
+
 /** The Codex registry contract (rendezvous.md §1): register, connect, validate. */
 export async function cloudRoutes(app: FastifyInstance) {
   const { store, config, signingKey, now } = app.registry;
+  const canonicalKey = canonicalKeyMemo();
+  // Ed25519 signatures are deterministic, so a grant signed again within the same second (expiry has 1 s
+  // resolution) is the same URL: reuse it rather than sign again.
+  const signedUrls = new BoundedCache<string, string>(1024);
+  // The stored executor key, parsed once per distinct value (the response serializer only reads it).
+  const parsedKeys = new BoundedCache<string, NoisePublicKeyJson>(512);
+  const parsedKey = (json: string) => {
+    let parsed = parsedKeys.get(json);
+    if (parsed === undefined) {
+      parsed = JSON.parse(json) as NoisePublicKeyJson;
+      parsedKeys.set(json, parsed);
+    }
+    return parsed;
+  };
 
   const inScope = async (request: FastifyRequest<{ Params: EnvironmentParams }>) => {
     if (!request.apiKey || !matchesEnvironmentGlob(request.apiKey.environments, request.params.id)) {
@@ -41,7 +86,13 @@ export async function cloudRoutes(app: FastifyInstance) {
     const base = pickRelayNode(await app.liveRelayNodes(), environmentId);
     if (!base) throw new RegistryError('no_relay_available');
     const expiresAt = Math.floor((now() + config.relayUrlTtlMs) / 1000);
-    return signRelayUrl(base, { role, environmentId, registrationId, expiresAt }, signingKey);
+    const memoKey = `${base}\n${role}\n${environmentId}\n${registrationId}\n${expiresAt}`;
+    let url = signedUrls.get(memoKey);
+    if (url === undefined) {
+      url = signRelayUrl(base, { role, environmentId, registrationId, expiresAt }, signingKey);
+      signedUrls.set(memoKey, url);
+    }
+    return url;
   };
 
   await app.register(async (executor) => {
@@ -91,14 +142,10 @@ export async function cloudRoutes(app: FastifyInstance) {
       async (request) => {
         const environmentId = request.params.id;
         const body = request.body;
-        const current = await store.currentRegistration(environmentId);
         const harnessPublicKey = canonicalKey(body.harness_public_key);
-        const owned =
-          current !== undefined &&
-          current.registrationId === body.executor_registration_id &&
-          current.apiKeyId === request.apiKey?.id;
+        // One statement: the authorization is consumed only while the registration it names is the environment's
+        // current one and was made with this executor key (otherwise it survives the attempt).
         const valid =
-          owned &&
           harnessPublicKey !== null &&
           (await store.consumeAuthorization({
             tokenHash: hashToken(body.harness_key_authorization),
@@ -106,6 +153,7 @@ export async function cloudRoutes(app: FastifyInstance) {
             registrationId: body.executor_registration_id,
             harnessPublicKey,
             now: now(),
+            apiKeyId: (request.apiKey as { id: string }).id,
           }));
         app.metrics.inc('registry_validations_total', { result: valid ? 'valid' : 'invalid' });
         request.log.info({ environmentId, valid }, 'harness key validation');
@@ -131,20 +179,21 @@ export async function cloudRoutes(app: FastifyInstance) {
         const environmentId = request.params.id;
         const harnessPublicKey = canonicalKey(request.body.harness_public_key);
         if (harnessPublicKey === null) throw new RegistryError('invalid_public_key');
-        const current = await store.currentRegistration(environmentId);
-        if (!current) throw new RegistryError('environment_not_registered');
         if ((await app.relayLinkStatus(environmentId)).status === 'down') {
+          // An unregistered environment is reported as such even while its link is down.
+          if (!(await store.currentRegistration(environmentId))) throw new RegistryError('environment_not_registered');
           throw new RegistryError('environment_offline');
         }
-        const url = await relayUrl('harness', environmentId, current.registrationId);
         const authorization = generateToken('thka');
-        await store.createAuthorization({
+        // The registration lookup and the authorization for it are one store step (one PostgreSQL round trip).
+        const current = await store.createAuthorizationForCurrent({
           tokenHash: hashToken(authorization),
           environmentId,
-          registrationId: current.registrationId,
           harnessPublicKey,
           expiresAt: now() + config.authorizationTtlMs,
         });
+        if (!current) throw new RegistryError('environment_not_registered');
+        const url = await relayUrl('harness', environmentId, current.registrationId);
         app.metrics.inc('registry_bundles_total');
         request.log.info({ environmentId, registrationId: current.registrationId }, 'harness bundle issued');
         return {
@@ -152,7 +201,7 @@ export async function cloudRoutes(app: FastifyInstance) {
           url,
           security_profile: current.securityProfile,
           executor_registration_id: current.registrationId,
-          executor_public_key: JSON.parse(current.executorPublicKey) as NoisePublicKeyJson,
+          executor_public_key: parsedKey(current.executorPublicKey),
           harness_key_authorization: authorization,
         };
       },

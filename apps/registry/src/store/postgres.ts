@@ -1,7 +1,8 @@
 import pg from 'pg';
+import { BoundedCache } from '../cache.js';
 import { POSTGRES_MIGRATIONS } from './migrations.js';
-import { toKey, toRegistration } from './sqlite.js';
-import type { EnvironmentRecord, RegistryStore } from './types.js';
+import { CACHE_ENTRIES, toKey, toRegistration } from './sqlite.js';
+import type { ApiKeyRecord, EnvironmentRecord, RegistryStore, RelayLinkRecord, RelayNodeRecord } from './types.js';
 
 export interface PostgresStoreOptions {
   /** `postgres://…` connection string. */
@@ -10,6 +11,35 @@ export interface PostgresStoreOptions {
   schema?: string;
   /** Pool size; default 10. */
   max?: number;
+  /**
+   * How long API keys and relay presence read from the database are reused; default 2 000 ms, 0 disables.
+   * Writes through this store (revocations, heartbeats) take effect at once; writes by other replicas or by
+   * `registry keys revoke` are seen within this bound.
+   */
+  cacheTtlMs?: number;
+}
+
+/** Reads cached for at most `ttlMs`; a fill that raced an invalidation (generation bump) is dropped. */
+class TtlCache<V> {
+  readonly #entries = new BoundedCache<string, { value: V; at: number }>(CACHE_ENTRIES);
+  #generation = 0;
+
+  constructor(readonly ttlMs: number) {}
+
+  async get(key: string, load: () => Promise<V>): Promise<V> {
+    const now = Date.now();
+    const hit = this.#entries.get(key);
+    if (hit && now - hit.at < this.ttlMs) return hit.value;
+    const generation = this.#generation;
+    const value = await load();
+    if (this.ttlMs > 0 && generation === this.#generation) this.#entries.set(key, { value, at: now });
+    return value;
+  }
+
+  clear(): void {
+    this.#generation++;
+    this.#entries.clear();
+  }
 }
 
 const IDENTIFIER = /^[a-z_][a-z0-9_]{0,62}$/;
@@ -54,6 +84,12 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
   const keyColumns = 'id, role, environments, label, created_at, revoked_at';
   const regColumns = 'environment_id, registration_id, security_profile, executor_public_key, api_key_id, created_at';
   let closed = false;
+  // The per-request queries below are named: pg prepares each once per pooled connection, sparing the server a
+  // parse and plan per request.
+  const ttlMs = options.cacheTtlMs ?? 2_000;
+  const keys = new TtlCache<ApiKeyRecord | undefined>(ttlMs);
+  const links = new TtlCache<RelayLinkRecord | undefined>(ttlMs);
+  const nodes = new TtlCache<RelayNodeRecord[]>(ttlMs);
 
   return {
     engine: 'postgres',
@@ -72,21 +108,27 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
       );
     },
     async findApiKey(tokenHash) {
-      const { rows } = await pool.query(
-        `SELECT ${keyColumns} FROM api_keys WHERE token_hash = $1 AND revoked_at IS NULL`,
-        [tokenHash],
-      );
-      return rows[0] && toKey(rows[0]);
+      const key = await keys.get(tokenHash, async () => {
+        const { rows } = await pool.query({
+          name: 'registry_find_api_key',
+          text: `SELECT ${keyColumns} FROM api_keys WHERE token_hash = $1 AND revoked_at IS NULL`,
+          values: [tokenHash],
+        });
+        return rows[0] && toKey(rows[0]);
+      });
+      return key && { ...key };
     },
     async listApiKeys() {
       const { rows } = await pool.query(`SELECT ${keyColumns} FROM api_keys ORDER BY created_at, id`);
       return rows.map(toKey);
     },
     async revokeApiKey(id, at) {
+      keys.clear();
       const result = await pool.query('UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL', [
         at,
         id,
       ]);
+      keys.clear();
       return (result.rowCount ?? 0) > 0;
     },
     async putRegistration(r) {
@@ -101,9 +143,11 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
       );
     },
     async currentRegistration(environmentId) {
-      const { rows } = await pool.query(`SELECT ${regColumns} FROM registrations WHERE environment_id = $1`, [
-        environmentId,
-      ]);
+      const { rows } = await pool.query({
+        name: 'registry_current_registration',
+        text: `SELECT ${regColumns} FROM registrations WHERE environment_id = $1`,
+        values: [environmentId],
+      });
       return rows[0] && toRegistration(rows[0]);
     },
     async revokeRegistration(environmentId, registrationId) {
@@ -127,19 +171,48 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
       );
     },
     async createAuthorization(a) {
-      await pool.query(
-        `INSERT INTO authorizations (token_hash, environment_id, registration_id, harness_public_key, expires_at)
+      await pool.query({
+        name: 'registry_create_authorization',
+        text: `INSERT INTO authorizations (token_hash, environment_id, registration_id, harness_public_key, expires_at)
          VALUES ($1, $2, $3, $4, $5)`,
-        [a.tokenHash, a.environmentId, a.registrationId, a.harnessPublicKey, a.expiresAt],
-      );
+        values: [a.tokenHash, a.environmentId, a.registrationId, a.harnessPublicKey, a.expiresAt],
+      });
+    },
+    async createAuthorizationForCurrent(a) {
+      // One statement, one snapshot: the registration read is the one the authorization is created for.
+      const { rows } = await pool.query({
+        name: 'registry_create_authorization_for_current',
+        text: `WITH r AS (SELECT ${regColumns} FROM registrations WHERE environment_id = $1),
+          ins AS (INSERT INTO authorizations (token_hash, environment_id, registration_id, harness_public_key, expires_at)
+            SELECT $2, environment_id, registration_id, $3, $4 FROM r)
+          SELECT * FROM r`,
+        values: [a.environmentId, a.tokenHash, a.harnessPublicKey, a.expiresAt],
+      });
+      return rows[0] && toRegistration(rows[0]);
     },
     async consumeAuthorization(c) {
       // A single UPDATE … WHERE used_at IS NULL: concurrent claimers serialise on the row lock and the
       // loser re-evaluates the predicate against the winner's committed row, so only one gets a row back.
+      // A consumed authorization is deleted (rather than marked used), so the table holds only live ones; rows
+      // with used_at set by older versions still never match.
+      const values = [c.now, c.tokenHash, c.environmentId, c.registrationId, c.harnessPublicKey];
       const result = await pool.query(
-        `UPDATE authorizations SET used_at = $1 WHERE token_hash = $2 AND environment_id = $3 AND registration_id = $4
-         AND harness_public_key = $5 AND used_at IS NULL AND expires_at > $1 RETURNING token_hash`,
-        [c.now, c.tokenHash, c.environmentId, c.registrationId, c.harnessPublicKey],
+        c.apiKeyId === undefined
+          ? {
+              name: 'registry_consume_authorization',
+              text: `DELETE FROM authorizations WHERE token_hash = $2 AND environment_id = $3 AND registration_id = $4
+                AND harness_public_key = $5 AND used_at IS NULL AND expires_at > $1 RETURNING token_hash`,
+              values,
+            }
+          : {
+              name: 'registry_consume_owned_authorization',
+              text: `DELETE FROM authorizations a WHERE token_hash = $2 AND environment_id = $3 AND registration_id = $4
+                AND harness_public_key = $5 AND used_at IS NULL AND expires_at > $1
+                AND EXISTS (SELECT 1 FROM registrations r WHERE r.environment_id = a.environment_id
+                  AND r.registration_id = a.registration_id AND r.api_key_id = $6)
+                RETURNING token_hash`,
+              values: [...values, c.apiKeyId],
+            },
       );
       return (result.rowCount ?? 0) === 1;
     },
@@ -148,6 +221,8 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
       return result.rowCount ?? 0;
     },
     async heartbeatRelayNode(url, at, environmentIds = []) {
+      nodes.clear();
+      links.clear();
       await pool.query(
         `WITH node AS (
            INSERT INTO relay_nodes (url, last_seen) VALUES ($1, $2)
@@ -157,21 +232,28 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
          ON CONFLICT (environment_id) DO UPDATE SET relay_url = excluded.relay_url, last_seen = excluded.last_seen`,
         [url, at, environmentIds],
       );
+      nodes.clear();
+      links.clear();
     },
     async relayLink(environmentId) {
-      const { rows } = await pool.query<{ environment_id: string; relay_url: string; last_seen: string }>(
-        'SELECT environment_id, relay_url, last_seen FROM relay_links WHERE environment_id = $1',
-        [environmentId],
-      );
-      const row = rows[0];
-      return row && { environmentId: row.environment_id, relayUrl: row.relay_url, lastSeen: Number(row.last_seen) };
+      const link = await links.get(environmentId, async () => {
+        const { rows } = await pool.query<{ environment_id: string; relay_url: string; last_seen: string }>(
+          'SELECT environment_id, relay_url, last_seen FROM relay_links WHERE environment_id = $1',
+          [environmentId],
+        );
+        const row = rows[0];
+        return row && { environmentId: row.environment_id, relayUrl: row.relay_url, lastSeen: Number(row.last_seen) };
+      });
+      return link && { ...link };
     },
     async liveRelayNodes(since) {
-      const { rows } = await pool.query<{ url: string; last_seen: string }>(
-        'SELECT url, last_seen FROM relay_nodes WHERE last_seen >= $1 ORDER BY url',
-        [since],
-      );
-      return rows.map((r) => ({ url: r.url, lastSeen: Number(r.last_seen) }));
+      const all = await nodes.get('', async () => {
+        const { rows } = await pool.query<{ url: string; last_seen: string }>(
+          'SELECT url, last_seen FROM relay_nodes ORDER BY url',
+        );
+        return rows.map((r) => ({ url: r.url, lastSeen: Number(r.last_seen) }));
+      });
+      return all.filter((node) => node.lastSeen >= since).map((node) => ({ ...node }));
     },
   };
 }

@@ -1,6 +1,8 @@
 import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
+import { BoundedCache } from '../cache.js';
+import { type Checkpointer, startCheckpointer } from './checkpointer.js';
 import { SQLITE_MIGRATIONS } from './migrations.js';
 import type {
   ApiKeyRecord,
@@ -10,6 +12,7 @@ import type {
   NewAuthorization,
   RegistrationRecord,
   RegistryStore,
+  RelayLinkRecord,
   RelayNodeRecord,
   Role,
 } from './types.js';
@@ -49,15 +52,62 @@ export const toRegistration = (row: RegistrationRow): RegistrationRecord => ({
   createdAt: Number(row.created_at),
 });
 
-/** SQLite store (better-sqlite3, WAL). `path` may be `:memory:`. */
-export function openSqliteStore(path: string): RegistryStore {
+/** Bound on each read cache (API keys, registrations, relay links); past it the oldest entries go. */
+export const CACHE_ENTRIES = 10_000;
+
+/**
+ * Commits of the SQLite stores in this process that have a group commit open. A store commits the others' before
+ * opening its own: two connections in one thread must never wait on each other's write lock (busy_timeout would
+ * block the very thread that is to release it).
+ */
+const openBatches = new Set<() => void>();
+const flushOtherBatches = () => {
+  for (const commit of openBatches) commit();
+};
+
+export interface SqliteStoreOptions {
+  /**
+   * Checkpoint the WAL from a worker thread every this many ms instead of from the committing call (SQLite's
+   * automatic checkpoint, which stalls the event loop for the copy and fsync); `registry serve` uses 200. Not for
+   * `:memory:`.
+   */
+  backgroundCheckpointMs?: number;
+}
+
+/**
+ * SQLite store (better-sqlite3, WAL). `path` may be `:memory:`.
+ *
+ * Writes are group-committed: the first write of an event-loop turn opens a transaction (BEGIN IMMEDIATE), the
+ * writes of that turn run in it, and it commits from setImmediate; each write's promise settles only after that
+ * commit, so nothing is acknowledged before it is committed. This costs one WAL commit per turn instead of one per
+ * statement. A write sees the effects of the earlier writes of its batch (one connection), so single-use
+ * authorizations stay single-use; if the commit fails, every write of the batch is rejected.
+ */
+export function openSqliteStore(path: string, options: SqliteStoreOptions = {}): RegistryStore {
   if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true });
+  flushOtherBatches();
   const db = new Database(path);
   db.pragma('journal_mode = WAL');
   // WAL + NORMAL: no corruption on power loss, only the last commits may be lost; FULL fsyncs every commit.
   db.pragma('synchronous = NORMAL');
   db.pragma('busy_timeout = 5000');
   db.pragma('foreign_keys = ON');
+  const AUTO_CHECKPOINT_PAGES = 1000; // SQLite's default
+  let checkpointer: Checkpointer | undefined;
+  if (options.backgroundCheckpointMs !== undefined && path !== ':memory:') {
+    checkpointer = startCheckpointer(path, options.backgroundCheckpointMs, {
+      // The worker's passive checkpoints do the copying and syncing, but only a checkpoint that catches up with
+      // the writer lets the WAL start over. So this connection still checkpoints, rarely (every 4 000 pages,
+      // 16 MiB of WAL), and then finds nearly everything copied already: a short pause instead of a long one
+      // every 1 000 pages.
+      onReady: () => {
+        if (db.open) db.pragma(`wal_autocheckpoint = ${4 * AUTO_CHECKPOINT_PAGES}`);
+      },
+      onGone: () => {
+        if (db.open) db.pragma(`wal_autocheckpoint = ${AUTO_CHECKPOINT_PAGES}`);
+      },
+    });
+  }
   db.exec('CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY)');
   db.transaction(() => {
     const applied = new Set(
@@ -96,9 +146,18 @@ export function openSqliteStore(path: string): RegistryStore {
       `INSERT INTO authorizations (token_hash, environment_id, registration_id, harness_public_key, expires_at)
        VALUES (?, ?, ?, ?, ?)`,
     ),
+    // A consumed authorization is deleted (rather than marked used): the table holds only live ones, which
+    // keeps its pages few and hot; rows with used_at set by older versions still never match.
     consumeAuth: db.prepare(
-      `UPDATE authorizations SET used_at = ? WHERE token_hash = ? AND environment_id = ? AND registration_id = ?
+      `DELETE FROM authorizations WHERE token_hash = ? AND environment_id = ? AND registration_id = ?
        AND harness_public_key = ? AND used_at IS NULL AND expires_at > ? RETURNING token_hash`,
+    ),
+    consumeOwnedAuth: db.prepare(
+      `DELETE FROM authorizations WHERE token_hash = ? AND environment_id = ? AND registration_id = ?
+       AND harness_public_key = ? AND used_at IS NULL AND expires_at > ?
+       AND EXISTS (SELECT 1 FROM registrations r WHERE r.environment_id = authorizations.environment_id
+         AND r.registration_id = authorizations.registration_id AND r.api_key_id = ?)
+       RETURNING token_hash`,
     ),
     pruneAuth: db.prepare('DELETE FROM authorizations WHERE expires_at < ?'),
     heartbeat: db.prepare(
@@ -109,7 +168,27 @@ export function openSqliteStore(path: string): RegistryStore {
        ON CONFLICT (environment_id) DO UPDATE SET relay_url = excluded.relay_url, last_seen = excluded.last_seen`,
     ),
     link: db.prepare('SELECT environment_id, relay_url, last_seen FROM relay_links WHERE environment_id = ?'),
-    liveNodes: db.prepare('SELECT url, last_seen FROM relay_nodes WHERE last_seen >= ? ORDER BY url'),
+    nodes: db.prepare('SELECT url, last_seen FROM relay_nodes ORDER BY url'),
+    dataVersion: db.prepare('PRAGMA data_version').pluck(),
+  };
+
+  // Read caches for the per-request lookups (API keys, current registrations, relay presence). They are exact:
+  // this connection's own writes update or clear them, and `PRAGMA data_version` changes whenever another
+  // connection (a `registry keys` CLI, another process) commits, which clears them all before the next read.
+  const keys = new BoundedCache<string, ApiKeyRecord>(CACHE_ENTRIES);
+  const links = new BoundedCache<string, RelayLinkRecord | null>(CACHE_ENTRIES);
+  const registrations = new BoundedCache<string, RegistrationRecord | null>(CACHE_ENTRIES);
+  let nodes: RelayNodeRecord[] | null = null;
+  let seenVersion: unknown;
+  const fresh = () => {
+    const version = stmt.dataVersion.get();
+    if (version !== seenVersion) {
+      seenVersion = version;
+      keys.clear();
+      links.clear();
+      registrations.clear();
+      nodes = null;
+    }
   };
   const putRegistration = db.transaction((r: RegistrationRecord) => {
     stmt.insertEnv.run(r.environmentId, r.createdAt);
@@ -128,36 +207,110 @@ export function openSqliteStore(path: string): RegistryStore {
     for (const id of environmentIds) stmt.upsertLink.run(id, url, at);
   });
 
+  const currentRegistration = (environmentId: string): RegistrationRecord | undefined => {
+    fresh();
+    let registration = registrations.get(environmentId);
+    if (registration === undefined) {
+      const row = stmt.currentReg.get(environmentId) as RegistrationRow | undefined;
+      registration = row ? toRegistration(row) : null;
+      registrations.set(environmentId, registration);
+    }
+    return registration ? { ...registration } : undefined;
+  };
+
+  let batch: Array<{ resolve: () => void; reject: (err: unknown) => void }> | null = null;
+  const failBatch = (waiting: NonNullable<typeof batch>, err: unknown) => {
+    // Rolled back: what the caches read inside the transaction may never have existed.
+    keys.clear();
+    links.clear();
+    registrations.clear();
+    nodes = null;
+    for (const w of waiting) w.reject(err);
+  };
+  const commit = () => {
+    const waiting = batch;
+    if (waiting === null) return;
+    batch = null;
+    openBatches.delete(commit);
+    if (!db.inTransaction) return failBatch(waiting, new Error('the write transaction was rolled back'));
+    try {
+      db.exec('COMMIT');
+    } catch (err) {
+      if (db.inTransaction) db.exec('ROLLBACK');
+      return failBatch(waiting, err);
+    }
+    for (const w of waiting) w.resolve();
+  };
+  const write = <T>(fn: () => T): Promise<T> => {
+    if (batch === null) {
+      flushOtherBatches();
+      db.exec('BEGIN IMMEDIATE');
+      batch = [];
+      openBatches.add(commit);
+      setImmediate(commit);
+    }
+    const waiting = batch;
+    let result: T;
+    try {
+      result = fn();
+    } catch (err) {
+      // Most statement errors undo only the statement; some (disk full, I/O) roll the whole transaction back.
+      if (!db.inTransaction && batch === waiting) {
+        batch = null;
+        openBatches.delete(commit);
+        failBatch(waiting, err);
+      }
+      return Promise.reject(err);
+    }
+    return new Promise<T>((resolve, reject) => waiting.push({ resolve: () => resolve(result), reject }));
+  };
+
   return {
     engine: 'sqlite',
     async ping() {
       db.prepare('SELECT 1').get();
     },
     async close() {
+      commit();
+      await checkpointer?.stop();
       if (db.open) db.close();
     },
     async createApiKey(k: NewApiKey) {
-      stmt.insertKey.run(k.id, k.tokenHash, k.role, k.environments, k.label, k.createdAt);
+      await write(() => stmt.insertKey.run(k.id, k.tokenHash, k.role, k.environments, k.label, k.createdAt));
     },
     async findApiKey(tokenHash) {
+      fresh();
+      const cached = keys.get(tokenHash);
+      if (cached) return { ...cached };
       const row = stmt.findKey.get(tokenHash) as KeyRow | undefined;
-      return row && toKey(row);
+      if (!row) return undefined; // unknown tokens are not cached: they cannot crowd out real keys
+      const key = toKey(row);
+      keys.set(tokenHash, key);
+      return { ...key };
     },
     async listApiKeys() {
       return (stmt.listKeys.all() as KeyRow[]).map(toKey);
     },
     async revokeApiKey(id, at) {
-      return stmt.revokeKey.run(at, id).changes > 0;
+      return write(() => {
+        keys.clear();
+        return stmt.revokeKey.run(at, id).changes > 0;
+      });
     },
     async putRegistration(r) {
-      putRegistration(r);
+      await write(() => {
+        registrations.delete(r.environmentId);
+        putRegistration(r);
+      });
     },
     async currentRegistration(environmentId) {
-      const row = stmt.currentReg.get(environmentId) as RegistrationRow | undefined;
-      return row && toRegistration(row);
+      return currentRegistration(environmentId);
     },
     async revokeRegistration(environmentId, registrationId) {
-      return stmt.revokeReg.run(environmentId, registrationId).changes > 0;
+      return write(() => {
+        registrations.delete(environmentId);
+        return stmt.revokeReg.run(environmentId, registrationId).changes > 0;
+      });
     },
     async listEnvironments() {
       const rows = stmt.listEnvs.all() as Array<
@@ -172,35 +325,58 @@ export function openSqliteStore(path: string): RegistryStore {
       );
     },
     async createAuthorization(a: NewAuthorization) {
-      stmt.insertAuth.run(a.tokenHash, a.environmentId, a.registrationId, a.harnessPublicKey, a.expiresAt);
+      await write(() =>
+        stmt.insertAuth.run(a.tokenHash, a.environmentId, a.registrationId, a.harnessPublicKey, a.expiresAt),
+      );
+    },
+    async createAuthorizationForCurrent(a) {
+      return write(() => {
+        const current = currentRegistration(a.environmentId);
+        if (current) {
+          stmt.insertAuth.run(a.tokenHash, a.environmentId, current.registrationId, a.harnessPublicKey, a.expiresAt);
+        }
+        return current;
+      });
     },
     async consumeAuthorization(c: AuthorizationClaim) {
-      const row = stmt.consumeAuth.get(
-        c.now,
-        c.tokenHash,
-        c.environmentId,
-        c.registrationId,
-        c.harnessPublicKey,
-        c.now,
+      const args = [c.tokenHash, c.environmentId, c.registrationId, c.harnessPublicKey, c.now] as const;
+      return write(
+        () =>
+          (c.apiKeyId === undefined
+            ? stmt.consumeAuth.get(...args)
+            : stmt.consumeOwnedAuth.get(...args, c.apiKeyId)) !== undefined,
       );
-      return row !== undefined;
     },
     async pruneAuthorizations(before) {
-      return stmt.pruneAuth.run(before).changes;
+      return write(() => stmt.pruneAuth.run(before).changes);
     },
     async heartbeatRelayNode(url, at, environmentIds = []) {
-      heartbeat(url, at, environmentIds);
+      await write(() => {
+        nodes = null;
+        links.clear();
+        heartbeat(url, at, environmentIds);
+      });
     },
     async relayLink(environmentId) {
-      const row = stmt.link.get(environmentId) as
-        | { environment_id: string; relay_url: string; last_seen: number }
-        | undefined;
-      return row && { environmentId: row.environment_id, relayUrl: row.relay_url, lastSeen: Number(row.last_seen) };
+      fresh();
+      let link = links.get(environmentId);
+      if (link === undefined) {
+        const row = stmt.link.get(environmentId) as
+          | { environment_id: string; relay_url: string; last_seen: number }
+          | undefined;
+        link = row
+          ? { environmentId: row.environment_id, relayUrl: row.relay_url, lastSeen: Number(row.last_seen) }
+          : null;
+        links.set(environmentId, link);
+      }
+      return link ? { ...link } : undefined;
     },
     async liveRelayNodes(since) {
-      return (stmt.liveNodes.all(since) as Array<{ url: string; last_seen: number }>).map(
+      fresh();
+      nodes ??= (stmt.nodes.all() as Array<{ url: string; last_seen: number }>).map(
         (r): RelayNodeRecord => ({ url: r.url, lastSeen: Number(r.last_seen) }),
       );
+      return nodes.filter((node) => node.lastSeen >= since).map((node) => ({ ...node }));
     },
   };
 }

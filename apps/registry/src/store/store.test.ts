@@ -156,6 +156,31 @@ describe.each([sqlite, postgres])('RegistryStore on $name', (engine) => {
     expect(await store.consumeAuthorization(claim)).toBe(false);
   });
 
+  it('a claim naming an API key also needs the current registration, made with that key', async () => {
+    await store.createAuthorization(authorization('t1'));
+    const claim = { ...authorization('t1'), now: 5_000, apiKeyId: 'key-1' };
+    expect(await store.consumeAuthorization(claim)).toBe(false); // no registration yet
+    await store.putRegistration(registration('dev-1', 'reg-1'));
+    expect(await store.consumeAuthorization({ ...claim, apiKeyId: 'key-2' })).toBe(false);
+    await store.putRegistration(registration('dev-1', 'reg-2'));
+    expect(await store.consumeAuthorization(claim)).toBe(false); // superseded
+    await store.putRegistration(registration('dev-1', 'reg-1'));
+    expect(await store.consumeAuthorization(claim)).toBe(true); // it survived the refused attempts
+    expect(await store.consumeAuthorization(claim)).toBe(false);
+  });
+
+  it('creates an authorization for the current registration only, returning it', async () => {
+    const a = { tokenHash: 't1', environmentId: 'dev-1', harnessPublicKey: '{"harness":1}', expiresAt: 10_000 };
+    expect(await store.createAuthorizationForCurrent(a)).toBeUndefined();
+    expect(await store.consumeAuthorization({ ...authorization('t1'), now: 5_000 })).toBe(false); // none created
+    await store.putRegistration(registration('dev-1', 'reg-1'));
+    await store.putRegistration(registration('dev-1', 'reg-2'));
+    expect(await store.createAuthorizationForCurrent(a)).toEqual(registration('dev-1', 'reg-2'));
+    expect(await store.consumeAuthorization({ ...authorization('t1'), now: 5_000 })).toBe(false); // not for reg-1
+    const claim = { ...authorization('t1'), registrationId: 'reg-2', now: 5_000, apiKeyId: 'key-1' };
+    expect(await store.consumeAuthorization(claim)).toBe(true);
+  });
+
   it('prunes expired authorizations', async () => {
     await store.createAuthorization(authorization('old', 1_000));
     await store.createAuthorization(authorization('new', 9_000));
@@ -200,6 +225,167 @@ describe.each([sqlite, postgres])('RegistryStore on $name', (engine) => {
       { url: 'ws://b', lastSeen: 2_000 },
     ]);
   });
+});
+
+describe.each([sqlite, postgres])('RegistryStore read caches on $name', (engine) => {
+  let db: Awaited<ReturnType<Engine['fresh']>>;
+  const opened: RegistryStore[] = [];
+  beforeEach(async () => {
+    db = await engine.fresh();
+    opened.push(db.store);
+  });
+  afterEach(async () => {
+    for (const s of opened.splice(0)) await s.close();
+    await db.drop();
+  });
+
+  it('a cached key stops being found as soon as this store revokes it', async () => {
+    await db.store.createApiKey(key({ id: 'k1', tokenHash: 'a'.repeat(64) }));
+    expect((await db.store.findApiKey('a'.repeat(64)))?.id).toBe('k1');
+    expect((await db.store.findApiKey('a'.repeat(64)))?.id).toBe('k1');
+    expect(await db.store.revokeApiKey('k1', 5_000)).toBe(true);
+    expect(await db.store.findApiKey('a'.repeat(64))).toBeUndefined();
+  });
+
+  it('registration lookups follow replacements and revocations by this store at once', async () => {
+    expect(await db.store.currentRegistration('dev-1')).toBeUndefined();
+    await db.store.putRegistration(registration('dev-1', 'reg-1'));
+    expect((await db.store.currentRegistration('dev-1'))?.registrationId).toBe('reg-1');
+    await db.store.putRegistration(registration('dev-1', 'reg-2'));
+    expect((await db.store.currentRegistration('dev-1'))?.registrationId).toBe('reg-2');
+    expect(await db.store.revokeRegistration('dev-1', 'reg-2')).toBe(true);
+    expect(await db.store.currentRegistration('dev-1')).toBeUndefined();
+  });
+
+  it('a returned key is a copy: mutating it does not change what the next lookup sees', async () => {
+    await db.store.createApiKey(key({ id: 'k1', tokenHash: 'a'.repeat(64) }));
+    const found = await db.store.findApiKey('a'.repeat(64));
+    if (found) found.role = 'admin';
+    expect((await db.store.findApiKey('a'.repeat(64)))?.role).toBe('executor');
+  });
+
+  it('heartbeats through this store are seen at once by cached presence and link lookups', async () => {
+    expect(await db.store.liveRelayNodes(0)).toEqual([]);
+    expect(await db.store.relayLink('dev-1')).toBeUndefined();
+    await db.store.heartbeatRelayNode('ws://a', 1_000, ['dev-1']);
+    expect(await db.store.liveRelayNodes(0)).toEqual([{ url: 'ws://a', lastSeen: 1_000 }]);
+    expect(await db.store.relayLink('dev-1')).toEqual({ environmentId: 'dev-1', relayUrl: 'ws://a', lastSeen: 1_000 });
+    await db.store.heartbeatRelayNode('ws://a', 2_000, []);
+    expect(await db.store.liveRelayNodes(1_500)).toEqual([{ url: 'ws://a', lastSeen: 2_000 }]);
+  });
+
+  it('a consumed authorization is gone: prune finds nothing left of it', async () => {
+    await db.store.createAuthorization(authorization('t1'));
+    expect(await db.store.consumeAuthorization({ ...authorization('t1'), now: 5_000 })).toBe(true);
+    expect(await db.store.pruneAuthorizations(Number.MAX_SAFE_INTEGER)).toBe(0);
+  });
+});
+
+it('SQLite caches are exact across connections: revocations, new keys and heartbeats by another connection', async () => {
+  const db = await sqlite.fresh();
+  const other = await db.again();
+  try {
+    await db.store.createApiKey(key({ id: 'k1', tokenHash: 'a'.repeat(64) }));
+    expect((await db.store.findApiKey('a'.repeat(64)))?.id).toBe('k1');
+    expect(await db.store.liveRelayNodes(0)).toEqual([]);
+    expect(await db.store.relayLink('dev-1')).toBeUndefined();
+    // As `registry keys revoke|create` would, from another process.
+    expect(await other.revokeApiKey('k1', 5_000)).toBe(true);
+    await other.createApiKey(key({ id: 'k2', tokenHash: 'b'.repeat(64) }));
+    await other.heartbeatRelayNode('ws://a', 1_000, ['dev-1']);
+    expect(await db.store.findApiKey('a'.repeat(64))).toBeUndefined();
+    expect(await db.store.currentRegistration('dev-9')).toBeUndefined();
+    await other.putRegistration(registration('dev-9', 'reg-9'));
+    expect((await db.store.currentRegistration('dev-9'))?.registrationId).toBe('reg-9');
+    expect(await other.revokeRegistration('dev-9', 'reg-9')).toBe(true);
+    expect(await db.store.currentRegistration('dev-9')).toBeUndefined();
+    expect((await db.store.findApiKey('b'.repeat(64)))?.id).toBe('k2');
+    expect(await db.store.liveRelayNodes(0)).toEqual([{ url: 'ws://a', lastSeen: 1_000 }]);
+    expect((await db.store.relayLink('dev-1'))?.relayUrl).toBe('ws://a');
+  } finally {
+    await other.close();
+    await db.store.close();
+    await db.drop();
+  }
+});
+
+describe('SQLite group commit', () => {
+  let db: Awaited<ReturnType<Engine['fresh']>>;
+  let other: RegistryStore;
+  beforeEach(async () => {
+    db = await sqlite.fresh();
+    other = await db.again();
+  });
+  afterEach(async () => {
+    await other.close();
+    await db.store.close();
+    await db.drop();
+  });
+
+  it('writes of one turn are acknowledged once committed: another connection then sees every one', async () => {
+    await Promise.all([
+      db.store.createAuthorization(authorization('t1')),
+      db.store.createAuthorization(authorization('t2')),
+      db.store.createApiKey(key({ id: 'k1', tokenHash: 'a'.repeat(64) })),
+    ]);
+    expect((await other.listApiKeys()).map((k) => k.id)).toEqual(['k1']);
+    expect(await other.consumeAuthorization({ ...authorization('t1'), now: 5_000 })).toBe(true);
+    expect(await other.consumeAuthorization({ ...authorization('t2'), now: 5_000 })).toBe(true);
+  });
+
+  it('a failing write is rejected alone; the rest of its batch commits', async () => {
+    await db.store.createApiKey(key({ id: 'k1', tokenHash: 'a'.repeat(64) }));
+    const results = await Promise.allSettled([
+      db.store.createAuthorization(authorization('t1')),
+      db.store.createApiKey(key({ id: 'k2', tokenHash: 'a'.repeat(64) })),
+      db.store.createAuthorization(authorization('t2')),
+    ]);
+    expect(results.map((r) => r.status)).toEqual(['fulfilled', 'rejected', 'fulfilled']);
+    expect(await other.pruneAuthorizations(Number.MAX_SAFE_INTEGER)).toBe(2);
+  });
+
+  it('two connections in one process writing in the same turn do not wait on each other', async () => {
+    const writes = [];
+    for (let i = 0; i < 6; i++) {
+      writes.push((i % 2 ? other : db.store).createAuthorization(authorization(`t${i}`)));
+    }
+    await Promise.all(writes);
+    const claims = await Promise.all(
+      Array.from({ length: 6 }, (_, i) =>
+        (i % 2 ? db.store : other).consumeAuthorization({ ...authorization(`t${i}`), now: 5_000 }),
+      ),
+    );
+    expect(claims).toEqual(Array(6).fill(true));
+  });
+
+  it('close commits a pending batch', async () => {
+    const pending = db.store.createAuthorization(authorization('t1'));
+    await db.store.close();
+    await pending;
+    expect(await other.consumeAuthorization({ ...authorization('t1'), now: 5_000 })).toBe(true);
+  });
+});
+
+it("PostgreSQL with cacheTtlMs 0 sees another replica's revocation at once", async () => {
+  const db = await postgres.fresh();
+  await db.store.close();
+  const schema = `registry_test_${randomBytes(6).toString('hex')}`;
+  const a = await openPostgresStore({ connectionString: PG_URL, schema, max: 2, cacheTtlMs: 0 });
+  const b = await openPostgresStore({ connectionString: PG_URL, schema, max: 2, cacheTtlMs: 0 });
+  try {
+    await a.createApiKey(key({ id: 'k1', tokenHash: 'a'.repeat(64) }));
+    expect((await a.findApiKey('a'.repeat(64)))?.id).toBe('k1');
+    expect(await b.revokeApiKey('k1', 5_000)).toBe(true);
+    expect(await a.findApiKey('a'.repeat(64))).toBeUndefined();
+  } finally {
+    await a.close();
+    await b.close();
+    await db.drop();
+    const client = new pg.Client({ connectionString: PG_URL });
+    await client.connect();
+    await client.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+    await client.end();
+  }
 });
 
 describe('openStore', () => {

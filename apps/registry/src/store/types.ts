@@ -47,6 +47,11 @@ export interface NewAuthorization {
 
 export interface AuthorizationClaim extends Omit<NewAuthorization, 'expiresAt'> {
   now: number;
+  /**
+   * When set, the claim also needs `registrationId` to be the environment's current registration, made with this
+   * API key; checked in the same statement as the consumption.
+   */
+  apiKeyId?: string;
 }
 
 export interface RelayNodeRecord {
@@ -82,6 +87,13 @@ export interface RegistryStore {
   listEnvironments(): Promise<EnvironmentRecord[]>;
 
   createAuthorization(authorization: NewAuthorization): Promise<void>;
+  /**
+   * In one step: finds the environment's current registration and, if there is one, creates an authorization for
+   * it. Returns that registration, or undefined (and creates nothing).
+   */
+  createAuthorizationForCurrent(
+    authorization: Omit<NewAuthorization, 'registrationId'>,
+  ): Promise<RegistrationRecord | undefined>;
   /**
    * Atomically marks an authorization used when every field matches, it is unused and unexpired at `now`.
    * At most one caller ever gets `true` for a token, whatever the concurrency.
