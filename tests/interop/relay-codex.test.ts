@@ -3,102 +3,31 @@
  * `codex exec-server --remote`. Our harness-side code takes a bundle from `/connect`, dials the relay, runs the
  * Noise handshake and drives JSON-RPC; the relay only forwards.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
-import { generateKeyPairSync, randomUUID } from 'node:crypto';
+
+import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { RpcClient, RpcConnection } from '@tether/jsonrpc';
 import { generateIdentity, parsePublicKey, publicKeyToJson } from '@tether/noise';
 import { SecureStream, WebSocketFrameLink } from '@tether/secure-stream';
-import { type PeerHandle, repoRoot, startPeer, waitUntil } from '@tether/test-kit';
+import { type Stack, startStack } from '@tether/test-kit';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
 
 const ENVIRONMENT = 'env-relay-bins';
-const children: ChildProcess[] = [];
-let dir: string;
-let codex: PeerHandle | undefined;
-
-/** Starts a built bin; resolves with the first stdout line (its URL or a token) and the process. */
-async function run(app: 'registry' | 'relay', args: string[]): Promise<{ line: string; child: ChildProcess }> {
-  const child = spawn(process.execPath, [join(repoRoot(), 'apps', app, 'dist', 'main.js'), ...args], {
-    stdio: ['ignore', 'pipe', 'pipe'],
-    env: { ...process.env, TETHER_REGISTRY_LOG_LEVEL: 'warn', TETHER_RELAY_LOG_LEVEL: 'warn' },
-  });
-  children.push(child);
-  let stdout = '';
-  let stderr = '';
-  child.stderr?.on('data', (d) => (stderr += d));
-  const line = await new Promise<string>((resolve, reject) => {
-    child.stdout?.on('data', (d) => {
-      stdout += d;
-      if (stdout.includes('\n')) resolve(stdout.split('\n')[0] as string);
-    });
-    child.once('exit', (code) => reject(new Error(`${app} ${args[0]} exited ${code}: ${stderr}`)));
-  });
-  return { line, child };
-}
-
+let stack: Stack;
 let registryUrl: string;
 let relayUrl: string;
-const tokens: Record<'executor' | 'harness', string> = { executor: '', harness: '' };
+let tokens: Stack['keys'];
 
 beforeAll(async () => {
-  dir = mkdtempSync(join(tmpdir(), 'relay-bins-'));
-  // One Ed25519 key: the registry signs relay URLs with it, the relay verifies with it (public half derived).
-  const keyFile = join(dir, 'signing.pem');
-  writeFileSync(keyFile, generateKeyPairSync('ed25519').privateKey.export({ type: 'pkcs8', format: 'pem' }), {
-    mode: 0o600,
-  });
-  const database = `sqlite:${join(dir, 'registry.db')}`;
-  for (const role of ['executor', 'harness'] as const) {
-    const { line, child } = await run('registry', ['keys', 'create', '--database', database, '--role', role]);
-    tokens[role] = line;
-    if (child.exitCode === null) await once(child, 'exit');
-  }
-  relayUrl = (await run('relay', ['serve', '--listen', '127.0.0.1:0', '--registry-key-file', keyFile])).line;
-  registryUrl = (
-    await run('registry', [
-      'serve',
-      '--listen',
-      '127.0.0.1:0',
-      '--database',
-      database,
-      '--signing-key-file',
-      keyFile,
-      '--relay-url',
-      relayUrl,
-    ])
-  ).line;
-  codex = await startPeer({
-    kind: 'codex',
-    transport: 'remote',
-    args: ['--remote', registryUrl, '--environment-id', ENVIRONMENT],
-    env: { CODEX_API_KEY: tokens.executor },
-  });
-  // The relay's metrics show the executor's socket once codex has registered and dialled it.
-  await waitUntil(
-    async () =>
-      (await (await fetch(`${relayUrl.replace('ws:', 'http:')}/metrics`)).text())
-        .split('\n')
-        .includes('relay_sockets{role="environment"} 1'),
-    'the codex executor to join the relay',
-    20_000,
-    100,
-  );
+  // The registry and relay bins sharing one Ed25519 key, keys for each role, codex in remote mode.
+  stack = await startStack();
+  ({ registryUrl, relayUrl, keys: tokens } = stack);
+  await stack.startExecutor('codex', ENVIRONMENT);
 });
 
 afterAll(async () => {
-  await codex?.close();
-  for (const child of children) {
-    if (child.exitCode === null && child.signalCode === null) {
-      child.kill('SIGTERM');
-      await once(child, 'exit');
-    }
-  }
-  rmSync(dir, { recursive: true, force: true });
+  await stack?.close();
 });
 
 it('a harness reaches the real codex executor through the relay bin with a bundle from the registry bin', async () => {

@@ -1,3 +1,4 @@
+import { environmentIdProblem, isEnvironmentId, isWebSocketUrl } from '@tether/exec-protocol';
 import { type NoisePublicKey, parsePublicKey, publicKeyToJson, SECURITY_PROFILE_HYBRID_IK_V1 } from '@tether/noise';
 import { TetherError } from './errors.js';
 
@@ -21,16 +22,10 @@ export interface RegistryOptions {
   fetch?: typeof fetch;
 }
 
-const ENVIRONMENT_ID = /^[A-Za-z0-9_-]{1,128}$/;
 const MAX_RETRIES = 4;
 
 export function checkEnvironmentId(environmentId: string): void {
-  if (!ENVIRONMENT_ID.test(environmentId)) {
-    throw new TetherError(
-      'invalid_argument',
-      `invalid environment id ${JSON.stringify(environmentId)}: use 1-128 ASCII letters, digits, '-' or '_'`,
-    );
-  }
+  if (!isEnvironmentId(environmentId)) throw new TetherError('invalid_argument', environmentIdProblem(environmentId));
 }
 
 /**
@@ -149,13 +144,4 @@ function parseBundle(text: string, environmentId: string): RendezvousBundle {
     executorPublicKey,
     authorization: body.harness_key_authorization as string,
   };
-}
-
-function isWebSocketUrl(text: string): boolean {
-  try {
-    const url = new URL(text);
-    return (url.protocol === 'ws:' || url.protocol === 'wss:') && url.hash === '';
-  } catch {
-    return false;
-  }
 }

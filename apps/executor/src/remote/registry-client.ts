@@ -1,3 +1,4 @@
+import { environmentIdProblem, isEnvironmentId, isWebSocketUrl } from '@tether/exec-protocol';
 import type { NoisePublicKey } from '@tether/noise';
 import { publicKeyToJson, SECURITY_PROFILE_HYBRID_IK_V1 } from '@tether/noise';
 
@@ -5,7 +6,6 @@ import { publicKeyToJson, SECURITY_PROFILE_HYBRID_IK_V1 } from '@tether/noise';
 export const REGISTRY_TIMEOUT_MS = 10_000;
 /** Error bodies are read at most this far; never logged whole. */
 const ERROR_BODY_PREVIEW = 4096;
-const ENVIRONMENT_ID = /^[A-Za-z0-9_-]{1,128}$/;
 
 /** A registry answer the executor cannot use. `retryable` only for the two codes codex retries. */
 export class RegistryError extends Error {
@@ -37,14 +37,7 @@ export interface RegistryClientOptions {
 }
 
 export function checkEnvironmentId(environmentId: string): void {
-  if (!ENVIRONMENT_ID.test(environmentId)) {
-    throw new RegistryError(
-      `invalid environment id ${JSON.stringify(environmentId)}: use 1-128 ASCII letters, digits, '-' or '_'`,
-      null,
-      null,
-      false,
-    );
-  }
+  if (!isEnvironmentId(environmentId)) throw new RegistryError(environmentIdProblem(environmentId), null, null, false);
 }
 
 /** Parses and normalizes a registry base URL; throws a message fit for the CLI. */
@@ -188,13 +181,4 @@ function parseErrorBody(text: string): { code: string | null; message: string | 
 function describeFetchError(err: unknown): string {
   const cause = (err as { cause?: { code?: string; message?: string } }).cause;
   return cause?.code ?? cause?.message ?? (err as Error).message;
-}
-
-function isWebSocketUrl(text: string): boolean {
-  try {
-    const url = new URL(text);
-    return (url.protocol === 'ws:' || url.protocol === 'wss:') && url.hash === '';
-  } catch {
-    return false;
-  }
 }

@@ -1,0 +1,27 @@
+/**
+ * Shapes the rendezvous parts agree on (rendezvous.md §1): environment ids, which codex interpolates raw
+ * into registry paths, and the relay URLs the registry hands out.
+ */
+
+/** ASCII letters, digits, `-` and `_`, 1–128 characters. */
+export const ENVIRONMENT_ID_PATTERN = '^[A-Za-z0-9_-]{1,128}$';
+const ENVIRONMENT_ID = new RegExp(ENVIRONMENT_ID_PATTERN);
+
+export function isEnvironmentId(value: string): boolean {
+  return ENVIRONMENT_ID.test(value);
+}
+
+/** The message every part gives for an id it refuses. */
+export function environmentIdProblem(value: string): string {
+  return `invalid environment id ${JSON.stringify(value)}: use 1-128 ASCII letters, digits, '-' or '_'`;
+}
+
+/** A `ws://` or `wss://` URL without a fragment (a relay URL is dialled as is; it is never echoed). */
+export function isWebSocketUrl(text: string): boolean {
+  try {
+    const url = new URL(text);
+    return (url.protocol === 'ws:' || url.protocol === 'wss:') && url.hash === '';
+  } catch {
+    return false;
+  }
+}
