@@ -224,7 +224,12 @@ export function createRelay(options: RelayOptions): Relay {
     }
     heartbeat?.kick();
     ws.on('message', (data: Buffer, isBinary: boolean) => onEnvironmentMessage(env, [data], data.length, isBinary));
-    installFastPath(ws, limits.maxMessageBytes, (parts, length) => onEnvironmentMessage(env, parts, length, true));
+    installFastPath(
+      ws,
+      limits.maxMessageBytes,
+      (parts, length) => onEnvironmentMessage(env, parts, length, true),
+      !tap,
+    );
     const envAlive = () => {
       env.lastSeen = Date.now();
     };
@@ -305,7 +310,12 @@ export function createRelay(options: RelayOptions): Relay {
     };
     harnesses.add(harness);
     ws.on('message', (data: Buffer, isBinary: boolean) => onHarnessMessage(harness, [data], data.length, isBinary));
-    installFastPath(ws, limits.maxMessageBytes, (parts, length) => onHarnessMessage(harness, parts, length, true));
+    installFastPath(
+      ws,
+      limits.maxMessageBytes,
+      (parts, length) => onHarnessMessage(harness, parts, length, true),
+      !tap,
+    );
     const harnessAlive = () => {
       harness.lastSeen = Date.now();
     };

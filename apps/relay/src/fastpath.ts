@@ -1,5 +1,5 @@
 import { createRequire } from 'node:module';
-import type { Socket } from 'node:net';
+import { Socket } from 'node:net';
 import type { Writable } from 'node:stream';
 import type { WebSocket } from 'ws';
 
@@ -30,6 +30,56 @@ function unmask(buffer: Buffer, mask: Buffer) {
   for (let i = 0; i < n; i++) buffer[i] = (buffer[i] as number) ^ (mask[i & 3] as number);
 }
 
+/**
+ * Reads without a new buffer per read: Node's `onread` mode (a caller's buffer, refilled by every read) set on
+ * an accepted socket. Its symbols are not exported; they are found on a probe socket, and when absent (another
+ * Node) every socket keeps ordinary reads. One buffer serves every socket: each read is consumed synchronously.
+ */
+const userRead = (() => {
+  // `onread` is a documented option of net.Socket; the bundled types omit it.
+  const options = { onread: { buffer: Buffer.alloc(1), callback: () => true } };
+  const probe = new Socket(options as ConstructorParameters<typeof Socket>[0]);
+  const find = (name: string) => Object.getOwnPropertySymbols(probe).find((sym) => sym.description === name);
+  const symbols = { buffer: find('kBuffer'), callback: find('kBufferCb'), generator: find('kBufferGen') };
+  probe.destroy();
+  const { buffer, callback, generator } = symbols;
+  return buffer && callback && generator ? { buffer, callback, generator } : null;
+})();
+const READ_BUFFER = Buffer.allocUnsafeSlow(128 * 1024);
+
+// Payload buffers of forwarded frames, reused once the kernel has taken them (the write's callback).
+const SLAB_STEP = 16 * 1024;
+const POOL_MAX_BYTES = 32 * 1024 * 1024;
+const pool = new Map<number, Buffer[]>();
+let pooledBytes = 0;
+
+function acquire(length: number): Buffer {
+  if (length < SLAB_STEP) return Buffer.allocUnsafe(length);
+  const size = Math.ceil(length / SLAB_STEP) * SLAB_STEP;
+  const free = pool.get(size);
+  const slab = free?.pop();
+  if (slab) {
+    pooledBytes -= size;
+    return slab;
+  }
+  return Buffer.allocUnsafeSlow(size);
+}
+
+function release(slab: Buffer) {
+  const size = slab.length;
+  if (size < SLAB_STEP || size % SLAB_STEP !== 0 || pooledBytes + size > POOL_MAX_BYTES) return;
+  let free = pool.get(size);
+  if (!free) {
+    free = [];
+    pool.set(size, free);
+  }
+  free.push(slab);
+  pooledBytes += size;
+}
+
+/** The slab of the message being handled, until a `sendParts` of it takes it over. */
+let lease: Buffer | null = null;
+
 /** A message: `parts` are views (in order) whose lengths add up to `length`. */
 export type FastHandler = (parts: Buffer[], length: number) => void;
 
@@ -49,7 +99,7 @@ const FAST = 1;
 const PASS = 2;
 
 /** Installs the fast path on a freshly upgraded server-side `ws` socket (before any data was read). */
-export function installFastPath(ws: WebSocket, maxPayload: number, onFast: FastHandler) {
+export function installFastPath(ws: WebSocket, maxPayload: number, onFast: FastHandler, pooled: boolean) {
   const receiver = (ws as unknown as WsInternals)._receiver;
   const state = (receiver as unknown as { _writableState: WritableInternals })._writableState;
   const realWrite = receiver.write.bind(receiver) as (chunk: Buffer) => boolean;
@@ -62,12 +112,21 @@ export function installFastPath(ws: WebSocket, maxPayload: number, onFast: FastH
   let mask = Buffer.alloc(4);
   let parts: Buffer[] = [];
   let total = 0;
+  // Copying mode (reads land in the shared READ_BUFFER): a fast frame's payload is copied into `slab`.
+  let copying = false;
+  let volatile = false;
+  let slab: Buffer | null = null;
   // `ws` is assembling a fragmented message: everything goes to it until its final fragment.
   let fragmented = false;
 
   const receiverGone = () => state.ending || state.destroyed || state.errored != null;
 
   const takeFast = (view: Buffer) => {
+    if (copying) {
+      view.copy(slab as Buffer, offset);
+      offset += view.length;
+      return;
+    }
     if ((offset & 3) === 0) unmask(view, mask);
     else {
       for (let i = 0; i < 4; i++) rotated[i] = mask[(i + offset) & 3] as number;
@@ -78,15 +137,31 @@ export function installFastPath(ws: WebSocket, maxPayload: number, onFast: FastH
   };
 
   const finishFast = () => {
-    const message = parts;
     const length = total;
-    parts = [];
     total = 0;
     mode = HEADER;
+    if (copying) {
+      const own = slab as Buffer;
+      slab = null;
+      const view = own.subarray(0, length);
+      unmask(view, mask);
+      lease = own.length >= SLAB_STEP ? own : null;
+      try {
+        onFast([view], length);
+      } finally {
+        if (lease !== null) release(lease); // not forwarded: nothing refers to it any more
+        lease = null;
+      }
+      return;
+    }
+    const message = parts;
+    parts = [];
     onFast(message, length);
   };
 
-  (receiver as unknown as { write: (chunk: Buffer) => boolean }).write = (chunk: Buffer): boolean => {
+  const passOn = (bytes: Buffer) => realWrite(volatile ? Buffer.from(bytes) : bytes);
+
+  const write = (chunk: Buffer): boolean => {
     let ok = true;
     let pos = 0;
     const n = chunk.length;
@@ -102,7 +177,7 @@ export function installFastPath(ws: WebSocket, maxPayload: number, onFast: FastH
       }
       if (mode === PASS) {
         const take = Math.min(remaining, n - pos);
-        ok = realWrite(chunk.subarray(pos, pos + take));
+        ok = passOn(chunk.subarray(pos, pos + take));
         pos += take;
         remaining -= take;
         if (remaining === 0) mode = HEADER;
@@ -161,6 +236,7 @@ export function installFastPath(ws: WebSocket, maxPayload: number, onFast: FastH
       ) {
         mask = Buffer.from(src.subarray(at + extra, at + extra + 4));
         offset = 0;
+        if (copying) slab = acquire(length);
         total = length;
         remaining = length;
         mode = FAST;
@@ -172,12 +248,38 @@ export function installFastPath(ws: WebSocket, maxPayload: number, onFast: FastH
         if (opcode !== 0 && !fin) fragmented = true;
         else if (opcode === 0 && fin) fragmented = false;
       }
-      ok = realWrite(src === header ? Buffer.from(header.subarray(0, need)) : src.subarray(at, at + need));
+      ok = src === header ? realWrite(Buffer.from(header.subarray(0, need))) : passOn(src.subarray(at, at + need));
       remaining = huge ? Number.MAX_SAFE_INTEGER : length;
       mode = remaining > 0 ? PASS : HEADER;
     }
     return ok;
   };
+  (receiver as unknown as { write: (chunk: Buffer) => boolean }).write = write;
+
+  const socket = (ws as unknown as WsInternals)._socket as Socket & Record<symbol, unknown>;
+  const handle = (socket as unknown as { _handle: { useUserBuffer?: (buffer: Buffer) => void } | null })._handle;
+  if (
+    pooled &&
+    userRead &&
+    handle &&
+    typeof handle.useUserBuffer === 'function' &&
+    socket.readableLength === 0 &&
+    !socket[userRead.buffer]
+  ) {
+    socket[userRead.generator] = null;
+    socket[userRead.buffer] = READ_BUFFER;
+    socket[userRead.callback] = (nread: number, buffer: Buffer) => {
+      volatile = true;
+      try {
+        // false stops reading, as ws pauses a socket whose receiver is behind; its 'drain' resumes it.
+        return write(buffer.subarray(0, nread));
+      } finally {
+        volatile = false;
+      }
+    };
+    handle.useUserBuffer(READ_BUFFER);
+    copying = true;
+  }
 }
 
 function headerSize(b1: number): number {
@@ -205,7 +307,14 @@ export function sendParts(ws: WebSocket, parts: readonly Buffer[], length: numbe
   head[0] = 0x82;
   socket.cork();
   socket.write(head);
-  for (const part of parts) socket.write(part);
+  const only = parts.length === 1 ? (parts[0] as Buffer) : null;
+  if (lease !== null && only !== null && only.buffer === lease.buffer) {
+    const slab = lease;
+    lease = null;
+    socket.write(only, () => release(slab));
+  } else {
+    for (const part of parts) socket.write(part);
+  }
   socket.uncork();
 }
 
