@@ -45,11 +45,14 @@ const userRead = (() => {
   const { buffer, callback, generator } = symbols;
   return buffer && callback && generator ? { buffer, callback, generator } : null;
 })();
-const READ_BUFFER = Buffer.allocUnsafeSlow(128 * 1024);
+const READ_BUFFER = Buffer.allocUnsafeSlow(256 * 1024);
+
+/** Destination sockets corked while one read is handled: its frames leave in one writev per socket. */
+let corked: Socket[] | null = null;
 
 // Payload buffers of forwarded frames, reused once the kernel has taken them (the write's callback).
 const SLAB_STEP = 16 * 1024;
-const POOL_MAX_BYTES = 32 * 1024 * 1024;
+const POOL_MAX_BYTES = 8 * 1024 * 1024;
 const pool = new Map<number, Buffer[]>();
 let pooledBytes = 0;
 
@@ -270,11 +273,18 @@ export function installFastPath(ws: WebSocket, maxPayload: number, onFast: FastH
     socket[userRead.buffer] = READ_BUFFER;
     socket[userRead.callback] = (nread: number, buffer: Buffer) => {
       volatile = true;
+      const outer = corked === null;
+      if (outer) corked = [];
       try {
         // false stops reading, as ws pauses a socket whose receiver is behind; its 'drain' resumes it.
         return write(buffer.subarray(0, nread));
       } finally {
         volatile = false;
+        if (outer) {
+          const sockets = corked as Socket[];
+          corked = null;
+          for (const out of sockets) out.uncork();
+        }
       }
     };
     handle.useUserBuffer(READ_BUFFER);
@@ -305,7 +315,12 @@ export function sendParts(ws: WebSocket, parts: readonly Buffer[], length: numbe
     head.writeUInt32BE(length >>> 0, 6);
   }
   head[0] = 0x82;
-  socket.cork();
+  const batch = corked;
+  if (batch === null) socket.cork();
+  else if (!batch.includes(socket)) {
+    socket.cork();
+    batch.push(socket);
+  }
   socket.write(head);
   const only = parts.length === 1 ? (parts[0] as Buffer) : null;
   if (lease !== null && only !== null && only.buffer === lease.buffer) {
@@ -315,7 +330,7 @@ export function sendParts(ws: WebSocket, parts: readonly Buffer[], length: numbe
   } else {
     for (const part of parts) socket.write(part);
   }
-  socket.uncork();
+  if (batch === null) socket.uncork();
 }
 
 /** One contiguous buffer of a message (a view when it is one part). */
