@@ -15,14 +15,25 @@ import type { WebSocket } from 'ws';
  */
 
 type Unmask = (buffer: Buffer, mask: Buffer) => void;
-const nativeUnmask: Unmask | null = (() => {
+/** XORs `source` with `mask` into `output` at `offset` (bufferutil's `mask`: masking and unmasking are one). */
+type MaskInto = (source: Buffer, mask: Buffer, output: Buffer, offset: number, length: number) => void;
+const native: { unmask: Unmask; mask: MaskInto } | null = (() => {
   try {
     const require = createRequire(import.meta.url);
-    return (require('bufferutil') as { unmask: Unmask }).unmask;
+    return require('bufferutil') as { unmask: Unmask; mask: MaskInto };
   } catch {
     return null;
   }
 })();
+const nativeUnmask = native?.unmask ?? null;
+const nativeMask = native?.mask ?? null;
+
+/** Copies `source` unmasked into `output` at `offset`; `mask` is already rotated to `offset`. */
+function unmaskInto(source: Buffer, mask: Buffer, output: Buffer, offset: number) {
+  const n = source.length;
+  if (nativeMask && n >= 64) return nativeMask(source, mask, output, offset, n);
+  for (let i = 0; i < n; i++) output[offset + i] = (source[i] as number) ^ (mask[i & 3] as number);
+}
 
 function unmask(buffer: Buffer, mask: Buffer) {
   const n = buffer.length;
@@ -125,16 +136,17 @@ export function installFastPath(ws: WebSocket, maxPayload: number, onFast: FastH
   const receiverGone = () => state.ending || state.destroyed || state.errored != null;
 
   const takeFast = (view: Buffer) => {
+    let key = mask;
+    if ((offset & 3) !== 0) {
+      for (let i = 0; i < 4; i++) rotated[i] = mask[(i + offset) & 3] as number;
+      key = rotated;
+    }
     if (copying) {
-      view.copy(slab as Buffer, offset);
+      unmaskInto(view, key, slab as Buffer, offset);
       offset += view.length;
       return;
     }
-    if ((offset & 3) === 0) unmask(view, mask);
-    else {
-      for (let i = 0; i < 4; i++) rotated[i] = mask[(i + offset) & 3] as number;
-      unmask(view, rotated);
-    }
+    unmask(view, key);
     offset += view.length;
     parts.push(view);
   };
@@ -147,7 +159,6 @@ export function installFastPath(ws: WebSocket, maxPayload: number, onFast: FastH
       const own = slab as Buffer;
       slab = null;
       const view = own.subarray(0, length);
-      unmask(view, mask);
       lease = own.length >= SLAB_STEP ? own : null;
       try {
         onFast([view], length);
