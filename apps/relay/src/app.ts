@@ -6,10 +6,11 @@ import { type RelayGrant, verifyRelayRequest } from '@tether/relay-auth';
 import { decodeFrame, encodeFrame, type Frame, resetFrame } from '@tether/relay-frames';
 import pino, { type Logger } from 'pino';
 import { type WebSocket, WebSocketServer } from 'ws';
+import { installFastPath, joinParts, sendParts } from './fastpath.js';
 import { type Heartbeat, startHeartbeat } from './heartbeat.js';
 import { CLOSE, DEFAULT_LIMITS, type RelayLimits } from './limits.js';
 import { type DropReason, type RefusalReason, RelayMetrics, type ResetReason } from './metrics.js';
-import { peekHeader, streamKey } from './peek.js';
+import { peekHeaderParts, streamKey } from './peek.js';
 
 export interface RelayOptions {
   /** The registry's Ed25519 public key: the only thing the relay needs to authenticate sockets. */
@@ -222,7 +223,13 @@ export function createRelay(options: RelayOptions): Relay {
       log.info({ environmentId: env.environmentId }, 'environment connected');
     }
     heartbeat?.kick();
-    ws.on('message', (data: Buffer, isBinary: boolean) => onEnvironmentMessage(env, data, isBinary));
+    ws.on('message', (data: Buffer, isBinary: boolean) => onEnvironmentMessage(env, [data], data.length, isBinary));
+    installFastPath(
+      ws,
+      limits.maxMessageBytes,
+      (parts, length) => onEnvironmentMessage(env, parts, length, true),
+      !tap,
+    );
     const envAlive = () => {
       env.lastSeen = Date.now();
     };
@@ -252,24 +259,24 @@ export function createRelay(options: RelayOptions): Relay {
     env.paused.clear();
   }
 
-  function onEnvironmentMessage(env: EnvironmentPeer, data: Buffer, isBinary: boolean) {
+  function onEnvironmentMessage(env: EnvironmentPeer, parts: Buffer[], length: number, isBinary: boolean) {
     env.lastSeen = Date.now();
     if (!isBinary) {
       drops('text_message');
       env.ws.close(CLOSE.TEXT, 'binary frames only');
       return;
     }
-    const header = peekHeader(data);
+    const header = peekHeaderParts(parts, length);
     if (!header) return drops('malformed_frame');
     const harness = env.streams.get(header.streamKey);
     // A socket already closing (its close event pending) counts as gone: ws would only account the bytes.
     if (!harness || harness.closing || harness.ws.readyState !== OPEN) return drops('unknown_stream');
     harness.answered = true;
     harness.lastActivity = env.lastSeen;
-    tap?.('to_harness', data);
-    harness.ws.send(data, BINARY);
+    if (tap) tap('to_harness', joinParts(parts, length));
+    sendParts(harness.ws, parts, length);
     framesTo.to_harness.inc();
-    bytesTo.to_harness.inc(data.length);
+    bytesTo.to_harness.inc(length);
     if (header.kind === 'reset') {
       // The executor ended the stream: it is over at the relay too.
       harness.resetDone = true;
@@ -302,7 +309,13 @@ export function createRelay(options: RelayOptions): Relay {
       lastSeen: at,
     };
     harnesses.add(harness);
-    ws.on('message', (data: Buffer, isBinary: boolean) => onHarnessMessage(harness, data, isBinary));
+    ws.on('message', (data: Buffer, isBinary: boolean) => onHarnessMessage(harness, [data], data.length, isBinary));
+    installFastPath(
+      ws,
+      limits.maxMessageBytes,
+      (parts, length) => onHarnessMessage(harness, parts, length, true),
+      !tap,
+    );
     const harnessAlive = () => {
       harness.lastSeen = Date.now();
     };
@@ -312,16 +325,16 @@ export function createRelay(options: RelayOptions): Relay {
     ws.once('close', () => onHarnessClose(harness));
   }
 
-  function onHarnessMessage(harness: HarnessPeer, data: Buffer, isBinary: boolean) {
+  function onHarnessMessage(harness: HarnessPeer, parts: Buffer[], length: number, isBinary: boolean) {
     harness.lastSeen = Date.now();
     if (harness.closing) return;
     if (!isBinary) {
       drops('text_message');
       return resetStream(harness, 'protocol_error', CLOSE.TEXT);
     }
-    if (harness.key === null) return claim(harness, data);
+    if (harness.key === null) return claim(harness, parts, length);
     const env = harness.env as EnvironmentPeer;
-    const header = peekHeader(data);
+    const header = peekHeaderParts(parts, length);
     if (!header || header.streamKey !== harness.key) {
       // A harness socket carries exactly its own stream; anything else is refused, never routed.
       drops('malformed_frame');
@@ -332,23 +345,23 @@ export function createRelay(options: RelayOptions): Relay {
     }
     if (header.kind === 'reset') harness.resetDone = true;
     harness.lastActivity = harness.lastSeen;
-    forwardToEnvironment(harness, env, data);
+    forwardToEnvironment(harness, env, parts, length);
   }
 
-  function forwardToEnvironment(harness: HarnessPeer, env: EnvironmentPeer, data: Buffer) {
+  function forwardToEnvironment(harness: HarnessPeer, env: EnvironmentPeer, parts: Buffer[], length: number) {
     if (env.ws.readyState !== OPEN) return; // the environment is going: its close event resets this stream
-    tap?.('to_environment', data);
-    env.ws.send(data, BINARY);
+    if (tap) tap('to_environment', joinParts(parts, length));
+    sendParts(env.ws, parts, length);
     framesTo.to_environment.inc();
-    bytesTo.to_environment.inc(data.length);
+    bytesTo.to_environment.inc(length);
     if (env.ws.bufferedAmount > limits.environmentHighWaterBytes && !harness.paused) pause(harness, env);
   }
 
   /** The first frame must be `Resume`; it claims the stream id on the harness's environment. */
-  function claim(harness: HarnessPeer, data: Buffer) {
+  function claim(harness: HarnessPeer, parts: Buffer[], length: number) {
     let frame: Frame;
     try {
-      frame = decodeFrame(data, { maxBytes: limits.maxMessageBytes });
+      frame = decodeFrame(joinParts(parts, length), { maxBytes: limits.maxMessageBytes });
     } catch {
       drops('malformed_frame');
       return closeHarness(harness, CLOSE.PROTOCOL, 'invalid first frame');
@@ -374,7 +387,7 @@ export function createRelay(options: RelayOptions): Relay {
     harness.env = env;
     harness.handshakeFrames = 1;
     harness.lastActivity = harness.lastSeen;
-    forwardToEnvironment(harness, env, data);
+    forwardToEnvironment(harness, env, parts, length);
   }
 
   /** A claim the relay will not route: Reset to this harness only (the environment never saw it). */

@@ -26,7 +26,43 @@ export function streamKey(streamId: string): string {
  * never throws. Bodies are not validated: the endpoints do that, and the relay forwards verbatim.
  */
 export function peekHeader(bytes: Buffer): FrameHeaderPeek | null {
-  const end = bytes.length;
+  return peek(
+    (i) => bytes[i],
+    bytes.length,
+    (s, e) => bytes.toString('latin1', s, e),
+  );
+}
+
+/** `peekHeader` of a message held as consecutive views (`length` bytes in all), without joining them. */
+export function peekHeaderParts(parts: readonly Buffer[], length: number): FrameHeaderPeek | null {
+  if (parts.length === 1) return peekHeader(parts[0] as Buffer);
+  const at = (index: number): number | undefined => {
+    let base = 0;
+    for (const part of parts) {
+      if (index < base + part.length) return part[index - base];
+      base += part.length;
+    }
+    return undefined;
+  };
+  const latin1 = (start: number, end: number): string => {
+    const out: Buffer[] = [];
+    let base = 0;
+    for (const part of parts) {
+      const s = Math.max(start - base, 0);
+      const e = Math.min(end - base, part.length);
+      if (s < e) out.push(part.subarray(s, e));
+      base += part.length;
+    }
+    return Buffer.concat(out).toString('latin1');
+  };
+  return peek(at, length, latin1);
+}
+
+function peek(
+  at: (index: number) => number | undefined,
+  end: number,
+  slice: (start: number, end: number) => string,
+): FrameHeaderPeek | null {
   let pos = 0;
   let idStart = -1;
   let idEnd = -1;
@@ -37,7 +73,7 @@ export function peekHeader(bytes: Buffer): FrameHeaderPeek | null {
     let shift = 0;
     for (;;) {
       if (pos >= end || shift > 28) return null;
-      const byte = bytes[pos++] as number;
+      const byte = at(pos++) as number;
       tag |= (byte & 0x7f) << shift;
       if (byte < 0x80) break;
       shift += 7;
@@ -50,7 +86,7 @@ export function peekHeader(bytes: Buffer): FrameHeaderPeek | null {
       case 0: {
         // varint: at most 10 bytes
         let n = 0;
-        while (pos < end && (bytes[pos] as number) >= 0x80) {
+        while (pos < end && (at(pos) as number) >= 0x80) {
           pos++;
           if (++n >= 10) return null;
         }
@@ -71,7 +107,7 @@ export function peekHeader(bytes: Buffer): FrameHeaderPeek | null {
         let lshift = 0;
         for (;;) {
           if (pos >= end || lshift > 28) return null;
-          const byte = bytes[pos++] as number;
+          const byte = at(pos++) as number;
           length += (byte & 0x7f) * 2 ** lshift;
           if (byte < 0x80) break;
           lshift += 7;
@@ -91,5 +127,5 @@ export function peekHeader(bytes: Buffer): FrameHeaderPeek | null {
     }
   }
   if (idStart < 0 || idEnd === idStart || idEnd - idStart > 128) return null;
-  return { streamKey: bytes.toString('latin1', idStart, idEnd), kind };
+  return { streamKey: slice(idStart, idEnd), kind };
 }
