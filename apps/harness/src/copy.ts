@@ -2,7 +2,7 @@ import { createHash, type Hash } from 'node:crypto';
 import { basename, posix } from 'node:path';
 import { Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import { type Environment, type EnvironmentFs, LocalFs, TetherError } from '@tether/client';
+import { type Environment, type EnvironmentFs, TetherError } from '@tether/client';
 
 /** One side of a copy: a filesystem and, when remote, the environment to hash on. */
 export interface Endpoint {
@@ -106,7 +106,7 @@ async function copyFile(
 
 /** SHA-256 of a file where it lives: `sha256sum` on a remote environment, else read back and hashed. */
 export async function sha256Of(endpoint: Endpoint, path: string): Promise<string> {
-  if (endpoint.env && !(endpoint.fs instanceof LocalFs)) {
+  if (endpoint.env) {
     const result = await endpoint.env.exec(['sha256sum', '--', path]).catch(() => null);
     const digest = result?.exitCode === 0 ? /^([0-9a-f]{64})\s/.exec(result.stdout.toString())?.[1] : undefined;
     if (digest) return digest;

@@ -11,6 +11,7 @@ import {
   WebSocketTransport,
 } from '@tether/jsonrpc';
 import { generateIdentity, type NoiseIdentity } from '@tether/noise';
+import { MAX_FRAME_BYTES } from '@tether/relay-frames';
 import { SecureStream, SecureStreamError, WebSocketFrameLink } from '@tether/secure-stream';
 import { WebSocket } from 'ws';
 import type {
@@ -384,11 +385,9 @@ export class ExecServerClient implements ProcessBackend {
       await new Promise((resolve) => setTimeout(resolve, delay));
       delay = Math.min(delay * 2, 2_000);
     }
-    this.options.onStatus?.(
-      'lost',
-      `could not resume session ${sessionId}: ${(lastError as Error)?.message ?? 'closed'}`,
-    );
-    this.close();
+    const why = `could not resume session ${sessionId}: ${(lastError as Error)?.message ?? 'closed'}`;
+    this.options.onStatus?.('lost', why);
+    this.close(why);
   }
 
   private onNotification(method: string, params: unknown): void {
@@ -462,7 +461,7 @@ async function openSocket(ws: WebSocket, what: string, signal: AbortSignal, time
 /** The relay socket for a signed URL; the URL is a credential, so no error repeats it. */
 function relaySocket(url: string): WebSocket {
   try {
-    return new WebSocket(url, { perMessageDeflate: false, maxPayload: 256 * 1024 });
+    return new WebSocket(url, { perMessageDeflate: false, maxPayload: MAX_FRAME_BYTES });
   } catch {
     throw new TetherError('registry', 'the relay URL in the bundle is not a valid WebSocket URL');
   }

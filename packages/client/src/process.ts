@@ -52,7 +52,6 @@ export class ProcessHandle implements AsyncIterable<ProcessEvent> {
   private failure: Error | null = null;
   private wakeConsumer: (() => void) | null = null;
   private wakePuller: (() => void) | null = null;
-  private pulling: Promise<void> | null = null;
   /** Pushed events received while pulling (see keepAside). */
   private aside: ProcessEvent[] = [];
   private asideBytes = 0;
@@ -209,7 +208,7 @@ export class ProcessHandle implements AsyncIterable<ProcessEvent> {
     this.switches++;
     this.aside = [];
     this.asideBytes = 0;
-    this.pulling = this.pull().catch((err: Error) => this.fail(err));
+    this.pull().catch((err: Error) => this.fail(err));
   }
 
   /**
@@ -229,7 +228,7 @@ export class ProcessHandle implements AsyncIterable<ProcessEvent> {
   }
 
   /** After a read found nothing new: back to push if what was kept aside continues the sequence. */
-  private resumePush(answer: { exited: boolean; closed: boolean }, exitedDelivered: boolean): boolean {
+  private resumePush(answer: { exited: boolean; closed: boolean }): boolean {
     if (this.abandoned || this.asideOverflowed) {
       // Events were dropped while reading: start keeping them again, and try after the next empty read.
       this.asideOverflowed = false;
@@ -238,7 +237,7 @@ export class ProcessHandle implements AsyncIterable<ProcessEvent> {
       return false;
     }
     const pending = this.aside.filter((event) => event.seq > this.lastSeq).sort((a, b) => a.seq - b.seq);
-    if (pending.length === 0 && ((answer.exited && !exitedDelivered) || answer.closed)) return false;
+    if (pending.length === 0 && ((answer.exited && this.exitCode === null) || answer.closed)) return false;
     let next = this.lastSeq + 1;
     for (const event of pending) {
       if (event.seq !== next) return false;
@@ -252,7 +251,6 @@ export class ProcessHandle implements AsyncIterable<ProcessEvent> {
   }
 
   private async pull(): Promise<void> {
-    let exitedDelivered = this.exitCode !== null;
     while (!this.ended && !this.settled) {
       while (this.queuedBytes > this.highWater * LOW_WATER_FRACTION && !this.abandoned && !this.settled) {
         await new Promise<void>((resolve) => {
@@ -271,9 +269,8 @@ export class ProcessHandle implements AsyncIterable<ProcessEvent> {
       for (const chunk of answer.chunks) {
         if (chunk.seq <= this.lastSeq) continue;
         const gap = chunk.seq - this.lastSeq - 1;
-        if (gap === 1 && answer.exited && !exitedDelivered && answer.exitCode !== null) {
+        if (gap === 1 && answer.exited && this.exitCode === null && answer.exitCode !== null) {
           // Output after exit: the one missing seq is the exit itself.
-          exitedDelivered = true;
           this.enqueue({ kind: 'exited', processId: this.processId, seq: this.lastSeq + 1, exitCode: answer.exitCode });
         } else if (gap > 0 && !this.abandoned) {
           throw new TetherError(
@@ -290,11 +287,10 @@ export class ProcessHandle implements AsyncIterable<ProcessEvent> {
         });
       }
       if (answer.chunks.length > 0) continue;
-      if (this.resumePush(answer, exitedDelivered)) return;
+      if (this.resumePush(answer)) return;
       // Recovered by polling, the exit and close have no seqs of their own here: close is the last seq
       // the server handed out, the exit the one before it.
-      if (answer.exited && !exitedDelivered && answer.exitCode !== null) {
-        exitedDelivered = true;
+      if (answer.exited && this.exitCode === null && answer.exitCode !== null) {
         this.enqueue({
           kind: 'exited',
           processId: this.processId,
@@ -381,10 +377,5 @@ export class ProcessHandle implements AsyncIterable<ProcessEvent> {
     const wake = this.wakeConsumer;
     this.wakeConsumer = null;
     wake?.();
-  }
-
-  /** @internal for tests */
-  get pullLoop(): Promise<void> | null {
-    return this.pulling;
   }
 }

@@ -1,4 +1,4 @@
-import { environmentIdProblem, isEnvironmentId, isWebSocketUrl } from '@tether/exec-protocol';
+import { environmentIdProblem, isEnvironmentId, isWebSocketUrl, parseRegistryError } from '@tether/exec-protocol';
 import { type NoisePublicKey, parsePublicKey, publicKeyToJson, SECURITY_PROFILE_HYBRID_IK_V1 } from '@tether/noise';
 import { TetherError } from './errors.js';
 
@@ -81,15 +81,9 @@ export async function fetchBundle(
 }
 
 function answerError(status: number, text: string, environmentId: string): TetherError {
-  let code = '';
-  let message = '';
-  try {
-    const body = JSON.parse(text) as { error?: { code?: unknown; message?: unknown } };
-    code = typeof body.error?.code === 'string' ? body.error.code : '';
-    message = typeof body.error?.message === 'string' ? body.error.message.slice(0, 300) : '';
-  } catch {
-    // not our error format
-  }
+  const parsed = parseRegistryError(text);
+  const code = parsed?.code ?? '';
+  const message = parsed?.message?.slice(0, 300) ?? '';
   const detail = `${code ? ` [${code}]` : ''}${message ? `: ${message}` : ''}`;
   if (status === 401 || status === 403) {
     return new TetherError('unauthorized', `the registry refused the harness API key (HTTP ${status})${detail}`, {

@@ -104,3 +104,16 @@ describe('method families and errors', () => {
     expect(RpcError.is(new Error('x'))).toBe(false);
   });
 });
+
+describe('parseRegistryError', () => {
+  it('reads the registry error body, and nothing else', async () => {
+    const { parseRegistryError } = await import('./rendezvous.js');
+    expect(parseRegistryError('{"error":{"code":"unauthorized","message":"unknown key"}}')).toEqual({
+      code: 'unauthorized',
+      message: 'unknown key',
+    });
+    expect(parseRegistryError('{"error":{"code":7}}')).toEqual({ code: null, message: null });
+    expect(parseRegistryError('<html>bad gateway</html>')).toBeNull();
+    expect(parseRegistryError('5')).toBeNull();
+  });
+});

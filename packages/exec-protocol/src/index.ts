@@ -5,6 +5,12 @@ export { FileUriError, fileUriToPath, pathToFileUri } from './file-uri.js';
 export * from './fs.js';
 export * from './http.js';
 export { CONTROL_LANE_METHODS, Method, type MethodName, methodFamily, Notification } from './methods.js';
-export { ENVIRONMENT_ID_PATTERN, environmentIdProblem, isEnvironmentId, isWebSocketUrl } from './rendezvous.js';
+export {
+  ENVIRONMENT_ID_PATTERN,
+  environmentIdProblem,
+  isEnvironmentId,
+  isWebSocketUrl,
+  parseRegistryError,
+} from './rendezvous.js';
 export * from './schemas.js';
 export { encodeBase64Response, encodeOutputNotification, encodeWriteBlockRequest } from './wire.js';

@@ -25,3 +25,17 @@ export function isWebSocketUrl(text: string): boolean {
     return false;
   }
 }
+
+/** `{"error":{"code","message"}}`, the registry's error body (rendezvous.md §1.5); null for anything else. */
+export function parseRegistryError(text: string): { code: string | null; message: string | null } | null {
+  try {
+    const body = JSON.parse(text) as { error?: { code?: unknown; message?: unknown } } | null;
+    if (body === null || typeof body !== 'object') return null;
+    return {
+      code: typeof body.error?.code === 'string' ? body.error.code : null,
+      message: typeof body.error?.message === 'string' ? body.error.message : null,
+    };
+  } catch {
+    return null;
+  }
+}

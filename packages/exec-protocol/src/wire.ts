@@ -1,6 +1,20 @@
 import { Notification } from './methods.js';
 
-const TAIL = Buffer.from('"}}');
+const TAIL = '"}}';
+
+/**
+ * `head` + base64(bytes) + `tail` as one Buffer. The base64 text never needs JSON escaping, so it is copied
+ * once (latin1) instead of being scanned by JSON.stringify and re-encoded as UTF-8 by the transport.
+ */
+function withBase64(head: string, bytes: Buffer, tail: string): Buffer {
+  const headBytes = Buffer.byteLength(head);
+  const base64Bytes = Math.ceil(bytes.length / 3) * 4;
+  const out = Buffer.allocUnsafe(headBytes + base64Bytes + Buffer.byteLength(tail));
+  out.write(head, 0, 'utf8');
+  out.write(bytes.toString('base64'), headBytes, 'latin1');
+  out.write(tail, headBytes + base64Bytes, 'utf8');
+  return out;
+}
 
 /**
  * Serializes `process/output` straight into bytes: the hot path of streaming. The result equals
@@ -10,13 +24,7 @@ const TAIL = Buffer.from('"}}');
  */
 export function encodeOutputNotification(processId: string, seq: number, stream: string, chunk: Buffer): Buffer {
   const head = `{"method":"${Notification.processOutput}","params":{"processId":${JSON.stringify(processId)},"seq":${seq},"stream":${JSON.stringify(stream)},"chunk":"`;
-  const headBytes = Buffer.byteLength(head);
-  const base64Bytes = Math.ceil(chunk.length / 3) * 4;
-  const out = Buffer.allocUnsafe(headBytes + base64Bytes + TAIL.length);
-  out.write(head, 0, 'utf8');
-  out.write(chunk.toString('base64'), headBytes, 'latin1');
-  TAIL.copy(out, headBytes + base64Bytes);
-  return out;
+  return withBase64(head, chunk, TAIL);
 }
 
 /**
@@ -35,13 +43,7 @@ export function encodeBase64Response(
   let tail = '"';
   for (const [key, value] of Object.entries(rest)) tail += `,${JSON.stringify(key)}:${JSON.stringify(value)}`;
   tail += '}}';
-  const headBytes = Buffer.byteLength(head);
-  const base64Bytes = Math.ceil(bytes.length / 3) * 4;
-  const out = Buffer.allocUnsafe(headBytes + base64Bytes + Buffer.byteLength(tail));
-  out.write(head, 0, 'utf8');
-  out.write(bytes.toString('base64'), headBytes, 'latin1');
-  out.write(tail, headBytes + base64Bytes, 'utf8');
-  return out;
+  return withBase64(head, bytes, tail);
 }
 
 /**
@@ -50,11 +52,5 @@ export function encodeBase64Response(
  */
 export function encodeWriteBlockRequest(id: string | number, handleId: string, offset: number, bytes: Buffer): Buffer {
   const head = `{"id":${JSON.stringify(id)},"method":"fs/writeBlock","params":{"handleId":${JSON.stringify(handleId)},"offset":${offset},"chunk":"`;
-  const headBytes = Buffer.byteLength(head);
-  const base64Bytes = Math.ceil(bytes.length / 3) * 4;
-  const out = Buffer.allocUnsafe(headBytes + base64Bytes + TAIL.length);
-  out.write(head, 0, 'utf8');
-  out.write(bytes.toString('base64'), headBytes, 'latin1');
-  TAIL.copy(out, headBytes + base64Bytes);
-  return out;
+  return withBase64(head, bytes, TAIL);
 }

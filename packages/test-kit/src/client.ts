@@ -351,20 +351,7 @@ export async function connectRemote(
   const bundle = rig.connect(environmentId, publicKeyToJson(identity.publicKey) as unknown as Record<string, unknown>);
   const socket = new WebSocket(bundle.url, { perMessageDeflate: false, maxPayload: 256 * 1024 });
   const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
-  await new Promise<void>((resolve, reject) => {
-    const timer = setTimeout(() => {
-      socket.terminate();
-      reject(new Error(`timed out connecting to the relay for ${environmentId}`));
-    }, timeoutMs);
-    socket.once('open', () => {
-      clearTimeout(timer);
-      resolve();
-    });
-    socket.once('error', (error) => {
-      clearTimeout(timer);
-      reject(error);
-    });
-  });
+  await opened(socket, `the relay for ${environmentId}`, timeoutMs);
   const streamId = randomUUID();
   try {
     const stream = await SecureStream.initiate({
@@ -434,15 +421,12 @@ export interface ConnectWsOptions {
   timeoutMs?: number;
 }
 
-/** Opens a raw JSON-RPC client over a WebSocket URL. */
-export async function connectWs(url: string, options: ConnectWsOptions = {}): Promise<TestClient> {
-  const socket = new WebSocket(url, { headers: options.headers ?? {}, perMessageDeflate: false });
-  const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
-  const client = new WsClient(socket);
-  await new Promise<void>((resolve, reject) => {
+/** Resolves once `socket` is open; rejects (and drops it) on a refused upgrade, an error or the timeout. */
+function opened(socket: WebSocket, what: string, timeoutMs: number): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => {
       socket.terminate();
-      reject(new Error(`timed out connecting to ${url}`));
+      reject(new Error(`timed out connecting to ${what}`));
     }, timeoutMs);
     socket.once('open', () => {
       clearTimeout(timer);
@@ -451,13 +435,20 @@ export async function connectWs(url: string, options: ConnectWsOptions = {}): Pr
     socket.once('unexpected-response', (_req, res) => {
       clearTimeout(timer);
       socket.terminate();
-      reject(new Error(`websocket upgrade to ${url} failed with HTTP ${res.statusCode}`));
+      reject(new Error(`websocket upgrade to ${what} failed with HTTP ${res.statusCode}`));
     });
     socket.once('error', (error) => {
       clearTimeout(timer);
       reject(error);
     });
   });
+}
+
+/** Opens a raw JSON-RPC client over a WebSocket URL. */
+export async function connectWs(url: string, options: ConnectWsOptions = {}): Promise<TestClient> {
+  const socket = new WebSocket(url, { headers: options.headers ?? {}, perMessageDeflate: false });
+  const client = new WsClient(socket);
+  await opened(socket, url, options.timeoutMs ?? DEFAULT_TIMEOUT_MS);
   return client;
 }
 

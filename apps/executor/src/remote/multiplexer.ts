@@ -33,6 +33,7 @@ export const DEFAULT_MULTIPLEXER_LIMITS: MultiplexerLimits = {
 const HIGH_WATER_MARK = 4 * 1024 * 1024;
 const LOW_WATER_MARK = 1024 * 1024;
 const BINARY = { binary: true } as const;
+const NO_COPY = { copyPayload: false } as const;
 export const LIMIT_RESET = 'executor_stream_limit';
 export const BACKPRESSURE_RESET = 'executor_backpressure';
 export const UNKNOWN_STREAM_RESET = 'unknown_stream';
@@ -130,7 +131,9 @@ export class RelayMultiplexer {
     }
     let frame: Frame;
     try {
-      frame = decodeFrame(data);
+      // ws hands over each message's buffer and never writes to it again: payloads may be views (as the
+      // harness's link does), so a Data frame is not copied on its way to the stream's decryptor.
+      frame = decodeFrame(data, NO_COPY);
     } catch (err) {
       if (!(err instanceof FrameError)) throw err;
       this.droppedFrames++;

@@ -1,4 +1,4 @@
-import { environmentIdProblem, isEnvironmentId, isWebSocketUrl } from '@tether/exec-protocol';
+import { environmentIdProblem, isEnvironmentId, isWebSocketUrl, parseRegistryError } from '@tether/exec-protocol';
 import type { NoisePublicKey } from '@tether/noise';
 import { publicKeyToJson, SECURITY_PROFILE_HYBRID_IK_V1 } from '@tether/noise';
 
@@ -167,15 +167,10 @@ async function readText(response: Response, timeout: AbortSignal): Promise<strin
 }
 
 function parseErrorBody(text: string): { code: string | null; message: string | null } {
-  try {
-    const body = JSON.parse(text) as { error?: { code?: unknown; message?: unknown } };
-    const code = typeof body.error?.code === 'string' ? body.error.code : null;
-    const message = typeof body.error?.message === 'string' ? body.error.message.slice(0, 512) : null;
-    return { code, message };
-  } catch {
-    const preview = text.slice(0, ERROR_BODY_PREVIEW).replace(/\s+/g, ' ').trim();
-    return { code: null, message: preview === '' ? null : preview.slice(0, 200) };
-  }
+  const parsed = parseRegistryError(text);
+  if (parsed) return { code: parsed.code, message: parsed.message?.slice(0, 512) ?? null };
+  const preview = text.slice(0, ERROR_BODY_PREVIEW).replace(/\s+/g, ' ').trim();
+  return { code: null, message: preview === '' ? null : preview.slice(0, 200) };
 }
 
 function describeFetchError(err: unknown): string {

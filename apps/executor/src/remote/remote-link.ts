@@ -1,5 +1,6 @@
 import type { IncomingMessage } from 'node:http';
 import { generateIdentity, type NoiseIdentity } from '@tether/noise';
+import { MAX_FRAME_BYTES } from '@tether/relay-frames';
 import type { SecureStream } from '@tether/secure-stream';
 import { WebSocket } from 'ws';
 import type { Logger } from '../logger.js';
@@ -9,9 +10,6 @@ import { type Registration, RegistryClient, RegistryError } from './registry-cli
 
 /** Attempts to reach an unreachable registry at start before giving up (backoff 1, 2, 4, 8, 16 s). */
 const START_UNREACHABLE_RETRIES = 5;
-
-/** WebSocket frame and message limit on the relay socket (rendezvous.md §3.1). */
-export const RELAY_MAX_PAYLOAD = 256 * 1024;
 
 export interface RemoteLinkOptions {
   registryUrl: string;
@@ -178,7 +176,7 @@ export class RemoteLink {
       let ws: WebSocket;
       try {
         ws = new WebSocket(registration.url, {
-          maxPayload: RELAY_MAX_PAYLOAD,
+          maxPayload: MAX_FRAME_BYTES, // one relay frame per WebSocket message (rendezvous.md §3.1)
           perMessageDeflate: false,
           handshakeTimeout: this.options.connectTimeoutMs ?? 10_000,
         });
