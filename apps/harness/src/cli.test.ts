@@ -212,6 +212,21 @@ describe('harness CLI through the registry and relay', () => {
   });
 });
 
+describe('harness CLI straight to an executor (--url)', () => {
+  it('runs and lists through the executor WebSocket, no registry involved', async () => {
+    const peer = await startPeer({ kind: 'tether', transport: 'ws' });
+    try {
+      const run = await harness(['exec', '--url', peer.url!, '--cwd', work, '--', 'echo', 'direct'], {});
+      expect(run).toEqual({ code: 0, stdout: 'direct\n', stderr: '' });
+      const fromEnv = await harness(['ls', `${'env-x'}:${work}`], { TETHER_EXECUTOR_URL: peer.url! });
+      expect(fromEnv.code).toBe(2);
+      expect(fromEnv.stderr).toContain('--registry');
+    } finally {
+      await peer.close();
+    }
+  });
+});
+
 describe('copy integrity', () => {
   it('fails when the destination does not hash like the source', async () => {
     const { copy } = await import('./copy.js');

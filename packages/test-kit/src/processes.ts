@@ -37,6 +37,8 @@ export interface FindProcessesOptions {
   cwdUnder?: string;
   /** Peers launched by the test-kit with this marker (see `peerMarker()`); omit to skip the peer scan. */
   peerMarker?: string;
+  /** Processes whose command line contains any of these strings. */
+  commandIncludes?: string[];
 }
 
 function procInfo(pid: number): ProcessInfo | undefined {
@@ -81,6 +83,7 @@ export function findProcesses(options: FindProcessesOptions): ProcessInfo[] {
     ) {
       match = true;
     }
+    if (!match && options.commandIncludes?.some((text) => info.cmdline.includes(text))) match = true;
     if (!match && options.peerMarker !== undefined) {
       try {
         match = readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0').includes(marker);

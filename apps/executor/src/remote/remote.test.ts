@@ -4,7 +4,15 @@ import { createServer, type IncomingMessage, request, type Server, type ServerRe
 import type { Socket } from 'node:net';
 import { RpcClient, RpcConnection } from '@tether/jsonrpc';
 import { generateIdentity, publicKeyToJson } from '@tether/noise';
-import { decodeFrame, encodeFrame, type Frame, handshakeFrame, resetFrame, resumeFrame } from '@tether/relay-frames';
+import {
+  dataFrame,
+  decodeFrame,
+  encodeFrame,
+  type Frame,
+  handshakeFrame,
+  resetFrame,
+  resumeFrame,
+} from '@tether/relay-frames';
 import { type FrameLink, type FrameLinkHandlers, SecureStream, SecureStreamError } from '@tether/secure-stream';
 import { Telemetry } from '@tether/telemetry';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -12,7 +20,7 @@ import { type WebSocket, WebSocketServer } from 'ws';
 import { silentLogger } from '../logger.js';
 import { ExecutorMetrics } from '../metrics.js';
 import { ExecServer } from '../server.js';
-import { LIMIT_RESET, UNKNOWN_STREAM_RESET } from './multiplexer.js';
+import { BACKPRESSURE_RESET, LIMIT_RESET, UNKNOWN_STREAM_RESET } from './multiplexer.js';
 import { RegistryClient, RegistryError } from './registry-client.js';
 import { RemoteLink, type RemoteLinkOptions } from './remote-link.js';
 
@@ -278,6 +286,24 @@ describe('remote mode: registration and streams', () => {
     }
   });
 
+  it('resets a stream whose consumer stopped taking frames once its queue passes the bound', async () => {
+    const { link, socket } = await setup({
+      limits: { maxQueuedBytesPerStream: 64 * 1024 },
+      // The executor side stops reading this stream (as a JSON-RPC connection with full lanes does).
+      onStream: (stream) => stream.pause(),
+    });
+    const { streamId } = await openStream(socket, link);
+    const frames = framesOn(socket);
+    for (let seq = 0; seq < 8; seq++) {
+      socket.send(encodeFrame(dataFrame(streamId, seq, new Uint8Array(16 * 1024).fill(seq + 1))));
+    }
+    await waitFor(() => frames.some((f) => f.streamId === streamId && f.kind === 'reset'), 'the reset');
+    expect(frames.find((f) => f.streamId === streamId && f.kind === 'reset')).toMatchObject({
+      reason: BACKPRESSURE_RESET,
+    });
+    await waitFor(() => link.streams === 0, 'the slot to be freed');
+  });
+
   it('refused or abandoned handshakes do not count as failures of the relay socket', async () => {
     const { rendezvous, link, socket } = await setup({ limits: { maxFailedHandshakes: 2 } });
     rendezvous.valid = false;
@@ -426,6 +452,26 @@ describe('registry client', () => {
     await expect(
       new RegistryClient({ baseUrl: profile.url, apiKey: API_KEY }).register(ENVIRONMENT, generateIdentity().publicKey),
     ).rejects.toThrow('security_profile is not noise_hybrid_ik_v1');
+  });
+
+  it('gives up at start after a few attempts when the registry cannot be reached', async () => {
+    let attempts = 0;
+    const link = new RemoteLink({
+      registryUrl: 'http://127.0.0.1:1',
+      environmentId: ENVIRONMENT,
+      apiKey: API_KEY,
+      logger: silentLogger(),
+      minBackoffMs: 1,
+      maxBackoffMs: 2,
+      onStream: () => undefined,
+      fetch: async () => {
+        attempts++;
+        throw new TypeError('fetch failed', { cause: { code: 'ECONNREFUSED' } });
+      },
+    });
+    cleanups.push(() => link.close());
+    await expect(link.start()).rejects.toThrow('cannot reach the registry at http://127.0.0.1:1: ECONNREFUSED');
+    expect(attempts).toBe(6); // the first try and 5 retries
   });
 
   it('retries registration_conflict at start, then succeeds', async () => {
