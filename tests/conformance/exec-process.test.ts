@@ -42,6 +42,29 @@ describe.each(CASES_WITH_REMOTE)('exec_process: %s', (_label, { kind, transport 
     expect(collected.closed).toBe(true);
   });
 
+  it('streams a large output byte for byte (every chunk, in seq order)', async () => {
+    const { client } = await h.session(kind, transport);
+    const total = 8 * 1024 * 1024;
+    // Word i (4 bytes, big-endian) at offset 4i: a chunk out of place or overwritten in flight shows.
+    const script =
+      'const total = Number(process.argv[1]); const block = Buffer.alloc(1 << 20); let w = 0;' +
+      '(function next() { while (w * 4 < total) { for (let i = 0; i < block.length; i += 4) block.writeUInt32BE(w++, i);' +
+      'if (!process.stdout.write(block)) return process.stdout.once("drain", next); } })();';
+    await client.call('process/start', h.startParams('proc-large', [process.execPath, '-e', script, String(total)]));
+    const events = await collectEvents(client, 'proc-large', { timeoutMs: 60_000 });
+    expect(events.at(-1)?.kind).toBe('closed');
+    const chunks = client.notifications
+      .filter((n) => n.method === 'process/output' && n.params.processId === 'proc-large')
+      .map((n) => n.params as { seq: number; chunk: string })
+      .sort((a, b) => a.seq - b.seq)
+      .map((p) => Buffer.from(p.chunk, 'base64'));
+    const output = Buffer.concat(chunks);
+    expect(output.length).toBe(total);
+    const expected = Buffer.alloc(total);
+    for (let i = 0; i < total; i += 4) expected.writeUInt32BE(i / 4, i);
+    expect(output.equals(expected)).toBe(true);
+  });
+
   it('pushes_events with exact seqs', async () => {
     const { client } = await h.session(kind, transport);
     await client.call(

@@ -12,6 +12,8 @@ import {
   RpcError,
 } from '@tether/exec-protocol';
 import {
+  type BufferLease,
+  BufferPool,
   type InboundMessage,
   MALFORMED_MESSAGE_ID,
   malformedMessageText,
@@ -32,6 +34,9 @@ import { ExecutorMetrics, type RequestResult, secondsSince } from './metrics.js'
 import type { Session, SessionAttachment, SessionRegistry } from './session-registry.js';
 
 export const SESSION_TAKEN_OVER = 'session has been resumed by another connection';
+
+/** Buffers of `process/output` notifications, shared by every connection (8 MiB of free slabs at most). */
+const OUTPUT_BUFFERS = new BufferPool();
 
 /**
  * Handshake state of one connection (spec §2): `new` → (initialize in flight) `initializing` →
@@ -141,8 +146,15 @@ export class ConnectionProcessor implements SessionAttachment {
 
   deliver(event: ProcessEvent): boolean {
     switch (event.kind) {
-      case 'output':
-        return this.connection.sendRaw(encodeOutputNotification(event.processId, event.seq, event.stream, event.chunk));
+      case 'output': {
+        // Built into a pooled buffer that the transport hands back once written (see BufferPool).
+        let lease: BufferLease | undefined;
+        const message = encodeOutputNotification(event.processId, event.seq, event.stream, event.chunk, (size) => {
+          lease = OUTPUT_BUFFERS.lease(size);
+          return lease.buffer;
+        });
+        return this.connection.sendRaw(message, lease?.release);
+      }
       case 'exited':
         return this.connection.sendNotification(Notification.processExited, {
           processId: event.processId,

@@ -9,7 +9,7 @@ import {
   StdioTransport,
   WebSocketTransport,
 } from '@tether/jsonrpc';
-import { createReaper, type Reaper } from '@tether/local-process';
+import { createReaper, ReadBufferPool, type Reaper } from '@tether/local-process';
 import { WebSocketServer } from 'ws';
 import { DEFAULT_CONFIG, type ExecutorConfig } from './config.js';
 import { ConnectionProcessor } from './connection-processor.js';
@@ -64,6 +64,9 @@ export class ExecServer {
         exitedRetentionMs: this.config.exitedRetentionMs,
         maxProcesses: this.config.maxProcessesPerSession,
         reaper: this.reaper,
+        // Output chunks are encoded as soon as they are emitted or read (ConnectionProcessor, process/read),
+        // so their read buffers can be recycled when retention drops them.
+        readBuffers: new ReadBufferPool(),
       },
     });
   }

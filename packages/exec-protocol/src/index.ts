@@ -13,4 +13,4 @@ export {
   parseRegistryError,
 } from './rendezvous.js';
 export * from './schemas.js';
-export { encodeBase64Response, encodeOutputNotification, encodeWriteBlockRequest } from './wire.js';
+export { type Allocate, encodeBase64Response, encodeOutputNotification, encodeWriteBlockRequest } from './wire.js';

@@ -2,14 +2,17 @@ import { Notification } from './methods.js';
 
 const TAIL = '"}}';
 
+/** Where an encoder puts its result: a buffer of exactly `size` bytes (default: a fresh one). */
+export type Allocate = (size: number) => Buffer;
+
 /**
  * `head` + base64(bytes) + `tail` as one Buffer. The base64 text never needs JSON escaping, so it is copied
  * once (latin1) instead of being scanned by JSON.stringify and re-encoded as UTF-8 by the transport.
  */
-function withBase64(head: string, bytes: Buffer, tail: string): Buffer {
+function withBase64(head: string, bytes: Buffer, tail: string, allocate: Allocate = Buffer.allocUnsafe): Buffer {
   const headBytes = Buffer.byteLength(head);
   const base64Bytes = Math.ceil(bytes.length / 3) * 4;
-  const out = Buffer.allocUnsafe(headBytes + base64Bytes + Buffer.byteLength(tail));
+  const out = allocate(headBytes + base64Bytes + Buffer.byteLength(tail));
   out.write(head, 0, 'utf8');
   out.write(bytes.toString('base64'), headBytes, 'latin1');
   out.write(tail, headBytes + base64Bytes, 'utf8');
@@ -20,11 +23,18 @@ function withBase64(head: string, bytes: Buffer, tail: string): Buffer {
  * Serializes `process/output` straight into bytes: the hot path of streaming. The result equals
  * `JSON.stringify({method, params: {processId, seq, stream, chunk: base64}})`, but the base64 text (which
  * never needs escaping) is copied once instead of being scanned by JSON.stringify and then re-encoded by
- * the transport (about half of the executor's CPU per streamed byte).
+ * the transport (about half of the executor's CPU per streamed byte). `allocate` lets a caller supply
+ * reusable buffers.
  */
-export function encodeOutputNotification(processId: string, seq: number, stream: string, chunk: Buffer): Buffer {
+export function encodeOutputNotification(
+  processId: string,
+  seq: number,
+  stream: string,
+  chunk: Buffer,
+  allocate?: Allocate,
+): Buffer {
   const head = `{"method":"${Notification.processOutput}","params":{"processId":${JSON.stringify(processId)},"seq":${seq},"stream":${JSON.stringify(stream)},"chunk":"`;
-  return withBase64(head, chunk, TAIL);
+  return withBase64(head, chunk, TAIL, allocate);
 }
 
 /**

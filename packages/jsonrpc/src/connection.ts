@@ -92,9 +92,12 @@ export class RpcConnection {
    * Sends an already-serialized message (JSON text, or its UTF-8 bytes for hot paths that build the
    * frame directly). Returns false when the caller should wait for onDrain.
    */
-  sendRaw(message: string | Buffer): boolean {
-    if (this.statusValue !== 'open') return false;
-    return this.transport.send(message);
+  sendRaw(message: string | Buffer, release?: () => void): boolean {
+    if (this.statusValue !== 'open') {
+      release?.();
+      return false;
+    }
+    return this.transport.send(message, release);
   }
 
   pause(): void {

@@ -1,3 +1,4 @@
+export { type BufferLease, BufferPool, type BufferPoolOptions } from './buffer-pool.js';
 export { type CallOptions, RpcClient, type RpcClientOptions, RpcTimeoutError } from './client.js';
 export {
   ConnectionClosedError,

@@ -20,9 +20,11 @@ export interface MessageTransport {
   start(handlers: TransportHandlers): void;
   /**
    * Queues one message (a string, or its UTF-8 bytes: always sent as text); returns false when the
-   * outbound buffer is above its high-water mark.
+   * outbound buffer is above its high-water mark. `release`, if given, is called at most once, when the
+   * transport no longer reads `message` (written to the kernel, copied, or dropped), so that its buffer
+   * can be reused; a transport that cannot tell never calls it.
    */
-  send(message: string | Buffer): boolean;
+  send(message: string | Buffer, release?: () => void): boolean;
   /** Bytes queued and not yet written. */
   readonly bufferedAmount: number;
   /** Stop and restart reading inbound messages (backpressure toward the peer). */

@@ -5,6 +5,7 @@ import { WebSocket, WebSocketServer } from 'ws';
 import { RpcClient } from './client.js';
 import { ConnectionClosedError, RpcConnection } from './connection.js';
 import type { InboundMessage } from './message.js';
+import { createMemoryTransportPair } from './transports/memory.js';
 import { StdioTransport } from './transports/stdio.js';
 import { WebSocketTransport } from './transports/websocket.js';
 
@@ -156,5 +157,50 @@ describe('WebSocketTransport and RpcClient', () => {
     (ws as unknown as { _socket: { pause(): void } })._socket.pause();
     await expect.poll(() => serverClosed, { timeout: 5000 }).toBeDefined();
     await expect(serverClosed).resolves.toMatch(/websocket closed/);
+  });
+});
+
+describe('release of a sent message', () => {
+  it('WebSocket: after the socket has written it, and at once when the transport is closed', async () => {
+    const wss = new WebSocketServer({ host: '127.0.0.1', port: 0 });
+    await once(wss, 'listening');
+    const { port } = wss.address() as { port: number };
+    const accepted = once(wss, 'connection');
+    const client = new WebSocket(`ws://127.0.0.1:${port}`);
+    await once(client, 'open');
+    const [serverSide] = (await accepted) as [WebSocket];
+    const connection = new RpcConnection(new WebSocketTransport(serverSide, { pingIntervalMs: 0 }));
+    connection.start({ onMessage: () => {} });
+    try {
+      const released: string[] = [];
+      const received = once(client, 'message');
+      connection.sendRaw(Buffer.from('{"method":"a"}'), () => released.push('a'));
+      expect(released).toEqual([]); // still queued on the socket
+      const [data] = (await received) as [Buffer];
+      expect(data.toString()).toBe('{"method":"a"}');
+      await new Promise((r) => setImmediate(r));
+      expect(released).toEqual(['a']);
+
+      connection.close();
+      expect(connection.sendRaw(Buffer.from('{"method":"b"}'), () => released.push('b'))).toBe(false);
+      expect(released).toEqual(['a', 'b']);
+    } finally {
+      client.terminate();
+      await new Promise((resolve) => wss.close(resolve));
+    }
+  });
+
+  it('memory transport: as soon as it has copied the message', async () => {
+    const [a, b] = createMemoryTransportPair();
+    const messages: string[] = [];
+    b.start({ onMessage: (m) => messages.push(String(m)), onClose: () => {}, onDrain: () => {} });
+    a.start({ onMessage: () => {}, onClose: () => {}, onDrain: () => {} });
+    const bytes = Buffer.from('{"method":"x"}');
+    let released = 0;
+    a.send(bytes, () => released++);
+    expect(released).toBe(1);
+    bytes.fill(0x20); // reusing the buffer must not change what the peer gets
+    await new Promise((r) => setImmediate(r));
+    expect(messages).toEqual(['{"method":"x"}']);
   });
 });

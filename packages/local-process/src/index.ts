@@ -7,6 +7,7 @@ export {
   DEFAULT_WRITE_ID_MEMORY,
   ProcessTable,
 } from './process-table.js';
+export { READ_BUFFER_BYTES, ReadBufferPool } from './read-pool.js';
 export { createReaper, type ProcessReaper } from './reaper.js';
 export { DEFAULT_PTY_SIZE } from './spawn.js';
 export { DEFAULT_STDIN_QUEUE_BYTES } from './stdin-writer.js';

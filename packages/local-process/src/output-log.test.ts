@@ -245,3 +245,23 @@ describe('read', () => {
     await expect(log.read({ signal: controller.signal })).rejects.toThrow('connection gone');
   });
 });
+
+describe('onDrop', () => {
+  it('hands over each chunk retention drops, oldest first, and only those', () => {
+    const dropped: string[] = [];
+    const log = new OutputLog({
+      processId: 'p',
+      streams: ['stdout'],
+      maxBytes: 6,
+      onDrop: (chunk) => dropped.push(chunk.toString()),
+    });
+    log.append('stdout', Buffer.from('aaa'));
+    log.append('stdout', Buffer.from('bbb'));
+    expect(dropped).toEqual([]);
+    log.append('stdout', Buffer.from('cc'));
+    expect(dropped).toEqual(['aaa']);
+    log.append('stdout', Buffer.from('dddddd'));
+    expect(dropped).toEqual(['aaa', 'bbb', 'cc']);
+    expect(log.retainedBytes).toBe(6);
+  });
+});

@@ -18,6 +18,8 @@ export interface OutputLogOptions {
   maxChunks?: number;
   /** Called synchronously for every event, in seq order. */
   onEvent?: ((event: ProcessEvent) => void) | undefined;
+  /** Called with each chunk that retention drops (so its buffer can be reused). */
+  onDrop?: ((chunk: Buffer) => void) | undefined;
 }
 
 /**
@@ -30,6 +32,7 @@ export class OutputLog {
   readonly #maxBytes: number;
   readonly #maxChunks: number;
   readonly #onEvent: ((event: ProcessEvent) => void) | undefined;
+  readonly #onDrop: ((chunk: Buffer) => void) | undefined;
   readonly #openStreams: Set<OutputStream>;
 
   /** Retained chunks live in `#chunks[#head…]`; dropped slots before `#head` are cleared so the bytes can be freed. */
@@ -48,6 +51,7 @@ export class OutputLog {
     this.#maxBytes = options.maxBytes ?? DEFAULT_RETAINED_OUTPUT_BYTES;
     this.#maxChunks = options.maxChunks ?? DEFAULT_RETAINED_OUTPUT_CHUNKS;
     this.#onEvent = options.onEvent;
+    this.#onDrop = options.onDrop;
     this.#openStreams = new Set(options.streams);
   }
 
@@ -179,9 +183,11 @@ export class OutputLog {
       this.#head < this.#chunks.length &&
       (this.#bytes > this.#maxBytes || this.retainedChunks > this.#maxChunks)
     ) {
-      this.#bytes -= this.#chunks[this.#head]!.chunk.length;
+      const dropped = this.#chunks[this.#head]!.chunk;
+      this.#bytes -= dropped.length;
       this.#chunks[this.#head] = undefined;
       this.#head++;
+      this.#onDrop?.(dropped);
     }
     if (this.#head >= COMPACT_AFTER && this.#head * 2 >= this.#chunks.length) {
       this.#chunks = this.#chunks.slice(this.#head);

@@ -6,6 +6,7 @@
  */
 import { ProcessError } from './errors.js';
 import { OutputLog } from './output-log.js';
+import type { ReadBufferPool } from './read-pool.js';
 import { checkSize, type ProcessSink, type SpawnedProcess, spawnProcess } from './spawn.js';
 import { StdinWriter } from './stdin-writer.js';
 import type {
@@ -75,6 +76,7 @@ export class ProcessTable {
   readonly #maxProcesses: number;
   readonly #stdinQueueBytes: number | undefined;
   readonly #reaper: Reaper | null;
+  readonly #readBuffers: ReadBufferPool | null;
   #shutdown: Promise<void> | null = null;
   /** Output reading is paused for every process (the consumer of events is congested). */
   #outputPaused = false;
@@ -88,6 +90,7 @@ export class ProcessTable {
     this.#maxProcesses = options.maxProcesses ?? DEFAULT_MAX_PROCESSES;
     this.#stdinQueueBytes = options.stdinQueueBytes;
     this.#reaper = options.reaper ?? null;
+    this.#readBuffers = options.readBuffers ?? null;
   }
 
   /**
@@ -291,6 +294,7 @@ export class ProcessTable {
         maxBytes: this.#retainedOutputBytes,
         maxChunks: this.#retainedOutputChunks,
         onEvent: this.#onEvent,
+        onDrop: this.#readBuffers === null ? undefined : (chunk) => this.#readBuffers?.release(chunk),
       }),
       handle: null,
       stdin: null,
@@ -332,6 +336,7 @@ export class ProcessTable {
           arg0: request.arg0,
           size: request.size,
           serverPath: process.env.PATH,
+          readBuffers: this.#readBuffers,
         },
         sink,
       );

@@ -6,6 +6,7 @@
  */
 import { spawn as spawnChild } from 'node:child_process';
 import { accessSync, constants as fsConstants, readSync, statSync, writeSync } from 'node:fs';
+import { Socket } from 'node:net';
 import { constants as osConstants, userInfo } from 'node:os';
 import path from 'node:path';
 import type { Readable } from 'node:stream';
@@ -13,6 +14,7 @@ import { Writable } from 'node:stream';
 import { getSystemErrorMap } from 'node:util';
 import type { IPty } from 'node-pty';
 import { ProcessError } from './errors.js';
+import { type ReadBufferPool, readIntoPool } from './read-pool.js';
 import type { OutputStream, PtySize } from './types.js';
 
 export const DEFAULT_PTY_SIZE: Readonly<PtySize> = { rows: 24, cols: 80 };
@@ -32,6 +34,8 @@ export interface SpawnOptions {
   size?: PtySize | null | undefined;
   /** The server's PATH, searched for argv[0] when the child env has none. */
   serverPath: string | undefined;
+  /** Read stdout and stderr into these reusable buffers (pipes only; see ProcessTableOptions). */
+  readBuffers?: ReadBufferPool | null | undefined;
 }
 
 /** Where a running child reports. Calls happen in the order the OS delivered the events. */
@@ -186,7 +190,10 @@ function spawnPipes(file: string, options: SpawnOptions, sink: ProcessSink): Pro
   const stdout = child.stdout!;
   const stderr = child.stderr!;
   const forward = (stream: OutputStream, readable: Readable) => {
-    readable.on('data', (chunk: Buffer) => sink.output(stream, chunk));
+    const output = (chunk: Buffer) => sink.output(stream, chunk);
+    const pool = options.readBuffers;
+    // child_process makes each pipe a net.Socket: reads can go into the pool's buffers.
+    if (!pool || !(readable instanceof Socket) || !readIntoPool(readable, pool, output)) readable.on('data', output);
     // 'close' follows 'end', and also a read error or destroy(): either way the stream is over.
     readable.on('close', () => sink.streamEnd(stream));
     readable.on('error', () => {});

@@ -1,3 +1,4 @@
+import type { ReadBufferPool } from './read-pool.js';
 /**
  * Public contract of the process engine. The executor (one ProcessTable per session) and the SDK's
  * local backend use only what is exported from index.ts.
@@ -100,6 +101,13 @@ export interface ProcessTableOptions {
   maxProcesses?: number;
   /** Kills registered process groups when the owning process dies, even by SIGKILL. */
   reaper?: Reaper | null;
+  /**
+   * Read children's pipes into these reusable buffers (shared by every table that gets the same pool).
+   * Output chunks are then recycled once retention drops them: every chunk of an event or a read result
+   * must be consumed (copied, encoded) before control returns to the event loop. Default: none, every read
+   * gets a fresh buffer that stays valid for as long as it is referenced.
+   */
+  readBuffers?: ReadBufferPool | null;
 }
 
 /** Stable codes; the executor maps them to JSON-RPC errors in one table. */

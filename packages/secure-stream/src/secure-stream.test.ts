@@ -105,6 +105,24 @@ describe('SecureStream', () => {
     client.close();
   });
 
+  it('releases a sent message once sealed: reusing its buffer changes nothing the peer reads', async () => {
+    const { initiated, accepted } = await pair();
+    const [harnessStream, { stream: executorStream }] = await Promise.all([initiated, accepted]);
+    const received: string[] = [];
+    harnessStream.start({ onMessage: (m) => received.push(String(m)), onClose: () => {}, onDrain: () => {} });
+    executorStream.start({ onMessage: () => {}, onClose: () => {}, onDrain: () => {} });
+    const message = Buffer.from(JSON.stringify({ method: 'n', params: { text: 'y'.repeat(100 * 1024) } }));
+    const expected = message.toString();
+    let released = 0;
+    executorStream.send(message, () => released++);
+    expect(released).toBe(1);
+    message.fill(0x20);
+    await new Promise((r) => setTimeout(r, 20));
+    expect(received).toEqual([expected]);
+    harnessStream.close();
+    executorStream.close();
+  });
+
   it('speaks the ChaChaPoly suite when the executor identity uses it', async () => {
     const [harnessSide, executorSide] = createMemoryLinkPair();
     const executor = generateIdentity({ suite: SUITE_HYBRID_CHACHAPOLY });

@@ -105,8 +105,11 @@ export class SecureStream implements MessageTransport {
     if (this.state === 'closed') handlers.onClose(this.closeReason);
   }
 
-  send(message: string | Buffer): boolean {
-    if (this.state !== 'open' || !this.transport) return false;
+  send(message: string | Buffer, release?: () => void): boolean {
+    if (this.state !== 'open' || !this.transport) {
+      release?.();
+      return false;
+    }
     const bytes = typeof message === 'string' ? Buffer.from(message) : message;
     let writable = true;
     try {
@@ -122,6 +125,8 @@ export class SecureStream implements MessageTransport {
     } catch (err) {
       this.fail(`cannot send: ${(err as Error).message}`);
       return false;
+    } finally {
+      release?.(); // every record was sealed into its own frame: the message's bytes are no longer read
     }
     return writable;
   }

@@ -33,9 +33,13 @@ export class MemoryTransport implements MessageTransport {
     this.schedule();
   }
 
-  send(message: string | Buffer): boolean {
-    if (this.closed || !this.peer || this.peer.closed) return false;
+  send(message: string | Buffer, release?: () => void): boolean {
+    if (this.closed || !this.peer || this.peer.closed) {
+      release?.();
+      return false;
+    }
     this.peer.inbox.push(typeof message === 'string' ? message : message.toString('utf8'));
+    release?.(); // copied into the string above
     this.peer.schedule();
     return true;
   }

@@ -63,10 +63,20 @@ export class WebSocketTransport implements MessageTransport {
     }
   }
 
-  send(message: string | Buffer): boolean {
-    if (this.closed) return false;
-    // Bytes go out as a text frame too: the peer sees the same JSON text either way.
-    this.ws.send(message, TEXT_FRAME, this.afterWrite);
+  send(message: string | Buffer, release?: () => void): boolean {
+    if (this.closed) {
+      release?.();
+      return false;
+    }
+    // Bytes go out as a text frame too: the peer sees the same JSON text either way. ws frames a server's
+    // message without copying it and calls back once the socket has written it (or failed to).
+    const afterWrite = release
+      ? (err?: Error) => {
+          release();
+          this.afterWrite(err);
+        }
+      : this.afterWrite;
+    this.ws.send(message, TEXT_FRAME, afterWrite);
     if (this.ws.bufferedAmount > this.highWaterMark) this.needsDrain = true;
     return !this.needsDrain;
   }

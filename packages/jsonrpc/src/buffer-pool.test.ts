@@ -1,0 +1,40 @@
+import { describe, expect, it } from 'vitest';
+import { BufferPool } from './buffer-pool.js';
+
+describe('BufferPool', () => {
+  it('leases exactly the requested size and reuses a released slab of the same class', () => {
+    const pool = new BufferPool({ step: 1024 });
+    const first = pool.lease(1500);
+    expect(first.buffer.length).toBe(1500);
+    const slab = first.buffer.buffer;
+    first.release();
+    expect(pool.pooledBytes).toBe(2048);
+    const second = pool.lease(2000); // same 2 KiB class
+    expect(second.buffer.length).toBe(2000);
+    expect(second.buffer.buffer).toBe(slab);
+    expect(pool.pooledBytes).toBe(0);
+    const third = pool.lease(2000); // the slab is out: a new one
+    expect(third.buffer.buffer).not.toBe(slab);
+  });
+
+  it('ignores a second release of the same lease (a slab is never handed out twice)', () => {
+    const pool = new BufferPool({ step: 1024 });
+    const lease = pool.lease(1024);
+    lease.release();
+    lease.release();
+    expect(pool.pooledBytes).toBe(1024);
+    const a = pool.lease(1024);
+    const b = pool.lease(1024);
+    expect(a.buffer.buffer).not.toBe(b.buffer.buffer);
+  });
+
+  it('gives small sizes plain buffers and keeps no more free slabs than its bound', () => {
+    const pool = new BufferPool({ step: 1024, maxPooledBytes: 3 * 1024 });
+    const small = pool.lease(100);
+    small.release();
+    expect(pool.pooledBytes).toBe(0);
+    const leases = [pool.lease(1024), pool.lease(1024), pool.lease(2048)];
+    for (const lease of leases) lease.release();
+    expect(pool.pooledBytes).toBe(2048); // the two 1 KiB slabs; the 2 KiB one would pass the 3 KiB bound
+  });
+});

@@ -1,0 +1,71 @@
+/**
+ * Reusable buffers for large outbound messages. A message built into a leased buffer is handed to
+ * `MessageTransport.send` with the lease's `release`; the transport calls it once it no longer reads the
+ * bytes, and the buffer serves a later message. A lease that is never released is simply garbage.
+ *
+ * Why: every fresh buffer above Node's small-buffer pool is its own ArrayBuffer, counted by V8 as external
+ * memory, and V8 starts a full mark-compact for roughly every 64 MiB of it. Streaming output at hundreds of
+ * MB/s through fresh buffers spent most of the executor's GC time on those collections.
+ */
+export interface BufferLease {
+  /** Exactly the requested size: a view of a pooled slab, or a plain buffer for small sizes. */
+  readonly buffer: Buffer;
+  /** Returns the slab to the pool; later calls do nothing. */
+  release(): void;
+}
+
+export interface BufferPoolOptions {
+  /** Slab sizes are multiples of this (default 16 KiB); smaller requests get plain buffers, unpooled. */
+  step?: number;
+  /** Free slabs kept, in bytes over all sizes (default 8 MiB); a slab released past it is dropped. */
+  maxPooledBytes?: number;
+}
+
+const NOTHING_TO_RELEASE = () => {};
+
+export class BufferPool {
+  readonly #step: number;
+  readonly #maxPooledBytes: number;
+  /** Free slabs by size. */
+  readonly #free = new Map<number, Buffer[]>();
+  #pooledBytes = 0;
+
+  constructor(options: BufferPoolOptions = {}) {
+    this.#step = options.step ?? 16 * 1024;
+    this.#maxPooledBytes = options.maxPooledBytes ?? 8 * 1024 * 1024;
+  }
+
+  /** Bytes of free slabs held for reuse. */
+  get pooledBytes(): number {
+    return this.#pooledBytes;
+  }
+
+  lease(size: number): BufferLease {
+    if (size < this.#step) return { buffer: Buffer.allocUnsafe(size), release: NOTHING_TO_RELEASE };
+    const slabSize = Math.ceil(size / this.#step) * this.#step;
+    let slab = this.#free.get(slabSize)?.pop();
+    if (slab) this.#pooledBytes -= slabSize;
+    else slab = Buffer.allocUnsafeSlow(slabSize);
+    let held = true;
+    const owned = slab;
+    return {
+      buffer: slab.subarray(0, size),
+      release: () => {
+        if (!held) return;
+        held = false;
+        this.#put(owned);
+      },
+    };
+  }
+
+  #put(slab: Buffer): void {
+    if (this.#pooledBytes + slab.length > this.#maxPooledBytes) return;
+    let free = this.#free.get(slab.length);
+    if (!free) {
+      free = [];
+      this.#free.set(slab.length, free);
+    }
+    free.push(slab);
+    this.#pooledBytes += slab.length;
+  }
+}

@@ -1,0 +1,132 @@
+import { createHash } from 'node:crypto';
+import { afterEach, describe, expect, it } from 'vitest';
+import { waitFor } from './__tests__/helpers.js';
+import { ProcessTable } from './process-table.js';
+import { READ_BUFFER_BYTES, ReadBufferPool } from './read-pool.js';
+import type { ProcessEvent, ProcessTableOptions } from './types.js';
+
+describe('ReadBufferPool', () => {
+  it('hands a long read over as a view and copies a short one, reusing its buffer at once', () => {
+    const pool = new ReadBufferPool();
+    const buffer = pool.acquire();
+    expect(buffer.length).toBe(READ_BUFFER_BYTES);
+    const long = pool.chunkOf(buffer, 40 * 1024);
+    expect(long.buffer).toBe(buffer.buffer);
+    expect(long.length).toBe(40 * 1024);
+
+    const other = pool.acquire();
+    other.fill(7, 0, 10);
+    const short = pool.chunkOf(other, 10);
+    expect(short.buffer).not.toBe(other.buffer);
+    expect([...short]).toEqual(Array(10).fill(7));
+    expect(pool.freeBuffers).toBe(1); // `other` came back
+    expect(pool.acquire().buffer).toBe(other.buffer);
+  });
+
+  it('takes back only its own buffers, and each once', () => {
+    const pool = new ReadBufferPool();
+    pool.release(Buffer.alloc(READ_BUFFER_BYTES));
+    expect(pool.freeBuffers).toBe(0);
+    const chunk = pool.chunkOf(pool.acquire(), READ_BUFFER_BYTES);
+    pool.release(chunk);
+    pool.release(chunk);
+    expect(pool.freeBuffers).toBe(1);
+    const a = pool.acquire();
+    const b = pool.acquire();
+    expect(a.buffer).not.toBe(b.buffer);
+    expect(pool.createdBuffers).toBe(2);
+  });
+});
+
+/** 4-byte big-endian word i at offset 4i: any byte out of place or overwritten shows in the hash. */
+const PATTERN_SCRIPT =
+  'const total = Number(process.argv[1]); const block = Buffer.alloc(1 << 20);' +
+  'let w = 0; (function next() { while (w * 4 < total) { for (let i = 0; i < block.length; i += 4) block.writeUInt32BE(w++, i);' +
+  'if (!process.stdout.write(block)) return process.stdout.once("drain", next); } })();';
+
+function expectedPattern(total: number): Buffer {
+  const out = Buffer.alloc(total);
+  for (let i = 0; i < total; i += 4) out.writeUInt32BE(i / 4, i);
+  return out;
+}
+
+describe('ProcessTable with recycled read buffers', () => {
+  const tables: ProcessTable[] = [];
+  afterEach(async () => {
+    await Promise.all(tables.splice(0).map((t) => t.shutdown()));
+  });
+
+  function start(total: number, options: ProcessTableOptions) {
+    const table = new ProcessTable(options);
+    tables.push(table);
+    return table.start({
+      processId: 'p',
+      argv: [process.execPath, '-e', PATTERN_SCRIPT, String(total)],
+      cwd: process.cwd(),
+      env: {},
+      tty: false,
+      pipeStdin: false,
+    });
+  }
+
+  it('delivers every byte in order while retention recycles the buffers, and keeps what it retains intact', async () => {
+    const total = 16 * 1024 * 1024;
+    const pool = new ReadBufferPool();
+    const hash = createHash('sha256');
+    let bytes = 0;
+    let closed = false;
+    const started = start(total, {
+      readBuffers: pool,
+      retainedOutputBytes: 256 * 1024,
+      onEvent: (event: ProcessEvent) => {
+        // Consumed synchronously, as the contract requires.
+        if (event.kind === 'output') {
+          hash.update(event.chunk);
+          bytes += event.chunk.length;
+        }
+        if (event.kind === 'closed') closed = true;
+      },
+    });
+    const table = tables[0] as ProcessTable;
+    await started;
+    await waitFor(() => closed, 'the process to close', 30_000);
+    expect(bytes).toBe(total);
+    const expected = expectedPattern(total);
+    expect(hash.digest('hex')).toBe(createHash('sha256').update(expected).digest('hex'));
+    // Reads went into the pool, and far fewer buffers than reads: dropped chunks' buffers were read into again.
+    expect(pool.createdBuffers).toBeGreaterThan(0);
+    expect(pool.createdBuffers).toBeLessThan(total / READ_BUFFER_BYTES / 4);
+    // What retention still holds is the tail of the output, untouched by the recycled reads.
+    const read = await table.read('p', { afterSeq: 0 });
+    const retained = Buffer.concat(read.chunks.map((c) => c.chunk));
+    expect(retained.length).toBeGreaterThan(0);
+    expect(retained.equals(expected.subarray(total - retained.length))).toBe(true);
+  });
+
+  it('stops reading while output is paused and loses nothing when resumed', async () => {
+    const total = 4 * 1024 * 1024;
+    const pool = new ReadBufferPool();
+    const chunks: Buffer[] = [];
+    let closed = false;
+    const options: ProcessTableOptions = {
+      readBuffers: pool,
+      retainedOutputBytes: 128 * 1024,
+      onEvent: (event) => {
+        if (event.kind === 'output') chunks.push(Buffer.from(event.chunk)); // a copy: the buffer is recycled
+        if (event.kind === 'closed') closed = true;
+      },
+    };
+    const started = start(total, options);
+    const table = tables[0] as ProcessTable;
+    table.pauseOutput();
+    await started;
+    await new Promise((r) => setTimeout(r, 200));
+    const whilePaused = chunks.length;
+    await new Promise((r) => setTimeout(r, 200));
+    expect(chunks.length).toBe(whilePaused); // nothing read while paused (the child blocks on its pipe)
+    expect(closed).toBe(false);
+    table.resumeOutput();
+    await waitFor(() => closed, 'the process to close', 30_000);
+    expect(Buffer.concat(chunks).equals(expectedPattern(total))).toBe(true);
+  });
+});
