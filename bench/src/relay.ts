@@ -3,7 +3,7 @@
  * its own process) side by side with a direct WebSocket between the same two endpoints, same run. Prints a
  * table and writes bench/results/relay-latest.json.
  *
- *   BENCH_RELAY_MIB=256 BENCH_RELAY_ROUNDS=2000 BENCH_RELAY_IDLE_STREAMS=10000 pnpm bench
+ *   BENCH_RELAY_MIB=256 BENCH_RELAY_ROUNDS=2000 BENCH_RELAY_IDLE_STREAMS=10000 BENCH_RELAY_REPEATS=5 pnpm bench
  */
 
 import { type ChildProcess, spawn } from 'node:child_process';
@@ -25,7 +25,7 @@ const IDLE_STREAMS = Number(process.env.BENCH_RELAY_IDLE_STREAMS ?? 10_000);
 const IDLE_ENVIRONMENTS = 100;
 const FRAME_BYTES = 64 * 1024;
 const FANOUT = 32;
-const REPEATS = 3;
+const REPEATS = Number(process.env.BENCH_RELAY_REPEATS ?? 5);
 /**
  * Bytes in flight (sent, not yet received) the sender allows, like a reader's window: without one, a sender
  * faster than its receiver makes the relay reset the stream (`relay_backpressure`, at 4 MiB queued), as designed.
@@ -306,6 +306,14 @@ const figures = {
   relay: { one: 0, fanout: 0, p50: 0, p99: 0 },
 };
 try {
+  // One uncounted run each way first: the endpoints' and the relay's code paths are compiled before either
+  // column is measured (the first run of a fresh process was up to twice as slow).
+  const warmDirect = await direct(1);
+  await throughput(warmDirect);
+  await warmDirect.close();
+  const warmRelay = await viaRelay(relay.url, 1);
+  await throughput(warmRelay);
+  await warmRelay.close();
   for (const [name, streams] of [
     ['one', 1],
     ['fanout', FANOUT],

@@ -20,8 +20,9 @@ const ITERATIONS = Number(process.env.BENCH_ITERATIONS ?? 100);
 const FS_MIB = Number(process.env.BENCH_FS_MIB ?? 256);
 const FS_BLOCK = 1024 * 1024;
 const FS_IN_FLIGHT = 4;
-/** BENCH_ONLY=fs measures just the fs block rows (the others print NaN): quicker when iterating on them. */
+/** BENCH_ONLY=fs or =stream measures just those rows (the others print NaN): quicker when iterating on them. */
 const ONLY_FS = process.env.BENCH_ONLY === 'fs';
+const ONLY_STREAM = process.env.BENCH_ONLY === 'stream';
 const IDLE_SESSIONS = 100;
 const FINISHED_PROCESSES = 1000;
 const PEER_ARGS = ['--concurrent-requests', '4'];
@@ -302,6 +303,18 @@ async function measure(kind: PeerKind): Promise<Figures> {
     };
   }
   const streamMBps = streamMedians[kind];
+  if (ONLY_STREAM) {
+    const none = Number.NaN;
+    return {
+      streamMBps,
+      trueP50Ms: none,
+      ptyEchoP50Ms: none,
+      idleRssMiB: none,
+      peakRssMiB: none,
+      fsReadMBps: none,
+      fsWriteMBps: none,
+    };
+  }
   process.stderr.write(`${kind}: true latency…\n`);
   const trueP50Ms = await run(trueLatency);
   process.stderr.write(`${kind}: pty echo…\n`);
