@@ -176,10 +176,17 @@ describe.each(CASES)('http: %s', (_label, { kind, transport }) => {
 
   it('a timeout or an unreachable server fails the request', async () => {
     const { client } = await h.session(kind, transport);
-    expect(
-      (await client.request('http/request', { method: 'GET', url: `${base}/hang`, requestId: 't', timeoutMs: 200 }))
-        .error,
-    ).toEqual({ code: -32603, message: `http/request failed: error sending request for url (${base}/hang)` });
+    const timedOut = (
+      await client.request('http/request', { method: 'GET', url: `${base}/hang`, requestId: 't', timeoutMs: 200 })
+    ).error;
+    const sendError = `http/request failed: error sending request for url (${base}/hang)`;
+    if (kind === 'codex') {
+      // Two of Codex's timers race here (CODEX-FINDINGS §16): either text, always -32603.
+      expect(timedOut?.code).toBe(-32603);
+      expect([sendError, 'http/request failed: route-aware request timed out']).toContain(timedOut?.message);
+    } else {
+      expect(timedOut).toEqual({ code: -32603, message: sendError });
+    }
     const closed = createServer();
     await new Promise<void>((resolve) => closed.listen(0, '127.0.0.1', resolve));
     const url = `http://127.0.0.1:${(closed.address() as AddressInfo).port}/`;

@@ -1,4 +1,5 @@
 import {
+  type Allocate,
   CONTROL_LANE_METHODS,
   decode,
   type EnvironmentInfo,
@@ -35,7 +36,7 @@ import type { Session, SessionAttachment, SessionRegistry } from './session-regi
 
 export const SESSION_TAKEN_OVER = 'session has been resumed by another connection';
 
-/** Buffers of `process/output` notifications, shared by every connection (8 MiB of free slabs at most). */
+/** Buffers of `process/output` notifications and of large base64 responses, shared by every connection (8 MiB of free slabs at most). */
 const OUTPUT_BUFFERS = new BufferPool();
 
 /**
@@ -146,15 +147,10 @@ export class ConnectionProcessor implements SessionAttachment {
 
   deliver(event: ProcessEvent): boolean {
     switch (event.kind) {
-      case 'output': {
-        // Built into a pooled buffer that the transport hands back once written (see BufferPool).
-        let lease: BufferLease | undefined;
-        const message = encodeOutputNotification(event.processId, event.seq, event.stream, event.chunk, (size) => {
-          lease = OUTPUT_BUFFERS.lease(size);
-          return lease.buffer;
-        });
-        return this.connection.sendRaw(message, lease?.release);
-      }
+      case 'output':
+        return this.sendPooled((allocate) =>
+          encodeOutputNotification(event.processId, event.seq, event.stream, event.chunk, allocate),
+        );
       case 'exited':
         return this.connection.sendNotification(Notification.processExited, {
           processId: event.processId,
@@ -168,6 +164,16 @@ export class ConnectionProcessor implements SessionAttachment {
           seq: event.seq,
         });
     }
+  }
+
+  /** Sends a message built into a pooled buffer, which the transport hands back once written (see BufferPool). */
+  private sendPooled(encode: (allocate: Allocate) => Buffer): boolean {
+    let lease: BufferLease | undefined;
+    const message = encode((size) => {
+      lease = OUTPUT_BUFFERS.lease(size);
+      return lease.buffer;
+    });
+    return this.connection.sendRaw(message, lease?.release);
   }
 
   detached(): void {
@@ -284,7 +290,7 @@ export class ConnectionProcessor implements SessionAttachment {
       finished('disconnected');
       return;
     }
-    if (result instanceof EncodedResult) this.connection.sendRaw(result.encode(id));
+    if (result instanceof EncodedResult) this.sendPooled((allocate) => result.encode(id, allocate));
     else this.connection.sendResponse(id, result);
     finished('success');
   }

@@ -2,6 +2,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { ErrorCode, RpcError } from '@tether/exec-protocol';
 import {
+  type CallOptions,
   ConnectionClosedError,
   type MessageTransport,
   RpcClient,
@@ -170,7 +171,7 @@ export class ExecServerClient implements ProcessBackend {
   async call<T = unknown>(
     method: string,
     params?: unknown,
-    options: { timeoutMs?: number; encode?: (id: string | number) => Buffer } = {},
+    options: { timeoutMs?: number; encode?: CallOptions['encode'] } = {},
   ): Promise<T> {
     for (;;) {
       if (this.closed) throw new TetherError('closed', `the connection is closed; cannot call ${method}`);

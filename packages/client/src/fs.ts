@@ -125,7 +125,7 @@ export interface FsCaller {
   call<T = unknown>(
     method: string,
     params?: unknown,
-    options?: { encode?: (id: string | number) => Buffer },
+    options?: { encode?: (id: string | number, allocate: (size: number) => Buffer) => Buffer },
   ): Promise<T>;
   /** Capabilities the executor advertised at initialize. */
   capabilities(): ReadonlySet<string>;
@@ -316,7 +316,7 @@ export class RemoteFs implements EnvironmentFs {
         .call(
           'fs/writeBlock',
           { handleId, offset: at },
-          { encode: (id) => encodeWriteBlockRequest(id, handleId, at, block) },
+          { encode: (id, allocate) => encodeWriteBlockRequest(id, handleId, at, block, allocate) },
         )
         .catch((err: Error) => {
           failure ??= err;

@@ -48,19 +48,26 @@ export function encodeBase64Response(
   field: string,
   bytes: Buffer,
   rest: Record<string, boolean | number> = {},
+  allocate?: Allocate,
 ): Buffer {
   const head = `{"id":${JSON.stringify(id)},"result":{${JSON.stringify(field)}:"`;
   let tail = '"';
   for (const [key, value] of Object.entries(rest)) tail += `,${JSON.stringify(key)}:${JSON.stringify(value)}`;
   tail += '}}';
-  return withBase64(head, bytes, tail);
+  return withBase64(head, bytes, tail, allocate);
 }
 
 /**
  * Serializes an `fs/writeBlock` request straight into bytes (the client's hot path when uploading):
  * equals `JSON.stringify({id, method: "fs/writeBlock", params: {handleId, offset, chunk: base64(bytes)}})`.
  */
-export function encodeWriteBlockRequest(id: string | number, handleId: string, offset: number, bytes: Buffer): Buffer {
+export function encodeWriteBlockRequest(
+  id: string | number,
+  handleId: string,
+  offset: number,
+  bytes: Buffer,
+  allocate?: Allocate,
+): Buffer {
   const head = `{"id":${JSON.stringify(id)},"method":"fs/writeBlock","params":{"handleId":${JSON.stringify(handleId)},"offset":${offset},"chunk":"`;
-  return withBase64(head, bytes, TAIL);
+  return withBase64(head, bytes, TAIL, allocate);
 }

@@ -1,4 +1,5 @@
 import { RpcError } from '@tether/exec-protocol';
+import { type BufferLease, BufferPool } from './buffer-pool.js';
 import { ConnectionClosedError, type RpcConnection } from './connection.js';
 import type { InboundMessage, RequestId } from './message.js';
 
@@ -17,9 +18,10 @@ export interface CallOptions {
   timeoutMs?: number;
   /**
    * Writes the whole request for this id as bytes instead of `JSON.stringify` (a hot path with a large
-   * payload builds it directly; it must be the same JSON `{"id":…,"method":…,"params":…}`).
+   * payload builds it directly; it must be the same JSON `{"id":…,"method":…,"params":…}`), into a buffer
+   * of exactly `size` bytes from `allocate` (pooled: reused once the transport has sent it).
    */
-  encode?: (id: RequestId) => Buffer;
+  encode?: (id: RequestId, allocate: (size: number) => Buffer) => Buffer;
 }
 
 interface PendingCall {
@@ -43,6 +45,8 @@ export class RpcClient {
   private readonly connection: RpcConnection;
   private readonly options: RpcClientOptions;
   private readonly pending = new Map<RequestId, PendingCall>();
+  /** Buffers of requests built by `CallOptions.encode`. */
+  private readonly buffers = new BufferPool();
   private nextId = 1;
   private closedReason: string | null = null;
 
@@ -87,8 +91,16 @@ export class RpcClient {
           options.signal?.removeEventListener('abort', onAbort);
         },
       });
-      if (options.encode) this.connection.sendRaw(options.encode(id));
-      else this.connection.sendRequest(id, method, params);
+      if (options.encode) {
+        let lease: BufferLease | undefined;
+        const bytes = options.encode(id, (size) => {
+          lease = this.buffers.lease(size);
+          return lease.buffer;
+        });
+        this.connection.sendRaw(bytes, lease?.release);
+      } else {
+        this.connection.sendRequest(id, method, params);
+      }
     });
   }
 

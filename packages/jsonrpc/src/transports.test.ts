@@ -204,3 +204,36 @@ describe('release of a sent message', () => {
     expect(messages).toEqual(['{"method":"x"}']);
   });
 });
+
+describe('RpcClient call with encode', () => {
+  it('builds the request in a pooled buffer, reused once the transport has sent it', async () => {
+    const [clientSide, serverSide] = createMemoryTransportPair();
+    const server = new RpcConnection(serverSide);
+    const seen: unknown[] = [];
+    server.start({
+      onMessage: (m) => {
+        if (m.kind === 'request') {
+          seen.push((m.params as { text: string }).text.length);
+          server.sendResponse(m.id, { ok: true });
+        }
+      },
+    });
+    const client = new RpcClient(new RpcConnection(clientSide));
+    const slabs: ArrayBufferLike[] = [];
+    const text = 'z'.repeat(40 * 1024);
+    for (let i = 0; i < 2; i++) {
+      await client.call('big', undefined, {
+        encode: (id, allocate) => {
+          const json = Buffer.from(JSON.stringify({ id, method: 'big', params: { text } }));
+          const out = allocate(json.length);
+          json.copy(out);
+          slabs.push(out.buffer);
+          return out;
+        },
+      });
+    }
+    expect(seen).toEqual([text.length, text.length]);
+    expect(slabs[1]).toBe(slabs[0]); // the first request's buffer came back and carried the second
+    client.close();
+  });
+});

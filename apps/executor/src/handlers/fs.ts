@@ -77,7 +77,7 @@ export const fsHandlers: HandlerTable = whileAttached({
     const path = nativePath(params.path);
     const limit = Math.min(params.maxBytes ?? Number.POSITIVE_INFINITY, ctx.maxReadFileBytes);
     const data = await readWholeFile(path, limit);
-    return new EncodedResult((id) => encodeBase64Response(id, 'dataBase64', data));
+    return new EncodedResult((id, allocate) => encodeBase64Response(id, 'dataBase64', data, {}, allocate));
   },
 
   [Method.fsWriteFile]: async (raw) => {
@@ -143,7 +143,7 @@ export const fsHandlers: HandlerTable = whileAttached({
   [Method.fsReadBlock]: async (raw, ctx) => {
     const params = decode(FsReadBlockParams, raw);
     const { chunk, eof } = await ctx.files.readBlock(params.handleId, params.offset, params.len);
-    return new EncodedResult((id) => encodeBase64Response(id, 'chunk', chunk, { eof }));
+    return new EncodedResult((id, allocate) => encodeBase64Response(id, 'chunk', chunk, { eof }, allocate));
   },
 
   [Method.fsWriteBlock]: async (raw, ctx) => {

@@ -1,3 +1,4 @@
+import type { Allocate } from '@tether/exec-protocol';
 import type { FileHandleTable } from '../fs/file-handles.js';
 import type { HttpRequests } from '../http/http-requests.js';
 import type { Session } from '../session-registry.js';
@@ -19,9 +20,10 @@ export type Handler = (params: unknown, ctx: RequestContext) => Promise<unknown>
 export type HandlerTable = Record<string, Handler>;
 
 /**
- * A result the handler already serialized (the whole response, given its request id): the dispatcher
- * sends these bytes as they are. Used for large base64 answers, which JSON.stringify would rescan.
+ * A result the handler already serialized (the whole response, given its request id and where to put the
+ * bytes): the dispatcher sends these bytes as they are. Used for large base64 answers, which
+ * JSON.stringify would rescan.
  */
 export class EncodedResult {
-  constructor(readonly encode: (id: string | number) => Buffer) {}
+  constructor(readonly encode: (id: string | number, allocate: Allocate) => Buffer) {}
 }
