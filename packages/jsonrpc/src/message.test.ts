@@ -1,5 +1,13 @@
 import { describe, expect, it } from 'vitest';
-import { classifyMessage, parseMessage, serializeError, serializeNotification, serializeResponse } from './message.js';
+import {
+  classifyMessage,
+  type InboundMessage,
+  parseLargeMessage,
+  parseMessage,
+  serializeError,
+  serializeNotification,
+  serializeResponse,
+} from './message.js';
 
 describe('classifyMessage', () => {
   it('classifies requests with integer and string ids', () => {
@@ -69,5 +77,76 @@ describe('serialize', () => {
     expect(serializeError(-1, { code: -32600, message: 'bad' })).toBe(
       '{"id":-1,"error":{"code":-32600,"message":"bad"}}',
     );
+  });
+});
+
+describe('large messages (parseLargeMessage)', () => {
+  const base64 = (bytes: number, fill = 7) => Buffer.alloc(bytes, fill).toString('base64');
+  const big = base64(96 * 1024);
+
+  /** parseMessage must answer exactly what JSON.parse + classify answers, whichever path it takes. */
+  function expectSameAsJsonParse(text: string) {
+    const bytes = Buffer.from(text, 'utf8');
+    let expected: InboundMessage;
+    try {
+      expected = classifyMessage(JSON.parse(text));
+    } catch (err) {
+      expected = { kind: 'malformed', reason: (err as Error).message };
+    }
+    expect(parseMessage(bytes)).toEqual(expected);
+  }
+
+  it('takes the long base64 value straight from the bytes in requests, responses and notifications', () => {
+    const shapes = [
+      { id: 7, method: 'fs/writeBlock', params: { handleId: 'w', offset: 0, chunk: big } },
+      { id: 'r', result: { chunk: big, eof: false } },
+      { method: 'process/output', params: { processId: 'p', seq: 3, stream: 'stdout', chunk: big } },
+      { id: 1, result: { chunks: [{ seq: 1, stream: 'stdout', chunk: big }], nextSeq: 2 } },
+    ];
+    for (const shape of shapes) {
+      const text = JSON.stringify(shape);
+      expect(parseLargeMessage(Buffer.from(text))).toEqual(shape);
+      expectSameAsJsonParse(text);
+    }
+  });
+
+  it('falls back to JSON.parse whenever the long stretch is not plainly one string value', () => {
+    const cases: Record<string, string> = {
+      escapes: JSON.stringify({ id: 1, result: { text: `${'a'.repeat(40_000)}"quoted"\\n${'b'.repeat(40_000)}` } }),
+      'escape sequences': JSON.stringify({
+        id: 1,
+        result: { text: `${'a'.repeat(40_000)}\n\t\\${'b'.repeat(40_000)}` },
+      }),
+      'non-ASCII': JSON.stringify({ id: 1, result: { text: `${'é'.repeat(40_000)}` } }),
+      'after an escaped quote': `{"id":1,"result":{"text":"x\\"${'c'.repeat(70_000)}"}}`,
+      'raw control character (invalid JSON)': `{"id":1,"result":{"text":"${'d'.repeat(40_000)}\u0007${'d'.repeat(40_000)}"}}`,
+      'no long string': JSON.stringify({ id: 1, result: { numbers: Array.from({ length: 20_000 }, (_, i) => i) } }),
+      'a long stretch between strings': `{"id":1,"result":{"a":"x","b":[${'1,'.repeat(40_000)}1],"c":"y"}}`,
+      'the placeholder already present': JSON.stringify({ id: 1, result: { chunk: big, other: '\u0001' } }),
+      'two long strings': JSON.stringify({ id: 1, result: { a: big, b: base64(50 * 1024, 9) } }),
+      'under __proto__': `{"id":1,"result":{"__proto__":"${big}"}}`,
+      'truncated (malformed)': JSON.stringify({ id: 1, method: 'fs/writeBlock', params: { chunk: big } }).slice(0, -2),
+      'trailing garbage (malformed)': `${JSON.stringify({ id: 1, result: { chunk: big } })}x`,
+      'a long key': `{"id":1,"result":{"${'k'.repeat(70_000)}":1}}`,
+      'not an object': JSON.stringify([big]),
+      'a bare string': JSON.stringify(big),
+    };
+    for (const [name, text] of Object.entries(cases)) {
+      expect(Buffer.byteLength(text), name).toBeGreaterThanOrEqual(64 * 1024);
+      expectSameAsJsonParse(text);
+    }
+    // The ones the fast path must refuse (each would be wrong or differently wrong if taken).
+    for (const name of [
+      'escapes',
+      'escape sequences',
+      'non-ASCII',
+      'after an escaped quote',
+      'raw control character (invalid JSON)',
+    ]) {
+      expect(parseLargeMessage(Buffer.from(cases[name] as string)), name).toBeUndefined();
+    }
+    // `__proto__` is an own property, as JSON.parse makes it.
+    const proto = parseMessage(Buffer.from(cases['under __proto__'] as string));
+    expect(proto.kind === 'response' && Object.hasOwn(proto.result as object, '__proto__')).toBe(true);
   });
 });
