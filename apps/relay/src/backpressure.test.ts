@@ -55,6 +55,9 @@ describe('backpressure', () => {
       sentToStalled++;
       await sendThrottled(env.ws, toReader);
       sentToReader++;
+      // The reader behaves like a harness with a 1 MiB window: it is never the one that falls behind, however
+      // slowly this process gets scheduled (the relay's bound for it is 2 MiB).
+      while (sentToReader - reader.harness.dataFrames > 16) await tick();
       maxQueued = Math.max(maxQueued, relay.stats().queuedBytes.harness);
       if (i % 128 === 127) {
         gc();
