@@ -10,27 +10,15 @@
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { repoRoot, startStack } from '@tether/test-kit';
+import { freePort, repoRoot, startStack } from '@tether/test-kit';
 
 const SIZE_MIB = Number(process.env.BENCH_CP_MIB ?? 256);
 const REPEATS = Number(process.env.BENCH_CP_REPEATS ?? 3);
 const ENVIRONMENT = 'bench-cp';
 const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] as number;
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 /** Runs a command to completion; returns its wall time in seconds (throws on failure). */
 function timed(command: string, args: string[], env: NodeJS.ProcessEnv = process.env): Promise<number> {

@@ -4,10 +4,9 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { findProcesses, repoRoot, waitUntil } from '@tether/test-kit';
+import { findProcesses, freePort, repoRoot, waitUntil } from '@tether/test-kit';
 import { afterAll, expect, it } from 'vitest';
 
 const dir = mkdtempSync(join(tmpdir(), 'tether-stack-script-'));
@@ -17,17 +16,6 @@ afterAll(() => {
   if (stack && stack.exitCode === null) stack.kill('SIGKILL');
   rmSync(dir, { recursive: true, force: true });
 });
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 function harness(args: string[], env: NodeJS.ProcessEnv): Promise<{ code: number | null; stdout: string }> {
   const child = spawn(process.execPath, [join(repoRoot(), 'apps', 'harness', 'bin', 'harness.js'), ...args], {

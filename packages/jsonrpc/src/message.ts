@@ -1,5 +1,3 @@
-import { isAscii } from 'node:buffer';
-
 /**
  * JSON-RPC messages in the Codex dialect (spec/exec-protocol.md §1.5): the `jsonrpc` member is omitted
  * on output and ignored on input; ids are integers or strings and are echoed unchanged. Classification
@@ -78,7 +76,8 @@ const LARGE_STRING_BYTES = 16 * 1024;
 /** Stands in for the large string while the rest of the message is parsed: the JSON escape of U+0001. */
 const PLACEHOLDER = '\\u0001';
 const PLACEHOLDER_VALUE = '\u0001';
-const CONTROL_CHARACTER = /[\x00-\x1f]/;
+/** A character that JSON would not take as itself in a string: control, backslash, or beyond ASCII. */
+const NOT_PLAIN = /[^\x20-\x5b\x5d-\x7f]/;
 const MAX_SEARCH_DEPTH = 16;
 
 /**
@@ -109,10 +108,9 @@ export function parseLargeMessage(data: Buffer): unknown {
     quote = next;
   }
   if (end - start - 1 < LARGE_STRING_BYTES) return undefined;
-  const content = data.subarray(start + 1, end);
-  if (content.indexOf(0x5c) !== -1 || !isAscii(content)) return undefined;
+  // As latin1, every byte is one character: a byte beyond ASCII shows as one too.
   const text = data.toString('latin1', start + 1, end);
-  if (CONTROL_CHARACTER.test(text)) return undefined;
+  if (NOT_PLAIN.test(text)) return undefined;
   let value: unknown;
   try {
     value = JSON.parse(`${data.toString('utf8', 0, start + 1)}${PLACEHOLDER}${data.toString('utf8', end)}`);

@@ -1,7 +1,9 @@
+import { once } from 'node:events';
+import { createServer } from 'node:net';
 import { PassThrough } from 'node:stream';
 import { describe, expect, it } from 'vitest';
 import { connectStdio, type TestClient } from './client.js';
-import { b64, collectEvents, collectUntilClosed, decodeB64Text, eventsOutput, fileUri } from './helpers.js';
+import { b64, collectEvents, collectUntilClosed, decodeB64Text, eventsOutput, fileUri, freePort } from './helpers.js';
 import type { PeerHandle } from './peer.js';
 
 /** A fake stdio peer: what the client writes goes to `sent`; `reply` feeds lines back. */
@@ -80,5 +82,16 @@ describe('helpers', () => {
     const result = await events;
     expect(result.map((e) => e.seq)).toEqual([1, 2, 3]);
     expect(eventsOutput(result)).toBe('x');
+  });
+});
+
+describe('freePort', () => {
+  it('names a port on 127.0.0.1 that can then be bound', async () => {
+    const port = await freePort();
+    expect(port).toBeGreaterThan(0);
+    const server = createServer().listen(port, '127.0.0.1');
+    await once(server, 'listening');
+    expect((server.address() as { port: number }).port).toBe(port);
+    await new Promise((resolve) => server.close(resolve));
   });
 });

@@ -1,3 +1,4 @@
+import { createServer } from 'node:net';
 import { pathToFileURL } from 'node:url';
 import type { RpcNotification, TestClient } from './client.js';
 
@@ -244,4 +245,19 @@ export async function waitUntil(
     if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
     await new Promise((resolve) => setTimeout(resolve, intervalMs));
   }
+}
+
+/**
+ * A port on 127.0.0.1 that was free a moment ago, for a program that must be told its port up front (one
+ * that takes port 0 and prints what it bound is better). Another process may take it meanwhile.
+ */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number };
+      server.close(() => resolve(port));
+    });
+  });
 }

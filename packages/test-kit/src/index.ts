@@ -27,6 +27,7 @@ export {
   decodeB64Text,
   eventsOutput,
   fileUri,
+  freePort,
   type OutputStream,
   type ProcessEvent,
   type ReadChunk,
