@@ -23,6 +23,15 @@ describe('ReadBufferPool', () => {
     expect(pool.acquire().buffer).toBe(other.buffer);
   });
 
+  it('keeps at most 64 free buffers (4 MiB); one released past that is dropped', () => {
+    const pool = new ReadBufferPool();
+    const buffers = Array.from({ length: 65 }, () => pool.acquire());
+    for (const buffer of buffers) pool.release(buffer);
+    expect(pool.freeBuffers).toBe(64);
+    pool.release(buffers[64] as Buffer); // dropped, so no longer the pool's: still 64
+    expect(pool.freeBuffers).toBe(64);
+  });
+
   it('takes back only its own buffers, and each once', () => {
     const pool = new ReadBufferPool();
     pool.release(Buffer.alloc(READ_BUFFER_BYTES));
