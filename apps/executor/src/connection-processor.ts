@@ -110,10 +110,15 @@ export class ConnectionProcessor implements SessionAttachment {
       ...processHandlers,
       ...fsHandlers,
       ...httpHandlers,
-      [Method.environmentInfo]: () => options.environmentInfo,
+      [Method.environmentInfo]: () => this.environmentInfo,
       [Method.environmentStatus]: () => ({ status: 'ready' }),
     };
+    // `binaryBlocks` only where messages with binary attachments can travel (not over stdio).
+    this.environmentInfo = connection.carriesAttachments
+      ? { ...options.environmentInfo, capabilities: { ...options.environmentInfo.capabilities, binaryBlocks: true } }
+      : options.environmentInfo;
     this.context = {
+      carriesAttachments: connection.carriesAttachments,
       session: () => {
         const session = this.sessionValue;
         if (!session?.isAttachedTo(this)) throw RpcError.invalidRequest(SESSION_TAKEN_OVER);
@@ -248,6 +253,8 @@ export class ConnectionProcessor implements SessionAttachment {
   }
 
   private readonly context: RequestContext;
+  /** The server's environment info with this connection's capabilities. */
+  private readonly environmentInfo: EnvironmentInfo;
 
   private releaseDrainWaiters(): void {
     const waiters = this.drainWaiters;
@@ -304,7 +311,7 @@ export class ConnectionProcessor implements SessionAttachment {
       this.sessionValue = session;
       this.handshake = 'initialized-pending';
       this.logger.debug({ sessionId: session.id, resumed: Boolean(params.resumeSessionId) }, 'initialized');
-      return { sessionId: session.id, environmentInfo: this.options.environmentInfo };
+      return { sessionId: session.id, environmentInfo: this.environmentInfo };
     } catch (err) {
       // A failed attach lets the client retry initialize on the same connection.
       this.handshake = 'new';

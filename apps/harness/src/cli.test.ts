@@ -262,4 +262,64 @@ describe('copy integrity', () => {
       ),
     ).rejects.toThrow(/integrity check failed/);
   });
+
+  it('trusts executor digests instead of reading the file again, and fails when one disagrees', async () => {
+    const { copy } = await import('./copy.js');
+    const { LocalFs } = await import('@tether/client');
+    const { createHash } = await import('node:crypto');
+    const { Readable, Writable } = await import('node:stream');
+    type Fs = InstanceType<typeof LocalFs>;
+    const data = randomBytes(70_000);
+    const sha256 = createHash('sha256').update(data).digest('hex');
+    const source = join(work, 'digest-src.bin');
+    writeFileSync(source, data);
+    const real = new LocalFs();
+    // Stand-ins for remote endpoints: local files whose handles report the given digest when done.
+    const reporting = (digest: string): Fs => {
+      const fs = Object.create(real) as Fs;
+      const report = (options: { onDigest?: (d: { sha256: string; bytes: number }) => void }) =>
+        options.onDigest?.({ sha256: digest, bytes: data.length });
+      fs.createReadStream = (path, options = {}) =>
+        Readable.from(
+          (async function* () {
+            for await (const chunk of real.createReadStream(path)) yield chunk as Buffer;
+            report(options); // before the stream ends, as RemoteFs does
+          })(),
+        );
+      fs.createWriteStream = (path, options = {}) => {
+        const sink = real.createWriteStream(path);
+        return new Writable({
+          write(chunk: Buffer, _encoding, callback) {
+            sink.write(chunk, callback);
+          },
+          final(callback) {
+            sink.end(() => {
+              report(options);
+              callback();
+            });
+          },
+        });
+      };
+      return fs;
+    };
+    // An env whose `sha256sum` must not be needed.
+    const noExec = { exec: () => Promise.reject(new Error('sha256sum should not run')) } as never;
+    const destination = join(work, 'digest-dst.bin');
+    const endpoint = (fs: Fs, path: string, env: unknown = null) => ({ fs, env: env as never, path, label: path });
+
+    await expect(
+      copy(endpoint(real, source), endpoint(reporting(sha256), destination, noExec), { recursive: false }),
+    ).resolves.toMatchObject({ files: 1, bytes: data.length });
+    await expect(
+      copy(endpoint(reporting(sha256), source, noExec), endpoint(real, destination), { recursive: false }),
+    ).resolves.toMatchObject({ files: 1, bytes: data.length });
+
+    const wrong = 'f'.repeat(64);
+    await expect(
+      copy(endpoint(real, source), endpoint(reporting(wrong), destination, noExec), { recursive: false }),
+    ).rejects.toThrow(`sha256 ${wrong} at the destination, ${sha256} read from the source`);
+    await expect(
+      copy(endpoint(reporting(wrong), source, noExec), endpoint(real, destination), { recursive: false }),
+    ).rejects.toThrow(`sha256 ${sha256} received, ${wrong} read from the source`);
+  });
 });

@@ -2,7 +2,7 @@ import { createHash, type Hash } from 'node:crypto';
 import { basename, posix } from 'node:path';
 import { Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import { type Environment, type EnvironmentFs, TetherError } from '@tether/client';
+import { type Environment, type EnvironmentFs, type HandleDigest, TetherError } from '@tether/client';
 
 /** One side of a copy: a filesystem and, when remote, the environment to hash on. */
 export interface Endpoint {
@@ -90,15 +90,45 @@ async function copyFile(
       callback(null, chunk);
     },
   });
-  await pipeline(source.fs.createReadStream(from), meter, destination.fs.createWriteStream(to));
-  const expected = hash.digest('hex');
-  const actual = await sha256Of(destination, to);
-  if (actual !== expected) {
-    throw new TetherError(
-      'protocol',
-      `integrity check failed for ${to}: sha256 ${actual} at the destination, ${expected} read from the source`,
-    );
-  }
+  // Executors with `fileHandleDigest` hash what they read or wrote through the handle as it passes, so
+  // neither side has to read the file again: the source's digest (a remote source) or the destination's
+  // (a remote destination) is compared with the hash of the bytes that went through this process.
+  let sourceDigest: HandleDigest | null = null;
+  let destinationDigest: HandleDigest | null = null;
+  await pipeline(
+    source.fs.createReadStream(from, {
+      onDigest: (digest) => {
+        sourceDigest = digest;
+      },
+    }),
+    meter,
+    destination.fs.createWriteStream(to, {
+      onDigest: (digest) => {
+        destinationDigest = digest;
+      },
+    }),
+  );
+  const passed = hash.digest('hex');
+  const check = (where: string, actual: string, expected: string) => {
+    if (actual !== expected) {
+      throw new TetherError(
+        'protocol',
+        `integrity check failed for ${to}: sha256 ${actual} ${where}, ${expected} read from the source`,
+      );
+    }
+  };
+  const remoteSource = sourceDigest as HandleDigest | null;
+  const remoteDestination = destinationDigest as HandleDigest | null;
+  // What the source read must be what passed through here…
+  const expected = remoteSource?.sha256 ?? passed;
+  if (remoteSource) check('received', passed, expected);
+  // …and what the destination holds must be that too: its executor's digest of what it wrote; for a local
+  // destination fed the checked bytes of a remote source, what this process wrote; else read back.
+  let atDestination: string;
+  if (remoteDestination) atDestination = remoteDestination.sha256;
+  else if (remoteSource && !destination.env) atDestination = passed;
+  else atDestination = await sha256Of(destination, to);
+  check('at the destination', atDestination, expected);
   stats.files++;
   stats.bytes += done;
   options.onFile?.(to, done, expected);

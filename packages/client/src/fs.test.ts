@@ -19,6 +19,8 @@ describe.each<Case>(['local', 'remote tether', 'remote codex'])('Environment.fs:
   let peer: PeerHandle | null = null;
   let fs: EnvironmentFs;
   let calls: string[] = [];
+  /** How block data travelled: `raw` (binary attachment) or `base64`, per fs/readBlock and fs/writeBlock. */
+  let forms: string[] = [];
 
   beforeAll(async () => {
     if (kind === 'local') {
@@ -33,8 +35,16 @@ describe.each<Case>(['local', 'remote tether', 'remote codex'])('Environment.fs:
     const caller = (inner as unknown as { caller: { call: RemoteFs['readFile']; capabilities(): ReadonlySet<string> } })
       .caller;
     fs = new RemoteFs({
-      call: (method: string, params?: unknown, options?: { encode?: (id: string | number) => Buffer }) => {
+      call: (
+        method: string,
+        params?: unknown,
+        options?: { encode?: (id: string | number, allocate: (n: number) => Buffer) => Buffer },
+      ) => {
         calls.push(method);
+        if (method === 'fs/readBlock') forms.push((params as { binary?: boolean }).binary ? 'raw' : 'base64');
+        if (method === 'fs/writeBlock' && options?.encode) {
+          forms.push(options.encode(0, (n) => Buffer.alloc(n))[0] === 0x01 ? 'raw' : 'base64');
+        }
         return (caller.call as unknown as (m: string, p?: unknown, o?: unknown) => Promise<never>)(
           method,
           params,
@@ -76,10 +86,14 @@ describe.each<Case>(['local', 'remote tether', 'remote codex'])('Environment.fs:
     const data = randomBytes(5 * 1024 * 1024 + 123);
     const path = join(work, `${kind.replace(' ', '-')}-stream.bin`);
     calls = [];
-    await pipeline(Readable.from([data.subarray(0, 1_000_000), data.subarray(1_000_000)]), fs.createWriteStream(path));
-    expect(createHash('sha256').update(readFileSync(path)).digest('hex')).toBe(
-      createHash('sha256').update(data).digest('hex'),
+    forms = [];
+    const digests: unknown[] = [];
+    const sha256 = createHash('sha256').update(data).digest('hex');
+    await pipeline(
+      Readable.from([data.subarray(0, 1_000_000), data.subarray(1_000_000)]),
+      fs.createWriteStream(path, { onDigest: (d) => digests.push(d) }),
     );
+    expect(createHash('sha256').update(readFileSync(path)).digest('hex')).toBe(sha256);
     if (kind !== 'local') {
       // Streamed (both executors advertise fileWriteStreaming), never sent whole.
       expect(calls).not.toContain('fs/writeFile');
@@ -87,13 +101,31 @@ describe.each<Case>(['local', 'remote tether', 'remote codex'])('Environment.fs:
     }
     calls = [];
     const parts: Buffer[] = [];
-    for await (const chunk of fs.createReadStream(path, { blockSize: 1024 * 1024 })) parts.push(chunk as Buffer);
+    const stream = fs.createReadStream(path, { blockSize: 1024 * 1024, onDigest: (d) => digests.push(d) });
+    for await (const chunk of stream) parts.push(chunk as Buffer);
     expect(Buffer.concat(parts).equals(data)).toBe(true);
     if (kind !== 'local') {
       expect(calls[0]).toBe('fs/open');
       expect(calls.at(-1), calls.join(',')).toBe('fs/close');
       expect(calls).not.toContain('fs/readFile');
     }
+    // Tether's executor takes and gives raw bytes and hashes what passed through each handle; Codex's
+    // gets base64 and no digest request; local files have no digest to report.
+    const expected = {
+      local: { form: null, digests: [] },
+      'remote tether': {
+        form: 'raw',
+        digests: [
+          { sha256, bytes: data.length },
+          { sha256, bytes: data.length },
+        ],
+      },
+      'remote codex': { form: 'base64', digests: [null, null] },
+    }[kind];
+    // 6 blocks written, at least 6 read (reads in flight may ask past the end).
+    if (expected.form) expect(forms.length).toBeGreaterThanOrEqual(12);
+    expect(new Set(forms)).toEqual(new Set(expected.form ? [expected.form] : []));
+    expect(digests).toEqual(expected.digests);
   });
 
   it('an empty stream still creates the file', async () => {

@@ -3,6 +3,7 @@ import { createReadStream, createWriteStream } from 'node:fs';
 import * as fsp from 'node:fs/promises';
 import { Readable, Writable } from 'node:stream';
 import { encodeWriteBlockRequest } from '@tether/exec-protocol';
+import { attachmentOf, encodeWithAttachment } from '@tether/jsonrpc';
 import { TetherError } from './errors.js';
 
 export interface FileMetadata {
@@ -12,6 +13,26 @@ export interface FileMetadata {
   size: number;
   createdAtMs: number;
   modifiedAtMs: number;
+}
+
+/** What an executor hashed of a handle's bytes (`fileHandleDigest`): the bytes it read or wrote, in order. */
+export interface HandleDigest {
+  sha256: string;
+  bytes: number;
+}
+
+/** Options of streamed reads and writes. */
+export interface StreamOptions {
+  /** Bytes per `fs/readBlock` / `fs/writeBlock` (at most 1 MiB). */
+  blockSize?: number;
+  /** Blocks in flight. */
+  depth?: number;
+  /**
+   * Called once the remote handle is closed, before the stream ends or finishes, with the executor's
+   * SHA-256 of the bytes it read or wrote (when it offers `fileHandleDigest`), else null. Never called
+   * for local files.
+   */
+  onDigest?: (digest: HandleDigest | null) => void;
 }
 
 export interface DirectoryEntry {
@@ -31,9 +52,9 @@ export interface EnvironmentFs {
   remove(path: string, options?: { recursive?: boolean; force?: boolean }): Promise<void>;
   copy(source: string, destination: string, options?: { recursive?: boolean }): Promise<void>;
   /** Streams a file in blocks (never whole in memory). */
-  createReadStream(path: string, options?: { blockSize?: number; depth?: number }): Readable;
+  createReadStream(path: string, options?: StreamOptions): Readable;
   /** Streams into a file (created or truncated) without holding it in memory where the executor can. */
-  createWriteStream(path: string, options?: { blockSize?: number; depth?: number }): Writable;
+  createWriteStream(path: string, options?: StreamOptions): Writable;
 }
 
 /** Default block for streamed reads and writes. */
@@ -111,10 +132,10 @@ export class LocalFs implements EnvironmentFs {
   copy(source: string, destination: string, options: { recursive?: boolean } = {}): Promise<void> {
     return local(source, () => fsp.cp(source, destination, { recursive: options.recursive ?? false }));
   }
-  createReadStream(path: string, options: { blockSize?: number } = {}): Readable {
+  createReadStream(path: string, options: StreamOptions = {}): Readable {
     return createReadStream(path, { highWaterMark: options.blockSize ?? DEFAULT_BLOCK_SIZE });
   }
-  createWriteStream(path: string): Writable {
+  createWriteStream(path: string, _options: StreamOptions = {}): Writable {
     return createWriteStream(path);
   }
 }
@@ -129,6 +150,13 @@ export interface FsCaller {
   ): Promise<T>;
   /** Capabilities the executor advertised at initialize. */
   capabilities(): ReadonlySet<string>;
+}
+
+/** The digest in an `fs/close` answer, if it has a well-formed one. */
+function digestOf(answer: Partial<HandleDigest> | undefined): HandleDigest | null {
+  if (!answer || typeof answer.sha256 !== 'string' || !/^[0-9a-f]{64}$/.test(answer.sha256)) return null;
+  if (typeof answer.bytes !== 'number') return null;
+  return { sha256: answer.sha256, bytes: answer.bytes };
 }
 
 export function toFileUri(path: string): string {
@@ -194,10 +222,12 @@ export class RemoteFs implements EnvironmentFs {
    * Reads in blocks with up to `depth` `fs/readBlock` requests in flight (default 4), so the round trip
    * through the relay overlaps with the transfer; blocks are delivered in order.
    */
-  createReadStream(path: string, options: { blockSize?: number; depth?: number } = {}): Readable {
+  createReadStream(path: string, options: StreamOptions = {}): Readable {
     let blockSize = Math.min(Math.max(1, options.blockSize ?? DEFAULT_BLOCK_SIZE), MAX_BLOCK_BYTES);
     const depth = Math.max(1, options.depth ?? 4);
     const handleId = this.nextHandleId('r');
+    const binary = this.caller.capabilities().has('binaryBlocks');
+    const withDigest = this.caller.capabilities().has('fileHandleDigest');
     /** End of file delivered (or the stream failed): later reads take nothing more. */
     let finished = false;
     const caller = this.caller;
@@ -205,22 +235,31 @@ export class RemoteFs implements EnvironmentFs {
     let open = false;
     let nextOffset = 0;
     let eof = false;
-    let inflight: Array<{ offset: number; len: number; answer: Promise<{ chunk: string; eof: boolean }> }> = [];
-    // One close for every path that ends the stream (eof seen by overlapping reads, errors, destroy).
+    let inflight: Array<{ offset: number; len: number; answer: Promise<{ chunk?: string; eof: boolean }> }> = [];
+    // One close for every path that ends the stream (eof seen by overlapping reads, errors, destroy); only
+    // the close at the end of the file reports the digest.
     let closing: Promise<void> | null = null;
-    const close = () => {
+    const close = (atEnd = false) => {
       closing ??= (async () => {
         if (opened) await opened.catch(() => undefined);
         if (!open) return;
         open = false;
         await Promise.allSettled(inflight.map((block) => block.answer));
         inflight = [];
-        await caller.call('fs/close', { handleId }).catch(() => undefined);
+        const answer = await caller
+          .call<Partial<HandleDigest>>('fs/close', { handleId, ...(withDigest && atEnd ? { digest: true } : {}) })
+          .catch(() => undefined);
+        if (atEnd) options.onDigest?.(digestOf(answer));
       })();
       return closing;
     };
     const request = (offset: number, len: number) => {
-      const answer = caller.call<{ chunk: string; eof: boolean }>('fs/readBlock', { handleId, offset, len });
+      const answer = caller.call<{ chunk?: string; eof: boolean }>('fs/readBlock', {
+        handleId,
+        offset,
+        len,
+        ...(binary ? { binary: true } : {}),
+      });
       answer.catch(() => undefined); // awaited in order below
       inflight.push({ offset, len, answer });
     };
@@ -236,7 +275,7 @@ export class RemoteFs implements EnvironmentFs {
           if (eof) {
             // An overlapping read after the last block: never take a block requested past the end.
             finished = true;
-            await close();
+            await close(true);
             this.push(null);
             return;
           }
@@ -252,7 +291,7 @@ export class RemoteFs implements EnvironmentFs {
             return;
           }
           const answer = await block.answer;
-          const bytes = Buffer.from(answer.chunk, 'base64');
+          const bytes = attachmentOf(answer) ?? Buffer.from(answer.chunk ?? '', 'base64');
           if (answer.eof) eof = true;
           if (!answer.eof && bytes.byteLength < block.len) {
             // The executor caps blocks: what was asked beyond this one starts at the wrong offset.
@@ -267,7 +306,7 @@ export class RemoteFs implements EnvironmentFs {
           if (eof) finished = true;
           if (bytes.byteLength > 0) this.push(bytes);
           if (eof) {
-            await close();
+            await close(true);
             this.push(null);
           }
         } catch (err) {
@@ -291,8 +330,10 @@ export class RemoteFs implements EnvironmentFs {
    * `fileWriteStreaming`, Codex's and ours), up to `depth` blocks in flight; without it, buffers and sends
    * one `fs/writeFile` (refusing files over `maxWholeWriteBytes`).
    */
-  createWriteStream(path: string, options: { blockSize?: number; depth?: number } = {}): Writable {
+  createWriteStream(path: string, options: StreamOptions = {}): Writable {
     if (!this.caller.capabilities().has('fileWriteStreaming')) return this.wholeFileWriter(path);
+    const binary = this.caller.capabilities().has('binaryBlocks');
+    const withDigest = this.caller.capabilities().has('fileHandleDigest');
     const blockSize = Math.min(options.blockSize ?? DEFAULT_BLOCK_SIZE, MAX_BLOCK_BYTES);
     const depth = Math.max(1, options.depth ?? 4);
     const handleId = this.nextHandleId('w');
@@ -316,7 +357,16 @@ export class RemoteFs implements EnvironmentFs {
         .call(
           'fs/writeBlock',
           { handleId, offset: at },
-          { encode: (id, allocate) => encodeWriteBlockRequest(id, handleId, at, block, allocate) },
+          {
+            encode: binary
+              ? (id, allocate) =>
+                  encodeWithAttachment(
+                    `{"id":${JSON.stringify(id)},"method":"fs/writeBlock","params":{"handleId":${JSON.stringify(handleId)},"offset":${at}}}`,
+                    block,
+                    allocate,
+                  )
+              : (id, allocate) => encodeWriteBlockRequest(id, handleId, at, block, allocate),
+          },
         )
         .catch((err: Error) => {
           failure ??= err;
@@ -326,10 +376,14 @@ export class RemoteFs implements EnvironmentFs {
       while (inflight.size >= depth) await Promise.race(inflight);
       if (failure) throw failure;
     };
-    const closeHandle = async () => {
+    const closeHandle = async (atEnd: boolean) => {
       if (!isOpen) return;
       isOpen = false;
-      await caller.call('fs/close', { handleId });
+      const answer = await caller.call<Partial<HandleDigest>>('fs/close', {
+        handleId,
+        ...(withDigest && atEnd ? { digest: true } : {}),
+      });
+      if (atEnd) options.onDigest?.(digestOf(answer));
     };
     return new Writable({
       highWaterMark: blockSize,
@@ -354,7 +408,7 @@ export class RemoteFs implements EnvironmentFs {
           pending = Buffer.alloc(0);
           await Promise.all(inflight);
           if (failure) throw failure;
-          await closeHandle();
+          await closeHandle(true);
         })().then(
           () => callback(),
           (err: Error) => callback(err),
@@ -363,7 +417,7 @@ export class RemoteFs implements EnvironmentFs {
       destroy(err, callback) {
         // An open still in flight would leave a handle behind: wait for it, then close.
         Promise.allSettled([...(opened ? [opened] : []), ...inflight])
-          .then(() => closeHandle())
+          .then(() => closeHandle(false))
           .then(
             () => callback(err),
             () => callback(err),

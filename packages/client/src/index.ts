@@ -15,8 +15,10 @@ export {
   type DirectoryEntry,
   type EnvironmentFs,
   type FileMetadata,
+  type HandleDigest,
   LocalFs,
   RemoteFs,
+  type StreamOptions,
   toFileUri,
 } from './fs.js';
 export { LocalBackend } from './local-backend.js';

@@ -86,15 +86,28 @@ export const FsOpenParams = Type.Object({
 export type FsOpenParams = Static<typeof FsOpenParams>;
 export const FsOpenResult = Type.Object({ handleId: Type.String() });
 
-export const FsReadBlockParams = Type.Object({ handleId: Type.String(), offset: U64, len: U64 });
+export const FsReadBlockParams = Type.Object({
+  handleId: Type.String(),
+  offset: U64,
+  len: U64,
+  /** Tether (`binaryBlocks`): answer with the bytes as a binary attachment instead of base64 `chunk`. */
+  binary: Type.Optional(Type.Boolean()),
+});
 export type FsReadBlockParams = Static<typeof FsReadBlockParams>;
 export const FsReadBlockResult = Type.Object({ chunk: Type.String(), eof: Type.Boolean() });
 export type FsReadBlockResult = Static<typeof FsReadBlockResult>;
 
 export const FsWriteBlockParams = Type.Object({ handleId: Type.String(), offset: U64, chunk: Type.String() });
 export type FsWriteBlockParams = Static<typeof FsWriteBlockParams>;
+/** Tether (`binaryBlocks`): `fs/writeBlock` whose bytes are the message's binary attachment. */
+export const FsWriteBlockBinaryParams = Type.Object({ handleId: Type.String(), offset: U64 });
+export type FsWriteBlockBinaryParams = Static<typeof FsWriteBlockBinaryParams>;
 
-export const FsCloseParams = Type.Object({ handleId: Type.String() });
+export const FsCloseParams = Type.Object({
+  handleId: Type.String(),
+  /** Tether (`fileHandleDigest`): also answer the SHA-256 of the bytes read or written, when they ran from 0. */
+  digest: Type.Optional(Type.Boolean()),
+});
 export type FsCloseParams = Static<typeof FsCloseParams>;
 
 const Usize = Type.Integer({ minimum: 0, serde: 'usize' });

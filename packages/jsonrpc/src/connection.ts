@@ -42,6 +42,11 @@ export class RpcConnection {
     return this.transport.kind;
   }
 
+  /** Whether messages with binary attachments can be sent on this connection's transport. */
+  get carriesAttachments(): boolean {
+    return this.transport.carriesAttachments;
+  }
+
   get label(): string {
     return this.transport.label;
   }

@@ -1,3 +1,11 @@
+export {
+  ATTACHMENT,
+  ATTACHMENT_MARKER,
+  attachmentOf,
+  encodeWithAttachment,
+  hasAttachmentMarker,
+  splitAttachment,
+} from './attachment.js';
 export { type BufferLease, BufferPool, type BufferPoolOptions } from './buffer-pool.js';
 export { type CallOptions, RpcClient, type RpcClientOptions, RpcTimeoutError } from './client.js';
 export {

@@ -1,3 +1,5 @@
+import { ATTACHMENT, hasAttachmentMarker, splitAttachment } from './attachment.js';
+
 /**
  * JSON-RPC messages in the Codex dialect (spec/exec-protocol.md §1.5): the `jsonrpc` member is omitted
  * on output and ignored on input; ids are integers or strings and are echoed unchanged. Classification
@@ -54,8 +56,12 @@ export function classifyMessage(value: unknown): InboundMessage {
   return { kind: 'malformed', reason: 'invalid error object: expected `code` and `message`' };
 }
 
-/** Parses one transport message (text, or UTF-8 bytes from a binary frame). Never throws. */
+/**
+ * Parses one transport message (text, UTF-8 bytes, or a message with a binary attachment, which is
+ * then on `params` or `result` under `ATTACHMENT`). Never throws.
+ */
 export function parseMessage(data: string | Buffer): InboundMessage {
+  if (hasAttachmentMarker(data)) return parseWithAttachment(data as Buffer);
   if (typeof data !== 'string' && data.length >= LARGE_MESSAGE_BYTES) {
     const value = parseLargeMessage(data);
     if (value !== undefined) return classifyMessage(value);
@@ -67,6 +73,29 @@ export function parseMessage(data: string | Buffer): InboundMessage {
     return { kind: 'malformed', reason: (err as Error).message };
   }
   return classifyMessage(value);
+}
+
+function parseWithAttachment(data: Buffer): InboundMessage {
+  const parts = splitAttachment(data);
+  if (typeof parts === 'string') return { kind: 'malformed', reason: parts };
+  let message: InboundMessage;
+  try {
+    message = classifyMessage(JSON.parse(parts.json));
+  } catch (err) {
+    return { kind: 'malformed', reason: (err as Error).message };
+  }
+  const holder =
+    message.kind === 'request' || message.kind === 'notification'
+      ? message.params
+      : message.kind === 'response'
+        ? message.result
+        : undefined;
+  if (message.kind === 'malformed') return message;
+  if (typeof holder !== 'object' || holder === null || Array.isArray(holder)) {
+    return { kind: 'malformed', reason: 'a binary attachment needs an object as params or result' };
+  }
+  Object.defineProperty(holder, ATTACHMENT, { value: parts.attachment, enumerable: false });
+  return message;
 }
 
 /** Messages from this size on try `parseLargeMessage` first. */

@@ -16,6 +16,8 @@ export interface MessageTransport {
   readonly kind: TransportKind;
   /** Used in error messages and logs, e.g. `exec-server stdio` or `exec-server websocket 127.0.0.1:5000`. */
   readonly label: string;
+  /** Whether messages with a binary attachment (`attachment.ts`) can travel: not over stdio's lines. */
+  readonly carriesAttachments: boolean;
   /** Starts delivering messages to the handlers; called once. */
   start(handlers: TransportHandlers): void;
   /**

@@ -56,6 +56,7 @@ type State = 'handshaking' | 'open' | 'closed';
  */
 export class SecureStream implements MessageTransport {
   readonly kind = 'relay' as const;
+  readonly carriesAttachments = true;
   readonly label: string;
   private state: State = 'handshaking';
   private handlers: TransportHandlers | null = null;

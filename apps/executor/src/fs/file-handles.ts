@@ -1,3 +1,4 @@
+import { createHash, type Hash } from 'node:crypto';
 import { constants as fsConstants } from 'node:fs';
 import { type FileHandle, open, stat } from 'node:fs/promises';
 import { ErrorCode, type FsOpenMode, RpcError } from '@tether/exec-protocol';
@@ -8,9 +9,53 @@ export const MAX_BLOCK_BYTES = 1024 * 1024;
 export const DEFAULT_MAX_FILE_HANDLES = 128;
 export const MAX_HANDLE_ID_BYTES = 32;
 
+/** Read blocks that completed ahead of the digest's position, kept until the gap fills (else no digest). */
+const MAX_DIGEST_REORDER = 16;
+
+/**
+ * SHA-256 of a handle's bytes in file order, for `fs/close` (Tether's `fileHandleDigest`): the bytes
+ * written, or the bytes read, as long as they form one run from offset 0. Writes are hashed as they
+ * arrive (requests start in arrival order); reads as they complete, reordered by offset. Any gap,
+ * overlap or retry gives up, and `fs/close` then reports no digest.
+ */
+class HandleDigest {
+  private hash: Hash | null = createHash('sha256');
+  private position = 0;
+  private readonly ahead = new Map<number, Buffer>();
+
+  /** `reorder`: a block ahead of the position is kept until the gap fills (reads), else it ends the digest. */
+  add(offset: number, data: Buffer, reorder: boolean): void {
+    if (!this.hash || data.length === 0) return;
+    if (offset !== this.position) {
+      if (!reorder || offset < this.position || this.ahead.size >= MAX_DIGEST_REORDER) this.giveUp();
+      else this.ahead.set(offset, data);
+      return;
+    }
+    this.hash.update(data);
+    this.position += data.length;
+    for (let next = this.ahead.get(this.position); next; next = this.ahead.get(this.position)) {
+      this.ahead.delete(this.position);
+      this.hash.update(next);
+      this.position += next.length;
+    }
+  }
+
+  giveUp(): void {
+    this.hash = null;
+    this.ahead.clear();
+  }
+
+  /** Hex digest and byte count, or null if the bytes were not one run from 0. */
+  finish(): { sha256: string; bytes: number } | null {
+    if (!this.hash || this.ahead.size > 0) return null;
+    return { sha256: this.hash.digest('hex'), bytes: this.position };
+  }
+}
+
 interface OpenFile {
   mode: FsOpenMode;
   file: FileHandle;
+  digest: HandleDigest;
 }
 
 /** True when `path` names a FIFO (following symlinks); false when absent or anything else. */
@@ -70,7 +115,7 @@ export class FileHandleTable {
         if (!(await osCall(() => file!.stat())).isFile()) throw notAFile(path);
       }
       if (this.closed) throw RpcError.invalidRequest('connection is closing');
-      this.files.set(id, { mode, file });
+      this.files.set(id, { mode, file, digest: new HandleDigest() });
     } catch (err) {
       await file?.close().catch(() => undefined);
       throw err;
@@ -108,7 +153,9 @@ export class FileHandleTable {
       await entry.file.close().catch(() => undefined);
       throw fsError(err);
     }
-    return { chunk: buffer.subarray(0, filled), eof: filled < len };
+    const chunk = buffer.subarray(0, filled);
+    entry.digest.add(offset, chunk, true);
+    return { chunk, eof: filled < len };
   }
 
   /** Writes `data` at `offset` (positional: blocks may arrive in any order, a retry rewrites the same bytes). */
@@ -116,7 +163,8 @@ export class FileHandleTable {
     if (data.length < 1 || data.length > MAX_BLOCK_BYTES) {
       throw RpcError.invalidRequest(`file write block length must be between 1 and ${MAX_BLOCK_BYTES}`);
     }
-    const { file } = this.lookup(id);
+    const { file, digest } = this.lookup(id);
+    digest.add(offset, data, false);
     let written = 0;
     try {
       while (written < data.length) {
@@ -124,16 +172,21 @@ export class FileHandleTable {
         written += result.bytesWritten;
       }
     } catch (err) {
+      digest.giveUp();
       throw fsError(err);
     }
   }
 
-  /** Closes a handle; an unknown id is not an error (Codex answers `{}`). */
-  async close(id: string): Promise<void> {
+  /**
+   * Closes a handle; an unknown id is not an error (Codex answers `{}`). Returns the SHA-256 of the bytes
+   * read or written through it when they formed one run from offset 0 (`HandleDigest`), else null.
+   */
+  async close(id: string): Promise<{ sha256: string; bytes: number } | null> {
     const entry = this.files.get(id);
-    if (!entry) return;
+    if (!entry) return null;
     this.files.delete(id);
     await osCall(() => entry.file.close());
+    return entry.digest.finish();
   }
 
   /** Closes every handle and refuses new ones (the connection ended). */

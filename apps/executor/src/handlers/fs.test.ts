@@ -1,8 +1,15 @@
-import { mkdtempSync, readdirSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileUri, RpcError } from '@tether/exec-protocol';
-import { createMemoryTransportPair, RpcClient, RpcConnection } from '@tether/jsonrpc';
+import {
+  attachmentOf,
+  createMemoryTransportPair,
+  encodeWithAttachment,
+  RpcClient,
+  RpcConnection,
+} from '@tether/jsonrpc';
 import { afterEach, describe, expect, it } from 'vitest';
 import { ExecServer } from '../server.js';
 import { whileAttached } from './attached.js';
@@ -106,5 +113,132 @@ describe('whileAttached', () => {
       } as unknown as RequestContext;
       expect(() => handler({}, ctx)).toThrow(`guarded ${method}`);
     }
+  });
+});
+
+describe('binaryBlocks and fileHandleDigest (Tether extensions)', () => {
+  async function readyOver(kind: 'websocket' | 'stdio') {
+    const server = new ExecServer({ config: { pingIntervalMs: 0 }, reaper: false });
+    servers.push(server);
+    const [serverSide, clientSide] = createMemoryTransportPair(kind);
+    server.serve(new RpcConnection(serverSide));
+    const client = new RpcClient(new RpcConnection(clientSide), { onNotification: () => {}, callTimeoutMs: 10_000 });
+    const init = (await client.call('initialize', { clientName: 'test' })) as {
+      environmentInfo: { capabilities: Record<string, boolean> };
+    };
+    client.notify('initialized', {});
+    return { client, capabilities: init.environmentInfo.capabilities };
+  }
+  const sha256 = (data: Buffer) => createHash('sha256').update(data).digest('hex');
+  const dir = () => {
+    const d = mkdtempSync(join(tmpdir(), 'tether-fs-binary-'));
+    dirs.push(d);
+    return d;
+  };
+  const writeBlock = (client: RpcClient, handleId: string, offset: number, data: Buffer, extra = {}) =>
+    client.call('fs/writeBlock', undefined, {
+      encode: (id) =>
+        encodeWithAttachment(
+          JSON.stringify({ id, method: 'fs/writeBlock', params: { handleId, offset, ...extra } }),
+          data,
+        ),
+    });
+
+  it('are advertised where binary attachments travel, binaryBlocks never over stdio', async () => {
+    const ws = await readyOver('websocket');
+    expect(ws.capabilities).toMatchObject({ binaryBlocks: true, fileHandleDigest: true });
+    await expect(ws.client.call('environment/info', {})).resolves.toMatchObject({
+      capabilities: { binaryBlocks: true },
+    });
+    const stdio = await readyOver('stdio');
+    expect(stdio.capabilities.binaryBlocks).toBeUndefined();
+    expect(stdio.capabilities.fileHandleDigest).toBe(true);
+    const path = join(dir(), 'f');
+    writeFileSync(path, 'abc');
+    await stdio.client.call('fs/open', { handleId: 'r', path: pathToFileUri(path) });
+    await expect(
+      stdio.client.call('fs/readBlock', { handleId: 'r', offset: 0, len: 3, binary: true }),
+    ).rejects.toMatchObject({
+      code: -32602,
+      message: '`binary` blocks need a WebSocket or relay connection, not stdio',
+    });
+    // The base64 form still works on the same handle.
+    await expect(stdio.client.call('fs/readBlock', { handleId: 'r', offset: 0, len: 3 })).resolves.toEqual({
+      chunk: 'YWJj',
+      eof: false,
+    });
+  });
+
+  it('write raw bytes and read them back raw, with the digests of both handles', async () => {
+    const { client } = await readyOver('websocket');
+    const path = join(dir(), 'f');
+    const uri = pathToFileUri(path);
+    const data = Buffer.from(Array.from({ length: 300_000 }, (_, i) => (i * 31) & 0xff));
+    await client.call('fs/open', { handleId: 'w', path: uri, mode: 'replace' });
+    for (let offset = 0; offset < data.length; offset += 128 * 1024) {
+      await expect(writeBlock(client, 'w', offset, data.subarray(offset, offset + 128 * 1024))).resolves.toEqual({});
+    }
+    await expect(client.call('fs/close', { handleId: 'w', digest: true })).resolves.toEqual({
+      sha256: sha256(data),
+      bytes: data.length,
+    });
+    expect(readFileSync(path).equals(data)).toBe(true);
+
+    await client.call('fs/open', { handleId: 'r', path: uri });
+    // Four reads in flight complete in any order: the digest follows file order.
+    const answers = await Promise.all(
+      [0, 1, 2, 3].map((i) =>
+        client.call<{ eof: boolean; chunk?: string }>('fs/readBlock', {
+          handleId: 'r',
+          offset: i * 100_000,
+          len: 100_000,
+          binary: true,
+        }),
+      ),
+    );
+    expect(answers.map((a) => [a.eof, 'chunk' in a])).toEqual([
+      [false, false],
+      [false, false],
+      [false, false],
+      [true, false],
+    ]);
+    expect(Buffer.concat(answers.map((a) => attachmentOf(a) as Buffer)).equals(data)).toBe(true);
+    await expect(client.call('fs/close', { handleId: 'r', digest: true })).resolves.toEqual({
+      sha256: sha256(data),
+      bytes: data.length,
+    });
+  });
+
+  it('give no digest unless the bytes ran from offset 0 without gaps, and none unless asked', async () => {
+    const { client } = await readyOver('websocket');
+    const uri = pathToFileUri(join(dir(), 'f'));
+    await client.call('fs/open', { handleId: 'gap', path: uri, mode: 'replace' });
+    await writeBlock(client, 'gap', 0, Buffer.from('ab'));
+    await writeBlock(client, 'gap', 5, Buffer.from('cd'));
+    await expect(client.call('fs/close', { handleId: 'gap', digest: true })).resolves.toEqual({});
+    await client.call('fs/open', { handleId: 'retry', path: uri, mode: 'replace' });
+    await writeBlock(client, 'retry', 0, Buffer.from('ab'));
+    await writeBlock(client, 'retry', 0, Buffer.from('ab'));
+    await expect(client.call('fs/close', { handleId: 'retry', digest: true })).resolves.toEqual({});
+    await client.call('fs/open', { handleId: 'quiet', path: uri });
+    await client.call('fs/readBlock', { handleId: 'quiet', offset: 0, len: 10 });
+    await expect(client.call('fs/close', { handleId: 'quiet' })).resolves.toEqual({});
+    await client.call('fs/open', { handleId: 'mid', path: uri });
+    await client.call('fs/readBlock', { handleId: 'mid', offset: 1, len: 10 });
+    await expect(client.call('fs/close', { handleId: 'mid', digest: true })).resolves.toEqual({});
+  });
+
+  it('refuse a write with both a chunk and an attachment, and keep the handle', async () => {
+    const { client } = await readyOver('websocket');
+    const path = join(dir(), 'f');
+    await client.call('fs/open', { handleId: 'w', path: pathToFileUri(path), mode: 'replace' });
+    await expect(writeBlock(client, 'w', 0, Buffer.from('raw'), { chunk: 'YWJj' })).rejects.toMatchObject({
+      code: -32602,
+      message: '`chunk` and a binary attachment are exclusive',
+    });
+    await expect(writeBlock(client, 'nope', 0, Buffer.from('raw'))).rejects.toMatchObject({ code: -32004 });
+    await writeBlock(client, 'w', 0, Buffer.from('raw'));
+    await client.call('fs/close', { handleId: 'w' });
+    expect(readFileSync(path, 'utf8')).toBe('raw');
   });
 });

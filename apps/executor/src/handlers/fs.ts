@@ -13,6 +13,7 @@ import {
   FsReadFileParams,
   FsRemoveParams,
   FsWalkParams,
+  FsWriteBlockBinaryParams,
   FsWriteBlockParams,
   FsWriteFileParams,
   fileUriToPath,
@@ -20,6 +21,7 @@ import {
   parseSandbox,
   RpcError,
 } from '@tether/exec-protocol';
+import { attachmentOf, encodeWithAttachment } from '@tether/jsonrpc';
 import {
   canonicalize,
   copy,
@@ -142,17 +144,36 @@ export const fsHandlers: HandlerTable = whileAttached({
 
   [Method.fsReadBlock]: async (raw, ctx) => {
     const params = decode(FsReadBlockParams, raw);
+    if (params.binary && !ctx.carriesAttachments) {
+      throw RpcError.invalidParams('`binary` blocks need a WebSocket or relay connection, not stdio');
+    }
     const { chunk, eof } = await ctx.files.readBlock(params.handleId, params.offset, params.len);
+    if (params.binary) {
+      // binaryBlocks: `{eof}` as JSON, the bytes as the message's attachment.
+      return new EncodedResult((id, allocate) =>
+        encodeWithAttachment(`{"id":${JSON.stringify(id)},"result":{"eof":${eof}}}`, chunk, allocate),
+      );
+    }
     return new EncodedResult((id, allocate) => encodeBase64Response(id, 'chunk', chunk, { eof }, allocate));
   },
 
   [Method.fsWriteBlock]: async (raw, ctx) => {
-    const params = decode(FsWriteBlockParams, raw);
+    const attachment = attachmentOf(raw);
+    let params: { handleId: string; offset: number };
     let data: Buffer;
-    try {
-      data = decodeBase64Codex(params.chunk);
-    } catch (err) {
-      throw RpcError.invalidParams((err as Error).message);
+    if (attachment) {
+      // binaryBlocks: the bytes are the request's attachment; a `chunk` as well would be ambiguous.
+      params = decode(FsWriteBlockBinaryParams, raw);
+      if ('chunk' in params) throw RpcError.invalidParams('`chunk` and a binary attachment are exclusive');
+      data = attachment;
+    } else {
+      const textual = decode(FsWriteBlockParams, raw);
+      params = textual;
+      try {
+        data = decodeBase64Codex(textual.chunk);
+      } catch (err) {
+        throw RpcError.invalidParams((err as Error).message);
+      }
     }
     await ctx.files.writeBlock(params.handleId, params.offset, data);
     return {};
@@ -160,8 +181,9 @@ export const fsHandlers: HandlerTable = whileAttached({
 
   [Method.fsClose]: async (raw, ctx) => {
     const params = decode(FsCloseParams, raw);
-    await ctx.files.close(params.handleId);
-    return {};
+    const digest = await ctx.files.close(params.handleId);
+    // fileHandleDigest: only when asked, so a Codex client's `{}` stays `{}`.
+    return params.digest && digest ? digest : {};
   },
 
   [Method.fsWalk]: async (raw) => {

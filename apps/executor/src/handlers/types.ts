@@ -12,6 +12,8 @@ export interface RequestContext {
   files: FileHandleTable;
   /** Streamed `http/request` bodies of this connection (aborted when it ends). */
   http: HttpRequests;
+  /** Whether answers may carry binary attachments (`binaryBlocks`; not over stdio). */
+  carriesAttachments: boolean;
   /** Largest file `fs/readFile` returns. */
   maxReadFileBytes: number;
 }

@@ -1,3 +1,4 @@
+import { hasAttachmentMarker } from '../attachment.js';
 import type { MessageTransport, TransportHandlers, TransportKind } from '../transport.js';
 
 /**
@@ -17,16 +18,21 @@ export class MemoryTransport implements MessageTransport {
   /** @internal */
   peer: MemoryTransport | null = null;
   private handlers: TransportHandlers | null = null;
-  private readonly inbox: string[] = [];
+  private readonly inbox: Array<string | Buffer> = [];
   private paused = false;
   private closed = false;
   private scheduled = false;
   private closeAfterInbox = false;
 
+  /** Like the transport it stands in for: a memory "stdio" carries only text. */
+  readonly carriesAttachments: boolean;
+
   constructor(
     readonly kind: TransportKind,
     readonly label: string,
-  ) {}
+  ) {
+    this.carriesAttachments = kind !== 'stdio';
+  }
 
   start(handlers: TransportHandlers): void {
     this.handlers = handlers;
@@ -38,8 +44,14 @@ export class MemoryTransport implements MessageTransport {
       release?.();
       return false;
     }
-    this.peer.inbox.push(typeof message === 'string' ? message : message.toString('utf8'));
-    release?.(); // copied into the string above
+    if (hasAttachmentMarker(message)) {
+      if (!this.carriesAttachments)
+        throw new Error(`a message with a binary attachment cannot be sent over ${this.kind}`);
+      this.peer.inbox.push(Buffer.from(message as Buffer));
+    } else {
+      this.peer.inbox.push(typeof message === 'string' ? message : message.toString('utf8'));
+    }
+    release?.(); // copied above
     this.peer.schedule();
     return true;
   }

@@ -1,4 +1,5 @@
 import type { Readable, Writable } from 'node:stream';
+import { hasAttachmentMarker } from '../attachment.js';
 import {
   DEFAULT_HIGH_WATER_MARK,
   DEFAULT_LOW_WATER_MARK,
@@ -25,6 +26,7 @@ const NEWLINE_BYTES = Buffer.from('\n');
  */
 export class StdioTransport implements MessageTransport {
   readonly kind = 'stdio' as const;
+  readonly carriesAttachments = false;
   readonly label: string;
   private readonly input: Readable;
   private readonly output: Writable;
@@ -61,6 +63,7 @@ export class StdioTransport implements MessageTransport {
   }
 
   send(message: string | Buffer): boolean {
+    if (hasAttachmentMarker(message)) throw new Error('a message with a binary attachment cannot be sent over stdio');
     if (this.closed) return false;
     let ok: boolean;
     if (typeof message === 'string') {

@@ -1,4 +1,5 @@
 import type { WebSocket } from 'ws';
+import { hasAttachmentMarker } from '../attachment.js';
 import {
   DEFAULT_HIGH_WATER_MARK,
   DEFAULT_LOW_WATER_MARK,
@@ -16,14 +17,17 @@ export interface WebSocketTransportOptions {
 }
 
 const TEXT_FRAME = { binary: false } as const;
+const BINARY_FRAME = { binary: true } as const;
 
 /**
- * One JSON-RPC message per WebSocket message (spec §1.2): text frames out, text or binary in. The
+ * One JSON-RPC message per WebSocket message (spec §1.2): text frames out (binary for a message with an
+ * attachment, `attachment.ts`), text or binary in. The
  * message size limit is the server's `maxPayload` (ws closes with 1009 before buffering). Outbound
  * backpressure uses `bufferedAmount` against a high-water mark; `onDrain` fires below the low one.
  */
 export class WebSocketTransport implements MessageTransport {
   readonly kind = 'websocket' as const;
+  readonly carriesAttachments = true;
   readonly label: string;
   private readonly ws: WebSocket;
   private readonly pingIntervalMs: number;
@@ -68,15 +72,16 @@ export class WebSocketTransport implements MessageTransport {
       release?.();
       return false;
     }
-    // Bytes go out as a text frame too: the peer sees the same JSON text either way. ws frames a server's
-    // message without copying it and calls back once the socket has written it (or failed to).
+    // Bytes go out as a text frame too: the peer sees the same JSON text either way; only a message with a
+    // binary attachment (never valid UTF-8 JSON) needs a binary frame. ws frames a server's message
+    // without copying it and calls back once the socket has written it (or failed to).
     const afterWrite = release
       ? (err?: Error) => {
           release();
           this.afterWrite(err);
         }
       : this.afterWrite;
-    this.ws.send(message, TEXT_FRAME, afterWrite);
+    this.ws.send(message, hasAttachmentMarker(message) ? BINARY_FRAME : TEXT_FRAME, afterWrite);
     if (this.ws.bufferedAmount > this.highWaterMark) this.needsDrain = true;
     return !this.needsDrain;
   }
