@@ -7,8 +7,7 @@ import { Endpoint, signedUrl, startRelay } from './__tests__/support.js';
 const tick = () => new Promise<void>((resolve) => setTimeout(resolve, 1));
 
 /** One client frame, masked as RFC 6455 requires; `fin` false for a first fragment. */
-function clientFrame(opcode: number, payload: Buffer, fin = true): Buffer {
-  const mask = randomBytes(4);
+function clientFrame(opcode: number, payload: Buffer, fin = true, mask = randomBytes(4)): Buffer {
   const length = payload.length;
   const head =
     length < 126 ? Buffer.alloc(2) : length < 65536 ? Buffer.alloc(4) : Buffer.alloc(10, 0) /* 64-bit length */;
@@ -54,6 +53,24 @@ describe('data path framing', () => {
       socket.write(wire.subarray(pos, pos + step));
       pos += step;
       if (n % 4 === 0) await tick();
+    }
+    await env.dataCount(messages.length);
+    const received = env.raw.filter((_, i) => env.frames[i]?.kind === 'data');
+    expect(received.map((b) => b.toString('hex'))).toEqual(messages.map((m) => m.toString('hex')));
+  });
+
+  it('forwards frames masked with zeros (Tether clients) and with random keys alike', async () => {
+    const { url } = await startRelay();
+    const { env, streamId, socket } = await pairedStream(url);
+    const sizes = [10, 200, 65_536, 100_000, 61_000, 5];
+    const messages = sizes.map((size, i) => Buffer.from(encodeFrame(dataFrame(streamId, i + 1, randomBytes(size)))));
+    const zero = Buffer.alloc(4);
+    const wire = Buffer.concat(messages.map((m, i) => clientFrame(2, m, true, i % 2 === 0 ? zero : randomBytes(4))));
+    for (let pos = 0, n = 1; pos < wire.length; n++) {
+      const step = 1 + ((n * 7919) % 30_000);
+      socket.write(wire.subarray(pos, pos + step));
+      pos += step;
+      if (n % 3 === 0) await tick();
     }
     await env.dataCount(messages.length);
     const received = env.raw.filter((_, i) => env.frames[i]?.kind === 'data');

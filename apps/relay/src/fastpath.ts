@@ -124,6 +124,7 @@ export function installFastPath(ws: WebSocket, maxPayload: number, onFast: FastH
   let remaining = 0;
   let offset = 0;
   let mask = Buffer.alloc(4);
+  let zeroMask = false;
   let parts: Buffer[] = [];
   let total = 0;
   // Copying mode (reads land in the shared READ_BUFFER): a fast frame's payload is copied into `slab`.
@@ -136,6 +137,13 @@ export function installFastPath(ws: WebSocket, maxPayload: number, onFast: FastH
   const receiverGone = () => state.ending || state.destroyed || state.errored != null;
 
   const takeFast = (view: Buffer) => {
+    if (zeroMask) {
+      // Tether's clients mask with zeros (relay-frames/socket-mask.ts): the payload is already plain.
+      if (copying) view.copy(slab as Buffer, offset);
+      else parts.push(view);
+      offset += view.length;
+      return;
+    }
     let key = mask;
     if ((offset & 3) !== 0) {
       for (let i = 0; i < 4; i++) rotated[i] = mask[(i + offset) & 3] as number;
@@ -249,6 +257,7 @@ export function installFastPath(ws: WebSocket, maxPayload: number, onFast: FastH
         ws.readyState === 1
       ) {
         mask = Buffer.from(src.subarray(at + extra, at + extra + 4));
+        zeroMask = mask.readUInt32BE(0) === 0;
         offset = 0;
         if (copying) slab = acquire(length);
         total = length;

@@ -12,7 +12,7 @@ import {
   WebSocketTransport,
 } from '@tether/jsonrpc';
 import { generateIdentity, type NoiseIdentity } from '@tether/noise';
-import { MAX_FRAME_BYTES } from '@tether/relay-frames';
+import { MAX_FRAME_BYTES, relaySocketMask } from '@tether/relay-frames';
 import { SecureStream, SecureStreamError, WebSocketFrameLink } from '@tether/secure-stream';
 import { WebSocket } from 'ws';
 import type {
@@ -462,7 +462,7 @@ async function openSocket(ws: WebSocket, what: string, signal: AbortSignal, time
 /** The relay socket for a signed URL; the URL is a credential, so no error repeats it. */
 function relaySocket(url: string): WebSocket {
   try {
-    return new WebSocket(url, { perMessageDeflate: false, maxPayload: MAX_FRAME_BYTES });
+    return new WebSocket(url, { perMessageDeflate: false, maxPayload: MAX_FRAME_BYTES, generateMask: relaySocketMask });
   } catch {
     throw new TetherError('registry', 'the relay URL in the bundle is not a valid WebSocket URL');
   }

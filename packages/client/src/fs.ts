@@ -59,6 +59,8 @@ export interface EnvironmentFs {
 
 /** Default block for streamed reads and writes. */
 export const DEFAULT_BLOCK_SIZE = 1024 * 1024;
+/** Reads in flight by default: 3 × 1 MiB stays under the relay's 4 MiB backlog limit per harness. */
+export const DEFAULT_READ_DEPTH = 3;
 /** Largest block either executor accepts for `fs/readBlock` and `fs/writeBlock`. */
 export const MAX_BLOCK_BYTES = 1024 * 1024;
 
@@ -219,12 +221,14 @@ export class RemoteFs implements EnvironmentFs {
   }
 
   /**
-   * Reads in blocks with up to `depth` `fs/readBlock` requests in flight (default 4), so the round trip
-   * through the relay overlaps with the transfer; blocks are delivered in order.
+   * Reads in blocks with up to `depth` `fs/readBlock` requests in flight (default 3), so the round trip
+   * through the relay overlaps with the transfer; blocks are delivered in order. The default keeps the
+   * answers in flight (3 MiB) under the relay's backlog limit per harness (4 MiB by default), past which
+   * the relay resets a harness that reads more slowly than the executor answers.
    */
   createReadStream(path: string, options: StreamOptions = {}): Readable {
     let blockSize = Math.min(Math.max(1, options.blockSize ?? DEFAULT_BLOCK_SIZE), MAX_BLOCK_BYTES);
-    const depth = Math.max(1, options.depth ?? 4);
+    const depth = Math.max(1, options.depth ?? DEFAULT_READ_DEPTH);
     const handleId = this.nextHandleId('r');
     const binary = this.caller.capabilities().has('binaryBlocks');
     const withDigest = this.caller.capabilities().has('fileHandleDigest');

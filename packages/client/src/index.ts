@@ -12,6 +12,7 @@ export { TetherError, type TetherErrorCode } from './errors.js';
 export { type Dialer, ExecServerClient, type ExecServerClientOptions, type InitializeInfo } from './exec-client.js';
 export {
   DEFAULT_BLOCK_SIZE,
+  DEFAULT_READ_DEPTH,
   type DirectoryEntry,
   type EnvironmentFs,
   type FileMetadata,

@@ -51,3 +51,4 @@ export {
 } from './limits.js';
 export { OrderedReceiveWindow, type OrderedReceiveWindowOptions, SendSequence } from './ordered-window.js';
 export { frameMessage, frameMessageParts, MessageReassembler } from './record-framing.js';
+export { relaySocketMask } from './socket-mask.js';

@@ -1,6 +1,6 @@
 import type { IncomingMessage } from 'node:http';
 import { generateIdentity, type NoiseIdentity } from '@tether/noise';
-import { MAX_FRAME_BYTES } from '@tether/relay-frames';
+import { MAX_FRAME_BYTES, relaySocketMask } from '@tether/relay-frames';
 import type { SecureStream } from '@tether/secure-stream';
 import { WebSocket } from 'ws';
 import type { Logger } from '../logger.js';
@@ -178,6 +178,7 @@ export class RemoteLink {
         ws = new WebSocket(registration.url, {
           maxPayload: MAX_FRAME_BYTES, // one relay frame per WebSocket message (rendezvous.md §3.1)
           perMessageDeflate: false,
+          generateMask: relaySocketMask, // frames are ciphertext: no mask needed (relay-frames/socket-mask.ts)
           handshakeTimeout: this.options.connectTimeoutMs ?? 10_000,
         });
       } catch {
