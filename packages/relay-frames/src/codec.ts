@@ -153,9 +153,10 @@ export class DataFrameEncoder {
   /**
    * A Data frame with `payloadLength` bytes of payload to fill in before it is sent. The payload is
    * uninitialised memory (not zeroed, for speed): the caller must write every byte of it, or drop the
-   * frame.
+   * frame. `alloc` supplies the wire bytes (exactly the size asked; default a fresh buffer), e.g. from a
+   * pool whose buffer the caller takes back once the frame is written.
    */
-  allocate(seq: number, payloadLength: number): DataFrame {
+  allocate(seq: number, payloadLength: number, alloc: (size: number) => Uint8Array = Buffer.allocUnsafe): DataFrame {
     if (!Number.isInteger(seq) || seq < 0 || seq > MAX_SEQ) {
       throw new FrameError('invalid_data', 'data seq must be a u32');
     }
@@ -169,7 +170,7 @@ export class DataFrameEncoder {
       throw new FrameError('too_large', `encoded frame is ${total} bytes, over the ${MAX_FRAME_BYTES}-byte limit`);
     }
     // Uninitialised memory: every byte is written, the head here and the payload by the caller.
-    const unsafe = Buffer.allocUnsafe(total);
+    const unsafe = alloc(total);
     const bytes = new Uint8Array(unsafe.buffer, unsafe.byteOffset, total);
     bytes.set(head, 0);
     let at = head.byteLength;

@@ -16,8 +16,11 @@ export interface FrameLinkHandlers {
  */
 export interface FrameLink {
   start(handlers: FrameLinkHandlers): void;
-  /** Queues a frame; false when the outbound buffer is above the high-water mark. */
-  send(frame: Frame): boolean;
+  /**
+   * Queues a frame; false when the outbound buffer is above the high-water mark. `release`, if given, is
+   * called once the link no longer reads the frame's bytes (written, copied or dropped).
+   */
+  send(frame: Frame, release?: () => void): boolean;
   readonly bufferedAmount: number;
   pause(): void;
   resume(): void;
@@ -67,9 +70,18 @@ export class WebSocketFrameLink implements FrameLink {
     this.ws.on('error', (err: Error) => this.finish(`relay socket error: ${err.message}`));
   }
 
-  send(frame: Frame): boolean {
-    if (this.closed) return false;
-    this.ws.send(encodeFrame(frame), BINARY, this.afterWrite);
+  send(frame: Frame, release?: () => void): boolean {
+    if (this.closed) {
+      release?.();
+      return false;
+    }
+    const afterWrite = release
+      ? (err?: Error) => {
+          release();
+          this.afterWrite(err);
+        }
+      : this.afterWrite;
+    this.ws.send(encodeFrame(frame), BINARY, afterWrite);
     if (this.ws.bufferedAmount > HIGH_WATER_MARK) this.needsDrain = true;
     return !this.needsDrain;
   }
@@ -139,9 +151,15 @@ class MemoryFrameLink implements FrameLink {
   start(handlers: FrameLinkHandlers): void {
     this.handlers = handlers;
   }
-  send(frame: Frame): boolean {
-    if (this.closed) return false;
-    this.peer?.deliver(encodeFrame(frame));
+  send(frame: Frame, release?: () => void): boolean {
+    if (this.closed) {
+      release?.();
+      return false;
+    }
+    const bytes = encodeFrame(frame);
+    // The receiver keeps views of what it is given: a buffer its sender will reuse goes over as a copy.
+    this.peer?.deliver(release ? Uint8Array.prototype.slice.call(bytes) : bytes);
+    release?.();
     return true;
   }
   pause(): void {}

@@ -15,10 +15,12 @@ function tap(link: FrameLink, rewrite?: (frame: Frame) => Frame | null): { link:
     sent,
     link: {
       start: (handlers) => link.start(handlers),
-      send: (frame) => {
+      send: (frame, release) => {
         sent.push(frame);
         const out = rewrite ? rewrite(frame) : frame;
-        return out ? link.send(out) : true;
+        if (out) return link.send(out, release);
+        release?.();
+        return true;
       },
       get bufferedAmount() {
         return link.bufferedAmount;
@@ -119,6 +121,29 @@ describe('SecureStream', () => {
     message.fill(0x20);
     await new Promise((r) => setTimeout(r, 20));
     expect(received).toEqual([expected]);
+    harnessStream.close();
+    executorStream.close();
+  });
+
+  it('seals records into pooled frame buffers, reused once written, without corrupting anything', async () => {
+    const { initiated, accepted, harnessSent } = await pair();
+    const [harnessStream, { stream: executorStream }] = await Promise.all([initiated, accepted]);
+    const received: string[] = [];
+    executorStream.start({ onMessage: (m) => received.push(String(m)), onClose: () => {}, onDrain: () => {} });
+    harnessStream.start({ onMessage: () => {}, onClose: () => {}, onDrain: () => {} });
+    const messages = Array.from({ length: 8 }, (_, i) =>
+      JSON.stringify({ method: 'n', params: { text: String.fromCharCode(97 + i).repeat(150 * 1024) } }),
+    );
+    for (const message of messages) {
+      harnessStream.send(message);
+      await new Promise((r) => setTimeout(r, 5)); // delivered (and so released) before the next
+    }
+    await new Promise((r) => setTimeout(r, 20));
+    expect(received).toEqual(messages);
+    // Later records were sealed into the buffers of earlier ones.
+    const buffers = harnessSent.flatMap((f) => (f.kind === 'data' ? [f.payload.buffer] : []));
+    expect(buffers.length).toBeGreaterThanOrEqual(24);
+    expect(new Set(buffers).size).toBeLessThan(buffers.length / 2);
     harnessStream.close();
     executorStream.close();
   });

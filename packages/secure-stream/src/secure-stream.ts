@@ -1,4 +1,4 @@
-import type { MessageTransport, TransportHandlers } from '@tether/jsonrpc';
+import { type BufferLease, BufferPool, type MessageTransport, type TransportHandlers } from '@tether/jsonrpc';
 import {
   buildRelayPrologue,
   type CryptoProvider,
@@ -25,6 +25,12 @@ import {
   SendSequence,
 } from '@tether/relay-frames';
 import type { FrameLink } from './link.js';
+
+/**
+ * Wire buffers of outbound Data frames, shared by every stream of the process: a fresh ~60 KiB buffer per
+ * record was external memory for V8 and brought a full collection every few dozen megabytes sent.
+ */
+const FRAME_POOL = new BufferPool({ maxPooledBytes: 8 * 1024 * 1024 });
 
 /** Reset reason sent on any failure; opaque to the peer (Codex's newest text). */
 export const PROTOCOL_ERROR_RESET = 'noise_relay_protocol_error';
@@ -119,9 +125,20 @@ export class SecureStream implements MessageTransport {
       for (const parts of frameMessageParts(bytes)) {
         let length = TAG_LENGTH_BYTES;
         for (const part of parts) length += part.byteLength;
-        const frame = this.dataFrames.allocate(this.sequence.take(), length);
-        this.transport.encryptInto(parts, frame.payload);
-        writable = this.link.send(frame);
+        // The frame's wire bytes come from a pool and go back once the link has written them.
+        let lease: BufferLease | null = null;
+        const frame = this.dataFrames.allocate(this.sequence.take(), length, (size) => {
+          lease = FRAME_POOL.lease(size);
+          return lease.buffer;
+        });
+        const taken = lease as BufferLease | null;
+        try {
+          this.transport.encryptInto(parts, frame.payload);
+        } catch (err) {
+          taken?.release();
+          throw err;
+        }
+        writable = this.link.send(frame, taken?.release);
       }
     } catch (err) {
       this.fail(`cannot send: ${(err as Error).message}`);

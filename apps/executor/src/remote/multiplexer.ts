@@ -100,9 +100,18 @@ export class RelayMultiplexer {
   }
 
   /** @internal */
-  sendFrame(frame: Frame): boolean {
-    if (this.closed || this.ws.readyState !== this.ws.OPEN) return false;
-    this.ws.send(encodeFrame(frame), BINARY, this.afterWrite);
+  sendFrame(frame: Frame, release?: () => void): boolean {
+    if (this.closed || this.ws.readyState !== this.ws.OPEN) {
+      release?.();
+      return false;
+    }
+    const afterWrite = release
+      ? (err?: Error) => {
+          release();
+          this.afterWrite(err);
+        }
+      : this.afterWrite;
+    this.ws.send(encodeFrame(frame), BINARY, afterWrite);
     if (this.ws.bufferedAmount > HIGH_WATER_MARK) this.needsDrain = true;
     return !this.needsDrain;
   }
@@ -265,9 +274,12 @@ class VirtualLink implements FrameLink {
     }
   }
 
-  send(frame: Frame): boolean {
-    if (this.closed) return false;
-    const ok = this.mux.sendFrame(frame);
+  send(frame: Frame, release?: () => void): boolean {
+    if (this.closed) {
+      release?.();
+      return false;
+    }
+    const ok = this.mux.sendFrame(frame, release);
     if (!ok) this.waitingForDrain = true;
     return ok;
   }
