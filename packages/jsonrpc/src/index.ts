@@ -33,6 +33,7 @@ export {
   DEFAULT_LOW_WATER_MARK,
   DEFAULT_MAX_MESSAGE_BYTES,
   type MessageTransport,
+  releasingCallback,
   type TransportHandlers,
   type TransportKind,
 } from './transport.js';

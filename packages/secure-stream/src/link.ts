@@ -1,3 +1,4 @@
+import { releasingCallback } from '@tether/jsonrpc';
 import { decodeFrame, encodeFrame, type Frame, FrameError } from '@tether/relay-frames';
 import type { WebSocket } from 'ws';
 
@@ -75,13 +76,7 @@ export class WebSocketFrameLink implements FrameLink {
       release?.();
       return false;
     }
-    const afterWrite = release
-      ? (err?: Error) => {
-          release();
-          this.afterWrite(err);
-        }
-      : this.afterWrite;
-    this.ws.send(encodeFrame(frame), BINARY, afterWrite);
+    this.ws.send(encodeFrame(frame), BINARY, releasingCallback(release, this.afterWrite));
     if (this.ws.bufferedAmount > HIGH_WATER_MARK) this.needsDrain = true;
     return !this.needsDrain;
   }

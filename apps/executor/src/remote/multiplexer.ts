@@ -1,3 +1,4 @@
+import { releasingCallback } from '@tether/jsonrpc';
 import type { NoiseIdentity, NoisePublicKey } from '@tether/noise';
 import {
   decodeFrame,
@@ -105,13 +106,7 @@ export class RelayMultiplexer {
       release?.();
       return false;
     }
-    const afterWrite = release
-      ? (err?: Error) => {
-          release();
-          this.afterWrite(err);
-        }
-      : this.afterWrite;
-    this.ws.send(encodeFrame(frame), BINARY, afterWrite);
+    this.ws.send(encodeFrame(frame), BINARY, releasingCallback(release, this.afterWrite));
     if (this.ws.bufferedAmount > HIGH_WATER_MARK) this.needsDrain = true;
     return !this.needsDrain;
   }

@@ -4,6 +4,7 @@ import {
   DEFAULT_HIGH_WATER_MARK,
   DEFAULT_LOW_WATER_MARK,
   type MessageTransport,
+  releasingCallback,
   type TransportHandlers,
 } from '../transport.js';
 
@@ -75,13 +76,8 @@ export class WebSocketTransport implements MessageTransport {
     // Bytes go out as a text frame too: the peer sees the same JSON text either way; only a message with a
     // binary attachment (never valid UTF-8 JSON) needs a binary frame. ws frames a server's message
     // without copying it and calls back once the socket has written it (or failed to).
-    const afterWrite = release
-      ? (err?: Error) => {
-          release();
-          this.afterWrite(err);
-        }
-      : this.afterWrite;
-    this.ws.send(message, hasAttachmentMarker(message) ? BINARY_FRAME : TEXT_FRAME, afterWrite);
+    const frame = hasAttachmentMarker(message) ? BINARY_FRAME : TEXT_FRAME;
+    this.ws.send(message, frame, releasingCallback(release, this.afterWrite));
     if (this.ws.bufferedAmount > this.highWaterMark) this.needsDrain = true;
     return !this.needsDrain;
   }
