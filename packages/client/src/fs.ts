@@ -231,7 +231,8 @@ export class RemoteFs implements EnvironmentFs {
     const depth = Math.max(1, options.depth ?? DEFAULT_READ_DEPTH);
     const handleId = this.nextHandleId('r');
     const binary = this.caller.capabilities().has('binaryBlocks');
-    const withDigest = this.caller.capabilities().has('fileHandleDigest');
+    // Hashing costs the executor CPU: only when someone wants the digest.
+    const withDigest = options.onDigest !== undefined && this.caller.capabilities().has('fileHandleDigest');
     /** End of file delivered (or the stream failed): later reads take nothing more. */
     let finished = false;
     const caller = this.caller;
@@ -250,9 +251,7 @@ export class RemoteFs implements EnvironmentFs {
         open = false;
         await Promise.allSettled(inflight.map((block) => block.answer));
         inflight = [];
-        const answer = await caller
-          .call<Partial<HandleDigest>>('fs/close', { handleId, ...(withDigest && atEnd ? { digest: true } : {}) })
-          .catch(() => undefined);
+        const answer = await caller.call<Partial<HandleDigest>>('fs/close', { handleId }).catch(() => undefined);
         if (atEnd) options.onDigest?.(digestOf(answer));
       })();
       return closing;
@@ -272,9 +271,11 @@ export class RemoteFs implements EnvironmentFs {
       async read() {
         if (finished) return;
         try {
-          opened ??= caller.call('fs/open', { handleId, path: toFileUri(path) }).then(() => {
-            open = true;
-          });
+          opened ??= caller
+            .call('fs/open', { handleId, path: toFileUri(path), ...(withDigest ? { digest: true } : {}) })
+            .then(() => {
+              open = true;
+            });
           await opened;
           if (eof) {
             // An overlapping read after the last block: never take a block requested past the end.
@@ -337,7 +338,8 @@ export class RemoteFs implements EnvironmentFs {
   createWriteStream(path: string, options: StreamOptions = {}): Writable {
     if (!this.caller.capabilities().has('fileWriteStreaming')) return this.wholeFileWriter(path);
     const binary = this.caller.capabilities().has('binaryBlocks');
-    const withDigest = this.caller.capabilities().has('fileHandleDigest');
+    // Hashing costs the executor CPU: only when someone wants the digest.
+    const withDigest = options.onDigest !== undefined && this.caller.capabilities().has('fileHandleDigest');
     const blockSize = Math.min(options.blockSize ?? DEFAULT_BLOCK_SIZE, MAX_BLOCK_BYTES);
     const depth = Math.max(1, options.depth ?? 4);
     const handleId = this.nextHandleId('w');
@@ -349,9 +351,11 @@ export class RemoteFs implements EnvironmentFs {
     const inflight = new Set<Promise<unknown>>();
     let failure: Error | null = null;
     const open = async () => {
-      opened ??= caller.call('fs/open', { handleId, path: toFileUri(path), mode: 'replace' }).then(() => {
-        isOpen = true;
-      });
+      opened ??= caller
+        .call('fs/open', { handleId, path: toFileUri(path), mode: 'replace', ...(withDigest ? { digest: true } : {}) })
+        .then(() => {
+          isOpen = true;
+        });
       await opened;
     };
     const send = async (block: Buffer) => {
@@ -383,10 +387,7 @@ export class RemoteFs implements EnvironmentFs {
     const closeHandle = async (atEnd: boolean) => {
       if (!isOpen) return;
       isOpen = false;
-      const answer = await caller.call<Partial<HandleDigest>>('fs/close', {
-        handleId,
-        ...(withDigest && atEnd ? { digest: true } : {}),
-      });
+      const answer = await caller.call<Partial<HandleDigest>>('fs/close', { handleId });
       if (atEnd) options.onDigest?.(digestOf(answer));
     };
     return new Writable({

@@ -39,6 +39,33 @@ describe('base64Problem', () => {
     for (const text of ['', 'aGk=', 'aGVsbG8=', 'AAEC+vv8/Q==', 'aGVs']) expect(base64Problem(text)).toBeNull();
     expect(decodeBase64Codex('AAEC+vv8/Q==')).toEqual(Buffer.from([0, 1, 2, 250, 251, 252, 253]));
   });
+
+  it('accepts exactly the texts that re-encode to themselves (canonical), over many one-symbol edits', () => {
+    // A small deterministic generator: texts of every length class, each with one symbol replaced.
+    let seed = 12345;
+    const next = () => {
+      seed = (seed * 1103515245 + 12345) & 0x7fffffff;
+      return seed;
+    };
+    const symbols = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=!-_ ';
+    let accepted = 0;
+    for (let i = 0; i < 4000; i++) {
+      const bytes = Buffer.from(Array.from({ length: next() % 12 }, () => next() % 256));
+      let text = bytes.toString('base64');
+      if (text.length > 0 && i % 5 !== 0) {
+        const at = next() % text.length;
+        text = text.slice(0, at) + symbols[next() % symbols.length] + text.slice(at + 1);
+      }
+      const canonical = Buffer.from(text, 'base64').toString('base64') === text;
+      if (canonical) {
+        accepted++;
+        expect(decodeBase64Codex(text).toString('base64')).toBe(text);
+      } else {
+        expect(() => decodeBase64Codex(text), text).toThrow(TypeError);
+      }
+    }
+    expect(accepted).toBeGreaterThan(800);
+  });
 });
 
 describe('parseSandbox', () => {

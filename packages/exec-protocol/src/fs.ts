@@ -82,6 +82,8 @@ export const FsOpenParams = Type.Object({
   path: Type.String(),
   mode: Type.Optional(Nullable(FsOpenMode)),
   sandbox: Sandbox,
+  /** Tether (`fileHandleDigest`): hash the bytes read or written; `fs/close` then answers the SHA-256. */
+  digest: Type.Optional(Type.Boolean()),
 });
 export type FsOpenParams = Static<typeof FsOpenParams>;
 export const FsOpenResult = Type.Object({ handleId: Type.String() });
@@ -103,11 +105,7 @@ export type FsWriteBlockParams = Static<typeof FsWriteBlockParams>;
 export const FsWriteBlockBinaryParams = Type.Object({ handleId: Type.String(), offset: U64 });
 export type FsWriteBlockBinaryParams = Static<typeof FsWriteBlockBinaryParams>;
 
-export const FsCloseParams = Type.Object({
-  handleId: Type.String(),
-  /** Tether (`fileHandleDigest`): also answer the SHA-256 of the bytes read or written, when they ran from 0. */
-  digest: Type.Optional(Type.Boolean()),
-});
+export const FsCloseParams = Type.Object({ handleId: Type.String() });
 export type FsCloseParams = Static<typeof FsCloseParams>;
 
 const Usize = Type.Integer({ minimum: 0, serde: 'usize' });

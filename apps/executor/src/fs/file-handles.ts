@@ -55,7 +55,8 @@ class HandleDigest {
 interface OpenFile {
   mode: FsOpenMode;
   file: FileHandle;
-  digest: HandleDigest;
+  /** Only for handles opened with `digest` (hashing costs ≈ 1 ms per MiB). */
+  digest: HandleDigest | null;
 }
 
 /** True when `path` names a FIFO (following symlinks); false when absent or anything else. */
@@ -86,7 +87,7 @@ export class FileHandleTable {
     return this.files.size + this.opening.size;
   }
 
-  async open(id: string, path: string, mode: FsOpenMode): Promise<void> {
+  async open(id: string, path: string, mode: FsOpenMode, digest = false): Promise<void> {
     if (Buffer.byteLength(id, 'utf8') > MAX_HANDLE_ID_BYTES) {
       throw RpcError.invalidRequest(`file handle ID must not exceed ${MAX_HANDLE_ID_BYTES} bytes`);
     }
@@ -115,7 +116,7 @@ export class FileHandleTable {
         if (!(await osCall(() => file!.stat())).isFile()) throw notAFile(path);
       }
       if (this.closed) throw RpcError.invalidRequest('connection is closing');
-      this.files.set(id, { mode, file, digest: new HandleDigest() });
+      this.files.set(id, { mode, file, digest: digest ? new HandleDigest() : null });
     } catch (err) {
       await file?.close().catch(() => undefined);
       throw err;
@@ -154,7 +155,7 @@ export class FileHandleTable {
       throw fsError(err);
     }
     const chunk = buffer.subarray(0, filled);
-    entry.digest.add(offset, chunk, true);
+    entry.digest?.add(offset, chunk, true);
     return { chunk, eof: filled < len };
   }
 
@@ -164,7 +165,7 @@ export class FileHandleTable {
       throw RpcError.invalidRequest(`file write block length must be between 1 and ${MAX_BLOCK_BYTES}`);
     }
     const { file, digest } = this.lookup(id);
-    digest.add(offset, data, false);
+    digest?.add(offset, data, false);
     let written = 0;
     try {
       while (written < data.length) {
@@ -172,21 +173,22 @@ export class FileHandleTable {
         written += result.bytesWritten;
       }
     } catch (err) {
-      digest.giveUp();
+      digest?.giveUp();
       throw fsError(err);
     }
   }
 
   /**
-   * Closes a handle; an unknown id is not an error (Codex answers `{}`). Returns the SHA-256 of the bytes
-   * read or written through it when they formed one run from offset 0 (`HandleDigest`), else null.
+   * Closes a handle; an unknown id is not an error (Codex answers `{}`). For a handle opened with `digest`,
+   * returns the SHA-256 of the bytes read or written through it when they formed one run from offset 0
+   * (`HandleDigest`); else null.
    */
   async close(id: string): Promise<{ sha256: string; bytes: number } | null> {
     const entry = this.files.get(id);
     if (!entry) return null;
     this.files.delete(id);
     await osCall(() => entry.file.close());
-    return entry.digest.finish();
+    return entry.digest?.finish() ?? null;
   }
 
   /** Closes every handle and refuses new ones (the connection ended). */

@@ -174,17 +174,17 @@ describe('binaryBlocks and fileHandleDigest (Tether extensions)', () => {
     const path = join(dir(), 'f');
     const uri = pathToFileUri(path);
     const data = Buffer.from(Array.from({ length: 300_000 }, (_, i) => (i * 31) & 0xff));
-    await client.call('fs/open', { handleId: 'w', path: uri, mode: 'replace' });
+    await client.call('fs/open', { handleId: 'w', path: uri, mode: 'replace', digest: true });
     for (let offset = 0; offset < data.length; offset += 128 * 1024) {
       await expect(writeBlock(client, 'w', offset, data.subarray(offset, offset + 128 * 1024))).resolves.toEqual({});
     }
-    await expect(client.call('fs/close', { handleId: 'w', digest: true })).resolves.toEqual({
+    await expect(client.call('fs/close', { handleId: 'w' })).resolves.toEqual({
       sha256: sha256(data),
       bytes: data.length,
     });
     expect(readFileSync(path).equals(data)).toBe(true);
 
-    await client.call('fs/open', { handleId: 'r', path: uri });
+    await client.call('fs/open', { handleId: 'r', path: uri, digest: true });
     // Four reads in flight complete in any order: the digest follows file order.
     const answers = await Promise.all(
       [0, 1, 2, 3].map((i) =>
@@ -203,7 +203,7 @@ describe('binaryBlocks and fileHandleDigest (Tether extensions)', () => {
       [true, false],
     ]);
     expect(Buffer.concat(answers.map((a) => attachmentOf(a) as Buffer)).equals(data)).toBe(true);
-    await expect(client.call('fs/close', { handleId: 'r', digest: true })).resolves.toEqual({
+    await expect(client.call('fs/close', { handleId: 'r' })).resolves.toEqual({
       sha256: sha256(data),
       bytes: data.length,
     });
@@ -212,20 +212,26 @@ describe('binaryBlocks and fileHandleDigest (Tether extensions)', () => {
   it('give no digest unless the bytes ran from offset 0 without gaps, and none unless asked', async () => {
     const { client } = await readyOver('websocket');
     const uri = pathToFileUri(join(dir(), 'f'));
-    await client.call('fs/open', { handleId: 'gap', path: uri, mode: 'replace' });
+    await client.call('fs/open', { handleId: 'gap', path: uri, mode: 'replace', digest: true });
     await writeBlock(client, 'gap', 0, Buffer.from('ab'));
     await writeBlock(client, 'gap', 5, Buffer.from('cd'));
-    await expect(client.call('fs/close', { handleId: 'gap', digest: true })).resolves.toEqual({});
-    await client.call('fs/open', { handleId: 'retry', path: uri, mode: 'replace' });
+    await expect(client.call('fs/close', { handleId: 'gap' })).resolves.toEqual({});
+    await client.call('fs/open', { handleId: 'retry', path: uri, mode: 'replace', digest: true });
     await writeBlock(client, 'retry', 0, Buffer.from('ab'));
     await writeBlock(client, 'retry', 0, Buffer.from('ab'));
-    await expect(client.call('fs/close', { handleId: 'retry', digest: true })).resolves.toEqual({});
+    await expect(client.call('fs/close', { handleId: 'retry' })).resolves.toEqual({});
     await client.call('fs/open', { handleId: 'quiet', path: uri });
     await client.call('fs/readBlock', { handleId: 'quiet', offset: 0, len: 10 });
     await expect(client.call('fs/close', { handleId: 'quiet' })).resolves.toEqual({});
-    await client.call('fs/open', { handleId: 'mid', path: uri });
+    await client.call('fs/open', { handleId: 'mid', path: uri, digest: true });
     await client.call('fs/readBlock', { handleId: 'mid', offset: 1, len: 10 });
-    await expect(client.call('fs/close', { handleId: 'mid', digest: true })).resolves.toEqual({});
+    await expect(client.call('fs/close', { handleId: 'mid' })).resolves.toEqual({});
+    // Nothing read is a run from 0 too: the digest of no bytes.
+    await client.call('fs/open', { handleId: 'none', path: uri, digest: true });
+    await expect(client.call('fs/close', { handleId: 'none' })).resolves.toEqual({
+      sha256: sha256(Buffer.alloc(0)),
+      bytes: 0,
+    });
   });
 
   it('refuse a write with both a chunk and an attachment, and keep the handle', async () => {

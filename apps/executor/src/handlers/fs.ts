@@ -138,7 +138,7 @@ export const fsHandlers: HandlerTable = whileAttached({
   [Method.fsOpen]: async (raw, ctx) => {
     const params = decode(FsOpenParams, raw);
     checkSandbox(Method.fsOpen, params.sandbox);
-    await ctx.files.open(params.handleId, nativePath(params.path), params.mode ?? 'read');
+    await ctx.files.open(params.handleId, nativePath(params.path), params.mode ?? 'read', params.digest === true);
     return { handleId: params.handleId };
   },
 
@@ -181,9 +181,8 @@ export const fsHandlers: HandlerTable = whileAttached({
 
   [Method.fsClose]: async (raw, ctx) => {
     const params = decode(FsCloseParams, raw);
-    const digest = await ctx.files.close(params.handleId);
-    // fileHandleDigest: only when asked, so a Codex client's `{}` stays `{}`.
-    return params.digest && digest ? digest : {};
+    // fileHandleDigest: only a handle opened with `digest` has one, so a Codex client's `{}` stays `{}`.
+    return (await ctx.files.close(params.handleId)) ?? {};
   },
 
   [Method.fsWalk]: async (raw) => {
