@@ -1,6 +1,7 @@
 import { createRequire } from 'node:module';
-import { Socket } from 'node:net';
+import type { Socket } from 'node:net';
 import type { Writable } from 'node:stream';
+import { readIntoUserBuffers } from '@tether/user-read';
 import type { WebSocket } from 'ws';
 
 /**
@@ -42,20 +43,9 @@ function unmask(buffer: Buffer, mask: Buffer) {
 }
 
 /**
- * Reads without a new buffer per read: Node's `onread` mode (a caller's buffer, refilled by every read) set on
- * an accepted socket. Its symbols are not exported; they are found on a probe socket, and when absent (another
- * Node) every socket keeps ordinary reads. One buffer serves every socket: each read is consumed synchronously.
+ * Every socket the fast path takes over reads into this one buffer (`readIntoUserBuffers`, Node's `onread`
+ * mode) instead of a new buffer per read: each read is consumed synchronously.
  */
-const userRead = (() => {
-  // `onread` is a documented option of net.Socket; the bundled types omit it.
-  const options = { onread: { buffer: Buffer.alloc(1), callback: () => true } };
-  const probe = new Socket(options as ConstructorParameters<typeof Socket>[0]);
-  const find = (name: string) => Object.getOwnPropertySymbols(probe).find((sym) => sym.description === name);
-  const symbols = { buffer: find('kBuffer'), callback: find('kBufferCb'), generator: find('kBufferGen') };
-  probe.destroy();
-  const { buffer, callback, generator } = symbols;
-  return buffer && callback && generator ? { buffer, callback, generator } : null;
-})();
 const READ_BUFFER = Buffer.allocUnsafeSlow(256 * 1024);
 
 /** Destination sockets corked while one read is handled: its frames leave in one writev per socket. */
@@ -279,19 +269,12 @@ export function installFastPath(ws: WebSocket, maxPayload: number, onFast: FastH
   };
   (receiver as unknown as { write: (chunk: Buffer) => boolean }).write = write;
 
-  const socket = (ws as unknown as WsInternals)._socket as Socket & Record<symbol, unknown>;
-  const handle = (socket as unknown as { _handle: { useUserBuffer?: (buffer: Buffer) => void } | null })._handle;
-  if (
-    pooled &&
-    userRead &&
-    handle &&
-    typeof handle.useUserBuffer === 'function' &&
-    socket.readableLength === 0 &&
-    !socket[userRead.buffer]
-  ) {
-    socket[userRead.generator] = null;
-    socket[userRead.buffer] = READ_BUFFER;
-    socket[userRead.callback] = (nread: number, buffer: Buffer) => {
+  const socket = (ws as unknown as WsInternals)._socket;
+  if (!pooled) return;
+  const switched = readIntoUserBuffers(socket, {
+    first: () => READ_BUFFER,
+    next: null,
+    onRead: (nread, buffer) => {
       volatile = true;
       const outer = corked === null;
       if (outer) corked = [];
@@ -306,10 +289,9 @@ export function installFastPath(ws: WebSocket, maxPayload: number, onFast: FastH
           for (const out of sockets) out.uncork();
         }
       }
-    };
-    handle.useUserBuffer(READ_BUFFER);
-    copying = true;
-  }
+    },
+  });
+  if (switched) copying = true;
 }
 
 function headerSize(b1: number): number {

@@ -1,4 +1,5 @@
-import { Socket } from 'node:net';
+import type { Socket } from 'node:net';
+import { readIntoUserBuffers } from '@tether/user-read';
 
 /** Read buffer size: what libuv asks for per read of a pipe. */
 export const READ_BUFFER_BYTES = 64 * 1024;
@@ -72,57 +73,18 @@ export class ReadBufferPool {
   }
 }
 
-interface UserReadSymbols {
-  buffer: symbol;
-  callback: symbol;
-  generator: symbol;
-}
-
-/**
- * net.Socket's `onread` mode (documented: reads go into a caller's buffer, or one a function returns, and
- * to a callback instead of 'data') can only be chosen at construction, and child_process builds the pipe
- * sockets itself. Its state lives under symbols that are not exported; they are found on a probe socket,
- * and where they are absent (another Node) pipes keep ordinary reads.
- */
-const userRead: UserReadSymbols | null = (() => {
-  try {
-    const options = { onread: { buffer: Buffer.alloc(1), callback: () => true } };
-    const probe = new Socket(options as ConstructorParameters<typeof Socket>[0]);
-    const find = (name: string) => Object.getOwnPropertySymbols(probe).find((sym) => sym.description === name);
-    const symbols = { buffer: find('kBuffer'), callback: find('kBufferCb'), generator: find('kBufferGen') };
-    probe.destroy();
-    const { buffer, callback, generator } = symbols;
-    return buffer && callback && generator ? { buffer, callback, generator } : null;
-  } catch {
-    return null;
-  }
-})();
-
-type UserReadSocket = Socket & Record<symbol, unknown>;
-
 /**
  * Switches a pipe socket that has not delivered anything yet to reads into `pool`'s buffers; each read is
  * passed to `onChunk`. 'end', 'close', pause() and resume() behave as before. Returns false (and changes
  * nothing) when the socket cannot be switched; the caller then listens to 'data' as usual.
  */
 export function readIntoPool(socket: Socket, pool: ReadBufferPool, onChunk: (chunk: Buffer) => void): boolean {
-  const handle = (socket as unknown as { _handle: { useUserBuffer?: (buffer: Buffer) => void } | null })._handle;
-  const target = socket as UserReadSocket;
-  if (
-    userRead === null ||
-    handle === null ||
-    typeof handle.useUserBuffer !== 'function' ||
-    socket.readableLength > 0 ||
-    target[userRead.buffer]
-  ) {
-    return false;
-  }
-  const first = pool.acquire();
-  target[userRead.generator] = () => pool.acquire();
-  target[userRead.callback] = (length: number, buffer: Buffer) => {
-    onChunk(pool.chunkOf(buffer, length));
-  };
-  target[userRead.buffer] = first;
-  handle.useUserBuffer(first);
-  return true;
+  return readIntoUserBuffers(socket, {
+    first: () => pool.acquire(),
+    next: () => pool.acquire(),
+    onRead: (length, buffer) => {
+      onChunk(pool.chunkOf(buffer, length));
+      return undefined;
+    },
+  });
 }
