@@ -1,6 +1,7 @@
 import { createRequire } from 'node:module';
 import type { Socket } from 'node:net';
 import type { Writable } from 'node:stream';
+import { type BufferLease, BufferPool } from '@tether/jsonrpc';
 import { readIntoUserBuffers } from '@tether/user-read';
 import type { WebSocket } from 'ws';
 
@@ -52,37 +53,10 @@ const READ_BUFFER = Buffer.allocUnsafeSlow(256 * 1024);
 let corked: Socket[] | null = null;
 
 // Payload buffers of forwarded frames, reused once the kernel has taken them (the write's callback).
-const SLAB_STEP = 16 * 1024;
-const POOL_MAX_BYTES = 8 * 1024 * 1024;
-const pool = new Map<number, Buffer[]>();
-let pooledBytes = 0;
-
-function acquire(length: number): Buffer {
-  if (length < SLAB_STEP) return Buffer.allocUnsafe(length);
-  const size = Math.ceil(length / SLAB_STEP) * SLAB_STEP;
-  const free = pool.get(size);
-  const slab = free?.pop();
-  if (slab) {
-    pooledBytes -= size;
-    return slab;
-  }
-  return Buffer.allocUnsafeSlow(size);
-}
-
-function release(slab: Buffer) {
-  const size = slab.length;
-  if (size < SLAB_STEP || size % SLAB_STEP !== 0 || pooledBytes + size > POOL_MAX_BYTES) return;
-  let free = pool.get(size);
-  if (!free) {
-    free = [];
-    pool.set(size, free);
-  }
-  free.push(slab);
-  pooledBytes += size;
-}
+const pool = new BufferPool({ step: 16 * 1024, maxPooledBytes: 8 * 1024 * 1024 });
 
 /** The slab of the message being handled, until a `sendParts` of it takes it over. */
-let lease: Buffer | null = null;
+let lease: BufferLease | null = null;
 
 /** A message: `parts` are views (in order) whose lengths add up to `length`. */
 export type FastHandler = (parts: Buffer[], length: number) => void;
@@ -120,7 +94,7 @@ export function installFastPath(ws: WebSocket, maxPayload: number, onFast: FastH
   // Copying mode (reads land in the shared READ_BUFFER): a fast frame's payload is copied into `slab`.
   let copying = false;
   let volatile = false;
-  let slab: Buffer | null = null;
+  let slab: BufferLease | null = null;
   // `ws` is assembling a fragmented message: everything goes to it until its final fragment.
   let fragmented = false;
 
@@ -129,7 +103,7 @@ export function installFastPath(ws: WebSocket, maxPayload: number, onFast: FastH
   const takeFast = (view: Buffer) => {
     if (zeroMask) {
       // Tether's clients mask with zeros (relay-frames/socket-mask.ts): the payload is already plain.
-      if (copying) view.copy(slab as Buffer, offset);
+      if (copying) view.copy((slab as BufferLease).buffer, offset);
       else parts.push(view);
       offset += view.length;
       return;
@@ -140,7 +114,7 @@ export function installFastPath(ws: WebSocket, maxPayload: number, onFast: FastH
       key = rotated;
     }
     if (copying) {
-      unmaskInto(view, key, slab as Buffer, offset);
+      unmaskInto(view, key, (slab as BufferLease).buffer, offset);
       offset += view.length;
       return;
     }
@@ -154,14 +128,12 @@ export function installFastPath(ws: WebSocket, maxPayload: number, onFast: FastH
     total = 0;
     mode = HEADER;
     if (copying) {
-      const own = slab as Buffer;
+      lease = slab as BufferLease;
       slab = null;
-      const view = own.subarray(0, length);
-      lease = own.length >= SLAB_STEP ? own : null;
       try {
-        onFast([view], length);
+        onFast([lease.buffer], length);
       } finally {
-        if (lease !== null) release(lease); // not forwarded: nothing refers to it any more
+        lease?.release(); // not forwarded: nothing refers to it any more
         lease = null;
       }
       return;
@@ -249,7 +221,7 @@ export function installFastPath(ws: WebSocket, maxPayload: number, onFast: FastH
         mask = Buffer.from(src.subarray(at + extra, at + extra + 4));
         zeroMask = mask.readUInt32BE(0) === 0;
         offset = 0;
-        if (copying) slab = acquire(length);
+        if (copying) slab = pool.lease(length);
         total = length;
         remaining = length;
         mode = FAST;
@@ -325,10 +297,10 @@ export function sendParts(ws: WebSocket, parts: readonly Buffer[], length: numbe
   }
   socket.write(head);
   const only = parts.length === 1 ? (parts[0] as Buffer) : null;
-  if (lease !== null && only !== null && only.buffer === lease.buffer) {
-    const slab = lease;
+  if (lease !== null && only !== null && only.buffer === lease.buffer.buffer) {
+    const { release } = lease;
     lease = null;
-    socket.write(only, () => release(slab));
+    socket.write(only, release);
   } else {
     for (const part of parts) socket.write(part);
   }
