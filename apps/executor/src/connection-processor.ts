@@ -13,7 +13,6 @@ import {
   RpcError,
 } from '@tether/exec-protocol';
 import {
-  type BufferLease,
   BufferPool,
   type InboundMessage,
   MALFORMED_MESSAGE_ID,
@@ -173,12 +172,8 @@ export class ConnectionProcessor implements SessionAttachment {
 
   /** Sends a message built into a pooled buffer, which the transport hands back once written (see BufferPool). */
   private sendPooled(encode: (allocate: Allocate) => Buffer): boolean {
-    let lease: BufferLease | undefined;
-    const message = encode((size) => {
-      lease = OUTPUT_BUFFERS.lease(size);
-      return lease.buffer;
-    });
-    return this.connection.sendRaw(message, lease?.release);
+    const { built, release } = OUTPUT_BUFFERS.build(encode);
+    return this.connection.sendRaw(built, release);
   }
 
   detached(): void {

@@ -93,18 +93,20 @@ async function copyFile(
   // Executors with `fileHandleDigest` hash what they read or wrote through the handle as it passes, so
   // neither side has to read the file again: the source's digest (a remote source) or the destination's
   // (a remote destination) is compared with the hash of the bytes that went through this process.
-  let sourceDigest: HandleDigest | null = null;
-  let destinationDigest: HandleDigest | null = null;
+  const remote: { source: HandleDigest | null; destination: HandleDigest | null } = {
+    source: null,
+    destination: null,
+  };
   await pipeline(
     source.fs.createReadStream(from, {
       onDigest: (digest) => {
-        sourceDigest = digest;
+        remote.source = digest;
       },
     }),
     meter,
     destination.fs.createWriteStream(to, {
       onDigest: (digest) => {
-        destinationDigest = digest;
+        remote.destination = digest;
       },
     }),
   );
@@ -117,16 +119,14 @@ async function copyFile(
       );
     }
   };
-  const remoteSource = sourceDigest as HandleDigest | null;
-  const remoteDestination = destinationDigest as HandleDigest | null;
   // What the source read must be what passed through here…
-  const expected = remoteSource?.sha256 ?? passed;
-  if (remoteSource) check('received', passed, expected);
+  const expected = remote.source?.sha256 ?? passed;
+  if (remote.source) check('received', passed, expected);
   // …and what the destination holds must be that too: its executor's digest of what it wrote; for a local
   // destination fed the checked bytes of a remote source, what this process wrote; else read back.
   let atDestination: string;
-  if (remoteDestination) atDestination = remoteDestination.sha256;
-  else if (remoteSource && !destination.env) atDestination = passed;
+  if (remote.destination) atDestination = remote.destination.sha256;
+  else if (remote.source && !destination.env) atDestination = passed;
   else atDestination = await sha256Of(destination, to);
   check('at the destination', atDestination, expected);
   stats.files++;

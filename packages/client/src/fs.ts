@@ -369,7 +369,7 @@ export class RemoteFs implements EnvironmentFs {
             encode: binary
               ? (id, allocate) =>
                   encodeWithAttachment(
-                    `{"id":${JSON.stringify(id)},"method":"fs/writeBlock","params":{"handleId":${JSON.stringify(handleId)},"offset":${at}}}`,
+                    JSON.stringify({ id, method: 'fs/writeBlock', params: { handleId, offset: at } }),
                     block,
                     allocate,
                   )

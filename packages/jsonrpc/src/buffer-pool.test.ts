@@ -37,4 +37,15 @@ describe('BufferPool', () => {
     for (const lease of leases) lease.release();
     expect(pool.pooledBytes).toBe(2048); // the two 1 KiB slabs; the 2 KiB one would pass the 3 KiB bound
   });
+
+  it('build: what was built, with the release of the buffer it leased (none when it leased nothing)', () => {
+    const pool = new BufferPool({ step: 1024 });
+    const first = pool.build((allocate) => allocate(1500).fill(1));
+    expect(first.built.length).toBe(1500);
+    first.release?.();
+    expect(pool.pooledBytes).toBe(2048);
+    const second = pool.build((allocate) => allocate(2000));
+    expect(second.built.buffer).toBe(first.built.buffer); // the slab came back and was reused
+    expect(pool.build(() => 'no buffer').release).toBeUndefined();
+  });
 });

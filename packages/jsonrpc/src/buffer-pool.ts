@@ -58,6 +58,20 @@ export class BufferPool {
     };
   }
 
+  /**
+   * Runs `build` with an allocator that leases from this pool (called at most once), and returns what it
+   * built with the release of the leased buffer: for a message encoded straight into a pooled buffer and
+   * handed to a `send` that gives it back.
+   */
+  build<T>(build: (allocate: (size: number) => Buffer) => T): { built: T; release: (() => void) | undefined } {
+    let lease: BufferLease | undefined;
+    const built = build((size) => {
+      lease = this.lease(size);
+      return lease.buffer;
+    });
+    return { built, release: (lease as BufferLease | undefined)?.release };
+  }
+
   #put(slab: Buffer): void {
     if (this.#pooledBytes + slab.length > this.#maxPooledBytes) return;
     let free = this.#free.get(slab.length);

@@ -1,5 +1,5 @@
 import { RpcError } from '@tether/exec-protocol';
-import { type BufferLease, BufferPool } from './buffer-pool.js';
+import { BufferPool } from './buffer-pool.js';
 import { ConnectionClosedError, type RpcConnection } from './connection.js';
 import type { InboundMessage, RequestId } from './message.js';
 
@@ -92,12 +92,9 @@ export class RpcClient {
         },
       });
       if (options.encode) {
-        let lease: BufferLease | undefined;
-        const bytes = options.encode(id, (size) => {
-          lease = this.buffers.lease(size);
-          return lease.buffer;
-        });
-        this.connection.sendRaw(bytes, lease?.release);
+        const encode = options.encode;
+        const { built, release } = this.buffers.build((allocate) => encode(id, allocate));
+        this.connection.sendRaw(built, release);
       } else {
         this.connection.sendRequest(id, method, params);
       }

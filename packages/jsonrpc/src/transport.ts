@@ -21,7 +21,8 @@ export interface MessageTransport {
   /** Starts delivering messages to the handlers; called once. */
   start(handlers: TransportHandlers): void;
   /**
-   * Queues one message (a string, or its UTF-8 bytes: always sent as text); returns false when the
+   * Queues one message (a string, or its UTF-8 bytes: sent as text; bytes with a binary attachment, as
+   * binary where the transport carries them); returns false when the
    * outbound buffer is above its high-water mark. `release`, if given, is called at most once, when the
    * transport no longer reads `message` (written to the kernel, copied, or dropped), so that its buffer
    * can be reused; a transport that cannot tell never calls it.

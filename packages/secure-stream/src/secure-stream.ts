@@ -1,4 +1,4 @@
-import { type BufferLease, BufferPool, type MessageTransport, type TransportHandlers } from '@tether/jsonrpc';
+import { BufferPool, type MessageTransport, type TransportHandlers } from '@tether/jsonrpc';
 import {
   buildRelayPrologue,
   type CryptoProvider,
@@ -125,20 +125,14 @@ export class SecureStream implements MessageTransport {
       for (const parts of frameMessageParts(bytes)) {
         let length = TAG_LENGTH_BYTES;
         for (const part of parts) length += part.byteLength;
-        // The frame's wire bytes come from a pool and go back once the link has written them.
-        let lease: BufferLease | null = null;
-        const frame = this.dataFrames.allocate(this.sequence.take(), length, (size) => {
-          lease = FRAME_POOL.lease(size);
-          return lease.buffer;
-        });
-        const taken = lease as BufferLease | null;
-        try {
-          this.transport.encryptInto(parts, frame.payload);
-        } catch (err) {
-          taken?.release();
-          throw err;
-        }
-        writable = this.link.send(frame, taken?.release);
+        // The frame's wire bytes come from a pool and go back once the link has written them (a frame lost
+        // to a failure below is simply garbage).
+        const seq = this.sequence.take();
+        const { built: frame, release: written } = FRAME_POOL.build((allocate) =>
+          this.dataFrames.allocate(seq, length, allocate),
+        );
+        this.transport.encryptInto(parts, frame.payload);
+        writable = this.link.send(frame, written);
       }
     } catch (err) {
       this.fail(`cannot send: ${(err as Error).message}`);

@@ -151,7 +151,7 @@ export const fsHandlers: HandlerTable = whileAttached({
     if (params.binary) {
       // binaryBlocks: `{eof}` as JSON, the bytes as the message's attachment.
       return new EncodedResult((id, allocate) =>
-        encodeWithAttachment(`{"id":${JSON.stringify(id)},"result":{"eof":${eof}}}`, chunk, allocate),
+        encodeWithAttachment(JSON.stringify({ id, result: { eof } }), chunk, allocate),
       );
     }
     return new EncodedResult((id, allocate) => encodeBase64Response(id, 'chunk', chunk, { eof }, allocate));
