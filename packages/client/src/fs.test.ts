@@ -7,7 +7,7 @@ import { pipeline } from 'node:stream/promises';
 import { type PeerHandle, type PeerKind, startPeer } from '@tether/test-kit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Environment } from './environment.js';
-import { type EnvironmentFs, RemoteFs } from './fs.js';
+import { DEFAULT_READ_DEPTH, type EnvironmentFs, RemoteFs } from './fs.js';
 
 const work = mkdtempSync(join(tmpdir(), 'tether-client-fs-'));
 afterAll(() => rmSync(work, { recursive: true, force: true }));
@@ -144,5 +144,37 @@ describe.each<Case>(['local', 'remote tether', 'remote codex'])('Environment.fs:
         }
       })(),
     ).rejects.toBeDefined();
+  });
+});
+
+describe('RemoteFs reads in flight', () => {
+  it('keeps at most DEFAULT_READ_DEPTH (3) fs/readBlock requests in flight unless told otherwise', async () => {
+    const file = Buffer.alloc(10 * 100, 9);
+    const run = async (depth?: number) => {
+      let inFlight = 0;
+      let most = 0;
+      const fs = new RemoteFs({
+        capabilities: () => new Set(),
+        call: async <T>(method: string, params?: unknown) => {
+          if (method !== 'fs/readBlock') return {} as T;
+          inFlight++;
+          most = Math.max(most, inFlight);
+          await new Promise((resolve) => setTimeout(resolve, 2));
+          inFlight--;
+          const { offset, len } = params as { offset: number; len: number };
+          const chunk = file.subarray(offset, offset + len);
+          return { chunk: chunk.toString('base64'), eof: chunk.length < len } as T;
+        },
+      });
+      const parts: Buffer[] = [];
+      for await (const part of fs.createReadStream('/f', { blockSize: 100, ...(depth ? { depth } : {}) })) {
+        parts.push(part as Buffer);
+      }
+      expect(Buffer.concat(parts).equals(file)).toBe(true);
+      return most;
+    };
+    expect(DEFAULT_READ_DEPTH).toBe(3);
+    expect(await run()).toBe(3);
+    expect(await run(5)).toBe(5);
   });
 });

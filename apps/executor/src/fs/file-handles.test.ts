@@ -1,4 +1,5 @@
 import { execFileSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -38,6 +39,31 @@ describe('FileHandleTable', () => {
     unlinkSync(path);
     expect(await files.readBlock('h', 0, 3)).toEqual({ chunk: Buffer.from('abc'), eof: false });
     expect(await files.readBlock('h', 6, 3)).toEqual({ chunk: Buffer.from('gh'), eof: true });
+  });
+
+  it('puts up to 16 read blocks ahead of the digest back in order; one more ends the digest', async () => {
+    const dir = scratch();
+    const path = join(dir, 'f');
+    const data = Buffer.from(Array.from({ length: 18 * 10 }, (_, i) => i & 0xff));
+    writeFileSync(path, data);
+    const sha256 = (bytes: Buffer) => createHash('sha256').update(bytes).digest('hex');
+    const files = table();
+    for (const [id, ahead] of [
+      ['fits', 16],
+      ['over', 17],
+    ] as const) {
+      await files.open(id, path, 'read', true);
+      for (let block = ahead; block >= 1; block--) await files.readBlock(id, block * 10, 10);
+      await files.readBlock(id, 0, 10); // the gap fills last
+      const expected = data.subarray(0, (ahead + 1) * 10);
+      expect(await files.close(id)).toEqual(
+        id === 'fits' ? { sha256: sha256(expected), bytes: expected.length } : null,
+      );
+    }
+    // Without `digest` at open nothing is hashed.
+    await files.open('plain', path, 'read');
+    await files.readBlock('plain', 0, 10);
+    expect(await files.close('plain')).toBeNull();
   });
 
   it('counts opens in flight against the limit and as duplicates', async () => {
