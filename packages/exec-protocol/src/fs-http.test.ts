@@ -3,10 +3,12 @@ import {
   base64Problem,
   DecodeError,
   decode,
+  decodeBase64,
   decodeBase64Codex,
   FsOpenParams,
   FsWalkParams,
   HttpRequestParams,
+  isStrictBase64,
   parseSandbox,
 } from './index.js';
 
@@ -65,6 +67,39 @@ describe('base64Problem', () => {
       }
     }
     expect(accepted).toBeGreaterThan(800);
+  });
+
+  it('isStrictBase64 agrees with the grammar (alphabet, then at most two =, length a multiple of 4)', () => {
+    // The definition, spelled as a regex here only: the implementation decodes and counts instead.
+    const grammar = (text: string) => text.length % 4 === 0 && /^[A-Za-z0-9+/]*={0,2}$/.test(text);
+    let seed = 99;
+    const next = (n: number) => {
+      seed = (seed * 1103515245 + 12345) & 0x7fffffff;
+      return seed % n;
+    };
+    const alphabet = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/';
+    // What a lenient decoder skips or reads differently: padding inside, URL-safe symbols, whitespace,
+    // punctuation, control and non-ASCII characters (one and two UTF-16 units).
+    const foreign = ['=', '==', '-', '_', ' ', '\n', '\t', '!', '.', '"', '\\', '\0', '\x7f', '\xff', 'é', '€', '😀'];
+    let strict = 0;
+    for (let i = 0; i < 20_000; i++) {
+      let text = '';
+      for (let k = next(24) + (i % 4 === 0 ? next(100) : 0); k > 0; k--) text += alphabet[next(64)];
+      const tail = next(4);
+      if (tail === 1) text += '=';
+      else if (tail === 2) text += '==';
+      for (let edits = next(3); edits > 0; edits--) {
+        const at = next(text.length + 1);
+        const insert = foreign[next(foreign.length)]!;
+        text =
+          next(2) === 0 ? text.slice(0, at) + insert + text.slice(at) : text.slice(0, at) + insert + text.slice(at + 1);
+      }
+      const expected = grammar(text);
+      if (expected) strict++;
+      expect(isStrictBase64(text), JSON.stringify(text)).toBe(expected);
+      if (!expected) expect(() => decodeBase64(text), JSON.stringify(text)).toThrow(TypeError);
+    }
+    expect(strict).toBeGreaterThan(2_000);
   });
 });
 

@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import {
   classifyMessage,
   type InboundMessage,
+  isPlainStringText,
   parseLargeMessage,
   parseMessage,
   serializeError,
@@ -77,6 +78,35 @@ describe('serialize', () => {
     expect(serializeError(-1, { code: -32600, message: 'bad' })).toBe(
       '{"id":-1,"error":{"code":-32600,"message":"bad"}}',
     );
+  });
+});
+
+describe('isPlainStringText', () => {
+  const plain = (bytes: Uint8Array) => bytes.every((b) => b >= 0x20 && b < 0x80 && b !== 0x5c);
+
+  it('accepts exactly printable ASCII without backslash, at every alignment and length', () => {
+    let seed = 5;
+    const next = (n: number) => {
+      seed = (seed * 1103515245 + 12345) & 0x7fffffff;
+      return (seed >>> 8) % n; // the generator's low bits repeat with short periods
+    };
+    const memory = Buffer.alloc(256);
+    let rejected = 0;
+    for (let i = 0; i < 20_000; i++) {
+      const offset = next(8);
+      const length = next(40);
+      for (let k = 0; k < length; k++) memory[offset + k] = 0x20 + next(0x60);
+      // Usually one byte from the classes that must be refused: control, backslash, beyond ASCII.
+      if (length > 0 && next(4) !== 0) {
+        const bad = [next(0x20), 0x5c, 0x80 + next(0x80), 0x00, 0x1f][next(5)] as number;
+        memory[offset + next(length)] = bad;
+      }
+      const view = memory.subarray(offset, offset + length);
+      const expected = plain(view);
+      if (!expected) rejected++;
+      expect(isPlainStringText(view), view.toString('hex')).toBe(expected);
+    }
+    expect(rejected).toBeGreaterThan(5_000);
   });
 });
 
