@@ -15,11 +15,19 @@ export function encodeBase64(bytes: Uint8Array): string {
  * foreign characters (a '=' inside included) removes 6 of the 6(L - p) data bits, leaving fewer than
  * 8(3L/4 - p) of them. The URL-safe symbols, which would decode, are searched for (a native scan).
  */
-function decodeStrict(text: string): Buffer | null {
+function decodeStrict(text: string, allocate?: (size: number) => Buffer): Buffer | null {
   if (text.length % 4 !== 0) return null;
   const padding = text.endsWith('==') ? 2 : text.endsWith('=') ? 1 : 0;
-  const bytes = Buffer.from(text, 'base64');
-  if (bytes.length !== (text.length / 4) * 3 - padding) return null;
+  const expected = (text.length / 4) * 3 - padding;
+  let bytes: Buffer;
+  if (allocate) {
+    // Decoding never yields more than `expected` bytes (see above), so the target is never too short.
+    bytes = allocate(expected);
+    if (bytes.write(text, 'base64') !== expected) return null;
+  } else {
+    bytes = Buffer.from(text, 'base64');
+    if (bytes.length !== expected) return null;
+  }
   if (text.indexOf('-') !== -1 || text.indexOf('_') !== -1) return null;
   return bytes;
 }
@@ -118,10 +126,11 @@ function canonicalTail(text: string): boolean {
 /**
  * Decodes canonical padded standard base64, throwing a TypeError with Codex's wording when it is not.
  * Valid means: strict alphabet and padding (`decodeStrict`, which decodes once) and zero dropped bits
- * (re-encoding to compare would cost another pass and a megabyte string per block).
+ * (re-encoding to compare would cost another pass and a megabyte string per block). With `allocate`,
+ * the bytes are decoded into the buffer it returns for the decoded length (a pooled one, say).
  */
-export function decodeBase64Codex(text: string): Buffer {
-  const bytes = decodeStrict(text);
+export function decodeBase64Codex(text: string, allocate?: (size: number) => Buffer): Buffer {
+  const bytes = decodeStrict(text, allocate);
   if (bytes !== null && canonicalTail(text)) return bytes;
   throw new TypeError(base64Problem(text) ?? 'Invalid padding');
 }

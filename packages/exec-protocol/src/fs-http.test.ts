@@ -98,6 +98,16 @@ describe('base64Problem', () => {
       if (expected) strict++;
       expect(isStrictBase64(text), JSON.stringify(text)).toBe(expected);
       if (!expected) expect(() => decodeBase64(text), JSON.stringify(text)).toThrow(TypeError);
+      // Decoding into a caller's buffer (stale bytes in it) answers the same as decoding fresh.
+      const into = (size: number) => Buffer.alloc(size, 0xa5);
+      let fresh: Buffer | Error;
+      try {
+        fresh = decodeBase64Codex(text);
+      } catch (err) {
+        fresh = err as Error;
+      }
+      if (fresh instanceof Error) expect(() => decodeBase64Codex(text, into)).toThrow(fresh.message);
+      else expect(decodeBase64Codex(text, into)).toEqual(fresh);
     }
     expect(strict).toBeGreaterThan(2_000);
   });

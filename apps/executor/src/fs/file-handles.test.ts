@@ -66,6 +66,26 @@ describe('FileHandleTable', () => {
     expect(await files.close('plain')).toBeNull();
   });
 
+  it('reads into a caller buffer, and the digest keeps its own copy of a block read ahead', async () => {
+    const dir = scratch();
+    const path = join(dir, 'f');
+    const data = Buffer.from(Array.from({ length: 30 }, (_, i) => i + 1));
+    writeFileSync(path, data);
+    const files = table();
+    await files.open('h', path, 'read', true);
+    // One buffer for every read, as the handler's pool may hand out: each read overwrites the last.
+    const buffer = Buffer.alloc(10);
+    const ahead = await files.readBlock('h', 10, 10, buffer);
+    expect(ahead.chunk.buffer).toBe(buffer.buffer);
+    await files.readBlock('h', 20, 10, buffer);
+    await files.readBlock('h', 0, 10, buffer); // fills the gap: the parked blocks are hashed now
+    expect(buffer.equals(data.subarray(0, 10))).toBe(true);
+    expect(await files.close('h')).toEqual({
+      sha256: createHash('sha256').update(data).digest('hex'),
+      bytes: data.length,
+    });
+  });
+
   it('counts opens in flight against the limit and as duplicates', async () => {
     const dir = scratch();
     writeFileSync(join(dir, 'f'), 'x');

@@ -28,7 +28,7 @@ class HandleDigest {
     if (!this.hash || data.length === 0) return;
     if (offset !== this.position) {
       if (!reorder || offset < this.position || this.ahead.size >= MAX_DIGEST_REORDER) this.giveUp();
-      else this.ahead.set(offset, data);
+      else this.ahead.set(offset, Buffer.from(data)); // a copy: the caller reuses its block buffers
       return;
     }
     this.hash.update(data);
@@ -132,15 +132,16 @@ export class FileHandleTable {
   }
 
   /**
-   * Reads up to `len` bytes at `offset`; `eof` when fewer than `len` were left. The handle stays open
-   * at EOF; an OS error while reading closes it.
+   * Reads up to `len` bytes at `offset` (into `into` when given and large enough; the chunk is then a
+   * view of it); `eof` when fewer than `len` were left. The handle stays open at EOF; an OS error while
+   * reading closes it.
    */
-  async readBlock(id: string, offset: number, len: number): Promise<{ chunk: Buffer; eof: boolean }> {
+  async readBlock(id: string, offset: number, len: number, into?: Buffer): Promise<{ chunk: Buffer; eof: boolean }> {
     if (len < 1 || len > MAX_BLOCK_BYTES) {
       throw RpcError.invalidRequest(`file read block length must be between 1 and ${MAX_BLOCK_BYTES}`);
     }
     const entry = this.lookup(id);
-    const buffer = Buffer.allocUnsafe(len);
+    const buffer = into && into.length >= len ? into : Buffer.allocUnsafe(len);
     let filled = 0;
     try {
       while (filled < len) {

@@ -21,7 +21,8 @@ import {
   parseSandbox,
   RpcError,
 } from '@tether/exec-protocol';
-import { attachmentOf, encodeWithAttachment } from '@tether/jsonrpc';
+import { attachmentOf, type BufferLease, BufferPool, encodeWithAttachment } from '@tether/jsonrpc';
+import { MAX_BLOCK_BYTES } from '../fs/file-handles.js';
 import {
   canonicalize,
   copy,
@@ -35,6 +36,17 @@ import {
 import { walk } from '../fs/walk.js';
 import { whileAttached } from './attached.js';
 import { EncodedResult, type HandlerTable } from './types.js';
+
+/**
+ * Buffers for `fs/readBlock` reads and decoded `fs/writeBlock` chunks (≤ 1 MiB each), reused: a fresh
+ * megabyte per block is external memory that brings V8's full collections every few dozen blocks.
+ */
+const BLOCK_BUFFERS = new BufferPool({ step: 64 * 1024, maxPooledBytes: 16 * 1024 * 1024 });
+
+function releasing(block: BufferLease, encoded: Buffer): Buffer {
+  block.release();
+  return encoded;
+}
 
 /**
  * A `file:` URI to a native path, with Codex's codes: a string that is not a file URI fails decoding
@@ -147,20 +159,33 @@ export const fsHandlers: HandlerTable = whileAttached({
     if (params.binary && !ctx.carriesAttachments) {
       throw RpcError.invalidParams('`binary` blocks need a WebSocket or relay connection, not stdio');
     }
-    const { chunk, eof } = await ctx.files.readBlock(params.handleId, params.offset, params.len);
+    const block = BLOCK_BUFFERS.lease(Math.max(1, Math.min(params.len, MAX_BLOCK_BYTES)));
+    let read: { chunk: Buffer; eof: boolean };
+    try {
+      read = await ctx.files.readBlock(params.handleId, params.offset, params.len, block.buffer);
+    } catch (err) {
+      block.release();
+      throw err;
+    }
+    const { chunk, eof } = read;
+    // The response is a copy (JSON with base64, or an attachment): the block is free once it is encoded.
+    // (A response never sent, the connection gone, leaves the lease to the garbage collector.)
     if (params.binary) {
       // binaryBlocks: `{eof}` as JSON, the bytes as the message's attachment.
       return new EncodedResult((id, allocate) =>
-        encodeWithAttachment(JSON.stringify({ id, result: { eof } }), chunk, allocate),
+        releasing(block, encodeWithAttachment(JSON.stringify({ id, result: { eof } }), chunk, allocate)),
       );
     }
-    return new EncodedResult((id, allocate) => encodeBase64Response(id, 'chunk', chunk, { eof }, allocate));
+    return new EncodedResult((id, allocate) =>
+      releasing(block, encodeBase64Response(id, 'chunk', chunk, { eof }, allocate)),
+    );
   },
 
   [Method.fsWriteBlock]: async (raw, ctx) => {
     const attachment = attachmentOf(raw);
     let params: { handleId: string; offset: number };
     let data: Buffer;
+    let block: BufferLease | null = null;
     if (attachment) {
       // binaryBlocks: the bytes are the request's attachment; a `chunk` as well would be ambiguous.
       params = decode(FsWriteBlockBinaryParams, raw);
@@ -170,12 +195,21 @@ export const fsHandlers: HandlerTable = whileAttached({
       const textual = decode(FsWriteBlockParams, raw);
       params = textual;
       try {
-        data = decodeBase64Codex(textual.chunk);
+        data = decodeBase64Codex(textual.chunk, (size) => {
+          block = BLOCK_BUFFERS.lease(size);
+          return block.buffer;
+        });
       } catch (err) {
+        (block as BufferLease | null)?.release();
         throw RpcError.invalidParams((err as Error).message);
       }
     }
-    await ctx.files.writeBlock(params.handleId, params.offset, data);
+    try {
+      await ctx.files.writeBlock(params.handleId, params.offset, data);
+    } finally {
+      // Written (and hashed, when digested) by now: nothing refers to the decoded block any more.
+      (block as BufferLease | null)?.release();
+    }
     return {};
   },
 
