@@ -216,6 +216,16 @@ describe('decodeFrame validation (spec §3.3)', () => {
     expect(frame).toEqual(handshakeFrame('s', unhex('0102')));
   });
 
+  it('copies payloads out of a Node Buffer too (whose slice() would be a view), data and handshake', () => {
+    for (const frame of [dataFrame('s', 7, unhex('0a0b0c')), handshakeFrame('s', unhex('0102'))]) {
+      // As a socket hands it over: a Buffer view into a larger buffer about to be reused.
+      const wire = Buffer.concat([Buffer.from('xx'), encodeFrame(frame)]).subarray(2);
+      const decoded = decodeFrame(wire);
+      wire.fill(0xee);
+      expect(decoded).toEqual(frame);
+    }
+  });
+
   it('with copyPayload: false, payloads are views into the input (data and handshake)', () => {
     for (const frame of [dataFrame('s', 7, unhex('0a0b0c')), handshakeFrame('s', unhex('0102'))]) {
       const bytes = encodeFrame(frame);

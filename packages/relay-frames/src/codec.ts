@@ -1,5 +1,6 @@
 import { create, fromBinary, toBinary } from '@bufbuild/protobuf';
 import { BinaryReader, BinaryWriter, WireType } from '@bufbuild/protobuf/wire';
+import { copyBytes } from './copy.js';
 import { FrameError } from './errors.js';
 import type { DataFrame, Frame } from './frame.js';
 import { isValidStreamId, validateFrame } from './frame.js';
@@ -370,7 +371,7 @@ function decodeCanonicalData(bytes: Uint8Array, copyPayload: boolean): DataFrame
   if (!payloadLength || payloadLength[0] === 0 || payloadLength[1] + payloadLength[0] !== end) return null;
   const streamId = asciiStreamId(bytes, idStart, idEnd);
   if (streamId === null || !isValidStreamId(streamId)) return null;
-  const payload = copyPayload ? bytes.slice(payloadLength[1]) : bytes.subarray(payloadLength[1]);
+  const payload = copyPayload ? copyBytes(bytes, payloadLength[1]) : bytes.subarray(payloadLength[1]);
   return { kind: 'data', streamId, ack: 0, ackBits: 0, seq, payload };
 }
 
@@ -421,7 +422,7 @@ function decodeGeneric(bytes: Uint8Array, copyPayload: boolean): Frame {
         kind: 'data',
         ...header,
         seq: body.value.seq,
-        payload: copyPayload ? body.value.payload.slice() : body.value.payload,
+        payload: copyPayload ? copyBytes(body.value.payload) : body.value.payload,
       });
     case 'ackFrame':
       return validateFrame({ kind: 'ack', ...header });
@@ -435,7 +436,7 @@ function decodeGeneric(bytes: Uint8Array, copyPayload: boolean): Frame {
       return validateFrame({
         kind: 'handshake',
         ...header,
-        payload: copyPayload ? body.value.payload.slice() : body.value.payload,
+        payload: copyPayload ? copyBytes(body.value.payload) : body.value.payload,
       });
     case undefined:
       throw new FrameError('missing_body', 'frame has no body');

@@ -6,6 +6,7 @@ export {
   encodeFrame,
   peekStreamId,
 } from './codec.js';
+export { copyBytes } from './copy.js';
 export {
   FrameError,
   type FrameErrorCode,

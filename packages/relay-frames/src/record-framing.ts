@@ -1,3 +1,4 @@
+import { copyBytes } from './copy.js';
 import { MessageFramingError } from './errors.js';
 import { MAX_MESSAGE_BYTES, MAX_RECORD_PLAINTEXT_BYTES, MESSAGE_LENGTH_PREFIX_BYTES } from './limits.js';
 
@@ -116,7 +117,7 @@ export class MessageReassembler {
       const take = Math.min(this.#expected - this.#bodyFilled, record.byteLength - offset);
       // Copied unless the caller handed its record buffers over: it may reuse them once push() returns.
       this.#chunks.push(
-        this.#ownsRecords ? record.subarray(offset, offset + take) : record.slice(offset, offset + take),
+        this.#ownsRecords ? record.subarray(offset, offset + take) : copyBytes(record, offset, offset + take),
       );
       this.#bodyFilled += take;
       offset += take;

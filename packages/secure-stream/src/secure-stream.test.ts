@@ -260,6 +260,42 @@ describe('SecureStream', () => {
     expect(executorStream.status).toBe('open');
   });
 
+  it('copies a record it parks out of order: the buffer it arrived in may be reused at once', async () => {
+    let held: Frame | null = null;
+    const { initiated, accepted } = await pair();
+    const [harnessStream, { stream: executorStream }] = await Promise.all([initiated, accepted]);
+    const received: string[] = [];
+    executorStream.start({ onMessage: (m) => received.push(m.toString()), onClose: () => {}, onDrain: () => {} });
+    harnessStream.start({ onMessage: () => {}, onClose: () => {}, onDrain: () => {} });
+    // The executor's link delivers every Data payload as a view of one Buffer, scribbled over after each
+    // frame, as a socket reading into one reused buffer would.
+    const inbound = (executorStream as unknown as { link: { handlers: { onFrame(frame: Frame): void } } }).link;
+    const deliver = inbound.handlers.onFrame;
+    const scratch = Buffer.alloc(64 * 1024);
+    inbound.handlers.onFrame = (frame: Frame) => {
+      if (frame.kind !== 'data') return deliver(frame);
+      scratch.set(frame.payload);
+      deliver({ ...frame, payload: scratch.subarray(0, frame.payload.byteLength) });
+      scratch.fill(0xee);
+    };
+    const link = (harnessStream as unknown as { link: FrameLink }).link;
+    const realSend = link.send.bind(link);
+    link.send = (frame: Frame) => {
+      if (frame.kind !== 'data') return realSend(frame);
+      if (!held) {
+        held = frame;
+        return true;
+      }
+      realSend(frame); // the second record first: it is parked until the first arrives
+      return realSend(held);
+    };
+    harnessStream.send('{"n":1}');
+    harnessStream.send('{"n":2}');
+    await expect.poll(() => received.length).toBe(2);
+    expect(received).toEqual(['{"n":1}', '{"n":2}']);
+    expect(executorStream.status).toBe('open');
+  });
+
   it('treats Data before the handshake as fatal on the harness side', async () => {
     const [harnessSide, executorSide] = createMemoryLinkPair();
     const executorFrames: Frame[] = [];

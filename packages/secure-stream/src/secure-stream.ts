@@ -14,6 +14,7 @@ import {
   type Transport,
 } from '@tether/noise';
 import {
+  copyBytes,
   DataFrameEncoder,
   type Frame,
   frameMessageParts,
@@ -309,7 +310,7 @@ export class SecureStream implements MessageTransport {
       // The payload may be a view into the received message (links decode without copying). A record
       // parked out of order is copied, so the window's 1 MiB bound counts all the memory it pins.
       const parked = seq !== this.window.nextSeq;
-      for (const record of this.window.push(seq, parked ? ciphertext.slice() : ciphertext)) {
+      for (const record of this.window.push(seq, parked ? copyBytes(ciphertext) : ciphertext)) {
         const plaintext = this.transport!.decrypt(record);
         for (const message of this.reassembler.push(plaintext)) {
           const bytes = Buffer.from(message.buffer, message.byteOffset, message.byteLength);
