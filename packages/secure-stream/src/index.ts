@@ -1,4 +1,11 @@
-export { createMemoryLinkPair, type FrameLink, type FrameLinkHandlers, WebSocketFrameLink } from './link.js';
+export {
+  createMemoryLinkPair,
+  type FrameLink,
+  type FrameLinkHandlers,
+  type RelayFrameHandlers,
+  receiveRelayFrames,
+  WebSocketFrameLink,
+} from './link.js';
 export {
   type AcceptedStream,
   type AcceptOptions,

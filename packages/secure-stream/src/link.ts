@@ -1,6 +1,56 @@
-import { releasingCallback } from '@tether/jsonrpc';
-import { decodeFrame, encodeFrame, type Frame, FrameError } from '@tether/relay-frames';
+import { BufferPool, releasingCallback } from '@tether/jsonrpc';
+import { decodeFrame, encodeFrame, type Frame, FrameError, MAX_FRAME_BYTES } from '@tether/relay-frames';
+import { installFastMessages } from '@tether/user-read/websocket';
 import type { WebSocket } from 'ws';
+
+/** Slabs the endpoints' relay sockets assemble inbound messages in (each is freed when its frame was handled). */
+const INBOUND = new BufferPool({ step: 16 * 1024, maxPooledBytes: 2 * 1024 * 1024 });
+
+export interface RelayFrameHandlers {
+  /**
+   * A frame. A Data frame's payload may be a view of a buffer reused once this returns: keep a copy, if
+   * anything (a SecureStream decrypts it at once or copies it); every other kind is the frame's own copy.
+   */
+  onFrame(frame: Frame): void;
+  /** A binary message that is not a relay frame. */
+  onInvalid(error: FrameError): void;
+  /** A text message (relay frames are binary only). */
+  onText(): void;
+}
+
+/**
+ * Reads relay frames off an endpoint's relay socket (a harness's, or the executor's multiplexed one): the
+ * common case, a binary message, through `installFastMessages` (no buffer per read or per message), every
+ * other message through `ws`'s 'message' event. `maxPayload` is the socket's own message limit.
+ */
+export function receiveRelayFrames(ws: WebSocket, maxPayload: number, handlers: RelayFrameHandlers): void {
+  const binary = (data: Uint8Array, volatile: boolean) => {
+    let frame: Frame;
+    try {
+      frame = decodeFrame(data, NO_COPY);
+      // Only a Data payload is handled before the buffer is reused; a handshake's is kept, say.
+      if (volatile && frame.kind !== 'data') frame = decodeFrame(data);
+    } catch (err) {
+      if (err instanceof FrameError) return handlers.onInvalid(err);
+      throw err;
+    }
+    handlers.onFrame(frame);
+  };
+  ws.on('message', (data: Buffer, isBinary: boolean) => {
+    // ws hands over each message's buffer and never writes to it again: payloads may be views.
+    if (isBinary) binary(data, false);
+    else handlers.onText();
+  });
+  installFastMessages(ws, {
+    server: false,
+    maxPayload,
+    lease: (size) => INBOUND.lease(size),
+    onMessage: (parts, length, slab) => {
+      binary(parts.length === 1 ? (parts[0] as Buffer) : Buffer.concat(parts, length), slab !== null);
+      return false; // handled: the slab goes back to the pool
+    },
+  });
+}
 
 export interface FrameLinkHandlers {
   onFrame(frame: Frame): void;
@@ -54,18 +104,16 @@ export class WebSocketFrameLink implements FrameLink {
 
   start(handlers: FrameLinkHandlers): void {
     this.handlers = handlers;
-    this.ws.on('message', (data: Buffer, isBinary: boolean) => {
-      if (this.closed) return;
-      if (!isBinary) return this.fail('relay sent a text message');
-      let frame: Frame;
-      try {
-        // The socket hands over each message's buffer and never writes to it again: payloads may be views.
-        frame = decodeFrame(data, NO_COPY);
-      } catch (err) {
-        if (err instanceof FrameError) return this.fail(`relay sent an invalid frame: ${err.message}`);
-        throw err;
-      }
-      if (frame.streamId === this.streamId) handlers.onFrame(frame);
+    receiveRelayFrames(this.ws, MAX_FRAME_BYTES, {
+      onFrame: (frame) => {
+        if (!this.closed && frame.streamId === this.streamId) handlers.onFrame(frame);
+      },
+      onInvalid: (err) => {
+        if (!this.closed) this.fail(`relay sent an invalid frame: ${err.message}`);
+      },
+      onText: () => {
+        if (!this.closed) this.fail('relay sent a text message');
+      },
     });
     this.ws.once('close', (code: number) => this.finish(`relay socket closed (${code})`));
     this.ws.on('error', (err: Error) => this.finish(`relay socket error: ${err.message}`));

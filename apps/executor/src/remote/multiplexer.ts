@@ -1,14 +1,20 @@
 import { releasingCallback } from '@tether/jsonrpc';
 import type { NoiseIdentity, NoisePublicKey } from '@tether/noise';
 import {
-  decodeFrame,
+  copyBytes,
   encodeFrame,
   type Frame,
-  FrameError,
   type HandshakeFrame,
+  MAX_FRAME_BYTES,
   resetFrame,
 } from '@tether/relay-frames';
-import { type FrameLink, type FrameLinkHandlers, SecureStream, SecureStreamError } from '@tether/secure-stream';
+import {
+  type FrameLink,
+  type FrameLinkHandlers,
+  receiveRelayFrames,
+  SecureStream,
+  SecureStreamError,
+} from '@tether/secure-stream';
 import type { WebSocket } from 'ws';
 import type { Logger } from '../logger.js';
 
@@ -34,7 +40,6 @@ export const DEFAULT_MULTIPLEXER_LIMITS: MultiplexerLimits = {
 const HIGH_WATER_MARK = 4 * 1024 * 1024;
 const LOW_WATER_MARK = 1024 * 1024;
 const BINARY = { binary: true } as const;
-const NO_COPY = { copyPayload: false } as const;
 export const LIMIT_RESET = 'executor_stream_limit';
 export const BACKPRESSURE_RESET = 'executor_backpressure';
 export const UNKNOWN_STREAM_RESET = 'unknown_stream';
@@ -80,7 +85,16 @@ export class RelayMultiplexer {
     private readonly options: MultiplexerOptions,
   ) {
     this.limits = { ...DEFAULT_MULTIPLEXER_LIMITS, ...options.limits };
-    ws.on('message', (data: Buffer, isBinary: boolean) => this.onMessage(data, isBinary));
+    receiveRelayFrames(ws, MAX_FRAME_BYTES, {
+      onFrame: (frame) => this.onFrame(frame),
+      onInvalid: (err) => {
+        this.droppedFrames++;
+        this.options.logger.debug({ err: err.message }, 'dropped an invalid relay frame');
+      },
+      onText: () => {
+        this.droppedFrames++; // text messages are dropped by the executor (§3.1)
+      },
+    });
   }
 
   get stats(): MultiplexerStats {
@@ -127,23 +141,9 @@ export class RelayMultiplexer {
     for (const link of this.links.values()) link.drained();
   };
 
-  private onMessage(data: Buffer, isBinary: boolean): void {
+  /** A frame off the socket; a Data payload is valid only during the call (`receiveRelayFrames`). */
+  private onFrame(frame: Frame): void {
     if (this.closed) return;
-    if (!isBinary) {
-      this.droppedFrames++; // text messages are dropped by the executor (§3.1)
-      return;
-    }
-    let frame: Frame;
-    try {
-      // ws hands over each message's buffer and never writes to it again: payloads may be views (as the
-      // harness's link does), so a Data frame is not copied on its way to the stream's decryptor.
-      frame = decodeFrame(data, NO_COPY);
-    } catch (err) {
-      if (!(err instanceof FrameError)) throw err;
-      this.droppedFrames++;
-      this.options.logger.debug({ err: err.message }, 'dropped an invalid relay frame');
-      return;
-    }
     const link = this.links.get(frame.streamId);
     if (link) {
       link.deliver(frame);
@@ -261,7 +261,8 @@ class VirtualLink implements FrameLink {
       this.handlers?.onFrame(frame);
       return;
     }
-    this.queue.push(frame);
+    // Queued past this call: a Data payload may be a view of a buffer about to be reused.
+    this.queue.push(frame.kind === 'data' ? { ...frame, payload: copyBytes(frame.payload) } : frame);
     this.queuedBytes += frame.kind === 'data' ? frame.payload.byteLength : 64;
     if (this.queuedBytes > this.maxQueuedBytes) {
       this.mux.sendFrame(resetFrame(this.streamId, BACKPRESSURE_RESET));

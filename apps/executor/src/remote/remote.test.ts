@@ -304,6 +304,33 @@ describe('remote mode: registration and streams', () => {
     await waitFor(() => link.streams === 0, 'the slot to be freed');
   });
 
+  it('keeps its own copy of what it queues for a paused stream (the socket reuses its receive buffers)', async () => {
+    const server = new ExecServer({ reaper: false });
+    cleanups.push(() => server.close());
+    let resume = () => {};
+    const { link, socket } = await setup({
+      onStream: (stream) => {
+        stream.pause(); // everything that arrives now is queued by the stream's link
+        resume = () => stream.resume();
+        server.serve(new RpcConnection(stream));
+      },
+    });
+    const { client } = await openStream(socket, link);
+    // Messages of several records each, whose slabs the socket reuses while the first ones wait.
+    const big = 'n'.repeat(150_000);
+    const calls = [
+      client.call<{ sessionId: string }>('initialize', { clientName: `first-${big}` }),
+      ...[1, 2, 3].map((i) => client.call('process/read', { processId: `p${i}-${big}` }).catch((e: Error) => e)),
+    ];
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    resume();
+    const [init, ...rest] = await Promise.all(calls);
+    expect(init).toMatchObject({ sessionId: expect.any(String) });
+    // Each request arrived whole and decrypted: answered, on a stream that is still open.
+    for (const answer of rest) expect(answer).toBeInstanceOf(Error);
+    expect(link.streams).toBe(1);
+  });
+
   it('refused or abandoned handshakes do not count as failures of the relay socket', async () => {
     const { rendezvous, link, socket } = await setup({ limits: { maxFailedHandshakes: 2 } });
     rendezvous.valid = false;

@@ -1,0 +1,294 @@
+import { createRequire } from 'node:module';
+import type { Socket } from 'node:net';
+import type { Writable } from 'node:stream';
+import type { WebSocket } from 'ws';
+import { readIntoUserBuffers } from './index.js';
+
+/**
+ * Binary WebSocket messages without `ws`'s per-message buffers, for sockets that carry many large binary
+ * messages (the relay's sockets, the endpoints' relay links). `ws` keeps the handshake, control frames,
+ * close, errors and every unusual message; the fast path only takes the common frame: a single binary
+ * frame (FIN, no RSV bits, within `maxPayload`, masked exactly when this side is a server) at a frame
+ * boundary of an open socket, outside a fragmented message.
+ *
+ * Mechanism: `ws` feeds every socket read to its receiver's `write()`; that method is replaced per socket
+ * by a frame splitter which hands the fast frames to `onMessage` and passes every other frame's bytes,
+ * whole and in order, to the real receiver. Whatever `ws` does on a socket (close, errors, stop reading)
+ * is unchanged. Where Node allows it (`readIntoUserBuffers`), the socket reads into one shared buffer
+ * instead of a fresh one per read and each fast message is assembled in a leased slab: no garbage per
+ * read or per message (a fresh buffer per read and another per message split across reads was most of
+ * what V8's collector did on a transfer).
+ */
+
+/** A reusable buffer of exactly the asked size; `release` gives it back (later calls do nothing). */
+export interface Slab {
+  readonly buffer: Buffer;
+  release(): void;
+}
+
+export interface FastMessageOptions {
+  /** This side is the server: frames arrive masked (RFC 6455 §5.1). A client's frames arrive unmasked. */
+  server: boolean;
+  /** Larger messages go to `ws`, which enforces its own `maxPayload`. */
+  maxPayload: number;
+  /** Slabs for messages assembled from the shared read buffer. */
+  lease(size: number): Slab;
+  /**
+   * One binary message: `parts` (views, in order) add up to `length`. They are valid until the call
+   * returns, unless `slab` is given and the handler returns true: then it has taken the slab (the bytes
+   * are its only part) and releases it when done with them.
+   */
+  onMessage(parts: Buffer[], length: number, slab: Slab | null): boolean | undefined;
+  /** Runs around the handling of each socket read (the relay batches its writes per read). */
+  aroundRead?: (handle: () => boolean) => boolean;
+  /** False keeps Node's reads (a fresh buffer each), e.g. while something else reads the raw chunks. */
+  userReads?: boolean;
+}
+
+type Unmask = (buffer: Buffer, mask: Buffer) => void;
+/** XORs `source` with `mask` into `output` at `offset` (bufferutil's `mask`: masking and unmasking are one). */
+type MaskInto = (source: Buffer, mask: Buffer, output: Buffer, offset: number, length: number) => void;
+const native: { unmask: Unmask; mask: MaskInto } | null = (() => {
+  try {
+    const require = createRequire(import.meta.url);
+    return require('bufferutil') as { unmask: Unmask; mask: MaskInto };
+  } catch {
+    return null;
+  }
+})();
+
+/** Copies `source` unmasked into `output` at `offset`; `mask` is already rotated to `offset`. */
+function unmaskInto(source: Buffer, mask: Buffer, output: Buffer, offset: number) {
+  const n = source.length;
+  if (native && n >= 64) return native.mask(source, mask, output, offset, n);
+  for (let i = 0; i < n; i++) output[offset + i] = (source[i] as number) ^ (mask[i & 3] as number);
+}
+
+function unmask(buffer: Buffer, mask: Buffer) {
+  const n = buffer.length;
+  if (native && n >= 64) return native.unmask(buffer, mask);
+  for (let i = 0; i < n; i++) buffer[i] = (buffer[i] as number) ^ (mask[i & 3] as number);
+}
+
+/**
+ * Every socket switched to user reads reads into this one buffer: each read is consumed synchronously
+ * (copied into slabs, or passed to `ws` as a copy), so one buffer serves all of them.
+ */
+const READ_BUFFER = Buffer.allocUnsafeSlow(256 * 1024);
+
+interface WritableInternals {
+  ending: boolean;
+  destroyed: boolean;
+  errored: Error | null;
+}
+
+interface WsInternals {
+  _receiver: Writable;
+  _socket: Socket;
+}
+
+const HEADER = 0;
+const FAST = 1;
+const PASS = 2;
+
+/** `ws`'s receiver holds no part of a frame or message (ws 8's field names; unknown shapes say no). */
+function atFrameBoundary(receiver: Writable): boolean {
+  const r = receiver as unknown as { _state?: unknown; _bufferedBytes?: unknown; _fragments?: unknown };
+  return r._state === 0 && r._bufferedBytes === 0 && Array.isArray(r._fragments) && r._fragments.length === 0;
+}
+
+/**
+ * Installs the fast path on a `ws` socket between messages: a server's socket right after the upgrade, a
+ * client's once open. Does nothing when `ws` is in the middle of a frame or message. Returns true when
+ * reads were switched to the shared buffer (else fast messages are views of `ws`'s read chunks).
+ */
+export function installFastMessages(ws: WebSocket, options: FastMessageOptions): boolean {
+  const { server, maxPayload, onMessage } = options;
+  const receiver = (ws as unknown as WsInternals)._receiver;
+  if (!receiver || !atFrameBoundary(receiver)) return false; // ws keeps the socket as it is
+  const state = (receiver as unknown as { _writableState: WritableInternals })._writableState;
+  const realWrite = receiver.write.bind(receiver) as (chunk: Buffer) => boolean;
+  const header = Buffer.alloc(14);
+  const rotated = Buffer.alloc(4);
+  let headerLen = 0;
+  let mode = HEADER;
+  let remaining = 0;
+  let offset = 0;
+  let mask = Buffer.alloc(4);
+  let plain = true; // no mask, or a zero one (relay-frames' socket mask): the payload is as sent
+  let parts: Buffer[] = [];
+  let total = 0;
+  // Copying mode (reads land in the shared READ_BUFFER): a fast frame's payload is copied into `slab`.
+  let copying = false;
+  let volatile = false;
+  let slab: Slab | null = null;
+  // `ws` is assembling a fragmented message: everything goes to it until its final fragment.
+  let fragmented = false;
+
+  const receiverGone = () => state.ending || state.destroyed || state.errored != null;
+
+  const takeFast = (view: Buffer) => {
+    if (plain) {
+      if (copying) view.copy((slab as Slab).buffer, offset);
+      else parts.push(view);
+      offset += view.length;
+      return;
+    }
+    let key = mask;
+    if ((offset & 3) !== 0) {
+      for (let i = 0; i < 4; i++) rotated[i] = mask[(i + offset) & 3] as number;
+      key = rotated;
+    }
+    if (copying) {
+      unmaskInto(view, key, (slab as Slab).buffer, offset);
+      offset += view.length;
+      return;
+    }
+    unmask(view, key);
+    offset += view.length;
+    parts.push(view);
+  };
+
+  const finishFast = () => {
+    const length = total;
+    total = 0;
+    mode = HEADER;
+    if (copying) {
+      const whole = slab as Slab;
+      slab = null;
+      let taken: boolean | undefined = false;
+      try {
+        taken = onMessage([whole.buffer], length, whole);
+      } finally {
+        if (!taken) whole.release();
+      }
+      return;
+    }
+    const message = parts;
+    parts = [];
+    onMessage(message, length, null);
+  };
+
+  const passOn = (bytes: Buffer) => realWrite(volatile ? Buffer.from(bytes) : bytes);
+
+  const write = (chunk: Buffer): boolean => {
+    let ok = true;
+    let pos = 0;
+    const n = chunk.length;
+    while (pos < n) {
+      if (receiverGone()) return ok; // `ws` has stopped reading this socket (close frame, error)
+      if (mode === FAST) {
+        const take = Math.min(remaining, n - pos);
+        takeFast(chunk.subarray(pos, pos + take));
+        pos += take;
+        remaining -= take;
+        if (remaining === 0) finishFast();
+        continue;
+      }
+      if (mode === PASS) {
+        const take = Math.min(remaining, n - pos);
+        ok = passOn(chunk.subarray(pos, pos + take));
+        pos += take;
+        remaining -= take;
+        if (remaining === 0) mode = HEADER;
+        continue;
+      }
+      // HEADER: gather 2 bytes, then the rest of this frame's header.
+      let src: Buffer;
+      let at: number;
+      let need = 2;
+      if (headerLen === 0 && n - pos >= 2) need = headerSize(chunk[pos + 1] as number);
+      if (headerLen === 0 && n - pos >= need) {
+        src = chunk;
+        at = pos;
+        pos += need;
+      } else {
+        // A header split across reads: copy it together.
+        while (pos < n) {
+          header[headerLen++] = chunk[pos++] as number;
+          if (headerLen >= 2) need = headerSize(header[1] as number);
+          if (headerLen >= need) break;
+        }
+        if (headerLen < need) return ok;
+        src = header;
+        at = 0;
+        headerLen = 0;
+      }
+      const b0 = src[at] as number;
+      const b1 = src[at + 1] as number;
+      const masked = (b1 & 0x80) !== 0;
+      let length = b1 & 0x7f;
+      let extra = 2;
+      let huge = false;
+      if (length === 126) {
+        length = src.readUInt16BE(at + 2);
+        extra = 4;
+      } else if (length === 127) {
+        const high = src.readUInt32BE(at + 2);
+        huge = high !== 0;
+        length = high * 2 ** 32 + src.readUInt32BE(at + 6);
+        extra = 10;
+      }
+      const opcode = b0 & 0x0f;
+      const fin = (b0 & 0x80) !== 0;
+      if (
+        !fragmented &&
+        opcode === 2 &&
+        fin &&
+        (b0 & 0x70) === 0 &&
+        masked === server &&
+        !huge &&
+        length <= maxPayload &&
+        ws.readyState === 1
+      ) {
+        if (masked) {
+          mask = Buffer.from(src.subarray(at + extra, at + extra + 4));
+          plain = mask.readUInt32BE(0) === 0;
+        } else {
+          plain = true;
+        }
+        offset = 0;
+        if (copying) slab = options.lease(length);
+        total = length;
+        remaining = length;
+        mode = FAST;
+        if (length === 0) finishFast();
+        continue;
+      }
+      // Anything else is `ws`'s: the header bytes now, the payload as it arrives.
+      if (opcode < 8) {
+        if (opcode !== 0 && !fin) fragmented = true;
+        else if (opcode === 0 && fin) fragmented = false;
+      }
+      ok = src === header ? realWrite(Buffer.from(header.subarray(0, need))) : passOn(src.subarray(at, at + need));
+      remaining = huge ? Number.MAX_SAFE_INTEGER : length;
+      mode = remaining > 0 ? PASS : HEADER;
+    }
+    return ok;
+  };
+  (receiver as unknown as { write: (chunk: Buffer) => boolean }).write = write;
+
+  const socket = (ws as unknown as WsInternals)._socket;
+  if (options.userReads === false) return false;
+  const aroundRead = options.aroundRead ?? ((handle: () => boolean) => handle());
+  const switched = readIntoUserBuffers(socket, {
+    first: () => READ_BUFFER,
+    next: null,
+    onRead: (nread, buffer) => {
+      volatile = true;
+      try {
+        // false stops reading, as ws pauses a socket whose receiver is behind; its 'drain' resumes it.
+        return aroundRead(() => write(buffer.subarray(0, nread)));
+      } finally {
+        volatile = false;
+      }
+    },
+  });
+  if (switched) copying = true;
+  return switched;
+}
+
+function headerSize(b1: number): number {
+  const len = b1 & 0x7f;
+  return 2 + (len === 126 ? 2 : len === 127 ? 8 : 0) + ((b1 & 0x80) !== 0 ? 4 : 0);
+}
