@@ -123,7 +123,11 @@ export class ExecServer {
       if ((req.url ?? '/').split('?')[0] !== '/') return refuseUpgrade(socket, 404, 'Not Found');
       wss.handleUpgrade(req, socket, head, (ws) => {
         const peer = `${req.socket.remoteAddress}:${req.socket.remotePort}`;
-        const transport = new WebSocketTransport(ws, { peer, pingIntervalMs: this.config.pingIntervalMs });
+        const transport = new WebSocketTransport(ws, {
+          peer,
+          pingIntervalMs: this.config.pingIntervalMs,
+          fastReceive: { server: true, maxPayload: this.config.maxMessageBytes },
+        });
         this.serve(new RpcConnection(transport));
       });
     });

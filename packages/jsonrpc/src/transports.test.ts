@@ -2,6 +2,7 @@ import { once } from 'node:events';
 import { PassThrough } from 'node:stream';
 import { afterEach, describe, expect, it } from 'vitest';
 import { WebSocket, WebSocketServer } from 'ws';
+import { attachmentOf, encodeWithAttachment } from './attachment.js';
 import { RpcClient } from './client.js';
 import { ConnectionClosedError, RpcConnection } from './connection.js';
 import type { InboundMessage } from './message.js';
@@ -157,6 +158,49 @@ describe('WebSocketTransport and RpcClient', () => {
     (ws as unknown as { _socket: { pause(): void } })._socket.pause();
     await expect.poll(() => serverClosed, { timeout: 5000 }).toBeDefined();
     await expect(serverClosed).resolves.toMatch(/websocket closed/);
+  });
+
+  it('fastReceive: text and binary messages as without it; an attachment stays intact while held', async () => {
+    const held: Array<{ attachment: Buffer; expected: Buffer }> = [];
+    const texts: unknown[] = [];
+    const wss = new WebSocketServer({ host: '127.0.0.1', port: 0, maxPayload: 1 << 20 });
+    await once(wss, 'listening');
+    wss.on('connection', (ws) => {
+      const transport = new WebSocketTransport(ws, {
+        pingIntervalMs: 0,
+        fastReceive: { server: true, maxPayload: 1 << 20 },
+      });
+      new RpcConnection(transport).start({
+        onMessage: (m) => {
+          if (m.kind !== 'notification') return;
+          const attachment = attachmentOf(m.params);
+          // Kept past this call, as a handler awaiting a file write keeps its block.
+          if (attachment) held.push({ attachment, expected: Buffer.from((m.params as { hex: string }).hex, 'hex') });
+          else texts.push(m.params);
+        },
+      });
+    });
+    cleanups.push(
+      () =>
+        new Promise<void>((resolve) => {
+          for (const client of wss.clients) client.terminate();
+          wss.close(() => resolve());
+        }),
+    );
+    const ws = await dial(`ws://127.0.0.1:${(wss.address() as { port: number }).port}`);
+    for (let i = 0; i < 6; i++) {
+      const bytes = Buffer.alloc(100_000 + i, i + 1);
+      const json = JSON.stringify({ method: 'n', params: { hex: bytes.subarray(0, 8).toString('hex') } });
+      ws.send(encodeWithAttachment(json, bytes));
+      ws.send(JSON.stringify({ method: 't', params: { i, text: 'x'.repeat(90_000 + i) } }));
+    }
+    await expect.poll(() => held.length + texts.length).toBe(12);
+    expect(
+      held.map((h) => h.attachment.subarray(0, 8).equals(h.expected) && h.attachment.every((b) => b === h.expected[0])),
+    ).toEqual([true, true, true, true, true, true]);
+    expect(texts.map((t) => (t as { i: number; text: string }).text.length)).toEqual([
+      90_000, 90_001, 90_002, 90_003, 90_004, 90_005,
+    ]);
   });
 });
 

@@ -175,4 +175,74 @@ describe('installFastMessages (client side)', () => {
     while (got.length === 0) await tick();
     expect(got).toEqual(['split']);
   });
+
+  it('takes text frames when asked: UTF-8 checked over the whole message, invalid text left to ws (1007)', async () => {
+    const { raw, client } = await rawPair();
+    const seen: string[] = [];
+    const errors: string[] = [];
+    client.on('message', (data: Buffer, isBinary: boolean) => seen.push(`ws:${isBinary}:${data.toString()}`));
+    client.on('error', (err: Error) => errors.push(err.message));
+    installFastMessages(client, {
+      server: false,
+      maxPayload: 1 << 20,
+      text: true,
+      lease: countingLease().lease,
+      onMessage: (parts, length, _slab, isBinary) => {
+        seen.push(`fast:${isBinary}:${Buffer.concat(parts, length).toString()}`);
+        return false;
+      },
+    });
+    const text = `{"greeting":"${'héllo wörld ☃ 😀 '.repeat(5000)}"}`;
+    const wire = Buffer.concat([
+      serverFrame(1, Buffer.from(text)),
+      serverFrame(2, Buffer.from('bin')),
+      serverFrame(1, Buffer.from([0x7b, 0xc3, 0x28, 0x7d])), // not UTF-8
+    ]);
+    // Reads that split multi-byte characters.
+    for (let pos = 0; pos < wire.length; pos += 4099) {
+      raw.write(wire.subarray(pos, pos + 4099));
+      await tick();
+    }
+    const code = await new Promise<number>((resolve) => client.once('close', resolve));
+    expect(seen).toEqual([`fast:false:${text}`, 'fast:true:bin']);
+    expect(errors).toEqual(['Invalid WebSocket frame: invalid UTF-8 sequence']); // ws's own words
+    expect(code).toBe(1006); // ws sent 1007 and stopped reading
+  });
+});
+
+describe('installFastMessages (server side)', () => {
+  it('unmasks client frames, text and binary, and leaves invalid text to ws, which closes with 1007', async () => {
+    const server = new WebSocketServer({ host: '127.0.0.1', port: 0 });
+    await once(server, 'listening');
+    const seen: string[] = [];
+    const { counts, lease } = countingLease();
+    server.on('connection', (ws: WebSocket) => {
+      ws.on('message', (data: Buffer, isBinary: boolean) => seen.push(`ws:${isBinary}:${data.toString('hex')}`));
+      ws.on('error', () => {});
+      installFastMessages(ws, {
+        server: true,
+        maxPayload: 1 << 20,
+        text: true,
+        lease,
+        onMessage: (parts, length, _slab, isBinary) => {
+          seen.push(`fast:${isBinary}:${Buffer.concat(parts, length).toString('hex')}`);
+          return false;
+        },
+      });
+    });
+    const client = new WebSocket(`ws://127.0.0.1:${(server.address() as AddressInfo).port}`);
+    cleanups.push(async () => {
+      client.terminate();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    });
+    await once(client, 'open');
+    const big = Buffer.from('é'.repeat(100_000)); // masked with a random key, across many reads
+    client.send(big.toString());
+    client.send(Buffer.from([1, 2, 3]));
+    client.send(Buffer.from([0xff, 0xfe]), { binary: false }); // text that is not UTF-8
+    const code = await new Promise<number>((resolve) => client.once('close', resolve));
+    expect(code).toBe(1007);
+    expect(seen).toEqual([`fast:false:${big.toString('hex')}`, 'fast:true:010203']);
+    expect(counts).toEqual({ leased: 3, released: 3 });
+  });
 });

@@ -1,3 +1,4 @@
+import { isUtf8 } from 'node:buffer';
 import { createRequire } from 'node:module';
 import type { Socket } from 'node:net';
 import type { Writable } from 'node:stream';
@@ -5,10 +6,11 @@ import type { WebSocket } from 'ws';
 import { readIntoUserBuffers } from './index.js';
 
 /**
- * Binary WebSocket messages without `ws`'s per-message buffers, for sockets that carry many large binary
+ * WebSocket messages without `ws`'s per-message buffers, for sockets that carry many large binary
  * messages (the relay's sockets, the endpoints' relay links). `ws` keeps the handshake, control frames,
  * close, errors and every unusual message; the fast path only takes the common frame: a single binary
- * frame (FIN, no RSV bits, within `maxPayload`, masked exactly when this side is a server) at a frame
+ * (or, when asked, text) frame (FIN, no RSV bits, within `maxPayload`, masked exactly when this side is a
+ * server) at a frame
  * boundary of an open socket, outside a fragmented message.
  *
  * Mechanism: `ws` feeds every socket read to its receiver's `write()`; that method is replaced per socket
@@ -34,11 +36,16 @@ export interface FastMessageOptions {
   /** Slabs for messages assembled from the shared read buffer. */
   lease(size: number): Slab;
   /**
-   * One binary message: `parts` (views, in order) add up to `length`. They are valid until the call
-   * returns, unless `slab` is given and the handler returns true: then it has taken the slab (the bytes
-   * are its only part) and releases it when done with them.
+   * One message: `parts` (views, in order) add up to `length`. They are valid until the call returns,
+   * unless `slab` is given and the handler returns true: then it has taken the slab (the bytes are its
+   * only part) and releases it when done with them. Text arrives only with `text`, as valid UTF-8.
    */
-  onMessage(parts: Buffer[], length: number, slab: Slab | null): boolean | undefined;
+  onMessage(parts: Buffer[], length: number, slab: Slab | null, isBinary: boolean): boolean | undefined;
+  /**
+   * Text frames take the fast path too. Their UTF-8 is checked as `ws` checks it; a message that fails is
+   * handed to `ws` as it came, which closes the socket as it would have (1007).
+   */
+  text?: boolean;
   /** Runs around the handling of each socket read (the relay batches its writes per read). */
   aroundRead?: (handle: () => boolean) => boolean;
   /** False keeps Node's reads (a fresh buffer each), e.g. while something else reads the raw chunks. */
@@ -118,6 +125,7 @@ export function installFastMessages(ws: WebSocket, options: FastMessageOptions):
   let plain = true; // no mask, or a zero one (relay-frames' socket mask): the payload is as sent
   let parts: Buffer[] = [];
   let total = 0;
+  let isBinary = true;
   // Copying mode (reads land in the shared READ_BUFFER): a fast frame's payload is copied into `slab`.
   let copying = false;
   let volatile = false;
@@ -149,6 +157,26 @@ export function installFastMessages(ws: WebSocket, options: FastMessageOptions):
     parts.push(view);
   };
 
+  /** A text message that is not UTF-8 goes to `ws` whole, as one frame (masked with zeros if need be). */
+  const notUtf8 = (bytes: Buffer): boolean => {
+    if (isUtf8(bytes)) return false;
+    const n = bytes.length;
+    const head = Buffer.alloc((n < 126 ? 2 : n < 65536 ? 4 : 10) + (server ? 4 : 0));
+    head[0] = 0x81;
+    if (n < 126) head[1] = n;
+    else if (n < 65536) {
+      head[1] = 126;
+      head.writeUInt16BE(n, 2);
+    } else {
+      head[1] = 127;
+      head.writeUInt32BE(Math.floor(n / 2 ** 32), 2);
+      head.writeUInt32BE(n >>> 0, 6);
+    }
+    if (server) head[1] = (head[1] as number) | 0x80; // the zero key leaves the payload as it is
+    realWrite(Buffer.concat([head, bytes]));
+    return true;
+  };
+
   const finishFast = () => {
     const length = total;
     total = 0;
@@ -158,15 +186,21 @@ export function installFastMessages(ws: WebSocket, options: FastMessageOptions):
       slab = null;
       let taken: boolean | undefined = false;
       try {
-        taken = onMessage([whole.buffer], length, whole);
+        if (!isBinary && notUtf8(whole.buffer)) return;
+        taken = onMessage([whole.buffer], length, whole, isBinary);
       } finally {
         if (!taken) whole.release();
       }
       return;
     }
-    const message = parts;
+    let message = parts;
     parts = [];
-    onMessage(message, length, null);
+    if (!isBinary) {
+      const joined = message.length === 1 ? (message[0] as Buffer) : Buffer.concat(message, length);
+      if (notUtf8(joined)) return;
+      message = [joined];
+    }
+    onMessage(message, length, null, isBinary);
   };
 
   const passOn = (bytes: Buffer) => realWrite(volatile ? Buffer.from(bytes) : bytes);
@@ -233,7 +267,7 @@ export function installFastMessages(ws: WebSocket, options: FastMessageOptions):
       const fin = (b0 & 0x80) !== 0;
       if (
         !fragmented &&
-        opcode === 2 &&
+        (opcode === 2 || (opcode === 1 && options.text === true)) &&
         fin &&
         (b0 & 0x70) === 0 &&
         masked === server &&
@@ -248,6 +282,7 @@ export function installFastMessages(ws: WebSocket, options: FastMessageOptions):
           plain = true;
         }
         offset = 0;
+        isBinary = opcode === 2;
         if (copying) slab = options.lease(length);
         total = length;
         remaining = length;

@@ -1,5 +1,7 @@
+import { installFastMessages } from '@tether/user-read/websocket';
 import type { WebSocket } from 'ws';
 import { hasAttachmentMarker } from '../attachment.js';
+import { BufferPool } from '../buffer-pool.js';
 import {
   DEFAULT_HIGH_WATER_MARK,
   DEFAULT_LOW_WATER_MARK,
@@ -15,7 +17,15 @@ export interface WebSocketTransportOptions {
   pingIntervalMs?: number;
   highWaterMark?: number;
   lowWaterMark?: number;
+  /**
+   * Read messages with `installFastMessages` (no buffer per socket read or per message) instead of `ws`'s
+   * events: for a socket that has not delivered anything yet. `maxPayload` is the socket's own limit.
+   */
+  fastReceive?: { server: boolean; maxPayload: number };
 }
+
+/** Slabs inbound messages are assembled in (`fastReceive`). */
+const INBOUND = new BufferPool({ step: 64 * 1024, maxPooledBytes: 8 * 1024 * 1024 });
 
 const TEXT_FRAME = { binary: false } as const;
 const BINARY_FRAME = { binary: true } as const;
@@ -34,6 +44,7 @@ export class WebSocketTransport implements MessageTransport {
   private readonly pingIntervalMs: number;
   private readonly highWaterMark: number;
   private readonly lowWaterMark: number;
+  private readonly fastReceive: WebSocketTransportOptions['fastReceive'];
   private handlers: TransportHandlers | null = null;
   private pingTimer: NodeJS.Timeout | null = null;
   private awaitingPong = false;
@@ -46,6 +57,7 @@ export class WebSocketTransport implements MessageTransport {
     this.pingIntervalMs = options.pingIntervalMs ?? 30_000;
     this.highWaterMark = options.highWaterMark ?? DEFAULT_HIGH_WATER_MARK;
     this.lowWaterMark = options.lowWaterMark ?? DEFAULT_LOW_WATER_MARK;
+    this.fastReceive = options.fastReceive;
   }
 
   get bufferedAmount(): number {
@@ -55,6 +67,19 @@ export class WebSocketTransport implements MessageTransport {
   start(handlers: TransportHandlers): void {
     this.handlers = handlers;
     this.ws.on('message', (data: Buffer) => handlers.onMessage(data));
+    if (this.fastReceive) {
+      installFastMessages(this.ws, {
+        ...this.fastReceive,
+        text: true,
+        lease: (size) => INBOUND.lease(size),
+        onMessage: (parts, length, slab, isBinary) => {
+          handlers.onMessage(parts.length === 1 ? (parts[0] as Buffer) : Buffer.concat(parts, length));
+          // Text is parsed into copies by now: its slab goes back. A binary message's attachment is a view
+          // its handler may hold across awaits: that slab is kept (and left to the collector).
+          return isBinary;
+        },
+      });
+    }
     this.ws.on('pong', () => {
       this.awaitingPong = false;
     });
