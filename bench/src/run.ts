@@ -12,6 +12,7 @@ import { closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writ
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
+import { parseLargeMessage } from '@tether/jsonrpc';
 import { type PeerKind, repoRoot, startPeer } from '@tether/test-kit';
 import { WebSocket } from 'ws';
 
@@ -52,7 +53,7 @@ async function dial(url: string): Promise<WebSocket> {
 
 /**
  * One initialized connection with a notification hook per process id. Deliberately lean (raw `ws`,
- * JSON.parse per message, no extra layers) so the peers' costs, not the client's, decide the figures.
+ * one parse per message, no extra layers) so the peers' costs, not the client's, decide the figures.
  */
 class BenchClient {
   private readonly waiters = new Map<string, (n: Notification) => void>();
@@ -60,7 +61,15 @@ class BenchClient {
   private nextId = 1;
   private constructor(private readonly ws: WebSocket) {
     ws.on('message', (data: Buffer) => {
-      const message = JSON.parse(data.toString());
+      // Parsed as Tether's SDK parses (parseMessage): a large message's long string straight from the
+      // bytes, the rest by JSON.parse; the same code for both peers.
+      const message = ((data.length >= 64 * 1024 ? parseLargeMessage(data) : undefined) ??
+        JSON.parse(data.toString())) as {
+        id?: number;
+        error?: { code: number; message: string };
+        result?: unknown;
+        params?: { processId?: string };
+      };
       if (message.id !== undefined) {
         const call = this.pending.get(message.id);
         this.pending.delete(message.id);
@@ -68,7 +77,7 @@ class BenchClient {
         else call?.resolve(message.result);
         return;
       }
-      this.waiters.get(message.params?.processId)?.(message as Notification);
+      this.waiters.get(message.params?.processId ?? '')?.(message as Notification);
     });
     ws.on('close', () => {
       for (const call of this.pending.values()) call.reject(new Error('connection closed'));

@@ -20,6 +20,7 @@ export {
   classifyMessage,
   type InboundMessage,
   MALFORMED_MESSAGE_ID,
+  parseLargeMessage,
   parseMessage,
   type RequestId,
   type RpcErrorObject,
