@@ -3,7 +3,7 @@ import { createReadStream, createWriteStream } from 'node:fs';
 import * as fsp from 'node:fs/promises';
 import { Readable, Writable } from 'node:stream';
 import { encodeWriteBlockRequest } from '@tether/exec-protocol';
-import { attachmentOf, encodeWithAttachment } from '@tether/jsonrpc';
+import { attachmentOf, encodeWithAttachment, giveBack } from '@tether/jsonrpc';
 import { TetherError } from './errors.js';
 
 export interface FileMetadata {
@@ -59,6 +59,15 @@ export interface EnvironmentFs {
 
 /** Default block for streamed reads and writes. */
 export const DEFAULT_BLOCK_SIZE = 1024 * 1024;
+
+/**
+ * Hands a chunk read from a remote file's stream back for reuse, once its reader is done with it (written
+ * out, hashed). Blocks that came over a relay stream in one message are assembled in pooled buffers; a
+ * chunk not given back, or any other buffer, is simply left to the collector.
+ */
+export function giveBackBlock(chunk: Buffer): void {
+  giveBack(chunk);
+}
 /** Reads in flight by default: 3 × 1 MiB stays under the relay's 4 MiB backlog limit per harness. */
 export const DEFAULT_READ_DEPTH = 3;
 /** Largest block either executor accepts for `fs/readBlock` and `fs/writeBlock`. */
@@ -399,8 +408,11 @@ export class RemoteFs implements EnvironmentFs {
           while (pending.byteLength >= blockSize) {
             const block = pending.subarray(0, blockSize);
             pending = pending.subarray(blockSize);
-            await send(block);
+            await send(block); // encoded (copied) by the time the call is made
           }
+          // What waits for the next chunk is a copy: no chunk is kept past its write's callback, so a
+          // writer may reuse its buffer from then on (the harness's cp does).
+          if (pending.byteLength > 0 && pending.buffer === chunk.buffer) pending = Buffer.from(pending);
         })().then(
           () => callback(),
           (err: Error) => callback(err),

@@ -16,6 +16,7 @@ export {
   type DirectoryEntry,
   type EnvironmentFs,
   type FileMetadata,
+  giveBackBlock,
   type HandleDigest,
   LocalFs,
   RemoteFs,

@@ -83,3 +83,28 @@ export class BufferPool {
     this.#pooledBytes += slab.length;
   }
 }
+
+/** Slabs lent out by `lendBuffer`, by their memory, until `giveBack`. */
+const lent = new WeakMap<ArrayBufferLike, () => void>();
+
+/**
+ * A buffer of `size` bytes from `pool` that is handed on (an inbound message) rather than returned by the
+ * code that took it: whoever ends up holding the bytes, and knows nobody else does, may `giveBack` any
+ * view of it (an attachment, say). A buffer never given back is simply garbage, as a fresh one would be.
+ */
+export function lendBuffer(pool: BufferPool, size: number): Buffer {
+  const lease = pool.lease(size);
+  lent.set(lease.buffer.buffer, lease.release);
+  return lease.buffer;
+}
+
+/**
+ * Returns the lent buffer `view` is part of to its pool; nothing for any other buffer. The caller must be
+ * the bytes' last user: the memory serves another message next.
+ */
+export function giveBack(view: Uint8Array): void {
+  const release = lent.get(view.buffer);
+  if (!release) return;
+  lent.delete(view.buffer);
+  release();
+}

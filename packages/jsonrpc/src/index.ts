@@ -6,7 +6,7 @@ export {
   hasAttachmentMarker,
   splitAttachment,
 } from './attachment.js';
-export { type BufferLease, BufferPool, type BufferPoolOptions } from './buffer-pool.js';
+export { type BufferLease, BufferPool, type BufferPoolOptions, giveBack, lendBuffer } from './buffer-pool.js';
 export { type CallOptions, RpcClient, type RpcClientOptions, RpcTimeoutError } from './client.js';
 export {
   ConnectionClosedError,

@@ -54,12 +54,23 @@ export function frameMessageParts(json: Uint8Array): Uint8Array[][] {
  * received chunks, so memory follows what arrived (at most 4 B + 64 MiB), not what was declared.
  * Any error is final: the reassembler refuses every later record, as the stream must end.
  */
+/** Uninitialised memory (no zero fill): the reassembler writes every byte. */
+function allocateUnsafe(size: number): Uint8Array {
+  const unsafe = Buffer.allocUnsafe(size);
+  return new Uint8Array(unsafe.buffer, unsafe.byteOffset, size);
+}
+
 export class MessageReassembler {
   /** True when the caller hands over each record buffer (never reuses it): the reassembler keeps views. */
   readonly #ownsRecords: boolean;
+  /** Memory for a message of several records (uninitialised is fine: every byte is written). */
+  readonly #allocate: (size: number) => Uint8Array;
 
-  constructor(options: { readonly takeOwnershipOfRecords?: boolean } = {}) {
+  constructor(
+    options: { readonly takeOwnershipOfRecords?: boolean; readonly allocate?: (size: number) => Uint8Array } = {},
+  ) {
     this.#ownsRecords = options.takeOwnershipOfRecords ?? false;
+    this.#allocate = options.allocate ?? allocateUnsafe;
   }
 
   readonly #prefix = new Uint8Array(MESSAGE_LENGTH_PREFIX_BYTES);
@@ -136,9 +147,7 @@ export class MessageReassembler {
       this.#expected = -1;
       return only!;
     }
-    // Uninitialised memory (no zero fill): the chunks below write every byte.
-    const unsafe = Buffer.allocUnsafe(this.#expected);
-    const message = new Uint8Array(unsafe.buffer, unsafe.byteOffset, this.#expected);
+    const message = this.#allocate(this.#expected);
     let at = 0;
     for (const chunk of this.#chunks) {
       message.set(chunk, at);

@@ -1,4 +1,4 @@
-import { BufferPool, type MessageTransport, type TransportHandlers } from '@tether/jsonrpc';
+import { BufferPool, lendBuffer, type MessageTransport, type TransportHandlers } from '@tether/jsonrpc';
 import {
   buildRelayPrologue,
   type CryptoProvider,
@@ -32,6 +32,14 @@ import type { FrameLink } from './link.js';
  * record was external memory for V8 and brought a full collection every few dozen megabytes sent.
  */
 const FRAME_POOL = new BufferPool({ maxPooledBytes: 8 * 1024 * 1024 });
+
+/**
+ * Inbound messages of at least this size (a 1 MiB file block, say) are assembled in lent buffers from
+ * MESSAGE_POOL: the executor gives a written block's buffer back, sparing V8 a megabyte of fresh external
+ * memory per block (a full collection every few dozen).
+ */
+const LENT_MESSAGE_BYTES = 256 * 1024;
+const MESSAGE_POOL = new BufferPool({ step: 64 * 1024, maxPooledBytes: 8 * 1024 * 1024 });
 
 /** Reset reason sent on any failure; opaque to the peer (Codex's newest text). */
 export const PROTOCOL_ERROR_RESET = 'noise_relay_protocol_error';
@@ -69,8 +77,12 @@ export class SecureStream implements MessageTransport {
   private handlers: TransportHandlers | null = null;
   private transport: Transport | null = null;
   private readonly window = new OrderedReceiveWindow();
-  // Decrypted records are fresh buffers nobody else holds: the reassembler may keep views of them.
-  private readonly reassembler = new MessageReassembler({ takeOwnershipOfRecords: true });
+  // Decrypted records are fresh buffers nobody else holds: the reassembler may keep views of them. A large
+  // message is assembled in a lent buffer, which its last user may give back (`giveBack`).
+  private readonly reassembler = new MessageReassembler({
+    takeOwnershipOfRecords: true,
+    allocate: (size) => (size >= LENT_MESSAGE_BYTES ? lendBuffer(MESSAGE_POOL, size) : Buffer.allocUnsafe(size)),
+  });
   private readonly sequence = new SendSequence();
   private readonly dataFrames: DataFrameEncoder;
   /** Messages that arrived between the handshake and `start()`. */

@@ -21,7 +21,7 @@ import {
   parseSandbox,
   RpcError,
 } from '@tether/exec-protocol';
-import { attachmentOf, type BufferLease, BufferPool, encodeWithAttachment } from '@tether/jsonrpc';
+import { attachmentOf, type BufferLease, BufferPool, encodeWithAttachment, giveBack } from '@tether/jsonrpc';
 import { MAX_BLOCK_BYTES } from '../fs/file-handles.js';
 import {
   canonicalize,
@@ -207,8 +207,10 @@ export const fsHandlers: HandlerTable = whileAttached({
     try {
       await ctx.files.writeBlock(params.handleId, params.offset, data);
     } finally {
-      // Written (and hashed, when digested) by now: nothing refers to the decoded block any more.
+      // Written (and hashed, when digested) by now: nothing refers to the block any more. An attachment
+      // assembled in a lent buffer (a relay stream's large message) goes back to its pool.
       (block as BufferLease | null)?.release();
+      if (attachment) giveBack(attachment);
     }
     return {};
   },

@@ -72,7 +72,7 @@ export class WebSocketTransport implements MessageTransport {
         ...this.fastReceive,
         text: true,
         lease: (size) => INBOUND.lease(size),
-        onMessage: (parts, length, slab, isBinary) => {
+        onMessage: (parts, length, _slab, isBinary) => {
           handlers.onMessage(parts.length === 1 ? (parts[0] as Buffer) : Buffer.concat(parts, length));
           // Text is parsed into copies by now: its slab goes back. A binary message's attachment is a view
           // its handler may hold across awaits: that slab is kept (and left to the collector).
