@@ -128,6 +128,26 @@ describe.each<Case>(['local', 'remote tether', 'remote codex'])('Environment.fs:
     expect(digests).toEqual(expected.digests);
   });
 
+  it('keeps no chunk past its write callback: a writer may reuse one buffer for every write', async () => {
+    const path = join(work, `${kind.replace(' ', '-')}-reuse.bin`);
+    const data = randomBytes(3 * 1024 * 1024 + 12_345);
+    const stream = fs.createWriteStream(path);
+    const buffer = Buffer.alloc(700_000); // not a multiple of the block: parts of chunks wait for the next
+    for (let at = 0; at < data.length; at += buffer.length) {
+      const n = data.copy(buffer, 0, at, at + buffer.length);
+      await new Promise<void>((resolve, reject) =>
+        stream.write(buffer.subarray(0, n), (err) => (err ? reject(err) : resolve())),
+      );
+      buffer.fill(0xee); // what a reused buffer does to anything that kept a view of it
+    }
+    await new Promise<void>((resolve, reject) => stream.end((err?: Error | null) => (err ? reject(err) : resolve())));
+    expect(
+      createHash('sha256')
+        .update(await fs.readFile(path))
+        .digest('hex'),
+    ).toBe(createHash('sha256').update(data).digest('hex'));
+  });
+
   it('an empty stream still creates the file', async () => {
     const path = join(work, `${kind.replace(' ', '-')}-empty.bin`);
     writeFileSync(path, 'old contents');

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { BufferPool } from './buffer-pool.js';
+import { BufferPool, giveBack, lendBuffer } from './buffer-pool.js';
 
 describe('BufferPool', () => {
   it('leases exactly the requested size and reuses a released slab of the same class', () => {
@@ -47,5 +47,20 @@ describe('BufferPool', () => {
     const second = pool.build((allocate) => allocate(2000));
     expect(second.built.buffer).toBe(first.built.buffer); // the slab came back and was reused
     expect(pool.build(() => 'no buffer').release).toBeUndefined();
+  });
+
+  it('lends buffers that any view of them gives back, once; other buffers are ignored', () => {
+    const pool = new BufferPool({ step: 1024 });
+    const lent = lendBuffer(pool, 3000);
+    expect(lent.length).toBe(3000);
+    giveBack(lent.subarray(100, 200)); // a view (an attachment) returns the whole slab
+    expect(pool.pooledBytes).toBe(3072);
+    giveBack(lent); // already back: nothing
+    expect(pool.pooledBytes).toBe(3072);
+    const again = lendBuffer(pool, 3000);
+    expect(again.buffer).toBe(lent.buffer);
+    giveBack(Buffer.alloc(3000)); // never lent
+    giveBack(Buffer.alloc(10));
+    expect(pool.pooledBytes).toBe(0);
   });
 });

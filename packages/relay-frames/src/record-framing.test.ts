@@ -238,4 +238,24 @@ describe('MessageReassembler', () => {
       { numRuns: 2_000 },
     );
   });
+
+  it('assembles a message of several records in memory from `allocate`, once per message', () => {
+    const sizes: number[] = [];
+    const reassembler = new MessageReassembler({
+      allocate: (size) => {
+        sizes.push(size);
+        return new Uint8Array(size).fill(0xee); // stale bytes: every one must be overwritten
+      },
+    });
+    const json = new Uint8Array(150_000).map((_, i) => i & 0xff);
+    const records = frameMessage(json);
+    expect(records.length).toBeGreaterThan(2);
+    const out = records.flatMap((record) => reassembler.push(record));
+    expect(out).toHaveLength(1);
+    expect(Buffer.from(out[0] as Uint8Array).equals(Buffer.from(json))).toBe(true);
+    expect(sizes).toEqual([150_000]);
+    // A message within one record is a view of it: nothing allocated.
+    expect(reassembler.push(frameMessage(new Uint8Array([1, 2, 3]))[0] as Uint8Array)).toHaveLength(1);
+    expect(sizes).toEqual([150_000]);
+  });
 });

@@ -86,6 +86,18 @@ describe('FileHandleTable', () => {
     });
   });
 
+  it('runs the writes of a handle one at a time, blocks in any order landing where they belong', async () => {
+    const dir = scratch();
+    const path = join(dir, 'f');
+    const files = table();
+    await files.open('w', path, 'replace');
+    const blocks = Array.from({ length: 8 }, (_, i) => Buffer.alloc(1000, i + 1));
+    const order = [5, 0, 7, 2, 1, 6, 3, 4];
+    await Promise.all(order.map((i) => files.writeBlock('w', i * 1000, blocks[i] as Buffer)));
+    await files.close('w');
+    expect(readFileSync(path).equals(Buffer.concat(blocks))).toBe(true);
+  });
+
   it('counts opens in flight against the limit and as duplicates', async () => {
     const dir = scratch();
     writeFileSync(join(dir, 'f'), 'x');
