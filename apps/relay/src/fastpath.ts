@@ -1,6 +1,6 @@
 import type { Socket } from 'node:net';
 import { BufferPool } from '@tether/jsonrpc';
-import { installFastMessages, type Slab } from '@tether/user-read/websocket';
+import { frameHeader, installFastMessages, type Slab } from '@tether/user-read/websocket';
 import type { WebSocket } from 'ws';
 
 /**
@@ -63,21 +63,7 @@ export function installFastPath(ws: WebSocket, maxPayload: number, onFast: FastH
 /** Writes one unmasked binary frame (server to client) of `parts` straight to the socket under `ws`. */
 export function sendParts(ws: WebSocket, parts: readonly Buffer[], length: number) {
   const socket = (ws as unknown as WsInternals)._socket;
-  let head: Buffer;
-  if (length < 126) {
-    head = Buffer.allocUnsafe(2);
-    head[1] = length;
-  } else if (length < 65536) {
-    head = Buffer.allocUnsafe(4);
-    head[1] = 126;
-    head.writeUInt16BE(length, 2);
-  } else {
-    head = Buffer.allocUnsafe(10);
-    head[1] = 127;
-    head.writeUInt32BE(Math.floor(length / 2 ** 32), 2);
-    head.writeUInt32BE(length >>> 0, 6);
-  }
-  head[0] = 0x82;
+  const head = frameHeader(0x2, length);
   const batch = corked;
   if (batch === null) socket.cork();
   else if (!batch.includes(socket)) {

@@ -2,7 +2,7 @@ import { once } from 'node:events';
 import type { AddressInfo, Socket } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { WebSocket, WebSocketServer } from 'ws';
-import { installFastMessages, type Slab } from './websocket.js';
+import { frameHeader, installFastMessages, type Slab } from './websocket.js';
 
 const cleanups: Array<() => Promise<void> | void> = [];
 afterEach(async () => {
@@ -13,18 +13,7 @@ const tick = () => new Promise<void>((resolve) => setTimeout(resolve, 1));
 
 /** One server-to-client frame (unmasked, RFC 6455 §5.2). */
 function serverFrame(opcode: number, payload: Buffer, fin = true): Buffer {
-  const n = payload.length;
-  const head = n < 126 ? Buffer.alloc(2) : n < 65536 ? Buffer.alloc(4) : Buffer.alloc(10);
-  head[0] = (fin ? 0x80 : 0) | opcode;
-  if (n < 126) head[1] = n;
-  else if (n < 65536) {
-    head[1] = 126;
-    head.writeUInt16BE(n, 2);
-  } else {
-    head[1] = 127;
-    head.writeUInt32BE(n, 6);
-  }
-  return Buffer.concat([head, payload]);
+  return Buffer.concat([frameHeader(opcode, payload.length, { fin }), payload]);
 }
 
 /** A ws server whose accepted socket the test writes raw frames to, and an open client of it. */

@@ -160,19 +160,8 @@ export function installFastMessages(ws: WebSocket, options: FastMessageOptions):
   /** A text message that is not UTF-8 goes to `ws` whole, as one frame (masked with zeros if need be). */
   const notUtf8 = (bytes: Buffer): boolean => {
     if (isUtf8(bytes)) return false;
-    const n = bytes.length;
-    const head = Buffer.alloc((n < 126 ? 2 : n < 65536 ? 4 : 10) + (server ? 4 : 0));
-    head[0] = 0x81;
-    if (n < 126) head[1] = n;
-    else if (n < 65536) {
-      head[1] = 126;
-      head.writeUInt16BE(n, 2);
-    } else {
-      head[1] = 127;
-      head.writeUInt32BE(Math.floor(n / 2 ** 32), 2);
-      head.writeUInt32BE(n >>> 0, 6);
-    }
-    if (server) head[1] = (head[1] as number) | 0x80; // the zero key leaves the payload as it is
+    // A server's receiver wants a masked frame: the zero key leaves the payload as it is.
+    const head = frameHeader(0x1, bytes.length, { masked: server });
     realWrite(Buffer.concat([head, bytes]));
     return true;
   };
@@ -321,6 +310,29 @@ export function installFastMessages(ws: WebSocket, options: FastMessageOptions):
   });
   if (switched) copying = true;
   return switched;
+}
+
+/**
+ * The header of one WebSocket frame of `length` payload bytes (RFC 6455 §5.2), FIN set unless `fin` is
+ * false; `masked` adds the mask bit and a zero key (the payload then goes unchanged).
+ */
+export function frameHeader(opcode: number, length: number, options: { fin?: boolean; masked?: boolean } = {}): Buffer {
+  const masked = options.masked === true;
+  const size = length < 126 ? 2 : length < 65536 ? 4 : 10;
+  const head = Buffer.allocUnsafe(size + (masked ? 4 : 0)); // from Node's small-buffer pool
+  if (masked) head.fill(0, size);
+  head[0] = (options.fin === false ? 0 : 0x80) | opcode;
+  if (length < 126) head[1] = length;
+  else if (length < 65536) {
+    head[1] = 126;
+    head.writeUInt16BE(length, 2);
+  } else {
+    head[1] = 127;
+    head.writeUInt32BE(Math.floor(length / 2 ** 32), 2);
+    head.writeUInt32BE(length >>> 0, 6);
+  }
+  if (masked) head[1] = (head[1] as number) | 0x80;
+  return head;
 }
 
 function headerSize(b1: number): number {
