@@ -428,9 +428,11 @@ function pathToUri(path: string): string {
 }
 
 async function dialWebSocket(url: string, signal: AbortSignal): Promise<MessageTransport> {
-  const ws = new WebSocket(url, { perMessageDeflate: false, maxPayload: 256 * 1024 * 1024 });
+  const maxPayload = 256 * 1024 * 1024;
+  const ws = new WebSocket(url, { perMessageDeflate: false, maxPayload });
   await openSocket(ws, url, signal);
-  return new WebSocketTransport(ws, { peer: url });
+  // Messages assembled in pooled slabs off one shared read buffer (jsonrpc's `fastReceive`).
+  return new WebSocketTransport(ws, { peer: url, fastReceive: { server: false, maxPayload } });
 }
 
 async function openSocket(ws: WebSocket, what: string, signal: AbortSignal, timeoutMs = 10_000): Promise<void> {
