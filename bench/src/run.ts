@@ -12,9 +12,12 @@ import { closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writ
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { parseLargeMessage } from '@tether/jsonrpc';
+import { BufferPool, parseLargeMessage } from '@tether/jsonrpc';
 import { type PeerKind, repoRoot, startPeer } from '@tether/test-kit';
+import { installFastMessages } from '@tether/user-read/websocket';
 import { WebSocket } from 'ws';
+
+const INBOUND = new BufferPool({ step: 64 * 1024 });
 
 const STREAM_MIB = Number(process.env.BENCH_STREAM_MIB ?? 256);
 /** Streamed once, unmeasured, by each fresh peer before its measured stream (0: none). */
@@ -60,9 +63,10 @@ class BenchClient {
   private readonly pending = new Map<number, { resolve(v: unknown): void; reject(e: Error): void }>();
   private nextId = 1;
   private constructor(private readonly ws: WebSocket) {
-    ws.on('message', (data: Buffer) => {
-      // Parsed as Tether's SDK parses (parseMessage): a large message's long string straight from the
-      // bytes, the rest by JSON.parse; the same code for both peers.
+    // Read as the executor and the SDK's relay links read (one shared read buffer, each message assembled
+    // in a pooled slab) and parsed as the SDK parses (parseMessage: a large message's long string straight
+    // from the bytes, the rest by JSON.parse): the same code for both peers, so their costs decide.
+    const onMessage = (data: Buffer) => {
       const message = ((data.length >= 64 * 1024 ? parseLargeMessage(data) : undefined) ??
         JSON.parse(data.toString())) as {
         id?: number;
@@ -78,6 +82,17 @@ class BenchClient {
         return;
       }
       this.waiters.get(message.params?.processId ?? '')?.(message as Notification);
+    };
+    ws.on('message', onMessage);
+    installFastMessages(ws, {
+      server: false,
+      maxPayload: 256 * 1024 * 1024,
+      text: true,
+      lease: (size) => INBOUND.lease(size),
+      onMessage: (parts, length) => {
+        onMessage(parts.length === 1 ? (parts[0] as Buffer) : Buffer.concat(parts, length));
+        return false; // parsed into copies: the slab goes back
+      },
     });
     ws.on('close', () => {
       for (const call of this.pending.values()) call.reject(new Error('connection closed'));
