@@ -14,7 +14,7 @@ import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { BufferPool, parseLargeMessage } from '@tether/jsonrpc';
 import { type PeerKind, repoRoot, startPeer } from '@tether/test-kit';
-import { installFastMessages } from '@tether/user-read/websocket';
+import { installFastMessages, joinParts } from '@tether/user-read/websocket';
 import { WebSocket } from 'ws';
 
 const INBOUND = new BufferPool({ step: 64 * 1024 });
@@ -90,7 +90,7 @@ class BenchClient {
       text: true,
       lease: (size) => INBOUND.lease(size),
       onMessage: (parts, length) => {
-        onMessage(parts.length === 1 ? (parts[0] as Buffer) : Buffer.concat(parts, length));
+        onMessage(joinParts(parts, length));
         return false; // parsed into copies: the slab goes back
       },
     });

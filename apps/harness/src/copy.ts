@@ -3,7 +3,7 @@ import { open } from 'node:fs/promises';
 import { basename, posix } from 'node:path';
 import type { Readable, Writable } from 'node:stream';
 import { finished } from 'node:stream/promises';
-import { type Environment, type EnvironmentFs, giveBackBlock, type HandleDigest, TetherError } from '@tether/client';
+import { type Environment, type EnvironmentFs, giveBack, type HandleDigest, TetherError } from '@tether/client';
 
 /** One side of a copy: a filesystem and, when remote, the environment to hash on. */
 export interface Endpoint {
@@ -174,7 +174,7 @@ async function pumpLocalFile(path: string, sink: Writable, onChunk: (chunk: Buff
 }
 
 /**
- * Streams a remote file's chunks into `sink` and gives each back once written (`giveBackBlock`): the
+ * Streams a remote file's chunks into `sink` and gives each back once written (`giveBack`): the
  * read stream keeps fetching ahead meanwhile, and the blocks' buffers serve the next ones.
  */
 async function pumpRemoteFile(chunks: Readable, sink: Writable, onChunk: (chunk: Buffer) => void): Promise<void> {
@@ -182,7 +182,7 @@ async function pumpRemoteFile(chunks: Readable, sink: Writable, onChunk: (chunk:
     for await (const chunk of chunks) {
       onChunk(chunk as Buffer);
       await write(sink, chunk as Buffer);
-      giveBackBlock(chunk as Buffer); // the sink called back: it holds no reference to it
+      giveBack(chunk as Buffer); // the sink called back: it holds no reference to it
     }
     sink.end();
     await finished(sink);

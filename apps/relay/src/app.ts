@@ -4,9 +4,10 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse, S
 import type { Socket } from 'node:net';
 import { type RelayGrant, verifyRelayRequest } from '@tether/relay-auth';
 import { decodeFrame, encodeFrame, type Frame, resetFrame } from '@tether/relay-frames';
+import { joinParts } from '@tether/user-read/websocket';
 import pino, { type Logger } from 'pino';
 import { type WebSocket, WebSocketServer } from 'ws';
-import { installFastPath, joinParts, sendParts } from './fastpath.js';
+import { installFastPath, sendParts } from './fastpath.js';
 import { type Heartbeat, startHeartbeat } from './heartbeat.js';
 import { CLOSE, DEFAULT_LIMITS, type RelayLimits } from './limits.js';
 import { type DropReason, type RefusalReason, RelayMetrics, type ResetReason } from './metrics.js';

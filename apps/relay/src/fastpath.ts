@@ -81,8 +81,3 @@ export function sendParts(ws: WebSocket, parts: readonly Buffer[], length: numbe
   }
   if (batch === null) socket.uncork();
 }
-
-/** One contiguous buffer of a message (a view when it is one part). */
-export function joinParts(parts: readonly Buffer[], length: number): Buffer {
-  return parts.length === 1 ? (parts[0] as Buffer) : Buffer.concat(parts as Buffer[], length);
-}

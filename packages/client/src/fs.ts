@@ -3,7 +3,7 @@ import { createReadStream, createWriteStream } from 'node:fs';
 import * as fsp from 'node:fs/promises';
 import { Readable, Writable } from 'node:stream';
 import { encodeWriteBlockRequest } from '@tether/exec-protocol';
-import { attachmentOf, encodeWithAttachment, giveBack } from '@tether/jsonrpc';
+import { attachmentOf, encodeWithAttachment } from '@tether/jsonrpc';
 import { TetherError } from './errors.js';
 
 export interface FileMetadata {
@@ -60,14 +60,6 @@ export interface EnvironmentFs {
 /** Default block for streamed reads and writes. */
 export const DEFAULT_BLOCK_SIZE = 1024 * 1024;
 
-/**
- * Hands a chunk read from a remote file's stream back for reuse, once its reader is done with it (written
- * out, hashed). Blocks that came over a relay stream in one message are assembled in pooled buffers; a
- * chunk not given back, or any other buffer, is simply left to the collector.
- */
-export function giveBackBlock(chunk: Buffer): void {
-  giveBack(chunk);
-}
 /** Reads in flight by default: 3 × 1 MiB stays under the relay's 4 MiB backlog limit per harness. */
 export const DEFAULT_READ_DEPTH = 3;
 /** Largest block either executor accepts for `fs/readBlock` and `fs/writeBlock`. */
@@ -239,9 +231,7 @@ export class RemoteFs implements EnvironmentFs {
     let blockSize = Math.min(Math.max(1, options.blockSize ?? DEFAULT_BLOCK_SIZE), MAX_BLOCK_BYTES);
     const depth = Math.max(1, options.depth ?? DEFAULT_READ_DEPTH);
     const handleId = this.nextHandleId('r');
-    const binary = this.caller.capabilities().has('binaryBlocks');
-    // Hashing costs the executor CPU: only when someone wants the digest.
-    const withDigest = options.onDigest !== undefined && this.caller.capabilities().has('fileHandleDigest');
+    const { binary, digest } = this.streamExtensions(options);
     /** End of file delivered (or the stream failed): later reads take nothing more. */
     let finished = false;
     const caller = this.caller;
@@ -280,11 +270,9 @@ export class RemoteFs implements EnvironmentFs {
       async read() {
         if (finished) return;
         try {
-          opened ??= caller
-            .call('fs/open', { handleId, path: toFileUri(path), ...(withDigest ? { digest: true } : {}) })
-            .then(() => {
-              open = true;
-            });
+          opened ??= caller.call('fs/open', { handleId, path: toFileUri(path), ...digest }).then(() => {
+            open = true;
+          });
           await opened;
           if (eof) {
             // An overlapping read after the last block: never take a block requested past the end.
@@ -346,9 +334,7 @@ export class RemoteFs implements EnvironmentFs {
    */
   createWriteStream(path: string, options: StreamOptions = {}): Writable {
     if (!this.caller.capabilities().has('fileWriteStreaming')) return this.wholeFileWriter(path);
-    const binary = this.caller.capabilities().has('binaryBlocks');
-    // Hashing costs the executor CPU: only when someone wants the digest.
-    const withDigest = options.onDigest !== undefined && this.caller.capabilities().has('fileHandleDigest');
+    const { binary, digest } = this.streamExtensions(options);
     const blockSize = Math.min(options.blockSize ?? DEFAULT_BLOCK_SIZE, MAX_BLOCK_BYTES);
     const depth = Math.max(1, options.depth ?? 4);
     const handleId = this.nextHandleId('w');
@@ -360,11 +346,9 @@ export class RemoteFs implements EnvironmentFs {
     const inflight = new Set<Promise<unknown>>();
     let failure: Error | null = null;
     const open = async () => {
-      opened ??= caller
-        .call('fs/open', { handleId, path: toFileUri(path), mode: 'replace', ...(withDigest ? { digest: true } : {}) })
-        .then(() => {
-          isOpen = true;
-        });
+      opened ??= caller.call('fs/open', { handleId, path: toFileUri(path), mode: 'replace', ...digest }).then(() => {
+        isOpen = true;
+      });
       await opened;
     };
     const send = async (block: Buffer) => {
@@ -441,6 +425,16 @@ export class RemoteFs implements EnvironmentFs {
           );
       },
     });
+  }
+
+  /**
+   * The extensions a stream uses: raw blocks where the executor takes them (`binaryBlocks`), and `fs/open`'s
+   * `digest` only when someone wants the digest and the executor offers it (hashing costs it CPU).
+   */
+  private streamExtensions(options: StreamOptions): { binary: boolean; digest: { digest?: true } } {
+    const capabilities = this.caller.capabilities();
+    const digest = options.onDigest !== undefined && capabilities.has('fileHandleDigest');
+    return { binary: capabilities.has('binaryBlocks'), digest: digest ? { digest: true } : {} };
   }
 
   private nextHandleId(prefix: string): string {

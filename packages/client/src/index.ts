@@ -1,3 +1,9 @@
+/**
+ * A chunk read from a remote file's stream may be handed back once its reader is done with it (written out,
+ * hashed): a block that came over a relay stream in one message was assembled in a pooled buffer, which then
+ * serves a later one. Any other buffer is left to the collector.
+ */
+export { giveBack } from '@tether/jsonrpc';
 export type {
   OutputStream,
   ProcessBackend,
@@ -16,7 +22,6 @@ export {
   type DirectoryEntry,
   type EnvironmentFs,
   type FileMetadata,
-  giveBackBlock,
   type HandleDigest,
   LocalFs,
   RemoteFs,

@@ -85,13 +85,13 @@ function parseWithAttachment(data: Buffer): InboundMessage {
   } catch (err) {
     return { kind: 'malformed', reason: (err as Error).message };
   }
+  if (message.kind === 'malformed') return message;
   const holder =
     message.kind === 'request' || message.kind === 'notification'
       ? message.params
       : message.kind === 'response'
         ? message.result
         : undefined;
-  if (message.kind === 'malformed') return message;
   if (typeof holder !== 'object' || holder === null || Array.isArray(holder)) {
     return { kind: 'malformed', reason: 'a binary attachment needs an object as params or result' };
   }

@@ -1,6 +1,6 @@
 import { BufferPool, releasingCallback } from '@tether/jsonrpc';
 import { decodeFrame, encodeFrame, type Frame, FrameError, MAX_FRAME_BYTES } from '@tether/relay-frames';
-import { installFastMessages } from '@tether/user-read/websocket';
+import { installFastMessages, joinParts } from '@tether/user-read/websocket';
 import type { WebSocket } from 'ws';
 
 /** Slabs the endpoints' relay sockets assemble inbound messages in (each is freed when its frame was handled). */
@@ -46,7 +46,7 @@ export function receiveRelayFrames(ws: WebSocket, maxPayload: number, handlers: 
     maxPayload,
     lease: (size) => INBOUND.lease(size),
     onMessage: (parts, length, slab) => {
-      binary(parts.length === 1 ? (parts[0] as Buffer) : Buffer.concat(parts, length), slab !== null);
+      binary(joinParts(parts, length), slab !== null);
       return false; // handled: the slab goes back to the pool
     },
   });

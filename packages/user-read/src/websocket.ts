@@ -185,7 +185,7 @@ export function installFastMessages(ws: WebSocket, options: FastMessageOptions):
     let message = parts;
     parts = [];
     if (!isBinary) {
-      const joined = message.length === 1 ? (message[0] as Buffer) : Buffer.concat(message, length);
+      const joined = joinParts(message, length);
       if (notUtf8(joined)) return;
       message = [joined];
     }
@@ -310,6 +310,11 @@ export function installFastMessages(ws: WebSocket, options: FastMessageOptions):
   });
   if (switched) copying = true;
   return switched;
+}
+
+/** One contiguous buffer of a message's parts (the part itself, not a copy, when there is one). */
+export function joinParts(parts: readonly Buffer[], length: number): Buffer {
+  return parts.length === 1 ? (parts[0] as Buffer) : Buffer.concat(parts as Buffer[], length);
 }
 
 /**

@@ -1,4 +1,4 @@
-import { installFastMessages } from '@tether/user-read/websocket';
+import { installFastMessages, joinParts } from '@tether/user-read/websocket';
 import type { WebSocket } from 'ws';
 import { hasAttachmentMarker } from '../attachment.js';
 import { BufferPool } from '../buffer-pool.js';
@@ -73,7 +73,7 @@ export class WebSocketTransport implements MessageTransport {
         text: true,
         lease: (size) => INBOUND.lease(size),
         onMessage: (parts, length, _slab, isBinary) => {
-          handlers.onMessage(parts.length === 1 ? (parts[0] as Buffer) : Buffer.concat(parts, length));
+          handlers.onMessage(joinParts(parts, length));
           // Text is parsed into copies by now: its slab goes back. A binary message's attachment is a view
           // its handler may hold across awaits: that slab is kept (and left to the collector).
           return isBinary;
