@@ -205,6 +205,22 @@ describe('harness CLI through the registry and relay', () => {
     }
   });
 
+  it('cp fails with the OS reason when the destination cannot be written, in both directions', async () => {
+    const local = join(work, 'fail-src.bin');
+    writeFileSync(local, randomBytes(2 * 1024 * 1024 + 5));
+    // Up: the remote handle opens with the first block, into a directory that is not there.
+    const up = await harness(['cp', local, `env-cli:${work}/no-such-dir/x.bin`], env);
+    expect(up.code).toBe(1);
+    expect(up.stderr).toMatch(/No such file|not found|ENOENT/i);
+    // Down: the local file cannot be created; the remote read stream is stopped, nothing is left behind.
+    const down = await harness(['cp', `env-cli:${local}`, join(work, 'no-such-dir', 'y.bin')], env);
+    expect(down.code).toBe(1);
+    expect(down.stderr).toMatch(/No such file|not found|ENOENT/i);
+    // The connection's handles were all closed: a new copy over the same executor goes through.
+    const again = await harness(['cp', local, `env-cli:${work}/fail-again.bin`], env);
+    expect(again.code).toBe(0);
+  });
+
   it('cat of a missing remote file fails with the OS reason', async () => {
     const result = await harness(['cat', `env-cli:${work}/does-not-exist`], env);
     expect(result.code).toBe(1);

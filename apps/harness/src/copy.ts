@@ -147,30 +147,25 @@ const LOCAL_READ_BYTES = 1024 * 1024;
  * collects with a full mark-compact every few dozen reads.
  */
 async function pumpLocalFile(path: string, sink: Writable, onChunk: (chunk: Buffer) => void): Promise<void> {
-  let file: Awaited<ReturnType<typeof open>> | undefined;
-  try {
-    file = await open(path, 'r');
-    const buffers = [Buffer.allocUnsafeSlow(LOCAL_READ_BYTES), Buffer.allocUnsafeSlow(LOCAL_READ_BYTES)];
-    let writing: Promise<void> = Promise.resolve();
-    for (let turn = 0, position = 0; ; turn ^= 1) {
-      const { bytesRead } = await file.read(buffers[turn] as Buffer, 0, LOCAL_READ_BYTES, position);
-      await writing; // the other buffer's write: its bytes are taken, it may be read into next
-      if (bytesRead === 0) break;
-      position += bytesRead;
-      const chunk = (buffers[turn] as Buffer).subarray(0, bytesRead);
-      onChunk(chunk);
-      writing = write(sink, chunk);
-      writing.catch(() => undefined); // awaited on the next turn; a failure there ends the loop
+  await fill(sink, async () => {
+    const file = await open(path, 'r');
+    try {
+      const buffers = [Buffer.allocUnsafeSlow(LOCAL_READ_BYTES), Buffer.allocUnsafeSlow(LOCAL_READ_BYTES)];
+      let writing: Promise<void> = Promise.resolve();
+      for (let turn = 0, position = 0; ; turn ^= 1) {
+        const { bytesRead } = await file.read(buffers[turn] as Buffer, 0, LOCAL_READ_BYTES, position);
+        await writing; // the other buffer's write: its bytes are taken, it may be read into next
+        if (bytesRead === 0) break;
+        position += bytesRead;
+        const chunk = (buffers[turn] as Buffer).subarray(0, bytesRead);
+        onChunk(chunk);
+        writing = write(sink, chunk);
+        writing.catch(() => undefined); // awaited on the next turn; a failure there ends the loop
+      }
+    } finally {
+      await file.close();
     }
-    sink.end();
-    await finished(sink);
-  } catch (err) {
-    sink.destroy(err as Error);
-    await finished(sink).catch(() => undefined);
-    throw err;
-  } finally {
-    await file?.close();
-  }
+  });
 }
 
 /**
@@ -178,19 +173,41 @@ async function pumpLocalFile(path: string, sink: Writable, onChunk: (chunk: Buff
  * read stream keeps fetching ahead meanwhile, and the blocks' buffers serve the next ones.
  */
 async function pumpRemoteFile(chunks: Readable, sink: Writable, onChunk: (chunk: Buffer) => void): Promise<void> {
+  await fill(
+    sink,
+    async () => {
+      for await (const chunk of chunks) {
+        onChunk(chunk as Buffer);
+        await write(sink, chunk as Buffer);
+        giveBack(chunk as Buffer); // the sink called back: it holds no reference to it
+      }
+    },
+    () => chunks.destroy(),
+  );
+}
+
+/**
+ * Runs `produce` (which writes into `sink`), then ends `sink` and waits until it finished. On a failure
+ * `sink` is destroyed (a remote handle closes), `onError` stops the producer's source, and the error
+ * thrown is the sink's own when it failed first (a later write only reports that it was destroyed).
+ */
+async function fill(sink: Writable, produce: () => Promise<void>, onError?: () => void): Promise<void> {
+  let failure: Error | null = null;
+  const onSinkError = (err: Error) => {
+    failure ??= err;
+  };
+  sink.on('error', onSinkError);
   try {
-    for await (const chunk of chunks) {
-      onChunk(chunk as Buffer);
-      await write(sink, chunk as Buffer);
-      giveBack(chunk as Buffer); // the sink called back: it holds no reference to it
-    }
+    await produce();
     sink.end();
     await finished(sink);
   } catch (err) {
-    chunks.destroy();
-    sink.destroy(err as Error);
+    onError?.();
+    sink.destroy(failure ?? (err as Error));
     await finished(sink).catch(() => undefined);
-    throw err;
+    throw failure ?? err;
+  } finally {
+    sink.off('error', onSinkError);
   }
 }
 
