@@ -1,3 +1,5 @@
+import { request as httpRequest, type IncomingMessage } from 'node:http';
+import { request as httpsRequest } from 'node:https';
 import { environmentIdProblem, isEnvironmentId, isWebSocketUrl, parseRegistryError } from '@tether/exec-protocol';
 import { type NoisePublicKey, parsePublicKey, publicKeyToJson, SECURITY_PROFILE_HYBRID_IK_V1 } from '@tether/noise';
 import { TetherError } from './errors.js';
@@ -19,10 +21,61 @@ export interface RegistryOptions {
   /** Per attempt (default 6 s) and overall (default 14 s), as codex's harness. */
   attemptTimeoutMs?: number;
   totalTimeoutMs?: number;
+  /** Replaces the built-in HTTP client (node:http), e.g. in tests or to go through a proxy. */
   fetch?: typeof fetch;
 }
 
 const MAX_RETRIES = 4;
+/** A `/connect` answer is a few hundred bytes; anything past this is not one. */
+const MAX_ANSWER_BYTES = 256 * 1024;
+
+interface Answer {
+  status: number;
+  text: string;
+}
+
+type Post = (url: string, headers: Record<string, string>, body: string, signal: AbortSignal) => Promise<Answer>;
+
+/**
+ * One POST over node:http(s), no redirects followed, no connection kept. Not `fetch`: Node 20's fetch
+ * (undici) loads and compiles its WebAssembly HTTP parser on first use, which costs a short-lived CLI like
+ * `harness cp` about 50 ms of start and ~100 ms at exit, where V8 finishes optimising that WebAssembly.
+ */
+const nodePost: Post = (url, headers, body, signal) =>
+  new Promise<Answer>((resolve, reject) => {
+    const payload = Buffer.from(body);
+    const send = url.startsWith('https:') ? httpsRequest : httpRequest;
+    const req = send(url, {
+      method: 'POST',
+      agent: false,
+      headers: { ...headers, 'content-length': String(payload.byteLength) },
+      signal,
+    });
+    req.once('error', reject);
+    req.once('response', (res: IncomingMessage) => {
+      const chunks: Buffer[] = [];
+      let size = 0;
+      res.on('data', (chunk: Buffer) => {
+        size += chunk.byteLength;
+        if (size > MAX_ANSWER_BYTES) {
+          res.destroy();
+          reject(new TetherError('registry', `the registry's answer to /connect is over ${MAX_ANSWER_BYTES} bytes`));
+          return;
+        }
+        chunks.push(chunk);
+      });
+      res.once('error', reject);
+      res.once('end', () => resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') }));
+    });
+    req.end(payload);
+  });
+
+function fetchPost(doFetch: typeof fetch): Post {
+  return async (url, headers, body, signal) => {
+    const response = await doFetch(url, { method: 'POST', redirect: 'manual', headers, body, signal });
+    return { status: response.status, text: await response.text() };
+  };
+}
 
 export function checkEnvironmentId(environmentId: string): void {
   if (!isEnvironmentId(environmentId)) throw new TetherError('invalid_argument', environmentIdProblem(environmentId));
@@ -46,27 +99,27 @@ export async function fetchBundle(
       `invalid registry URL ${JSON.stringify(options.registryUrl)}: use http(s)://`,
     );
   }
-  const doFetch = options.fetch ?? fetch;
+  const post = options.fetch ? fetchPost(options.fetch) : nodePost;
   const deadline = Date.now() + (options.totalTimeoutMs ?? 14_000);
   let lastError: TetherError | null = null;
   for (let attempt = 0; attempt <= MAX_RETRIES; attempt++) {
     const remaining = deadline - Date.now();
     if (remaining <= 0) break;
     const timeout = AbortSignal.timeout(Math.min(options.attemptTimeoutMs ?? 6_000, remaining));
-    let response: Response;
-    let text: string;
+    let answer: Answer;
     try {
-      response = await doFetch(`${base}/cloud/environment/${environmentId}/connect`, {
-        method: 'POST',
-        redirect: 'manual',
-        headers: { authorization: `Bearer ${options.apiKey}`, 'content-type': 'application/json' },
-        body: JSON.stringify({ harness_public_key: publicKeyToJson(harnessKey) }),
-        signal: signal ? AbortSignal.any([signal, timeout]) : timeout,
-      });
-      text = await response.text();
+      answer = await post(
+        `${base}/cloud/environment/${environmentId}/connect`,
+        { authorization: `Bearer ${options.apiKey}`, 'content-type': 'application/json' },
+        JSON.stringify({ harness_public_key: publicKeyToJson(harnessKey) }),
+        signal ? AbortSignal.any([signal, timeout]) : timeout,
+      );
     } catch (err) {
       if (signal?.aborted) throw new TetherError('closed', 'connect aborted', { cause: err });
-      const cause = (err as { cause?: { code?: string } }).cause?.code ?? (err as Error).message;
+      if (err instanceof TetherError) throw err; // an answer, just not a usable one: not retried
+      // node:http puts the OS error's code on the error; fetch puts it on its cause.
+      const failure = err as { code?: string; cause?: { code?: string } };
+      const cause = failure.cause?.code ?? (failure.code?.startsWith('E') ? failure.code : (err as Error).message);
       lastError = new TetherError(
         'registry',
         `cannot reach the registry at ${base}: ${timeout.aborted ? 'timed out' : cause}`,
@@ -74,8 +127,8 @@ export async function fetchBundle(
       await new Promise((resolve) => setTimeout(resolve, Math.min(200 * 2 ** attempt, 2_000)));
       continue;
     }
-    if (response.status >= 200 && response.status < 300) return parseBundle(text, environmentId);
-    throw answerError(response.status, text, environmentId);
+    if (answer.status >= 200 && answer.status < 300) return parseBundle(answer.text, environmentId);
+    throw answerError(answer.status, answer.text, environmentId);
   }
   throw lastError ?? new TetherError('registry', `the registry at ${base} did not answer in time`);
 }

@@ -103,6 +103,29 @@ export class CipherState {
     return plaintext;
   }
 
+  /**
+   * DecryptWithAd into `out` (exactly the ciphertext's length - 16; it may be the ciphertext's own first
+   * bytes): returns `out`. Same nonce rules as `decryptWithAd`; on failure `out` holds garbage.
+   */
+  decryptWithAdInto(ad: Uint8Array, ciphertext: Uint8Array, out: Uint8Array): Uint8Array {
+    if (this.#k === null) {
+      if (out.length !== ciphertext.length) throw new RangeError('output buffer has the wrong length');
+      out.set(ciphertext);
+      return out;
+    }
+    this.#n.assertUsable();
+    if (out.length !== ciphertext.length - TAG_LENGTH_BYTES) throw new RangeError('output buffer has the wrong length');
+    try {
+      this.#keyedAead(this.#k).openInto(this.#n.bytes(), ad, ciphertext, out);
+    } catch (cause) {
+      throw new NoiseError('decrypt_failed', 'decryption failed: message was tampered, replayed or reordered', {
+        cause,
+      });
+    }
+    this.#n.increment();
+    return out;
+  }
+
   encrypt(plaintext: Uint8Array): Uint8Array {
     return this.encryptWithAd(EMPTY, plaintext);
   }

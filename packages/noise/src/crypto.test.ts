@@ -1,6 +1,7 @@
 import { hkdfSync } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { hex, PROVIDERS, seededRandom, toHex } from './__tests__/helpers.js';
+import { createNodeProvider } from './crypto/node.js';
 import { type CipherName, hkdf, oneShotAead } from './crypto.js';
 import { createMlKem768 } from './kem/ml-kem-768.js';
 
@@ -72,10 +73,15 @@ describe('crypto providers agree byte for byte', () => {
     }
   });
 
-  it("keyed AEADs (node's KeyObject one, the one-shot wrapper) seal and open exactly as encrypt/decrypt", () => {
+  it('keyed AEADs (native in place, node:crypto KeyObject, the one-shot wrapper) seal and open exactly as encrypt/decrypt', () => {
     for (const cipher of ['AESGCM', 'ChaChaPoly'] as CipherName[]) {
       const key = random(32);
-      const aeads = [node.keyedAead!(cipher, key), oneShotAead(node, cipher, key), oneShotAead(portable, cipher, key)];
+      const aeads = [
+        createNodeProvider({ aead: 'native' }).keyedAead!(cipher, key),
+        createNodeProvider({ aead: 'node' }).keyedAead!(cipher, key),
+        oneShotAead(node, cipher, key),
+        oneShotAead(portable, cipher, key),
+      ];
       for (const length of [0, 1, 15, 16, 17, 4100, 61_440]) {
         const nonce = random(12);
         const ad = random(length % 3 === 0 ? 0 : 13);
@@ -87,10 +93,18 @@ describe('crypto providers agree byte for byte', () => {
           aead.sealInto(nonce, ad, [plaintext.subarray(0, cut), plaintext.subarray(cut)], out);
           expect(toHex(out)).toBe(toHex(sealed));
           expect(toHex(aead.open(nonce, ad, sealed))).toBe(toHex(plaintext));
+          const into = new Uint8Array(length);
+          aead.openInto(nonce, ad, sealed, into);
+          expect(toHex(into)).toBe(toHex(plaintext));
+          const inPlace = Uint8Array.from(sealed);
+          aead.openInto(nonce, ad, inPlace, inPlace.subarray(0, length));
+          expect(toHex(inPlace.subarray(0, length))).toBe(toHex(plaintext));
+          expect(() => aead.openInto(nonce, ad, sealed, new Uint8Array(length + 1))).toThrow(RangeError);
           expect(() => aead.sealInto(nonce, ad, [plaintext], new Uint8Array(length + 15))).toThrow(RangeError);
           const tampered = Uint8Array.from(sealed);
           tampered[0]! ^= 1;
           expect(() => aead.open(nonce, ad, tampered)).toThrow();
+          expect(() => aead.openInto(nonce, ad, tampered, new Uint8Array(length))).toThrow();
           expect(() => aead.open(nonce, ad, sealed.subarray(0, 15))).toThrow();
         }
       }

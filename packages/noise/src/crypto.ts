@@ -52,6 +52,11 @@ export interface KeyedAead {
   sealInto(nonce: Uint8Array, ad: Uint8Array, parts: readonly Uint8Array[], out: Uint8Array): void;
   /** AEAD open: returns a fresh plaintext buffer; throws on authentication failure. */
   open(nonce: Uint8Array, ad: Uint8Array, ciphertext: Uint8Array): Uint8Array;
+  /**
+   * AEAD open into `out` (exactly `ciphertext.length - 16` bytes; it may be the ciphertext's own first
+   * bytes, in place); throws on authentication failure, and `out` then holds garbage.
+   */
+  openInto(nonce: Uint8Array, ad: Uint8Array, ciphertext: Uint8Array, out: Uint8Array): void;
 }
 
 /** A `KeyedAead` over a provider's one-shot `encrypt`/`decrypt` (for providers without `keyedAead`). */
@@ -65,6 +70,11 @@ export function oneShotAead(provider: CryptoProvider, cipher: CipherName, key: U
     },
     open(nonce, ad, ciphertext) {
       return provider.decrypt(cipher, k, nonce, ad, ciphertext);
+    },
+    openInto(nonce, ad, ciphertext, out) {
+      if (out.length !== ciphertext.length - TAG_LENGTH_BYTES)
+        throw new RangeError('output buffer has the wrong length');
+      out.set(provider.decrypt(cipher, k, nonce, ad, ciphertext));
     },
   };
 }

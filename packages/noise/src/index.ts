@@ -1,6 +1,6 @@
 export { decodeBase64Strict, encodeBase64 } from './base64.js';
 export { CipherState } from './cipher-state.js';
-export { createNodeProvider } from './crypto/node.js';
+export { type AeadBackend, createNodeProvider, type NodeProviderOptions } from './crypto/node.js';
 export { createPortableProvider } from './crypto/portable.js';
 export {
   CIPHER_KEY_LENGTH,

@@ -268,6 +268,22 @@ describe.each([SUITE_HYBRID_AESGCM, SUITE_HYBRID_CHACHAPOLY] as Suite[])('hybrid
       expect(run.initiatorTransport.sendNonce).toBe(2n);
     });
 
+    it('decryptInto opens into the given buffer (in place too); a failure leaves the nonce where it was', () => {
+      const run = pair(suite);
+      const records = ['first', 'second'].map((m) => run.initiatorTransport.encrypt(bytes(m)));
+      expect(() => run.responderTransport.decryptInto(flip(records[0]!, 2), new Uint8Array(5))).toThrow(
+        code('decrypt_failed'),
+      );
+      expect(() => run.responderTransport.decryptInto(records[0]!, new Uint8Array(6))).toThrow(RangeError);
+      expect(run.responderTransport.recvNonce).toBe(0n);
+      const out = new Uint8Array(5);
+      expect(run.responderTransport.decryptInto(records[0]!, out)).toBe(out);
+      expect(text(out)).toBe('first');
+      const inPlace = Uint8Array.from(records[1]!);
+      expect(text(run.responderTransport.decryptInto(inPlace, inPlace.subarray(0, 6)))).toBe('second');
+      expect(run.responderTransport.recvNonce).toBe(2n);
+    });
+
     it('a record reflected back to its sender does not decrypt (directions use different keys)', () => {
       const run = pair(suite);
       const record = run.initiatorTransport.encrypt(bytes('x'));

@@ -66,6 +66,18 @@ export class Transport {
     return this.#recv.decrypt(ciphertext);
   }
 
+  /**
+   * Decrypts one record into `out` (exactly its length - 16; may be the record's own first bytes, in
+   * place) and returns `out`: a caller that owns a destination (a message being reassembled) skips the
+   * fresh buffer `decrypt` returns. On failure `out` holds garbage and the nonce does not move.
+   */
+  decryptInto(ciphertext: Uint8Array, out: Uint8Array): Uint8Array {
+    if (ciphertext.length > MAX_NOISE_MESSAGE_LENGTH) {
+      throw new NoiseError('invalid_message', `transport message exceeds ${MAX_NOISE_MESSAGE_LENGTH} bytes`);
+    }
+    return this.#recv.decryptWithAdInto(EMPTY, ciphertext, out);
+  }
+
   /** Split keys, for vector tests only: [send key, receive key]. */
   keysForTesting(): [Uint8Array, Uint8Array] {
     return [this.#send.keyForTesting()!, this.#recv.keyForTesting()!];

@@ -258,4 +258,74 @@ describe('MessageReassembler', () => {
     expect(reassembler.push(frameMessage(new Uint8Array([1, 2, 3]))[0] as Uint8Array)).toHaveLength(1);
     expect(sizes).toEqual([150_000]);
   });
+
+  it('opens records straight into the message they continue (bodyRoom/commitRoom), with the same messages', () => {
+    fc.assert(
+      fc.property(
+        fc.array(fc.integer({ min: 1, max: 400_000 }), { minLength: 1, maxLength: 4 }),
+        fc.array(fc.double({ min: 0, max: 1, noNaN: true }), { maxLength: 12 }),
+        (sizes, cutFractions) => {
+          const messages = sizes.map((n, i) => message(n, i));
+          const pieces = recut(concat(messages.flatMap((m) => frameMessage(m))), cutFractions);
+          const reassembler = new MessageReassembler();
+          const out: Uint8Array[] = [];
+          let straight = 0;
+          for (const piece of pieces) {
+            const room = reassembler.bodyRoom(piece.byteLength);
+            if (room) {
+              room.set(piece); // what opening the record into the room does
+              straight++;
+              out.push(...reassembler.commitRoom(piece.byteLength));
+            } else out.push(...reassembler.push(piece));
+          }
+          expect(out).toHaveLength(messages.length);
+          for (const [i, m] of out.entries()) expect(Buffer.compare(m, messages[i]!)).toBe(0);
+          // A body longer than two records holds at least one record whole: it lands in place.
+          if (sizes.some((n) => n > 2 * MAX_RECORD_PLAINTEXT_BYTES)) expect(straight).toBeGreaterThan(0);
+          expect(reassembler.idle).toBe(true);
+        },
+      ),
+      { numRuns: 60 },
+    );
+  });
+
+  it('has no room for a record that starts a message, crosses into the next, or follows a failure', () => {
+    const reassembler = new MessageReassembler();
+    expect(reassembler.bodyRoom(10)).toBeNull(); // no message started: the prefix comes first
+    expect(reassembler.push(prefix(100))).toEqual([]);
+    expect(reassembler.bodyRoom(101)).toBeNull(); // longer than what is left of the body
+    expect(reassembler.bodyRoom(0)).toBeNull();
+    const room = reassembler.bodyRoom(100)!;
+    expect(room.byteLength).toBe(100);
+    expect(() => reassembler.commitRoom(99)).toThrow(/matching bodyRoom/);
+    room.fill(7);
+    expect(reassembler.commitRoom(100)).toEqual([new Uint8Array(100).fill(7)]);
+    expect(() => reassembler.commitRoom(100)).toThrow(/matching bodyRoom/);
+    expectFramingError(() => reassembler.push(prefix(0)), 'empty_message');
+    expect(reassembler.bodyRoom(10)).toBeNull();
+  });
+
+  it('allocates a message of up to 4 MiB at its first body bytes, and keeps a larger one as it arrives', () => {
+    const sizes: number[] = [];
+    const reassembler = new MessageReassembler({
+      allocate: (size) => {
+        sizes.push(size);
+        return new Uint8Array(size);
+      },
+    });
+    const whole = 4 * 1024 * 1024;
+    const small = frameMessage(message(whole, 1));
+    reassembler.push(small[0]!);
+    expect(sizes).toEqual([whole]);
+    const rest = small.slice(1).flatMap((r) => reassembler.push(r));
+    expect(Buffer.compare(rest[0]!, message(whole, 1))).toBe(0);
+    sizes.length = 0;
+    const large = frameMessage(message(whole + 1, 2));
+    reassembler.push(large[0]!);
+    expect(reassembler.bodyRoom(100)).toBeNull();
+    expect(sizes).toEqual([]); // nothing reserved for what has not arrived
+    const out = large.slice(1).flatMap((r) => reassembler.push(r));
+    expect(sizes).toEqual([whole + 1]);
+    expect(Buffer.compare(out[0]!, message(whole + 1, 2))).toBe(0);
+  });
 });

@@ -48,18 +48,26 @@ export function frameMessageParts(json: Uint8Array): Uint8Array[][] {
 }
 
 /**
- * Rebuilds messages from decrypted plaintext records, given in order. A record may finish one message
- * and start the next; a message may span many records. Declared lengths are checked as soon as the
- * 4-byte prefix is complete, before any of the body is buffered; the partial body is kept as the
- * received chunks, so memory follows what arrived (at most 4 B + 64 MiB), not what was declared.
- * Any error is final: the reassembler refuses every later record, as the stream must end.
+ * A message up to this size is assembled in one buffer of its declared length, taken when its first body
+ * bytes arrive and filled in place (records can be opened straight into it: `bodyRoom`). A larger one is
+ * kept as the chunks that arrived until it completes, so the memory it pins follows what was sent.
  */
+const WHOLE_MESSAGE_BYTES = 4 * 1024 * 1024;
+
 /** Uninitialised memory (no zero fill): the reassembler writes every byte. */
 function allocateUnsafe(size: number): Uint8Array {
   const unsafe = Buffer.allocUnsafe(size);
   return new Uint8Array(unsafe.buffer, unsafe.byteOffset, size);
 }
 
+/**
+ * Rebuilds messages from decrypted plaintext records, given in order. A record may finish one message
+ * and start the next; a message may span many records. Declared lengths are checked as soon as the
+ * 4-byte prefix is complete, before any of the body is buffered. A spanning message of up to 4 MiB is
+ * written into one buffer of its declared length from its first body bytes on; a larger one is kept as
+ * the received chunks, so what it pins follows what arrived (at most 4 B + 64 MiB), not what was declared.
+ * Any error is final: the reassembler refuses every later record, as the stream must end.
+ */
 export class MessageReassembler {
   /** True when the caller hands over each record buffer (never reuses it): the reassembler keeps views. */
   readonly #ownsRecords: boolean;
@@ -77,8 +85,13 @@ export class MessageReassembler {
   #prefixFilled = 0;
   /** Declared length of the message being read, or -1 while the prefix is incomplete. */
   #expected = -1;
+  /** The message's own buffer (a message of up to 4 MiB, once its body started), else null. */
+  #target: Uint8Array | null = null;
+  /** The body as received (a larger message). */
   #chunks: Uint8Array[] = [];
   #bodyFilled = 0;
+  /** The length handed out by the last `bodyRoom`, until `commitRoom` (-1: none). */
+  #room = -1;
   #failure: MessageFramingError | undefined;
 
   /** Bytes held for the incomplete message (prefix included); at most 4 B + 64 MiB. */
@@ -126,37 +139,71 @@ export class MessageReassembler {
         continue;
       }
       const take = Math.min(this.#expected - this.#bodyFilled, record.byteLength - offset);
-      // Copied unless the caller handed its record buffers over: it may reuse them once push() returns.
-      this.#chunks.push(
-        this.#ownsRecords ? record.subarray(offset, offset + take) : copyBytes(record, offset, offset + take),
-      );
-      this.#bodyFilled += take;
+      const piece = record.subarray(offset, offset + take);
       offset += take;
+      if (take === this.#expected) {
+        // The whole message is in this record: a view of it when the caller handed its records over
+        // (no copy), else a copy (the caller may reuse its buffer once push() returns).
+        messages.push(this.#ownsRecords ? piece : copyBytes(piece));
+        this.#reset();
+        continue;
+      }
+      if (this.#target === null && this.#expected <= WHOLE_MESSAGE_BYTES) this.#target = this.#allocate(this.#expected);
+      if (this.#target !== null) this.#target.set(piece, this.#bodyFilled);
+      else this.#chunks.push(this.#ownsRecords ? piece : copyBytes(piece));
+      this.#bodyFilled += take;
       if (this.#bodyFilled === this.#expected) messages.push(this.#takeMessage());
     }
     return messages;
   }
 
+  /**
+   * Where a record of `length` plaintext bytes can be opened straight into: when it holds only body bytes
+   * of the message being read (the middle and end of a message of up to 4 MiB), the next `length` bytes of
+   * that message's buffer; else null (open it elsewhere and `push` it). After opening a record into the
+   * room, `commitRoom(length)` counts it and returns the message if it is now complete.
+   */
+  bodyRoom(length: number): Uint8Array | null {
+    if (this.#failure || this.#expected < 0 || length === 0 || length > MAX_RECORD_PLAINTEXT_BYTES) return null;
+    if (length > this.#expected - this.#bodyFilled) return null;
+    if (this.#target === null) {
+      if (this.#expected > WHOLE_MESSAGE_BYTES) return null;
+      this.#target = this.#allocate(this.#expected);
+    }
+    this.#room = length;
+    return this.#target.subarray(this.#bodyFilled, this.#bodyFilled + length);
+  }
+
+  /** Counts a record opened into `bodyRoom(length)`: returns the message it completes, if any. */
+  commitRoom(length: number): Uint8Array[] {
+    if (this.#room !== length || this.#target === null) throw new Error('commitRoom without a matching bodyRoom');
+    this.#room = -1;
+    this.#bodyFilled += length;
+    return this.#bodyFilled === this.#expected ? [this.#takeMessage()] : [];
+  }
+
   #takeMessage(): Uint8Array {
-    if (this.#chunks.length === 1) {
-      // One chunk is the whole message: hand it out without another copy.
-      const [only] = this.#chunks;
-      this.#chunks = [];
-      this.#bodyFilled = 0;
-      this.#prefixFilled = 0;
-      this.#expected = -1;
-      return only!;
+    let message: Uint8Array;
+    if (this.#target !== null) message = this.#target;
+    else if (this.#chunks.length === 1)
+      message = this.#chunks[0]!; // the whole message: no other copy
+    else {
+      message = this.#allocate(this.#expected);
+      let at = 0;
+      for (const chunk of this.#chunks) {
+        message.set(chunk, at);
+        at += chunk.byteLength;
+      }
     }
-    const message = this.#allocate(this.#expected);
-    let at = 0;
-    for (const chunk of this.#chunks) {
-      message.set(chunk, at);
-      at += chunk.byteLength;
-    }
+    this.#reset();
+    return message;
+  }
+
+  #reset(): void {
+    this.#target = null;
     this.#chunks = [];
     this.#bodyFilled = 0;
     this.#prefixFilled = 0;
     this.#expected = -1;
-    return message;
   }
 }

@@ -6,6 +6,7 @@ import {
   createResponder,
   type Kem,
   MAX_HANDSHAKE_PAYLOAD,
+  MAX_TRANSPORT_PLAINTEXT,
   type NoiseIdentity,
   type NoisePublicKey,
   type StaticKeys,
@@ -39,6 +40,12 @@ const FRAME_POOL = new BufferPool({ maxPooledBytes: 8 * 1024 * 1024 });
  * memory per block (a full collection every few dozen).
  */
 const LENT_MESSAGE_BYTES = 256 * 1024;
+/**
+ * Where a record that does not continue a message is opened (one for every stream: opening and
+ * reassembly are synchronous, and the reassembler copies out what it keeps). Sized for the largest Noise
+ * transport record, so an oversized one still authenticates and is then refused by the reassembler.
+ */
+const OPENED = new Uint8Array(MAX_TRANSPORT_PLAINTEXT);
 const MESSAGE_POOL = new BufferPool({ step: 64 * 1024, maxPooledBytes: 8 * 1024 * 1024 });
 
 /** Reset reason sent on any failure; opaque to the peer (Codex's newest text). */
@@ -77,10 +84,10 @@ export class SecureStream implements MessageTransport {
   private handlers: TransportHandlers | null = null;
   private transport: Transport | null = null;
   private readonly window = new OrderedReceiveWindow();
-  // Decrypted records are fresh buffers nobody else holds: the reassembler may keep views of them. A large
-  // message is assembled in a lent buffer, which its last user may give back (`giveBack`).
+  // A record that continues a message is opened straight into that message's buffer; any other into
+  // OPENED, which the reassembler copies from. A large message is assembled in a lent buffer, which its
+  // last user may give back (`giveBack`).
   private readonly reassembler = new MessageReassembler({
-    takeOwnershipOfRecords: true,
     allocate: (size) => (size >= LENT_MESSAGE_BYTES ? lendBuffer(MESSAGE_POOL, size) : Buffer.allocUnsafe(size)),
   });
   private readonly sequence = new SendSequence();
@@ -323,8 +330,16 @@ export class SecureStream implements MessageTransport {
       // parked out of order is copied, so the window's 1 MiB bound counts all the memory it pins.
       const parked = seq !== this.window.nextSeq;
       for (const record of this.window.push(seq, parked ? copyBytes(ciphertext) : ciphertext)) {
-        const plaintext = this.transport!.decrypt(record);
-        for (const message of this.reassembler.push(plaintext)) {
+        const length = Math.max(0, record.byteLength - TAG_LENGTH_BYTES);
+        const room = this.reassembler.bodyRoom(length);
+        let messages: Uint8Array[];
+        if (room) {
+          this.transport!.decryptInto(record, room);
+          messages = this.reassembler.commitRoom(length);
+        } else {
+          messages = this.reassembler.push(this.transport!.decryptInto(record, OPENED.subarray(0, length)));
+        }
+        for (const message of messages) {
           const bytes = Buffer.from(message.buffer, message.byteOffset, message.byteLength);
           if (this.early) this.early.push(bytes);
           else this.handlers?.onMessage(bytes);

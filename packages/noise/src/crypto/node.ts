@@ -12,6 +12,12 @@ import {
   randomBytes as nodeRandomBytes,
 } from 'node:crypto';
 import {
+  loadNativeAead,
+  type NativeAeadKey,
+  type NativeAeadOpenKey,
+  nativeAeadUnavailableReason,
+} from '@tether/aead-native';
+import {
   type CipherName,
   type CryptoProvider,
   isAllZero,
@@ -36,14 +42,58 @@ function decipherFor(cipher: CipherName, key: Uint8Array | KeyObject, nonce: Uin
     : createDecipheriv('chacha20-poly1305', key, nonce, TAG);
 }
 
+/** Which implementation seals and opens transport records. */
+export type AeadBackend = 'native' | 'node';
+
 /**
- * A transport AEAD with the key imported once as a KeyObject: node has no way to reset the nonce of a
- * cipher, so each record still gets its own `createCipheriv`, but from a KeyObject that is cheaper than
- * from raw key bytes. Sealing writes each `update` output straight into the caller's buffer (a frame),
- * and opening returns `update`'s own fresh buffer.
+ * A transport AEAD bound to one key. `native` (@tether/aead-native, the default when its addon is built)
+ * seals straight into the caller's buffer and opens into one, with the key schedule set up once per
+ * direction. `node` (node:crypto) imports the key once as a KeyObject but needs a `createCipheriv` per
+ * record (node cannot reset a cipher's nonce), and each `update` returns a fresh zero-filled buffer.
  */
-function keyedAead(cipher: CipherName, key: Uint8Array): KeyedAead {
+function keyedAead(cipher: CipherName, key: Uint8Array, backend: AeadBackend): KeyedAead {
+  if (backend === 'native') {
+    const native = loadNativeAead();
+    if (!native) throw new Error(`the native AEAD is not available: ${nativeAeadUnavailableReason()}`);
+    // A context per direction of use, made on first use (a CipherState seals or opens, never both).
+    let sealing: NativeAeadKey | null = null;
+    let opening: NativeAeadOpenKey | null = null;
+    const openInto = (nonce: Uint8Array, ad: Uint8Array, ciphertext: Uint8Array, out: Uint8Array): void => {
+      if (ciphertext.length < TAG_LENGTH_BYTES) throw new Error('ciphertext shorter than the tag');
+      if (out.length !== ciphertext.length - TAG_LENGTH_BYTES)
+        throw new RangeError('output buffer has the wrong length');
+      opening ??= native.openingKey(cipher, key);
+      if (!opening.open(nonce, ad, ciphertext, out)) throw new Error('authentication failed');
+    };
+    return {
+      sealInto(nonce, ad, parts, out) {
+        let length = TAG_LENGTH_BYTES;
+        for (const part of parts) length += part.length;
+        if (length !== out.length) throw new RangeError('output buffer has the wrong length');
+        sealing ??= native.sealingKey(cipher, key);
+        sealing.seal(nonce, ad, parts, out);
+      },
+      open(nonce, ad, ciphertext) {
+        // Uninitialised memory: every byte is written, or the buffer is dropped with the error.
+        const out = toBytes(Buffer.allocUnsafe(Math.max(0, ciphertext.length - TAG_LENGTH_BYTES)));
+        openInto(nonce, ad, ciphertext, out);
+        return out;
+      },
+      openInto,
+    };
+  }
   const keyObject = createSecretKey(key);
+  const open = (nonce: Uint8Array, ad: Uint8Array, ciphertext: Uint8Array): Uint8Array => {
+    if (ciphertext.length < TAG_LENGTH_BYTES) throw new Error('ciphertext shorter than the tag');
+    const bodyLength = ciphertext.length - TAG_LENGTH_BYTES;
+    const d = decipherFor(cipher, keyObject, nonce);
+    if (ad.length > 0) d.setAAD(ad);
+    d.setAuthTag(ciphertext.subarray(bodyLength));
+    const head = d.update(ciphertext.subarray(0, bodyLength));
+    const tail = d.final();
+    if (tail.length === 0) return toBytes(head);
+    return toBytes(Buffer.concat([head, tail]));
+  };
   return {
     sealInto(nonce, ad, parts, out) {
       let length = TAG_LENGTH_BYTES;
@@ -61,16 +111,11 @@ function keyedAead(cipher: CipherName, key: Uint8Array): KeyedAead {
       out.set(tail, at);
       out.set(c.getAuthTag(), at + tail.length);
     },
-    open(nonce, ad, ciphertext) {
-      if (ciphertext.length < TAG_LENGTH_BYTES) throw new Error('ciphertext shorter than the tag');
-      const bodyLength = ciphertext.length - TAG_LENGTH_BYTES;
-      const d = decipherFor(cipher, keyObject, nonce);
-      if (ad.length > 0) d.setAAD(ad);
-      d.setAuthTag(ciphertext.subarray(bodyLength));
-      const head = d.update(ciphertext.subarray(0, bodyLength));
-      const tail = d.final();
-      if (tail.length === 0) return toBytes(head);
-      return toBytes(Buffer.concat([head, tail]));
+    open,
+    openInto(nonce, ad, ciphertext, out) {
+      if (out.length !== ciphertext.length - TAG_LENGTH_BYTES)
+        throw new RangeError('output buffer has the wrong length');
+      out.set(open(nonce, ad, ciphertext));
     },
   };
 }
@@ -120,8 +165,17 @@ function toBytes(buffer: Buffer): Uint8Array {
   return new Uint8Array(buffer.buffer, buffer.byteOffset, buffer.byteLength);
 }
 
-/** Provider on node:crypto (OpenSSL): native X25519, AES-256-GCM, ChaCha20-Poly1305, SHA-256. */
-export function createNodeProvider(options: RandomOptions = {}): CryptoProvider {
+export interface NodeProviderOptions extends RandomOptions {
+  /** Transport records: `native` when the addon is built (the default then), else `node`. */
+  aead?: AeadBackend;
+}
+
+/**
+ * Provider on node:crypto (OpenSSL): native X25519, AES-256-GCM, ChaCha20-Poly1305, SHA-256; transport
+ * records through @tether/aead-native (the same OpenSSL, in place) when its addon is built.
+ */
+export function createNodeProvider(options: NodeProviderOptions = {}): CryptoProvider {
+  const aead: AeadBackend = options.aead ?? (loadNativeAead() ? 'native' : 'node');
   const randomBytes = options.randomBytes ?? ((length: number) => toBytes(nodeRandomBytes(length)));
 
   const publicKeyFromSecret = (secretKey: Uint8Array): Uint8Array =>
@@ -170,7 +224,7 @@ export function createNodeProvider(options: RandomOptions = {}): CryptoProvider 
       if (tail.length === 0) return toBytes(head);
       return toBytes(Buffer.concat([head, tail]));
     },
-    keyedAead,
+    keyedAead: (cipher, key) => keyedAead(cipher, key, aead),
     hash(parts) {
       const h = createHash('sha256');
       for (const part of parts) h.update(part);

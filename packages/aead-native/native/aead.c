@@ -1,0 +1,213 @@
+/*
+ * In-place AEAD for Noise transport records: AES-256-GCM and ChaCha20-Poly1305 from the OpenSSL that Node
+ * itself links (its EVP symbols are exported by the node binary, so nothing else is linked). node:crypto's
+ * Cipher allocates a fresh, zero-filled output buffer for every update(); here a record is sealed straight
+ * into the caller's buffer and opened into one, and the key schedule is set up once per direction.
+ *
+ *   create(cipher: 0 = AES-256-GCM | 1 = ChaCha20-Poly1305, key: 32 bytes, encrypt: boolean) -> context
+ *   seal(context, nonce: 12 bytes, ad, parts: Uint8Array[], out)   out = ciphertext of the joined parts ‖ tag
+ *   open(context, nonce: 12 bytes, ad, sealed, out) -> boolean       out = plaintext (sealed.length - 16);
+ *                                                                    false when authentication fails
+ * `out` may be the very bytes being read (in place) or not overlap them at all.
+ */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <node_api.h>
+#include <openssl/evp.h>
+
+#define KEY_BYTES 32
+#define NONCE_BYTES 12
+#define TAG_BYTES 16
+#define MAX_PARTS 16
+
+typedef struct {
+  EVP_CIPHER_CTX *ctx;
+  int encrypt;
+} Aead;
+
+static napi_value fail(napi_env env, const char *message) {
+  napi_throw_error(env, "ERR_TETHER_AEAD", message);
+  return NULL;
+}
+
+/* A Uint8Array (or any TypedArray: its bytes) or a DataView argument's bytes. */
+static int bytes_of(napi_env env, napi_value value, unsigned char **data, size_t *length) {
+  bool is_typed = false;
+  if (napi_is_typedarray(env, value, &is_typed) != napi_ok) return 0;
+  if (is_typed) {
+    napi_typedarray_type type;
+    size_t count;
+    void *raw;
+    if (napi_get_typedarray_info(env, value, &type, &count, &raw, NULL, NULL) != napi_ok) return 0;
+    if (type != napi_uint8_array && type != napi_uint8_clamped_array && type != napi_int8_array) return 0;
+    *data = raw;
+    *length = count;
+    return 1;
+  }
+  return 0;
+}
+
+static void finalize(napi_env env, void *data, void *hint) {
+  (void)env;
+  (void)hint;
+  Aead *aead = data;
+  EVP_CIPHER_CTX_free(aead->ctx); /* cleanses the key schedule */
+  free(aead);
+}
+
+static Aead *context_of(napi_env env, napi_value value) {
+  napi_valuetype type;
+  if (napi_typeof(env, value, &type) != napi_ok || type != napi_external) return NULL;
+  void *data = NULL;
+  if (napi_get_value_external(env, value, &data) != napi_ok) return NULL;
+  return data;
+}
+
+static napi_value create(napi_env env, napi_callback_info info) {
+  size_t argc = 3;
+  napi_value argv[3];
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc != 3) {
+    return fail(env, "create(cipher, key, encrypt) takes three arguments");
+  }
+  int32_t which;
+  bool encrypt;
+  unsigned char *key;
+  size_t key_length;
+  if (napi_get_value_int32(env, argv[0], &which) != napi_ok || (which != 0 && which != 1)) {
+    return fail(env, "cipher must be 0 (AES-256-GCM) or 1 (ChaCha20-Poly1305)");
+  }
+  if (!bytes_of(env, argv[1], &key, &key_length) || key_length != KEY_BYTES) return fail(env, "key must be 32 bytes");
+  if (napi_get_value_bool(env, argv[2], &encrypt) != napi_ok) return fail(env, "encrypt must be a boolean");
+  Aead *aead = malloc(sizeof *aead);
+  if (!aead) return fail(env, "out of memory");
+  aead->ctx = EVP_CIPHER_CTX_new();
+  aead->encrypt = encrypt ? 1 : 0;
+  const EVP_CIPHER *cipher = which == 0 ? EVP_aes_256_gcm() : EVP_chacha20_poly1305();
+  if (!aead->ctx || EVP_CipherInit_ex(aead->ctx, cipher, NULL, key, NULL, aead->encrypt) != 1) {
+    EVP_CIPHER_CTX_free(aead->ctx);
+    free(aead);
+    return fail(env, "cannot set up the cipher");
+  }
+  napi_value external;
+  if (napi_create_external(env, aead, finalize, NULL, &external) != napi_ok) {
+    finalize(env, aead, NULL);
+    return fail(env, "cannot wrap the cipher context");
+  }
+  return external;
+}
+
+/* Starts a record: the nonce, then the associated data. */
+static int begin(Aead *aead, const unsigned char *nonce, const unsigned char *ad, size_t ad_length) {
+  int written;
+  if (EVP_CipherInit_ex(aead->ctx, NULL, NULL, NULL, nonce, aead->encrypt) != 1) return 0;
+  if (ad_length > 0 && (ad_length > INT_MAX || EVP_CipherUpdate(aead->ctx, NULL, &written, ad, (int)ad_length) != 1)) {
+    return 0;
+  }
+  return 1;
+}
+
+static napi_value seal(napi_env env, napi_callback_info info) {
+  size_t argc = 5;
+  napi_value argv[5];
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc != 5) {
+    return fail(env, "seal(context, nonce, ad, parts, out) takes five arguments");
+  }
+  Aead *aead = context_of(env, argv[0]);
+  if (!aead || !aead->encrypt) return fail(env, "not a sealing context");
+  unsigned char *nonce, *ad, *out;
+  size_t nonce_length, ad_length, out_length;
+  if (!bytes_of(env, argv[1], &nonce, &nonce_length) || nonce_length != NONCE_BYTES) {
+    return fail(env, "nonce must be 12 bytes");
+  }
+  if (!bytes_of(env, argv[2], &ad, &ad_length)) return fail(env, "ad must be a Uint8Array");
+  if (!bytes_of(env, argv[4], &out, &out_length)) return fail(env, "out must be a Uint8Array");
+  bool is_array;
+  uint32_t count;
+  if (napi_is_array(env, argv[3], &is_array) != napi_ok || !is_array ||
+      napi_get_array_length(env, argv[3], &count) != napi_ok) {
+    return fail(env, "parts must be an array of Uint8Array");
+  }
+  if (count > MAX_PARTS) return fail(env, "at most 16 parts");
+  /* Every part (and the total) is checked before a byte is written. A part is either the very bytes it is
+   * sealed into (in place) or clear of the output: a partial overlap would be overwritten before it is read. */
+  unsigned char *data[MAX_PARTS];
+  size_t length[MAX_PARTS];
+  size_t total = 0;
+  for (uint32_t i = 0; i < count; i++) {
+    napi_value part;
+    if (napi_get_element(env, argv[3], i, &part) != napi_ok || !bytes_of(env, part, &data[i], &length[i])) {
+      return fail(env, "parts must be an array of Uint8Array");
+    }
+    if (length[i] > INT_MAX || total + length[i] + TAG_BYTES > out_length) {
+      return fail(env, "out must be the parts' length + 16");
+    }
+    if (data[i] != out + total && length[i] > 0 && data[i] < out + out_length && out < data[i] + length[i]) {
+      return fail(env, "a part partly overlaps the output");
+    }
+    total += length[i];
+  }
+  if (out_length != total + TAG_BYTES) return fail(env, "out must be the parts' length + 16");
+  if (!begin(aead, nonce, ad, ad_length)) return fail(env, "cannot start the record");
+  size_t at = 0;
+  for (uint32_t i = 0; i < count; i++) {
+    int written = 0;
+    if (length[i] > 0 && EVP_CipherUpdate(aead->ctx, out + at, &written, data[i], (int)length[i]) != 1) {
+      return fail(env, "encryption failed");
+    }
+    at += (size_t)written;
+  }
+  int tail = 0;
+  if (EVP_CipherFinal_ex(aead->ctx, out + at, &tail) != 1) return fail(env, "encryption failed");
+  at += (size_t)tail;
+  if (at != total || EVP_CIPHER_CTX_ctrl(aead->ctx, EVP_CTRL_AEAD_GET_TAG, TAG_BYTES, out + at) != 1) {
+    return fail(env, "encryption failed");
+  }
+  return NULL;
+}
+
+static napi_value open_record(napi_env env, napi_callback_info info) {
+  size_t argc = 5;
+  napi_value argv[5];
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc != 5) {
+    return fail(env, "open(context, nonce, ad, sealed, out) takes five arguments");
+  }
+  Aead *aead = context_of(env, argv[0]);
+  if (!aead || aead->encrypt) return fail(env, "not an opening context");
+  unsigned char *nonce, *ad, *sealed, *out;
+  size_t nonce_length, ad_length, sealed_length, out_length;
+  if (!bytes_of(env, argv[1], &nonce, &nonce_length) || nonce_length != NONCE_BYTES) {
+    return fail(env, "nonce must be 12 bytes");
+  }
+  if (!bytes_of(env, argv[2], &ad, &ad_length)) return fail(env, "ad must be a Uint8Array");
+  if (!bytes_of(env, argv[3], &sealed, &sealed_length)) return fail(env, "sealed must be a Uint8Array");
+  if (!bytes_of(env, argv[4], &out, &out_length)) return fail(env, "out must be a Uint8Array");
+  if (sealed_length < TAG_BYTES) return fail(env, "sealed is shorter than the tag");
+  size_t body = sealed_length - TAG_BYTES;
+  if (body > INT_MAX || out_length != body) return fail(env, "out must be the sealed length - 16");
+  if (out != sealed && out_length > 0 && out < sealed + sealed_length && sealed < out + out_length) {
+    return fail(env, "out partly overlaps the input");
+  }
+  unsigned char tag[TAG_BYTES];
+  memcpy(tag, sealed + body, TAG_BYTES);
+  int written = 0, tail = 0;
+  if (!begin(aead, nonce, ad, ad_length) ||
+      EVP_CIPHER_CTX_ctrl(aead->ctx, EVP_CTRL_AEAD_SET_TAG, TAG_BYTES, tag) != 1) {
+    return fail(env, "cannot start the record");
+  }
+  if (body > 0 && EVP_CipherUpdate(aead->ctx, out, &written, sealed, (int)body) != 1) return fail(env, "decryption failed");
+  int ok = EVP_CipherFinal_ex(aead->ctx, out + written, &tail) == 1 && (size_t)(written + tail) == body;
+  napi_value result;
+  napi_get_boolean(env, ok, &result);
+  return result;
+}
+
+NAPI_MODULE_INIT() {
+  napi_property_descriptor methods[] = {
+      {"create", NULL, create, NULL, NULL, NULL, napi_default, NULL},
+      {"seal", NULL, seal, NULL, NULL, NULL, napi_default, NULL},
+      {"open", NULL, open_record, NULL, NULL, NULL, napi_default, NULL},
+  };
+  if (napi_define_properties(env, exports, sizeof methods / sizeof methods[0], methods) != napi_ok) return NULL;
+  return exports;
+}

@@ -1,0 +1,134 @@
+import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
+import { describe, expect, it, vi } from 'vitest';
+import { loadNativeAead, type NativeCipherName, nativeAeadUnavailableReason } from './index.js';
+
+const CIPHERS: NativeCipherName[] = ['AESGCM', 'ChaChaPoly'];
+
+function nodeSeal(cipher: NativeCipherName, key: Uint8Array, nonce: Uint8Array, ad: Uint8Array, plaintext: Uint8Array) {
+  const c =
+    cipher === 'AESGCM'
+      ? createCipheriv('aes-256-gcm', key, nonce, { authTagLength: 16 })
+      : createCipheriv('chacha20-poly1305', key, nonce, { authTagLength: 16 });
+  if (ad.length) c.setAAD(ad);
+  return Buffer.concat([c.update(plaintext), c.final(), c.getAuthTag()]);
+}
+
+function nodeOpen(cipher: NativeCipherName, key: Uint8Array, nonce: Uint8Array, ad: Uint8Array, sealed: Uint8Array) {
+  const d =
+    cipher === 'AESGCM'
+      ? createDecipheriv('aes-256-gcm', key, nonce, { authTagLength: 16 })
+      : createDecipheriv('chacha20-poly1305', key, nonce, { authTagLength: 16 });
+  if (ad.length) d.setAAD(ad);
+  d.setAuthTag(sealed.subarray(sealed.length - 16));
+  return Buffer.concat([d.update(sealed.subarray(0, sealed.length - 16)), d.final()]);
+}
+
+// CI builds the addon (TETHER_AEAD_NATIVE=require in .ci/run): not having it is a failure, not a skip.
+const native = loadNativeAead();
+
+describe('native AEAD', () => {
+  it('is built and loads', () => {
+    expect(nativeAeadUnavailableReason()).toBeNull();
+    expect(native).not.toBeNull();
+  });
+
+  it('seals exactly as node:crypto, from any split of the plaintext, and opens what node:crypto sealed', () => {
+    for (const cipher of CIPHERS) {
+      const key = randomBytes(32);
+      const sealer = native!.sealingKey(cipher, key);
+      const opener = native!.openingKey(cipher, key);
+      for (const length of [0, 1, 15, 16, 17, 4099, 65_519]) {
+        const nonce = randomBytes(12);
+        const ad = randomBytes(length % 2 ? 13 : 0);
+        const plaintext = randomBytes(length);
+        const expected = nodeSeal(cipher, key, nonce, ad, plaintext);
+        for (const cuts of [[], [length >> 1], [1, 3, length >> 2].filter((c) => c <= length)]) {
+          const parts: Uint8Array[] = [];
+          let from = 0;
+          for (const cut of [...cuts, length]) {
+            parts.push(plaintext.subarray(from, Math.max(from, cut)));
+            from = Math.max(from, cut);
+          }
+          const out = new Uint8Array(length + 16);
+          sealer.seal(nonce, ad, parts, out);
+          expect(Buffer.from(out).equals(expected)).toBe(true);
+        }
+        const opened = new Uint8Array(length);
+        expect(opener.open(nonce, ad, expected, opened)).toBe(true);
+        expect(Buffer.from(opened).equals(plaintext)).toBe(true);
+      }
+    }
+  });
+
+  it('seals and opens in place', () => {
+    for (const cipher of CIPHERS) {
+      const key = randomBytes(32);
+      const nonce = randomBytes(12);
+      const plaintext = randomBytes(5000);
+      const buffer = new Uint8Array(5016);
+      buffer.set(plaintext);
+      native!.sealingKey(cipher, key).seal(nonce, new Uint8Array(0), [buffer.subarray(0, 5000)], buffer);
+      expect(Buffer.from(nodeOpen(cipher, key, nonce, new Uint8Array(0), buffer)).equals(plaintext)).toBe(true);
+      expect(native!.openingKey(cipher, key).open(nonce, new Uint8Array(0), buffer, buffer.subarray(0, 5000))).toBe(
+        true,
+      );
+      expect(Buffer.from(buffer.subarray(0, 5000)).equals(plaintext)).toBe(true);
+    }
+  });
+
+  it('reports a forged record (body, tag, ad, nonce or key changed) as false', () => {
+    for (const cipher of CIPHERS) {
+      const key = randomBytes(32);
+      const nonce = randomBytes(12);
+      const ad = randomBytes(8);
+      const sealed = nodeSeal(cipher, key, nonce, ad, randomBytes(300));
+      const opener = native!.openingKey(cipher, key);
+      const out = new Uint8Array(300);
+      for (const index of [0, 299, 300, 315]) {
+        const forged = Uint8Array.from(sealed);
+        forged[index]! ^= 0x40;
+        expect(opener.open(nonce, ad, forged, out)).toBe(false);
+      }
+      expect(opener.open(nonce, randomBytes(8), sealed, out)).toBe(false);
+      expect(opener.open(randomBytes(12), ad, sealed, out)).toBe(false);
+      expect(native!.openingKey(cipher, randomBytes(32)).open(nonce, ad, sealed, out)).toBe(false);
+      // The context is not poisoned by a failure.
+      expect(opener.open(nonce, ad, sealed, out)).toBe(true);
+    }
+  });
+
+  it('refuses bad arguments before writing anything', () => {
+    const key = randomBytes(32);
+    const sealer = native!.sealingKey('AESGCM', key);
+    const opener = native!.openingKey('AESGCM', key);
+    const nonce = randomBytes(12);
+    const none = new Uint8Array(0);
+    expect(() => native!.sealingKey('AESGCM', randomBytes(16))).toThrow(/key must be 32 bytes/);
+    expect(() => sealer.seal(randomBytes(8), none, [randomBytes(4)], new Uint8Array(20))).toThrow(/nonce/);
+    expect(() => sealer.seal(nonce, none, [randomBytes(4)], new Uint8Array(21))).toThrow(/length \+ 16/);
+    expect(() => sealer.seal(nonce, none, [randomBytes(4)], new Uint8Array(19))).toThrow(/length \+ 16/);
+    expect(() => sealer.seal(nonce, none, ['text' as unknown as Uint8Array], new Uint8Array(20))).toThrow(/parts/);
+    expect(() => sealer.seal(nonce, none, Array(17).fill(randomBytes(1)), new Uint8Array(33))).toThrow(/16 parts/);
+    const buffer = new Uint8Array(40);
+    // A part that starts inside the output but not where its ciphertext goes would be overwritten first.
+    const before = Uint8Array.from(buffer);
+    expect(() => sealer.seal(nonce, none, [buffer.subarray(1, 25)], buffer.subarray(0, 40))).toThrow(/overlaps/);
+    expect(Buffer.from(buffer).equals(Buffer.from(before))).toBe(true);
+    expect(() => opener.open(nonce, none, randomBytes(15), new Uint8Array(0))).toThrow(/shorter than the tag/);
+    expect(() => opener.open(nonce, none, randomBytes(20), new Uint8Array(5))).toThrow(/sealed length - 16/);
+    const record = new Uint8Array(40);
+    expect(() => opener.open(nonce, none, record, record.subarray(1, 25))).toThrow(/overlaps/);
+  });
+
+  it('is switched off by TETHER_AEAD_NATIVE=off', async () => {
+    vi.resetModules();
+    vi.stubEnv('TETHER_AEAD_NATIVE', 'off');
+    try {
+      const fresh = await import('./index.js');
+      expect(fresh.loadNativeAead()).toBeNull();
+      expect(fresh.nativeAeadUnavailableReason()).toBe('TETHER_AEAD_NATIVE=off');
+    } finally {
+      vi.unstubAllEnvs();
+    }
+  });
+});

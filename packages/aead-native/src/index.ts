@@ -1,0 +1,79 @@
+import { createRequire } from 'node:module';
+
+/**
+ * In-place AEAD for transport records (native/aead.c): AES-256-GCM or ChaCha20-Poly1305 from the OpenSSL
+ * Node links, sealing into and opening into buffers the caller owns. node:crypto's update() returns a
+ * fresh zero-filled buffer per call, which at 64 KiB records costs more (memset, page faults, GC pressure
+ * from external memory) than the cipher itself.
+ */
+export type NativeCipherName = 'AESGCM' | 'ChaChaPoly';
+
+export interface NativeAeadKey {
+  /**
+   * Seals the concatenation of `parts` under `nonce` (12 bytes) and `ad` into `out`: ciphertext ‖ 16-byte
+   * tag, exactly their length + 16. A part may be the very bytes of `out` it is sealed into (in place) or
+   * lie outside `out`; anything else throws before a byte is written.
+   */
+  seal(nonce: Uint8Array, ad: Uint8Array, parts: readonly Uint8Array[], out: Uint8Array): void;
+}
+
+export interface NativeAeadOpenKey {
+  /**
+   * Opens `sealed` (ciphertext ‖ tag) into `out` (`sealed.length - 16` bytes; may be `sealed`'s own first
+   * bytes, in place). False when authentication fails: `out` then holds garbage and must not be used.
+   */
+  open(nonce: Uint8Array, ad: Uint8Array, sealed: Uint8Array, out: Uint8Array): boolean;
+}
+
+export interface NativeAead {
+  sealingKey(cipher: NativeCipherName, key: Uint8Array): NativeAeadKey;
+  openingKey(cipher: NativeCipherName, key: Uint8Array): NativeAeadOpenKey;
+}
+
+interface Binding {
+  create(cipher: 0 | 1, key: Uint8Array, encrypt: boolean): object;
+  seal(context: object, nonce: Uint8Array, ad: Uint8Array, parts: readonly Uint8Array[], out: Uint8Array): void;
+  open(context: object, nonce: Uint8Array, ad: Uint8Array, sealed: Uint8Array, out: Uint8Array): boolean;
+}
+
+const CIPHERS = { AESGCM: 0, ChaChaPoly: 1 } as const;
+
+let loaded: { aead: NativeAead | null; error: string | null } | undefined;
+
+/**
+ * The native AEAD, or null when the addon was not built (no compiler or Node headers at install) or
+ * `TETHER_AEAD_NATIVE=off`; `nativeAeadUnavailableReason()` then says why.
+ */
+export function loadNativeAead(): NativeAead | null {
+  loaded ??= load();
+  return loaded.aead;
+}
+
+export function nativeAeadUnavailableReason(): string | null {
+  loaded ??= load();
+  return loaded.error;
+}
+
+function load(): { aead: NativeAead | null; error: string | null } {
+  if (process.env.TETHER_AEAD_NATIVE === 'off') return { aead: null, error: 'TETHER_AEAD_NATIVE=off' };
+  let binding: Binding;
+  try {
+    // src/ and dist/ both sit beside native/.
+    binding = createRequire(import.meta.url)('../native/build/Release/tether_aead.node') as Binding;
+  } catch (err) {
+    return { aead: null, error: (err as Error).message.split('\n')[0] ?? 'cannot load' };
+  }
+  return {
+    error: null,
+    aead: {
+      sealingKey(cipher, key) {
+        const context = binding.create(CIPHERS[cipher], key, true);
+        return { seal: (nonce, ad, parts, out) => binding.seal(context, nonce, ad, parts, out) };
+      },
+      openingKey(cipher, key) {
+        const context = binding.create(CIPHERS[cipher], key, false);
+        return { open: (nonce, ad, sealed, out) => binding.open(context, nonce, ad, sealed, out) };
+      },
+    },
+  };
+}

@@ -1,0 +1,180 @@
+import { once } from 'node:events';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { generateIdentity, publicKeyToJson, SECURITY_PROFILE_HYBRID_IK_V1 } from '@tether/noise';
+import { afterEach, describe, expect, it } from 'vitest';
+import { fetchBundle } from './registry.js';
+
+const executor = generateIdentity();
+const harness = generateIdentity();
+
+interface Seen {
+  method: string;
+  url: string;
+  headers: IncomingMessage['headers'];
+  body: string;
+}
+
+const servers: Server[] = [];
+afterEach(async () => {
+  for (const server of servers.splice(0)) {
+    server.closeAllConnections();
+    server.close();
+    await once(server, 'close');
+  }
+});
+
+/** A registry stand-in on 127.0.0.1:0 that answers every request with `answer`. */
+async function registry(answer: (seen: Seen, res: ServerResponse) => void): Promise<{ url: string; seen: Seen[] }> {
+  const seen: Seen[] = [];
+  const server = createServer((req, res) => {
+    let body = '';
+    req.on('data', (d: Buffer) => {
+      body += d;
+    });
+    req.on('end', () => {
+      const entry = { method: req.method ?? '', url: req.url ?? '', headers: req.headers, body };
+      seen.push(entry);
+      answer(entry, res);
+    });
+  });
+  servers.push(server);
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, seen };
+}
+
+const bundle = (overrides: Record<string, unknown> = {}) =>
+  JSON.stringify({
+    environment_id: 'env-1',
+    url: 'ws://127.0.0.1:9/relay',
+    executor_registration_id: 'reg-1',
+    executor_public_key: publicKeyToJson(executor.publicKey),
+    harness_key_authorization: 'auth-token',
+    security_profile: SECURITY_PROFILE_HYBRID_IK_V1,
+    ...overrides,
+  });
+
+const reply =
+  (status: number, body: string, headers: Record<string, string> = {}) =>
+  (_: Seen, res: ServerResponse) => {
+    res.writeHead(status, { 'content-type': 'application/json', ...headers });
+    res.end(body);
+  };
+
+describe('fetchBundle (node:http)', () => {
+  it('POSTs the harness key with the API key and returns the parsed bundle', async () => {
+    const rig = await registry(reply(200, bundle()));
+    const result = await fetchBundle({ registryUrl: `${rig.url}/`, apiKey: 'key-1' }, 'env-1', harness.publicKey);
+    expect(result).toMatchObject({
+      environmentId: 'env-1',
+      url: 'ws://127.0.0.1:9/relay',
+      registrationId: 'reg-1',
+      authorization: 'auth-token',
+    });
+    expect(publicKeyToJson(result.executorPublicKey)).toEqual(publicKeyToJson(executor.publicKey));
+    expect(rig.seen).toHaveLength(1);
+    const [request] = rig.seen;
+    expect(request).toMatchObject({ method: 'POST', url: '/cloud/environment/env-1/connect' });
+    expect(request!.headers.authorization).toBe('Bearer key-1');
+    expect(request!.headers['content-type']).toBe('application/json');
+    expect(JSON.parse(request!.body)).toEqual({ harness_public_key: publicKeyToJson(harness.publicKey) });
+  });
+
+  it('maps refusals to their errors and retries none of them', async () => {
+    const cases: Array<[number, RegExp]> = [
+      [401, /refused the harness API key \(HTTP 401\)/],
+      [404, /env-1 has no registered executor \(HTTP 404\) \[x\]: no such environment/],
+      [409, /env-1 is offline/],
+      [302, /HTTP 302 \(redirects are not followed\)/],
+      [500, /answered \/connect with HTTP 500/],
+    ];
+    for (const [status, message] of cases) {
+      const rig = await registry(
+        reply(status, JSON.stringify({ error: { code: 'x', message: 'no such environment' } }), {
+          location: 'http://127.0.0.1:1/elsewhere',
+        }),
+      );
+      await expect(fetchBundle({ registryUrl: rig.url, apiKey: 'k' }, 'env-1', harness.publicKey)).rejects.toThrow(
+        message,
+      );
+      expect(rig.seen).toHaveLength(1);
+    }
+  });
+
+  it('refuses an unusable answer: not JSON, the wrong environment, an oversized body', async () => {
+    const notJson = await registry(reply(200, '<html>'));
+    await expect(fetchBundle({ registryUrl: notJson.url, apiKey: 'k' }, 'env-1', harness.publicKey)).rejects.toThrow(
+      /not JSON/,
+    );
+    const other = await registry(reply(200, bundle({ environment_id: 'env-2' })));
+    await expect(fetchBundle({ registryUrl: other.url, apiKey: 'k' }, 'env-1', harness.publicKey)).rejects.toThrow(
+      /environment_id does not match/,
+    );
+    const huge = await registry(reply(200, 'x'.repeat(300 * 1024)));
+    await expect(fetchBundle({ registryUrl: huge.url, apiKey: 'k' }, 'env-1', harness.publicKey)).rejects.toThrow(
+      /over 262144 bytes/,
+    );
+    expect(huge.seen).toHaveLength(1);
+  });
+
+  it('retries an unreachable registry within the deadline, then says so', async () => {
+    const started = Date.now();
+    await expect(
+      fetchBundle(
+        { registryUrl: 'http://127.0.0.1:1', apiKey: 'k', totalTimeoutMs: 1_000 },
+        'env-1',
+        harness.publicKey,
+      ),
+    ).rejects.toThrow('cannot reach the registry at http://127.0.0.1:1: ECONNREFUSED');
+    expect(Date.now() - started).toBeLessThan(5_000);
+  });
+
+  it('gives up on a registry that does not answer (per-attempt timeout), and stops at once when aborted', async () => {
+    const silent = await registry(() => undefined);
+    await expect(
+      fetchBundle(
+        { registryUrl: silent.url, apiKey: 'k', attemptTimeoutMs: 100, totalTimeoutMs: 450 },
+        'env-1',
+        harness.publicKey,
+      ),
+    ).rejects.toThrow(/cannot reach the registry at .*: timed out/);
+    expect(silent.seen.length).toBeGreaterThanOrEqual(2);
+    const controller = new AbortController();
+    const pending = fetchBundle(
+      { registryUrl: silent.url, apiKey: 'k' },
+      'env-1',
+      harness.publicKey,
+      controller.signal,
+    );
+    controller.abort();
+    await expect(pending).rejects.toThrow('connect aborted');
+  });
+
+  it('refuses a URL that is not http(s) and an invalid environment id before any request', async () => {
+    await expect(fetchBundle({ registryUrl: 'ftp://x', apiKey: 'k' }, 'env-1', harness.publicKey)).rejects.toThrow(
+      /use http\(s\):\/\//,
+    );
+    await expect(
+      fetchBundle({ registryUrl: 'http://127.0.0.1:1', apiKey: 'k' }, 'bad id!', harness.publicKey),
+    ).rejects.toThrow(/environment/);
+  });
+
+  it('uses an injected fetch instead when given one', async () => {
+    const calls: string[] = [];
+    const result = await fetchBundle(
+      {
+        registryUrl: 'http://registry.invalid',
+        apiKey: 'k',
+        fetch: async (input) => {
+          calls.push(String(input));
+          return new Response(bundle(), { status: 200 });
+        },
+      },
+      'env-1',
+      harness.publicKey,
+    );
+    expect(result.registrationId).toBe('reg-1');
+    expect(calls).toEqual(['http://registry.invalid/cloud/environment/env-1/connect']);
+  });
+});
