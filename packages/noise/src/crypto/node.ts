@@ -12,11 +12,11 @@ import {
   randomBytes as nodeRandomBytes,
 } from 'node:crypto';
 import {
-  loadNativeAead,
+  loadNativeCrypto,
   type NativeAeadKey,
   type NativeAeadOpenKey,
-  nativeAeadUnavailableReason,
-} from '@tether/aead-native';
+  nativeCryptoUnavailableReason,
+} from '@tether/native-crypto';
 import {
   type CipherName,
   type CryptoProvider,
@@ -46,15 +46,15 @@ function decipherFor(cipher: CipherName, key: Uint8Array | KeyObject, nonce: Uin
 export type AeadBackend = 'native' | 'node';
 
 /**
- * A transport AEAD bound to one key. `native` (@tether/aead-native, the default when its addon is built)
+ * A transport AEAD bound to one key. `native` (@tether/native-crypto, the default when its addon is built)
  * seals straight into the caller's buffer and opens into one, with the key schedule set up once per
  * direction. `node` (node:crypto) imports the key once as a KeyObject but needs a `createCipheriv` per
  * record (node cannot reset a cipher's nonce), and each `update` returns a fresh zero-filled buffer.
  */
 function keyedAead(cipher: CipherName, key: Uint8Array, backend: AeadBackend): KeyedAead {
   if (backend === 'native') {
-    const native = loadNativeAead();
-    if (!native) throw new Error(`the native AEAD is not available: ${nativeAeadUnavailableReason()}`);
+    const native = loadNativeCrypto();
+    if (!native) throw new Error(`the native AEAD is not available: ${nativeCryptoUnavailableReason()}`);
     // A context per direction of use, made on first use (a CipherState seals or opens, never both).
     let sealing: NativeAeadKey | null = null;
     let opening: NativeAeadOpenKey | null = null;
@@ -172,10 +172,10 @@ export interface NodeProviderOptions extends RandomOptions {
 
 /**
  * Provider on node:crypto (OpenSSL): native X25519, AES-256-GCM, ChaCha20-Poly1305, SHA-256; transport
- * records through @tether/aead-native (the same OpenSSL, in place) when its addon is built.
+ * records through @tether/native-crypto (the same OpenSSL, in place) when its addon is built.
  */
 export function createNodeProvider(options: NodeProviderOptions = {}): CryptoProvider {
-  const aead: AeadBackend = options.aead ?? (loadNativeAead() ? 'native' : 'node');
+  const aead: AeadBackend = options.aead ?? (loadNativeCrypto() ? 'native' : 'node');
   const randomBytes = options.randomBytes ?? ((length: number) => toBytes(nodeRandomBytes(length)));
 
   const publicKeyFromSecret = (secretKey: Uint8Array): Uint8Array =>

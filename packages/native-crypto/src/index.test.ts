@@ -1,6 +1,6 @@
 import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
 import { describe, expect, it, vi } from 'vitest';
-import { loadNativeAead, type NativeCipherName, nativeAeadUnavailableReason } from './index.js';
+import { loadNativeCrypto, type NativeCipherName, nativeCryptoUnavailableReason } from './index.js';
 
 const CIPHERS: NativeCipherName[] = ['AESGCM', 'ChaChaPoly'];
 
@@ -23,12 +23,12 @@ function nodeOpen(cipher: NativeCipherName, key: Uint8Array, nonce: Uint8Array, 
   return Buffer.concat([d.update(sealed.subarray(0, sealed.length - 16)), d.final()]);
 }
 
-// CI builds the addon (TETHER_AEAD_NATIVE=require in .ci/run): not having it is a failure, not a skip.
-const native = loadNativeAead();
+// CI builds the addon (TETHER_NATIVE_CRYPTO=require in .ci/run): not having it is a failure, not a skip.
+const native = loadNativeCrypto();
 
 describe('native AEAD', () => {
   it('is built and loads', () => {
-    expect(nativeAeadUnavailableReason()).toBeNull();
+    expect(nativeCryptoUnavailableReason()).toBeNull();
     expect(native).not.toBeNull();
   });
 
@@ -120,13 +120,13 @@ describe('native AEAD', () => {
     expect(() => opener.open(nonce, none, record, record.subarray(1, 25))).toThrow(/overlaps/);
   });
 
-  it('is switched off by TETHER_AEAD_NATIVE=off', async () => {
+  it('is switched off by TETHER_NATIVE_CRYPTO=off', async () => {
     vi.resetModules();
-    vi.stubEnv('TETHER_AEAD_NATIVE', 'off');
+    vi.stubEnv('TETHER_NATIVE_CRYPTO', 'off');
     try {
       const fresh = await import('./index.js');
-      expect(fresh.loadNativeAead()).toBeNull();
-      expect(fresh.nativeAeadUnavailableReason()).toBe('TETHER_AEAD_NATIVE=off');
+      expect(fresh.loadNativeCrypto()).toBeNull();
+      expect(fresh.nativeCryptoUnavailableReason()).toBe('TETHER_NATIVE_CRYPTO=off');
     } finally {
       vi.unstubAllEnvs();
     }

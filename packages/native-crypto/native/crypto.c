@@ -1,14 +1,16 @@
 /*
- * In-place AEAD for Noise transport records: AES-256-GCM and ChaCha20-Poly1305 from the OpenSSL that Node
- * itself links (its EVP symbols are exported by the node binary, so nothing else is linked). node:crypto's
- * Cipher allocates a fresh, zero-filled output buffer for every update(); here a record is sealed straight
- * into the caller's buffer and opened into one, and the key schedule is set up once per direction.
+ * Crypto for Tether's data path from the OpenSSL that Node itself links (its EVP symbols are exported by the
+ * node binary, so nothing else is linked): in-place AEAD for Noise transport records, AES-256-GCM and
+ * ChaCha20-Poly1305. node:crypto's Cipher
+ * allocates a fresh, zero-filled output buffer for every update(); here a record is sealed straight into
+ * the caller's buffer and opened into one, and the key schedule is set up once per direction.
  *
  *   create(cipher: 0 = AES-256-GCM | 1 = ChaCha20-Poly1305, key: 32 bytes, encrypt: boolean) -> context
  *   seal(context, nonce: 12 bytes, ad, parts: Uint8Array[], out)   out = ciphertext of the joined parts ‖ tag
  *   open(context, nonce: 12 bytes, ad, sealed, out) -> boolean       out = plaintext (sealed.length - 16);
  *                                                                    false when authentication fails
  * `out` may be the very bytes being read (in place) or not overlap them at all.
+
  */
 #include <limits.h>
 #include <stdlib.h>

@@ -1,10 +1,10 @@
 import { createRequire } from 'node:module';
 
 /**
- * In-place AEAD for transport records (native/aead.c): AES-256-GCM or ChaCha20-Poly1305 from the OpenSSL
- * Node links, sealing into and opening into buffers the caller owns. node:crypto's update() returns a
- * fresh zero-filled buffer per call, which at 64 KiB records costs more (memset, page faults, GC pressure
- * from external memory) than the cipher itself.
+ * Crypto for the data path (native/crypto.c), from the OpenSSL Node links: in-place AEAD for transport
+ * records, AES-256-GCM or ChaCha20-Poly1305, sealing into and opening into buffers the caller owns.
+ * node:crypto's update() returns a fresh zero-filled buffer per call, which at 64 KiB records costs more
+ * than the cipher itself (memset, page faults, GC pressure from external memory).
  */
 export type NativeCipherName = 'AESGCM' | 'ChaChaPoly';
 
@@ -25,7 +25,7 @@ export interface NativeAeadOpenKey {
   open(nonce: Uint8Array, ad: Uint8Array, sealed: Uint8Array, out: Uint8Array): boolean;
 }
 
-export interface NativeAead {
+export interface NativeCrypto {
   sealingKey(cipher: NativeCipherName, key: Uint8Array): NativeAeadKey;
   openingKey(cipher: NativeCipherName, key: Uint8Array): NativeAeadOpenKey;
 }
@@ -38,34 +38,34 @@ interface Binding {
 
 const CIPHERS = { AESGCM: 0, ChaChaPoly: 1 } as const;
 
-let loaded: { aead: NativeAead | null; error: string | null } | undefined;
+let loaded: { native: NativeCrypto | null; error: string | null } | undefined;
 
 /**
- * The native AEAD, or null when the addon was not built (no compiler or Node headers at install) or
- * `TETHER_AEAD_NATIVE=off`; `nativeAeadUnavailableReason()` then says why.
+ * The native helpers, or null when the addon was not built (no compiler or Node headers at install) or
+ * `TETHER_NATIVE_CRYPTO=off`; `nativeCryptoUnavailableReason()` then says why.
  */
-export function loadNativeAead(): NativeAead | null {
+export function loadNativeCrypto(): NativeCrypto | null {
   loaded ??= load();
-  return loaded.aead;
+  return loaded.native;
 }
 
-export function nativeAeadUnavailableReason(): string | null {
+export function nativeCryptoUnavailableReason(): string | null {
   loaded ??= load();
   return loaded.error;
 }
 
-function load(): { aead: NativeAead | null; error: string | null } {
-  if (process.env.TETHER_AEAD_NATIVE === 'off') return { aead: null, error: 'TETHER_AEAD_NATIVE=off' };
+function load(): { native: NativeCrypto | null; error: string | null } {
+  if (process.env.TETHER_NATIVE_CRYPTO === 'off') return { native: null, error: 'TETHER_NATIVE_CRYPTO=off' };
   let binding: Binding;
   try {
     // src/ and dist/ both sit beside native/.
-    binding = createRequire(import.meta.url)('../native/build/Release/tether_aead.node') as Binding;
+    binding = createRequire(import.meta.url)('../native/build/Release/tether_crypto.node') as Binding;
   } catch (err) {
-    return { aead: null, error: (err as Error).message.split('\n')[0] ?? 'cannot load' };
+    return { native: null, error: (err as Error).message.split('\n')[0] ?? 'cannot load' };
   }
   return {
     error: null,
-    aead: {
+    native: {
       sealingKey(cipher, key) {
         const context = binding.create(CIPHERS[cipher], key, true);
         return { seal: (nonce, ad, parts, out) => binding.seal(context, nonce, ad, parts, out) };

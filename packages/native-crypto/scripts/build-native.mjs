@@ -1,10 +1,10 @@
 #!/usr/bin/env node
 /**
- * Compiles native/tether_aead.node with node-gyp against the running Node's headers: `npm_config_nodedir`,
+ * Compiles native/tether_crypto.node with node-gyp against the running Node's headers: `npm_config_nodedir`,
  * else the headers installed beside node (include/node), else node-gyp downloads them. Without a compiler
- * or headers the build is skipped with a warning: `loadNativeAead()` then returns null and callers use
+ * or headers the build is skipped with a warning: `loadNativeCrypto()` then returns null and callers use
  * node:crypto, which is correct but allocates a zero-filled buffer per record.
- * TETHER_AEAD_NATIVE=require makes a failed build fail the script (CI).
+ * TETHER_NATIVE_CRYPTO=require makes a failed build fail the script (CI).
  */
 import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -24,8 +24,8 @@ const result = spawnSync(process.execPath, args, {
   stdio: 'inherit',
 });
 if (result.status !== 0) {
-  const message = `@tether/aead-native: the native AEAD was not built (node-gyp exited ${result.status ?? result.signal}); node:crypto will be used`;
-  if (process.env.TETHER_AEAD_NATIVE === 'require') {
+  const message = `@tether/native-crypto: the native AEAD was not built (node-gyp exited ${result.status ?? result.signal}); node:crypto will be used`;
+  if (process.env.TETHER_NATIVE_CRYPTO === 'require') {
     console.error(message);
     process.exit(1);
   }

@@ -1,8 +1,8 @@
 {
   "targets": [
     {
-      "target_name": "tether_aead",
-      "sources": ["aead.c"],
+      "target_name": "tether_crypto",
+      "sources": ["crypto.c"],
       "cflags": ["-O2", "-Wall", "-Wextra"],
       "defines": ["NAPI_VERSION=8"]
     }
