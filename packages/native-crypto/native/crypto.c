@@ -66,6 +66,39 @@ static Aead *context_of(napi_env env, napi_value value) {
   return data;
 }
 
+/*
+ * The arguments every record call starts with: (context, nonce, ad, …, out). Throws and returns 0 when one
+ * is wrong; `encrypt` is the direction the context must have been made for.
+ */
+static int record_arguments(napi_env env, napi_callback_info info, napi_value *argv, int encrypt, const char *usage,
+                            Aead **aead, unsigned char **nonce, unsigned char **ad, size_t *ad_length,
+                            unsigned char **out, size_t *out_length) {
+  size_t argc = 5;
+  size_t nonce_length;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc != 5) {
+    fail(env, usage);
+    return 0;
+  }
+  *aead = context_of(env, argv[0]);
+  if (!*aead || (*aead)->encrypt != encrypt) {
+    fail(env, encrypt ? "not a sealing context" : "not an opening context");
+    return 0;
+  }
+  if (!bytes_of(env, argv[1], nonce, &nonce_length) || nonce_length != NONCE_BYTES) {
+    fail(env, "nonce must be 12 bytes");
+    return 0;
+  }
+  if (!bytes_of(env, argv[2], ad, ad_length)) {
+    fail(env, "ad must be a Uint8Array");
+    return 0;
+  }
+  if (!bytes_of(env, argv[4], out, out_length)) {
+    fail(env, "out must be a Uint8Array");
+    return 0;
+  }
+  return 1;
+}
+
 static napi_value create(napi_env env, napi_callback_info info) {
   size_t argc = 3;
   napi_value argv[3];
@@ -110,20 +143,14 @@ static int begin(Aead *aead, const unsigned char *nonce, const unsigned char *ad
 }
 
 static napi_value seal(napi_env env, napi_callback_info info) {
-  size_t argc = 5;
   napi_value argv[5];
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc != 5) {
-    return fail(env, "seal(context, nonce, ad, parts, out) takes five arguments");
-  }
-  Aead *aead = context_of(env, argv[0]);
-  if (!aead || !aead->encrypt) return fail(env, "not a sealing context");
+  Aead *aead;
   unsigned char *nonce, *ad, *out;
-  size_t nonce_length, ad_length, out_length;
-  if (!bytes_of(env, argv[1], &nonce, &nonce_length) || nonce_length != NONCE_BYTES) {
-    return fail(env, "nonce must be 12 bytes");
+  size_t ad_length, out_length;
+  if (!record_arguments(env, info, argv, 1, "seal(context, nonce, ad, parts, out) takes five arguments", &aead, &nonce,
+                        &ad, &ad_length, &out, &out_length)) {
+    return NULL;
   }
-  if (!bytes_of(env, argv[2], &ad, &ad_length)) return fail(env, "ad must be a Uint8Array");
-  if (!bytes_of(env, argv[4], &out, &out_length)) return fail(env, "out must be a Uint8Array");
   bool is_array;
   uint32_t count;
   if (napi_is_array(env, argv[3], &is_array) != napi_ok || !is_array ||
@@ -169,21 +196,15 @@ static napi_value seal(napi_env env, napi_callback_info info) {
 }
 
 static napi_value open_record(napi_env env, napi_callback_info info) {
-  size_t argc = 5;
   napi_value argv[5];
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc != 5) {
-    return fail(env, "open(context, nonce, ad, sealed, out) takes five arguments");
-  }
-  Aead *aead = context_of(env, argv[0]);
-  if (!aead || aead->encrypt) return fail(env, "not an opening context");
+  Aead *aead;
   unsigned char *nonce, *ad, *sealed, *out;
-  size_t nonce_length, ad_length, sealed_length, out_length;
-  if (!bytes_of(env, argv[1], &nonce, &nonce_length) || nonce_length != NONCE_BYTES) {
-    return fail(env, "nonce must be 12 bytes");
+  size_t ad_length, sealed_length, out_length;
+  if (!record_arguments(env, info, argv, 0, "open(context, nonce, ad, sealed, out) takes five arguments", &aead, &nonce,
+                        &ad, &ad_length, &out, &out_length)) {
+    return NULL;
   }
-  if (!bytes_of(env, argv[2], &ad, &ad_length)) return fail(env, "ad must be a Uint8Array");
   if (!bytes_of(env, argv[3], &sealed, &sealed_length)) return fail(env, "sealed must be a Uint8Array");
-  if (!bytes_of(env, argv[4], &out, &out_length)) return fail(env, "out must be a Uint8Array");
   if (sealed_length < TAG_BYTES) return fail(env, "sealed is shorter than the tag");
   size_t body = sealed_length - TAG_BYTES;
   if (body > INT_MAX || out_length != body) return fail(env, "out must be the sealed length - 16");
