@@ -119,7 +119,7 @@ export async function fetchBundle(
       if (err instanceof TetherError) throw err; // an answer, just not a usable one: not retried
       // node:http puts the OS error's code on the error; fetch puts it on its cause.
       const failure = err as { code?: string; cause?: { code?: string } };
-      const cause = failure.cause?.code ?? (failure.code?.startsWith('E') ? failure.code : (err as Error).message);
+      const cause = failure.cause?.code ?? failure.code ?? (err as Error).message;
       lastError = new TetherError(
         'registry',
         `cannot reach the registry at ${base}: ${timeout.aborted ? 'timed out' : cause}`,

@@ -1,16 +1,15 @@
 /*
  * Crypto for Tether's data path from the OpenSSL that Node itself links (its EVP symbols are exported by the
  * node binary, so nothing else is linked): in-place AEAD for Noise transport records, AES-256-GCM and
- * ChaCha20-Poly1305. node:crypto's Cipher
- * allocates a fresh, zero-filled output buffer for every update(); here a record is sealed straight into
- * the caller's buffer and opened into one, and the key schedule is set up once per direction.
+ * ChaCha20-Poly1305. node:crypto's Cipher allocates a fresh, zero-filled output buffer for every update();
+ * here a record is sealed straight into the caller's buffer and opened into one, and the key schedule is
+ * set up once per direction.
  *
  *   create(cipher: 0 = AES-256-GCM | 1 = ChaCha20-Poly1305, key: 32 bytes, encrypt: boolean) -> context
  *   seal(context, nonce: 12 bytes, ad, parts: Uint8Array[], out)   out = ciphertext of the joined parts ‖ tag
  *   open(context, nonce: 12 bytes, ad, sealed, out) -> boolean       out = plaintext (sealed.length - 16);
  *                                                                    false when authentication fails
  * `out` may be the very bytes being read (in place) or not overlap them at all.
-
  */
 #include <limits.h>
 #include <stdlib.h>
@@ -33,21 +32,16 @@ static napi_value fail(napi_env env, const char *message) {
   return NULL;
 }
 
-/* A Uint8Array (or any TypedArray: its bytes) or a DataView argument's bytes. */
+/* The bytes of a Uint8Array (or Int8Array, Uint8ClampedArray) argument; 0 for anything else. */
 static int bytes_of(napi_env env, napi_value value, unsigned char **data, size_t *length) {
   bool is_typed = false;
-  if (napi_is_typedarray(env, value, &is_typed) != napi_ok) return 0;
-  if (is_typed) {
-    napi_typedarray_type type;
-    size_t count;
-    void *raw;
-    if (napi_get_typedarray_info(env, value, &type, &count, &raw, NULL, NULL) != napi_ok) return 0;
-    if (type != napi_uint8_array && type != napi_uint8_clamped_array && type != napi_int8_array) return 0;
-    *data = raw;
-    *length = count;
-    return 1;
-  }
-  return 0;
+  napi_typedarray_type type;
+  void *raw;
+  if (napi_is_typedarray(env, value, &is_typed) != napi_ok || !is_typed) return 0;
+  if (napi_get_typedarray_info(env, value, &type, length, &raw, NULL, NULL) != napi_ok) return 0;
+  if (type != napi_uint8_array && type != napi_uint8_clamped_array && type != napi_int8_array) return 0;
+  *data = raw;
+  return 1;
 }
 
 static void finalize(napi_env env, void *data, void *hint) {

@@ -4,20 +4,18 @@ import { loadNativeCrypto, type NativeCipherName, nativeCryptoUnavailableReason 
 
 const CIPHERS: NativeCipherName[] = ['AESGCM', 'ChaChaPoly'];
 
+/** node:crypto's name for `cipher`, typed as GCM's for the overload (ChaCha20-Poly1305 has the same methods). */
+const nodeName = (cipher: NativeCipherName) =>
+  (cipher === 'AESGCM' ? 'aes-256-gcm' : 'chacha20-poly1305') as 'aes-256-gcm';
+
 function nodeSeal(cipher: NativeCipherName, key: Uint8Array, nonce: Uint8Array, ad: Uint8Array, plaintext: Uint8Array) {
-  const c =
-    cipher === 'AESGCM'
-      ? createCipheriv('aes-256-gcm', key, nonce, { authTagLength: 16 })
-      : createCipheriv('chacha20-poly1305', key, nonce, { authTagLength: 16 });
+  const c = createCipheriv(nodeName(cipher), key, nonce, { authTagLength: 16 });
   if (ad.length) c.setAAD(ad);
   return Buffer.concat([c.update(plaintext), c.final(), c.getAuthTag()]);
 }
 
 function nodeOpen(cipher: NativeCipherName, key: Uint8Array, nonce: Uint8Array, ad: Uint8Array, sealed: Uint8Array) {
-  const d =
-    cipher === 'AESGCM'
-      ? createDecipheriv('aes-256-gcm', key, nonce, { authTagLength: 16 })
-      : createDecipheriv('chacha20-poly1305', key, nonce, { authTagLength: 16 });
+  const d = createDecipheriv(nodeName(cipher), key, nonce, { authTagLength: 16 });
   if (ad.length) d.setAAD(ad);
   d.setAuthTag(sealed.subarray(sealed.length - 16));
   return Buffer.concat([d.update(sealed.subarray(0, sealed.length - 16)), d.final()]);

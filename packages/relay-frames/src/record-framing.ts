@@ -183,11 +183,9 @@ export class MessageReassembler {
   }
 
   #takeMessage(): Uint8Array {
-    let message: Uint8Array;
-    if (this.#target !== null) message = this.#target;
-    else if (this.#chunks.length === 1)
-      message = this.#chunks[0]!; // the whole message: no other copy
-    else {
+    // A message within one record never gets here (push hands it out whole), so chunks are always several.
+    let message = this.#target;
+    if (message === null) {
       message = this.#allocate(this.#expected);
       let at = 0;
       for (const chunk of this.#chunks) {
