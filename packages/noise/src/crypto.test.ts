@@ -1,5 +1,5 @@
 import { hkdfSync } from 'node:crypto';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { hex, PROVIDERS, seededRandom, toHex } from './__tests__/helpers.js';
 import { createNodeProvider } from './crypto/node.js';
 import { type CipherName, hkdf, oneShotAead } from './crypto.js';
@@ -108,6 +108,25 @@ describe('crypto providers agree byte for byte', () => {
           expect(() => aead.open(nonce, ad, sealed.subarray(0, 15))).toThrow();
         }
       }
+    }
+  });
+
+  it('falls back to node:crypto for records when the native AEAD is off, and refuses to force it then', async () => {
+    vi.resetModules();
+    vi.stubEnv('TETHER_NATIVE_CRYPTO', 'off');
+    try {
+      const { createNodeProvider: fresh } = await import('./crypto/node.js');
+      const key = random(32);
+      const nonce = random(12);
+      const plaintext = random(1000);
+      const out = new Uint8Array(1016);
+      fresh().keyedAead!('AESGCM', key).sealInto(nonce, new Uint8Array(0), [plaintext], out);
+      expect(toHex(out)).toBe(toHex(node.encrypt('AESGCM', key, nonce, new Uint8Array(0), plaintext)));
+      expect(() => fresh({ aead: 'native' }).keyedAead!('AESGCM', key)).toThrow(
+        'the native AEAD is not available: TETHER_NATIVE_CRYPTO=off',
+      );
+    } finally {
+      vi.unstubAllEnvs();
     }
   });
 
