@@ -432,8 +432,33 @@ describe.each(CASES)('fs: %s', (label, { kind, transport }) => {
       message:
         kind === 'codex'
           ? 'unknown variant `append`, expected `read` or `replace`'
-          : 'unknown variant `append`, expected one of `read`, `replace`, `update`',
+          : 'unknown variant `append`, expected one of `read`, `replace`, `update`, `overwrite`',
     });
+  });
+
+  it('Tether extension: fs/open mode overwrite writes in place and cuts at close (Codex refuses the mode)', async () => {
+    const dir = scratch();
+    const { client, initializeResult } = await h.session(kind, transport);
+    const capabilities = (initializeResult.environmentInfo as { capabilities: Record<string, boolean> }).capabilities;
+    const file = join(dir, 'target');
+    writeFileSync(file, 'the previous contents of this file');
+    const path = fileUri(file);
+    const response = await client.request('fs/open', { handleId: 'o', path, mode: 'overwrite' });
+    if (kind === 'codex') {
+      expect(capabilities.fileWriteOverwrite).toBeUndefined();
+      expect(response.error).toEqual({
+        code: -32602,
+        message: 'unknown variant `overwrite`, expected `read` or `replace`',
+      });
+      expect(readFileSync(file, 'utf8')).toBe('the previous contents of this file');
+      return;
+    }
+    expect(capabilities.fileWriteOverwrite).toBe(true);
+    expect(response.result).toEqual({ handleId: 'o' });
+    await client.call('fs/writeBlock', { handleId: 'o', offset: 0, chunk: b64('new') });
+    expect(readFileSync(file, 'utf8')).toBe('new previous contents of this file');
+    expect(await client.call('fs/close', { handleId: 'o' })).toEqual({});
+    expect(readFileSync(file, 'utf8')).toBe('new');
   });
 
   it('Tether extension: fs/open mode update resumes a write without truncating (Codex refuses the mode)', async () => {

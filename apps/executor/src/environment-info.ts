@@ -14,6 +14,8 @@ export const CAPABILITIES = {
   fileWriteStreaming: true,
   // Tether: `fs/open {mode: "update"}` (write without truncating, to resume an upload).
   fileWriteUpdate: true,
+  // Tether: `fs/open {mode: "overwrite"}` (write in place, cut to length at close, as scp does).
+  fileWriteOverwrite: true,
   // Tether: `fs/close {digest: true}` answers the SHA-256 of the bytes read or written through the handle.
   fileHandleDigest: true,
   // (`binaryBlocks`, raw bytes instead of base64 in fs/readBlock and fs/writeBlock, is added per connection

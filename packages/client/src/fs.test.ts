@@ -1,5 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
@@ -21,6 +21,8 @@ describe.each<Case>(['local', 'remote tether', 'remote codex'])('Environment.fs:
   let calls: string[] = [];
   /** How block data travelled: `raw` (binary attachment) or `base64`, per fs/readBlock and fs/writeBlock. */
   let forms: string[] = [];
+  /** The mode of every fs/open. */
+  let modes: string[] = [];
 
   beforeAll(async () => {
     if (kind === 'local') {
@@ -41,6 +43,7 @@ describe.each<Case>(['local', 'remote tether', 'remote codex'])('Environment.fs:
         options?: { encode?: (id: string | number, allocate: (n: number) => Buffer) => Buffer },
       ) => {
         calls.push(method);
+        if (method === 'fs/open') modes.push((params as { mode?: string }).mode ?? 'read');
         if (method === 'fs/readBlock') forms.push((params as { binary?: boolean }).binary ? 'raw' : 'base64');
         if (method === 'fs/writeBlock' && options?.encode) {
           forms.push(options.encode(0, (n) => Buffer.alloc(n))[0] === 0x01 ? 'raw' : 'base64');
@@ -153,6 +156,41 @@ describe.each<Case>(['local', 'remote tether', 'remote codex'])('Environment.fs:
     writeFileSync(path, 'old contents');
     await pipeline(Readable.from([]), fs.createWriteStream(path));
     expect(readFileSync(path).byteLength).toBe(0);
+  });
+
+  it('writes over a longer file in place and cuts it to the new length (Codex: truncated when opened)', async () => {
+    const path = join(work, `${kind.replace(' ', '-')}-overwrite.bin`);
+    const old = randomBytes(3 * 1024 * 1024);
+    writeFileSync(path, old);
+    const inode = statSync(path).ino;
+    const block = randomBytes(1024 * 1024); // one whole block: a remote writer sends it at once
+    modes = [];
+    const stream = fs.createWriteStream(path);
+    await new Promise<void>((resolve, reject) => stream.write(block, (err) => (err ? reject(err) : resolve())));
+    // In place: until the stream ends, the file keeps its length and the old bytes past what was written.
+    const inPlace = kind !== 'remote codex';
+    await expect.poll(() => readFileSync(path).subarray(0, block.length).equals(block)).toBe(true);
+    expect(readFileSync(path).length).toBe(inPlace ? old.length : block.length);
+    await new Promise<void>((resolve, reject) =>
+      stream.end(Buffer.from('tail'), (err?: Error | null) => (err ? reject(err) : resolve())),
+    );
+    expect(readFileSync(path).equals(Buffer.concat([block, Buffer.from('tail')]))).toBe(true);
+    expect(statSync(path).ino).toBe(inode);
+    if (kind !== 'local') expect(modes).toEqual([inPlace ? 'overwrite' : 'replace']);
+  });
+
+  it('a write stream destroyed part way leaves only what it wrote, none of the old contents', async () => {
+    const path = join(work, `${kind.replace(' ', '-')}-destroyed.bin`);
+    writeFileSync(path, randomBytes(3 * 1024 * 1024));
+    const block = randomBytes(1024 * 1024);
+    const stream = fs.createWriteStream(path);
+    await new Promise<void>((resolve, reject) => stream.write(block, (err) => (err ? reject(err) : resolve())));
+    const failed = new Promise((resolve) => stream.once('error', resolve));
+    const closed = new Promise((resolve) => stream.once('close', resolve));
+    stream.destroy(new Error('the source failed'));
+    expect(await failed).toMatchObject({ message: 'the source failed' });
+    await closed;
+    expect(readFileSync(path).equals(block)).toBe(true);
   });
 
   it('reading a directory as a stream fails cleanly', async () => {

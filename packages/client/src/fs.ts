@@ -1,10 +1,11 @@
 import { randomUUID } from 'node:crypto';
-import { createReadStream, createWriteStream } from 'node:fs';
+import { createReadStream } from 'node:fs';
 import * as fsp from 'node:fs/promises';
 import { Readable, Writable } from 'node:stream';
 import { encodeWriteBlockRequest } from '@tether/exec-protocol';
 import { attachmentOf, encodeWithAttachment } from '@tether/jsonrpc';
 import { TetherError } from './errors.js';
+import { InPlaceFileWriter } from './file-writer.js';
 
 export interface FileMetadata {
   isDirectory: boolean;
@@ -53,7 +54,11 @@ export interface EnvironmentFs {
   copy(source: string, destination: string, options?: { recursive?: boolean }): Promise<void>;
   /** Streams a file in blocks (never whole in memory). */
   createReadStream(path: string, options?: StreamOptions): Readable;
-  /** Streams into a file (created or truncated) without holding it in memory where the executor can. */
+  /**
+   * Streams into a file without holding it in memory where the executor can. The file is created, or
+   * overwritten in place and cut to the length written when the stream finishes or fails (scp's way;
+   * on an executor without `fileWriteOverwrite`, truncated when opened).
+   */
   createWriteStream(path: string, options?: StreamOptions): Writable;
 }
 
@@ -139,7 +144,7 @@ export class LocalFs implements EnvironmentFs {
     return createReadStream(path, { highWaterMark: options.blockSize ?? DEFAULT_BLOCK_SIZE });
   }
   createWriteStream(path: string, _options: StreamOptions = {}): Writable {
-    return createWriteStream(path);
+    return new InPlaceFileWriter(path);
   }
 }
 
@@ -328,9 +333,10 @@ export class RemoteFs implements EnvironmentFs {
   }
 
   /**
-   * Streams with `fs/open {mode: "replace"}` + positional `fs/writeBlock` (capability
-   * `fileWriteStreaming`, Codex's and ours), up to `depth` blocks in flight; without it, buffers and sends
-   * one `fs/writeFile` (refusing files over `maxWholeWriteBytes`).
+   * Streams with `fs/open` + positional `fs/writeBlock` (capability `fileWriteStreaming`, Codex's and ours),
+   * up to `depth` blocks in flight: mode `overwrite` where the executor offers it (`fileWriteOverwrite`:
+   * in place, cut to length at close), else Codex's `replace`. Without streaming, buffers and sends one
+   * `fs/writeFile` (refusing files over `maxWholeWriteBytes`).
    */
   createWriteStream(path: string, options: StreamOptions = {}): Writable {
     if (!this.caller.capabilities().has('fileWriteStreaming')) return this.wholeFileWriter(path);
@@ -339,6 +345,7 @@ export class RemoteFs implements EnvironmentFs {
     const depth = Math.max(1, options.depth ?? 4);
     const handleId = this.nextHandleId('w');
     const caller = this.caller;
+    const mode = caller.capabilities().has('fileWriteOverwrite') ? 'overwrite' : 'replace';
     let opened: Promise<unknown> | null = null;
     let isOpen = false;
     let offset = 0;
@@ -346,7 +353,7 @@ export class RemoteFs implements EnvironmentFs {
     const inflight = new Set<Promise<unknown>>();
     let failure: Error | null = null;
     const open = async () => {
-      opened ??= caller.call('fs/open', { handleId, path: toFileUri(path), mode: 'replace', ...digest }).then(() => {
+      opened ??= caller.call('fs/open', { handleId, path: toFileUri(path), mode, ...digest }).then(() => {
         isOpen = true;
       });
       await opened;

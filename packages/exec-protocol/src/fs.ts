@@ -71,10 +71,18 @@ export type FsCopyParams = Static<typeof FsCopyParams>;
 
 /**
  * `read` (default) opens for `fs/readBlock`; `replace` creates or truncates for `fs/writeBlock` (both
- * Codex's). `update` is a Tether extension (capability `fileWriteUpdate`): create if absent, keep the
+ * Codex's). Tether extensions: `update` (capability `fileWriteUpdate`): create if absent, keep the
  * existing bytes, write positionally — how a client resumes an upload its lost connection cut short.
+ * `overwrite` (capability `fileWriteOverwrite`): create if absent and write in place, as scp does; the
+ * file is cut at the furthest byte written when the handle closes (or its connection ends), so it ends
+ * as `replace` would leave it without first freeing the pages of the old contents.
  */
-export const FsOpenMode = Type.Union([Type.Literal('read'), Type.Literal('replace'), Type.Literal('update')]);
+export const FsOpenMode = Type.Union([
+  Type.Literal('read'),
+  Type.Literal('replace'),
+  Type.Literal('update'),
+  Type.Literal('overwrite'),
+]);
 export type FsOpenMode = Static<typeof FsOpenMode>;
 
 export const FsOpenParams = Type.Object({

@@ -1,6 +1,6 @@
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, statSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -151,7 +151,7 @@ describe('FileHandleTable', () => {
     const dir = scratch();
     execFileSync('mkfifo', [join(dir, 'fifo')]);
     const files = table();
-    for (const mode of ['replace', 'update', 'read'] as const) {
+    for (const mode of ['replace', 'update', 'overwrite', 'read'] as const) {
       await expect(files.open(mode, join(dir, 'fifo'), mode)).rejects.toMatchObject({
         code: -32600,
         message: `path \`${join(dir, 'fifo')}\` is not a file`,
@@ -175,6 +175,53 @@ describe('FileHandleTable', () => {
     // Bounds are checked before any I/O and leave the handle alone.
     await expect(files.readBlock('r', 0, 0)).rejects.toMatchObject({ code: -32600 });
     expect(files.size).toBe(1);
+  });
+
+  it('overwrite writes in place and cuts the file at the furthest byte written when it closes', async () => {
+    const dir = scratch();
+    const path = join(dir, 'f');
+    writeFileSync(path, 'old contents, longer than the new');
+    const inode = statSync(path).ino;
+    const files = table();
+    await files.open('o', path, 'overwrite');
+    // Nothing is cut at open: the old tail is still there while the handle writes.
+    expect(readFileSync(path, 'utf8')).toBe('old contents, longer than the new');
+    await files.writeBlock('o', 4, Buffer.from('CONTENTS'));
+    await files.writeBlock('o', 0, Buffer.from('NEW '));
+    expect(readFileSync(path, 'utf8')).toBe('NEW CONTENTS, longer than the new');
+    await files.close('o');
+    expect(readFileSync(path, 'utf8')).toBe('NEW CONTENTS');
+    expect(statSync(path).ino).toBe(inode); // the same file, not a replacement
+    // A longer write extends the file; a handle that wrote nothing leaves it empty, as replace would.
+    await files.open('o', path, 'overwrite');
+    await files.writeBlock('o', 0, Buffer.from('0123456789abc'));
+    await files.close('o');
+    expect(readFileSync(path, 'utf8')).toBe('0123456789abc');
+    await files.open('o', path, 'overwrite');
+    await files.close('o');
+    expect(readFileSync(path, 'utf8')).toBe('');
+    // Absent files are created; a directory is refused like replace.
+    await files.open('n', join(dir, 'new'), 'overwrite');
+    await files.writeBlock('n', 0, Buffer.from('x'));
+    await files.close('n');
+    expect(readFileSync(join(dir, 'new'), 'utf8')).toBe('x');
+    await expect(files.open('d', dir, 'overwrite')).rejects.toMatchObject({ code: -32603 });
+    expect(files.size).toBe(0);
+  });
+
+  it('an overwrite handle left open is cut where its writes ended when the connection ends', async () => {
+    const dir = scratch();
+    const path = join(dir, 'f');
+    writeFileSync(path, 'x'.repeat(100));
+    const files = table();
+    await files.open('o', path, 'overwrite');
+    await files.open('u', join(dir, 'g'), 'update');
+    await files.writeBlock('o', 0, Buffer.from('partial'));
+    const pending = files.writeBlock('o', 7, Buffer.from('+more'));
+    await files.closeAll(); // the write in flight lands before the cut
+    await pending;
+    expect(readFileSync(path, 'utf8')).toBe('partial+more');
+    expect(files.size).toBe(0);
   });
 
   it('closeAll closes every handle and refuses new opens', async () => {

@@ -59,6 +59,8 @@ interface OpenFile {
   digest: HandleDigest | null;
   /** The handle's last write: the next one starts after it (see `writeBlock`). */
   writing: Promise<unknown>;
+  /** The furthest byte written through the handle: where an `overwrite` handle cuts the file as it closes. */
+  end: number;
 }
 
 /** True when `path` names a FIFO (following symlinks); false when absent or anything else. */
@@ -113,12 +115,20 @@ export class FileHandleTable {
       } else if (mode === 'replace') {
         file = await osCall(() => open(path, 'w'));
       } else {
-        // update: create if absent, never truncate; a directory fails like replace (EISDIR).
+        // update and overwrite: create if absent, never truncate at open; a directory fails like replace
+        // (EISDIR). Overwriting in place reuses the old contents' pages instead of freeing them all first
+        // and faulting in new ones (scp writes the same way); the file is cut to length at close.
         file = await osCall(() => open(path, fsConstants.O_WRONLY | fsConstants.O_CREAT, 0o666));
         if (!(await osCall(() => file!.stat())).isFile()) throw notAFile(path);
       }
       if (this.closed) throw RpcError.invalidRequest('connection is closing');
-      this.files.set(id, { mode, file, digest: digest ? new HandleDigest() : null, writing: Promise.resolve() });
+      this.files.set(id, {
+        mode,
+        file,
+        digest: digest ? new HandleDigest() : null,
+        writing: Promise.resolve(),
+        end: 0,
+      });
     } catch (err) {
       await file?.close().catch(() => undefined);
       throw err;
@@ -180,6 +190,7 @@ export class FileHandleTable {
         const result = await file.write(data, written, data.length - written, offset + written);
         written += result.bytesWritten;
       }
+      entry.end = Math.max(entry.end, offset + data.length);
     });
     entry.writing = write.catch(() => undefined);
     try {
@@ -191,23 +202,36 @@ export class FileHandleTable {
   }
 
   /**
-   * Closes a handle; an unknown id is not an error (Codex answers `{}`). For a handle opened with `digest`,
-   * returns the SHA-256 of the bytes read or written through it when they formed one run from offset 0
+   * Closes a handle; an unknown id is not an error (Codex answers `{}`). An `overwrite` handle first cuts
+   * the file at the furthest byte written through it. For a handle opened with `digest`, returns the
+   * SHA-256 of the bytes read or written through it when they formed one run from offset 0
    * (`HandleDigest`); else null.
    */
   async close(id: string): Promise<{ sha256: string; bytes: number } | null> {
     const entry = this.files.get(id);
     if (!entry) return null;
     this.files.delete(id);
-    await osCall(() => entry.file.close());
+    await release(entry);
     return entry.digest?.finish() ?? null;
   }
 
-  /** Closes every handle and refuses new ones (the connection ended). */
+  /** Closes every handle and refuses new ones (the connection ended); `overwrite` handles are cut first. */
   async closeAll(): Promise<void> {
     this.closed = true;
     const all = [...this.files.values()];
     this.files.clear();
-    await Promise.all(all.map((entry) => entry.file.close().catch(() => undefined)));
+    await Promise.all(all.map((entry) => release(entry).catch(() => undefined)));
+  }
+}
+
+/** Closes a handle's descriptor, after cutting an `overwrite` handle's file where its writes ended. */
+async function release(entry: OpenFile): Promise<void> {
+  try {
+    if (entry.mode === 'overwrite') {
+      await entry.writing; // a write still in flight lands before the cut
+      await osCall(() => entry.file.truncate(entry.end));
+    }
+  } finally {
+    await osCall(() => entry.file.close());
   }
 }
