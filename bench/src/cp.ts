@@ -2,7 +2,9 @@
  * `pnpm bench` (file copy section; alone: `pnpm --filter @tether/bench bench:cp`): `harness cp` through the
  * full path (registry, relay and executor bins; Noise end to end; sha256 verified) side by side with `scp`
  * to a private OpenSSH server on loopback, same file, same run. Whole commands are timed (process start,
- * connect and handshake included on both sides). Prints a table and writes bench/results/cp-latest.json.
+ * connect and handshake included on both sides), each direction both onto a new file and over the copy
+ * just made (which scp, and now harness cp, overwrite in place). Prints a table and writes
+ * bench/results/cp-latest.json.
  *
  *   BENCH_CP_MIB=256 BENCH_CP_REPEATS=3 pnpm --filter @tether/bench bench:cp
  *
@@ -113,34 +115,46 @@ try {
   const harness = join(repoRoot(), 'apps', 'harness', 'dist', 'main.js');
   const env = { ...process.env, TETHER_REGISTRY_URL: stack.registryUrl, TETHER_API_KEY: stack.keys.harness };
   const user = process.env.USER ?? 'root';
-  const results: Record<string, { scp: number[]; tether: number[] }> = {
-    upload: { scp: [], tether: [] },
-    download: { scp: [], tether: [] },
-  };
+  // Each direction twice: onto the previous round's copy (both tools then write in place) and onto a new
+  // file (the destination removed first, for both), where the kernel must find fresh pages for every byte.
+  const cases = [
+    'upload, over the last copy',
+    'download, over the last copy',
+    'upload, new file',
+    'download, new file',
+  ];
+  const results: Record<string, { scp: number[]; tether: number[] }> = Object.fromEntries(
+    cases.map((name) => [name, { scp: [], tether: [] }]),
+  );
+  const copies = {
+    scp: {
+      up: [source, `${user}@127.0.0.1:${dir}/scp-up.bin`],
+      down: [`${user}@127.0.0.1:${dir}/scp-up.bin`, join(dir, 'scp-down.bin')],
+      files: [join(dir, 'scp-up.bin'), join(dir, 'scp-down.bin')],
+    },
+    tether: {
+      up: [source, `${ENVIRONMENT}:${dir}/t-up.bin`],
+      down: [`${ENVIRONMENT}:${dir}/t-up.bin`, join(dir, 't-down.bin')],
+      files: [join(dir, 't-up.bin'), join(dir, 't-down.bin')],
+    },
+  } as const;
+  const run = (peer: 'scp' | 'tether', from: string, to: string) =>
+    peer === 'scp'
+      ? timed('scp', ['-q', ...(sshd as Sshd).scpArgs, from, to])
+      : timed(process.execPath, [harness, 'cp', '-q', from, to], env);
   for (let round = 0; round < REPEATS; round++) {
     // Alternate who goes first so neither always gets the warm page cache.
     const order = round % 2 === 0 ? (['scp', 'tether'] as const) : (['tether', 'scp'] as const);
     for (const peer of order) {
-      if (peer === 'scp') {
-        if (!sshd) continue;
-        results.upload!.scp.push(
-          await timed('scp', ['-q', ...sshd.scpArgs, source, `${user}@127.0.0.1:${dir}/scp-up.bin`]),
-        );
-        results.download!.scp.push(
-          await timed('scp', ['-q', ...sshd.scpArgs, `${user}@127.0.0.1:${dir}/scp-up.bin`, join(dir, 'scp-down.bin')]),
-        );
-      } else {
-        results.upload!.tether.push(
-          await timed(process.execPath, [harness, 'cp', '-q', source, `${ENVIRONMENT}:${dir}/t-up.bin`], env),
-        );
-        results.download!.tether.push(
-          await timed(
-            process.execPath,
-            [harness, 'cp', '-q', `${ENVIRONMENT}:${dir}/t-up.bin`, join(dir, 't-down.bin')],
-            env,
-          ),
-        );
-      }
+      if (peer === 'scp' && !sshd) continue;
+      const copy = copies[peer];
+      const [upFile, downFile] = copy.files;
+      results['upload, new file']![peer].push(await run(peer, copy.up[0], copy.up[1]));
+      results['download, new file']![peer].push(await run(peer, copy.down[0], copy.down[1]));
+      results['upload, over the last copy']![peer].push(await run(peer, copy.up[0], copy.up[1]));
+      results['download, over the last copy']![peer].push(await run(peer, copy.down[0], copy.down[1]));
+      rmSync(upFile, { force: true });
+      rmSync(downFile, { force: true });
     }
   }
   const mbps = (seconds: number) => bytes / 1e6 / seconds;

@@ -1,5 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PassThrough } from 'node:stream';
@@ -202,6 +202,23 @@ describe('harness CLI through the registry and relay', () => {
       );
     } finally {
       rmSync(remoteDir, { recursive: true, force: true });
+    }
+  });
+
+  it('cp over an existing, longer file leaves exactly the source, in the same file, both ways', async () => {
+    const data = randomBytes(2 * 1024 * 1024 + 3);
+    const source = join(work, 'over-src.bin');
+    writeFileSync(source, data);
+    for (const [from, to, path] of [
+      [source, `env-cli:${work}/over-up.bin`, join(work, 'over-up.bin')],
+      [`env-cli:${source}`, join(work, 'over-down.bin'), join(work, 'over-down.bin')],
+    ] as const) {
+      writeFileSync(path, randomBytes(5 * 1024 * 1024)); // longer than the copy, other bytes
+      const inode = statSync(path).ino;
+      const result = await harness(['cp', from, to], env);
+      expect(result.code, result.stderr).toBe(0);
+      expect(readFileSync(path).equals(data)).toBe(true);
+      expect(statSync(path).ino).toBe(inode); // written in place, as scp does
     }
   });
 
