@@ -4,6 +4,7 @@ import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { CHILD_PATH, collectUntilClosed, readUntil, request, sh } from './__tests__/helpers.js';
 import { ProcessTable } from './process-table.js';
+import { spawnProcess } from './spawn.js';
 
 let processes: ProcessTable | undefined;
 const tempDirs: string[] = [];
@@ -200,6 +201,32 @@ describe('pty', () => {
     await table.start(request('killed', ['sleep', '1000'], { tty: true }));
     table.signal('killed', 'terminate');
     expect((await collectUntilClosed(table, 'killed')).exitCode).toBe(1);
+  });
+
+  it('a signal sent the moment a tty child starts still reaches it (before its setsid there is no group)', async () => {
+    // node-pty returns right after the fork; signalled at once, the child may not lead its group yet.
+    for (let attempt = 0; attempt < 20; attempt++) {
+      let code: number | null = null;
+      const child = await spawnProcess(
+        {
+          argv: ['sleep', '1000'],
+          cwd: '/',
+          env: { PATH: CHILD_PATH },
+          tty: true,
+          pipeStdin: false,
+          serverPath: undefined,
+        },
+        { output: () => {}, streamEnd: () => {}, exit: (exitCode) => (code = exitCode) },
+      );
+      child.signalGroup('SIGTERM');
+      const died = await Promise.race([
+        child.exited.then(() => true),
+        new Promise<false>((resolve) => setTimeout(resolve, 5_000, false)),
+      ]);
+      if (!died) child.kill();
+      await child.exited;
+      expect({ attempt, died, code }).toEqual({ attempt, died: true, code: 1 });
+    }
   });
 
   it('takes writes larger than the terminal input buffer (EAGAIN retries) completely', async () => {

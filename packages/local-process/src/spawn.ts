@@ -358,7 +358,12 @@ async function spawnPty(file: string, options: SpawnOptions, sink: ProcessSink):
     streams: ['pty'],
     stdin: input,
     exited,
-    signalGroup: (signal) => signalGroup(pid, signal),
+    signalGroup: (signal) => {
+      // node-pty returns as soon as it forked: until the child's setsid() there is no group to signal,
+      // so a signal sent right after the start goes to the child itself, which holds every signal blocked
+      // from the fork until just before its exec.
+      signalGroup(pid, signal, !exitedFired);
+    },
     kill: () => {
       signalGroup(pid, 'SIGKILL');
       if (!exitedFired) term.kill('SIGKILL');
@@ -427,12 +432,18 @@ function loginShell(): string {
   return cachedLoginShell;
 }
 
-/** process.kill on the negative pid: the whole group. ESRCH (group already gone) is not an error. */
-function signalGroup(pgid: number, signal: NodeJS.Signals): void {
-  try {
-    process.kill(-pgid, signal);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== 'ESRCH') throw err;
+/**
+ * process.kill on the negative pid: the whole group. ESRCH (no such group: gone, or not yet made) is not
+ * an error; with `orLeader` the signal then goes to the process `pgid` itself (ESRCH there neither).
+ */
+function signalGroup(pgid: number, signal: NodeJS.Signals, orLeader = false): void {
+  for (const target of orLeader ? [-pgid, pgid] : [-pgid]) {
+    try {
+      process.kill(target, signal);
+      return;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ESRCH') throw err;
+    }
   }
 }
 
