@@ -54,12 +54,6 @@ describe('receiveRelayFrames', () => {
     expect(dataSeen).toEqual(data.map((d) => d.toString('hex')));
     // The handshake payload was read well after its message's buffer served the Data frames above.
     const handshake = kept[1] as Extract<Frame, { kind: 'handshake' }>;
-    console.log(
-      'DBG',
-      handshake.payload.length,
-      Buffer.from(handshake.payload).subarray(0, 8).toString('hex'),
-      message1.subarray(0, 8).toString('hex'),
-    );
     expect(Buffer.from(handshake.payload).equals(message1)).toBe(true);
     expect(events[0]).toBe('text');
     expect(events[1]).toMatch(/^invalid:/);

@@ -224,6 +224,17 @@ describe('FileHandleTable', () => {
     expect(files.size).toBe(0);
   });
 
+  it('closing a handle lets its queued writes land first', async () => {
+    const dir = scratch();
+    const files = table();
+    await files.open('w', join(dir, 'f'), 'replace');
+    const blocks = [0, 1, 2, 3].map((i) => Buffer.alloc(256 * 1024, 0x61 + i));
+    const writes = blocks.map((block, i) => files.writeBlock('w', i * block.length, block));
+    await files.close('w'); // the writes after the first are still waiting their turn
+    await Promise.all(writes);
+    expect(readFileSync(join(dir, 'f')).equals(Buffer.concat(blocks))).toBe(true);
+  });
+
   it('closeAll closes every handle and refuses new opens', async () => {
     const dir = scratch();
     writeFileSync(join(dir, 'f'), 'x');

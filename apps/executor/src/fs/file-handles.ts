@@ -224,13 +224,14 @@ export class FileHandleTable {
   }
 }
 
-/** Closes a handle's descriptor, after cutting an `overwrite` handle's file where its writes ended. */
+/**
+ * Closes a handle's descriptor once its queued writes have landed (they run one at a time: closing first
+ * would fail the ones still waiting), after cutting an `overwrite` handle's file where its writes ended.
+ */
 async function release(entry: OpenFile): Promise<void> {
   try {
-    if (entry.mode === 'overwrite') {
-      await entry.writing; // a write still in flight lands before the cut
-      await osCall(() => entry.file.truncate(entry.end));
-    }
+    await entry.writing;
+    if (entry.mode === 'overwrite') await osCall(() => entry.file.truncate(entry.end));
   } finally {
     await osCall(() => entry.file.close());
   }
