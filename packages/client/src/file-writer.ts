@@ -1,4 +1,4 @@
-import { close, constants, fstat, ftruncate, open, write } from 'node:fs';
+import { close, constants, ftruncate, open, write } from 'node:fs';
 import { Writable } from 'node:stream';
 
 /**
@@ -6,35 +6,25 @@ import { Writable } from 'node:stream';
  * opened but cut to the length written when the stream finishes, or when it is destroyed (a failed copy
  * leaves what it wrote, as a truncating writer would). Overwriting keeps the old contents' page-cache pages
  * for the new bytes; truncating first frees them all and faults in fresh ones, which measured as half the
- * CPU time of a download on a VM. A file that is not regular (a pipe, a terminal, `/dev/null`) is written
- * sequentially and never cut.
+ * CPU time of a download on a VM. A file that cannot be cut (a pipe, a terminal, `/dev/null`) is only
+ * written.
  */
 export class InPlaceFileWriter extends Writable {
   private fd: number | null = null;
-  private regular = false;
-  /** Bytes written so far: the next write's offset, and the length the file is cut to. */
+  /** Bytes written so far: the length the file is cut to. */
   private written = 0;
-  private cut = false;
+  private busy = false;
   /** Set while a write is in flight; destroying waits for it (it must not land after the cut or the close). */
   private settled: (() => void) | null = null;
-  private busy = false;
 
-  constructor(
-    private readonly path: string,
-    options: { highWaterMark?: number } = {},
-  ) {
-    super({ highWaterMark: options.highWaterMark });
+  constructor(private readonly path: string) {
+    super();
   }
 
   override _construct(callback: (err?: Error | null) => void): void {
     open(this.path, constants.O_WRONLY | constants.O_CREAT, 0o666, (err, fd) => {
-      if (err) return callback(err);
-      this.fd = fd;
-      fstat(fd, (statErr, stats) => {
-        if (statErr) return callback(statErr); // _destroy closes the descriptor
-        this.regular = stats.isFile();
-        callback();
-      });
+      if (!err) this.fd = fd;
+      callback(err);
     });
   }
 
@@ -48,14 +38,13 @@ export class InPlaceFileWriter extends Writable {
       if (settled) settled();
       else callback(err);
     };
+    // Sequential writes from offset 0 (opened without O_APPEND), so a pipe or a terminal works too.
     const step = (done: number) => {
       if (done === chunk.byteLength) {
         this.written += done;
         return end();
       }
-      // Positional on a regular file; a pipe or a terminal takes its bytes where it is.
-      const position = this.regular ? this.written + done : null;
-      write(fd, chunk, done, chunk.byteLength - done, position, (err, bytes) => {
+      write(fd, chunk, done, chunk.byteLength - done, null, (err, bytes) => {
         if (err) return end(err);
         step(done + bytes);
       });
@@ -64,14 +53,7 @@ export class InPlaceFileWriter extends Writable {
   }
 
   override _final(callback: (err?: Error | null) => void): void {
-    if (!this.regular) {
-      callback();
-      return;
-    }
-    ftruncate(this.fd as number, this.written, (err) => {
-      if (!err) this.cut = true;
-      callback(err);
-    });
+    this.cut(this.fd as number, callback);
   }
 
   override _destroy(err: Error | null, callback: (err?: Error | null) => void): void {
@@ -86,7 +68,13 @@ export class InPlaceFileWriter extends Writable {
     }
     this.fd = null;
     const release = () => close(fd, (closeErr) => callback(err ?? closeErr));
-    if (this.regular && !this.cut) ftruncate(fd, this.written, () => release());
-    else release();
+    // A finished stream was cut by _final; a destroyed one is cut where its writes ended.
+    if (this.writableFinished) release();
+    else this.cut(fd, () => release());
+  }
+
+  /** ftruncate to the bytes written; EINVAL is what a file that cannot be cut answers. */
+  private cut(fd: number, callback: (err?: Error | null) => void): void {
+    ftruncate(fd, this.written, (err) => callback(err?.code === 'EINVAL' ? null : err));
   }
 }
