@@ -69,15 +69,10 @@ function allocateUnsafe(size: number): Uint8Array {
  * Any error is final: the reassembler refuses every later record, as the stream must end.
  */
 export class MessageReassembler {
-  /** True when the caller hands over each record buffer (never reuses it): the reassembler keeps views. */
-  readonly #ownsRecords: boolean;
   /** Memory for a message of several records (uninitialised is fine: every byte is written). */
   readonly #allocate: (size: number) => Uint8Array;
 
-  constructor(
-    options: { readonly takeOwnershipOfRecords?: boolean; readonly allocate?: (size: number) => Uint8Array } = {},
-  ) {
-    this.#ownsRecords = options.takeOwnershipOfRecords ?? false;
+  constructor(options: { readonly allocate?: (size: number) => Uint8Array } = {}) {
     this.#allocate = options.allocate ?? allocateUnsafe;
   }
 
@@ -142,15 +137,14 @@ export class MessageReassembler {
       const piece = record.subarray(offset, offset + take);
       offset += take;
       if (take === this.#expected) {
-        // The whole message is in this record: a view of it when the caller handed its records over
-        // (no copy), else a copy (the caller may reuse its buffer once push() returns).
-        messages.push(this.#ownsRecords ? piece : copyBytes(piece));
+        // The whole message is in this record: a copy (the caller may reuse its buffer once push() returns).
+        messages.push(copyBytes(piece));
         this.#reset();
         continue;
       }
-      if (this.#target === null && this.#expected <= WHOLE_MESSAGE_BYTES) this.#target = this.#allocate(this.#expected);
-      if (this.#target !== null) this.#target.set(piece, this.#bodyFilled);
-      else this.#chunks.push(this.#ownsRecords ? piece : copyBytes(piece));
+      const target = this.#ensureTarget();
+      if (target !== null) target.set(piece, this.#bodyFilled);
+      else this.#chunks.push(copyBytes(piece));
       this.#bodyFilled += take;
       if (this.#bodyFilled === this.#expected) messages.push(this.#takeMessage());
     }
@@ -166,12 +160,16 @@ export class MessageReassembler {
   bodyRoom(length: number): Uint8Array | null {
     if (this.#failure || this.#expected < 0 || length === 0 || length > MAX_RECORD_PLAINTEXT_BYTES) return null;
     if (length > this.#expected - this.#bodyFilled) return null;
-    if (this.#target === null) {
-      if (this.#expected > WHOLE_MESSAGE_BYTES) return null;
-      this.#target = this.#allocate(this.#expected);
-    }
+    const target = this.#ensureTarget();
+    if (target === null) return null;
     this.#room = length;
-    return this.#target.subarray(this.#bodyFilled, this.#bodyFilled + length);
+    return target.subarray(this.#bodyFilled, this.#bodyFilled + length);
+  }
+
+  /** The buffer of the message being read, allocated at its declared length if it is at most 4 MiB; else null. */
+  #ensureTarget(): Uint8Array | null {
+    if (this.#target === null && this.#expected <= WHOLE_MESSAGE_BYTES) this.#target = this.#allocate(this.#expected);
+    return this.#target;
   }
 
   /** Counts a record opened into `bodyRoom(length)`: returns the message it completes, if any. */
