@@ -9,12 +9,11 @@ import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import type { TransportHandlers } from '@tether/jsonrpc';
 import {
-  type CipherName,
   type CryptoProvider,
   createNodeProvider,
   createPortableProvider,
   generateIdentity,
-  type KeyedAead,
+  oneShotAead,
   SUITE_HYBRID_AESGCM,
   SUITE_HYBRID_CHACHAPOLY,
   type Suite,
@@ -128,7 +127,7 @@ async function streamMBps(suite: Suite, provider: CryptoProvider, seconds: numbe
 function rawAeadMBps(suite: Suite, provider: CryptoProvider, seconds: number): Rate {
   const cipher = suiteInfo(suite).cipher;
   const key = new Uint8Array(32).fill(7);
-  const aead = provider.keyedAead?.(cipher, key) ?? oneShot(provider, cipher, key);
+  const aead = provider.keyedAead?.(cipher, key) ?? oneShotAead(provider, cipher, key);
   const nonce = new Uint8Array(12);
   const ad = new Uint8Array(0);
   const records = recordSizes(MESSAGE_BYTES).map((size) => [new Uint8Array(size).fill(65)]);
@@ -145,14 +144,6 @@ function rawAeadMBps(suite: Suite, provider: CryptoProvider, seconds: number): R
     bytes += MESSAGE_BYTES;
   }
   return stop(bytes);
-}
-
-/** Seal and open through `encrypt`/`decrypt`, for providers without `keyedAead`. */
-function oneShot(provider: CryptoProvider, cipher: CipherName, key: Uint8Array): KeyedAead {
-  return {
-    sealInto: (nonce, ad, parts, out) => out.set(provider.encrypt(cipher, key, nonce, ad, parts[0]!)),
-    open: (nonce, ad, ciphertext) => provider.decrypt(cipher, key, nonce, ad, ciphertext),
-  };
 }
 
 /** For reference only: one seal+open of the whole 64 KiB message as a single buffer (not a legal record). */
