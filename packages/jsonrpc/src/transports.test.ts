@@ -3,6 +3,7 @@ import { PassThrough } from 'node:stream';
 import { afterEach, describe, expect, it } from 'vitest';
 import { WebSocket, WebSocketServer } from 'ws';
 import { attachmentOf, encodeWithAttachment } from './attachment.js';
+import { giveBack } from './buffer-pool.js';
 import { RpcClient } from './client.js';
 import { ConnectionClosedError, RpcConnection } from './connection.js';
 import type { InboundMessage } from './message.js';
@@ -201,6 +202,44 @@ describe('WebSocketTransport and RpcClient', () => {
     expect(texts.map((t) => (t as { i: number; text: string }).text.length)).toEqual([
       90_000, 90_001, 90_002, 90_003, 90_004, 90_005,
     ]);
+  });
+
+  it('fastReceive: an attachment given back serves the next message of its size; one held does not', async () => {
+    const attachments: Buffer[] = [];
+    const wss = new WebSocketServer({ host: '127.0.0.1', port: 0, maxPayload: 1 << 20 });
+    await once(wss, 'listening');
+    wss.on('connection', (ws) => {
+      const transport = new WebSocketTransport(ws, {
+        pingIntervalMs: 0,
+        fastReceive: { server: true, maxPayload: 1 << 20 },
+      });
+      new RpcConnection(transport).start({
+        onMessage: (m) => {
+          const attachment = m.kind === 'notification' ? attachmentOf(m.params) : undefined;
+          if (attachment) attachments.push(attachment);
+        },
+      });
+    });
+    cleanups.push(
+      () =>
+        new Promise<void>((resolve) => {
+          for (const client of wss.clients) client.terminate();
+          wss.close(() => resolve());
+        }),
+    );
+    const ws = await dial(`ws://127.0.0.1:${(wss.address() as { port: number }).port}`);
+    const send = async (fill: number) => {
+      ws.send(encodeWithAttachment(JSON.stringify({ method: 'n', params: {} }), Buffer.alloc(300_000, fill)));
+      await expect.poll(() => attachments.length).toBe(fill);
+      return attachments[fill - 1] as Buffer;
+    };
+    const first = await send(1);
+    const second = await send(2); // the first is still held: a slab of its own
+    expect(second.buffer === first.buffer).toBe(false); // (not toBe on the buffers: a failure would print them)
+    giveBack(first);
+    const third = await send(3);
+    expect(third.buffer === first.buffer).toBe(true);
+    expect(third.every((b) => b === 3) && second.every((b) => b === 2)).toBe(true);
   });
 });
 

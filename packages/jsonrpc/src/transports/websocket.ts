@@ -1,7 +1,7 @@
 import { installFastMessages, joinParts } from '@tether/user-read/websocket';
 import type { WebSocket } from 'ws';
 import { hasAttachmentMarker } from '../attachment.js';
-import { BufferPool } from '../buffer-pool.js';
+import { BufferPool, giveBack, lendBuffer } from '../buffer-pool.js';
 import {
   DEFAULT_HIGH_WATER_MARK,
   DEFAULT_LOW_WATER_MARK,
@@ -71,11 +71,16 @@ export class WebSocketTransport implements MessageTransport {
       installFastMessages(this.ws, {
         ...this.fastReceive,
         text: true,
-        lease: (size) => INBOUND.lease(size),
+        // Lent: whoever holds a binary message's attachment last may `giveBack` it (the executor once a
+        // block is written, harness cp once it wrote a block out), as on relay streams.
+        lease: (size) => {
+          const buffer = lendBuffer(INBOUND, size);
+          return { buffer, release: () => giveBack(buffer) };
+        },
         onMessage: (parts, length, _slab, isBinary) => {
           handlers.onMessage(joinParts(parts, length));
           // Text is parsed into copies by now: its slab goes back. A binary message's attachment is a view
-          // its handler may hold across awaits: that slab is kept (and left to the collector).
+          // its handler may hold across awaits: that slab stays lent (given back, or left to the collector).
           return isBinary;
         },
       });
