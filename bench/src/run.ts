@@ -12,7 +12,7 @@ import { closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writ
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { BufferPool, parseLargeMessage } from '@tether/jsonrpc';
+import { BufferPool, parseMessage } from '@tether/jsonrpc';
 import { type PeerKind, repoRoot, startPeer } from '@tether/test-kit';
 import { installFastMessages, joinParts } from '@tether/user-read/websocket';
 import { WebSocket } from 'ws';
@@ -67,21 +67,16 @@ class BenchClient {
     // in a pooled slab) and parsed as the SDK parses (parseMessage: a large message's long string straight
     // from the bytes, the rest by JSON.parse): the same code for both peers, so their costs decide.
     const onMessage = (data: Buffer) => {
-      const message = ((data.length >= 64 * 1024 ? parseLargeMessage(data) : undefined) ??
-        JSON.parse(data.toString())) as {
-        id?: number;
-        error?: { code: number; message: string };
-        result?: unknown;
-        params?: { processId?: string };
-      };
-      if (message.id !== undefined) {
-        const call = this.pending.get(message.id);
-        this.pending.delete(message.id);
-        if (message.error) call?.reject(new Error(`${message.error.code} ${message.error.message}`));
+      const message = parseMessage(data);
+      if (message.kind === 'response' || message.kind === 'error') {
+        const call = this.pending.get(message.id as number);
+        this.pending.delete(message.id as number);
+        if (message.kind === 'error') call?.reject(new Error(`${message.error.code} ${message.error.message}`));
         else call?.resolve(message.result);
-        return;
+      } else if (message.kind === 'notification') {
+        const notification = message as Notification;
+        this.waiters.get(notification.params?.processId ?? '')?.(notification);
       }
-      this.waiters.get(message.params?.processId ?? '')?.(message as Notification);
     };
     ws.on('message', onMessage);
     installFastMessages(ws, {

@@ -20,7 +20,6 @@ export {
   classifyMessage,
   type InboundMessage,
   MALFORMED_MESSAGE_ID,
-  parseLargeMessage,
   parseMessage,
   type RequestId,
   type RpcErrorObject,
