@@ -10,6 +10,7 @@ import {
   Method,
   methodFamily,
   Notification,
+  ProcessAckParams,
   RpcError,
 } from '@tether/exec-protocol';
 import {
@@ -188,6 +189,11 @@ export class ConnectionProcessor implements SessionAttachment {
         this.onRequest(message.id, message.method, message.params);
         return;
       case 'notification':
+        // Acknowledgements bypass the lanes: one queued behind a long poll would hold the child back.
+        if (message.method === Notification.processAck && this.handshake === 'ready') {
+          this.onAck(message.params);
+          return;
+        }
         this.lanes.run(this.handshake === 'ready' ? 'ordinary' : 'inline', () => this.onNotification(message.method));
         return;
       case 'malformed':
@@ -214,6 +220,19 @@ export class ConnectionProcessor implements SessionAttachment {
       return;
     }
     this.handshake = 'ready';
+  }
+
+  /** `process/ack`: flow credit back for one process of this connection's session. */
+  private onAck(raw: unknown): void {
+    let params: ProcessAckParams;
+    try {
+      params = decode(ProcessAckParams, raw);
+    } catch (err) {
+      this.protocolError(`invalid \`process/ack\`: ${(err as Error).message}`);
+      return;
+    }
+    const session = this.sessionValue;
+    if (session?.isAttachedTo(this)) session.table.ack(params.processId, params.seq);
   }
 
   private onRequest(id: RequestId, method: string, params: unknown): void {

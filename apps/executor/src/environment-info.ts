@@ -18,6 +18,9 @@ export const CAPABILITIES = {
   fileWriteOverwrite: true,
   // Tether: `fs/close {digest: true}` answers the SHA-256 of the bytes read or written through the handle.
   fileHandleDigest: true,
+  // Tether: `process/start {flowControl: {windowBytes}}` + the `process/ack` notification (credit-based,
+  // lossless output: the child blocks instead of output being dropped; exec-protocol's flow-control.ts).
+  flowControl: true,
   // (`binaryBlocks`, raw bytes instead of base64 in fs/readBlock and fs/writeBlock, is added per connection
   // where the transport carries binary attachments: connection-processor.ts.)
 } as const;

@@ -21,6 +21,14 @@ export interface StartOptions {
   pipeStdin: boolean;
   arg0?: string | null;
   size?: { rows: number; cols: number } | null;
+  /** Ask for flow control with this window (only where the backend offers it: `flowWindowBytes`). */
+  flowWindowBytes?: number | null;
+}
+
+/** What a started process was granted. */
+export interface StartedProcess {
+  /** The flow window granted, or null: the process runs with Codex's retention semantics. */
+  flowWindowBytes: number | null;
 }
 
 export interface ReadChunk {
@@ -40,7 +48,14 @@ export interface ReadAnswer {
 }
 
 export interface ProcessBackend {
-  start(options: StartOptions): Promise<void>;
+  /**
+   * The flow window this backend asks for each process it starts (credit-based flow control: the child
+   * blocks instead of output being dropped), or null where the executor does not offer it.
+   */
+  readonly flowWindowBytes: number | null;
+  start(options: StartOptions): Promise<StartedProcess>;
+  /** Flow control: every event of `processId` up to `seq` has been consumed (cumulative; repeats are harmless). */
+  ack(processId: string, seq: number): void;
   read(processId: string, afterSeq: number, options?: { maxBytes?: number; waitMs?: number }): Promise<ReadAnswer>;
   write(processId: string, chunk: Buffer, writeId: string): Promise<WriteStatus>;
   closeStdin(processId: string): Promise<WriteStatus>;

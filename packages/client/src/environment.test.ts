@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type PeerHandle, startPeer, startTestRendezvous, type TestRendezvous, tetherMainPath } from '@tether/test-kit';
@@ -146,10 +146,42 @@ describe.each<Backend>(['local', 'remote (ws)', 'remote (rendezvous)', 'remote (
     await expect(handle.completion).resolves.toEqual({ exitCode: 9 });
   });
 
-  it('a slow consumer switches to pulling and stays within its high-water mark', async () => {
+  it('with flow control a stalled consumer blocks the child: nothing is dropped and the queue stays within the window', async () => {
+    const marker = join(work, `flow-${kind.replace(/\W/g, '')}`);
+    // 16 MiB, far beyond what an executor retains per process without flow control (1 MiB).
+    const handle = await env.spawn(['/bin/sh', '-c', `head -c 16777216 /dev/zero | tr '\\0' y; touch ${marker}`], {
+      cwd: work,
+    });
+    const window = handle.flowWindowBytes;
+    expect(window).not.toBeNull();
+    const iterator = handle[Symbol.asyncIterator]();
+    let total = 0;
+    const first = await iterator.next();
+    if (first.value?.kind === 'output') total += first.value.chunk.byteLength;
+    // Stall: the child must block on its pipe instead of running to the end.
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    expect(existsSync(marker)).toBe(false);
+    // The window, plus a read in flight and the stall's first chunk.
+    expect(handle.bufferedBytes).toBeLessThanOrEqual(window! + 2 * 64 * 1024);
+    let peak = 0;
+    for (let r = await iterator.next(); !r.done; r = await iterator.next()) {
+      peak = Math.max(peak, handle.bufferedBytes);
+      if (r.value.kind === 'output') {
+        expect(r.value.chunk.every((byte) => byte === 0x79)).toBe(true);
+        total += r.value.chunk.byteLength;
+      }
+    }
+    expect(total).toBe(16 * 1024 * 1024);
+    expect(peak).toBeLessThanOrEqual(window! + 2 * 64 * 1024);
+    expect(handle.deliveryStats.switchesToPull).toBe(0);
+    await expect(handle.completion).resolves.toEqual({ exitCode: 0 });
+    expect(existsSync(marker)).toBe(true);
+  });
+
+  it('without flow control a slow consumer switches to pulling and stays within its high-water mark', async () => {
     const highWaterBytes = 64 * 1024;
     // 768 KiB: within what the executor retains per process (1 MiB), so pulling loses nothing.
-    const handle = await env.spawn(printer(768, 1024), { cwd: work, highWaterBytes });
+    const handle = await env.spawn(printer(768, 1024), { cwd: work, highWaterBytes, flowControl: false });
     const iterator = handle[Symbol.asyncIterator]();
     const first = await iterator.next();
     let total = first.value?.kind === 'output' ? first.value.chunk.byteLength : 0;
@@ -170,8 +202,12 @@ describe.each<Backend>(['local', 'remote (ws)', 'remote (rendezvous)', 'remote (
   });
 
   if (kind !== 'local') {
-    it('a consumer that falls behind the executor retention gets output_lost, not a silent gap', async () => {
-      const handle = await env.spawn(printer(8 * 1024, 1024), { cwd: work, highWaterBytes: 64 * 1024 });
+    it('without flow control a consumer that falls behind the executor retention gets output_lost, not a silent gap', async () => {
+      const handle = await env.spawn(printer(8 * 1024, 1024), {
+        cwd: work,
+        highWaterBytes: 64 * 1024,
+        flowControl: false,
+      });
       const iterator = handle[Symbol.asyncIterator]();
       await iterator.next();
       // Let the process finish (8 MiB, far beyond the 1 MiB retained) before reading on.
@@ -195,6 +231,7 @@ describe.each<Backend>(['local', 'remote (ws)', 'remote (rendezvous)', 'remote (
       cwd: work,
       stdin: true,
       highWaterBytes: 64 * 1024,
+      flowControl: false,
     });
     const iterator = handle[Symbol.asyncIterator]();
     let total = 0;

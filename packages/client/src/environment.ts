@@ -109,7 +109,7 @@ export class Environment {
       () => this.handles.delete(handle),
     );
     try {
-      await this.backend.start({
+      const started = await this.backend.start({
         processId,
         argv,
         cwd: options.cwd ?? this.defaultCwd,
@@ -119,7 +119,9 @@ export class Environment {
         pipeStdin: options.stdin ?? false,
         arg0: options.arg0 ?? null,
         size: options.size ?? null,
+        flowWindowBytes: handle.flowWindowBytes,
       });
+      handle.started(started);
     } catch (err) {
       handle.startFailed(err as Error);
       throw err;

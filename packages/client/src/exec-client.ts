@@ -1,6 +1,6 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { ErrorCode, RpcError } from '@tether/exec-protocol';
+import { DEFAULT_FLOW_WINDOW_BYTES, ErrorCode, Notification, RpcError } from '@tether/exec-protocol';
 import {
   type CallOptions,
   ConnectionClosedError,
@@ -21,6 +21,7 @@ import type {
   ProcessEvent,
   ReadAnswer,
   SignalName,
+  StartedProcess,
   StartOptions,
   WriteStatus,
 } from './backend.js';
@@ -167,6 +168,13 @@ export class ExecServerClient implements ProcessBackend {
     return this.closed;
   }
 
+  /** The flow window asked for each process: where the executor advertises `flowControl`, else none. */
+  get flowWindowBytes(): number | null {
+    const capabilities = (this.info?.environmentInfo as { capabilities?: Record<string, unknown> } | undefined)
+      ?.capabilities;
+    return capabilities?.flowControl === true ? DEFAULT_FLOW_WINDOW_BYTES : null;
+  }
+
   /** One JSON-RPC call; executor errors become TetherError with `rpcCode`. */
   async call<T = unknown>(
     method: string,
@@ -228,8 +236,9 @@ export class ExecServerClient implements ProcessBackend {
 
   // ProcessBackend ------------------------------------------------------------------------------
 
-  async start(options: StartOptions): Promise<void> {
-    await this.call('process/start', {
+  async start(options: StartOptions): Promise<StartedProcess> {
+    const window = options.flowWindowBytes ?? null;
+    const answer = await this.call<{ flowControl?: { windowBytes?: unknown } }>('process/start', {
       processId: options.processId,
       argv: options.argv,
       cwd: pathToUri(options.cwd),
@@ -244,7 +253,20 @@ export class ExecServerClient implements ProcessBackend {
       pipeStdin: options.pipeStdin,
       arg0: options.arg0 ?? null,
       ...(options.size ? { size: options.size } : {}),
+      ...(window === null ? {} : { flowControl: { windowBytes: window } }),
     });
+    // The executor is untrusted input: a grant is used only if it is a sane window no larger than asked.
+    const granted = answer?.flowControl?.windowBytes;
+    if (window === null || granted === undefined) return { flowWindowBytes: null };
+    if (typeof granted !== 'number' || !Number.isSafeInteger(granted) || granted <= 0 || granted > window) {
+      throw new TetherError('protocol', `process/start granted an invalid flow window: ${String(granted)}`);
+    }
+    return { flowWindowBytes: granted };
+  }
+
+  ack(processId: string, seq: number): void {
+    // Lost with a dropped connection: the handle repeats its latest acknowledgement after the resume.
+    if (!this.closed && !this.reconnecting) this.rpc?.notify(Notification.processAck, { processId, seq });
   }
 
   async read(

@@ -1,9 +1,15 @@
+import { DEFAULT_FLOW_WINDOW_BYTES } from '@tether/exec-protocol';
 import { createReaper, ProcessError, ProcessTable, type Reaper } from '@tether/local-process';
-import type { ProcessBackend, ProcessEvent, ReadAnswer, SignalName, StartOptions, WriteStatus } from './backend.js';
+import type {
+  ProcessBackend,
+  ProcessEvent,
+  ReadAnswer,
+  SignalName,
+  StartedProcess,
+  StartOptions,
+  WriteStatus,
+} from './backend.js';
 import { TetherError } from './errors.js';
-
-/** Output a local process keeps for a consumer that fell behind (it then reads at its own pace). */
-const LOCAL_RETAINED_OUTPUT_BYTES = 64 * 1024 * 1024;
 
 /**
  * Processes on this machine, through the same engine the executor uses (process groups, seq log,
@@ -14,6 +20,8 @@ export class LocalBackend implements ProcessBackend {
   private readonly closedListeners = new Set<(error: Error) => void>();
   private readonly reaper: Reaper;
   private readonly table: ProcessTable;
+  /** Local children are flow-controlled like remote ones: a slow consumer blocks the child, nothing is dropped. */
+  readonly flowWindowBytes = DEFAULT_FLOW_WINDOW_BYTES;
 
   constructor() {
     this.reaper = createReaper();
@@ -21,13 +29,13 @@ export class LocalBackend implements ProcessBackend {
       onEvent: (event) => {
         for (const listener of this.listeners) listener(event as ProcessEvent);
       },
-      retainedOutputBytes: LOCAL_RETAINED_OUTPUT_BYTES,
       reaper: this.reaper,
     });
   }
 
-  async start(options: StartOptions): Promise<void> {
+  async start(options: StartOptions): Promise<StartedProcess> {
     const env = options.inheritEnv ? { ...definedOnly(process.env), ...options.env } : options.env;
+    const flowWindowBytes = options.flowWindowBytes ?? null;
     await wrap(() =>
       this.table.start({
         processId: options.processId,
@@ -38,8 +46,14 @@ export class LocalBackend implements ProcessBackend {
         pipeStdin: options.pipeStdin,
         arg0: options.arg0 ?? null,
         size: options.size ?? null,
+        flowWindowBytes,
       }),
     );
+    return { flowWindowBytes };
+  }
+
+  ack(processId: string, seq: number): void {
+    this.table.ack(processId, seq);
   }
 
   async read(

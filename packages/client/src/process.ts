@@ -1,5 +1,13 @@
 import { randomUUID } from 'node:crypto';
-import type { OutputStream, ProcessBackend, ProcessEvent, SignalName, WriteStatus } from './backend.js';
+import { ReceiveCredit } from '@tether/exec-protocol';
+import type {
+  OutputStream,
+  ProcessBackend,
+  ProcessEvent,
+  SignalName,
+  StartedProcess,
+  WriteStatus,
+} from './backend.js';
 import { TetherError } from './errors.js';
 
 /**
@@ -19,7 +27,14 @@ export interface ProcessResult {
 }
 
 export interface ProcessHandleOptions {
+  /** Without flow control: above this many undelivered bytes the handle pulls at its consumer's pace. */
   highWaterBytes?: number;
+  /**
+   * Credit-based flow control where the backend offers it (default true): a slow consumer blocks the
+   * child and no output is dropped. `false` keeps Codex's semantics (the executor retains 1 MiB per
+   * process; a consumer that falls further behind gets `output_lost`).
+   */
+  flowControl?: boolean;
 }
 
 type Mode = 'push' | 'pull';
@@ -29,6 +44,11 @@ type Mode = 'push' | 'pull';
  * however they travel: pushed notifications while the consumer keeps up; `process/read` polling at the
  * consumer's pace when it falls behind, when a pushed seq is missing, or after a reconnect. Memory is
  * bounded by the high-water mark either way: a slow consumer slows the reads, never grows a buffer.
+ *
+ * With flow control (where the backend offers it) the handle acknowledges what its consumer has taken,
+ * and the executor reads the child only while less than the window is unacknowledged: a slow consumer
+ * then blocks the child, as an SSH channel does, and no output is ever dropped. The queue is bounded by
+ * the window instead of the high-water mark, and pulling serves only gaps (a reconnect, a missing seq).
  *
  * `completion` resolves only once every event has been consumed (or the consumer gave up the iterator,
  * in which case the rest are drained internally): a caller that awaits it never misses the exit status
@@ -63,6 +83,10 @@ export class ProcessHandle implements AsyncIterable<ProcessEvent> {
   private readonly unsubscribe: Array<() => void> = [];
   private writeCounter = 0;
   private readonly writePrefix = randomUUID();
+  /** Flow control: what the consumer took since the last acknowledgement; null without flow control. */
+  private credit: ReceiveCredit | null;
+  /** Highest seq the consumer has taken (what an acknowledgement names). */
+  private consumedSeq = 0;
 
   constructor(
     readonly processId: string,
@@ -70,6 +94,9 @@ export class ProcessHandle implements AsyncIterable<ProcessEvent> {
     options: ProcessHandleOptions = {},
   ) {
     this.highWater = options.highWaterBytes ?? DEFAULT_HIGH_WATER_BYTES;
+    // Until the start is answered, the window asked for (the executor grants it or none).
+    const window = options.flowControl === false ? null : backend.flowWindowBytes;
+    this.credit = window === null ? null : new ReceiveCredit(window);
     this.completion = new Promise<ProcessResult>((resolve, reject) => {
       this.resolveCompletion = resolve;
       this.rejectCompletion = reject;
@@ -80,7 +107,11 @@ export class ProcessHandle implements AsyncIterable<ProcessEvent> {
       backend.subscribe((event) => {
         if (event.processId === this.processId) this.onPushed(event);
       }),
-      backend.onReconnect(() => this.switchToPull()),
+      backend.onReconnect(() => {
+        // An acknowledgement sent while the connection was going may be lost: say it again.
+        if (this.credit !== null && this.consumedSeq > 0) this.backend.ack(this.processId, this.consumedSeq);
+        this.switchToPull();
+      }),
       // A backend that is gone can deliver nothing more: fail instead of waiting forever.
       backend.onClosed((error) => this.fail(error)),
     );
@@ -89,6 +120,11 @@ export class ProcessHandle implements AsyncIterable<ProcessEvent> {
   /** Bytes of events received but not yet consumed. */
   get bufferedBytes(): number {
     return this.queuedBytes;
+  }
+
+  /** The flow window in force, or null when the process is not flow-controlled. */
+  get flowWindowBytes(): number | null {
+    return this.credit?.windowBytes ?? null;
   }
 
   /** `push` while notifications are consumed as they come, `pull` while reading at the consumer's pace. */
@@ -165,6 +201,17 @@ export class ProcessHandle implements AsyncIterable<ProcessEvent> {
     if (!this.settled) this.fail(new TetherError('closed', `stopped following process ${this.processId}`));
   }
 
+  /** @internal The start was answered: the flow window granted (it may be none, or smaller than asked). */
+  started(answer: StartedProcess): void {
+    const granted = answer.flowWindowBytes;
+    if (granted === null) this.credit = null;
+    else if (granted !== this.credit?.windowBytes) {
+      const pending = this.credit?.pending ?? 0;
+      this.credit = new ReceiveCredit(granted);
+      if (pending > 0) this.tookBytes(pending);
+    }
+  }
+
   /** @internal The start request failed: nothing will come. */
   startFailed(error: Error): void {
     this.fail(error);
@@ -179,7 +226,9 @@ export class ProcessHandle implements AsyncIterable<ProcessEvent> {
       this.keepAside(event);
       return;
     }
-    if (event.seq !== this.lastSeq + 1 || this.queuedBytes > this.highWater) {
+    // With flow control the executor holds back what the queue cannot take; only a gap needs reading.
+    const behind = this.credit === null && this.queuedBytes > this.highWater;
+    if (event.seq !== this.lastSeq + 1 || behind) {
       // A seq went missing (a dropped stream) or the consumer is behind: read from the server instead.
       this.switchToPull();
       this.keepAside(event);
@@ -217,7 +266,9 @@ export class ProcessHandle implements AsyncIterable<ProcessEvent> {
    */
   private keepAside(event: ProcessEvent): void {
     const size = event.kind === 'output' ? event.chunk.byteLength : 0;
-    if (this.asideBytes + size > this.highWater) {
+    // Flow control bounds what can be pushed meanwhile by the window.
+    const bound = Math.max(this.highWater, this.credit?.windowBytes ?? 0);
+    if (this.asideBytes + size > bound) {
       this.aside = [];
       this.asideBytes = 0;
       this.asideOverflowed = true;
@@ -314,6 +365,7 @@ export class ProcessHandle implements AsyncIterable<ProcessEvent> {
       const event = this.queue.shift();
       if (event) {
         if (event.kind === 'output') this.queuedBytes -= event.chunk.byteLength;
+        this.took(event);
         if (this.wakePuller && this.queuedBytes <= this.highWater * LOW_WATER_FRACTION) {
           const wake = this.wakePuller;
           this.wakePuller = null;
@@ -334,6 +386,7 @@ export class ProcessHandle implements AsyncIterable<ProcessEvent> {
   private abandon(): void {
     if (this.abandoned) return;
     this.abandoned = true;
+    for (const event of this.queue) this.took(event);
     this.queue.length = 0;
     this.queuedBytes = 0;
     if (this.ended) {
@@ -346,6 +399,7 @@ export class ProcessHandle implements AsyncIterable<ProcessEvent> {
     // Keep following until the close arrives (pushed, or pulled if already pulling); events are
     // discarded as they come, and output the executor no longer retains is no longer an error.
     const drain = () => {
+      for (const event of this.queue) this.took(event);
       this.queue.length = 0;
       this.queuedBytes = 0;
       if (this.ended) this.settle();
@@ -355,6 +409,18 @@ export class ProcessHandle implements AsyncIterable<ProcessEvent> {
       puller?.();
     };
     this.wakeConsumer = drain;
+  }
+
+  /** The consumer took `event` (or it was discarded for a consumer that gave up): credit it back. */
+  private took(event: ProcessEvent): void {
+    this.consumedSeq = Math.max(this.consumedSeq, event.seq);
+    if (event.kind === 'output') this.tookBytes(event.chunk.byteLength);
+  }
+
+  private tookBytes(bytes: number): void {
+    if (this.credit === null || this.ended || !this.credit.consumed(bytes)) return;
+    this.credit.ackSent();
+    this.backend.ack(this.processId, this.consumedSeq);
   }
 
   private settle(): void {

@@ -2,6 +2,14 @@ export { base64Problem, decodeBase64, decodeBase64Codex, encodeBase64, isStrictB
 export { DecodeError, decode, matches } from './decode.js';
 export { ErrorCode, type ErrorCodeName, RpcError } from './error-codes.js';
 export { FileUriError, fileUriToPath, pathToFileUri } from './file-uri.js';
+export {
+  clampFlowWindow,
+  DEFAULT_FLOW_WINDOW_BYTES,
+  MAX_FLOW_WINDOW_BYTES,
+  MIN_FLOW_WINDOW_BYTES,
+  ReceiveCredit,
+  SendCredit,
+} from './flow-control.js';
 export * from './fs.js';
 export * from './http.js';
 export { CONTROL_LANE_METHODS, Method, type MethodName, methodFamily, Notification } from './methods.js';

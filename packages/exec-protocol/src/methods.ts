@@ -35,6 +35,8 @@ export const Notification = {
   processExited: 'process/exited',
   processClosed: 'process/closed',
   httpRequestBodyDelta: 'http/request/bodyDelta',
+  /** Client → server (Tether, capability `flowControl`): output consumed up to a seq; see flow-control.ts. */
+  processAck: 'process/ack',
 } as const;
 
 /**

@@ -70,12 +70,16 @@ export const ProcessStartParams = Type.Object({
   metadata: Type.Optional(Type.Unknown()),
   /** Tether extension: PTY size at start. */
   size: Type.Optional(Nullable(PtySize)),
+  /** Tether extension (capability `flowControl`): credit-based flow control of this process's output. */
+  flowControl: Type.Optional(Nullable(Type.Object({ windowBytes: U64 }))),
 });
 export type ProcessStartParams = Static<typeof ProcessStartParams>;
 
 export const ProcessStartResult = Type.Object({
   processId: Type.String(),
   sandboxType: Type.Optional(Type.String()),
+  /** The window granted (the request's, clamped), when the start asked for flow control. */
+  flowControl: Type.Optional(Type.Object({ windowBytes: U64 })),
 });
 export type ProcessStartResult = Static<typeof ProcessStartResult>;
 
@@ -140,6 +144,10 @@ export type ProcessSignalParams = Static<typeof ProcessSignalParams>;
 
 export const ProcessIdParams = Type.Object({ processId: Type.String() });
 export type ProcessIdParams = Static<typeof ProcessIdParams>;
+
+/** `process/ack` (client → server notification, capability `flowControl`): every event up to `seq` is consumed. */
+export const ProcessAckParams = Type.Object({ processId: Type.String(), seq: U64 });
+export type ProcessAckParams = Static<typeof ProcessAckParams>;
 
 export const ProcessTerminateResult = Type.Object({ running: Type.Boolean() });
 export type ProcessTerminateResult = Static<typeof ProcessTerminateResult>;

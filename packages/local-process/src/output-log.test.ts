@@ -265,3 +265,51 @@ describe('onDrop', () => {
     expect(log.retainedBytes).toBe(6);
   });
 });
+
+describe('flow control', () => {
+  const flowLog = (flowWindowBytes: number, maxChunks?: number) =>
+    new OutputLog({ processId: 'p', streams: ['stdout'], maxBytes: 10, maxChunks, flowWindowBytes });
+
+  it('retains unacknowledged output past the retention budget and blocks at the window', async () => {
+    const log = flowLog(100);
+    for (let i = 0; i < 9; i++) log.append('stdout', text(10));
+    // 90 bytes retained although maxBytes is 10: nothing unacknowledged is dropped.
+    expect(log.retainedBytes).toBe(90);
+    expect(log.flowBlocked).toBe(false);
+    log.append('stdout', text(10));
+    expect(log.flowBlocked).toBe(true);
+    expect(seqs(await log.read({ afterSeq: 0 }))).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+  });
+
+  it('an acknowledgement frees the output it covers and reopens the window once', async () => {
+    const log = flowLog(100);
+    for (let i = 0; i < 10; i++) log.append('stdout', text(10));
+    expect(log.ack(3)).toBe(true);
+    expect(log.flowBlocked).toBe(false);
+    expect(log.retainedBytes).toBe(70);
+    expect(seqs(await log.read({ afterSeq: 3 }))).toEqual([4, 5, 6, 7, 8, 9, 10]);
+    // Repeated, older and future acknowledgements are harmless.
+    expect(log.ack(3)).toBe(false);
+    expect(log.ack(1)).toBe(false);
+    expect(log.ack(1_000)).toBe(false);
+    expect(log.retainedBytes).toBe(0);
+    log.append('stdout', text(10));
+    expect(seqs(await log.read({ afterSeq: 10 }))).toEqual([11]);
+  });
+
+  it('also blocks at the chunk budget, so many tiny chunks cannot grow memory', () => {
+    const log = flowLog(1_000_000, 4);
+    for (let i = 0; i < 4; i++) log.append('stdout', text(1));
+    expect(log.flowBlocked).toBe(true);
+    expect(log.ack(1)).toBe(true);
+  });
+
+  it('without a window, acknowledgements are ignored and retention drops as before', async () => {
+    const log = new OutputLog({ processId: 'p', streams: ['stdout'], maxBytes: 20 });
+    for (let i = 0; i < 4; i++) log.append('stdout', text(10));
+    expect(log.flowWindowBytes).toBeNull();
+    expect(log.flowBlocked).toBe(false);
+    expect(log.ack(4)).toBe(false);
+    expect(seqs(await log.read({ afterSeq: 0 }))).toEqual([3, 4]);
+  });
+});

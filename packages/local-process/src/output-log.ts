@@ -1,3 +1,4 @@
+import { SendCredit } from '@tether/exec-protocol';
 import { ProcessError } from './errors.js';
 import type { OutputStream, ProcessEvent, ReadOptions, ReadResult, RetainedChunk } from './types.js';
 
@@ -20,6 +21,12 @@ export interface OutputLogOptions {
   onEvent?: ((event: ProcessEvent) => void) | undefined;
   /** Called with each chunk that retention drops (so its buffer can be reused). */
   onDrop?: ((chunk: Buffer) => void) | undefined;
+  /**
+   * Flow control (exec-protocol's flow-control.ts): output is retained until acknowledged (`ack`), never
+   * dropped for the budgets, and `flowBlocked` says when this much is unacknowledged (or `maxChunks`
+   * chunks are), so the reader of the child can stop. Acknowledged output is forgotten at once.
+   */
+  flowWindowBytes?: number | null | undefined;
 }
 
 /**
@@ -45,8 +52,11 @@ export class OutputLog {
   #closed = false;
   /** Pending long polls; each re-checks its own condition when woken. */
   readonly #waiters = new Set<() => void>();
+  /** Set when the process is flow-controlled: what the client has not acknowledged yet. */
+  readonly #credit: SendCredit | null;
 
   constructor(options: OutputLogOptions) {
+    this.#credit = options.flowWindowBytes == null ? null : new SendCredit(options.flowWindowBytes);
     this.#processId = options.processId;
     this.#maxBytes = options.maxBytes ?? DEFAULT_RETAINED_OUTPUT_BYTES;
     this.#maxChunks = options.maxChunks ?? DEFAULT_RETAINED_OUTPUT_CHUNKS;
@@ -73,6 +83,32 @@ export class OutputLog {
   get retainedChunks(): number {
     return this.#chunks.length - this.#head;
   }
+  /** The flow window granted, or null when the process is not flow-controlled. */
+  get flowWindowBytes(): number | null {
+    return this.#credit?.windowBytes ?? null;
+  }
+  /** Flow-controlled and the client's window is used up: the child's output should not be read. */
+  get flowBlocked(): boolean {
+    return this.#credit !== null && (!this.#credit.open || this.retainedChunks >= this.#maxChunks);
+  }
+
+  /**
+   * Flow control: the client has consumed every event up to `seq`. Drops those chunks (they will not be
+   * asked for again) and returns true when this unblocked the window. Acknowledging more than was sent,
+   * or again, is harmless; without flow control it is ignored.
+   */
+  ack(seq: number): boolean {
+    const credit = this.#credit;
+    if (credit === null) return false;
+    const wasBlocked = this.flowBlocked;
+    let bytes = 0;
+    while (this.#head < this.#chunks.length && this.#chunks[this.#head]!.seq <= seq) {
+      bytes += this.#dropHead();
+    }
+    this.#compact();
+    credit.acked(bytes);
+    return wasBlocked && !this.flowBlocked;
+  }
 
   /** Records one chunk read from `stream`. Output after the exit keeps getting seqs (a grandchild may hold the pipe). */
   append(stream: OutputStream, chunk: Buffer): void {
@@ -82,7 +118,8 @@ export class OutputLog {
     const seq = this.#nextSeq++;
     this.#chunks.push({ seq, stream, chunk });
     this.#bytes += chunk.length;
-    this.#trim();
+    if (this.#credit === null) this.#trim();
+    else this.#credit.sent(chunk.length);
     this.#emit({ kind: 'output', processId: this.#processId, seq, stream, chunk });
     this.#wake();
   }
@@ -183,12 +220,22 @@ export class OutputLog {
       this.#head < this.#chunks.length &&
       (this.#bytes > this.#maxBytes || this.retainedChunks > this.#maxChunks)
     ) {
-      const dropped = this.#chunks[this.#head]!.chunk;
-      this.#bytes -= dropped.length;
-      this.#chunks[this.#head] = undefined;
-      this.#head++;
-      this.#onDrop?.(dropped);
+      this.#dropHead();
     }
+    this.#compact();
+  }
+
+  /** Drops the oldest retained chunk; returns its size. */
+  #dropHead(): number {
+    const dropped = this.#chunks[this.#head]!.chunk;
+    this.#bytes -= dropped.length;
+    this.#chunks[this.#head] = undefined;
+    this.#head++;
+    this.#onDrop?.(dropped);
+    return dropped.length;
+  }
+
+  #compact(): void {
     if (this.#head >= COMPACT_AFTER && this.#head * 2 >= this.#chunks.length) {
       this.#chunks = this.#chunks.slice(this.#head);
       this.#head = 0;

@@ -509,6 +509,45 @@ describe('output backpressure', () => {
     }
   });
 
+  it('a flow-controlled child blocks once its window is unacknowledged and runs on as acknowledgements come', async () => {
+    for (const tty of [false, true]) {
+      const processes = table();
+      const window = 256 * 1024;
+      const id = `flow-${tty}`;
+      const size = 8 * 1024 * 1024;
+      const { pid } = await processes.start(
+        request(id, ['head', '-c', String(size), '/dev/zero'], { tty, flowWindowBytes: window }),
+      );
+      await waitFor(() => /sock_alloc_send|pipe_write|tty|wait_woken/.test(wchan(pid)), `${id} to block on write`);
+      // Far less than the output, and no more than the window and one read past it.
+      const held = await retainedBytes(processes, id);
+      expect(held).toBeGreaterThanOrEqual(window);
+      expect(held).toBeLessThanOrEqual(window + 64 * 1024);
+      expect(processes.list()[0]?.state).toBe('running');
+      let total = 0;
+      let afterSeq = 0;
+      for (;;) {
+        const answer = await processes.read(id, { afterSeq, waitMs: 1_000 });
+        for (const chunk of answer.chunks) total += chunk.chunk.length;
+        afterSeq = answer.nextSeq - 1;
+        processes.ack(id, afterSeq);
+        if (answer.closed) break;
+      }
+      // A PTY turns nothing into more bytes for NUL input; every byte arrived, none was dropped.
+      expect(total).toBe(size);
+      expect(processes.list()[0]).toMatchObject({ state: 'closed', exitCode: 0 });
+      await processes.shutdown();
+    }
+  });
+
+  it('shutdown completes while a flow-controlled child is blocked on its window', async () => {
+    const processes = table();
+    await processes.start(request('yes-flow', ['yes'], { flowWindowBytes: 64 * 1024 }));
+    await waitFor(async () => (await retainedBytes(processes, 'yes-flow')) >= 64 * 1024, 'the window to fill');
+    await processes.shutdown();
+    expect(processes.list()).toMatchObject([{ state: 'closed', exitCode: 137 }]);
+  });
+
   it('shutdown completes while output is paused', async () => {
     const processes = table();
     await processes.start(request('yes', ['yes']));

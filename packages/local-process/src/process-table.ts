@@ -54,6 +54,8 @@ interface Entry {
   stdin: StdinWriter | null;
   /** Set when the entry was removed while starting (terminate, shutdown): the start then fails. */
   cancelled: boolean;
+  /** Flow control: the client's window is used up, so the child's output is not read. */
+  flowPaused: boolean;
   /** Accepted writeIds, oldest first (a Set iterates in insertion order). */
   readonly writeIds: Set<string>;
   evictionTimer: NodeJS.Timeout | undefined;
@@ -80,6 +82,8 @@ export class ProcessTable {
   #shutdown: Promise<void> | null = null;
   /** Output reading is paused for every process (the consumer of events is congested). */
   #outputPaused = false;
+  /** Shutdown has begun: every stream is read to its end. */
+  #draining = false;
 
   constructor(options: ProcessTableOptions = {}) {
     this.#onEvent = options.onEvent;
@@ -125,6 +129,18 @@ export class ProcessTable {
     } catch (err) {
       return Promise.reject(err);
     }
+  }
+
+  /**
+   * Flow control: the client consumed every event of `processId` up to `seq`. Frees that output and,
+   * when the window has room again, reads the child again. Unknown ids and processes started without
+   * flow control are ignored (an acknowledgement may cross the process's eviction).
+   */
+  ack(processId: string, seq: number): void {
+    const entry = this.#entries.get(processId);
+    if (entry === undefined || !entry.log.ack(seq)) return;
+    entry.flowPaused = false;
+    this.#applyPause(entry);
   }
 
   /**
@@ -246,8 +262,10 @@ export class ProcessTable {
   }
 
   async #shutDown(): Promise<void> {
-    // A paused stream would never see its EOF.
+    // A paused stream would never see its EOF: from here on #applyPause pauses nothing.
+    this.#draining = true;
     this.#setOutputPaused(false);
+    for (const entry of this.#entries.values()) this.#applyPause(entry);
     const entries = [...this.#entries.values()];
     for (const entry of entries) {
       if (entry.handle === null) this.#cancel(entry);
@@ -295,10 +313,12 @@ export class ProcessTable {
         maxChunks: this.#retainedOutputChunks,
         onEvent: this.#onEvent,
         onDrop: this.#readBuffers === null ? undefined : (chunk) => this.#readBuffers?.release(chunk),
+        flowWindowBytes: request.flowWindowBytes,
       }),
       handle: null,
       stdin: null,
       cancelled: false,
+      flowPaused: false,
       writeIds: new Set(),
       evictionTimer: undefined,
       whenClosed,
@@ -311,7 +331,12 @@ export class ProcessTable {
   async #spawn(entry: Entry, request: StartRequest): Promise<StartResult> {
     const sink: ProcessSink = {
       output: (stream: OutputStream, chunk: Buffer) => {
-        if (!entry.cancelled) entry.log.append(stream, chunk);
+        if (entry.cancelled) return;
+        entry.log.append(stream, chunk);
+        if (entry.log.flowBlocked && !entry.flowPaused) {
+          entry.flowPaused = true;
+          this.#applyPause(entry);
+        }
       },
       streamEnd: (stream: OutputStream) => {
         if (entry.cancelled) return;
@@ -354,7 +379,7 @@ export class ProcessTable {
       throw new ProcessError('start_cancelled', `process ${entry.processId} start was cancelled`);
     }
     entry.handle = handle;
-    if (this.#outputPaused) handle.pauseOutput(true);
+    this.#applyPause(entry);
     // A tty always takes input through the PTY master; a pipe child only with pipeStdin.
     if (handle.stdin !== null) entry.stdin = new StdinWriter(handle.stdin, this.#stdinQueueBytes);
     this.#afterChange(entry);
@@ -364,7 +389,14 @@ export class ProcessTable {
   #setOutputPaused(paused: boolean): void {
     if (this.#outputPaused === paused) return;
     this.#outputPaused = paused;
-    for (const entry of this.#entries.values()) entry.handle?.pauseOutput(paused);
+    for (const entry of this.#entries.values()) this.#applyPause(entry);
+  }
+
+  /** Reads a child's output only while neither the event consumer nor its flow window holds it back. */
+  #applyPause(entry: Entry): void {
+    // At shutdown every stream must reach its EOF, whatever is unacknowledged.
+    const paused = !this.#draining && (this.#outputPaused || entry.flowPaused);
+    entry.handle?.pauseOutput(paused);
   }
 
   /** Called after exit or a stream end: a newly closed entry starts its retention clock (spec §4.2). */

@@ -33,6 +33,12 @@ export interface StartRequest {
   arg0?: string | null;
   /** PTY size at start (tty only); default 24 rows x 80 cols. */
   size?: PtySize | null;
+  /**
+   * Flow control: at most this many output bytes unacknowledged (`ProcessTable.ack`) before the child's
+   * output stops being read, so it blocks on write; nothing is dropped. Null: Codex's retention semantics.
+   * The caller clamps it (exec-protocol's clampFlowWindow).
+   */
+  flowWindowBytes?: number | null;
 }
 
 /** What `start` resolves with once the child runs. */

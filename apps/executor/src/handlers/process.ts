@@ -1,4 +1,5 @@
 import {
+  clampFlowWindow,
   DecodeError,
   decode,
   decodeBase64,
@@ -78,6 +79,7 @@ export const processHandlers: HandlerTable = {
   [Method.processStart]: async (raw, ctx) => {
     const params = decode(ProcessStartParams, raw);
     const { cwd, env } = startProcess(params);
+    const flowWindowBytes = params.flowControl ? clampFlowWindow(params.flowControl.windowBytes) : null;
     await ctx.session().startProcess({
       processId: params.processId,
       argv: params.argv,
@@ -87,8 +89,13 @@ export const processHandlers: HandlerTable = {
       pipeStdin: params.pipeStdin ?? false,
       arg0: params.arg0 ?? null,
       size: params.size ?? null,
+      flowWindowBytes,
     });
-    return { processId: params.processId, sandboxType: 'none' };
+    return {
+      processId: params.processId,
+      sandboxType: 'none',
+      ...(flowWindowBytes === null ? {} : { flowControl: { windowBytes: flowWindowBytes } }),
+    };
   },
 
   [Method.processRead]: async (raw, ctx): Promise<ProcessReadResult> => {
