@@ -48,8 +48,25 @@ export interface ReconnectOptions {
   timeoutMs?: number;
 }
 
+export interface ConnectRetryOptions {
+  /** Stop trying to set the connection up after this long (default 20 s). */
+  timeoutMs?: number;
+}
+
+/** First pause between set-up attempts, and the longest. */
+const CONNECT_RETRY_FIRST_MS = 100;
+const CONNECT_RETRY_MAX_MS = 2_000;
+const DEFAULT_CONNECT_TIMEOUT_MS = 20_000;
+
 export interface ExecServerClientOptions {
   dial: Dialer;
+  /**
+   * Set-up (dial, handshake, initialize) is tried again with backoff after a failure that may pass (a
+   * refused or cut socket, a handshake cut short, a connection closed before initialize answered), within
+   * this bound (default 20 s). A refusal (authorization, unknown environment, protocol) is final at once.
+   * `false`: one attempt.
+   */
+  connectRetry?: ConnectRetryOptions | false;
   clientName?: string;
   /** Default timeout of one call (default 60 s; reads with waitMs get that on top). */
   callTimeoutMs?: number;
@@ -85,8 +102,32 @@ export class ExecServerClient implements ProcessBackend {
 
   static async connect(options: ExecServerClientOptions): Promise<ExecServerClient> {
     const client = new ExecServerClient(options);
-    await client.establish(null);
-    return client;
+    const retry = options.connectRetry;
+    if (retry === false) {
+      await client.establish(null);
+      return client;
+    }
+    const timeoutMs = retry?.timeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
+    const deadline = Date.now() + timeoutMs;
+    let delay = CONNECT_RETRY_FIRST_MS;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await client.establish(null);
+        return client;
+      } catch (err) {
+        if (client.closed || !mayPass(err)) throw err;
+        const left = deadline - Date.now();
+        if (left <= 0) {
+          throw new TetherError(
+            'connect_failed',
+            `could not connect within ${timeoutMs} ms (${attempt} attempts): ${(err as Error).message}`,
+            { cause: err },
+          );
+        }
+        await new Promise((resolve) => setTimeout(resolve, Math.min(delay, left)));
+        delay = Math.min(delay * 2, CONNECT_RETRY_MAX_MS);
+      }
+    }
   }
 
   /** A plain WebSocket executor (`executor --listen ws://…`, `codex exec-server --listen ws://…`). */
@@ -108,6 +149,8 @@ export class ExecServerClient implements ProcessBackend {
     return ExecServerClient.connect({
       ...options,
       reconnect: false,
+      // Each attempt would start another executor.
+      connectRetry: false,
       dial: async () => {
         const spawned = spawn(command[0]!, command.slice(1), {
           stdio: ['pipe', 'pipe', 'inherit'],
@@ -442,6 +485,22 @@ export class ExecServerClient implements ProcessBackend {
     }
     for (const listener of this.listeners) listener(event);
   }
+}
+
+/** A set-up failure that trying again may get past (the transport, not the peer, said no). */
+function mayPass(err: unknown): boolean {
+  if (err instanceof ConnectionClosedError || err instanceof RpcTimeoutError) return true;
+  if (!(err instanceof TetherError)) return false;
+  if (err.code === 'connect_failed') {
+    // An HTTP answer at the upgrade is the relay's word (an expired URL gets one fresh bundle already).
+    return err.status === undefined || err.status === 429 || err.status >= 500;
+  }
+  if (err.code === 'handshake_failed') {
+    const cause = err.cause;
+    return cause instanceof SecureStreamError && (cause.code === 'closed' || cause.code === 'timeout');
+  }
+  // The connection closed during initialize (the caller checks that the client itself was not closed).
+  return err.code === 'closed';
 }
 
 function pathToUri(path: string): string {

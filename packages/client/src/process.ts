@@ -1,13 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { ReceiveCredit } from '@tether/exec-protocol';
-import type {
-  OutputStream,
-  ProcessBackend,
-  ProcessEvent,
-  SignalName,
-  StartedProcess,
-  WriteStatus,
-} from './backend.js';
+import type { OutputStream, ProcessBackend, ProcessEvent, SignalName, StartedProcess, WriteStatus } from './backend.js';
 import { TetherError } from './errors.js';
 
 /**
