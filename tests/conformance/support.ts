@@ -11,11 +11,11 @@ import {
   type PeerHandle,
   type PeerKind,
   peerMarker,
+  type Stack,
   type StartPeerOptions,
   startPeer,
-  startTestRendezvous,
+  startStack,
   type TestClient,
-  type TestRendezvous,
   type Transport,
   waitUntil,
 } from '@tether/test-kit';
@@ -30,7 +30,7 @@ export const MATRIX = PEER_KINDS.flatMap((kind) => TRANSPORTS.map((transport) =>
 /** `describe.each(CASES)('suite: %s', (_label, { kind, transport }) => …)` — labels like `codex over ws`. */
 export const CASES = MATRIX.map((entry) => [`${entry.kind} over ${entry.transport}`, entry] as const);
 
-/** Peers in remote mode: registered with a test registry, reached through its relay (Noise IK). */
+/** Peers in remote mode: registered with the real registry, reached through the real relay (Noise IK). */
 export const REMOTE_CASES = PEER_KINDS.map((kind) => [`${kind} over remote`, { kind, transport: 'remote' }] as const);
 
 /** CASES plus the remote variant of each peer, for the exec_process scenarios (local and remote). */
@@ -76,8 +76,10 @@ export interface StartParamsExtra {
 export function useHarness() {
   const peers = new Set<PeerHandle>();
   const clients = new Set<TestClient>();
-  const remotes = new Map<PeerHandle, { rig: TestRendezvous; environmentId: string }>();
+  const remotes = new Map<PeerHandle, string>();
   let remoteCount = 0;
+  /** The real registry and relay bins, started for the file's first remote peer and shared by the rest. */
+  let stack: Promise<Stack> | null = null;
   const workDir = mkdtempSync(join(scratchRoot(), 'work-'));
 
   afterEach(async () => {
@@ -85,11 +87,11 @@ export function useHarness() {
     clients.clear();
     await Promise.all([...peers].map((p) => p.close().catch(() => undefined)));
     peers.clear();
-    await Promise.all([...remotes.values()].map(({ rig }) => rig.close()));
     remotes.clear();
   });
 
   afterAll(async () => {
+    await (await stack?.catch(() => null))?.close();
     for (const peer of activePeers()) await peer.close();
     // Children of a stopped peer may need a moment to be reaped by the kernel.
     await waitUntil(
@@ -121,33 +123,27 @@ export function useHarness() {
       peers.add(peer);
       return peer;
     },
-    /** A peer in remote mode behind its own test registry and relay; `connect` reaches it through them. */
+    /**
+     * A peer in remote mode (`executor --remote`, `codex exec-server --remote`) on the real registry and
+     * relay processes, under an environment of its own; `connect` reaches it through them.
+     */
     async startRemote(kind: PeerKind, options: Partial<StartPeerOptions> = {}): Promise<PeerHandle> {
-      const rig = await startTestRendezvous();
+      stack ??= startStack();
       const environmentId = `env-${kind}-${++remoteCount}`;
-      let peer: PeerHandle;
-      try {
-        peer = await startPeer({
-          ...options,
-          kind,
-          transport: 'remote',
-          args: ['--remote', rig.registryUrl, '--environment-id', environmentId, ...(options.args ?? [])],
-          env: { ...options.env, CODEX_API_KEY: rig.apiKey, TETHER_API_KEY: rig.apiKey },
-        });
-      } catch (err) {
-        await rig.close();
-        throw err;
-      }
+      const peer = await (await stack).startExecutor(kind, environmentId, options);
       peers.add(peer);
-      remotes.set(peer, { rig, environmentId });
-      await rig.environmentOnline(environmentId);
+      remotes.set(peer, environmentId);
       return peer;
     },
     async connect(peer: PeerHandle, headers?: Record<string, string>): Promise<TestClient> {
-      const remote = remotes.get(peer);
-      const client = remote
-        ? await connectRemote(remote.rig, remote.environmentId)
-        : await connect(peer, headers ? { headers } : undefined);
+      const environmentId = remotes.get(peer);
+      const client =
+        environmentId !== undefined
+          ? await connectRemote(
+              { registryUrl: (await stack!).registryUrl, harnessKey: (await stack!).keys.harness },
+              environmentId,
+            )
+          : await connect(peer, headers ? { headers } : undefined);
       clients.add(client);
       return client;
     },

@@ -3,7 +3,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync }
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PassThrough } from 'node:stream';
-import { type PeerHandle, startPeer, startTestRendezvous, type TestRendezvous } from '@tether/test-kit';
+import { type PeerHandle, type Stack, startPeer, startStack } from '@tether/test-kit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { run } from './cli.js';
 import { parseLocation } from './target.js';
@@ -45,24 +45,23 @@ describe('locations', () => {
 });
 
 describe('harness CLI through the registry and relay', () => {
-  let rig: TestRendezvous;
+  let stack: Stack;
   let peer: PeerHandle;
   let env: NodeJS.ProcessEnv;
 
   beforeAll(async () => {
-    rig = await startTestRendezvous();
-    peer = await startPeer({
-      kind: 'tether',
-      transport: 'remote',
-      args: ['--remote', rig.registryUrl, '--environment-id', 'env-cli'],
-      env: { TETHER_API_KEY: rig.apiKey },
-    });
-    await rig.environmentOnline('env-cli');
-    env = { TETHER_REGISTRY_URL: rig.registryUrl, TETHER_ENVIRONMENT_ID: 'env-cli', TETHER_API_KEY: rig.apiKey };
+    // The real registry, relay and `executor --remote` processes.
+    stack = await startStack();
+    peer = await stack.startExecutor('tether', 'env-cli');
+    env = {
+      TETHER_REGISTRY_URL: stack.registryUrl,
+      TETHER_ENVIRONMENT_ID: 'env-cli',
+      TETHER_API_KEY: stack.keys.harness,
+    };
   });
   afterAll(async () => {
     await peer?.close();
-    await rig?.close();
+    await stack?.close();
   });
 
   it('exec streams output and returns the remote exit code', async () => {

@@ -1,7 +1,15 @@
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { type PeerHandle, startPeer, startTestRendezvous, type TestRendezvous, tetherMainPath } from '@tether/test-kit';
+import {
+  type PeerHandle,
+  type Stack,
+  startPeer,
+  startStack,
+  startTestRendezvous,
+  type TestRendezvous,
+  tetherMainPath,
+} from '@tether/test-kit';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { ProcessEvent } from './backend.js';
 import { Environment } from './environment.js';
@@ -35,7 +43,7 @@ type Backend = 'local' | 'remote (ws)' | 'remote (rendezvous)' | 'remote (stdio)
 describe.each<Backend>(['local', 'remote (ws)', 'remote (rendezvous)', 'remote (stdio)'])('Environment: %s', (kind) => {
   let env: Environment;
   let peer: PeerHandle | null = null;
-  let rig: TestRendezvous | null = null;
+  let stack: Stack | null = null;
 
   beforeAll(async () => {
     if (kind === 'local') {
@@ -48,17 +56,12 @@ describe.each<Backend>(['local', 'remote (ws)', 'remote (rendezvous)', 'remote (
       peer = await startPeer({ kind: 'tether', transport: 'ws' });
       env = await Environment.connectWebSocket(peer.url!, { clientName: 'client-test' });
     } else {
-      rig = await startTestRendezvous();
-      peer = await startPeer({
-        kind: 'tether',
-        transport: 'remote',
-        args: ['--remote', rig.registryUrl, '--environment-id', 'env-client'],
-        env: { TETHER_API_KEY: rig.apiKey },
-      });
-      await rig.environmentOnline('env-client');
+      // The real registry, relay and `executor --remote` processes.
+      stack = await startStack();
+      peer = await stack.startExecutor('tether', 'env-client');
       env = await Environment.connectRendezvous({
-        registryUrl: rig.registryUrl,
-        apiKey: rig.apiKey,
+        registryUrl: stack.registryUrl,
+        apiKey: stack.keys.harness,
         environmentId: 'env-client',
         clientName: 'client-test',
       });
@@ -68,7 +71,7 @@ describe.each<Backend>(['local', 'remote (ws)', 'remote (rendezvous)', 'remote (
   afterAll(async () => {
     await env?.close();
     await peer?.close();
-    await rig?.close();
+    await stack?.close();
   });
 
   it('exec collects output by stream and the exit code', async () => {

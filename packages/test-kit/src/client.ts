@@ -3,7 +3,7 @@ import { generateIdentity, parsePublicKey, publicKeyToJson } from '@tether/noise
 import { SecureStream, WebSocketFrameLink } from '@tether/secure-stream';
 import WebSocket from 'ws';
 import type { PeerHandle } from './peer.js';
-import type { TestRendezvous } from './rendezvous.js';
+import type { Bundle, TestRendezvous } from './rendezvous.js';
 
 export type RpcId = string | number;
 
@@ -332,6 +332,28 @@ class RelayClient extends BaseClient {
   }
 }
 
+/** A real registry (`startStack`), reached over HTTP with a harness API key. */
+export interface RegistryEndpoint {
+  registryUrl: string;
+  harnessKey: string;
+}
+
+/** `/connect` on a real registry (rendezvous.md §1.3). */
+async function fetchBundle(
+  registry: RegistryEndpoint,
+  environmentId: string,
+  harnessPublicKey: Record<string, unknown>,
+): Promise<Bundle> {
+  const response = await fetch(`${registry.registryUrl}/cloud/environment/${environmentId}/connect`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${registry.harnessKey}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ harness_public_key: harnessPublicKey }),
+  });
+  const text = await response.text();
+  if (!response.ok) throw new Error(`/connect for ${environmentId} answered HTTP ${response.status}: ${text}`);
+  return JSON.parse(text) as Bundle;
+}
+
 export interface ConnectRemoteOptions {
   /** Overrides the bundle's authorization (to test refusals). */
   authorization?: string;
@@ -343,12 +365,14 @@ export interface ConnectRemoteOptions {
  * a bundle from the rig's `/connect`, a relay socket, the Noise IK handshake.
  */
 export async function connectRemote(
-  rig: TestRendezvous,
+  rig: TestRendezvous | RegistryEndpoint,
   environmentId: string,
   options: ConnectRemoteOptions = {},
 ): Promise<TestClient> {
   const identity = generateIdentity();
-  const bundle = rig.connect(environmentId, publicKeyToJson(identity.publicKey) as unknown as Record<string, unknown>);
+  const harnessKey = publicKeyToJson(identity.publicKey) as unknown as Record<string, unknown>;
+  const bundle =
+    'connect' in rig ? rig.connect(environmentId, harnessKey) : await fetchBundle(rig, environmentId, harnessKey);
   const socket = new WebSocket(bundle.url, { perMessageDeflate: false, maxPayload: 256 * 1024 });
   const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
   await opened(socket, `the relay for ${environmentId}`, timeoutMs);

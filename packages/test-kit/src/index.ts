@@ -7,6 +7,7 @@ export {
   connectWs,
   type InitializeResult,
   initialize,
+  type RegistryEndpoint,
   type RequestOptions,
   RpcCallError,
   type RpcError,

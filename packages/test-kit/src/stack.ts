@@ -5,7 +5,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { waitUntil } from './helpers.js';
-import { type PeerHandle, type PeerKind, repoRoot, startPeer } from './peer.js';
+import { type PeerHandle, type PeerKind, repoRoot, type StartPeerOptions, startPeer } from './peer.js';
 
 /**
  * The product stack as real processes, for black-box tests: the built `registry` (SQLite in a scratch
@@ -20,7 +20,7 @@ export interface Stack extends AsyncDisposable {
   startExecutor(
     kind: PeerKind,
     environmentId: string,
-    options?: { env?: Record<string, string>; args?: string[] },
+    options?: Partial<Omit<StartPeerOptions, 'kind' | 'transport'>>,
   ): Promise<PeerHandle>;
   /** The relay's Prometheus text. */
   relayMetrics(): Promise<string>;
@@ -110,6 +110,7 @@ export async function startStack(): Promise<Stack> {
       relayMetrics,
       async startExecutor(kind, environmentId, options = {}) {
         const peer = await startPeer({
+          ...options,
           kind,
           transport: 'remote',
           args: ['--remote', registryUrl, '--environment-id', environmentId, ...(options.args ?? [])],
