@@ -17,12 +17,16 @@ import {
 } from '@tether/secure-stream';
 import type { WebSocket } from 'ws';
 import type { Logger } from '../logger.js';
+import type { ExecutorMetrics, RelayFrameDropReason } from '../metrics.js';
 
 /** Executor limits per physical relay socket (rendezvous.md §3.7). */
 export interface MultiplexerLimits {
   /** Streams open or handshaking at once; more are reset. */
   maxStreams: number;
-  /** Handshakes waiting for the registry's `/validate` at once; more are reset. */
+  /**
+   * Calls to the registry's `/validate` in flight at once; further handshakes wait their turn (a burst of
+   * harnesses is queued, not refused; `maxStreams` bounds the queue).
+   */
   maxPendingValidations: number;
   /** Failed handshakes after which the whole socket is closed (a misbehaving relay or peer). */
   maxFailedHandshakes: number;
@@ -53,12 +57,15 @@ export interface MultiplexerOptions {
   /** A stream whose handshake completed: serve JSON-RPC on it. */
   onStream(stream: SecureStream): void;
   logger: Logger;
+  /** Where dropped frames are counted (`exec_server_remote_relay_frames_dropped_total`); default nowhere. */
+  metrics?: ExecutorMetrics;
   limits?: Partial<MultiplexerLimits>;
 }
 
 export interface MultiplexerStats {
   streams: number;
   pendingValidations: number;
+  queuedValidations: number;
   failedHandshakes: number;
   droppedFrames: number;
 }
@@ -73,6 +80,8 @@ export class RelayMultiplexer {
   private readonly links = new Map<string, VirtualLink>();
   private readonly limits: MultiplexerLimits;
   private pendingValidations = 0;
+  /** Handshakes waiting for a `/validate` slot, first come first served. */
+  private readonly validationQueue: Array<() => void> = [];
   private failedHandshakes = 0;
   private droppedFrames = 0;
   private needsDrain = false;
@@ -88,19 +97,25 @@ export class RelayMultiplexer {
     receiveRelayFrames(ws, MAX_FRAME_BYTES, {
       onFrame: (frame) => this.onFrame(frame),
       onInvalid: (err) => {
-        this.droppedFrames++;
+        this.dropped('invalid');
         this.options.logger.debug({ err: err.message }, 'dropped an invalid relay frame');
       },
       onText: () => {
-        this.droppedFrames++; // text messages are dropped by the executor (§3.1)
+        this.dropped('text'); // text messages are dropped by the executor (§3.1)
       },
     });
+  }
+
+  private dropped(reason: RelayFrameDropReason): void {
+    this.droppedFrames++;
+    this.options.metrics?.relayFrameDropped(reason);
   }
 
   get stats(): MultiplexerStats {
     return {
       streams: this.links.size,
       pendingValidations: this.pendingValidations,
+      queuedValidations: this.validationQueue.length,
       failedHandshakes: this.failedHandshakes,
       droppedFrames: this.droppedFrames,
     };
@@ -112,6 +127,26 @@ export class RelayMultiplexer {
     this.closed = true;
     for (const link of [...this.links.values()]) link.terminate(reason);
     this.links.clear();
+    // Queued handshakes go ahead and find the socket closed.
+    for (const wake of this.validationQueue.splice(0)) wake();
+  }
+
+  /** Runs `validate` once fewer than `maxPendingValidations` calls are in flight. */
+  private async validateInTurn(validate: () => Promise<boolean>): Promise<boolean> {
+    if (this.pendingValidations >= this.limits.maxPendingValidations) {
+      await new Promise<void>((resolve) => this.validationQueue.push(resolve));
+      if (this.closed) return false;
+    } else {
+      this.pendingValidations++;
+    }
+    try {
+      return await validate();
+    } finally {
+      // The slot passes to the next in line, or is freed.
+      const next = this.validationQueue.shift();
+      if (next) next();
+      else this.pendingValidations--;
+    }
   }
 
   /** @internal */
@@ -156,10 +191,16 @@ export class RelayMultiplexer {
     // Resume/Ack/Heartbeat precede or accompany a stream and are ignored (§3.3); a Reset for a stream this
     // side does not know is stale. Data for one is answered with a Reset (§4.9), once per stream id.
     if (frame.kind === 'data') {
-      this.droppedFrames++;
+      this.dropped('unknown_stream');
       if (!this.resetUnknown.has(frame.streamId)) {
         if (this.resetUnknown.size >= 1024) this.resetUnknown.clear();
         this.resetUnknown.add(frame.streamId);
+        // Once per stream id, as the Reset: a stream this socket never had (or a frame read as the wrong
+        // stream's) stalls its sender, which must show; a stream that just ended may also get here.
+        this.options.logger.warn(
+          { streamId: frame.streamId, streams: this.links.size, droppedFrames: this.droppedFrames },
+          'dropped relay data for a stream this socket does not know; resetting it',
+        );
         this.sendFrame(resetFrame(frame.streamId, UNKNOWN_STREAM_RESET));
       }
     }
@@ -167,7 +208,7 @@ export class RelayMultiplexer {
 
   private open(frame: HandshakeFrame): void {
     const { streamId } = frame;
-    if (this.links.size >= this.limits.maxStreams || this.pendingValidations >= this.limits.maxPendingValidations) {
+    if (this.links.size >= this.limits.maxStreams) {
       this.options.logger.warn(
         { streams: this.links.size, pendingValidations: this.pendingValidations },
         'refusing a stream: relay socket at its stream limit',
@@ -177,13 +218,6 @@ export class RelayMultiplexer {
     }
     const link = new VirtualLink(this, streamId, this.limits.maxQueuedBytesPerStream);
     this.links.set(streamId, link);
-    this.pendingValidations++;
-    // Held from message 1 until the registry has answered (or the handshake failed before asking it).
-    let held = true;
-    const release = () => {
-      if (held) this.pendingValidations--;
-      held = false;
-    };
     SecureStream.accept({
       link,
       streamId,
@@ -191,22 +225,14 @@ export class RelayMultiplexer {
       registrationId: this.options.registrationId,
       staticKeys: this.options.identity,
       message1: frame.payload,
-      authorize: async (request) => {
-        try {
-          return await this.options.authorize(request);
-        } finally {
-          release();
-        }
-      },
+      authorize: (request) => this.validateInTurn(() => this.options.authorize(request)),
     }).then(
       ({ stream }) => {
-        release();
         if (this.closed) return stream.close();
         this.options.logger.info({ streamId }, 'harness stream opened');
         this.options.onStream(stream);
       },
       (err: Error) => {
-        release();
         this.forget(link);
         if (this.closed) return;
         // Only a message 1 that does not decrypt or parse counts against the socket; a harness that gave

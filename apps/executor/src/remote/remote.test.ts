@@ -14,7 +14,7 @@ import {
   resumeFrame,
 } from '@tether/relay-frames';
 import { type FrameLink, type FrameLinkHandlers, SecureStream, SecureStreamError } from '@tether/secure-stream';
-import { Telemetry } from '@tether/telemetry';
+import { createLogger, Telemetry } from '@tether/telemetry';
 import { afterEach, describe, expect, it } from 'vitest';
 import { type WebSocket, WebSocketServer } from 'ws';
 import { silentLogger } from '../logger.js';
@@ -33,6 +33,10 @@ interface FakeRendezvous {
   validations: Array<Record<string, unknown>>;
   /** Answer for `/validate`. */
   valid: boolean;
+  /** Milliseconds each `/validate` takes. */
+  validateDelayMs: number;
+  /** Most `/validate` calls seen in flight at once. */
+  peakValidations: number;
   /** When set, relay upgrades are refused with this status. */
   refuseUpgrades: number | null;
   /** Environment sockets (server side), in connection order. */
@@ -45,11 +49,14 @@ interface FakeRendezvous {
 async function fakeRendezvous(): Promise<FakeRendezvous> {
   const wss = new WebSocketServer({ noServer: true });
   const waiters: Array<(ws: WebSocket) => void> = [];
+  let inFlight = 0;
   const state: FakeRendezvous = {
     url: '',
     registers: [],
     validations: [],
     valid: true,
+    validateDelayMs: 0,
+    peakValidations: 0,
     refuseUpgrades: null,
     sockets: [],
     nextSocket: () => new Promise((resolve) => waiters.push(resolve)),
@@ -78,6 +85,10 @@ async function fakeRendezvous(): Promise<FakeRendezvous> {
     }
     if (req.url === `/cloud/environment/${ENVIRONMENT}/validate`) {
       state.validations.push(body);
+      inFlight++;
+      state.peakValidations = Math.max(state.peakValidations, inFlight);
+      if (state.validateDelayMs > 0) await new Promise((resolve) => setTimeout(resolve, state.validateDelayMs));
+      inFlight--;
       return reply(200, { valid: state.valid });
     }
     return reply(404, { error: { code: 'not_found' } });
@@ -239,6 +250,18 @@ describe('remote mode: registration and streams', () => {
     await expect(first.client.call('initialize', { clientName: 'still-served' })).resolves.toBeDefined();
   });
 
+  it('queues handshakes beyond its validation limit instead of refusing them', async () => {
+    const { rendezvous, link, socket } = await setup({ limits: { maxPendingValidations: 2 } });
+    rendezvous.validateDelayMs = 50;
+    const streams = await Promise.all([1, 2, 3, 4, 5, 6].map((n) => openStream(socket, link, `authorization-${n}`)));
+    const sessions = await Promise.all(
+      streams.map(({ client }) => client.call<{ sessionId: string }>('initialize', { clientName: 'burst' })),
+    );
+    expect(new Set(sessions.map((s) => s.sessionId)).size).toBe(6);
+    expect(rendezvous.validations).toHaveLength(6);
+    expect(rendezvous.peakValidations).toBe(2);
+  });
+
   it('closes the socket after too many failed handshakes', async () => {
     const { link, socket, rendezvous } = await setup({ limits: { maxFailedHandshakes: 3 } });
     const closed = once(socket, 'close');
@@ -272,6 +295,44 @@ describe('remote mode: registration and streams', () => {
     await expect(client.call('initialize', { clientName: 'after-noise' })).resolves.toBeDefined();
     expect(frames.filter((f) => f.streamId === 'nobody')).toEqual([
       expect.objectContaining({ kind: 'reset', reason: UNKNOWN_STREAM_RESET }),
+    ]);
+  });
+
+  it('counts every frame it drops by reason, and logs Data for an unknown stream once per stream id', async () => {
+    const telemetry = await Telemetry.create({ serviceName: 'executor-test', prometheus: true });
+    const lines: Array<Record<string, unknown>> = [];
+    const logger = createLogger({
+      name: 'executor',
+      level: 'debug',
+      destination: { write: (line: string) => lines.push(JSON.parse(line) as Record<string, unknown>) },
+    });
+    const { link, socket } = await setup({ metrics: new ExecutorMetrics(telemetry), logger });
+    const frames = framesOn(socket);
+    socket.send('text');
+    socket.send(Buffer.from([0xff, 0xff, 0xff]));
+    for (let seq = 0; seq < 3; seq++) socket.send(encodeFrame(dataFrame('nobody', seq, new Uint8Array([seq + 1]))));
+    socket.send(encodeFrame(dataFrame('nobody-else', 0, new Uint8Array([1]))));
+    const { client } = await openStream(socket, link); // after the noise above, on the same socket
+    await client.call('initialize', { clientName: 'after-drops' });
+    await waitFor(() => frames.filter((f) => f.kind === 'reset').length >= 2, 'the resets');
+    const text = await telemetry.prometheus();
+    const series = (reason: string) =>
+      Number(
+        new RegExp(`^exec_server_remote_relay_frames_dropped_total\\{[^}]*reason="${reason}"[^}]*\\} (\\d+)`, 'm').exec(
+          text,
+        )?.[1],
+      );
+    expect({ unknown: series('unknown_stream'), invalid: series('invalid'), text: series('text') }).toEqual({
+      unknown: 4,
+      invalid: 1,
+      text: 1,
+    });
+    const warned = lines.filter(
+      (l) => l.msg === 'dropped relay data for a stream this socket does not know; resetting it',
+    );
+    expect(warned.map((l) => [l.level, l.streamId])).toEqual([
+      [40, 'nobody'],
+      [40, 'nobody-else'],
     ]);
   });
 
