@@ -15,6 +15,7 @@ import {
 } from '@tether/exec-protocol';
 import {
   BufferPool,
+  encodeWithAttachment,
   type InboundMessage,
   MALFORMED_MESSAGE_ID,
   malformedMessageText,
@@ -113,9 +114,12 @@ export class ConnectionProcessor implements SessionAttachment {
       [Method.environmentInfo]: () => this.environmentInfo,
       [Method.environmentStatus]: () => ({ status: 'ready' }),
     };
-    // `binaryBlocks` only where messages with binary attachments can travel (not over stdio).
+    // `binaryBlocks` and `binaryOutput` only where messages with binary attachments can travel (not stdio).
     this.environmentInfo = connection.carriesAttachments
-      ? { ...options.environmentInfo, capabilities: { ...options.environmentInfo.capabilities, binaryBlocks: true } }
+      ? {
+          ...options.environmentInfo,
+          capabilities: { ...options.environmentInfo.capabilities, binaryBlocks: true, binaryOutput: true },
+        }
       : options.environmentInfo;
     this.context = {
       carriesAttachments: connection.carriesAttachments,
@@ -153,6 +157,14 @@ export class ConnectionProcessor implements SessionAttachment {
   deliver(event: ProcessEvent): boolean {
     switch (event.kind) {
       case 'output':
+        // A session resumed on a connection without attachments falls back to base64.
+        if (this.connection.carriesAttachments && this.sessionValue?.sendsBinaryOutput(event.processId)) {
+          const head = {
+            method: Notification.processOutput,
+            params: { processId: event.processId, seq: event.seq, stream: event.stream },
+          };
+          return this.sendPooled((allocate) => encodeWithAttachment(JSON.stringify(head), event.chunk, allocate));
+        }
         return this.sendPooled((allocate) =>
           encodeOutputNotification(event.processId, event.seq, event.stream, event.chunk, allocate),
         );

@@ -5,6 +5,11 @@ import { Telemetry } from '@tether/telemetry';
 
 export type RequestResult = 'success' | 'error' | 'disconnected';
 export type ProcessResult = 'success' | 'error' | 'terminated';
+/**
+ * Why the relay socket's multiplexer dropped a frame: Data for a stream it does not know (foreign: another
+ * stream's, or one already ended), a binary message that is not a relay frame, or a text message.
+ */
+export type RelayFrameDropReason = 'unknown_stream' | 'invalid' | 'text';
 
 const TRANSPORTS: readonly TransportKind[] = ['stdio', 'websocket', 'relay'];
 /** Method labels are bounded: anything that is not a protocol method is `unknown` (as Codex). */
@@ -43,6 +48,7 @@ export class ExecutorMetrics {
   private readonly websocketConnectTotal: Counter;
   private readonly websocketConnectDuration: Histogram;
   private readonly websocketReconnects: Counter;
+  private readonly relayFramesDropped: Counter;
 
   constructor(telemetry: Telemetry = Telemetry.disabled()) {
     this.telemetry = telemetry;
@@ -97,6 +103,11 @@ export class ExecutorMetrics {
     this.websocketReconnects = t.counter(
       'exec_server_remote_websocket_reconnects_total',
       'Total number of remote exec-server relay websocket reconnects.',
+    );
+    // Tether's own (Codex has none): a frame dropped this way usually stalls the stream it belonged to.
+    this.relayFramesDropped = t.counter(
+      'exec_server_remote_relay_frames_dropped_total',
+      'Total number of relay frames the remote exec-server dropped on its relay websocket.',
     );
   }
 
@@ -175,6 +186,10 @@ export class ExecutorMetrics {
 
   websocketReconnect(reason: 'connect_failed' | 'disconnected' | 'rejected'): void {
     this.websocketReconnects.add(1, { reason });
+  }
+
+  relayFrameDropped(reason: RelayFrameDropReason): void {
+    this.relayFramesDropped.add(1, { reason });
   }
 
   /** Current gauge values (for tests and diagnostics). */

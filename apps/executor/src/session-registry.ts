@@ -7,6 +7,13 @@ import {
   type StartRequest,
   type StartResult,
 } from '@tether/local-process';
+
+/** `process/start` as the session sees it: the engine's request plus how its output travels. */
+export interface SessionStartRequest extends StartRequest {
+  /** Output notifications carry raw bytes as an attachment (`binaryOutput`). */
+  binaryOutput?: boolean;
+}
+
 import type { Logger } from './logger.js';
 import { ExecutorMetrics, secondsSince } from './metrics.js';
 
@@ -42,6 +49,8 @@ export class Session {
   private outputPaused = false;
   private readonly metrics: ExecutorMetrics;
   private readonly running = new Map<string, RunningProcess>();
+  /** Processes whose output goes out as raw bytes (until their close event). */
+  private readonly binaryOutput = new Set<string>();
 
   constructor(
     id: string,
@@ -56,9 +65,11 @@ export class Session {
   }
 
   /** `process/start` through the table, counted in the process metrics. */
-  async startProcess(request: StartRequest): Promise<StartResult> {
+  async startProcess(request: SessionStartRequest): Promise<StartResult> {
     // A known id fails with `already_exists` in the table; it must not replace the running record.
     if (this.running.has(request.processId)) return this.table.start(request);
+    if (request.binaryOutput) this.binaryOutput.add(request.processId);
+    else this.binaryOutput.delete(request.processId);
     const record: RunningProcess = { startedAt: performance.now(), terminating: false };
     this.running.set(request.processId, record);
     this.metrics.processStarting();
@@ -67,6 +78,7 @@ export class Session {
     } catch (err) {
       if (this.running.get(request.processId) === record) {
         this.running.delete(request.processId);
+        this.binaryOutput.delete(request.processId);
         this.metrics.processStartFailed();
       }
       throw err;
@@ -106,8 +118,14 @@ export class Session {
     }
   }
 
+  /** Whether `processId`'s output notifications carry raw bytes. */
+  sendsBinaryOutput(processId: string): boolean {
+    return this.binaryOutput.has(processId);
+  }
+
   private onEvent(event: ProcessEvent): void {
     if (event.kind === 'exited') this.processExited(event.processId, event.exitCode);
+    if (event.kind === 'closed') this.binaryOutput.delete(event.processId);
     if (this.stateValue.kind !== 'attached') return;
     const writable = this.stateValue.attachment.deliver(event);
     // Backpressure: a client that reads notifications slower than children write makes the children

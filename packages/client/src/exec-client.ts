@@ -2,6 +2,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { DEFAULT_FLOW_WINDOW_BYTES, ErrorCode, Notification, RpcError } from '@tether/exec-protocol';
 import {
+  attachmentOf,
   type CallOptions,
   ConnectionClosedError,
   type MessageTransport,
@@ -213,9 +214,13 @@ export class ExecServerClient implements ProcessBackend {
 
   /** The flow window asked for each process: where the executor advertises `flowControl`, else none. */
   get flowWindowBytes(): number | null {
-    const capabilities = (this.info?.environmentInfo as { capabilities?: Record<string, unknown> } | undefined)
-      ?.capabilities;
-    return capabilities?.flowControl === true ? DEFAULT_FLOW_WINDOW_BYTES : null;
+    return this.capability('flowControl') ? DEFAULT_FLOW_WINDOW_BYTES : null;
+  }
+
+  /** Whether the executor advertised `name` for this connection. */
+  private capability(name: string): boolean {
+    const info = this.info?.environmentInfo as { capabilities?: Record<string, unknown> } | undefined;
+    return info?.capabilities?.[name] === true;
   }
 
   /** One JSON-RPC call; executor errors become TetherError with `rpcCode`. */
@@ -297,6 +302,8 @@ export class ExecServerClient implements ProcessBackend {
       arg0: options.arg0 ?? null,
       ...(options.size ? { size: options.size } : {}),
       ...(window === null ? {} : { flowControl: { windowBytes: window } }),
+      // Output as raw bytes (an attachment) instead of base64 in JSON, where the executor offers it.
+      ...(this.capability('binaryOutput') ? { binaryOutput: true } : {}),
     });
     // The executor is untrusted input: a grant is used only if it is a sane window no larger than asked.
     const granted = answer?.flowControl?.windowBytes;
@@ -460,15 +467,19 @@ export class ExecServerClient implements ProcessBackend {
     const p = params as Record<string, unknown>;
     let event: ProcessEvent;
     switch (method) {
-      case 'process/output':
+      case 'process/output': {
+        // Raw bytes (`binaryOutput`) are the attachment, which is this client's to keep; else base64.
+        const chunk = attachmentOf(p) ?? (typeof p.chunk === 'string' ? Buffer.from(p.chunk, 'base64') : null);
+        if (chunk === null) return;
         event = {
           kind: 'output',
           processId: p.processId as string,
           seq: p.seq as number,
           stream: p.stream as OutputStream,
-          chunk: Buffer.from(p.chunk as string, 'base64'),
+          chunk,
         };
         break;
+      }
       case 'process/exited':
         event = {
           kind: 'exited',

@@ -72,6 +72,11 @@ export const ProcessStartParams = Type.Object({
   size: Type.Optional(Nullable(PtySize)),
   /** Tether extension (capability `flowControl`): credit-based flow control of this process's output. */
   flowControl: Type.Optional(Nullable(Type.Object({ windowBytes: U64 }))),
+  /**
+   * Tether extension (capability `binaryOutput`, only where the transport carries binary attachments):
+   * this process's `process/output` notifications carry the raw bytes as an attachment instead of `chunk`.
+   */
+  binaryOutput: Type.Optional(Nullable(Type.Boolean())),
 });
 export type ProcessStartParams = Static<typeof ProcessStartParams>;
 

@@ -130,7 +130,22 @@ abstract class BaseClient implements TestClient {
   abstract close(): Promise<void>;
   abstract terminate(): void;
 
-  protected onText(text: string): void {
+  /**
+   * A message as bytes: Tether's binary attachment framing (`0x01 | u32 BE length | JSON | bytes`, from
+   * `binaryBlocks` and `binaryOutput`) puts the bytes on the message as `attachment`; anything else is text.
+   */
+  protected onBytes(data: Buffer): void {
+    if (data.length >= 5 && data[0] === 0x01) {
+      const headerBytes = data.readUInt32BE(1);
+      if (headerBytes <= data.length - 5) {
+        this.onText(data.toString('utf8', 5, 5 + headerBytes), Buffer.from(data.subarray(5 + headerBytes)));
+        return;
+      }
+    }
+    this.onText(data.toString('utf8'));
+  }
+
+  protected onText(text: string, attachment?: Buffer): void {
     let message: unknown;
     try {
       message = JSON.parse(text);
@@ -143,6 +158,7 @@ abstract class BaseClient implements TestClient {
       return;
     }
     const msg = message as RpcMessage;
+    if (attachment !== undefined) msg.attachment = attachment;
     this.messages.push(msg);
     if (typeof msg.method === 'string' && msg.id === undefined) {
       this.notifications.push(msg as RpcNotification);
@@ -260,7 +276,7 @@ class WsClient extends BaseClient {
     super();
     socket.on('message', (data: WebSocket.RawData) => {
       const buffer = Array.isArray(data) ? Buffer.concat(data) : Buffer.from(data as ArrayBuffer);
-      this.onText(buffer.toString('utf8'));
+      this.onBytes(buffer);
     });
     socket.on('close', () => this.onClosed());
     socket.on('error', () => this.onClosed());
@@ -302,7 +318,7 @@ class RelayClient extends BaseClient {
   ) {
     super();
     stream.start({
-      onMessage: (data) => this.onText(typeof data === 'string' ? data : data.toString('utf8')),
+      onMessage: (data) => (typeof data === 'string' ? this.onText(data) : this.onBytes(Buffer.from(data))),
       onClose: () => this.onClosed(),
       onDrain: () => undefined,
     });

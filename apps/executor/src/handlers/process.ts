@@ -80,6 +80,8 @@ export const processHandlers: HandlerTable = {
     const params = decode(ProcessStartParams, raw);
     const { cwd, env } = startProcess(params);
     const flowWindowBytes = params.flowControl ? clampFlowWindow(params.flowControl.windowBytes) : null;
+    // Raw bytes need a transport that carries attachments (not stdio); elsewhere the output stays base64.
+    const binaryOutput = params.binaryOutput === true && ctx.carriesAttachments;
     await ctx.session().startProcess({
       processId: params.processId,
       argv: params.argv,
@@ -90,6 +92,7 @@ export const processHandlers: HandlerTable = {
       arg0: params.arg0 ?? null,
       size: params.size ?? null,
       flowWindowBytes,
+      binaryOutput,
     });
     return {
       processId: params.processId,

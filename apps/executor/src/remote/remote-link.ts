@@ -221,6 +221,7 @@ export class RemoteLink {
             }),
           onStream: this.options.onStream,
           logger: this.logger,
+          metrics: this.metrics,
           ...(this.options.limits ? { limits: this.options.limits } : {}),
         });
         const interval = this.options.pingIntervalMs ?? 30_000;

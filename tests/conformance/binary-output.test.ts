@@ -1,0 +1,50 @@
+// Tether's `binaryOutput` extension: where the transport carries binary attachments (WebSocket, the relay's
+// secure stream), a process started with `binaryOutput: true` sends its output as raw bytes after the JSON
+// header instead of base64 inside it. Over stdio, and for Codex, nothing changes.
+import { collectUntilClosed, type RpcNotification } from '@tether/test-kit';
+import { describe, expect, it } from 'vitest';
+import { CASES_WITH_REMOTE, sh, useHarness } from './support.ts';
+
+describe.each(CASES_WITH_REMOTE)('binary output: %s', (_label, { kind, transport }) => {
+  const h = useHarness();
+  const offered = kind === 'tether' && transport !== 'stdio';
+
+  it(`${offered ? 'advertises' : 'does not advertise'} binaryOutput`, async () => {
+    const { initializeResult } = await h.session(kind, transport);
+    const capabilities = (initializeResult.environmentInfo as { capabilities?: Record<string, unknown> } | undefined)
+      ?.capabilities;
+    expect(capabilities?.binaryOutput === true).toBe(offered);
+  });
+
+  if (kind !== 'tether') return;
+
+  it(`output of a binaryOutput process arrives ${offered ? 'as raw attachments' : 'as base64'}, byte for byte`, async () => {
+    const { client } = await h.session(kind, transport);
+    // Every byte value, then 1 MiB more: no text encoding may touch it.
+    const script = 'printf "$(printf "\\\\%03o" $(seq 0 255))"; head -c 1048576 /dev/zero | tr "\\\\0" "\\\\377"';
+    await client.call('process/start', h.startParams('bin', sh(script), { binaryOutput: true }));
+    await collectUntilClosed(client, 'bin');
+    const outputs = client.notifications.filter(
+      (n): n is RpcNotification<{ processId: string; seq: number; chunk?: string }> =>
+        n.method === 'process/output' && (n.params as { processId?: string }).processId === 'bin',
+    );
+    expect(outputs.length).toBeGreaterThan(0);
+    const bytes = Buffer.concat(
+      outputs
+        .sort((a, b) => a.params.seq - b.params.seq)
+        .map((n) => {
+          if (offered) {
+            expect(n.params.chunk).toBeUndefined();
+            return n.attachment as Buffer;
+          }
+          expect(n.attachment).toBeUndefined();
+          return Buffer.from(n.params.chunk ?? '', 'base64');
+        }),
+    );
+    const expected = Buffer.concat([
+      Buffer.from(Array.from({ length: 256 }, (_, i) => i)),
+      Buffer.alloc(1 << 20, 0xff),
+    ]);
+    expect(bytes.equals(expected)).toBe(true);
+  });
+});
