@@ -1,17 +1,18 @@
 /**
- * Starting one child: pipes (Node `child_process`) or a PTY (node-pty; this is the only module that
- * imports it). The child always leads its own session and process group (pgid = pid), so signals and
- * kills go to the whole group. Output is delivered in the chunks the OS read gives (up to 64 KiB for
- * libuv), without re-slicing, straight to a `ProcessSink`.
+ * Starting one child: pipes (Node `child_process`, over pipes from @tether/native-pipe where it is built)
+ * or a PTY (node-pty; this is the only module that imports it). The child always leads its own session
+ * and process group (pgid = pid), so signals and kills go to the whole group. Output is delivered in the
+ * chunks the OS read gives (up to 64 KiB for libuv), without re-slicing, straight to a `ProcessSink`.
  */
 import { spawn as spawnChild } from 'node:child_process';
-import { accessSync, constants as fsConstants, readSync, statSync, writeSync } from 'node:fs';
+import { accessSync, closeSync, constants as fsConstants, readSync, statSync, writeSync } from 'node:fs';
 import { Socket } from 'node:net';
 import { constants as osConstants, userInfo } from 'node:os';
 import path from 'node:path';
 import type { Readable } from 'node:stream';
 import { Writable } from 'node:stream';
 import { getSystemErrorMap } from 'node:util';
+import { loadNativePipe, type NativePipe, nativePipeUnavailableReason } from '@tether/native-pipe';
 import type { IPty } from 'node-pty';
 import { ProcessError } from './errors.js';
 import { type ReadBufferPool, readIntoPool } from './read-pool.js';
@@ -173,26 +174,109 @@ function errnoText(code: string): string {
   return `${description.charAt(0).toUpperCase()}${description.slice(1)} (os error ${errno})`;
 }
 
+/**
+ * How a pipe child's stdio is made: `pipe` (pipe2, as sshd and Codex do) or `socketpair` (libuv's, when
+ * @tether/native-pipe is not built or is off), on which `/dev/stdout`, `/dev/stderr` and `/dev/stdin`
+ * cannot be opened (ENXIO). `reason` says why there are no pipes.
+ */
+export function pipeStdio(): { kind: 'pipe' | 'socketpair'; reason: string | null } {
+  return loadNativePipe() === null
+    ? { kind: 'socketpair', reason: nativePipeUnavailableReason() }
+    : { kind: 'pipe', reason: null };
+}
+
+let warnedSocketpairs = false;
+
+/** Once per process, unless socketpairs were asked for (TETHER_NATIVE_PIPE=off). */
+function warnSocketpairs(): void {
+  if (warnedSocketpairs || process.env.TETHER_NATIVE_PIPE === 'off') return;
+  warnedSocketpairs = true;
+  process.emitWarning(
+    `pipe children get socketpairs for stdio, so they cannot open /dev/stdout or /dev/stderr (@tether/native-pipe: ${nativePipeUnavailableReason()})`,
+    { code: 'TETHER_NO_NATIVE_PIPE' },
+  );
+}
+
+/** One pipe per stdio stream: `child` becomes the child's fd, `parent` is kept here. */
+interface StdioPipe {
+  child: number;
+  parent: number;
+}
+
+interface StdioPipes {
+  /** null when the child's stdin is /dev/null. */
+  stdin: StdioPipe | null;
+  stdout: StdioPipe;
+  stderr: StdioPipe;
+}
+
+/** Makes the pipes, or none: a failure part-way closes what was made. */
+function openStdioPipes(native: NativePipe, pipeStdin: boolean): StdioPipes {
+  const made: number[] = [];
+  const open = (childReads: boolean): StdioPipe => {
+    const [readFd, writeFd] = native.pipe();
+    made.push(readFd, writeFd);
+    return childReads ? { child: readFd, parent: writeFd } : { child: writeFd, parent: readFd };
+  };
+  try {
+    return { stdin: pipeStdin ? open(true) : null, stdout: open(false), stderr: open(false) };
+  } catch (err) {
+    for (const fd of made) closeSync(fd);
+    throw err;
+  }
+}
+
+function pipeEnds(pipes: StdioPipes, side: keyof StdioPipe): number[] {
+  const ends = [pipes.stdout[side], pipes.stderr[side]];
+  if (pipes.stdin !== null) ends.push(pipes.stdin[side]);
+  return ends;
+}
+
 function spawnPipes(file: string, options: SpawnOptions, sink: ProcessSink): Promise<SpawnedProcess> {
+  const native = loadNativePipe();
+  if (native === null) warnSocketpairs();
+  let pipes: StdioPipes | null = null;
+  try {
+    if (native !== null) pipes = openStdioPipes(native, options.pipeStdin);
+  } catch (err) {
+    return Promise.reject(spawnError(err));
+  }
   let child: ReturnType<typeof spawnChild>;
   try {
     child = spawnChild(file, options.argv.slice(1), {
       argv0: options.arg0 ?? options.argv[0]!,
       cwd: options.cwd,
       env: options.env,
-      stdio: [options.pipeStdin ? 'pipe' : 'ignore', 'pipe', 'pipe'],
+      // Given fds are dup2'ed onto 0-2 in the child, which clears their close-on-exec there only.
+      stdio:
+        pipes === null
+          ? [options.pipeStdin ? 'pipe' : 'ignore', 'pipe', 'pipe']
+          : [pipes.stdin?.child ?? 'ignore', pipes.stdout.child, pipes.stderr.child],
       // setsid(): the child leads a new session and process group, so pgid = pid.
       detached: true,
     });
   } catch (err) {
+    if (pipes !== null) for (const fd of pipeEnds(pipes, 'parent')) closeSync(fd);
     return Promise.reject(spawnError(err));
+  } finally {
+    // The fork has copied them (uv_spawn returns after it), so the child's ends go now, before anything
+    // else runs: while this process holds a write end, the reader never sees EOF (stdout and stderr would
+    // not end when the child exits, stdin would not end when we close it).
+    if (pipes !== null) for (const fd of pipeEnds(pipes, 'child')) closeSync(fd);
   }
-  const stdout = child.stdout!;
-  const stderr = child.stderr!;
+  // libuv opens a FIFO fd as a pipe handle (non-blocking on our end only: the child's end is another open
+  // file description), so these are net.Sockets like the ones child_process makes over its socketpairs.
+  const reader = (fd: number) => new Socket({ fd, readable: true, writable: false });
+  const stdout = pipes === null ? child.stdout! : reader(pipes.stdout.parent);
+  const stderr = pipes === null ? child.stderr! : reader(pipes.stderr.parent);
+  const stdin =
+    pipes === null
+      ? child.stdin
+      : pipes.stdin && new Socket({ fd: pipes.stdin.parent, readable: false, writable: true });
   const forward = (stream: OutputStream, readable: Readable) => {
     const output = (chunk: Buffer) => sink.output(stream, chunk);
     const pool = options.readBuffers;
-    // child_process makes each pipe a net.Socket: reads can go into the pool's buffers.
+    // Each stream is a net.Socket: reads can go into the pool's buffers.
     if (!pool || !(readable instanceof Socket) || !readIntoPool(readable, pool, output)) readable.on('data', output);
     // 'close' follows 'end', and also a read error or destroy(): either way the stream is over.
     readable.on('close', () => sink.streamEnd(stream));
@@ -200,13 +284,15 @@ function spawnPipes(file: string, options: SpawnOptions, sink: ProcessSink): Pro
   };
   forward('stdout', stdout);
   forward('stderr', stderr);
-  // Node destroys stdin itself when the child exits; EPIPE surfaces to the stdin writer as an error.
-  child.stdin?.on('error', () => {});
+  // Node destroys stdin itself when the child exits (its own, and ours below); EPIPE surfaces to the stdin
+  // writer as an error.
+  stdin?.on('error', () => {});
 
   return new Promise<SpawnedProcess>((resolve, reject) => {
     const onSpawnError = (err: Error) => {
       stdout.destroy();
       stderr.destroy();
+      if (pipes !== null) stdin?.destroy();
       reject(spawnError(err));
     };
     child.once('error', onSpawnError);
@@ -220,6 +306,9 @@ function spawnPipes(file: string, options: SpawnOptions, sink: ProcessSink): Pro
         onExited = done;
       });
       child.once('exit', (code, signal) => {
+        // What Node does to the stdin pipe it made: a write after the exit fails instead of filling a pipe
+        // that a descendant may still hold open.
+        if (pipes !== null) stdin?.destroy();
         // A signal death is reported shell-style, 128 + signal number (Codex reports 137 after terminate).
         sink.exit(code ?? 128 + (signal === null ? 0 : osConstants.signals[signal]));
         onExited();
@@ -227,7 +316,7 @@ function spawnPipes(file: string, options: SpawnOptions, sink: ProcessSink): Pro
       resolve({
         pid,
         streams: ['stdout', 'stderr'],
-        stdin: child.stdin,
+        stdin,
         exited,
         signalGroup: (signal) => signalGroup(pid, signal),
         kill: () => {
