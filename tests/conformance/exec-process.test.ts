@@ -42,6 +42,23 @@ describe.each(CASES_WITH_REMOTE)('exec_process: %s', (_label, { kind, transport 
     expect(collected.closed).toBe(true);
   });
 
+  it('gives the child pipes: /dev/stdout and /dev/stderr can be opened, as with sshd', async () => {
+    const { client } = await h.session(kind, transport);
+    await client.call(
+      'process/start',
+      h.startParams(
+        'proc-devstd',
+        sh(
+          'echo out > /dev/stdout; echo err > /dev/stderr; echo tee | tee /dev/stderr; stat -L -c %F /proc/self/fd/1 /proc/self/fd/2',
+        ),
+      ),
+    );
+    const events = await collectEvents(client, 'proc-devstd');
+    expect(eventsOutput(events, ['stdout'])).toBe('out\ntee\nfifo\nfifo\n');
+    expect(eventsOutput(events, ['stderr'])).toBe('err\ntee\n');
+    expect(events.find((e) => e.kind === 'exited')).toMatchObject({ exitCode: 0 });
+  });
+
   it('streams a large output byte for byte (every chunk, in seq order)', async () => {
     const { client } = await h.session(kind, transport);
     const total = 8 * 1024 * 1024;
