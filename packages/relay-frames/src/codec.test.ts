@@ -226,6 +226,23 @@ describe('decodeFrame validation (spec §3.3)', () => {
     }
   });
 
+  it('decodes the stream id of the bytes it is given, when one reused Buffer carries two streams in turn', () => {
+    // As an inbound slab pool hands them out: stream A's frame in a Buffer, then stream B's frame of the
+    // same length written over it. An id remembered as a view of the first would read as B's bytes now.
+    const a = encodeFrame(dataFrame('stream-a', 1, unhex('0102')));
+    const b = encodeFrame(dataFrame('stream-b', 1, unhex('0102')));
+    expect(b.byteLength).toBe(a.byteLength);
+    const slab = Buffer.allocUnsafe(a.byteLength + 8).subarray(4, 4 + a.byteLength);
+    for (const copyPayload of [true, false]) {
+      slab.set(a);
+      expect(decodeFrame(slab, { copyPayload }).streamId).toBe('stream-a');
+      slab.set(b);
+      expect(decodeFrame(slab, { copyPayload }).streamId).toBe('stream-b');
+      slab.set(a);
+      expect(decodeFrame(slab, { copyPayload }).streamId).toBe('stream-a');
+    }
+  });
+
   it('with copyPayload: false, payloads are views into the input (data and handshake)', () => {
     for (const frame of [dataFrame('s', 7, unhex('0a0b0c')), handshakeFrame('s', unhex('0102'))]) {
       const bytes = encodeFrame(frame);

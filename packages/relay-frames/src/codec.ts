@@ -326,10 +326,6 @@ export function decodeFrame(bytes: Uint8Array, options: DecodeOptions = {}): Fra
   return decodeCanonicalData(bytes, copyPayload) ?? decodeGeneric(bytes, copyPayload);
 }
 
-/** The one-entry cache of the last canonical stream id decoded (a link sees one id, frame after frame). */
-let lastStreamIdBytes = new Uint8Array(0);
-let lastStreamId = '';
-
 /** Reads a varint of at most 5 bytes that fits a u32 ([value, next offset]); null otherwise. */
 function readU32(bytes: Uint8Array, at: number, end: number): [value: number, next: number] | null {
   let value = 0;
@@ -375,20 +371,23 @@ function decodeCanonicalData(bytes: Uint8Array, copyPayload: boolean): DataFrame
   return { kind: 'data', streamId, ack: 0, ackBits: 0, seq, payload };
 }
 
-/** The stream id if all its bytes are ASCII (decoded as any UTF-8 decoder would), else null. */
+/**
+ * The stream id if all its bytes are ASCII (decoded as any UTF-8 decoder would), else null. Read from
+ * `bytes` every time: the codec keeps nothing between calls. Its callers' inputs are slabs of shared
+ * inbound pools, reused for another socket's frame as soon as one is handled, so anything remembered of
+ * one frame (as a view, or compared against the next) would let one stream's id name another's frame.
+ * Building a string of at most 128 ASCII bytes costs nothing next to opening the frame's payload.
+ */
 function asciiStreamId(bytes: Uint8Array, start: number, end: number): string | null {
   const length = end - start;
   if (length > MAX_STREAM_ID_BYTES) return null;
-  let same = length === lastStreamIdBytes.byteLength;
-  for (let i = 0; i < length; i++) {
-    const byte = bytes[start + i]!;
+  let id = '';
+  for (let i = start; i < end; i++) {
+    const byte = bytes[i]!;
     if (byte > 0x7f) return null;
-    if (same && lastStreamIdBytes[i] !== byte) same = false;
+    id += String.fromCharCode(byte);
   }
-  if (same) return lastStreamId;
-  lastStreamIdBytes = bytes.slice(start, end);
-  lastStreamId = String.fromCharCode(...lastStreamIdBytes);
-  return lastStreamId;
+  return id;
 }
 
 function decodeGeneric(bytes: Uint8Array, copyPayload: boolean): Frame {

@@ -113,19 +113,18 @@ function isU32(n: number): boolean {
  * whitespace, at most 128 UTF-8 bytes.
  */
 export function isValidStreamId(streamId: string): boolean {
-  if (streamId === lastValidStreamId) return true; // every frame of a stream carries the same id
-  const valid =
-    streamId.length > 0 &&
+  // No memo of the last id: every call is checked, so that the codec holds no state between frames (a
+  // process decodes many streams' frames interleaved). A well-formed string takes at most 3 UTF-8 bytes
+  // per UTF-16 unit, so the usual short id (a UUID) is within the limit without being encoded.
+  const length = streamId.length;
+  return (
+    length > 0 &&
+    length <= MAX_STREAM_ID_BYTES &&
     streamId.trim() === streamId &&
-    streamId.length <= MAX_STREAM_ID_BYTES &&
     isWellFormed(streamId) &&
-    utf8.encode(streamId).byteLength <= MAX_STREAM_ID_BYTES;
-  if (valid) lastValidStreamId = streamId;
-  return valid;
+    (length * 3 <= MAX_STREAM_ID_BYTES || utf8.encode(streamId).byteLength <= MAX_STREAM_ID_BYTES)
+  );
 }
-
-/** The last id found valid (a pure function of the string, so remembering one answer is safe). */
-let lastValidStreamId: string | undefined;
 
 /**
  * Checks a frame against codex's `validate()` (spec §3.3) plus the u32 ranges its fields must fit,

@@ -1,10 +1,12 @@
 export {
   createMemoryLinkPair,
+  type ForeignFrame,
   type FrameLink,
   type FrameLinkHandlers,
   type RelayFrameHandlers,
   receiveRelayFrames,
   WebSocketFrameLink,
+  type WebSocketFrameLinkOptions,
 } from './link.js';
 export {
   type AcceptedStream,

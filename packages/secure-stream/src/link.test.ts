@@ -3,7 +3,7 @@ import type { AddressInfo } from 'node:net';
 import { dataFrame, encodeFrame, type Frame, handshakeFrame, resumeFrame } from '@tether/relay-frames';
 import { afterEach, describe, expect, it } from 'vitest';
 import { WebSocket, WebSocketServer } from 'ws';
-import { receiveRelayFrames } from './link.js';
+import { type ForeignFrame, receiveRelayFrames, WebSocketFrameLink } from './link.js';
 
 const cleanups: Array<() => Promise<void>> = [];
 afterEach(async () => {
@@ -57,5 +57,81 @@ describe('receiveRelayFrames', () => {
     expect(Buffer.from(handshake.payload).equals(message1)).toBe(true);
     expect(events[0]).toBe('text');
     expect(events[1]).toMatch(/^invalid:/);
+  });
+});
+
+describe('WebSocketFrameLink', () => {
+  const waitFor = async (done: () => boolean) => {
+    while (!done()) await new Promise((resolve) => setTimeout(resolve, 2));
+  };
+  const fill = (n: number, seed: number) => Buffer.from(Array.from({ length: n }, (_, i) => (i * 7 + seed) & 0xff));
+
+  it('links of one process, on their own sockets, each get their own stream from the shared inbound slabs', async () => {
+    // Equal-size frames, alternating between the sockets: each message is assembled in the same pooled
+    // slab the other socket's last message was. Nothing of one may be read as part of the next.
+    const sockets = [await pair(), await pair()];
+    const ids = ['stream-a', 'stream-b']; // same length: the frames are byte for byte the same size
+    const seen: string[][] = [[], []];
+    const foreign: ForeignFrame[] = [];
+    for (const [i, { client }] of sockets.entries()) {
+      const link = new WebSocketFrameLink(client, ids[i] as string, { onForeignFrame: (f) => foreign.push(f) });
+      link.start({
+        onFrame: (frame) => {
+          if (frame.kind === 'data') seen[i]?.push(`${frame.streamId}:${frame.seq}:${Buffer.from(frame.payload)[0]}`);
+        },
+        onClose: () => {},
+        onDrain: () => {},
+      });
+    }
+    const rounds = 20;
+    for (let seq = 1; seq <= rounds; seq++) {
+      for (const [i, { server }] of sockets.entries()) {
+        server.send(encodeFrame(dataFrame(ids[i] as string, seq, fill(40_000, seq + i))));
+        await new Promise((resolve) => setTimeout(resolve, 1)); // let each arrive before the other's
+      }
+    }
+    await waitFor(() => seen[0]!.length + seen[1]!.length + foreign.length >= 2 * rounds);
+    expect(foreign).toEqual([]);
+    for (const [i, id] of ids.entries()) {
+      expect(seen[i]).toEqual(Array.from({ length: rounds }, (_, k) => `${id}:${k + 1}:${fill(1, k + 1 + i)[0]}`));
+    }
+  });
+
+  it('drops, counts and reports frames of another stream', async () => {
+    const { server, client } = await pair();
+    const foreign: ForeignFrame[] = [];
+    const link = new WebSocketFrameLink(client, 'mine', { onForeignFrame: (f) => foreign.push(f) });
+    const kinds: string[] = [];
+    link.start({ onFrame: (frame) => kinds.push(frame.kind), onClose: () => {}, onDrain: () => {} });
+    server.send(encodeFrame(dataFrame('theirs', 1, fill(20_000, 1))));
+    server.send(encodeFrame(resumeFrame('theirs', 0)));
+    server.send(encodeFrame(dataFrame('mine', 1, fill(20_000, 2))));
+    await waitFor(() => kinds.length >= 1);
+    expect(kinds).toEqual(['data']);
+    expect(link.foreignFrames).toBe(2);
+    expect(foreign).toEqual([
+      { streamId: 'mine', foreignStreamId: 'theirs', kind: 'data', dropped: 1 },
+      { streamId: 'mine', foreignStreamId: 'theirs', kind: 'resume', dropped: 2 },
+    ]);
+  });
+
+  it('warns once per link by default', async () => {
+    const { server, client } = await pair();
+    const warnings: Error[] = [];
+    const onWarning = (warning: Error) => {
+      if ((warning as Error & { code?: string }).code === 'TETHER_FOREIGN_FRAME') warnings.push(warning);
+    };
+    process.on('warning', onWarning);
+    cleanups.push(async () => {
+      process.off('warning', onWarning);
+    });
+    const link = new WebSocketFrameLink(client, 'mine');
+    link.start({ onFrame: () => {}, onClose: () => {}, onDrain: () => {} });
+    server.send(encodeFrame(dataFrame('theirs', 1, fill(100, 1))));
+    server.send(encodeFrame(dataFrame('theirs', 2, fill(100, 2))));
+    await waitFor(() => link.foreignFrames >= 2 && warnings.length >= 1);
+    await new Promise((resolve) => setTimeout(resolve, 20)); // warnings are emitted on a later tick
+    expect(warnings).toHaveLength(1);
+    expect(warnings[0]?.message).toContain('stream mine dropped a data frame of stream theirs');
   });
 });

@@ -1,5 +1,12 @@
 import { BufferPool, releasingCallback } from '@tether/jsonrpc';
-import { decodeFrame, encodeFrame, type Frame, FrameError, MAX_FRAME_BYTES } from '@tether/relay-frames';
+import {
+  decodeFrame,
+  encodeFrame,
+  type Frame,
+  FrameError,
+  type FrameKind,
+  MAX_FRAME_BYTES,
+} from '@tether/relay-frames';
 import { installFastMessages, joinParts } from '@tether/user-read/websocket';
 import type { WebSocket } from 'ws';
 
@@ -83,30 +90,72 @@ const LOW_WATER_MARK = 1024 * 1024;
 const BINARY = { binary: true } as const;
 const NO_COPY = { copyPayload: false } as const;
 
+/** A frame a link dropped because it names another stream. */
+export interface ForeignFrame {
+  /** The link's own stream. */
+  readonly streamId: string;
+  /** The stream the frame names. */
+  readonly foreignStreamId: string;
+  readonly kind: FrameKind;
+  /** Frames this link has dropped as foreign so far, this one included. */
+  readonly dropped: number;
+}
+
+export interface WebSocketFrameLinkOptions {
+  /**
+   * Called for every frame dropped because it names another stream. The relay routes a harness socket
+   * only its own stream's frames, so one is a fault in the relay or in this process's receive path, and
+   * the stream then usually waits forever for the frame it missed. Default: one process warning
+   * (`TETHER_FOREIGN_FRAME`) for the first such frame of the link, so that it is never silent.
+   */
+  onForeignFrame?(frame: ForeignFrame): void;
+}
+
 /**
  * A harness's relay socket carrying one stream: binary messages only, one protobuf frame each
  * (rendezvous.md §3.1). A text message or an undecodable frame is a protocol error that ends the link;
- * frames for another stream id are ignored.
+ * frames for another stream id are dropped, counted (`foreignFrames`) and reported (`onForeignFrame`).
  */
 export class WebSocketFrameLink implements FrameLink {
   private handlers: FrameLinkHandlers | null = null;
   private needsDrain = false;
   private closed = false;
+  private foreign = 0;
+  private readonly onForeignFrame: (frame: ForeignFrame) => void;
 
   constructor(
     private readonly ws: WebSocket,
     private readonly streamId: string,
-  ) {}
+    options: WebSocketFrameLinkOptions = {},
+  ) {
+    this.onForeignFrame = options.onForeignFrame ?? warnOnceOfForeignFrames();
+  }
 
   get bufferedAmount(): number {
     return this.ws.bufferedAmount;
+  }
+
+  /** Frames dropped so far because they named another stream. */
+  get foreignFrames(): number {
+    return this.foreign;
   }
 
   start(handlers: FrameLinkHandlers): void {
     this.handlers = handlers;
     receiveRelayFrames(this.ws, MAX_FRAME_BYTES, {
       onFrame: (frame) => {
-        if (!this.closed && frame.streamId === this.streamId) handlers.onFrame(frame);
+        if (this.closed) return;
+        if (frame.streamId === this.streamId) {
+          handlers.onFrame(frame);
+          return;
+        }
+        this.foreign++;
+        this.onForeignFrame({
+          streamId: this.streamId,
+          foreignStreamId: frame.streamId,
+          kind: frame.kind,
+          dropped: this.foreign,
+        });
       },
       onInvalid: (err) => {
         if (!this.closed) this.fail(`relay sent an invalid frame: ${err.message}`);
@@ -159,6 +208,20 @@ export class WebSocketFrameLink implements FrameLink {
     this.closed = true;
     this.handlers?.onClose(reason);
   }
+}
+
+/** The default report of foreign frames: a process warning for a link's first one (the SDK has no logger). */
+function warnOnceOfForeignFrames(): (frame: ForeignFrame) => void {
+  let warned = false;
+  return (frame) => {
+    if (warned) return;
+    warned = true;
+    process.emitWarning(
+      `relay stream ${frame.streamId} dropped a ${frame.kind} frame of stream ${frame.foreignStreamId}: ` +
+        'the relay sent another stream on this socket, or the receive path misread a frame (further ones are counted, not reported)',
+      { code: 'TETHER_FOREIGN_FRAME' },
+    );
+  };
 }
 
 /** Two links joined in memory (what one sends the other receives, asynchronously); for tests. */
