@@ -1,9 +1,17 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { ConnectionClosedError, type MessageTransport, WebSocketTransport } from '@tether/jsonrpc';
+import { SecureStreamError } from '@tether/secure-stream';
 import { type PeerHandle, startPeer } from '@tether/test-kit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
+import { Environment } from './environment.js';
 import { TetherError } from './errors.js';
 import { ExecServerClient } from './exec-client.js';
+
+const work = mkdtempSync(join(tmpdir(), 'tether-exec-client-'));
+afterAll(() => rmSync(work, { recursive: true, force: true }));
 
 describe('ExecServerClient: connection set-up retries', () => {
   let peer: PeerHandle;
@@ -43,6 +51,33 @@ describe('ExecServerClient: connection set-up retries', () => {
     } finally {
       client.close();
     }
+  });
+
+  it('a relay reset that says the executor is away is tried again; the executor refusing is final', async () => {
+    const reset = (reason: string) =>
+      new TetherError('handshake_failed', 'secure channel failed', {
+        cause: new SecureStreamError('reset', `the stream was reset (${reason})`, { resetReason: reason }),
+      });
+    let attempts = 0;
+    const client = await ExecServerClient.connect({
+      dial: async () => {
+        attempts++;
+        if (attempts === 1) throw reset('environment_offline');
+        return dialPeer();
+      },
+    });
+    client.close();
+    expect(attempts).toBe(2);
+
+    attempts = 0;
+    const refused = await ExecServerClient.connect({
+      dial: async () => {
+        attempts++;
+        throw reset('noise_relay_protocol_error');
+      },
+    }).catch((err: unknown) => err);
+    expect(refused).toMatchObject({ code: 'handshake_failed' });
+    expect(attempts).toBe(1);
   });
 
   it('a refusal is final at once', async () => {
@@ -86,5 +121,82 @@ describe('ExecServerClient: connection set-up retries', () => {
       }),
     ).rejects.toMatchObject({ code: 'connect_failed' });
     expect(attempts).toBe(1);
+  });
+});
+
+describe('ExecServerClient: flow control acknowledgements', () => {
+  let peer: PeerHandle;
+  beforeAll(async () => {
+    peer = await startPeer({ kind: 'tether', transport: 'ws' });
+  });
+  afterAll(async () => {
+    await peer?.close();
+  });
+
+  it('a consumer that caught up acknowledges a small output at once, so the executor keeps none of it', async () => {
+    const client = await ExecServerClient.connectWebSocket(peer.url!);
+    const env = Environment.remote(client);
+    try {
+      // 256 KiB: far below the quarter window that triggers an acknowledgement while the consumer is behind.
+      const running = await env.spawn(['/bin/sh', '-c', 'head -c 262144 /dev/zero; sleep 30']);
+      let total = 0;
+      for await (const event of running) {
+        if (event.kind === 'output') total += event.chunk.byteLength;
+        if (total === 262_144) break;
+      }
+      const retained = async () =>
+        (await client.call<{ chunks: unknown[] }>('process/read', { processId: running.processId, afterSeq: 0 })).chunks
+          .length;
+      // Still running: nothing it printed is held for a client that has consumed it.
+      for (let i = 0; i < 100 && (await retained()) > 0; i++) await new Promise((r) => setTimeout(r, 10));
+      expect(await retained()).toBe(0);
+      await running.terminate();
+    } finally {
+      await env.close();
+    }
+  });
+});
+
+describe('ExecServerClient: a start cut by a dropped connection', () => {
+  let peer: PeerHandle;
+  beforeAll(async () => {
+    peer = await startPeer({ kind: 'tether', transport: 'ws' });
+  });
+  afterAll(async () => {
+    await peer?.close();
+  });
+
+  it('is sent again on the resumed session and runs exactly once', async () => {
+    let cut = false;
+    const client = await ExecServerClient.connect({
+      dial: async () => {
+        const ws = new WebSocket(peer.url!, { perMessageDeflate: false });
+        await new Promise<void>((resolve, reject) => {
+          ws.once('open', resolve);
+          ws.once('error', reject);
+        });
+        const transport = new WebSocketTransport(ws, { peer: peer.url! });
+        const send = transport.send.bind(transport);
+        transport.send = (message, release) => {
+          const sent = send(message, release);
+          // The first process/start goes out, and the connection drops before its answer can come back.
+          if (!cut && String(message).includes('"process/start"')) {
+            cut = true;
+            ws.terminate();
+          }
+          return sent;
+        };
+        return transport;
+      },
+    });
+    const env = Environment.remote(client);
+    try {
+      const result = await env.exec(['/bin/sh', '-c', 'echo once >> marker; cat marker'], { cwd: work });
+      expect(cut).toBe(true);
+      expect(result.exitCode).toBe(0);
+      expect(result.stdout.toString()).toBe('once\n');
+    } finally {
+      await env.close();
+    }
   });
 });

@@ -1,6 +1,6 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { DEFAULT_FLOW_WINDOW_BYTES, ErrorCode, Notification, RpcError } from '@tether/exec-protocol';
+import { clampFlowWindow, DEFAULT_FLOW_WINDOW_BYTES, ErrorCode, Notification, RpcError } from '@tether/exec-protocol';
 import {
   attachmentOf,
   type CallOptions,
@@ -286,7 +286,7 @@ export class ExecServerClient implements ProcessBackend {
 
   async start(options: StartOptions): Promise<StartedProcess> {
     const window = options.flowWindowBytes ?? null;
-    const answer = await this.call<{ flowControl?: { windowBytes?: unknown } }>('process/start', {
+    const params = {
       processId: options.processId,
       argv: options.argv,
       cwd: pathToUri(options.cwd),
@@ -304,7 +304,28 @@ export class ExecServerClient implements ProcessBackend {
       ...(window === null ? {} : { flowControl: { windowBytes: window } }),
       // Output as raw bytes (an attachment) instead of base64 in JSON, where the executor offers it.
       ...(this.capability('binaryOutput') ? { binaryOutput: true } : {}),
-    });
+    };
+    type StartAnswer = { flowControl?: { windowBytes?: unknown } };
+    let answer: StartAnswer;
+    try {
+      answer = await this.call<StartAnswer>('process/start', params);
+    } catch (err) {
+      // The connection dropped with the start in flight, so whether it landed is unknown. The session is
+      // being resumed (the same process table): sending it again starts it, or finds it started.
+      const cut = err instanceof TetherError && err.code === 'closed' && err.cause instanceof ConnectionClosedError;
+      if (!cut || this.closed || !this.reconnecting) throw err;
+      try {
+        answer = await this.call<StartAnswer>('process/start', params);
+      } catch (again) {
+        const landed =
+          again instanceof TetherError &&
+          again.rpcCode === ErrorCode.invalidRequest &&
+          /already exists/.test(again.message);
+        if (!landed) throw again;
+        // Started by the first request, with the window it asked for (the executor grants any in range).
+        return { flowWindowBytes: window === null ? null : clampFlowWindow(window) };
+      }
+    }
     // The executor is untrusted input: a grant is used only if it is a sane window no larger than asked.
     const granted = answer?.flowControl?.windowBytes;
     if (window === null || granted === undefined) return { flowWindowBytes: null };
@@ -498,6 +519,36 @@ export class ExecServerClient implements ProcessBackend {
   }
 }
 
+/** The executor's one reset reason for a refused handshake (opaque by design: Codex's text). */
+const EXECUTOR_REFUSAL = 'noise_relay_protocol_error';
+/**
+ * Resets during set-up that a new attempt may get past: the relay's word that the executor is not (or no
+ * longer, or not yet) there or is busy, and the executor's own stream limit. A refusal, a relay protocol
+ * error or a handshake-frame limit is final.
+ */
+const PASSING_RESETS: ReadonlySet<string> = new Set([
+  'environment_offline',
+  'environment_closed',
+  'environment_replaced',
+  'registration_mismatch',
+  'relay_shutdown',
+  'relay_backpressure',
+  'stream_limit',
+  'duplicate_stream',
+  'idle_timeout',
+  'executor_stream_limit',
+  'executor_backpressure',
+]);
+
+/** What a Reset during the handshake means, for a message (the reason is the relay's: shown only if tame). */
+function resetExplanation(reason: string | undefined): string {
+  if (reason === EXECUTOR_REFUSAL) return 'the executor refused the harness (authorization not accepted)';
+  const shown = reason !== undefined && /^[a-z0-9_]{1,64}$/.test(reason) ? reason : 'no usable reason';
+  return reason !== undefined && PASSING_RESETS.has(reason)
+    ? `the relay reset the stream (${shown}): the executor is not reachable there right now`
+    : `the stream was reset (${shown})`;
+}
+
 /** A set-up failure that trying again may get past (the transport, not the peer, said no). */
 function mayPass(err: unknown): boolean {
   if (err instanceof ConnectionClosedError || err instanceof RpcTimeoutError) return true;
@@ -508,7 +559,9 @@ function mayPass(err: unknown): boolean {
   }
   if (err.code === 'handshake_failed') {
     const cause = err.cause;
-    return cause instanceof SecureStreamError && (cause.code === 'closed' || cause.code === 'timeout');
+    if (!(cause instanceof SecureStreamError)) return false;
+    if (cause.code === 'reset') return cause.resetReason !== undefined && PASSING_RESETS.has(cause.resetReason);
+    return cause.code === 'closed' || cause.code === 'timeout';
   }
   // The connection closed during initialize (the caller checks that the client itself was not closed).
   return err.code === 'closed';
@@ -597,7 +650,7 @@ async function dialRendezvous(
   } catch (err) {
     ws.terminate();
     if (err instanceof SecureStreamError) {
-      const why = err.code === 'reset' ? 'the executor refused the harness (authorization not accepted)' : err.message;
+      const why = err.code === 'reset' ? resetExplanation(err.resetReason) : err.message;
       throw new TetherError('handshake_failed', `secure channel to ${environmentId} failed: ${why}`, { cause: err });
     }
     throw err;

@@ -80,6 +80,8 @@ export class ProcessHandle implements AsyncIterable<ProcessEvent> {
   private credit: ReceiveCredit | null;
   /** Highest seq the consumer has taken (what an acknowledgement names). */
   private consumedSeq = 0;
+  /** An acknowledgement of what a consumer that caught up has taken, due at the next turn. */
+  private idleAck: NodeJS.Immediate | null = null;
 
   constructor(
     readonly processId: string,
@@ -191,6 +193,8 @@ export class ProcessHandle implements AsyncIterable<ProcessEvent> {
   /** Stops following the process (its events are dropped; completion rejects if still pending). */
   dispose(): void {
     for (const off of this.unsubscribe.splice(0)) off();
+    if (this.idleAck !== null) clearImmediate(this.idleAck);
+    this.idleAck = null;
     if (!this.settled) this.fail(new TetherError('closed', `stopped following process ${this.processId}`));
   }
 
@@ -201,7 +205,7 @@ export class ProcessHandle implements AsyncIterable<ProcessEvent> {
     else if (granted !== this.credit?.windowBytes) {
       const pending = this.credit?.pending ?? 0;
       this.credit = new ReceiveCredit(granted);
-      if (pending > 0) this.tookBytes(pending);
+      if (pending > 0 && this.credit.consumed(pending)) this.sendAck();
     }
   }
 
@@ -407,12 +411,27 @@ export class ProcessHandle implements AsyncIterable<ProcessEvent> {
   /** The consumer took `event` (or it was discarded for a consumer that gave up): credit it back. */
   private took(event: ProcessEvent): void {
     this.consumedSeq = Math.max(this.consumedSeq, event.seq);
-    if (event.kind === 'output') this.tookBytes(event.chunk.byteLength);
+    const credit = this.credit;
+    if (credit === null) return;
+    const due = credit.consumed(event.kind === 'output' ? event.chunk.byteLength : 0);
+    // A quarter window consumed; or the close, after which the executor needs to keep nothing.
+    if (due || (event.kind === 'closed' && credit.pending > 0)) this.sendAck();
+    // The consumer has caught up: say so soon (once per turn of the event loop), so that the executor
+    // frees a small output now instead of keeping it until the process is evicted.
+    else if (this.queue.length === 0 && credit.pending > 0 && this.idleAck === null) {
+      this.idleAck = setImmediate(() => {
+        this.idleAck = null;
+        if ((this.credit?.pending ?? 0) > 0) this.sendAck();
+      });
+    }
   }
 
-  private tookBytes(bytes: number): void {
-    if (this.credit === null || this.ended || !this.credit.consumed(bytes)) return;
-    this.credit.ackSent();
+  private sendAck(): void {
+    if (this.idleAck !== null) {
+      clearImmediate(this.idleAck);
+      this.idleAck = null;
+    }
+    this.credit?.ackSent();
     this.backend.ack(this.processId, this.consumedSeq);
   }
 

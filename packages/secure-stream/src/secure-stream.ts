@@ -58,12 +58,15 @@ export const DEFAULT_HANDSHAKE_TIMEOUT_MS = 10_000;
 export class SecureStreamError extends Error {
   static readonly NAME = 'SecureStreamError';
   override readonly name = SecureStreamError.NAME;
+  /** With code `reset`: the reason the Reset frame carried (the relay's, or the peer's opaque one). */
+  readonly resetReason: string | undefined;
   constructor(
     readonly code: 'reset' | 'handshake_failed' | 'unauthorized' | 'timeout' | 'protocol' | 'closed',
     message: string,
-    options?: { cause?: unknown },
+    options?: { cause?: unknown; resetReason?: string },
   ) {
     super(message, options);
+    this.resetReason = options?.resetReason;
   }
 }
 
@@ -303,7 +306,9 @@ export class SecureStream implements MessageTransport {
       case 'heartbeat':
         return; // accepted and ignored by both endpoints (§3.3)
       case 'reset':
-        this.failHandshake?.(new SecureStreamError('reset', 'the peer reset the stream'));
+        this.failHandshake?.(
+          new SecureStreamError('reset', `the stream was reset (${frame.reason})`, { resetReason: frame.reason }),
+        );
         // The link goes too (no Reset back): the executor's stream slot is freed, the harness's socket closed.
         this.finish('the peer reset the stream', true);
         return;
