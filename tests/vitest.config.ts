@@ -8,7 +8,8 @@ export default mergeConfig(
     environments: { __vitest__: { resolve: { conditions: ['tether-source'] } } },
     test: {
       include: ['**/*.test.ts'],
-      exclude: ['node_modules/**'],
+      // reliability/ has its own config and script (`test:reliability`), so it is not run twice.
+      exclude: ['node_modules/**', 'reliability/**'],
       // Black-box tests start real executors (ours and codex); run files one at a time on 2 cores.
       fileParallelism: false,
       testTimeout: 30_000,

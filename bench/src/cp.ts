@@ -10,99 +10,17 @@
  *
  * Needs `sshd` (Debian: openssh-server); without it the scp column is reported as unavailable.
  */
-import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { performance } from 'node:perf_hooks';
-import { freePort, repoRoot, startStack } from '@tether/test-kit';
+import { startStack } from '@tether/test-kit';
+import { harnessEnv, harnessMain, median, timed, writeResults } from './commands.js';
+import { type Sshd, startSshd } from './sshd.js';
 
 const SIZE_MIB = Number(process.env.BENCH_CP_MIB ?? 256);
 const REPEATS = Number(process.env.BENCH_CP_REPEATS ?? 3);
 const ENVIRONMENT = 'bench-cp';
-const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] as number;
-
-/** Runs a command to completion; returns its wall time in seconds (throws on failure). */
-function timed(command: string, args: string[], env: NodeJS.ProcessEnv = process.env): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const started = performance.now();
-    const child = spawn(command, args, { env, stdio: ['ignore', 'ignore', 'pipe'] });
-    let stderr = '';
-    child.stderr.on('data', (d: Buffer) => {
-      stderr += d;
-    });
-    child.once('error', reject);
-    child.once('exit', (code) => {
-      if (code === 0) resolve((performance.now() - started) / 1000);
-      else reject(new Error(`${command} ${args.join(' ')} exited ${code}: ${stderr}`));
-    });
-  });
-}
-
-interface Sshd {
-  scpArgs: string[];
-  close(): Promise<void>;
-}
-
-/** A throwaway sshd on loopback with its own host key and one authorized client key. */
-async function startSshd(dir: string): Promise<Sshd | null> {
-  const sshd = ['/usr/sbin/sshd', '/usr/bin/sshd'].find((path) => existsSync(path));
-  if (!sshd) return null;
-  const hostKey = join(dir, 'host_ed25519');
-  const clientKey = join(dir, 'client_ed25519');
-  for (const key of [hostKey, clientKey]) {
-    spawnSync('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-f', key], { stdio: 'ignore' });
-  }
-  writeFileSync(join(dir, 'authorized_keys'), spawnSync('cat', [`${clientKey}.pub`], { encoding: 'utf8' }).stdout, {
-    mode: 0o600,
-  });
-  mkdirSync('/run/sshd', { recursive: true, mode: 0o755 });
-  const port = await freePort();
-  const config = join(dir, 'sshd_config');
-  writeFileSync(
-    config,
-    [
-      `Port ${port}`,
-      'ListenAddress 127.0.0.1',
-      `HostKey ${hostKey}`,
-      `AuthorizedKeysFile ${join(dir, 'authorized_keys')}`,
-      `PidFile ${join(dir, 'sshd.pid')}`,
-      'PasswordAuthentication no',
-      'KbdInteractiveAuthentication no',
-      'UsePAM no',
-      'StrictModes no',
-      'PermitRootLogin yes',
-      'Subsystem sftp internal-sftp',
-    ].join('\n'),
-  );
-  const child = spawn(sshd, ['-D', '-e', '-f', config], { stdio: ['ignore', 'ignore', 'pipe'] });
-  // Ready when a connection succeeds.
-  const user = process.env.USER ?? 'root';
-  const sshArgs = [
-    '-i',
-    clientKey,
-    '-o',
-    'StrictHostKeyChecking=no',
-    '-o',
-    'UserKnownHostsFile=/dev/null',
-    '-o',
-    'LogLevel=ERROR',
-    '-o',
-    'BatchMode=yes',
-  ];
-  for (let attempt = 0; attempt < 50; attempt++) {
-    const probe = spawnSync('ssh', [...sshArgs, '-p', String(port), `${user}@127.0.0.1`, 'true'], { stdio: 'ignore' });
-    if (probe.status === 0) break;
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-  return {
-    scpArgs: [...sshArgs, '-P', String(port)],
-    close: async () => {
-      child.kill('SIGTERM');
-      await new Promise((resolve) => child.once('exit', resolve));
-    },
-  };
-}
 
 const dir = mkdtempSync(join(tmpdir(), 'tether-bench-cp-'));
 const stack = await startStack();
@@ -112,8 +30,8 @@ try {
   const source = join(dir, 'source.bin');
   spawnSync('/bin/sh', ['-c', `head -c ${SIZE_MIB * 1024 * 1024} /dev/urandom > '${source}'`]);
   const bytes = statSync(source).size;
-  const harness = join(repoRoot(), 'apps', 'harness', 'dist', 'main.js');
-  const env = { ...process.env, TETHER_REGISTRY_URL: stack.registryUrl, TETHER_API_KEY: stack.keys.harness };
+  const harness = harnessMain();
+  const env = harnessEnv(stack);
   const user = process.env.USER ?? 'root';
   // Each direction twice: onto the previous round's copy (both tools then write in place) and onto a new
   // file (the destination removed first, for both), where the kernel must find fresh pages for every byte.
@@ -174,12 +92,7 @@ try {
       `| ${row.direction} | ${row.scp?.toFixed(0) ?? 'n/a (no sshd)'} | ${row.tether.toFixed(0)} | ${row.ratio ? `${row.ratio.toFixed(2)}×` : 'n/a'} | ≥ 1.0× | ${row.ratio === null ? 'n/a' : row.ratio >= 1 ? 'yes' : 'no'} |\n`,
     );
   }
-  const out = join(repoRoot(), 'bench', 'results');
-  mkdirSync(out, { recursive: true });
-  writeFileSync(
-    join(out, 'cp-latest.json'),
-    `${JSON.stringify({ sizeMiB: SIZE_MIB, repeats: REPEATS, results, rows }, null, 2)}\n`,
-  );
+  writeResults('cp-latest.json', { sizeMiB: SIZE_MIB, repeats: REPEATS, results, rows });
 } finally {
   await sshd?.close();
   await stack.close();

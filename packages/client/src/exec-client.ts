@@ -313,7 +313,10 @@ export class ExecServerClient implements ProcessBackend {
       // The connection dropped with the start in flight, so whether it landed is unknown. The session is
       // being resumed (the same process table): sending it again starts it, or finds it started.
       const cut = err instanceof TetherError && err.code === 'closed' && err.cause instanceof ConnectionClosedError;
-      if (!cut || this.closed || !this.reconnecting) throw err;
+      if (!cut || this.closed) throw err;
+      // Let the transport's close reach this client first: the call then waits for the resumed session
+      // (or fails, closed, when there is none).
+      await new Promise((resolve) => setImmediate(resolve));
       try {
         answer = await this.call<StartAnswer>('process/start', params);
       } catch (again) {

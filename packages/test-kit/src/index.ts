@@ -1,4 +1,19 @@
 export {
+  CHAOS_SEED_ENV,
+  type ChaosLegStats,
+  type ChaosPolicy,
+  type ChaosProxy,
+  type ChaosProxyOptions,
+  type ChaosStats,
+  type ConnectionPlan,
+  chaosSeed,
+  deriveSeed,
+  type FaultPlan,
+  mulberry32,
+  planConnection,
+  startChaosProxy,
+} from './chaos-proxy.js';
+export {
   type ConnectRemoteOptions,
   type ConnectWsOptions,
   connect,
@@ -49,6 +64,17 @@ export {
   startOtlpCollector,
 } from './otlp.js';
 export {
+  PATTERN_RECORD_BYTES,
+  type PatternCheck,
+  type PatternOptions,
+  PatternVerifier,
+  patternBytes,
+  patternCommand,
+  patternDivergence,
+  patternRecord,
+  patternSha256,
+} from './pattern.js';
+export {
   activePeers,
   codexBinaryPath,
   makePeerHome,
@@ -70,6 +96,16 @@ export {
   type Transport,
   tetherMainPath,
 } from './peer.js';
+export {
+  cpuSeconds,
+  descendantPids,
+  fdCounts,
+  openFds,
+  peakRssMib,
+  rssMib,
+  type SocketPeer,
+  socketPeers,
+} from './proc-stats.js';
 export { type FindProcessesOptions, findProcesses, isAlive, type ProcessInfo } from './processes.js';
 export {
   type Bundle,
@@ -78,4 +114,12 @@ export {
   startTestRendezvous,
   type TestRendezvous,
 } from './rendezvous.js';
+export {
+  type Service,
+  type ServiceName,
+  type ServiceStack,
+  type ServiceStackOptions,
+  type StartExecutorOptions,
+  startServiceStack,
+} from './service-stack.js';
 export { type Stack, startStack } from './stack.js';

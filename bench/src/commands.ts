@@ -1,0 +1,121 @@
+/**
+ * What the whole-command benchmarks (cp.ts, path.ts) share besides sshd: the harness CLI as a user runs it
+ * against a product stack, timing of whole commands, medians, and the results file.
+ */
+import { spawn } from 'node:child_process';
+import { mkdirSync, symlinkSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { repoRoot, type Stack } from '@tether/test-kit';
+
+export const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] as number;
+
+/** The harness CLI's built entry point (the bundle). */
+export function harnessMain(): string {
+  return join(repoRoot(), 'apps', 'harness', 'dist', 'main.js');
+}
+
+/** What a harness user has in their environment to reach `environmentId` of `stack`. */
+export function harnessEnv(stack: Stack, environmentId?: string): NodeJS.ProcessEnv {
+  return {
+    ...process.env,
+    TETHER_REGISTRY_URL: stack.registryUrl,
+    TETHER_API_KEY: stack.keys.harness,
+    ...(environmentId ? { TETHER_ENVIRONMENT_ID: environmentId } : {}),
+  };
+}
+
+/**
+ * A directory holding `harness` (a link to apps/harness/bin/harness.js, as a global install of the package
+ * puts it), for the front of PATH, so commands read as a user types them.
+ */
+export function harnessBinDir(dir: string): string {
+  const bin = join(dir, 'bin');
+  mkdirSync(bin, { recursive: true });
+  symlinkSync(join(repoRoot(), 'apps', 'harness', 'bin', 'harness.js'), join(bin, 'harness'));
+  return bin;
+}
+
+/** Runs a command to completion; returns its wall time in seconds (throws on failure). */
+export function timed(command: string, args: string[], env: NodeJS.ProcessEnv = process.env): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const started = performance.now();
+    const child = spawn(command, args, { env, stdio: ['ignore', 'ignore', 'pipe'] });
+    let stderr = '';
+    child.stderr.on('data', (d: Buffer) => {
+      stderr += d;
+    });
+    child.once('error', reject);
+    child.once('exit', (code) => {
+      if (code === 0) resolve((performance.now() - started) / 1000);
+      else reject(new Error(`${command} ${args.join(' ')} exited ${code}: ${stderr}`));
+    });
+  });
+}
+
+export interface ShellRun {
+  seconds: number;
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: string;
+  stderr: string;
+  pid: number;
+  /** Killed (with its whole process group) after `timeoutMs`. */
+  timedOut: boolean;
+}
+
+export interface ShellOptions {
+  /** Gets the shell's pid once spawned (e.g. to sample its process tree). */
+  onSpawn?: (pid: number) => void;
+  /** Default 10 minutes. */
+  timeoutMs?: number;
+}
+
+/**
+ * Runs `command` with `sh -c` (stdin from /dev/null unless the command redirects it) and times it from spawn
+ * to exit. stdout and stderr are collected (keep them small: redirect bulk output in the command). The shell
+ * leads a process group of its own, which is killed whole if the command outlives `timeoutMs`.
+ */
+export function shell(command: string, env: NodeJS.ProcessEnv, options: ShellOptions = {}): Promise<ShellRun> {
+  return new Promise((resolve, reject) => {
+    const started = performance.now();
+    const child = spawn('/bin/sh', ['-c', command], { env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => {
+      if (stdout.length < 64 * 1024) stdout += d;
+    });
+    child.stderr.on('data', (d: Buffer) => {
+      if (stderr.length < 64 * 1024) stderr += d;
+    });
+    child.once('error', reject);
+    if (child.pid) options.onSpawn?.(child.pid);
+    let timedOut = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      try {
+        process.kill(-(child.pid as number), 'SIGKILL');
+      } catch {
+        // already gone
+      }
+    }, options.timeoutMs ?? 600_000);
+    // Timed to the shell's exit; its output is complete once the pipes close.
+    let seconds = Number.NaN;
+    child.once('exit', () => {
+      seconds = (performance.now() - started) / 1000;
+      clearTimeout(timer);
+    });
+    child.once('close', (code, signal) =>
+      resolve({ seconds, code, signal, stdout, stderr, pid: child.pid ?? -1, timedOut }),
+    );
+  });
+}
+
+/** Writes `bench/results/<name>` (JSON), where every bench section leaves its figures. */
+export function writeResults(name: string, data: unknown): string {
+  const out = join(repoRoot(), 'bench', 'results');
+  mkdirSync(out, { recursive: true });
+  const file = join(out, name);
+  writeFileSync(file, `${JSON.stringify(data, null, 2)}\n`);
+  return file;
+}

@@ -1,0 +1,253 @@
+/**
+ * SIGKILL of each service in turn, mid-stream, each case on a fresh stack, with the promise after the kill
+ * in the test's name. The streams: a paced producer (slower than the network, so it is still running when
+ * the kill comes), a fast 16 MiB one (which outruns any retention budget while the link is down) and, where
+ * the session should survive, 8 MiB of stdin into sha256sum.
+ */
+import type { Environment } from '@tether/client';
+import { TetherError } from '@tether/client';
+import {
+  descendantPids,
+  isAlive,
+  type PeerHandle,
+  type ServiceStack,
+  startServiceStack,
+  waitUntil,
+} from '@tether/test-kit';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import {
+  type Check,
+  connect,
+  describeError,
+  expectLocalResourcesBack,
+  KIB,
+  LinkLog,
+  type LocalResources,
+  localResources,
+  MIB,
+  type Outcome,
+  SCALE,
+  scaledBytes,
+  settleChecks,
+  startOutputCheck,
+  startStdinCheck,
+  withDeadline,
+} from './support.ts';
+
+const FAST_BYTES = scaledBytes(16 * MIB);
+const STDIN_BYTES = scaledBytes(8 * MIB);
+/** ~320 KiB/s: 2 MiB take about 6 s, so a kill 1 s in lands mid-stream. */
+const SLOW_BYTES = scaledBytes(2 * MIB);
+const SLOW_PACE = { everyBytes: 32 * KIB, sleepSeconds: 0.1 };
+/** How long the killed relay stays down before it is restarted. */
+const RELAY_DOWN_MS = 1_500;
+const SETTLE_MS = 90_000 * SCALE;
+/** The SDK's default resume budget (25 s) plus its last backoff and slack: an error must come before this. */
+const EXECUTOR_GONE_BOUND_MS = 40_000;
+const SHORT_TTL_SECONDS = 3;
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+describe('kills: SIGKILL of relay, registry and executor mid-stream', () => {
+  let beforeAllResources: LocalResources;
+  let stack: ServiceStack | undefined;
+  const envs: Environment[] = [];
+
+  beforeAll(() => {
+    beforeAllResources = localResources();
+  });
+
+  afterEach(async () => {
+    for (const env of envs.splice(0)) await env.close();
+    await stack?.close();
+    stack = undefined;
+  });
+
+  afterAll(async () => {
+    await expectLocalResourcesBack(beforeAllResources);
+  });
+
+  async function setUp(
+    environmentId: string,
+    homeFiles?: Record<string, string>,
+  ): Promise<{ stack: ServiceStack; executor: PeerHandle; env: Environment; log: LinkLog }> {
+    stack = await startServiceStack();
+    const executor = await stack.startExecutor('tether', environmentId, homeFiles ? { homeFiles } : {});
+    const log = new LinkLog();
+    const env = await connect({ stack, environmentId, log });
+    envs.push(env);
+    return { stack, executor, env, log };
+  }
+
+  /** Waits until every check has made some progress and the fast one at least 1 MiB: "mid-stream". */
+  async function midStream(checks: Check[]): Promise<string> {
+    await waitUntil(
+      () => checks.every((c) => c.bytes() > 0) && (checks.find((c) => c.name === 'FAST')?.bytes() ?? MIB) >= MIB,
+      'every stream to be under way',
+      30_000,
+      20,
+    );
+    return checks.map((c) => `${c.name} at ${(c.bytes() / MIB).toFixed(2)} MiB`).join(', ');
+  }
+
+  const allOk = (outcomes: Outcome[]) => outcomes.map((o) => ({ name: o.name, result: 'ok' }));
+
+  it('relay SIGKILLed mid-stream and restarted on its port → the harness resumes the same session; every output and the stdin arrive complete and exactly once, exit 0', {
+    timeout: SETTLE_MS + 90_000,
+  }, async () => {
+    const { stack, env, log } = await setUp('env-kill-relay');
+    const sessionBefore = env.client?.sessionId;
+    const checks = [
+      await startOutputCheck(env, 'SLOW', SLOW_BYTES, { pace: SLOW_PACE }),
+      await startOutputCheck(env, 'FAST', FAST_BYTES),
+      await startStdinCheck(env, 'STDI', STDIN_BYTES),
+    ];
+    const at = await midStream(checks);
+    await stack.relay.kill('SIGKILL');
+    console.log(`kill relay: SIGKILL with ${at}; down for ${RELAY_DOWN_MS} ms`);
+    await sleep(RELAY_DOWN_MS);
+    await stack.relay.restart();
+    const outcomes = await settleChecks(checks, SETTLE_MS);
+    console.log(
+      `kill relay: ${log.disconnects} disconnects, longest outage ${log.longestOutageMs()} ms; ${log.events.join(' | ')}`,
+    );
+    expect(log.disconnects, 'the harness noticed the relay going').toBeGreaterThan(0);
+    expect(outcomes, log.events.join(' | ')).toEqual(allOk(outcomes));
+    expect(env.client?.sessionId, 'the session resumed is the one started').toBe(sessionBefore);
+  });
+
+  it('registry SIGKILLed mid-stream → running sessions keep streaming to the end without a reconnect; a new connect fails with a clear registry error within 20 s, and succeeds once the registry is back on its port', {
+    timeout: SETTLE_MS + 90_000,
+  }, async () => {
+    const { stack, env, log } = await setUp('env-kill-registry');
+    const checks = [
+      await startOutputCheck(env, 'SLOW', SLOW_BYTES, { pace: SLOW_PACE }),
+      await startOutputCheck(env, 'FAST', FAST_BYTES),
+      await startStdinCheck(env, 'STDI', STDIN_BYTES),
+    ];
+    const at = await midStream(checks);
+    await stack.registry.kill('SIGKILL');
+    console.log(`kill registry: SIGKILL with ${at}`);
+
+    const started = Date.now();
+    let refusal: unknown = null;
+    try {
+      envs.push(
+        await withDeadline(
+          connect({ stack, environmentId: 'env-kill-registry' }),
+          30_000,
+          () => 'a connect while the registry is down',
+        ),
+      );
+    } catch (err) {
+      refusal = err;
+    }
+    const refusedAfterMs = Date.now() - started;
+    console.log(`kill registry: new connect refused after ${refusedAfterMs} ms: ${describeError(refusal)}`);
+
+    const outcomes = await settleChecks(checks, SETTLE_MS);
+    expect(outcomes, log.events.join(' | ')).toEqual(allOk(outcomes));
+    expect(log.events, 'the running session did not even reconnect').toEqual([]);
+
+    expect(refusal, 'a connect while the registry is down fails').toBeInstanceOf(TetherError);
+    expect({ code: (refusal as TetherError).code, message: (refusal as TetherError).message }).toMatchObject({
+      code: 'registry',
+      message: expect.stringMatching(/cannot reach the registry/),
+    });
+    expect(refusedAfterMs, 'and says so within 20 s').toBeLessThan(20_000);
+
+    await stack.registry.restart();
+    const after = await withDeadline(
+      connect({ stack, environmentId: 'env-kill-registry' }),
+      30_000,
+      () => 'a connect after the registry came back',
+    );
+    envs.push(after);
+    const echo = await withDeadline(after.exec(['echo', 'registry back']), 15_000, () => 'echo after the restart');
+    expect(echo.stdout.toString()).toBe('registry back\n');
+  });
+
+  it(`executor SIGKILLed mid-stream → every pending process and the Environment end with an explicit TetherError within ${EXECUTOR_GONE_BOUND_MS / 1000} s (no hang), its processes die with it, and a new connect fails with a clear error`, {
+    timeout: EXECUTOR_GONE_BOUND_MS + 120_000,
+  }, async () => {
+    const { stack, executor, env, log } = await setUp('env-kill-executor');
+    const checks = [
+      await startOutputCheck(env, 'SLOW', SLOW_BYTES, { pace: SLOW_PACE }),
+      await startOutputCheck(env, 'FAST', FAST_BYTES),
+    ];
+    const at = await midStream(checks);
+    const children = descendantPids(executor.pid);
+    executor.kill('SIGKILL');
+    const killedAt = Date.now();
+    console.log(`kill executor: SIGKILL with ${at} (${children.length} processes under it)`);
+
+    const outcomes = await settleChecks(checks, EXECUTOR_GONE_BOUND_MS);
+    const endedAfterMs = Date.now() - killedAt;
+    console.log(`kill executor: handles ended after ${endedAfterMs} ms: ${JSON.stringify(outcomes)}`);
+    // A FAST that had already finished before the kill may be 'ok'; anything else must be the explicit error.
+    const rows = outcomes.map((o) => ({
+      name: o.name,
+      explicit: o.result === 'ok' || /TetherError\((closed|output_lost)\)/.test(o.result),
+    }));
+    expect(rows, JSON.stringify(outcomes)).toEqual(outcomes.map((o) => ({ name: o.name, explicit: true })));
+    expect(outcomes.find((o) => o.name === 'SLOW')?.result, 'the paced stream cannot have completed').not.toBe('ok');
+    expect(endedAfterMs).toBeLessThan(EXECUTOR_GONE_BOUND_MS);
+    await expect(env.exec(['true']), 'the Environment itself reports the loss').rejects.toBeInstanceOf(TetherError);
+    expect(log.lost, 'the SDK said the session is lost').not.toBeNull();
+    // Clear: the harness is told its executor is gone, not that it was refused (nobody checked its key).
+    for (const o of outcomes.filter((x) => x.result !== 'ok')) expect(o.result).not.toMatch(/authori[sz]ation/i);
+
+    // The executor's process-group reaper ends its processes when it dies.
+    await waitUntil(
+      () => children.every((pid) => !isAlive(pid)),
+      'the killed executor’s processes to end',
+      10_000,
+      100,
+    );
+
+    const started = Date.now();
+    let refusal: unknown = null;
+    try {
+      envs.push(
+        await withDeadline(
+          connect({ stack, environmentId: 'env-kill-executor' }),
+          40_000,
+          () => 'a connect with no executor',
+        ),
+      );
+    } catch (err) {
+      refusal = err;
+    }
+    console.log(`kill executor: new connect refused after ${Date.now() - started} ms: ${describeError(refusal)}`);
+    expect(refusal).toBeInstanceOf(TetherError);
+    // Clear: it says the environment is not there, not that the harness was refused or the relay broke.
+    expect((refusal as TetherError).message).toMatch(/offline|not connected|no executor|could not connect/i);
+    expect((refusal as TetherError).message).not.toMatch(/authori[sz]ation/i);
+  });
+
+  it(`relay down longer than the executor's detach TTL (${SHORT_TTL_SECONDS} s here) → the harness gets an explicit TetherError, never a hang or silently short output`, {
+    timeout: 120_000,
+  }, async () => {
+    const { stack, env, log } = await setUp('env-kill-relay-ttl', {
+      'config.toml': `[sessions]\ndetached_ttl_sec = ${SHORT_TTL_SECONDS}\n`,
+    });
+    const checks = [
+      await startOutputCheck(env, 'SLOW', SLOW_BYTES, { pace: SLOW_PACE }),
+      await startOutputCheck(env, 'FAST', FAST_BYTES),
+    ];
+    const at = await midStream(checks);
+    await stack.relay.kill('SIGKILL');
+    const downMs = SHORT_TTL_SECONDS * 1000 + 3_000;
+    console.log(`kill relay past the TTL: SIGKILL with ${at}; down for ${downMs} ms`);
+    await sleep(downMs);
+    await stack.relay.restart();
+    const outcomes = await settleChecks(checks, 60_000);
+    console.log(`kill relay past the TTL: ${JSON.stringify(outcomes)}; link: ${log.events.join(' | ')}`);
+    const rows = outcomes.map((o) => ({
+      name: o.name,
+      explicit: o.result === 'ok' || /TetherError\((closed|output_lost)\)/.test(o.result),
+    }));
+    expect(rows, JSON.stringify(outcomes)).toEqual(outcomes.map((o) => ({ name: o.name, explicit: true })));
+    expect(outcomes.find((o) => o.name === 'SLOW')?.result, 'the paced stream cannot have completed').not.toBe('ok');
+  });
+});
