@@ -37,8 +37,25 @@ import type { Session, SessionAttachment, SessionRegistry } from './session-regi
 
 export const SESSION_TAKEN_OVER = 'session has been resumed by another connection';
 
-/** Buffers of `process/output` notifications and of large base64 responses, shared by every connection (8 MiB of free slabs at most). */
-const OUTPUT_BUFFERS = new BufferPool();
+/**
+ * The buffer pools of one connection (ARCHITECTURE.md, "One owner per buffer"): `output` for
+ * `process/output` notifications and large base64 responses, each handed back by the transport once
+ * written; `blocks` for `fs/readBlock` reads and decoded `fs/writeBlock` chunks (≤ 1 MiB each). Reused
+ * because a fresh megabyte per message is external memory that brings V8's full collections every few
+ * dozen; per connection so that no two connections share a free slab.
+ */
+export interface ConnectionBuffers {
+  readonly output: BufferPool;
+  readonly blocks: BufferPool;
+}
+
+/** A connection's own pools: what one connection keeps in flight (its transport's 4 MiB high-water mark, a few blocks). */
+export function connectionBuffers(): ConnectionBuffers {
+  return {
+    output: new BufferPool({ maxPooledBytes: 8 * 1024 * 1024 }),
+    blocks: new BufferPool({ step: 64 * 1024, maxPooledBytes: 8 * 1024 * 1024 }),
+  };
+}
 
 /**
  * Handshake state of one connection (spec §2): `new` → (initialize in flight) `initializing` →
@@ -59,6 +76,8 @@ export interface ConnectionProcessorOptions {
   maxFileHandles?: number;
   /** Connection and request metrics (default: recorded nowhere). */
   metrics?: ExecutorMetrics;
+  /** The connection's pools, from its creator, which closes them. Default: its own, closed with it. */
+  buffers?: ConnectionBuffers;
 }
 
 /**
@@ -81,6 +100,8 @@ export class ConnectionProcessor implements SessionAttachment {
   private readonly files: FileHandleTable;
   private readonly http: HttpRequests;
   private drainWaiters: (() => void)[] = [];
+  readonly buffers: ConnectionBuffers;
+  private readonly ownsBuffers: boolean;
   /** Aborted when the connection closes or the session is taken by another connection. */
   private readonly lifetime = new AbortController();
   readonly done: Promise<void>;
@@ -91,6 +112,8 @@ export class ConnectionProcessor implements SessionAttachment {
     this.options = options;
     this.logger = options.logger;
     this.metrics = options.metrics ?? new ExecutorMetrics();
+    this.ownsBuffers = options.buffers === undefined;
+    this.buffers = options.buffers ?? connectionBuffers();
     this.done = new Promise((resolve) => {
       this.resolveDone = resolve;
     });
@@ -114,11 +137,17 @@ export class ConnectionProcessor implements SessionAttachment {
       [Method.environmentInfo]: () => this.environmentInfo,
       [Method.environmentStatus]: () => ({ status: 'ready' }),
     };
-    // `binaryBlocks` and `binaryOutput` only where messages with binary attachments can travel (not stdio).
+    // `binaryBlocks`, `binaryOutput` and `binaryInput` only where messages with binary attachments can travel
+    // (not stdio).
     this.environmentInfo = connection.carriesAttachments
       ? {
           ...options.environmentInfo,
-          capabilities: { ...options.environmentInfo.capabilities, binaryBlocks: true, binaryOutput: true },
+          capabilities: {
+            ...options.environmentInfo.capabilities,
+            binaryBlocks: true,
+            binaryOutput: true,
+            binaryInput: true,
+          },
         }
       : options.environmentInfo;
     this.context = {
@@ -131,6 +160,7 @@ export class ConnectionProcessor implements SessionAttachment {
       signal: this.lifetime.signal,
       files: this.files,
       http: this.http,
+      blocks: this.buffers.blocks,
       maxReadFileBytes: this.options.maxReadFileBytes ?? DEFAULT_MAX_READ_FILE_BYTES,
     };
   }
@@ -185,7 +215,7 @@ export class ConnectionProcessor implements SessionAttachment {
 
   /** Sends a message built into a pooled buffer, which the transport hands back once written (see BufferPool). */
   private sendPooled(encode: (allocate: Allocate) => Buffer): boolean {
-    const { built, release } = OUTPUT_BUFFERS.build(encode);
+    const { built, release } = this.buffers.output.build(encode);
     return this.connection.sendRaw(built, release);
   }
 
@@ -355,6 +385,11 @@ export class ConnectionProcessor implements SessionAttachment {
     this.lifetime.abort(RpcError.invalidRequest(`connection closed: ${reason}`));
     this.http.closeAll();
     this.releaseDrainWaiters();
+    // Messages still queued in the transport and blocks still being read or written come back to nothing.
+    if (this.ownsBuffers) {
+      this.buffers.output.close();
+      this.buffers.blocks.close();
+    }
     const files = this.files.closeAll();
     const session = this.sessionValue;
     this.sessionValue = null;

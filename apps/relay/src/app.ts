@@ -7,7 +7,7 @@ import { decodeFrame, encodeFrame, type Frame, resetFrame } from '@tether/relay-
 import { joinParts } from '@tether/user-read/websocket';
 import pino, { type Logger } from 'pino';
 import { type WebSocket, WebSocketServer } from 'ws';
-import { installFastPath, sendParts } from './fastpath.js';
+import { FastPath } from './fastpath.js';
 import { type Heartbeat, startHeartbeat } from './heartbeat.js';
 import { CLOSE, DEFAULT_LIMITS, type RelayLimits } from './limits.js';
 import { type DropReason, type RefusalReason, RelayMetrics, type ResetReason } from './metrics.js';
@@ -122,6 +122,8 @@ export function createRelay(options: RelayOptions): Relay {
   const resets = (reason: ResetReason) => metrics.counter('relay_resets_total', { reason }).inc();
   const drops = (reason: DropReason) => metrics.counter('relay_drops_total', { reason }).inc();
   const pauses = metrics.counter('relay_backpressure_pauses_total');
+  // This relay's slabs, read buffer and write batching: closed with the relay, shared with no other one.
+  const fastPath = new FastPath();
 
   const environments = new Map<string, EnvironmentPeer>();
   const harnesses = new Set<HarnessPeer>();
@@ -225,7 +227,7 @@ export function createRelay(options: RelayOptions): Relay {
     }
     heartbeat?.kick();
     ws.on('message', (data: Buffer, isBinary: boolean) => onEnvironmentMessage(env, [data], data.length, isBinary));
-    installFastPath(
+    fastPath.install(
       ws,
       limits.maxMessageBytes,
       (parts, length) => onEnvironmentMessage(env, parts, length, true),
@@ -275,7 +277,7 @@ export function createRelay(options: RelayOptions): Relay {
     harness.answered = true;
     harness.lastActivity = env.lastSeen;
     if (tap) tap('to_harness', joinParts(parts, length));
-    sendParts(harness.ws, parts, length);
+    fastPath.sendParts(harness.ws, parts, length);
     framesTo.to_harness.inc();
     bytesTo.to_harness.inc(length);
     if (header.kind === 'reset') {
@@ -311,7 +313,7 @@ export function createRelay(options: RelayOptions): Relay {
     };
     harnesses.add(harness);
     ws.on('message', (data: Buffer, isBinary: boolean) => onHarnessMessage(harness, [data], data.length, isBinary));
-    installFastPath(
+    fastPath.install(
       ws,
       limits.maxMessageBytes,
       (parts, length) => onHarnessMessage(harness, parts, length, true),
@@ -352,7 +354,7 @@ export function createRelay(options: RelayOptions): Relay {
   function forwardToEnvironment(harness: HarnessPeer, env: EnvironmentPeer, parts: Buffer[], length: number) {
     if (env.ws.readyState !== OPEN) return; // the environment is going: its close event resets this stream
     if (tap) tap('to_environment', joinParts(parts, length));
-    sendParts(env.ws, parts, length);
+    fastPath.sendParts(env.ws, parts, length);
     framesTo.to_environment.inc();
     bytesTo.to_environment.inc(length);
     if (env.ws.bufferedAmount > limits.environmentHighWaterBytes && !harness.paused) pause(harness, env);
@@ -606,6 +608,7 @@ export function createRelay(options: RelayOptions): Relay {
       clearTimeout(grace);
       for (const harness of harnesses) clearTimeout(harness.graceTimer);
       wss.close();
+      fastPath.close(); // every socket is gone: slabs still in a kernel write come back to nothing
       if (listening) {
         const stopped = new Promise<void>((resolve) => server.close(() => resolve()));
         server.closeAllConnections();

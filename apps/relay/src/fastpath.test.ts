@@ -1,8 +1,11 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import type { Socket } from 'node:net';
+import { BufferPool } from '@tether/jsonrpc';
 import { dataFrame, encodeFrame, handshakeFrame, resumeFrame } from '@tether/relay-frames';
+import { wsSocket } from '@tether/user-read';
 import { describe, expect, it } from 'vitest';
 import { Endpoint, signedUrl, startRelay } from './__tests__/support.js';
+import { FastPath } from './fastpath.js';
 
 const tick = () => new Promise<void>((resolve) => setTimeout(resolve, 1));
 
@@ -33,7 +36,7 @@ async function pairedStream(url: string) {
   await env.next((f) => f.kind === 'resume' && f.streamId === streamId);
   env.send(handshakeFrame(streamId, Buffer.from('msg2')));
   await harness.next((f) => f.kind === 'handshake');
-  const socket = (harness.ws as unknown as { _socket: Socket })._socket;
+  const socket = wsSocket(harness.ws) as Socket;
   socket.setNoDelay(true);
   return { env, harness, streamId, socket };
 }
@@ -97,5 +100,27 @@ describe('data path framing', () => {
     const received = env.raw.filter((_, i) => env.frames[i]?.kind === 'data');
     expect(received).toEqual([whole, after]);
     await expect.poll(() => pongs).toBe(1);
+  });
+});
+
+describe('FastPath ownership', () => {
+  it('gives each relay its own pool, and closing one empties its pool alone', () => {
+    const a = new FastPath();
+    const b = new FastPath();
+    expect(a.pool).not.toBe(b.pool);
+    const fromA = a.pool.lease(64 * 1024);
+    const fromB = b.pool.lease(64 * 1024);
+    fromA.release();
+    fromB.release();
+    expect(a.pool.pooledBytes).toBe(64 * 1024);
+    a.close();
+    expect(a.pool.pooledBytes).toBe(0);
+    expect(b.pool.pooledBytes).toBe(64 * 1024);
+    // A slab in flight when its relay closed comes back to nothing.
+    const late = new FastPath({ pool: new BufferPool({ step: 1024 }) });
+    const inFlight = late.pool.lease(4096);
+    late.close();
+    inFlight.release();
+    expect(late.pool.pooledBytes).toBe(0);
   });
 });

@@ -63,4 +63,22 @@ describe('BufferPool', () => {
     giveBack(Buffer.alloc(10));
     expect(pool.pooledBytes).toBe(0);
   });
+
+  it('close: drops the free slabs, drops slabs that come back later, and still leases (unpooled)', () => {
+    const pool = new BufferPool({ step: 1024 });
+    const held = pool.lease(2048);
+    const lent = lendBuffer(pool, 3000);
+    pool.lease(4096).release();
+    expect(pool.pooledBytes).toBe(4096);
+    pool.close();
+    expect(pool.closed).toBe(true);
+    expect(pool.pooledBytes).toBe(0);
+    held.release(); // a message still in a socket's queue when its owner closed
+    giveBack(lent);
+    expect(pool.pooledBytes).toBe(0);
+    const late = pool.lease(2048);
+    expect(late.buffer.length).toBe(2048);
+    late.release();
+    expect(pool.pooledBytes).toBe(0);
+  });
 });

@@ -6,6 +6,10 @@
  * Why: every fresh buffer above Node's small-buffer pool is its own ArrayBuffer, counted by V8 as external
  * memory, and V8 starts a full mark-compact for roughly every 64 MiB of it. Streaming output at hundreds of
  * MB/s through fresh buffers spent most of the executor's GC time on those collections.
+ *
+ * A pool belongs to the connection or component that made it (ARCHITECTURE.md, "One owner per buffer"),
+ * which hands it to what it builds and closes it when it closes: never a module-level singleton, so two
+ * connections never share free slabs, and a closed owner holds no memory.
  */
 export interface BufferLease {
   /** Exactly the requested size: a view of a pooled slab, or a plain buffer for small sizes. */
@@ -29,6 +33,7 @@ export class BufferPool {
   /** Free slabs by size. */
   readonly #free = new Map<number, Buffer[]>();
   #pooledBytes = 0;
+  #closed = false;
 
   constructor(options: BufferPoolOptions = {}) {
     this.#step = options.step ?? 16 * 1024;
@@ -40,8 +45,24 @@ export class BufferPool {
     return this.#pooledBytes;
   }
 
+  /** True once the owner closed the pool. */
+  get closed(): boolean {
+    return this.#closed;
+  }
+
+  /**
+   * The owner is done: free slabs are dropped, and slabs still leased (a frame in a socket's queue) are
+   * dropped when they come back. Leasing still works (fresh buffers, unpooled), so a late message of a
+   * closing connection is not an error.
+   */
+  close(): void {
+    this.#closed = true;
+    this.#free.clear();
+    this.#pooledBytes = 0;
+  }
+
   lease(size: number): BufferLease {
-    if (size < this.#step) return { buffer: Buffer.allocUnsafe(size), release: NOTHING_TO_RELEASE };
+    if (size < this.#step || this.#closed) return { buffer: Buffer.allocUnsafe(size), release: NOTHING_TO_RELEASE };
     const slabSize = Math.ceil(size / this.#step) * this.#step;
     let slab = this.#free.get(slabSize)?.pop();
     if (slab) this.#pooledBytes -= slabSize;
@@ -73,7 +94,7 @@ export class BufferPool {
   }
 
   #put(slab: Buffer): void {
-    if (this.#pooledBytes + slab.length > this.#maxPooledBytes) return;
+    if (this.#closed || this.#pooledBytes + slab.length > this.#maxPooledBytes) return;
     let free = this.#free.get(slab.length);
     if (!free) {
       free = [];
@@ -84,7 +105,15 @@ export class BufferPool {
   }
 }
 
-/** Slabs lent out by `lendBuffer`, by their memory, until `giveBack`. */
+/**
+ * Slabs lent out by `lendBuffer`, by their memory, until `giveBack`. The one module-level map left of the
+ * buffer machinery, kept because `giveBack` is public API the SDK re-exports (harness `cp` gives chunks
+ * back by their view alone). It shares nothing between connections: each entry is one slab's own release,
+ * which returns it to the pool of the connection that lent it (a closed one drops it), the keys are held
+ * weakly (a slab never given back is collected with its entry), and an entry is deleted before its release
+ * runs, so a second `giveBack` of the same memory does nothing. What it cannot check is that the caller
+ * is the bytes' last user; an explicit `release()` on the inbound message would make that visible.
+ */
 const lent = new WeakMap<ArrayBufferLike, () => void>();
 
 /**

@@ -1,9 +1,10 @@
 import { once } from 'node:events';
 import { PassThrough } from 'node:stream';
+import { wsSocket } from '@tether/user-read';
 import { afterEach, describe, expect, it } from 'vitest';
 import { WebSocket, WebSocketServer } from 'ws';
 import { attachmentOf, encodeWithAttachment } from './attachment.js';
-import { giveBack } from './buffer-pool.js';
+import { BufferPool, giveBack } from './buffer-pool.js';
 import { RpcClient } from './client.js';
 import { ConnectionClosedError, RpcConnection } from './connection.js';
 import type { InboundMessage } from './message.js';
@@ -119,6 +120,25 @@ describe('WebSocketTransport and RpcClient', () => {
     expect(JSON.parse(data.toString())).toEqual({ method: 'note', params: { for: 's' } });
   });
 
+  it('gives each transport its own inbound pool and closes it with the transport; a given pool stays open for its giver', async () => {
+    const url = await serve((connection) => connection.start({ onMessage: () => {} }));
+    const options = { pingIntervalMs: 0, fastReceive: { server: false, maxPayload: 1 << 20 } };
+    const a = new WebSocketTransport(await dial(url), options);
+    const b = new WebSocketTransport(await dial(url), options);
+    expect(a.inboundPool).not.toBe(b.inboundPool);
+    const given = new BufferPool();
+    const c = new WebSocketTransport(await dial(url), { ...options, pool: given });
+    expect(c.inboundPool).toBe(given);
+    for (const transport of [a, b, c]) transport.start({ onMessage: () => {}, onClose: () => {}, onDrain: () => {} });
+    a.close();
+    c.close();
+    expect(a.inboundPool.closed).toBe(true);
+    expect(b.inboundPool.closed).toBe(false);
+    expect(given.closed).toBe(false); // its creator closes it
+    b.close();
+    expect(b.inboundPool.closed).toBe(true);
+  });
+
   it('fails pending calls when the server goes away', async () => {
     const url = await serve((connection) => {
       connection.start({ onMessage: () => connection.close('bye') });
@@ -156,7 +176,7 @@ describe('WebSocketTransport and RpcClient', () => {
     const ws = await dial(url);
     cleanups.push(() => ws.terminate());
     // Stop the client socket from reading, so it can never answer a ping.
-    (ws as unknown as { _socket: { pause(): void } })._socket.pause();
+    wsSocket(ws)?.pause();
     await expect.poll(() => serverClosed, { timeout: 5000 }).toBeDefined();
     await expect(serverClosed).resolves.toMatch(/websocket closed/);
   });

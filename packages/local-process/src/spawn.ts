@@ -13,6 +13,7 @@ import type { Readable } from 'node:stream';
 import { Writable } from 'node:stream';
 import { getSystemErrorMap } from 'node:util';
 import { loadNativePipe, type NativePipe, nativePipeUnavailableReason } from '@tether/native-pipe';
+import { ptyMasterFd, ptySocket } from '@tether/user-read';
 import type { IPty } from 'node-pty';
 import { ProcessError } from './errors.js';
 import { type ReadBufferPool, readIntoPool } from './read-pool.js';
@@ -418,8 +419,10 @@ async function spawnPty(file: string, options: SpawnOptions, sink: ProcessSink):
     throw spawnError(err);
   }
   const pid = term.pid;
-  const masterFd = (term as unknown as { fd: number }).fd;
-  const input = new PtyInput(masterFd);
+  // node-pty's master fd and socket are not in its typings: user-read checks them (privates.ts). Without
+  // the fd, input goes through node-pty's own write, and no last output is drained on destroy.
+  const masterFd = ptyMasterFd(term);
+  const input: Writable = masterFd !== null ? new PtyInput(masterFd) : new PtyWriteInput(term);
   let streamOpen = true;
   const endStream = () => {
     if (!streamOpen) return;
@@ -429,7 +432,8 @@ async function spawnPty(file: string, options: SpawnOptions, sink: ProcessSink):
     sink.streamEnd('pty');
   };
   term.onData((data) => sink.output('pty', data as unknown as Buffer));
-  keepOutputOnDestroy((term as unknown as { _socket: Readable })._socket, masterFd, sink);
+  const masterSocket = ptySocket(term);
+  if (masterSocket !== null && masterFd !== null) keepOutputOnDestroy(masterSocket, masterFd, sink);
   // node-pty emits 'close' (socket EIO/EOF) before onExit, and onExit only after that close.
   (term as unknown as { on(event: 'close', listener: () => void): void }).on('close', endStream);
   let exitedFired = false;
@@ -533,6 +537,21 @@ function signalGroup(pgid: number, signal: NodeJS.Signals, orLeader = false): vo
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'ESRCH') throw err;
     }
+  }
+}
+
+/** PTY input through node-pty's public `write`, for a node-pty whose master fd is not where it was checked. */
+class PtyWriteInput extends Writable {
+  readonly #term: IPty;
+
+  constructor(term: IPty) {
+    super({ decodeStrings: true });
+    this.#term = term;
+  }
+
+  override _write(chunk: Buffer, _encoding: BufferEncoding, callback: (err?: Error | null) => void): void {
+    this.#term.write(chunk);
+    callback();
   }
 }
 

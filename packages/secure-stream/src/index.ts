@@ -4,6 +4,7 @@ export {
   type FrameLink,
   type FrameLinkHandlers,
   type RelayFrameHandlers,
+  type RelayFrameReceiveOptions,
   receiveRelayFrames,
   WebSocketFrameLink,
   type WebSocketFrameLinkOptions,
@@ -17,4 +18,5 @@ export {
   PROTOCOL_ERROR_RESET,
   SecureStream,
   SecureStreamError,
+  type SecureStreamPools,
 } from './secure-stream.js';

@@ -1,5 +1,6 @@
 import { once } from 'node:events';
 import type { AddressInfo } from 'node:net';
+import { BufferPool } from '@tether/jsonrpc';
 import { dataFrame, encodeFrame, type Frame, handshakeFrame, resumeFrame } from '@tether/relay-frames';
 import { afterEach, describe, expect, it } from 'vitest';
 import { WebSocket, WebSocketServer } from 'ws';
@@ -66,15 +67,20 @@ describe('WebSocketFrameLink', () => {
   };
   const fill = (n: number, seed: number) => Buffer.from(Array.from({ length: n }, (_, i) => (i * 7 + seed) & 0xff));
 
-  it('links of one process, on their own sockets, each get their own stream from the shared inbound slabs', async () => {
-    // Equal-size frames, alternating between the sockets: each message is assembled in the same pooled
-    // slab the other socket's last message was. Nothing of one may be read as part of the next.
+  it('links of one process, on their own sockets, each get their own stream even from one given pool', async () => {
+    // Equal-size frames, alternating between the sockets, both links given one pool: each message is
+    // assembled in the same pooled slab the other socket's last message was. Nothing of one may be read
+    // as part of the next (the codec keeps no state between frames).
+    const shared = new BufferPool({ step: 16 * 1024 });
     const sockets = [await pair(), await pair()];
     const ids = ['stream-a', 'stream-b']; // same length: the frames are byte for byte the same size
     const seen: string[][] = [[], []];
     const foreign: ForeignFrame[] = [];
     for (const [i, { client }] of sockets.entries()) {
-      const link = new WebSocketFrameLink(client, ids[i] as string, { onForeignFrame: (f) => foreign.push(f) });
+      const link = new WebSocketFrameLink(client, ids[i] as string, {
+        onForeignFrame: (f) => foreign.push(f),
+        pool: shared,
+      });
       link.start({
         onFrame: (frame) => {
           if (frame.kind === 'data') seen[i]?.push(`${frame.streamId}:${frame.seq}:${Buffer.from(frame.payload)[0]}`);
@@ -95,6 +101,24 @@ describe('WebSocketFrameLink', () => {
     for (const [i, id] of ids.entries()) {
       expect(seen[i]).toEqual(Array.from({ length: rounds }, (_, k) => `${id}:${k + 1}:${fill(1, k + 1 + i)[0]}`));
     }
+  });
+
+  it('gives each link its own inbound pool, closed with the link; a given pool stays open for its giver', async () => {
+    const handlers = { onFrame: () => {}, onClose: () => {}, onDrain: () => {} };
+    const a = new WebSocketFrameLink((await pair()).client, 'stream-a');
+    const b = new WebSocketFrameLink((await pair()).client, 'stream-b');
+    const given = new BufferPool();
+    const c = new WebSocketFrameLink((await pair()).client, 'stream-c', { pool: given });
+    expect(a.inboundPool).not.toBe(b.inboundPool);
+    expect(c.inboundPool).toBe(given);
+    for (const link of [a, b, c]) link.start(handlers);
+    a.close('done');
+    c.close('done');
+    expect(a.inboundPool.closed).toBe(true);
+    expect(b.inboundPool.closed).toBe(false);
+    expect(given.closed).toBe(false);
+    b.close('done');
+    expect(b.inboundPool.closed).toBe(true);
   });
 
   it('drops, counts and reports frames of another stream', async () => {

@@ -10,8 +10,18 @@ import {
 import { installFastMessages, joinParts } from '@tether/user-read/websocket';
 import type { WebSocket } from 'ws';
 
-/** Slabs the endpoints' relay sockets assemble inbound messages in (each is freed when its frame was handled). */
-const INBOUND = new BufferPool({ step: 16 * 1024, maxPooledBytes: 2 * 1024 * 1024 });
+/**
+ * The pool of a relay socket whose owner gave none: slabs its inbound messages are assembled in, each
+ * freed as soon as its frame was handled, so a few suffice.
+ */
+const INBOUND_POOL_OPTIONS = { step: 16 * 1024, maxPooledBytes: 2 * 1024 * 1024 } as const;
+
+export interface RelayFrameReceiveOptions {
+  /** Slabs inbound messages are assembled in; the caller's, which it closes. Default: the socket's own. */
+  pool?: BufferPool;
+  /** What the socket reads into (see FastMessageOptions.readBuffer). Default: the socket's own. */
+  readBuffer?: Buffer;
+}
 
 export interface RelayFrameHandlers {
   /**
@@ -30,7 +40,20 @@ export interface RelayFrameHandlers {
  * common case, a binary message, through `installFastMessages` (no buffer per read or per message), every
  * other message through `ws`'s 'message' event. `maxPayload` is the socket's own message limit.
  */
-export function receiveRelayFrames(ws: WebSocket, maxPayload: number, handlers: RelayFrameHandlers): void {
+export function receiveRelayFrames(
+  ws: WebSocket,
+  maxPayload: number,
+  handlers: RelayFrameHandlers,
+  options: RelayFrameReceiveOptions = {},
+): void {
+  let inbound = options.pool;
+  if (!inbound) {
+    // The socket's own pool goes with the socket (a slab in use at that moment is dropped when released).
+    const own = new BufferPool(INBOUND_POOL_OPTIONS);
+    ws.once('close', () => own.close());
+    inbound = own;
+  }
+  const pool = inbound;
   const binary = (data: Uint8Array, volatile: boolean) => {
     let frame: Frame;
     try {
@@ -51,7 +74,8 @@ export function receiveRelayFrames(ws: WebSocket, maxPayload: number, handlers: 
   installFastMessages(ws, {
     server: false,
     maxPayload,
-    lease: (size) => INBOUND.lease(size),
+    lease: (size) => pool.lease(size),
+    ...(options.readBuffer ? { readBuffer: options.readBuffer } : {}),
     onMessage: (parts, length, slab) => {
       binary(joinParts(parts, length), slab !== null);
       return false; // handled: the slab goes back to the pool
@@ -109,6 +133,8 @@ export interface WebSocketFrameLinkOptions {
    * (`TETHER_FOREIGN_FRAME`) for the first such frame of the link, so that it is never silent.
    */
   onForeignFrame?(frame: ForeignFrame): void;
+  /** Slabs the link's inbound messages are assembled in, from its creator, which closes it. Default: its own. */
+  pool?: BufferPool;
 }
 
 /**
@@ -122,6 +148,8 @@ export class WebSocketFrameLink implements FrameLink {
   private closed = false;
   private foreign = 0;
   private readonly onForeignFrame: (frame: ForeignFrame) => void;
+  private readonly inbound: BufferPool;
+  private readonly ownsPool: boolean;
 
   constructor(
     private readonly ws: WebSocket,
@@ -129,6 +157,13 @@ export class WebSocketFrameLink implements FrameLink {
     options: WebSocketFrameLinkOptions = {},
   ) {
     this.onForeignFrame = options.onForeignFrame ?? warnOnceOfForeignFrames();
+    this.ownsPool = options.pool === undefined;
+    this.inbound = options.pool ?? new BufferPool(INBOUND_POOL_OPTIONS);
+  }
+
+  /** The pool inbound messages are assembled in (the creator's, or the link's own). */
+  get inboundPool(): BufferPool {
+    return this.inbound;
   }
 
   get bufferedAmount(): number {
@@ -142,28 +177,33 @@ export class WebSocketFrameLink implements FrameLink {
 
   start(handlers: FrameLinkHandlers): void {
     this.handlers = handlers;
-    receiveRelayFrames(this.ws, MAX_FRAME_BYTES, {
-      onFrame: (frame) => {
-        if (this.closed) return;
-        if (frame.streamId === this.streamId) {
-          handlers.onFrame(frame);
-          return;
-        }
-        this.foreign++;
-        this.onForeignFrame({
-          streamId: this.streamId,
-          foreignStreamId: frame.streamId,
-          kind: frame.kind,
-          dropped: this.foreign,
-        });
+    receiveRelayFrames(
+      this.ws,
+      MAX_FRAME_BYTES,
+      {
+        onFrame: (frame) => {
+          if (this.closed) return;
+          if (frame.streamId === this.streamId) {
+            handlers.onFrame(frame);
+            return;
+          }
+          this.foreign++;
+          this.onForeignFrame({
+            streamId: this.streamId,
+            foreignStreamId: frame.streamId,
+            kind: frame.kind,
+            dropped: this.foreign,
+          });
+        },
+        onInvalid: (err) => {
+          if (!this.closed) this.fail(`relay sent an invalid frame: ${err.message}`);
+        },
+        onText: () => {
+          if (!this.closed) this.fail('relay sent a text message');
+        },
       },
-      onInvalid: (err) => {
-        if (!this.closed) this.fail(`relay sent an invalid frame: ${err.message}`);
-      },
-      onText: () => {
-        if (!this.closed) this.fail('relay sent a text message');
-      },
-    });
+      { pool: this.inbound },
+    );
     this.ws.once('close', (code: number) => this.finish(`relay socket closed (${code})`));
     this.ws.on('error', (err: Error) => this.finish(`relay socket error: ${err.message}`));
   }
@@ -206,6 +246,7 @@ export class WebSocketFrameLink implements FrameLink {
   private finish(reason: string): void {
     if (this.closed) return;
     this.closed = true;
+    if (this.ownsPool) this.inbound.close();
     this.handlers?.onClose(reason);
   }
 }

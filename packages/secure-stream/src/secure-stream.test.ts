@@ -1,10 +1,10 @@
 import { randomUUID } from 'node:crypto';
-import { RpcClient, RpcConnection } from '@tether/jsonrpc';
+import { BufferPool, RpcClient, RpcConnection } from '@tether/jsonrpc';
 import { generateIdentity, type NoiseIdentity, SUITE_HYBRID_CHACHAPOLY } from '@tether/noise';
 import { dataFrame, type Frame, handshakeFrame } from '@tether/relay-frames';
 import { describe, expect, it } from 'vitest';
 import { createMemoryLinkPair, type FrameLink } from './link.js';
-import { PROTOCOL_ERROR_RESET, SecureStream, SecureStreamError } from './secure-stream.js';
+import { PROTOCOL_ERROR_RESET, SecureStream, SecureStreamError, type SecureStreamPools } from './secure-stream.js';
 
 const ids = { environmentId: 'env-1', registrationId: 'reg-1' };
 
@@ -36,6 +36,7 @@ interface PairOptions {
   authorize?: (authorization: string) => Promise<boolean>;
   harnessRewrite?: (frame: Frame) => Frame | null;
   executorKeyForHarness?: NoiseIdentity;
+  harnessPools?: SecureStreamPools;
 }
 
 async function pair(options: PairOptions = {}) {
@@ -74,11 +75,35 @@ async function pair(options: PairOptions = {}) {
     remoteStatic: (options.executorKeyForHarness ?? executor).publicKey,
     authorization: 'token-123',
     timeoutMs: 5000,
+    ...(options.harnessPools ? { pools: options.harnessPools } : {}),
   });
   return { initiated, accepted, seen, harness, harnessSent: harnessTap.sent };
 }
 
 describe('SecureStream', () => {
+  it('gives each stream its own pools and closes them when it ends; given pools stay open for their giver', async () => {
+    const given = { frames: new BufferPool(), messages: new BufferPool() };
+    const first = await pair({ harnessPools: given });
+    const [harnessStream, { stream: executorStream }] = await Promise.all([first.initiated, first.accepted]);
+    const second = await pair();
+    const [otherHarness, { stream: otherExecutor }] = await Promise.all([second.initiated, second.accepted]);
+    expect(harnessStream.bufferPools).toBe(given);
+    const own = [executorStream, otherHarness, otherExecutor].map((stream) => stream.bufferPools);
+    for (const pools of own) {
+      expect(pools.frames).not.toBe(pools.messages);
+      for (const other of [given, ...own]) if (other !== pools) expect(other.frames).not.toBe(pools.frames);
+    }
+    executorStream.close();
+    expect(executorStream.bufferPools.frames.closed).toBe(true);
+    expect(executorStream.bufferPools.messages.closed).toBe(true);
+    expect(otherExecutor.bufferPools.frames.closed).toBe(false);
+    await new Promise((resolve) => setTimeout(resolve, 10)); // the Reset reaches the harness side
+    expect(harnessStream.status).toBe('closed');
+    expect(given.frames.closed).toBe(false); // its creator closes it
+    otherHarness.close();
+    expect(otherHarness.bufferPools.frames.closed).toBe(true);
+  });
+
   it('handshakes, authenticates the harness key to the executor, and carries JSON-RPC both ways', async () => {
     const { initiated, accepted, seen, harness, harnessSent } = await pair();
     const [harnessStream, { stream: executorStream, authorization }] = await Promise.all([initiated, accepted]);

@@ -29,24 +29,27 @@ import {
 import type { FrameLink } from './link.js';
 
 /**
- * Wire buffers of outbound Data frames, shared by every stream of the process: a fresh ~60 KiB buffer per
- * record was external memory for V8 and brought a full collection every few dozen megabytes sent.
+ * A stream's pools. `frames`: wire buffers of outbound Data frames (a fresh ~60 KiB buffer per record was
+ * external memory for V8 and brought a full collection every few dozen megabytes sent). `messages`:
+ * inbound messages of at least LENT_MESSAGE_BYTES (a 1 MiB file block, say) are assembled in lent buffers
+ * from it, which the executor gives back once a block is written, sparing V8 a megabyte of fresh external
+ * memory per block. They belong to the stream (ARCHITECTURE.md, "One owner per buffer"): given by its
+ * creator, which closes them, or else the stream's own, closed when it ends.
  */
-const FRAME_POOL = new BufferPool({ maxPooledBytes: 8 * 1024 * 1024 });
+export interface SecureStreamPools {
+  frames: BufferPool;
+  messages: BufferPool;
+}
 
-/**
- * Inbound messages of at least this size (a 1 MiB file block, say) are assembled in lent buffers from
- * MESSAGE_POOL: the executor gives a written block's buffer back, sparing V8 a megabyte of fresh external
- * memory per block (a full collection every few dozen).
- */
+/** A stream's own pools when its creator gives none: a stream's worth of frames in flight and of blocks. */
+function ownPools(): SecureStreamPools {
+  return {
+    frames: new BufferPool({ maxPooledBytes: 8 * 1024 * 1024 }),
+    messages: new BufferPool({ step: 64 * 1024, maxPooledBytes: 8 * 1024 * 1024 }),
+  };
+}
+
 const LENT_MESSAGE_BYTES = 256 * 1024;
-/**
- * Where a record that does not continue a message is opened (one for every stream: opening and
- * reassembly are synchronous, and the reassembler copies out what it keeps). Sized for the largest Noise
- * transport record, so an oversized one still authenticates and is then refused by the reassembler.
- */
-const OPENED = new Uint8Array(MAX_TRANSPORT_PLAINTEXT);
-const MESSAGE_POOL = new BufferPool({ step: 64 * 1024, maxPooledBytes: 8 * 1024 * 1024 });
 
 /** Reset reason sent on any failure; opaque to the peer (Codex's newest text). */
 export const PROTOCOL_ERROR_RESET = 'noise_relay_protocol_error';
@@ -87,11 +90,19 @@ export class SecureStream implements MessageTransport {
   private handlers: TransportHandlers | null = null;
   private transport: Transport | null = null;
   private readonly window = new OrderedReceiveWindow();
+  private readonly pools: SecureStreamPools;
+  private readonly ownsPools: boolean;
+  /**
+   * Where a record that does not continue a message is opened (opening and reassembly are synchronous,
+   * and the reassembler copies out what it keeps), made at the first such record. Sized for the largest
+   * Noise transport record, so an oversized one still authenticates and is then refused by the reassembler.
+   */
+  private opened: Uint8Array | null = null;
   // A record that continues a message is opened straight into that message's buffer; any other into
-  // OPENED, which the reassembler copies from. A large message is assembled in a lent buffer, which its
+  // `opened`, which the reassembler copies from. A large message is assembled in a lent buffer, which its
   // last user may give back (`giveBack`).
   private readonly reassembler = new MessageReassembler({
-    allocate: (size) => (size >= LENT_MESSAGE_BYTES ? lendBuffer(MESSAGE_POOL, size) : Buffer.allocUnsafe(size)),
+    allocate: (size) => (size >= LENT_MESSAGE_BYTES ? lendBuffer(this.pools.messages, size) : Buffer.allocUnsafe(size)),
   });
   private readonly sequence = new SendSequence();
   private readonly dataFrames: DataFrameEncoder;
@@ -104,8 +115,11 @@ export class SecureStream implements MessageTransport {
   private constructor(
     private readonly link: FrameLink,
     readonly streamId: string,
+    pools: SecureStreamPools | undefined,
   ) {
     this.label = `secure stream ${streamId}`;
+    this.ownsPools = pools === undefined;
+    this.pools = pools ?? ownPools();
     this.dataFrames = new DataFrameEncoder(streamId);
     link.start({
       onFrame: (frame) => this.onFrame(frame),
@@ -116,6 +130,11 @@ export class SecureStream implements MessageTransport {
 
   get bufferedAmount(): number {
     return this.link.bufferedAmount;
+  }
+
+  /** The stream's pools (its creator's, or its own). */
+  get bufferPools(): Readonly<SecureStreamPools> {
+    return this.pools;
   }
 
   get status(): State {
@@ -151,7 +170,7 @@ export class SecureStream implements MessageTransport {
         // The frame's wire bytes come from a pool and go back once the link has written them (a frame lost
         // to a failure below is simply garbage).
         const seq = this.sequence.take();
-        const { built: frame, release: written } = FRAME_POOL.build((allocate) =>
+        const { built: frame, release: written } = this.pools.frames.build((allocate) =>
           this.dataFrames.allocate(seq, length, allocate),
         );
         this.transport.encryptInto(parts, frame.payload);
@@ -188,7 +207,7 @@ export class SecureStream implements MessageTransport {
    * authorization, and resolves once message 2 authenticates the pinned executor key.
    */
   static async initiate(options: InitiateOptions): Promise<SecureStream> {
-    const stream = new SecureStream(options.link, options.streamId);
+    const stream = new SecureStream(options.link, options.streamId, options.pools);
     const initiator = createInitiator({
       remoteStatic: options.remoteStatic,
       staticKeys: options.staticKeys,
@@ -220,7 +239,7 @@ export class SecureStream implements MessageTransport {
    * A refusal or any failure resets the stream without details.
    */
   static async accept(options: AcceptOptions): Promise<AcceptedStream> {
-    const stream = new SecureStream(options.link, options.streamId);
+    const stream = new SecureStream(options.link, options.streamId, options.pools);
     // The responder's suite is its own identity's (a NoiseIdentity carries it), else Codex's.
     const suite = options.suite ?? (options.staticKeys as Partial<NoiseIdentity>).suite;
     const responder = createResponder({
@@ -342,7 +361,8 @@ export class SecureStream implements MessageTransport {
           this.transport!.decryptInto(record, room);
           messages = this.reassembler.commitRoom(length);
         } else {
-          messages = this.reassembler.push(this.transport!.decryptInto(record, OPENED.subarray(0, length)));
+          this.opened ??= new Uint8Array(MAX_TRANSPORT_PLAINTEXT);
+          messages = this.reassembler.push(this.transport!.decryptInto(record, this.opened.subarray(0, length)));
         }
         for (const message of messages) {
           const bytes = Buffer.from(message.buffer, message.byteOffset, message.byteLength);
@@ -369,6 +389,11 @@ export class SecureStream implements MessageTransport {
     this.state = 'closed';
     this.closeReason = reason;
     this.transport = null;
+    // Frames still in the link's queue and blocks still being written come back to nothing.
+    if (this.ownsPools) {
+      this.pools.frames.close();
+      this.pools.messages.close();
+    }
     this.failHandshake?.(new SecureStreamError('closed', reason));
     if (closeLink) this.link.close(reason);
     if (!this.early) this.handlers?.onClose(reason);
@@ -384,6 +409,8 @@ interface CommonOptions {
   staticKeys: StaticKeys;
   provider?: CryptoProvider;
   kem?: Kem;
+  /** The stream's pools, from its creator, which closes them. Default: the stream's own. */
+  pools?: SecureStreamPools;
 }
 
 export interface InitiateOptions extends CommonOptions {

@@ -1,28 +1,17 @@
-import { Socket } from 'node:net';
+import type { Socket } from 'node:net';
+import { socketUserBufferHandle, userReadSymbols } from './privates.js';
+
+export { PRIVATE_FIELDS, type PrivateField, ptyMasterFd, ptySocket, wsReceiver, wsSocket } from './privates.js';
 
 /**
  * Reads into a caller's buffers instead of a fresh buffer per read, on a socket Node already built (an
  * accepted connection, a child's pipe): the relay's fast path and the executor's child pipes use it.
  *
- * net.Socket's `onread` option (documented: reads go into a given buffer, or one a function returns, and to
- * a callback instead of 'data') can only be chosen at construction. Its state lives under symbols that are
- * not exported; they are found once on a probe socket, and where they are absent (another Node) nothing is
- * switched and sockets keep ordinary reads.
+ * net.Socket's `onread` option can only be chosen at construction; its state lives under symbols that are
+ * not exported (`userReadSymbols`, privates.ts). Where they are absent (another Node) nothing is switched
+ * and sockets keep ordinary reads.
  */
-const symbols: { buffer: symbol; callback: symbol; generator: symbol } | null = (() => {
-  try {
-    // `onread` is a documented option of net.Socket; the bundled types omit it.
-    const options = { onread: { buffer: Buffer.alloc(1), callback: () => true } };
-    const probe = new Socket(options as ConstructorParameters<typeof Socket>[0]);
-    const find = (name: string) => Object.getOwnPropertySymbols(probe).find((sym) => sym.description === name);
-    const found = { buffer: find('kBuffer'), callback: find('kBufferCb'), generator: find('kBufferGen') };
-    probe.destroy();
-    const { buffer, callback, generator } = found;
-    return buffer && callback && generator ? { buffer, callback, generator } : null;
-  } catch {
-    return null;
-  }
-})();
+const symbols = userReadSymbols;
 
 /** True when this Node lets sockets be switched (the probe found the symbols). */
 export const userReadsAvailable = symbols !== null;
@@ -39,7 +28,7 @@ export interface UserReads {
   onRead(nread: number, buffer: Buffer): boolean | undefined;
 }
 
-type Internals = Socket & Record<symbol, unknown> & { _handle: { useUserBuffer?: (buffer: Buffer) => void } | null };
+type Internals = Socket & Record<symbol, unknown>;
 
 /**
  * Switches `socket`, which must not have delivered anything yet, to reads into `reads`' buffers. 'end',
@@ -49,16 +38,9 @@ type Internals = Socket & Record<symbol, unknown> & { _handle: { useUserBuffer?:
  */
 export function readIntoUserBuffers(socket: Socket, reads: UserReads): boolean {
   const target = socket as Internals;
-  const handle = target._handle;
-  if (
-    symbols === null ||
-    handle === null ||
-    typeof handle.useUserBuffer !== 'function' ||
-    socket.readableLength > 0 ||
-    target[symbols.buffer]
-  ) {
-    return false;
-  }
+  if (symbols === null || socket.readableLength > 0 || target[symbols.buffer]) return false;
+  const handle = socketUserBufferHandle(socket);
+  if (handle === null) return false;
   const first = reads.first();
   target[symbols.generator] = reads.next;
   target[symbols.callback] = reads.onRead;

@@ -1,9 +1,8 @@
 import { isUtf8 } from 'node:buffer';
 import { createRequire } from 'node:module';
-import type { Socket } from 'node:net';
-import type { Writable } from 'node:stream';
 import type { WebSocket } from 'ws';
 import { readIntoUserBuffers } from './index.js';
+import { wsReceiver, wsReceiverIdle, wsSocket } from './privates.js';
 
 /**
  * WebSocket messages without `ws`'s per-message buffers, for sockets that carry many large binary
@@ -16,10 +15,11 @@ import { readIntoUserBuffers } from './index.js';
  * Mechanism: `ws` feeds every socket read to its receiver's `write()`; that method is replaced per socket
  * by a frame splitter which hands the fast frames to `onMessage` and passes every other frame's bytes,
  * whole and in order, to the real receiver. Whatever `ws` does on a socket (close, errors, stop reading)
- * is unchanged. Where Node allows it (`readIntoUserBuffers`), the socket reads into one shared buffer
- * instead of a fresh one per read and each fast message is assembled in a leased slab: no garbage per
- * read or per message (a fresh buffer per read and another per message split across reads was most of
- * what V8's collector did on a transfer).
+ * is unchanged. Where Node allows it (`readIntoUserBuffers`), the socket reads into its owner's read
+ * buffer instead of a fresh one per read and each fast message is assembled in a leased slab: no garbage
+ * per read or per message (a fresh buffer per read and another per message split across reads was most
+ * of what V8's collector did on a transfer). The `ws` internals it relies on are read through
+ * privates.ts, which checks them first: when they are not as expected nothing is installed.
  */
 
 /** A reusable buffer of exactly the asked size; `release` gives it back (later calls do nothing). */
@@ -50,7 +50,16 @@ export interface FastMessageOptions {
   aroundRead?: (handle: () => boolean) => boolean;
   /** False keeps Node's reads (a fresh buffer each), e.g. while something else reads the raw chunks. */
   userReads?: boolean;
+  /**
+   * What the socket reads into. Each read is consumed synchronously (copied into slabs, or passed to `ws`
+   * as a copy), so the owner of many sockets (the relay, an executor's server) may give them all one
+   * buffer. Default: one of READ_BUFFER_BYTES for this socket alone, allocated once it is switched.
+   */
+  readBuffer?: Buffer;
 }
+
+/** The default read buffer of a socket switched to user reads. */
+export const READ_BUFFER_BYTES = 256 * 1024;
 
 type Unmask = (buffer: Buffer, mask: Buffer) => void;
 /** XORs `source` with `mask` into `output` at `offset` (bufferutil's `mask`: masking and unmasking are one). */
@@ -77,32 +86,9 @@ function unmask(buffer: Buffer, mask: Buffer) {
   for (let i = 0; i < n; i++) buffer[i] = (buffer[i] as number) ^ (mask[i & 3] as number);
 }
 
-/**
- * Every socket switched to user reads reads into this one buffer: each read is consumed synchronously
- * (copied into slabs, or passed to `ws` as a copy), so one buffer serves all of them.
- */
-const READ_BUFFER = Buffer.allocUnsafeSlow(256 * 1024);
-
-interface WritableInternals {
-  ending: boolean;
-  destroyed: boolean;
-  errored: Error | null;
-}
-
-interface WsInternals {
-  _receiver: Writable;
-  _socket: Socket;
-}
-
 const HEADER = 0;
 const FAST = 1;
 const PASS = 2;
-
-/** `ws`'s receiver holds no part of a frame or message (ws 8's field names; unknown shapes say no). */
-function atFrameBoundary(receiver: Writable): boolean {
-  const r = receiver as unknown as { _state?: unknown; _bufferedBytes?: unknown; _fragments?: unknown };
-  return r._state === 0 && r._bufferedBytes === 0 && Array.isArray(r._fragments) && r._fragments.length === 0;
-}
 
 /**
  * Installs the fast path on a `ws` socket between messages: a server's socket right after the upgrade, a
@@ -111,9 +97,8 @@ function atFrameBoundary(receiver: Writable): boolean {
  */
 export function installFastMessages(ws: WebSocket, options: FastMessageOptions): boolean {
   const { server, maxPayload, onMessage } = options;
-  const receiver = (ws as unknown as WsInternals)._receiver;
-  if (!receiver || !atFrameBoundary(receiver)) return false; // ws keeps the socket as it is
-  const state = (receiver as unknown as { _writableState: WritableInternals })._writableState;
+  const receiver = wsReceiver(ws);
+  if (!receiver || !wsReceiverIdle(receiver)) return false; // ws keeps the socket as it is
   const realWrite = receiver.write.bind(receiver) as (chunk: Buffer) => boolean;
   const header = Buffer.alloc(14);
   const rotated = Buffer.alloc(4);
@@ -126,14 +111,15 @@ export function installFastMessages(ws: WebSocket, options: FastMessageOptions):
   let parts: Buffer[] = [];
   let total = 0;
   let isBinary = true;
-  // Copying mode (reads land in the shared READ_BUFFER): a fast frame's payload is copied into `slab`.
+  // Copying mode (reads land in the read buffer): a fast frame's payload is copied into `slab`.
   let copying = false;
   let volatile = false;
   let slab: Slab | null = null;
   // `ws` is assembling a fragmented message: everything goes to it until its final fragment.
   let fragmented = false;
 
-  const receiverGone = () => state.ending || state.destroyed || state.errored != null;
+  // ws ends, destroys or errors its receiver once it stops reading the socket (Writable's public state).
+  const receiverGone = () => receiver.writableEnded || receiver.destroyed || receiver.errored != null;
 
   const takeFast = (view: Buffer) => {
     if (plain) {
@@ -292,11 +278,12 @@ export function installFastMessages(ws: WebSocket, options: FastMessageOptions):
   };
   (receiver as unknown as { write: (chunk: Buffer) => boolean }).write = write;
 
-  const socket = (ws as unknown as WsInternals)._socket;
   if (options.userReads === false) return false;
+  const socket = wsSocket(ws);
+  if (socket === null) return false; // fast messages stay views of ws's read chunks
   const aroundRead = options.aroundRead ?? ((handle: () => boolean) => handle());
   const switched = readIntoUserBuffers(socket, {
-    first: () => READ_BUFFER,
+    first: () => options.readBuffer ?? Buffer.allocUnsafeSlow(READ_BUFFER_BYTES),
     next: null,
     onRead: (nread, buffer) => {
       volatile = true;

@@ -21,7 +21,7 @@ import {
   parseSandbox,
   RpcError,
 } from '@tether/exec-protocol';
-import { attachmentOf, type BufferLease, BufferPool, encodeWithAttachment, giveBack } from '@tether/jsonrpc';
+import { attachmentOf, type BufferLease, encodeWithAttachment, giveBack } from '@tether/jsonrpc';
 import { MAX_BLOCK_BYTES } from '../fs/file-handles.js';
 import {
   canonicalize,
@@ -36,12 +36,6 @@ import {
 import { walk } from '../fs/walk.js';
 import { whileAttached } from './attached.js';
 import { EncodedResult, type HandlerTable } from './types.js';
-
-/**
- * Buffers for `fs/readBlock` reads and decoded `fs/writeBlock` chunks (≤ 1 MiB each), reused: a fresh
- * megabyte per block is external memory that brings V8's full collections every few dozen blocks.
- */
-const BLOCK_BUFFERS = new BufferPool({ step: 64 * 1024, maxPooledBytes: 16 * 1024 * 1024 });
 
 function releasing(block: BufferLease, encoded: Buffer): Buffer {
   block.release();
@@ -159,7 +153,9 @@ export const fsHandlers: HandlerTable = whileAttached({
     if (params.binary && !ctx.carriesAttachments) {
       throw RpcError.invalidParams('`binary` blocks need a WebSocket or relay connection, not stdio');
     }
-    const block = BLOCK_BUFFERS.lease(Math.max(1, Math.min(params.len, MAX_BLOCK_BYTES)));
+    // The connection's block buffers (ConnectionBuffers): a fresh megabyte per block would bring V8's
+    // full collections every few dozen blocks.
+    const block = ctx.blocks.lease(Math.max(1, Math.min(params.len, MAX_BLOCK_BYTES)));
     let read: { chunk: Buffer; eof: boolean };
     try {
       read = await ctx.files.readBlock(params.handleId, params.offset, params.len, block.buffer);
@@ -196,7 +192,7 @@ export const fsHandlers: HandlerTable = whileAttached({
       params = textual;
       try {
         data = decodeBase64Codex(textual.chunk, (size) => {
-          block = BLOCK_BUFFERS.lease(size);
+          block = ctx.blocks.lease(size);
           return block.buffer;
         });
       } catch (err) {

@@ -1,4 +1,5 @@
 import type { Allocate } from '@tether/exec-protocol';
+import type { BufferPool } from '@tether/jsonrpc';
 import type { FileHandleTable } from '../fs/file-handles.js';
 import type { HttpRequests } from '../http/http-requests.js';
 import type { Session } from '../session-registry.js';
@@ -12,6 +13,8 @@ export interface RequestContext {
   files: FileHandleTable;
   /** Streamed `http/request` bodies of this connection (aborted when it ends). */
   http: HttpRequests;
+  /** Buffers of this connection for `fs/readBlock` reads and decoded `fs/writeBlock` chunks. */
+  blocks: BufferPool;
   /** Whether answers may carry binary attachments (`binaryBlocks`; not over stdio). */
   carriesAttachments: boolean;
   /** Largest file `fs/readFile` returns. */

@@ -22,10 +22,18 @@ export interface WebSocketTransportOptions {
    * events: for a socket that has not delivered anything yet. `maxPayload` is the socket's own limit.
    */
   fastReceive?: { server: boolean; maxPayload: number };
+  /**
+   * Slabs inbound messages are assembled in (`fastReceive`), from the transport's creator (an executor's
+   * server hands every connection's transport its own); the creator closes it. Default: the transport's
+   * own, closed with it.
+   */
+  pool?: BufferPool;
+  /** What the socket reads into (`fastReceive`; see FastMessageOptions.readBuffer). Default: its own. */
+  readBuffer?: Buffer;
 }
 
-/** Slabs inbound messages are assembled in (`fastReceive`). */
-const INBOUND = new BufferPool({ step: 64 * 1024, maxPooledBytes: 8 * 1024 * 1024 });
+/** The pool of a transport whose creator gave none: a connection's worth of large inbound messages. */
+const INBOUND_POOL_OPTIONS = { step: 64 * 1024, maxPooledBytes: 8 * 1024 * 1024 } as const;
 
 const TEXT_FRAME = { binary: false } as const;
 const BINARY_FRAME = { binary: true } as const;
@@ -45,6 +53,10 @@ export class WebSocketTransport implements MessageTransport {
   private readonly highWaterMark: number;
   private readonly lowWaterMark: number;
   private readonly fastReceive: WebSocketTransportOptions['fastReceive'];
+  private readonly inbound: BufferPool;
+  /** The pool is the transport's own (no `pool` option): it closes it when it closes. */
+  private readonly ownsPool: boolean;
+  private readonly readBuffer: Buffer | undefined;
   private handlers: TransportHandlers | null = null;
   private pingTimer: NodeJS.Timeout | null = null;
   private awaitingPong = false;
@@ -58,6 +70,14 @@ export class WebSocketTransport implements MessageTransport {
     this.highWaterMark = options.highWaterMark ?? DEFAULT_HIGH_WATER_MARK;
     this.lowWaterMark = options.lowWaterMark ?? DEFAULT_LOW_WATER_MARK;
     this.fastReceive = options.fastReceive;
+    this.ownsPool = options.pool === undefined;
+    this.inbound = options.pool ?? new BufferPool(INBOUND_POOL_OPTIONS);
+    this.readBuffer = options.readBuffer;
+  }
+
+  /** The pool inbound messages are assembled in (the creator's, or the transport's own). */
+  get inboundPool(): BufferPool {
+    return this.inbound;
   }
 
   get bufferedAmount(): number {
@@ -68,13 +88,15 @@ export class WebSocketTransport implements MessageTransport {
     this.handlers = handlers;
     this.ws.on('message', (data: Buffer) => handlers.onMessage(data));
     if (this.fastReceive) {
+      const inbound = this.inbound;
       installFastMessages(this.ws, {
         ...this.fastReceive,
+        ...(this.readBuffer ? { readBuffer: this.readBuffer } : {}),
         text: true,
         // Lent: whoever holds a binary message's attachment last may `giveBack` it (the executor once a
         // block is written, harness cp once it wrote a block out), as on relay streams.
         lease: (size) => {
-          const buffer = lendBuffer(INBOUND, size);
+          const buffer = lendBuffer(inbound, size);
           return { buffer, release: () => giveBack(buffer) };
         },
         onMessage: (parts, length, _slab, isBinary) => {
@@ -149,6 +171,8 @@ export class WebSocketTransport implements MessageTransport {
     this.closed = true;
     if (this.pingTimer) clearInterval(this.pingTimer);
     this.pingTimer = null;
+    // Lent slabs still held (an attachment being written) are dropped when given back.
+    if (this.ownsPool) this.inbound.close();
     this.handlers?.onClose(reason);
   }
 }
