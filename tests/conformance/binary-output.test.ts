@@ -9,12 +9,38 @@ describe.each(CASES_WITH_REMOTE)('binary output: %s', (_label, { kind, transport
   const h = useHarness();
   const offered = kind === 'tether' && transport !== 'stdio';
 
-  it(`${offered ? 'advertises' : 'does not advertise'} binaryOutput`, async () => {
+  it(`${offered ? 'advertises' : 'does not advertise'} binaryOutput and binaryInput`, async () => {
     const { initializeResult } = await h.session(kind, transport);
     const capabilities = (initializeResult.environmentInfo as { capabilities?: Record<string, unknown> } | undefined)
       ?.capabilities;
     expect(capabilities?.binaryOutput === true).toBe(offered);
+    expect(capabilities?.binaryInput === true).toBe(offered);
   });
+
+  if (offered) {
+    it('process/write with the bytes as an attachment (binaryInput) reaches the child byte for byte', async () => {
+      const { client } = await h.session(kind, transport);
+      await client.call(
+        'process/start',
+        h.startParams('sink', sh('od -An -tx1 -v | tr -d " \\n"'), { pipeStdin: true }),
+      );
+      const bytes = Buffer.from(Array.from({ length: 256 }, (_, i) => i));
+      const header = JSON.stringify({
+        id: 'w1',
+        method: 'process/write',
+        params: { processId: 'sink', writeId: 'w1' },
+      });
+      const prefix = Buffer.alloc(5);
+      prefix[0] = 0x01;
+      prefix.writeUInt32BE(Buffer.byteLength(header), 1);
+      client.sendRaw(Buffer.concat([prefix, Buffer.from(header), bytes]));
+      const answer = await client.waitForMessage((m) => m.id === 'w1');
+      expect(answer.result).toEqual({ status: 'accepted' });
+      await client.call('process/closeStdin', { processId: 'sink' });
+      const { output } = await collectUntilClosed(client, 'sink');
+      expect(output).toBe(bytes.toString('hex'));
+    });
+  }
 
   if (kind !== 'tether') return;
 

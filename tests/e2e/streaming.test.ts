@@ -109,6 +109,29 @@ describe('streaming through registry, relay and executor (harness CLI)', () => {
     { name: '16 MiB through a PTY to a throttled consumer', total: 16 * MiB, mode: 'hex', tty: true, pauseMs: 15 },
   ] as const;
 
+  it('64 MiB of stdin through `harness exec -i`: exit 0, byte-exact', { timeout: 240_000 }, async () => {
+    const input = Buffer.alloc(64 * MiB);
+    for (let i = 0; i < input.length; i += 4) input.writeUInt32BE(i / 4, i);
+    const child = spawn(
+      process.execPath,
+      [`${repoRoot()}/apps/harness/dist/main.js`, 'exec', '-i', '--', 'sha256sum'],
+      { env: { ...process.env, ...env, TETHER_ENVIRONMENT_ID: ENVIRONMENT }, stdio: ['pipe', 'pipe', 'pipe'] },
+    );
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => {
+      stdout += d;
+    });
+    child.stderr.on('data', (d: Buffer) => {
+      stderr += d;
+    });
+    child.stdin.end(input);
+    const code = await new Promise<number | null>((resolve) => child.once('close', resolve));
+    expect(stderr).toBe('');
+    expect(code).toBe(0);
+    expect(stdout.split(' ')[0]).toBe(createHash('sha256').update(input).digest('hex'));
+  });
+
   for (const c of cases) {
     it(`${c.name}: exit 0, byte-exact`, { timeout: 240_000 }, async () => {
       const run = await harnessExec(env, c);

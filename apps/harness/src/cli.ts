@@ -142,6 +142,9 @@ interface ExecFlags {
   cleanEnv: boolean;
 }
 
+/** Stdin bytes sent to the process and not yet answered, at most (the executor's stdin queue: 1 MiB). */
+const STDIN_UNANSWERED_BYTES = 1024 * 1024;
+
 async function execCommand(env: Environment, argv: string[], options: ExecFlags, io: CliIo): Promise<number> {
   const forwardStdin = options.interactive || (options.tty && io.stdin.isTTY === true);
   const handle = await env.spawn(argv, {
@@ -157,21 +160,39 @@ async function execCommand(env: Environment, argv: string[], options: ExecFlags,
   const cleanups: Array<() => void> = [];
   if (forwardStdin) {
     if (options.tty && io.stdin.isTTY) io.stdin.setRawMode?.(true);
-    // One write at a time, in order, with stdin paused meanwhile (bounded memory whatever is piped in);
-    // the close follows the last write.
-    let writing: Promise<unknown> = Promise.resolve();
+    // Writes are pipelined, in order (the executor applies them in the order they arrive), with at most
+    // STDIN_UNANSWERED_BYTES unanswered: stdin pauses beyond it, so memory stays bounded whatever is piped
+    // in, and the executor, which queues up to 1 MiB for a child that reads slowly, never has to refuse
+    // one. One write at a time would wait a round trip through the relay per 64 KiB. The close follows
+    // the last write's answer.
+    const writes = new Set<Promise<void>>();
+    let unanswered = 0;
+    let stopped = false;
+    const stop = () => {
+      stopped = true;
+      io.stdin.off('data', onData);
+    };
     const onData = (chunk: Buffer) => {
-      io.stdin.pause();
-      writing = writing
-        .then(() => handle.write(chunk))
+      if (stopped) return;
+      unanswered += chunk.byteLength;
+      const write: Promise<void> = handle
+        .write(chunk)
         .then((status) => {
-          if (status !== 'accepted') io.stdin.off('data', onData);
+          if (status !== 'accepted') stop();
         })
-        .catch(() => io.stdin.off('data', onData))
-        .finally(() => io.stdin.resume());
+        .catch(stop)
+        .finally(() => {
+          writes.delete(write);
+          unanswered -= chunk.byteLength;
+          if (!stopped && unanswered < STDIN_UNANSWERED_BYTES && io.stdin.isPaused()) io.stdin.resume();
+        });
+      writes.add(write);
+      if (unanswered >= STDIN_UNANSWERED_BYTES) io.stdin.pause();
     };
     const onEnd = () => {
-      writing = writing.then(() => handle.closeStdin()).catch(() => undefined);
+      void Promise.all(writes)
+        .then(() => (stopped ? undefined : handle.closeStdin()))
+        .catch(() => undefined);
     };
     io.stdin.on('data', onData);
     io.stdin.once('end', onEnd);

@@ -5,6 +5,7 @@ import {
   attachmentOf,
   type CallOptions,
   ConnectionClosedError,
+  encodeWithAttachment,
   type MessageTransport,
   RpcClient,
   RpcConnection,
@@ -371,11 +372,25 @@ export class ExecServerClient implements ProcessBackend {
   }
 
   async write(processId: string, chunk: Buffer, writeId: string): Promise<WriteStatus> {
-    const answer = await this.call<{ status: WriteStatus }>('process/write', {
-      processId,
-      chunk: chunk.toString('base64'),
-      writeId,
-    });
+    // Raw bytes as an attachment where the executor offers `binaryInput`, else Codex's base64 `chunk`.
+    const answer = this.capability('binaryInput')
+      ? await this.call<{ status: WriteStatus }>(
+          'process/write',
+          { processId, writeId },
+          {
+            encode: (id, allocate) =>
+              encodeWithAttachment(
+                JSON.stringify({ id, method: 'process/write', params: { processId, writeId } }),
+                chunk,
+                allocate,
+              ),
+          },
+        )
+      : await this.call<{ status: WriteStatus }>('process/write', {
+          processId,
+          chunk: chunk.toString('base64'),
+          writeId,
+        });
     return answer.status;
   }
 

@@ -123,6 +123,10 @@ export const ProcessWriteParams = Type.Object({
 });
 export type ProcessWriteParams = Static<typeof ProcessWriteParams>;
 
+/** `process/write` whose bytes are its binary attachment (Tether, capability `binaryInput`): no `chunk`. */
+export const ProcessWriteBinaryParams = Type.Object({ processId: Type.String(), writeId: Type.String() });
+export type ProcessWriteBinaryParams = Static<typeof ProcessWriteBinaryParams>;
+
 export const WriteStatus = Type.Union([
   Type.Literal('accepted'),
   Type.Literal('unknownProcess'),

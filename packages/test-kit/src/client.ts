@@ -331,7 +331,9 @@ class RelayClient extends BaseClient {
   }
 
   sendRaw(data: string | Buffer): void {
-    this.write(Buffer.isBuffer(data) ? data.toString('utf8') : data);
+    // Bytes go as they are (a binary attachment message must not pass through a text decoding).
+    if (this.stream.status !== 'open') throw new Error('relay stream is not open');
+    this.stream.send(data);
   }
 
   async close(): Promise<void> {

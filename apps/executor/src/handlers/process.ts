@@ -13,9 +13,11 @@ import {
   ProcessResizeParams,
   ProcessSignalParams,
   ProcessStartParams,
+  ProcessWriteBinaryParams,
   ProcessWriteParams,
   RpcError,
 } from '@tether/exec-protocol';
+import { attachmentOf } from '@tether/jsonrpc';
 import { buildChildEnv, ProcessError, type ProcessErrorCode } from '@tether/local-process';
 import type { HandlerTable } from './types.js';
 
@@ -125,14 +127,25 @@ export const processHandlers: HandlerTable = {
   },
 
   [Method.processWrite]: async (raw, ctx) => {
-    const params = decode(ProcessWriteParams, raw);
-    if (params.writeId.length === 0) throw RpcError.invalidParams('writeId must not be empty');
+    const attachment = attachmentOf(raw);
+    let params: ProcessWriteBinaryParams;
     let data: Buffer;
-    try {
-      data = decodeBase64(params.chunk);
-    } catch (err) {
-      throw RpcError.invalidParams(`process/write requires valid base64 chunk: ${(err as Error).message}`);
+    if (attachment) {
+      // binaryInput: the bytes are the request's attachment (this handler's to keep until the child has
+      // them); a `chunk` as well would be ambiguous.
+      params = decode(ProcessWriteBinaryParams, raw);
+      if ('chunk' in params) throw RpcError.invalidParams('`chunk` and a binary attachment are exclusive');
+      data = attachment;
+    } else {
+      const textual = decode(ProcessWriteParams, raw);
+      params = textual;
+      try {
+        data = decodeBase64(textual.chunk);
+      } catch (err) {
+        throw RpcError.invalidParams(`process/write requires valid base64 chunk: ${(err as Error).message}`);
+      }
     }
+    if (params.writeId.length === 0) throw RpcError.invalidParams('writeId must not be empty');
     const status = await ctx.session().table.write(params.processId, data, params.writeId);
     return { status };
   },
