@@ -34,6 +34,7 @@ max_sessions = 3
 [processes]
 retained_output_bytes_per_process = 4096
 retained_output_chunks_per_process = 10
+flow_output_budget_bytes = 8388608
 exited_process_retention_sec = 0
 max_processes_per_session = 7
 [server]
@@ -51,6 +52,7 @@ level = "debug"
       maxSessions: 3,
       retainedOutputBytes: 4096,
       retainedOutputChunks: 10,
+      flowOutputBudgetBytes: 8388608,
       exitedRetentionMs: 0,
       maxProcessesPerSession: 7,
       maxMessageBytes: 65536,

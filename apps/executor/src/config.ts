@@ -11,6 +11,8 @@ export interface ExecutorConfig {
   retainedOutputBytes: number;
   /** Retained chunks per process. */
   retainedOutputChunks: number;
+  /** Unacknowledged output held for all flow-controlled processes together (each gets its fair share). */
+  flowOutputBudgetBytes: number;
   /** How long a closed process stays readable. */
   exitedRetentionMs: number;
   /** Processes per session, in any state. */
@@ -50,6 +52,7 @@ export const DEFAULT_CONFIG: ExecutorConfig = {
   detachedTtlMs: 30_000,
   retainedOutputBytes: 1024 * 1024,
   retainedOutputChunks: 50_000,
+  flowOutputBudgetBytes: 64 * 1024 * 1024,
   exitedRetentionMs: 30_000,
   maxProcessesPerSession: 1024,
   maxMessageBytes: 16 * 1024 * 1024,
@@ -134,6 +137,7 @@ const SCHEMA: Record<string, Record<string, KeySpec>> = {
   processes: {
     retained_output_bytes_per_process: { key: 'retainedOutputBytes', read: positiveInt(1, 1024 ** 3) },
     retained_output_chunks_per_process: { key: 'retainedOutputChunks', read: positiveInt(1, 10_000_000) },
+    flow_output_budget_bytes: { key: 'flowOutputBudgetBytes', read: positiveInt(1, 64 * 1024 ** 3) },
     exited_process_retention_sec: { key: 'exitedRetentionMs', read: nonNegativeInt(1000, 24 * 3600 * 1000) },
     max_processes_per_session: { key: 'maxProcessesPerSession', read: positiveInt(1, 100_000) },
   },

@@ -9,7 +9,7 @@ import {
   StdioTransport,
   WebSocketTransport,
 } from '@tether/jsonrpc';
-import { createReaper, ReadBufferPool, type Reaper } from '@tether/local-process';
+import { createReaper, OutputBudget, ReadBufferPool, type Reaper } from '@tether/local-process';
 import { WebSocketServer } from 'ws';
 import { DEFAULT_CONFIG, type ExecutorConfig } from './config.js';
 import { ConnectionProcessor } from './connection-processor.js';
@@ -67,6 +67,9 @@ export class ExecServer {
         // Output chunks are encoded as soon as they are emitted or read (ConnectionProcessor, process/read),
         // so their read buffers can be recycled when retention drops them.
         readBuffers: new ReadBufferPool(),
+        // One budget for every session's flow-controlled processes: memory stays bounded however many
+        // harnesses stream at once, while one busy stream still gets its whole window.
+        outputBudget: new OutputBudget(this.config.flowOutputBudgetBytes),
       },
     });
   }

@@ -275,32 +275,44 @@ describe('flow control', () => {
     for (let i = 0; i < 9; i++) log.append('stdout', text(10));
     // 90 bytes retained although maxBytes is 10: nothing unacknowledged is dropped.
     expect(log.retainedBytes).toBe(90);
-    expect(log.flowBlocked).toBe(false);
+    expect(log.flowBlocked()).toBe(false);
     log.append('stdout', text(10));
-    expect(log.flowBlocked).toBe(true);
+    expect(log.flowBlocked()).toBe(true);
     expect(seqs(await log.read({ afterSeq: 0 }))).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
   });
 
-  it('an acknowledgement frees the output it covers and reopens the window once', async () => {
+  it('an acknowledgement frees the output it covers and reopens the window', async () => {
     const log = flowLog(100);
     for (let i = 0; i < 10; i++) log.append('stdout', text(10));
     expect(log.ack(3)).toBe(true);
-    expect(log.flowBlocked).toBe(false);
+    expect(log.flowBlocked()).toBe(false);
+    expect(log.unackedBytes).toBe(70);
     expect(log.retainedBytes).toBe(70);
     expect(seqs(await log.read({ afterSeq: 3 }))).toEqual([4, 5, 6, 7, 8, 9, 10]);
-    // Repeated, older and future acknowledgements are harmless.
+    // Repeated and older acknowledgements free nothing; a future one frees what there is.
     expect(log.ack(3)).toBe(false);
     expect(log.ack(1)).toBe(false);
-    expect(log.ack(1_000)).toBe(false);
+    expect(log.ack(1_000)).toBe(true);
     expect(log.retainedBytes).toBe(0);
+    expect(log.unackedBytes).toBe(0);
     log.append('stdout', text(10));
     expect(seqs(await log.read({ afterSeq: 10 }))).toEqual([11]);
+  });
+
+  it('blocks at a limit below the window (a share of the output budget)', () => {
+    const log = flowLog(100);
+    for (let i = 0; i < 4; i++) log.append('stdout', text(10));
+    expect(log.flowBlocked()).toBe(false);
+    expect(log.flowBlocked(40)).toBe(true);
+    // A limit above the window does not raise it.
+    for (let i = 0; i < 6; i++) log.append('stdout', text(10));
+    expect(log.flowBlocked(1_000)).toBe(true);
   });
 
   it('also blocks at the chunk budget, so many tiny chunks cannot grow memory', () => {
     const log = flowLog(1_000_000, 4);
     for (let i = 0; i < 4; i++) log.append('stdout', text(1));
-    expect(log.flowBlocked).toBe(true);
+    expect(log.flowBlocked()).toBe(true);
     expect(log.ack(1)).toBe(true);
   });
 
@@ -308,7 +320,7 @@ describe('flow control', () => {
     const log = new OutputLog({ processId: 'p', streams: ['stdout'], maxBytes: 20 });
     for (let i = 0; i < 4; i++) log.append('stdout', text(10));
     expect(log.flowWindowBytes).toBeNull();
-    expect(log.flowBlocked).toBe(false);
+    expect(log.flowBlocked()).toBe(false);
     expect(log.ack(4)).toBe(false);
     expect(seqs(await log.read({ afterSeq: 0 }))).toEqual([3, 4]);
   });

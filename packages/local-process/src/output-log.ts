@@ -87,27 +87,37 @@ export class OutputLog {
   get flowWindowBytes(): number | null {
     return this.#credit?.windowBytes ?? null;
   }
-  /** Flow-controlled and the client's window is used up: the child's output should not be read. */
-  get flowBlocked(): boolean {
-    return this.#credit !== null && (!this.#credit.open || this.retainedChunks >= this.#maxChunks);
+  /** Output handed out and not acknowledged (flow control; 0 without). */
+  get unackedBytes(): number {
+    return this.#credit?.inFlight ?? 0;
+  }
+  /**
+   * Flow-controlled and `limit` bytes (default: the window) or `maxChunks` chunks are unacknowledged: the
+   * child's output should not be read.
+   */
+  flowBlocked(limit: number = this.#credit?.windowBytes ?? 0): boolean {
+    const credit = this.#credit;
+    if (credit === null) return false;
+    return credit.inFlight >= Math.min(limit, credit.windowBytes) || this.retainedChunks >= this.#maxChunks;
   }
 
   /**
    * Flow control: the client has consumed every event up to `seq`. Drops those chunks (they will not be
-   * asked for again) and returns true when this unblocked the window. Acknowledging more than was sent,
-   * or again, is harmless; without flow control it is ignored.
+   * asked for again) and returns whether anything was freed. Acknowledging more than was sent, or again,
+   * is harmless; without flow control it is ignored.
    */
   ack(seq: number): boolean {
     const credit = this.#credit;
     if (credit === null) return false;
-    const wasBlocked = this.flowBlocked;
     let bytes = 0;
+    let chunks = 0;
     while (this.#head < this.#chunks.length && this.#chunks[this.#head]!.seq <= seq) {
       bytes += this.#dropHead();
+      chunks++;
     }
     this.#compact();
     credit.acked(bytes);
-    return wasBlocked && !this.flowBlocked;
+    return chunks > 0;
   }
 
   /** Records one chunk read from `stream`. Output after the exit keeps getting seqs (a grandchild may hold the pipe). */

@@ -13,6 +13,7 @@ import {
   sh,
   waitFor,
 } from './__tests__/helpers.js';
+import { OutputBudget } from './output-budget.js';
 import { ProcessTable } from './process-table.js';
 import type { ProcessEvent, ProcessTableOptions } from './types.js';
 
@@ -536,6 +537,39 @@ describe('output backpressure', () => {
       expect(processes.list()[0]).toMatchObject({ state: 'closed', exitCode: 0 });
       await processes.shutdown();
     }
+  });
+
+  it('an output budget shared by tables caps each process at its share, and a closed one gives its share back', async () => {
+    const budget = new OutputBudget(256 * 1024);
+    const first = table({ outputBudget: budget });
+    const second = table({ outputBudget: budget });
+    const window = 4 * 1024 * 1024;
+    const size = 2 * 1024 * 1024;
+    await first.start(request('a', ['head', '-c', String(size), '/dev/zero'], { flowWindowBytes: window }));
+    await second.start(request('b', ['head', '-c', String(size), '/dev/zero'], { flowWindowBytes: window }));
+    expect(budget.share).toBe(128 * 1024);
+    await waitFor(async () => (await retainedBytes(second, 'b')) >= 128 * 1024, 'b to fill its share');
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    // The share, not the 4 MiB window, holds it (one read may land past it).
+    expect(await retainedBytes(second, 'b')).toBeLessThanOrEqual(128 * 1024 + 64 * 1024);
+    // Read `a` to its end: once it closes, `b` may hold the whole budget.
+    const drain = async (processes: ProcessTable, id: string) => {
+      let total = 0;
+      for (let afterSeq = 0; ; ) {
+        const answer = await processes.read(id, { afterSeq, waitMs: 1_000 });
+        for (const chunk of answer.chunks) total += chunk.chunk.length;
+        afterSeq = answer.nextSeq - 1;
+        processes.ack(id, afterSeq);
+        if (answer.closed) return total;
+      }
+    };
+    expect(await drain(first, 'a')).toBe(size);
+    expect(budget.members).toBe(1);
+    await waitFor(async () => (await retainedBytes(second, 'b')) >= 256 * 1024, 'b to take the freed share');
+    expect(await drain(second, 'b')).toBe(size);
+    expect(budget.members).toBe(0);
+    await first.shutdown();
+    await second.shutdown();
   });
 
   it('shutdown completes while a flow-controlled child is blocked on its window', async () => {

@@ -5,6 +5,7 @@
  * OutputLog says. A closed entry stays readable for `exitedRetentionMs`, then its id is free again.
  */
 import { ProcessError } from './errors.js';
+import type { OutputBudget } from './output-budget.js';
 import { OutputLog } from './output-log.js';
 import type { ReadBufferPool } from './read-pool.js';
 import { checkSize, type ProcessSink, type SpawnedProcess, spawnProcess } from './spawn.js';
@@ -54,8 +55,10 @@ interface Entry {
   stdin: StdinWriter | null;
   /** Set when the entry was removed while starting (terminate, shutdown): the start then fails. */
   cancelled: boolean;
-  /** Flow control: the client's window is used up, so the child's output is not read. */
+  /** Flow control: the client's window (or its share of the budget) is used up, so the output is not read. */
   flowPaused: boolean;
+  /** Gives back this process's share of the output budget (flow-controlled processes, until closed). */
+  leaveBudget: (() => void) | null;
   /** Accepted writeIds, oldest first (a Set iterates in insertion order). */
   readonly writeIds: Set<string>;
   evictionTimer: NodeJS.Timeout | undefined;
@@ -79,6 +82,8 @@ export class ProcessTable {
   readonly #stdinQueueBytes: number | undefined;
   readonly #reaper: Reaper | null;
   readonly #readBuffers: ReadBufferPool | null;
+  readonly #outputBudget: OutputBudget | null;
+  readonly #stopWatchingBudget: (() => void) | null;
   #shutdown: Promise<void> | null = null;
   /** Output reading is paused for every process (the consumer of events is congested). */
   #outputPaused = false;
@@ -95,6 +100,12 @@ export class ProcessTable {
     this.#stdinQueueBytes = options.stdinQueueBytes;
     this.#reaper = options.reaper ?? null;
     this.#readBuffers = options.readBuffers ?? null;
+    this.#outputBudget = options.outputBudget ?? null;
+    // Another table's process closed: shares grew, so this table's paused processes may go on.
+    this.#stopWatchingBudget =
+      this.#outputBudget?.onLoosened(() => {
+        for (const entry of this.#entries.values()) this.#recheckFlow(entry);
+      }) ?? null;
   }
 
   /**
@@ -139,8 +150,7 @@ export class ProcessTable {
   ack(processId: string, seq: number): void {
     const entry = this.#entries.get(processId);
     if (entry === undefined || !entry.log.ack(seq)) return;
-    entry.flowPaused = false;
-    this.#applyPause(entry);
+    this.#recheckFlow(entry);
   }
 
   /**
@@ -291,7 +301,9 @@ export class ProcessTable {
       clearTimeout(entry.evictionTimer);
       entry.evictionTimer = undefined;
       entry.stdin?.destroy();
+      this.#leaveBudget(entry);
     }
+    this.#stopWatchingBudget?.();
     for (const [pgid, count] of this.#tracked) for (let i = 0; i < count; i++) this.#reaper?.untrack(pgid);
     this.#tracked.clear();
   }
@@ -319,6 +331,7 @@ export class ProcessTable {
       stdin: null,
       cancelled: false,
       flowPaused: false,
+      leaveBudget: null,
       writeIds: new Set(),
       evictionTimer: undefined,
       whenClosed,
@@ -333,7 +346,7 @@ export class ProcessTable {
       output: (stream: OutputStream, chunk: Buffer) => {
         if (entry.cancelled) return;
         entry.log.append(stream, chunk);
-        if (entry.log.flowBlocked && !entry.flowPaused) {
+        if (!entry.flowPaused && this.#flowBlocked(entry)) {
           entry.flowPaused = true;
           this.#applyPause(entry);
         }
@@ -379,6 +392,8 @@ export class ProcessTable {
       throw new ProcessError('start_cancelled', `process ${entry.processId} start was cancelled`);
     }
     entry.handle = handle;
+    if (this.#outputBudget !== null && entry.log.flowWindowBytes !== null)
+      entry.leaveBudget = this.#outputBudget.join();
     this.#applyPause(entry);
     // A tty always takes input through the PTY master; a pipe child only with pipeStdin.
     if (handle.stdin !== null) entry.stdin = new StdinWriter(handle.stdin, this.#stdinQueueBytes);
@@ -392,6 +407,25 @@ export class ProcessTable {
     for (const entry of this.#entries.values()) this.#applyPause(entry);
   }
 
+  /** Flow control: the process's window, or its share of the output budget, is unacknowledged. */
+  #flowBlocked(entry: Entry): boolean {
+    return entry.log.flowBlocked(this.#outputBudget?.share);
+  }
+
+  /** Reads a flow-paused child again once what holds it back has room. */
+  #recheckFlow(entry: Entry): void {
+    if (!entry.flowPaused || this.#flowBlocked(entry)) return;
+    entry.flowPaused = false;
+    this.#applyPause(entry);
+  }
+
+  /** Gives back an entry's share of the output budget (once). */
+  #leaveBudget(entry: Entry): void {
+    const leave = entry.leaveBudget;
+    entry.leaveBudget = null;
+    leave?.();
+  }
+
   /** Reads a child's output only while neither the event consumer nor its flow window holds it back. */
   #applyPause(entry: Entry): void {
     // At shutdown every stream must reach its EOF, whatever is unacknowledged.
@@ -403,6 +437,8 @@ export class ProcessTable {
   #afterChange(entry: Entry): void {
     if (!entry.log.closed || entry.handle === null || entry.evictionTimer !== undefined) return;
     entry.markClosed();
+    // Closed: nothing more will be read, so its share goes to the others.
+    this.#leaveBudget(entry);
     if (this.#shutdown !== null) return;
     entry.evictionTimer = setTimeout(() => this.#evict(entry), this.#exitedRetentionMs);
     entry.evictionTimer.unref();

@@ -65,6 +65,34 @@ describe('ProcessTable with recycled read buffers', () => {
     await Promise.all(tables.splice(0).map((t) => t.shutdown()));
   });
 
+  it('quiet processes hold no pool buffer; a stream moves to the pool once its reads fill what it has', async () => {
+    const pool = new ReadBufferPool();
+    const table = new ProcessTable({ readBuffers: pool });
+    tables.push(table);
+    for (let i = 0; i < 20; i++) {
+      await table.start({
+        processId: `quiet-${i}`,
+        argv: ['sh', '-c', 'echo hi; exec sleep 30'],
+        cwd: '/',
+        env: {},
+        tty: false,
+        pipeStdin: false,
+      });
+    }
+    await waitFor(async () => (await table.read('quiet-19')).chunks.length > 0, 'the quiet ones to print');
+    expect(pool.createdBuffers).toBe(0);
+    await table.start({
+      processId: 'bulk',
+      argv: ['head', '-c', '4194304', '/dev/zero'],
+      cwd: '/',
+      env: {},
+      tty: false,
+      pipeStdin: false,
+    });
+    await waitFor(() => table.list().find((p) => p.processId === 'bulk')?.state === 'closed', 'bulk to close');
+    expect(pool.createdBuffers).toBeGreaterThan(0);
+  });
+
   function start(total: number, options: ProcessTableOptions) {
     const table = new ProcessTable(options);
     tables.push(table);

@@ -1,3 +1,4 @@
+import type { OutputBudget } from './output-budget.js';
 import type { ReadBufferPool } from './read-pool.js';
 /**
  * Public contract of the process engine. The executor (one ProcessTable per session) and the SDK's
@@ -114,6 +115,12 @@ export interface ProcessTableOptions {
    * gets a fresh buffer that stays valid for as long as it is referenced.
    */
   readBuffers?: ReadBufferPool | null;
+  /**
+   * Bounds the unacknowledged output of flow-controlled processes across every table given the same
+   * budget (an executor's): each may hold at most its window or its fair share (OutputBudget).
+   * Default: none, each process is bounded by its window alone.
+   */
+  outputBudget?: OutputBudget | null;
 }
 
 /** Stable codes; the executor maps them to JSON-RPC errors in one table. */
