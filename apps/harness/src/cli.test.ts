@@ -259,6 +259,33 @@ describe('harness CLI straight to an executor (--url)', () => {
   });
 });
 
+describe('harness CLI connect timeout', () => {
+  it('keeps trying an unreachable executor until --connect-timeout, then says why', async () => {
+    // A port nothing listens on: every attempt is refused, which may pass, so it is retried.
+    const { createServer } = await import('node:net');
+    const probe = createServer();
+    await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve));
+    const port = (probe.address() as { port: number }).port;
+    await new Promise<void>((resolve) => probe.close(() => resolve()));
+    const started = Date.now();
+    const run = await harness(['exec', '--url', `ws://127.0.0.1:${port}`, '--connect-timeout', '1', '--', 'true'], {});
+    expect(run.code).toBe(1);
+    expect(run.stderr).toMatch(/could not connect within 1000 ms \(\d+ attempts\)/);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(900);
+    const bad = await harness(
+      ['exec', '--url', `ws://127.0.0.1:${port}`, '--connect-timeout', 'soon', '--', 'true'],
+      {},
+    );
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain('expected seconds');
+    const badEnv = await harness(['exec', '--url', `ws://127.0.0.1:${port}`, '--', 'true'], {
+      TETHER_CONNECT_TIMEOUT: '-1',
+    });
+    expect(badEnv.code).toBe(2);
+    expect(badEnv.stderr).toContain('TETHER_CONNECT_TIMEOUT');
+  });
+});
+
 describe('copy integrity', () => {
   it('fails when the destination does not hash like the source', async () => {
     const { copy } = await import('./copy.js');

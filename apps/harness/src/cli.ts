@@ -23,7 +23,21 @@ function connectOptions(command: Command): Command {
   return command
     .addOption(new Option('--registry <url>', `registry base URL (env ${ENV.registry})`))
     .addOption(new Option('--environment-id <id>', `environment to use (env ${ENV.environmentId})`))
-    .addOption(new Option('--url <ws-url>', `talk to an executor's WebSocket directly instead (env ${ENV.url})`));
+    .addOption(new Option('--url <ws-url>', `talk to an executor's WebSocket directly instead (env ${ENV.url})`))
+    .addOption(
+      new Option(
+        '--connect-timeout <seconds>',
+        `give up connecting after this long; failures that may pass are retried until then (env ${ENV.connectTimeout}, default 20)`,
+      ).argParser(parseSeconds),
+    );
+}
+
+function parseSeconds(value: string): number {
+  const seconds = Number(value);
+  if (!/^\d+(\.\d+)?$/.test(value.trim()) || !(seconds > 0) || seconds > 3600) {
+    throw new InvalidArgumentError(`expected seconds between 0 and 3600, got ${JSON.stringify(value)}`);
+  }
+  return seconds;
 }
 
 function formatBytes(bytes: number): string {
@@ -56,7 +70,8 @@ export function buildProgram(io: CliIo, setExit: (code: number) => void): Comman
       `
 Connection: --registry URL and --environment-id ID (or ${ENV.registry}, ${ENV.environmentId}), with a
 harness API key in ${ENV.apiKey}. --url ws://HOST:PORT talks to an executor directly (no relay).
-Remote paths are written ENV:/absolute/path.
+Connecting is retried with backoff for up to 20 s (--connect-timeout) after failures that may pass; a
+refused key or an unknown environment fails at once. Remote paths are written ENV:/absolute/path.
 
 Examples:
   harness exec -- uname -a

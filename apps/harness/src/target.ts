@@ -5,6 +5,8 @@ export interface ConnectFlags {
   registry?: string;
   environmentId?: string;
   url?: string;
+  /** Seconds; see `--connect-timeout`. */
+  connectTimeout?: number;
 }
 
 export const ENV = {
@@ -12,7 +14,19 @@ export const ENV = {
   environmentId: 'TETHER_ENVIRONMENT_ID',
   apiKey: 'TETHER_API_KEY',
   url: 'TETHER_EXECUTOR_URL',
+  connectTimeout: 'TETHER_CONNECT_TIMEOUT',
 } as const;
+
+/** How long to keep trying to connect (ms): the flag, else the variable, else the SDK's default (20 s). */
+function connectRetry(flags: ConnectFlags, env: NodeJS.ProcessEnv): { timeoutMs: number } | undefined {
+  const fromEnv = env[ENV.connectTimeout];
+  const seconds = flags.connectTimeout ?? (fromEnv === undefined || fromEnv === '' ? undefined : Number(fromEnv));
+  if (seconds === undefined) return undefined;
+  if (!Number.isFinite(seconds) || seconds <= 0 || seconds > 3600) {
+    throw new TetherError('invalid_argument', `${ENV.connectTimeout} must be seconds between 0 and 3600`);
+  }
+  return { timeoutMs: Math.round(seconds * 1000) };
+}
 
 /** `ENV:PATH` (remote) or a local path. A single letter before `:` is not an environment (C:\ on Windows). */
 export type Location = { kind: 'local'; path: string } | { kind: 'remote'; environmentId: string; path: string };
@@ -34,7 +48,9 @@ export async function openEnvironment(
   environmentId?: string,
 ): Promise<Environment> {
   const url = flags.url ?? env[ENV.url];
-  if (url && !environmentId) return Environment.connectWebSocket(url, { clientName: 'tether-harness' });
+  const retry = connectRetry(flags, env);
+  const common = { clientName: 'tether-harness', ...(retry ? { connectRetry: retry } : {}) };
+  if (url && !environmentId) return Environment.connectWebSocket(url, common);
   const registryUrl = flags.registry ?? env[ENV.registry];
   const id = environmentId ?? flags.environmentId ?? env[ENV.environmentId];
   if (!registryUrl) {
@@ -47,5 +63,5 @@ export async function openEnvironment(
     throw new TetherError('invalid_argument', `no environment: pass --environment-id ID or set ${ENV.environmentId}`);
   const apiKey = env[ENV.apiKey]?.trim();
   if (!apiKey) throw new TetherError('invalid_argument', `no API key: set ${ENV.apiKey} to a harness key`);
-  return Environment.connectRendezvous({ registryUrl, apiKey, environmentId: id, clientName: 'tether-harness' });
+  return Environment.connectRendezvous({ registryUrl, apiKey, environmentId: id, ...common });
 }
