@@ -10,6 +10,7 @@ import {
   WebSocketTransport,
 } from '@tether/jsonrpc';
 import { createReaper, OutputBudget, ReadBufferPool, type Reaper } from '@tether/local-process';
+import { MAX_RECORD_PLAINTEXT_BYTES, MESSAGE_LENGTH_PREFIX_BYTES } from '@tether/relay-frames';
 import { WebSocketServer } from 'ws';
 import { DEFAULT_CONFIG, type ExecutorConfig } from './config.js';
 import { ConnectionProcessor } from './connection-processor.js';
@@ -33,6 +34,9 @@ export interface ExecServerOptions {
  * the child reaper. Any transport becomes an RpcConnection handed to `serve()`. `close()` stops
  * accepting, closes connections, kills every process and waits until all of it is gone.
  */
+/** Room left in a record for the message length prefix and a process/output header (ids up to ~400 bytes). */
+const OUTPUT_READ_BYTES = MAX_RECORD_PLAINTEXT_BYTES - MESSAGE_LENGTH_PREFIX_BYTES - 512;
+
 export class ExecServer {
   readonly config: ExecutorConfig;
   readonly registry: SessionRegistry;
@@ -66,7 +70,9 @@ export class ExecServer {
         reaper: this.reaper,
         // Output chunks are encoded as soon as they are emitted or read (ConnectionProcessor, process/read),
         // so their read buffers can be recycled when retention drops them.
-        readBuffers: new ReadBufferPool(),
+        // A chunk read fits one secure-stream record with its process/output header (a 64 KiB read took
+        // a full record and a 4 KiB one: twice the records to seal, forward and open per chunk).
+        readBuffers: new ReadBufferPool({ bufferBytes: OUTPUT_READ_BYTES }),
         // One budget for every session's flow-controlled processes: memory stays bounded however many
         // harnesses stream at once, while one busy stream still gets its whole window.
         outputBudget: new OutputBudget(this.config.flowOutputBudgetBytes),

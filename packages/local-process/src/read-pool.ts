@@ -29,6 +29,16 @@ export class ReadBufferPool {
   readonly #idle = new WeakSet<ArrayBufferLike>();
 
   #created = 0;
+  /** Bytes of each buffer (one read at most). */
+  readonly bufferBytes: number;
+
+  /**
+   * `bufferBytes` (default READ_BUFFER_BYTES) bounds one read: a consumer that frames each chunk into a
+   * record of its own (the executor, for the relay's secure stream) sizes it so a chunk and its header fit.
+   */
+  constructor(options: { bufferBytes?: number } = {}) {
+    this.bufferBytes = options.bufferBytes ?? READ_BUFFER_BYTES;
+  }
 
   /** Free buffers held for reuse. */
   get freeBuffers(): number {
@@ -46,7 +56,7 @@ export class ReadBufferPool {
       this.#idle.delete(buffer.buffer);
       return buffer;
     }
-    const fresh = Buffer.allocUnsafeSlow(READ_BUFFER_BYTES);
+    const fresh = Buffer.allocUnsafeSlow(this.bufferBytes);
     this.#owned.add(fresh.buffer);
     this.#created++;
     return fresh;
@@ -61,7 +71,7 @@ export class ReadBufferPool {
       return;
     }
     this.#idle.add(arrayBuffer);
-    this.#free.push(Buffer.from(arrayBuffer, 0, READ_BUFFER_BYTES));
+    this.#free.push(Buffer.from(arrayBuffer, 0, this.bufferBytes));
   }
 
   /** The chunk for `length` bytes just read into `buffer`: a view of it, or a copy of a short read. */
