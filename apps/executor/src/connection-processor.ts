@@ -52,7 +52,7 @@ export interface ConnectionBuffers {
 /** A connection's own pools: what one connection keeps in flight (its transport's 4 MiB high-water mark, a few blocks). */
 export function connectionBuffers(): ConnectionBuffers {
   return {
-    output: new BufferPool({ maxPooledBytes: 8 * 1024 * 1024 }),
+    output: new BufferPool({ maxPooledBytes: 2 * 1024 * 1024 }),
     blocks: new BufferPool({ step: 64 * 1024, maxPooledBytes: 8 * 1024 * 1024 }),
   };
 }

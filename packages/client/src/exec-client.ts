@@ -307,27 +307,26 @@ export class ExecServerClient implements ProcessBackend {
       ...(this.capability('binaryOutput') ? { binaryOutput: true } : {}),
     };
     type StartAnswer = { flowControl?: { windowBytes?: unknown } };
-    let answer: StartAnswer;
-    try {
-      answer = await this.call<StartAnswer>('process/start', params);
-    } catch (err) {
-      // The connection dropped with the start in flight, so whether it landed is unknown. The session is
-      // being resumed (the same process table): sending it again starts it, or finds it started.
-      const cut = err instanceof TetherError && err.code === 'closed' && err.cause instanceof ConnectionClosedError;
-      if (!cut || this.closed) throw err;
-      // Let the transport's close reach this client first: the call then waits for the resumed session
-      // (or fails, closed, when there is none).
-      await new Promise((resolve) => setImmediate(resolve));
+    let answer: StartAnswer | undefined;
+    // A connection that drops with the start in flight leaves unknown whether it landed. The session is
+    // resumed (the same process table): sending it again starts it, or finds it started. Cut again and
+    // again (a flapping link), it is given up after a few tries, or as soon as the client gives up.
+    for (let attempt = 0; answer === undefined; attempt++) {
       try {
         answer = await this.call<StartAnswer>('process/start', params);
-      } catch (again) {
+      } catch (err) {
         const landed =
-          again instanceof TetherError &&
-          again.rpcCode === ErrorCode.invalidRequest &&
-          /already exists/.test(again.message);
-        if (!landed) throw again;
-        // Started by the first request, with the window it asked for (the executor grants any in range).
-        return { flowWindowBytes: window === null ? null : clampFlowWindow(window) };
+          attempt > 0 &&
+          err instanceof TetherError &&
+          err.rpcCode === ErrorCode.invalidRequest &&
+          /already exists/.test(err.message);
+        // Started by an earlier request, with the window it asked for (the executor grants any in range).
+        if (landed) return { flowWindowBytes: window === null ? null : clampFlowWindow(window) };
+        const cut = err instanceof TetherError && err.code === 'closed' && err.cause instanceof ConnectionClosedError;
+        if (!cut || this.closed || attempt >= START_RETRIES) throw err;
+        // Let the transport's close reach this client first: the call then waits for the resumed session
+        // (or fails, closed, when there is none).
+        await new Promise((resolve) => setImmediate(resolve));
       }
     }
     // The executor is untrusted input: a grant is used only if it is a sane window no larger than asked.
@@ -536,6 +535,9 @@ export class ExecServerClient implements ProcessBackend {
     for (const listener of this.listeners) listener(event);
   }
 }
+
+/** How often a `process/start` cut by a dropped connection is sent again on the resumed session. */
+const START_RETRIES = 5;
 
 /** The executor's one reset reason for a refused handshake (opaque by design: Codex's text). */
 const EXECUTOR_REFUSAL = 'noise_relay_protocol_error';

@@ -44,7 +44,7 @@ export interface SecureStreamPools {
 /** A stream's own pools when its creator gives none: a stream's worth of frames in flight and of blocks. */
 function ownPools(): SecureStreamPools {
   return {
-    frames: new BufferPool({ maxPooledBytes: 8 * 1024 * 1024 }),
+    frames: new BufferPool({ maxPooledBytes: 2 * 1024 * 1024 }),
     messages: new BufferPool({ step: 64 * 1024, maxPooledBytes: 8 * 1024 * 1024 }),
   };
 }
