@@ -81,17 +81,8 @@ export class Environment {
   }
 
   static remote(client: ExecServerClient): Environment {
-    const capabilities = () => {
-      // `initialize` → `environmentInfo.capabilities`: an object of flags (`{fileWriteStreaming: true, …}`).
-      const info = client.initializeResult as { environmentInfo?: { capabilities?: unknown } } | null;
-      const flags = info?.environmentInfo?.capabilities;
-      if (!flags || typeof flags !== 'object') return new Set<string>();
-      return new Set(
-        Object.entries(flags)
-          .filter(([, on]) => on === true)
-          .map(([name]) => name),
-      );
-    };
+    // Read per call: a resumed connection may advertise differently.
+    const capabilities = () => client.capabilities;
     const fs = new RemoteFs({ call: (method, params, options) => client.call(method, params, options), capabilities });
     return new Environment(client, fs, '/', async () => client.close(), client);
   }

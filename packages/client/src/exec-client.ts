@@ -218,10 +218,19 @@ export class ExecServerClient implements ProcessBackend {
     return this.capability('flowControl') ? DEFAULT_FLOW_WINDOW_BYTES : null;
   }
 
-  /** Whether the executor advertised `name` for this connection. */
+  /** The extensions the executor advertised for this connection (`environmentInfo.capabilities`, flags set). */
+  get capabilities(): ReadonlySet<string> {
+    const flags = (this.info?.environmentInfo as { capabilities?: unknown } | undefined)?.capabilities;
+    if (!flags || typeof flags !== 'object') return new Set();
+    return new Set(
+      Object.entries(flags)
+        .filter(([, on]) => on === true)
+        .map(([name]) => name),
+    );
+  }
+
   private capability(name: string): boolean {
-    const info = this.info?.environmentInfo as { capabilities?: Record<string, unknown> } | undefined;
-    return info?.capabilities?.[name] === true;
+    return this.capabilities.has(name);
   }
 
   /** One JSON-RPC call; executor errors become TetherError with `rpcCode`. */
