@@ -95,7 +95,7 @@ export class OutputLog {
    * Flow-controlled and `limit` bytes (default: the window) or `maxChunks` chunks are unacknowledged: the
    * child's output should not be read.
    */
-  flowBlocked(limit: number = this.#credit?.windowBytes ?? 0): boolean {
+  flowBlocked(limit = Number.POSITIVE_INFINITY): boolean {
     const credit = this.#credit;
     if (credit === null) return false;
     return credit.inFlight >= Math.min(limit, credit.windowBytes) || this.retainedChunks >= this.#maxChunks;
