@@ -146,7 +146,15 @@ describe('registry serve (subprocess)', () => {
   });
 
   it('exits 1 with a message when the database cannot be opened', async () => {
-    const server = serve(['--listen', '127.0.0.1:0', '--database', 'postgres://nobody@127.0.0.1:1/none']);
+    const dir = tempDir();
+    const server = serve([
+      '--listen',
+      '127.0.0.1:0',
+      '--database',
+      'postgres://nobody@127.0.0.1:1/none',
+      '--data-dir',
+      join(dir, 'data'),
+    ]);
     const [code] = await once(server.child, 'exit');
     expect(code).toBe(1);
     expect(server.err()).toContain('cannot open the database');
