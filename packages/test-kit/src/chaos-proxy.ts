@@ -345,8 +345,11 @@ export async function startChaosProxy(options: ChaosProxyOptions): Promise<Chaos
       ['cut', plan.cutAtMs],
       ['reset', plan.resetAtMs],
     ] as const) {
-      if (at === null) continue;
-      conn.faults.push(setTimeout(() => fault(conn, kind, `planned at ${at} ms`), Math.max(0, at - age)));
+      if (at === null || conn.faulted) continue;
+      // A fault already due strikes now, before another byte is forwarded (a timer would let a loaded
+      // machine pass the first exchange through before it fires).
+      if (at <= age) fault(conn, kind, `planned at ${at} ms`);
+      else conn.faults.push(setTimeout(() => fault(conn, kind, `planned at ${at} ms`), at - age));
     }
   };
 
@@ -401,6 +404,7 @@ export async function startChaosProxy(options: ChaosProxyOptions): Promise<Chaos
       conn.index = index;
       // Fault times count from the accept, so a small `afterMs` strikes during the connect itself.
       schedule(conn, planConnection(seed, leg, index, quiet ? {} : policyOf(leg)), acceptedAt);
+      if (conn.faulted) return;
       const upward = forward(conn, client, upstream, true);
       const downward = forward(conn, upstream, client, false);
       if (head) upward.push(head);
