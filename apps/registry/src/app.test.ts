@@ -94,6 +94,7 @@ describe('POST /cloud/environment/:id/register', () => {
       role: 'environment',
       environmentId: 'dev-1',
       registrationId: body.executor_registration_id,
+      epoch: 1,
       expiresAt: clock / 1000 + 24 * 3600,
     });
     const stored = await store.currentRegistration('dev-1');
@@ -102,11 +103,13 @@ describe('POST /cloud/environment/:id/register', () => {
     expect(stored?.apiKeyId).toBe('exec');
   });
 
-  it('a new registration replaces the previous one', async () => {
+  it('a new registration replaces the previous one, with the next epoch in its URL', async () => {
     const first = (await register()).json();
-    const second = (await register('dev-1', 'exec2')).json();
+    const second = (await register()).json();
     expect(second.executor_registration_id).not.toBe(first.executor_registration_id);
     expect((await store.currentRegistration('dev-1'))?.registrationId).toBe(second.executor_registration_id);
+    expect(verifyRelayUrl(first.url, signingKey.publicKey, clock / 1000)?.epoch).toBe(1);
+    expect(verifyRelayUrl(second.url, signingKey.publicKey, clock / 1000)?.epoch).toBe(2);
   });
 
   it('signed relay URLs do not verify when tampered with or expired', async () => {

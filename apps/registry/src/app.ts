@@ -2,6 +2,7 @@ import type { SigningKey } from '@tether/relay-auth';
 import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstance, type FastifyRequest } from 'fastify';
 import { ERRORS, errorBody, RegistryError } from './errors.js';
 import { createRegistryMetrics, type Metrics } from './metrics.js';
+import { pollRevocations, RevocationPusher } from './revocations.js';
 import { cloudRoutes } from './routes/cloud.js';
 import { healthRoutes } from './routes/health.js';
 import { v1Routes } from './routes/v1.js';
@@ -11,9 +12,9 @@ import { hashToken } from './tokens.js';
 export interface RegistryConfig {
   /** Relay base URLs (`ws://…`/`wss://…`); each environment goes to one by rendezvous hashing. */
   relayUrls: string[];
-  /** Lifetime of a `/connect` harness authorization; default 60 s. */
+  /** Lifetime of a `/connect` harness authorization, and of the harness relay URL issued with it; default 60 s. */
   authorizationTtlMs?: number;
-  /** Lifetime of a signed relay URL; default 24 h (codex re-registers when the relay refuses it). */
+  /** Lifetime of an executor's (environment) relay URL; default 24 h (codex re-registers when the relay refuses it). */
   relayUrlTtlMs?: number;
   /** A relay node counts as live this long after its last heartbeat; default 30 s. */
   relayPresenceTtlMs?: number;
@@ -21,7 +22,36 @@ export interface RegistryConfig {
   pruneIntervalMs?: number;
   /** Request body limit in bytes; default 16 KiB (a NoiseChannelPublicKey is about 1.7 KB). */
   bodyLimit?: number;
+  /** HTTP server limits (slow clients, connection floods); defaults in SERVER_LIMIT_DEFAULTS. */
+  limits?: Partial<ServerLimits>;
+  /** `/metrics` recomputes its environment gauges at most this often; default 5 000 ms. */
+  metricsCacheMs?: number;
+  /** How often revocations made by other processes (CLI, replicas) are looked for and pushed; default 2 000 ms. */
+  revocationPollMs?: number;
+  /** Timeout of each revocation push to a relay node; default 2 000 ms. */
+  revocationPushTimeoutMs?: number;
 }
+
+export interface ServerLimits {
+  /** A socket idle this long is closed (Node `server.setTimeout`). */
+  connectionTimeoutMs: number;
+  /** A request must be fully received within this (Node `requestTimeout`). */
+  requestTimeoutMs: number;
+  /** A request's headers must arrive within this (Node `headersTimeout`): cuts slow-loris clients. */
+  headersTimeoutMs: number;
+  /** An idle keep-alive connection is closed after this. */
+  keepAliveTimeoutMs: number;
+  /** Connections beyond this many open at once are refused (closed on accept). */
+  maxConnections: number;
+}
+
+export const SERVER_LIMIT_DEFAULTS: ServerLimits = {
+  connectionTimeoutMs: 60_000,
+  requestTimeoutMs: 30_000,
+  headersTimeoutMs: 10_000,
+  keepAliveTimeoutMs: 5_000,
+  maxConnections: 10_000,
+};
 
 export interface RegistryDeps {
   store: RegistryStore;
@@ -37,12 +67,15 @@ export interface ResolvedConfig {
   authorizationTtlMs: number;
   relayUrlTtlMs: number;
   relayPresenceTtlMs: number;
+  metricsCacheMs: number;
 }
 
 declare module 'fastify' {
   interface FastifyInstance {
     registry: { config: ResolvedConfig; store: RegistryStore; signingKey: SigningKey; now: () => number };
     metrics: Metrics;
+    /** Pushes revocations to every relay node, best effort (see revocations.ts). */
+    revocations: RevocationPusher;
     /**
      * Relay nodes to route to: the configured nodes with a recent heartbeat, or all configured nodes while
      * none has reported (a deployment without heartbeats still works).
@@ -67,9 +100,20 @@ declare module 'fastify' {
 /** Builds the registry app (never listens): Codex routes under `/cloud`, health probes. */
 export async function buildRegistry(config: RegistryConfig, deps: RegistryDeps): Promise<FastifyInstance> {
   if (config.relayUrls.length === 0) throw new Error('at least one relay URL is required');
+  const limits = resolveLimits(config.limits);
   const app = Fastify({
     ...(deps.logger ? { loggerInstance: deps.logger } : { logger: false }),
     bodyLimit: config.bodyLimit ?? 16 * 1024,
+    connectionTimeout: limits.connectionTimeoutMs,
+    requestTimeout: limits.requestTimeoutMs,
+    keepAliveTimeout: limits.keepAliveTimeoutMs,
+    http: {
+      headersTimeout: limits.headersTimeoutMs,
+      requestTimeout: limits.requestTimeoutMs,
+      // Node checks header and request deadlines on this interval (default 30 s): without a shorter one a
+      // 1 s headers timeout would still let a slow-loris client hold its socket for up to 30 s.
+      connectionsCheckingInterval: Math.max(10, Math.min(1_000, Math.floor(limits.headersTimeoutMs / 2))),
+    },
     // Requests still arriving while closing are served (and counted by drain()) rather than answered with
     // Fastify's own 503 body, which is not in our error format.
     return503OnClosing: false,
@@ -77,6 +121,8 @@ export async function buildRegistry(config: RegistryConfig, deps: RegistryDeps):
     routerOptions: { maxParamLength: 256 },
     ajv: { customOptions: { removeAdditional: false, coerceTypes: false, allErrors: false } },
   });
+  // Connections past the cap are closed as they are accepted, before any byte is read.
+  app.server.maxConnections = limits.maxConnections;
   const tracked = trackStore(deps.store);
   app.decorate('registry', {
     config: {
@@ -84,6 +130,7 @@ export async function buildRegistry(config: RegistryConfig, deps: RegistryDeps):
       authorizationTtlMs: config.authorizationTtlMs ?? 60_000,
       relayUrlTtlMs: config.relayUrlTtlMs ?? 24 * 3600_000,
       relayPresenceTtlMs: config.relayPresenceTtlMs ?? 30_000,
+      metricsCacheMs: config.metricsCacheMs ?? 5_000,
     },
     store: tracked.store,
     signingKey: deps.signingKey,
@@ -91,6 +138,16 @@ export async function buildRegistry(config: RegistryConfig, deps: RegistryDeps):
   });
   app.decorateRequest('apiKey', null);
   app.decorate('metrics', createRegistryMetrics());
+  app.decorate(
+    'revocations',
+    new RevocationPusher({
+      relayUrls: config.relayUrls,
+      signingKey: deps.signingKey,
+      log: app.log,
+      now: app.registry.now,
+      ...(config.revocationPushTimeoutMs ? { timeoutMs: config.revocationPushTimeoutMs } : {}),
+    }),
+  );
   app.decorate('liveRelayNodes', async () => {
     const { relayUrls, relayPresenceTtlMs } = app.registry.config;
     const seen = await app.registry.store.liveRelayNodes(app.registry.now() - relayPresenceTtlMs);
@@ -112,7 +169,13 @@ export async function buildRegistry(config: RegistryConfig, deps: RegistryDeps):
   app.decorate('drain', (timeoutMs: number) => tracked.drain(timeoutMs));
   // Expired authorizations are useless (consumption checks expiry); delete them now and then.
   let pruner: NodeJS.Timeout | undefined;
+  let stopPolling: (() => void) | undefined;
   app.addHook('onReady', async () => {
+    stopPolling = pollRevocations(app.registry.store, app.revocations, {
+      intervalMs: config.revocationPollMs ?? 2_000,
+      now: app.registry.now,
+      log: app.log,
+    });
     pruner = setInterval(() => {
       app.registry.store.pruneAuthorizations(app.registry.now()).catch((err: unknown) => {
         app.log.warn({ err }, 'pruning expired authorizations failed');
@@ -122,6 +185,11 @@ export async function buildRegistry(config: RegistryConfig, deps: RegistryDeps):
   });
   app.addHook('preClose', async () => {
     clearInterval(pruner);
+    stopPolling?.();
+  });
+  // Pushes are bounded by their timeout; closing waits for them so that no socket outlives the app.
+  app.addHook('onClose', async () => {
+    await app.revocations.settled();
   });
   // Callback style: no promise per response.
   app.addHook('onResponse', (request, reply, done) => {
@@ -162,6 +230,18 @@ export async function buildRegistry(config: RegistryConfig, deps: RegistryDeps):
   await app.register(cloudRoutes, { prefix: '/cloud/environment' });
   await app.register(v1Routes, { prefix: '/v1' });
   return app;
+}
+
+function resolveLimits(given: Partial<ServerLimits> = {}): ServerLimits {
+  const limits = { ...SERVER_LIMIT_DEFAULTS, ...given };
+  for (const [name, value] of Object.entries(limits)) {
+    if (!Number.isSafeInteger(value) || value < 1) throw new RangeError(`${name} must be a positive integer`);
+  }
+  // Node refuses a headers timeout longer than the request timeout.
+  if (limits.headersTimeoutMs > limits.requestTimeoutMs) {
+    throw new RangeError('headersTimeoutMs must not exceed requestTimeoutMs');
+  }
+  return limits;
 }
 
 /** The store seen by the routes, counting operations in flight so that drain() can wait for them. */
@@ -217,13 +297,15 @@ function bearer(request: FastifyRequest): string | null {
   return match ? (match[1] as string) : null;
 }
 
-/** onRequest hook for a route group: a known, unrevoked API key of exactly `role`, else 401/403. */
-export function requireRole(app: FastifyInstance, role: Role) {
+/** onRequest hook for a route group: a known, unrevoked API key of exactly `role` (or one of `role`), else 401/403. */
+export function requireRole(app: FastifyInstance, role: Role | readonly Role[]) {
+  const roles: readonly Role[] = typeof role === 'string' ? [role] : role;
+  const message = `this route needs ${roles.map((r) => `a ${r}`).join(' or ')} key`;
   return async (request: FastifyRequest) => {
     const token = bearer(request);
     const key = token === null ? undefined : await app.registry.store.findApiKey(hashToken(token));
     if (!key) throw new RegistryError('unauthorized');
-    if (key.role !== role) throw new RegistryError('forbidden_role', `this route needs a ${role} key`);
+    if (!roles.includes(key.role)) throw new RegistryError('forbidden_role', message);
     request.apiKey = key;
   };
 }

@@ -91,14 +91,119 @@ describe('registry keys', () => {
     expect((await cli(['keys', 'list'])).stderr).toContain('--database');
   });
 
-  it.each([[[]], [['serve']], [['keys']], [['keys', 'create']], [['keys', 'list']], [['keys', 'revoke']]])(
-    '--help for %j',
-    async (path) => {
-      const res = await cli([...path, '--help']);
-      expect(res.code).toBe(0);
-      expect(res.stdout).toContain('Usage: registry');
-    },
-  );
+  it('create without --environments makes a key for no environment and warns; --environments is documented', async () => {
+    const db = `sqlite:${join(tempDir(), 'r.db')}`;
+    const created = await cli(['keys', 'create', '--database', db, '--role', 'executor']);
+    expect(created.code).toBe(0);
+    expect(created.stderr).toMatch(/warning: no --environments given, so this executor key may act on no environment/);
+    const key = JSON.parse((await cli(['keys', 'list', '--database', db])).stdout);
+    expect(key.environments).toBe('');
+    const all = await cli(['keys', 'create', '--database', db, '--role', 'harness', '--environments', '*']);
+    expect(all.stderr).not.toContain('warning');
+    const help = (await cli(['keys', 'create', '--help'])).stdout;
+    expect(help).toContain('--environments');
+    expect(help.replace(/\s+/g, ' ')).toContain('default: none');
+  });
+
+  it('create --role relay needs --relay-url, which no other role takes', async () => {
+    const db = `sqlite:${join(tempDir(), 'r.db')}`;
+    expect((await cli(['keys', 'create', '--database', db, '--role', 'relay'])).code).toBe(2);
+    const wrong = await cli(['keys', 'create', '--database', db, '--role', 'admin', '--relay-url', 'ws://r:1']);
+    expect([wrong.code, wrong.stderr]).toEqual([
+      2,
+      expect.stringContaining('--relay-url is required for --role relay'),
+    ]);
+    expect((await cli(['keys', 'create', '--database', db, '--role', 'relay', '--relay-url', 'http://r:1'])).code).toBe(
+      1,
+    );
+    const ok = await cli(['keys', 'create', '--database', db, '--role', 'relay', '--relay-url', 'ws://r:1']);
+    expect(ok.code).toBe(0);
+    const store = openSqliteStore(db.slice('sqlite:'.length));
+    try {
+      expect(await store.findApiKey(hashToken(ok.stdout.trim()))).toMatchObject({
+        role: 'relay',
+        relayUrl: 'ws://r:1',
+      });
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('revoke also revokes the registrations made with the key and prints them', async () => {
+    const db = `sqlite:${join(tempDir(), 'r.db')}`;
+    const token = (await cli(['keys', 'create', '--database', db, '--role', 'executor', '--environments', '*'])).stdout;
+    const store = openSqliteStore(db.slice('sqlite:'.length));
+    const id = (await store.findApiKey(hashToken(token.trim())))?.id as string;
+    await store.putRegistration({
+      environmentId: 'dev-1',
+      registrationId: 'reg-1',
+      securityProfile: 'noise_hybrid_ik_v1',
+      executorPublicKey: '{}',
+      apiKeyId: id,
+      createdAt: 1,
+    });
+    await store.close();
+    const revoked = await cli(['keys', 'revoke', id, '--database', db]);
+    expect(revoked.code).toBe(0);
+    expect(revoked.stderr).toContain('and 1 registration(s) made with it');
+    expect(JSON.parse(revoked.stdout)).toEqual({ environment_id: 'dev-1', registration_id: 'reg-1' });
+    const after = openSqliteStore(db.slice('sqlite:'.length));
+    try {
+      expect(await after.currentRegistration('dev-1')).toBeUndefined();
+      expect(await after.registrationRevoked('dev-1')).toBe(true);
+    } finally {
+      await after.close();
+    }
+  });
+
+  it('environments transfer binds an environment to another active executor key', async () => {
+    const db = `sqlite:${join(tempDir(), 'r.db')}`;
+    await cli(['keys', 'create', '--database', db, '--role', 'executor', '--environments', '*']);
+    await cli(['keys', 'create', '--database', db, '--role', 'harness', '--environments', '*']);
+    const [executor, harness] = (await cli(['keys', 'list', '--database', db])).stdout
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l))
+      .sort((a, b) => (a.role < b.role ? -1 : 1));
+    const done = await cli(['environments', 'transfer', 'dev-1', executor.id, '--database', db]);
+    expect([done.code, done.stderr]).toEqual([0, `registry: environment dev-1 is now bound to ${executor.id}\n`]);
+    const refused = await cli(['environments', 'transfer', 'dev-1', harness.id, '--database', db]);
+    expect([refused.code, refused.stderr]).toEqual([1, `registry: ${harness.id} is not an active executor key\n`]);
+    expect((await cli(['environments', 'transfer', 'bad id', executor.id, '--database', db])).code).toBe(2);
+    const store = openSqliteStore(db.slice('sqlite:'.length));
+    try {
+      expect((await store.listEnvironments())[0]).toMatchObject({ environmentId: 'dev-1', ownerKeyId: executor.id });
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('serve documents its timeouts and connection cap', async () => {
+    const help = (await cli(['serve', '--help'])).stdout;
+    for (const flag of [
+      '--connection-timeout',
+      '--request-timeout',
+      '--headers-timeout',
+      '--keep-alive-timeout',
+      '--max-connections',
+    ]) {
+      expect(help).toContain(flag);
+    }
+  });
+
+  it.each([
+    [[]],
+    [['serve']],
+    [['keys']],
+    [['keys', 'create']],
+    [['keys', 'list']],
+    [['keys', 'revoke']],
+    [['environments', 'transfer']],
+  ])('--help for %j', async (path) => {
+    const res = await cli([...path, '--help']);
+    expect(res.code).toBe(0);
+    expect(res.stdout).toContain('Usage: registry');
+  });
 });
 
 describe('registry serve (subprocess)', () => {

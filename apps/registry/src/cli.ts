@@ -3,9 +3,9 @@ import { dirname, resolve } from 'node:path';
 import { loadOrCreateSigningKey, type SigningKey, signingKeyFromPem } from '@tether/relay-auth';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import pino, { type Logger } from 'pino';
-import { buildRegistry } from './app.js';
+import { buildRegistry, SERVER_LIMIT_DEFAULTS } from './app.js';
 import { openStore, ROLES, type Role } from './store/index.js';
-import { generateToken, hashToken } from './tokens.js';
+import { ENVIRONMENT_ID_PATTERN, generateToken, hashToken } from './tokens.js';
 
 export interface CliIo {
   stdout: { write(text: string): unknown };
@@ -22,6 +22,11 @@ export interface ServeOptions {
   relayUrl: string[];
   signingKeyFile?: string;
   authorizationTtl: number;
+  connectionTimeout: number;
+  requestTimeout: number;
+  headersTimeout: number;
+  keepAliveTimeout: number;
+  maxConnections: number;
   logLevel: string;
 }
 
@@ -54,10 +59,30 @@ function positiveSeconds(value: string): number {
   return Number(value);
 }
 
+function positiveInteger(value: string): number {
+  if (!/^\d+$/.test(value) || Number(value) < 1 || !Number.isSafeInteger(Number(value))) {
+    throw new InvalidArgumentError('expected a positive integer');
+  }
+  return Number(value);
+}
+
+/** A relay key's node URL: exactly as the relay announces it (`--public-url`) and the registry routes to it. */
+function nodeUrl(value: string): string {
+  if (!/^wss?:\/\/[^\s,]+$/.test(value)) throw new InvalidArgumentError(`not a ws:// or wss:// URL: ${value}`);
+  return value;
+}
+
 function role(value: string): Role {
   if (!(ROLES as readonly string[]).includes(value)) throw new InvalidArgumentError(`one of ${ROLES.join(', ')}`);
   return value as Role;
 }
+
+/** A `--NAME <seconds>` server limit, also read from TETHER_REGISTRY_ENV; the default is given in ms. */
+const secondsOption = (flag: string, description: string, env: string, defaultMs: number) =>
+  new Option(`${flag} <seconds>`, description)
+    .env(`TETHER_REGISTRY_${env}`)
+    .argParser(positiveSeconds)
+    .default(defaultMs / 1000);
 
 const databaseOption = () =>
   new Option('--database <url>', 'sqlite:PATH or postgres://…')
@@ -94,10 +119,22 @@ export async function runServe(options: ServeOptions, io: CliIo, logger?: Logger
     io.stderr.write(`registry: cannot open the database: ${(err as Error).message}\n`);
     return 1;
   }
+  if (options.headersTimeout > options.requestTimeout) {
+    io.stderr.write('registry: --headers-timeout must not exceed --request-timeout\n');
+    await store.close();
+    return 1;
+  }
   const app = await buildRegistry(
     {
       relayUrls: options.relayUrl.length > 0 ? options.relayUrl : [DEFAULT_RELAY],
       authorizationTtlMs: options.authorizationTtl * 1000,
+      limits: {
+        connectionTimeoutMs: options.connectionTimeout * 1000,
+        requestTimeoutMs: options.requestTimeout * 1000,
+        headersTimeoutMs: options.headersTimeout * 1000,
+        keepAliveTimeoutMs: options.keepAliveTimeout * 1000,
+        maxConnections: options.maxConnections,
+      },
     },
     { store, signingKey, logger: log },
   );
@@ -163,6 +200,44 @@ export function buildCli(io: CliIo, exit: (code: number) => void): Command {
         .argParser(positiveSeconds)
         .default(60),
     )
+    .addOption(
+      secondsOption(
+        '--connection-timeout',
+        'close a socket idle this long',
+        'CONNECTION_TIMEOUT',
+        SERVER_LIMIT_DEFAULTS.connectionTimeoutMs,
+      ),
+    )
+    .addOption(
+      secondsOption(
+        '--request-timeout',
+        'a request must arrive in full within this',
+        'REQUEST_TIMEOUT',
+        SERVER_LIMIT_DEFAULTS.requestTimeoutMs,
+      ),
+    )
+    .addOption(
+      secondsOption(
+        '--headers-timeout',
+        "a request's headers must arrive within this (cuts slow clients)",
+        'HEADERS_TIMEOUT',
+        SERVER_LIMIT_DEFAULTS.headersTimeoutMs,
+      ),
+    )
+    .addOption(
+      secondsOption(
+        '--keep-alive-timeout',
+        'close an idle keep-alive connection after this',
+        'KEEP_ALIVE_TIMEOUT',
+        SERVER_LIMIT_DEFAULTS.keepAliveTimeoutMs,
+      ),
+    )
+    .addOption(
+      new Option('--max-connections <n>', 'refuse connections beyond this many open at once')
+        .env('TETHER_REGISTRY_MAX_CONNECTIONS')
+        .argParser(positiveInteger)
+        .default(SERVER_LIMIT_DEFAULTS.maxConnections),
+    )
     .addOption(new Option('--log-level <level>', 'pino level').env('TETHER_REGISTRY_LOG_LEVEL').default('info'))
     .action(async (options: ServeOptions) => exit(await runServe(options, io)));
 
@@ -172,29 +247,56 @@ export function buildCli(io: CliIo, exit: (code: number) => void): Command {
     .command('create')
     .description('create an API key and print its token once on stdout')
     .addOption(databaseOption())
-    .addOption(new Option('--role <role>', 'executor, harness or admin').argParser(role).makeOptionMandatory())
-    .addOption(new Option('--environments <glob>', 'environment ids the key may act on (* and ?)').default('*'))
+    .addOption(new Option('--role <role>', 'executor, harness, admin or relay').argParser(role).makeOptionMandatory())
+    .addOption(
+      new Option(
+        '--environments <glob>',
+        "environment ids an executor or harness key may act on (* any run, ? one character; '*' for all); " +
+          'default: none',
+      ),
+    )
+    .addOption(
+      new Option('--relay-url <url>', 'for --role relay (required): the node URL it may heartbeat for').argParser(
+        nodeUrl,
+      ),
+    )
     .option('--label <text>', 'a note for `keys list`', '')
-    .action(async (options: { database: string; role: Role; environments: string; label: string }) => {
-      const store = await openStore(options.database);
-      try {
-        const token = generateToken();
-        const id = `key_${hashToken(token).slice(0, 16)}`;
-        await store.createApiKey({
-          id,
-          tokenHash: hashToken(token),
-          role: options.role,
-          environments: options.environments,
-          label: options.label,
-          createdAt: Date.now(),
-        });
-        io.stdout.write(`${token}\n`);
-        io.stderr.write(`registry: created ${options.role} key ${id} for environments '${options.environments}'\n`);
-      } finally {
-        await store.close();
-      }
-      exit(0);
-    });
+    .action(
+      async (options: { database: string; role: Role; environments?: string; relayUrl?: string; label: string }) => {
+        if ((options.role === 'relay') !== (options.relayUrl !== undefined)) {
+          io.stderr.write('registry: --relay-url is required for --role relay and accepted for no other role\n');
+          return exit(2);
+        }
+        const scoped = options.role === 'executor' || options.role === 'harness';
+        if (scoped && options.environments === undefined) {
+          io.stderr.write(
+            `registry: warning: no --environments given, so this ${options.role} key may act on no environment; ` +
+              "pass --environments GLOB (or '*' for all)\n",
+          );
+        }
+        const environments = options.environments ?? '';
+        const store = await openStore(options.database);
+        try {
+          const token = generateToken();
+          const id = `key_${hashToken(token).slice(0, 16)}`;
+          await store.createApiKey({
+            id,
+            tokenHash: hashToken(token),
+            role: options.role,
+            environments,
+            label: options.label,
+            createdAt: Date.now(),
+            relayUrl: options.relayUrl ?? null,
+          });
+          io.stdout.write(`${token}\n`);
+          const scope = options.relayUrl ? `relay node ${options.relayUrl}` : `environments '${environments}'`;
+          io.stderr.write(`registry: created ${options.role} key ${id} for ${scope}\n`);
+        } finally {
+          await store.close();
+        }
+        exit(0);
+      },
+    );
 
   keys
     .command('list')
@@ -212,19 +314,61 @@ export function buildCli(io: CliIo, exit: (code: number) => void): Command {
 
   keys
     .command('revoke')
-    .description('revoke an API key by id')
+    .description(
+      'revoke an API key by id, and with it every current registration made with it (a running `registry serve` ' +
+        'pushes those to its relays within seconds; relays also learn them from their next heartbeat)',
+    )
     .argument('<id>', 'key id from `keys list`')
     .addOption(databaseOption())
     .action(async (id: string, options: { database: string }) => {
       const store = await openStore(options.database);
-      let revoked: boolean;
+      let revoked: Awaited<ReturnType<typeof store.revokeApiKey>>;
       try {
         revoked = await store.revokeApiKey(id, Date.now());
       } finally {
         await store.close();
       }
-      io.stderr.write(revoked ? `registry: revoked ${id}\n` : `registry: no active key ${id}\n`);
-      exit(revoked ? 0 : 1);
+      if (!revoked) {
+        io.stderr.write(`registry: no active key ${id}\n`);
+        return exit(1);
+      }
+      io.stderr.write(`registry: revoked ${id} and ${revoked.registrations.length} registration(s) made with it\n`);
+      for (const r of revoked.registrations) {
+        io.stdout.write(`${JSON.stringify({ environment_id: r.environmentId, registration_id: r.registrationId })}\n`);
+      }
+      exit(0);
+    });
+
+  const environments = program
+    .command('environments')
+    .description('manage environments (admin, against the same database)');
+
+  environments
+    .command('transfer')
+    .description(
+      'bind an environment (created if unknown) to another executor key: only that key may register it from now on',
+    )
+    .argument('<environment>', 'environment id')
+    .argument('<key-id>', 'an active executor key id from `keys list`')
+    .addOption(databaseOption())
+    .action(async (environmentId: string, keyId: string, options: { database: string }) => {
+      if (!new RegExp(ENVIRONMENT_ID_PATTERN).test(environmentId)) {
+        io.stderr.write('registry: environment ids are 1-128 ASCII letters, digits, - or _\n');
+        return exit(2);
+      }
+      const store = await openStore(options.database);
+      let done: boolean;
+      try {
+        done = await store.setEnvironmentOwner(environmentId, keyId, Date.now());
+      } finally {
+        await store.close();
+      }
+      io.stderr.write(
+        done
+          ? `registry: environment ${environmentId} is now bound to ${keyId}\n`
+          : `registry: ${keyId} is not an active executor key\n`,
+      );
+      exit(done ? 0 : 1);
     });
 
   return program;

@@ -14,6 +14,19 @@ export const ERRORS = {
   method_not_allowed: { status: 405, message: 'method not allowed' },
   environment_not_registered: { status: 404, message: 'no executor is registered for this environment' },
   environment_offline: { status: 409, message: "the environment's executor is not connected to its relay" },
+  registration_revoked: {
+    status: 410,
+    message:
+      "the environment's executor registration was revoked; the executor must register again with a valid API key",
+  },
+  environment_owned: {
+    status: 403,
+    message:
+      'this environment is bound to another executor API key; an admin can transfer it (`registry environments transfer`)',
+  },
+  forbidden_relay_node: { status: 403, message: "a relay key may heartbeat only for its own node's URL" },
+  key_not_found: { status: 404, message: 'no active API key with this id' },
+  invalid_owner_key: { status: 400, message: 'api_key_id is not an active executor API key' },
   registration_not_found: { status: 404, message: 'no such current registration' },
   unknown_relay_node: { status: 400, message: 'not a configured relay node URL' },
   no_relay_available: { status: 503, message: 'no relay node is available' },

@@ -13,7 +13,12 @@ const harnessKey = publicKeyToJson(generateIdentity().publicKey);
 let store: RegistryStore;
 let app: FastifyInstance;
 let clock: number;
-const tokens: Record<Role, string> = { executor: generateToken(), harness: generateToken(), admin: generateToken() };
+const tokens: Record<Role, string> = {
+  executor: generateToken(),
+  harness: generateToken(),
+  admin: generateToken(),
+  relay: generateToken(),
+};
 
 const as = (role: Role) => ({ authorization: `Bearer ${tokens[role]}` });
 const register = (env: string) =>
@@ -33,14 +38,15 @@ beforeEach(async () => {
     { relayUrls: NODES },
     { store, signingKey: { privateKey: signing.privateKey, publicKey: signing.publicKey }, now: () => clock },
   );
-  for (const role of ['executor', 'harness', 'admin'] as const) {
+  for (const role of ['executor', 'harness', 'admin', 'relay'] as const) {
     await store.createApiKey({
       id: role,
       tokenHash: hashToken(tokens[role]),
       role,
-      environments: '*',
+      environments: role === 'relay' ? '' : '*',
       label: role,
       createdAt: 0,
+      relayUrl: role === 'relay' ? 'ws://relay-b:1' : null,
     });
   }
 });
@@ -66,7 +72,7 @@ describe('/v1', () => {
   it('lists environments with their registration status (admin only)', async () => {
     const reg = (await register('env-1')).json();
     await register('env-2');
-    await store.revokeRegistration('env-2', (await store.currentRegistration('env-2'))?.registrationId ?? '');
+    await store.revokeRegistration('env-2', (await store.currentRegistration('env-2'))?.registrationId ?? '', clock);
     const res = await app.inject({ url: '/v1/environments', headers: as('admin') });
     expect(res.statusCode).toBe(200);
     const [one, two] = res.json().environments;
@@ -76,6 +82,8 @@ describe('/v1', () => {
       registered: true,
       executor_registration_id: reg.executor_registration_id,
       registered_at: clock,
+      epoch: 1,
+      owner_key_id: 'executor',
       relay_node: new URL(reg.url).origin,
       relay_link: 'unknown',
       last_seen: null,
@@ -87,7 +95,7 @@ describe('/v1', () => {
     expect((await app.inject('/v1/environments')).statusCode).toBe(401);
   });
 
-  it('revokes the current registration: /connect then finds no executor', async () => {
+  it('revokes the current registration: /connect then refuses with 410 registration_revoked', async () => {
     const reg = (await register('env-1')).json();
     const path = `/v1/environments/env-1/registrations/${reg.executor_registration_id}`;
     expect((await app.inject({ method: 'DELETE', url: path, headers: as('executor') })).statusCode).toBe(403);
@@ -101,7 +109,8 @@ describe('/v1', () => {
       headers: as('harness'),
       payload: { harness_public_key: harnessKey },
     });
-    expect(connect.json().error.code).toBe('environment_not_registered');
+    expect([connect.statusCode, connect.json().error.code]).toEqual([410, 'registration_revoked']);
+    expect(connect.json().error.message).toMatch(/registration was revoked.*must register again/);
   });
 
   it('routes only to relay nodes with a recent heartbeat, all configured nodes while none reports', async () => {
@@ -111,7 +120,7 @@ describe('/v1', () => {
       return [...seen].sort();
     };
     expect(await hosts()).toEqual(['relay-a:1', 'relay-b:1', 'relay-c:1']);
-    expect((await heartbeat('ws://relay-b:1')).json()).toEqual({ status: 'ok' });
+    expect((await heartbeat('ws://relay-b:1')).json()).toEqual({ status: 'ok', revoked_registrations: [] });
     expect(await hosts()).toEqual(['relay-b:1']);
     clock += 20_000;
     await heartbeat('ws://relay-c:1');
@@ -174,8 +183,9 @@ describe('/v1', () => {
     expect([bad.statusCode, bad.json().error.code]).toEqual([400, 'invalid_request']);
   });
 
-  it('heartbeats need an admin key and a configured node URL', async () => {
+  it('heartbeats need an admin or relay key and a configured node URL', async () => {
     expect((await heartbeat('ws://relay-a:1', 'executor')).statusCode).toBe(403);
+    expect((await heartbeat('ws://relay-a:1', 'harness')).statusCode).toBe(403);
     const res = await heartbeat('ws://elsewhere:1');
     expect([res.statusCode, res.json().error.code]).toEqual([400, 'unknown_relay_node']);
   });

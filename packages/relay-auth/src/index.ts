@@ -1,4 +1,13 @@
 export {
+  REVOCATIONS_PATH,
+  REVOCATIONS_SIGNATURE_HEADER,
+  type RevocationNotice,
+  type RevokedRegistration,
+  revocationsMessage,
+  signRevocations,
+  verifyRevocations,
+} from './revocations.js';
+export {
   grantMessage,
   loadOrCreateSigningKey,
   publicKeyFromPem,

@@ -37,17 +37,28 @@ describe('relay signing key', () => {
     expect(signingKeyFromPem(readFileSync(path, 'utf8')).privateKey.asymmetricKeyType).toBe('ed25519');
   });
 
-  it('signs role, environment, registration and expiry', () => {
+  it('signs role, environment, registration, epoch and expiry', () => {
     const key = tempKey();
-    const grant = { role: 'harness' as const, environmentId: 'e1', registrationId: 'r1', expiresAt: 2_000 };
+    const grant = { role: 'harness' as const, environmentId: 'e1', registrationId: 'r1', epoch: 7, expiresAt: 2_000 };
     const url = signRelayUrl('wss://relay.example/base/', grant, key);
     expect(
-      url.startsWith('wss://relay.example/base/ws/environment/e1?role=harness&registration=r1&expires=2000&sig='),
+      url.startsWith(
+        'wss://relay.example/base/ws/environment/e1?role=harness&registration=r1&epoch=7&expires=2000&sig=',
+      ),
     ).toBe(true);
     expect(verifyRelayUrl(url, key.publicKey, 1_999)).toEqual(grant);
     expect(verifyRelayUrl(url, key.publicKey, 2_000)).toBeNull();
     expect(verifyRelayUrl(url.replace('registration=r1', 'registration=r2'), key.publicKey, 1)).toBeNull();
     expect(verifyRelayUrl(url.replace('expires=2000', 'expires=3000'), key.publicKey, 1)).toBeNull();
+    expect(verifyRelayUrl(url.replace('epoch=7', 'epoch=8'), key.publicKey, 1)).toBeNull();
+  });
+
+  it('refuses to sign an epoch that is not a safe integer ≥ 0', () => {
+    const key = tempKey();
+    for (const epoch of [-1, 1.5, Number.NaN, 2 ** 53]) {
+      const grant = { role: 'harness' as const, environmentId: 'e1', registrationId: 'r1', epoch, expiresAt: 2_000 };
+      expect(() => signRelayUrl('ws://127.0.0.1:1', grant, key)).toThrow(RangeError);
+    }
   });
 
   it('refuses non-Ed25519 PEMs', () => {
@@ -69,7 +80,13 @@ describe('relay signing key', () => {
 describe('verifyRelayRequest (what the relay checks at the upgrade)', () => {
   const key = tempKey();
   const other = generateKeyPairSync('ed25519');
-  const grant = { role: 'environment' as const, environmentId: 'env_1', registrationId: 'reg-1', expiresAt: 5_000 };
+  const grant = {
+    role: 'environment' as const,
+    environmentId: 'env_1',
+    registrationId: 'reg-1',
+    epoch: 3,
+    expiresAt: 5_000,
+  };
   const url = new URL(signRelayUrl('ws://127.0.0.1:1/prefix', grant, key));
   const path = `${url.pathname}${url.search}`;
 
@@ -80,6 +97,9 @@ describe('verifyRelayRequest (what the relay checks at the upgrade)', () => {
   it.each([
     ['no signature', path.replace(/&sig=[^&]+/, ''), 401, 'missing_signature'],
     ['no expiry', path.replace(/&expires=\d+/, ''), 401, 'missing_signature'],
+    ['no epoch', path.replace(/&epoch=\d+/, ''), 401, 'missing_signature'],
+    ['a non-numeric epoch', path.replace('epoch=3', 'epoch=-3'), 401, 'missing_signature'],
+    ['an older epoch', path.replace('epoch=3', 'epoch=2'), 401, 'bad_signature'],
     ['another path', path.replace('/ws/environment/env_1', '/ws/env_1'), 401, 'missing_signature'],
     ['a non-numeric expiry', path.replace('expires=5000', 'expires=5e3'), 401, 'missing_signature'],
     [

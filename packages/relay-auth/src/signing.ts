@@ -14,17 +14,25 @@ export interface RelayGrant {
   role: RelayRole;
   environmentId: string;
   registrationId: string;
+  /**
+   * The registration's epoch: a per-environment counter the registry raises on every registration. A relay keeps the
+   * environment socket with the highest epoch and refuses an older one, so a stale executor cannot displace the
+   * current registration's.
+   */
+  epoch: number;
   /** Epoch seconds. */
   expiresAt: number;
 }
 
 export const SIGNING_KEY_FILE = 'relay-signing-key.pem';
-const DOMAIN = 'tether-relay-url-v1';
+const DOMAIN = 'tether-relay-url-v2';
 
-/** The exact bytes signed: a domain tag and the four grant fields, newline-separated (none may contain one). */
+/** The exact bytes signed: a domain tag and the five grant fields, newline-separated (none may contain one). */
 export function grantMessage(grant: RelayGrant): Buffer {
   return Buffer.from(
-    [DOMAIN, grant.role, grant.environmentId, grant.registrationId, String(grant.expiresAt)].join('\n'),
+    [DOMAIN, grant.role, grant.environmentId, grant.registrationId, String(grant.epoch), String(grant.expiresAt)].join(
+      '\n',
+    ),
   );
 }
 
@@ -55,12 +63,18 @@ export function loadOrCreateSigningKey(dataDir: string): SigningKey {
   return signingKeyFromPem(readFileSync(path, 'utf8'));
 }
 
-/** `BASE/ws/environment/ID?role=…&registration=…&expires=…&sig=…` (sig: base64url Ed25519 over grantMessage). */
+/**
+ * `BASE/ws/environment/ID?role=…&registration=…&epoch=…&expires=…&sig=…` (sig: base64url Ed25519 over
+ * grantMessage).
+ */
 export function signRelayUrl(base: string, grant: RelayGrant, key: SigningKey): string {
+  if (!Number.isSafeInteger(grant.epoch) || grant.epoch < 0)
+    throw new RangeError('grant epoch must be a safe integer ≥ 0');
   const sig = sign(null, grantMessage(grant), key.privateKey).toString('base64url');
   const url = new URL(`${base.replace(/\/+$/, '')}/ws/environment/${grant.environmentId}`);
   url.searchParams.set('role', grant.role);
   url.searchParams.set('registration', grant.registrationId);
+  url.searchParams.set('epoch', String(grant.epoch));
   url.searchParams.set('expires', String(grant.expiresAt));
   url.searchParams.set('sig', sig);
   return url.toString();
@@ -78,7 +92,8 @@ export type VerifyResult =
 const PATH = /\/ws\/environment\/([A-Za-z0-9_-]{1,128})$/;
 
 /**
- * What a relay does with an upgrade request's path and query (`/…/ws/environment/ID?role=…&registration=…&expires=…&sig=…`):
+ * What a relay does with an upgrade request's path and query
+ * (`/…/ws/environment/ID?role=…&registration=…&epoch=…&expires=…&sig=…`):
  * the grant when the signature verifies under `publicKey` and `expires` is after `nowSeconds`, else why not.
  */
 export function verifyRelayRequest(pathAndQuery: string, publicKey: KeyObject, nowSeconds: number): VerifyResult {
@@ -91,18 +106,20 @@ export function verifyRelayRequest(pathAndQuery: string, publicKey: KeyObject, n
   const match = PATH.exec(parsed.pathname);
   const role = parsed.searchParams.get('role');
   const registrationId = parsed.searchParams.get('registration');
+  const epochText = parsed.searchParams.get('epoch');
   const expiresText = parsed.searchParams.get('expires');
   const sig = parsed.searchParams.get('sig');
-  if (!match || !role || !registrationId || !expiresText || !sig)
+  if (!match || !role || !registrationId || !epochText || !expiresText || !sig)
     return { ok: false, status: 401, reason: 'missing_signature' };
   if (role !== 'environment' && role !== 'harness') return { ok: false, status: 403, reason: 'forbidden_role' };
   // Printable ASCII only: a newline would make the signed message ambiguous.
   if (!/^[\x21-\x7e]{1,256}$/.test(registrationId)) return { ok: false, status: 401, reason: 'missing_signature' };
   const expires = Number(expiresText);
-  if (!/^\d{1,15}$/.test(expiresText) || !Number.isSafeInteger(expires)) {
+  const epoch = Number(epochText);
+  if (!/^\d{1,15}$/.test(expiresText) || !/^\d{1,15}$/.test(epochText)) {
     return { ok: false, status: 401, reason: 'missing_signature' };
   }
-  const grant: RelayGrant = { role, environmentId: match[1] as string, registrationId, expiresAt: expires };
+  const grant: RelayGrant = { role, environmentId: match[1] as string, registrationId, epoch, expiresAt: expires };
   const signature = Buffer.from(sig, 'base64url');
   if (signature.byteLength !== 64 || !verify(null, grantMessage(grant), publicKey, signature)) {
     return { ok: false, status: 401, reason: 'bad_signature' };

@@ -197,7 +197,17 @@ export async function startServiceStack(options: ServiceStackOptions = {}): Prom
     const database = `sqlite:${join(dir, 'registry.db')}`;
     const keys = { admin: '', executor: '', harness: '' };
     for (const role of ['admin', 'executor', 'harness'] as const) {
-      const { running, line } = await launch('registry', ['keys', 'create', '--database', database, '--role', role]);
+      // Keys have no environment unless given one; these tests use many environment ids.
+      const scope = role === 'admin' ? [] : ['--environments', '*'];
+      const { running, line } = await launch('registry', [
+        'keys',
+        'create',
+        '--database',
+        database,
+        '--role',
+        role,
+        ...scope,
+      ]);
       keys[role] = line.trim();
       await running.exited;
     }

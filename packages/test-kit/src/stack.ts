@@ -75,6 +75,8 @@ export async function startStack(): Promise<Stack> {
     const database = `sqlite:${join(dir, 'registry.db')}`;
     const keys = { admin: '', executor: '', harness: '' };
     for (const role of ['admin', 'executor', 'harness'] as const) {
+      // Keys have no environment unless given one; these tests use many environment ids.
+      const scope = role === 'admin' ? [] : ['--environments', '*'];
       const { line, child } = await runBin(children, 'registry', [
         'keys',
         'create',
@@ -82,6 +84,7 @@ export async function startStack(): Promise<Stack> {
         database,
         '--role',
         role,
+        ...scope,
       ]);
       keys[role] = line;
       if (child.exitCode === null) await once(child, 'exit');

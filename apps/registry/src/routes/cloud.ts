@@ -82,18 +82,41 @@ export async function cloudRoutes(app: FastifyInstance) {
     }
   };
 
-  const relayUrl = async (role: RelayRole, environmentId: string, registrationId: string) => {
+  const relayNode = async (environmentId: string) => {
     const base = pickRelayNode(await app.liveRelayNodes(), environmentId);
     if (!base) throw new RegistryError('no_relay_available');
-    const expiresAt = Math.floor((now() + config.relayUrlTtlMs) / 1000);
-    const memoKey = `${base}\n${role}\n${environmentId}\n${registrationId}\n${expiresAt}`;
+    return base;
+  };
+
+  /**
+   * A signed relay URL for `registration` on node `base`. The executor's lives relayUrlTtlMs (it holds its socket
+   * for long); a harness's lives as long as the authorization issued with it (rounded up to the second), so a
+   * leaked harness URL is worthless soon after.
+   */
+  const relayUrl = (
+    base: string,
+    role: RelayRole,
+    registration: { environmentId: string; registrationId: string; epoch: number },
+  ) => {
+    const expiresAt =
+      role === 'harness'
+        ? Math.ceil((now() + config.authorizationTtlMs) / 1000)
+        : Math.floor((now() + config.relayUrlTtlMs) / 1000);
+    const { environmentId, registrationId, epoch } = registration;
+    const memoKey = `${base}\n${role}\n${environmentId}\n${registrationId}\n${epoch}\n${expiresAt}`;
     let url = signedUrls.get(memoKey);
     if (url === undefined) {
-      url = signRelayUrl(base, { role, environmentId, registrationId, expiresAt }, signingKey);
+      url = signRelayUrl(base, { role, environmentId, registrationId, epoch, expiresAt }, signingKey);
       signedUrls.set(memoKey, url);
     }
     return url;
   };
+
+  /** Why an environment has no current registration: revoked (the executor must re-register) or never registered. */
+  const noRegistration = async (environmentId: string) =>
+    new RegistryError(
+      (await store.registrationRevoked(environmentId)) ? 'registration_revoked' : 'environment_not_registered',
+    );
 
   await app.register(async (executor) => {
     executor.addHook('onRequest', requireRole(app, 'executor'));
@@ -116,8 +139,10 @@ export async function cloudRoutes(app: FastifyInstance) {
         const executorPublicKey = canonicalKey(request.body.executor_public_key);
         if (executorPublicKey === null) throw new RegistryError('invalid_public_key');
         const registrationId = `reg_${randomBytes(16).toString('base64url')}`;
-        const url = await relayUrl('environment', environmentId, registrationId);
-        await store.putRegistration({
+        // Picked first: with no relay to send the executor to, nothing is stored.
+        const base = await relayNode(environmentId);
+        // The ownership check, the key's liveness and the epoch are one store step with the replacement.
+        const stored = await store.putRegistration({
           environmentId,
           registrationId,
           securityProfile: SECURITY_PROFILE_HYBRID_IK_V1,
@@ -125,8 +150,13 @@ export async function cloudRoutes(app: FastifyInstance) {
           apiKeyId: (request.apiKey as { id: string }).id,
           createdAt: now(),
         });
+        if (!stored.ok) {
+          request.log.warn({ environmentId, reason: stored.reason }, 'registration refused');
+          throw new RegistryError(stored.reason === 'environment_owned' ? 'environment_owned' : 'unauthorized');
+        }
+        const url = relayUrl(base, 'environment', { environmentId, registrationId, epoch: stored.epoch });
         app.metrics.inc('registry_registrations_total');
-        request.log.info({ environmentId, registrationId }, 'executor registered');
+        request.log.info({ environmentId, registrationId, epoch: stored.epoch }, 'executor registered');
         return {
           environment_id: environmentId,
           url,
@@ -172,7 +202,14 @@ export async function cloudRoutes(app: FastifyInstance) {
         schema: {
           params: EnvironmentParams,
           body: ConnectBody,
-          response: { 200: ConnectResponse, ...authErrors, 404: ErrorResponse, 409: ErrorResponse, 503: ErrorResponse },
+          response: {
+            200: ConnectResponse,
+            ...authErrors,
+            404: ErrorResponse,
+            409: ErrorResponse,
+            410: ErrorResponse,
+            503: ErrorResponse,
+          },
         },
       },
       async (request) => {
@@ -180,8 +217,8 @@ export async function cloudRoutes(app: FastifyInstance) {
         const harnessPublicKey = canonicalKey(request.body.harness_public_key);
         if (harnessPublicKey === null) throw new RegistryError('invalid_public_key');
         if ((await app.relayLinkStatus(environmentId)).status === 'down') {
-          // An unregistered environment is reported as such even while its link is down.
-          if (!(await store.currentRegistration(environmentId))) throw new RegistryError('environment_not_registered');
+          // An unregistered (or revoked) environment is reported as such even while its link is down.
+          if (!(await store.currentRegistration(environmentId))) throw await noRegistration(environmentId);
           throw new RegistryError('environment_offline');
         }
         const authorization = generateToken('thka');
@@ -192,8 +229,8 @@ export async function cloudRoutes(app: FastifyInstance) {
           harnessPublicKey,
           expiresAt: now() + config.authorizationTtlMs,
         });
-        if (!current) throw new RegistryError('environment_not_registered');
-        const url = await relayUrl('harness', environmentId, current.registrationId);
+        if (!current) throw await noRegistration(environmentId);
+        const url = relayUrl(await relayNode(environmentId), 'harness', current);
         app.metrics.inc('registry_bundles_total');
         request.log.info({ environmentId, registrationId: current.registrationId }, 'harness bundle issued');
         return {

@@ -59,5 +59,60 @@ CREATE TABLE relay_links (
   },
 ];
 
-export const SQLITE_MIGRATIONS = common('INTEGER');
-export const POSTGRES_MIGRATIONS = common('BIGINT');
+/**
+ * Version 3 (issue 16): environment ownership and registration epochs, the revocation record, and the `relay` role
+ * with its node URL. Only the widening of the role CHECK differs: SQLite cannot alter a constraint, so it rebuilds
+ * the (small) api_keys table.
+ */
+const ownershipAndRevocations = (int: string): string => `
+ALTER TABLE environments ADD COLUMN owner_key_id TEXT;
+ALTER TABLE environments ADD COLUMN last_epoch ${int} NOT NULL DEFAULT 0;
+ALTER TABLE registrations ADD COLUMN epoch ${int} NOT NULL DEFAULT 0;
+UPDATE environments SET owner_key_id =
+  (SELECT r.api_key_id FROM registrations r WHERE r.environment_id = environments.id);
+CREATE INDEX registrations_api_key_id ON registrations (api_key_id);
+CREATE TABLE revoked_registrations (
+  registration_id TEXT PRIMARY KEY,
+  environment_id TEXT NOT NULL,
+  revoked_at ${int} NOT NULL
+);
+CREATE INDEX revoked_registrations_revoked_at ON revoked_registrations (revoked_at);
+CREATE INDEX revoked_registrations_environment_id ON revoked_registrations (environment_id);
+`;
+
+const ROLE_CHECK = "CHECK (role IN ('executor', 'harness', 'admin', 'relay'))";
+
+export const SQLITE_MIGRATIONS: Migration[] = [
+  ...common('INTEGER'),
+  {
+    version: 3,
+    sql: `
+CREATE TABLE api_keys_v3 (
+  id TEXT PRIMARY KEY,
+  token_hash TEXT NOT NULL UNIQUE,
+  role TEXT NOT NULL ${ROLE_CHECK},
+  environments TEXT NOT NULL,
+  label TEXT NOT NULL,
+  created_at INTEGER NOT NULL,
+  revoked_at INTEGER,
+  relay_url TEXT
+);
+INSERT INTO api_keys_v3 (id, token_hash, role, environments, label, created_at, revoked_at)
+  SELECT id, token_hash, role, environments, label, created_at, revoked_at FROM api_keys;
+DROP TABLE api_keys;
+ALTER TABLE api_keys_v3 RENAME TO api_keys;
+${ownershipAndRevocations('INTEGER')}`,
+  },
+];
+
+export const POSTGRES_MIGRATIONS: Migration[] = [
+  ...common('BIGINT'),
+  {
+    version: 3,
+    sql: `
+ALTER TABLE api_keys DROP CONSTRAINT IF EXISTS api_keys_role_check;
+ALTER TABLE api_keys ADD CONSTRAINT api_keys_role_check ${ROLE_CHECK};
+ALTER TABLE api_keys ADD COLUMN relay_url TEXT;
+${ownershipAndRevocations('BIGINT')}`,
+  },
+];

@@ -1,7 +1,7 @@
 import pg from 'pg';
 import { BoundedCache } from '../cache.js';
 import { POSTGRES_MIGRATIONS } from './migrations.js';
-import { CACHE_ENTRIES, toKey, toRegistration } from './sqlite.js';
+import { CACHE_ENTRIES, toKey, toRegistration, toRevoked } from './sqlite.js';
 import type { ApiKeyRecord, EnvironmentRecord, RegistryStore, RelayLinkRecord, RelayNodeRecord } from './types.js';
 
 export interface PostgresStoreOptions {
@@ -81,8 +81,31 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
   }
   client.release();
 
-  const keyColumns = 'id, role, environments, label, created_at, revoked_at';
-  const regColumns = 'environment_id, registration_id, security_profile, executor_public_key, api_key_id, created_at';
+  const keyColumns = 'id, role, environments, label, created_at, revoked_at, relay_url';
+  const regColumns =
+    'environment_id, registration_id, security_profile, executor_public_key, api_key_id, created_at, epoch';
+  /** Runs `fn` in one transaction on one pooled client. */
+  const transaction = async <T>(fn: (client: pg.PoolClient) => Promise<T>): Promise<T> => {
+    const client = await pool.connect();
+    try {
+      await client.query('BEGIN');
+      const result = await fn(client);
+      await client.query('COMMIT');
+      return result;
+    } catch (err) {
+      await client.query('ROLLBACK').catch(() => {});
+      throw err;
+    } finally {
+      client.release();
+    }
+  };
+  // Drops matching current registrations, records their revocation and deletes their unused authorizations.
+  const revokeRegistrationsSql = (where: string) => `
+    WITH r AS (DELETE FROM registrations WHERE ${where} RETURNING environment_id, registration_id),
+      rec AS (INSERT INTO revoked_registrations (registration_id, environment_id, revoked_at)
+        SELECT registration_id, environment_id, $1::bigint FROM r ON CONFLICT (registration_id) DO NOTHING),
+      auth AS (DELETE FROM authorizations WHERE registration_id IN (SELECT registration_id FROM r))
+    SELECT environment_id, registration_id, $1::bigint AS revoked_at FROM r`;
   let closed = false;
   // The per-request queries below are named: pg prepares each once per pooled connection, sparing the server a
   // parse and plan per request.
@@ -103,8 +126,9 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
     },
     async createApiKey(k) {
       await pool.query(
-        'INSERT INTO api_keys (id, token_hash, role, environments, label, created_at) VALUES ($1, $2, $3, $4, $5, $6)',
-        [k.id, k.tokenHash, k.role, k.environments, k.label, k.createdAt],
+        `INSERT INTO api_keys (id, token_hash, role, environments, label, created_at, relay_url)
+         VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+        [k.id, k.tokenHash, k.role, k.environments, k.label, k.createdAt, k.relayUrl ?? null],
       );
     },
     async findApiKey(tokenHash) {
@@ -124,23 +148,45 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
     },
     async revokeApiKey(id, at) {
       keys.clear();
-      const result = await pool.query('UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL', [
-        at,
-        id,
-      ]);
+      // Two statements in one transaction (READ COMMITTED: the second sees every registration committed before it).
+      // A registration in flight holds a share lock on the key row (putRegistration), so either it commits first and
+      // the DELETE below sees it, or it waits for this UPDATE and then finds the key revoked.
+      const result = await transaction(async (client) => {
+        const updated = await client.query('UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL', [
+          at,
+          id,
+        ]);
+        if ((updated.rowCount ?? 0) === 0) return null;
+        const { rows } = await client.query(revokeRegistrationsSql('api_key_id = $2'), [at, id]);
+        return { registrations: rows.map(toRevoked) };
+      });
       keys.clear();
-      return (result.rowCount ?? 0) > 0;
+      return result;
     },
     async putRegistration(r) {
-      // One statement (CTE) keeps environment creation and replacement atomic without a pinned client.
-      await pool.query(
-        `WITH env AS (INSERT INTO environments (id, created_at) VALUES ($1, $6) ON CONFLICT (id) DO NOTHING)
-         INSERT INTO registrations (${regColumns}) VALUES ($1, $2, $3, $4, $5, $6)
-         ON CONFLICT (environment_id) DO UPDATE SET registration_id = excluded.registration_id,
-           security_profile = excluded.security_profile, executor_public_key = excluded.executor_public_key,
-           api_key_id = excluded.api_key_id, created_at = excluded.created_at`,
+      // One statement (CTE) keeps the key check, the ownership check, the epoch and the replacement atomic without
+      // a pinned client. The key row is share-locked: see revokeApiKey. The environment row's upsert serialises
+      // concurrent registrations, so epochs are distinct and the first key to register owns it.
+      const { rows } = await pool.query<{ key_ok: number; epoch: string | null }>(
+        `WITH k AS (SELECT id FROM api_keys WHERE id = $5 AND role = 'executor' AND revoked_at IS NULL FOR SHARE),
+         env AS (
+           INSERT INTO environments (id, created_at, owner_key_id, last_epoch) SELECT $1, $6, id, 1 FROM k
+           ON CONFLICT (id) DO UPDATE SET last_epoch = environments.last_epoch + 1, owner_key_id = excluded.owner_key_id
+           WHERE environments.owner_key_id IS NULL OR environments.owner_key_id = excluded.owner_key_id
+           RETURNING last_epoch),
+         reg AS (
+           INSERT INTO registrations (${regColumns}) SELECT $1, $2, $3, $4, $5, $6, last_epoch FROM env
+           ON CONFLICT (environment_id) DO UPDATE SET registration_id = excluded.registration_id,
+             security_profile = excluded.security_profile, executor_public_key = excluded.executor_public_key,
+             api_key_id = excluded.api_key_id, created_at = excluded.created_at, epoch = excluded.epoch
+           RETURNING epoch)
+         SELECT (SELECT count(*) FROM k)::int AS key_ok, (SELECT epoch FROM reg) AS epoch`,
         [r.environmentId, r.registrationId, r.securityProfile, r.executorPublicKey, r.apiKeyId, r.createdAt],
       );
+      const row = rows[0];
+      if (!row || row.key_ok === 0) return { ok: false, reason: 'key_revoked' };
+      if (row.epoch === null) return { ok: false, reason: 'environment_owned' };
+      return { ok: true, epoch: Number(row.epoch) };
     },
     async currentRegistration(environmentId) {
       const { rows } = await pool.query({
@@ -150,22 +196,49 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
       });
       return rows[0] && toRegistration(rows[0]);
     },
-    async revokeRegistration(environmentId, registrationId) {
-      const result = await pool.query('DELETE FROM registrations WHERE environment_id = $1 AND registration_id = $2', [
+    async revokeRegistration(environmentId, registrationId, at) {
+      const { rows } = await pool.query(revokeRegistrationsSql('environment_id = $2 AND registration_id = $3'), [
+        at,
         environmentId,
         registrationId,
       ]);
+      return rows[0] ? toRevoked(rows[0]) : null;
+    },
+    async listRevokedRegistrations(since, limit) {
+      const { rows } = await pool.query(
+        `SELECT environment_id, registration_id, revoked_at FROM revoked_registrations WHERE revoked_at >= $1
+         ORDER BY revoked_at DESC, registration_id LIMIT $2`,
+        [since, limit],
+      );
+      return rows.map(toRevoked);
+    },
+    async registrationRevoked(environmentId) {
+      const { rows } = await pool.query<{ revoked: boolean }>(
+        `SELECT EXISTS (SELECT 1 FROM revoked_registrations WHERE environment_id = $1)
+           AND NOT EXISTS (SELECT 1 FROM registrations WHERE environment_id = $1) AS revoked`,
+        [environmentId],
+      );
+      return rows[0]?.revoked === true;
+    },
+    async setEnvironmentOwner(environmentId, apiKeyId, at) {
+      const result = await pool.query(
+        `WITH k AS (SELECT id FROM api_keys WHERE id = $2 AND role = 'executor' AND revoked_at IS NULL)
+         INSERT INTO environments (id, created_at, owner_key_id) SELECT $1, $3, id FROM k
+         ON CONFLICT (id) DO UPDATE SET owner_key_id = excluded.owner_key_id RETURNING id`,
+        [environmentId, apiKeyId, at],
+      );
       return (result.rowCount ?? 0) > 0;
     },
     async listEnvironments() {
       const { rows } = await pool.query(
-        `SELECT e.id, e.created_at AS env_created_at, r.* FROM environments e
+        `SELECT e.id, e.created_at AS env_created_at, e.owner_key_id, r.* FROM environments e
          LEFT JOIN registrations r ON r.environment_id = e.id ORDER BY e.id`,
       );
       return rows.map(
         (row): EnvironmentRecord => ({
           environmentId: row.id,
           createdAt: Number(row.env_created_at),
+          ownerKeyId: row.owner_key_id,
           registration: row.registration_id === null ? null : toRegistration(row),
         }),
       );

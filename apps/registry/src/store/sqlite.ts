@@ -10,10 +10,13 @@ import type {
   EnvironmentRecord,
   NewApiKey,
   NewAuthorization,
+  NewRegistration,
+  PutRegistrationResult,
   RegistrationRecord,
   RegistryStore,
   RelayLinkRecord,
   RelayNodeRecord,
+  RevokedRegistrationRecord,
   Role,
 } from './types.js';
 
@@ -24,6 +27,7 @@ interface KeyRow {
   label: string;
   created_at: number;
   revoked_at: number | null;
+  relay_url: string | null;
 }
 interface RegistrationRow {
   environment_id: string;
@@ -32,6 +36,12 @@ interface RegistrationRow {
   executor_public_key: string;
   api_key_id: string;
   created_at: number;
+  epoch: number;
+}
+interface RevokedRow {
+  environment_id: string;
+  registration_id: string;
+  revoked_at: number;
 }
 
 export const toKey = (row: KeyRow): ApiKeyRecord => ({
@@ -41,6 +51,7 @@ export const toKey = (row: KeyRow): ApiKeyRecord => ({
   label: row.label,
   createdAt: Number(row.created_at),
   revokedAt: row.revoked_at === null ? null : Number(row.revoked_at),
+  relayUrl: row.relay_url ?? null,
 });
 
 export const toRegistration = (row: RegistrationRow): RegistrationRecord => ({
@@ -50,7 +61,22 @@ export const toRegistration = (row: RegistrationRow): RegistrationRecord => ({
   executorPublicKey: row.executor_public_key,
   apiKeyId: row.api_key_id,
   createdAt: Number(row.created_at),
+  epoch: Number(row.epoch),
 });
+
+export const toRevoked = (row: RevokedRow): RevokedRegistrationRecord => ({
+  environmentId: row.environment_id,
+  registrationId: row.registration_id,
+  revokedAt: Number(row.revoked_at),
+});
+
+/** The per-connection pragmas of a SQLite store's connection (for tests: `synchronous` is not stored in the file). */
+const connections = new WeakMap<RegistryStore, Database.Database>();
+export function sqlitePragma(store: RegistryStore, name: 'synchronous' | 'journal_mode' | 'busy_timeout'): unknown {
+  const db = connections.get(store);
+  if (!db) throw new Error('not a SQLite store');
+  return db.pragma(name, { simple: true });
+}
 
 /** Bound on each read cache (API keys, registrations, relay links); past it the oldest entries go. */
 export const CACHE_ENTRIES = 10_000;
@@ -88,8 +114,11 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
   flushOtherBatches();
   const db = new Database(path);
   db.pragma('journal_mode = WAL');
-  // WAL + NORMAL: no corruption on power loss, only the last commits may be lost; FULL fsyncs every commit.
-  db.pragma('synchronous = NORMAL');
+  // FULL: a commit is on disk before any write of its batch is acknowledged, so an acknowledged registration,
+  // revocation or single-use authorization survives power loss (WAL + NORMAL could lose the last commits, and with
+  // them a revocation or a consumption, letting an authorization validate twice). Group commit keeps the cost to
+  // one fsync per event-loop turn, not per statement.
+  db.pragma('synchronous = FULL');
   db.pragma('busy_timeout = 5000');
   db.pragma('foreign_keys = ON');
   const AUTO_CHECKPOINT_PAGES = 1000; // SQLite's default
@@ -120,26 +149,56 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
     }
   }).immediate();
 
-  const keyColumns = 'id, role, environments, label, created_at, revoked_at';
-  const regColumns = 'environment_id, registration_id, security_profile, executor_public_key, api_key_id, created_at';
+  const keyColumns = 'id, role, environments, label, created_at, revoked_at, relay_url';
+  const regColumns =
+    'environment_id, registration_id, security_profile, executor_public_key, api_key_id, created_at, epoch';
   const stmt = {
     insertKey: db.prepare(
-      'INSERT INTO api_keys (id, token_hash, role, environments, label, created_at) VALUES (?, ?, ?, ?, ?, ?)',
+      `INSERT INTO api_keys (id, token_hash, role, environments, label, created_at, relay_url)
+       VALUES (?, ?, ?, ?, ?, ?, ?)`,
     ),
     findKey: db.prepare(`SELECT ${keyColumns} FROM api_keys WHERE token_hash = ? AND revoked_at IS NULL`),
     listKeys: db.prepare(`SELECT ${keyColumns} FROM api_keys ORDER BY created_at, id`),
     revokeKey: db.prepare('UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL'),
-    insertEnv: db.prepare('INSERT INTO environments (id, created_at) VALUES (?, ?) ON CONFLICT (id) DO NOTHING'),
+    insertEnv: db.prepare(
+      'INSERT INTO environments (id, created_at, owner_key_id) VALUES (?, ?, ?) ON CONFLICT (id) DO NOTHING',
+    ),
+    envOwner: db.prepare('SELECT owner_key_id FROM environments WHERE id = ?').pluck(),
+    nextEpoch: db
+      .prepare(
+        'UPDATE environments SET last_epoch = last_epoch + 1, owner_key_id = ? WHERE id = ? RETURNING last_epoch',
+      )
+      .pluck(),
+    setOwner: db.prepare('UPDATE environments SET owner_key_id = ? WHERE id = ?'),
+    activeExecutorKey: db
+      .prepare("SELECT 1 FROM api_keys WHERE id = ? AND role = 'executor' AND revoked_at IS NULL")
+      .pluck(),
     upsertReg: db.prepare(
-      `INSERT INTO registrations (${regColumns}) VALUES (?, ?, ?, ?, ?, ?)
+      `INSERT INTO registrations (${regColumns}) VALUES (?, ?, ?, ?, ?, ?, ?)
        ON CONFLICT (environment_id) DO UPDATE SET registration_id = excluded.registration_id,
          security_profile = excluded.security_profile, executor_public_key = excluded.executor_public_key,
-         api_key_id = excluded.api_key_id, created_at = excluded.created_at`,
+         api_key_id = excluded.api_key_id, created_at = excluded.created_at, epoch = excluded.epoch`,
     ),
     currentReg: db.prepare(`SELECT ${regColumns} FROM registrations WHERE environment_id = ?`),
+    regsOfKey: db.prepare('SELECT environment_id, registration_id FROM registrations WHERE api_key_id = ?'),
     revokeReg: db.prepare('DELETE FROM registrations WHERE environment_id = ? AND registration_id = ?'),
+    recordRevoked: db.prepare(
+      `INSERT INTO revoked_registrations (registration_id, environment_id, revoked_at) VALUES (?, ?, ?)
+       ON CONFLICT (registration_id) DO NOTHING`,
+    ),
+    dropAuthsOf: db.prepare('DELETE FROM authorizations WHERE environment_id = ? AND registration_id = ?'),
+    listRevoked: db.prepare(
+      `SELECT environment_id, registration_id, revoked_at FROM revoked_registrations WHERE revoked_at >= ?
+       ORDER BY revoked_at DESC, rowid DESC LIMIT ?`,
+    ),
+    registrationRevoked: db
+      .prepare(
+        `SELECT EXISTS (SELECT 1 FROM revoked_registrations WHERE environment_id = ?)
+           AND NOT EXISTS (SELECT 1 FROM registrations WHERE environment_id = ?)`,
+      )
+      .pluck(),
     listEnvs: db.prepare(
-      `SELECT e.id, e.created_at AS env_created_at, r.* FROM environments e
+      `SELECT e.id, e.created_at AS env_created_at, e.owner_key_id, r.* FROM environments e
        LEFT JOIN registrations r ON r.environment_id = e.id ORDER BY e.id`,
     ),
     insertAuth: db.prepare(
@@ -190,8 +249,13 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
       nodes = null;
     }
   };
-  const putRegistration = db.transaction((r: RegistrationRecord) => {
-    stmt.insertEnv.run(r.environmentId, r.createdAt);
+  const putRegistration = db.transaction((r: NewRegistration): PutRegistrationResult => {
+    // In the same transaction as the key's revocation would be: a registration never outlives its key.
+    if (stmt.activeExecutorKey.get(r.apiKeyId) === undefined) return { ok: false, reason: 'key_revoked' };
+    stmt.insertEnv.run(r.environmentId, r.createdAt, r.apiKeyId);
+    const owner = stmt.envOwner.get(r.environmentId) as string | null;
+    if (owner !== null && owner !== r.apiKeyId) return { ok: false, reason: 'environment_owned' };
+    const epoch = Number(stmt.nextEpoch.get(r.apiKeyId, r.environmentId));
     stmt.upsertReg.run(
       r.environmentId,
       r.registrationId,
@@ -199,7 +263,31 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
       r.executorPublicKey,
       r.apiKeyId,
       r.createdAt,
+      epoch,
     );
+    return { ok: true, epoch };
+  });
+
+  /** Drops a current registration, records its revocation and deletes its unused authorizations. */
+  const revokeOne = (environmentId: string, registrationId: string, at: number): RevokedRegistrationRecord | null => {
+    if (stmt.revokeReg.run(environmentId, registrationId).changes === 0) return null;
+    stmt.recordRevoked.run(registrationId, environmentId, at);
+    stmt.dropAuthsOf.run(environmentId, registrationId);
+    return { environmentId, registrationId, revokedAt: at };
+  };
+
+  const revokeKey = db.transaction((id: string, at: number) => {
+    if (stmt.revokeKey.run(at, id).changes === 0) return null;
+    const rows = stmt.regsOfKey.all(id) as Array<{ environment_id: string; registration_id: string }>;
+    const registrations = rows.flatMap((row) => revokeOne(row.environment_id, row.registration_id, at) ?? []);
+    return { registrations };
+  });
+
+  const setOwner = db.transaction((environmentId: string, apiKeyId: string, at: number) => {
+    if (stmt.activeExecutorKey.get(apiKeyId) === undefined) return false;
+    stmt.insertEnv.run(environmentId, at, apiKeyId);
+    stmt.setOwner.run(apiKeyId, environmentId);
+    return true;
   });
 
   const heartbeat = db.transaction((url: string, at: number, environmentIds: readonly string[]) => {
@@ -265,7 +353,7 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
     return new Promise<T>((resolve, reject) => waiting.push({ resolve: () => resolve(result), reject }));
   };
 
-  return {
+  const store: RegistryStore = {
     engine: 'sqlite',
     async ping() {
       db.prepare('SELECT 1').get();
@@ -276,7 +364,9 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
       if (db.open) db.close();
     },
     async createApiKey(k: NewApiKey) {
-      await write(() => stmt.insertKey.run(k.id, k.tokenHash, k.role, k.environments, k.label, k.createdAt));
+      await write(() =>
+        stmt.insertKey.run(k.id, k.tokenHash, k.role, k.environments, k.label, k.createdAt, k.relayUrl ?? null),
+      );
     },
     async findApiKey(tokenHash) {
       fresh();
@@ -294,32 +384,48 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
     async revokeApiKey(id, at) {
       return write(() => {
         keys.clear();
-        return stmt.revokeKey.run(at, id).changes > 0;
+        registrations.clear();
+        return revokeKey(id, at);
       });
     },
     async putRegistration(r) {
-      await write(() => {
+      return write(() => {
         registrations.delete(r.environmentId);
-        putRegistration(r);
+        return putRegistration(r);
       });
     },
     async currentRegistration(environmentId) {
       return currentRegistration(environmentId);
     },
-    async revokeRegistration(environmentId, registrationId) {
+    async revokeRegistration(environmentId, registrationId, at) {
       return write(() => {
         registrations.delete(environmentId);
-        return stmt.revokeReg.run(environmentId, registrationId).changes > 0;
+        return db.transaction(revokeOne)(environmentId, registrationId, at);
       });
+    },
+    async listRevokedRegistrations(since, limit) {
+      return (stmt.listRevoked.all(since, limit) as RevokedRow[]).map(toRevoked);
+    },
+    async registrationRevoked(environmentId) {
+      return Number(stmt.registrationRevoked.get(environmentId, environmentId)) === 1;
+    },
+    async setEnvironmentOwner(environmentId, apiKeyId, at) {
+      return write(() => setOwner(environmentId, apiKeyId, at));
     },
     async listEnvironments() {
       const rows = stmt.listEnvs.all() as Array<
-        RegistrationRow & { id: string; env_created_at: number; registration_id: string | null }
+        RegistrationRow & {
+          id: string;
+          env_created_at: number;
+          owner_key_id: string | null;
+          registration_id: string | null;
+        }
       >;
       return rows.map(
         (row): EnvironmentRecord => ({
           environmentId: row.id,
           createdAt: Number(row.env_created_at),
+          ownerKeyId: row.owner_key_id,
           registration: row.registration_id === null ? null : toRegistration(row),
         }),
       );
@@ -379,4 +485,6 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
       return nodes.filter((node) => node.lastSeen >= since).map((node) => ({ ...node }));
     },
   };
+  connections.set(store, db);
+  return store;
 }

@@ -5,6 +5,8 @@ import { join } from 'node:path';
 import pg from 'pg';
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { openPostgresStore, openSqliteStore, openStore, type RegistryStore } from './index.js';
+import { POSTGRES_MIGRATIONS, SQLITE_MIGRATIONS } from './migrations.js';
+import { sqlitePragma } from './sqlite.js';
 
 const PG_URL = process.env.TETHER_TEST_POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 
@@ -63,6 +65,9 @@ const registration = (environmentId: string, registrationId: string) => ({
   createdAt: 2_000,
 });
 
+/** Creates the active executor key `id` that registrations are made with (putRegistration checks it). */
+const executorKey = (store: RegistryStore, id = 'key-1') => store.createApiKey(key({ id }));
+
 const authorization = (tokenHash: string, expiresAt = 10_000) => ({
   tokenHash,
   environmentId: 'dev-1',
@@ -109,11 +114,12 @@ describe.each([sqlite, postgres])('RegistryStore on $name', (engine) => {
       label: 'ci',
       createdAt: 1_000,
       revokedAt: null,
+      relayUrl: null,
     });
     expect(await store.findApiKey('b'.repeat(64))).toBeUndefined();
-    expect(await store.revokeApiKey('k1', 5_000)).toBe(true);
-    expect(await store.revokeApiKey('k1', 6_000)).toBe(false);
-    expect(await store.revokeApiKey('nope', 6_000)).toBe(false);
+    expect(await store.revokeApiKey('k1', 5_000)).toEqual({ registrations: [] });
+    expect(await store.revokeApiKey('k1', 6_000)).toBeNull();
+    expect(await store.revokeApiKey('nope', 6_000)).toBeNull();
     expect(await store.findApiKey('a'.repeat(64))).toBeUndefined();
     expect((await store.listApiKeys())[0]?.revokedAt).toBe(5_000);
   });
@@ -124,11 +130,16 @@ describe.each([sqlite, postgres])('RegistryStore on $name', (engine) => {
   });
 
   it('keeps one current registration per environment; a new one replaces it', async () => {
+    await executorKey(store);
     expect(await store.currentRegistration('dev-1')).toBeUndefined();
     await store.putRegistration(registration('dev-1', 'reg-1'));
     await store.putRegistration(registration('dev-2', 'reg-2'));
     await store.putRegistration({ ...registration('dev-1', 'reg-3'), createdAt: 3_000 });
-    expect(await store.currentRegistration('dev-1')).toEqual({ ...registration('dev-1', 'reg-3'), createdAt: 3_000 });
+    expect(await store.currentRegistration('dev-1')).toEqual({
+      ...registration('dev-1', 'reg-3'),
+      createdAt: 3_000,
+      epoch: 2,
+    });
     const environments = await store.listEnvironments();
     expect(environments.map((e) => [e.environmentId, e.createdAt, e.registration?.registrationId])).toEqual([
       ['dev-1', 2_000, 'reg-3'],
@@ -137,9 +148,14 @@ describe.each([sqlite, postgres])('RegistryStore on $name', (engine) => {
   });
 
   it('revokes a registration only by its current id', async () => {
+    await executorKey(store);
     await store.putRegistration(registration('dev-1', 'reg-1'));
-    expect(await store.revokeRegistration('dev-1', 'reg-0')).toBe(false);
-    expect(await store.revokeRegistration('dev-1', 'reg-1')).toBe(true);
+    expect(await store.revokeRegistration('dev-1', 'reg-0', 9_000)).toBeNull();
+    expect(await store.revokeRegistration('dev-1', 'reg-1', 9_000)).toEqual({
+      environmentId: 'dev-1',
+      registrationId: 'reg-1',
+      revokedAt: 9_000,
+    });
     expect(await store.currentRegistration('dev-1')).toBeUndefined();
     expect((await store.listEnvironments())[0]?.registration).toBeNull();
   });
@@ -159,6 +175,7 @@ describe.each([sqlite, postgres])('RegistryStore on $name', (engine) => {
   it('a claim naming an API key also needs the current registration, made with that key', async () => {
     await store.createAuthorization(authorization('t1'));
     const claim = { ...authorization('t1'), now: 5_000, apiKeyId: 'key-1' };
+    await executorKey(store);
     expect(await store.consumeAuthorization(claim)).toBe(false); // no registration yet
     await store.putRegistration(registration('dev-1', 'reg-1'));
     expect(await store.consumeAuthorization({ ...claim, apiKeyId: 'key-2' })).toBe(false);
@@ -173,9 +190,10 @@ describe.each([sqlite, postgres])('RegistryStore on $name', (engine) => {
     const a = { tokenHash: 't1', environmentId: 'dev-1', harnessPublicKey: '{"harness":1}', expiresAt: 10_000 };
     expect(await store.createAuthorizationForCurrent(a)).toBeUndefined();
     expect(await store.consumeAuthorization({ ...authorization('t1'), now: 5_000 })).toBe(false); // none created
+    await executorKey(store);
     await store.putRegistration(registration('dev-1', 'reg-1'));
     await store.putRegistration(registration('dev-1', 'reg-2'));
-    expect(await store.createAuthorizationForCurrent(a)).toEqual(registration('dev-1', 'reg-2'));
+    expect(await store.createAuthorizationForCurrent(a)).toEqual({ ...registration('dev-1', 'reg-2'), epoch: 2 });
     expect(await store.consumeAuthorization({ ...authorization('t1'), now: 5_000 })).toBe(false); // not for reg-1
     const claim = { ...authorization('t1'), registrationId: 'reg-2', now: 5_000, apiKeyId: 'key-1' };
     expect(await store.consumeAuthorization(claim)).toBe(true);
@@ -200,6 +218,112 @@ describe.each([sqlite, postgres])('RegistryStore on $name', (engine) => {
       );
       expect(results.filter(Boolean)).toHaveLength(1);
     }
+  });
+
+  it('epochs rise by one per registration of an environment and never repeat, even after a revocation', async () => {
+    await executorKey(store);
+    expect(await store.putRegistration(registration('dev-1', 'reg-1'))).toEqual({ ok: true, epoch: 1 });
+    expect(await store.putRegistration(registration('dev-1', 'reg-2'))).toEqual({ ok: true, epoch: 2 });
+    expect(await store.putRegistration(registration('dev-2', 'reg-3'))).toEqual({ ok: true, epoch: 1 });
+    await store.revokeRegistration('dev-1', 'reg-2', 3_000);
+    expect(await store.putRegistration(registration('dev-1', 'reg-4'))).toEqual({ ok: true, epoch: 3 });
+    expect((await store.currentRegistration('dev-1'))?.epoch).toBe(3);
+    expect((await store.listEnvironments()).map((e) => e.registration?.epoch)).toEqual([3, 1]);
+  });
+
+  it('binds an environment to the first key that registers it; another key is refused until an admin transfers it', async () => {
+    await executorKey(store, 'key-1');
+    await executorKey(store, 'key-2');
+    expect((await store.putRegistration(registration('dev-1', 'reg-1'))).ok).toBe(true);
+    const stolen = { ...registration('dev-1', 'reg-2'), apiKeyId: 'key-2' };
+    expect(await store.putRegistration(stolen)).toEqual({ ok: false, reason: 'environment_owned' });
+    expect((await store.currentRegistration('dev-1'))?.registrationId).toBe('reg-1');
+    expect((await store.listEnvironments())[0]?.ownerKeyId).toBe('key-1');
+    expect(await store.setEnvironmentOwner('dev-1', 'key-2', 4_000)).toBe(true);
+    expect(await store.putRegistration(stolen)).toEqual({ ok: true, epoch: 2 });
+    expect(await store.putRegistration(registration('dev-1', 'reg-3'))).toEqual({
+      ok: false,
+      reason: 'environment_owned',
+    });
+    // Only to an active executor key; an unknown environment is created already bound.
+    await store.createApiKey({ ...key({ id: 'harness-1' }), role: 'harness' });
+    expect(await store.setEnvironmentOwner('dev-1', 'harness-1', 4_000)).toBe(false);
+    expect(await store.setEnvironmentOwner('dev-1', 'nope', 4_000)).toBe(false);
+    expect(await store.setEnvironmentOwner('dev-5', 'key-1', 4_000)).toBe(true);
+    const dev5 = (await store.listEnvironments()).find((e) => e.environmentId === 'dev-5');
+    expect(dev5).toMatchObject({ ownerKeyId: 'key-1', registration: null });
+    await store.revokeApiKey('key-2', 5_000);
+    expect(await store.setEnvironmentOwner('dev-1', 'key-2', 6_000)).toBe(false);
+  });
+
+  it('revoking a key revokes its current registrations in the same step, records them and drops their authorizations', async () => {
+    await executorKey(store, 'key-1');
+    await executorKey(store, 'key-2');
+    await store.putRegistration(registration('dev-1', 'reg-1'));
+    await store.putRegistration(registration('dev-2', 'reg-2'));
+    await store.putRegistration({ ...registration('dev-3', 'reg-3'), apiKeyId: 'key-2' });
+    await store.createAuthorization(authorization('t1'));
+    const revoked = await store.revokeApiKey('key-1', 7_000);
+    expect(revoked?.registrations.sort((a, b) => a.environmentId.localeCompare(b.environmentId))).toEqual([
+      { environmentId: 'dev-1', registrationId: 'reg-1', revokedAt: 7_000 },
+      { environmentId: 'dev-2', registrationId: 'reg-2', revokedAt: 7_000 },
+    ]);
+    expect(await store.currentRegistration('dev-1')).toBeUndefined();
+    expect((await store.currentRegistration('dev-3'))?.registrationId).toBe('reg-3');
+    expect(await store.registrationRevoked('dev-1')).toBe(true);
+    expect(await store.registrationRevoked('dev-3')).toBe(false);
+    expect(await store.registrationRevoked('dev-9')).toBe(false);
+    expect((await store.listRevokedRegistrations(0, 10)).map((r) => r.registrationId).sort()).toEqual([
+      'reg-1',
+      'reg-2',
+    ]);
+    expect(await store.consumeAuthorization({ ...authorization('t1'), now: 5_000 })).toBe(false);
+    // The revoked key cannot register again: the check is part of the registration step.
+    expect(await store.putRegistration(registration('dev-1', 'reg-4'))).toEqual({ ok: false, reason: 'key_revoked' });
+  });
+
+  it('lists revocations newest first, from a time on, at most a limit; a new registration is current again', async () => {
+    await executorKey(store);
+    for (const [i, at] of [1_000, 2_000, 3_000].entries()) {
+      await store.putRegistration(registration(`dev-${i}`, `reg-${i}`));
+      await store.revokeRegistration(`dev-${i}`, `reg-${i}`, at);
+    }
+    expect((await store.listRevokedRegistrations(1_500, 10)).map((r) => r.revokedAt)).toEqual([3_000, 2_000]);
+    expect((await store.listRevokedRegistrations(0, 2)).map((r) => r.registrationId)).toEqual(['reg-2', 'reg-1']);
+    expect(await store.registrationRevoked('dev-0')).toBe(true);
+    await store.putRegistration(registration('dev-0', 'reg-9'));
+    expect(await store.registrationRevoked('dev-0')).toBe(false);
+  });
+
+  it('concurrent first registrations by two keys on two store instances: one key owns it, epochs stay distinct', async () => {
+    const second = await db.again();
+    extra.push(second);
+    await executorKey(store, 'key-1');
+    await executorKey(store, 'key-2');
+    for (let round = 0; round < 5; round++) {
+      const env = `race-${round}`;
+      const results = await Promise.all(
+        Array.from({ length: 8 }, (_, i) =>
+          (i % 2 ? second : store).putRegistration({
+            ...registration(env, `reg-${round}-${i}`),
+            apiKeyId: i % 4 < 2 ? 'key-1' : 'key-2',
+          }),
+        ),
+      );
+      const owner = (await store.listEnvironments()).find((e) => e.environmentId === env)?.ownerKeyId;
+      const accepted = results.flatMap((r, i) => (r.ok ? [{ i, epoch: r.epoch }] : []));
+      // Every accepted registration used the owner's key; every refused one the other key.
+      for (const [i, r] of results.entries()) {
+        expect(r.ok).toBe((i % 4 < 2 ? 'key-1' : 'key-2') === owner);
+      }
+      expect(new Set(accepted.map((a) => a.epoch)).size).toBe(accepted.length);
+      expect((await store.currentRegistration(env))?.epoch).toBe(Math.max(...accepted.map((a) => a.epoch)));
+    }
+  });
+
+  it('keeps a relay key and its node URL', async () => {
+    await store.createApiKey({ ...key({ id: 'r1', tokenHash: 'd'.repeat(64) }), role: 'relay', relayUrl: 'ws://a:1' });
+    expect(await store.findApiKey('d'.repeat(64))).toMatchObject({ role: 'relay', relayUrl: 'ws://a:1' });
   });
 
   it('tracks relay node presence by last heartbeat', async () => {
@@ -243,17 +367,18 @@ describe.each([sqlite, postgres])('RegistryStore read caches on $name', (engine)
     await db.store.createApiKey(key({ id: 'k1', tokenHash: 'a'.repeat(64) }));
     expect((await db.store.findApiKey('a'.repeat(64)))?.id).toBe('k1');
     expect((await db.store.findApiKey('a'.repeat(64)))?.id).toBe('k1');
-    expect(await db.store.revokeApiKey('k1', 5_000)).toBe(true);
+    expect(await db.store.revokeApiKey('k1', 5_000)).not.toBeNull();
     expect(await db.store.findApiKey('a'.repeat(64))).toBeUndefined();
   });
 
   it('registration lookups follow replacements and revocations by this store at once', async () => {
     expect(await db.store.currentRegistration('dev-1')).toBeUndefined();
+    await executorKey(db.store);
     await db.store.putRegistration(registration('dev-1', 'reg-1'));
     expect((await db.store.currentRegistration('dev-1'))?.registrationId).toBe('reg-1');
     await db.store.putRegistration(registration('dev-1', 'reg-2'));
     expect((await db.store.currentRegistration('dev-1'))?.registrationId).toBe('reg-2');
-    expect(await db.store.revokeRegistration('dev-1', 'reg-2')).toBe(true);
+    expect(await db.store.revokeRegistration('dev-1', 'reg-2', 3_000)).not.toBeNull();
     expect(await db.store.currentRegistration('dev-1')).toBeUndefined();
   });
 
@@ -290,14 +415,15 @@ it('SQLite caches are exact across connections: revocations, new keys and heartb
     expect(await db.store.liveRelayNodes(0)).toEqual([]);
     expect(await db.store.relayLink('dev-1')).toBeUndefined();
     // As `registry keys revoke|create` would, from another process.
-    expect(await other.revokeApiKey('k1', 5_000)).toBe(true);
+    expect(await other.revokeApiKey('k1', 5_000)).toEqual({ registrations: [] });
     await other.createApiKey(key({ id: 'k2', tokenHash: 'b'.repeat(64) }));
     await other.heartbeatRelayNode('ws://a', 1_000, ['dev-1']);
     expect(await db.store.findApiKey('a'.repeat(64))).toBeUndefined();
     expect(await db.store.currentRegistration('dev-9')).toBeUndefined();
+    await executorKey(other);
     await other.putRegistration(registration('dev-9', 'reg-9'));
     expect((await db.store.currentRegistration('dev-9'))?.registrationId).toBe('reg-9');
-    expect(await other.revokeRegistration('dev-9', 'reg-9')).toBe(true);
+    expect(await other.revokeRegistration('dev-9', 'reg-9', 6_000)).not.toBeNull();
     expect(await db.store.currentRegistration('dev-9')).toBeUndefined();
     expect((await db.store.findApiKey('b'.repeat(64)))?.id).toBe('k2');
     expect(await db.store.liveRelayNodes(0)).toEqual([{ url: 'ws://a', lastSeen: 1_000 }]);
@@ -375,7 +501,7 @@ it("PostgreSQL with cacheTtlMs 0 sees another replica's revocation at once", asy
   try {
     await a.createApiKey(key({ id: 'k1', tokenHash: 'a'.repeat(64) }));
     expect((await a.findApiKey('a'.repeat(64)))?.id).toBe('k1');
-    expect(await b.revokeApiKey('k1', 5_000)).toBe(true);
+    expect(await b.revokeApiKey('k1', 5_000)).not.toBeNull();
     expect(await a.findApiKey('a'.repeat(64))).toBeUndefined();
   } finally {
     await a.close();
@@ -415,6 +541,17 @@ describe('openStore', () => {
     rmSync(`${path}-shm`, { force: true });
   });
 
+  it('SQLite registry connections commit with synchronous=FULL', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'registry-sync-'));
+    dirs.push(dir);
+    const store = openSqliteStore(join(dir, 'r.db'));
+    try {
+      expect(sqlitePragma(store, 'synchronous')).toBe(2); // 0 OFF, 1 NORMAL, 2 FULL, 3 EXTRA
+    } finally {
+      await store.close();
+    }
+  });
+
   it('opens postgres URLs in the requested schema', async () => {
     const schema = `registry_test_${randomBytes(6).toString('hex')}`;
     const store = await openStore(PG_URL, { schema });
@@ -429,5 +566,74 @@ describe('openStore', () => {
   it('refuses other URLs and bad schema names', async () => {
     await expect(openStore('mysql://x')).rejects.toThrow(/sqlite:PATH or postgres/);
     await expect(openPostgresStore({ connectionString: PG_URL, schema: 'x; DROP' })).rejects.toThrow(/invalid schema/);
+  });
+});
+
+describe('migration to version 3', () => {
+  const seed = [
+    "INSERT INTO api_keys (id, token_hash, role, environments, label, created_at) VALUES ('k1', 'h1', 'executor', '*', '', 1)",
+    "INSERT INTO environments (id, created_at) VALUES ('dev-1', 1)",
+    "INSERT INTO environments (id, created_at) VALUES ('dev-2', 1)",
+    `INSERT INTO registrations (environment_id, registration_id, security_profile, executor_public_key, api_key_id,
+       created_at) VALUES ('dev-1', 'reg-1', 'p', '{}', 'k1', 2)`,
+  ];
+
+  /** Checks a store opened on a version-2 database holding `seed`. */
+  async function checkMigrated(store: RegistryStore) {
+    expect((await store.listApiKeys())[0]).toMatchObject({ id: 'k1', role: 'executor', relayUrl: null });
+    const environments = await store.listEnvironments();
+    expect(environments.map((e) => [e.environmentId, e.ownerKeyId, e.registration?.epoch ?? null])).toEqual([
+      ['dev-1', 'k1', 0],
+      ['dev-2', null, null],
+    ]);
+    await store.createApiKey({ ...key({ id: 'r1' }), role: 'relay', relayUrl: 'ws://a:1' });
+    // The registering key owns its environment; the next epoch follows the migrated one.
+    expect(await store.putRegistration({ ...registration('dev-1', 'reg-2'), apiKeyId: 'k1' })).toEqual({
+      ok: true,
+      epoch: 1,
+    });
+  }
+
+  it('SQLite: keeps keys and registrations, binds environments to the key that registered them', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'registry-migrate-'));
+    const path = join(dir, 'r.db');
+    const Database = (await import('better-sqlite3')).default;
+    const old = new Database(path);
+    old.exec('CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY)');
+    for (const m of SQLITE_MIGRATIONS.filter((m) => m.version <= 2)) {
+      old.exec(m.sql);
+      old.prepare('INSERT INTO schema_migrations (version) VALUES (?)').run(m.version);
+    }
+    for (const sql of seed) old.exec(sql);
+    old.close();
+    const store = openSqliteStore(path);
+    try {
+      await checkMigrated(store);
+    } finally {
+      await store.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('PostgreSQL: keeps keys and registrations, binds environments to the key that registered them', async () => {
+    const schema = `registry_test_${randomBytes(6).toString('hex')}`;
+    const client = new pg.Client({ connectionString: PG_URL, options: `-c search_path=${schema}` });
+    await client.connect();
+    let store: RegistryStore | undefined;
+    try {
+      await client.query(`CREATE SCHEMA ${schema}`);
+      await client.query('CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY)');
+      for (const m of POSTGRES_MIGRATIONS.filter((m) => m.version <= 2)) {
+        await client.query(m.sql);
+        await client.query('INSERT INTO schema_migrations (version) VALUES ($1)', [m.version]);
+      }
+      for (const sql of seed) await client.query(sql);
+      store = await openPostgresStore({ connectionString: PG_URL, schema, max: 2 });
+      await checkMigrated(store);
+    } finally {
+      await store?.close();
+      await client.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+      await client.end();
+    }
   });
 });

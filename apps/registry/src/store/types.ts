@@ -1,6 +1,6 @@
 /** The registry's persistent state, one interface for every engine (SQLite, PostgreSQL). Times are epoch ms. */
-export type Role = 'executor' | 'harness' | 'admin';
-export const ROLES: readonly Role[] = ['executor', 'harness', 'admin'];
+export type Role = 'executor' | 'harness' | 'admin' | 'relay';
+export const ROLES: readonly Role[] = ['executor', 'harness', 'admin', 'relay'];
 
 export interface ApiKeyRecord {
   id: string;
@@ -10,9 +10,12 @@ export interface ApiKeyRecord {
   label: string;
   createdAt: number;
   revokedAt: number | null;
+  /** For a `relay` key: the one node URL it may heartbeat for; null for every other role. */
+  relayUrl: string | null;
 }
 
-export interface NewApiKey extends Omit<ApiKeyRecord, 'revokedAt'> {
+export interface NewApiKey extends Omit<ApiKeyRecord, 'revokedAt' | 'relayUrl'> {
+  relayUrl?: string | null;
   /** SHA-256 hex of the token; the token itself is never stored. */
   tokenHash: string;
 }
@@ -26,11 +29,34 @@ export interface RegistrationRecord {
   /** The executor API key that registered (and so may validate for) this registration. */
   apiKeyId: string;
   createdAt: number;
+  /**
+   * The environment's registration counter at this registration: one more than the highest epoch the environment
+   * ever had. Signed into both roles' relay URLs, so a relay can refuse an older registration's socket.
+   */
+  epoch: number;
+}
+
+/** What putRegistration is given: the store assigns the epoch. */
+export type NewRegistration = Omit<RegistrationRecord, 'epoch'>;
+
+/** putRegistration's answer: the stored registration's epoch, or why it was refused. */
+export type PutRegistrationResult =
+  | { ok: true; epoch: number }
+  /** Bound to another executor key; or the registering key was revoked meanwhile (checked in the same step). */
+  | { ok: false; reason: 'environment_owned' | 'key_revoked' };
+
+/** A registration that stopped being current because it was revoked (admin action or its key's revocation). */
+export interface RevokedRegistrationRecord {
+  environmentId: string;
+  registrationId: string;
+  revokedAt: number;
 }
 
 export interface EnvironmentRecord {
   environmentId: string;
   createdAt: number;
+  /** The executor API key the environment is bound to (the first to register it, or an admin's transfer). */
+  ownerKeyId: string | null;
   /** The current registration, if one exists and was not revoked. */
   registration: RegistrationRecord | null;
 }
@@ -76,14 +102,36 @@ export interface RegistryStore {
   /** An unrevoked key by its token hash. */
   findApiKey(tokenHash: string): Promise<ApiKeyRecord | undefined>;
   listApiKeys(): Promise<ApiKeyRecord[]>;
-  /** True when a previously active key was revoked now. */
-  revokeApiKey(id: string, at: number): Promise<boolean>;
+  /**
+   * Revokes an active key and, in the same transaction, every current registration made with it (recorded as
+   * revoked at `at`). Null when there was no active key `id`; else the registrations revoked.
+   */
+  revokeApiKey(id: string, at: number): Promise<{ registrations: RevokedRegistrationRecord[] } | null>;
 
-  /** Creates the environment if needed and makes `registration` its one current registration. */
-  putRegistration(registration: RegistrationRecord): Promise<void>;
+  /**
+   * Creates the environment if needed (bound to the registering key) and makes `registration` its one current
+   * registration, with the next epoch. Refused, changing nothing, when the environment is bound to another key.
+   */
+  putRegistration(registration: NewRegistration): Promise<PutRegistrationResult>;
   currentRegistration(environmentId: string): Promise<RegistrationRecord | undefined>;
-  /** Drops the current registration when its id matches; true when one was dropped. */
-  revokeRegistration(environmentId: string, registrationId: string): Promise<boolean>;
+  /**
+   * Drops the current registration when its id matches, recording the revocation at `at` (and deleting its
+   * unused harness authorizations); the record when one was dropped, else null.
+   */
+  revokeRegistration(
+    environmentId: string,
+    registrationId: string,
+    at: number,
+  ): Promise<RevokedRegistrationRecord | null>;
+  /** Revocations at or after `since`, newest first, at most `limit`. */
+  listRevokedRegistrations(since: number, limit: number): Promise<RevokedRegistrationRecord[]>;
+  /** True when the environment has no current registration because its last one was revoked. */
+  registrationRevoked(environmentId: string): Promise<boolean>;
+  /**
+   * Binds the environment (created if unknown) to executor key `apiKeyId`; its current registration stays until
+   * replaced or revoked. False, changing nothing, when `apiKeyId` is not an active executor key.
+   */
+  setEnvironmentOwner(environmentId: string, apiKeyId: string, at: number): Promise<boolean>;
   listEnvironments(): Promise<EnvironmentRecord[]>;
 
   createAuthorization(authorization: NewAuthorization): Promise<void>;
