@@ -333,6 +333,42 @@ describe('limits', () => {
     expect(metric(relay, 'relay_resets_total{reason="handshake_limit"}')).toBe(1);
   });
 
+  it('resets a stream whose handshake the environment does not answer within the deadline, both ways', async () => {
+    const { url, relay } = await startRelay({ handshakeTimeoutMs: 150 });
+    const env = await Endpoint.open(signedUrl(url, 'environment', 'env-1'));
+    // Claimed first and answered: had its deadline not been cleared by the answer, it would fire first.
+    const answered = await pairedHarness(url, env);
+    env.send(handshakeFrame(answered.streamId, Buffer.from('msg2')));
+    await answered.harness.next((f) => f.kind === 'handshake');
+    const { harness, streamId } = await pairedHarness(url, env);
+    expect(await env.next(isReset(streamId))).toMatchObject({ reason: 'handshake_timeout' });
+    expect(await harness.next(isReset(streamId))).toMatchObject({ reason: 'handshake_timeout' });
+    expect(await harness.closed).toEqual({ code: CLOSE.TIMEOUT, reason: 'handshake_timeout' });
+    expect(relay.stats().streams).toBe(1);
+    await expect.poll(() => relay.stats().harnessSockets).toBe(1); // its buffers are gone with it
+    env.send(dataFrame(answered.streamId, 0, Buffer.from('still paired')));
+    await answered.harness.next((f) => f.kind === 'data');
+    expect(env.frames.filter(isReset(answered.streamId))).toEqual([]);
+    expect(metric(relay, 'relay_resets_total{reason="handshake_timeout"}')).toBe(1);
+  });
+
+  it('leaves no handshake timer behind: each is cleared when its stream ends and none outlives close()', async () => {
+    const timers = () => process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length;
+    const before = timers();
+    const { url, relay } = await startRelay({ handshakeTimeoutMs: 600_000 });
+    const env = await Endpoint.open(signedUrl(url, 'environment', 'env-1'));
+    const withRelay = timers(); // the relay's ping and sweep intervals
+    const streams = await Promise.all([1, 2, 3].map(() => pairedHarness(url, env)));
+    expect(timers()).toBe(withRelay + 3);
+    // A harness that leaves before the answer takes its timer with it.
+    streams[0]?.harness.ws.terminate();
+    await env.next(isReset(streams[0]?.streamId as string, 'harness_closed'));
+    expect(timers()).toBe(withRelay + 2);
+    await relay.close();
+    await Promise.all([env.closed, ...streams.map((s) => s.harness.closed)]);
+    expect(timers()).toBe(before);
+  });
+
   it('resets an idle stream and closes an unclaimed socket after their timeouts', async () => {
     const { url, relay } = await startRelay({ idleTimeoutMs: 150, claimTimeoutMs: 150 });
     const env = await Endpoint.open(signedUrl(url, 'environment', 'env-1'));

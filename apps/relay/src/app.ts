@@ -2,7 +2,13 @@ import type { KeyObject } from 'node:crypto';
 import { once } from 'node:events';
 import { createServer, type IncomingMessage, type Server, type ServerResponse, STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
-import { type RelayGrant, verifyRelayRequest } from '@tether/relay-auth';
+import {
+  REVOCATIONS_PATH,
+  REVOCATIONS_SIGNATURE_HEADER,
+  type RelayGrant,
+  verifyRelayRequest,
+  verifyRevocations,
+} from '@tether/relay-auth';
 import { decodeFrame, encodeFrame, type Frame, resetFrame } from '@tether/relay-frames';
 import { joinParts } from '@tether/user-read/websocket';
 import pino, { type Logger } from 'pino';
@@ -10,8 +16,23 @@ import { type WebSocket, WebSocketServer } from 'ws';
 import { FastPath } from './fastpath.js';
 import { type Heartbeat, startHeartbeat } from './heartbeat.js';
 import { CLOSE, DEFAULT_LIMITS, type RelayLimits } from './limits.js';
-import { type DropReason, type RefusalReason, RelayMetrics, type ResetReason } from './metrics.js';
+import { ExpiringMap } from './memory.js';
+import {
+  type DropReason,
+  type PushResult,
+  type RefusalReason,
+  RelayMetrics,
+  type ResetReason,
+  type RevocationSource,
+} from './metrics.js';
 import { peekHeaderParts, streamKey } from './peek.js';
+import {
+  MAX_REVOCATION_BODY_BYTES,
+  parseRevocationPush,
+  type Revocation,
+  readRequestLimited,
+  revocationKey,
+} from './revocations.js';
 
 export interface RelayOptions {
   /** The registry's Ed25519 public key: the only thing the relay needs to authenticate sockets. */
@@ -29,7 +50,7 @@ export interface RelayOptions {
 
 export interface HeartbeatConfig {
   registryUrl: string;
-  /** An admin API key of the registry. */
+  /** A `relay`-role API key of the registry (it can only heartbeat; an admin key works too). */
   token: string;
   /** This node's URL as the registry knows it; default the bound `ws://host:port`. */
   publicUrl?: string;
@@ -74,6 +95,8 @@ interface EnvironmentPeer {
   readonly socket: Socket;
   readonly environmentId: string;
   readonly registrationId: string;
+  /** The grant's registration epoch: a socket with a lower one for this environment is refused. */
+  readonly epoch: number;
   /** stream key (stream_id bytes) → the harness socket that claimed it. */
   readonly streams: Map<string, HarnessPeer>;
   /** Harness sockets paused because this socket is above its high-water mark. */
@@ -99,6 +122,8 @@ interface HarnessPeer {
   paused: boolean;
   closing: boolean;
   graceTimer: NodeJS.Timeout | undefined;
+  /** Armed by the claim, cleared by the environment's first answer or the end of the stream. */
+  handshakeTimer: NodeJS.Timeout | undefined;
   lastActivity: number;
   lastSeen: number;
 }
@@ -122,12 +147,19 @@ export function createRelay(options: RelayOptions): Relay {
   const resets = (reason: ResetReason) => metrics.counter('relay_resets_total', { reason }).inc();
   const drops = (reason: DropReason) => metrics.counter('relay_drops_total', { reason }).inc();
   const pauses = metrics.counter('relay_backpressure_pauses_total');
+  const pushes = (result: PushResult) => metrics.counter('relay_revocation_pushes_total', { result }).inc();
   // This relay's slabs, read buffer and write batching: closed with the relay, shared with no other one.
   const fastPath = new FastPath();
 
   const environments = new Map<string, EnvironmentPeer>();
   const harnesses = new Set<HarnessPeer>();
   const connectionsByIp = new Map<string, number>();
+  // Highest environment-socket epoch seen per environment, kept after the socket leaves so a stale executor cannot
+  // take the place of a briefly disconnected current one. A URL with a lower epoch was minted before the newer
+  // registration existed, so it has expired once the entry has (urlLifetimeMs after it was last seen).
+  const epochs = new ExpiringMap<number>(limits.maxRememberedRegistrations, limits.urlLifetimeMs);
+  // Revoked registrations (revocationKey), refused until every URL naming them could have expired anyway.
+  const revoked = new ExpiringMap<true>(limits.maxRememberedRegistrations, limits.urlLifetimeMs);
   let closing = false;
   let listening = false;
   let heartbeat: Heartbeat | null = null;
@@ -158,11 +190,59 @@ export function createRelay(options: RelayOptions): Relay {
       res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' }).end(metricsText());
       return;
     }
+    if (req.method === 'POST' && path === REVOCATIONS_PATH) {
+      onRevocationPush(req, res).catch((err: Error) => {
+        log.warn({ err: err.message }, 'revocation push failed');
+        if (!res.headersSent) fail(res, 500, 'internal', 'the revocation push could not be handled');
+      });
+      return;
+    }
     return json(res, 404, { error: { code: 'not_found', message: 'no such route (WebSocket upgrades only)' } });
   }
 
   function json(res: ServerResponse, status: number, body: unknown) {
     res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body));
+  }
+
+  function fail(res: ServerResponse, status: number, code: string, message: string) {
+    json(res, status, { error: { code, message } });
+  }
+
+  /**
+   * The registry's push: a signed list of revoked registrations. The signature (by the key the relay verifies URLs
+   * with) is checked over the exact body bytes before anything in it is parsed.
+   */
+  async function onRevocationPush(req: IncomingMessage, res: ServerResponse) {
+    const signature = req.headers[REVOCATIONS_SIGNATURE_HEADER];
+    if (typeof signature !== 'string') {
+      pushes('bad_signature');
+      res.once('finish', () => req.destroy()); // the body is not read
+      return fail(res, 401, 'bad_signature', `${REVOCATIONS_SIGNATURE_HEADER} header required`);
+    }
+    const body = await readRequestLimited(req, MAX_REVOCATION_BODY_BYTES);
+    if (body === null) {
+      pushes('too_large');
+      res.once('finish', () => req.destroy());
+      return fail(res, 413, 'too_large', `a revocation body is at most ${MAX_REVOCATION_BODY_BYTES} bytes`);
+    }
+    const text = body.toString('utf8');
+    if (!verifyRevocations(text, signature, options.publicKey)) {
+      pushes('bad_signature');
+      return fail(res, 401, 'bad_signature', `${REVOCATIONS_SIGNATURE_HEADER} does not verify under the registry key`);
+    }
+    const push = parseRevocationPush(text);
+    if (!push) {
+      pushes('malformed');
+      return fail(
+        res,
+        400,
+        'malformed',
+        'expected {"revoked_registrations":[{"environment_id","registration_id"}…],"issued_at":<epoch seconds>}',
+      );
+    }
+    revoke(push.revocations, 'push');
+    pushes('ok');
+    json(res, 200, { status: 'ok' });
   }
 
   function refuse(socket: Socket, status: number, reason: RefusalReason) {
@@ -185,6 +265,9 @@ export function createRelay(options: RelayOptions): Relay {
     if (count >= limits.maxConnectionsPerIp) return refuse(socket, 429, 'ip_limit');
     const verdict = verifyRelayRequest(req.url ?? '/', options.publicKey, Math.floor(now() / 1000));
     if (!verdict.ok) return refuse(socket, verdict.status, verdict.reason);
+    // ws completes this upgrade synchronously (no verifyClient), so nothing can change between here and attach.
+    const standing = refusalFor(verdict.grant);
+    if (standing) return refuse(socket, standing.status, standing.reason);
     connectionsByIp.set(ip, count + 1);
     socket.once('close', () => {
       const left = (connectionsByIp.get(ip) ?? 1) - 1;
@@ -203,6 +286,29 @@ export function createRelay(options: RelayOptions): Relay {
     });
   }
 
+  /** Why a grant whose signature verified is still refused: its registration was revoked, or superseded. */
+  function refusalFor(grant: RelayGrant): { status: number; reason: RefusalReason } | null {
+    if (revoked.get(revocationKey(grant.environmentId, grant.registrationId), now()) !== undefined) {
+      return { status: 401, reason: 'registration_revoked' };
+    }
+    if (grant.role === 'environment' && grant.epoch < newestEpoch(grant.environmentId)) {
+      // An older executor must not displace the current one (it would, as a newer socket, below).
+      return { status: 409, reason: 'stale_registration' };
+    }
+    return null;
+  }
+
+  /** The highest epoch seen for the environment: its connected socket's, or remembered from an earlier one. */
+  function newestEpoch(environmentId: string): number {
+    const connected = environments.get(environmentId)?.epoch ?? -1;
+    return Math.max(connected, epochs.get(environmentId, now()) ?? -1);
+  }
+
+  function rememberEpoch(environmentId: string, epoch: number) {
+    const forgotten = epochs.set(environmentId, Math.max(epoch, epochs.get(environmentId, now()) ?? -1), now());
+    if (forgotten > 0) metrics.counter('relay_forgotten_total', { table: 'epochs' }).inc(forgotten);
+  }
+
   // Environment sockets -------------------------------------------------------------------------
 
   function attachEnvironment(ws: WebSocket, socket: Socket, grant: RelayGrant) {
@@ -211,6 +317,7 @@ export function createRelay(options: RelayOptions): Relay {
       socket,
       environmentId: grant.environmentId,
       registrationId: grant.registrationId,
+      epoch: grant.epoch,
       streams: new Map(),
       paused: new Set(),
       drainHooked: false,
@@ -218,6 +325,7 @@ export function createRelay(options: RelayOptions): Relay {
     };
     const previous = environments.get(env.environmentId);
     environments.set(env.environmentId, env);
+    rememberEpoch(env.environmentId, env.epoch);
     if (previous) {
       log.info({ environmentId: env.environmentId }, 'environment socket replaced');
       endEnvironment(previous, 'environment_replaced');
@@ -242,6 +350,8 @@ export function createRelay(options: RelayOptions): Relay {
     ws.once('close', () => {
       if (environments.get(env.environmentId) === env) {
         environments.delete(env.environmentId);
+        // From now on only the remembered epoch keeps an older executor out: it starts a full lifetime here.
+        rememberEpoch(env.environmentId, env.epoch);
         log.info({ environmentId: env.environmentId }, 'environment disconnected');
         heartbeat?.kick();
       }
@@ -249,14 +359,14 @@ export function createRelay(options: RelayOptions): Relay {
     });
   }
 
-  /** Every harness of a gone (or replaced) environment socket gets Reset and is closed. */
-  function endEnvironment(env: EnvironmentPeer, reason: ResetReason) {
+  /** Every harness of a gone (or replaced, or revoked) environment socket gets Reset and is closed. */
+  function endEnvironment(env: EnvironmentPeer, reason: ResetReason, code: number = CLOSE.GOING_AWAY) {
     for (const harness of [...env.streams.values()]) {
       if (harness.closing) continue;
       resets(reason);
       sendReset(harness.ws, harness.streamId, reason);
       harness.resetDone = true;
-      closeHarness(harness, CLOSE.GOING_AWAY, reason);
+      closeHarness(harness, code, reason);
     }
     env.streams.clear();
     env.paused.clear();
@@ -274,7 +384,11 @@ export function createRelay(options: RelayOptions): Relay {
     const harness = env.streams.get(header.streamKey);
     // A socket already closing (its close event pending) counts as gone: ws would only account the bytes.
     if (!harness || harness.closing || harness.ws.readyState !== OPEN) return drops('unknown_stream');
-    harness.answered = true;
+    if (!harness.answered) {
+      harness.answered = true;
+      clearTimeout(harness.handshakeTimer);
+      harness.handshakeTimer = undefined;
+    }
     harness.lastActivity = env.lastSeen;
     if (tap) tap('to_harness', joinParts(parts, length));
     fastPath.sendParts(harness.ws, parts, length);
@@ -308,6 +422,7 @@ export function createRelay(options: RelayOptions): Relay {
       paused: false,
       closing: false,
       graceTimer: undefined,
+      handshakeTimer: undefined,
       lastActivity: at,
       lastSeen: at,
     };
@@ -390,7 +505,14 @@ export function createRelay(options: RelayOptions): Relay {
     harness.env = env;
     harness.handshakeFrames = 1;
     harness.lastActivity = harness.lastSeen;
+    // An environment that never answers must not hold the stream (and its buffers) until the idle timeout.
+    harness.handshakeTimer = setTimeout(() => onHandshakeTimeout(harness), limits.handshakeTimeoutMs);
     forwardToEnvironment(harness, env, parts, length);
+  }
+
+  function onHandshakeTimeout(harness: HarnessPeer) {
+    harness.handshakeTimer = undefined;
+    if (!harness.answered) resetStream(harness, 'handshake_timeout', CLOSE.TIMEOUT);
   }
 
   /** A claim the relay will not route: Reset to this harness only (the environment never saw it). */
@@ -435,6 +557,8 @@ export function createRelay(options: RelayOptions): Relay {
   }
 
   function unclaim(harness: HarnessPeer) {
+    clearTimeout(harness.handshakeTimer);
+    harness.handshakeTimer = undefined;
     const env = harness.env;
     if (!env) return;
     if (harness.key !== null && env.streams.get(harness.key) === harness) env.streams.delete(harness.key);
@@ -449,6 +573,48 @@ export function createRelay(options: RelayOptions): Relay {
   function sendReset(ws: WebSocket, streamId: string | null, reason: ResetReason) {
     if (streamId === null || ws.readyState !== OPEN) return;
     ws.send(encodeFrame(resetFrame(streamId, reason)), BINARY);
+  }
+
+  // Revocation ----------------------------------------------------------------------------------
+
+  /**
+   * Ends every socket of each newly revoked registration (its environment socket, so every stream of it, and every
+   * harness socket whose grant names it) and refuses its URLs from now on. Already known revocations are skipped:
+   * the heartbeat repeats every revocation of the last URL lifetime.
+   */
+  function revoke(revocations: Revocation[], source: RevocationSource) {
+    const at = now();
+    const fresh = new Set<string>();
+    for (const { environmentId, registrationId } of revocations) {
+      const key = revocationKey(environmentId, registrationId);
+      if (fresh.has(key) || revoked.get(key, at) !== undefined) continue;
+      const forgotten = revoked.set(key, true, at);
+      if (forgotten > 0) metrics.counter('relay_forgotten_total', { table: 'revocations' }).inc(forgotten);
+      fresh.add(key);
+    }
+    if (fresh.size === 0) return;
+    metrics.counter('relay_revocations_total', { source }).inc(fresh.size);
+    log.info({ source, registrations: fresh.size }, 'registrations revoked');
+    for (const env of [...environments.values()]) {
+      if (fresh.has(revocationKey(env.environmentId, env.registrationId))) endRevokedEnvironment(env);
+    }
+    for (const harness of [...harnesses]) {
+      if (harness.closing || !fresh.has(revocationKey(harness.environmentId, harness.registrationId))) continue;
+      metrics.counter('relay_revoked_sockets_total', { role: 'harness' }).inc();
+      resetStream(harness, 'registration_revoked', CLOSE.REGISTRATION_REVOKED);
+    }
+  }
+
+  function endRevokedEnvironment(env: EnvironmentPeer) {
+    environments.delete(env.environmentId);
+    metrics.counter('relay_revoked_sockets_total', { role: 'environment' }).inc();
+    log.info({ environmentId: env.environmentId }, 'environment socket closed: registration revoked');
+    for (const harness of env.streams.values()) {
+      if (!harness.closing) metrics.counter('relay_revoked_sockets_total', { role: 'harness' }).inc();
+    }
+    endEnvironment(env, 'registration_revoked', CLOSE.REGISTRATION_REVOKED);
+    env.ws.close(CLOSE.REGISTRATION_REVOKED, 'registration_revoked');
+    heartbeat?.kick();
   }
 
   // Backpressure --------------------------------------------------------------------------------
@@ -584,6 +750,7 @@ export function createRelay(options: RelayOptions): Relay {
       intervalMs: config.intervalMs ?? 10_000,
       environments: () => [...environments.keys()],
       onResult: (ok) => metrics.counter('relay_heartbeats_total', { result: ok ? 'ok' : 'error' }).inc(),
+      onRevocations: (revocations) => revoke(revocations, 'heartbeat'),
       log,
     });
   }
@@ -606,7 +773,10 @@ export function createRelay(options: RelayOptions): Relay {
       }, limits.closeGraceMs);
       await Promise.all(gone);
       clearTimeout(grace);
-      for (const harness of harnesses) clearTimeout(harness.graceTimer);
+      for (const harness of harnesses) {
+        clearTimeout(harness.graceTimer);
+        clearTimeout(harness.handshakeTimer);
+      }
       wss.close();
       fastPath.close(); // every socket is gone: slabs still in a kernel write come back to nothing
       if (listening) {

@@ -88,10 +88,20 @@ describe('relay CLI (in-process)', () => {
 
   it('documents every bound as a flag with its env variable', async () => {
     const res = await cli(['serve', '--help']);
-    for (const flag of ['--max-streams-per-environment', '--harness-max-buffered-bytes', '--idle-timeout-ms']) {
+    for (const flag of [
+      '--max-streams-per-environment',
+      '--harness-max-buffered-bytes',
+      '--idle-timeout-ms',
+      '--handshake-timeout-ms',
+      '--url-lifetime-ms',
+      '--max-remembered-registrations',
+    ]) {
       expect(res.stdout).toContain(flag);
     }
     expect(res.stdout).toContain('TETHER_RELAY_MAX_CONNECTIONS_PER_IP');
+    expect(res.stdout).toContain('TETHER_RELAY_HANDSHAKE_TIMEOUT_MS');
+    // The registry credential is a relay-role key: the relay needs no admin rights.
+    expect(res.stdout.replace(/\s+/g, ' ')).toContain('API key with the relay role');
   });
 
   it('refuses to start without a way to get the registry key, and bad flags', async () => {
@@ -107,9 +117,10 @@ describe('relay CLI (in-process)', () => {
 
 describe('relay serve (subprocess)', () => {
   it('prints only its URL, logs JSON without signatures on stderr, and closes sockets with 1001 then exits 0 on SIGTERM', async () => {
-    const server = serve(['--listen', '127.0.0.1:0', '--registry-key-file', publicPemFile()], {
-      TETHER_RELAY_LOG_LEVEL: 'debug',
-    });
+    const server = serve(
+      ['--listen', '127.0.0.1:0', '--registry-key-file', publicPemFile(), '--handshake-timeout-ms', '4321'],
+      { TETHER_RELAY_LOG_LEVEL: 'debug' },
+    );
     const url = await server.url;
     expect(url).toMatch(/^ws:\/\/127\.0\.0\.1:\d+$/);
     expect(await (await fetch(`${url.replace('ws:', 'http:')}/readyz`)).json()).toEqual({ status: 'ready' });
@@ -126,12 +137,14 @@ describe('relay serve (subprocess)', () => {
     for (const line of lines) expect(() => JSON.parse(line)).not.toThrow();
     expect(lines.some((l) => JSON.parse(l).msg === 'environment connected')).toBe(true);
     expect(lines.some((l) => JSON.parse(l).msg === 'upgrade refused')).toBe(true);
+    const listening = lines.map((l) => JSON.parse(l)).find((l) => l.msg === 'relay listening');
+    expect(listening.limits).toMatchObject({ handshakeTimeoutMs: 4321, urlLifetimeMs: 24 * 3600_000 });
     const signature = new URL(envUrl).searchParams.get('sig') as string;
     expect(server.err()).not.toContain(signature);
     expect(server.err()).not.toContain('sig=');
   });
 
-  it('takes every flag from TETHER_RELAY_* and fetches the key from the registry, then heartbeats to it', async () => {
+  it('takes every flag from TETHER_RELAY_* and fetches the key from the registry, then heartbeats to it with a relay-role key', async () => {
     const dir = tempDir();
     const store = openSqliteStore(join(dir, 'r.db'));
     const publicUrl = 'ws://relay-node.test:8081';
@@ -146,11 +159,22 @@ describe('relay serve (subprocess)', () => {
       label: '',
       createdAt: Date.now(),
     });
+    // The relay's own credential: a relay key, bound to this node's URL, that can do nothing but heartbeat.
+    const relayKey = generateToken();
+    await store.createApiKey({
+      id: 'relay-node',
+      tokenHash: hashToken(relayKey),
+      role: 'relay',
+      relayUrl: publicUrl,
+      environments: '*',
+      label: '',
+      createdAt: Date.now(),
+    });
     try {
       const server = serve([], {
         TETHER_RELAY_LISTEN: '127.0.0.1:0',
         TETHER_RELAY_REGISTRY: registryUrl,
-        TETHER_RELAY_REGISTRY_TOKEN: admin,
+        TETHER_RELAY_REGISTRY_TOKEN: relayKey,
         TETHER_RELAY_PUBLIC_URL: publicUrl,
         TETHER_RELAY_HEARTBEAT_INTERVAL_MS: '200',
         TETHER_RELAY_MAX_STREAMS_PER_ENVIRONMENT: '1',
@@ -171,7 +195,7 @@ describe('relay serve (subprocess)', () => {
       expect(((await nodes.json()) as { nodes: unknown[] }).nodes).toEqual([
         expect.objectContaining({ url: publicUrl, live: true }),
       ]);
-      expect(server.err()).not.toContain(admin);
+      expect(server.err()).not.toContain(relayKey);
       server.child.kill('SIGTERM');
       const [code] = await once(server.child, 'exit');
       expect(code).toBe(0);

@@ -54,6 +54,11 @@ const LIMIT_FLAGS: Array<[keyof RelayLimits, string, string]> = [
   ['maxStreamsPerEnvironment', 'max-streams-per-environment', 'streams per environment; beyond → Reset stream_limit'],
   ['maxConnectionsPerIp', 'max-connections-per-ip', 'open sockets per source IP; beyond → HTTP 429'],
   ['maxHandshakeFrames', 'max-handshake-frames', 'harness frames before the environment answers; beyond → Reset'],
+  [
+    'handshakeTimeoutMs',
+    'handshake-timeout-ms',
+    'the environment must answer a stream within this (handshake_timeout)',
+  ],
   ['idleTimeoutMs', 'idle-timeout-ms', 'a stream silent both ways this long is reset (idle_timeout)'],
   ['claimTimeoutMs', 'claim-timeout-ms', 'a harness socket must send Resume within this'],
   ['pingIntervalMs', 'ping-interval-ms', 'WebSocket ping interval'],
@@ -61,6 +66,8 @@ const LIMIT_FLAGS: Array<[keyof RelayLimits, string, string]> = [
   ['environmentHighWaterBytes', 'environment-high-water-bytes', 'pause harness reads above this environment backlog'],
   ['harnessMaxBufferedBytes', 'harness-max-buffered-bytes', 'reset a harness (relay_backpressure) above this backlog'],
   ['closeGraceMs', 'close-grace-ms', 'time a closing socket gets before it is cut'],
+  ['urlLifetimeMs', 'url-lifetime-ms', 'the registry’s relay URL lifetime: revocations and epochs are kept this long'],
+  ['maxRememberedRegistrations', 'max-remembered-registrations', 'revocations (and epochs) kept; oldest forgotten'],
 ];
 
 /** Public key from a PEM file, else from the registry's `/v1/relay-signing-key`, retrying until stopped. */
@@ -105,7 +112,10 @@ export async function runServe(options: ServeOptions, io: CliIo, logger?: Logger
   }
   if (!publicKey) return 0; // stopped before the key arrived
   if (options.registry && !options.registryToken) {
-    log.warn('no --registry-token: presence heartbeats are off (the registry then routes to every configured node)');
+    log.warn(
+      'no --registry-token: presence heartbeats are off (the registry then routes to every configured node) and ' +
+        'revocations arrive only by the registry’s push',
+    );
   }
   const limits: Partial<RelayLimits> = {};
   for (const [key] of LIMIT_FLAGS) if (options[key] !== undefined) limits[key] = options[key];
@@ -174,9 +184,11 @@ export function buildCli(io: CliIo, exit: (code: number) => void): Command {
       ),
     )
     .addOption(
-      new Option('--registry-token <token>', 'admin API key for presence heartbeats (prefer the env variable)').env(
-        'TETHER_RELAY_REGISTRY_TOKEN',
-      ),
+      new Option(
+        '--registry-token <token>',
+        'API key with the relay role (heartbeats only; an admin key works but is not needed) for presence ' +
+          'heartbeats and revocations (prefer the env variable)',
+      ).env('TETHER_RELAY_REGISTRY_TOKEN'),
     )
     .addOption(
       new Option('--heartbeat-interval-ms <ms>', 'presence heartbeat interval')

@@ -10,6 +10,11 @@ export interface RelayLimits {
   maxConnectionsPerIp: number;
   /** Frames a harness may send before the environment answers its stream; beyond → Reset `handshake_limit`. */
   maxHandshakeFrames: number;
+  /**
+   * The environment must answer a claimed stream (its first frame back: the Noise message 2 or a Reset) within this;
+   * else the stream is reset (`handshake_timeout`) both ways and the harness socket closed 4008.
+   */
+  handshakeTimeoutMs: number;
   /** A stream with no frame either way for this long is reset (`idle_timeout`) and its socket closed 4008. */
   idleTimeoutMs: number;
   /** A harness socket that has not claimed a stream (`Resume`) within this is closed 4008 (`claim_timeout`). */
@@ -24,6 +29,14 @@ export interface RelayLimits {
   harnessMaxBufferedBytes: number;
   /** After a Reset, how long a closing harness socket may take to finish the close handshake. */
   closeGraceMs: number;
+  /**
+   * The registry's relay URL lifetime (its `relayUrlTtlMs`). A revoked registration is refused this long after the
+   * relay learns of it, and an environment's highest registration epoch is remembered this long after it was last
+   * seen: by then every URL that could name either has expired.
+   */
+  urlLifetimeMs: number;
+  /** Revoked registrations, and environments' epochs, each remembered at most this many; the oldest go first. */
+  maxRememberedRegistrations: number;
 }
 
 export const DEFAULT_LIMITS: Readonly<RelayLimits> = Object.freeze({
@@ -31,6 +44,7 @@ export const DEFAULT_LIMITS: Readonly<RelayLimits> = Object.freeze({
   maxStreamsPerEnvironment: 128,
   maxConnectionsPerIp: 1024,
   maxHandshakeFrames: 8,
+  handshakeTimeoutMs: 10_000,
   idleTimeoutMs: 30 * 60_000,
   claimTimeoutMs: 10_000,
   pingIntervalMs: 30_000,
@@ -38,6 +52,8 @@ export const DEFAULT_LIMITS: Readonly<RelayLimits> = Object.freeze({
   environmentHighWaterBytes: 1024 * 1024,
   harnessMaxBufferedBytes: 4 * 1024 * 1024,
   closeGraceMs: 5_000,
+  urlLifetimeMs: 24 * 3600_000,
+  maxRememberedRegistrations: 100_000,
 });
 
 /** WebSocket close codes the relay uses; each outcome has its own. */
@@ -64,8 +80,12 @@ export const CLOSE = Object.freeze({
   DUPLICATE_STREAM: 4003,
   /** The harness's grant is for another executor registration than the connected one. */
   REGISTRATION_MISMATCH: 4004,
-  /** Idle or claim timeout. */
+  /** Idle, claim or handshake timeout. */
   TIMEOUT: 4008,
+  /** An environment socket whose registration epoch is older than one this relay has seen for the environment. */
+  STALE_REGISTRATION: 4009,
+  /** The socket's executor registration was revoked by the registry. */
+  REGISTRATION_REVOKED: 4010,
   /** Too many streams on this environment. */
   STREAM_LIMIT: 4029,
 });

@@ -9,6 +9,8 @@ export const RESET_REASONS = [
   'duplicate_stream',
   'registration_mismatch',
   'handshake_limit',
+  'handshake_timeout',
+  'registration_revoked',
   'idle_timeout',
   'protocol_error',
   'relay_shutdown',
@@ -33,10 +35,24 @@ export const REFUSAL_REASONS = [
   'bad_signature',
   'expired',
   'forbidden_role',
+  'registration_revoked',
+  'stale_registration',
   'ip_limit',
   'shutting_down',
 ] as const;
 export type RefusalReason = (typeof REFUSAL_REASONS)[number];
+
+/** How a revocation reached the relay. */
+export const REVOCATION_SOURCES = ['heartbeat', 'push'] as const;
+export type RevocationSource = (typeof REVOCATION_SOURCES)[number];
+
+/** What became of a `POST /v1/revocations`. */
+export const PUSH_RESULTS = ['ok', 'bad_signature', 'malformed', 'too_large'] as const;
+export type PushResult = (typeof PUSH_RESULTS)[number];
+
+/** The relay's bounded memories: an entry forgotten to stay within `maxRememberedRegistrations`. */
+export const MEMORY_TABLES = ['revocations', 'epochs'] as const;
+export type MemoryTable = (typeof MEMORY_TABLES)[number];
 
 type Labels = Record<string, string>;
 
@@ -76,6 +92,23 @@ export class RelayMetrics {
       'ok',
       'error',
     ]);
+    this.#define(
+      'relay_revocations_total',
+      'Executor registrations newly revoked here, by how the revocation arrived.',
+      'source',
+      REVOCATION_SOURCES,
+    );
+    this.#define('relay_revocation_pushes_total', 'POST /v1/revocations requests, by result.', 'result', PUSH_RESULTS);
+    this.#define('relay_revoked_sockets_total', 'Sockets closed because their registration was revoked.', 'role', [
+      'environment',
+      'harness',
+    ]);
+    this.#define(
+      'relay_forgotten_total',
+      'Entries dropped from a full table (revocations, epochs) before their lifetime ended.',
+      'table',
+      MEMORY_TABLES,
+    );
   }
 
   #define(name: string, help: string, label: string, values: readonly string[]) {

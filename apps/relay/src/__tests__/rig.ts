@@ -23,7 +23,7 @@ export interface Rig {
   tokens: { executor: string; harness: string; admin: string };
   /** JSON POST/GET to the registry with a bearer token. */
   call(
-    method: 'GET' | 'POST',
+    method: 'GET' | 'POST' | 'DELETE',
     path: string,
     token: string,
     body?: unknown,
@@ -37,9 +37,9 @@ afterEach(async () => {
 
 /**
  * Our real registry (factory, SQLite in a temp dir, listening on 127.0.0.1:0) with `nodes` relays as its
- * relay nodes, each sending presence heartbeats with an admin key.
+ * relay nodes, each sending presence heartbeats with its own relay-role key (bound to its URL).
  */
-export async function startRig(nodes = 1, limits: Partial<RelayLimits> = {}): Promise<Rig> {
+export async function startRig(nodes = 1, limits: Partial<RelayLimits> = {}, heartbeatIntervalMs = 500): Promise<Rig> {
   const dir = mkdtempSync(join(tmpdir(), 'relay-rig-'));
   const store: RegistryStore = openSqliteStore(join(dir, 'registry.db'));
   const relays: Rig['relays'] = [];
@@ -69,7 +69,19 @@ export async function startRig(nodes = 1, limits: Partial<RelayLimits> = {}): Pr
       createdAt: Date.now(),
     });
   }
-  for (const { relay } of relays) await relay.startHeartbeat({ registryUrl, token: tokens.admin, intervalMs: 500 });
+  for (const [i, { relay, url }] of relays.entries()) {
+    const token = generateToken();
+    await store.createApiKey({
+      id: `key-relay-${i}`,
+      tokenHash: hashToken(token),
+      role: 'relay',
+      relayUrl: url,
+      environments: '*',
+      label: `relay ${i}`,
+      createdAt: Date.now(),
+    });
+    await relay.startHeartbeat({ registryUrl, token, intervalMs: heartbeatIntervalMs });
+  }
   const call: Rig['call'] = async (method, path, token, body) => {
     const response = await fetch(`${registryUrl}${path}`, {
       method,

@@ -1,6 +1,8 @@
 import { generateKeyPairSync } from 'node:crypto';
 import { once } from 'node:events';
-import { type RelayRole, type SigningKey, signRelayUrl } from '@tether/relay-auth';
+import { createServer, type IncomingHttpHeaders } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { type RelayRole, type SigningKey, signRelayUrl, signRevocations } from '@tether/relay-auth';
 import { decodeFrame, encodeFrame, type Frame } from '@tether/relay-frames';
 import { afterEach } from 'vitest';
 import { WebSocket } from 'ws';
@@ -13,11 +15,13 @@ export const signingKey: SigningKey = { privateKey: pair.privateKey, publicKey: 
 
 const relays: Relay[] = [];
 const sockets: WebSocket[] = [];
+const servers: Array<() => Promise<void>> = [];
 
-/** Every relay and client socket a test opened is closed after it; the relay's close() waits for its sockets. */
+/** Every relay, client socket and fake registry a test opened is closed after it; close() waits for sockets. */
 afterEach(async () => {
   for (const ws of sockets.splice(0)) ws.terminate();
   await Promise.all(relays.splice(0).map((relay) => relay.close()));
+  await Promise.all(servers.splice(0).map((close) => close()));
 });
 
 export async function startRelay(
@@ -34,7 +38,7 @@ export function signedUrl(
   base: string,
   role: RelayRole,
   environmentId: string,
-  options: { registrationId?: string; expiresAt?: number; key?: SigningKey } = {},
+  options: { registrationId?: string; epoch?: number; expiresAt?: number; key?: SigningKey } = {},
 ): string {
   return signRelayUrl(
     base,
@@ -42,6 +46,7 @@ export function signedUrl(
       role,
       environmentId,
       registrationId: options.registrationId ?? 'reg-1',
+      epoch: options.epoch ?? 1,
       expiresAt: options.expiresAt ?? Math.floor(Date.now() / 1000) + 3600,
     },
     options.key ?? signingKey,
@@ -151,4 +156,52 @@ export function metric(relay: Relay, series: string): number {
     .split('\n')
     .find((l) => l.startsWith(`${series} `));
   return line ? Number(line.slice(series.length + 1)) : 0;
+}
+
+/**
+ * A stand-in registry that answers `POST /v1/relay/heartbeat` with `answer` (settable at any time) and records each
+ * heartbeat's headers; every other request is a 404.
+ */
+export async function startFakeRegistry(answer = '{"status":"ok"}') {
+  const state = { answer, heartbeats: [] as IncomingHttpHeaders[] };
+  const server = createServer((req, res) => {
+    req.resume();
+    if (req.method !== 'POST' || req.url !== '/v1/relay/heartbeat') return void res.writeHead(404).end();
+    req.once('end', () => {
+      state.heartbeats.push(req.headers);
+      res.writeHead(200, { 'content-type': 'application/json' }).end(state.answer);
+    });
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  servers.push(async () => {
+    server.closeAllConnections();
+    await new Promise((resolve) => server.close(resolve));
+  });
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, state };
+}
+
+/** POSTs `body` to the relay's `/v1/revocations`, signed by `key` unless a signature (or none) is given. */
+export async function pushRevocations(
+  relayUrl: string,
+  body: string,
+  options: { signature?: string | null; key?: SigningKey } = {},
+): Promise<{ status: number; body: unknown }> {
+  const signature =
+    options.signature === undefined ? signRevocations(body, options.key ?? signingKey) : options.signature;
+  const response = await fetch(`${relayUrl.replace(/^ws/, 'http')}/v1/revocations`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...(signature === null ? {} : { 'x-tether-signature': signature }) },
+    body,
+  });
+  const text = await response.text();
+  return { status: response.status, body: text ? JSON.parse(text) : null };
+}
+
+/** A revocation body as the registry sends it. */
+export function revocationBody(entries: Array<[environmentId: string, registrationId: string]>): string {
+  return JSON.stringify({
+    revoked_registrations: entries.map(([environment_id, registration_id]) => ({ environment_id, registration_id })),
+    issued_at: Math.floor(Date.now() / 1000),
+  });
 }

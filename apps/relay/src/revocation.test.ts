@@ -1,0 +1,198 @@
+import { generateKeyPairSync, randomUUID } from 'node:crypto';
+import { signRevocations } from '@tether/relay-auth';
+import { dataFrame, type Frame, handshakeFrame, resumeFrame } from '@tether/relay-frames';
+import { describe, expect, it } from 'vitest';
+import {
+  Endpoint,
+  metric,
+  pushRevocations,
+  refusal,
+  revocationBody,
+  signedUrl,
+  signingKey,
+  startFakeRegistry,
+  startRelay,
+} from './__tests__/support.js';
+import { CLOSE } from './limits.js';
+
+const isReset = (streamId: string, reason?: string) => (f: Frame) =>
+  f.kind === 'reset' && f.streamId === streamId && (reason === undefined || f.reason === reason);
+
+/** An environment socket of `registrationId` with one answered stream and one harness socket that has not claimed. */
+async function environmentWithHarnesses(url: string, environmentId: string, registrationId: string) {
+  const env = await Endpoint.open(signedUrl(url, 'environment', environmentId, { registrationId }));
+  const harness = await Endpoint.open(signedUrl(url, 'harness', environmentId, { registrationId }));
+  const streamId = randomUUID();
+  harness.send(resumeFrame(streamId, 0));
+  await env.next((f) => f.kind === 'resume' && f.streamId === streamId, 'the Resume');
+  env.send(handshakeFrame(streamId, Buffer.from('msg2')));
+  await harness.next((f) => f.kind === 'handshake', 'the answer');
+  const unclaimed = await Endpoint.open(signedUrl(url, 'harness', environmentId, { registrationId }));
+  return { env, harness, streamId, unclaimed };
+}
+
+/** The other registration stays fully usable: a new stream pairs and carries data. */
+async function expectUsable(url: string, env: Endpoint, environmentId: string, registrationId: string) {
+  const harness = await Endpoint.open(signedUrl(url, 'harness', environmentId, { registrationId }));
+  const streamId = randomUUID();
+  harness.send(resumeFrame(streamId, 0));
+  await env.next((f) => f.kind === 'resume' && f.streamId === streamId, 'the Resume');
+  env.send(dataFrame(streamId, 0, Buffer.from('still here')));
+  await harness.next((f) => f.kind === 'data', 'data');
+}
+
+describe('revocation pushed by the registry (POST /v1/revocations)', () => {
+  it('closes the revoked registration’s environment socket, its streams and its unclaimed harness sockets', async () => {
+    const { url, relay } = await startRelay();
+    const revoked = await environmentWithHarnesses(url, 'env-1', 'reg-1');
+    const other = await Endpoint.open(signedUrl(url, 'environment', 'env-2', { registrationId: 'reg-9' }));
+
+    expect(await pushRevocations(url, revocationBody([['env-1', 'reg-1']]))).toEqual({
+      status: 200,
+      body: { status: 'ok' },
+    });
+    expect(await revoked.harness.next(isReset(revoked.streamId))).toMatchObject({ reason: 'registration_revoked' });
+    expect(await revoked.harness.closed).toEqual({ code: CLOSE.REGISTRATION_REVOKED, reason: 'registration_revoked' });
+    expect(await revoked.env.closed).toEqual({ code: CLOSE.REGISTRATION_REVOKED, reason: 'registration_revoked' });
+    expect((await revoked.unclaimed.closed).code).toBe(CLOSE.REGISTRATION_REVOKED);
+    expect(relay.environments()).toEqual(['env-2']);
+    await expectUsable(url, other, 'env-2', 'reg-9');
+    expect(metric(relay, 'relay_revocations_total{source="push"}')).toBe(1);
+    expect(metric(relay, 'relay_revoked_sockets_total{role="environment"}')).toBe(1);
+    expect(metric(relay, 'relay_revoked_sockets_total{role="harness"}')).toBe(2);
+    expect(metric(relay, 'relay_resets_total{reason="registration_revoked"}')).toBe(2);
+    expect(metric(relay, 'relay_revocation_pushes_total{result="ok"}')).toBe(1);
+  });
+
+  it('refuses new upgrades of both roles naming a revoked registration, and only those', async () => {
+    const { url, relay } = await startRelay();
+    await pushRevocations(url, revocationBody([['env-1', 'reg-1']]));
+    for (const role of ['environment', 'harness'] as const) {
+      expect(await refusal(signedUrl(url, role, 'env-1', { registrationId: 'reg-1' }))).toEqual({
+        status: 401,
+        body: 'registration_revoked\n',
+      });
+    }
+    // The same registration id under another environment is another registration.
+    await Endpoint.open(signedUrl(url, 'environment', 'env-2', { registrationId: 'reg-1' }));
+    // The environment's next registration (a new key, a new id) connects.
+    const next = await Endpoint.open(signedUrl(url, 'environment', 'env-1', { registrationId: 'reg-2', epoch: 2 }));
+    await expectUsable(url, next, 'env-1', 'reg-2');
+    expect(metric(relay, 'relay_upgrades_refused_total{reason="registration_revoked"}')).toBe(2);
+  });
+
+  it('keeps refusing for the URL lifetime, then forgets the revocation', async () => {
+    let clock = Date.now();
+    const { url } = await startRelay({ urlLifetimeMs: 60_000 }, { now: () => clock });
+    await pushRevocations(url, revocationBody([['env-1', 'reg-1']]));
+    const environmentUrl = signedUrl(url, 'environment', 'env-1', { registrationId: 'reg-1' });
+    clock += 59_999;
+    expect((await refusal(environmentUrl)).status).toBe(401);
+    clock += 1;
+    await Endpoint.open(environmentUrl);
+  });
+
+  it('skips malformed entries and revokes the well-formed ones of a push; a repeat revokes nothing new', async () => {
+    const { url, relay } = await startRelay();
+    const env = await Endpoint.open(signedUrl(url, 'environment', 'env-1', { registrationId: 'reg-1' }));
+    const body = JSON.stringify({
+      revoked_registrations: [
+        { environment_id: 'env-1' },
+        7,
+        { environment_id: 'env-1', registration_id: 'reg-1' },
+        { environment_id: '../env', registration_id: 'reg-1' },
+      ],
+      issued_at: Math.floor(Date.now() / 1000),
+    });
+    expect((await pushRevocations(url, body)).status).toBe(200);
+    expect((await env.closed).code).toBe(CLOSE.REGISTRATION_REVOKED);
+    expect((await pushRevocations(url, body)).status).toBe(200);
+    expect(metric(relay, 'relay_revocations_total{source="push"}')).toBe(1);
+  });
+
+  it('refuses a push without or with a bad signature (401), malformed (400) or over 1 MiB (413), revoking nothing', async () => {
+    const { url, relay } = await startRelay();
+    const env = await Endpoint.open(signedUrl(url, 'environment', 'env-1', { registrationId: 'reg-1' }));
+    const body = revocationBody([['env-1', 'reg-1']]);
+    const other = generateKeyPairSync('ed25519');
+    const unsigned = await pushRevocations(url, body, { signature: null });
+    expect(unsigned).toMatchObject({ status: 401, body: { error: { code: 'bad_signature' } } });
+    expect((await pushRevocations(url, body, { key: other })).status).toBe(401);
+    // A valid signature over other bytes: the body was altered on the way.
+    const forOther = signRevocations(revocationBody([['env-2', 'reg-1']]), signingKey);
+    expect((await pushRevocations(url, body, { signature: forOther })).status).toBe(401);
+    expect((await pushRevocations(url, body, { signature: 'not base64url!' })).status).toBe(401);
+    expect(await pushRevocations(url, '{"revoked_registrations": [')).toMatchObject({
+      status: 400,
+      body: { error: { code: 'malformed' } },
+    });
+    expect((await pushRevocations(url, '{"revoked_registrations":"env-1","issued_at":1}')).status).toBe(400);
+    const huge = JSON.stringify({
+      revoked_registrations: [{ environment_id: 'env-1', registration_id: 'reg-1' }],
+      issued_at: 1,
+      padding: 'x'.repeat(1024 * 1024),
+    });
+    expect((await pushRevocations(url, huge)).status).toBe(413);
+    expect(env.ws.readyState).toBe(env.ws.OPEN);
+    expect(relay.environments()).toEqual(['env-1']);
+    expect(metric(relay, 'relay_revocations_total{source="push"}')).toBe(0);
+    expect(metric(relay, 'relay_revocation_pushes_total{result="bad_signature"}')).toBe(4);
+    expect(metric(relay, 'relay_revocation_pushes_total{result="malformed"}')).toBe(2);
+    expect(metric(relay, 'relay_revocation_pushes_total{result="too_large"}')).toBe(1);
+    // The rest of the listener is as before.
+    const base = url.replace('ws://', 'http://');
+    expect((await fetch(`${base}/v1/revocations`)).status).toBe(404);
+    expect((await fetch(`${base}/v1/other`, { method: 'POST', body: '{}' })).status).toBe(404);
+  });
+});
+
+describe('revocation learned from the heartbeat answer', () => {
+  it('reads revoked_registrations from the registry’s answer and closes those sockets; an answer without it is fine', async () => {
+    const registry = await startFakeRegistry('{"status":"ok"}');
+    const { url, relay } = await startRelay();
+    const revoked = await environmentWithHarnesses(url, 'env-1', 'reg-1');
+    const other = await Endpoint.open(signedUrl(url, 'environment', 'env-2', { registrationId: 'reg-9' }));
+    await relay.startHeartbeat({ registryUrl: registry.url, token: 'relay-role-key', intervalMs: 20 });
+    // Two answers without the field (an older registry) were read: nothing was revoked.
+    await expect.poll(() => metric(relay, 'relay_heartbeats_total{result="ok"}')).toBeGreaterThanOrEqual(2);
+    expect(relay.environments().sort()).toEqual(['env-1', 'env-2']);
+    expect(registry.state.heartbeats[0]?.authorization).toBe('Bearer relay-role-key');
+
+    registry.state.answer = JSON.stringify({
+      status: 'ok',
+      revoked_registrations: [
+        { environment_id: 'env-1', registration_id: 'reg-1' },
+        { registration_id: 'reg-9' },
+        'env-2',
+      ],
+    });
+    expect(await revoked.harness.next(isReset(revoked.streamId))).toMatchObject({ reason: 'registration_revoked' });
+    expect(await revoked.env.closed).toEqual({ code: CLOSE.REGISTRATION_REVOKED, reason: 'registration_revoked' });
+    expect((await revoked.unclaimed.closed).code).toBe(CLOSE.REGISTRATION_REVOKED);
+    expect((await refusal(signedUrl(url, 'harness', 'env-1', { registrationId: 'reg-1' }))).status).toBe(401);
+    await expectUsable(url, other, 'env-2', 'reg-9');
+    // Later answers repeat the revocation: it is counted once.
+    const beats = metric(relay, 'relay_heartbeats_total{result="ok"}');
+    await expect.poll(() => metric(relay, 'relay_heartbeats_total{result="ok"}')).toBeGreaterThan(beats + 1);
+    expect(metric(relay, 'relay_revocations_total{source="heartbeat"}')).toBe(1);
+  });
+
+  it('ignores an answer over 1 MiB (unread beyond the limit) and malformed answers', async () => {
+    const entry = { environment_id: 'env-1', registration_id: 'reg-1' };
+    const registry = await startFakeRegistry(
+      JSON.stringify({ status: 'ok', revoked_registrations: [entry], padding: 'x'.repeat(1024 * 1024) }),
+    );
+    const { url, relay } = await startRelay();
+    const env = await Endpoint.open(signedUrl(url, 'environment', 'env-1', { registrationId: 'reg-1' }));
+    await relay.startHeartbeat({ registryUrl: registry.url, token: 'k', intervalMs: 20 });
+    await expect.poll(() => metric(relay, 'relay_heartbeats_total{result="ok"}')).toBeGreaterThanOrEqual(2);
+    registry.state.answer = '{"status":"ok","revoked_registrations":[{"environment_id":"env-1",';
+    const beats = metric(relay, 'relay_heartbeats_total{result="ok"}');
+    await expect.poll(() => metric(relay, 'relay_heartbeats_total{result="ok"}')).toBeGreaterThan(beats + 1);
+    expect(env.ws.readyState).toBe(env.ws.OPEN);
+    expect(metric(relay, 'relay_revocations_total{source="heartbeat"}')).toBe(0);
+    // The same revocation within the limit is acted on.
+    registry.state.answer = JSON.stringify({ status: 'ok', revoked_registrations: [entry] });
+    expect((await env.closed).code).toBe(CLOSE.REGISTRATION_REVOKED);
+  });
+});

@@ -1,0 +1,117 @@
+import type { IncomingMessage } from 'node:http';
+
+/** One executor registration the registry revoked (its key was revoked): the relay ends and refuses its sockets. */
+export interface Revocation {
+  environmentId: string;
+  registrationId: string;
+}
+
+/**
+ * Largest revocation list the relay reads, pushed or in a heartbeat answer: about 15 000 entries, far more than
+ * a registry revokes within one URL lifetime; anything longer is refused (push) or ignored (heartbeat) unread.
+ */
+export const MAX_REVOCATION_BODY_BYTES = 1024 * 1024;
+
+// The shapes a relay URL can carry (packages/relay-auth verifyRelayRequest): an entry outside them names no socket.
+const ENVIRONMENT_ID = /^[A-Za-z0-9_-]{1,128}$/;
+const REGISTRATION_ID = /^[\x21-\x7e]{1,256}$/;
+
+/** The key both relay tables use for one registration (a newline is in neither id). */
+export function revocationKey(environmentId: string, registrationId: string): string {
+  return `${environmentId}\n${registrationId}`;
+}
+
+/** The well-formed entries of a `revoked_registrations` value; malformed entries are skipped, a non-array is none. */
+export function revocationEntries(value: unknown): Revocation[] {
+  if (!Array.isArray(value)) return [];
+  const entries: Revocation[] = [];
+  for (const item of value) {
+    if (typeof item !== 'object' || item === null) continue;
+    const { environment_id: environmentId, registration_id: registrationId } = item as Record<string, unknown>;
+    if (typeof environmentId !== 'string' || !ENVIRONMENT_ID.test(environmentId)) continue;
+    if (typeof registrationId !== 'string' || !REGISTRATION_ID.test(registrationId)) continue;
+    entries.push({ environmentId, registrationId });
+  }
+  return entries;
+}
+
+function parseObject(text: string): Record<string, unknown> | null {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    return null;
+  }
+  return typeof value === 'object' && value !== null && !Array.isArray(value)
+    ? (value as Record<string, unknown>)
+    : null;
+}
+
+/**
+ * A pushed `{"revoked_registrations":[…],"issued_at":<epoch s>}` (already signature-checked): null when it is not
+ * that object; malformed entries inside are skipped like the heartbeat's.
+ */
+export function parseRevocationPush(text: string): { revocations: Revocation[]; issuedAt: number } | null {
+  const body = parseObject(text);
+  if (!body || !Array.isArray(body.revoked_registrations)) return null;
+  const issuedAt = body.issued_at;
+  if (typeof issuedAt !== 'number' || !Number.isSafeInteger(issuedAt) || issuedAt < 0) return null;
+  return { revocations: revocationEntries(body.revoked_registrations), issuedAt };
+}
+
+/**
+ * The revocations in a heartbeat answer `{"status":"ok","revoked_registrations":[…]}`; an older registry's answer
+ * (no field) and anything malformed yield none: presence still worked, and the next answer is read afresh.
+ */
+export function heartbeatRevocations(text: string): Revocation[] {
+  return revocationEntries(parseObject(text)?.revoked_registrations);
+}
+
+/** A fetch response body up to `max` bytes; null (the rest cancelled) when it is longer. */
+export async function readResponseLimited(
+  body: ReadableStream<Uint8Array> | null,
+  max: number,
+): Promise<Buffer | null> {
+  if (!body) return Buffer.alloc(0);
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  const reader = body.getReader();
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) return Buffer.concat(chunks);
+    size += value.byteLength;
+    if (size > max) {
+      await reader.cancel();
+      return null;
+    }
+    chunks.push(value);
+  }
+}
+
+/**
+ * An HTTP request body up to `max` bytes; null when it is declared or turns out longer, or the client goes away
+ * first. Reading stops at the limit, so an oversized body is never held.
+ */
+export function readRequestLimited(req: IncomingMessage, max: number): Promise<Buffer | null> {
+  return new Promise((resolve) => {
+    if (Number(req.headers['content-length'] ?? 0) > max) return resolve(null);
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const onData = (chunk: Buffer) => {
+      size += chunk.byteLength;
+      if (size <= max) {
+        chunks.push(chunk);
+        return;
+      }
+      req.off('data', onData);
+      req.pause();
+      chunks.length = 0;
+      resolve(null);
+    };
+    req.on('data', onData);
+    req.once('end', () => resolve(Buffer.concat(chunks)));
+    // A client that disconnects mid-body: 'close' without 'end' (resolving twice is a no-op).
+    req.once('close', () => resolve(null));
+    req.once('error', () => resolve(null));
+  });
+}
