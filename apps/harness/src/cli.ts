@@ -29,7 +29,24 @@ function connectOptions(command: Command): Command {
         '--connect-timeout <seconds>',
         `give up connecting after this long; failures that may pass are retried until then (env ${ENV.connectTimeout}, default 20)`,
       ).argParser(parseSeconds),
+    )
+    .addOption(
+      new Option(
+        '--allow-insecure-registry',
+        `allow a plain http:// registry that is not loopback: the API key and bundle cross the network in clear (env ${ENV.allowInsecureRegistry}=1)`,
+      ),
+    )
+    .addOption(
+      new Option(
+        '--executor-key <file>',
+        `trust only this executor public key (NoiseChannelPublicKey JSON) for the environment (env ${ENV.executorKey})`,
+      ),
     );
+}
+
+/** Control characters (a remote side's names may hold terminal escapes) shown as `?` on a terminal. */
+function printable(text: string): string {
+  return text.replace(/[\u0000-\u001f\u007f-\u009f]/g, '?');
 }
 
 function parseSeconds(value: string): number {
@@ -69,9 +86,15 @@ export function buildProgram(io: CliIo, setExit: (code: number) => void): Comman
       'after',
       `
 Connection: --registry URL and --environment-id ID (or ${ENV.registry}, ${ENV.environmentId}), with a
-harness API key in ${ENV.apiKey}. --url ws://HOST:PORT talks to an executor directly (no relay).
-Connecting is retried with backoff for up to 20 s (--connect-timeout) after failures that may pass; a
-refused key or an unknown environment fails at once. Remote paths are written ENV:/absolute/path.
+harness API key in ${ENV.apiKey}. --url ws://HOST:PORT talks to an executor directly (no relay; then
+ENV:/path names a path on that executor). Connecting is retried with backoff for up to 20 s
+(--connect-timeout) after failures that may pass; a refused key or an unknown environment fails at once.
+Remote paths are written ENV:/absolute/path.
+
+Security: an http:// registry must be on loopback (127.0.0.0/8, ::1, localhost) unless
+--allow-insecure-registry (${ENV.allowInsecureRegistry}=1); use https:// otherwise. The executor's key is
+pinned for the session: a reconnect to another key fails. A copy from an environment refuses entry names
+that are not one path component and never writes outside the destination or through a symbolic link in it.
 
 Examples:
   harness exec -- uname -a
@@ -124,7 +147,8 @@ Examples:
           return 0;
         }
         const entries = (await fs.readDirectory(path)).sort((a, b) => a.fileName.localeCompare(b.fileName));
-        for (const entry of entries) io.stdout.write(`${entry.fileName}${entry.isDirectory ? '/' : ''}\n`);
+        const show = io.stdout.isTTY ? printable : (name: string) => name;
+        for (const entry of entries) io.stdout.write(`${show(entry.fileName)}${entry.isDirectory ? '/' : ''}\n`);
         return 0;
       }),
     );
@@ -251,8 +275,16 @@ async function cpCommand(
       }
       return { fs: env.fs, env, path: location.path, label: text };
     };
-    const source = await endpoint(parseLocation(sourceText), sourceText);
-    const destination = await endpoint(parseLocation(destinationText), destinationText);
+    const from = parseLocation(sourceText);
+    const to = parseLocation(destinationText);
+    if (options.url && from.kind === 'remote' && to.kind === 'remote' && from.environmentId !== to.environmentId) {
+      throw new TetherError(
+        'invalid_argument',
+        '--url reaches one executor; a copy between two environments goes through the registry (drop --url)',
+      );
+    }
+    const source = await endpoint(from, sourceText);
+    const destination = await endpoint(to, destinationText);
     const progress = !options.quiet && io.stderr.isTTY === true;
     let lastDraw = 0;
     const stats = await copy(source, destination, {
@@ -265,7 +297,7 @@ async function cpCommand(
             const percent = total > 0 ? Math.floor((done / total) * 100) : 100;
             const rate = done / Math.max((now - started) / 1000, 0.001);
             io.stderr.write(
-              `\r\u001b[2K${basenameOf(file)}  ${percent}%  ${formatBytes(done)}  ${formatBytes(rate)}/s`,
+              `\r\u001b[2K${printable(basenameOf(file))}  ${percent}%  ${formatBytes(done)}  ${formatBytes(rate)}/s`,
             );
           }
         : undefined,

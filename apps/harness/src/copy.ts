@@ -1,9 +1,16 @@
 import { createHash, type Hash } from 'node:crypto';
-import { open } from 'node:fs/promises';
-import { basename, posix } from 'node:path';
+import { lstat, open } from 'node:fs/promises';
+import path, { basename, posix } from 'node:path';
 import type { Readable, Writable } from 'node:stream';
 import { finished } from 'node:stream/promises';
-import { type Environment, type EnvironmentFs, giveBack, type HandleDigest, TetherError } from '@tether/client';
+import {
+  type Environment,
+  type EnvironmentFs,
+  entryNameProblem,
+  giveBack,
+  type HandleDigest,
+  TetherError,
+} from '@tether/client';
 
 /** One side of a copy: a filesystem and, when remote, the environment to hash on. */
 export interface Endpoint {
@@ -29,8 +36,21 @@ export interface CopyOptions {
 }
 
 /**
+ * Deepest directory nesting a recursive copy descends into: a listing that never ends (a hostile executor
+ * answering every directory with another one, or a link loop it follows) stops here with an error.
+ */
+export const MAX_TREE_DEPTH = 256;
+
+/**
  * Copies a file or (recursively) a directory between any two endpoints, streaming, and checks every
  * file's SHA-256 at the destination against what was read at the source.
+ *
+ * The source side is untrusted input (an executor chooses the names in its listings). Every entry name
+ * must be one path component, every destination path must resolve under the destination root, and no
+ * symbolic link is ever created: a link in a remote tree arrives as what it points to (the executor
+ * follows links in `fs/readDirectory`), as `cp -rL` and `scp -r` copy. Under a local destination root,
+ * an existing link where a file or directory would go is refused rather than written through; the root
+ * itself is the user's choice and is followed.
  */
 export async function copy(source: Endpoint, destination: Endpoint, options: CopyOptions): Promise<CopyStats> {
   const stats: CopyStats = { files: 0, directories: 0, bytes: 0 };
@@ -42,33 +62,88 @@ export async function copy(source: Endpoint, destination: Endpoint, options: Cop
     if (!options.recursive) {
       throw new TetherError('invalid_argument', `${source.label} is a directory (use -r to copy directories)`);
     }
-    await copyTree(source, source.path, destination, target, options, stats);
+    await copyTree(source, source.path, destination, { root: target, to: target, depth: 0 }, options, stats);
   } else {
     await copyFile(source, source.path, destination, target, meta.size, options, stats);
   }
   return stats;
 }
 
+/** Where a tree copy writes: the destination root (checked against), this directory, and its depth. */
+interface TreePlace {
+  root: string;
+  to: string;
+  depth: number;
+}
+
 async function copyTree(
   source: Endpoint,
   from: string,
   destination: Endpoint,
-  to: string,
+  place: TreePlace,
   options: CopyOptions,
   stats: CopyStats,
 ): Promise<void> {
-  await destination.fs.createDirectory(to, { recursive: true });
+  if (place.depth > MAX_TREE_DEPTH) {
+    throw new TetherError('protocol', `${from} nests directories deeper than ${MAX_TREE_DEPTH} levels; not following`);
+  }
+  if (place.depth > 0) await refuseLocalLink(destination, place.to);
+  await destination.fs.createDirectory(place.to, { recursive: true });
+  if (place.depth > 0) await refuseLocalLink(destination, place.to); // nothing was swapped in meanwhile
   stats.directories++;
   for (const entry of await source.fs.readDirectory(from)) {
     const child = posix.join(from, entry.fileName);
-    const target = posix.join(to, entry.fileName);
+    const target = childPath(destination, place, from, entry.fileName);
     if (entry.isDirectory) {
-      await copyTree(source, child, destination, target, options, stats);
+      await copyTree(source, child, destination, { ...place, to: target, depth: place.depth + 1 }, options, stats);
     } else if (entry.isFile) {
       const { size } = await source.fs.getMetadata(child);
-      await copyFile(source, child, destination, target, size, options, stats);
+      await refuseLocalLink(destination, target);
+      await copyFile(source, child, destination, target, size, options, stats, { noFollow: true });
     }
     // Anything else (sockets, devices, dangling links) is skipped, as cp -r of regular content.
+  }
+}
+
+/**
+ * The destination path of one listed entry, or a clear error: the name must be a single component (not
+ * empty, `.`, `..`, nor holding `/`, NUL, or on a local Windows destination `\\`), and the joined path must
+ * still lie under the destination root once resolved.
+ */
+function childPath(destination: Endpoint, place: TreePlace, from: string, name: string): string {
+  const problem =
+    entryNameProblem(name) ??
+    (destination.env === null && path.sep === '\\' && name.includes('\\') ? 'contains "\\"' : null);
+  if (problem) {
+    throw new TetherError(
+      'protocol',
+      `refusing entry ${JSON.stringify(name)} listed in ${from}: the name ${problem} (an entry must be one path component)`,
+    );
+  }
+  const paths = destination.env === null ? path : posix;
+  const target = paths.join(place.to, name);
+  const relative = paths.relative(paths.resolve(place.root), paths.resolve(target));
+  if (relative === '' || relative === '..' || relative.startsWith(`..${paths.sep}`) || paths.isAbsolute(relative)) {
+    throw new TetherError(
+      'protocol',
+      `refusing entry ${JSON.stringify(name)} listed in ${from}: it would be written outside ${place.root}`,
+    );
+  }
+  return target;
+}
+
+/**
+ * Under a local destination, a symbolic link where the copy would write is refused: writing through it
+ * (or descending into it) would put a remote side's bytes wherever the link points.
+ */
+async function refuseLocalLink(destination: Endpoint, target: string): Promise<void> {
+  if (destination.env !== null) return;
+  const info = await lstat(target).catch(() => null);
+  if (info?.isSymbolicLink()) {
+    throw new TetherError(
+      'invalid_state',
+      `refusing to write through the symbolic link ${target} inside the destination; remove it or copy elsewhere`,
+    );
   }
 }
 
@@ -80,6 +155,7 @@ async function copyFile(
   size: number,
   options: CopyOptions,
   stats: CopyStats,
+  sinkOptions: { noFollow?: boolean } = {},
 ): Promise<void> {
   const hash = createHash('sha256');
   let done = 0;
@@ -96,6 +172,7 @@ async function copyFile(
     destination: null,
   };
   const sink = destination.fs.createWriteStream(to, {
+    ...(sinkOptions.noFollow ? { noFollow: true } : {}),
     onDigest: (digest) => {
       remote.destination = digest;
     },
@@ -218,11 +295,38 @@ function write(sink: Writable, chunk: Buffer): Promise<void> {
   });
 }
 
+/** `sha256sum`'s answer is one line; an executor that sends more than this is not answering it. */
+export const SHA256SUM_OUTPUT_BYTES = 64 * 1024;
+
+/**
+ * `sha256sum -- path` on the environment, its stdout kept up to SHA256SUM_OUTPUT_BYTES (the process is
+ * terminated past that): the digest, or undefined when it failed or did not answer as sha256sum does.
+ */
+async function remoteSha256(env: Environment, path: string): Promise<string | undefined> {
+  const handle = await env.spawn(['sha256sum', '--', path]);
+  const parts: Buffer[] = [];
+  let size = 0;
+  try {
+    for await (const event of handle) {
+      if (event.kind !== 'output' || event.stream !== 'stdout') continue;
+      size += event.chunk.byteLength;
+      if (size > SHA256SUM_OUTPUT_BYTES) {
+        await handle.terminate().catch(() => undefined);
+        return undefined;
+      }
+      parts.push(event.chunk);
+    }
+    if ((await handle.completion).exitCode !== 0) return undefined;
+  } finally {
+    handle.dispose();
+  }
+  return /^([0-9a-f]{64})\s/.exec(Buffer.concat(parts).toString())?.[1];
+}
+
 /** SHA-256 of a file where it lives: `sha256sum` on a remote environment, else read back and hashed. */
 export async function sha256Of(endpoint: Endpoint, path: string): Promise<string> {
   if (endpoint.env) {
-    const result = await endpoint.env.exec(['sha256sum', '--', path]).catch(() => null);
-    const digest = result?.exitCode === 0 ? /^([0-9a-f]{64})\s/.exec(result.stdout.toString())?.[1] : undefined;
+    const digest = await remoteSha256(endpoint.env, path).catch(() => undefined);
     if (digest) return digest;
   }
   const hash: Hash = createHash('sha256');

@@ -1,4 +1,5 @@
-import { Environment, TetherError } from '@tether/client';
+import { readFileSync } from 'node:fs';
+import { Environment, type NoisePublicKey, parsePublicKeyJson, TetherError } from '@tether/client';
 
 /** How the CLI reaches an environment: through the registry and relay, or an executor's WebSocket. */
 export interface ConnectFlags {
@@ -7,6 +8,10 @@ export interface ConnectFlags {
   url?: string;
   /** Seconds; see `--connect-timeout`. */
   connectTimeout?: number;
+  /** `--allow-insecure-registry`: a plain http:// registry that is not on loopback. */
+  allowInsecureRegistry?: boolean;
+  /** `--executor-key FILE`: the executor public key (JSON) to pin for the session. */
+  executorKey?: string;
 }
 
 export const ENV = {
@@ -15,7 +20,33 @@ export const ENV = {
   apiKey: 'TETHER_API_KEY',
   url: 'TETHER_EXECUTOR_URL',
   connectTimeout: 'TETHER_CONNECT_TIMEOUT',
+  allowInsecureRegistry: 'TETHER_ALLOW_INSECURE_REGISTRY',
+  executorKey: 'TETHER_EXECUTOR_KEY_FILE',
 } as const;
+
+/** The flag, else `TETHER_ALLOW_INSECURE_REGISTRY=1` (or `true`). */
+function allowInsecureRegistry(flags: ConnectFlags, env: NodeJS.ProcessEnv): boolean {
+  if (flags.allowInsecureRegistry) return true;
+  const value = env[ENV.allowInsecureRegistry]?.trim().toLowerCase();
+  return value === '1' || value === 'true';
+}
+
+/** The executor key to pin from `--executor-key FILE` (or its variable): NoiseChannelPublicKey JSON. */
+function pinnedExecutorKey(flags: ConnectFlags, env: NodeJS.ProcessEnv): NoisePublicKey | undefined {
+  const file = flags.executorKey ?? (env[ENV.executorKey] || undefined);
+  if (file === undefined) return undefined;
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (err) {
+    throw new TetherError('invalid_argument', `cannot read the executor key ${file}: ${(err as Error).message}`);
+  }
+  try {
+    return parsePublicKeyJson(text);
+  } catch (err) {
+    throw new TetherError('invalid_argument', `${file} is not an executor public key: ${(err as Error).message}`);
+  }
+}
 
 /** How long to keep trying to connect (ms): the flag, else the variable, else the SDK's default (20 s). */
 function connectRetry(flags: ConnectFlags, env: NodeJS.ProcessEnv): { timeoutMs: number } | undefined {
@@ -47,10 +78,12 @@ export async function openEnvironment(
   env: NodeJS.ProcessEnv,
   environmentId?: string,
 ): Promise<Environment> {
-  const url = flags.url ?? env[ENV.url];
+  // `--url` on the command line also serves ENV:/path locations (the one executor it names); the variable
+  // serves only commands without a location, so a stray TETHER_EXECUTOR_URL never redirects a copy.
+  const url = flags.url ?? (environmentId ? undefined : env[ENV.url]);
   const retry = connectRetry(flags, env);
   const common = { clientName: 'tether-harness', ...(retry ? { connectRetry: retry } : {}) };
-  if (url && !environmentId) return Environment.connectWebSocket(url, common);
+  if (url) return Environment.connectWebSocket(url, common);
   const registryUrl = flags.registry ?? env[ENV.registry];
   const id = environmentId ?? flags.environmentId ?? env[ENV.environmentId];
   if (!registryUrl) {
@@ -63,5 +96,13 @@ export async function openEnvironment(
     throw new TetherError('invalid_argument', `no environment: pass --environment-id ID or set ${ENV.environmentId}`);
   const apiKey = env[ENV.apiKey]?.trim();
   if (!apiKey) throw new TetherError('invalid_argument', `no API key: set ${ENV.apiKey} to a harness key`);
-  return Environment.connectRendezvous({ registryUrl, apiKey, environmentId: id, ...common });
+  const executorPublicKey = pinnedExecutorKey(flags, env);
+  return Environment.connectRendezvous({
+    registryUrl,
+    apiKey,
+    environmentId: id,
+    allowInsecureRegistry: allowInsecureRegistry(flags, env),
+    ...(executorPublicKey ? { executorPublicKey } : {}),
+    ...common,
+  });
 }

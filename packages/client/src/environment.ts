@@ -1,12 +1,10 @@
 import { randomUUID } from 'node:crypto';
-import type { NoiseIdentity } from '@tether/noise';
 import type { ProcessBackend } from './backend.js';
 import { TetherError } from './errors.js';
-import { ExecServerClient, type ExecServerClientOptions } from './exec-client.js';
+import { ExecServerClient, type ExecServerClientOptions, type RendezvousOptions } from './exec-client.js';
 import { type EnvironmentFs, LocalFs, RemoteFs } from './fs.js';
 import { LocalBackend } from './local-backend.js';
 import { ProcessHandle, type ProcessHandleOptions } from './process.js';
-import type { RegistryOptions } from './registry.js';
 
 export interface SpawnOptions extends ProcessHandleOptions {
   /** Absolute path; default: the environment's default directory (local: process.cwd(); remote: `/`). */
@@ -49,10 +47,7 @@ export class Environment {
 
   /** A remote executor reached through the registry and relay (end-to-end encrypted). */
   static async connectRendezvous(
-    options: RegistryOptions & {
-      environmentId: string;
-      identity?: NoiseIdentity;
-    } & Omit<ExecServerClientOptions, 'dial'>,
+    options: RendezvousOptions & Omit<ExecServerClientOptions, 'dial'>,
   ): Promise<Environment> {
     return Environment.remote(await ExecServerClient.connectRendezvous(options));
   }

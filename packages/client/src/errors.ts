@@ -10,6 +10,7 @@ export type TetherErrorCode =
   | 'closed'
   | 'protocol'
   | 'output_lost'
+  | 'executor_key_changed'
   | 'rpc';
 
 /**
@@ -17,7 +18,7 @@ export type TetherErrorCode =
  * when there is one. Messages never contain API keys, authorizations or signed URLs.
  */
 export class TetherError extends Error {
-  override readonly name = 'TetherError';
+  override readonly name: string = 'TetherError';
   constructor(
     readonly code: TetherErrorCode,
     message: string,
@@ -29,4 +30,16 @@ export class TetherError extends Error {
   }
   readonly rpcCode: number | undefined;
   readonly status: number | undefined;
+}
+
+/**
+ * The executor's public key in a `/connect` bundle is not the one this session trusts: a reconnect's bundle
+ * named another key than the session's first handshake, or the key differs from `executorPublicKey`
+ * pinned up front. Nothing is sent to that peer; the session is not resumed with it.
+ */
+export class ExecutorKeyChangedError extends TetherError {
+  override readonly name: string = 'ExecutorKeyChangedError';
+  constructor(message: string) {
+    super('executor_key_changed', message);
+  }
 }

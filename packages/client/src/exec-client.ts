@@ -13,7 +13,7 @@ import {
   StdioTransport,
   WebSocketTransport,
 } from '@tether/jsonrpc';
-import { generateIdentity, type NoiseIdentity } from '@tether/noise';
+import { generateIdentity, type NoiseIdentity, type NoisePublicKey } from '@tether/noise';
 import { MAX_FRAME_BYTES, relaySocketMask } from '@tether/relay-frames';
 import { SecureStream, SecureStreamError, WebSocketFrameLink } from '@tether/secure-stream';
 import { WebSocket } from 'ws';
@@ -27,8 +27,8 @@ import type {
   StartOptions,
   WriteStatus,
 } from './backend.js';
-import { TetherError } from './errors.js';
-import { fetchBundle, type RegistryOptions } from './registry.js';
+import { ExecutorKeyChangedError, TetherError } from './errors.js';
+import { checkRegistryUrl, fetchBundle, type RegistryOptions, type RendezvousBundle } from './registry.js';
 
 /** Calls that may be sent again after a reconnect without changing their effect. */
 const IDEMPOTENT = new Set([
@@ -76,6 +76,20 @@ export interface ExecServerClientOptions {
   reconnect?: ReconnectOptions | false;
   /** Logs transport drops and reconnects. */
   onStatus?: (status: 'disconnected' | 'reconnected' | 'lost', detail: string) => void;
+}
+
+/** How to reach an environment through the registry and relay. */
+export interface RendezvousOptions extends RegistryOptions {
+  environmentId: string;
+  /** The harness's Noise identity, kept for the whole session (default: a fresh one). */
+  identity?: NoiseIdentity;
+  /**
+   * The executor key to trust, pinned up front (e.g. printed by the executor's operator): a bundle naming
+   * another key is refused before anything is sent. Without it the key of the session's first successful
+   * handshake is pinned, and a reconnect whose bundle names another key fails with ExecutorKeyChangedError.
+   */
+  executorPublicKey?: NoisePublicKey;
+  handshakeTimeoutMs?: number;
 }
 
 export interface InitializeInfo {
@@ -187,16 +201,16 @@ export class ExecServerClient implements ProcessBackend {
    * and stream; the identity stays.
    */
   static connectRendezvous(
-    options: RegistryOptions & {
-      environmentId: string;
-      identity?: NoiseIdentity;
-      handshakeTimeoutMs?: number;
-    } & Omit<ExecServerClientOptions, 'dial'>,
+    options: RendezvousOptions & Omit<ExecServerClientOptions, 'dial'>,
   ): Promise<ExecServerClient> {
+    // A bad or insecure registry URL is a usage error, before any key is generated or socket opened.
+    checkRegistryUrl(options.registryUrl, options.allowInsecureRegistry);
     const identity = options.identity ?? generateIdentity();
+    const pin = new ExecutorKeyPin(options.environmentId, options.executorPublicKey ?? null);
     return ExecServerClient.connect({
       ...options,
-      dial: (signal) => dialRendezvous(options, options.environmentId, identity, signal, options.handshakeTimeoutMs),
+      dial: (signal) =>
+        dialRendezvous(options, options.environmentId, identity, pin, signal, options.handshakeTimeoutMs),
     });
   }
 
@@ -500,7 +514,7 @@ export class ExecServerClient implements ProcessBackend {
         lastError = err;
         // -32010: the executor has not noticed the old connection is gone yet; anything else may pass too.
         if (RpcError.is(err) && err.code !== ErrorCode.sessionAlreadyAttached) break;
-        if (err instanceof TetherError && (err.code === 'protocol' || err.code === 'unauthorized')) break;
+        if (err instanceof TetherError && FINAL_ON_RESUME.has(err.code)) break;
       }
       await new Promise((resolve) => setTimeout(resolve, delay));
       delay = Math.min(delay * 2, 2_000);
@@ -544,6 +558,9 @@ export class ExecServerClient implements ProcessBackend {
     for (const listener of this.listeners) listener(event);
   }
 }
+
+/** Failures of a resume that another attempt cannot get past: the session is given up at once. */
+const FINAL_ON_RESUME: ReadonlySet<string> = new Set(['protocol', 'unauthorized', 'executor_key_changed']);
 
 /** How often a `process/start` cut by a dropped connection is sent again on the resumed session. */
 const START_RETRIES = 5;
@@ -644,28 +661,84 @@ function relaySocket(url: string): WebSocket {
   }
 }
 
+/** Byte-wise equality of two public keys, suite included. */
+function sameKey(a: NoisePublicKey, b: NoisePublicKey): boolean {
+  return (
+    a.suite === b.suite &&
+    Buffer.from(a.x25519).equals(Buffer.from(b.x25519)) &&
+    Buffer.from(a.mlkem768).equals(b.mlkem768)
+  );
+}
+
+/**
+ * The executor key one session trusts. The registry vouches for the key in each bundle, and a fresh bundle
+ * is fetched for every physical connection; without a pin, a registry (or whoever holds its database) could
+ * swap the executor between two connections of one session and the harness would resume with the new peer.
+ * The first key that completed a handshake (or the one given up front) is the session's; every later
+ * bundle must name exactly it, checked before the relay socket is opened.
+ */
+class ExecutorKeyPin {
+  private readonly givenUpFront: boolean;
+
+  constructor(
+    private readonly environmentId: string,
+    private key: NoisePublicKey | null,
+  ) {
+    this.givenUpFront = key !== null;
+  }
+
+  /** Throws ExecutorKeyChangedError when the bundle names another key than the pinned one. */
+  check(bundle: RendezvousBundle): void {
+    if (this.key === null || sameKey(this.key, bundle.executorPublicKey)) return;
+    throw new ExecutorKeyChangedError(
+      this.givenUpFront
+        ? `the registry named an executor key for ${this.environmentId} that is not the pinned one (executorPublicKey); not trusting it`
+        : `the executor's key changed during the session with ${this.environmentId}; not trusting it`,
+    );
+  }
+
+  /** Called once a handshake with the bundle's key succeeded: that key is the session's from now on. */
+  trust(bundle: RendezvousBundle): void {
+    this.key ??= bundle.executorPublicKey;
+  }
+}
+
+/** A fresh bundle whose executor key the session trusts. */
+async function pinnedBundle(
+  registry: RegistryOptions,
+  environmentId: string,
+  identity: NoiseIdentity,
+  pin: ExecutorKeyPin,
+  signal: AbortSignal,
+): Promise<RendezvousBundle> {
+  const bundle = await fetchBundle(registry, environmentId, identity.publicKey, signal);
+  pin.check(bundle);
+  return bundle;
+}
+
 async function dialRendezvous(
   registry: RegistryOptions,
   environmentId: string,
   identity: NoiseIdentity,
+  pin: ExecutorKeyPin,
   signal: AbortSignal,
   handshakeTimeoutMs = 10_000,
 ): Promise<MessageTransport> {
-  let bundle = await fetchBundle(registry, environmentId, identity.publicKey, signal);
+  let bundle = await pinnedBundle(registry, environmentId, identity, pin, signal);
   let ws = relaySocket(bundle.url);
   try {
     await openSocket(ws, 'the relay', signal);
   } catch (err) {
     // A 401 means the bundle went stale: fetch one fresh bundle and try once more (rendezvous.md §3.1).
     if (!(err instanceof TetherError) || err.status !== 401) throw err;
-    bundle = await fetchBundle(registry, environmentId, identity.publicKey, signal);
+    bundle = await pinnedBundle(registry, environmentId, identity, pin, signal);
     ws = relaySocket(bundle.url);
     await openSocket(ws, 'the relay', signal);
   }
   ws.on('error', () => undefined);
   const streamId = randomUUID();
   try {
-    return await SecureStream.initiate({
+    const stream = await SecureStream.initiate({
       link: new WebSocketFrameLink(ws, streamId),
       streamId,
       environmentId: bundle.environmentId,
@@ -676,6 +749,8 @@ async function dialRendezvous(
       timeoutMs: handshakeTimeoutMs,
       signal,
     });
+    pin.trust(bundle);
+    return stream;
   } catch (err) {
     ws.terminate();
     if (err instanceof SecureStreamError) {

@@ -7,7 +7,8 @@ import { Writable } from 'node:stream';
  * leaves what it wrote, as a truncating writer would). Overwriting keeps the old contents' page-cache pages
  * for the new bytes; truncating first frees them all and faults in fresh ones, which measured as half the
  * CPU time of a download on a VM. A file that cannot be cut (a pipe, a terminal, `/dev/null`) is only
- * written.
+ * written. With `noFollow` the path must not be a symbolic link (O_NOFOLLOW: the open fails with ELOOP),
+ * so a name chosen by a remote side cannot write through a link planted at it.
  */
 export class InPlaceFileWriter extends Writable {
   private fd: number | null = null;
@@ -17,12 +18,16 @@ export class InPlaceFileWriter extends Writable {
   /** Set while a write is in flight; destroying waits for it (it must not land after the cut or the close). */
   private settled: (() => void) | null = null;
 
-  constructor(private readonly path: string) {
+  constructor(
+    private readonly path: string,
+    private readonly options: { noFollow?: boolean } = {},
+  ) {
     super();
   }
 
   override _construct(callback: (err?: Error | null) => void): void {
-    open(this.path, constants.O_WRONLY | constants.O_CREAT, 0o666, (err, fd) => {
+    const flags = constants.O_WRONLY | constants.O_CREAT | (this.options.noFollow ? constants.O_NOFOLLOW : 0);
+    open(this.path, flags, 0o666, (err, fd) => {
       if (!err) this.fd = fd;
       callback(err);
     });

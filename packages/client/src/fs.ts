@@ -34,12 +34,52 @@ export interface StreamOptions {
    * for local files.
    */
   onDigest?: (digest: HandleDigest | null) => void;
+  /**
+   * Writes only: refuse to write through a symbolic link at the path itself (O_NOFOLLOW; the open fails
+   * with ELOOP). Honoured for local files, where the harness protects its own machine from names a remote
+   * side chose; a remote executor's own links are its business.
+   */
+  noFollow?: boolean;
 }
 
 export interface DirectoryEntry {
   fileName: string;
   isDirectory: boolean;
   isFile: boolean;
+}
+
+/**
+ * Why `name` cannot be one entry of a directory, or null when it can: a single path component, not empty,
+ * `.` or `..`, without `/` or NUL. An executor is untrusted input; a name like `../../x` joined to a
+ * destination would land outside it. (`\` is an ordinary character of a POSIX name and is allowed here;
+ * a copy to a local Windows path refuses it separately.)
+ */
+export function entryNameProblem(name: unknown): string | null {
+  if (typeof name !== 'string') return 'is not a string';
+  if (name === '') return 'is empty';
+  if (name === '.' || name === '..') return `is ${JSON.stringify(name)}`;
+  if (name.includes('/')) return 'contains "/"';
+  if (name.includes('\0')) return 'contains a NUL byte';
+  return null;
+}
+
+/** Checks an executor's `fs/readDirectory` answer: an array of entries with safe names and boolean kinds. */
+function checkedEntries(answer: unknown, path: string): DirectoryEntry[] {
+  const entries = (answer as { entries?: unknown } | null)?.entries;
+  const bad = (what: string) => new TetherError('protocol', `the executor's listing of ${path} is unusable: ${what}`);
+  if (!Array.isArray(entries)) throw bad('entries is not an array');
+  return entries.map((entry: unknown) => {
+    const { fileName, isDirectory, isFile } = (entry ?? {}) as Record<string, unknown>;
+    const problem = entryNameProblem(fileName);
+    if (problem) {
+      const shown = typeof fileName === 'string' ? JSON.stringify(fileName) : String(fileName);
+      throw bad(`entry name ${shown} ${problem} (an entry must be one path component)`);
+    }
+    if (typeof isDirectory !== 'boolean' || typeof isFile !== 'boolean') {
+      throw bad(`entry ${JSON.stringify(fileName)} has no boolean isDirectory/isFile`);
+    }
+    return { fileName: fileName as string, isDirectory, isFile };
+  });
 }
 
 /** Files of an environment; the same methods whether it is this machine or a remote executor. */
@@ -143,8 +183,8 @@ export class LocalFs implements EnvironmentFs {
   createReadStream(path: string, options: StreamOptions = {}): Readable {
     return createReadStream(path, { highWaterMark: options.blockSize ?? DEFAULT_BLOCK_SIZE });
   }
-  createWriteStream(path: string, _options: StreamOptions = {}): Writable {
-    return new InPlaceFileWriter(path);
+  createWriteStream(path: string, options: StreamOptions = {}): Writable {
+    return new InPlaceFileWriter(path, { noFollow: options.noFollow ?? false });
   }
 }
 
@@ -187,11 +227,22 @@ export class RemoteFs implements EnvironmentFs {
   ) {}
 
   async readFile(path: string, options: { maxBytes?: number } = {}): Promise<Buffer> {
-    const answer = await this.caller.call<{ dataBase64: string }>('fs/readFile', {
+    const answer = await this.caller.call<{ dataBase64?: unknown }>('fs/readFile', {
       path: toFileUri(path),
       ...(options.maxBytes !== undefined ? { maxBytes: options.maxBytes } : {}),
     });
-    return Buffer.from(answer.dataBase64, 'base64');
+    if (typeof answer?.dataBase64 !== 'string') {
+      throw new TetherError('protocol', `the executor's fs/readFile answer for ${path} has no dataBase64`);
+    }
+    const data = Buffer.from(answer.dataBase64, 'base64');
+    // The limit is the caller's: an executor that ignores it does not get to hand back more.
+    if (options.maxBytes !== undefined && data.byteLength > options.maxBytes) {
+      throw new TetherError(
+        'protocol',
+        `the executor answered ${data.byteLength} bytes of ${path}, more than the limit of ${options.maxBytes}`,
+      );
+    }
+    return data;
   }
   async writeFile(path: string, data: Buffer | string): Promise<void> {
     const bytes = typeof data === 'string' ? Buffer.from(data) : data;
@@ -208,8 +259,7 @@ export class RemoteFs implements EnvironmentFs {
     return answer.path.startsWith('file:') ? decodeURIComponent(new URL(answer.path).pathname) : answer.path;
   }
   async readDirectory(path: string): Promise<DirectoryEntry[]> {
-    const answer = await this.caller.call<{ entries: DirectoryEntry[] }>('fs/readDirectory', { path: toFileUri(path) });
-    return answer.entries;
+    return checkedEntries(await this.caller.call<unknown>('fs/readDirectory', { path: toFileUri(path) }), path);
   }
   async remove(path: string, options: { recursive?: boolean; force?: boolean } = {}): Promise<void> {
     await this.caller.call('fs/remove', {
@@ -299,6 +349,13 @@ export class RemoteFs implements EnvironmentFs {
           }
           const answer = await block.answer;
           const bytes = attachmentOf(answer) ?? Buffer.from(answer.chunk ?? '', 'base64');
+          // Untrusted sizes: a block longer than asked would shift every later offset.
+          if (bytes.byteLength > block.len) {
+            throw new TetherError(
+              'protocol',
+              `fs/readBlock answered ${bytes.byteLength} bytes for a block of ${block.len} in ${path}`,
+            );
+          }
           if (answer.eof) eof = true;
           if (!answer.eof && bytes.byteLength < block.len) {
             // The executor caps blocks: what was asked beyond this one starts at the wrong offset.

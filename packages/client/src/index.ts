@@ -4,6 +4,8 @@
  * serves a later one. Any other buffer is left to the collector.
  */
 export { giveBack } from '@tether/jsonrpc';
+/** An executor's public key (`NoiseChannelPublicKey`), for `executorPublicKey`: parsed from its JSON. */
+export { type NoisePublicKey, parsePublicKeyJson } from '@tether/noise';
 export type {
   OutputStream,
   ProcessBackend,
@@ -14,13 +16,20 @@ export type {
   WriteStatus,
 } from './backend.js';
 export { Environment, type SpawnOptions } from './environment.js';
-export { TetherError, type TetherErrorCode } from './errors.js';
-export { type Dialer, ExecServerClient, type ExecServerClientOptions, type InitializeInfo } from './exec-client.js';
+export { ExecutorKeyChangedError, TetherError, type TetherErrorCode } from './errors.js';
+export {
+  type Dialer,
+  ExecServerClient,
+  type ExecServerClientOptions,
+  type InitializeInfo,
+  type RendezvousOptions,
+} from './exec-client.js';
 export {
   DEFAULT_BLOCK_SIZE,
   DEFAULT_READ_DEPTH,
   type DirectoryEntry,
   type EnvironmentFs,
+  entryNameProblem,
   type FileMetadata,
   type HandleDigest,
   LocalFs,
@@ -30,4 +39,10 @@ export {
 } from './fs.js';
 export { LocalBackend } from './local-backend.js';
 export { DEFAULT_HIGH_WATER_BYTES, ProcessHandle, type ProcessResult } from './process.js';
-export { checkEnvironmentId, fetchBundle, type RegistryOptions, type RendezvousBundle } from './registry.js';
+export {
+  checkEnvironmentId,
+  checkRegistryUrl,
+  fetchBundle,
+  type RegistryOptions,
+  type RendezvousBundle,
+} from './registry.js';

@@ -3,7 +3,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { generateIdentity, publicKeyToJson, SECURITY_PROFILE_HYBRID_IK_V1 } from '@tether/noise';
 import { afterEach, describe, expect, it } from 'vitest';
-import { fetchBundle } from './registry.js';
+import { checkRegistryUrl, fetchBundle } from './registry.js';
 
 const executor = generateIdentity();
 const harness = generateIdentity();
@@ -164,7 +164,7 @@ describe('fetchBundle (node:http)', () => {
     const calls: string[] = [];
     const result = await fetchBundle(
       {
-        registryUrl: 'http://registry.invalid',
+        registryUrl: 'https://registry.invalid',
         apiKey: 'k',
         fetch: async (input) => {
           calls.push(String(input));
@@ -175,6 +175,46 @@ describe('fetchBundle (node:http)', () => {
       harness.publicKey,
     );
     expect(result.registrationId).toBe('reg-1');
-    expect(calls).toEqual(['http://registry.invalid/cloud/environment/env-1/connect']);
+    expect(calls).toEqual(['https://registry.invalid/cloud/environment/env-1/connect']);
+  });
+
+  it('refuses a plain http:// registry off loopback before any request, unless allowInsecureRegistry', async () => {
+    const calls: string[] = [];
+    const fetch = async (input: string | URL | Request) => {
+      calls.push(String(input));
+      return new Response(bundle(), { status: 200 });
+    };
+    for (const registryUrl of ['http://registry.example:8080', 'http://10.0.0.5', 'http://[fe80::1]:80/base']) {
+      const refused = await fetchBundle({ registryUrl, apiKey: 'secret-key', fetch }, 'env-1', harness.publicKey).catch(
+        (err: unknown) => err,
+      );
+      expect(refused).toMatchObject({ name: 'TetherError', code: 'invalid_argument' });
+      expect((refused as Error).message).toMatch(/plain http:\/\/ registry .*sent in clear.*--allow-insecure-registry/);
+      expect((refused as Error).message).not.toContain('secret-key');
+    }
+    expect(calls).toEqual([]);
+    // Loopback (127.0.0.0/8, ::1, localhost) and https:// need no flag; the flag allows the rest.
+    for (const registryUrl of [
+      'http://127.0.0.1:9',
+      'http://127.8.9.10',
+      'http://[::1]:9',
+      'http://localhost:9',
+      'http://LOCALHOST.',
+      'https://registry.example',
+    ]) {
+      await expect(fetchBundle({ registryUrl, apiKey: 'k', fetch }, 'env-1', harness.publicKey)).resolves.toMatchObject(
+        { registrationId: 'reg-1' },
+      );
+    }
+    await expect(
+      fetchBundle(
+        { registryUrl: 'http://registry.example:8080', apiKey: 'k', fetch, allowInsecureRegistry: true },
+        'env-1',
+        harness.publicKey,
+      ),
+    ).resolves.toMatchObject({ registrationId: 'reg-1' });
+    // A host that merely starts like loopback is not loopback.
+    expect(() => checkRegistryUrl('http://127.0.0.1.example.com')).toThrow(/sent in clear/);
+    expect(() => checkRegistryUrl('http://localhost.example.com')).toThrow(/sent in clear/);
   });
 });

@@ -1,5 +1,6 @@
 import { request as httpRequest, type IncomingMessage } from 'node:http';
 import { request as httpsRequest } from 'node:https';
+import { isIPv4 } from 'node:net';
 import { environmentIdProblem, isEnvironmentId, isWebSocketUrl, parseRegistryError } from '@tether/exec-protocol';
 import { type NoisePublicKey, parsePublicKey, publicKeyToJson, SECURITY_PROFILE_HYBRID_IK_V1 } from '@tether/noise';
 import { TetherError } from './errors.js';
@@ -23,6 +24,11 @@ export interface RegistryOptions {
   totalTimeoutMs?: number;
   /** Replaces the built-in HTTP client (node:http), e.g. in tests or to go through a proxy. */
   fetch?: typeof fetch;
+  /**
+   * Allow a plain `http://` registry on a host that is not loopback. Off by default: the API key and the
+   * bundle (the harness authorization, the signed relay URL) would cross the network in clear.
+   */
+  allowInsecureRegistry?: boolean;
 }
 
 const MAX_RETRIES = 4;
@@ -81,6 +87,39 @@ export function checkEnvironmentId(environmentId: string): void {
   if (!isEnvironmentId(environmentId)) throw new TetherError('invalid_argument', environmentIdProblem(environmentId));
 }
 
+/** 127.0.0.0/8, ::1 and `localhost`: a registry there is reached without crossing the network. */
+function isLoopbackHost(hostname: string): boolean {
+  const host = hostname.toLowerCase().replace(/\.$/, '');
+  if (host === 'localhost' || host === '[::1]') return true;
+  return isIPv4(host) && host.startsWith('127.');
+}
+
+/**
+ * Refuses a registry URL that is not http(s), and a plain `http://` one whose host is not loopback unless
+ * `allowInsecureRegistry`: every `/connect` carries the API key and answers with credentials. Returns the
+ * base URL without trailing slashes.
+ */
+export function checkRegistryUrl(registryUrl: string, allowInsecureRegistry = false): string {
+  const base = registryUrl.trim().replace(/\/+$/, '');
+  const invalid = () =>
+    new TetherError('invalid_argument', `invalid registry URL ${JSON.stringify(registryUrl)}: use http(s)://`);
+  if (!/^https?:\/\//i.test(base)) throw invalid();
+  let url: URL;
+  try {
+    url = new URL(base);
+  } catch {
+    throw invalid();
+  }
+  if (url.protocol === 'http:' && !allowInsecureRegistry && !isLoopbackHost(url.hostname)) {
+    throw new TetherError(
+      'invalid_argument',
+      `refusing the plain http:// registry at ${url.host}: the API key and the connect bundle would be sent in clear. ` +
+        'Use https://, a loopback address, or allow it explicitly (allowInsecureRegistry / --allow-insecure-registry)',
+    );
+  }
+  return base;
+}
+
 /**
  * Fetches a fresh rendezvous bundle for this harness key. Timeouts and unreachable registries are
  * retried (up to 4 times within the overall deadline); answers are not. Redirects are never followed.
@@ -92,13 +131,7 @@ export async function fetchBundle(
   signal?: AbortSignal,
 ): Promise<RendezvousBundle> {
   checkEnvironmentId(environmentId);
-  const base = options.registryUrl.trim().replace(/\/+$/, '');
-  if (!/^https?:\/\//i.test(base)) {
-    throw new TetherError(
-      'invalid_argument',
-      `invalid registry URL ${JSON.stringify(options.registryUrl)}: use http(s)://`,
-    );
-  }
+  const base = checkRegistryUrl(options.registryUrl, options.allowInsecureRegistry);
   const post = options.fetch ? fetchPost(options.fetch) : nodePost;
   const deadline = Date.now() + (options.totalTimeoutMs ?? 14_000);
   let lastError: TetherError | null = null;

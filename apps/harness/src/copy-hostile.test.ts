@@ -1,0 +1,255 @@
+/**
+ * `cp -r` from an executor that lies: its listings name entries outside the destination, links, and trees
+ * that never end. A stand-in executor connection (only the harness side is under test) serves a made-up
+ * tree over `fs/*`; nothing may land outside the destination, and each refusal names the entry.
+ */
+import { createHash } from 'node:crypto';
+import {
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, relative } from 'node:path';
+import { type DirectoryEntry, type Environment, type EnvironmentFs, LocalFs, RemoteFs } from '@tether/client';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { copy, type Endpoint, MAX_TREE_DEPTH, SHA256SUM_OUTPUT_BYTES, sha256Of } from './copy.js';
+
+/** A made-up remote tree: directory path → its entries; files hold text. */
+type Tree = Record<string, Array<{ name: string; file?: string; link?: string }>>;
+
+/** What `fs/*` calls a stand-in executor answers for `tree`; `deep` makes every directory hold another. */
+function standIn(tree: Tree, deep = false) {
+  const pathOf = (uri: unknown) => decodeURIComponent(new URL(String(uri)).pathname);
+  const lookup = (path: string) => {
+    const slash = path.lastIndexOf('/');
+    const parent = path.slice(0, slash) || '/';
+    return tree[parent]?.find((entry) => entry.name === path.slice(slash + 1));
+  };
+  const isDirectory = (path: string) => deep || path in tree;
+  const handles = new Map<string, Buffer>();
+  const answer = (method: string, p: Record<string, unknown>): unknown => {
+    switch (method) {
+      case 'fs/getMetadata': {
+        const path = pathOf(p.path);
+        const entry = lookup(path);
+        const file = entry?.file;
+        return {
+          isDirectory: isDirectory(path),
+          isFile: file !== undefined,
+          isSymlink: entry?.link !== undefined,
+          size: file === undefined ? 0 : Buffer.byteLength(file),
+          createdAtMs: 0,
+          modifiedAtMs: 0,
+        };
+      }
+      case 'fs/readDirectory': {
+        const path = pathOf(p.path);
+        if (deep) return { entries: [{ fileName: 'd', isDirectory: true, isFile: false }] };
+        return {
+          entries: (tree[path] ?? []).map((entry) => ({
+            fileName: entry.name,
+            isDirectory: entry.file === undefined,
+            isFile: entry.file !== undefined,
+          })),
+        };
+      }
+      case 'fs/open':
+        handles.set(String(p.handleId), Buffer.from(lookup(pathOf(p.path))?.file ?? ''));
+        return { handleId: p.handleId };
+      case 'fs/readBlock': {
+        const data = handles.get(String(p.handleId)) ?? Buffer.alloc(0);
+        const offset = p.offset as number;
+        const len = p.len as number;
+        return { chunk: data.subarray(offset, offset + len).toString('base64'), eof: offset + len >= data.length };
+      }
+      case 'fs/close':
+        return {};
+      default:
+        throw new Error(`the stand-in does not answer ${method}`);
+    }
+  };
+  return answer;
+}
+
+/** The SDK's RemoteFs over the stand-in (it checks listings itself). */
+function remoteFs(tree: Tree, deep = false): RemoteFs {
+  const answer = standIn(tree, deep);
+  return new RemoteFs({
+    capabilities: () => new Set(),
+    call: async <T>(method: string, params?: unknown) => answer(method, (params ?? {}) as Record<string, unknown>) as T,
+  });
+}
+
+/** An EnvironmentFs that hands listings through unchecked: the copy's own checks must hold alone. */
+function uncheckedFs(tree: Tree): EnvironmentFs {
+  const fs = remoteFs(tree);
+  const raw = Object.create(fs) as EnvironmentFs;
+  raw.readDirectory = async (path: string) =>
+    (tree[path] ?? []).map(
+      (entry): DirectoryEntry => ({
+        fileName: entry.name,
+        isDirectory: entry.file === undefined,
+        isFile: entry.file !== undefined,
+      }),
+    );
+  return raw;
+}
+
+let box: string;
+let destination: string;
+beforeEach(() => {
+  box = mkdtempSync(join(tmpdir(), 'tether-hostile-cp-'));
+  destination = join(box, 'dst');
+  mkdirSync(destination);
+  writeFileSync(join(box, 'outside.txt'), 'untouched');
+  mkdirSync(join(box, 'outside-dir'));
+});
+afterEach(() => rmSync(box, { recursive: true, force: true }));
+
+/** Every path under the box but outside the destination, with its contents: what must not change. */
+function outsideDestination(): Record<string, string> {
+  const seen: Record<string, string> = {};
+  const walk = (dir: string) => {
+    for (const name of readdirSync(dir)) {
+      const path = join(dir, name);
+      if (path === destination) continue;
+      const info = lstatSync(path);
+      seen[relative(box, path)] = info.isDirectory()
+        ? '<dir>'
+        : info.isSymbolicLink()
+          ? '<link>'
+          : readFileSync(path, 'utf8');
+      if (info.isDirectory()) walk(path);
+    }
+  };
+  walk(box);
+  return seen;
+}
+
+const source = (fs: EnvironmentFs, path = '/tree'): Endpoint => ({
+  fs,
+  env: {} as Environment, // remote: read through its fs, never hashed locally
+  path,
+  label: `hostile:${path}`,
+});
+const local = (path: string): Endpoint => ({ fs: new LocalFs(), env: null, path, label: path });
+
+const BAD_NAMES: Array<[string, string]> = [
+  ['../../x', 'contains "/"'],
+  ['a/b', 'contains "/"'],
+  ['..', 'is ".."'],
+  ['', 'is empty'],
+  ['x\u0000y', 'contains a NUL byte'],
+];
+
+describe('cp -r from a hostile executor', () => {
+  for (const [name, why] of BAD_NAMES) {
+    it(`refuses the entry ${JSON.stringify(name)} and writes nothing outside the destination`, async () => {
+      const tree: Tree = {
+        '/tree': [
+          { name: 'ok', file: 'fine' },
+          { name, file: 'pwned' },
+        ],
+        '/tree/a': [{ name: 'b', file: 'pwned' }],
+      };
+      const before = outsideDestination();
+      // Through the SDK (RemoteFs checks the listing)…
+      await expect(copy(source(remoteFs(tree)), local(destination), { recursive: true })).rejects.toThrow(
+        `entry name ${JSON.stringify(name)} ${why}`,
+      );
+      // …and through a filesystem that does not: the copy's own check names the entry too.
+      await expect(copy(source(uncheckedFs(tree)), local(destination), { recursive: true })).rejects.toThrow(
+        `refusing entry ${JSON.stringify(name)} listed in /tree: the name ${why}`,
+      );
+      expect(outsideDestination()).toEqual(before);
+      expect(existsSync(join(box, 'x'))).toBe(false);
+    });
+  }
+
+  it('a link in the remote tree arrives as a regular file inside the destination, never as a link', async () => {
+    const claimed = join(box, 'evil-target');
+    const tree: Tree = { '/tree': [{ name: 'evil', file: 'what the link points to', link: claimed }] };
+    const before = outsideDestination();
+    await expect(copy(source(remoteFs(tree)), local(destination), { recursive: true })).resolves.toMatchObject({
+      files: 1,
+    });
+    const landed = join(destination, 'tree', 'evil');
+    expect(lstatSync(landed).isFile()).toBe(true);
+    expect(readFileSync(landed, 'utf8')).toBe('what the link points to');
+    expect(existsSync(claimed)).toBe(false);
+    expect(outsideDestination()).toEqual(before);
+  });
+
+  it('never writes through a link already in the destination that points outside it', async () => {
+    mkdirSync(join(destination, 'tree'));
+    symlinkSync(join(box, 'outside.txt'), join(destination, 'tree', 'evil'));
+    const before = outsideDestination();
+    const error = await copy(source(remoteFs({ '/tree': [{ name: 'evil', file: 'pwned' }] })), local(destination), {
+      recursive: true,
+    }).catch((err: unknown) => err);
+    expect((error as Error).message).toBe(
+      `refusing to write through the symbolic link ${join(destination, 'tree', 'evil')} inside the destination; remove it or copy elsewhere`,
+    );
+    expect(readFileSync(join(box, 'outside.txt'), 'utf8')).toBe('untouched');
+    expect(outsideDestination()).toEqual(before);
+  });
+
+  it('never descends into a directory link in the destination that points outside it', async () => {
+    mkdirSync(join(destination, 'tree'));
+    symlinkSync(join(box, 'outside-dir'), join(destination, 'tree', 'sub'));
+    const tree: Tree = { '/tree': [{ name: 'sub' }], '/tree/sub': [{ name: 'planted', file: 'pwned' }] };
+    await expect(copy(source(remoteFs(tree)), local(destination), { recursive: true })).rejects.toThrow(
+      `refusing to write through the symbolic link ${join(destination, 'tree', 'sub')}`,
+    );
+    expect(readdirSync(join(box, 'outside-dir'))).toEqual([]);
+  });
+
+  it('follows a destination root that is itself a link: the user named it', async () => {
+    symlinkSync(join(box, 'outside-dir'), join(box, 'chosen'));
+    await copy(source(remoteFs({ '/tree': [{ name: 'f', file: 'ok' }] })), local(join(box, 'chosen')), {
+      recursive: true,
+    });
+    expect(readFileSync(join(box, 'outside-dir', 'tree', 'f'), 'utf8')).toBe('ok');
+  });
+
+  it(`stops a tree that never ends at ${MAX_TREE_DEPTH} levels`, async () => {
+    await expect(copy(source(remoteFs({}, true)), local(destination), { recursive: true })).rejects.toThrow(
+      `nests directories deeper than ${MAX_TREE_DEPTH} levels`,
+    );
+  });
+});
+
+describe('hashing at a hostile destination', () => {
+  it(`keeps at most ${SHA256SUM_OUTPUT_BYTES} bytes of a sha256sum that never stops talking, then reads the file back`, async () => {
+    const file = join(box, 'hashed.bin');
+    writeFileSync(file, 'contents');
+    let pulled = 0;
+    let terminated = false;
+    const block = Buffer.alloc(1024 * 1024, 0x61);
+    const handle = {
+      async *[Symbol.asyncIterator]() {
+        for (let i = 0; i < 1024; i++) {
+          pulled++;
+          yield { kind: 'output', stream: 'stdout', seq: i + 1, chunk: block };
+        }
+      },
+      completion: Promise.resolve({ exitCode: 0 }),
+      terminate: async () => {
+        terminated = true;
+      },
+      dispose: () => undefined,
+    };
+    const env = { spawn: async () => handle } as unknown as Environment;
+    const digest = await sha256Of({ fs: new LocalFs(), env, path: file, label: file }, file);
+    expect(digest).toBe(createHash('sha256').update('contents').digest('hex'));
+    expect(terminated).toBe(true);
+    expect(pulled).toBeLessThanOrEqual(2);
+  });
+});

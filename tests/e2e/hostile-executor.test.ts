@@ -1,0 +1,172 @@
+/**
+ * The harness CLI bin against a hostile executor: a stand-in exec-server on a WebSocket (127.0.0.1:0) that
+ * speaks just enough JSON-RPC (`initialize`, `fs/*`) to serve a made-up tree whose listing names entries
+ * outside the destination (`../../x`, `a/b`, `..`, ``, a NUL) or a link. `harness cp -r --url` must refuse
+ * each with an error naming the entry, write nothing outside the destination, and never create a link.
+ * Only the harness side is under test here; the real executor never lists such names.
+ */
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import {
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { repoRoot } from '@tether/test-kit';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { WebSocketServer } from 'ws';
+
+/** Directory path → entries; an entry with `file` is a file holding that text, else a directory. */
+type Tree = Record<string, Array<{ name: string; file?: string; link?: string }>>;
+
+/** The tree the stand-in serves next (each test sets it). */
+let tree: Tree = {};
+
+function lookup(path: string) {
+  const slash = path.lastIndexOf('/');
+  return tree[path.slice(0, slash) || '/']?.find((entry) => entry.name === path.slice(slash + 1));
+}
+
+/** One JSON-RPC answer of the stand-in executor. */
+function answer(method: string, params: Record<string, unknown>, handles: Map<string, Buffer>): unknown {
+  const pathOf = (uri: unknown) => decodeURIComponent(new URL(String(uri)).pathname);
+  switch (method) {
+    case 'initialize':
+      return { sessionId: 'hostile-session', environmentInfo: { capabilities: {} } };
+    case 'fs/getMetadata': {
+      const path = pathOf(params.path);
+      const entry = lookup(path);
+      return {
+        isDirectory: path in tree,
+        isFile: entry?.file !== undefined,
+        isSymlink: entry?.link !== undefined,
+        size: Buffer.byteLength(entry?.file ?? ''),
+        createdAtMs: 0,
+        modifiedAtMs: 0,
+      };
+    }
+    case 'fs/readDirectory':
+      return {
+        entries: (tree[pathOf(params.path)] ?? []).map((entry) => ({
+          fileName: entry.name,
+          isDirectory: entry.file === undefined,
+          isFile: entry.file !== undefined,
+        })),
+      };
+    case 'fs/open':
+      handles.set(String(params.handleId), Buffer.from(lookup(pathOf(params.path))?.file ?? ''));
+      return { handleId: params.handleId };
+    case 'fs/readBlock': {
+      const data = handles.get(String(params.handleId)) ?? Buffer.alloc(0);
+      const offset = params.offset as number;
+      const len = params.len as number;
+      return { chunk: data.subarray(offset, offset + len).toString('base64'), eof: offset + len >= data.length };
+    }
+    case 'fs/close':
+      return {};
+    default:
+      return null;
+  }
+}
+
+let server: WebSocketServer;
+let url: string;
+beforeAll(async () => {
+  server = new WebSocketServer({ host: '127.0.0.1', port: 0 });
+  await once(server, 'listening');
+  url = `ws://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  server.on('connection', (socket) => {
+    const handles = new Map<string, Buffer>();
+    socket.on('message', (data) => {
+      const message = JSON.parse(String(data)) as { id?: number | string; method: string; params?: unknown };
+      if (message.id === undefined) return; // `initialized`
+      const result = answer(message.method, (message.params ?? {}) as Record<string, unknown>, handles);
+      socket.send(
+        JSON.stringify(
+          result === null
+            ? { id: message.id, error: { code: -32601, message: `${message.method} is not served here` } }
+            : { id: message.id, result },
+        ),
+      );
+    });
+  });
+});
+afterAll(async () => {
+  for (const client of server?.clients ?? []) client.terminate();
+  await new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve()));
+});
+
+let box: string;
+let destination: string;
+beforeEach(() => {
+  box = mkdtempSync(join(tmpdir(), 'tether-hostile-e2e-'));
+  destination = join(box, 'dst');
+  mkdirSync(destination);
+  writeFileSync(join(box, 'outside.txt'), 'untouched');
+  return () => rmSync(box, { recursive: true, force: true });
+});
+
+/** Every path in the box outside the destination: what a copy must leave alone. */
+function outsideDestination(): string[] {
+  return readdirSync(box, { recursive: true, encoding: 'utf8' })
+    .filter((path) => path !== 'dst' && !path.startsWith('dst/'))
+    .sort();
+}
+
+/** Runs the harness bin (the built CLI). */
+function harness(args: string[]): Promise<{ code: number | null; stderr: string }> {
+  const child = spawn(process.execPath, [join(repoRoot(), 'apps', 'harness', 'bin', 'harness.js'), ...args], {
+    env: { ...process.env, TETHER_REGISTRY_URL: '', TETHER_EXECUTOR_URL: '' },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  let stderr = '';
+  child.stderr.on('data', (d: Buffer) => {
+    stderr += d;
+  });
+  return new Promise((resolve, reject) => {
+    child.once('error', reject);
+    child.once('exit', (code) => resolve({ code, stderr }));
+  });
+}
+
+describe('harness cp -r (the CLI bin) from a hostile executor', () => {
+  for (const [name, why] of [
+    ['../../x', 'contains "/"'],
+    ['a/b', 'contains "/"'],
+    ['..', 'is ".."'],
+    ['', 'is empty'],
+    ['x\u0000y', 'contains a NUL byte'],
+  ] as const) {
+    it(`refuses the entry ${JSON.stringify(name)}, names it, and writes nothing outside the destination`, async () => {
+      tree = { '/tree': [{ name, file: 'pwned' }], '/tree/a': [{ name: 'b', file: 'pwned' }] };
+      const before = outsideDestination();
+      const result = await harness(['cp', '-r', '-q', '--url', url, 'hostile:/tree', destination]);
+      expect(result.code).toBe(1);
+      expect(result.stderr).toContain(`entry name ${JSON.stringify(name)} ${why}`);
+      expect(outsideDestination()).toEqual(before);
+      expect(existsSync(join(box, 'x'))).toBe(false);
+      expect(readFileSync(join(box, 'outside.txt'), 'utf8')).toBe('untouched');
+    });
+  }
+
+  it('copies a link entry (`evil -> outside`) as a regular file inside the destination, never as a link', async () => {
+    const claimed = join(box, 'evil-target');
+    tree = { '/tree': [{ name: 'evil', file: 'the link target', link: claimed }] };
+    const before = outsideDestination();
+    const result = await harness(['cp', '-r', '-q', '--url', url, 'hostile:/tree', destination]);
+    expect(result.code, result.stderr).toBe(0);
+    const landed = join(destination, 'tree', 'evil');
+    expect(lstatSync(landed).isFile()).toBe(true);
+    expect(readFileSync(landed, 'utf8')).toBe('the link target');
+    expect(existsSync(claimed)).toBe(false);
+    expect(outsideDestination()).toEqual(before);
+  });
+});
