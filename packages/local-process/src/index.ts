@@ -9,7 +9,7 @@ export {
   ProcessTable,
 } from './process-table.js';
 export { READ_BUFFER_BYTES, ReadBufferPool } from './read-pool.js';
-export { createReaper, type ProcessReaper } from './reaper.js';
+export { createReaper, type ProcessReaper, type ReaperOptions } from './reaper.js';
 export { DEFAULT_PTY_SIZE, pipeStdio } from './spawn.js';
 export { DEFAULT_STDIN_QUEUE_BYTES } from './stdin-writer.js';
 export type * from './types.js';

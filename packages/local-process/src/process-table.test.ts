@@ -38,6 +38,13 @@ afterEach(async () => {
   for (const dir of tempDirs.splice(0)) rmSync(dir, { recursive: true, force: true });
 });
 
+/** Whether `pid` leads its own session and process group (Linux /proc/<pid>/stat: pgid and sid). */
+function leadsOwnSession(pid: number): boolean {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const [, , pgid, sid] = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return Number(pgid) === pid && Number(sid) === pid;
+}
+
 /** Event snapshots as the seed compares them. */
 function snapshot(event: ProcessEvent): unknown {
   if (event.kind === 'output') return { seq: event.seq, stream: event.stream, text: event.chunk.toString() };
@@ -361,6 +368,29 @@ describe('lifecycle', () => {
       await waitFor(() => !isAlive(grandchild), `grandchild ${grandchild} to die`);
       // Codex: 137 (128 + SIGKILL) for a pipe child, 1 for a PTY child.
       expect((await collectUntilClosed(processes, id)).exitCode).toBe(tty ? 1 : 137);
+    }
+  });
+
+  it('terminate and shutdown kill descendants that left the group with setsid, tty or not', async () => {
+    const strays: number[] = [];
+    try {
+      for (const tty of [false, true]) {
+        const processes = table();
+        // `setsid` under a shell that waits: a new session and group, out of reach of the group kill.
+        for (const id of ['terminated', 'shut-down']) {
+          await processes.start(sh(id, 'setsid sleep 1000 & echo "stray:$!"; wait', { tty }));
+          const stray = Number(/stray:(\d+)/.exec(await readUntil(processes, id, '\n'))![1]);
+          strays.push(stray);
+          // Once setsid(1) has run, the stray leads a session and group of its own.
+          await waitFor(() => leadsOwnSession(stray), `pid ${stray} to call setsid`);
+        }
+        expect(processes.terminate('terminated')).toEqual({ running: true });
+        await waitFor(() => !isAlive(strays.at(-2)!), `the terminated process's stray ${strays.at(-2)} to die`);
+        await processes.shutdown();
+        await waitFor(() => !isAlive(strays.at(-1)!), `the shut-down process's stray ${strays.at(-1)} to die`);
+      }
+    } finally {
+      for (const pid of strays) if (isAlive(pid)) process.kill(pid, 'SIGKILL');
     }
   });
 

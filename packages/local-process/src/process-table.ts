@@ -456,10 +456,14 @@ export class ProcessTable {
     if (this.#entries.get(entry.processId) === entry) this.#entries.delete(entry.processId);
   }
 
-  /** SIGKILL to the group and the direct child. During shutdown a failure must not stop the others. */
+  /**
+   * SIGKILL to the group, the direct child and every descendant that left the group (setsid), and the
+   * reaper's adopted orphans from its session. During shutdown a failure must not stop the others.
+   */
   #kill(handle: SpawnedProcess, ignoreErrors = false): void {
     try {
       handle.kill();
+      this.#reaper?.killSession?.(handle.pid);
     } catch (err) {
       if (ignoreErrors) return;
       throw new ProcessError('signal_failed', `failed to signal process: ${(err as Error).message}`, { cause: err });

@@ -1,10 +1,11 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
+import { loadNativePipe } from '@tether/native-pipe';
 import { afterEach, describe, expect, it } from 'vitest';
 import { isAlive, waitFor } from './__tests__/helpers.js';
-import { createReaper, type ProcessReaper } from './reaper.js';
+import { createReaper, type ProcessReaper, type ReaperOptions } from './reaper.js';
 
 const FIXTURE = fileURLToPath(new URL('./__fixtures__/reaper-owner.ts', import.meta.url));
 
@@ -30,8 +31,8 @@ function sleeperGroup(): ChildProcess & { pid: number } {
   return child as ChildProcess & { pid: number };
 }
 
-function reaper(): ProcessReaper {
-  const created = createReaper();
+function reaper(options?: ReaperOptions): ProcessReaper {
+  const created = createReaper(options);
   reapers.push(created);
   return created;
 }
@@ -45,8 +46,15 @@ function ignores(pid: number, signals: number[]): boolean {
   return signals.every((signal) => (mask >> BigInt(signal - 1)) & 1n);
 }
 
-/** Starts the fixture owner and returns it with the JSON line it prints first. */
-async function owner(mode: 'children' | 'idle'): Promise<{ child: ChildProcess; report: Record<string, unknown> }> {
+type Report = Record<string, unknown>;
+
+/**
+ * Starts the fixture owner and returns it with the JSON line it prints first; `next()` waits for the
+ * following one.
+ */
+async function owner(
+  mode: 'children' | 'idle' | 'escaped' | 'escaped-close' | 'session',
+): Promise<{ child: ChildProcess; report: Report; next: () => Promise<Report> }> {
   const child = spawn(process.execPath, ['--import', 'tsx', '--conditions=tether-source', FIXTURE, mode], {
     stdio: ['ignore', 'pipe', 'inherit'],
   });
@@ -56,9 +64,16 @@ async function owner(mode: 'children' | 'idle'): Promise<{ child: ChildProcess; 
   child.stdout!.on('data', (text: string) => {
     output += text;
   });
-  await waitFor(() => output.includes('\n'), 'the owner fixture to report', 15_000);
-  return { child, report: JSON.parse(output.slice(0, output.indexOf('\n'))) };
+  let read = 0;
+  const next = async (): Promise<Report> => {
+    await waitFor(() => output.split('\n').length > read + 1, 'the owner fixture to report', 15_000);
+    return JSON.parse(output.split('\n')[read++]!) as Report;
+  };
+  return { child, report: await next(), next };
 }
+
+/** Whether /proc still has `pid`, alive or a zombie nobody reaped. */
+const hasProcEntry = (pid: number) => existsSync(`/proc/${pid}`);
 
 describe('createReaper', () => {
   it('kills the groups still tracked when its pipe closes', async () => {
@@ -119,5 +134,65 @@ describe('createReaper', () => {
     await once(child, 'exit');
     for (const pid of pids) await waitFor(() => !isAlive(pid), `pid ${pid} to die after its owner`);
     await waitFor(() => !isAlive(report.reaper as number), 'the watchdog to exit');
+  });
+
+  it('adopts nothing and is no subreaper unless asked to', () => {
+    const watchdog = reaper();
+    expect(watchdog.subreaper).toBe(false);
+    expect(watchdog.adopted).toEqual([]);
+  });
+});
+
+describe('createReaper({ subreaper: true })', () => {
+  it('is one per process, and close makes the process no subreaper again', async () => {
+    const first = reaper({ subreaper: true });
+    expect(first.subreaper).toBe(true);
+    expect(loadNativePipe()!.isChildSubreaper()).toBe(true);
+    // A second would take the first one's orphans for its own.
+    expect(reaper({ subreaper: true }).subreaper).toBe(false);
+    await first.close();
+    expect(loadNativePipe()!.isChildSubreaper()).toBe(false);
+  });
+
+  it('adopts descendants that escaped with setsid, reaps them as they exit, and they die with an owner that was SIGKILLed', async () => {
+    const { child, report } = await owner('escaped');
+    const escaped = report.escaped as number[];
+    const foreign = report.foreign as number[];
+    started.push(...escaped, ...foreign);
+    expect(report.subreaper).toBe(true);
+    // Both orphans, the one whose shell exited and the one whose subshell did, are the owner's children
+    // now, and adopted; the owner's own child_process children (spawned before and after) are not.
+    expect(report.parents).toEqual([report.owner, report.owner]);
+    expect(report.adopted).toEqual(expect.arrayContaining(escaped));
+    for (const pid of foreign) expect(report.adopted).not.toContain(pid);
+    // An adopted orphan that exits is reaped by the owner: no zombie is left in /proc.
+    process.kill(escaped[0]!, 'SIGKILL');
+    await waitFor(() => !hasProcEntry(escaped[0]!), `the owner to reap ${escaped[0]}`);
+    // The other dies with the owner, through the watchdog, though it is in no group the table knew.
+    expect(isAlive(escaped[1]!)).toBe(true);
+    child.kill('SIGKILL');
+    await once(child, 'exit');
+    await waitFor(() => !isAlive(escaped[1]!), `the escaped pid ${escaped[1]} to die after its owner`);
+    await waitFor(() => !isAlive(report.reaper as number), 'the watchdog to exit');
+  });
+
+  it('close kills and reaps every adopted orphan', async () => {
+    const { child, report, next } = await owner('escaped-close');
+    const escaped = report.escaped as number[];
+    started.push(...escaped, ...(report.foreign as number[]));
+    expect(report.subreaper).toBe(true);
+    // Gone before the owner exits, and not as zombies: the owner reaped them.
+    expect(await next()).toEqual({ left: [] });
+    if (child.exitCode === null) await once(child, 'exit');
+    expect(child.exitCode).toBe(0);
+  });
+
+  it('terminating a process kills the adopted orphans of its session (left its group with setpgid)', async () => {
+    const { child, report, next } = await owner('session');
+    started.push(report.stray as number);
+    expect(report.adopted).toBe(true);
+    expect(await next()).toEqual({ reaped: true });
+    if (child.exitCode === null) await once(child, 'exit');
+    expect(child.exitCode).toBe(0);
   });
 });

@@ -16,6 +16,8 @@ import { loadNativePipe, type NativePipe, nativePipeUnavailableReason } from '@t
 import { ptyMasterFd, ptySocket } from '@tether/user-read';
 import type { IPty } from 'node-pty';
 import { ProcessError } from './errors.js';
+import { forgetOwnChild, markOwnChild } from './orphans.js';
+import { descendantsOf } from './proc.js';
 import { type ReadBufferPool, readIntoPool } from './read-pool.js';
 import type { OutputStream, PtySize } from './types.js';
 
@@ -25,6 +27,8 @@ const FALLBACK_PATH = '/usr/local/bin:/usr/bin:/bin';
 /** Longest pause between retries of a PTY input write the kernel refused with EAGAIN (its buffer is ~4 KiB). */
 const PTY_WRITE_RETRY_MAX_MS = 10;
 const MAX_PTY_DIMENSION = 0xffff;
+/** Most descendants a kill looks for beyond the group (a fork bomb in the group dies with the group). */
+const MAX_STRAYS = 4096;
 
 export interface SpawnOptions {
   argv: readonly string[];
@@ -321,7 +325,7 @@ function spawnPipes(file: string, options: SpawnOptions, sink: ProcessSink): Pro
         exited,
         signalGroup: (signal) => signalGroup(pid, signal),
         kill: () => {
-          signalGroup(pid, 'SIGKILL');
+          killGroupAndStrays(pid);
           if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
         },
         resize: () => {
@@ -419,6 +423,8 @@ async function spawnPty(file: string, options: SpawnOptions, sink: ProcessSink):
     throw spawnError(err);
   }
   const pid = term.pid;
+  // Not child_process's: noted so that a subreaper's sweep does not take it for an orphan (orphans.ts).
+  markOwnChild(pid);
   // node-pty's master fd and socket are not in its typings: user-read checks them (privates.ts). Without
   // the fd, input goes through node-pty's own write, and no last output is drained on destroy.
   const masterFd = ptyMasterFd(term);
@@ -440,6 +446,7 @@ async function spawnPty(file: string, options: SpawnOptions, sink: ProcessSink):
   const exited = new Promise<void>((done) => {
     term.onExit(({ exitCode, signal }) => {
       exitedFired = true;
+      forgetOwnChild(pid);
       endStream();
       // portable-pty (Codex) reports exit code 1 for a PTY child killed by a signal.
       sink.exit(signal ? 1 : exitCode);
@@ -458,7 +465,7 @@ async function spawnPty(file: string, options: SpawnOptions, sink: ProcessSink):
       signalGroup(pid, signal, !exitedFired);
     },
     kill: () => {
-      signalGroup(pid, 'SIGKILL');
+      killGroupAndStrays(pid);
       if (!exitedFired) term.kill('SIGKILL');
     },
     resize: (newSize) => {
@@ -604,5 +611,33 @@ class PtyInput extends Writable {
     clearTimeout(this.#retryTimer);
     this.#settle(err ?? new Error('pty closed'));
     callback(err);
+  }
+}
+
+/**
+ * The teardown kill: SIGKILL to the group and to every descendant still linked to the child by parents,
+ * so one that left the group (setsid, setpgid: a daemon, `setsid sleep &` under a shell that waits) dies
+ * too. The descendants are stopped first and looked for again, so none forks meanwhile; all before the
+ * group dies, since a dead parent's children are reparented out of the tree. A descendant already
+ * orphaned (its parent exited earlier) is not in the tree: only a subreaper finds it (orphans.ts).
+ */
+function killGroupAndStrays(pid: number): void {
+  const first = descendantsOf(pid, MAX_STRAYS);
+  for (const descendant of first) signalProcess(descendant, 'SIGSTOP');
+  const strays = new Set([...first, ...(first.length > 0 ? descendantsOf(pid, MAX_STRAYS) : [])]);
+  // Stopped, they cannot fork; killed before the group, so that a failing group kill leaves none stopped.
+  for (const stray of strays) signalProcess(stray, 'SIGKILL');
+  signalGroup(pid, 'SIGKILL');
+}
+
+/**
+ * process.kill on one descendant, best effort: gone already (ESRCH), or not ours to signal (EPERM: a
+ * setuid program), is no reason to stop the teardown; the group kill that follows reports real failures.
+ */
+function signalProcess(pid: number, signal: NodeJS.Signals): void {
+  try {
+    process.kill(pid, signal);
+  } catch {
+    // See above.
   }
 }

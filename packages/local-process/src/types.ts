@@ -141,5 +141,10 @@ export interface Reaper {
   track(pgid: number): void;
   /** Forget it (the group is gone). */
   untrack(pgid: number): void;
+  /**
+   * The process leading session `sid` (a table child: its pid) is being killed: kill what escaped its
+   * group but is known to have been in its session (adopted orphans, with `subreaper`). Optional.
+   */
+  killSession?(sid: number): void;
   close(): Promise<void>;
 }

@@ -10,6 +10,11 @@
  *   open(context, nonce: 12 bytes, ad, sealed, out) -> boolean       out = plaintext (sealed.length - 16);
  *                                                                    false when authentication fails
  * `out` may be the very bytes being read (in place) or not overlap them at all.
+ *
+ * A context is an external tagged (napi_type_tag_object) as a sealing or an opening one, and every call
+ * checks the tag before it touches the pointer: any other value from JavaScript (an object, another
+ * addon's external, an opening context given to seal) is a TypeError, never a foreign pointer taken for
+ * an EVP_CIPHER_CTX.
  */
 #include <limits.h>
 #include <stdlib.h>
@@ -26,6 +31,10 @@ typedef struct {
   EVP_CIPHER_CTX *ctx;
   int encrypt;
 } Aead;
+
+/* Random, fixed: what napi_type_tag_object marks our externals with, one per direction. */
+static const napi_type_tag SEALING_TAG = {0x7e7b3a1c9d2f4e05ULL, 0xa3c1d8e2f0b94c61ULL};
+static const napi_type_tag OPENING_TAG = {0x2c5e8f13b7a04d92ULL, 0x96d4e1a07f3b5c28ULL};
 
 static napi_value fail(napi_env env, const char *message) {
   napi_throw_error(env, "ERR_TETHER_AEAD", message);
@@ -52,9 +61,14 @@ static void finalize(napi_env env, void *data, void *hint) {
   free(aead);
 }
 
-static Aead *context_of(napi_env env, napi_value value) {
+/* The context behind `value` if it is an external of ours tagged for this direction, else NULL. */
+static Aead *context_of(napi_env env, napi_value value, int encrypt) {
   napi_valuetype type;
+  bool tagged = false;
   if (napi_typeof(env, value, &type) != napi_ok || type != napi_external) return NULL;
+  if (napi_check_object_type_tag(env, value, encrypt ? &SEALING_TAG : &OPENING_TAG, &tagged) != napi_ok || !tagged) {
+    return NULL;
+  }
   void *data = NULL;
   if (napi_get_value_external(env, value, &data) != napi_ok) return NULL;
   return data;
@@ -73,9 +87,9 @@ static int record_arguments(napi_env env, napi_callback_info info, napi_value *a
     fail(env, usage);
     return 0;
   }
-  *aead = context_of(env, argv[0]);
+  *aead = context_of(env, argv[0], encrypt);
   if (!*aead || (*aead)->encrypt != encrypt) {
-    fail(env, encrypt ? "not a sealing context" : "not an opening context");
+    napi_throw_type_error(env, "ERR_INVALID_ARG_TYPE", encrypt ? "not a sealing context" : "not an opening context");
     return 0;
   }
   if (!bytes_of(env, argv[1], nonce, &nonce_length) || nonce_length != NONCE_BYTES) {
@@ -122,6 +136,10 @@ static napi_value create(napi_env env, napi_callback_info info) {
   if (napi_create_external(env, aead, finalize, NULL, &external) != napi_ok) {
     finalize(env, aead, NULL);
     return fail(env, "cannot wrap the cipher context");
+  }
+  /* Untagged, it would be refused by every call; the finalizer frees it with the external. */
+  if (napi_type_tag_object(env, external, aead->encrypt ? &SEALING_TAG : &OPENING_TAG) != napi_ok) {
+    return fail(env, "cannot tag the cipher context");
   }
   return external;
 }

@@ -1,5 +1,10 @@
+import { spawnSync } from 'node:child_process';
 import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
-import { describe, expect, it, vi } from 'vitest';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, describe, expect, it, vi } from 'vitest';
 import { loadNativeCrypto, type NativeCipherName, nativeCryptoUnavailableReason } from './index.js';
 
 const CIPHERS: NativeCipherName[] = ['AESGCM', 'ChaChaPoly'];
@@ -127,6 +132,85 @@ describe('native AEAD', () => {
       expect(fresh.nativeCryptoUnavailableReason()).toBe('TETHER_NATIVE_CRYPTO=off');
     } finally {
       vi.unstubAllEnvs();
+    }
+  });
+});
+
+const packageDir = fileURLToPath(new URL('..', import.meta.url));
+const scratch: string[] = [];
+afterAll(() => {
+  for (const dir of scratch.splice(0)) rmSync(dir, { recursive: true, force: true });
+});
+
+/**
+ * Compiles src/__fixtures__/foreign-external.c, another addon's externals, with cc against the headers
+ * the build uses (npm_config_nodedir, else beside node). Linux resolves its napi_* symbols from node at
+ * load; macOS needs them left undefined explicitly.
+ */
+function buildForeignAddon(): string {
+  const nodedir = process.env.npm_config_nodedir ?? dirname(dirname(process.execPath));
+  const dir = mkdtempSync(join(tmpdir(), 'tether-foreign-addon-'));
+  scratch.push(dir);
+  const out = join(dir, 'foreign.node');
+  const flags = process.platform === 'darwin' ? ['-undefined', 'dynamic_lookup'] : [];
+  const cc = spawnSync(
+    'cc',
+    [
+      '-shared',
+      '-fPIC',
+      '-DNAPI_VERSION=8',
+      `-I${join(nodedir, 'include', 'node')}`,
+      ...flags,
+      '-o',
+      out,
+      join(packageDir, 'src', '__fixtures__', 'foreign-external.c'),
+    ],
+    { encoding: 'utf8' },
+  );
+  expect(cc.stderr).toBe('');
+  expect(existsSync(out)).toBe(true);
+  return out;
+}
+
+/**
+ * Each wrong context against the raw binding's seal and open, in a child node: without the tag check a
+ * foreign pointer is taken for a cipher context, which crashes the process (or worse, does not).
+ */
+const WRONG_CONTEXTS = `
+const { createRequire } = require('node:module');
+const load = createRequire(process.cwd() + '/');
+const crypto = load('./native/build/Release/tether_crypto.node');
+const foreign = load(process.argv[1]);
+const key = new Uint8Array(32), nonce = new Uint8Array(12), none = new Uint8Array(0);
+const sealing = crypto.create(0, key, true), opening = crypto.create(0, key, false);
+const wrong = {
+  untaggedExternal: foreign.untagged(), otherTagExternal: foreign.tagged(), taggedObject: foreign.object(),
+  plainObject: {}, number: 7, openingForSeal: opening,
+};
+const results = {};
+for (const [name, context] of Object.entries(wrong)) {
+  for (const [call, run] of [
+    ['seal', () => crypto.seal(context, nonce, none, [new Uint8Array(4)], new Uint8Array(20))],
+    ['open', () => crypto.open(name === 'openingForSeal' ? sealing : context, nonce, none, new Uint8Array(20), new Uint8Array(4))],
+  ]) {
+    try { run(); results[name + '.' + call] = 'accepted'; }
+    catch (err) { results[name + '.' + call] = err.constructor.name + ': ' + err.message; }
+  }
+}
+console.log(JSON.stringify(results));
+`;
+
+describe('native AEAD contexts', () => {
+  it("refuses any other value as a context with a TypeError: objects, other addons' externals, the other direction", () => {
+    const foreign = buildForeignAddon();
+    const result = spawnSync(process.execPath, ['-e', WRONG_CONTEXTS, foreign], { cwd: packageDir, encoding: 'utf8' });
+    expect(result.signal).toBeNull();
+    expect(result.stderr).toBe('');
+    const results = JSON.parse(result.stdout) as Record<string, string>;
+    expect(Object.keys(results)).toHaveLength(12);
+    for (const [name, outcome] of Object.entries(results)) {
+      const direction = name.endsWith('.seal') ? 'sealing' : 'opening';
+      expect(outcome, name).toBe(`TypeError: not a${direction === 'opening' ? 'n' : ''} ${direction} context`);
     }
   });
 });

@@ -1,20 +1,42 @@
 /*
- * An anonymous pipe for Node, which has none: libuv makes a child's stdio "pipes" as socketpairs, and a
- * socket cannot be opened through /dev/stdout, /dev/stderr or /proc/self/fd/N (ENXIO), which a pipe can.
+ * Process primitives Node lacks, as one small N-API addon.
  *
- *   pipe() -> [readFd, writeFd]   both ends close-on-exec and blocking
- *          -> -errno              when the pipe cannot be made (EMFILE, ENFILE)
+ *   pipe() -> [readFd, writeFd]        both ends close-on-exec and blocking; -errno when none can be made
+ *   clearCloexec(fd) -> 0 | -errno     keeps fd open across execve (and remembers it: see execve)
+ *   execve(file, argv, envStrings)     replaces the process; returns -errno only when it cannot
+ *   setChildSubreaper(on = true) -> 1 | 0 | -errno   prctl(PR_SET_CHILD_SUBREAPER): 1 when on; 0 when
+ *                                      off or unsupported
+ *   isChildSubreaper() -> boolean      prctl(PR_GET_CHILD_SUBREAPER)
+ *   setDumpable(bool) -> 0 | -errno    prctl(PR_SET_DUMPABLE); a no-op off Linux
+ *   isDumpable() -> boolean            prctl(PR_GET_DUMPABLE); true off Linux
+ *   reapChild(pid) -> 1 | 0 | -errno   waitpid(pid, WNOHANG): reaped, still running, or not our child
  *
- * Close-on-exec is set atomically (pipe2): a child spawned by another thread between the pipe's creation
- * and a separate fcntl would otherwise keep an end open, and a write end held by a stranger means the
- * reader never sees EOF. Blocking, because the child's ends are meant to be handed over as they are;
+ * Pipes: close-on-exec is set atomically (pipe2): a child spawned by another thread between the pipe's
+ * creation and a separate fcntl would otherwise keep an end open, and a write end held by a stranger means
+ * the reader never sees EOF. Blocking, because the child's ends are meant to be handed over as they are;
  * libuv makes the parent's ends non-blocking itself when it opens them.
+ *
+ * Strings from JavaScript (execve's file, argv and environment) may hold NUL, which C would silently cut
+ * there (`"ls\0-la"` would run `ls`): any such string is a TypeError, and nothing is executed.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <node_api.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
+
+extern char **environ;
 
 static int make_pipe(int fds[2]) {
 #ifdef __APPLE__
@@ -53,9 +75,378 @@ static napi_value new_pipe(napi_env env, napi_callback_info info) {
   return result;
 }
 
+static napi_value int_result(napi_env env, int32_t value) {
+  napi_value result;
+  if (napi_create_int32(env, value, &result) != napi_ok) return NULL;
+  return result;
+}
+
+static napi_value bool_result(napi_env env, int value) {
+  napi_value result;
+  if (napi_get_boolean(env, value != 0, &result) != napi_ok) return NULL;
+  return result;
+}
+
+static napi_value type_error(napi_env env, const char *message) {
+  napi_throw_type_error(env, "ERR_INVALID_ARG_TYPE", message);
+  return NULL;
+}
+
+/* A non-negative int32 argument (an fd or a pid), or a TypeError. */
+static int int_argument(napi_env env, napi_callback_info info, const char *usage, int32_t *value) {
+  size_t argc = 1;
+  napi_value argv[1];
+  napi_valuetype type;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc != 1 ||
+      napi_typeof(env, argv[0], &type) != napi_ok || type != napi_number ||
+      napi_get_value_int32(env, argv[0], value) != napi_ok || *value < 0) {
+    type_error(env, usage);
+    return 0;
+  }
+  return 1;
+}
+
+/*
+ * The fds the caller cleared close-on-exec on: execve keeps these (and 0-2) and no other. A growable list,
+ * as the caller may hand over several; deduplicated.
+ */
+static int *kept_fds = NULL;
+static size_t kept_count = 0, kept_capacity = 0;
+
+static int keep_fd(int fd) {
+  for (size_t i = 0; i < kept_count; i++)
+    if (kept_fds[i] == fd) return 0;
+  if (kept_count == kept_capacity) {
+    size_t capacity = kept_capacity ? kept_capacity * 2 : 8;
+    int *grown = realloc(kept_fds, capacity * sizeof *grown);
+    if (!grown) return -ENOMEM;
+    kept_fds = grown;
+    kept_capacity = capacity;
+  }
+  kept_fds[kept_count++] = fd;
+  return 0;
+}
+
+static int is_kept(int fd) {
+  if (fd <= 2) return 1;
+  for (size_t i = 0; i < kept_count; i++)
+    if (kept_fds[i] == fd) return 1;
+  return 0;
+}
+
+static napi_value clear_cloexec(napi_env env, napi_callback_info info) {
+  int32_t fd;
+  if (!int_argument(env, info, "clearCloexec(fd) takes one fd, a non-negative integer", &fd)) return NULL;
+  int flags = fcntl(fd, F_GETFD);
+  if (flags < 0 || fcntl(fd, F_SETFD, flags & ~FD_CLOEXEC) != 0) return int_result(env, -errno);
+  int kept = keep_fd(fd);
+  return int_result(env, kept);
+}
+
+/* The UTF-8 bytes of a string argument, NUL-terminated and checked to hold no NUL of their own. */
+static char *c_string(napi_env env, napi_value value, const char *what) {
+  napi_valuetype type;
+  size_t length;
+  if (napi_typeof(env, value, &type) != napi_ok || type != napi_string ||
+      napi_get_value_string_utf8(env, value, NULL, 0, &length) != napi_ok) {
+    type_error(env, what);
+    return NULL;
+  }
+  char *text = malloc(length + 1);
+  if (!text) {
+    napi_throw_error(env, "ENOMEM", "out of memory");
+    return NULL;
+  }
+  size_t copied;
+  if (napi_get_value_string_utf8(env, value, text, length + 1, &copied) != napi_ok || copied != length) {
+    free(text);
+    type_error(env, what);
+    return NULL;
+  }
+  if (strlen(text) != length) {
+    free(text);
+    char message[160];
+    snprintf(message, sizeof message, "%s must not contain NUL bytes", what);
+    type_error(env, message);
+    return NULL;
+  }
+  return text;
+}
+
+static void free_strings(char **strings) {
+  if (!strings) return;
+  for (char **s = strings; *s; s++) free(*s);
+  free(strings);
+}
+
+/* A NULL-terminated char*[] from an array of strings; NULL (with an exception pending) when one is bad. */
+static char **c_strings(napi_env env, napi_value value, const char *what, int at_least_one) {
+  bool is_array;
+  uint32_t count;
+  if (napi_is_array(env, value, &is_array) != napi_ok || !is_array || napi_get_array_length(env, value, &count) != napi_ok ||
+      (at_least_one && count == 0)) {
+    char message[160];
+    snprintf(message, sizeof message, "%s must be an array of strings%s", what, at_least_one ? " (at least one)" : "");
+    type_error(env, message);
+    return NULL;
+  }
+  char **strings = calloc((size_t)count + 1, sizeof *strings);
+  if (!strings) {
+    napi_throw_error(env, "ENOMEM", "out of memory");
+    return NULL;
+  }
+  for (uint32_t i = 0; i < count; i++) {
+    napi_value element;
+    if (napi_get_element(env, value, i, &element) != napi_ok || !(strings[i] = c_string(env, element, what))) {
+      if (!strings[i]) {
+        bool pending = false;
+        napi_is_exception_pending(env, &pending);
+        if (!pending) type_error(env, what);
+      }
+      free_strings(strings);
+      return NULL;
+    }
+  }
+  return strings;
+}
+
+/*
+ * Everything execve changes before it calls the kernel, so that a failed execve gives the process back as
+ * it was: the fds it marked close-on-exec, the signal dispositions it reset, the signal mask.
+ */
+typedef struct {
+  int *marked;
+  size_t marked_count;
+  int stdio_cleared[3];
+  int reset[NSIG];
+  sigset_t mask;
+} ExecState;
+
+/* The open fds above 2, from /proc/self/fd (/dev/fd on macOS), else every number up to the fd limit. */
+static int *open_fds(size_t *count) {
+  size_t capacity = 64, n = 0;
+  int *fds = malloc(capacity * sizeof *fds);
+  if (!fds) return NULL;
+#ifdef __linux__
+  DIR *dir = opendir("/proc/self/fd");
+#else
+  DIR *dir = opendir("/dev/fd");
+#endif
+  if (dir) {
+    int own = dirfd(dir);
+    struct dirent *entry;
+    while ((entry = readdir(dir))) {
+      char *end;
+      long fd = strtol(entry->d_name, &end, 10);
+      if (*end != '\0' || end == entry->d_name || fd <= 2 || fd == own || fd > INT32_MAX) continue;
+      if (n == capacity) {
+        int *grown = realloc(fds, (capacity *= 2) * sizeof *grown);
+        if (!grown) {
+          closedir(dir);
+          free(fds);
+          return NULL;
+        }
+        fds = grown;
+      }
+      fds[n++] = (int)fd;
+    }
+    closedir(dir);
+  } else {
+    struct rlimit limit;
+    long max = getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY ? (long)limit.rlim_cur : 65536;
+    if (max > 1 << 20) max = 1 << 20;
+    for (long fd = 3; fd < max; fd++) {
+      if (fcntl((int)fd, F_GETFD) < 0) continue;
+      if (n == capacity) {
+        int *grown = realloc(fds, (capacity *= 2) * sizeof *grown);
+        if (!grown) {
+          free(fds);
+          return NULL;
+        }
+        fds = grown;
+      }
+      fds[n++] = (int)fd;
+    }
+  }
+  *count = n;
+  return fds;
+}
+
+/*
+ * Every fd above 2 that the caller did not keep becomes close-on-exec, and 0-2 lose it (Node opens its
+ * stdio close-on-exec; libuv clears it on a child's stdio the same way). Each change is remembered, to undo.
+ */
+static int mark_unkept_cloexec(ExecState *state) {
+  size_t count = 0;
+  int *fds = open_fds(&count);
+  if (!fds) return -ENOMEM;
+  for (int fd = 0; fd <= 2; fd++) {
+    int flags = fcntl(fd, F_GETFD);
+    state->stdio_cleared[fd] = flags >= 0 && (flags & FD_CLOEXEC) && fcntl(fd, F_SETFD, flags & ~FD_CLOEXEC) == 0;
+  }
+  state->marked = fds;
+  state->marked_count = 0;
+  for (size_t i = 0; i < count; i++) {
+    int flags = fcntl(fds[i], F_GETFD);
+    if (flags < 0 || (flags & FD_CLOEXEC) || is_kept(fds[i])) continue;
+    if (fcntl(fds[i], F_SETFD, flags | FD_CLOEXEC) == 0) fds[state->marked_count++] = fds[i];
+  }
+  return 0;
+}
+
+/*
+ * The signal state a child_process child starts with (libuv's): no signal ignored, none blocked. Handlers
+ * are reset by the kernel anyway; ignored signals would stay ignored across execve, and Node ignores
+ * SIGPIPE (a program writing to a closed pipe would get EPIPE instead of dying, unlike under a shell).
+ */
+static void reset_signals(ExecState *state) {
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &state->mask);
+  struct sigaction ignored, deflt;
+  memset(&deflt, 0, sizeof deflt);
+  deflt.sa_handler = SIG_DFL;
+  sigemptyset(&deflt.sa_mask);
+  for (int sig = 1; sig < NSIG; sig++) {
+    state->reset[sig] = 0;
+    if (sig == SIGKILL || sig == SIGSTOP) continue;
+    if (sigaction(sig, NULL, &ignored) != 0 || ignored.sa_handler != SIG_IGN) continue;
+    if (sigaction(sig, &deflt, NULL) == 0) state->reset[sig] = 1;
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  pthread_sigmask(SIG_SETMASK, &none, NULL);
+}
+
+static void restore(ExecState *state) {
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, NULL);
+  struct sigaction ignore;
+  memset(&ignore, 0, sizeof ignore);
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  for (int sig = 1; sig < NSIG; sig++)
+    if (state->reset[sig]) sigaction(sig, &ignore, NULL);
+  pthread_sigmask(SIG_SETMASK, &state->mask, NULL);
+  for (size_t i = 0; i < state->marked_count; i++) {
+    int flags = fcntl(state->marked[i], F_GETFD);
+    if (flags >= 0) fcntl(state->marked[i], F_SETFD, flags & ~FD_CLOEXEC);
+  }
+  for (int fd = 0; fd <= 2; fd++) {
+    int flags = fcntl(fd, F_GETFD);
+    if (state->stdio_cleared[fd] && flags >= 0) fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+  }
+  free(state->marked);
+}
+
+static napi_value exec_program(napi_env env, napi_callback_info info) {
+  size_t argc = 3;
+  napi_value args[3];
+  if (napi_get_cb_info(env, info, &argc, args, NULL, NULL) != napi_ok || argc != 3) {
+    return type_error(env, "execve(file, argv, env) takes three arguments");
+  }
+  char *file = c_string(env, args[0], "execve's file");
+  if (!file) return NULL;
+  char **argv = c_strings(env, args[1], "execve's argv", 1);
+  if (!argv) {
+    free(file);
+    return NULL;
+  }
+  char **envp = c_strings(env, args[2], "execve's env", 0);
+  if (!envp) {
+    free(file);
+    free_strings(argv);
+    return NULL;
+  }
+  ExecState state;
+  int error = mark_unkept_cloexec(&state);
+  if (error == 0) {
+    reset_signals(&state);
+    execve(file, argv, envp);
+    error = -errno;
+    restore(&state);
+  }
+  free(file);
+  free_strings(argv);
+  free_strings(envp);
+  return int_result(env, error);
+}
+
+static napi_value set_child_subreaper(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value argv[1];
+  bool on = true;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc > 1 ||
+      (argc == 1 && napi_get_value_bool(env, argv[0], &on) != napi_ok)) {
+    return type_error(env, "setChildSubreaper(on?) takes at most one boolean");
+  }
+#if defined(__linux__) && defined(PR_SET_CHILD_SUBREAPER)
+  if (prctl(PR_SET_CHILD_SUBREAPER, on ? 1 : 0, 0, 0, 0) == 0) return int_result(env, on ? 1 : 0);
+  return int_result(env, errno == EINVAL ? 0 : -errno);
+#else
+  (void)on;
+  return int_result(env, 0);
+#endif
+}
+
+static napi_value is_child_subreaper(napi_env env, napi_callback_info info) {
+  (void)info;
+#if defined(__linux__) && defined(PR_GET_CHILD_SUBREAPER)
+  int value = 0;
+  if (prctl(PR_GET_CHILD_SUBREAPER, &value, 0, 0, 0) != 0) value = 0;
+  return bool_result(env, value);
+#else
+  return bool_result(env, 0);
+#endif
+}
+
+static napi_value set_dumpable(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value argv[1];
+  bool dumpable;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc != 1 ||
+      napi_get_value_bool(env, argv[0], &dumpable) != napi_ok) {
+    return type_error(env, "setDumpable(dumpable) takes one boolean");
+  }
+#ifdef __linux__
+  if (prctl(PR_SET_DUMPABLE, dumpable ? 1 : 0, 0, 0, 0) != 0) return int_result(env, -errno);
+#endif
+  return int_result(env, 0);
+}
+
+static napi_value is_dumpable(napi_env env, napi_callback_info info) {
+  (void)info;
+#ifdef __linux__
+  return bool_result(env, prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) == 1);
+#else
+  return bool_result(env, 1);
+#endif
+}
+
+static napi_value reap_child(napi_env env, napi_callback_info info) {
+  int32_t pid;
+  if (!int_argument(env, info, "reapChild(pid) takes one pid, a positive integer", &pid)) return NULL;
+  if (pid == 0) return type_error(env, "reapChild(pid) takes one pid, a positive integer");
+  int status;
+  pid_t done;
+  do {
+    done = waitpid(pid, &status, WNOHANG);
+  } while (done < 0 && errno == EINTR);
+  if (done < 0) return int_result(env, -errno);
+  return int_result(env, done == pid ? 1 : 0);
+}
+
 NAPI_MODULE_INIT() {
   napi_property_descriptor methods[] = {
       {"pipe", NULL, new_pipe, NULL, NULL, NULL, napi_default, NULL},
+      {"clearCloexec", NULL, clear_cloexec, NULL, NULL, NULL, napi_default, NULL},
+      {"execve", NULL, exec_program, NULL, NULL, NULL, napi_default, NULL},
+      {"setChildSubreaper", NULL, set_child_subreaper, NULL, NULL, NULL, napi_default, NULL},
+      {"isChildSubreaper", NULL, is_child_subreaper, NULL, NULL, NULL, napi_default, NULL},
+      {"setDumpable", NULL, set_dumpable, NULL, NULL, NULL, napi_default, NULL},
+      {"isDumpable", NULL, is_dumpable, NULL, NULL, NULL, napi_default, NULL},
+      {"reapChild", NULL, reap_child, NULL, NULL, NULL, napi_default, NULL},
   };
   if (napi_define_properties(env, exports, sizeof methods / sizeof methods[0], methods) != napi_ok) return NULL;
   return exports;

@@ -1,8 +1,10 @@
 import { spawnSync } from 'node:child_process';
-import { closeSync, fstatSync, readFileSync, readSync, writeSync } from 'node:fs';
+import { closeSync, fstatSync, openSync, readFileSync, readSync, writeSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { loadNativePipe, nativePipeUnavailableReason } from './index.js';
 
+const FIXTURE = fileURLToPath(new URL('./__fixtures__/process-calls.ts', import.meta.url));
 const O_ACCMODE = 0o3;
 const O_WRONLY = 0o1;
 const O_NONBLOCK = 0o4000;
@@ -112,5 +114,96 @@ describe('native pipe', () => {
     } finally {
       vi.unstubAllEnvs();
     }
+  });
+});
+
+/**
+ * Runs the fixture in its own node (execve replaces the caller; the prctl flags are per process) and
+ * returns its first JSON line and the rest of its stdout. The child has fd 20 open and not close-on-exec,
+ * which nobody asks to keep (Node marks its lowest inherited fds close-on-exec, not that one).
+ */
+function runFixture(mode: string) {
+  const leak = openSync('/dev/null', 'r');
+  opened.push(leak);
+  const result = spawnSync(process.execPath, ['--import', 'tsx', FIXTURE, mode], {
+    cwd: new URL('..', import.meta.url).pathname,
+    encoding: 'utf8',
+    stdio: ['ignore', 'pipe', 'pipe', ...Array<'ignore'>(17).fill('ignore'), leak],
+  });
+  expect(result.stderr).toBe('');
+  const [first, ...rest] = result.stdout.split('\n');
+  return { pid: result.pid, report: JSON.parse(first!) as Record<string, unknown>, rest, status: result.status };
+}
+
+/** SIGPIPE's bit in a /proc/<pid>/status signal mask. */
+const SIGPIPE_BIT = 1n << 12n;
+
+describe('execve', () => {
+  it('replaces the process with exactly the given argv and env, keeping only 0-2 and the fds cleared for it', () => {
+    const { pid, report, rest, status } = runFixture('exec');
+    expect(status).toBe(0);
+    const lines = rest.filter((line) => line !== '');
+    const values = (prefix: string) => lines.filter((l) => l.startsWith(prefix)).map((l) => l.slice(prefix.length));
+    // The same process: execve, not a child.
+    expect(report.pid).toBe(pid);
+    expect(values('pid ')).toEqual([String(pid)]);
+    // /proc/<pid>/cmdline, one line per line of it: argv[0] as given, the (multi-line) script, the rest.
+    const args = values('arg ');
+    expect(args.slice(0, 2)).toEqual(['tether-sh', '-c']);
+    expect(args.slice(-2)).toEqual(['one', 'two words']);
+    // Only the given variables (sh adds its own PWD, which it sets in every shell).
+    expect(values('env ').filter((v) => !v.startsWith('PWD='))).toEqual(['EMPTY=', 'ONLY=this']);
+    // 0-2, and the pipe end given to clearCloexec; not the leaked fd 20 (open until the exec) nor the read end.
+    expect(report.leakOpen).toBe(true);
+    const fds = lines.filter((line) => /^\d+$/.test(line)).map(Number);
+    expect(fds.sort((a, b) => a - b)).toEqual([0, 1, 2, report.kept]);
+    // A child_process child's signal state: Node ignores SIGPIPE, the new program does not; nothing blocked.
+    expect(BigInt(`0x${values('SigIgn:\t')[0]}`) & SIGPIPE_BIT).toBe(0n);
+    expect(values('SigBlk:\t')).toEqual(['0000000000000000']);
+  });
+
+  it('refuses NUL in any string and bad env names with a TypeError, and a failed exec leaves the process as it was', () => {
+    const { report, status } = runFixture('refused');
+    expect(status).toBe(0);
+    for (const key of ['nulInArg', 'nulInFile', 'nulInValue', 'nameWithEquals', 'noArgv', 'notString']) {
+      expect(report[key], key).toMatchObject({ name: 'TypeError' });
+    }
+    expect(report.nulInArg).toMatchObject({ message: "execve's argv must not contain NUL bytes" });
+    expect(report.nulInFile).toMatchObject({ message: "execve's file must not contain NUL bytes" });
+    expect(report.nulInValue).toMatchObject({ message: "execve's env must not contain NUL bytes" });
+    expect(report.missing).toEqual({
+      name: 'Error',
+      message: "ENOENT: no such file or directory, execve '/no/such/program'",
+      code: 'ENOENT',
+      syscall: 'execve',
+    });
+    // Undone after the failure: the fds it marked, the signals it reset.
+    expect(report).toMatchObject({ keptStaysOpen: true, leakNotMarked: true, readStaysCloseOnExec: true });
+    expect(BigInt(`0x${report.ignoredSignals}`) & SIGPIPE_BIT).toBe(SIGPIPE_BIT);
+    expect(report.badFd).toMatchObject({ code: 'EBADF', syscall: 'fcntl' });
+  });
+});
+
+describe('prctl', () => {
+  it('setChildSubreaper makes orphaned descendants children of this process, which reapChild reaps; false turns it off', () => {
+    const { pid, report } = runFixture('subreaper');
+    expect(report).toEqual({
+      pid,
+      before: false,
+      set: true,
+      after: true,
+      // The shell's background sleep, orphaned when the shell exited, was reparented here, not to init.
+      parent: pid,
+      runningReaped: false,
+      goneAfterReap: 'ENOENT',
+      notOurs: 'ECHILD',
+      unset: false,
+      afterUnset: false,
+    });
+  });
+
+  it('setDumpable clears and restores the dumpable flag', () => {
+    const { report } = runFixture('dumpable');
+    expect(report).toMatchObject({ before: true, cleared: false, restored: true, badArg: { name: 'TypeError' } });
   });
 });

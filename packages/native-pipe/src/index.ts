@@ -1,11 +1,15 @@
 import { createRequire } from 'node:module';
+import { constants as osConstants } from 'node:os';
 import { getSystemErrorMap } from 'node:util';
 
 /**
- * Anonymous pipes (native/pipe.c), which Node cannot make: a child spawned with `stdio: 'pipe'` gets
- * libuv's socketpairs, and a program that opens `/dev/stdout`, `/dev/stderr` or `/dev/stdin` (`tee
- * /dev/stderr`, `echo x > /dev/stderr`) fails on a socket with ENXIO. sshd and Codex's exec-server give
- * their children pipes.
+ * Process primitives Node lacks (native/pipe.c). Anonymous pipes: a child spawned with `stdio: 'pipe'`
+ * gets libuv's socketpairs, and a program that opens `/dev/stdout`, `/dev/stderr` or `/dev/stdin` (`tee
+ * /dev/stderr`, `echo x > /dev/stderr`) fails on a socket with ENXIO; sshd and Codex's exec-server give
+ * their children pipes. And for the executor's own hardening: re-exec without a secret in the
+ * environment (`execve`, `clearCloexec`), keeping same-user processes out of its memory and
+ * `/proc/<pid>/environ` (`setDumpable`), and adopting orphaned descendants (`setChildSubreaper`,
+ * `reapChild`).
  */
 export interface NativePipe {
   /**
@@ -14,11 +18,61 @@ export interface NativePipe {
    * `ENFILE`; syscall `pipe2`) when no pipe can be made.
    */
   pipe(): [readFd: number, writeFd: number];
+  /**
+   * Clears close-on-exec on `fd`, so that it survives `execve` (and is inherited by any child spawned
+   * meanwhile: call it right before `execve`). Throws an errno error (`EBADF`; syscall `fcntl`).
+   */
+  clearCloexec(fd: number): void;
+  /**
+   * Replaces this process with `file` (a path, not searched in PATH), `argv` (argv[0] included, at
+   * least one) and exactly `env`. Only fds 0-2 and those passed to `clearCloexec` stay open in the new
+   * program; every other fd is made close-on-exec first. The new program starts with the signal state of a
+   * child_process child: nothing ignored (Node ignores SIGPIPE), nothing blocked. A string holding NUL,
+   * an env name that is empty or holds `=`, is a TypeError and nothing runs. Returns only by throwing an
+   * errno error (`ENOENT`, `EACCES`…; syscall `execve`), the process then as it was (fd flags, signals).
+   */
+  execve(file: string, argv: readonly string[], env: Readonly<Record<string, string>>): never;
+  /**
+   * Makes this process a child subreaper (Linux `prctl(PR_SET_CHILD_SUBREAPER)`): an orphaned descendant,
+   * e.g. one that left its group with setsid and outlived its parent, becomes this process's child instead
+   * of init's, so it can still be found, killed and must be reaped (`reapChild`). False where the system
+   * has no subreapers (not Linux, or Linux before 3.4), and after `setChildSubreaper(false)`, which turns
+   * it off again (children adopted meanwhile stay children). Preserved across execve.
+   */
+  setChildSubreaper(on?: boolean): boolean;
+  /** Whether this process is a child subreaper (`prctl(PR_GET_CHILD_SUBREAPER)`). */
+  isChildSubreaper(): boolean;
+  /**
+   * `prctl(PR_SET_DUMPABLE)`: not dumpable, `/proc/<pid>/` (environ, mem, fds) belongs to root and other
+   * processes of the same user cannot ptrace this one or read it. Linux only: elsewhere a no-op. Reset to
+   * dumpable by execve.
+   */
+  setDumpable(dumpable: boolean): void;
+  /** `prctl(PR_GET_DUMPABLE)`; true off Linux. */
+  isDumpable(): boolean;
+  /**
+   * `waitpid(pid, WNOHANG)` for a child libuv does not know (an adopted orphan): true when it had exited
+   * and is now reaped, false while it runs. Never call it on a child_process or node-pty child: their exit
+   * would be lost. Throws an errno error (`ECHILD`: not a child of this process; syscall `waitpid`).
+   */
+  reapChild(pid: number): boolean;
 }
 
 interface Binding {
   /** The two fds, or -errno. */
   pipe(): [number, number] | number;
+  /** 0 or -errno. */
+  clearCloexec(fd: number): number;
+  /** -errno (it returns only on failure). */
+  execve(file: string, argv: readonly string[], env: string[]): number;
+  /** 1 when on, 0 when off or unsupported, or -errno. */
+  setChildSubreaper(on: boolean): number;
+  isChildSubreaper(): boolean;
+  /** 0 or -errno. */
+  setDumpable(dumpable: boolean): number;
+  isDumpable(): boolean;
+  /** 1 reaped, 0 running, or -errno. */
+  reapChild(pid: number): number;
 }
 
 let loaded: { native: NativePipe | null; error: string | null } | undefined;
@@ -54,16 +108,69 @@ function load(): { native: NativePipe | null; error: string | null } {
         if (typeof fds === 'number') throw errnoError(fds, 'pipe2');
         return fds;
       },
+      clearCloexec(fd) {
+        check(binding.clearCloexec(fd), 'fcntl');
+      },
+      execve(file, argv, env) {
+        const errno = binding.execve(file, argv, envStrings(env));
+        throw errnoError(errno, 'execve', file);
+      },
+      setChildSubreaper(on = true) {
+        if (typeof on !== 'boolean') throw new TypeError('setChildSubreaper(on) takes a boolean');
+        return check(binding.setChildSubreaper(on), 'prctl') === 1;
+      },
+      isChildSubreaper: () => binding.isChildSubreaper(),
+      setDumpable(dumpable) {
+        if (typeof dumpable !== 'boolean') throw new TypeError('setDumpable(dumpable) takes one boolean');
+        check(binding.setDumpable(dumpable), 'prctl');
+      },
+      isDumpable: () => binding.isDumpable(),
+      reapChild(pid) {
+        if (!Number.isSafeInteger(pid) || pid <= 0) throw new TypeError(`reapChild: not a pid: ${pid}`);
+        return check(binding.reapChild(pid), 'waitpid') === 1;
+      },
     },
   };
 }
 
-/** The error Node's own fs calls throw: `EMFILE: too many open files, pipe2`, with code, errno and syscall. */
-function errnoError(errno: number, syscall: string): NodeJS.ErrnoException {
-  const [code, description] = getSystemErrorMap().get(errno) ?? [`Unknown system error ${errno}`, 'unknown error'];
-  const error: NodeJS.ErrnoException = new Error(`${code}: ${description}, ${syscall}`);
+/** libuv's map lacks some (ECHILD): the name from os.constants. */
+function errnoName(errno: number): string {
+  const entry = Object.entries(osConstants.errno).find(([, value]) => value === -errno);
+  return entry?.[0] ?? `Unknown system error ${errno}`;
+}
+
+/** A binding's result: a negative number is -errno. */
+function check(result: number, syscall: string): number {
+  if (result < 0) throw errnoError(result, syscall);
+  return result;
+}
+
+/**
+ * `NAME=value` strings for execve. Names are checked here (the C side cannot tell a name's `=` from the
+ * separator); NUL anywhere is refused by the addon too, for argv and file as well.
+ */
+function envStrings(env: Readonly<Record<string, string>>): string[] {
+  if (typeof env !== 'object' || env === null) throw new TypeError("execve's env must be an object of strings");
+  return Object.entries(env).map(([name, value]) => {
+    if (name === '' || name.includes('=') || name.includes('\0')) {
+      throw new TypeError(`execve's env: name ${JSON.stringify(name)} must be non-empty without = or NUL`);
+    }
+    if (typeof value !== 'string') throw new TypeError(`execve's env: ${name} must be a string`);
+    return `${name}=${value}`;
+  });
+}
+
+/**
+ * The error Node's own fs calls throw: `EMFILE: too many open files, pipe2` (`ENOENT: no such file or
+ * directory, execve '/no/such'` with a path), with code, errno, syscall and path.
+ */
+function errnoError(errno: number, syscall: string, path?: string): NodeJS.ErrnoException {
+  const [code, description] = getSystemErrorMap().get(errno) ?? [errnoName(errno), `errno ${-errno}`];
+  const where = path === undefined ? syscall : `${syscall} '${path}'`;
+  const error: NodeJS.ErrnoException = new Error(`${code}: ${description}, ${where}`);
   error.code = code;
   error.errno = errno;
   error.syscall = syscall;
+  if (path !== undefined) error.path = path;
   return error;
 }

@@ -1,0 +1,119 @@
+/**
+ * A separate process for index.test.ts, run as `node --import tsx process-calls.ts <mode>`: execve
+ * replaces the process that calls it, and the subreaper and dumpable flags are the process's own, so
+ * the test process must not be the one that changes them. Each mode prints one JSON line.
+ *
+ * The test starts it with fd 20 inherited (open, not close-on-exec, and never given to clearCloexec: a
+ * leak, as an addon's fd could be).
+ *
+ * - `exec`: makes a pipe, clears close-on-exec on its write end only, and execs /bin/sh, which prints
+ *   its pid, argv, env, open fds and signal masks.
+ * - `refused`: execve calls that must throw (NUL in a string, a bad env name, a missing file), then the
+ *   state after the failed one (the kept fd is still not close-on-exec, an unkept one still is not
+ *   marked, SIGPIPE is still ignored as Node has it).
+ * - `subreaper`: sets it, starts `sleep` in the background of a shell that exits, and reports the
+ *   orphan's parent, then kills and reaps it.
+ * - `dumpable`: clears the flag and reports the getter before and after.
+ */
+import { spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { loadNativePipe } from '../index.js';
+
+const native = loadNativePipe();
+if (native === null) throw new Error('the addon is not built');
+const mode = process.argv[2];
+const LEAK = 20;
+const O_CLOEXEC = 0o2000000;
+const print = (value: unknown) => process.stdout.write(`${JSON.stringify(value)}\n`);
+
+/** The fd flags line of /proc/self/fdinfo/<fd>, as a number (octal there). */
+function fdFlags(fd: number): number {
+  const line = readFileSync(`/proc/self/fdinfo/${fd}`, 'utf8')
+    .split('\n')
+    .find((l) => l.startsWith('flags:'));
+  return Number.parseInt(line!.slice('flags:'.length).trim(), 8);
+}
+
+function ignoredSignals(): string {
+  return readFileSync('/proc/self/status', 'utf8')
+    .split('\n')
+    .find((l) => l.startsWith('SigIgn:'))!
+    .slice('SigIgn:'.length)
+    .trim();
+}
+
+/** What a call threw, as plain data. */
+function thrown(call: () => unknown): Record<string, unknown> {
+  try {
+    call();
+    return { threw: false };
+  } catch (err) {
+    const e = err as NodeJS.ErrnoException;
+    return { name: e.name, message: e.message, code: e.code, syscall: e.syscall };
+  }
+}
+
+/**
+ * What the exec'd shell reports. Its signal masks are read by the shell itself with builtins (while it
+ * waits for a child, dash blocks every signal), and ls lists the shell's fds straight to stdout (in a
+ * pipeline or $(…) the shell would hold a pipe of its own meanwhile).
+ */
+const REPORT = [
+  'echo "pid $$"',
+  'while IFS= read -r line; do case $line in Sig[IB]*) echo "$line" ;; esac; done </proc/$$/status',
+  "tr '\\0' '\\n' </proc/$$/cmdline | sed 's/^/arg /'",
+  'env | sort | sed "s/^/env /"',
+  'ls -1 /proc/$$/fd',
+].join('\n');
+
+if (mode === 'exec') {
+  const [readFd, writeFd] = native.pipe();
+  native.clearCloexec(writeFd);
+  print({ pid: process.pid, kept: writeFd, closeOnExec: readFd, leakOpen: (fdFlags(LEAK) & O_CLOEXEC) === 0 });
+  native.execve('/bin/sh', ['tether-sh', '-c', REPORT, 'one', 'two words'], { ONLY: 'this', EMPTY: '' });
+} else if (mode === 'refused') {
+  const [readFd, writeFd] = native.pipe();
+  native.clearCloexec(writeFd);
+  print({
+    nulInArg: thrown(() => native.execve('/bin/sh', ['sh', '-c', 'echo ran\0 x'], {})),
+    nulInFile: thrown(() => native.execve('/bin/sh\0x', ['sh'], {})),
+    nulInValue: thrown(() => native.execve('/bin/sh', ['sh'], { A: 'b\0c' })),
+    nameWithEquals: thrown(() => native.execve('/bin/sh', ['sh'], { 'A=B': 'c' })),
+    noArgv: thrown(() => native.execve('/bin/sh', [], {})),
+    notString: thrown(() => native.execve('/bin/sh', ['sh', 1 as unknown as string], {})),
+    missing: thrown(() => native.execve('/no/such/program', ['x'], {})),
+    keptStaysOpen: (fdFlags(writeFd) & O_CLOEXEC) === 0,
+    leakNotMarked: (fdFlags(LEAK) & O_CLOEXEC) === 0,
+    readStaysCloseOnExec: (fdFlags(readFd) & O_CLOEXEC) !== 0,
+    ignoredSignals: ignoredSignals(),
+    badFd: thrown(() => native.clearCloexec(100_000)),
+  });
+} else if (mode === 'subreaper') {
+  const before = native.isChildSubreaper();
+  const set = native.setChildSubreaper();
+  const shell = spawnSync('/bin/sh', ['-c', 'sleep 1000 >/dev/null 2>&1 & echo $!'], { encoding: 'utf8' });
+  const orphan = Number(shell.stdout.trim());
+  const stat = readFileSync(`/proc/${orphan}/stat`, 'utf8');
+  const parent = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+  const runningReaped = native.reapChild(orphan);
+  process.kill(orphan, 'SIGKILL');
+  while (!native.reapChild(orphan)) Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 5);
+  print({
+    pid: process.pid,
+    before,
+    set,
+    after: native.isChildSubreaper(),
+    parent,
+    runningReaped,
+    goneAfterReap: thrown(() => readFileSync(`/proc/${orphan}/stat`)).code,
+    notOurs: thrown(() => native.reapChild(1)).code,
+    unset: native.setChildSubreaper(false),
+    afterUnset: native.isChildSubreaper(),
+  });
+} else if (mode === 'dumpable') {
+  const before = native.isDumpable();
+  native.setDumpable(false);
+  const cleared = native.isDumpable();
+  native.setDumpable(true);
+  print({ before, cleared, restored: native.isDumpable(), badArg: thrown(() => native.setDumpable(0 as never)) });
+}
