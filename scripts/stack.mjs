@@ -5,7 +5,9 @@
 //   node scripts/stack.mjs [--data-dir DIR] [--registry-port 8080] [--relay-port 8081] [--environment-id local]
 //
 // Everything it creates (database, signing key, API keys) lives in the data directory (default ./data);
-// a second start reuses it. The harness key is written to DATA/harness.key (mode 0600).
+// a second start reuses it. Each key is scoped to what its holder needs: the relay's may only heartbeat its own
+// node URL, the executor's and harness's act on the one environment. The harness key is written to DATA/harness.key
+// (mode 0600); the executor reads its key from DATA/executor.key, never from its environment.
 import { spawn, spawnSync } from 'node:child_process';
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
@@ -45,13 +47,16 @@ for (const app of ['registry', 'relay', 'executor', 'harness']) {
 }
 mkdirSync(dataDir, { recursive: true, mode: 0o700 });
 
-/** Returns the token stored in DATA/NAME.key, creating the key in the registry's database first. */
-function key(name, role) {
+/**
+ * Returns the token stored in DATA/NAME.key, creating the key in the registry's database first with the given
+ * `keys create` flags (its scope). Writes the file before returning, so its path can be handed over instead.
+ */
+function key(name, role, scope) {
   const file = join(dataDir, `${name}.key`);
   if (existsSync(file)) return readFileSync(file, 'utf8').trim();
   const created = spawnSync(
     process.execPath,
-    [bin('registry'), 'keys', 'create', '--database', database, '--role', role, '--label', `stack ${name}`],
+    [bin('registry'), 'keys', 'create', '--database', database, '--role', role, ...scope, '--label', `stack ${name}`],
     { encoding: 'utf8' },
   );
   if (created.status !== 0) {
@@ -63,9 +68,16 @@ function key(name, role) {
   return created.stdout.trim();
 }
 
-const adminKey = key('admin', 'admin');
-const executorKey = key('executor', 'executor');
-key('harness', 'harness');
+// The relay gets a relay-role key (heartbeats for its own URL only), not an admin key.
+const relayKey = key('relay', 'relay', ['--relay-url', relayUrl]);
+key('executor', 'executor', ['--environments', environmentId]);
+key('harness', 'harness', ['--environments', environmentId]);
+
+/** `env` without the variables an executor would take an API key from. */
+function withoutApiKeys(env) {
+  const { TETHER_API_KEY: _t, TETHER_API_KEY_FILE: _f, CODEX_API_KEY: _c, ...rest } = env;
+  return rest;
+}
 
 const children = [];
 let stopping = false;
@@ -146,16 +158,22 @@ try {
       '--registry',
       registryUrl,
     ],
-    { TETHER_RELAY_REGISTRY_TOKEN: adminKey },
+    { TETHER_RELAY_REGISTRY_TOKEN: relayKey },
   );
   // The executor prints nothing on stdout in remote mode: wait for its registration in the log instead.
   const executor = spawn(
     process.execPath,
-    [bin('executor'), '--remote', registryUrl, '--environment-id', environmentId],
-    {
-      env: { ...process.env, TETHER_API_KEY: executorKey },
-      stdio: ['ignore', 'ignore', 'pipe'],
-    },
+    [
+      bin('executor'),
+      '--remote',
+      registryUrl,
+      '--environment-id',
+      environmentId,
+      '--api-key-file',
+      join(dataDir, 'executor.key'),
+    ],
+    // A key the caller happens to have in its environment must not reach the executor (or compete with the file).
+    { env: withoutApiKeys(process.env), stdio: ['ignore', 'ignore', 'pipe'] },
   );
   children.push({ name: 'executor', child: executor });
   const executorLog = join(dataDir, 'executor.log');

@@ -92,10 +92,34 @@ describe('docker-compose.yml and infra/docker/Dockerfile', () => {
   it('mounts each API key only into the service that uses it', () => {
     const mounts = (name: string) =>
       ((compose.services[name] as { volumes?: string[] }).volumes ?? []).filter((v) => v.includes('-key:'));
-    expect(mounts('relay')).toEqual(['admin-key:/keys/admin:ro']);
+    expect(mounts('relay')).toEqual(['relay-key:/keys/relay:ro']);
     expect(mounts('executor')).toEqual(['executor-key:/keys/executor:ro']);
     expect(mounts('harness')).toEqual(['harness-key:/keys/harness:ro']);
     expect(mounts('registry')).toEqual([]);
+  });
+
+  it('gives each service the least key it needs: a relay-role key for the relay, one-environment keys, no admin key', () => {
+    const keys = (compose.services.keys?.entrypoint ?? []).join('\n');
+    expect(keys).toContain('create relay --relay-url ws://relay:8081');
+    expect(keys).toContain('create executor --environments local');
+    expect(keys).toContain('create harness --environments local');
+    expect(keys).not.toMatch(/create admin|'\*'/);
+    const relay = (compose.services.relay?.entrypoint ?? []).join('\n');
+    expect(relay).toContain('TETHER_RELAY_REGISTRY_TOKEN="$$(cat /keys/relay/relay.key)"');
+    expect(relay).toContain('--public-url ws://relay:8081');
+    // The executor reads its key from the file: no child of it can find the key in an environment.
+    const executor = (compose.services.executor?.entrypoint ?? []).join('\n');
+    expect(executor).toContain('--api-key-file /keys/executor/executor.key');
+    expect(executor).not.toContain('TETHER_API_KEY');
+  });
+
+  it('allows the plain-http registry only explicitly, for the compose network (refused off loopback otherwise)', () => {
+    const executor = (compose.services.executor?.entrypoint ?? []).join('\n');
+    expect(executor).toContain('--remote http://registry:8080');
+    expect(executor).toContain('--allow-insecure-registry');
+    const harness = compose.services.harness?.environment as Record<string, string> | undefined;
+    expect(harness?.TETHER_REGISTRY_URL).toBe('http://registry:8080');
+    expect(harness?.TETHER_ALLOW_INSECURE_REGISTRY).toBe('1');
   });
 
   it('copies only what exists and never the local state', () => {

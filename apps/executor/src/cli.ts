@@ -1,14 +1,34 @@
 import { RpcConnection } from '@tether/jsonrpc';
 import { Telemetry } from '@tether/telemetry';
 import { Command, InvalidArgumentError } from 'commander';
+import {
+  API_KEY_ENV_VARS,
+  API_KEY_FILE_ENV,
+  ApiKeyError,
+  apiKeyVariablesIn,
+  chooseApiKeySource,
+  readApiKey,
+} from './api-key.js';
 import { ConfigError, defaultConfigPath, type ExecutorConfig, loadConfig } from './config.js';
 import { EXECUTOR_VERSION } from './environment-info.js';
-import { DEFAULT_LISTEN_URL, type ListenTarget, ListenUrlError, parseListenUrl } from './listen-url.js';
+import {
+  canHandOver,
+  currentCommandLine,
+  type ExecSupport,
+  handOverApiKey,
+  handoverUnavailableReason,
+  platformExecSupport,
+  type Reexec,
+} from './key-handover.js';
+import { DEFAULT_LISTEN_URL, isLoopbackHost, type ListenTarget, ListenUrlError, parseListenUrl } from './listen-url.js';
 import { createLogger, type Logger } from './logger.js';
 import { ExecutorMetrics } from './metrics.js';
 import { checkEnvironmentId, parseRegistryUrl, RegistryError } from './remote/registry-client.js';
-import { API_KEY_ENV_VARS, RemoteLink } from './remote/remote-link.js';
+import { isKeyRefusal, RemoteLink } from './remote/remote-link.js';
 import { ExecServer } from './server.js';
+
+/** Set to `1` to leave the executor dumpable (debuggers, core dumps); by default remote mode is not. */
+export const DUMPABLE_ENV = 'TETHER_EXECUTOR_DUMPABLE';
 
 /** Set to `true` (or `1`) to shut a remote executor down when its stdin closes; stripped from children. */
 export const EXIT_ON_STDIN_CLOSE_ENV = ['TETHER_EXECUTOR_EXIT_ON_STDIN_CLOSE', 'CODEX_EXEC_SERVER_EXIT_ON_STDIN_CLOSE'];
@@ -18,6 +38,14 @@ export interface CliIo {
   stdout: NodeJS.WritableStream & import('node:stream').Writable;
   stderr: NodeJS.WritableStream;
   env: NodeJS.ProcessEnv;
+}
+
+function descriptor(value: string): number {
+  const parsed = Number(value);
+  if (!/^\d+$/.test(value) || !Number.isSafeInteger(parsed) || parsed < 3) {
+    throw new InvalidArgumentError('expected a file descriptor number of 3 or more (0-2 are stdio)');
+  }
+  return parsed;
 }
 
 function positiveInteger(value: string): number {
@@ -62,6 +90,17 @@ export interface ExecutorOptions {
   concurrentRequests?: number;
   config?: string;
   strictConfig: boolean;
+  apiKeyFile?: string;
+  apiKeyFd?: number;
+  allowApiKeyEnv?: boolean;
+  allowInsecureRegistry?: boolean;
+}
+
+/** What runExecutor needs from the platform to re-execute itself (tests give stand-ins). */
+export interface ExecutorPlatform {
+  exec: ExecSupport;
+  /** The command line to re-execute. */
+  commandLine: () => Reexec;
 }
 
 export function buildCommand(run: (options: ExecutorOptions) => Promise<void>): Command {
@@ -77,8 +116,25 @@ export function buildCommand(run: (options: ExecutorOptions) => Promise<void>): 
     )
     .option(
       '--remote <registry-url>',
-      'remote mode: register with this Tether (or Codex-compatible) registry and serve harnesses through its relay; the API key comes from TETHER_API_KEY (or CODEX_API_KEY)',
+      'remote mode: register with this Tether (or Codex-compatible) registry and serve harnesses through its relay; the API key comes from --api-key-file, --api-key-fd, TETHER_API_KEY_FILE, or TETHER_API_KEY (or CODEX_API_KEY)',
       registryUrl,
+    )
+    .option(
+      '--api-key-file <path>',
+      'with --remote: read the API key from this file (a regular file, mode 0600 or stricter; one trailing newline is ignored); also TETHER_API_KEY_FILE',
+    )
+    .option(
+      '--api-key-fd <n>',
+      'with --remote: read the API key from this inherited file descriptor until EOF, then close it',
+      descriptor,
+    )
+    .option(
+      '--allow-api-key-env',
+      'with --remote: accept TETHER_API_KEY/CODEX_API_KEY even where the executor cannot re-execute itself without it (children can then read the key from /proc/<pid>/environ)',
+    )
+    .option(
+      '--allow-insecure-registry',
+      'with --remote: allow an http:// registry on a host that is not loopback (the API key then travels in the clear)',
     )
     .option('--environment-id <id>', 'the environment this executor serves (required with --remote)', environmentId)
     .option(
@@ -99,8 +155,18 @@ Examples:
   executor                                  serve on ws://127.0.0.1:<free port>
   executor --listen ws://127.0.0.1:8765     serve on a fixed port
   executor --listen stdio                   one client over stdin/stdout (exits when stdin closes)
-  TETHER_API_KEY=… executor --remote http://127.0.0.1:8080 --environment-id dev-1
+  executor --remote https://registry.example --environment-id dev-1 --api-key-file ~/.tether/executor.key
                                             register and serve harnesses through the relay
+  TETHER_API_KEY=… executor --remote http://127.0.0.1:8080 --environment-id dev-1
+                                            the same with the key in the environment: the executor
+                                            re-executes itself without it and reads it from a pipe
+
+API key: no child process can read it from the executor's environment. A key in TETHER_API_KEY or
+CODEX_API_KEY is moved out of it by re-executing (same pid) with the key on a pipe (--api-key-fd); where
+that is impossible (no execve: Node < 22.15 without the native addon) the executor refuses to start
+unless --allow-api-key-env. In remote mode the executor also marks itself non-dumpable
+(prctl PR_SET_DUMPABLE 0), so children of the same user cannot read its memory or /proc/<pid>/environ;
+root children still can. ${DUMPABLE_ENV}=1 keeps it dumpable (for a debugger).
 
 Endpoints (WebSocket mode): / (WebSocket upgrade), GET /readyz, GET /livez. Requests carrying an Origin
 header are refused with 403. Logs are JSON on stderr (level: TETHER_LOG or [logging] level).`,
@@ -118,7 +184,104 @@ function checkModes(options: ExecutorOptions): string | null {
   }
   if (options.environmentId === undefined) return '--remote needs --environment-id';
   if (options.listen?.kind === 'stdio') return '--remote cannot be combined with --listen stdio';
+  const registry = new URL(options.remote);
+  if (registry.protocol === 'http:' && !isLoopbackHost(registry.hostname) && !options.allowInsecureRegistry) {
+    return `--remote ${registry.origin}: plain http to a host that is not loopback would send the API key and every harness authorization in the clear; use https://, or pass --allow-insecure-registry on a network you trust`;
+  }
   return null;
+}
+
+/** Flags that only mean something with --remote. */
+function checkRemoteOnlyFlags(options: ExecutorOptions): string | null {
+  if (options.remote !== undefined) return null;
+  for (const [set, flag] of [
+    [options.apiKeyFile !== undefined, '--api-key-file'],
+    [options.apiKeyFd !== undefined, '--api-key-fd'],
+    [options.allowApiKeyEnv, '--allow-api-key-env'],
+    [options.allowInsecureRegistry, '--allow-insecure-registry'],
+  ] as const) {
+    if (set) return `${flag} needs --remote`;
+  }
+  return null;
+}
+
+const NO_KEY_MESSAGE = `--remote needs an API key: --api-key-file PATH (mode 0600), --api-key-fd N, ${API_KEY_FILE_ENV}, or ${API_KEY_ENV_VARS.join(' or ')}`;
+
+type KeyOutcome = { key: string } | { exitCode: number };
+
+/**
+ * Gets remote mode's API key so that no child can read it from this process's environment: a key in an
+ * environment variable is handed to a re-executed image of this process (which does not return), a
+ * variable that is set beside a file or descriptor is dropped the same way. Where re-executing is
+ * impossible the key in the environment is refused unless the user accepted the exposure.
+ */
+function obtainApiKey(options: ExecutorOptions, io: CliIo, platform: ExecutorPlatform): KeyOutcome {
+  let source: ReturnType<typeof chooseApiKeySource>;
+  try {
+    source = chooseApiKeySource(options, io.env);
+  } catch (err) {
+    if (!(err instanceof ApiKeyError)) throw err;
+    io.stderr.write(`executor: ${err.message}\n`);
+    return { exitCode: 2 };
+  }
+  if (source === null) {
+    io.stderr.write(`executor: ${NO_KEY_MESSAGE}\n`);
+    return { exitCode: 2 };
+  }
+  const exposed = apiKeyVariablesIn(io.env);
+  try {
+    if (exposed.length > 0) {
+      if (canHandOver(platform.exec)) {
+        // Never returns: the new image starts with --api-key-fd and without the variables.
+        if (source.kind === 'env') handOverApiKey(readApiKey(source, io.env), platform.commandLine(), platform.exec);
+        handOverApiKey(null, platform.commandLine(), platform.exec, source.kind === 'fd' ? source.fd : undefined);
+      }
+      const why = handoverUnavailableReason(platform.exec);
+      if (!options.allowApiKeyEnv) {
+        io.stderr.write(
+          `executor: the API key is in ${exposed.join(' and ')}, where every child process can read it from /proc/${process.pid}/environ, and this executor cannot re-execute itself without it (missing: ${why}). Pass it with --api-key-file or --api-key-fd instead, or accept the exposure with --allow-api-key-env\n`,
+        );
+        return { exitCode: 2 };
+      }
+      io.stderr.write(
+        `executor: WARNING: ${exposed.join(' and ')} stays readable by every child process in /proc/${process.pid}/environ (--allow-api-key-env; cannot re-execute: ${why})\n`,
+      );
+    }
+    return { key: readApiKey(source, io.env) };
+  } catch (err) {
+    if (!(err instanceof ApiKeyError)) throw err;
+    io.stderr.write(`executor: ${err.message}\n`);
+    return { exitCode: 2 };
+  }
+}
+
+/**
+ * Remote mode holds the key in memory: a non-dumpable process cannot be ptrace'd or have its
+ * /proc/<pid>/{mem,environ} read by other processes of the same user (root keeps CAP_SYS_PTRACE).
+ * Children are unaffected: exec makes them dumpable again.
+ */
+function protectMemory(io: CliIo, platform: ExecutorPlatform, log: Logger): void {
+  if (/^(1|true|yes)$/i.test(io.env[DUMPABLE_ENV] ?? '')) {
+    log.warn(`${DUMPABLE_ENV} is set: same-user processes can read this executor's memory (and its API key)`);
+    return;
+  }
+  const unprotected =
+    'cannot mark the executor non-dumpable: same-user processes can read its memory (and its API key)';
+  if (!platform.exec.setDumpable) {
+    log.warn({ reason: `@tether/native-pipe: ${platform.exec.unavailableReason ?? 'no setDumpable'}` }, unprotected);
+    return;
+  }
+  try {
+    platform.exec.setDumpable(false);
+  } catch (err) {
+    log.warn({ reason: (err as Error).message }, unprotected);
+  }
+}
+
+/** The warning for a WebSocket listener reachable from other hosts, or null for a loopback one. */
+export function exposedListenerWarning(host: string): string | null {
+  if (isLoopbackHost(host)) return null;
+  return `the WebSocket listener on ${host} is unauthenticated: anyone who can reach it can run commands as this user; bind 127.0.0.1 (and tunnel) or use --remote`;
 }
 
 function envFlag(env: NodeJS.ProcessEnv, names: readonly string[]): boolean {
@@ -126,25 +289,26 @@ function envFlag(env: NodeJS.ProcessEnv, names: readonly string[]): boolean {
 }
 
 /** Runs the executor until a signal or (stdio) EOF; returns the process exit code. */
-export async function runExecutor(options: ExecutorOptions, io: CliIo, logger?: Logger): Promise<number> {
-  const modeProblem = checkModes(options);
+export async function runExecutor(
+  options: ExecutorOptions,
+  io: CliIo,
+  logger?: Logger,
+  platform: ExecutorPlatform = { exec: platformExecSupport(), commandLine: currentCommandLine },
+): Promise<number> {
+  const modeProblem = checkModes(options) ?? checkRemoteOnlyFlags(options);
   if (modeProblem) {
     io.stderr.write(`executor: ${modeProblem} (see executor --help)\n`);
     return 2;
   }
   const exitOnStdinClose = options.exitOnStdinClose === true || envFlag(io.env, EXIT_ON_STDIN_CLOSE_ENV);
   let apiKey = '';
-  let apiKeyVar: string | undefined;
   if (options.remote !== undefined) {
-    apiKeyVar = API_KEY_ENV_VARS.find((name) => (io.env[name] ?? '').trim() !== '');
-    apiKey = apiKeyVar ? (io.env[apiKeyVar] ?? '').trim() : '';
-    if (apiKey === '') {
-      io.stderr.write(`executor: --remote needs an API key in ${API_KEY_ENV_VARS.join(' or ')}\n`);
-      return 2;
-    }
+    const outcome = obtainApiKey(options, io, platform);
+    if ('exitCode' in outcome) return outcome.exitCode;
+    apiKey = outcome.key;
   }
-  // Neither the parent-lifetime switch nor the registry key this executor uses reaches a child process.
-  for (const name of [...EXIT_ON_STDIN_CLOSE_ENV, 'TETHER_API_KEY', ...(apiKeyVar ? [apiKeyVar] : [])]) {
+  // Neither the parent-lifetime switch nor anything naming the registry key reaches a child process.
+  for (const name of [...EXIT_ON_STDIN_CLOSE_ENV, ...API_KEY_ENV_VARS, API_KEY_FILE_ENV]) {
     delete io.env[name];
     delete process.env[name];
   }
@@ -166,6 +330,7 @@ export async function runExecutor(options: ExecutorOptions, io: CliIo, logger?: 
   if (options.concurrentRequests !== undefined) config.concurrentRequests = options.concurrentRequests;
   const log = logger ?? createLogger(io.env.TETHER_LOG ?? config.logLevel);
   for (const warning of warnings) log.warn({ warning }, 'ignoring config problem (use --strict-config to fail)');
+  if (options.remote !== undefined) protectMemory(io, platform, log);
 
   // Codex exports exec-server metrics whenever `[otel] metrics_exporter` names a collector; `[analytics]
   // enabled` does not gate them (observed with codex 0.171.0), so it does not here either.
@@ -177,7 +342,8 @@ export async function runExecutor(options: ExecutorOptions, io: CliIo, logger?: 
     onError: (err) => log.warn({ err: err.message }, 'metrics export failed'),
   });
   const metrics = new ExecutorMetrics(telemetry);
-  const server = new ExecServer({ config, logger: log, metrics });
+  // The bin spawns only through local-process, so it may adopt what escapes with setsid (a subreaper).
+  const server = new ExecServer({ config, logger: log, metrics, subreaper: true });
   let stopRequested!: () => void;
   const stop = new Promise<void>((resolve) => {
     stopRequested = resolve;
@@ -189,6 +355,7 @@ export async function runExecutor(options: ExecutorOptions, io: CliIo, logger?: 
   process.on('SIGTERM', onSignal);
   process.on('SIGINT', onSignal);
   let remote: RemoteLink | null = null;
+  let exitCode = 0;
   try {
     if (options.remote !== undefined) {
       remote = new RemoteLink({
@@ -198,6 +365,7 @@ export async function runExecutor(options: ExecutorOptions, io: CliIo, logger?: 
         logger: log,
         pingIntervalMs: config.pingIntervalMs,
         metrics,
+        maxMessageBytes: config.maxMessageBytes,
         onStream: (stream) => server.serve(new RpcConnection(stream)),
       });
       const link = remote;
@@ -210,12 +378,20 @@ export async function runExecutor(options: ExecutorOptions, io: CliIo, logger?: 
         outcome = await Promise.race([started, stop.then(() => 'stopped' as const)]);
       } catch (err) {
         if (err instanceof RegistryError) {
-          io.stderr.write(`executor: cannot register environment ${options.environmentId}: ${err.message}\n`);
+          io.stderr.write(`executor: cannot register environment ${options.environmentId}: ${keyRefusalText(err)}\n`);
           return 1;
         }
         throw err;
       }
       if (outcome === 'stopped') return 0;
+      // A key revoked while we run ends the executor (non-zero) instead of re-registering forever.
+      void link.failed.then((err) => {
+        io.stderr.write(
+          `executor: environment ${options.environmentId} lost its registration: ${keyRefusalText(err)}; exiting\n`,
+        );
+        exitCode = 1;
+        stopRequested();
+      });
       if (exitOnStdinClose) {
         io.stdin.on('end', () => {
           log.info('stdin closed: shutting down');
@@ -237,6 +413,8 @@ export async function runExecutor(options: ExecutorOptions, io: CliIo, logger?: 
           io.stderr.write(`executor: cannot listen on ${listen.host}:${listen.port}: ${(err as Error).message}\n`);
           return 1;
         }
+        const exposure = exposedListenerWarning(listen.host);
+        if (exposure) log.warn({ url }, exposure);
         io.stdout.write(`${url}\n`);
       }
       await stop;
@@ -250,5 +428,12 @@ export async function runExecutor(options: ExecutorOptions, io: CliIo, logger?: 
     process.off('SIGTERM', onSignal);
     process.off('SIGINT', onSignal);
   }
-  return 0;
+  return exitCode;
+}
+
+/** A registry error, plus what a 401/403 means for an executor: retrying will not help. */
+function keyRefusalText(err: RegistryError): string {
+  if (err.status === 401) return `${err.message} (the API key was revoked or is wrong)`;
+  if (isKeyRefusal(err)) return `${err.message} (the API key was revoked, or may not serve this environment)`;
+  return err.message;
 }

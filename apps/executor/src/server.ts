@@ -25,6 +25,12 @@ export interface ExecServerOptions {
   logger?: Logger;
   /** Kill children even if this process is SIGKILLed (default true). */
   reaper?: boolean;
+  /**
+   * Also adopt and kill descendants that escape their process group (setsid): the process becomes a child
+   * subreaper (local-process's createReaper). For the executor bin only, which spawns nothing but through
+   * local-process; one per process, so an embedding (tests, the SDK) leaves it off (default false).
+   */
+  subreaper?: boolean;
   /** Where the exec-server metrics go (default: nowhere). */
   metrics?: ExecutorMetrics;
 }
@@ -56,7 +62,7 @@ export class ExecServer {
     this.logger = options.logger ?? silentLogger();
     this.metrics = options.metrics ?? new ExecutorMetrics();
     this.info = environmentInfo();
-    this.reaper = options.reaper === false ? null : createReaper();
+    this.reaper = options.reaper === false ? null : createReaper({ subreaper: options.subreaper === true });
     this.registry = new SessionRegistry({
       detachedTtlMs: this.config.detachedTtlMs,
       maxSessions: this.config.maxSessions,
@@ -108,17 +114,21 @@ export class ExecServer {
       input,
       output,
       maxMessageBytes: this.config.maxMessageBytes,
-      onOversize: (bytes) =>
-        connection.sendError(MALFORMED_MESSAGE_ID, {
-          code: ErrorCode.invalidRequest,
-          message: malformedMessageText(
-            connection,
-            `message of ${bytes} bytes exceeds the limit of ${this.config.maxMessageBytes} bytes`,
-          ),
-        }),
+      onOversize: (bytes) => this.refuseOversize(connection, bytes),
     });
     const connection = new RpcConnection(transport);
     await this.serve(connection, { endSessionOnClose: true }).done;
+  }
+
+  /** The answer to a message over `max_message_bytes` (Codex's wording for a message it cannot parse). */
+  private refuseOversize(connection: RpcConnection, bytes: number): void {
+    connection.sendError(MALFORMED_MESSAGE_ID, {
+      code: ErrorCode.invalidRequest,
+      message: malformedMessageText(
+        connection,
+        `message of ${bytes} bytes exceeds the limit of ${this.config.maxMessageBytes} bytes`,
+      ),
+    });
   }
 
   /** Binds the WebSocket listener (with /readyz and /livez) and returns its `ws://IP:PORT`. */

@@ -57,6 +57,7 @@ export async function startStack(): Promise<Stack> {
   const dir = mkdtempSync(join(tmpdir(), 'tether-stack-'));
   const children: ChildProcess[] = [];
   const executors: PeerHandle[] = [];
+  const served = new WeakMap<PeerHandle, string>();
   const close = async () => {
     for (const peer of executors.splice(0)) await peer.close();
     for (const child of children.splice(0).reverse()) {
@@ -120,8 +121,10 @@ export async function startStack(): Promise<Stack> {
           env: { CODEX_API_KEY: keys.executor, TETHER_API_KEY: keys.executor, ...options.env },
         });
         executors.push(peer);
-        // Every executor of this stack still running is on the relay once this one is.
-        const expected = executors.filter((p) => p.exitStatus() === undefined).length;
+        served.set(peer, environmentId);
+        // Every environment of this stack with an executor still running is on the relay once this one is
+        // (one socket per environment: a second executor of one takes the first's place).
+        const expected = new Set(executors.filter((p) => p.exitStatus() === undefined).map((p) => served.get(p))).size;
         await waitUntil(
           async () => {
             const line = (await relayMetrics())

@@ -1,4 +1,5 @@
-import { releasingCallback } from '@tether/jsonrpc';
+import { createHash } from 'node:crypto';
+import { DEFAULT_MAX_MESSAGE_BYTES, type MessageTransport, releasingCallback } from '@tether/jsonrpc';
 import type { NoiseIdentity, NoisePublicKey } from '@tether/noise';
 import {
   copyBytes,
@@ -18,6 +19,8 @@ import {
 import type { WebSocket } from 'ws';
 import type { Logger } from '../logger.js';
 import type { ExecutorMetrics, RelayFrameDropReason } from '../metrics.js';
+import { BoundedTransport, type InboundMeter, inboundBytesBound } from './bounded-transport.js';
+import { type Clock, KeyedTokenBuckets, monotonicClock, TokenBucket } from './token-bucket.js';
 
 /** Executor limits per physical relay socket (rendezvous.md §3.7). */
 export interface MultiplexerLimits {
@@ -28,17 +31,37 @@ export interface MultiplexerLimits {
    * harnesses is queued, not refused; `maxStreams` bounds the queue).
    */
   maxPendingValidations: number;
-  /** Failed handshakes after which the whole socket is closed (a misbehaving relay or peer). */
-  maxFailedHandshakes: number;
+  /**
+   * Failed handshakes (message 1 that does not decrypt or parse) allowed at once; the budget comes back at
+   * one per `failedHandshakeRefillMs`. While it is spent, new handshakes are reset before any crypto work
+   * is done; the socket and every open stream are left alone.
+   */
+  failedHandshakeBurst: number;
+  failedHandshakeRefillMs: number;
+  /**
+   * `/validate` calls per harness key at once, coming back at one per `validationRefillMs`. A key over
+   * its budget is refused without asking the registry (a well-formed message 1 costs a registry call).
+   */
+  validationBurstPerKey: number;
+  validationRefillMs: number;
+  /** Harness keys whose `/validate` budget is remembered (the least recently seen are forgotten first). */
+  maxRateLimitedKeys: number;
   /** Inbound bytes queued for one paused stream before that stream is reset. */
   maxQueuedBytesPerStream: number;
+  /** Largest JSON-RPC message a stream may carry (`max_message_bytes`). */
+  maxMessageBytes: number;
 }
 
 export const DEFAULT_MULTIPLEXER_LIMITS: MultiplexerLimits = {
   maxStreams: 128,
   maxPendingValidations: 32,
-  maxFailedHandshakes: 8,
+  failedHandshakeBurst: 8,
+  failedHandshakeRefillMs: 2_000,
+  validationBurstPerKey: 16,
+  validationRefillMs: 1_000,
+  maxRateLimitedKeys: 4096,
   maxQueuedBytesPerStream: 8 * 1024 * 1024,
+  maxMessageBytes: DEFAULT_MAX_MESSAGE_BYTES,
 };
 
 const HIGH_WATER_MARK = 4 * 1024 * 1024;
@@ -47,6 +70,10 @@ const BINARY = { binary: true } as const;
 export const LIMIT_RESET = 'executor_stream_limit';
 export const BACKPRESSURE_RESET = 'executor_backpressure';
 export const UNKNOWN_STREAM_RESET = 'unknown_stream';
+/** A new stream refused because too many handshakes failed lately on this socket. */
+export const HANDSHAKE_BUDGET_RESET = 'executor_handshake_budget';
+/** A stream whose message in progress passed `max_message_bytes` before its handler was attached. */
+export const MESSAGE_TOO_LARGE_RESET = 'executor_message_too_large';
 
 export interface MultiplexerOptions {
   environmentId: string;
@@ -54,12 +81,17 @@ export interface MultiplexerOptions {
   identity: NoiseIdentity;
   /** The registry's `/validate`. */
   authorize(request: { remoteStatic: NoisePublicKey; authorization: string }): Promise<boolean>;
-  /** A stream whose handshake completed: serve JSON-RPC on it. */
-  onStream(stream: SecureStream): void;
+  /**
+   * A stream whose handshake completed: serve JSON-RPC on it. Its messages are already held to
+   * `maxMessageBytes` (BoundedTransport).
+   */
+  onStream(stream: MessageTransport): void;
   logger: Logger;
   /** Where dropped frames are counted (`exec_server_remote_relay_frames_dropped_total`); default nowhere. */
   metrics?: ExecutorMetrics;
   limits?: Partial<MultiplexerLimits>;
+  /** Time for the handshake and `/validate` budgets (tests drive it). */
+  clock?: Clock;
 }
 
 export interface MultiplexerStats {
@@ -67,6 +99,10 @@ export interface MultiplexerStats {
   pendingValidations: number;
   queuedValidations: number;
   failedHandshakes: number;
+  /** Handshakes reset unread because the failed-handshake budget was spent. */
+  refusedHandshakes: number;
+  /** Handshakes refused without a `/validate` because their harness key was over its budget. */
+  rateLimitedValidations: number;
   droppedFrames: number;
 }
 
@@ -83,6 +119,12 @@ export class RelayMultiplexer {
   /** Handshakes waiting for a `/validate` slot, first come first served. */
   private readonly validationQueue: Array<() => void> = [];
   private failedHandshakes = 0;
+  private refusedHandshakes = 0;
+  private rateLimitedValidations = 0;
+  private readonly handshakeBudget: TokenBucket;
+  /** Whether the last handshake was refused for the budget (so the refusal is logged once per spell). */
+  private handshakeBudgetSpent = false;
+  private readonly validationBudgets: KeyedTokenBuckets;
   private droppedFrames = 0;
   private needsDrain = false;
   private closed = false;
@@ -94,6 +136,19 @@ export class RelayMultiplexer {
     private readonly options: MultiplexerOptions,
   ) {
     this.limits = { ...DEFAULT_MULTIPLEXER_LIMITS, ...options.limits };
+    const clock = options.clock ?? monotonicClock;
+    this.handshakeBudget = new TokenBucket(
+      { burst: this.limits.failedHandshakeBurst, refillMs: this.limits.failedHandshakeRefillMs },
+      clock,
+    );
+    this.validationBudgets = new KeyedTokenBuckets(
+      {
+        burst: this.limits.validationBurstPerKey,
+        refillMs: this.limits.validationRefillMs,
+        maxKeys: this.limits.maxRateLimitedKeys,
+      },
+      clock,
+    );
     receiveRelayFrames(ws, MAX_FRAME_BYTES, {
       onFrame: (frame) => this.onFrame(frame),
       onInvalid: (err) => {
@@ -117,6 +172,8 @@ export class RelayMultiplexer {
       pendingValidations: this.pendingValidations,
       queuedValidations: this.validationQueue.length,
       failedHandshakes: this.failedHandshakes,
+      refusedHandshakes: this.refusedHandshakes,
+      rateLimitedValidations: this.rateLimitedValidations,
       droppedFrames: this.droppedFrames,
     };
   }
@@ -129,6 +186,22 @@ export class RelayMultiplexer {
     this.links.clear();
     // Queued handshakes go ahead and find the socket closed.
     for (const wake of this.validationQueue.splice(0)) wake();
+  }
+
+  /**
+   * The registry's `/validate` for one handshake, within the harness key's budget: a key over it is
+   * refused here, without a registry call (a harness opening streams in a loop costs us, not the registry).
+   */
+  private authorize(request: { remoteStatic: NoisePublicKey; authorization: string }): Promise<boolean> {
+    if (!this.validationBudgets.take(harnessKeyId(request.remoteStatic))) {
+      this.rateLimitedValidations++;
+      this.options.logger.debug(
+        { rateLimitedValidations: this.rateLimitedValidations },
+        'refusing a handshake: its harness key is over its /validate budget',
+      );
+      return Promise.resolve(false);
+    }
+    return this.validateInTurn(() => this.options.authorize(request));
   }
 
   /** Runs `validate` once fewer than `maxPendingValidations` calls are in flight. */
@@ -216,7 +289,17 @@ export class RelayMultiplexer {
       this.sendFrame(resetFrame(streamId, LIMIT_RESET));
       return;
     }
-    const link = new VirtualLink(this, streamId, this.limits.maxQueuedBytesPerStream);
+    if (this.handshakeBudget.available < 1) {
+      this.refuseForBudget(streamId);
+      return;
+    }
+    this.handshakeBudgetSpent = false;
+    const link = new VirtualLink(
+      this,
+      streamId,
+      this.limits.maxQueuedBytesPerStream,
+      inboundBytesBound(this.limits.maxMessageBytes),
+    );
     this.links.set(streamId, link);
     SecureStream.accept({
       link,
@@ -225,34 +308,51 @@ export class RelayMultiplexer {
       registrationId: this.options.registrationId,
       staticKeys: this.options.identity,
       message1: frame.payload,
-      authorize: (request) => this.validateInTurn(() => this.options.authorize(request)),
+      authorize: (request) => this.authorize(request),
     }).then(
       ({ stream }) => {
         if (this.closed) return stream.close();
         this.options.logger.info({ streamId }, 'harness stream opened');
-        this.options.onStream(stream);
+        this.options.onStream(new BoundedTransport(stream, this.limits.maxMessageBytes, link.meter));
       },
       (err: Error) => {
         this.forget(link);
         if (this.closed) return;
-        // Only a message 1 that does not decrypt or parse counts against the socket; a harness that gave
-        // up, a refusal or an unreachable registry is not the relay misbehaving.
+        // Only a message 1 that does not decrypt or parse spends the failed-handshake budget; a harness that
+        // gave up, a refusal or an unreachable registry is not garbage on the socket.
         if (!(err instanceof SecureStreamError) || err.code !== 'handshake_failed') {
           this.options.logger.info({ streamId, reason: err.message }, 'harness handshake ended');
           return;
         }
         this.failedHandshakes++;
+        this.handshakeBudget.take();
         this.options.logger.warn({ streamId, reason: err.message }, 'harness handshake failed');
-        if (this.failedHandshakes >= this.limits.maxFailedHandshakes) {
-          this.options.logger.error(
-            { failedHandshakes: this.failedHandshakes },
-            'too many failed handshakes on this relay socket: closing it',
-          );
-          this.ws.close(1008, 'too many failed handshakes');
-        }
       },
     );
   }
+
+  /**
+   * A handshake while the failed-handshake budget is spent: reset unread. Not the socket: the relay
+   * multiplexes every harness onto it, so closing it would drop every healthy stream for one peer's garbage,
+   * and the relay would pair that peer with the redialled socket anyway. Which harness sent the garbage
+   * only the relay knows; here the cost is capped instead (no decryption while the budget is spent).
+   */
+  private refuseForBudget(streamId: string): void {
+    this.refusedHandshakes++;
+    if (!this.handshakeBudgetSpent) {
+      this.handshakeBudgetSpent = true;
+      this.options.logger.warn(
+        { failedHandshakes: this.failedHandshakes, refillMs: this.limits.failedHandshakeRefillMs },
+        'too many failed handshakes on this relay socket: refusing new streams until the budget refills',
+      );
+    }
+    this.sendFrame(resetFrame(streamId, HANDSHAKE_BUDGET_RESET));
+  }
+}
+
+/** A short, fixed-size name for a harness key (both halves of the hybrid key: either could be varied). */
+function harnessKeyId(key: NoisePublicKey): string {
+  return createHash('sha256').update(key.x25519).update(key.mlkem768).digest('base64');
 }
 
 /**
@@ -266,11 +366,23 @@ class VirtualLink implements FrameLink {
   private queuedBytes = 0;
   private waitingForDrain = false;
   private closed = false;
+  /** Data bytes handed to the stream since its last whole message. */
+  private inboundSinceMessage = 0;
+  private overflowed = false;
+  /** Lets the stream's BoundedTransport restart the count and hear of an oversized message. */
+  readonly meter: InboundMeter = {
+    messageDelivered: () => {
+      this.inboundSinceMessage = 0;
+    },
+    onOverflow: null,
+  };
 
   constructor(
     private readonly mux: RelayMultiplexer,
     readonly streamId: string,
     private readonly maxQueuedBytes: number,
+    /** `inboundBytesBound(max_message_bytes)`: more since the last message means one too large. */
+    private readonly maxInboundSinceMessage: number,
   ) {}
 
   get bufferedAmount(): number {
@@ -284,7 +396,7 @@ class VirtualLink implements FrameLink {
   deliver(frame: Frame): void {
     if (this.closed) return;
     if (!this.paused) {
-      this.handlers?.onFrame(frame);
+      this.hand(frame);
       return;
     }
     // Queued past this call: a Data payload may be a view of a buffer about to be reused.
@@ -322,8 +434,30 @@ class VirtualLink implements FrameLink {
     while (!this.paused && !this.closed && this.queue.length > 0) {
       const frame = this.queue.shift()!;
       this.queuedBytes -= frame.kind === 'data' ? frame.payload.byteLength : 64;
-      this.handlers?.onFrame(frame);
+      this.hand(frame);
     }
+  }
+
+  /**
+   * Gives a frame to the stream, metering Data: a message that is certainly over `max_message_bytes`
+   * is stopped here, before the stream buffers the rest of it (its records declare up to 64 MiB).
+   */
+  private hand(frame: Frame): void {
+    if (frame.kind === 'data' && !this.overflowed) {
+      this.inboundSinceMessage += frame.payload.byteLength;
+      if (this.inboundSinceMessage > this.maxInboundSinceMessage) {
+        this.overflowed = true;
+        if (this.meter.onOverflow) {
+          this.meter.onOverflow();
+        } else {
+          this.mux.sendFrame(resetFrame(this.streamId, MESSAGE_TOO_LARGE_RESET));
+          this.terminate('a message exceeds max_message_bytes');
+        }
+        return;
+      }
+    }
+    if (this.overflowed) return;
+    this.handlers?.onFrame(frame);
   }
 
   /** The SecureStream is done with the link (it already sent its Reset when one was due). */

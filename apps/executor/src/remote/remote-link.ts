@@ -1,22 +1,29 @@
 import type { IncomingMessage } from 'node:http';
+import type { MessageTransport } from '@tether/jsonrpc';
 import { generateIdentity, type NoiseIdentity } from '@tether/noise';
 import { MAX_FRAME_BYTES, relaySocketMask } from '@tether/relay-frames';
-import type { SecureStream } from '@tether/secure-stream';
 import { WebSocket } from 'ws';
 import type { Logger } from '../logger.js';
 import { ExecutorMetrics, secondsSince } from '../metrics.js';
 import { type MultiplexerLimits, RelayMultiplexer } from './multiplexer.js';
 import { type Registration, RegistryClient, RegistryError } from './registry-client.js';
+import type { Clock } from './token-bucket.js';
 
 /** Attempts to reach an unreachable registry at start before giving up (backoff 1, 2, 4, 8, 16 s). */
 const START_UNREACHABLE_RETRIES = 5;
+/** The relay's close code for an environment socket another one (same or newer registration) took over. */
+const RELAY_CLOSE_REPLACED = 4001;
+/** The relay's answer to an upgrade whose registration is older than the environment's newest. */
+const HTTP_STALE_REGISTRATION = 409;
 
 export interface RemoteLinkOptions {
   registryUrl: string;
   environmentId: string;
   apiKey: string;
-  /** Serve JSON-RPC on a stream whose handshake completed. */
-  onStream(stream: SecureStream): void;
+  /** Serve JSON-RPC on a stream whose handshake completed (its messages held to `maxMessageBytes`). */
+  onStream(stream: MessageTransport): void;
+  /** `max_message_bytes` for relay streams (default 16 MiB, as the config's). */
+  maxMessageBytes?: number;
   logger: Logger;
   /** Generated in memory when absent (as codex does). */
   identity?: NoiseIdentity;
@@ -26,6 +33,8 @@ export interface RemoteLinkOptions {
   minBackoffMs?: number;
   maxBackoffMs?: number;
   limits?: Partial<MultiplexerLimits>;
+  /** Time for the multiplexer's handshake and `/validate` budgets (tests drive it). */
+  clock?: Clock;
   fetch?: typeof fetch;
   /** Registration and relay-socket metrics (default: recorded nowhere). */
   metrics?: ExecutorMetrics;
@@ -38,6 +47,11 @@ export type RemoteLinkState = 'registering' | 'connecting' | 'connected' | 'back
  * URL, and serve every harness stream the relay multiplexes onto that socket. When the socket drops the
  * streams end (their sessions detach and stay resumable) and the link redials with exponential backoff;
  * an HTTP 4xx on the upgrade (URL expired or revoked) means register again first.
+ *
+ * Superseded is final: when another executor registers the same environment, the relay hands it the
+ * environment (its epoch is newer) and closes ours (4001), and refuses our URL from then on (409). Registering
+ * again would take the environment back and the two would trade it forever, so the link gives up instead,
+ * as a lease holder does when its lease is taken.
  */
 export class RemoteLink {
   readonly identity: NoiseIdentity;
@@ -52,6 +66,15 @@ export class RemoteLink {
   private loop: Promise<void> | null = null;
   private wake: (() => void) | null = null;
   private connectWaiters: Array<() => void> = [];
+  private fail!: (err: RegistryError) => void;
+  /**
+   * Settles when the link gave up for good after it started: the registry refused the API key (401/403)
+   * on a re-registration, or a newer registration of the environment superseded this one (status 409, code
+   * `superseded`). The executor must exit then; retrying would go on forever.
+   */
+  readonly failed: Promise<RegistryError> = new Promise((resolve) => {
+    this.fail = resolve;
+  });
 
   constructor(private readonly options: RemoteLinkOptions) {
     this.identity = options.identity ?? generateIdentity();
@@ -134,6 +157,10 @@ export class RemoteLink {
         // be starting beside us); later, every failure is (the link must come back).
         if (initial && err.status === null && ++unreachable > START_UNREACHABLE_RETRIES) throw err;
         if ((initial && !err.retryable) || this.stopping) throw err;
+        if (isKeyRefusal(err)) {
+          this.logger.error({ err: err.message }, 'the registry refused the API key: giving up');
+          throw err;
+        }
         this.logger.warn({ err: err.message, retryInMs: delay }, 'registration failed; retrying');
         await this.sleep(jitter(delay));
         if (this.stopping) throw err;
@@ -148,15 +175,34 @@ export class RemoteLink {
       if (!this.registration) {
         try {
           await this.register(false);
-        } catch {
-          return; // stopping
+        } catch (err) {
+          // Stopping, or the key was refused: the latter ends the executor.
+          if (!this.stopping && err instanceof RegistryError) this.fail(err);
+          this.stateValue = 'closed';
+          return;
         }
       }
       const outcome = await this.connectOnce(this.registration!);
       if (this.stopping) return;
       this.metrics.websocketReconnect(
-        outcome === 'connected' ? 'disconnected' : outcome === 'rejected' ? 'rejected' : 'connect_failed',
+        outcome === 'connected' ? 'disconnected' : outcome === 'failed' ? 'connect_failed' : 'rejected',
       );
+      if (outcome === 'superseded') {
+        this.logger.error(
+          { environmentId: this.options.environmentId },
+          'another executor registered this environment and took its relay socket: giving up',
+        );
+        this.fail(
+          new RegistryError(
+            'another executor registered this environment since (its registration is newer)',
+            HTTP_STALE_REGISTRATION,
+            'superseded',
+            false,
+          ),
+        );
+        this.stateValue = 'closed';
+        return;
+      }
       if (outcome === 'connected') delay = this.options.minBackoffMs ?? 1000;
       if (outcome === 'rejected') this.registration = null;
       this.stateValue = 'backoff';
@@ -167,12 +213,13 @@ export class RemoteLink {
   }
 
   /** One physical connection: resolves when it ends. */
-  private connectOnce(registration: Registration): Promise<'connected' | 'failed' | 'rejected'> {
+  private connectOnce(registration: Registration): Promise<'connected' | 'failed' | 'rejected' | 'superseded'> {
     this.stateValue = 'connecting';
     const connectAt = performance.now();
     return new Promise((resolve) => {
       let opened = false;
       let rejected = false;
+      let superseded = false;
       let ws: WebSocket;
       try {
         ws = new WebSocket(registration.url, {
@@ -191,6 +238,7 @@ export class RemoteLink {
       ws.on('unexpected-response', (_req, res: IncomingMessage) => {
         const status = res.statusCode ?? 0;
         rejected = status >= 400 && status < 500;
+        superseded = status === HTTP_STALE_REGISTRATION;
         this.logger.warn({ status }, 'relay refused the upgrade');
         res.resume();
         ws.terminate();
@@ -222,7 +270,11 @@ export class RemoteLink {
           onStream: this.options.onStream,
           logger: this.logger,
           metrics: this.metrics,
-          ...(this.options.limits ? { limits: this.options.limits } : {}),
+          limits: {
+            ...this.options.limits,
+            ...(this.options.maxMessageBytes !== undefined ? { maxMessageBytes: this.options.maxMessageBytes } : {}),
+          },
+          ...(this.options.clock ? { clock: this.options.clock } : {}),
         });
         const interval = this.options.pingIntervalMs ?? 30_000;
         pingTimer = setInterval(() => {
@@ -239,6 +291,7 @@ export class RemoteLink {
       });
       ws.once('close', (code: number) => {
         if (pingTimer) clearInterval(pingTimer);
+        if (opened && code === RELAY_CLOSE_REPLACED) superseded = true;
         this.mux?.close(`relay socket closed (${code})`);
         this.mux = null;
         this.ws = null;
@@ -248,7 +301,7 @@ export class RemoteLink {
         } else {
           this.metrics.websocketConnect(rejected ? 'rejected' : 'error', secondsSince(connectAt));
         }
-        resolve(opened ? 'connected' : rejected ? 'rejected' : 'failed');
+        resolve(superseded ? 'superseded' : opened ? 'connected' : rejected ? 'rejected' : 'failed');
       });
     });
   }
@@ -269,5 +322,7 @@ function jitter(ms: number): number {
   return Math.round(ms * (0.8 + Math.random() * 0.4));
 }
 
-/** Where the executor reads its registry API key from, in order. */
-export const API_KEY_ENV_VARS = ['TETHER_API_KEY', 'CODEX_API_KEY'] as const;
+/** A refusal that no retry can fix: the registry no longer accepts the API key (revoked, or wrong). */
+export function isKeyRefusal(err: RegistryError): boolean {
+  return err.status === 401 || err.status === 403;
+}

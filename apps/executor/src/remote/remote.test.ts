@@ -20,7 +20,7 @@ import { type WebSocket, WebSocketServer } from 'ws';
 import { silentLogger } from '../logger.js';
 import { ExecutorMetrics } from '../metrics.js';
 import { ExecServer } from '../server.js';
-import { BACKPRESSURE_RESET, LIMIT_RESET, UNKNOWN_STREAM_RESET } from './multiplexer.js';
+import { BACKPRESSURE_RESET, HANDSHAKE_BUDGET_RESET, LIMIT_RESET, UNKNOWN_STREAM_RESET } from './multiplexer.js';
 import { RegistryClient, RegistryError } from './registry-client.js';
 import { RemoteLink, type RemoteLinkOptions } from './remote-link.js';
 
@@ -39,6 +39,8 @@ interface FakeRendezvous {
   peakValidations: number;
   /** When set, relay upgrades are refused with this status. */
   refuseUpgrades: number | null;
+  /** When set, `/register` answers this status (a revoked key: 401). */
+  refuseRegisters: number | null;
   /** Environment sockets (server side), in connection order. */
   sockets: WebSocket[];
   nextSocket(): Promise<WebSocket>;
@@ -58,6 +60,7 @@ async function fakeRendezvous(): Promise<FakeRendezvous> {
     validateDelayMs: 0,
     peakValidations: 0,
     refuseUpgrades: null,
+    refuseRegisters: null,
     sockets: [],
     nextSocket: () => new Promise((resolve) => waiters.push(resolve)),
     close: async () => {
@@ -75,6 +78,9 @@ async function fakeRendezvous(): Promise<FakeRendezvous> {
       res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(payload));
     if (req.headers.authorization !== `Bearer ${API_KEY}`) return reply(401, { error: { code: 'unauthorized' } });
     if (req.url === `/cloud/environment/${ENVIRONMENT}/register`) {
+      if (state.refuseRegisters !== null) {
+        return reply(state.refuseRegisters, { error: { code: 'unauthorized', message: 'API key revoked' } });
+      }
       state.registers.push(body);
       return reply(200, {
         environment_id: ENVIRONMENT,
@@ -173,8 +179,25 @@ class SharedSocketLink implements FrameLink {
 }
 
 /** The harness side of one stream, played over the (server-side) environment socket. */
-async function openStream(socket: WebSocket, link: RemoteLink, authorization = 'authorization-1') {
-  const identity = generateIdentity();
+async function openStream(
+  socket: WebSocket,
+  link: RemoteLink,
+  authorization = 'authorization-1',
+  identity = generateIdentity(),
+) {
+  const stream = await openSecureStream(socket, link, authorization, identity);
+  const client = new RpcClient(new RpcConnection(stream), { callTimeoutMs: 10_000 });
+  cleanups.push(async () => client.close());
+  return { client, identity, streamId: stream.streamId };
+}
+
+/** The same stream without a client on it (the test reads what the executor sends). */
+async function openSecureStream(
+  socket: WebSocket,
+  link: RemoteLink,
+  authorization = 'authorization-1',
+  identity = generateIdentity(),
+) {
   const streamId = randomUUID();
   const stream = await SecureStream.initiate({
     link: new SharedSocketLink(socket, streamId),
@@ -185,9 +208,8 @@ async function openStream(socket: WebSocket, link: RemoteLink, authorization = '
     remoteStatic: link.identity.publicKey,
     authorization,
   });
-  const client = new RpcClient(new RpcConnection(stream), { callTimeoutMs: 10_000 });
-  cleanups.push(async () => client.close());
-  return { client, identity, streamId };
+  cleanups.push(async () => stream.close());
+  return stream;
 }
 
 function framesOn(socket: WebSocket): Frame[] {
@@ -262,16 +284,113 @@ describe('remote mode: registration and streams', () => {
     expect(rendezvous.peakValidations).toBe(2);
   });
 
-  it('closes the socket after too many failed handshakes', async () => {
-    const { link, socket, rendezvous } = await setup({ limits: { maxFailedHandshakes: 3 } });
-    const closed = once(socket, 'close');
-    const reconnected = rendezvous.nextSocket();
-    for (let i = 0; i < 3; i++) socket.send(encodeFrame(handshakeFrame(randomUUID(), new Uint8Array(40).fill(7))));
-    const [code] = await closed;
-    expect(code).toBe(1008);
-    // The executor itself is fine: it dials again.
-    await reconnected;
-    await link.whenConnected();
+  it('failed handshakes spend a budget that refills: while it is spent new streams are reset unread, the socket stays', async () => {
+    let now = 0;
+    const { link, socket, rendezvous } = await setup({
+      limits: { failedHandshakeBurst: 3, failedHandshakeRefillMs: 1_000 },
+      clock: () => now,
+    });
+    const healthy = await openStream(socket, link, 'before-the-garbage');
+    const frames = framesOn(socket);
+    const garbage = async (expectedReason: string) => {
+      const streamId = randomUUID();
+      socket.send(encodeFrame(handshakeFrame(streamId, new Uint8Array(40).fill(7))));
+      await waitFor(() => frames.some((f) => f.streamId === streamId), 'the reset of a garbage handshake');
+      expect(frames.find((f) => f.streamId === streamId)).toMatchObject({ kind: 'reset', reason: expectedReason });
+    };
+    for (let i = 0; i < 3; i++) await garbage('noise_relay_protocol_error');
+    // Spent: garbage and a good harness alike are reset before any decryption; no /validate is asked.
+    await garbage(HANDSHAKE_BUDGET_RESET);
+    await expect(openStream(socket, link, 'during-the-spell')).rejects.toMatchObject({ code: 'reset' });
+    expect(rendezvous.validations).toHaveLength(1);
+    expect(link.streams).toBe(1);
+    // The socket and the stream opened before are untouched.
+    await expect(healthy.client.call('initialize', { clientName: 'still-served' })).resolves.toBeDefined();
+    expect(rendezvous.sockets).toHaveLength(1);
+    expect(socket.readyState).toBe(socket.OPEN);
+    // One refill period later a handshake goes through again.
+    now += 1_000;
+    const after = await openStream(socket, link, 'after-the-spell');
+    await expect(after.client.call('initialize', { clientName: 'after' })).resolves.toBeDefined();
+  });
+
+  it('rate-limits /validate per harness key: a key over its budget is refused without asking the registry', async () => {
+    let now = 0;
+    const { link, socket, rendezvous } = await setup({
+      limits: { validationBurstPerKey: 2, validationRefillMs: 1_000 },
+      clock: () => now,
+    });
+    const busy = generateIdentity();
+    await openStream(socket, link, 'busy-1', busy);
+    await openStream(socket, link, 'busy-2', busy);
+    await expect(openStream(socket, link, 'busy-3', busy)).rejects.toMatchObject({ code: 'reset' });
+    expect(rendezvous.validations.map((v) => v.harness_key_authorization)).toEqual(['busy-1', 'busy-2']);
+    // Another harness key has its own budget; a refused handshake does not spend the socket's.
+    await openStream(socket, link, 'other-1');
+    expect(rendezvous.validations).toHaveLength(3);
+    now += 1_000;
+    await openStream(socket, link, 'busy-4', busy);
+    expect(rendezvous.validations.map((v) => v.harness_key_authorization)).toEqual([
+      'busy-1',
+      'busy-2',
+      'other-1',
+      'busy-4',
+    ]);
+  });
+
+  it('holds relay-stream messages to max_message_bytes: a larger one gets a clear error, the stream goes on', async () => {
+    const limit = 256 * 1024;
+    const { link, socket } = await setup({ maxMessageBytes: limit });
+    const stream = await openSecureStream(socket, link);
+    const received: Array<{ id?: unknown; result?: unknown; error?: { code: number; message: string } }> = [];
+    stream.start({
+      onMessage: (data) => received.push(JSON.parse(data.toString())),
+      onClose: () => undefined,
+      onDrain: () => undefined,
+    });
+    const initialize = (id: number, clientName: string) =>
+      stream.send(JSON.stringify({ id, method: 'initialize', params: { clientName } }));
+    initialize(1, 'x'.repeat(limit + 1));
+    await waitFor(() => received.length >= 1, 'the refusal');
+    expect(received[0]).toEqual({
+      id: -1,
+      error: {
+        code: -32600,
+        message: expect.stringMatching(/message of 262\d{3} bytes exceeds the limit of 262144 bytes$/),
+      },
+    });
+    initialize(2, 'within-the-limit');
+    await waitFor(() => received.length >= 2, 'the answer');
+    expect(received[1]).toMatchObject({ id: 2, result: { sessionId: expect.any(String) } });
+    expect(stream.status).toBe('open');
+  });
+
+  it('stops a relay-stream message while it arrives once its bytes are past max_message_bytes (no 64 MiB buffered)', async () => {
+    const limit = 256 * 1024;
+    const { link, socket } = await setup({ maxMessageBytes: limit });
+    const stream = await openSecureStream(socket, link);
+    const received: Array<{ id?: unknown; error?: { code: number; message: string } }> = [];
+    let closed = '';
+    stream.start({
+      onMessage: (data) => received.push(JSON.parse(data.toString())),
+      onClose: (reason) => {
+        closed = reason;
+      },
+      onDrain: () => undefined,
+    });
+    // 8 MiB declared: far past the bound (limit + framing + one record + the reorder window ≈ 1.4 MiB).
+    stream.send(JSON.stringify({ id: 1, method: 'initialize', params: { clientName: 'x'.repeat(8 * 1024 * 1024) } }));
+    await waitFor(() => closed !== '', 'the stream to be reset');
+    expect(received).toEqual([
+      {
+        id: -1,
+        error: {
+          code: -32600,
+          message: expect.stringMatching(/message of more than 262144 bytes \(still arriving\) exceeds the limit$/),
+        },
+      },
+    ]);
+    expect(link.streams).toBe(0);
   });
 
   it('ignores text messages, and answers Data for a stream it does not know with one Reset', async () => {
@@ -393,7 +512,7 @@ describe('remote mode: registration and streams', () => {
   });
 
   it('refused or abandoned handshakes do not count as failures of the relay socket', async () => {
-    const { rendezvous, link, socket } = await setup({ limits: { maxFailedHandshakes: 2 } });
+    const { rendezvous, link, socket } = await setup({ limits: { failedHandshakeBurst: 2 } });
     rendezvous.valid = false;
     for (let i = 0; i < 4; i++) {
       await expect(openStream(socket, link, `refused-${i}`)).rejects.toMatchObject({ code: 'reset' });
@@ -421,6 +540,19 @@ describe('remote mode: link loss', () => {
       resumeSessionId: sessionId,
     });
     expect(resumed.sessionId).toBe(sessionId);
+  });
+
+  it('gives up (link.failed) when the registry refuses the key on re-registration, instead of retrying forever', async () => {
+    const { rendezvous, link, socket } = await setup();
+    rendezvous.refuseUpgrades = 403;
+    rendezvous.refuseRegisters = 401;
+    socket.terminate();
+    const err = await link.failed;
+    expect(err).toBeInstanceOf(RegistryError);
+    expect(err).toMatchObject({ status: 401 });
+    expect(err.message).toContain('authentication failed');
+    expect(err.message).not.toContain(API_KEY);
+    expect(link.state).toBe('closed');
   });
 
   it('registers again when the relay refuses the upgrade with a 4xx', async () => {

@@ -1,0 +1,240 @@
+import { once } from 'node:events';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { PassThrough } from 'node:stream';
+import { loadNativePipe } from '@tether/native-pipe';
+import { afterEach, describe, expect, it } from 'vitest';
+import { readApiKeyFd } from './api-key.js';
+import { type ExecutorOptions, type ExecutorPlatform, exposedListenerWarning, runExecutor } from './cli.js';
+import type { ExecSupport } from './key-handover.js';
+import { silentLogger } from './logger.js';
+
+const KEY = 'treg_cli_test_secret';
+const cleanups: Array<() => Promise<void> | void> = [];
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
+
+function scratch(): string {
+  const dir = mkdtempSync(join(tmpdir(), 'executor-cli-'));
+  cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+function cliIo(env: NodeJS.ProcessEnv = {}) {
+  let stderr = '';
+  const io = {
+    stdin: new PassThrough(),
+    stdout: new PassThrough(),
+    stderr: {
+      write: (text: string) => {
+        stderr += text;
+        return true;
+      },
+    } as unknown as NodeJS.WritableStream,
+    env: { TETHER_HOME: scratch(), ...env },
+  };
+  return { io, stderr: () => stderr };
+}
+
+const noExec: ExecutorPlatform = { exec: {}, commandLine: () => ({ execPath: '/node', args: [], env: {} }) };
+
+function options(extra: Partial<ExecutorOptions>): ExecutorOptions {
+  return { strictConfig: false, environmentId: 'env-cli', ...extra };
+}
+
+/** A registry answering /register per `answer`, and a relay endpoint refusing upgrades with 403. */
+async function fakeRegistry(answer: (count: number) => number): Promise<{ url: string; registers: number }> {
+  const state = { url: '', registers: 0 };
+  const server: Server = createServer((req: IncomingMessage, res: ServerResponse) => {
+    req.resume();
+    req.on('end', () => {
+      const status = answer(++state.registers);
+      const body =
+        status === 200
+          ? {
+              environment_id: 'env-cli',
+              url: `${state.url.replace('http:', 'ws:')}/relay`,
+              security_profile: 'noise_hybrid_ik_v1',
+              executor_registration_id: `reg-${state.registers}`,
+            }
+          : { error: { code: 'unauthorized', message: 'API key revoked' } };
+      res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body));
+    });
+  });
+  server.on('upgrade', (_req, socket: Socket) => {
+    socket.on('error', () => undefined);
+    socket.end('HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n');
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  state.url = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
+  cleanups.push(async () => {
+    server.closeAllConnections();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+  });
+  return state;
+}
+
+describe('executor --remote: registry URL', () => {
+  it('refuses an http:// registry on a host that is not loopback unless --allow-insecure-registry', async () => {
+    const refused = cliIo({ TETHER_API_KEY: KEY });
+    expect(await runExecutor(options({ remote: 'http://registry.example' }), refused.io, silentLogger(), noExec)).toBe(
+      2,
+    );
+    expect(refused.stderr()).toContain('--remote http://registry.example: plain http to a host that is not loopback');
+    expect(refused.stderr()).toContain('--allow-insecure-registry');
+    // Allowed (and loopback hosts): the run gets as far as the API key, which is missing here.
+    for (const extra of [
+      { remote: 'http://registry.example', allowInsecureRegistry: true },
+      { remote: 'http://127.0.0.1:1' },
+      { remote: 'http://127.9.9.9:1' },
+      { remote: 'http://localhost:1' },
+      { remote: 'http://[::1]:1' },
+      { remote: 'https://registry.example' },
+    ]) {
+      const run = cliIo();
+      expect(await runExecutor(options(extra), run.io, silentLogger(), noExec), extra.remote).toBe(2);
+      expect(run.stderr()).toContain('--remote needs an API key: --api-key-file PATH (mode 0600), --api-key-fd N');
+    }
+  });
+
+  it('warns that a WebSocket listener off loopback is unauthenticated', () => {
+    expect(exposedListenerWarning('127.0.0.1')).toBeNull();
+    expect(exposedListenerWarning('::1')).toBeNull();
+    expect(exposedListenerWarning('0.0.0.0')).toMatch(/listener on 0\.0\.0\.0 is unauthenticated/);
+    expect(exposedListenerWarning('::')).toMatch(/unauthenticated/);
+    expect(exposedListenerWarning('192.168.1.5')).toMatch(/unauthenticated/);
+  });
+
+  it('the key flags need --remote', async () => {
+    const run = cliIo();
+    expect(
+      await runExecutor(options({ environmentId: undefined, apiKeyFile: '/k' }), run.io, silentLogger(), noExec),
+    ).toBe(2);
+    expect(run.stderr()).toContain('--api-key-file needs --remote');
+  });
+});
+
+describe('executor --remote: the API key never stays in its environment', () => {
+  it('with the key in TETHER_API_KEY, re-executes itself without it and hands the key over on a pipe', async () => {
+    const native = loadNativePipe();
+    expect(native, 'the native pipe addon is built in CI').not.toBeNull();
+    const cleared: number[] = [];
+    let exec: { file: string; argv: string[]; env: Record<string, string>; key: string } | undefined;
+    const support: ExecSupport = {
+      pipe: () => native!.pipe(),
+      clearCloexec: (fd) => cleared.push(fd),
+      execve: (file, argv, env) => {
+        exec = { file, argv, env, key: readApiKeyFd(Number(argv.at(-1))) };
+        throw new Error('exec stand-in');
+      },
+    };
+    const platform: ExecutorPlatform = {
+      exec: support,
+      commandLine: () => ({
+        execPath: '/usr/bin/node',
+        args: ['--enable-source-maps', '/app/main.js', '--remote', 'http://127.0.0.1:1'],
+        env: { PATH: '/bin', TETHER_API_KEY: KEY, CODEX_API_KEY: KEY, UNSET: undefined },
+      }),
+    };
+    const run = cliIo({ TETHER_API_KEY: KEY, CODEX_API_KEY: KEY });
+    await expect(
+      runExecutor(options({ remote: 'http://127.0.0.1:1' }), run.io, silentLogger(), platform),
+    ).rejects.toThrow('exec stand-in');
+    const fd = Number(exec?.argv.at(-1));
+    expect(exec).toEqual({
+      file: '/usr/bin/node',
+      argv: [
+        '/usr/bin/node',
+        '--enable-source-maps',
+        '/app/main.js',
+        '--remote',
+        'http://127.0.0.1:1',
+        '--api-key-fd',
+        String(fd),
+      ],
+      env: { PATH: '/bin' },
+      key: KEY,
+    });
+    expect(cleared).toEqual([fd]);
+  });
+
+  it('a key variable set beside --api-key-file is dropped by re-executing with the same command line', async () => {
+    let exec: { argv: string[]; env: Record<string, string> } | undefined;
+    const platform: ExecutorPlatform = {
+      exec: {
+        pipe: () => {
+          throw new Error('no pipe is needed');
+        },
+        clearCloexec: () => undefined,
+        execve: (_file, argv, env) => {
+          exec = { argv, env };
+          throw new Error('exec stand-in');
+        },
+      },
+      commandLine: () => ({
+        execPath: '/node',
+        args: ['/main.js', '--api-key-file', '/k'],
+        env: { CODEX_API_KEY: KEY },
+      }),
+    };
+    const run = cliIo({ CODEX_API_KEY: KEY });
+    await expect(
+      runExecutor(options({ remote: 'http://127.0.0.1:1', apiKeyFile: '/k' }), run.io, silentLogger(), platform),
+    ).rejects.toThrow('exec stand-in');
+    expect(exec).toEqual({ argv: ['/node', '/main.js', '--api-key-file', '/k'], env: {} });
+  });
+
+  it('refuses a key in the environment where it cannot re-execute, unless --allow-api-key-env (then warns)', async () => {
+    const refused = cliIo({ TETHER_API_KEY: KEY });
+    expect(await runExecutor(options({ remote: 'http://127.0.0.1:1' }), refused.io, silentLogger(), noExec)).toBe(2);
+    expect(refused.stderr()).toContain('the API key is in TETHER_API_KEY, where every child process can read it');
+    expect(refused.stderr()).toContain('--allow-api-key-env');
+    expect(refused.stderr()).not.toContain(KEY);
+
+    const registry = await fakeRegistry(() => 401);
+    const allowed = cliIo({ TETHER_API_KEY: KEY });
+    const code = await runExecutor(
+      options({ remote: registry.url, allowApiKeyEnv: true }),
+      allowed.io,
+      silentLogger(),
+      noExec,
+    );
+    expect(allowed.stderr()).toContain('WARNING: TETHER_API_KEY stays readable by every child process');
+    // It went on to use the key: the registry said no, and a 401 at start is final.
+    expect(code).toBe(1);
+    expect(allowed.stderr()).toContain('(the API key was revoked or is wrong)');
+    expect(allowed.stderr()).not.toContain(KEY);
+  });
+});
+
+describe('executor --remote: a revoked key', () => {
+  it('exits 1 with a clear message when the registry refuses the key on re-registration', async () => {
+    const dir = scratch();
+    const keyPath = join(dir, 'executor.key');
+    writeFileSync(keyPath, `${KEY}\n`, { mode: 0o600 });
+    // Registered once; the relay then refuses the URL, and the registry the key.
+    const registry = await fakeRegistry((count) => (count === 1 ? 200 : 401));
+    const dumpable: boolean[] = [];
+    const platform: ExecutorPlatform = { ...noExec, exec: { setDumpable: (value) => dumpable.push(value) } };
+    const run = cliIo();
+    const code = await runExecutor(
+      options({ remote: registry.url, apiKeyFile: keyPath }),
+      run.io,
+      silentLogger(),
+      platform,
+    );
+    expect(code).toBe(1);
+    expect(registry.registers).toBe(2);
+    expect(run.stderr()).toMatch(
+      /environment env-cli lost its registration: the registry refused \/register with HTTP 401 .*\(the API key was revoked or is wrong\); exiting/,
+    );
+    expect(run.stderr()).not.toContain(KEY);
+    expect(dumpable).toEqual([false]);
+    expect(readFileSync(keyPath, 'utf8')).toBe(`${KEY}\n`); // read, never changed
+  });
+});
