@@ -147,6 +147,13 @@ describe('security through the real stack', () => {
 
       // The relay closes the registration's sockets when the registry's push arrives: the session drops.
       await waitUntil(() => statuses.some((s) => s.startsWith('disconnected')), 'the session to drop', 10_000);
+      // Resuming asks the registry for a bundle, which says revoked: the session is given up at once, not
+      // retried until the resume deadline (25 s).
+      await waitUntil(
+        () => statuses.some((s) => s.startsWith('lost') && /revoked/.test(s)),
+        'the session to be given up as revoked',
+        10_000,
+      );
       await waitUntil(
         async () => !(await stack.relayMetrics()).match(/^relay_sockets\{role="environment"\} [1-9]/m),
         'the relay to hold no environment socket',

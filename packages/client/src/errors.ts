@@ -5,6 +5,7 @@ export type TetherErrorCode =
   | 'unauthorized'
   | 'not_found'
   | 'offline'
+  | 'revoked'
   | 'connect_failed'
   | 'handshake_failed'
   | 'closed'

@@ -560,7 +560,7 @@ export class ExecServerClient implements ProcessBackend {
 }
 
 /** Failures of a resume that another attempt cannot get past: the session is given up at once. */
-const FINAL_ON_RESUME: ReadonlySet<string> = new Set(['protocol', 'unauthorized', 'executor_key_changed']);
+const FINAL_ON_RESUME: ReadonlySet<string> = new Set(['protocol', 'unauthorized', 'revoked', 'executor_key_changed']);
 
 /** How often a `process/start` cut by a dropped connection is sent again on the resumed session. */
 const START_RETRIES = 5;

@@ -86,6 +86,7 @@ describe('fetchBundle (node:http)', () => {
       [401, /refused the harness API key \(HTTP 401\)/],
       [404, /env-1 has no registered executor \(HTTP 404\) \[x\]: no such environment/],
       [409, /env-1 is offline/],
+      [410, /env-1's executor registration was revoked \(HTTP 410\) \[x\]/],
       [302, /HTTP 302 \(redirects are not followed\)/],
       [500, /answered \/connect with HTTP 500/],
     ];

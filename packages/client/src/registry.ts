@@ -181,6 +181,15 @@ function answerError(status: number, text: string, environmentId: string): Tethe
       status,
     });
   }
+  if (status === 410) {
+    // The environment's registration was revoked (its executor's key, or the registration itself): final
+    // until the executor registers again with a valid key, so neither connect nor resume retries it.
+    return new TetherError(
+      'revoked',
+      `environment ${environmentId}'s executor registration was revoked (HTTP 410)${detail}`,
+      { status },
+    );
+  }
   if (status === 409) {
     return new TetherError(
       'offline',
