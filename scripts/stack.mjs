@@ -180,15 +180,23 @@ try {
   writeFileSync(executorLog, '');
   await new Promise((ready, fail) => {
     const lines = createInterface({ input: executor.stderr });
+    // The executor's last plain-text line says why it gave up (a revoked key, another executor took over).
+    let reason = '';
+    let up = false;
     lines.on('line', (line) => {
       writeFileSync(executorLog, `${line}\n`, { flag: 'a' });
-      if (line.includes('relay link up')) ready();
+      if (!line.startsWith('{')) reason = line;
+      if (line.includes('relay link up')) {
+        up = true;
+        ready();
+      }
     });
     executor.once('exit', (code) => {
-      if (!stopping) {
-        fail(new Error(`executor exited (${code}); see ${executorLog}`));
-        stop(1);
-      }
+      if (stopping) return;
+      const error = new Error(`executor exited (${code}); see ${executorLog}${reason ? `\n  ${reason}` : ''}`);
+      if (!up) return fail(error); // reported and stopped below
+      process.stderr.write(`stack: ${error.message}\n`);
+      stop(1);
     });
   });
 } catch (err) {
