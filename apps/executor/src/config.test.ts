@@ -67,6 +67,16 @@ level = "debug"
     });
   });
 
+  it('refuses keys named like Object.prototype members as unknown fields, not with a TypeError (found by fuzzing)', () => {
+    const path = file('[sessions]\nconstructor = 1\n[processes]\ntoString = 2\n[hasOwnProperty]\nx = 1\n');
+    expect(loadConfig({ path }).warnings).toEqual([
+      `${path}: unknown configuration field \`sessions.constructor\``,
+      `${path}: unknown configuration field \`processes.toString\``,
+      `${path}: unknown configuration field \`hasOwnProperty\``,
+    ]);
+    expect(() => loadConfig({ path, strict: true })).toThrow(ConfigError);
+  });
+
   it('rejects unknown keys only in strict mode', () => {
     const path = file('[sessions]\ndetached_ttl_sec = 5\nbogus = 1\n[nope]\nx = 1\n');
     expect(() => loadConfig({ path, strict: true })).toThrow('unknown configuration field `sessions.bogus`');

@@ -224,13 +224,15 @@ export function loadConfig(options: { path?: string; explicit?: boolean; strict?
     return { config, warnings, path };
   }
   for (const [section, body] of Object.entries(document)) {
-    const sectionSchema = SCHEMA[section];
+    // Own properties only: a section or key named like an Object.prototype member (`constructor`,
+    // `toString`) is an unknown field, not a lookup on the prototype.
+    const sectionSchema = Object.hasOwn(SCHEMA, section) ? SCHEMA[section] : undefined;
     if (!sectionSchema || typeof body !== 'object' || body === null || Array.isArray(body)) {
       problem(`unknown configuration field \`${section}\``);
       continue;
     }
     for (const [name, value] of Object.entries(body)) {
-      const spec = sectionSchema[name];
+      const spec = Object.hasOwn(sectionSchema, name) ? sectionSchema[name] : undefined;
       if (!spec) {
         problem(`unknown configuration field \`${section}.${name}\``);
         continue;

@@ -375,6 +375,17 @@ describe('health, unknown routes and logs', () => {
     expect([res.statusCode, res.json().error.code]).toEqual([503, 'store_unavailable']);
   });
 
+  it('answers a path with a broken percent-escape in the registry error format (found by fuzzing)', async () => {
+    for (const url of ['/%', '/cloud/environment/%/connect', '/v1/%zz']) {
+      const res = await app.inject({ method: 'GET', url });
+      expect([url, res.statusCode, res.json()]).toEqual([
+        url,
+        400,
+        { error: { code: 'invalid_request', message: 'the request path is not valid' } },
+      ]);
+    }
+  });
+
   it('unknown routes and methods are 404 not_found', async () => {
     const res = await app.inject('/cloud/environment/dev-1/register');
     expect([res.statusCode, res.json()]).toEqual([404, { error: { code: 'not_found', message: 'no such route' } }]);

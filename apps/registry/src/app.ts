@@ -1,5 +1,5 @@
 import type { SigningKey } from '@tether/relay-auth';
-import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstance, type FastifyRequest } from 'fastify';
+import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { ERRORS, errorBody, RegistryError } from './errors.js';
 import { createRegistryMetrics, type Metrics } from './metrics.js';
 import { pollRevocations, RevocationPusher } from './revocations.js';
@@ -120,6 +120,12 @@ export async function buildRegistry(config: RegistryConfig, deps: RegistryDeps):
     // Environment ids go up to 128 characters (find-my-way's default cap is 100); the schema enforces 128.
     routerOptions: { maxParamLength: 256 },
     ajv: { customOptions: { removeAdditional: false, coerceTypes: false, allErrors: false } },
+    // Errors the router raises before any route runs (a path whose percent-escapes do not decode) get the
+    // registry's error format too, not Fastify's own body (found by fuzzing).
+    frameworkErrors: (_error, _request, reply) => {
+      // Typed per route generic; this one answers before any route, so the plain reply type is the one.
+      (reply as FastifyReply).code(400).send(errorBody('invalid_request', 'the request path is not valid'));
+    },
   });
   // Connections past the cap are closed as they are accepted, before any byte is read.
   app.server.maxConnections = limits.maxConnections;
