@@ -17,6 +17,9 @@ export function encodeBase64(bytes: Uint8Array): string {
  */
 function decodeStrict(text: string, allocate?: (size: number) => Buffer): Buffer | null {
   if (text.length % 4 !== 0) return null;
+  // Node's decoder reads a UTF-16 unit by its low byte, so U+4141 would pass for `A`: only ASCII text has a
+  // UTF-8 length equal to its length (a native count, ≈ 0.2 ms per MiB against the decoder's ≈ 0.7).
+  if (Buffer.byteLength(text, 'utf8') !== text.length) return null;
   const padding = text.endsWith('==') ? 2 : text.endsWith('=') ? 1 : 0;
   const expected = (text.length / 4) * 3 - padding;
   let bytes: Buffer;

@@ -42,7 +42,29 @@ export function serializePublicKey(key: NoisePublicKey): string {
   return JSON.stringify(publicKeyToJson(key));
 }
 
-/** Checks a decoded key object: known suite (`bad_suite`) and exact key lengths (`invalid_public_key`). */
+/** ML-KEM's modulus q: every coefficient of an encapsulation key is below it (FIPS 203 §7.2). */
+const MLKEM_Q = 3329;
+/** The encoded polynomial vector t̂ of an ML-KEM-768 key: 3 × 256 coefficients of 12 bits; ρ (32 bytes) follows. */
+const MLKEM768_VECTOR_BYTES = 1152;
+
+/**
+ * FIPS 203 §7.2's encapsulation key check: every 12-bit coefficient is below q, i.e. the key is what
+ * ByteEncode12(ByteDecode12(key)) gives back. Without it an executor could publish a key no conformant
+ * implementation produces (and that libraries which skip the check would still encapsulate to).
+ */
+function isCanonicalMlKemKey(key: Uint8Array): boolean {
+  for (let i = 0; i < MLKEM768_VECTOR_BYTES; i += 3) {
+    const b1 = key[i + 1] as number;
+    if (((key[i] as number) | ((b1 & 0x0f) << 8)) >= MLKEM_Q) return false;
+    if (((b1 >> 4) | ((key[i + 2] as number) << 4)) >= MLKEM_Q) return false;
+  }
+  return true;
+}
+
+/**
+ * Checks a decoded key object: known suite (`bad_suite`), exact key lengths and an ML-KEM key whose
+ * coefficients are all reduced (`invalid_public_key`).
+ */
 export function checkPublicKey(key: NoisePublicKey): void {
   suiteInfo(key.suite);
   if (!(key.x25519 instanceof Uint8Array) || key.x25519.length !== X25519_KEY_LENGTH) {
@@ -50,6 +72,9 @@ export function checkPublicKey(key: NoisePublicKey): void {
   }
   if (!(key.mlkem768 instanceof Uint8Array) || key.mlkem768.length !== MLKEM768_PUBLIC_KEY_LENGTH) {
     throw invalid('invalid mlkem768 public key length');
+  }
+  if (!isCanonicalMlKemKey(key.mlkem768)) {
+    throw invalid('mlkem768 public key has a coefficient out of range (FIPS 203 encapsulation key check)');
   }
 }
 
@@ -76,7 +101,7 @@ export function parsePublicKey(value: unknown): NoisePublicKey {
     if (!Object.hasOwn(record, field)) throw invalid(`missing field in public key: ${field}`);
   }
   const { suite } = suiteInfo(record.suite);
-  return {
+  const key: NoisePublicKey = {
     suite,
     x25519: decodeField(
       record.x25519_public_key,
@@ -91,6 +116,8 @@ export function parsePublicKey(value: unknown): NoisePublicKey {
       MLKEM768_PUBLIC_KEY_BASE64_LENGTH,
     ),
   };
+  checkPublicKey(key);
+  return key;
 }
 
 /** Parses public-key JSON text. */
