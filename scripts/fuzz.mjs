@@ -37,7 +37,21 @@ function findFuzzFiles(dir, byPackage) {
   return byPackage;
 }
 
-const runs = runsFromArgs(process.argv.slice(2));
+const USAGE = `usage: node scripts/fuzz.mjs [--runs N]   (also: pnpm fuzz -- --runs N)
+Runs every *.fuzz.test.ts, one package at a time, with N runs per property (default 20000, or
+TETHER_FUZZ_RUNS). TETHER_FUZZ_SEED=<seed> replays a failure's seed. Exit 1 when any property fails.
+`;
+const args = process.argv.slice(2).filter((arg) => arg !== '--');
+if (args.includes('--help') || args.includes('-h')) {
+  process.stdout.write(USAGE);
+  process.exit(0);
+}
+const unknown = args.filter((arg, i) => arg !== '--runs' && args[i - 1] !== '--runs');
+if (unknown.length > 0) {
+  process.stderr.write(`fuzz: unknown argument ${unknown[0]}\n${USAGE}`);
+  process.exit(2);
+}
+const runs = runsFromArgs(args);
 const packages = new Map();
 for (const top of ['apps', 'packages']) findFuzzFiles(join(root, top), packages);
 const failed = [];
