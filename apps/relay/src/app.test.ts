@@ -166,7 +166,8 @@ describe('resets', () => {
     const old = await pairedHarness(url, oldEnv);
     const newEnv = await Endpoint.open(signedUrl(url, 'environment', 'env-1'));
     expect(await old.harness.next(isReset(old.streamId))).toMatchObject({ reason: 'environment_replaced' });
-    expect((await oldEnv.closed).code).toBe(CLOSE.REPLACED);
+    // Same registration (same epoch): the replaced executor is told to reconnect, not that it was superseded.
+    expect((await oldEnv.closed).code).toBe(CLOSE.REPLACED_SAME_REGISTRATION);
     const fresh = await pairedHarness(url, newEnv);
     newEnv.send(dataFrame(fresh.streamId, 0, Buffer.from('hi')));
     await fresh.harness.next((f) => f.kind === 'data');

@@ -329,7 +329,10 @@ export function createRelay(options: RelayOptions): Relay {
     if (previous) {
       log.info({ environmentId: env.environmentId }, 'environment socket replaced');
       endEnvironment(previous, 'environment_replaced');
-      previous.ws.close(CLOSE.REPLACED, 'replaced by a newer environment socket');
+      // Only a newer registration supersedes the executor for good (4001: it stops). A socket of the same
+      // registration (its own reconnect, or a replayed URL) is told apart (4011), so that it reconnects.
+      if (env.epoch > previous.epoch) previous.ws.close(CLOSE.REPLACED, 'replaced by a newer registration');
+      else previous.ws.close(CLOSE.REPLACED_SAME_REGISTRATION, 'replaced by a socket of the same registration');
     } else {
       log.info({ environmentId: env.environmentId }, 'environment connected');
     }

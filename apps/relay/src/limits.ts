@@ -72,7 +72,7 @@ export const CLOSE = Object.freeze({
   TRY_AGAIN: 1013,
   /** The stream ended normally (the environment reset it). */
   STREAM_RESET: 4000,
-  /** This environment socket was replaced by a newer one. */
+  /** This environment socket was replaced by one of a newer registration (a higher epoch): final for its executor. */
   REPLACED: 4001,
   /** The harness could not take the environment's output fast enough. */
   BACKPRESSURE: 4002,
@@ -86,6 +86,11 @@ export const CLOSE = Object.freeze({
   STALE_REGISTRATION: 4009,
   /** The socket's executor registration was revoked by the registry. */
   REGISTRATION_REVOKED: 4010,
+  /**
+   * This environment socket was replaced by another of the same registration (its executor reconnecting, or
+   * someone replaying its URL): the executor reconnects, and so takes its place back.
+   */
+  REPLACED_SAME_REGISTRATION: 4011,
   /** Too many streams on this environment. */
   STREAM_LIMIT: 4029,
 });

@@ -26,6 +26,17 @@ describe('registration epochs', () => {
     expect(metric(relay, 'relay_upgrades_refused_total{reason="stale_registration"}')).toBe(1);
   });
 
+  it('closes a socket replaced by its own registration with 4011 (reconnect) and only a newer one with 4001 (final)', async () => {
+    const { url } = await startRelay();
+    const first = await Endpoint.open(signedUrl(url, 'environment', 'env-1', { registrationId: 'reg-5', epoch: 5 }));
+    // The same URL again (the executor reconnecting, or someone replaying its URL) must not look final.
+    const replay = await Endpoint.open(signedUrl(url, 'environment', 'env-1', { registrationId: 'reg-5', epoch: 5 }));
+    expect((await first.closed).code).toBe(CLOSE.REPLACED_SAME_REGISTRATION);
+    const newer = await Endpoint.open(signedUrl(url, 'environment', 'env-1', { registrationId: 'reg-6', epoch: 6 }));
+    expect((await replay.closed).code).toBe(CLOSE.REPLACED);
+    await expectServing(url, newer, 'reg-6');
+  });
+
   it('remembers the newest epoch after its socket leaves, so a stale executor cannot take a reconnecting one’s place', async () => {
     const { url } = await startRelay();
     const current = await Endpoint.open(signedUrl(url, 'environment', 'env-1', { registrationId: 'reg-5', epoch: 5 }));
