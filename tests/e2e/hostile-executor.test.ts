@@ -88,6 +88,12 @@ beforeAll(async () => {
     socket.on('message', (data) => {
       const message = JSON.parse(String(data)) as { id?: number | string; method: string; params?: unknown };
       if (message.id === undefined) return; // `initialized`
+      if (message.method === 'process/start') {
+        // An error whose message would drive the user's terminal (a title change, a C1 CSI colour).
+        const error = { code: -32603, message: 'no\u001b]0;pwned\u0007 \u009b31mred' };
+        socket.send(JSON.stringify({ id: message.id, error }));
+        return;
+      }
       const result = answer(message.method, (message.params ?? {}) as Record<string, unknown>, handles);
       socket.send(
         JSON.stringify(
@@ -168,5 +174,14 @@ describe('harness cp -r (the CLI bin) from a hostile executor', () => {
     expect(readFileSync(landed, 'utf8')).toBe('the link target');
     expect(existsSync(claimed)).toBe(false);
     expect(outsideDestination()).toEqual(before);
+  });
+});
+
+describe('the harness CLI bin prints what a hostile executor says, not what it would do to a terminal', () => {
+  it('shows control characters in an executor error message as ?', async () => {
+    const result = await harness(['exec', '--url', url, '--', 'true']);
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain('no?]0;pwned? ?31mred');
+    expect(result.stderr).not.toMatch(/[\u0000-\u0009\u000b-\u001f\u007f-\u009f]/);
   });
 });

@@ -361,13 +361,14 @@ async function withLocation(
   return withEnvironment(io, flags, location.environmentId, (env) => action(env.fs, path));
 }
 
+/**
+ * Prints a failure. Its message may quote the executor (an RPC error's text, a path it named), which must not
+ * reach the terminal as control sequences: they are shown as `?` (line breaks kept).
+ */
 function report(io: CliIo, err: unknown): number {
-  if (err instanceof TetherError) {
-    io.stderr.write(`harness: ${err.message}\n`);
-    return err.code === 'invalid_argument' ? 2 : 1;
-  }
-  io.stderr.write(`harness: ${(err as Error).message ?? String(err)}\n`);
-  return 1;
+  const message = err instanceof Error ? err.message : String(err);
+  io.stderr.write(`harness: ${message.replace(/[\u0000-\u0009\u000b-\u001f\u007f-\u009f]/g, '?')}\n`);
+  return err instanceof TetherError && err.code === 'invalid_argument' ? 2 : 1;
 }
 
 /** Parses and runs; resolves with the process exit code. */
