@@ -4,7 +4,14 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadNativePipe } from '@tether/native-pipe';
 import { afterEach, describe, expect, it } from 'vitest';
-import { ApiKeyError, chooseApiKeySource, readApiKeyFd, readApiKeyFile } from './api-key.js';
+import {
+  ApiKeyError,
+  chooseApiKeySource,
+  MAX_API_KEY_BYTES,
+  readApiKey,
+  readApiKeyFd,
+  readApiKeyFile,
+} from './api-key.js';
 
 const dirs: string[] = [];
 afterEach(() => {
@@ -67,6 +74,17 @@ describe('--api-key-fd', () => {
   it('refuses stdio descriptors and descriptors that are not open', () => {
     expect(() => readApiKeyFd(0)).toThrow('descriptors 0-2 are stdio');
     expect(() => readApiKeyFd(987_654)).toThrow('not an open file descriptor');
+  });
+});
+
+describe('a key in the environment', () => {
+  it('is held to the same length bound as a file or fd (a longer one would block its handover pipe)', () => {
+    const long = 'k'.repeat(MAX_API_KEY_BYTES + 1);
+    expect(() => readApiKey({ kind: 'env', variable: 'TETHER_API_KEY' }, { TETHER_API_KEY: long })).toThrow(
+      `TETHER_API_KEY: the API key is longer than ${MAX_API_KEY_BYTES} bytes`,
+    );
+    const fits = 'k'.repeat(MAX_API_KEY_BYTES);
+    expect(readApiKey({ kind: 'env', variable: 'TETHER_API_KEY' }, { TETHER_API_KEY: fits })).toBe(fits);
   });
 });
 

@@ -132,6 +132,11 @@ function stripNewline(text: string): string {
 /** A bearer token is one line of printable characters; anything else is a wrong file, not a key. */
 function checkKey(key: string, where: string): string {
   if (key === '') throw new ApiKeyError(`${where}: the API key is empty`);
+  // Every source is held to the same bound: a key from the environment is handed over on a pipe that no one
+  // reads until the re-exec, so one over the pipe's capacity would block the handover for ever.
+  if (Buffer.byteLength(key) > MAX_API_KEY_BYTES) {
+    throw new ApiKeyError(`${where}: the API key is longer than ${MAX_API_KEY_BYTES} bytes`);
+  }
   if (/[\s\u0000-\u001f\u007f]/.test(key)) {
     throw new ApiKeyError(`${where}: the API key contains whitespace or control characters (one line expected)`);
   }
