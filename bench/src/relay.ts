@@ -43,7 +43,7 @@ const percentile = (values: number[], p: number) => {
 
 function url(base: string, role: 'environment' | 'harness', environmentId: string): string {
   const expiresAt = Math.floor(Date.now() / 1000) + 3600;
-  return signRelayUrl(base, { role, environmentId, registrationId: 'reg-bench', expiresAt }, key);
+  return signRelayUrl(base, { role, environmentId, registrationId: 'reg-bench', epoch: 1, expiresAt }, key);
 }
 
 async function dial(target: string): Promise<WebSocket> {

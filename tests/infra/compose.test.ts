@@ -19,6 +19,7 @@ const compose = parse(readFileSync(join(root, 'docker-compose.yml'), 'utf8'), { 
       entrypoint?: string[];
       command?: string[];
       depends_on?: Record<string, unknown>;
+      environment?: Record<string, string>;
     }
   >;
 };
@@ -117,7 +118,7 @@ describe('docker-compose.yml and infra/docker/Dockerfile', () => {
     const executor = (compose.services.executor?.entrypoint ?? []).join('\n');
     expect(executor).toContain('--remote http://registry:8080');
     expect(executor).toContain('--allow-insecure-registry');
-    const harness = compose.services.harness?.environment as Record<string, string> | undefined;
+    const harness = compose.services.harness?.environment;
     expect(harness?.TETHER_REGISTRY_URL).toBe('http://registry:8080');
     expect(harness?.TETHER_ALLOW_INSECURE_REGISTRY).toBe('1');
   });
