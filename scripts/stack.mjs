@@ -53,7 +53,12 @@ mkdirSync(dataDir, { recursive: true, mode: 0o700 });
  */
 function key(name, role, scope) {
   const file = join(dataDir, `${name}.key`);
-  if (existsSync(file)) return readFileSync(file, 'utf8').trim();
+  // The scope a key was made with is kept beside it: a key for another environment id or relay port is of no
+  // use (a relay key heartbeats only its own URL), so a start with other flags makes a new one.
+  const scopeFile = `${file}.scope`;
+  const wanted = scope.join(' ');
+  const had = existsSync(scopeFile) ? readFileSync(scopeFile, 'utf8').trim() : wanted;
+  if (existsSync(file) && had === wanted) return readFileSync(file, 'utf8').trim();
   const created = spawnSync(
     process.execPath,
     [bin('registry'), 'keys', 'create', '--database', database, '--role', role, ...scope, '--label', `stack ${name}`],
@@ -65,6 +70,7 @@ function key(name, role, scope) {
   }
   writeFileSync(file, `${created.stdout.trim()}\n`, { mode: 0o600 });
   chmodSync(file, 0o600);
+  writeFileSync(scopeFile, `${wanted}\n`);
   return created.stdout.trim();
 }
 

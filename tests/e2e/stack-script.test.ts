@@ -78,3 +78,51 @@ it('runs the local stack, serves the harness, and stops everything on SIGTERM', 
   // A second start reuses the same data (keys and database are not recreated).
   expect(existsSync(join(data, 'registry.db'))).toBe(true);
 });
+
+it('started again with other ports and another environment id, makes keys for them (a relay key is bound to its URL)', {
+  timeout: 60_000,
+}, async () => {
+  const data = join(dir, 'data');
+  expect(existsSync(join(data, 'relay.key')), 'the first start left its keys').toBe(true);
+  const [registryPort, relayPort] = [await freePort(), await freePort()];
+  stack = spawn(
+    process.execPath,
+    [
+      join(repoRoot(), 'scripts', 'stack.mjs'),
+      '--data-dir',
+      data,
+      '--registry-port',
+      String(registryPort),
+      '--relay-port',
+      String(relayPort),
+      '--environment-id',
+      'quickstart-2',
+    ],
+    { stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+  let out = '';
+  stack.stdout!.on('data', (d: Buffer) => {
+    out += d;
+  });
+  stack.stderr!.on('data', (d: Buffer) => {
+    out += d;
+  });
+  await waitUntil(() => out.includes('Ctrl-C stops everything.'), 'the stack to report it is running', 40_000);
+  const env = {
+    TETHER_REGISTRY_URL: `http://127.0.0.1:${registryPort}`,
+    TETHER_ENVIRONMENT_ID: 'quickstart-2',
+    TETHER_API_KEY: readFileSync(join(data, 'harness.key'), 'utf8').trim(),
+  };
+  expect(await harness(['exec', '--', 'echo', 'again'], env)).toEqual({ code: 0, stdout: 'again\n' });
+  // The relay heartbeats with a key for its new URL (one for the old URL would be refused, 403).
+  const relayMetrics = async () => (await fetch(`http://127.0.0.1:${relayPort}/metrics`)).text();
+  await waitUntil(
+    async () => /^relay_heartbeats_total\{result="(ok|error)"\} [1-9]/m.test(await relayMetrics()),
+    'the relay to heartbeat',
+    10_000,
+  );
+  expect(await relayMetrics()).not.toMatch(/^relay_heartbeats_total\{result="error"\} [1-9]/m);
+  expect(readFileSync(join(data, 'relay.log'), 'utf8')).not.toContain('refused the heartbeat');
+  stack.kill('SIGTERM');
+  expect(await new Promise<number | null>((resolve) => stack!.once('exit', (exitCode) => resolve(exitCode)))).toBe(0);
+});
