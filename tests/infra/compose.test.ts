@@ -20,6 +20,7 @@ const compose = parse(readFileSync(join(root, 'docker-compose.yml'), 'utf8'), { 
       command?: string[];
       depends_on?: Record<string, unknown>;
       environment?: Record<string, string>;
+      user?: string;
     }
   >;
 };
@@ -108,10 +109,30 @@ describe('docker-compose.yml and infra/docker/Dockerfile', () => {
     const relay = (compose.services.relay?.entrypoint ?? []).join('\n');
     expect(relay).toContain('TETHER_RELAY_REGISTRY_TOKEN="$$(cat /keys/relay/relay.key)"');
     expect(relay).toContain('--public-url ws://relay:8081');
-    // The executor reads its key from the file: no child of it can find the key in an environment.
+    // The executor gets its key on fd 3, opened by root before setpriv drops to `node`; the file is root-only
+    // (0400), so neither the executor's user nor a harness's command can read it, and no environment holds it.
     const executor = (compose.services.executor?.entrypoint ?? []).join('\n');
-    expect(executor).toContain('--api-key-file /keys/executor/executor.key');
+    expect(executor).toContain('exec setpriv --reuid=node --regid=node --init-groups --');
+    expect(executor).toContain('--api-key-fd 3');
+    expect(executor).toContain('3< /keys/executor/executor.key');
     expect(executor).not.toContain('TETHER_API_KEY');
+    expect(compose.services.executor?.user).toBe('root');
+    expect(compose.services.keys?.user).toBe('root');
+    expect(keys).toContain('chown root:root /keys/executor/executor.key');
+    expect(keys).toContain('chmod 400 /keys/executor/executor.key');
+    // What root created must stay usable by the services that run as `node`.
+    expect(keys).toContain('chown node:node /keys/relay/relay.key /keys/harness/harness.key');
+    expect(keys).toContain('chown -R node:node /data');
+  });
+
+  it('creates in the image every /keys mount point compose uses, so the volumes start with their owner', () => {
+    const made = /RUN mkdir -p ([^&]+)&&/.exec(dockerfile)?.[1]?.trim().split(/\s+/) ?? [];
+    const used = Object.values(compose.services)
+      .flatMap((service) => (service as { volumes?: string[] }).volumes ?? [])
+      .map((volume) => volume.split(':')[1] as string)
+      .filter((path) => path.startsWith('/keys/'));
+    expect(used.length).toBeGreaterThan(0);
+    for (const path of used) expect(made, path).toContain(path);
   });
 
   it('allows the plain-http registry only explicitly, for the compose network (refused off loopback otherwise)', () => {
