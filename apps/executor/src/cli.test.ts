@@ -6,10 +6,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PassThrough } from 'node:stream';
 import { loadNativePipe } from '@tether/native-pipe';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { readApiKeyFd } from './api-key.js';
 import { type ExecutorOptions, type ExecutorPlatform, exposedListenerWarning, runExecutor } from './cli.js';
 import type { ExecSupport } from './key-handover.js';
+import { parseListenUrl } from './listen-url.js';
 import { silentLogger } from './logger.js';
 
 const KEY = 'treg_cli_test_secret';
@@ -102,7 +103,18 @@ describe('executor --remote: registry URL', () => {
     }
   });
 
-  it('warns that a WebSocket listener off loopback is unauthenticated', () => {
+  it('warns that a WebSocket listener off loopback is unauthenticated', async () => {
+    // Through runExecutor, on an address no interface has (TEST-NET-1): warned, then the bind fails, so the
+    // test listens on nothing but loopback.
+    const log = silentLogger();
+    const warn = vi.spyOn(log, 'warn');
+    const run = cliIo();
+    const listen = parseListenUrl('ws://192.0.2.1:0');
+    expect(await runExecutor({ strictConfig: false, listen }, run.io, log, noExec)).toBe(1);
+    expect(run.stderr()).toContain('cannot listen on 192.0.2.1:0');
+    expect(warn.mock.calls.map((call) => String(call[1]))).toEqual([
+      expect.stringMatching(/listener on 192\.0\.2\.1 is unauthenticated/),
+    ]);
     expect(exposedListenerWarning('127.0.0.1')).toBeNull();
     expect(exposedListenerWarning('::1')).toBeNull();
     expect(exposedListenerWarning('0.0.0.0')).toMatch(/listener on 0\.0\.0\.0 is unauthenticated/);

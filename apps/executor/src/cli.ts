@@ -406,6 +406,9 @@ export async function runExecutor(
     } else {
       const listen = options.listen ?? (remote ? null : parseListenUrl(DEFAULT_LISTEN_URL));
       if (listen?.kind === 'websocket') {
+        // Said before binding, so that it is said even when the bind then fails.
+        const exposure = exposedListenerWarning(listen.host);
+        if (exposure) log.warn({ host: listen.host, port: listen.port }, exposure);
         let url: string;
         try {
           url = await server.listen(listen.host, listen.port);
@@ -413,8 +416,6 @@ export async function runExecutor(
           io.stderr.write(`executor: cannot listen on ${listen.host}:${listen.port}: ${(err as Error).message}\n`);
           return 1;
         }
-        const exposure = exposedListenerWarning(listen.host);
-        if (exposure) log.warn({ url }, exposure);
         io.stdout.write(`${url}\n`);
       }
       await stop;
