@@ -8,7 +8,7 @@ import Fastify, {
 } from 'fastify';
 import { ERRORS, errorBody, RegistryError } from './errors.js';
 import { createRegistryMetrics, type Metrics } from './metrics.js';
-import { pollRevocations, RevocationPusher } from './revocations.js';
+import { pollRevocations, RevocationPusher, revocationWindowMs } from './revocations.js';
 import { cloudRoutes } from './routes/cloud.js';
 import { healthRoutes } from './routes/health.js';
 import { v1Routes } from './routes/v1.js';
@@ -185,6 +185,7 @@ export async function buildRegistry(config: RegistryConfig, deps: RegistryDeps):
   app.addHook('onReady', async () => {
     stopPolling = pollRevocations(app.registry.store, app.revocations, {
       intervalMs: config.revocationPollMs ?? 2_000,
+      windowMs: revocationWindowMs(app.registry.config),
       now: app.registry.now,
       log: app.log,
     });

@@ -16,6 +16,7 @@ import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { buildRegistry, type RegistryConfig } from './app.js';
 import { REVOCATION_LIST_CAP, revocationsEndpoint } from './revocations.js';
+import { pickRelayNode } from './routing.js';
 import { openSqliteStore, type RegistryStore, type Role } from './store/index.js';
 import { generateToken, hashToken } from './tokens.js';
 
@@ -92,13 +93,18 @@ const validate = (env: string, bundle: Record<string, string>, key = 'exec') =>
   });
 const heartbeat = (url: string, key = 'admin') => call('POST', '/v1/relay/heartbeat', key, { url });
 
-/** A stand-in relay node's HTTP side: records every request it gets. */
-async function fakeRelay(): Promise<{
+/**
+ * A stand-in relay node's HTTP side: records every request it gets, answering each with the next of `statuses`
+ * (200 once they are used up). `all` keeps every request, `next()` hands them out one by one.
+ */
+async function fakeRelay(statuses: number[] = []): Promise<{
   url: string;
   requests: Array<{ req: IncomingMessage; body: string }>;
+  all: Array<{ req: IncomingMessage; body: string }>;
   next(): Promise<{ req: IncomingMessage; body: string }>;
 }> {
   const requests: Array<{ req: IncomingMessage; body: string }> = [];
+  const all: Array<{ req: IncomingMessage; body: string }> = [];
   const waiting: Array<(r: { req: IncomingMessage; body: string }) => void> = [];
   const server: Server = createServer((req, res) => {
     let body = '';
@@ -107,8 +113,9 @@ async function fakeRelay(): Promise<{
       body += chunk;
     });
     req.on('end', () => {
-      res.writeHead(200, { 'content-type': 'application/json' }).end('{"status":"ok"}');
+      res.writeHead(statuses.shift() ?? 200, { 'content-type': 'application/json' }).end('{"status":"ok"}');
       const entry = { req, body };
+      all.push(entry);
       const wake = waiting.shift();
       if (wake) wake(entry);
       else requests.push(entry);
@@ -120,6 +127,7 @@ async function fakeRelay(): Promise<{
   return {
     url: `ws://127.0.0.1:${port}/edge`,
     requests,
+    all,
     next: () => {
       const queued = requests.shift();
       return queued ? Promise.resolve(queued) : new Promise((resolve) => waiting.push(resolve));
@@ -284,6 +292,86 @@ describe('revocation push to relay nodes', () => {
   });
 });
 
+describe('revocation delivery that does not depend on clocks or on one try', () => {
+  /** The registry's store file, and revocations recorded through another connection to it, as the CLI does. */
+  async function fileStore() {
+    const dir = mkdtempSync(join(tmpdir(), 'registry-delivery-'));
+    cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
+    const path = join(dir, 'r.db');
+    const revokeElsewhere = async (keyId: string, at: number) => {
+      const cli = openSqliteStore(path);
+      try {
+        return await cli.revokeApiKey(keyId, at);
+      } finally {
+        await cli.close();
+      }
+    };
+    return { path, revokeElsewhere };
+  }
+
+  /** Resolves after `count` more polls have read the store (and so started their pushes). */
+  function polls() {
+    let seen = 0;
+    const list = store.listRevokedRegistrations.bind(store);
+    store.listRevokedRegistrations = async (since, limit) => {
+      const records = await list(since, limit);
+      seen++;
+      return records;
+    };
+    return async (count: number) => {
+      const target = seen + count;
+      await expect.poll(() => seen).toBeGreaterThanOrEqual(target);
+    };
+  }
+
+  const entries = (body: string) => JSON.parse(body).revoked_registrations;
+
+  it('pushes revocations recorded before the server started and ones stamped by a clock behind its own', async () => {
+    const relay = await fakeRelay();
+    const { path, revokeElsewhere } = await fileStore();
+    await start({ relayUrls: [relay.url], revocationPollMs: 20 }, path);
+    // Registered and revoked before the app is ready (its poll starts onReady): while the server was down or starting.
+    await store.putRegistration({
+      environmentId: 'dev-1',
+      registrationId: 'reg-early',
+      securityProfile: 'noise_hybrid_ik_v1',
+      executorPublicKey: '{}',
+      apiKeyId: 'exec',
+      createdAt: clock - 10_000,
+    });
+    await revokeElsewhere('exec', clock - 5_000);
+    await app.ready();
+    expect(entries((await relay.next()).body)).toEqual([{ environment_id: 'dev-1', registration_id: 'reg-early' }]);
+    // The CLI's clock an hour behind the server's.
+    const two = (await register('dev-2', 'exec2')).json();
+    await revokeElsewhere('exec2', clock - 3_600_000);
+    expect(entries((await relay.next()).body)).toEqual([
+      { environment_id: 'dev-2', registration_id: two.executor_registration_id },
+    ]);
+  });
+
+  it('counts a revocation delivered to a node only once that node answered 2xx, and retries the others each poll', async () => {
+    const healthy = await fakeRelay();
+    const flaky = await fakeRelay([503, 500]);
+    const { path } = await fileStore();
+    await start({ relayUrls: [healthy.url, flaky.url], revocationPollMs: 20 }, path);
+    const waitPolls = polls();
+    await app.ready();
+    const reg = (await register()).json();
+    await call('DELETE', `/v1/environments/dev-1/registrations/${reg.executor_registration_id}`, 'admin');
+    const expected = [{ environment_id: 'dev-1', registration_id: reg.executor_registration_id }];
+    // The flaky node refuses twice; later polls send it again until it answers 200.
+    for (let i = 0; i < 3; i++) expect(entries((await flaky.next()).body)).toEqual(expected);
+    // Then nobody is sent it again, however many polls follow.
+    await waitPolls(3);
+    await app.revocations.settled();
+    expect(healthy.all.map((r) => entries(r.body))).toEqual([expected]);
+    expect(flaky.all).toHaveLength(3);
+    expect(logs.match(/relay refused pushed revocations/g)).toHaveLength(1); // one warning per run of failures
+    expect(logs).toContain('pushing revocations to a relay works again');
+  });
+});
+
 describe('relay role', () => {
   beforeEach(async () => {
     await start();
@@ -298,6 +386,57 @@ describe('relay role', () => {
     expect([unknown.statusCode, unknown.json().error.code]).toEqual([400, 'unknown_relay_node']);
     // Admin keys still may (backwards compatible), for any configured node.
     expect((await heartbeat('ws://relay-a:1', 'admin')).statusCode).toBe(200);
+  });
+
+  /** The first `dev-N` the registry routes to `node` when both nodes are live. */
+  const routedTo = (node: string) => {
+    for (let n = 0; ; n++)
+      if (pickRelayNode(['ws://relay-a:1', 'ws://relay-b:1'], `dev-${n}`) === node) return `dev-${n}`;
+  };
+  const report = (url: string, environments: string[], key = 'relay') =>
+    call('POST', '/v1/relay/heartbeat', key, { url, environments });
+  const links = async () =>
+    Object.fromEntries(
+      (await call('GET', '/v1/environments', 'admin'))
+        .json()
+        .environments.map((e: { environment_id: string; relay_link: string }) => [e.environment_id, e.relay_link]),
+    );
+
+  it('a node’s heartbeat counts only for environments routed to it: a relay key cannot take others offline', async () => {
+    const onA = routedTo('ws://relay-a:1');
+    const onB = routedTo('ws://relay-b:1');
+    await register(onA);
+    await register(onB);
+    expect((await report('ws://relay-a:1', [onA], 'admin')).statusCode).toBe(200);
+    expect((await report('ws://relay-b:1', [onB])).statusCode).toBe(200);
+    expect(await links()).toEqual({ [onA]: 'up', [onB]: 'up' });
+    // relay-b's key claims relay-a's environment, then reports it gone: neither report counts for it.
+    clock += 1_000;
+    expect((await report('ws://relay-b:1', [onA, onB])).statusCode).toBe(200);
+    clock += 1_000;
+    await report('ws://relay-b:1', [onB]);
+    expect(await links()).toEqual({ [onA]: 'up', [onB]: 'up' });
+    expect((await connect(onA)).statusCode).toBe(200);
+    // The same for an admin key heartbeating as relay-b.
+    await report('ws://relay-b:1', [onA, onB], 'admin');
+    await report('ws://relay-b:1', [onB], 'admin');
+    expect(await links()).toEqual({ [onA]: 'up', [onB]: 'up' });
+  });
+
+  it('once relay-a is no longer live its environments route to relay-b, and relay-b’s reports of them count', async () => {
+    const onA = routedTo('ws://relay-a:1');
+    await register(onA);
+    await report('ws://relay-a:1', [onA], 'admin');
+    clock += 31_000; // relay-a's presence has lapsed
+    expect((await report('ws://relay-b:1', [onA])).statusCode).toBe(200);
+    expect((await call('GET', '/v1/environments', 'admin')).json().environments[0]).toMatchObject({
+      environment_id: onA,
+      relay_node: 'ws://relay-b:1',
+      relay_link: 'up',
+    });
+    clock += 1_000;
+    await report('ws://relay-b:1', []);
+    expect(await links()).toEqual({ [onA]: 'down' });
   });
 
   it('a relay key gets 403 on every other authenticated route', async () => {

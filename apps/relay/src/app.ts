@@ -3,7 +3,6 @@ import { once } from 'node:events';
 import { createServer, type IncomingMessage, type Server, type ServerResponse, STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
 import {
-  REVOCATIONS_PATH,
   REVOCATIONS_SIGNATURE_HEADER,
   type RelayGrant,
   verifyRelayRequest,
@@ -27,12 +26,19 @@ import {
 } from './metrics.js';
 import { peekHeaderParts, streamKey } from './peek.js';
 import {
+  isRevocationsPath,
+  MAX_CONCURRENT_PUSHES,
   MAX_REVOCATION_BODY_BYTES,
   parseRevocationPush,
   type Revocation,
   readRequestLimited,
   revocationKey,
+  wellFormedSignature,
 } from './revocations.js';
+
+/** Deadlines for a plain HTTP request's headers and for all of it (a revocation push's body included). */
+export const HEADERS_TIMEOUT_MS = 10_000;
+export const REQUEST_TIMEOUT_MS = 30_000;
 
 export interface RelayOptions {
   /** The registry's Ed25519 public key: the only thing the relay needs to authenticate sockets. */
@@ -160,6 +166,8 @@ export function createRelay(options: RelayOptions): Relay {
   const epochs = new ExpiringMap<number>(limits.maxRememberedRegistrations, limits.urlLifetimeMs);
   // Revoked registrations (revocationKey), refused until every URL naming them could have expired anyway.
   const revoked = new ExpiringMap<true>(limits.maxRememberedRegistrations, limits.urlLifetimeMs);
+  /** Revocation pushes whose body is being read now (at most MAX_CONCURRENT_PUSHES). */
+  let pushesReading = 0;
   let closing = false;
   let listening = false;
   let heartbeat: Heartbeat | null = null;
@@ -174,7 +182,13 @@ export function createRelay(options: RelayOptions): Relay {
     skipUTF8Validation: true,
   });
 
-  const server = createServer((req, res) => serveHttp(req, res));
+  // Node's defaults let a client take 60 s to send its headers and 5 min for a whole request (and check only every
+  // 30 s): short deadlines instead, as nothing here but a revocation push has a body. They end at the upgrade
+  // (Node stops tracking an upgraded socket), so WebSockets are not affected.
+  const server = createServer(
+    { headersTimeout: HEADERS_TIMEOUT_MS, requestTimeout: REQUEST_TIMEOUT_MS, connectionsCheckingInterval: 1_000 },
+    (req, res) => serveHttp(req, res),
+  );
   server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => onUpgrade(req, socket, head));
 
   // HTTP ----------------------------------------------------------------------------------------
@@ -190,7 +204,7 @@ export function createRelay(options: RelayOptions): Relay {
       res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' }).end(metricsText());
       return;
     }
-    if (req.method === 'POST' && path === REVOCATIONS_PATH) {
+    if (req.method === 'POST' && isRevocationsPath(path ?? '')) {
       onRevocationPush(req, res).catch((err: Error) => {
         log.warn({ err: err.message }, 'revocation push failed');
         if (!res.headersSent) fail(res, 500, 'internal', 'the revocation push could not be handled');
@@ -213,13 +227,31 @@ export function createRelay(options: RelayOptions): Relay {
    * with) is checked over the exact body bytes before anything in it is parsed.
    */
   async function onRevocationPush(req: IncomingMessage, res: ServerResponse) {
+    // Both refusals come before any body byte is read: the body is not wanted, so the socket ends with the answer.
     const signature = req.headers[REVOCATIONS_SIGNATURE_HEADER];
-    if (typeof signature !== 'string') {
+    if (!wellFormedSignature(signature)) {
       pushes('bad_signature');
-      res.once('finish', () => req.destroy()); // the body is not read
-      return fail(res, 401, 'bad_signature', `${REVOCATIONS_SIGNATURE_HEADER} header required`);
+      res.once('finish', () => req.destroy());
+      return fail(
+        res,
+        401,
+        'bad_signature',
+        `${REVOCATIONS_SIGNATURE_HEADER} header required: a base64url Ed25519 signature (86 characters)`,
+      );
     }
-    const body = await readRequestLimited(req, MAX_REVOCATION_BODY_BYTES);
+    if (pushesReading >= MAX_CONCURRENT_PUSHES) {
+      pushes('busy');
+      res.once('finish', () => req.destroy());
+      res.setHeader('retry-after', '1');
+      return fail(res, 503, 'busy', `at most ${MAX_CONCURRENT_PUSHES} revocation pushes are read at once`);
+    }
+    pushesReading += 1;
+    let body: Buffer | null;
+    try {
+      body = await readRequestLimited(req, MAX_REVOCATION_BODY_BYTES);
+    } finally {
+      pushesReading -= 1;
+    }
     if (body === null) {
       pushes('too_large');
       res.once('finish', () => req.destroy());

@@ -47,7 +47,7 @@ export const REVOCATION_SOURCES = ['heartbeat', 'push'] as const;
 export type RevocationSource = (typeof REVOCATION_SOURCES)[number];
 
 /** What became of a `POST /v1/revocations`. */
-export const PUSH_RESULTS = ['ok', 'bad_signature', 'malformed', 'too_large'] as const;
+export const PUSH_RESULTS = ['ok', 'bad_signature', 'malformed', 'too_large', 'busy'] as const;
 export type PushResult = (typeof PUSH_RESULTS)[number];
 
 /** The relay's bounded memories: an entry forgotten to stay within `maxRememberedRegistrations`. */

@@ -1,7 +1,9 @@
 import { generateKeyPairSync, randomUUID } from 'node:crypto';
+import { once } from 'node:events';
+import { connect, type Socket } from 'node:net';
 import { signRevocations } from '@tether/relay-auth';
 import { dataFrame, type Frame, handshakeFrame, resumeFrame } from '@tether/relay-frames';
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import {
   Endpoint,
   metric,
@@ -13,7 +15,9 @@ import {
   startFakeRegistry,
   startRelay,
 } from './__tests__/support.js';
+import { HEADERS_TIMEOUT_MS, REQUEST_TIMEOUT_MS } from './app.js';
 import { CLOSE } from './limits.js';
+import { MAX_CONCURRENT_PUSHES } from './revocations.js';
 
 const isReset = (streamId: string, reason?: string) => (f: Frame) =>
   f.kind === 'reset' && f.streamId === streamId && (reason === undefined || f.reason === reason);
@@ -194,5 +198,108 @@ describe('revocation learned from the heartbeat answer', () => {
     // The same revocation within the limit is acted on.
     registry.state.answer = JSON.stringify({ status: 'ok', revoked_registrations: [entry] });
     expect((await env.closed).code).toBe(CLOSE.REGISTRATION_REVOKED);
+  });
+});
+
+/** A raw client socket, for requests fetch cannot make (headers without their body, half-sent headers). */
+async function rawSocket(relayUrl: string): Promise<{ socket: Socket; received: () => string; closed: Promise<void> }> {
+  const { hostname, port } = new URL(relayUrl);
+  const socket = connect(Number(port), hostname);
+  let text = '';
+  socket.setEncoding('utf8');
+  socket.on('data', (chunk: string) => {
+    text += chunk;
+  });
+  socket.on('error', () => {});
+  const closed = new Promise<void>((resolve) => socket.once('close', () => resolve()));
+  await once(socket, 'connect');
+  rawSockets.push(socket);
+  return { socket, received: () => text, closed };
+}
+
+const rawSockets: Socket[] = [];
+afterEach(() => {
+  for (const socket of rawSockets.splice(0)) socket.destroy();
+});
+
+/** The head of a push whose body (of `length` bytes) is still to come. */
+const pushHead = (signature: string, length: number, extra = '') =>
+  `POST /v1/revocations HTTP/1.1\r\nHost: relay\r\nContent-Type: application/json\r\n` +
+  `x-tether-signature: ${signature}\r\nContent-Length: ${length}\r\n${extra}\r\n`;
+
+describe('revocation push endpoint under abuse', () => {
+  it('answers 401 to a signature header not shaped like an Ed25519 signature before reading any of the body', async () => {
+    const { url, relay } = await startRelay();
+    for (const signature of ['x', 'A'.repeat(85), 'A'.repeat(87), `${'A'.repeat(85)}=`, `${'A'.repeat(85)}+`]) {
+      const raw = await rawSocket(url);
+      // A 1 MiB body is announced and never sent: only a check of the header alone can answer.
+      raw.socket.write(pushHead(signature, 1024 * 1024));
+      await expect.poll(() => raw.received()).toMatch(/^HTTP\/1\.1 401 [\s\S]*"bad_signature"/);
+      await raw.closed;
+    }
+    expect(metric(relay, 'relay_revocation_pushes_total{result="bad_signature"}')).toBe(5);
+  });
+
+  it(`reads at most ${MAX_CONCURRENT_PUSHES} pushes at once and answers 503 busy beyond, unread`, async () => {
+    const { url, relay } = await startRelay();
+    const env = await Endpoint.open(signedUrl(url, 'environment', 'env-1', { registrationId: 'reg-1' }));
+    const body = revocationBody([['env-1', 'reg-1']]);
+    const signature = signRevocations(body, signingKey);
+    const slow = [];
+    for (let i = 0; i < MAX_CONCURRENT_PUSHES; i++) {
+      const raw = await rawSocket(url);
+      // Node answers 100 Continue as it hands the request to the handler: from then on, it is being read.
+      raw.socket.write(pushHead(signature, Buffer.byteLength(body), 'Expect: 100-continue\r\n'));
+      await expect.poll(() => raw.received()).toContain('100 Continue');
+      slow.push(raw);
+    }
+    expect(await pushRevocations(url, body)).toMatchObject({ status: 503, body: { error: { code: 'busy' } } });
+    expect(metric(relay, 'relay_revocation_pushes_total{result="busy"}')).toBe(1);
+    expect(env.ws.readyState).toBe(env.ws.OPEN);
+    // One slow push completes (and revokes): its place is free again.
+    const first = slow[0] as (typeof slow)[number];
+    first.socket.write(body);
+    await expect.poll(() => first.received()).toMatch(/HTTP\/1\.1 200 /);
+    expect((await env.closed).code).toBe(CLOSE.REGISTRATION_REVOKED);
+    expect((await pushRevocations(url, revocationBody([['env-2', 'reg-2']]))).status).toBe(200);
+  });
+
+  it('takes pushes under the node URL’s path prefix, as upgrades are', async () => {
+    const { url, relay } = await startRelay();
+    const env = await Endpoint.open(signedUrl(`${url}/edge`, 'environment', 'env-1', { registrationId: 'reg-1' }));
+    const body = revocationBody([['env-1', 'reg-1']]);
+    const response = await fetch(`${url.replace('ws://', 'http://')}/edge/v1/revocations`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-tether-signature': signRevocations(body, signingKey) },
+      body,
+    });
+    expect(response.status).toBe(200);
+    expect((await env.closed).code).toBe(CLOSE.REGISTRATION_REVOKED);
+    expect(relay.environments()).toEqual([]);
+  });
+
+  it('gives plain HTTP requests short header and request deadlines, which upgraded WebSockets do not inherit', async () => {
+    const { url, relay } = await startRelay();
+    expect([relay.server.headersTimeout, relay.server.requestTimeout]).toEqual([
+      HEADERS_TIMEOUT_MS,
+      REQUEST_TIMEOUT_MS,
+    ]);
+    expect(HEADERS_TIMEOUT_MS).toBeLessThanOrEqual(10_000);
+    expect(REQUEST_TIMEOUT_MS).toBeLessThanOrEqual(30_000);
+    // Shorter still for the test; Node checks them on the relay's own interval, not its 30 s default.
+    relay.server.headersTimeout = 100;
+    relay.server.requestTimeout = 200;
+    const env = await Endpoint.open(signedUrl(url, 'environment', 'env-1', { registrationId: 'reg-1' }));
+    // A push whose headers never end, then one whose body never comes: each is cut off by the server.
+    const headers = await rawSocket(url);
+    headers.socket.write('POST /v1/revocations HTTP/1.1\r\nHost: relay\r\n');
+    await headers.closed;
+    const body = revocationBody([['env-1', 'reg-1']]);
+    const stalled = await rawSocket(url);
+    stalled.socket.write(pushHead(signRevocations(body, signingKey), Buffer.byteLength(body)));
+    await stalled.closed;
+    // The environment socket, older than both, outlived their deadlines and still carries streams.
+    expect(env.ws.readyState).toBe(env.ws.OPEN);
+    await expectUsable(url, env, 'env-1', 'reg-1');
   });
 });

@@ -1,4 +1,5 @@
 import type { IncomingMessage } from 'node:http';
+import { REVOCATIONS_PATH } from '@tether/relay-auth';
 
 /** One executor registration the registry revoked (its key was revoked): the relay ends and refuses its sockets. */
 export interface Revocation {
@@ -11,6 +12,32 @@ export interface Revocation {
  * a registry revokes within one URL lifetime; anything longer is refused (push) or ignored (heartbeat) unread.
  */
 export const MAX_REVOCATION_BODY_BYTES = 1024 * 1024;
+
+/**
+ * Pushes whose body is being read at once; one more is answered 503 unread. The registry sends one push per
+ * revocation and retries undelivered ones on its next poll, so a handful is plenty; a cap keeps unauthenticated
+ * senders from making the relay hold many bodies of up to MAX_REVOCATION_BODY_BYTES each.
+ */
+export const MAX_CONCURRENT_PUSHES = 4;
+
+// An Ed25519 signature (64 bytes) in unpadded base64url, as the registry sends it (relay-auth signRevocations).
+const SIGNATURE_SHAPE = /^[A-Za-z0-9_-]{86}$/;
+
+/**
+ * Whether a push's signature header could be a signature at all: checked before any body byte is read, so that a
+ * request without one costs nothing. (Whether it verifies needs the body.)
+ */
+export function wellFormedSignature(value: string | string[] | undefined): value is string {
+  return typeof value === 'string' && SIGNATURE_SHAPE.test(value);
+}
+
+/**
+ * Whether an HTTP path is the revocation endpoint. Matched by suffix, as upgrades match `/…/ws/environment/ID`:
+ * a node URL with a path prefix (`wss://host/edge`) gets its pushes at `/edge/v1/revocations`.
+ */
+export function isRevocationsPath(path: string): boolean {
+  return path.endsWith(REVOCATIONS_PATH);
+}
 
 // The shapes a relay URL can carry (packages/relay-auth verifyRelayRequest): an entry outside them names no socket.
 const ENVIRONMENT_ID = /^[A-Za-z0-9_-]{1,128}$/;
