@@ -29,10 +29,10 @@ function harness(args: string[], env: NodeJS.ProcessEnv): Promise<{ code: number
   return new Promise((resolve) => child.once('exit', (code) => resolve({ code, stdout })));
 }
 
-it('runs the local stack, serves the harness, and stops everything on SIGTERM', { timeout: 60_000 }, async () => {
+/** Starts `scripts/stack.mjs` on `data` and waits until it says it is running; `output()` is all it printed. */
+async function startScript(data: string, environmentId: string) {
   const [registryPort, relayPort] = [await freePort(), await freePort()];
-  const data = join(dir, 'data');
-  stack = spawn(
+  const child = spawn(
     process.execPath,
     [
       join(repoRoot(), 'scripts', 'stack.mjs'),
@@ -43,20 +43,33 @@ it('runs the local stack, serves the harness, and stops everything on SIGTERM', 
       '--relay-port',
       String(relayPort),
       '--environment-id',
-      'quickstart',
+      environmentId,
     ],
     { stdio: ['ignore', 'pipe', 'pipe'] },
   );
+  stack = child;
   let out = '';
-  stack.stdout!.on('data', (d: Buffer) => {
+  child.stdout!.on('data', (d: Buffer) => {
     out += d;
   });
-  stack.stderr!.on('data', (d: Buffer) => {
+  child.stderr!.on('data', (d: Buffer) => {
     out += d;
   });
   await waitUntil(() => out.includes('Ctrl-C stops everything.'), 'the stack to report it is running', 40_000);
-  expect(out).toContain(`registry  http://127.0.0.1:${registryPort}`);
-  expect(out).toContain(`relay     ws://127.0.0.1:${relayPort}`);
+  return { child, registryPort, relayPort, output: () => out };
+}
+
+/** SIGTERM, and the exit code. */
+function stop(child: ChildProcess): Promise<number | null> {
+  child.kill('SIGTERM');
+  return new Promise((resolve) => child.once('exit', (exitCode) => resolve(exitCode)));
+}
+
+it('runs the local stack, serves the harness, and stops everything on SIGTERM', { timeout: 60_000 }, async () => {
+  const data = join(dir, 'data');
+  const { child, registryPort, relayPort, output } = await startScript(data, 'quickstart');
+  expect(output()).toContain(`registry  http://127.0.0.1:${registryPort}`);
+  expect(output()).toContain(`relay     ws://127.0.0.1:${relayPort}`);
 
   const keyFile = join(data, 'harness.key');
   expect(statSync(keyFile).mode & 0o777).toBe(0o600);
@@ -71,9 +84,7 @@ it('runs the local stack, serves the harness, and stops everything on SIGTERM', 
   // registry (--listen P1), relay (--listen P2, --registry …:P1) and executor (--remote …:P1).
   const services = () => findProcesses({ commandIncludes: [`127.0.0.1:${registryPort}`, `127.0.0.1:${relayPort}`] });
   expect(services().length).toBe(3);
-  stack.kill('SIGTERM');
-  const code = await new Promise<number | null>((resolve) => stack!.once('exit', (exitCode) => resolve(exitCode)));
-  expect(code).toBe(0);
+  expect(await stop(child)).toBe(0);
   await waitUntil(() => services().length === 0, 'every service to exit');
   // A second start reuses the same data (keys and database are not recreated).
   expect(existsSync(join(data, 'registry.db'))).toBe(true);
@@ -84,30 +95,7 @@ it('started again with other ports and another environment id, makes keys for th
 }, async () => {
   const data = join(dir, 'data');
   expect(existsSync(join(data, 'relay.key')), 'the first start left its keys').toBe(true);
-  const [registryPort, relayPort] = [await freePort(), await freePort()];
-  stack = spawn(
-    process.execPath,
-    [
-      join(repoRoot(), 'scripts', 'stack.mjs'),
-      '--data-dir',
-      data,
-      '--registry-port',
-      String(registryPort),
-      '--relay-port',
-      String(relayPort),
-      '--environment-id',
-      'quickstart-2',
-    ],
-    { stdio: ['ignore', 'pipe', 'pipe'] },
-  );
-  let out = '';
-  stack.stdout!.on('data', (d: Buffer) => {
-    out += d;
-  });
-  stack.stderr!.on('data', (d: Buffer) => {
-    out += d;
-  });
-  await waitUntil(() => out.includes('Ctrl-C stops everything.'), 'the stack to report it is running', 40_000);
+  const { child, registryPort, relayPort } = await startScript(data, 'quickstart-2');
   const env = {
     TETHER_REGISTRY_URL: `http://127.0.0.1:${registryPort}`,
     TETHER_ENVIRONMENT_ID: 'quickstart-2',
@@ -123,6 +111,5 @@ it('started again with other ports and another environment id, makes keys for th
   );
   expect(await relayMetrics()).not.toMatch(/^relay_heartbeats_total\{result="error"\} [1-9]/m);
   expect(readFileSync(join(data, 'relay.log'), 'utf8')).not.toContain('refused the heartbeat');
-  stack.kill('SIGTERM');
-  expect(await new Promise<number | null>((resolve) => stack!.once('exit', (exitCode) => resolve(exitCode)))).toBe(0);
+  expect(await stop(child)).toBe(0);
 });
