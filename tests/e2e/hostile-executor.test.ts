@@ -20,62 +20,12 @@ import {
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { repoRoot } from '@tether/test-kit';
+import { type HostileTree, hostileFsAnswers, repoRoot } from '@tether/test-kit';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { WebSocketServer } from 'ws';
 
-/** Directory path → entries; an entry with `file` is a file holding that text, else a directory. */
-type Tree = Record<string, Array<{ name: string; file?: string; link?: string }>>;
-
 /** The tree the stand-in serves next (each test sets it). */
-let tree: Tree = {};
-
-function lookup(path: string) {
-  const slash = path.lastIndexOf('/');
-  return tree[path.slice(0, slash) || '/']?.find((entry) => entry.name === path.slice(slash + 1));
-}
-
-/** One JSON-RPC answer of the stand-in executor. */
-function answer(method: string, params: Record<string, unknown>, handles: Map<string, Buffer>): unknown {
-  const pathOf = (uri: unknown) => decodeURIComponent(new URL(String(uri)).pathname);
-  switch (method) {
-    case 'initialize':
-      return { sessionId: 'hostile-session', environmentInfo: { capabilities: {} } };
-    case 'fs/getMetadata': {
-      const path = pathOf(params.path);
-      const entry = lookup(path);
-      return {
-        isDirectory: path in tree,
-        isFile: entry?.file !== undefined,
-        isSymlink: entry?.link !== undefined,
-        size: Buffer.byteLength(entry?.file ?? ''),
-        createdAtMs: 0,
-        modifiedAtMs: 0,
-      };
-    }
-    case 'fs/readDirectory':
-      return {
-        entries: (tree[pathOf(params.path)] ?? []).map((entry) => ({
-          fileName: entry.name,
-          isDirectory: entry.file === undefined,
-          isFile: entry.file !== undefined,
-        })),
-      };
-    case 'fs/open':
-      handles.set(String(params.handleId), Buffer.from(lookup(pathOf(params.path))?.file ?? ''));
-      return { handleId: params.handleId };
-    case 'fs/readBlock': {
-      const data = handles.get(String(params.handleId)) ?? Buffer.alloc(0);
-      const offset = params.offset as number;
-      const len = params.len as number;
-      return { chunk: data.subarray(offset, offset + len).toString('base64'), eof: offset + len >= data.length };
-    }
-    case 'fs/close':
-      return {};
-    default:
-      return null;
-  }
-}
+let tree: HostileTree = {};
 
 let server: WebSocketServer;
 let url: string;
@@ -84,7 +34,7 @@ beforeAll(async () => {
   await once(server, 'listening');
   url = `ws://127.0.0.1:${(server.address() as AddressInfo).port}`;
   server.on('connection', (socket) => {
-    const handles = new Map<string, Buffer>();
+    const answer = hostileFsAnswers(() => tree);
     socket.on('message', (data) => {
       const message = JSON.parse(String(data)) as { id?: number | string; method: string; params?: unknown };
       if (message.id === undefined) return; // `initialized`
@@ -94,7 +44,7 @@ beforeAll(async () => {
         socket.send(JSON.stringify({ id: message.id, error }));
         return;
       }
-      const result = answer(message.method, (message.params ?? {}) as Record<string, unknown>, handles);
+      const result = answer(message.method, (message.params ?? {}) as Record<string, unknown>);
       socket.send(
         JSON.stringify(
           result === null

@@ -18,77 +18,25 @@ import {
 import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
 import { type DirectoryEntry, type Environment, type EnvironmentFs, LocalFs, RemoteFs } from '@tether/client';
+import { type HostileTree, hostileFsAnswers } from '@tether/test-kit';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { copy, type Endpoint, MAX_TREE_DEPTH, SHA256SUM_OUTPUT_BYTES, sha256Of } from './copy.js';
 
-/** A made-up remote tree: directory path → its entries; files hold text. */
-type Tree = Record<string, Array<{ name: string; file?: string; link?: string }>>;
-
-/** What `fs/*` calls a stand-in executor answers for `tree`; `deep` makes every directory hold another. */
-function standIn(tree: Tree, deep = false) {
-  const pathOf = (uri: unknown) => decodeURIComponent(new URL(String(uri)).pathname);
-  const lookup = (path: string) => {
-    const slash = path.lastIndexOf('/');
-    const parent = path.slice(0, slash) || '/';
-    return tree[parent]?.find((entry) => entry.name === path.slice(slash + 1));
-  };
-  const isDirectory = (path: string) => deep || path in tree;
-  const handles = new Map<string, Buffer>();
-  const answer = (method: string, p: Record<string, unknown>): unknown => {
-    switch (method) {
-      case 'fs/getMetadata': {
-        const path = pathOf(p.path);
-        const entry = lookup(path);
-        const file = entry?.file;
-        return {
-          isDirectory: isDirectory(path),
-          isFile: file !== undefined,
-          isSymlink: entry?.link !== undefined,
-          size: file === undefined ? 0 : Buffer.byteLength(file),
-          createdAtMs: 0,
-          modifiedAtMs: 0,
-        };
-      }
-      case 'fs/readDirectory': {
-        const path = pathOf(p.path);
-        if (deep) return { entries: [{ fileName: 'd', isDirectory: true, isFile: false }] };
-        return {
-          entries: (tree[path] ?? []).map((entry) => ({
-            fileName: entry.name,
-            isDirectory: entry.file === undefined,
-            isFile: entry.file !== undefined,
-          })),
-        };
-      }
-      case 'fs/open':
-        handles.set(String(p.handleId), Buffer.from(lookup(pathOf(p.path))?.file ?? ''));
-        return { handleId: p.handleId };
-      case 'fs/readBlock': {
-        const data = handles.get(String(p.handleId)) ?? Buffer.alloc(0);
-        const offset = p.offset as number;
-        const len = p.len as number;
-        return { chunk: data.subarray(offset, offset + len).toString('base64'), eof: offset + len >= data.length };
-      }
-      case 'fs/close':
-        return {};
-      default:
-        throw new Error(`the stand-in does not answer ${method}`);
-    }
-  };
-  return answer;
-}
-
 /** The SDK's RemoteFs over the stand-in (it checks listings itself). */
-function remoteFs(tree: Tree, deep = false): RemoteFs {
-  const answer = standIn(tree, deep);
+function remoteFs(tree: HostileTree, deep = false): RemoteFs {
+  const answer = hostileFsAnswers(() => tree, { deep });
   return new RemoteFs({
     capabilities: () => new Set(),
-    call: async <T>(method: string, params?: unknown) => answer(method, (params ?? {}) as Record<string, unknown>) as T,
+    call: async <T>(method: string, params?: unknown) => {
+      const result = answer(method, (params ?? {}) as Record<string, unknown>);
+      if (result === null) throw new Error(`the stand-in does not answer ${method}`);
+      return result as T;
+    },
   });
 }
 
 /** An EnvironmentFs that hands listings through unchecked: the copy's own checks must hold alone. */
-function uncheckedFs(tree: Tree): EnvironmentFs {
+function uncheckedFs(tree: HostileTree): EnvironmentFs {
   const fs = remoteFs(tree);
   const raw = Object.create(fs) as EnvironmentFs;
   raw.readDirectory = async (path: string) =>
@@ -152,7 +100,7 @@ const BAD_NAMES: Array<[string, string]> = [
 describe('cp -r from a hostile executor', () => {
   for (const [name, why] of BAD_NAMES) {
     it(`refuses the entry ${JSON.stringify(name)} and writes nothing outside the destination`, async () => {
-      const tree: Tree = {
+      const tree: HostileTree = {
         '/tree': [
           { name: 'ok', file: 'fine' },
           { name, file: 'pwned' },
@@ -175,7 +123,7 @@ describe('cp -r from a hostile executor', () => {
 
   it('a link in the remote tree arrives as a regular file inside the destination, never as a link', async () => {
     const claimed = join(box, 'evil-target');
-    const tree: Tree = { '/tree': [{ name: 'evil', file: 'what the link points to', link: claimed }] };
+    const tree: HostileTree = { '/tree': [{ name: 'evil', file: 'what the link points to', link: claimed }] };
     const before = outsideDestination();
     await expect(copy(source(remoteFs(tree)), local(destination), { recursive: true })).resolves.toMatchObject({
       files: 1,
@@ -204,7 +152,7 @@ describe('cp -r from a hostile executor', () => {
   it('never descends into a directory link in the destination that points outside it', async () => {
     mkdirSync(join(destination, 'tree'));
     symlinkSync(join(box, 'outside-dir'), join(destination, 'tree', 'sub'));
-    const tree: Tree = { '/tree': [{ name: 'sub' }], '/tree/sub': [{ name: 'planted', file: 'pwned' }] };
+    const tree: HostileTree = { '/tree': [{ name: 'sub' }], '/tree/sub': [{ name: 'planted', file: 'pwned' }] };
     await expect(copy(source(remoteFs(tree)), local(destination), { recursive: true })).rejects.toThrow(
       `refusing to write through the symbolic link ${join(destination, 'tree', 'sub')}`,
     );

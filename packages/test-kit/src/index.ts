@@ -54,6 +54,7 @@ export {
   toProcessEvent,
   waitUntil,
 } from './helpers.js';
+export { type HostileAnswer, type HostileTree, hostileFsAnswers } from './hostile-fs.js';
 export {
   type CollectedRequest,
   describeMetricPoints,
