@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { waitUntil } from './helpers.js';
 import { type PeerExit, type PeerHandle, type PeerKind, peerMarkerEnv, repoRoot, startPeer } from './peer.js';
+import { keyCreateArgs, STACK_KEY_ROLES } from './stack-keys.js';
 
 /**
  * The product stack as real processes, like `startStack()`, for tests that break it on purpose: the
@@ -196,18 +197,8 @@ export async function startServiceStack(options: ServiceStackOptions = {}): Prom
     });
     const database = `sqlite:${join(dir, 'registry.db')}`;
     const keys = { admin: '', executor: '', harness: '' };
-    for (const role of ['admin', 'executor', 'harness'] as const) {
-      // Keys have no environment unless given one; these tests use many environment ids.
-      const scope = role === 'admin' ? [] : ['--environments', '*'];
-      const { running, line } = await launch('registry', [
-        'keys',
-        'create',
-        '--database',
-        database,
-        '--role',
-        role,
-        ...scope,
-      ]);
+    for (const role of STACK_KEY_ROLES) {
+      const { running, line } = await launch('registry', keyCreateArgs(database, role));
       keys[role] = line.trim();
       await running.exited;
     }

@@ -6,6 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { waitUntil } from './helpers.js';
 import { type PeerHandle, type PeerKind, repoRoot, type StartPeerOptions, startPeer } from './peer.js';
+import { keyCreateArgs, STACK_KEY_ROLES } from './stack-keys.js';
 
 /**
  * The product stack as real processes, for black-box tests: the built `registry` (SQLite in a scratch
@@ -75,18 +76,8 @@ export async function startStack(): Promise<Stack> {
     });
     const database = `sqlite:${join(dir, 'registry.db')}`;
     const keys = { admin: '', executor: '', harness: '' };
-    for (const role of ['admin', 'executor', 'harness'] as const) {
-      // Keys have no environment unless given one; these tests use many environment ids.
-      const scope = role === 'admin' ? [] : ['--environments', '*'];
-      const { line, child } = await runBin(children, 'registry', [
-        'keys',
-        'create',
-        '--database',
-        database,
-        '--role',
-        role,
-        ...scope,
-      ]);
+    for (const role of STACK_KEY_ROLES) {
+      const { line, child } = await runBin(children, 'registry', keyCreateArgs(database, role));
       keys[role] = line;
       if (child.exitCode === null) await once(child, 'exit');
     }

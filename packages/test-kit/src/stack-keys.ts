@@ -1,0 +1,12 @@
+/** The API keys a test stack makes, one of each role its tests use. */
+export const STACK_KEY_ROLES = ['admin', 'executor', 'harness'] as const;
+export type StackKeyRole = (typeof STACK_KEY_ROLES)[number];
+
+/**
+ * `registry keys create` arguments for a test stack's key of `role` in `database`. A key acts on no environment
+ * unless given some, and these tests use many environment ids: the executor and harness keys get `'*'`.
+ */
+export function keyCreateArgs(database: string, role: StackKeyRole): string[] {
+  const scope = role === 'admin' ? [] : ['--environments', '*'];
+  return ['keys', 'create', '--database', database, '--role', role, ...scope];
+}
