@@ -1,3 +1,4 @@
+import { isLoopbackHost } from '@tether/exec-protocol';
 import { RpcConnection } from '@tether/jsonrpc';
 import { Telemetry } from '@tether/telemetry';
 import { Command, InvalidArgumentError } from 'commander';
@@ -20,7 +21,7 @@ import {
   platformExecSupport,
   type Reexec,
 } from './key-handover.js';
-import { DEFAULT_LISTEN_URL, isLoopbackHost, type ListenTarget, ListenUrlError, parseListenUrl } from './listen-url.js';
+import { DEFAULT_LISTEN_URL, type ListenTarget, ListenUrlError, parseListenUrl } from './listen-url.js';
 import { createLogger, type Logger } from './logger.js';
 import { ExecutorMetrics } from './metrics.js';
 import { checkEnvironmentId, parseRegistryUrl, RegistryError } from './remote/registry-client.js';

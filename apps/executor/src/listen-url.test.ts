@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { formatWebSocketUrl, isLoopbackHost, parseListenUrl } from './listen-url.js';
+import { formatWebSocketUrl, parseListenUrl } from './listen-url.js';
 
 describe('parseListenUrl', () => {
   it('accepts ws://IP:PORT, stdio and stdio://', () => {
@@ -30,16 +30,5 @@ describe('parseListenUrl', () => {
   it('formats IPv6 hosts in brackets', () => {
     expect(formatWebSocketUrl('::1', 5)).toBe('ws://[::1]:5');
     expect(formatWebSocketUrl('127.0.0.1', 5)).toBe('ws://127.0.0.1:5');
-  });
-});
-
-describe('isLoopbackHost', () => {
-  it('is true for localhost, 127.0.0.0/8 and ::1 only', () => {
-    for (const host of ['localhost', 'LOCALHOST', '127.0.0.1', '127.255.0.9', '::1', '[::1]', '::ffff:127.0.0.1']) {
-      expect(isLoopbackHost(host), host).toBe(true);
-    }
-    for (const host of ['0.0.0.0', '::', '10.0.0.1', '128.0.0.1', 'localhost.example', '127.0.0.1.example', '[::2]']) {
-      expect(isLoopbackHost(host), host).toBe(false);
-    }
   });
 });

@@ -27,14 +27,3 @@ export function parseListenUrl(text: string): ListenTarget {
 export function formatWebSocketUrl(host: string, port: number): string {
   return isIP(host) === 6 ? `ws://[${host}]:${port}` : `ws://${host}:${port}`;
 }
-
-/**
- * Whether `host` (a URL hostname or a listen address) is this machine only: `localhost`, 127.0.0.0/8,
- * `::1` (bracketed or not) and IPv4-mapped 127.x.
- */
-export function isLoopbackHost(host: string): boolean {
-  const bare = host.replace(/^\[(.*)\]$/, '$1').toLowerCase();
-  if (bare === 'localhost' || bare === '::1') return true;
-  const v4 = bare.startsWith('::ffff:') ? bare.slice('::ffff:'.length) : bare;
-  return isIP(v4) === 4 && v4.startsWith('127.');
-}

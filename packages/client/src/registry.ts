@@ -1,7 +1,12 @@
 import { request as httpRequest, type IncomingMessage } from 'node:http';
 import { request as httpsRequest } from 'node:https';
-import { isIPv4 } from 'node:net';
-import { environmentIdProblem, isEnvironmentId, isWebSocketUrl, parseRegistryError } from '@tether/exec-protocol';
+import {
+  environmentIdProblem,
+  isEnvironmentId,
+  isLoopbackHost,
+  isWebSocketUrl,
+  parseRegistryError,
+} from '@tether/exec-protocol';
 import { type NoisePublicKey, parsePublicKey, publicKeyToJson, SECURITY_PROFILE_HYBRID_IK_V1 } from '@tether/noise';
 import { TetherError } from './errors.js';
 
@@ -85,13 +90,6 @@ function fetchPost(doFetch: typeof fetch): Post {
 
 export function checkEnvironmentId(environmentId: string): void {
   if (!isEnvironmentId(environmentId)) throw new TetherError('invalid_argument', environmentIdProblem(environmentId));
-}
-
-/** 127.0.0.0/8, ::1 and `localhost`: a registry there is reached without crossing the network. */
-function isLoopbackHost(hostname: string): boolean {
-  const host = hostname.toLowerCase().replace(/\.$/, '');
-  if (host === 'localhost' || host === '[::1]') return true;
-  return isIPv4(host) && host.startsWith('127.');
 }
 
 /**

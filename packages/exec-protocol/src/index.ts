@@ -17,6 +17,7 @@ export {
   ENVIRONMENT_ID_PATTERN,
   environmentIdProblem,
   isEnvironmentId,
+  isLoopbackHost,
   isWebSocketUrl,
   parseRegistryError,
 } from './rendezvous.js';

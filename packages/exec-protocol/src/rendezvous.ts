@@ -39,3 +39,20 @@ export function parseRegistryError(text: string): { code: string | null; message
     return null;
   }
 }
+
+const LOOPBACK_V4 = /^127\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})$/;
+
+/**
+ * Whether a URL's or a listener's host is loopback (`localhost`, 127.0.0.0/8, `::1`, `::ffff:127.x.y.z`; a
+ * bracketed IPv6 literal, any case, one trailing dot): a registry there is reached, and a listener there is
+ * reachable, without crossing the network. The one rule for the harness, the SDK and the executor.
+ */
+export function isLoopbackHost(host: string): boolean {
+  const bare = host
+    .replace(/^\[(.*)\]$/, '$1')
+    .toLowerCase()
+    .replace(/\.$/, '');
+  if (bare === 'localhost' || bare === '::1') return true;
+  const v4 = LOOPBACK_V4.exec(bare.startsWith('::ffff:') ? bare.slice('::ffff:'.length) : bare);
+  return v4?.slice(1).every((octet) => Number(octet) <= 255) === true;
+}
