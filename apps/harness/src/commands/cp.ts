@@ -1,0 +1,85 @@
+import { type Environment, LocalFs, TetherError } from '@tether/client';
+import type { Command } from 'commander';
+import { type CliIo, connectOptions, formatBytes, printable, report, type SetExit } from '../common.js';
+import { copy, type Endpoint } from '../copy.js';
+import { type ConnectFlags, type Location, openEnvironment, parseLocation } from '../target.js';
+
+export function registerCp(program: Command, io: CliIo, setExit: SetExit): void {
+  connectOptions(
+    program
+      .command('cp')
+      .description('copy files or directories between here and environments (ENV:/path); verified by sha256')
+      .argument('<source>', 'local path or ENV:/path')
+      .argument('<destination>', 'local path or ENV:/path (an existing directory receives the source inside it)')
+      .option('-r, --recursive', 'copy directories', false)
+      .option('-q, --quiet', 'no progress or summary', false),
+  ).action(
+    async (source: string, destination: string, options: ConnectFlags & { recursive: boolean; quiet: boolean }) => {
+      setExit(await cpCommand(source, destination, options, io));
+    },
+  );
+}
+
+async function cpCommand(
+  sourceText: string,
+  destinationText: string,
+  options: ConnectFlags & { recursive: boolean; quiet: boolean },
+  io: CliIo,
+): Promise<number> {
+  const opened = new Map<string, Environment>();
+  const started = Date.now();
+  try {
+    const endpoint = async (location: Location, text: string): Promise<Endpoint> => {
+      if (location.kind === 'local') return { fs: new LocalFs(), env: null, path: location.path, label: text };
+      let env = opened.get(location.environmentId);
+      if (!env) {
+        env = await openEnvironment(options, io.env, location.environmentId);
+        opened.set(location.environmentId, env);
+      }
+      return { fs: env.fs, env, path: location.path, label: text };
+    };
+    const from = parseLocation(sourceText);
+    const to = parseLocation(destinationText);
+    if (options.url && from.kind === 'remote' && to.kind === 'remote' && from.environmentId !== to.environmentId) {
+      throw new TetherError(
+        'invalid_argument',
+        '--url reaches one executor; a copy between two environments goes through the registry (drop --url)',
+      );
+    }
+    const source = await endpoint(from, sourceText);
+    const destination = await endpoint(to, destinationText);
+    const progress = !options.quiet && io.stderr.isTTY === true;
+    let lastDraw = 0;
+    const stats = await copy(source, destination, {
+      recursive: options.recursive,
+      onProgress: progress
+        ? (file, done, total) => {
+            const now = Date.now();
+            if (now - lastDraw < 100 && done < total) return;
+            lastDraw = now;
+            const percent = total > 0 ? Math.floor((done / total) * 100) : 100;
+            const rate = done / Math.max((now - started) / 1000, 0.001);
+            io.stderr.write(
+              `\r\u001b[2K${printable(basenameOf(file))}  ${percent}%  ${formatBytes(done)}  ${formatBytes(rate)}/s`,
+            );
+          }
+        : undefined,
+    });
+    if (progress) io.stderr.write('\r\u001b[2K');
+    if (!options.quiet) {
+      const seconds = Math.max((Date.now() - started) / 1000, 0.001);
+      io.stderr.write(
+        `copied ${stats.files} file(s)${stats.directories ? ` in ${stats.directories} dir(s)` : ''}, ${formatBytes(stats.bytes)} in ${seconds.toFixed(2)} s (${formatBytes(stats.bytes / seconds)}/s), sha256 verified\n`,
+      );
+    }
+    return 0;
+  } catch (err) {
+    return report(io, err);
+  } finally {
+    for (const env of opened.values()) await env.close();
+  }
+}
+
+function basenameOf(path: string): string {
+  return path.slice(path.lastIndexOf('/') + 1) || path;
+}

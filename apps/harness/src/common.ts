@@ -1,0 +1,121 @@
+import type { Readable, Writable } from 'node:stream';
+import { type Environment, LocalFs, TetherError } from '@tether/client';
+import { type Command, InvalidArgumentError, Option } from 'commander';
+import type { Endpoint } from './copy.js';
+import { type ConnectFlags, ENV, type Location, openEnvironment, parseLocation } from './target.js';
+
+export interface CliIo {
+  stdin: Readable & { isTTY?: boolean; setRawMode?: (raw: boolean) => unknown };
+  stdout: Writable & { isTTY?: boolean; columns?: number; rows?: number };
+  stderr: Writable & { isTTY?: boolean };
+  env: NodeJS.ProcessEnv;
+}
+
+/** How a command hands its exit code back to `run`. */
+export type SetExit = (code: number) => void;
+
+export function keyValue(value: string, previous: Record<string, string> = {}): Record<string, string> {
+  const eq = value.indexOf('=');
+  if (eq <= 0) throw new InvalidArgumentError(`expected NAME=VALUE, got ${JSON.stringify(value)}`);
+  return { ...previous, [value.slice(0, eq)]: value.slice(eq + 1) };
+}
+
+export function connectOptions(command: Command): Command {
+  return command
+    .addOption(new Option('--registry <url>', `registry base URL (env ${ENV.registry})`))
+    .addOption(new Option('--environment-id <id>', `environment to use (env ${ENV.environmentId})`))
+    .addOption(new Option('--url <ws-url>', `talk to an executor's WebSocket directly instead (env ${ENV.url})`))
+    .addOption(
+      new Option(
+        '--connect-timeout <seconds>',
+        `give up connecting after this long; failures that may pass are retried until then (env ${ENV.connectTimeout}, default 20)`,
+      ).argParser(parseSeconds),
+    )
+    .addOption(
+      new Option(
+        '--allow-insecure-registry',
+        `allow a plain http:// registry that is not loopback: the API key and bundle cross the network in clear (env ${ENV.allowInsecureRegistry}=1)`,
+      ),
+    )
+    .addOption(
+      new Option(
+        '--executor-key <file>',
+        `trust only this executor public key (NoiseChannelPublicKey JSON) for the environment (env ${ENV.executorKey})`,
+      ),
+    );
+}
+
+/** Control characters (a remote side's names may hold terminal escapes) shown as `?` on a terminal. */
+export function printable(text: string): string {
+  return text.replace(/[\u0000-\u001f\u007f-\u009f]/g, '?');
+}
+
+export function parseSeconds(value: string): number {
+  const seconds = Number(value);
+  if (!/^\d+(\.\d+)?$/.test(value.trim()) || !(seconds > 0) || seconds > 3600) {
+    throw new InvalidArgumentError(`expected seconds between 0 and 3600, got ${JSON.stringify(value)}`);
+  }
+  return seconds;
+}
+
+export function formatBytes(bytes: number): string {
+  if (bytes < 1024) return `${bytes} B`;
+  const units = ['KiB', 'MiB', 'GiB', 'TiB'];
+  let value = bytes / 1024;
+  let unit = 0;
+  while (value >= 1024 && unit < units.length - 1) {
+    value /= 1024;
+    unit++;
+  }
+  return `${value.toFixed(1)} ${units[unit]}`;
+}
+
+export async function withEnvironment(
+  io: CliIo,
+  flags: ConnectFlags,
+  environmentId: string | undefined,
+  action: (env: Environment) => Promise<number>,
+): Promise<number> {
+  let env: Environment | null = null;
+  try {
+    env = await openEnvironment(flags, io.env, environmentId);
+    return await action(env);
+  } catch (err) {
+    return report(io, err);
+  } finally {
+    await env?.close();
+  }
+}
+
+export async function withLocation(
+  io: CliIo,
+  flags: ConnectFlags,
+  text: string,
+  action: (fs: Endpoint['fs'], path: string) => Promise<number>,
+): Promise<number> {
+  let location: Location;
+  try {
+    location = parseLocation(text);
+  } catch (err) {
+    return report(io, err);
+  }
+  if (location.kind === 'local') {
+    try {
+      return await action(new LocalFs(), location.path);
+    } catch (err) {
+      return report(io, err);
+    }
+  }
+  const { path } = location;
+  return withEnvironment(io, flags, location.environmentId, (env) => action(env.fs, path));
+}
+
+/**
+ * Prints a failure. Its message may quote the executor (an RPC error's text, a path it named), which must not
+ * reach the terminal as control sequences: they are shown as `?` (line breaks kept).
+ */
+export function report(io: CliIo, err: unknown): number {
+  const message = err instanceof Error ? err.message : String(err);
+  io.stderr.write(`harness: ${message.replace(/[\u0000-\u0009\u000b-\u001f\u007f-\u009f]/g, '?')}\n`);
+  return err instanceof TetherError && err.code === 'invalid_argument' ? 2 : 1;
+}
