@@ -124,3 +124,4 @@ export {
   startServiceStack,
 } from './service-stack.js';
 export { type Stack, startStack } from './stack.js';
+export { hasTmux, startTmux, type Tmux, type TmuxOptions } from './tmux.js';
