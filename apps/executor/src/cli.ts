@@ -27,6 +27,7 @@ import { ExecutorMetrics } from './metrics.js';
 import { checkEnvironmentId, parseRegistryUrl, RegistryError } from './remote/registry-client.js';
 import { isKeyRefusal, RemoteLink } from './remote/remote-link.js';
 import { ExecServer } from './server.js';
+import { ForwardPolicy } from './tcp/policy.js';
 
 /** Set to `1` to leave the executor dumpable (debuggers, core dumps); by default remote mode is not. */
 export const DUMPABLE_ENV = 'TETHER_EXECUTOR_DUMPABLE';
@@ -55,6 +56,15 @@ function positiveInteger(value: string): number {
     throw new InvalidArgumentError('expected a positive integer');
   }
   return parsed;
+}
+
+function forwardAllowEntry(value: string, previous: string[] | undefined): string[] {
+  try {
+    ForwardPolicy.parse([value]);
+  } catch (err) {
+    throw new InvalidArgumentError((err as Error).message.replace(/^--forward-allow:? ?/, ''));
+  }
+  return [...(previous ?? []), value];
 }
 
 function registryUrl(value: string): string {
@@ -89,6 +99,10 @@ export interface ExecutorOptions {
   environmentId?: string;
   exitOnStdinClose?: boolean;
   concurrentRequests?: number;
+  /** `--forward-allow` entries (replace the config's list); `forward: false` is `--no-forward`. */
+  forwardAllow?: string[];
+  forward?: boolean;
+  maxDetachedProcesses?: number;
   config?: string;
   strictConfig: boolean;
   apiKeyFile?: string;
@@ -147,6 +161,17 @@ export function buildCommand(run: (options: ExecutorOptions) => Promise<void>): 
       'requests handled at once per connection; 1 = strictly in order (default from config, else 1)',
       positiveInteger,
     )
+    .option(
+      '--max-detached-processes <n>',
+      'detached processes (harness exec -d) kept at once, running or exited and not yet evicted (default from config, else 64)',
+      positiveInteger,
+    )
+    .option(
+      '--forward-allow <targets>',
+      'targets `harness forward` may reach, comma-separated or repeated: any, loopback, IP, CIDR or host name, each with an optional :PORT or :LOW-HIGH ([IPv6]:PORT); replaces [forward] allow (default: loopback)',
+      forwardAllowEntry,
+    )
+    .option('--no-forward', 'refuse TCP forwarding (harness forward) and do not advertise it')
     .option('--config <path>', `TOML config file (default: ${defaultConfigPath()}, i.e. $TETHER_HOME/config.toml)`)
     .option('--strict-config', 'fail on unknown or invalid config keys instead of ignoring them', false)
     .addHelpText(
@@ -329,6 +354,13 @@ export async function runExecutor(
     throw err;
   }
   if (options.concurrentRequests !== undefined) config.concurrentRequests = options.concurrentRequests;
+  if (options.forward === false && options.forwardAllow !== undefined) {
+    io.stderr.write('executor: --forward-allow cannot be combined with --no-forward\n');
+    return 2;
+  }
+  if (options.forward === false) config.forwardEnabled = false;
+  if (options.forwardAllow !== undefined) config.forwardAllow = options.forwardAllow;
+  if (options.maxDetachedProcesses !== undefined) config.maxDetachedProcesses = options.maxDetachedProcesses;
   const log = logger ?? createLogger(io.env.TETHER_LOG ?? config.logLevel);
   for (const warning of warnings) log.warn({ warning }, 'ignoring config problem (use --strict-config to fail)');
   if (options.remote !== undefined) protectMemory(io, platform, log);

@@ -37,6 +37,8 @@ retained_output_chunks_per_process = 10
 flow_output_budget_bytes = 8388608
 exited_process_retention_sec = 0
 max_processes_per_session = 7
+max_detached_processes = 5
+detached_exited_retention_sec = 60
 [server]
 max_message_bytes = 65536
 ping_interval_sec = 0
@@ -55,6 +57,8 @@ level = "debug"
       flowOutputBudgetBytes: 8388608,
       exitedRetentionMs: 0,
       maxProcessesPerSession: 7,
+      maxDetachedProcesses: 5,
+      detachedExitedRetentionMs: 60_000,
       maxMessageBytes: 65536,
       pingIntervalMs: 0,
       concurrentRequests: 4,

@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { parse as parseToml } from 'smol-toml';
+import { ForwardPolicy } from './tcp/policy.js';
 
 /** Everything the executor can be configured with; defaults match Codex where Codex has a value. */
 export interface ExecutorConfig {
@@ -17,6 +18,10 @@ export interface ExecutorConfig {
   exitedRetentionMs: number;
   /** Processes per session, in any state. */
   maxProcessesPerSession: number;
+  /** Detached processes (owned by the executor, outliving sessions) at once, in any state. */
+  maxDetachedProcesses: number;
+  /** How long a closed detached process stays readable and attachable. */
+  detachedExitedRetentionMs: number;
   /** Largest inbound JSON-RPC message. */
   maxMessageBytes: number;
   /** WebSocket keepalive ping interval; 0 disables. */
@@ -30,6 +35,12 @@ export interface ExecutorConfig {
   maxReadFileBytes: number;
   /** `fs/open` handles open at once per connection. */
   maxFileHandles: number;
+  /** TCP forwarding (`tcp/connect`); `--no-forward` or `[forward] enabled = false` turns it off. */
+  forwardEnabled: boolean;
+  /** Targets forwarding may reach (`--forward-allow`, `[forward] allow`; see tcp/policy.ts). */
+  forwardAllow: readonly string[];
+  /** Forwarded connections at once per executor connection. */
+  forwardMaxConnections: number;
   /** Codex `[otel] environment`: the `env` resource attribute of exported metrics. */
   otelEnvironment: string;
   /** Codex `[otel] metrics_exporter`: where metrics are pushed (OTLP/HTTP), or null for nowhere. */
@@ -55,6 +66,8 @@ export const DEFAULT_CONFIG: ExecutorConfig = {
   flowOutputBudgetBytes: 64 * 1024 * 1024,
   exitedRetentionMs: 30_000,
   maxProcessesPerSession: 1024,
+  maxDetachedProcesses: 64,
+  detachedExitedRetentionMs: 600_000,
   maxMessageBytes: 16 * 1024 * 1024,
   pingIntervalMs: 30_000,
   concurrentRequests: 1,
@@ -62,6 +75,9 @@ export const DEFAULT_CONFIG: ExecutorConfig = {
   logLevel: 'info',
   maxReadFileBytes: 512 * 1024 * 1024,
   maxFileHandles: 128,
+  forwardEnabled: true,
+  forwardAllow: ['loopback'],
+  forwardMaxConnections: 32,
   otelEnvironment: 'dev',
   metricsExporter: null,
   analyticsEnabled: true,
@@ -126,6 +142,18 @@ function readMetricsExporter(value: unknown): MetricsExporterConfig | null | Inv
   }
   return { endpoint, protocol, headers: headers as Record<string, string> };
 }
+/** `[forward] allow = ["loopback", "10.0.0.0/8:5432", …]`, checked as `--forward-allow` is. */
+function readForwardAllow(value: unknown): readonly string[] | Invalid {
+  if (!Array.isArray(value) || value.some((entry) => typeof entry !== 'string')) {
+    return new Invalid('must be an array of strings');
+  }
+  try {
+    ForwardPolicy.parse(value as string[]);
+  } catch (err) {
+    return new Invalid((err as Error).message.replace(/^--forward-allow:? ?/, ''));
+  }
+  return value as string[];
+}
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
 
 /** The TOML schema: `[section] key = value`. Anything else is an unknown key. */
@@ -140,6 +168,11 @@ const SCHEMA: Record<string, Record<string, KeySpec>> = {
     flow_output_budget_bytes: { key: 'flowOutputBudgetBytes', read: positiveInt(1, 64 * 1024 ** 3) },
     exited_process_retention_sec: { key: 'exitedRetentionMs', read: nonNegativeInt(1000, 24 * 3600 * 1000) },
     max_processes_per_session: { key: 'maxProcessesPerSession', read: positiveInt(1, 100_000) },
+    max_detached_processes: { key: 'maxDetachedProcesses', read: positiveInt(1, 100_000) },
+    detached_exited_retention_sec: {
+      key: 'detachedExitedRetentionMs',
+      read: nonNegativeInt(1000, 7 * 24 * 3600 * 1000),
+    },
   },
   server: {
     max_message_bytes: { key: 'maxMessageBytes', read: positiveInt(1, 1024 ** 3) },
@@ -149,6 +182,14 @@ const SCHEMA: Record<string, Record<string, KeySpec>> = {
   filesystem: {
     max_read_file_bytes: { key: 'maxReadFileBytes', read: positiveInt(1, 2 ** 53 - 1) },
     max_open_files_per_connection: { key: 'maxFileHandles', read: positiveInt(1, 100_000) },
+  },
+  forward: {
+    enabled: {
+      key: 'forwardEnabled',
+      read: (value) => (typeof value === 'boolean' ? value : new Invalid('must be a boolean')),
+    },
+    allow: { key: 'forwardAllow', read: readForwardAllow },
+    max_connections_per_connection: { key: 'forwardMaxConnections', read: positiveInt(1, 100_000) },
   },
   logging: {
     level: {

@@ -29,11 +29,14 @@ import { DEFAULT_MAX_READ_FILE_BYTES } from './fs/operations.js';
 import { fsHandlers } from './handlers/fs.js';
 import { httpHandlers } from './handlers/http.js';
 import { processHandlers, toRpcError } from './handlers/process.js';
+import { tcpHandlers } from './handlers/tcp.js';
 import { EncodedResult, type HandlerTable, type RequestContext } from './handlers/types.js';
 import { HttpRequests } from './http/http-requests.js';
 import type { Logger } from './logger.js';
 import { ExecutorMetrics, type RequestResult, secondsSince } from './metrics.js';
 import type { Session, SessionAttachment, SessionRegistry } from './session-registry.js';
+import { TcpForwards } from './tcp/forwards.js';
+import { DEFAULT_FORWARD_ALLOW, type ForwardOptions, ForwardPolicy } from './tcp/policy.js';
 
 export const SESSION_TAKEN_OVER = 'session has been resumed by another connection';
 
@@ -78,6 +81,8 @@ export interface ConnectionProcessorOptions {
   metrics?: ExecutorMetrics;
   /** The connection's pools, from its creator, which closes them. Default: its own, closed with it. */
   buffers?: ConnectionBuffers;
+  /** TCP forwarding (`tcpForward`); default: loopback targets only. */
+  forward?: ForwardOptions;
 }
 
 /**
@@ -99,6 +104,8 @@ export class ConnectionProcessor implements SessionAttachment {
   /** Connection-scoped resources: open files and streamed HTTP bodies end with the connection. */
   private readonly files: FileHandleTable;
   private readonly http: HttpRequests;
+  /** Forwarded TCP connections (`tcp/*`), destroyed with the connection. */
+  private readonly tcp: TcpForwards;
   private drainWaiters: (() => void)[] = [];
   readonly buffers: ConnectionBuffers;
   private readonly ownsBuffers: boolean;
@@ -130,8 +137,16 @@ export class ConnectionProcessor implements SessionAttachment {
           ? new Promise<void>((resolve) => this.drainWaiters.push(resolve))
           : Promise.resolve(),
     });
+    const forward = options.forward ?? { policy: ForwardPolicy.parse(DEFAULT_FORWARD_ALLOW) };
+    this.tcp = new TcpForwards({
+      ...forward,
+      carriesAttachments: connection.carriesAttachments,
+      sendRaw: (encode) => this.sendPooled(encode),
+      sendNotification: (method, params) => connection.sendNotification(method, params),
+    });
     this.handlers = {
       ...processHandlers,
+      ...tcpHandlers(this.tcp),
       ...fsHandlers,
       ...httpHandlers,
       [Method.environmentInfo]: () => this.environmentInfo,
@@ -150,6 +165,11 @@ export class ConnectionProcessor implements SessionAttachment {
           },
         }
       : options.environmentInfo;
+    // `tcpForward` only where this executor forwards (not with --no-forward).
+    if (!this.tcp.enabled) {
+      const capabilities = { ...this.environmentInfo.capabilities, tcpForward: false };
+      this.environmentInfo = { ...this.environmentInfo, capabilities };
+    }
     this.context = {
       carriesAttachments: connection.carriesAttachments,
       session: () => {
@@ -172,6 +192,7 @@ export class ConnectionProcessor implements SessionAttachment {
       onClose: (reason) => this.onClose(reason),
       onDrain: () => {
         this.sessionValue?.drained(this);
+        this.tcp.drained();
         this.releaseDrainWaiters();
       },
     });
@@ -231,6 +252,12 @@ export class ConnectionProcessor implements SessionAttachment {
         this.onRequest(message.id, message.method, message.params);
         return;
       case 'notification':
+        // Forwarded bytes and their credit bypass the lanes too, for the same reason.
+        if (message.method.startsWith('tcp/') && this.handshake === 'ready') {
+          const problem = this.tcp.onNotification(message.method, message.params);
+          if (problem !== null) this.protocolError(problem);
+          return;
+        }
         // Acknowledgements bypass the lanes: one queued behind a long poll would hold the child back.
         if (message.method === Notification.processAck && this.handshake === 'ready') {
           this.onAck(message.params);
@@ -384,6 +411,7 @@ export class ConnectionProcessor implements SessionAttachment {
     this.connectionClosed?.();
     this.lifetime.abort(RpcError.invalidRequest(`connection closed: ${reason}`));
     this.http.closeAll();
+    this.tcp.closeAll();
     this.releaseDrainWaiters();
     // Messages still queued in the transport and blocks still being read or written come back to nothing.
     if (this.ownsBuffers) {

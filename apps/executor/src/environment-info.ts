@@ -18,9 +18,17 @@ export const CAPABILITIES = {
   fileWriteOverwrite: true,
   // Tether: `fs/close {digest: true}` answers the SHA-256 of the bytes read or written through the handle.
   fileHandleDigest: true,
+  // Tether: `fs/readFiles` and `fs/writeFiles`, many small files per request, each with its own SHA-256.
+  fileBatch: true,
+  // Tether: `fs/getMetadata {unix: true}` (adds mode, accessedAtMs) and `fs/setMetadata` (for cp -p).
+  fileMetadata: true,
   // Tether: `process/start {flowControl: {windowBytes}}` + the `process/ack` notification (credit-based,
   // lossless output: the child blocks instead of output being dropped; exec-protocol's flow-control.ts).
   flowControl: true,
+  // Tether: `tcp/connect` + `tcp/*` notifications, forwarded TCP connections (exec-protocol's tcp.ts).
+  tcpForward: true,
+  // Tether: `process/start {detached: true}`, `process/attach`, detached ids everywhere (exec-protocol's detached.ts).
+  processDetach: true,
   // (`binaryBlocks`, raw bytes instead of base64 in fs/readBlock and fs/writeBlock, is added per connection
   // where the transport carries binary attachments: connection-processor.ts.)
 } as const;

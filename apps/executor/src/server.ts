@@ -19,6 +19,7 @@ import { formatWebSocketUrl } from './listen-url.js';
 import { type Logger, silentLogger } from './logger.js';
 import { ExecutorMetrics } from './metrics.js';
 import { SessionRegistry } from './session-registry.js';
+import { forwardOptions } from './tcp/policy.js';
 
 export interface ExecServerOptions {
   config?: Partial<ExecutorConfig>;
@@ -66,6 +67,8 @@ export class ExecServer {
     this.registry = new SessionRegistry({
       detachedTtlMs: this.config.detachedTtlMs,
       maxSessions: this.config.maxSessions,
+      maxDetachedProcesses: this.config.maxDetachedProcesses,
+      detachedExitedRetentionMs: this.config.detachedExitedRetentionMs,
       logger: this.logger,
       metrics: this.metrics,
       tableOptions: {
@@ -97,6 +100,7 @@ export class ExecServer {
       maxReadFileBytes: this.config.maxReadFileBytes,
       maxFileHandles: this.config.maxFileHandles,
       metrics: this.metrics,
+      forward: forwardOptions(this.config),
     });
     this.processors.add(processor);
     void processor.done.then(() => this.processors.delete(processor));

@@ -1,7 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import { ErrorCode, RpcError } from '@tether/exec-protocol';
 import {
+  ProcessError,
   type ProcessEvent,
+  type ProcessSummary,
   ProcessTable,
   type ProcessTableOptions,
   type StartRequest,
@@ -14,6 +16,7 @@ export interface SessionStartRequest extends StartRequest {
   binaryOutput?: boolean;
 }
 
+import { DetachedProcesses, type DetachedWatcher } from './detached.js';
 import type { Logger } from './logger.js';
 import { ExecutorMetrics, secondsSince } from './metrics.js';
 
@@ -42,11 +45,18 @@ type SessionState =
  * to that connection only. While detached, output keeps being retained for `process/read` and
  * notifications are dropped.
  */
-export class Session {
+export class Session implements DetachedWatcher {
   readonly id: string;
   readonly table: ProcessTable;
+  /** The executor's detached processes (shared by every session; owned by the registry). */
+  readonly detached: DetachedProcesses;
   private stateValue: SessionState;
   private outputPaused = false;
+  /**
+   * The connection was congested when a watched detached process's event came: its events are dropped
+   * until the connection drains (a detached child is never paused for one watcher); the client reads the gap.
+   */
+  private detachedLagging = false;
   private readonly metrics: ExecutorMetrics;
   private readonly running = new Map<string, RunningProcess>();
   /** Processes whose output goes out as raw bytes (until their close event). */
@@ -56,9 +66,11 @@ export class Session {
     id: string,
     attachment: SessionAttachment,
     tableOptions: Omit<ProcessTableOptions, 'onEvent'>,
-    metrics: ExecutorMetrics = new ExecutorMetrics(),
+    metrics: ExecutorMetrics,
+    detached: DetachedProcesses,
   ) {
     this.id = id;
+    this.detached = detached;
     this.stateValue = { kind: 'attached', attachment };
     this.metrics = metrics;
     this.table = new ProcessTable({ ...tableOptions, onEvent: (event) => this.onEvent(event) });
@@ -66,6 +78,10 @@ export class Session {
 
   /** `process/start` through the table, counted in the process metrics. */
   async startProcess(request: SessionStartRequest): Promise<StartResult> {
+    // Ids are unique across the executor's detached processes and this session's (see detached.ts).
+    if (this.detached.has(request.processId)) {
+      throw new ProcessError('already_exists', `process ${request.processId} already exists (a detached process)`);
+    }
     // A known id fails with `already_exists` in the table; it must not replace the running record.
     if (this.running.has(request.processId)) return this.table.start(request);
     if (request.binaryOutput) this.binaryOutput.add(request.processId);
@@ -85,8 +101,40 @@ export class Session {
     }
   }
 
+  /** `process/start {detached: true}`: the process belongs to the executor (detached.ts). */
+  startDetached(request: StartRequest): Promise<StartResult> {
+    return this.detached.start(request);
+  }
+
+  /** `process/attach`: this session gets a detached process's notifications from now on. */
+  attachDetached(processId: string): ProcessSummary & { detached: true } {
+    if (this.table.has(processId)) {
+      throw new ProcessError('invalid_argument', `process ${processId} belongs to this session; it is not detached`);
+    }
+    return this.detached.watch(processId, this);
+  }
+
+  /**
+   * The table that holds `processId`: this session's, or the executor's detached processes. An id in
+   * neither goes to this session's table, which answers as Codex does for an unknown id.
+   */
+  tableFor(processId: string): ProcessTable {
+    return !this.table.has(processId) && this.detached.has(processId) ? this.detached.table : this.table;
+  }
+
+  /** `process/list`: this session's processes, then the executor's detached ones. */
+  listProcesses(): Array<ProcessSummary & { detached: boolean }> {
+    return [...this.table.list().map((entry) => ({ ...entry, detached: false })), ...this.detached.list()];
+  }
+
+  deliverDetached(event: ProcessEvent): void {
+    if (this.stateValue.kind !== 'attached' || this.detachedLagging) return;
+    if (!this.stateValue.attachment.deliver(event)) this.detachedLagging = true;
+  }
+
   /** `process/terminate`: its exit is then counted as `terminated`. */
   terminateProcess(processId: string): { running: boolean } {
+    if (this.tableFor(processId) !== this.table) return this.detached.terminate(processId);
     const record = this.running.get(processId);
     if (record) record.terminating = true;
     return this.table.terminate(processId);
@@ -112,6 +160,7 @@ export class Session {
 
   /** The attached connection is writable again: let the children's output flow. */
   drained(attachment: SessionAttachment): void {
+    if (this.isAttachedTo(attachment)) this.detachedLagging = false;
     if (this.outputPaused && this.isAttachedTo(attachment)) {
       this.outputPaused = false;
       this.table.resumeOutput();
@@ -140,6 +189,7 @@ export class Session {
   setState(state: SessionState): void {
     if (this.stateValue.kind === 'detached') clearTimeout(this.stateValue.timer);
     this.stateValue = state;
+    this.detachedLagging = false;
     if (state.kind !== 'attached' && this.outputPaused) {
       // Detached: nothing is delivered, so nothing should hold the children back.
       this.outputPaused = false;
@@ -163,6 +213,10 @@ export interface SessionRegistryOptions {
   logger: Logger;
   now?: () => number;
   metrics?: ExecutorMetrics;
+  /** Detached processes at once (`--max-detached-processes`, default 64). */
+  maxDetachedProcesses?: number;
+  /** How long a closed detached process stays readable (default 10 minutes). */
+  detachedExitedRetentionMs?: number;
 }
 
 /**
@@ -173,11 +227,34 @@ export class SessionRegistry {
   private readonly sessions = new Map<string, Session>();
   private readonly options: SessionRegistryOptions;
   private readonly now: () => number;
+  private readonly metrics: ExecutorMetrics;
   private closed = false;
+  /** Processes that belong to the executor, not a session: they outlive sessions until shutdown. */
+  readonly detached: DetachedProcesses;
 
   constructor(options: SessionRegistryOptions) {
     this.options = options;
     this.now = options.now ?? Date.now;
+    this.metrics = options.metrics ?? new ExecutorMetrics();
+    const {
+      outputBudget: _budget,
+      maxProcesses: _max,
+      exitedRetentionMs: _retention,
+      ...tableOptions
+    } = options.tableOptions;
+    this.detached = new DetachedProcesses({
+      tableOptions,
+      ...(options.maxDetachedProcesses === undefined ? {} : { maxProcesses: options.maxDetachedProcesses }),
+      ...(options.detachedExitedRetentionMs === undefined
+        ? {}
+        : { exitedRetentionMs: options.detachedExitedRetentionMs }),
+      usedBySession: (processId) => {
+        for (const session of this.sessions.values()) if (session.table.has(processId)) return true;
+        return false;
+      },
+      logger: options.logger,
+      metrics: this.metrics,
+    });
   }
 
   get size(): number {
@@ -189,7 +266,7 @@ export class SessionRegistry {
     if (this.sessions.size >= this.options.maxSessions) {
       throw RpcError.invalidRequest(`too many sessions: limit is ${this.options.maxSessions}`);
     }
-    const session = new Session(randomUUID(), attachment, this.options.tableOptions, this.options.metrics);
+    const session = new Session(randomUUID(), attachment, this.options.tableOptions, this.metrics, this.detached);
     this.sessions.set(session.id, session);
     return session;
   }
@@ -226,6 +303,7 @@ export class SessionRegistry {
     if (session.state === 'closed') return;
     session.setState({ kind: 'closed' });
     this.sessions.delete(session.id);
+    this.detached.forget(session);
     await session.table.shutdown();
   }
 
@@ -239,6 +317,6 @@ export class SessionRegistry {
     this.closed = true;
     const all = [...this.sessions.values()];
     for (const session of all) session.attachment?.detached();
-    await Promise.all(all.map((session) => this.end(session)));
+    await Promise.all([...all.map((session) => this.end(session)), this.detached.shutdown()]);
   }
 }

@@ -8,12 +8,20 @@
  * @tether/native-pipe for the local backend's child pipes; each has a fallback in JS, node:crypto or
  * socketpairs).
  */
+import { readdirSync, rmSync, statSync } from 'node:fs';
+import { join, relative } from 'node:path';
 import { build } from 'esbuild';
 
 const here = new URL('..', import.meta.url);
-await build({
-  entryPoints: [new URL('src/main.ts', here).pathname],
-  outfile: new URL('dist/main.js', here).pathname,
+// Code reached only through import() (the SDK's dialing machinery: ws, relay frames, secure stream) goes
+// to chunks loaded when first used: a command served by a connection master starts without them.
+const dist = new URL('dist', here).pathname;
+const chunks = join(dist, 'chunks');
+const result = await build({
+  entryPoints: { main: new URL('src/main.ts', here).pathname },
+  outdir: new URL('dist', here).pathname,
+  splitting: true,
+  chunkNames: 'chunks/[name]-[hash]',
   bundle: true,
   platform: 'node',
   format: 'esm',
@@ -26,4 +34,13 @@ await build({
   },
   legalComments: 'none',
   logLevel: 'warning',
+  metafile: true,
 });
+
+// Chunks of earlier builds go once they are an hour old: a command or connection master started from an
+// earlier build may still load its own chunks for a while (their names carry a content hash).
+const current = new Set(Object.keys(result.metafile.outputs).map((file) => relative(dist, file)));
+for (const name of readdirSync(chunks)) {
+  const file = join(chunks, name);
+  if (!current.has(relative(dist, file)) && Date.now() - statSync(file).mtimeMs > 3_600_000) rmSync(file);
+}

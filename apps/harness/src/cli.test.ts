@@ -1,5 +1,6 @@
+import { spawnSync } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PassThrough } from 'node:stream';
@@ -31,7 +32,8 @@ async function harness(
   stdout.on('data', (chunk: Buffer) => out.push(chunk));
   stderr.on('data', (chunk: Buffer) => err.push(chunk));
   if (stdinText !== undefined) stdin.end(stdinText);
-  const code = await run(args, { stdin, stdout, stderr, env });
+  // No config file unless a test names one (never the user's ~/.config/tether/config.toml).
+  const code = await run(args, { stdin, stdout, stderr, env: { TETHER_CONFIG: join(work, 'no-config.toml'), ...env } });
   return { code, stdout: Buffer.concat(out).toString(), stderr: Buffer.concat(err).toString() };
 }
 
@@ -110,19 +112,132 @@ describe('harness CLI through the registry and relay', () => {
     expect(noKey.stderr).toContain('TETHER_API_KEY');
   });
 
-  it('a wrong API key is reported without echoing it', async () => {
+  it('a wrong API key is reported without echoing it, and exits 255 as ssh does', async () => {
     const result = await harness(['exec', '--', 'true'], { ...env, TETHER_API_KEY: 'wrong-key-123' });
-    expect(result.code).toBe(1);
+    expect(result.code).toBe(255);
     expect(result.stderr).toContain('refused the harness API key');
     expect(result.stderr).not.toContain('wrong-key-123');
   });
 
   it('--help is available on every command', async () => {
-    for (const command of [[], ['exec'], ['cp'], ['ls'], ['cat']]) {
+    for (const command of [
+      [],
+      ['exec'],
+      ['shell'],
+      ['cp'],
+      ['ls'],
+      ['cat'],
+      ['config'],
+      ['config', 'set-context'],
+      ['completion'],
+    ]) {
       const result = await harness([...command, '--help'], {});
       expect(result.code).toBe(0);
       expect(result.stdout).toContain('Usage: harness');
     }
+  });
+
+  it('a context supplies the registry, environment and API key file; flag > variable > context', async () => {
+    const dir = mkdtempSync(join(work, 'ctx-'));
+    const config = join(dir, 'conf', 'config.toml');
+    const keyFile = join(dir, 'harness.key');
+    writeFileSync(keyFile, `${stack.keys.harness}\n`, { mode: 0o600 });
+    const only = { TETHER_CONFIG: config };
+    const set = await harness(
+      [
+        'config',
+        'set-context',
+        'dev',
+        '--registry',
+        stack.registryUrl,
+        '--environment',
+        'env-cli',
+        '--api-key-file',
+        keyFile,
+        '--use',
+      ],
+      only,
+    );
+    expect(set).toMatchObject({ code: 0, stdout: 'Context "dev" created.\n' });
+    expect(statSync(config).mode & 0o777).toBe(0o600);
+    expect(readdirSync(join(dir, 'conf'))).toEqual(['config.toml']);
+    const ok = await harness(['exec', '--', '/bin/sh', '-c', 'echo from-context'], only);
+    expect(ok).toEqual({ code: 0, stdout: 'from-context\n', stderr: '' });
+
+    // A second context, current, that names an environment with no executor: the variable and then the
+    // flag win over it, and --context picks the first one again.
+    expect((await harness(['config', 'set-context', 'other', '--environment', 'env-nobody', '--use'], only)).code).toBe(
+      0,
+    );
+    expect(
+      (
+        await harness(
+          ['config', 'set-context', 'other', '--registry', stack.registryUrl, '--api-key-file', keyFile],
+          only,
+        )
+      ).stdout,
+    ).toBe('Context "other" modified.\n');
+    const fromContext = await harness(['exec', '--connect-timeout', '1', '--', 'true'], only);
+    expect(fromContext.code).toBe(255);
+    expect(fromContext.stderr).toContain('env-nobody');
+    expect((await harness(['exec', '--', 'true'], { ...only, TETHER_ENVIRONMENT_ID: 'env-cli' })).code).toBe(0);
+    const flagWins = await harness(['exec', '--connect-timeout', '1', '--environment-id', 'env-flag', '--', 'true'], {
+      ...only,
+      TETHER_ENVIRONMENT_ID: 'env-cli',
+    });
+    expect(flagWins.stderr).toContain('env-flag');
+    expect((await harness(['exec', '--context', 'dev', '--', 'true'], only)).code).toBe(0);
+    expect((await harness(['exec', '--', 'true'], { ...only, TETHER_CONTEXT: 'dev' })).code).toBe(0);
+    // The key itself from the variable beats the context's file.
+    const wrongKey = await harness(['exec', '--context', 'dev', '--', 'true'], {
+      ...only,
+      TETHER_API_KEY: 'wrong-key-789',
+    });
+    expect(wrongKey.code).toBe(255);
+
+    const listed = await harness(['config', 'get-contexts'], only);
+    expect(listed.stdout.split('\n')[0]).toMatch(/^CURRENT\s+NAME\s+REGISTRY\s+ENVIRONMENT\s+API-KEY-FILE$/);
+    expect(listed.stdout).toMatch(/^\s+dev\s+http:\/\/127\.0\.0\.1:\d+\s+env-cli\s+\S+harness\.key$/m);
+    expect(listed.stdout).toMatch(/^\*\s+other\s/m);
+    expect((await harness(['config', 'get-contexts', '-o', 'name'], only)).stdout).toBe('dev\nother\n');
+    expect((await harness(['config', 'current-context'], only)).stdout).toBe('other\n');
+    expect((await harness(['config', 'use-context', 'dev'], only)).stdout).toBe('Switched to context "dev".\n');
+    expect((await harness(['config', 'current-context'], only)).stdout).toBe('dev\n');
+    const view = await harness(['config', 'view'], only);
+    expect(view.stdout).toContain(`# ${config}\ncurrent-context = "dev"`);
+    expect(view.stdout).toContain(`api-key-file = "${keyFile}"`);
+    expect(view.stdout).not.toContain(stack.keys.harness);
+    expect((await harness(['config', 'delete-context', 'dev'], only)).stdout).toBe('Deleted context "dev".\n');
+    expect((await harness(['config', 'current-context'], only)).code).toBe(1);
+    expect((await harness(['config', 'use-context', 'dev'], only)).code).toBe(2);
+    const missing = await harness(['exec', '--context', 'dev', '--', 'true'], only);
+    expect(missing.code).toBe(2);
+    expect(missing.stderr).toContain('no context "dev"');
+    expect(statSync(config).mode & 0o777).toBe(0o600);
+    expect(readdirSync(join(dir, 'conf'))).toEqual(['config.toml']);
+  });
+
+  it('an API key file others may read is refused, as ssh refuses such a key; --api-key-file reads one', async () => {
+    const dir = mkdtempSync(join(work, 'keyfile-'));
+    const keyFile = join(dir, 'open.key');
+    writeFileSync(keyFile, stack.keys.harness, { mode: 0o644 });
+    const { TETHER_API_KEY: _key, ...noKey } = env;
+    const refused = await harness(['exec', '--api-key-file', keyFile, '--', 'true'], noKey);
+    expect(refused.code).toBe(2);
+    expect(refused.stderr).toContain(`permissions 0644 for the API key file ${keyFile} are too open`);
+    expect(refused.stderr).not.toContain(stack.keys.harness);
+    const viaVariable = await harness(['exec', '--', 'true'], { ...noKey, TETHER_API_KEY_FILE: keyFile });
+    expect(viaVariable.code).toBe(2);
+    chmodSync(keyFile, 0o600);
+    expect(await harness(['exec', '--api-key-file', keyFile, '--', '/bin/echo', 'keyed'], noKey)).toEqual({
+      code: 0,
+      stdout: 'keyed\n',
+      stderr: '',
+    });
+    expect((await harness(['exec', '--', 'true'], { ...noKey, TETHER_API_KEY_FILE: keyFile })).code).toBe(0);
+    const gone = await harness(['exec', '--api-key-file', join(dir, 'nope.key'), '--', 'true'], noKey);
+    expect(gone.code).toBe(2);
+    expect(gone.stderr).toContain('cannot read the API key file');
   });
 
   it('an unknown command is a usage error', async () => {
@@ -244,6 +359,109 @@ describe('harness CLI through the registry and relay', () => {
   });
 });
 
+describe('harness config file', () => {
+  it('is read strictly: an unknown key or a bad value is named, exit 2', async () => {
+    const config = join(work, 'strict.toml');
+    writeFileSync(config, 'current-context = "a"\n[contexts.a]\nregistri = "http://127.0.0.1:1"\n');
+    const typo = await harness(['exec', '--', 'true'], { TETHER_CONFIG: config });
+    expect(typo.code).toBe(2);
+    expect(typo.stderr).toContain('unknown key "registri" in contexts.a');
+    writeFileSync(config, 'current-context = 3\n');
+    expect((await harness(['config', 'view'], { TETHER_CONFIG: config })).stderr).toContain(
+      'current-context must be a string',
+    );
+    writeFileSync(config, '[contexts.a\n');
+    expect((await harness(['config', 'get-contexts'], { TETHER_CONFIG: config })).stderr).toContain('not valid TOML');
+    writeFileSync(config, '[contexts.a]\napi-key-file = "relative.key"\n');
+    const relative = await harness(['exec', '--context', 'a', '--', 'true'], { TETHER_CONFIG: config });
+    expect(relative.stderr).toContain('api-key-file must be an absolute path');
+  });
+
+  it('lives in $XDG_CONFIG_HOME/tether/config.toml, else ~/.config/tether/config.toml', async () => {
+    const xdg = mkdtempSync(join(work, 'xdg-'));
+    const home = mkdtempSync(join(work, 'home-'));
+    expect(
+      (
+        await harness(['config', 'set-context', 'x', '--environment', 'e1'], {
+          TETHER_CONFIG: '',
+          XDG_CONFIG_HOME: xdg,
+        })
+      ).code,
+    ).toBe(0);
+    expect(statSync(join(xdg, 'tether', 'config.toml')).isFile()).toBe(true);
+    expect(statSync(join(xdg, 'tether')).mode & 0o777).toBe(0o700);
+    expect(
+      (await harness(['config', 'set-context', 'y', '--environment', 'e1'], { TETHER_CONFIG: '', HOME: home })).code,
+    ).toBe(0);
+    expect(readFileSync(join(home, '.config', 'tether', 'config.toml'), 'utf8')).toContain('[contexts.y]');
+  });
+
+  it('set-context checks what it stores', async () => {
+    const only = { TETHER_CONFIG: join(work, 'checked.toml') };
+    const badName = await harness(['config', 'set-context', 'no spaces'], only);
+    expect(badName.code).toBe(2);
+    expect(badName.stderr).toContain('bad context name');
+    const badUrl = await harness(['config', 'set-context', 'a', '--registry', 'ftp://x'], only);
+    expect(badUrl.code).toBe(2);
+    expect(badUrl.stderr).toContain('--registry must be http:// or https://');
+    expect((await harness(['config', 'set-context', 'a', '--api-key-file', 'rel.key'], only)).code).toBe(0);
+    expect((await harness(['config', 'view'], only)).stdout).toContain(
+      `api-key-file = "${join(process.cwd(), 'rel.key')}"`,
+    );
+  });
+});
+
+describe('harness completion', () => {
+  /** Runs the bash script's completion for `words` (the last one being completed); `harness` is stubbed. */
+  function bashComplete(script: string, words: string[]): string[] {
+    const file = join(work, 'completion.bash');
+    writeFileSync(file, script);
+    const program = [
+      // The script asks the harness for context names: a stub answers.
+      `harness() { printf 'dev\\nprod\\n'; }`,
+      `source ${JSON.stringify(file)}`,
+      `COMP_WORDS=(${words.map((w) => `'${w}'`).join(' ')}); COMP_CWORD=${words.length - 1}`,
+      '_harness',
+      `printf '%s\\n' "\${COMPREPLY[@]}"`,
+    ].join('\n');
+    const result = spawnSync('bash', ['--norc', '-c', program], { encoding: 'utf8', cwd: work });
+    expect(result.stderr).toBe('');
+    return result.stdout.split('\n').filter(Boolean);
+  }
+
+  it('bash: commands, their options, subcommands and context names', async () => {
+    const { stdout: script, code } = await harness(['completion', 'bash'], {});
+    expect(code).toBe(0);
+    expect(spawnSync('bash', ['-n'], { input: script }).status).toBe(0);
+    expect(bashComplete(script, ['harness', 'sh'])).toEqual(['shell']);
+    expect(bashComplete(script, ['harness', 'co'])).toEqual(['config', 'completion']);
+    expect(bashComplete(script, ['harness', 'exec', '--c']).sort()).toEqual(
+      ['--clean-env', '--connect-timeout', '--context', '--cwd'].sort(),
+    );
+    expect(bashComplete(script, ['harness', 'exec', '--context', ''])).toEqual(['dev', 'prod']);
+    expect(bashComplete(script, ['harness', 'config', 'use'])).toEqual(['use-context']);
+    expect(bashComplete(script, ['harness', 'config', 'use-context', 'p'])).toEqual(['prod']);
+    expect(bashComplete(script, ['harness', 'config', 'set-context', 'dev', '--api'])).toEqual(['--api-key-file']);
+  });
+
+  it('zsh and fish: every command and option, context names from get-contexts', async () => {
+    const zsh = await harness(['completion', 'zsh'], {});
+    expect(zsh.code).toBe(0);
+    expect(zsh.stdout.startsWith('#compdef harness\n')).toBe(true);
+    expect(zsh.stdout).toContain("'shell:open a login shell");
+    expect(zsh.stdout).toContain("'(-t --tty)'{-t,--tty}'[run in a pseudo-terminal");
+    expect(zsh.stdout).toContain("'--context[use this context");
+    expect(zsh.stdout).toContain('harness config get-contexts -o name');
+    const fish = await harness(['completion', 'fish'], {});
+    expect(fish.stdout).toContain("complete -c harness -n '__fish_use_subcommand' -a shell -d 'open a login shell");
+    expect(fish.stdout).toContain("complete -c harness -n '__fish_seen_subcommand_from exec' -s t -l tty");
+    expect(fish.stdout).toContain("-l context -x -a '(harness config get-contexts -o name 2>/dev/null)'");
+    const unknown = await harness(['completion', 'tcsh'], {});
+    expect(unknown.code).toBe(2);
+    expect(unknown.stderr).toContain('choose bash, zsh, fish');
+  });
+});
+
 describe('harness CLI straight to an executor (--url)', () => {
   it('runs and lists through the executor WebSocket, no registry involved', async () => {
     const peer = await startPeer({ kind: 'tether', transport: 'ws' });
@@ -269,7 +487,7 @@ describe('harness CLI connect timeout', () => {
     await new Promise<void>((resolve) => probe.close(() => resolve()));
     const started = Date.now();
     const run = await harness(['exec', '--url', `ws://127.0.0.1:${port}`, '--connect-timeout', '1', '--', 'true'], {});
-    expect(run.code).toBe(1);
+    expect(run.code).toBe(255);
     expect(run.stderr).toMatch(/could not connect within 1000 ms \(\d+ attempts\)/);
     expect(Date.now() - started).toBeGreaterThanOrEqual(900);
     const bad = await harness(
@@ -424,7 +642,7 @@ describe('harness CLI registry transport security', () => {
         [[], { ...base, TETHER_ALLOW_INSECURE_REGISTRY: '1' }],
       ] as const) {
         const allowed = await harness(['exec', ...args, '--environment-id', 'env-x', '--', 'true'], env);
-        expect(allowed.code).toBe(1);
+        expect(allowed.code).toBe(255);
         expect(allowed.stderr).toContain('refused the harness API key');
       }
       expect(registry.requests()).toBe(2);

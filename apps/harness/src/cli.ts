@@ -1,7 +1,13 @@
 import { Command, CommanderError } from 'commander';
+import { registerCompletion } from './commands/completion.js';
+import { registerConfig } from './commands/config.js';
 import { registerCp } from './commands/cp.js';
 import { registerExec } from './commands/exec.js';
 import { registerFiles } from './commands/files.js';
+import { registerForward } from './commands/forward.js';
+import { registerMaster } from './commands/master.js';
+import { registerProcesses } from './commands/processes.js';
+import { registerShell } from './commands/shell.js';
 import type { CliIo } from './common.js';
 import { ENV } from './target.js';
 
@@ -26,7 +32,9 @@ export function buildProgram(io: CliIo, setExit: (code: number) => void): Comman
       'after',
       `
 Connection: --registry URL and --environment-id ID (or ${ENV.registry}, ${ENV.environmentId}), with a
-harness API key in ${ENV.apiKey}. --url ws://HOST:PORT talks to an executor directly (no relay; then
+harness API key in ${ENV.apiKey} (or a file only you may read: --api-key-file, ${ENV.apiKeyFile}). Or name
+a context of the config file (harness config; --context, ${ENV.context}): a flag beats its variable, which
+beats the context. --url ws://HOST:PORT talks to an executor directly (no relay; then
 ENV:/path names a path on that executor). Connecting is retried with backoff for up to 20 s
 (--connect-timeout) after failures that may pass; a refused key or an unknown environment fails at once.
 Remote paths are written ENV:/absolute/path.
@@ -36,9 +44,15 @@ Security: an http:// registry must be on loopback (127.0.0.0/8, ::1, localhost) 
 pinned for the session: a reconnect to another key fails. A copy from an environment refuses entry names
 that are not one path component and never writes outside the destination or through a symbolic link in it.
 
+Exit status: the remote command's own; 126 or 127 when it cannot be run or is not found (as a shell says);
+255 when the registry, relay or executor cannot be reached or kept, or refuses the key (as ssh does); 2 for
+bad usage; 1 for other failures.
+
 Examples:
   harness exec -- uname -a
   harness exec --tty -- bash
+  harness shell dev-1
+  harness config set-context dev --registry https://registry.example.com --environment dev-1 --use
   harness cp ./build.tar.gz dev-1:/tmp/build.tar.gz
   harness cp -r dev-1:/var/log/app ./logs
   harness ls dev-1:/tmp
@@ -46,8 +60,14 @@ Examples:
     );
 
   registerExec(program, io, setExit);
+  registerShell(program, io, setExit);
+  registerProcesses(program, io, setExit);
   registerCp(program, io, setExit);
   registerFiles(program, io, setExit);
+  registerForward(program, io, setExit);
+  registerMaster(program, io, setExit);
+  registerConfig(program, io, setExit);
+  registerCompletion(program, io, setExit);
   return program;
 }
 

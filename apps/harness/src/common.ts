@@ -1,5 +1,5 @@
 import type { Readable, Writable } from 'node:stream';
-import { type Environment, LocalFs, TetherError } from '@tether/client';
+import { type Environment, isConnectionError, LocalFs, TetherError } from '@tether/client';
 import { type Command, InvalidArgumentError, Option } from 'commander';
 import type { Endpoint } from './copy.js';
 import { type ConnectFlags, ENV, type Location, openEnvironment, parseLocation } from './target.js';
@@ -10,6 +10,18 @@ export interface CliIo {
   stderr: Writable & { isTTY?: boolean };
   env: NodeJS.ProcessEnv;
 }
+
+/**
+ * The harness's own exit codes, beside the remote command's (which pass through unchanged): shell's 126
+ * and 127 for a command that could not be run, ssh's 255 for a connection that failed, 2 for bad usage.
+ */
+export const EXIT = {
+  failure: 1,
+  usage: 2,
+  cannotRun: 126,
+  notFound: 127,
+  connection: 255,
+} as const;
 
 /** How a command hands its exit code back to `run`. */
 export type SetExit = (code: number) => void;
@@ -22,6 +34,12 @@ export function keyValue(value: string, previous: Record<string, string> = {}): 
 
 export function connectOptions(command: Command): Command {
   return command
+    .addOption(
+      new Option(
+        '--context <name>',
+        `use this context of the config file instead of its current one (env ${ENV.context}; see harness config)`,
+      ),
+    )
     .addOption(new Option('--registry <url>', `registry base URL (env ${ENV.registry})`))
     .addOption(new Option('--environment-id <id>', `environment to use (env ${ENV.environmentId})`))
     .addOption(new Option('--url <ws-url>', `talk to an executor's WebSocket directly instead (env ${ENV.url})`))
@@ -35,6 +53,12 @@ export function connectOptions(command: Command): Command {
       new Option(
         '--allow-insecure-registry',
         `allow a plain http:// registry that is not loopback: the API key and bundle cross the network in clear (env ${ENV.allowInsecureRegistry}=1)`,
+      ),
+    )
+    .addOption(
+      new Option(
+        '--api-key-file <file>',
+        `read the harness API key from this file, which only you may read (chmod 600); else env ${ENV.apiKey} or ${ENV.apiKeyFile}`,
       ),
     )
     .addOption(
@@ -117,5 +141,11 @@ export async function withLocation(
 export function report(io: CliIo, err: unknown): number {
   const message = err instanceof Error ? err.message : String(err);
   io.stderr.write(`harness: ${message.replace(/[\u0000-\u0009\u000b-\u001f\u007f-\u009f]/g, '?')}\n`);
-  return err instanceof TetherError && err.code === 'invalid_argument' ? 2 : 1;
+  return exitCodeFor(err);
+}
+
+/** 2 for bad usage, 255 when the connection failed (ssh's convention: refused key, unreachable registry, relay or executor, a failed handshake, a session lost), else 1. */
+export function exitCodeFor(err: unknown): number {
+  if (err instanceof TetherError && err.code === 'invalid_argument') return EXIT.usage;
+  return isConnectionError(err) ? EXIT.connection : EXIT.failure;
 }

@@ -35,6 +35,51 @@ function remoteFs(tree: HostileTree, deep = false): RemoteFs {
   });
 }
 
+/** How a lying executor bends its `fs/readFiles` answer (gets the honest one, the paths asked and the limits). */
+type ReadFilesLie = (honest: { files: Array<Record<string, unknown>> }, params: Record<string, unknown>) => unknown;
+
+/**
+ * The SDK's RemoteFs over the stand-in, advertising `fileBatch` and `fileMetadata`: `fs/readFiles` answers
+ * from the tree (through `lie`, when given), `fs/getMetadata {unix}` and `fs/setMetadata` as an executor would.
+ */
+function batchFs(tree: HostileTree, lie?: ReadFilesLie, deep = false): RemoteFs {
+  const answer = hostileFsAnswers(() => tree, { deep });
+  const pathOf = (uri: unknown) => decodeURIComponent(new URL(String(uri)).pathname);
+  const fileAt = (path: string) => {
+    const slash = path.lastIndexOf('/');
+    return tree[path.slice(0, slash) || '/']?.find((entry) => entry.name === path.slice(slash + 1))?.file;
+  };
+  return new RemoteFs({
+    capabilities: () => new Set(['fileBatch', 'fileMetadata']),
+    call: async <T>(method: string, params?: unknown) => {
+      const p = (params ?? {}) as Record<string, unknown>;
+      if (method === 'fs/readFiles') {
+        const honest = {
+          files: (p.paths as string[]).map((uri) => {
+            const file = fileAt(pathOf(uri));
+            if (file === undefined)
+              return { error: { code: -32004, message: 'No such file or directory (os error 2)' } };
+            return {
+              dataBase64: Buffer.from(file).toString('base64'),
+              sha256: createHash('sha256').update(file).digest('hex'),
+              mode: 0o640,
+              modifiedAtMs: 1_000_000_000_000,
+              accessedAtMs: 1_000_000_000_000,
+            };
+          }),
+        };
+        return (lie ? lie(honest, p) : honest) as T;
+      }
+      if (method === 'fs/getMetadata' && p.unix === true) {
+        return { ...(answer(method, p) as object), mode: 0o750, accessedAtMs: 0 } as T;
+      }
+      const result = answer(method, p);
+      if (result === null) throw new Error(`the stand-in does not answer ${method}`);
+      return result as T;
+    },
+  });
+}
+
 /** An EnvironmentFs that hands listings through unchecked: the copy's own checks must hold alone. */
 function uncheckedFs(tree: HostileTree): EnvironmentFs {
   const fs = remoteFs(tree);
@@ -116,6 +161,10 @@ describe('cp -r from a hostile executor', () => {
       await expect(copy(source(uncheckedFs(tree)), local(destination), { recursive: true })).rejects.toThrow(
         `refusing entry ${JSON.stringify(name)} listed in /tree: the name ${why}`,
       );
+      // The batched path (fileBatch) reads the same listings.
+      await expect(copy(source(batchFs(tree)), local(destination), { recursive: true })).rejects.toThrow(
+        `entry name ${JSON.stringify(name)} ${why}`,
+      );
       expect(outsideDestination()).toEqual(before);
       expect(existsSync(join(box, 'x'))).toBe(false);
     });
@@ -165,12 +214,122 @@ describe('cp -r from a hostile executor', () => {
       recursive: true,
     });
     expect(readFileSync(join(box, 'outside-dir', 'tree', 'f'), 'utf8')).toBe('ok');
+    // With -p too (batched), through a link the user named: files and directories get the source's metadata.
+    await copy(source(batchFs({ '/tree': [{ name: 'g', file: 'ok' }] })), local(join(box, 'chosen', 'as-root')), {
+      recursive: true,
+      preserve: true,
+    });
+    expect(readFileSync(join(box, 'outside-dir', 'as-root', 'g'), 'utf8')).toBe('ok');
+    symlinkSync(join(box, 'outside-dir', 'as-root'), join(box, 'root-link'));
+    await copy(source(batchFs({ '/tree': [{ name: 'h', file: 'ok' }] })), local(join(box, 'root-link')), {
+      recursive: true,
+      preserve: true,
+    });
+    expect(lstatSync(join(box, 'outside-dir', 'as-root', 'tree')).mode & 0o7777).toBe(0o750);
   });
 
   it(`stops a tree that never ends at ${MAX_TREE_DEPTH} levels`, async () => {
     await expect(copy(source(remoteFs({}, true)), local(destination), { recursive: true })).rejects.toThrow(
       `nests directories deeper than ${MAX_TREE_DEPTH} levels`,
     );
+  });
+});
+
+describe('cp -r from a hostile executor with fileBatch (many small files per request)', () => {
+  const tree: HostileTree = {
+    '/tree': [{ name: 'a', file: 'alpha' }, { name: 'sub' }],
+    '/tree/sub': [
+      { name: 'b', file: 'beta' },
+      { name: 'c', file: '' },
+    ],
+  };
+
+  it('copies a tree whole in batches, with -p its modes and times', async () => {
+    const stats = await copy(source(batchFs(tree)), local(destination), { recursive: true, preserve: true });
+    expect(stats).toMatchObject({ files: 3, directories: 2, bytes: 9 });
+    const root = join(destination, 'tree');
+    expect(readFileSync(join(root, 'a'), 'utf8')).toBe('alpha');
+    expect(readFileSync(join(root, 'sub', 'b'), 'utf8')).toBe('beta');
+    expect(readFileSync(join(root, 'sub', 'c'), 'utf8')).toBe('');
+    expect(lstatSync(join(root, 'sub', 'b')).mode & 0o7777).toBe(0o640);
+    expect(Math.floor(lstatSync(join(root, 'sub', 'b')).mtimeMs)).toBe(1_000_000_000_000);
+    expect(lstatSync(join(root, 'sub')).mode & 0o7777).toBe(0o750);
+  });
+
+  it('never writes through a link planted where a batched file goes', async () => {
+    mkdirSync(join(destination, 'tree'));
+    symlinkSync(join(box, 'outside.txt'), join(destination, 'tree', 'a'));
+    const before = outsideDestination();
+    await expect(copy(source(batchFs(tree)), local(destination), { recursive: true })).rejects.toThrow(
+      `refusing to write through the symbolic link ${join(destination, 'tree', 'a')} inside the destination; remove it or copy elsewhere`,
+    );
+    expect(readFileSync(join(box, 'outside.txt'), 'utf8')).toBe('untouched');
+    expect(outsideDestination()).toEqual(before);
+  });
+
+  const lies: Array<[string, ReadFilesLie, string]> = [
+    [
+      'answers more bytes than a file may have',
+      (honest, params) => ({
+        files: honest.files.map((entry) => ({
+          ...entry,
+          dataBase64: Buffer.alloc((params.maxFileBytes as number) + 1).toString('base64'),
+        })),
+      }),
+      'more bytes than asked for',
+    ],
+    [
+      'answers fewer entries than paths',
+      (honest) => ({ files: honest.files.slice(1) }),
+      "the executor's fs/readFiles answer is unusable: expected",
+    ],
+    [
+      'defers the first file (forever)',
+      (honest) => ({ files: honest.files.map(() => ({ deferred: true })) }),
+      'the first file was deferred',
+    ],
+    [
+      'sends a digest that is not of the bytes',
+      (honest) => ({ files: honest.files.map((entry) => ({ ...entry, sha256: 'f'.repeat(64) })) }),
+      'integrity check failed',
+    ],
+    [
+      'sends a mode that is not permission bits',
+      (honest) => ({ files: honest.files.map((entry) => ({ ...entry, mode: 0o170777 })) }),
+      'mode is not permission bits',
+    ],
+    [
+      'answers without base64',
+      (honest) => ({ files: honest.files.map((entry) => ({ ...entry, dataBase64: '@@' })) }),
+      'is not base64',
+    ],
+  ];
+  for (const [what, lie, message] of lies) {
+    it(`refuses an executor that ${what}, and writes nothing outside the destination`, async () => {
+      const before = outsideDestination();
+      await expect(copy(source(batchFs(tree, lie)), local(destination), { recursive: true })).rejects.toThrow(message);
+      expect(outsideDestination()).toEqual(before);
+    });
+  }
+
+  it(`stops a tree that never ends at ${MAX_TREE_DEPTH} levels`, async () => {
+    await expect(copy(source(batchFs({}, undefined, true)), local(destination), { recursive: true })).rejects.toThrow(
+      `nests directories deeper than ${MAX_TREE_DEPTH} levels`,
+    );
+  });
+});
+
+describe('cp -p against an executor without fileMetadata (Codex)', () => {
+  it('is refused before anything is copied, naming the side', async () => {
+    await expect(
+      copy(source(remoteFs({ '/tree': [{ name: 'a', file: 'x' }] })), local(destination), {
+        recursive: true,
+        preserve: true,
+      }),
+    ).rejects.toThrow(
+      "-p needs file modes and times from both sides, and hostile:/tree is on an executor without Tether's fileMetadata",
+    );
+    expect(readdirSync(destination)).toEqual([]);
   });
 });
 

@@ -4,6 +4,7 @@ import path, { basename, posix } from 'node:path';
 import type { Readable, Writable } from 'node:stream';
 import { finished } from 'node:stream/promises';
 import {
+  type DirectoryEntry,
   type Environment,
   type EnvironmentFs,
   entryNameProblem,
@@ -11,6 +12,10 @@ import {
   type HandleDigest,
   TetherError,
 } from '@tether/client';
+
+// The SDK's batch and metadata types, as its EnvironmentFs methods name them.
+type UnixMetadata = Awaited<ReturnType<EnvironmentFs['getUnixMetadata']>>;
+type SmallFileWritten = Awaited<ReturnType<EnvironmentFs['writeFiles']>>[number];
 
 /** One side of a copy: a filesystem and, when remote, the environment to hash on. */
 export interface Endpoint {
@@ -29,6 +34,8 @@ export interface CopyStats {
 
 export interface CopyOptions {
   recursive: boolean;
+  /** Keep each file's and directory's permission bits and modification and access times (`cp -p`). */
+  preserve?: boolean;
   /** Called as bytes move (for a progress line). */
   onProgress?: (file: string, done: number, total: number) => void;
   /** Called when a file has been copied and verified. */
@@ -41,9 +48,31 @@ export interface CopyOptions {
  */
 export const MAX_TREE_DEPTH = 256;
 
+/** Jobs (a batch of small files, or one streamed file) a tree copy runs at once. */
+export const FILES_IN_FLIGHT = 8;
 /**
- * Copies a file or (recursively) a directory between any two endpoints, streaming, and checks every
- * file's SHA-256 at the destination against what was read at the source.
+ * Bytes a tree copy has on the wire at once, as base64 where it is: 3 MiB keeps what an executor answers
+ * under the relay's 4 MiB backlog per harness (past which it resets a harness that reads too slowly). A
+ * job larger than this (a big file streams with 3 blocks of 1 MiB in flight) runs alone.
+ */
+export const BYTES_IN_FLIGHT = 3 * 1024 * 1024;
+/** Files up to this size travel whole, many to a request, where both sides offer `fileBatch`. */
+export const SMALL_FILE_BYTES = 256 * 1024;
+/** File bytes per batch (`readFiles`/`writeFiles`), and files per batch. */
+export const BATCH_BYTES = 512 * 1024;
+export const BATCH_FILES = 256;
+/** Directory listings of a remote source asked for ahead of the walk. */
+const PREFETCH_LISTINGS = 8;
+
+/**
+ * Copies a file or (recursively) a directory between any two endpoints and checks every file's SHA-256 at
+ * the destination against what was read at the source.
+ *
+ * A tree is walked once, depth first; its directories are created as they are reached and its files handed
+ * to a pipeline of FILES_IN_FLIGHT jobs within BYTES_IN_FLIGHT. Where both sides offer `fileBatch` (a
+ * local side always does), small files go BATCH_FILES to a request (`readFiles` at the source, `writeFiles`
+ * at the destination), each with its own digest; larger files, and every file against an executor without
+ * `fileBatch` (Codex's), stream through `fs/open` + blocks as before, several at once.
  *
  * The source side is untrusted input (an executor chooses the names in its listings). Every entry name
  * must be one path component, every destination path must resolve under the destination root, and no
@@ -51,20 +80,35 @@ export const MAX_TREE_DEPTH = 256;
  * follows links in `fs/readDirectory`), as `cp -rL` and `scp -r` copy. Under a local destination root,
  * an existing link where a file or directory would go is refused rather than written through; the root
  * itself is the user's choice and is followed.
+ *
+ * With `preserve`, permission bits (`0o7777`) and modification and access times (to the millisecond) are
+ * read at the source before its bytes and set at the destination after them; a directory's, once
+ * everything in it is written. Both sides must offer them (`fileMetadata`; a local side always does).
  */
 export async function copy(source: Endpoint, destination: Endpoint, options: CopyOptions): Promise<CopyStats> {
+  if (options.preserve) {
+    for (const side of [source, destination]) {
+      if (!side.fs.unixMetadata) {
+        throw new TetherError(
+          'invalid_argument',
+          `-p needs file modes and times from both sides, and ${side.label} is on an executor without Tether's fileMetadata (a Codex exec-server has none); copy without -p`,
+        );
+      }
+    }
+  }
   const stats: CopyStats = { files: 0, directories: 0, bytes: 0 };
   const meta = await source.fs.getMetadata(source.path);
   let target = destination.path;
   const existing = await destination.fs.getMetadata(target).catch(() => null);
   if (existing?.isDirectory) target = posix.join(target, basename(source.path));
+  const job = new TreeCopy(source, destination, options, stats);
   if (meta.isDirectory) {
     if (!options.recursive) {
       throw new TetherError('invalid_argument', `${source.label} is a directory (use -r to copy directories)`);
     }
-    await copyTree(source, source.path, destination, { root: target, to: target, depth: 0 }, options, stats);
+    await job.tree(source.path, target);
   } else {
-    await copyFile(source, source.path, destination, target, meta.size, options, stats);
+    await job.single(source.path, target, meta.size);
   }
   return stats;
 }
@@ -76,33 +120,351 @@ interface TreePlace {
   depth: number;
 }
 
-async function copyTree(
-  source: Endpoint,
-  from: string,
-  destination: Endpoint,
-  place: TreePlace,
-  options: CopyOptions,
-  stats: CopyStats,
-): Promise<void> {
-  if (place.depth > MAX_TREE_DEPTH) {
-    throw new TetherError('protocol', `${from} nests directories deeper than ${MAX_TREE_DEPTH} levels; not following`);
+/** One file of a tree: where it is read and where it is written. */
+interface Item {
+  from: string;
+  to: string;
+}
+
+/** A unit of the pipeline: its bytes on the wire at most, and what it does (maybe handing back more jobs). */
+interface Job {
+  cost: number;
+  run(): Promise<Job[] | undefined>;
+}
+
+/**
+ * Runs jobs, at most `slots` at once and within `bytes` of cost together (a job costlier than that runs
+ * alone), in order. A job's follow-ups go to the front. The first failure stops everything: queued jobs
+ * are dropped, running ones finish (their handles close), and `drain()` throws it.
+ */
+class Pipeline {
+  private readonly queue: Job[] = [];
+  private running = 0;
+  private used = 0;
+  private failure: { error: unknown } | null = null;
+  private wake: (() => void) | null = null;
+  private changed: Promise<void> | null = null;
+
+  constructor(
+    private readonly slots: number,
+    private readonly bytes: number,
+  ) {}
+
+  add(job: Job): void {
+    this.check();
+    this.queue.push(job);
+    this.pump();
   }
-  if (place.depth > 0) await refuseLocalLink(destination, place.to);
-  await destination.fs.createDirectory(place.to, { recursive: true });
-  if (place.depth > 0) await refuseLocalLink(destination, place.to); // nothing was swapped in meanwhile
-  stats.directories++;
-  for (const entry of await source.fs.readDirectory(from)) {
-    const child = posix.join(from, entry.fileName);
-    const target = childPath(destination, place, from, entry.fileName);
-    if (entry.isDirectory) {
-      await copyTree(source, child, destination, { ...place, to: target, depth: place.depth + 1 }, options, stats);
-    } else if (entry.isFile) {
-      const { size } = await source.fs.getMetadata(child);
-      await refuseLocalLink(destination, target);
-      await copyFile(source, child, destination, target, size, options, stats, { noFollow: true });
+
+  /** Resolves once the queue is short enough for the producer to add another job (backpressure). */
+  async room(): Promise<void> {
+    while (this.queue.length >= this.slots && !this.failure) await this.next();
+    this.check();
+  }
+
+  /** Resolves when every job has run; throws the first failure once the running jobs have ended. */
+  async drain(): Promise<void> {
+    while ((this.queue.length > 0 && !this.failure) || this.running > 0) await this.next();
+    this.check();
+  }
+
+  /** Stops: nothing more starts; resolves when the running jobs have ended. */
+  async stop(error: unknown): Promise<void> {
+    this.failure ??= { error };
+    this.queue.length = 0;
+    while (this.running > 0) await this.next();
+  }
+
+  private check(): void {
+    if (this.failure) throw this.failure.error;
+  }
+
+  private next(): Promise<void> {
+    this.changed ??= new Promise<void>((resolve) => {
+      this.wake = resolve;
+    });
+    return this.changed;
+  }
+
+  private notify(): void {
+    const wake = this.wake;
+    this.wake = null;
+    this.changed = null;
+    wake?.();
+  }
+
+  private pump(): void {
+    while (!this.failure && this.queue.length > 0 && this.running < this.slots) {
+      const job = this.queue[0] as Job;
+      const cost = Math.min(job.cost, this.bytes);
+      if (this.used > 0 && this.used + cost > this.bytes) break;
+      this.queue.shift();
+      this.running++;
+      this.used += cost;
+      job
+        .run()
+        .then(
+          (more) => {
+            if (more && !this.failure) this.queue.unshift(...more);
+          },
+          (error: unknown) => {
+            this.failure ??= { error };
+            this.queue.length = 0;
+          },
+        )
+        .finally(() => {
+          this.running--;
+          this.used -= cost;
+          this.pump();
+          this.notify();
+        });
     }
-    // Anything else (sockets, devices, dangling links) is skipped, as cp -r of regular content.
   }
+}
+
+/** What a batch costs on the wire: its bytes as base64 and a little JSON per file. */
+const BATCH_COST = Math.ceil((BATCH_BYTES * 4) / 3) + BATCH_FILES * 256;
+/** What a streamed file of `size` bytes costs (its blocks in flight, at most the whole budget). */
+const streamCost = (size: number) => Math.min(BYTES_IN_FLIGHT, Math.ceil((Math.max(size, 1) * 4) / 3) + 4096);
+/** A streamed file whose size is not known yet: it learns it, and comes back with its cost if larger. */
+const PROBE_COST = 1024 * 1024;
+
+const sha256Hex = (data: Buffer) => createHash('sha256').update(data).digest('hex');
+
+/** One copy: the walk, the pipeline it feeds, and with `preserve` the directories still to be given their metadata. */
+class TreeCopy {
+  private readonly pipeline = new Pipeline(FILES_IN_FLIGHT, BYTES_IN_FLIGHT);
+  private readonly batching: boolean;
+  private readonly preserve: boolean;
+  private pending: Item[] = [];
+  /** A remote destination's directories asked for so far (jobs wait for them before writing). */
+  private made: Promise<unknown> = Promise.resolve();
+  /** Listings asked for ahead of the walk (see `prefetch`). */
+  private readonly listings = new Map<string, Promise<DirectoryEntry[]>>();
+  /** With `preserve`: each directory made, set once its contents are written (deepest last in the list). */
+  private readonly directories: Array<Item & { depth: number }> = [];
+
+  constructor(
+    private readonly source: Endpoint,
+    private readonly destination: Endpoint,
+    private readonly options: CopyOptions,
+    private readonly stats: CopyStats,
+  ) {
+    this.batching = source.fs.batching && destination.fs.batching;
+    this.preserve = options.preserve === true;
+  }
+
+  /** One file, streamed (whatever its size: one file gains nothing from a batch). */
+  async single(from: string, to: string, size: number): Promise<void> {
+    const metadata = this.preserve ? await this.source.fs.getUnixMetadata(from) : null;
+    await copyFile(this.source, from, this.destination, to, size, this.options, this.stats);
+    if (metadata) await this.destination.fs.setMetadata(to, metadata);
+  }
+
+  async tree(from: string, root: string): Promise<void> {
+    try {
+      await this.walk(from, { root, to: root, depth: 0 });
+      this.flush();
+      await this.pipeline.drain();
+      await this.made; // an empty directory's failure too
+    } catch (err) {
+      await this.pipeline.stop(err);
+      throw err;
+    }
+    if (this.preserve) {
+      // Children before parents: writing a directory's metadata last keeps its times (and a mode without
+      // write permission does not stop what goes inside).
+      const directories = this.directories.reverse();
+      for (let i = 0; i < directories.length; i += FILES_IN_FLIGHT) {
+        await Promise.all(
+          directories.slice(i, i + FILES_IN_FLIGHT).map(async ({ from: dir, to, depth }) => {
+            const metadata = await this.source.fs.getUnixMetadata(dir);
+            // The root is the user's choice (a link there is followed); below it, no link is written through.
+            const noFollow = this.destination.env === null && depth > 0;
+            await this.destination.fs.setMetadata(to, metadata, { noFollow });
+          }),
+        );
+      }
+    }
+  }
+
+  private async walk(from: string, place: TreePlace): Promise<void> {
+    const { destination } = this;
+    if (place.depth > MAX_TREE_DEPTH) {
+      throw new TetherError(
+        'protocol',
+        `${from} nests directories deeper than ${MAX_TREE_DEPTH} levels; not following`,
+      );
+    }
+    if (destination.env === null) {
+      if (place.depth > 0) await refuseLocalLink(destination, place.to);
+      await destination.fs.createDirectory(place.to, { recursive: true });
+      if (place.depth > 0) await refuseLocalLink(destination, place.to); // nothing was swapped in meanwhile
+    } else {
+      // Not waited for here: the jobs with files inside wait for every directory asked for before them.
+      const made = destination.fs.createDirectory(place.to, { recursive: true });
+      made.catch(() => undefined);
+      this.made = Promise.all([this.made, made]);
+    }
+    this.stats.directories++;
+    if (this.preserve) this.directories.push({ from, to: place.to, depth: place.depth });
+    const entries = (await this.list(from)).map((entry) => ({
+      entry,
+      child: posix.join(from, entry.fileName),
+      target: childPath(destination, place, from, entry.fileName),
+    }));
+    this.prefetch(entries.filter(({ entry }) => entry.isDirectory).map(({ child }) => child));
+    for (const { entry, child, target } of entries) {
+      if (entry.isDirectory) {
+        await this.walk(child, { ...place, to: target, depth: place.depth + 1 });
+      } else if (entry.isFile) {
+        await this.file({ from: child, to: target });
+      }
+      // Anything else (sockets, devices, dangling links) is skipped, as cp -r of regular content.
+    }
+  }
+
+  /** A directory's listing: asked for ahead by `prefetch`, else now. */
+  private list(from: string): Promise<DirectoryEntry[]> {
+    const ahead = this.listings.get(from);
+    if (!ahead) return this.source.fs.readDirectory(from);
+    this.listings.delete(from);
+    return ahead;
+  }
+
+  /**
+   * Asks a remote source for the listings of the next directories the walk will enter (at most
+   * PREFETCH_LISTINGS held), so their round trips overlap instead of adding up.
+   */
+  private prefetch(directories: string[]): void {
+    if (this.source.env === null) return;
+    for (const directory of directories) {
+      if (this.listings.size >= PREFETCH_LISTINGS) return;
+      const listing = this.source.fs.readDirectory(directory);
+      listing.catch(() => undefined); // awaited when the walk gets there
+      this.listings.set(directory, listing);
+    }
+  }
+
+  private async file(item: Item): Promise<void> {
+    await this.pipeline.room();
+    if (!this.batching) {
+      this.pipeline.add(this.streamJob(item, null));
+      return;
+    }
+    this.pending.push(item);
+    if (this.pending.length >= BATCH_FILES) this.flush();
+  }
+
+  private flush(): void {
+    if (this.pending.length === 0) return;
+    this.pipeline.add(this.batchJob(this.pending));
+    this.pending = [];
+  }
+
+  private batchJob(items: Item[]): Job {
+    const made = this.made;
+    return {
+      cost: BATCH_COST,
+      run: async () => {
+        await made;
+        return this.runBatch(items);
+      },
+    };
+  }
+
+  /**
+   * Reads a batch whole at the source and writes it whole at the destination, checking each file's
+   * digests; a file too large for a batch is handed back as a stream, and what did not fit as a batch.
+   */
+  private async runBatch(items: Item[]): Promise<Job[]> {
+    const { source, destination } = this;
+    const reads = await source.fs.readFiles(
+      items.map((item) => item.from),
+      { maxFileBytes: SMALL_FILE_BYTES, maxTotalBytes: BATCH_BYTES },
+    );
+    const more: Job[] = [];
+    const deferred: Item[] = [];
+    const ready: Array<{ item: Item; data: Buffer; sha256: string | null; metadata: UnixMetadata }> = [];
+    reads.forEach((read, index) => {
+      const item = items[index] as Item;
+      if (read.kind === 'data') ready.push({ item, ...read });
+      else if (read.kind === 'tooLarge') more.push(this.streamJob(item, read.size));
+      else if (read.kind === 'deferred') deferred.push(item);
+      else throw read.error;
+    });
+    if (deferred.length > 0) more.unshift(this.batchJob(deferred));
+    if (ready.length === 0) return more;
+    // What the source read must be what arrived here (a remote source's digest of what it read).
+    const passed = ready.map(({ item, data, sha256 }) => {
+      const digest = sha256Hex(data);
+      if (sha256 !== null && sha256 !== digest) {
+        throw integrityError(item.to, 'received', digest, sha256);
+      }
+      return digest;
+    });
+    const written = await destination.fs.writeFiles(
+      ready.map(({ item, data, metadata }) => ({
+        path: item.to,
+        data,
+        noFollow: destination.env === null,
+        ...(this.preserve ? { metadata } : {}),
+      })),
+    );
+    for (let i = 0; i < ready.length; i++) {
+      const { item, data } = ready[i] as (typeof ready)[number];
+      const result = written[i] as SmallFileWritten;
+      if ('error' in result) {
+        // A local destination is written with O_NOFOLLOW: a link planted where a file goes fails with ELOOP.
+        const cause = (result.error as { cause?: { code?: unknown } }).cause;
+        if (destination.env === null && cause?.code === 'ELOOP') throw linkRefusal(item.to);
+        throw result.error;
+      }
+      const expected = passed[i] as string;
+      // What the destination holds: its executor's digest of what it wrote; for a local destination fed
+      // the checked bytes of a remote source, what this process wrote; else read back.
+      let atDestination: string;
+      if (result.sha256 !== null) atDestination = result.sha256;
+      else if (source.env !== null) atDestination = expected;
+      else atDestination = await sha256Of(destination, item.to);
+      if (atDestination !== expected) throw integrityError(item.to, 'at the destination', atDestination, expected);
+      this.stats.files++;
+      this.stats.bytes += data.byteLength;
+      this.options.onProgress?.(item.from, data.byteLength, data.byteLength);
+      this.options.onFile?.(item.to, data.byteLength, expected);
+    }
+    return more;
+  }
+
+  /**
+   * Streams one file (`size` null: not known yet; it is asked for first, and a file that turns out to
+   * cost more than a probe comes back as a job of its own cost).
+   */
+  private streamJob(item: Item, size: number | null): Job {
+    const cost = size === null ? PROBE_COST : streamCost(size);
+    const made = this.made;
+    return {
+      cost,
+      run: async () => {
+        await made;
+        const { source, destination } = this;
+        const known = size ?? (await source.fs.getMetadata(item.from)).size;
+        if (streamCost(known) > cost) return [this.streamJob(item, known)];
+        const metadata = this.preserve ? await source.fs.getUnixMetadata(item.from) : null;
+        await refuseLocalLink(destination, item.to);
+        await copyFile(source, item.from, destination, item.to, known, this.options, this.stats, { noFollow: true });
+        if (metadata) await destination.fs.setMetadata(item.to, metadata, { noFollow: destination.env === null });
+        return undefined;
+      },
+    };
+  }
+}
+
+function integrityError(to: string, where: string, actual: string, expected: string): TetherError {
+  return new TetherError(
+    'protocol',
+    `integrity check failed for ${to}: sha256 ${actual} ${where}, ${expected} read from the source`,
+  );
 }
 
 /**
@@ -139,12 +501,14 @@ function childPath(destination: Endpoint, place: TreePlace, from: string, name: 
 async function refuseLocalLink(destination: Endpoint, target: string): Promise<void> {
   if (destination.env !== null) return;
   const info = await lstat(target).catch(() => null);
-  if (info?.isSymbolicLink()) {
-    throw new TetherError(
-      'invalid_state',
-      `refusing to write through the symbolic link ${target} inside the destination; remove it or copy elsewhere`,
-    );
-  }
+  if (info?.isSymbolicLink()) throw linkRefusal(target);
+}
+
+function linkRefusal(target: string): TetherError {
+  return new TetherError(
+    'invalid_state',
+    `refusing to write through the symbolic link ${target} inside the destination; remove it or copy elsewhere`,
+  );
 }
 
 async function copyFile(
@@ -192,12 +556,7 @@ async function copyFile(
   }
   const passed = hash.digest('hex');
   const check = (where: string, actual: string, expected: string) => {
-    if (actual !== expected) {
-      throw new TetherError(
-        'protocol',
-        `integrity check failed for ${to}: sha256 ${actual} ${where}, ${expected} read from the source`,
-      );
-    }
+    if (actual !== expected) throw integrityError(to, where, actual, expected);
   };
   // What the source read must be what passed through here…
   const expected = remote.source?.sha256 ?? passed;

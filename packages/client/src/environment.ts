@@ -1,10 +1,22 @@
 import { randomUUID } from 'node:crypto';
-import type { ProcessBackend } from './backend.js';
+import type { Duplex } from 'node:stream';
+import type { ProcessBackend, SignalName } from './backend.js';
+import {
+  type AttachedProcess,
+  type AttachOptions,
+  attachProcess,
+  killProcess,
+  listProcesses,
+  type ProcessInfo,
+  type SpawnDetachedOptions,
+  spawnDetached,
+} from './detached.js';
 import { TetherError } from './errors.js';
 import { ExecServerClient, type ExecServerClientOptions, type RendezvousOptions } from './exec-client.js';
 import { type EnvironmentFs, LocalFs, RemoteFs } from './fs.js';
 import { LocalBackend } from './local-backend.js';
 import { ProcessHandle, type ProcessHandleOptions } from './process.js';
+import { type ConnectTcpOptions, connectLocalTcp } from './tcp.js';
 
 export interface SpawnOptions extends ProcessHandleOptions {
   /** Absolute path; default: the environment's default directory (local: process.cwd(); remote: `/`). */
@@ -29,6 +41,7 @@ export interface SpawnOptions extends ProcessHandleOptions {
  */
 export class Environment {
   private readonly handles = new Set<ProcessHandle>();
+  private readonly attachments = new Set<AttachedProcess>();
   private closed = false;
 
   private constructor(
@@ -115,17 +128,58 @@ export class Environment {
     return handle;
   }
 
+  /**
+   * A TCP connection to `host:port` as seen from the environment (ssh -L's one connection): remote, it is
+   * carried inside the encrypted session (capability `tcpForward`; a TcpConnectError says why one was
+   * refused); local, it is a plain socket. A Duplex with backpressure; `end()` half-closes.
+   */
+  async connectTcp(host: string, port: number, options: ConnectTcpOptions = {}): Promise<Duplex> {
+    if (this.closed) throw new TetherError('closed', 'the environment is closed');
+    return this.client ? this.client.tcp.connect(host, port, options) : connectLocalTcp(host, port);
+  }
+
   /** Runs to completion; resolves with the exit code and the collected output. */
   async exec(argv: string[], options: SpawnOptions = {}) {
     const handle = await this.spawn(argv, options);
     return handle.collect();
   }
 
-  /** Stops following every process; a local environment also kills them. */
+  // Detached processes (capability `processDetach`; detached.ts) ---------------------------------------
+
+  /** Starts a process that belongs to the executor and outlives this environment; resolves with its id. */
+  async spawnDetached(argv: string[], options: SpawnDetachedOptions = {}): Promise<{ processId: string }> {
+    if (this.closed) throw new TetherError('closed', 'the environment is closed');
+    return spawnDetached(this.client, argv, options);
+  }
+
+  /** This session's processes and the executor's detached ones. */
+  async listProcesses(): Promise<ProcessInfo[]> {
+    if (this.closed) throw new TetherError('closed', 'the environment is closed');
+    return listProcesses(this.client);
+  }
+
+  /** Follows a detached process (replay, then live, to its end); several environments may attach at once. */
+  async attach(processId: string, options: AttachOptions = {}): Promise<AttachedProcess> {
+    if (this.closed) throw new TetherError('closed', 'the environment is closed');
+    const attached = await attachProcess(this.client, processId, options);
+    this.attachments.add(attached);
+    const forget = () => this.attachments.delete(attached);
+    void attached.completion.then(forget, forget);
+    return attached;
+  }
+
+  /** Signals a detached process (default `terminate`, SIGTERM); an unknown or ended one is an error. */
+  async kill(processId: string, signal: SignalName = 'terminate'): Promise<void> {
+    if (this.closed) throw new TetherError('closed', 'the environment is closed');
+    return killProcess(this.client, processId, signal);
+  }
+
+  /** Stops following every process; a local environment also kills them (detached processes go on). */
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
     for (const handle of this.handles) handle.dispose();
+    for (const attached of this.attachments) attached.dispose();
     await this.onClose();
   }
 

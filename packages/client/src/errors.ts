@@ -44,3 +44,27 @@ export class ExecutorKeyChangedError extends TetherError {
     super('executor_key_changed', message);
   }
 }
+
+/**
+ * The codes that say the executor could not be reached or kept, or would not have us: the registry, the
+ * relay or the executor unreachable or gone, a refused or revoked key, a failed handshake, a session lost
+ * (with its output). The failure is the connection's, not the command's: the CLI exits 255 for these, as
+ * ssh does. Not `protocol`: an answer the SDK refuses (a hostile listing, a bad digest) fails the request.
+ */
+export const CONNECTION_ERROR_CODES: ReadonlySet<TetherErrorCode> = new Set<TetherErrorCode>([
+  'registry',
+  'unauthorized',
+  'not_found',
+  'offline',
+  'revoked',
+  'connect_failed',
+  'handshake_failed',
+  'closed',
+  'output_lost',
+  'executor_key_changed',
+]);
+
+/** Whether `err` is a TetherError with one of CONNECTION_ERROR_CODES. */
+export function isConnectionError(err: unknown): err is TetherError {
+  return err instanceof TetherError && CONNECTION_ERROR_CODES.has(err.code);
+}

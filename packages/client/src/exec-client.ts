@@ -1,5 +1,4 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { randomUUID } from 'node:crypto';
 import { clampFlowWindow, DEFAULT_FLOW_WINDOW_BYTES, ErrorCode, Notification, RpcError } from '@tether/exec-protocol';
 import {
   attachmentOf,
@@ -11,12 +10,8 @@ import {
   RpcConnection,
   RpcTimeoutError,
   StdioTransport,
-  WebSocketTransport,
 } from '@tether/jsonrpc';
-import { generateIdentity, type NoiseIdentity, type NoisePublicKey } from '@tether/noise';
-import { MAX_FRAME_BYTES, relaySocketMask } from '@tether/relay-frames';
-import { SecureStream, SecureStreamError, WebSocketFrameLink } from '@tether/secure-stream';
-import { WebSocket } from 'ws';
+import type { NoiseIdentity, NoisePublicKey } from '@tether/noise';
 import type {
   OutputStream,
   ProcessBackend,
@@ -27,8 +22,17 @@ import type {
   StartOptions,
   WriteStatus,
 } from './backend.js';
+import { secureStreamFailureMayPass } from './dial-error.js';
 import { ExecutorKeyChangedError, TetherError } from './errors.js';
-import { checkRegistryUrl, fetchBundle, type RegistryOptions, type RendezvousBundle } from './registry.js';
+import { checkRegistryUrl, type RegistryOptions, type RendezvousBundle } from './registry.js';
+import { TcpForwarder } from './tcp.js';
+
+/**
+ * The dialing machinery (WebSocket, relay frames, the secure stream, Noise key generation) is loaded on the
+ * first dial: a command whose channel comes from a connection master (`channelSource`) never needs it, and
+ * its start-up does not pay for loading it.
+ */
+const loadDialing = () => import('./dial.js');
 
 /** Calls that may be sent again after a reconnect without changing their effect. */
 const IDEMPOTENT = new Set([
@@ -90,6 +94,56 @@ export interface RendezvousOptions extends RegistryOptions {
    */
   executorPublicKey?: NoisePublicKey;
   handshakeTimeoutMs?: number;
+  /**
+   * Where a connection may come from before a direct one is dialed: e.g. a local connection master holding
+   * channels it already set up (`ChannelSource`). Each (re)connect asks it first; null means dial directly.
+   */
+  channelSource?: ChannelSource;
+}
+
+/** A secure channel to the environment that someone else set up (registry, relay, handshake) and hands over. */
+export interface OpenedChannel {
+  /** Plaintext JSON-RPC messages of the channel; the executor has not seen `initialize` on it yet. */
+  transport: MessageTransport;
+  /** The key the executor proved in the channel's handshake: checked against the session's pin. */
+  executorPublicKey: NoisePublicKey;
+}
+
+/** A source of ready channels (`RendezvousOptions.channelSource`). */
+export interface ChannelSource {
+  /** A channel, or null to dial directly (no source, or it is broken); a throw fails this attempt. */
+  open(signal: AbortSignal): Promise<OpenedChannel | null>;
+}
+
+/** Dials an environment through registry and relay, with one key pin across every dial (`rendezvousDialer`). */
+export interface RendezvousDialer {
+  readonly dial: Dialer;
+  readonly pin: {
+    /** Throws ExecutorKeyChangedError unless `key` is the pinned one (or nothing is pinned yet). */
+    checkKey(key: NoisePublicKey): void;
+    /** `key` completed a handshake: pinned from now on if nothing was. */
+    trustKey(key: NoisePublicKey): void;
+    /** The pinned key, if any. */
+    readonly key: NoisePublicKey | null;
+  };
+}
+
+/**
+ * The direct dial of `connectRendezvous`: a fresh bundle, relay socket and handshake per call, one harness
+ * identity (generated on the first dial unless given) and one executor key pin for all of them.
+ */
+export function rendezvousDialer(options: RendezvousOptions): RendezvousDialer {
+  checkRegistryUrl(options.registryUrl, options.allowInsecureRegistry);
+  let identity = options.identity ?? null;
+  const pin = new ExecutorKeyPin(options.environmentId, options.executorPublicKey ?? null);
+  return {
+    dial: async (signal) => {
+      const dial = await loadDialing();
+      identity ??= dial.generateIdentity();
+      return dial.dialRendezvous(options, options.environmentId, identity, pin, signal, options.handshakeTimeoutMs);
+    },
+    pin,
+  };
 }
 
 export interface InitializeInfo {
@@ -104,6 +158,10 @@ export interface InitializeInfo {
  */
 export class ExecServerClient implements ProcessBackend {
   private rpc: RpcClient | null = null;
+  /** The connection under `rpc` (for `tcp/data` with a binary attachment). */
+  private connection: RpcConnection | null = null;
+  /** Forwarded TCP connections (`tcp/*`), made on first use; they end with the connection they were made on. */
+  private tcpForwarder: TcpForwarder | null = null;
   private info: InitializeInfo | null = null;
   private readonly listeners = new Set<(event: ProcessEvent) => void>();
   private readonly reconnectListeners = new Set<() => void>();
@@ -148,7 +206,10 @@ export class ExecServerClient implements ProcessBackend {
 
   /** A plain WebSocket executor (`executor --listen ws://…`, `codex exec-server --listen ws://…`). */
   static connectWebSocket(url: string, options: Omit<ExecServerClientOptions, 'dial'> = {}): Promise<ExecServerClient> {
-    return ExecServerClient.connect({ ...options, dial: (signal) => dialWebSocket(url, signal) });
+    return ExecServerClient.connect({
+      ...options,
+      dial: async (signal) => (await loadDialing()).dialWebSocket(url, signal),
+    });
   }
 
   /**
@@ -205,12 +266,24 @@ export class ExecServerClient implements ProcessBackend {
   ): Promise<ExecServerClient> {
     // A bad or insecure registry URL is a usage error, before any key is generated or socket opened.
     checkRegistryUrl(options.registryUrl, options.allowInsecureRegistry);
-    const identity = options.identity ?? generateIdentity();
-    const pin = new ExecutorKeyPin(options.environmentId, options.executorPublicKey ?? null);
+    const direct = rendezvousDialer(options);
+    const source = options.channelSource;
+    if (!source) return ExecServerClient.connect({ ...options, dial: direct.dial });
     return ExecServerClient.connect({
       ...options,
-      dial: (signal) =>
-        dialRendezvous(options, options.environmentId, identity, pin, signal, options.handshakeTimeoutMs),
+      // A channel from the source when it has one (the session's key pin applies to it too), else direct.
+      dial: async (signal) => {
+        const channel = await source.open(signal);
+        if (channel === null) return direct.dial(signal);
+        try {
+          direct.pin.checkKey(channel.executorPublicKey);
+        } catch (err) {
+          channel.transport.close(1000, 'executor key not trusted');
+          throw err;
+        }
+        direct.pin.trustKey(channel.executorPublicKey);
+        return channel.transport;
+      },
     });
   }
 
@@ -288,6 +361,7 @@ export class ExecServerClient implements ProcessBackend {
     this.abort.abort(new TetherError('closed', reason));
     this.rpc?.close(reason);
     const error = new TetherError('closed', `the connection to the executor is gone: ${reason}`);
+    this.tcpForwarder?.failAll(error);
     for (const listener of [...this.closedListeners]) listener(error);
     this.closedListeners.clear();
     const child = this.ownedChild;
@@ -311,20 +385,7 @@ export class ExecServerClient implements ProcessBackend {
   async start(options: StartOptions): Promise<StartedProcess> {
     const window = options.flowWindowBytes ?? null;
     const params = {
-      processId: options.processId,
-      argv: options.argv,
-      cwd: pathToUri(options.cwd),
-      env: options.inheritEnv ? {} : options.env,
-      ...(options.inheritEnv
-        ? // The executor's default excludes (*KEY*, *SECRET*, *TOKEN*) stay on: its secrets are not the child's.
-          {
-            envPolicy: { inherit: 'all', ignoreDefaultExcludes: false, exclude: [], set: options.env, includeOnly: [] },
-          }
-        : {}),
-      tty: options.tty,
-      pipeStdin: options.pipeStdin,
-      arg0: options.arg0 ?? null,
-      ...(options.size ? { size: options.size } : {}),
+      ...processStartParams(options),
       ...(window === null ? {} : { flowControl: { windowBytes: window } }),
       // Output as raw bytes (an attachment) instead of base64 in JSON, where the executor offers it.
       ...(this.capability('binaryOutput') ? { binaryOutput: true } : {}),
@@ -456,7 +517,8 @@ export class ExecServerClient implements ProcessBackend {
 
   private async establish(resumeSessionId: string | null): Promise<void> {
     const transport = await this.options.dial(this.abort.signal);
-    const rpc: RpcClient = new RpcClient(new RpcConnection(transport), {
+    const connection = new RpcConnection(transport);
+    const rpc: RpcClient = new RpcClient(connection, {
       onNotification: (method, params) => this.onNotification(method, params),
       callTimeoutMs: this.options.callTimeoutMs ?? 60_000,
       onClose: () => this.onTransportClosed(rpc),
@@ -482,11 +544,32 @@ export class ExecServerClient implements ProcessBackend {
     rpc.notify('initialized', {});
     if (rpc.isClosed) throw new TetherError('closed', 'the connection closed right after initialize');
     this.rpc = rpc;
+    this.connection = connection;
     this.info = info;
+  }
+
+  /** TCP forwarding (capability `tcpForward`): `tcp.connect(host, port)` opens a Duplex to host:port there. */
+  get tcp(): TcpForwarder {
+    this.tcpForwarder ??= new TcpForwarder({
+      call: (method, params) => this.call(method, params),
+      notify: (method, params) => this.notify(method, params),
+      capabilities: () => this.capabilities,
+      sendData: (streamId, chunk) => {
+        if (this.capability('binaryInput') && this.connection?.carriesAttachments) {
+          const head = JSON.stringify({ method: Notification.tcpData, params: { streamId } });
+          this.connection.sendRaw(encodeWithAttachment(head, chunk));
+        } else {
+          this.notify(Notification.tcpData, { streamId, dataBase64: chunk.toString('base64') });
+        }
+      },
+    });
+    return this.tcpForwarder;
   }
 
   private onTransportClosed(rpc: RpcClient): void {
     if (this.closed || this.rpc !== rpc || this.reconnecting) return;
+    // The executor ends a connection's forwarded TCP streams with it; a resumed session has none.
+    this.tcpForwarder?.failAll(new Error('the connection to the executor dropped'));
     if (this.options.reconnect === false) {
       this.options.onStatus?.('lost', 'transport closed');
       this.close('the transport closed');
@@ -525,6 +608,10 @@ export class ExecServerClient implements ProcessBackend {
   }
 
   private onNotification(method: string, params: unknown): void {
+    if (method.startsWith('tcp/')) {
+      this.tcpForwarder?.onNotification(method, params);
+      return;
+    }
     const p = params as Record<string, unknown>;
     let event: ProcessEvent;
     switch (method) {
@@ -565,36 +652,6 @@ const FINAL_ON_RESUME: ReadonlySet<string> = new Set(['protocol', 'unauthorized'
 /** How often a `process/start` cut by a dropped connection is sent again on the resumed session. */
 const START_RETRIES = 5;
 
-/** The executor's one reset reason for a refused handshake (opaque by design: Codex's text). */
-const EXECUTOR_REFUSAL = 'noise_relay_protocol_error';
-/**
- * Resets during set-up that a new attempt may get past: the relay's word that the executor is not (or no
- * longer, or not yet) there or is busy, and the executor's own stream limit. A refusal, a relay protocol
- * error or a handshake-frame limit is final.
- */
-const PASSING_RESETS: ReadonlySet<string> = new Set([
-  'environment_offline',
-  'environment_closed',
-  'environment_replaced',
-  'registration_mismatch',
-  'relay_shutdown',
-  'relay_backpressure',
-  'stream_limit',
-  'duplicate_stream',
-  'idle_timeout',
-  'executor_stream_limit',
-  'executor_backpressure',
-]);
-
-/** What a Reset during the handshake means, for a message (the reason is the relay's: shown only if tame). */
-function resetExplanation(reason: string | undefined): string {
-  if (reason === EXECUTOR_REFUSAL) return 'the executor refused the harness (authorization not accepted)';
-  const shown = reason !== undefined && /^[a-z0-9_]{1,64}$/.test(reason) ? reason : 'no usable reason';
-  return reason !== undefined && PASSING_RESETS.has(reason)
-    ? `the relay reset the stream (${shown}): the executor is not reachable there right now`
-    : `the stream was reset (${shown})`;
-}
-
 /** A set-up failure that trying again may get past (the transport, not the peer, said no). */
 function mayPass(err: unknown): boolean {
   if (err instanceof ConnectionClosedError || err instanceof RpcTimeoutError) return true;
@@ -603,62 +660,34 @@ function mayPass(err: unknown): boolean {
     // An HTTP answer at the upgrade is the relay's word (an expired URL gets one fresh bundle already).
     return err.status === undefined || err.status === 429 || err.status >= 500;
   }
-  if (err.code === 'handshake_failed') {
-    const cause = err.cause;
-    if (!(cause instanceof SecureStreamError)) return false;
-    if (cause.code === 'reset') return cause.resetReason !== undefined && PASSING_RESETS.has(cause.resetReason);
-    return cause.code === 'closed' || cause.code === 'timeout';
-  }
+  if (err.code === 'handshake_failed') return secureStreamFailureMayPass(err.cause);
   // The connection closed during initialize (the caller checks that the client itself was not closed).
   return err.code === 'closed';
+}
+
+/** The Codex `process/start` params of a start (what every start sends; extensions are added by the caller). */
+export function processStartParams(options: Omit<StartOptions, 'flowWindowBytes'>) {
+  return {
+    processId: options.processId,
+    argv: options.argv,
+    cwd: pathToUri(options.cwd),
+    env: options.inheritEnv ? {} : options.env,
+    ...(options.inheritEnv
+      ? // The executor's default excludes (*KEY*, *SECRET*, *TOKEN*) stay on: its secrets are not the child's.
+        {
+          envPolicy: { inherit: 'all', ignoreDefaultExcludes: false, exclude: [], set: options.env, includeOnly: [] },
+        }
+      : {}),
+    tty: options.tty,
+    pipeStdin: options.pipeStdin,
+    arg0: options.arg0 ?? null,
+    ...(options.size ? { size: options.size } : {}),
+  };
 }
 
 function pathToUri(path: string): string {
   if (!path.startsWith('/')) throw new TetherError('invalid_argument', `cwd must be an absolute path: ${path}`);
   return new URL(`file://${path.split('/').map(encodeURIComponent).join('/')}`).href;
-}
-
-async function dialWebSocket(url: string, signal: AbortSignal): Promise<MessageTransport> {
-  const maxPayload = 256 * 1024 * 1024;
-  const ws = new WebSocket(url, { perMessageDeflate: false, maxPayload });
-  await openSocket(ws, url, signal);
-  // Messages assembled in pooled slabs off one shared read buffer (jsonrpc's `fastReceive`).
-  return new WebSocketTransport(ws, { peer: url, fastReceive: { server: false, maxPayload } });
-}
-
-async function openSocket(ws: WebSocket, what: string, signal: AbortSignal, timeoutMs = 10_000): Promise<void> {
-  const onAbort = () => ws.terminate();
-  signal.addEventListener('abort', onAbort, { once: true });
-  const timer = setTimeout(() => ws.terminate(), timeoutMs);
-  try {
-    await new Promise<void>((resolve, reject) => {
-      ws.once('open', () => resolve());
-      ws.once('unexpected-response', (_req, res) => {
-        res.resume();
-        reject(
-          new TetherError('connect_failed', `${what} refused the connection with HTTP ${res.statusCode}`, {
-            status: res.statusCode,
-          }),
-        );
-      });
-      ws.once('error', (err) =>
-        reject(new TetherError('connect_failed', `cannot connect: ${err.message}`, { cause: err })),
-      );
-      ws.once('close', () => reject(new TetherError('connect_failed', `${what}: connection closed while opening`)));
-    });
-  } finally {
-    clearTimeout(timer);
-    signal.removeEventListener('abort', onAbort);
-  }
-}
-
-/** The relay socket for a signed URL; the URL is a credential, so no error repeats it. */
-function relaySocket(url: string): WebSocket {
-  try {
-    return new WebSocket(url, { perMessageDeflate: false, maxPayload: MAX_FRAME_BYTES, generateMask: relaySocketMask });
-  } catch {
-    throw new TetherError('registry', 'the relay URL in the bundle is not a valid WebSocket URL');
-  }
 }
 
 /** Byte-wise equality of two public keys, suite included. */
@@ -682,14 +711,18 @@ class ExecutorKeyPin {
 
   constructor(
     private readonly environmentId: string,
-    private key: NoisePublicKey | null,
+    public key: NoisePublicKey | null,
   ) {
     this.givenUpFront = key !== null;
   }
 
   /** Throws ExecutorKeyChangedError when the bundle names another key than the pinned one. */
   check(bundle: RendezvousBundle): void {
-    if (this.key === null || sameKey(this.key, bundle.executorPublicKey)) return;
+    this.checkKey(bundle.executorPublicKey);
+  }
+
+  checkKey(key: NoisePublicKey): void {
+    if (this.key === null || sameKey(this.key, key)) return;
     throw new ExecutorKeyChangedError(
       this.givenUpFront
         ? `the registry named an executor key for ${this.environmentId} that is not the pinned one (executorPublicKey); not trusting it`
@@ -699,64 +732,10 @@ class ExecutorKeyPin {
 
   /** Called once a handshake with the bundle's key succeeded: that key is the session's from now on. */
   trust(bundle: RendezvousBundle): void {
-    this.key ??= bundle.executorPublicKey;
+    this.trustKey(bundle.executorPublicKey);
   }
-}
 
-/** A fresh bundle whose executor key the session trusts. */
-async function pinnedBundle(
-  registry: RegistryOptions,
-  environmentId: string,
-  identity: NoiseIdentity,
-  pin: ExecutorKeyPin,
-  signal: AbortSignal,
-): Promise<RendezvousBundle> {
-  const bundle = await fetchBundle(registry, environmentId, identity.publicKey, signal);
-  pin.check(bundle);
-  return bundle;
-}
-
-async function dialRendezvous(
-  registry: RegistryOptions,
-  environmentId: string,
-  identity: NoiseIdentity,
-  pin: ExecutorKeyPin,
-  signal: AbortSignal,
-  handshakeTimeoutMs = 10_000,
-): Promise<MessageTransport> {
-  let bundle = await pinnedBundle(registry, environmentId, identity, pin, signal);
-  let ws = relaySocket(bundle.url);
-  try {
-    await openSocket(ws, 'the relay', signal);
-  } catch (err) {
-    // A 401 means the bundle went stale: fetch one fresh bundle and try once more (rendezvous.md §3.1).
-    if (!(err instanceof TetherError) || err.status !== 401) throw err;
-    bundle = await pinnedBundle(registry, environmentId, identity, pin, signal);
-    ws = relaySocket(bundle.url);
-    await openSocket(ws, 'the relay', signal);
-  }
-  ws.on('error', () => undefined);
-  const streamId = randomUUID();
-  try {
-    const stream = await SecureStream.initiate({
-      link: new WebSocketFrameLink(ws, streamId),
-      streamId,
-      environmentId: bundle.environmentId,
-      registrationId: bundle.registrationId,
-      staticKeys: identity,
-      remoteStatic: bundle.executorPublicKey,
-      authorization: bundle.authorization,
-      timeoutMs: handshakeTimeoutMs,
-      signal,
-    });
-    pin.trust(bundle);
-    return stream;
-  } catch (err) {
-    ws.terminate();
-    if (err instanceof SecureStreamError) {
-      const why = err.code === 'reset' ? resetExplanation(err.resetReason) : err.message;
-      throw new TetherError('handshake_failed', `secure channel to ${environmentId} failed: ${why}`, { cause: err });
-    }
-    throw err;
+  trustKey(key: NoisePublicKey): void {
+    this.key ??= key;
   }
 }

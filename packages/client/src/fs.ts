@@ -1,8 +1,16 @@
 import { randomUUID } from 'node:crypto';
-import { createReadStream } from 'node:fs';
+import { type BigIntStats, createReadStream, constants as fsConstants } from 'node:fs';
 import * as fsp from 'node:fs/promises';
 import { Readable, Writable } from 'node:stream';
-import { encodeWriteBlockRequest } from '@tether/exec-protocol';
+import {
+  decodeBase64,
+  encodeWriteBlockRequest,
+  FsExtensionMethod,
+  MAX_BATCH_BYTES,
+  MAX_BATCH_FILES,
+  Method,
+  MODE_BITS,
+} from '@tether/exec-protocol';
 import { attachmentOf, encodeWithAttachment } from '@tether/jsonrpc';
 import { TetherError } from './errors.js';
 import { InPlaceFileWriter } from './file-writer.js';
@@ -47,6 +55,42 @@ export interface DirectoryEntry {
   isDirectory: boolean;
   isFile: boolean;
 }
+
+/** Permission bits (`0o7777` at most) and times, in whole milliseconds, of a path (`cp -p`). */
+export interface UnixMetadata {
+  mode: number;
+  modifiedAtMs: number;
+  accessedAtMs: number;
+}
+
+/** Limits of one `readFiles`: bytes per file (a larger one is `tooLarge`) and together (the rest `deferred`). */
+export interface ReadFilesLimits {
+  maxFileBytes: number;
+  maxTotalBytes: number;
+}
+
+/**
+ * One file of a `readFiles`, in the order asked: its bytes (with the executor's SHA-256 of what it read,
+ * or null when read in this process) and metadata; `tooLarge` (stream it); `deferred` (it did not fit in
+ * `maxTotalBytes`: ask again; never the first file); or the error reading it.
+ */
+export type SmallFileRead =
+  | { kind: 'data'; data: Buffer; sha256: string | null; metadata: UnixMetadata }
+  | { kind: 'tooLarge'; size: number }
+  | { kind: 'deferred' }
+  | { kind: 'error'; error: TetherError };
+
+/** One file of a `writeFiles`: written whole (created or truncated), then given `metadata` if set. */
+export interface SmallFileWrite {
+  path: string;
+  data: Buffer;
+  metadata?: UnixMetadata;
+  /** Local files: refuse a symbolic link at the path itself (O_NOFOLLOW), as `StreamOptions.noFollow`. */
+  noFollow?: boolean;
+}
+
+/** What became of one file of a `writeFiles`: the executor's SHA-256 of what it wrote (null locally), or why not. */
+export type SmallFileWritten = { sha256: string | null } | { error: TetherError };
 
 /**
  * Why `name` cannot be one entry of a directory, or null when it can: a single path component, not empty,
@@ -100,6 +144,21 @@ export interface EnvironmentFs {
    * on an executor without `fileWriteOverwrite`, truncated when opened).
    */
   createWriteStream(path: string, options?: StreamOptions): Writable;
+  /**
+   * Whether `readFiles`/`writeFiles` carry many files per request: always for local files, for an
+   * executor with `fileBatch`. Without it they throw; copy file by file instead.
+   */
+  readonly batching: boolean;
+  /** Whether `getUnixMetadata`/`setMetadata` work: always locally, for an executor with `fileMetadata`. */
+  readonly unixMetadata: boolean;
+  /** Reads small files whole, in order, within `limits` (see SmallFileRead). At most MAX_BATCH_FILES paths. */
+  readFiles(paths: readonly string[], limits: ReadFilesLimits): Promise<SmallFileRead[]>;
+  /** Writes small files whole (see SmallFileWrite); at most MAX_BATCH_FILES and MAX_BATCH_BYTES together. */
+  writeFiles(files: readonly SmallFileWrite[]): Promise<SmallFileWritten[]>;
+  /** Permission bits and times (links followed). */
+  getUnixMetadata(path: string): Promise<UnixMetadata>;
+  /** Sets permission bits and times; with `noFollow` (local files) a link at the path is refused. */
+  setMetadata(path: string, metadata: UnixMetadata, options?: { noFollow?: boolean }): Promise<void>;
 }
 
 /** Default block for streamed reads and writes. */
@@ -124,8 +183,180 @@ async function local<T>(path: string, action: () => Promise<T>): Promise<T> {
   }
 }
 
+/** Files one batch works on at once (the libuv pool runs their few syscalls side by side). */
+const BATCH_PARALLELISM = 8;
+
+/** `work` over `items`, at most `parallelism` at once; results in the order of `items`. */
+async function mapBounded<T, R>(
+  items: readonly T[],
+  parallelism: number,
+  work: (item: T, index: number) => Promise<R>,
+): Promise<R[]> {
+  const results = new Array<R>(items.length);
+  let next = 0;
+  const worker = async () => {
+    while (next < items.length) {
+      const index = next++;
+      results[index] = await work(items[index] as T, index);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(parallelism, items.length) }, worker));
+  return results;
+}
+
+/** Whole milliseconds from nanoseconds (the float milliseconds of a plain stat may fall just below). */
+function unixMetadataOf(stats: BigIntStats): UnixMetadata {
+  return {
+    mode: Number(stats.mode) & MODE_BITS,
+    modifiedAtMs: Number(stats.mtimeNs / 1_000_000n),
+    accessedAtMs: Number(stats.atimeNs / 1_000_000n),
+  };
+}
+
+/** Milliseconds as utimes' seconds; half a microsecond more, since libuv truncates the double to microseconds. */
+function utimesSeconds(ms: number): number {
+  return (ms + 0.0005) / 1000;
+}
+
+/** Applies times, then mode (a mode without write permission must not stop utimes), through an open file. */
+async function applyMetadata(file: fsp.FileHandle, metadata: UnixMetadata): Promise<void> {
+  await file.utimes(utimesSeconds(metadata.accessedAtMs), utimesSeconds(metadata.modifiedAtMs));
+  await file.chmod(metadata.mode & MODE_BITS);
+}
+
+function notRegular(path: string): TetherError {
+  return new TetherError('invalid_argument', `${path} is not a regular file`);
+}
+
+/**
+ * One local file of a `readFiles`, opened (O_NONBLOCK: opening a FIFO does not wait for a writer; it is
+ * refused right after) and stat-ed.
+ */
+async function openLocalSmall(path: string): Promise<{ file: fsp.FileHandle; stats: BigIntStats } | TetherError> {
+  let file: fsp.FileHandle | undefined;
+  try {
+    file = await fsp.open(path, fsConstants.O_RDONLY | fsConstants.O_NONBLOCK);
+    const stats = await file.stat({ bigint: true });
+    if (!stats.isFile()) throw notRegular(path);
+    return { file, stats };
+  } catch (err) {
+    await file?.close().catch(() => undefined);
+    return err instanceof TetherError ? err : osError(err, path);
+  }
+}
+
+/** Reads an opened file whole: one read of a byte more than its size; one that grew since is `tooLarge`. */
+async function readLocalSmall(path: string, file: fsp.FileHandle, stats: BigIntStats): Promise<SmallFileRead> {
+  const size = Number(stats.size);
+  try {
+    const buffer = Buffer.allocUnsafe(size + 1);
+    let filled = 0;
+    for (;;) {
+      const { bytesRead } = await file.read(buffer, filled, buffer.length - filled, filled);
+      if (bytesRead === 0) break;
+      filled += bytesRead;
+      if (filled > size) return { kind: 'tooLarge', size: filled };
+    }
+    return { kind: 'data', data: buffer.subarray(0, filled), sha256: null, metadata: unixMetadataOf(stats) };
+  } catch (err) {
+    return { kind: 'error', error: osError(err, path) };
+  }
+}
+
+/** Writes one local file whole: open (create or truncate), fstat (a regular file), write, metadata, close. */
+async function writeLocalSmall(file: SmallFileWrite): Promise<SmallFileWritten> {
+  let handle: fsp.FileHandle | undefined;
+  try {
+    const flags =
+      fsConstants.O_WRONLY |
+      fsConstants.O_CREAT |
+      fsConstants.O_TRUNC |
+      fsConstants.O_NONBLOCK |
+      (file.noFollow ? fsConstants.O_NOFOLLOW : 0);
+    handle = await fsp.open(file.path, flags, 0o666);
+    if (!(await handle.stat()).isFile()) throw notRegular(file.path);
+    let written = 0;
+    while (written < file.data.length) {
+      written += (await handle.write(file.data, written, file.data.length - written, written)).bytesWritten;
+    }
+    if (file.metadata) await applyMetadata(handle, file.metadata);
+    await handle.close();
+    handle = undefined;
+    return { sha256: null };
+  } catch (err) {
+    return { error: err instanceof TetherError ? err : osError(err, file.path) };
+  } finally {
+    await handle?.close().catch(() => undefined);
+  }
+}
+
 /** This machine's files (node:fs). */
 export class LocalFs implements EnvironmentFs {
+  readonly batching = true;
+  readonly unixMetadata = true;
+
+  /**
+   * Reads whole files, BATCH_PARALLELISM at a time, the budget spent in the order of `paths` (the first
+   * file that does not fit and every later one is `deferred`).
+   */
+  async readFiles(paths: readonly string[], limits: ReadFilesLimits): Promise<SmallFileRead[]> {
+    let left = limits.maxTotalBytes;
+    let deferring = false;
+    const entries: SmallFileRead[] = [];
+    for (let start = 0; start < paths.length; start += BATCH_PARALLELISM) {
+      const window = paths.slice(start, start + BATCH_PARALLELISM);
+      if (deferring) {
+        for (const _ of window) entries.push({ kind: 'deferred' });
+        continue;
+      }
+      const opened = await mapBounded(window, BATCH_PARALLELISM, openLocalSmall);
+      const plan = opened.map((entry, index): SmallFileRead | null => {
+        if (deferring) return { kind: 'deferred' };
+        if (entry instanceof TetherError) return { kind: 'error', error: entry };
+        const size = Number(entry.stats.size);
+        if (size > limits.maxFileBytes) return { kind: 'tooLarge', size };
+        if (size > left && start + index > 0) {
+          deferring = true;
+          return { kind: 'deferred' };
+        }
+        left -= size;
+        return null;
+      });
+      entries.push(
+        ...(await mapBounded(opened, BATCH_PARALLELISM, async (entry, index): Promise<SmallFileRead> => {
+          if (entry instanceof TetherError) return plan[index] as SmallFileRead;
+          try {
+            return plan[index] ?? (await readLocalSmall(window[index] as string, entry.file, entry.stats));
+          } finally {
+            await entry.file.close().catch(() => undefined);
+          }
+        })),
+      );
+    }
+    return entries;
+  }
+
+  writeFiles(files: readonly SmallFileWrite[]): Promise<SmallFileWritten[]> {
+    return mapBounded(files, BATCH_PARALLELISM, writeLocalSmall);
+  }
+
+  getUnixMetadata(path: string): Promise<UnixMetadata> {
+    return local(path, async () => unixMetadataOf(await fsp.stat(path, { bigint: true })));
+  }
+
+  /** Through the open path (O_NONBLOCK: a FIFO does not block the open; O_NOFOLLOW with `noFollow`). */
+  setMetadata(path: string, metadata: UnixMetadata, options: { noFollow?: boolean } = {}): Promise<void> {
+    return local(path, async () => {
+      const flags = fsConstants.O_RDONLY | fsConstants.O_NONBLOCK | (options.noFollow ? fsConstants.O_NOFOLLOW : 0);
+      const file = await fsp.open(path, flags);
+      try {
+        await applyMetadata(file, metadata);
+      } finally {
+        await file.close();
+      }
+    });
+  }
+
   readFile(path: string, options: { maxBytes?: number } = {}): Promise<Buffer> {
     return local(path, async () => {
       if (options.maxBytes !== undefined) {
@@ -207,6 +438,26 @@ function digestOf(answer: Partial<HandleDigest> | undefined): HandleDigest | nul
   return { sha256: answer.sha256, bytes: answer.bytes };
 }
 
+/** Largest time in milliseconds a Date can hold (and so the executor's schema): ±8.64e15. */
+const MAX_TIME_MS = 8_640_000_000_000_000;
+
+/** `mode`, `modifiedAtMs` and `accessedAtMs` of an executor's answer, each checked. */
+function checkedUnixMetadata(
+  entry: Record<string, unknown>,
+  path: string,
+  bad: (what: string) => TetherError,
+): UnixMetadata {
+  const { mode, modifiedAtMs, accessedAtMs } = entry;
+  if (!Number.isInteger(mode) || (mode as number) < 0 || (mode as number) > MODE_BITS) {
+    throw bad(`${path}: mode is not permission bits`);
+  }
+  for (const time of [modifiedAtMs, accessedAtMs]) {
+    if (!Number.isInteger(time) || Math.abs(time as number) > MAX_TIME_MS)
+      throw bad(`${path}: a time is not milliseconds`);
+  }
+  return { mode: mode as number, modifiedAtMs: modifiedAtMs as number, accessedAtMs: accessedAtMs as number };
+}
+
 export function toFileUri(path: string): string {
   if (path.startsWith('file:')) return path;
   if (!path.startsWith('/')) throw new TetherError('invalid_argument', `remote paths must be absolute: ${path}`);
@@ -225,6 +476,144 @@ export class RemoteFs implements EnvironmentFs {
     private readonly caller: FsCaller,
     private readonly options: { maxWholeWriteBytes?: number } = {},
   ) {}
+
+  get batching(): boolean {
+    return this.caller.capabilities().has('fileBatch');
+  }
+
+  get unixMetadata(): boolean {
+    return this.caller.capabilities().has('fileMetadata');
+  }
+
+  private require(capability: 'fileBatch' | 'fileMetadata', what: string): void {
+    if (!this.caller.capabilities().has(capability)) {
+      throw new TetherError(
+        'invalid_state',
+        `this executor does not offer ${capability} (Tether's ${what}); a Codex exec-server has no such method`,
+      );
+    }
+  }
+
+  /**
+   * `fs/readFiles` (`fileBatch`). The answer is checked as untrusted input: one entry per path, no file
+   * longer than `maxFileBytes` nor all longer than `maxTotalBytes`, well-formed digests and metadata, and
+   * never the first file deferred (a client asking again would never get it).
+   */
+  async readFiles(paths: readonly string[], limits: ReadFilesLimits): Promise<SmallFileRead[]> {
+    this.require('fileBatch', 'many small files per request');
+    if (paths.length > MAX_BATCH_FILES) {
+      throw new TetherError('invalid_argument', `at most ${MAX_BATCH_FILES} files per readFiles`);
+    }
+    const maxFileBytes = Math.min(limits.maxFileBytes, MAX_BATCH_BYTES);
+    const maxTotalBytes = Math.min(Math.max(limits.maxTotalBytes, maxFileBytes), MAX_BATCH_BYTES);
+    const answer = await this.caller.call<{ files?: unknown }>(FsExtensionMethod.readFiles, {
+      paths: paths.map(toFileUri),
+      maxFileBytes,
+      maxTotalBytes,
+    });
+    const bad = (what: string) =>
+      new TetherError('protocol', `the executor's fs/readFiles answer is unusable: ${what}`);
+    const files = answer?.files;
+    if (!Array.isArray(files) || files.length !== paths.length) {
+      throw bad(`expected ${paths.length} entries, got ${Array.isArray(files) ? files.length : 'none'}`);
+    }
+    let total = 0;
+    return files.map((raw: unknown, index): SmallFileRead => {
+      const entry = (raw ?? {}) as Record<string, unknown>;
+      const path = paths[index] as string;
+      if (typeof entry.dataBase64 === 'string') {
+        let data: Buffer;
+        try {
+          data = decodeBase64(entry.dataBase64);
+        } catch {
+          throw bad(`${path}: dataBase64 is not base64`);
+        }
+        total += data.byteLength;
+        if (data.byteLength > maxFileBytes || total > maxTotalBytes) {
+          throw bad(
+            `${path}: more bytes than asked for (${data.byteLength} of at most ${maxFileBytes}, ${total} in all)`,
+          );
+        }
+        if (typeof entry.sha256 !== 'string' || !/^[0-9a-f]{64}$/.test(entry.sha256)) throw bad(`${path}: no sha256`);
+        return { kind: 'data', data, sha256: entry.sha256, metadata: checkedUnixMetadata(entry, path, bad) };
+      }
+      if (entry.tooLarge === true) {
+        if (!Number.isSafeInteger(entry.size) || (entry.size as number) < 0)
+          throw bad(`${path}: tooLarge without a size`);
+        return { kind: 'tooLarge', size: entry.size as number };
+      }
+      if (entry.deferred === true) {
+        if (index === 0) throw bad(`${path}: the first file was deferred`);
+        return { kind: 'deferred' };
+      }
+      const error = entry.error as { code?: unknown; message?: unknown } | undefined;
+      if (error && Number.isInteger(error.code) && typeof error.message === 'string') {
+        return {
+          kind: 'error',
+          error: new TetherError('rpc', `fs/readFiles: ${path}: ${error.message}`, { rpcCode: error.code as number }),
+        };
+      }
+      throw bad(`${path}: an entry that is neither data, tooLarge, deferred nor an error`);
+    });
+  }
+
+  /** `fs/writeFiles` (`fileBatch`); each answer entry is checked (a digest, or an error). */
+  async writeFiles(files: readonly SmallFileWrite[]): Promise<SmallFileWritten[]> {
+    this.require('fileBatch', 'many small files per request');
+    if (files.length > MAX_BATCH_FILES) {
+      throw new TetherError('invalid_argument', `at most ${MAX_BATCH_FILES} files per writeFiles`);
+    }
+    const answer = await this.caller.call<{ files?: unknown }>(FsExtensionMethod.writeFiles, {
+      files: files.map((file) => ({
+        path: toFileUri(file.path),
+        dataBase64: file.data.toString('base64'),
+        ...(file.metadata ? { ...file.metadata, mode: file.metadata.mode & MODE_BITS } : {}),
+      })),
+    });
+    const bad = (what: string) =>
+      new TetherError('protocol', `the executor's fs/writeFiles answer is unusable: ${what}`);
+    const entries = answer?.files;
+    if (!Array.isArray(entries) || entries.length !== files.length) {
+      throw bad(`expected ${files.length} entries, got ${Array.isArray(entries) ? entries.length : 'none'}`);
+    }
+    return entries.map((raw: unknown, index): SmallFileWritten => {
+      const entry = (raw ?? {}) as Record<string, unknown>;
+      const path = (files[index] as SmallFileWrite).path;
+      if (typeof entry.sha256 === 'string' && /^[0-9a-f]{64}$/.test(entry.sha256)) return { sha256: entry.sha256 };
+      const error = entry.error as { code?: unknown; message?: unknown } | undefined;
+      if (error && Number.isInteger(error.code) && typeof error.message === 'string') {
+        return {
+          error: new TetherError('rpc', `fs/writeFiles: ${path}: ${error.message}`, { rpcCode: error.code as number }),
+        };
+      }
+      throw bad(`${path}: an entry with neither a sha256 nor an error`);
+    });
+  }
+
+  /** `fs/getMetadata {unix: true}` (`fileMetadata`). */
+  async getUnixMetadata(path: string): Promise<UnixMetadata> {
+    this.require('fileMetadata', 'file modes and times');
+    const answer = await this.caller.call<Record<string, unknown>>(Method.fsGetMetadata, {
+      path: toFileUri(path),
+      unix: true,
+    });
+    return checkedUnixMetadata(
+      answer ?? {},
+      path,
+      (what) => new TetherError('protocol', `the executor's fs/getMetadata answer is unusable: ${what}`),
+    );
+  }
+
+  /** `fs/setMetadata` (`fileMetadata`); the executor follows links at the path (its own business). */
+  async setMetadata(path: string, metadata: UnixMetadata): Promise<void> {
+    this.require('fileMetadata', 'file modes and times');
+    await this.caller.call(FsExtensionMethod.setMetadata, {
+      path: toFileUri(path),
+      mode: metadata.mode & MODE_BITS,
+      modifiedAtMs: metadata.modifiedAtMs,
+      accessedAtMs: metadata.accessedAtMs,
+    });
+  }
 
   async readFile(path: string, options: { maxBytes?: number } = {}): Promise<Buffer> {
     const answer = await this.caller.call<{ dataBase64?: unknown }>('fs/readFile', {

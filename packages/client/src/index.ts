@@ -5,7 +5,14 @@
  */
 export { giveBack } from '@tether/jsonrpc';
 /** An executor's public key (`NoiseChannelPublicKey`), for `executorPublicKey`: parsed from its JSON. */
-export { type NoisePublicKey, parsePublicKeyJson } from '@tether/noise';
+export {
+  generateIdentity,
+  type NoiseIdentity,
+  type NoisePublicKey,
+  type NoisePublicKeyJson,
+  parsePublicKeyJson,
+  publicKeyToJson,
+} from '@tether/noise';
 export type {
   OutputStream,
   ProcessBackend,
@@ -15,14 +22,31 @@ export type {
   StartOptions,
   WriteStatus,
 } from './backend.js';
-export { Environment, type SpawnOptions } from './environment.js';
-export { ExecutorKeyChangedError, TetherError, type TetherErrorCode } from './errors.js';
 export {
+  AttachedProcess,
+  type AttachOptions,
+  type ProcessInfo,
+  requireDetach,
+  type SpawnDetachedOptions,
+} from './detached.js';
+export { Environment, type SpawnOptions } from './environment.js';
+export {
+  CONNECTION_ERROR_CODES,
+  ExecutorKeyChangedError,
+  isConnectionError,
+  TetherError,
+  type TetherErrorCode,
+} from './errors.js';
+export {
+  type ChannelSource,
   type Dialer,
   ExecServerClient,
   type ExecServerClientOptions,
   type InitializeInfo,
+  type OpenedChannel,
+  type RendezvousDialer,
   type RendezvousOptions,
+  rendezvousDialer,
 } from './exec-client.js';
 export {
   DEFAULT_BLOCK_SIZE,
@@ -46,3 +70,15 @@ export {
   type RegistryOptions,
   type RendezvousBundle,
 } from './registry.js';
+export {
+  MAX_SOCKET_MESSAGE_BYTES,
+  SocketMessageTransport,
+  type SocketMessageTransportOptions,
+} from './socket-transport.js';
+export {
+  type ConnectTcpOptions,
+  TCP_FORWARD_CAPABILITY,
+  TcpConnectError,
+  TcpConnection,
+  TcpForwarder,
+} from './tcp.js';

@@ -221,3 +221,99 @@ export function parseSandbox(value: unknown): SandboxRequest {
   variant(field(value, 'windowsSandboxLevel'), WINDOWS_SANDBOX_LEVELS, 'a string');
   return request;
 }
+
+// Tether extensions for many small files and for metadata ------------------------------------------
+
+/**
+ * Tether's `fs/*` extensions: `fs/readFiles` and `fs/writeFiles` (capability `fileBatch`: many small
+ * files in one request each, every file with its own SHA-256), `fs/setMetadata` and `fs/getMetadata
+ * {unix: true}` (capability `fileMetadata`: permission bits and times, for `cp -p`). Codex has none of
+ * them; clients feature-detect the capability and keep to Codex's methods without it.
+ */
+export const FsExtensionMethod = {
+  readFiles: 'fs/readFiles',
+  writeFiles: 'fs/writeFiles',
+  setMetadata: 'fs/setMetadata',
+} as const;
+
+/** Files one `fs/readFiles` or `fs/writeFiles` request may name. */
+export const MAX_BATCH_FILES = 1024;
+/** Bytes of file data one `fs/readFiles` answer or `fs/writeFiles` request may carry (before base64). */
+export const MAX_BATCH_BYTES = 8 * 1024 * 1024;
+/** Permission bits `fs/setMetadata` and `fs/writeFiles` set, and `fs/getMetadata {unix}` answers. */
+export const MODE_BITS = 0o7777;
+
+const Mode = Type.Integer({ minimum: 0, maximum: MODE_BITS });
+const TimeMs = Type.Integer({ minimum: -8_640_000_000_000_000, maximum: 8_640_000_000_000_000 });
+
+/** `fs/getMetadata` with Tether's `unix: true` (`fileMetadata`): the answer adds `mode` and `accessedAtMs`. */
+export const FsGetMetadataParams = Type.Object({
+  path: Type.String(),
+  sandbox: Sandbox,
+  unix: Type.Optional(Type.Boolean()),
+});
+export type FsGetMetadataParams = Static<typeof FsGetMetadataParams>;
+export const FsUnixMetadata = Type.Object({ mode: Mode, modifiedAtMs: TimeMs, accessedAtMs: TimeMs });
+export type FsUnixMetadata = Static<typeof FsUnixMetadata>;
+
+/**
+ * `fs/setMetadata` (`fileMetadata`): sets what is given of a path's permission bits (chmod) and times
+ * (both or neither: utimes); links are followed, as chmod does.
+ */
+export const FsSetMetadataParams = Type.Object({
+  path: Type.String(),
+  mode: Type.Optional(Mode),
+  modifiedAtMs: Type.Optional(TimeMs),
+  accessedAtMs: Type.Optional(TimeMs),
+  sandbox: Sandbox,
+});
+export type FsSetMetadataParams = Static<typeof FsSetMetadataParams>;
+
+/**
+ * `fs/readFiles` (`fileBatch`): reads whole regular files, in order, each at most `maxFileBytes`, together
+ * at most `maxTotalBytes` (the server caps both at MAX_BATCH_BYTES). Each answer entry is one of: the
+ * bytes with their SHA-256, permission bits and times; `tooLarge` with the size (read it with `fs/open`);
+ * `deferred` (it did not fit in what was left of `maxTotalBytes`: ask again); or an `error` as the
+ * single-file method would answer it.
+ */
+export const FsReadFilesParams = Type.Object({
+  paths: Type.Array(Type.String(), { maxItems: MAX_BATCH_FILES }),
+  maxFileBytes: U64,
+  maxTotalBytes: U64,
+  sandbox: Sandbox,
+});
+export type FsReadFilesParams = Static<typeof FsReadFilesParams>;
+export const FsBatchError = Type.Object({ code: Type.Integer(), message: Type.String() });
+export type FsBatchError = Static<typeof FsBatchError>;
+export type FsReadFilesEntry =
+  | { dataBase64: string; sha256: string; mode: number; modifiedAtMs: number; accessedAtMs: number }
+  | { tooLarge: true; size: number }
+  | { deferred: true }
+  | { error: FsBatchError };
+export interface FsReadFilesResult {
+  files: FsReadFilesEntry[];
+}
+
+/**
+ * `fs/writeFiles` (`fileBatch`): creates or truncates and writes each file whole, in order, then sets the
+ * permission bits and times given (through the open file). Each answer entry is the SHA-256 and length of
+ * the bytes written, or an `error` (later files are still written).
+ */
+export const FsWriteFilesParams = Type.Object({
+  files: Type.Array(
+    Type.Object({
+      path: Type.String(),
+      dataBase64: Type.String(),
+      mode: Type.Optional(Mode),
+      modifiedAtMs: Type.Optional(TimeMs),
+      accessedAtMs: Type.Optional(TimeMs),
+    }),
+    { maxItems: MAX_BATCH_FILES },
+  ),
+  sandbox: Sandbox,
+});
+export type FsWriteFilesParams = Static<typeof FsWriteFilesParams>;
+export type FsWriteFilesEntry = { sha256: string; bytes: number } | { error: FsBatchError };
+export interface FsWriteFilesResult {
+  files: FsWriteFilesEntry[];
+}

@@ -1,5 +1,13 @@
 export { base64Problem, decodeBase64, decodeBase64Codex, encodeBase64, isStrictBase64 } from './base64.js';
 export { DecodeError, decode, matches } from './decode.js';
+export {
+  DEFAULT_MAX_DETACHED_PROCESSES,
+  DETACHED_PROCESS_ID_PATTERN,
+  detachedProcessIdProblem,
+  PROCESS_DETACH_CAPABILITY,
+  ProcessAttachParams,
+  ProcessAttachResult,
+} from './detached.js';
 export { ErrorCode, type ErrorCodeName, RpcError } from './error-codes.js';
 export { FileUriError, fileUriToPath, pathToFileUri } from './file-uri.js';
 export {
@@ -22,4 +30,5 @@ export {
   parseRegistryError,
 } from './rendezvous.js';
 export * from './schemas.js';
+export * from './tcp.js';
 export { type Allocate, encodeBase64Response, encodeOutputNotification, encodeWriteBlockRequest } from './wire.js';

@@ -27,6 +27,10 @@ export const Method = {
   processResize: 'process/resize',
   processCloseStdin: 'process/closeStdin',
   processList: 'process/list',
+  /** Capability `processDetach` (detached.ts): follow a detached process's notifications. */
+  processAttach: 'process/attach',
+  /** Capability `tcpForward` (tcp.ts): open a forwarded TCP connection. */
+  tcpConnect: 'tcp/connect',
 } as const;
 export type MethodName = (typeof Method)[keyof typeof Method];
 
@@ -37,6 +41,13 @@ export const Notification = {
   httpRequestBodyDelta: 'http/request/bodyDelta',
   /** Client → server (Tether, capability `flowControl`): output consumed up to a seq; see flow-control.ts. */
   processAck: 'process/ack',
+  /** Capability `tcpForward` (tcp.ts): bytes, credit, half-close and reset of a forwarded connection. */
+  tcpData: 'tcp/data',
+  tcpAck: 'tcp/ack',
+  tcpReceived: 'tcp/received',
+  tcpShutdown: 'tcp/shutdown',
+  tcpClose: 'tcp/close',
+  tcpClosed: 'tcp/closed',
 } as const;
 
 /**
@@ -48,6 +59,7 @@ export function methodFamily(method: string): string | null {
   if (method.startsWith('process/')) return 'exec';
   if (method.startsWith('fs/')) return 'filesystem';
   if (method.startsWith('http/')) return 'http';
+  if (method.startsWith('tcp/')) return 'tcp forward';
   if (method === Method.environmentInfo) return 'environment info';
   if (method === Method.environmentStatus) return 'environment status';
   if (method.startsWith('environment/config')) return 'environment config';

@@ -77,6 +77,8 @@ export const ProcessStartParams = Type.Object({
    * this process's `process/output` notifications carry the raw bytes as an attachment instead of `chunk`.
    */
   binaryOutput: Type.Optional(Nullable(Type.Boolean())),
+  /** Tether extension (capability `processDetach`, see detached.ts): the process belongs to the executor. */
+  detached: Type.Optional(Nullable(Type.Boolean())),
 });
 export type ProcessStartParams = Static<typeof ProcessStartParams>;
 
@@ -85,6 +87,8 @@ export const ProcessStartResult = Type.Object({
   sandboxType: Type.Optional(Type.String()),
   /** The window granted (the request's, clamped), when the start asked for flow control. */
   flowControl: Type.Optional(Type.Object({ windowBytes: U64 })),
+  /** Set when the start asked for a detached process (capability `processDetach`). */
+  detached: Type.Optional(Type.Boolean()),
 });
 export type ProcessStartResult = Static<typeof ProcessStartResult>;
 
@@ -185,6 +189,8 @@ export const ProcessListEntry = Type.Object({
   exitCode: Nullable(Type.Integer()),
   nextSeq: U64,
   startedAtMs: Type.Integer(),
+  /** Capability `processDetach`: the process belongs to the executor, not to this session. */
+  detached: Type.Optional(Type.Boolean()),
 });
 export const ProcessListResult = Type.Object({ processes: Type.Array(ProcessListEntry) });
 export type ProcessListResult = Static<typeof ProcessListResult>;

@@ -225,6 +225,11 @@ export class ProcessTable {
     entry.handle!.resize({ rows, cols });
   }
 
+  /** Whether `processId` names an entry, in any state (starting, running, or closed and still retained). */
+  has(processId: string): boolean {
+    return this.#entries.has(processId);
+  }
+
   /** Entries in the table, in any state (what `maxProcesses` bounds). */
   get size(): number {
     return this.#entries.size;

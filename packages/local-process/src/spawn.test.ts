@@ -73,6 +73,27 @@ describe('program resolution', () => {
     });
   });
 
+  it('refuses an executable file that is neither a binary nor a #! script, as Codex does, instead of running it with sh', async () => {
+    const table = fresh();
+    const dir = tempDir();
+    const marker = path.join(dir, 'ran');
+    // glibc's execvp would hand this to /bin/sh on ENOEXEC, and sh would create the marker.
+    writeFileSync(path.join(dir, 'data'), `touch ${marker}\n`, { mode: 0o755 });
+    writeFileSync(path.join(dir, 'empty'), '', { mode: 0o755 });
+    for (const tty of [false, true]) {
+      for (const argv of [[path.join(dir, 'data')], ['data'], [path.join(dir, 'empty')]]) {
+        await expect(table.start(request(`noexec-${tty}`, argv, { tty, env: { PATH: dir } }))).rejects.toMatchObject({
+          code: 'spawn_failed',
+          message: 'Exec format error (os error 8)',
+          osCode: 'ENOEXEC',
+        });
+      }
+    }
+    expect(readdirSync(dir).sort()).toEqual(['data', 'empty']);
+    writeFileSync(path.join(dir, 'script'), '#!/bin/sh\necho script-ran\n', { mode: 0o755 });
+    expect((await run(request('script', [path.join(dir, 'script')], { cwd: dir }))).output).toContain('script-ran');
+  });
+
   it("searches the child env's PATH, skipping non-executables, and the server's PATH when the child has none", async () => {
     const first = tempDir();
     const second = tempDir();

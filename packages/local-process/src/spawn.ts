@@ -5,7 +5,17 @@
  * chunks the OS read gives (up to 64 KiB for libuv), without re-slicing, straight to a `ProcessSink`.
  */
 import { spawn as spawnChild } from 'node:child_process';
-import { accessSync, closeSync, constants as fsConstants, readSync, statSync, writeSync } from 'node:fs';
+import {
+  accessSync,
+  closeSync,
+  constants as fsConstants,
+  openSync,
+  readdirSync,
+  readFileSync,
+  readSync,
+  statSync,
+  writeSync,
+} from 'node:fs';
 import { Socket } from 'node:net';
 import { constants as osConstants, userInfo } from 'node:os';
 import path from 'node:path';
@@ -87,6 +97,7 @@ export async function spawnProcess(options: SpawnOptions, sink: ProcessSink): Pr
   const program = options.argv[0]!;
   const searchPath = options.env.PATH ?? options.serverPath ?? FALLBACK_PATH;
   const file = resolveProgram(program, searchPath, options.cwd);
+  checkExecFormat(file);
   return options.tty ? spawnPty(file, options, sink) : spawnPipes(file, options, sink);
 }
 
@@ -160,6 +171,48 @@ function executableProblem(file: string): string | null {
   }
 }
 
+/** The first bytes of an ELF binary and of a script the kernel runs through its `#!` interpreter. */
+const ELF_MAGIC = Buffer.from([0x7f, 0x45, 0x4c, 0x46]);
+const SHEBANG = Buffer.from('#!');
+
+/**
+ * execve fails with ENOEXEC on a file the kernel cannot run, and glibc's execvp (which libuv and node-pty
+ * call, and which perl's exec calls) then runs the file with /bin/sh instead: an executable data file or
+ * binary of another machine would be read as shell commands. Codex (Rust's posix_spawnp, which has no such
+ * fallback) fails with `Exec format error (os error 8)`; so do we, before spawning, from the file's first
+ * bytes. A file this user may execute but not read cannot be checked (nor read by sh): the kernel decides.
+ * When binfmt_misc has handlers registered (qemu, wine, …) other formats may run, so only an empty file is
+ * refused then.
+ */
+function checkExecFormat(file: string): void {
+  const head = Buffer.alloc(ELF_MAGIC.length);
+  let length: number;
+  let fd: number | undefined;
+  try {
+    fd = openSync(file, fsConstants.O_RDONLY | fsConstants.O_NONBLOCK);
+    length = readSync(fd, head, 0, head.length, 0);
+  } catch {
+    return;
+  } finally {
+    if (fd !== undefined) closeSync(fd);
+  }
+  const start = head.subarray(0, length);
+  if (start.equals(ELF_MAGIC) || start.subarray(0, SHEBANG.length).equals(SHEBANG)) return;
+  if (length > 0 && binfmtMiscHandlers()) return;
+  throw spawnFailed('ENOEXEC');
+}
+
+/** Whether binfmt_misc is enabled with at least one handler registered. */
+function binfmtMiscHandlers(): boolean {
+  const dir = '/proc/sys/fs/binfmt_misc';
+  try {
+    if (readFileSync(path.join(dir, 'status'), 'utf8').trim() !== 'enabled') return false;
+    return readdirSync(dir).some((name) => name !== 'status' && name !== 'register');
+  } catch {
+    return false;
+  }
+}
+
 /** Codex reports a failed spawn with Rust's `io::Error` text alone: `No such file or directory (os error 2)`. */
 function spawnFailed(osCode: string, cause?: unknown): ProcessError {
   return new ProcessError('spawn_failed', errnoText(osCode), { osCode, cause });
@@ -171,10 +224,14 @@ function spawnError(err: unknown): ProcessError {
   return new ProcessError('spawn_failed', err instanceof Error ? err.message : String(err), { cause: err });
 }
 
+/** strerror texts libuv's error map lacks (it has no UV_ENOEXEC). */
+const EXTRA_ERRNO_TEXT: Readonly<Record<string, string>> = { ENOEXEC: 'exec format error' };
+
 /** Rust's `io::Error` display for an errno code: `No such file or directory (os error 2)`. */
 function errnoText(code: string): string {
   const errno = (osConstants.errno as Record<string, number>)[code];
-  const description = errno === undefined ? undefined : getSystemErrorMap().get(-errno)?.[1];
+  const description =
+    errno === undefined ? undefined : (getSystemErrorMap().get(-errno)?.[1] ?? EXTRA_ERRNO_TEXT[code]);
   if (errno === undefined || description === undefined) return code;
   return `${description.charAt(0).toUpperCase()}${description.slice(1)} (os error ${errno})`;
 }

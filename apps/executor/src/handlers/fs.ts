@@ -7,21 +7,28 @@ import {
   FsCloseParams,
   FsCopyParams,
   FsCreateDirectoryParams,
+  FsExtensionMethod,
+  FsGetMetadataParams,
   FsOpenParams,
   FsPathParams,
   FsReadBlockParams,
   FsReadFileParams,
+  FsReadFilesParams,
   FsRemoveParams,
+  FsSetMetadataParams,
   FsWalkParams,
   FsWriteBlockBinaryParams,
   FsWriteBlockParams,
   FsWriteFileParams,
+  FsWriteFilesParams,
   fileUriToPath,
+  MAX_BATCH_BYTES,
   Method,
   parseSandbox,
   RpcError,
 } from '@tether/exec-protocol';
 import { attachmentOf, type BufferLease, encodeWithAttachment, giveBack } from '@tether/jsonrpc';
+import { type FileToWrite, readFiles, setMetadata, unixMetadata, writeFiles } from '../fs/batch.js';
 import { MAX_BLOCK_BYTES } from '../fs/file-handles.js';
 import {
   canonicalize,
@@ -110,9 +117,53 @@ export const fsHandlers: HandlerTable = whileAttached({
   },
 
   [Method.fsGetMetadata]: async (raw) => {
-    const params = decode(FsPathParams, raw);
+    const params = decode(FsGetMetadataParams, raw);
     checkSandbox(Method.fsGetMetadata, params.sandbox);
-    return metadata(nativePath(params.path));
+    const path = nativePath(params.path);
+    const answer = await metadata(path);
+    // fileMetadata: only a client that asks gets more than Codex answers.
+    if (params.unix !== true) return answer;
+    const { mode, accessedAtMs } = await unixMetadata(path);
+    return { ...answer, mode, accessedAtMs };
+  },
+
+  // fileMetadata (Tether): permission bits and times of a path, for `cp -p`.
+  [FsExtensionMethod.setMetadata]: async (raw) => {
+    const params = decode(FsSetMetadataParams, raw);
+    checkSandbox(FsExtensionMethod.setMetadata, params.sandbox);
+    await setMetadata(nativePath(params.path), params);
+    return {};
+  },
+
+  // fileBatch (Tether): many small files in one request, each with its own SHA-256.
+  [FsExtensionMethod.readFiles]: async (raw, ctx) => {
+    const params = decode(FsReadFilesParams, raw);
+    checkSandbox(FsExtensionMethod.readFiles, params.sandbox);
+    const paths = params.paths.map(nativePath);
+    return {
+      files: await readFiles(paths, params.maxFileBytes, params.maxTotalBytes, ctx.maxReadFileBytes),
+    };
+  },
+
+  [FsExtensionMethod.writeFiles]: async (raw) => {
+    const params = decode(FsWriteFilesParams, raw);
+    checkSandbox(FsExtensionMethod.writeFiles, params.sandbox);
+    let total = 0;
+    const files = params.files.map((file): FileToWrite => {
+      let data: Buffer;
+      try {
+        data = decodeBase64Codex(file.dataBase64);
+      } catch (err) {
+        throw RpcError.invalidParams(`fs/writeFiles requires valid base64 dataBase64: ${(err as Error).message}`);
+      }
+      total += data.byteLength;
+      if (total > MAX_BATCH_BYTES) {
+        throw RpcError.invalidParams(`fs/writeFiles carries at most ${MAX_BATCH_BYTES} bytes of file data`);
+      }
+      const { path, dataBase64: _, ...change } = file;
+      return { ...change, path: nativePath(path), data };
+    });
+    return { files: await writeFiles(files) };
   },
 
   [Method.fsCanonicalize]: async (raw) => {

@@ -7,6 +7,7 @@ import {
   FileUriError,
   fileUriToPath,
   Method,
+  ProcessAttachParams,
   ProcessIdParams,
   ProcessReadParams,
   type ProcessReadResult,
@@ -81,6 +82,21 @@ export const processHandlers: HandlerTable = {
   [Method.processStart]: async (raw, ctx) => {
     const params = decode(ProcessStartParams, raw);
     const { cwd, env } = startProcess(params);
+    if (params.detached === true) {
+      // Capability `processDetach` (detached.ts): owned by the executor, never flow-controlled, and its
+      // output reaches sessions that attach (base64 notifications) or read.
+      await ctx.session().startDetached({
+        processId: params.processId,
+        argv: params.argv,
+        cwd,
+        env,
+        tty: params.tty,
+        pipeStdin: params.pipeStdin ?? false,
+        arg0: params.arg0 ?? null,
+        size: params.size ?? null,
+      });
+      return { processId: params.processId, sandboxType: 'none', detached: true };
+    }
     const flowWindowBytes = params.flowControl ? clampFlowWindow(params.flowControl.windowBytes) : null;
     // Raw bytes need a transport that carries attachments (not stdio); elsewhere the output stays base64.
     const binaryOutput = params.binaryOutput === true && ctx.carriesAttachments;
@@ -105,12 +121,15 @@ export const processHandlers: HandlerTable = {
 
   [Method.processRead]: async (raw, ctx): Promise<ProcessReadResult> => {
     const params = decode(ProcessReadParams, raw);
-    const result = await ctx.session().table.read(params.processId, {
-      afterSeq: params.afterSeq ?? null,
-      maxBytes: params.maxBytes ?? null,
-      waitMs: params.waitMs ?? null, // the process table clamps it to what a timer can express
-      signal: ctx.signal,
-    });
+    const result = await ctx
+      .session()
+      .tableFor(params.processId)
+      .read(params.processId, {
+        afterSeq: params.afterSeq ?? null,
+        maxBytes: params.maxBytes ?? null,
+        waitMs: params.waitMs ?? null, // the process table clamps it to what a timer can express
+        signal: ctx.signal,
+      });
     return {
       chunks: result.chunks.map((chunk) => ({
         seq: chunk.seq,
@@ -146,13 +165,13 @@ export const processHandlers: HandlerTable = {
       }
     }
     if (params.writeId.length === 0) throw RpcError.invalidParams('writeId must not be empty');
-    const status = await ctx.session().table.write(params.processId, data, params.writeId);
+    const status = await ctx.session().tableFor(params.processId).write(params.processId, data, params.writeId);
     return { status };
   },
 
   [Method.processSignal]: async (raw, ctx) => {
     const params = decode(ProcessSignalParams, raw);
-    await ctx.session().table.signal(params.processId, params.signal);
+    ctx.session().tableFor(params.processId).signal(params.processId, params.signal);
     return {};
   },
 
@@ -164,17 +183,22 @@ export const processHandlers: HandlerTable = {
 
   [Method.processResize]: async (raw, ctx) => {
     const params = decode(ProcessResizeParams, raw);
-    await ctx.session().table.resize(params.processId, params.rows, params.cols);
+    ctx.session().tableFor(params.processId).resize(params.processId, params.rows, params.cols);
     return {};
   },
 
   [Method.processCloseStdin]: async (raw, ctx) => {
     const params = decode(ProcessIdParams, raw);
-    const status = await ctx.session().table.closeStdin(params.processId);
+    const status = ctx.session().tableFor(params.processId).closeStdin(params.processId);
     return { status };
   },
 
   [Method.processList]: async (_raw, ctx) => {
-    return { processes: ctx.session().table.list() };
+    return { processes: ctx.session().listProcesses() };
+  },
+
+  [Method.processAttach]: async (raw, ctx) => {
+    const params = decode(ProcessAttachParams, raw);
+    return ctx.session().attachDetached(params.processId);
   },
 };

@@ -12,9 +12,18 @@ export function registerCp(program: Command, io: CliIo, setExit: SetExit): void 
       .argument('<source>', 'local path or ENV:/path')
       .argument('<destination>', 'local path or ENV:/path (an existing directory receives the source inside it)')
       .option('-r, --recursive', 'copy directories', false)
+      .option(
+        '-p, --preserve',
+        'keep permission bits and modification/access times (to the millisecond), as cp -p and scp -p; a remote side needs a Tether executor (fileMetadata)',
+        false,
+      )
       .option('-q, --quiet', 'no progress or summary', false),
   ).action(
-    async (source: string, destination: string, options: ConnectFlags & { recursive: boolean; quiet: boolean }) => {
+    async (
+      source: string,
+      destination: string,
+      options: ConnectFlags & { recursive: boolean; preserve: boolean; quiet: boolean },
+    ) => {
       setExit(await cpCommand(source, destination, options, io));
     },
   );
@@ -23,7 +32,7 @@ export function registerCp(program: Command, io: CliIo, setExit: SetExit): void 
 async function cpCommand(
   sourceText: string,
   destinationText: string,
-  options: ConnectFlags & { recursive: boolean; quiet: boolean },
+  options: ConnectFlags & { recursive: boolean; preserve: boolean; quiet: boolean },
   io: CliIo,
 ): Promise<number> {
   const opened = new Map<string, Environment>();
@@ -52,6 +61,7 @@ async function cpCommand(
     let lastDraw = 0;
     const stats = await copy(source, destination, {
       recursive: options.recursive,
+      preserve: options.preserve,
       onProgress: progress
         ? (file, done, total) => {
             const now = Date.now();

@@ -1,25 +1,50 @@
-import type { Environment } from '@tether/client';
+import { type Environment, type ProcessHandle, TetherError } from '@tether/client';
 import type { Command } from 'commander';
-import { type CliIo, connectOptions, keyValue, type SetExit, withEnvironment } from '../common.js';
+import { type CliIo, connectOptions, EXIT, keyValue, printable, type SetExit, withEnvironment } from '../common.js';
 import type { ConnectFlags } from '../target.js';
+import { startDetached } from './processes.js';
 
 export function registerExec(program: Command, io: CliIo, setExit: SetExit): void {
   connectOptions(
-    program
-      .command('exec')
-      .description('run a command on the environment; its output streams here and its exit code becomes ours')
-      .argument('<command...>', 'program and arguments (put -- before them)')
-      .option('-t, --tty', 'run in a pseudo-terminal (interactive when stdin is a terminal)', false)
-      .option('-i, --interactive', 'forward stdin to the process', false)
-      .option('--cwd <dir>', 'absolute working directory on the environment (default /)')
-      .option('-e, --env <NAME=VALUE>', 'set a variable (repeatable)', keyValue, {})
-      .option('--clean-env', 'start from an empty environment instead of the executor\u2019s', false),
-  ).action(async (argv: string[], options: ConnectFlags & ExecFlags) => {
-    setExit(await withEnvironment(io, options, undefined, (env) => execCommand(env, argv, options, io)));
-  });
+    runOptions(
+      program
+        .command('exec')
+        .description('run a command on the environment; its output streams here and its exit code becomes ours')
+        .argument('<command...>', 'program and arguments (put -- before them)')
+        .option('-t, --tty', 'run in a pseudo-terminal (interactive when stdin is a terminal); sends TERM', false)
+        .option('-i, --interactive', 'forward stdin to the process', false)
+        .option(
+          '-d, --detach',
+          'start detached: print the process id and return at once; it outlives this harness (see ps, attach, kill)',
+          false,
+        ),
+    ),
+  )
+    .addHelpText('after', EXIT_CODES_HELP)
+    .action(async (argv: string[], options: ConnectFlags & ExecFlags & { detach: boolean }) => {
+      const run = (env: Environment) =>
+        options.detach
+          ? startDetached(env, argv, options, io).catch((err) => startFailure(env, err, argv[0] ?? '', options.cwd, io))
+          : runRemote(env, argv, options, io);
+      setExit(await withEnvironment(io, options, undefined, run));
+    });
 }
 
-interface ExecFlags {
+/** The options `exec` and `shell` share: where and with what environment the process starts. */
+export function runOptions(command: Command): Command {
+  return command
+    .option('--cwd <dir>', 'absolute working directory on the environment (default /)')
+    .option('-e, --env <NAME=VALUE>', 'set a variable (repeatable)', keyValue, {})
+    .option('--clean-env', 'start from an empty environment instead of the executor\u2019s', false);
+}
+
+export const EXIT_CODES_HELP = `
+Exit status: the remote command's own (128+N when a signal N ended it; a process in a terminal that a
+signal ended reports 1, as Codex's executor does). 126: the program or the --cwd directory exists but
+cannot be run or entered. 127: the program was not found. 130: interrupted (Ctrl-C) before it ended.
+255: the registry, relay or executor could not be reached or kept, or refused the API key. 2: bad usage.`;
+
+export interface ExecFlags {
   tty: boolean;
   interactive: boolean;
   cwd?: string;
@@ -30,18 +55,30 @@ interface ExecFlags {
 /** Stdin bytes sent to the process and not yet answered, at most (the executor's stdin queue: 1 MiB). */
 const STDIN_UNANSWERED_BYTES = 1024 * 1024;
 
-async function execCommand(env: Environment, argv: string[], options: ExecFlags, io: CliIo): Promise<number> {
+/**
+ * Runs `argv` on the environment with this terminal attached: output streams here, stdin goes there
+ * (`-i`, or `-t` on a terminal), the terminal's size follows the window (SIGWINCH → `process/resize`),
+ * Ctrl-C reaches the process. Answers the process's exit code, or 126/127 when it could not start.
+ * `exec` and `shell` both run through here.
+ */
+export async function runRemote(env: Environment, argv: string[], options: ExecFlags, io: CliIo): Promise<number> {
   const forwardStdin = options.interactive || (options.tty && io.stdin.isTTY === true);
-  const handle = await env.spawn(argv, {
-    ...(options.cwd ? { cwd: options.cwd } : {}),
-    env: options.env,
-    inheritEnv: !options.cleanEnv,
-    tty: options.tty,
-    stdin: forwardStdin,
-    ...(options.tty && io.stdout.rows && io.stdout.columns
-      ? { size: { rows: io.stdout.rows, cols: io.stdout.columns } }
-      : {}),
-  });
+  let handle: ProcessHandle;
+  try {
+    handle = await env.spawn(argv, {
+      ...(options.cwd ? { cwd: options.cwd } : {}),
+      // As ssh does with a pty: the remote side learns what this terminal is (a -e TERM=… still wins).
+      env: options.tty && io.env.TERM ? { TERM: io.env.TERM, ...options.env } : options.env,
+      inheritEnv: !options.cleanEnv,
+      tty: options.tty,
+      stdin: forwardStdin,
+      ...(options.tty && io.stdout.rows && io.stdout.columns
+        ? { size: { rows: io.stdout.rows, cols: io.stdout.columns } }
+        : {}),
+    });
+  } catch (err) {
+    return startFailure(env, err, argv[0] ?? '', options.cwd, io);
+  }
   const cleanups: Array<() => void> = [];
   if (forwardStdin) {
     if (options.tty && io.stdin.isTTY) io.stdin.setRawMode?.(true);
@@ -88,6 +125,10 @@ async function execCommand(env: Environment, argv: string[], options: ExecFlags,
       io.stdin.pause();
     });
   }
+  if (options.tty && io.stdout.isTTY && resizeSupported(env)) cleanups.push(followWindowSize(handle, io));
+  // Without a terminal in raw mode, Ctrl-C is our SIGINT: it goes to the process (with a pty in raw mode it
+  // is a byte the remote terminal turns into the signal). The exit code is then the process's (130 for
+  // one that SIGINT ended, as ssh reports it).
   const onSigint = () => void handle.signal('interrupt').catch(() => undefined);
   process.on('SIGINT', onSigint);
   cleanups.push(() => process.off('SIGINT', onSigint));
@@ -101,4 +142,103 @@ async function execCommand(env: Environment, argv: string[], options: ExecFlags,
   } finally {
     for (const cleanup of cleanups) cleanup();
   }
+}
+
+/** `process/resize` is Tether's (advertised); Codex's executor keeps the size the process started with. */
+function resizeSupported(env: Environment): boolean {
+  return env.client === null || env.client.capabilities.has('processResize');
+}
+
+/**
+ * Sends the window's size to the process's terminal whenever it changes (the terminal's SIGWINCH is the
+ * stream's 'resize'). One resize is in flight at a time; sizes that arrive meanwhile collapse into the
+ * latest. A failed resize (the process ended) stops nothing else. Answers the cleanup.
+ */
+function followWindowSize(handle: ProcessHandle, io: CliIo): () => void {
+  let sent = `${io.stdout.rows}x${io.stdout.columns}`;
+  let inFlight = false;
+  let stopped = false;
+  const send = () => {
+    const rows = io.stdout.rows;
+    const cols = io.stdout.columns;
+    if (stopped || inFlight || !rows || !cols || `${rows}x${cols}` === sent) return;
+    sent = `${rows}x${cols}`;
+    inFlight = true;
+    handle
+      .resize(rows, cols)
+      .catch(() => undefined)
+      .finally(() => {
+        inFlight = false;
+        send();
+      });
+  };
+  io.stdout.on('resize', send);
+  return () => {
+    stopped = true;
+    io.stdout.off('resize', send);
+  };
+}
+
+/**
+ * The executor answers a failed `process/start` with the OS error alone, in Codex's words (`No such file
+ * or directory (os error 2)`), for the program and the cwd alike. The harness says which, as a shell
+ * would: `harness: prog: not found` (127), `harness: prog: Permission denied` (126), and for a --cwd that
+ * is missing or no directory (asked of the executor with fs/getMetadata) names the directory (126).
+ */
+async function startFailure(
+  env: Environment,
+  err: unknown,
+  program: string,
+  cwd: string | undefined,
+  io: CliIo,
+): Promise<number> {
+  const os = osError(err);
+  if (os === null) throw err;
+  if (cwd !== undefined && CWD_ERRORS.has(os.errno) && !(await isDirectory(env, cwd))) {
+    io.stderr.write(`harness: --cwd ${printable(cwd)}: ${cwdProblem(os)}\n`);
+    return EXIT.cannotRun;
+  }
+  const name = printable(program);
+  if (os.errno === ENOENT) {
+    io.stderr.write(`harness: ${name}: not found\n`);
+    return EXIT.notFound;
+  }
+  io.stderr.write(`harness: ${name}: ${os.text}\n`);
+  return EXIT.cannotRun;
+}
+
+const ENOENT = 2;
+const ENOTDIR = 20;
+/** The errors a bad cwd gives (ENOENT, EACCES, ENOTDIR): the program is named only when the cwd is fine. */
+const CWD_ERRORS = new Set([ENOENT, 13, ENOTDIR]);
+
+function cwdProblem(os: { errno: number; text: string }): string {
+  if (os.errno === ENOENT) return 'no such directory';
+  if (os.errno === ENOTDIR) return 'not a directory';
+  return os.text;
+}
+
+async function isDirectory(env: Environment, path: string): Promise<boolean> {
+  try {
+    return (await env.fs.getMetadata(path)).isDirectory;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * The OS error in a failed start: Rust's `io::Error` text that both executors answer with (`Permission
+ * denied (os error 13)`), or, for a name not found on PATH for a terminal, Codex's portable-pty text
+ * (`Unable to spawn NAME because: No viable candidates found in PATH …`). The one place where the harness
+ * reads an error's text: the executor sends no other trace of it. null for any other failure (which is
+ * reported as it is).
+ */
+function osError(err: unknown): { errno: number; text: string } | null {
+  if (!(err instanceof TetherError) || err.code !== 'rpc') return null;
+  const match = /:\s*([^:()]{1,200}) \(os error (\d{1,4})\)$/.exec(err.message);
+  if (match) return { errno: Number(match[2]), text: match[1]! };
+  if (/^process\/start: Unable to spawn .* because:\s+No viable candidates found in PATH/s.test(err.message)) {
+    return { errno: ENOENT, text: 'No such file or directory' };
+  }
+  return null;
 }

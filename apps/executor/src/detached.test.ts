@@ -1,0 +1,147 @@
+import type { ProcessEvent } from '@tether/local-process';
+import { afterEach, describe, expect, it } from 'vitest';
+import { silentLogger } from './logger.js';
+import { type SessionAttachment, SessionRegistry } from './session-registry.js';
+
+class Attachment implements SessionAttachment {
+  readonly events: ProcessEvent[] = [];
+  writable = true;
+  deliver(event: ProcessEvent): boolean {
+    this.events.push(event);
+    return this.writable;
+  }
+  detached(): void {}
+  output(): string {
+    return this.events.map((e) => (e.kind === 'output' ? e.chunk.toString() : '')).join('');
+  }
+}
+
+const registries: SessionRegistry[] = [];
+afterEach(async () => {
+  await Promise.all(registries.splice(0).map((r) => r.shutdown()));
+});
+
+function registry(options: { detachedTtlMs?: number; maxDetachedProcesses?: number } = {}) {
+  const r = new SessionRegistry({
+    detachedTtlMs: options.detachedTtlMs ?? 30_000,
+    maxSessions: 8,
+    logger: silentLogger(),
+    tableOptions: {},
+    ...(options.maxDetachedProcesses === undefined ? {} : { maxDetachedProcesses: options.maxDetachedProcesses }),
+  });
+  registries.push(r);
+  return r;
+}
+
+const start = (processId: string, script: string) => ({
+  processId,
+  argv: ['/bin/sh', '-c', script],
+  cwd: '/',
+  env: { PATH: '/usr/bin:/bin' },
+  tty: false,
+  pipeStdin: false,
+});
+
+describe('detached processes', () => {
+  it('outlive the session that started them, which expired, and another session reads them to the end', async () => {
+    const r = registry({ detachedTtlMs: 20 });
+    const a = new Attachment();
+    const first = r.create(a);
+    await first.startDetached({ ...start('job-1', 'read line; echo "got $line"; exit 7'), pipeStdin: true });
+    await first.startDetached({ ...start('job-2', 'cat'), pipeStdin: true });
+    r.detach(first, a);
+    await expect.poll(() => r.size, { timeout: 5000 }).toBe(0);
+
+    const second = r.create(new Attachment());
+    const listed = second.listProcesses();
+    expect(listed.map((p) => [p.processId, p.state, p.detached])).toEqual([
+      ['job-1', 'running', true],
+      ['job-2', 'running', true],
+    ]);
+    expect(listed[0]?.pid).toBeGreaterThan(0);
+    expect(await second.tableFor('job-1').write('job-1', Buffer.from('x\n'), 'w1')).toBe('accepted');
+    const read = await second.tableFor('job-1').read('job-1', { afterSeq: 0, waitMs: 5000 });
+    expect(read.chunks.map((c) => c.chunk.toString()).join('')).toBe('got x\n');
+    await expect
+      .poll(() =>
+        second
+          .tableFor('job-1')
+          .read('job-1', { afterSeq: 0 })
+          .then((x) => x.closed),
+      )
+      .toBe(true);
+    expect((await second.tableFor('job-1').read('job-1', { afterSeq: 0 })).exitCode).toBe(7);
+
+    expect(await second.tableFor('job-2').write('job-2', Buffer.from('hello\n'), 'w1')).toBe('accepted');
+    await expect
+      .poll(async () =>
+        (await second.tableFor('job-2').read('job-2', { afterSeq: 0 })).chunks.map((c) => c.chunk.toString()).join(''),
+      )
+      .toBe('hello\n');
+    expect(second.terminateProcess('job-2')).toEqual({ running: true });
+  });
+
+  it('pushes notifications to every session that attached, and a congested one drops them until it drains', async () => {
+    const r = registry();
+    const starter = r.create(new Attachment());
+    await starter.startDetached({ ...start('echoer', 'cat'), pipeStdin: true });
+    const a = new Attachment();
+    const b = new Attachment();
+    const sa = r.create(a);
+    const sb = r.create(b);
+    expect(sa.attachDetached('echoer')).toMatchObject({ processId: 'echoer', state: 'running', detached: true });
+    sb.attachDetached('echoer');
+    sb.attachDetached('echoer'); // idempotent
+    b.writable = false;
+    await sa.tableFor('echoer').write('echoer', Buffer.from('one\n'), 'w1');
+    await expect.poll(() => a.output()).toBe('one\n');
+    await expect.poll(() => b.output()).toBe('one\n');
+    // b said it was congested: nothing more for it until it drains.
+    await sa.tableFor('echoer').write('echoer', Buffer.from('two\n'), 'w2');
+    await expect.poll(() => a.output()).toBe('one\ntwo\n');
+    expect(b.output()).toBe('one\n');
+    b.writable = true;
+    sb.drained(b);
+    expect(sa.tableFor('echoer').closeStdin('echoer')).toBe('accepted');
+    await expect.poll(() => b.events.some((e) => e.kind === 'closed')).toBe(true);
+    expect(a.events.map((e) => e.kind)).toEqual(['output', 'output', 'exited', 'closed']);
+    // The starter never attached: it got nothing.
+    expect((starter as unknown as { stateValue: { attachment: Attachment } }).stateValue.attachment.events).toEqual([]);
+  });
+
+  it('refuses an id used anywhere on the executor, a bad id, and a start beyond the limit', async () => {
+    const r = registry({ maxDetachedProcesses: 2 });
+    const one = r.create(new Attachment());
+    const two = r.create(new Attachment());
+    await one.table.start(start('mine', 'sleep 30'));
+    await expect(two.startDetached(start('mine', 'true'))).rejects.toMatchObject({
+      code: 'already_exists',
+      message: 'process mine already exists',
+    });
+    await two.startDetached(start('d1', 'sleep 30'));
+    await expect(one.startProcess(start('d1', 'true'))).rejects.toMatchObject({
+      code: 'already_exists',
+      message: 'process d1 already exists (a detached process)',
+    });
+    await expect(two.startDetached(start('d1', 'true'))).rejects.toMatchObject({ code: 'already_exists' });
+    await expect(two.startDetached(start('bad id', 'true'))).rejects.toMatchObject({ code: 'invalid_argument' });
+    await expect(two.startDetached(start('', 'true'))).rejects.toMatchObject({ code: 'invalid_argument' });
+    await two.startDetached(start('d2', 'sleep 30'));
+    await expect(two.startDetached(start('d3', 'true'))).rejects.toMatchObject({
+      code: 'too_many_processes',
+      message: expect.stringContaining('too many detached processes: the limit is 2'),
+    });
+    expect(() => one.attachDetached('nope')).toThrow('unknown process id nope');
+    expect(() => one.attachDetached('mine')).toThrow('belongs to this session');
+  });
+
+  it('are killed at shutdown, and shutdown waits for them', async () => {
+    const r = registry();
+    const session = r.create(new Attachment());
+    const started = await session.startDetached(start('long', 'sleep 60'));
+    await r.shutdown();
+    expect(() => process.kill(started.pid, 0)).toThrow();
+    const [entry] = r.detached.list();
+    expect(entry?.state).toBe('closed');
+  });
+});

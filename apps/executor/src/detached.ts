@@ -1,0 +1,161 @@
+import { DEFAULT_MAX_DETACHED_PROCESSES, detachedProcessIdProblem } from '@tether/exec-protocol';
+import {
+  ProcessError,
+  type ProcessEvent,
+  type ProcessSummary,
+  ProcessTable,
+  type ProcessTableOptions,
+  type StartRequest,
+  type StartResult,
+} from '@tether/local-process';
+import type { Logger } from './logger.js';
+import { ExecutorMetrics, secondsSince } from './metrics.js';
+
+/** How long an exited detached process stays readable (and attachable) by default: 10 minutes. */
+export const DEFAULT_DETACHED_EXITED_RETENTION_MS = 10 * 60_000;
+
+/** A session that follows detached processes (`process/attach`). */
+export interface DetachedWatcher {
+  /** One event of a watched process; best effort (dropped while the watcher's connection is congested or gone). */
+  deliverDetached(event: ProcessEvent): void;
+}
+
+export interface DetachedProcessesOptions {
+  /** The sessions' table options (retention, reaper, read buffers); flow control and its budget do not apply. */
+  tableOptions: Omit<ProcessTableOptions, 'onEvent' | 'maxProcesses' | 'exitedRetentionMs' | 'outputBudget'>;
+  /** Detached processes at once, in any state (`--max-detached-processes`). Default 64. */
+  maxProcesses?: number;
+  /** How long a closed detached process stays readable. Default 10 minutes. */
+  exitedRetentionMs?: number;
+  /** Whether some session of the executor has a process with this id (ids are unique executor-wide). */
+  usedBySession: (processId: string) => boolean;
+  logger: Logger;
+  metrics?: ExecutorMetrics;
+}
+
+/**
+ * The executor's detached processes (capability `processDetach`, exec-protocol's detached.ts): one process
+ * table that belongs to the executor, not to a session, so its processes outlive the session that started
+ * them, and every session can reach them by id. Owned by the SessionRegistry, ended at its shutdown.
+ *
+ * Output is retained as for any process (the ring of `retainedOutputBytes` per process, oldest dropped first)
+ * and read with `process/read`. A detached process is never flow-controlled and never paused for a slow
+ * reader: nobody may be reading it, and one attacher must not hold the others (or the child) back. So when
+ * its output outruns every audience, the oldest retained output is dropped; readers see the missing seqs.
+ */
+export class DetachedProcesses {
+  readonly table: ProcessTable;
+  readonly maxProcesses: number;
+  private readonly options: DetachedProcessesOptions;
+  private readonly metrics: ExecutorMetrics;
+  /** Sessions following each process, until its close (bounded by the sessions of the executor). */
+  private readonly watchers = new Map<string, Set<DetachedWatcher>>();
+  /** Start times of the processes not yet exited (process metrics). */
+  private readonly running = new Map<string, number>();
+
+  constructor(options: DetachedProcessesOptions) {
+    this.options = options;
+    this.metrics = options.metrics ?? new ExecutorMetrics();
+    this.maxProcesses = options.maxProcesses ?? DEFAULT_MAX_DETACHED_PROCESSES;
+    this.table = new ProcessTable({
+      ...options.tableOptions,
+      maxProcesses: this.maxProcesses,
+      exitedRetentionMs: options.exitedRetentionMs ?? DEFAULT_DETACHED_EXITED_RETENTION_MS,
+      onEvent: (event) => this.onEvent(event),
+    });
+  }
+
+  has(processId: string): boolean {
+    return this.table.has(processId);
+  }
+
+  get size(): number {
+    return this.table.size;
+  }
+
+  /**
+   * Starts a detached process. The id must be plain (DETACHED_PROCESS_ID_PATTERN) and unused by every
+   * session; the start is refused with `too_many_processes` at the limit. Never flow-controlled.
+   */
+  async start(request: StartRequest): Promise<StartResult> {
+    const { processId } = request;
+    const problem = detachedProcessIdProblem(processId);
+    if (problem !== null) throw new ProcessError('invalid_argument', problem);
+    // Checked and reserved in one turn (ProcessTable.start reserves synchronously): no start can slip between.
+    if (this.table.has(processId) || this.options.usedBySession(processId)) {
+      throw new ProcessError('already_exists', `process ${processId} already exists`);
+    }
+    if (this.table.size >= this.maxProcesses) {
+      throw new ProcessError(
+        'too_many_processes',
+        `too many detached processes: the limit is ${this.maxProcesses} (executor --max-detached-processes; exited ones count until they are evicted)`,
+      );
+    }
+    this.metrics.processStarting();
+    this.running.set(processId, performance.now());
+    try {
+      const started = await this.table.start({ ...request, flowWindowBytes: null });
+      this.options.logger.info({ processId, pid: started.pid }, 'detached process started');
+      return started;
+    } catch (err) {
+      if (this.running.delete(processId)) this.metrics.processStartFailed();
+      throw err;
+    }
+  }
+
+  /**
+   * `process/attach`: `watcher` gets the process's notifications from now on, until the process closes or
+   * the watcher is forgotten. Idempotent. Returns the process's list entry.
+   */
+  watch(processId: string, watcher: DetachedWatcher): ProcessSummary & { detached: true } {
+    const summary = this.table.list().find((entry) => entry.processId === processId);
+    if (summary === undefined) throw new ProcessError('unknown_process', `unknown process id ${processId}`);
+    // A closed process has no more events to send.
+    if (summary.state !== 'closed') {
+      let set = this.watchers.get(processId);
+      if (set === undefined) {
+        set = new Set();
+        this.watchers.set(processId, set);
+      }
+      set.add(watcher);
+    }
+    return { ...summary, detached: true };
+  }
+
+  /** The watcher (a session) ended: it follows nothing any more. */
+  forget(watcher: DetachedWatcher): void {
+    for (const [processId, set] of this.watchers) {
+      set.delete(watcher);
+      if (set.size === 0) this.watchers.delete(processId);
+    }
+  }
+
+  list(): Array<ProcessSummary & { detached: true }> {
+    return this.table.list().map((entry) => ({ ...entry, detached: true as const }));
+  }
+
+  /** `process/terminate` of a detached process. */
+  terminate(processId: string): { running: boolean } {
+    return this.table.terminate(processId);
+  }
+
+  /** Kills every detached process and waits until they are gone (executor shutdown). Idempotent. */
+  async shutdown(): Promise<void> {
+    this.watchers.clear();
+    await this.table.shutdown();
+  }
+
+  private onEvent(event: ProcessEvent): void {
+    if (event.kind === 'exited') {
+      const startedAt = this.running.get(event.processId);
+      if (startedAt !== undefined) {
+        this.running.delete(event.processId);
+        this.metrics.processFinished(event.exitCode === 0 ? 'success' : 'error', secondsSince(startedAt));
+      }
+      this.options.logger.info({ processId: event.processId, exitCode: event.exitCode }, 'detached process exited');
+    }
+    const set = this.watchers.get(event.processId);
+    if (set !== undefined) for (const watcher of set) watcher.deliverDetached(event);
+    if (event.kind === 'closed') this.watchers.delete(event.processId);
+  }
+}

@@ -1,0 +1,118 @@
+import { createHash } from 'node:crypto';
+import { lstatSync, mkdirSync } from 'node:fs';
+import { isAbsolute, join } from 'node:path';
+import { TetherError } from '@tether/client';
+
+/** What a master connects to; its socket is named after this (the API key only as a hash). */
+export interface MasterKey {
+  registryUrl: string;
+  environmentId: string;
+  apiKey: string;
+}
+
+/** Unix socket paths are at most 107 bytes on Linux (sun_path): longer runtime dirs are refused. */
+const MAX_SOCKET_PATH_BYTES = 107;
+
+function uid(): number {
+  return process.getuid?.() ?? -1;
+}
+
+/** `$XDG_RUNTIME_DIR/tether` when that is an absolute path, else `/tmp/tether-$UID`. */
+export function runtimeDir(env: NodeJS.ProcessEnv): string {
+  const xdg = env.XDG_RUNTIME_DIR;
+  if (xdg && isAbsolute(xdg)) return join(xdg, 'tether');
+  return `/tmp/tether-${uid()}`;
+}
+
+/**
+ * The socket (and log) name of the master for `key`: a hash of the registry URL, environment and the
+ * API key's own hash, so neither the key nor a credential derived from it is ever part of a path.
+ */
+export function masterName(key: MasterKey): string {
+  const keyHash = createHash('sha256').update(key.apiKey).digest('hex');
+  let registry = key.registryUrl;
+  try {
+    registry = new URL(key.registryUrl).href;
+  } catch {
+    // checked elsewhere; an unparsable URL never gets this far
+  }
+  return createHash('sha256')
+    .update(JSON.stringify(['tether-master/1', registry, key.environmentId, keyHash]))
+    .digest('hex')
+    .slice(0, 24);
+}
+
+export interface MasterPaths {
+  dir: string;
+  socket: string;
+  log: string;
+}
+
+export function masterPaths(key: MasterKey, env: NodeJS.ProcessEnv): MasterPaths {
+  const dir = runtimeDir(env);
+  const name = masterName(key);
+  const socket = join(dir, `${name}.sock`);
+  if (Buffer.byteLength(socket) > MAX_SOCKET_PATH_BYTES) {
+    throw new TetherError(
+      'invalid_argument',
+      `the master socket path ${socket} is longer than ${MAX_SOCKET_PATH_BYTES} bytes; use a shorter XDG_RUNTIME_DIR`,
+    );
+  }
+  return { dir, socket, log: join(dir, `${name}.log`) };
+}
+
+/** Why `path` (lstat'ed) is not this user's private entry, or null when it is. */
+function ownershipProblem(path: string, kind: 'directory' | 'socket'): string | null {
+  const stat = lstatSync(path);
+  const isKind = kind === 'directory' ? stat.isDirectory() : stat.isSocket();
+  if (!isKind) return `${path} is not a ${kind}`;
+  if (stat.uid !== uid()) return `${path} belongs to uid ${stat.uid}, not to this user (${uid()})`;
+  if ((stat.mode & 0o077) !== 0) return `${path} is open to other users (mode ${(stat.mode & 0o777).toString(8)})`;
+  return null;
+}
+
+/**
+ * Checks the runtime directory: absent → false; this user's with mode 0700 (no group/other bits) → true;
+ * anything else (a symbolic link, another owner, open permissions) → a TetherError: a master there could be
+ * someone else's, and nothing in it is trusted.
+ */
+export function checkPrivateDir(dir: string): boolean {
+  let problem: string | null;
+  try {
+    problem = ownershipProblem(dir, 'directory');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return false;
+    throw err;
+  }
+  if (problem) throw new TetherError('invalid_argument', `not using the master directory: ${problem}`);
+  return true;
+}
+
+/** Creates the runtime directory 0700 if it is absent, then checks it as `checkPrivateDir` does. */
+export function ensurePrivateDir(dir: string): void {
+  if (checkPrivateDir(dir)) return;
+  try {
+    mkdirSync(dir, { mode: 0o700 });
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EEXIST') {
+      throw new TetherError('invalid_argument', `cannot create ${dir}: ${(err as Error).message}`);
+    }
+  }
+  checkPrivateDir(dir);
+}
+
+/**
+ * Checks a master socket: absent → false; this user's socket, mode 0600 or stricter → true; else a
+ * TetherError (not trusted).
+ */
+export function checkSocket(path: string): boolean {
+  let problem: string | null;
+  try {
+    problem = ownershipProblem(path, 'socket');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return false;
+    throw err;
+  }
+  if (problem) throw new TetherError('invalid_argument', `not using the master socket: ${problem}`);
+  return true;
+}

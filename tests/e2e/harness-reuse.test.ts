@@ -1,0 +1,242 @@
+/**
+ * Connection reuse through the real product path: `harness master start` (a detached process holding
+ * channels set up through the registry bin, the relay bin and `executor --remote`), then harness commands
+ * that take a channel over its unix socket. Also: the socket's permissions, a stale socket, a master that is
+ * not trusted, a session that outlives its master (resumed directly), the executor key pin, TETHER_REUSE=auto
+ * and the idle timeout. Nothing may be left running: every master started here is gone at the end.
+ */
+import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import {
+  chmodSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { generateIdentity, publicKeyToJson } from '@tether/noise';
+import { isAlive, repoRoot, type Stack, startStack } from '@tether/test-kit';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+
+const ENVIRONMENT = 'env-reuse-e2e';
+const MAIN = join(repoRoot(), 'apps', 'harness', 'dist', 'main.js');
+
+interface Run {
+  code: number | null;
+  stdout: Buffer;
+  stderr: string;
+}
+
+function harness(args: string[], env: NodeJS.ProcessEnv, stdin?: Buffer): Promise<Run> {
+  const child = spawn(process.execPath, [MAIN, ...args], {
+    env: { ...process.env, ...env },
+    stdio: [stdin ? 'pipe' : 'ignore', 'pipe', 'pipe'],
+  });
+  const out: Buffer[] = [];
+  let stderr = '';
+  child.stdout?.on('data', (d: Buffer) => out.push(d));
+  child.stderr?.on('data', (d: Buffer) => {
+    stderr += d;
+  });
+  if (stdin) child.stdin?.end(stdin);
+  return new Promise((resolve, reject) => {
+    child.once('error', reject);
+    child.once('close', (code) => resolve({ code, stdout: Buffer.concat(out), stderr }));
+  });
+}
+
+async function waitFor(what: string, check: () => boolean | Promise<boolean>, ms = 20_000): Promise<void> {
+  const until = Date.now() + ms;
+  while (!(await check())) {
+    if (Date.now() > until) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+describe('harness connection master (reuse) through registry, relay and executor', () => {
+  let stack: Stack;
+  let dir: string;
+  let runtime: string;
+  let env: NodeJS.ProcessEnv;
+  /** Every master pid seen, killed at the end if a test left one. */
+  const pids = new Set<number>();
+
+  const tetherDir = () => join(runtime, 'tether');
+  const logText = () =>
+    (existsSync(tetherDir()) ? readdirSync(tetherDir()) : [])
+      .filter((name) => name.endsWith('.log'))
+      .map((name) => readFileSync(join(tetherDir(), name), 'utf8'))
+      .join('');
+  const handouts = () => (logText().match(/channel handed out/g) ?? []).length;
+
+  async function statusPid(extra: NodeJS.ProcessEnv = {}): Promise<number | null> {
+    const run = await harness(['master', 'status'], { ...env, ...extra });
+    const pid = /master pid (\d+)/.exec(run.stdout.toString())?.[1];
+    if (!pid) return null;
+    pids.add(Number(pid));
+    return Number(pid);
+  }
+
+  async function startMaster(args: string[] = []): Promise<{ socket: string; pid: number }> {
+    const run = await harness(['master', 'start', ...args], env);
+    expect(run.stderr).toBe('');
+    expect(run.code).toBe(0);
+    const socket = run.stdout.toString().trim();
+    const pid = await statusPid();
+    expect(pid).not.toBeNull();
+    return { socket, pid: pid as number };
+  }
+
+  beforeAll(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'tether-reuse-e2e-'));
+    runtime = join(dir, 'run');
+    mkdirSync(runtime, { mode: 0o700 });
+    stack = await startStack();
+    await stack.startExecutor('tether', ENVIRONMENT);
+    env = {
+      TETHER_REGISTRY_URL: stack.registryUrl,
+      TETHER_API_KEY: stack.keys.harness,
+      TETHER_ENVIRONMENT_ID: ENVIRONMENT,
+      XDG_RUNTIME_DIR: runtime,
+      TETHER_REUSE: '',
+    };
+  });
+
+  afterEach(async () => {
+    await harness(['master', 'stop'], env);
+    for (const pid of pids) await waitFor(`master ${pid} to exit`, () => !isAlive(pid));
+    if (existsSync(tetherDir())) {
+      chmodSync(tetherDir(), 0o700);
+      expect(readdirSync(tetherDir()).filter((name) => name.endsWith('.sock'))).toEqual([]);
+      rmSync(tetherDir(), { recursive: true, force: true });
+    }
+  });
+
+  afterAll(async () => {
+    for (const pid of pids) if (isAlive(pid)) process.kill(pid, 'SIGKILL');
+    await stack?.close();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('serves commands over a private socket, passes bytes and exit codes, and stops', {
+    timeout: 120_000,
+  }, async () => {
+    const { socket, pid } = await startMaster();
+    expect(socket.startsWith(`${tetherDir()}/`)).toBe(true);
+    expect(socket).not.toContain(stack.keys.harness);
+    expect(statSync(tetherDir()).mode & 0o777).toBe(0o700);
+    expect(statSync(socket).mode & 0o777).toBe(0o600);
+    expect(statSync(socket).uid).toBe(process.getuid?.());
+    expect(logText()).not.toContain(stack.keys.harness);
+
+    const hello = await harness(['exec', '--', 'sh', '-c', 'echo hello; exit 3'], env);
+    expect(hello.stdout.toString()).toBe('hello\n');
+    expect(hello.code).toBe(3);
+    expect(handouts()).toBe(1);
+
+    // Binary attachments both ways (stdin writes and output chunks) spliced unchanged: 3 MiB round trip.
+    const data = randomBytes(3 * 1024 * 1024);
+    const echo = await harness(['exec', '-i', '--', 'cat'], env, data);
+    expect(echo.stderr).toBe('');
+    expect(echo.code).toBe(0);
+    expect(echo.stdout.equals(data)).toBe(true);
+    expect(handouts()).toBe(2);
+
+    // TETHER_REUSE=no connects directly.
+    const direct = await harness(['exec', '--', 'true'], { ...env, TETHER_REUSE: 'no' });
+    expect(direct.code).toBe(0);
+    expect(handouts()).toBe(2);
+
+    const stop = await harness(['master', 'stop'], env);
+    expect(stop.code).toBe(0);
+    await waitFor('the master to exit', () => !isAlive(pid));
+    expect(existsSync(socket)).toBe(false);
+    expect((await harness(['master', 'status'], env)).code).toBe(1);
+    expect(logText()).not.toContain(stack.keys.harness);
+  });
+
+  it('removes a stale socket and connects directly', { timeout: 120_000 }, async () => {
+    const { socket, pid } = await startMaster();
+    process.kill(pid, 'SIGKILL');
+    await waitFor('the master to die', () => !isAlive(pid));
+    expect(existsSync(socket)).toBe(true);
+    const run = await harness(['exec', '--', 'sh', '-c', 'echo direct'], env);
+    expect(run.stdout.toString()).toBe('direct\n');
+    expect(run.code).toBe(0);
+    expect(existsSync(socket)).toBe(false);
+  });
+
+  it('does not use a master whose directory or socket other users can reach', { timeout: 120_000 }, async () => {
+    const { socket } = await startMaster();
+    chmodSync(socket, 0o666);
+    const open = await harness(['exec', '--', 'true'], env);
+    expect(open.code).toBe(0);
+    chmodSync(socket, 0o600);
+    chmodSync(tetherDir(), 0o755);
+    const openDir = await harness(['exec', '--', 'true'], env);
+    expect(openDir.code).toBe(0);
+    expect((await harness(['master', 'status'], env)).stderr).toContain('open to other users');
+    expect(handouts()).toBe(0);
+    chmodSync(tetherDir(), 0o700);
+    expect((await harness(['exec', '--', 'true'], env)).code).toBe(0);
+    expect(handouts()).toBe(1);
+  });
+
+  it('keeps a session going when its master stops mid-command (resumed directly)', { timeout: 120_000 }, async () => {
+    const { pid } = await startMaster();
+    const running = harness(['exec', '--', 'sh', '-c', 'sleep 3; echo survived'], env);
+    await waitFor('the command to take a channel', () => handouts() === 1);
+    expect((await harness(['master', 'stop'], env)).code).toBe(0);
+    await waitFor('the master to exit', () => !isAlive(pid));
+    const run = await running;
+    expect(run.stderr).toBe('');
+    expect(run.stdout.toString()).toBe('survived\n');
+    expect(run.code).toBe(0);
+  });
+
+  it('checks the executor key pin in the master and in the command', { timeout: 120_000 }, async () => {
+    const wrong = join(dir, 'wrong-key.json');
+    writeFileSync(wrong, JSON.stringify(publicKeyToJson(generateIdentity().publicKey)));
+    const refused = await harness(['master', 'start', '--executor-key', wrong], env);
+    expect(refused.code).not.toBe(0);
+    expect(refused.stderr).toMatch(/not the pinned one/);
+    expect(readdirSync(tetherDir()).filter((name) => name.endsWith('.sock'))).toEqual([]);
+    // A master without a pin serves; a command pinned to another key refuses its channel.
+    await startMaster();
+    const pinned = await harness(['exec', '--executor-key', wrong, '--', 'true'], env);
+    expect(pinned.code).not.toBe(0);
+    expect(pinned.stderr).toMatch(/pinned/);
+  });
+
+  it('starts a master on first use with TETHER_REUSE=auto, and one with --persist exits when idle', {
+    timeout: 120_000,
+  }, async () => {
+    const first = await harness(['exec', '--', 'sh', '-c', 'echo auto'], { ...env, TETHER_REUSE: 'auto' });
+    expect(first.stdout.toString()).toBe('auto\n');
+    expect(first.code).toBe(0);
+    expect(handouts()).toBe(1);
+    const pid = await statusPid();
+    expect(pid).not.toBeNull();
+    expect((await harness(['master', 'stop'], env)).code).toBe(0);
+    await waitFor('the auto master to exit', () => !isAlive(pid as number));
+
+    const idle = await startMaster(['--persist', '1']);
+    await waitFor('the idle master to exit', () => !isAlive(idle.pid));
+    expect(existsSync(idle.socket)).toBe(false);
+  });
+
+  it('rejects bad TETHER_REUSE values and master flags', { timeout: 60_000 }, async () => {
+    const bad = await harness(['exec', '--', 'true'], { ...env, TETHER_REUSE: 'sometimes' });
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain('TETHER_REUSE must be no, use or auto');
+    const pool = await harness(['master', 'start', '--pool', '99'], env);
+    expect(pool.code).not.toBe(0);
+    expect(pool.stderr).toContain('expected 1 to 8');
+  });
+});

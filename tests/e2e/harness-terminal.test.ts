@@ -1,0 +1,187 @@
+/**
+ * The harness at a real terminal (a private tmux server), through the whole product path: the harness bin
+ * → registry bin → relay bin → our executor in remote mode. The window's size follows tmux's resize, the
+ * terminal's TERM reaches the remote side, Ctrl-C reaches the remote process, `harness shell` is a login
+ * shell, and exit codes come back.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { findProcesses, repoRoot, type Stack, startStack, startTmux, type Tmux } from '@tether/test-kit';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+
+const ENVIRONMENT = 'terminal-e2e';
+const work = mkdtempSync(join(tmpdir(), 'tether-harness-terminal-'));
+const bin = join(repoRoot(), 'apps', 'harness', 'dist', 'main.js');
+let stack: Stack;
+const terminals: Tmux[] = [];
+
+/** A shell word (single-quoted). */
+const quote = (word: string) => `'${word.replace(/'/g, `'\\''`)}'`;
+
+/** The harness bin with `args`, in a fresh tmux window of cols x rows, run from `work`. */
+async function terminal(args: string[], size = { cols: 100, rows: 30 }, after = ''): Promise<Tmux> {
+  const tmux = await startTmux({
+    // The shell reports the harness's exit status on the screen: tmux 3.3a does not always record a dead
+    // pane's status after its window was resized (pane_dead 1, pane_dead_status empty).
+    // The shell ignores Ctrl-C's SIGINT (so that it lives to report); the harness installs its own handler.
+    // What the window shows in its first half second or so may be lost (seen with tmux 3.3a), so the
+    // tests look for output the remote side repeats or prints on a key, never for one early line.
+    command: `trap "" INT; ${[process.execPath, bin, ...args].map(quote).join(' ')}; echo "[harness exit $?]"${after}`,
+    cwd: work,
+    ...size,
+    env: {
+      TETHER_REGISTRY_URL: stack.registryUrl,
+      TETHER_ENVIRONMENT_ID: ENVIRONMENT,
+      TETHER_API_KEY: stack.keys.harness,
+      TETHER_CONFIG: join(work, 'no-config.toml'),
+    },
+  });
+  terminals.push(tmux);
+  return tmux;
+}
+
+/** The harness's exit status, once the shell around it has printed it. */
+async function exitCode(tmux: Tmux): Promise<number> {
+  const screen = await tmux.waitFor(/\[harness exit \d+\]/);
+  return Number(/\[harness exit (\d+)\]/.exec(screen)?.[1]);
+}
+
+/** Presses Enter until the screen matches (the remote side answers each line it reads). */
+async function untilAnswer(tmux: Tmux, pattern: RegExp): Promise<string> {
+  for (let attempt = 0; ; attempt++) {
+    await tmux.send('Enter');
+    try {
+      return await tmux.waitFor(pattern, 1000);
+    } catch (err) {
+      if (attempt === 10) throw err;
+    }
+  }
+}
+
+/**
+ * Presses Enter until the remote side prints `size=ROWS COLS`: the window's SIGWINCH reaches the harness
+ * asynchronously, so a key typed right after the resize may be read remotely before the new size is set.
+ */
+async function untilSize(tmux: Tmux, rows: number, cols: number): Promise<void> {
+  for (let attempt = 0; ; attempt++) {
+    await tmux.send('Enter');
+    try {
+      await tmux.waitFor(`size=${rows} ${cols}`, 1000);
+      return;
+    } catch (err) {
+      if (attempt === 10) throw err;
+    }
+  }
+}
+
+beforeAll(async () => {
+  stack = await startStack();
+  await stack.startExecutor('tether', ENVIRONMENT, { env: { SHELL: '/bin/bash' } });
+}, 120_000);
+
+afterEach(async () => {
+  for (const tmux of terminals.splice(0)) await tmux.close();
+});
+
+afterAll(async () => {
+  await stack?.close();
+  // The harnesses ran in `work` and so did every remote command (--cwd): none may be left.
+  expect(findProcesses({ cwdUnder: work })).toEqual([]);
+  rmSync(work, { recursive: true, force: true });
+});
+
+describe('harness exec -t at a terminal', () => {
+  it('the remote terminal follows the window: stty size changes after tmux resizes it', async () => {
+    const tmux = await terminal([
+      'exec',
+      '-t',
+      '--cwd',
+      work,
+      '--',
+      '/bin/sh',
+      '-c',
+      'stty size | sed s/^/size=/; while read line; do stty size | sed s/^/size=/; done',
+    ]);
+    await tmux.waitFor('size=30 100');
+    await tmux.resize(132, 41);
+    await untilSize(tmux, 41, 132);
+    await tmux.resize(60, 20);
+    await untilSize(tmux, 20, 60);
+    await tmux.send('C-d');
+    expect(await exitCode(tmux)).toBe(0);
+  });
+
+  it("sends the terminal's TERM, as ssh does (tmux's, not the executor's default xterm)", async () => {
+    const tmux = await terminal(
+      ['exec', '-t', '--cwd', work, '--', '/bin/sh', '-c', 'while read line; do echo "remote=[$TERM]"; done'],
+      undefined,
+      '; echo "local=[$TERM]"',
+    );
+    await untilAnswer(tmux, /remote=\[.*\]/);
+    await tmux.send('C-d');
+    expect(await exitCode(tmux)).toBe(0);
+    const screen = await tmux.waitFor(/local=\[.*\]/);
+    const local = /local=\[(.*)\]/.exec(screen)?.[1];
+    const remote = /remote=\[(.*)\]/.exec(screen)?.[1];
+    expect(local).toMatch(/^(screen|tmux)/);
+    expect(remote).toBe(local);
+  });
+
+  it('Ctrl-C reaches the remote process through its terminal', async () => {
+    const tmux = await terminal([
+      'exec',
+      '-t',
+      '--cwd',
+      work,
+      '--',
+      '/bin/sh',
+      '-c',
+      'trap "echo interrupted; exit 7" INT; while :; do echo ready; sleep 0.2; done',
+    ]);
+    await tmux.waitFor('ready');
+    await tmux.send('C-c');
+    await tmux.waitFor('interrupted');
+    expect(await exitCode(tmux)).toBe(7);
+  });
+
+  it("the remote command's exit code is the harness's", async () => {
+    const tmux = await terminal(['exec', '-t', '--cwd', work, '--', '/bin/sh', '-c', 'exit 42']);
+    expect(await exitCode(tmux)).toBe(42);
+  });
+
+  it('a missing program exits 127 (its message: harness-errors.test.ts)', async () => {
+    const tmux = await terminal(['exec', '-t', '--cwd', work, '--', '/no/such/prog']);
+    expect(await exitCode(tmux)).toBe(127);
+  });
+});
+
+describe('harness exec without -t at a terminal', () => {
+  it('Ctrl-C interrupts the remote process and the harness exits 130, as ssh does', async () => {
+    const tmux = await terminal([
+      'exec',
+      '--cwd',
+      work,
+      '--',
+      '/bin/sh',
+      '-c',
+      'while :; do echo ready; sleep 0.2; done',
+    ]);
+    await tmux.waitFor('ready');
+    await tmux.send('C-c');
+    expect(await exitCode(tmux)).toBe(130);
+  });
+});
+
+describe('harness shell', () => {
+  it('is the remote login shell ($SHELL -l) in a terminal that follows the window, with our TERM', async () => {
+    const tmux = await terminal(['shell', ENVIRONMENT, '--cwd', work], { cols: 90, rows: 25 });
+    await tmux.send(['shopt -q login_shell && echo "login=yes $(stty size) [$TERM]"', 'Enter']);
+    await tmux.waitFor(/login=yes 25 90 \[(screen|tmux)/);
+    await tmux.resize(110, 35);
+    await tmux.send(['echo "now $(stty size)"', 'Enter']);
+    await tmux.waitFor('now 35 110');
+    await tmux.send(['exit 5', 'Enter']);
+    expect(await exitCode(tmux)).toBe(5);
+  });
+});
