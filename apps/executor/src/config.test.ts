@@ -48,6 +48,10 @@ max_read_file_bytes = 1024
 max_open_files_per_connection = 16
 [logging]
 level = "debug"
+[forward]
+enabled = false
+allow = ["loopback", "10.0.0.0/8:5432"]
+max_connections_per_connection = 4
 `);
     expect(loadConfig({ path, strict: true }).config).toEqual({
       detachedTtlMs: 5000,
@@ -68,6 +72,9 @@ level = "debug"
       otelEnvironment: 'dev',
       metricsExporter: null,
       analyticsEnabled: true,
+      forwardEnabled: false,
+      forwardAllow: ['loopback', '10.0.0.0/8:5432'],
+      forwardMaxConnections: 4,
     });
   });
 
