@@ -114,12 +114,13 @@ describe('harness exec -t at a terminal', () => {
 
   it("sends the terminal's TERM, as ssh does (tmux's, not the executor's default xterm)", async () => {
     const tmux = await terminal(
-      ['exec', '-t', '--cwd', work, '--', '/bin/sh', '-c', 'while read line; do echo "remote=[$TERM]"; done'],
+      // The remote side answers the first line it reads and exits by itself: this test is about TERM, and
+      // the end of input by Ctrl-D is the resize test's (one CI run under load saw the Ctrl-D here lost).
+      ['exec', '-t', '--cwd', work, '--', '/bin/sh', '-c', 'read line; echo "remote=[$TERM]"'],
       undefined,
       '; echo "local=[$TERM]"',
     );
     await untilAnswer(tmux, /remote=\[.*\]/);
-    await tmux.send('C-d');
     expect(await exitCode(tmux)).toBe(0);
     const screen = await tmux.waitFor(/local=\[.*\]/);
     const local = /local=\[(.*)\]/.exec(screen)?.[1];

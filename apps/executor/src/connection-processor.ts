@@ -69,6 +69,7 @@ type HandshakeState = 'new' | 'initializing' | 'initialized-pending' | 'ready';
 export interface ConnectionProcessorOptions {
   registry: SessionRegistry;
   concurrency: number;
+  /** What `initialize` answers; its `tcpForward` capability must match `forward` (ExecServer sets both). */
   environmentInfo: EnvironmentInfo;
   logger: Logger;
   /** End the session with the connection instead of detaching it (stdio: one client, no resume). */
@@ -165,11 +166,6 @@ export class ConnectionProcessor implements SessionAttachment {
           },
         }
       : options.environmentInfo;
-    // `tcpForward` only where this executor forwards (not with --no-forward).
-    if (!this.tcp.enabled) {
-      const capabilities = { ...this.environmentInfo.capabilities, tcpForward: false };
-      this.environmentInfo = { ...this.environmentInfo, capabilities };
-    }
     this.context = {
       carriesAttachments: connection.carriesAttachments,
       session: () => {

@@ -43,6 +43,20 @@ const start = (processId: string, script: string) => ({
 });
 
 describe('detached processes', () => {
+  it('takes each session’s writes under its own write ids: the same writeId from two sessions is two writes', async () => {
+    const r = registry();
+    const first = r.create(new Attachment());
+    const second = r.create(new Attachment());
+    await first.startDetached({ ...start('typed', 'head -c 6; echo'), pipeStdin: true });
+    expect(await first.writeProcess('typed', Buffer.from('one'), 'w-1')).toBe('accepted');
+    expect(await first.writeProcess('typed', Buffer.from('one'), 'w-1')).toBe('accepted'); // a retry: once
+    expect(await second.writeProcess('typed', Buffer.from('two'), 'w-1')).toBe('accepted');
+    const table = first.tableFor('typed');
+    await expect.poll(async () => (await table.read('typed')).closed, { timeout: 5000 }).toBe(true);
+    const { chunks } = await table.read('typed');
+    expect(chunks.map((chunk) => chunk.chunk.toString()).join('')).toBe('onetwo\n');
+  });
+
   it('outlive the session that started them, which expired, and another session reads them to the end', async () => {
     const r = registry({ detachedTtlMs: 20 });
     const a = new Attachment();

@@ -19,7 +19,7 @@ import { formatWebSocketUrl } from './listen-url.js';
 import { type Logger, silentLogger } from './logger.js';
 import { ExecutorMetrics } from './metrics.js';
 import { SessionRegistry } from './session-registry.js';
-import { forwardOptions } from './tcp/policy.js';
+import { type ForwardOptions, forwardOptions } from './tcp/policy.js';
 
 export interface ExecServerOptions {
   config?: Partial<ExecutorConfig>;
@@ -50,6 +50,8 @@ export class ExecServer {
   readonly metrics: ExecutorMetrics;
   private readonly logger: Logger;
   private readonly info: EnvironmentInfo;
+  /** Forwarding's policy and bounds, parsed once from the config (every connection shares them). */
+  private readonly forward: ForwardOptions;
   private readonly reaper: Reaper | null;
   private readonly processors = new Set<ConnectionProcessor>();
   private http: Server | null = null;
@@ -62,7 +64,11 @@ export class ExecServer {
     this.config = { ...DEFAULT_CONFIG, ...options.config };
     this.logger = options.logger ?? silentLogger();
     this.metrics = options.metrics ?? new ExecutorMetrics();
-    this.info = environmentInfo();
+    this.forward = forwardOptions(this.config);
+    const info = environmentInfo();
+    // `tcpForward` only where this executor forwards (not with --no-forward).
+    this.info =
+      this.forward.policy === null ? { ...info, capabilities: { ...info.capabilities, tcpForward: false } } : info;
     this.reaper = options.reaper === false ? null : createReaper({ subreaper: options.subreaper === true });
     this.registry = new SessionRegistry({
       detachedTtlMs: this.config.detachedTtlMs,
@@ -100,7 +106,7 @@ export class ExecServer {
       maxReadFileBytes: this.config.maxReadFileBytes,
       maxFileHandles: this.config.maxFileHandles,
       metrics: this.metrics,
-      forward: forwardOptions(this.config),
+      forward: this.forward,
     });
     this.processors.add(processor);
     void processor.done.then(() => this.processors.delete(processor));

@@ -122,6 +122,16 @@ export class Session implements DetachedWatcher {
     return !this.table.has(processId) && this.detached.has(processId) ? this.detached.table : this.table;
   }
 
+  /**
+   * `process/write` to this session's process or a detached one. A detached process takes writes from every
+   * session, so its write ids are this session's own (a resumed session keeps its id, so a retried write is
+   * still recognised); another session's `writeId` of the same text is another write.
+   */
+  writeProcess(processId: string, chunk: Buffer, writeId: string) {
+    const table = this.tableFor(processId);
+    return table.write(processId, chunk, table === this.table ? writeId : `${this.id}\u0000${writeId}`);
+  }
+
   /** `process/list`: this session's processes, then the executor's detached ones. */
   listProcesses(): Array<ProcessSummary & { detached: boolean }> {
     return [...this.table.list().map((entry) => ({ ...entry, detached: false })), ...this.detached.list()];

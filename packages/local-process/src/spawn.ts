@@ -185,6 +185,8 @@ const SHEBANG = Buffer.from('#!');
  * refused then.
  */
 function checkExecFormat(file: string): void {
+  // The formats below are Linux's (another system's native binaries, Mach-O for one, are not ELF).
+  if (process.platform !== 'linux') return;
   const head = Buffer.alloc(ELF_MAGIC.length);
   let length: number;
   let fd: number | undefined;

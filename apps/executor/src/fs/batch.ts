@@ -218,9 +218,14 @@ async function writeSmallFile(file: FileToWrite): Promise<FsWriteFilesEntry> {
   }
 }
 
-/** `fs/writeFiles`: every file written (see `writeSmallFile`), a failure answered in its own entry. */
+/**
+ * `fs/writeFiles`: every file written (see `writeSmallFile`), a failure answered in its own entry. Files are
+ * written several at once; a request naming one path twice is written one file after another, in order, so
+ * the last entry wins whole (two truncating writes at once would leave one file's bytes over the other's).
+ */
 export function writeFiles(files: readonly FileToWrite[]): Promise<FsWriteFilesEntry[]> {
-  return mapBounded(files, BATCH_PARALLELISM, writeSmallFile);
+  const distinct = new Set(files.map((file) => file.path)).size === files.length;
+  return mapBounded(files, distinct ? BATCH_PARALLELISM : 1, writeSmallFile);
 }
 
 /** `fs/getMetadata {unix: true}`'s additions: permission bits and access time (links followed). */

@@ -158,6 +158,21 @@ describe('fs/writeFiles', () => {
     expect(openFds()).toBe(fdsBefore);
   });
 
+  it('writes a path named twice one after the other, so the last entry is the whole file', async () => {
+    const dir = box();
+    const target = uri(join(dir, 'twice'));
+    const long = Buffer.alloc(1024 * 1024, 'L');
+    const { client } = await ready();
+    // Several copies, so entries of the same path would run at once if the request were written in parallel.
+    const files = [long, Buffer.from('short'), long, Buffer.from('last')].map((data) => ({
+      path: target,
+      dataBase64: data.toString('base64'),
+    }));
+    const answer = await client.call<{ files: unknown[] }>('fs/writeFiles', { files });
+    expect(answer.files).toHaveLength(4);
+    expect(readFileSync(join(dir, 'twice'), 'utf8')).toBe('last');
+  });
+
   it('refuses a FIFO without blocking, bad base64, a mode out of range and one time without the other', async () => {
     const dir = box();
     execFileSync('mkfifo', [join(dir, 'fifo')]);

@@ -165,7 +165,7 @@ export const processHandlers: HandlerTable = {
       }
     }
     if (params.writeId.length === 0) throw RpcError.invalidParams('writeId must not be empty');
-    const status = await ctx.session().tableFor(params.processId).write(params.processId, data, params.writeId);
+    const status = await ctx.session().writeProcess(params.processId, data, params.writeId);
     return { status };
   },
 

@@ -34,8 +34,8 @@ const READ_BYTES = MAX_RECORD_PLAINTEXT_BYTES - MESSAGE_LENGTH_PREFIX_BYTES - 25
  * `tcp/data` bytes of one connection sent and not yet reported received (`tcp/received`), all its streams
  * together: what is on the way, in the relay's queues. Each stream's window bounds what its consumer has
  * not taken; this bounds the pipe, because the relay resets a harness that has more than 4 MiB queued
- * towards it (its `harnessMaxBufferedBytes`). Each stream may overshoot it by one read, so with 32 streams
- * at most 2 MiB + 31 × 60 KiB ≈ 3.8 MiB are ever on the way (and the kernel's socket buffers hold part of it).
+ * towards it (its `harnessMaxBufferedBytes`). The read that shuts it pauses every stream, so at most
+ * 2 MiB + one read (60 KiB) is ever on the way, whatever the number of streams.
  * Twice the client's report interval, so that a report always finds room to reopen it.
  */
 export const DEFAULT_TCP_CONNECTION_BUDGET_BYTES = 2 * 1024 * 1024;
@@ -105,7 +105,13 @@ export class TcpForwards implements StreamLink {
   }
 
   spent(bytes: number): void {
+    const wasOpen = this.budgetOpen;
     this.#sentTotal += bytes;
+    // The read that shut the budget pauses every stream at once: the overshoot is that one read, whatever
+    // the number of streams.
+    if (wasOpen && !this.budgetOpen && !this.#closed) {
+      for (const stream of this.#streams.values()) stream.updateFlow();
+    }
   }
 
   /** `tcp/received`: the client has received `bytes` of `tcp/data` in all. Returns a protocol problem. */
