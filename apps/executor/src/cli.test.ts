@@ -8,7 +8,13 @@ import { PassThrough } from 'node:stream';
 import { loadNativePipe } from '@tether/native-pipe';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { readApiKeyFd } from './api-key.js';
-import { type ExecutorOptions, type ExecutorPlatform, exposedListenerWarning, runExecutor } from './cli.js';
+import {
+  applyForwardFlags,
+  type ExecutorOptions,
+  type ExecutorPlatform,
+  exposedListenerWarning,
+  runExecutor,
+} from './cli.js';
 import type { ExecSupport } from './key-handover.js';
 import { parseListenUrl } from './listen-url.js';
 import { silentLogger } from './logger.js';
@@ -248,5 +254,28 @@ describe('executor --remote: a revoked key', () => {
     expect(run.stderr()).not.toContain(KEY);
     expect(dumpable).toEqual([false]);
     expect(readFileSync(keyPath, 'utf8')).toBe(`${KEY}\n`); // read, never changed
+  });
+});
+
+describe('forwarding flags over the config file', () => {
+  const fileSays = (forwardEnabled: boolean) => ({ forwardEnabled, forwardAllow: ['loopback'] as readonly string[] });
+
+  it('--forward-allow turns forwarding on with its targets even where [forward] enabled = false', () => {
+    const config = fileSays(false);
+    expect(applyForwardFlags(config, { forwardAllow: ['10.0.0.0/8:5432'] })).toBeNull();
+    expect(config).toEqual({ forwardEnabled: true, forwardAllow: ['10.0.0.0/8:5432'] });
+  });
+
+  it('--no-forward turns it off; without flags the file decides', () => {
+    const off = fileSays(true);
+    expect(applyForwardFlags(off, { forward: false })).toBeNull();
+    expect(off.forwardEnabled).toBe(false);
+    const untouched = fileSays(false);
+    expect(applyForwardFlags(untouched, {})).toBeNull();
+    expect(untouched).toEqual(fileSays(false));
+  });
+
+  it('--forward-allow with --no-forward is a usage problem', () => {
+    expect(applyForwardFlags(fileSays(true), { forward: false, forwardAllow: ['any'] })).toMatch(/cannot be combined/);
   });
 });

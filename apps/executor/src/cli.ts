@@ -27,7 +27,7 @@ import { ExecutorMetrics } from './metrics.js';
 import { checkEnvironmentId, parseRegistryUrl, RegistryError } from './remote/registry-client.js';
 import { isKeyRefusal, RemoteLink } from './remote/remote-link.js';
 import { ExecServer } from './server.js';
-import { ForwardPolicy } from './tcp/policy.js';
+import { ForwardPolicy, ForwardPolicyError } from './tcp/policy.js';
 
 /** Set to `1` to leave the executor dumpable (debuggers, core dumps); by default remote mode is not. */
 export const DUMPABLE_ENV = 'TETHER_EXECUTOR_DUMPABLE';
@@ -62,9 +62,28 @@ function forwardAllowEntry(value: string, previous: string[] | undefined): strin
   try {
     ForwardPolicy.parse([value]);
   } catch (err) {
-    throw new InvalidArgumentError((err as Error).message.replace(/^--forward-allow:? ?/, ''));
+    throw new InvalidArgumentError(err instanceof ForwardPolicyError ? err.problem : (err as Error).message);
   }
   return [...(previous ?? []), value];
+}
+
+/**
+ * `--no-forward` and `--forward-allow` over the config file's `[forward]`. A flag is the more specific word:
+ * `--forward-allow` beats the file's `enabled = false` as it beats its `allow`. Answers a usage problem or null.
+ */
+export function applyForwardFlags(
+  config: Pick<ExecutorConfig, 'forwardEnabled' | 'forwardAllow'>,
+  options: Pick<ExecutorOptions, 'forward' | 'forwardAllow'>,
+): string | null {
+  if (options.forward === false && options.forwardAllow !== undefined) {
+    return '--forward-allow cannot be combined with --no-forward';
+  }
+  if (options.forward === false) config.forwardEnabled = false;
+  if (options.forwardAllow !== undefined) {
+    config.forwardEnabled = true;
+    config.forwardAllow = options.forwardAllow;
+  }
+  return null;
 }
 
 function registryUrl(value: string): string {
@@ -168,7 +187,7 @@ export function buildCommand(run: (options: ExecutorOptions) => Promise<void>): 
     )
     .option(
       '--forward-allow <targets>',
-      'targets `harness forward` may reach, comma-separated or repeated: any, loopback, IP, CIDR or host name, each with an optional :PORT or :LOW-HIGH ([IPv6]:PORT); replaces [forward] allow (default: loopback)',
+      'targets `harness forward` may reach, comma-separated or repeated: any, loopback, IP, CIDR or host name, each with an optional :PORT or :LOW-HIGH ([IPv6]:PORT); replaces [forward] allow and turns forwarding on even where [forward] enabled = false (default: loopback)',
       forwardAllowEntry,
     )
     .option('--no-forward', 'refuse TCP forwarding (harness forward) and do not advertise it')
@@ -354,12 +373,11 @@ export async function runExecutor(
     throw err;
   }
   if (options.concurrentRequests !== undefined) config.concurrentRequests = options.concurrentRequests;
-  if (options.forward === false && options.forwardAllow !== undefined) {
-    io.stderr.write('executor: --forward-allow cannot be combined with --no-forward\n');
+  const forwardProblem = applyForwardFlags(config, options);
+  if (forwardProblem !== null) {
+    io.stderr.write(`executor: ${forwardProblem}\n`);
     return 2;
   }
-  if (options.forward === false) config.forwardEnabled = false;
-  if (options.forwardAllow !== undefined) config.forwardAllow = options.forwardAllow;
   if (options.maxDetachedProcesses !== undefined) config.maxDetachedProcesses = options.maxDetachedProcesses;
   const log = logger ?? createLogger(io.env.TETHER_LOG ?? config.logLevel);
   for (const warning of warnings) log.warn({ warning }, 'ignoring config problem (use --strict-config to fail)');

@@ -1,8 +1,11 @@
 import { readFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
+import { DEFAULT_MAX_DETACHED_PROCESSES } from '@tether/exec-protocol';
 import { parse as parseToml } from 'smol-toml';
-import { ForwardPolicy } from './tcp/policy.js';
+import { DEFAULT_DETACHED_EXITED_RETENTION_MS } from './detached.js';
+import { DEFAULT_MAX_FORWARDED_STREAMS } from './tcp/forwards.js';
+import { DEFAULT_FORWARD_ALLOW, ForwardPolicy, ForwardPolicyError } from './tcp/policy.js';
 
 /** Everything the executor can be configured with; defaults match Codex where Codex has a value. */
 export interface ExecutorConfig {
@@ -66,8 +69,8 @@ export const DEFAULT_CONFIG: ExecutorConfig = {
   flowOutputBudgetBytes: 64 * 1024 * 1024,
   exitedRetentionMs: 30_000,
   maxProcessesPerSession: 1024,
-  maxDetachedProcesses: 64,
-  detachedExitedRetentionMs: 600_000,
+  maxDetachedProcesses: DEFAULT_MAX_DETACHED_PROCESSES,
+  detachedExitedRetentionMs: DEFAULT_DETACHED_EXITED_RETENTION_MS,
   maxMessageBytes: 16 * 1024 * 1024,
   pingIntervalMs: 30_000,
   concurrentRequests: 1,
@@ -76,8 +79,8 @@ export const DEFAULT_CONFIG: ExecutorConfig = {
   maxReadFileBytes: 512 * 1024 * 1024,
   maxFileHandles: 128,
   forwardEnabled: true,
-  forwardAllow: ['loopback'],
-  forwardMaxConnections: 32,
+  forwardAllow: DEFAULT_FORWARD_ALLOW,
+  forwardMaxConnections: DEFAULT_MAX_FORWARDED_STREAMS,
   otelEnvironment: 'dev',
   metricsExporter: null,
   analyticsEnabled: true,
@@ -150,7 +153,7 @@ function readForwardAllow(value: unknown): readonly string[] | Invalid {
   try {
     ForwardPolicy.parse(value as string[]);
   } catch (err) {
-    return new Invalid((err as Error).message.replace(/^--forward-allow:? ?/, ''));
+    return new Invalid(err instanceof ForwardPolicyError ? err.problem : (err as Error).message);
   }
   return value as string[];
 }

@@ -82,25 +82,7 @@ export const processHandlers: HandlerTable = {
   [Method.processStart]: async (raw, ctx) => {
     const params = decode(ProcessStartParams, raw);
     const { cwd, env } = startProcess(params);
-    if (params.detached === true) {
-      // Capability `processDetach` (detached.ts): owned by the executor, never flow-controlled, and its
-      // output reaches sessions that attach (base64 notifications) or read.
-      await ctx.session().startDetached({
-        processId: params.processId,
-        argv: params.argv,
-        cwd,
-        env,
-        tty: params.tty,
-        pipeStdin: params.pipeStdin ?? false,
-        arg0: params.arg0 ?? null,
-        size: params.size ?? null,
-      });
-      return { processId: params.processId, sandboxType: 'none', detached: true };
-    }
-    const flowWindowBytes = params.flowControl ? clampFlowWindow(params.flowControl.windowBytes) : null;
-    // Raw bytes need a transport that carries attachments (not stdio); elsewhere the output stays base64.
-    const binaryOutput = params.binaryOutput === true && ctx.carriesAttachments;
-    await ctx.session().startProcess({
+    const request = {
       processId: params.processId,
       argv: params.argv,
       cwd,
@@ -109,9 +91,17 @@ export const processHandlers: HandlerTable = {
       pipeStdin: params.pipeStdin ?? false,
       arg0: params.arg0 ?? null,
       size: params.size ?? null,
-      flowWindowBytes,
-      binaryOutput,
-    });
+    };
+    if (params.detached === true) {
+      // Capability `processDetach` (detached.ts): owned by the executor, never flow-controlled, and its
+      // output reaches sessions that attach (base64 notifications) or read.
+      await ctx.session().startDetached(request);
+      return { processId: params.processId, sandboxType: 'none', detached: true };
+    }
+    const flowWindowBytes = params.flowControl ? clampFlowWindow(params.flowControl.windowBytes) : null;
+    // Raw bytes need a transport that carries attachments (not stdio); elsewhere the output stays base64.
+    const binaryOutput = params.binaryOutput === true && ctx.carriesAttachments;
+    await ctx.session().startProcess({ ...request, flowWindowBytes, binaryOutput });
     return {
       processId: params.processId,
       sandboxType: 'none',

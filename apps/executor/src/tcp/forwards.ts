@@ -9,7 +9,6 @@ import {
   ErrorCode,
   Notification,
   RpcError,
-  TCP_RECEIVED_REPORT_BYTES,
   TcpAckParams,
   type TcpConnectErrorKind,
   type TcpConnectParams,
@@ -47,16 +46,11 @@ export interface TcpForwardsOptions {
   policy: ForwardPolicy | null;
   /** Forwarded connections at once on this connection (default 32). */
   maxStreams?: number;
-  /** Bytes on the way to the client, all streams together (default 2 MiB; at least TCP_RECEIVED_REPORT_BYTES). */
-  budgetBytes?: number;
-  connectTimeoutMs?: number;
   /** Whether `tcp/data` may carry its bytes as a binary attachment (else base64). */
   carriesAttachments: boolean;
   /** Sends a message built into a pooled buffer; false above the transport's high-water mark. */
   sendRaw(encode: (allocate: Allocate) => Buffer): boolean;
   sendNotification(method: string, params: unknown): boolean;
-  /** Resolves a host name to addresses (test knob; default: the system resolver, every address). */
-  resolve?: (host: string) => Promise<string[]>;
 }
 
 export function tcpConnectError(kind: TcpConnectErrorKind, message: string): RpcError {
@@ -83,7 +77,6 @@ export class TcpForwards implements StreamLink {
   /** Ids of connects in flight (they count against the bound). */
   readonly #connecting = new Map<string, AbortController>();
   readonly #maxStreams: number;
-  readonly #budgetBytes: number;
   /** `tcp/data` bytes sent on this connection, and how many of them the client has reported received. */
   #sentTotal = 0;
   #receivedTotal = 0;
@@ -93,15 +86,10 @@ export class TcpForwards implements StreamLink {
   constructor(options: TcpForwardsOptions) {
     this.#options = options;
     this.#maxStreams = options.maxStreams ?? DEFAULT_MAX_FORWARDED_STREAMS;
-    // Below the report interval the client's reports could never come: the budget would stay shut.
-    this.#budgetBytes = Math.max(
-      TCP_RECEIVED_REPORT_BYTES + 64 * 1024,
-      options.budgetBytes ?? DEFAULT_TCP_CONNECTION_BUDGET_BYTES,
-    );
   }
 
   get budgetOpen(): boolean {
-    return this.#sentTotal - this.#receivedTotal < this.#budgetBytes;
+    return this.#sentTotal - this.#receivedTotal < DEFAULT_TCP_CONNECTION_BUDGET_BYTES;
   }
 
   spent(bytes: number): void {
@@ -160,7 +148,7 @@ export class TcpForwards implements StreamLink {
     const abort = new AbortController();
     const onAbort = () => abort.abort(signal.reason);
     signal.addEventListener('abort', onAbort, { once: true });
-    const timeoutMs = this.#options.connectTimeoutMs ?? DEFAULT_TCP_CONNECT_TIMEOUT_MS;
+    const timeoutMs = DEFAULT_TCP_CONNECT_TIMEOUT_MS;
     const timer = setTimeout(
       () =>
         abort.abort(
@@ -216,13 +204,12 @@ export class TcpForwards implements StreamLink {
   async #resolve(host: string, signal: AbortSignal): Promise<string[]> {
     const bare = host.startsWith('[') && host.endsWith(']') ? host.slice(1, -1) : host;
     if (isIP(bare) !== 0) return [bare];
-    const resolve = this.#options.resolve ?? systemResolve;
     const aborted = new Promise<never>((_, reject) => {
       if (signal.aborted) reject(signal.reason);
       signal.addEventListener('abort', () => reject(signal.reason), { once: true });
     });
     try {
-      const addresses = await Promise.race([resolve(bare), aborted]);
+      const addresses = await Promise.race([systemResolve(bare), aborted]);
       if (addresses.length === 0) throw new Error('no addresses');
       return addresses;
     } catch (err) {

@@ -13,6 +13,11 @@ import { BlockList, isIP } from 'node:net';
  */
 export class ForwardPolicyError extends Error {
   override readonly name = 'ForwardPolicyError';
+
+  /** `problem`: what is wrong with the entries, without naming where they came from (flag or config key). */
+  constructor(readonly problem: string) {
+    super(`--forward-allow: ${problem}`);
+  }
 }
 
 /** The default: this machine only. */
@@ -37,14 +42,14 @@ function parsePorts(text: string, entry: string): PortRange {
   const low = Number(match?.[1]);
   const high = match?.[2] === undefined ? low : Number(match[2]);
   if (!match || low < 1 || high > 65535 || low > high) {
-    throw new ForwardPolicyError(`--forward-allow ${JSON.stringify(entry)}: port must be N, N-M (1-65535) or *`);
+    throw new ForwardPolicyError(`${JSON.stringify(entry)}: port must be N, N-M (1-65535) or *`);
   }
   return { low, high };
 }
 
 function addressList(address: string, bits: string | undefined, entry: string): BlockList {
   const family = isIP(address);
-  if (family === 0) throw new ForwardPolicyError(`--forward-allow ${JSON.stringify(entry)}: not an IP address`);
+  if (family === 0) throw new ForwardPolicyError(`${JSON.stringify(entry)}: not an IP address`);
   const type = family === 4 ? 'ipv4' : 'ipv6';
   const list = new BlockList();
   if (bits === undefined) {
@@ -53,7 +58,7 @@ function addressList(address: string, bits: string | undefined, entry: string): 
   }
   const prefix = Number(bits);
   if (!/^\d{1,3}$/.test(bits) || prefix > (family === 4 ? 32 : 128)) {
-    throw new ForwardPolicyError(`--forward-allow ${JSON.stringify(entry)}: bad prefix length /${bits}`);
+    throw new ForwardPolicyError(`${JSON.stringify(entry)}: bad prefix length /${bits}`);
   }
   list.addSubnet(address, prefix, type);
   return list;
@@ -68,19 +73,19 @@ function loopbackList(): BlockList {
 
 function parseEntry(raw: string): Rule {
   const entry = raw.trim().toLowerCase();
-  if (entry === '') throw new ForwardPolicyError('--forward-allow: empty entry');
+  if (entry === '') throw new ForwardPolicyError('empty entry');
   let host: string;
   let ports = ALL_PORTS;
   if (entry.startsWith('[')) {
     const close = entry.indexOf(']');
-    if (close < 0) throw new ForwardPolicyError(`--forward-allow ${JSON.stringify(raw)}: missing ]`);
+    if (close < 0) throw new ForwardPolicyError(`${JSON.stringify(raw)}: missing ]`);
     host = entry.slice(1, close);
     const rest = entry.slice(close + 1);
     if (rest !== '') {
-      if (!rest.startsWith(':')) throw new ForwardPolicyError(`--forward-allow ${JSON.stringify(raw)}: expected :PORT`);
+      if (!rest.startsWith(':')) throw new ForwardPolicyError(`${JSON.stringify(raw)}: expected :PORT`);
       ports = parsePorts(rest.slice(1), raw);
     }
-    if (!host.includes(':')) throw new ForwardPolicyError(`--forward-allow ${JSON.stringify(raw)}: [ ] is for IPv6`);
+    if (!host.includes(':')) throw new ForwardPolicyError(`${JSON.stringify(raw)}: [ ] is for IPv6`);
   } else {
     const colons = entry.split(':').length - 1;
     if (colons === 1) {
@@ -99,7 +104,7 @@ function parseEntry(raw: string): Rule {
   if (isIP(address) !== 0) return { kind: 'addresses', list: addressList(address, bits, raw), ports };
   if (bits === undefined && HOST_NAME.test(host)) return { kind: 'name', name: host.replace(/\.$/, ''), ports };
   throw new ForwardPolicyError(
-    `--forward-allow ${JSON.stringify(raw)}: expected any, loopback, an IP address or CIDR, or a host name (each with an optional :PORT)`,
+    `${JSON.stringify(raw)}: expected any, loopback, an IP address or CIDR, or a host name (each with an optional :PORT)`,
   );
 }
 
@@ -121,7 +126,7 @@ export class ForwardPolicy {
   static parse(entries: readonly string[]): ForwardPolicy {
     const flat = entries.flatMap((entry) => entry.split(',')).map((entry) => entry.trim());
     if (flat.length === 0 || flat.every((entry) => entry === '')) {
-      throw new ForwardPolicyError('--forward-allow: no entries (use --no-forward to disable forwarding)');
+      throw new ForwardPolicyError('no entries (use --no-forward to disable forwarding)');
     }
     return new ForwardPolicy(flat.map(parseEntry), flat);
   }
@@ -152,7 +157,6 @@ export interface ForwardOptions {
   policy: ForwardPolicy | null;
   /** Forwarded connections at once per executor connection. */
   maxStreams?: number;
-  connectTimeoutMs?: number;
 }
 
 /** The forward options of a config: `forwardEnabled`, `forwardAllow`, `forwardMaxConnections`. */
