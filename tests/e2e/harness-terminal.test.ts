@@ -41,9 +41,18 @@ async function terminal(args: string[], size = { cols: 100, rows: 30 }, after = 
   return tmux;
 }
 
-/** The harness's exit status, once the shell around it has printed it. */
+/**
+ * The harness's exit status, once the shell around it has printed it. A timeout says which processes were
+ * still running in `work` (the harness, the remote command), so that it shows where things stopped.
+ */
 async function exitCode(tmux: Tmux): Promise<number> {
-  const screen = await tmux.waitFor(/\[harness exit \d+\]/);
+  let screen: string;
+  try {
+    screen = await tmux.waitFor(/\[harness exit \d+\]/, 25_000);
+  } catch (err) {
+    const running = findProcesses({ cwdUnder: work }).map((info) => `${info.pid} ${info.cmdline}`);
+    throw new Error(`${(err as Error).message}\nstill running in ${work}:\n${running.join('\n') || '(none)'}`);
+  }
   return Number(/\[harness exit (\d+)\]/.exec(screen)?.[1]);
 }
 
@@ -91,7 +100,7 @@ afterAll(async () => {
   rmSync(work, { recursive: true, force: true });
 });
 
-describe('harness exec -t at a terminal', () => {
+describe('harness exec -t at a terminal', { timeout: 60_000 }, () => {
   it('the remote terminal follows the window: stty size changes after tmux resizes it', async () => {
     const tmux = await terminal([
       'exec',
@@ -114,8 +123,7 @@ describe('harness exec -t at a terminal', () => {
 
   it("sends the terminal's TERM, as ssh does (tmux's, not the executor's default xterm)", async () => {
     const tmux = await terminal(
-      // The remote side answers the first line it reads and exits by itself: this test is about TERM, and
-      // the end of input by Ctrl-D is the resize test's (one CI run under load saw the Ctrl-D here lost).
+      // The remote side answers the first line it reads and exits by itself (Ctrl-D is the resize test's).
       ['exec', '-t', '--cwd', work, '--', '/bin/sh', '-c', 'read line; echo "remote=[$TERM]"'],
       undefined,
       '; echo "local=[$TERM]"',
@@ -157,7 +165,7 @@ describe('harness exec -t at a terminal', () => {
   });
 });
 
-describe('harness exec without -t at a terminal', () => {
+describe('harness exec without -t at a terminal', { timeout: 60_000 }, () => {
   it('Ctrl-C interrupts the remote process and the harness exits 130, as ssh does', async () => {
     const tmux = await terminal([
       'exec',
@@ -174,7 +182,7 @@ describe('harness exec without -t at a terminal', () => {
   });
 });
 
-describe('harness shell', () => {
+describe('harness shell', { timeout: 60_000 }, () => {
   it('is the remote login shell ($SHELL -l) in a terminal that follows the window, with our TERM', async () => {
     const tmux = await terminal(['shell', ENVIRONMENT, '--cwd', work], { cols: 90, rows: 25 });
     await tmux.send(['shopt -q login_shell && echo "login=yes $(stty size) [$TERM]"', 'Enter']);

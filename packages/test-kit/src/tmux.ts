@@ -33,7 +33,7 @@ export interface Tmux extends AsyncDisposable {
   running(): Promise<boolean>;
   /** Waits until the command has ended (default 15 s) and answers its exit status. */
   waitForExit(timeoutMs?: number): Promise<number>;
-  /** The command's exit status once it has ended (the pane is kept for this), else null. */
+  /** The command's exit status once it has ended (the window stays, showing it), else null. */
   exitStatus(): Promise<number | null>;
   /** Kills the tmux server and removes its socket directory. */
   close(): Promise<void>;
@@ -48,6 +48,11 @@ export function hasTmux(): boolean {
     return false;
   }
 }
+
+const STATUS_VARIABLE = 'tether_tmux_status';
+const EXIT_MARK = '[tmux command exited';
+/** The last line of the screen once the command has ended. */
+const EXIT_LINE = /^\[tmux command exited (\d+)\]$/m;
 
 export async function startTmux(options: TmuxOptions): Promise<Tmux> {
   const dir = mkdtempSync(join(tmpdir(), 'tether-tmux-'));
@@ -65,13 +70,15 @@ export async function startTmux(options: TmuxOptions): Promise<Tmux> {
     String(options.rows ?? 30),
     ...(options.cwd ? ['-c', options.cwd] : []),
     ...envArgs,
-    options.command,
+    // The window outlives its command, which ends by printing its status: tmux 3.3a does not keep a dead
+    // pane's screen (with remain-on-exit its last lines were lost, sometimes all of them), nor always its
+    // status after a resize. The pane's shell (sh) runs this; `close` kills it with the server.
+    `${options.command}\n${STATUS_VARIABLE}=$?; printf '\\n${EXIT_MARK} %s]\\n' "$${STATUS_VARIABLE}"; exec sleep 2147483647`,
   ]);
-  // Keep the pane after the command ends so its exit status and last screen can be read.
-  await tmux(['set-option', '-t', 'test', 'remain-on-exit', 'on']);
+  // A manual window size is what `resize` sets, whatever clients attach. (tmux 3.3a's server exits at once
+  // when its config file sets it.)
   await tmux(['set-option', '-t', 'test', 'window-size', 'manual']);
   let closed = false;
-  const pane = async (format: string) => (await tmux(['display-message', '-p', '-t', 'test', format])).stdout.trim();
   const screen = async () => (await tmux(['capture-pane', '-p', '-t', 'test'])).stdout.replace(/\s+$/, '');
   const self: Tmux = {
     async send(keys, sendOptions) {
@@ -93,7 +100,7 @@ export async function startTmux(options: TmuxOptions): Promise<Tmux> {
       await tmux(['resize-window', '-t', 'test', '-x', String(cols), '-y', String(rows)]);
     },
     async running() {
-      return (await pane('#{pane_dead}')) !== '1';
+      return (await self.exitStatus()) === null;
     },
     async waitForExit(timeoutMs = 15_000) {
       const deadline = Date.now() + timeoutMs;
@@ -105,9 +112,8 @@ export async function startTmux(options: TmuxOptions): Promise<Tmux> {
       }
     },
     async exitStatus() {
-      // tmux marks the pane dead a moment before it records the status: until then, not ended yet.
-      const [dead, status = ''] = (await pane('#{pane_dead} #{pane_dead_status}')).split(' ');
-      return dead === '1' && /^\d+$/.test(status) ? Number(status) : null;
+      const match = EXIT_LINE.exec(await screen());
+      return match ? Number(match[1]) : null;
     },
     async close() {
       if (closed) return;
