@@ -5,14 +5,10 @@
  */
 export { giveBack } from '@tether/jsonrpc';
 /** An executor's public key (`NoiseChannelPublicKey`), for `executorPublicKey`: parsed from its JSON. */
-export {
-  generateIdentity,
-  type NoiseIdentity,
-  type NoisePublicKey,
-  type NoisePublicKeyJson,
-  parsePublicKeyJson,
-  publicKeyToJson,
-} from '@tether/noise';
+// From the modules themselves, not the package's index: a command that never dials (served by a connection
+// master) then loads no handshake code.
+export { generateIdentity, type NoiseIdentity } from '@tether/noise/identity';
+export { type NoisePublicKey, type NoisePublicKeyJson, parsePublicKeyJson, publicKeyToJson } from '@tether/noise/keys';
 export type {
   OutputStream,
   ProcessBackend,

@@ -7,7 +7,8 @@ import {
   isWebSocketUrl,
   parseRegistryError,
 } from '@tether/exec-protocol';
-import { type NoisePublicKey, parsePublicKey, publicKeyToJson, SECURITY_PROFILE_HYBRID_IK_V1 } from '@tether/noise';
+import { type NoisePublicKey, parsePublicKey, publicKeyToJson } from '@tether/noise/keys';
+import { SECURITY_PROFILE_HYBRID_IK_V1 } from '@tether/noise/suite';
 import { TetherError } from './errors.js';
 
 /** What `/connect` returns (rendezvous.md §1.3). `url` and `authorization` are credentials. */

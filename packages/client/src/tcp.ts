@@ -15,7 +15,7 @@ import {
   TCP_RECEIVED_REPORT_BYTES,
 } from '@tether/exec-protocol';
 import { attachmentOf } from '@tether/jsonrpc';
-import { MAX_RECORD_PLAINTEXT_BYTES, MESSAGE_LENGTH_PREFIX_BYTES } from '@tether/relay-frames';
+import { MAX_RECORD_PLAINTEXT_BYTES, MESSAGE_LENGTH_PREFIX_BYTES } from '@tether/relay-frames/limits';
 import { TetherError } from './errors.js';
 
 /** The capability an executor advertises when it forwards TCP (exec-protocol's tcp.ts). */

@@ -1,7 +1,7 @@
 import { decodeBase64Strict, encodeBase64 } from './base64.js';
 import { X25519_KEY_LENGTH } from './crypto.js';
 import { NoiseError } from './errors.js';
-import { MLKEM768_PUBLIC_KEY_LENGTH } from './kem/ml-kem-768.js';
+import { MLKEM768_PUBLIC_KEY_LENGTH } from './kem/sizes.js';
 import { type Suite, suiteInfo } from './suite.js';
 
 /** An executor's (or harness's) public identity: the suite and both static public keys. */

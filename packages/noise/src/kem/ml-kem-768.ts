@@ -3,11 +3,20 @@ import { randomBytes as nobleRandomBytes } from '@noble/hashes/utils.js';
 import { ml_kem768 } from '@noble/post-quantum/ml-kem.js';
 import type { Kem, KemEncapsulation, KeyPair, RandomOptions } from '../crypto.js';
 
-/** FIPS 203 ML-KEM-768 sizes (rendezvous.md §4.2). */
-export const MLKEM768_PUBLIC_KEY_LENGTH = 1184;
-export const MLKEM768_SECRET_KEY_LENGTH = 2400;
-export const MLKEM768_CIPHERTEXT_LENGTH = 1088;
-export const MLKEM768_SHARED_SECRET_LENGTH = 32;
+import {
+  MLKEM768_CIPHERTEXT_LENGTH,
+  MLKEM768_PUBLIC_KEY_LENGTH,
+  MLKEM768_SECRET_KEY_LENGTH,
+  MLKEM768_SHARED_SECRET_LENGTH,
+} from './sizes.js';
+
+export {
+  MLKEM768_CIPHERTEXT_LENGTH,
+  MLKEM768_PUBLIC_KEY_LENGTH,
+  MLKEM768_SECRET_KEY_LENGTH,
+  MLKEM768_SHARED_SECRET_LENGTH,
+} from './sizes.js';
+
 /** keygen consumes d ‖ z (FIPS 203 §7.1), encapsulation one 32-byte message m. */
 const KEYGEN_SEED_LENGTH = 64;
 const ENCAPSULATION_SEED_LENGTH = 32;

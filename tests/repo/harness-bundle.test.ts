@@ -1,0 +1,53 @@
+/**
+ * The harness bundle loads at every command's start only what every command needs: the relay's frame codec
+ * (protobuf), the Noise handshake and the WebSocket client sit in chunks loaded when a command dials, so a
+ * command served by a connection master (and `--help`, `config`, `completion`) never compiles them. The
+ * test follows the static imports from dist/main.js (import() is lazy) and looks for each piece's marker.
+ */
+import { readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { repoRoot } from '@tether/test-kit';
+import { describe, expect, it } from 'vitest';
+
+const dist = join(repoRoot(), 'apps', 'harness', 'dist');
+
+/** The files loaded with main.js: it and every chunk it reaches through static imports. */
+function eagerFiles(): Map<string, string> {
+  const files = new Map<string, string>();
+  const visit = (file: string) => {
+    if (files.has(file)) return;
+    const text = readFileSync(file, 'utf8');
+    files.set(file, text);
+    // esbuild writes static imports of chunks as `from "./chunks/…"` / `from "./chunk-…"`; import() as import("…").
+    for (const match of text.matchAll(/(?:^|[\s;])(?:import|export)\s[^"'()]*?from\s*"(\.[^"]+)"/g)) {
+      visit(join(dirname(file), match[1] as string));
+    }
+    for (const match of text.matchAll(/^import\s*"(\.[^"]+)";/gm)) visit(join(dirname(file), match[1] as string));
+  };
+  visit(join(dist, 'main.js'));
+  return files;
+}
+
+describe('the harness bundle', () => {
+  const markers = {
+    'the relay frame codec (protobuf)': 'bootFieldDescriptorProto',
+    'the Noise handshake': 'var HandshakeState',
+  };
+
+  it('follows static imports and finds the shared chunks (the check can see what it looks for)', () => {
+    const files = eagerFiles();
+    expect(files.size).toBeGreaterThan(1);
+    const all = [...files.values()].join('\n');
+    // The dial chunk is loaded with import(): it holds both markers.
+    const lazy = /import\("(\.\/chunks\/dial-[^"]+)"\)/.exec(readFileSync(join(dist, 'main.js'), 'utf8'));
+    expect(lazy).not.toBeNull();
+    const dial = readFileSync(join(dist, lazy?.[1] as string), 'utf8');
+    for (const marker of Object.values(markers)) expect(dial).toContain(marker);
+    expect(all).toContain('CommanderError'); // commander, which every command needs, is loaded at once
+  });
+
+  it.each(Object.entries(markers))('does not load %s at start', (_name, marker) => {
+    const eager = [...eagerFiles()].filter(([, text]) => text.includes(marker)).map(([file]) => file);
+    expect(eager).toEqual([]);
+  });
+});
