@@ -1,9 +1,12 @@
 // Protocol edge cases from exec-protocol.md, with the expectations taken from the real codex binary
 // (see CODEX-FINDINGS.md where the two differ). Run for every peer × transport.
+import { mkdirSync } from 'node:fs';
+import { join, resolve } from 'node:path';
 import {
   b64,
   collectUntilClosed,
   decodeB64Text,
+  fileUri,
   isAlive,
   readProcess,
   readUntilOutput,
@@ -40,6 +43,34 @@ describe.each(CASES)('protocol: %s', (_label, { kind, transport }) => {
       const response = await client.request('environment/info', null);
       expect(response.result).toEqual(info);
       expect(client.messages.every((m) => !('jsonrpc' in m))).toBe(true);
+    });
+
+    it('environmentInfo has Codex 0.171.0 fields: providerId (one per build), temporaryDirectories from TMPDIR', async () => {
+      const tmp = join(h.workDir, `tmpdir-${kind}-${transport}`);
+      mkdirSync(tmp, { recursive: true });
+      const first = await h.session(kind, transport);
+      const withTmp = await h.session(kind, transport, { env: { TMPDIR: tmp } });
+      const info = first.initializeResult.environmentInfo as Record<string, unknown>;
+      const infoWithTmp = withTmp.initializeResult.environmentInfo as Record<string, unknown>;
+      expect(info.providerId).toMatch(/^sha256:[0-9a-f]{64}$/);
+      expect(infoWithTmp.providerId).toBe(info.providerId);
+      const inherited = process.env.TMPDIR;
+      expect(info.temporaryDirectories).toEqual(inherited ? [fileUri(resolve(inherited))] : []);
+      expect(infoWithTmp.temporaryDirectories).toEqual([fileUri(tmp)]);
+      expect(infoWithTmp.tempDir).toBe(fileUri(tmp));
+      // Codex reports its package's helper directory; ours reports what `[environment] prepend_path_dirs` names.
+      if (kind === 'codex') {
+        expect(info.prependPathDirs).toEqual([expect.stringMatching(/^file:\/\/.*\/codex-path$/)]);
+      } else {
+        expect(info).not.toHaveProperty('prependPathDirs');
+        const configured = await h.session(kind, transport, {
+          homeFiles: { 'config.toml': '[environment]\nprepend_path_dirs = ["/opt/tools/bin", "/usr/local/x"]\n' },
+        });
+        expect((configured.initializeResult.environmentInfo as Record<string, unknown>).prependPathDirs).toEqual([
+          'file:///opt/tools/bin',
+          'file:///usr/local/x',
+        ]);
+      }
     });
 
     it('gates exec methods before initialize and before initialized', async () => {

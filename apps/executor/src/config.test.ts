@@ -52,6 +52,8 @@ level = "debug"
 enabled = false
 allow = ["loopback", "10.0.0.0/8:5432"]
 max_connections_per_connection = 4
+[environment]
+prepend_path_dirs = ["/opt/tools/bin"]
 `);
     expect(loadConfig({ path, strict: true }).config).toEqual({
       detachedTtlMs: 5000,
@@ -75,7 +77,13 @@ max_connections_per_connection = 4
       forwardEnabled: false,
       forwardAllow: ['loopback', '10.0.0.0/8:5432'],
       forwardMaxConnections: 4,
+      prependPathDirs: ['/opt/tools/bin'],
     });
+  });
+
+  it('refuses prepend_path_dirs that are not absolute paths', () => {
+    const path = file('[environment]\nprepend_path_dirs = ["bin"]\n');
+    expect(() => loadConfig({ path, strict: true })).toThrow(/prepend_path_dirs.*absolute paths/);
   });
 
   it('refuses keys named like Object.prototype members as unknown fields, not with a TypeError (found by fuzzing)', () => {

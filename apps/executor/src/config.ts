@@ -42,6 +42,8 @@ export interface ExecutorConfig {
   forwardEnabled: boolean;
   /** Targets forwarding may reach (`--forward-allow`, `[forward] allow`; see tcp/policy.ts). */
   forwardAllow: readonly string[];
+  /** `[environment] prepend_path_dirs`: directories reported as `environmentInfo.prependPathDirs`. */
+  prependPathDirs: readonly string[];
   /** Forwarded connections at once per executor connection. */
   forwardMaxConnections: number;
   /** Codex `[otel] environment`: the `env` resource attribute of exported metrics. */
@@ -81,6 +83,7 @@ export const DEFAULT_CONFIG: ExecutorConfig = {
   forwardEnabled: true,
   forwardAllow: DEFAULT_FORWARD_ALLOW,
   forwardMaxConnections: DEFAULT_MAX_FORWARDED_STREAMS,
+  prependPathDirs: [],
   otelEnvironment: 'dev',
   metricsExporter: null,
   analyticsEnabled: true,
@@ -157,6 +160,13 @@ function readForwardAllow(value: unknown): readonly string[] | Invalid {
   }
   return value as string[];
 }
+/** A list of absolute paths (reported to clients as file URIs). */
+function readAbsoluteDirs(value: unknown): readonly string[] | Invalid {
+  if (!Array.isArray(value) || value.some((entry) => typeof entry !== 'string' || !entry.startsWith('/'))) {
+    return new Invalid('must be an array of absolute paths');
+  }
+  return value as string[];
+}
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
 
 /** The TOML schema: `[section] key = value`. Anything else is an unknown key. */
@@ -193,6 +203,9 @@ const SCHEMA: Record<string, Record<string, KeySpec>> = {
     },
     allow: { key: 'forwardAllow', read: readForwardAllow },
     max_connections_per_connection: { key: 'forwardMaxConnections', read: positiveInt(1, 100_000) },
+  },
+  environment: {
+    prepend_path_dirs: { key: 'prependPathDirs', read: readAbsoluteDirs },
   },
   logging: {
     level: {

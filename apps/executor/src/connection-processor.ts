@@ -2,9 +2,11 @@ import {
   type Allocate,
   CONTROL_LANE_METHODS,
   decode,
+  EnvironmentConfigReadParams,
   type EnvironmentInfo,
   ErrorCode,
   encodeOutputNotification,
+  FsWatchMissingParams,
   InitializeParams,
   type InitializeResult,
   Method,
@@ -24,8 +26,11 @@ import {
   type RpcConnection,
 } from '@tether/jsonrpc';
 import type { ProcessEvent } from '@tether/local-process';
+import { readEnvironmentConfig } from './environment-config.js';
 import { DEFAULT_MAX_FILE_HANDLES, FileHandleTable } from './fs/file-handles.js';
 import { DEFAULT_MAX_READ_FILE_BYTES } from './fs/operations.js';
+import { MissingWatch } from './fs/watch-missing.js';
+import { whileAttached } from './handlers/attached.js';
 import { fsHandlers } from './handlers/fs.js';
 import { httpHandlers } from './handlers/http.js';
 import { processHandlers, toRpcError } from './handlers/process.js';
@@ -107,6 +112,8 @@ export class ConnectionProcessor implements SessionAttachment {
   private readonly http: HttpRequests;
   /** Forwarded TCP connections (`tcp/*`), destroyed with the connection. */
   private readonly tcp: TcpForwards;
+  /** This connection's `fs/watchMissing` watch (one at a time; closed with the connection). */
+  private readonly missingWatch: MissingWatch;
   private drainWaiters: (() => void)[] = [];
   readonly buffers: ConnectionBuffers;
   private readonly ownsBuffers: boolean;
@@ -145,13 +152,20 @@ export class ConnectionProcessor implements SessionAttachment {
       sendRaw: (encode) => this.sendPooled(encode),
       sendNotification: (method, params) => connection.sendNotification(method, params),
     });
+    this.missingWatch = new MissingWatch((watchId) =>
+      connection.sendNotification(Notification.fsMissingChanged, { watchId }),
+    );
     this.handlers = {
       ...processHandlers,
       ...tcpHandlers(this.tcp),
+      ...whileAttached({
+        [Method.fsWatchMissing]: (raw) => this.missingWatch.watch(decode(FsWatchMissingParams, raw)),
+      }),
       ...fsHandlers,
       ...httpHandlers,
       [Method.environmentInfo]: () => this.environmentInfo,
       [Method.environmentStatus]: () => ({ status: 'ready' }),
+      [Method.environmentConfigRead]: (raw) => readEnvironmentConfig(decode(EnvironmentConfigReadParams, raw)),
     };
     // `binaryBlocks`, `binaryOutput` and `binaryInput` only where messages with binary attachments can travel
     // (not stdio).
@@ -408,6 +422,7 @@ export class ConnectionProcessor implements SessionAttachment {
     this.lifetime.abort(RpcError.invalidRequest(`connection closed: ${reason}`));
     this.http.closeAll();
     this.tcp.closeAll();
+    this.missingWatch.close();
     this.releaseDrainWaiters();
     // Messages still queued in the transport and blocks still being read or written come back to nothing.
     if (this.ownsBuffers) {

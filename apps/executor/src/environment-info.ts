@@ -1,6 +1,7 @@
+import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { homedir, platform, tmpdir } from 'node:os';
-import { basename } from 'node:path';
+import { arch, homedir, platform, tmpdir } from 'node:os';
+import { basename, resolve } from 'node:path';
 import { type EnvironmentInfo, pathToFileUri } from '@tether/exec-protocol';
 
 /** Tether's extensions beyond Codex, advertised so SDKs can feature-detect; Codex clients ignore them. */
@@ -12,6 +13,10 @@ export const CAPABILITIES = {
   processList: true,
   // Codex's own name for `fs/open {mode: "replace"}` + `fs/writeBlock` (it advertises it too).
   fileWriteStreaming: true,
+  // Codex's: `fs/watchMissing` and its `fs/missingChanged` notification (fs/watch-missing.ts).
+  fsWatchMissing: true,
+  // Codex's: `environmentConfig/read`, the Codex config layers of this machine (environment-config.ts).
+  environmentConfigRead: true,
   // Tether: `fs/open {mode: "update"}` (write without truncating, to resume an upload).
   fileWriteUpdate: true,
   // Tether: `fs/open {mode: "overwrite"}` (write in place, cut to length at close, as scp does).
@@ -41,8 +46,26 @@ function detectShell(env: NodeJS.ProcessEnv): { name: string; path: string } {
   return { name: basename(path), path };
 }
 
+/**
+ * Codex's `providerId` is the same for every run of one build (CODEX-FINDINGS.md §18): ours is the SHA-256
+ * of the executor's name, version and platform, so it changes with the build and nothing else.
+ */
+export function providerId(): string {
+  const digest = createHash('sha256').update(`tether-executor/${EXECUTOR_VERSION}/${platform()}-${arch()}`);
+  return `sha256:${digest.digest('hex')}`;
+}
+
+export interface EnvironmentInfoOptions {
+  /** `[environment] prepend_path_dirs`: absolute directories; none leaves `prependPathDirs` out, as Codex does. */
+  prependPathDirs?: readonly string[];
+}
+
 /** Computed once per server: none of it changes while the executor runs. */
-export function environmentInfo(env: NodeJS.ProcessEnv = process.env): EnvironmentInfo {
+export function environmentInfo(
+  env: NodeJS.ProcessEnv = process.env,
+  options: EnvironmentInfoOptions = {},
+): EnvironmentInfo {
+  const prepend = options.prependPathDirs ?? [];
   return {
     shell: detectShell(env),
     cwd: pathToFileUri(process.cwd()),
@@ -50,6 +73,10 @@ export function environmentInfo(env: NodeJS.ProcessEnv = process.env): Environme
     userHomeDir: pathToFileUri(homedir()),
     platformOs: platform(),
     tempDir: pathToFileUri(tmpdir()),
+    providerId: providerId(),
+    ...(prepend.length > 0 ? { prependPathDirs: prepend.map((dir) => pathToFileUri(dir)) } : {}),
+    // As Codex: TMPDIR as given (resolved against the cwd, not checked), else none.
+    temporaryDirectories: env.TMPDIR ? [pathToFileUri(resolve(env.TMPDIR))] : [],
     capabilities: { ...CAPABILITIES },
   };
 }

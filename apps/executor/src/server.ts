@@ -65,7 +65,7 @@ export class ExecServer {
     this.logger = options.logger ?? silentLogger();
     this.metrics = options.metrics ?? new ExecutorMetrics();
     this.forward = forwardOptions(this.config);
-    const info = environmentInfo();
+    const info = environmentInfo(process.env, { prependPathDirs: this.config.prependPathDirs });
     // `tcpForward` only where this executor forwards (not with --no-forward).
     this.info =
       this.forward.policy === null ? { ...info, capabilities: { ...info.capabilities, tcpForward: false } } : info;

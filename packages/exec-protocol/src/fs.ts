@@ -317,3 +317,18 @@ export type FsWriteFilesEntry = { sha256: string; bytes: number } | { error: FsB
 export interface FsWriteFilesResult {
   files: FsWriteFilesEntry[];
 }
+
+/**
+ * `fs/watchMissing` (Codex 0.171.0, capability `fsWatchMissing`; CODEX-FINDINGS.md §18): wait for any of
+ * `missing` to appear, or for `present` to go. One watch per connection: a higher `watchId` replaces it, a
+ * lower or equal one changes nothing. It fires once, as `fs/missingChanged {watchId}`.
+ */
+export const FsWatchMissingParams = Type.Object({
+  watchId: U64,
+  missing: Type.Array(Type.String()),
+  present: Type.Optional(Type.Union([Type.String(), Type.Null()])),
+});
+export type FsWatchMissingParams = Static<typeof FsWatchMissingParams>;
+export const FsWatchMissingResult = Type.Object({ watching: Type.Boolean() });
+export type FsWatchMissingResult = Static<typeof FsWatchMissingResult>;
+export const FsMissingChangedNotification = Type.Object({ watchId: U64 });

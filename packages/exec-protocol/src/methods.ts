@@ -22,6 +22,8 @@ export const Method = {
   fsWriteBlock: 'fs/writeBlock',
   fsClose: 'fs/close',
   fsWalk: 'fs/walk',
+  /** Codex's (capability `fsWatchMissing`): one watch per connection for paths to appear (fs.ts). */
+  fsWatchMissing: 'fs/watchMissing',
   httpRequest: 'http/request',
   // Tether extensions, advertised in environmentInfo.capabilities.
   processResize: 'process/resize',
@@ -31,6 +33,8 @@ export const Method = {
   processAttach: 'process/attach',
   /** Capability `tcpForward` (tcp.ts): open a forwarded TCP connection. */
   tcpConnect: 'tcp/connect',
+  /** Codex's (capability `environmentConfigRead`): the Codex config layers that apply on this machine. */
+  environmentConfigRead: 'environmentConfig/read',
 } as const;
 export type MethodName = (typeof Method)[keyof typeof Method];
 
@@ -39,6 +43,8 @@ export const Notification = {
   processExited: 'process/exited',
   processClosed: 'process/closed',
   httpRequestBodyDelta: 'http/request/bodyDelta',
+  /** Codex's: the current `fs/watchMissing` watch fired (once). */
+  fsMissingChanged: 'fs/missingChanged',
   /** Client → server (Tether, capability `flowControl`): output consumed up to a seq; see flow-control.ts. */
   processAck: 'process/ack',
   /** Capability `tcpForward` (tcp.ts): bytes, credit, half-close and reset of a forwarded connection. */
@@ -62,7 +68,7 @@ export function methodFamily(method: string): string | null {
   if (method.startsWith('tcp/')) return 'tcp forward';
   if (method === Method.environmentInfo) return 'environment info';
   if (method === Method.environmentStatus) return 'environment status';
-  if (method.startsWith('environment/config')) return 'environment config';
+  if (method.startsWith('environmentConfig/')) return 'environment config';
   return 'exec';
 }
 

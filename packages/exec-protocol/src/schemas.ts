@@ -27,6 +27,12 @@ export const EnvironmentInfo = Type.Object({
   userHomeDir: Type.Optional(Type.String()),
   platformOs: Type.Optional(Type.String()),
   tempDir: Type.Optional(Type.String()),
+  /** Codex 0.171.0: `sha256:` + 64 hex digits, constant for one build of the executor. */
+  providerId: Type.Optional(Type.String()),
+  /** Codex 0.171.0: directories (file URIs) the client prepends to PATH for commands it runs there. */
+  prependPathDirs: Type.Optional(Type.Array(Type.String())),
+  /** Codex 0.171.0: `[$TMPDIR]` when the executor has TMPDIR set, else empty. */
+  temporaryDirectories: Type.Optional(Type.Array(Type.String())),
   capabilities: Type.Optional(Capabilities),
 });
 export type EnvironmentInfo = Static<typeof EnvironmentInfo>;
@@ -216,3 +222,30 @@ export const ProcessClosedNotification = Type.Object({ processId: Type.String(),
 export type ProcessClosedNotification = Static<typeof ProcessClosedNotification>;
 
 export const EnvironmentStatusResult = Type.Object({ status: Type.String() });
+
+/** `environmentConfig/read` (Codex 0.171.0; CODEX-FINDINGS.md §18): which TOML key paths to read. */
+export const EnvironmentConfigReadParams = Type.Object({
+  cwd: Type.String(),
+  configPaths: Type.Array(Type.Array(Type.String())),
+  requirementsPaths: Type.Array(Type.Array(Type.String())),
+});
+export type EnvironmentConfigReadParams = Static<typeof EnvironmentConfigReadParams>;
+export interface EnvironmentConfigLayer {
+  /** `system (/etc/codex/config.toml)`, `user (…)`, `project (…)`; a requirements file's path. */
+  source: string;
+  baseDir: string;
+  /** The layer cut down to the requested key paths. */
+  toml: string;
+}
+export interface EnvironmentConfigLayerStack {
+  layers: EnvironmentConfigLayer[];
+  /** Where a cloud layer would go: after the system layers. */
+  cloudInsertionIndex: number;
+}
+export interface EnvironmentConfigReadResult {
+  userHomeDir: string | null;
+  codexHomeDir: string;
+  hostname: string | null;
+  config: EnvironmentConfigLayerStack;
+  requirements: EnvironmentConfigLayerStack;
+}
