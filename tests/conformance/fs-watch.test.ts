@@ -4,7 +4,7 @@ import { mkdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileUri, type TestClient } from '@tether/test-kit';
 import { describe, expect, it } from 'vitest';
-import { CASES, useHarness } from './support.ts';
+import { CASES, REMOTE_CASES, useHarness } from './support.ts';
 
 const CHANGED = 'fs/missingChanged';
 /** Long enough for an inotify event to arrive (both peers answer within ~10 ms). */
@@ -130,5 +130,23 @@ describe.each(CASES)('fs/watchMissing: %s', (label, { kind, transport }) => {
     expect(await watchMissing(client, 1, [join(dir, 'G')])).toEqual({ watching: true });
     writeFileSync(join(dir, 'G'), 'x');
     await firedFor(client, 1);
+  });
+});
+
+// Through the registry and relay (Noise IK), the notification reaches the client like any other.
+describe.each(REMOTE_CASES)('fs/watchMissing: %s', (label, { kind, transport }) => {
+  const h = useHarness();
+
+  it('fires when the missing file appears', async () => {
+    const dir = join(h.workDir, `watch-${label.replace(/ /g, '-')}`);
+    mkdirSync(dir, { recursive: true });
+    const { client, initializeResult } = await h.session(kind, transport);
+    expect((initializeResult.environmentInfo as { capabilities: Record<string, unknown> }).capabilities).toMatchObject({
+      fsWatchMissing: true,
+      environmentConfigRead: true,
+    });
+    expect(await watchMissing(client, 1, [join(dir, 'a.txt')])).toEqual({ watching: true });
+    writeFileSync(join(dir, 'a.txt'), 'x');
+    expect((await firedFor(client, 1)).params).toEqual({ watchId: 1 });
   });
 });
