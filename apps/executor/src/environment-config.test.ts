@@ -37,6 +37,8 @@ describe('readEnvironmentConfig', () => {
       [`system (${join(system, 'config.toml')})`, pathToFileUri(system), { model: 'sys-model' }],
       [`user (${join(home, 'config.toml')})`, pathToFileUri(home), { model: 'user-model' }],
     ]);
+    // As Codex writes a one-key layer, to the byte.
+    expect(result.config.layers[0]?.toml).toBe('model = "sys-model"\n');
     expect(result.requirements.cloudInsertionIndex).toBe(1);
     expect(result.requirements.layers.map((layer) => [layer.source, parse(layer.toml)])).toEqual([
       [join(system, 'requirements.toml'), { allowed_sandbox_modes: ['read-only'] }],

@@ -68,7 +68,7 @@ export function readEnvironmentConfig(
     if (table === null) return;
     const projected = project(table, paths);
     if (Object.keys(projected).length > 0) {
-      layers.push({ source, baseDir: pathToFileUri(baseDir), toml: stringify(projected) + '\n' });
+      layers.push({ source, baseDir: pathToFileUri(baseDir), toml: stringify(projected) });
     }
   };
   add(configLayers, systemConfig, `system (${join(systemDir, 'config.toml')})`, systemDir, params.configPaths);
