@@ -1,4 +1,4 @@
-import { createPrivateKey, createPublicKey, generateKeyPairSync, type KeyObject, sign, verify } from 'node:crypto';
+import { createPrivateKey, createPublicKey, type KeyObject, randomBytes, sign, verify } from 'node:crypto';
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
@@ -57,7 +57,14 @@ export function loadOrCreateSigningKey(dataDir: string): SigningKey {
   const path = join(dataDir, SIGNING_KEY_FILE);
   if (existsSync(path)) return signingKeyFromPem(readFileSync(path, 'utf8'));
   mkdirSync(dataDir, { recursive: true, mode: 0o700 });
-  const { privateKey } = generateKeyPairSync('ed25519');
+  // From 32 random bytes (an Ed25519 seed), not generateKeyPairSync: on Node 20, exporting the key a
+  // key-generation job made can deadlock when a GC finalizes that job during the export (noise's
+  // crypto/node.ts has the details).
+  const seed = randomBytes(32).toString('base64url');
+  const privateKey = createPrivateKey({
+    key: { kty: 'OKP', crv: 'Ed25519', d: seed, x: 'A'.repeat(43) },
+    format: 'jwk',
+  });
   writeFileSync(path, privateKey.export({ type: 'pkcs8', format: 'pem' }), { mode: 0o600, flag: 'wx' });
   chmodSync(path, 0o600);
   return signingKeyFromPem(readFileSync(path, 'utf8'));

@@ -7,7 +7,6 @@ import {
   createPublicKey,
   createSecretKey,
   diffieHellman,
-  generateKeyPairSync,
   type KeyObject,
   randomBytes as nodeRandomBytes,
 } from 'node:crypto';
@@ -184,16 +183,13 @@ export function createNodeProvider(options: NodeProviderOptions = {}): CryptoPro
   return {
     name: 'node',
     generateKeyPair(): KeyPair {
-      if (options.randomBytes) {
-        // Injected randomness (deterministic tests): the secret comes from it.
-        const secretKey = randomBytes(X25519_KEY_LENGTH);
-        return { secretKey, publicKey: publicKeyFromSecret(secretKey) };
-      }
-      const { privateKey } = generateKeyPairSync('x25519');
-      const jwk = privateKey.export({ format: 'jwk' });
-      const secretKey = rawFromJwk(jwk.d);
-      privateKeyObjects.set(secretKey, privateKey);
-      return { secretKey, publicKey: rawFromJwk(jwk.x) };
+      // Any 32 random bytes are an X25519 secret (RFC 7748 §5: the DH clamps them). Not generateKeyPairSync:
+      // on Node 20 exporting the key it made can deadlock the process for good. The export holds the key's
+      // mutex while it allocates; a GC then may finalize the spent key-generation job, whose destructor
+      // takes the same mutex (seen in CI: a vitest worker stuck in futex_wait under
+      // KeyGenJob::~KeyGenJob inside KeyObjectHandle::ExportJWK).
+      const secretKey = randomBytes(X25519_KEY_LENGTH);
+      return { secretKey, publicKey: publicKeyFromSecret(secretKey) };
     },
     publicKeyFromSecret,
     dh(secretKey, publicKey) {
