@@ -64,6 +64,17 @@ describe('readEnvironmentConfig', () => {
     expect(read(join(root, 'sub'))).toEqual([]);
   });
 
+  it('treats __proto__ in a path as a key, never as the prototype', () => {
+    const { system, home } = scratch();
+    writeFileSync(join(home, 'config.toml'), '[__proto__]\npolluted = "yes"\n');
+    const result = readEnvironmentConfig(
+      { cwd: 'file:///', configPaths: [['__proto__', 'polluted']], requirementsPaths: [] },
+      { env: { CODEX_HOME: home }, systemDir: system },
+    );
+    expect(({} as Record<string, unknown>).polluted).toBeUndefined();
+    expect(result.config.layers.length).toBeLessThanOrEqual(1);
+  });
+
   it('refuses a config file that does not parse, naming it', () => {
     const { system, home } = scratch();
     writeFileSync(join(home, 'config.toml'), 'model = \n');

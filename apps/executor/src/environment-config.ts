@@ -129,9 +129,12 @@ function readLayer(file: string): Table | null {
   }
 }
 
-/** The values at `paths` in `table`, at the same paths; absent ones are left out. */
+/**
+ * The values at `paths` in `table`, at the same paths; absent ones are left out. The tables built have no
+ * prototype, so a path such as `["__proto__", "x"]` names a key like any other.
+ */
 function project(table: Table, paths: string[][]): Table {
-  const out: Table = {};
+  const out: Table = Object.create(null);
   for (const path of paths) {
     let value: unknown = table;
     for (const key of path) {
@@ -145,7 +148,9 @@ function project(table: Table, paths: string[][]): Table {
     let target = out;
     for (const key of path.slice(0, -1)) {
       const next = target[key];
-      target = (typeof next === 'object' && next !== null ? next : (target[key] = {})) as Table;
+      target = (
+        typeof next === 'object' && next !== null && !Array.isArray(next) ? next : (target[key] = Object.create(null))
+      ) as Table;
     }
     target[path[path.length - 1] as string] = value;
   }
