@@ -132,6 +132,8 @@ describe.each(CASES)('environmentConfig/read: %s', (label, { kind, transport }) 
       requirementsPaths: [],
     });
     expect(response.error?.code).toBe(-32603);
-    expect(response.error?.message).toMatch(/^failed to find Codex home: CODEX_HOME points to .*, but that path does not exist$/);
+    expect(response.error?.message).toMatch(
+      /^failed to find Codex home: CODEX_HOME points to .*, but that path does not exist$/,
+    );
   });
 });

@@ -148,9 +148,13 @@ function project(table: Table, paths: string[][]): Table {
     let target = out;
     for (const key of path.slice(0, -1)) {
       const next = target[key];
-      target = (
-        typeof next === 'object' && next !== null && !Array.isArray(next) ? next : (target[key] = Object.create(null))
-      ) as Table;
+      if (typeof next === 'object' && next !== null && !Array.isArray(next)) {
+        target = next as Table;
+      } else {
+        const table: Table = Object.create(null);
+        target[key] = table;
+        target = table;
+      }
     }
     target[path[path.length - 1] as string] = value;
   }
