@@ -1,3 +1,16 @@
+/**
+ * `pnpm --filter @tether/bench bench:cp-many`: many small files. `harness cp -r` of a tree of
+ * BENCH_CP_MANY_FILES × BENCH_CP_MANY_KIB KiB files (in nested directories) through the full path (registry,
+ * relay and executor bins; Noise end to end; every file's sha256 verified) side by side with `scp -r` and
+ * `rsync -a` over ssh to a private OpenSSH server on loopback, same tree, same run. Whole commands are timed
+ * (process start, connect and handshake included for every tool), each direction onto a fresh destination.
+ * Every copy is checked byte for byte against the source tree. Prints a table and writes
+ * bench/results/cp-many-latest.json.
+ *
+ *   BENCH_CP_MANY_FILES=2000 BENCH_CP_MANY_KIB=4 BENCH_CP_MANY_REPEATS=5 pnpm --filter @tether/bench bench:cp-many
+ *
+ * Needs `sshd` (Debian: openssh-server); without it the scp and rsync columns are reported as unavailable.
+ */
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
