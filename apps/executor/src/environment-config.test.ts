@@ -75,6 +75,17 @@ describe('readEnvironmentConfig', () => {
     expect(result.config.layers.length).toBeLessThanOrEqual(1);
   });
 
+  it('refuses a config file above 1 MiB', () => {
+    const { system, home } = scratch();
+    writeFileSync(join(home, 'config.toml'), `model = "${'x'.repeat(1024 * 1024)}"\n`);
+    expect(() =>
+      readEnvironmentConfig(
+        { cwd: 'file:///', configPaths: [['model']], requirementsPaths: [] },
+        { env: { CODEX_HOME: home }, systemDir: system },
+      ),
+    ).toThrow(/is larger than 1048576 bytes/);
+  });
+
   it('refuses a config file that does not parse, naming it', () => {
     const { system, home } = scratch();
     writeFileSync(join(home, 'config.toml'), 'model = \n');
