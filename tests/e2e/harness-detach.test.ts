@@ -67,14 +67,10 @@ async function startDetached(script: string, flags: string[] = [], environment =
   return id;
 }
 
-/**
- * The harness bin in a fresh tmux window; the shell there prints its exit status when it ends. (Read from
- * the screen, not from tmux: tmux may mark a pane dead when its terminal closes and never reap the exited
- * command, and then has no status for it.)
- */
+/** The harness bin in a fresh tmux window (startTmux shows its exit status when it ends). */
 async function terminal(args: string[], size = { cols: 100, rows: 30 }): Promise<Tmux> {
   const tmux = await startTmux({
-    command: `${[process.execPath, bin, ...args].map(quote).join(' ')}; echo "[harness exit $?]"`,
+    command: [process.execPath, bin, ...args].map(quote).join(' '),
     cwd: work,
     ...size,
     env: harnessEnv(ENVIRONMENT),
@@ -83,11 +79,8 @@ async function terminal(args: string[], size = { cols: 100, rows: 30 }): Promise
   return tmux;
 }
 
-/** The harness's exit status in `tmux` (see terminal()). */
-async function exitOf(tmux: Tmux): Promise<number> {
-  const screen = await tmux.waitFor(/\[harness exit \d+\]/);
-  return Number(/\[harness exit (\d+)\]/.exec(screen)?.[1]);
-}
+/** The harness's exit status in `tmux`. */
+const exitOf = (tmux: Tmux): Promise<number> => tmux.waitForExit();
 
 /** The `ps` line of `id`, split into its columns. */
 async function psLine(id: string): Promise<string[] | undefined> {

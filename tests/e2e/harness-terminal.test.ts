@@ -22,12 +22,11 @@ const quote = (word: string) => `'${word.replace(/'/g, `'\\''`)}'`;
 /** The harness bin with `args`, in a fresh tmux window of cols x rows, run from `work`. */
 async function terminal(args: string[], size = { cols: 100, rows: 30 }, after = ''): Promise<Tmux> {
   const tmux = await startTmux({
-    // The shell reports the harness's exit status on the screen: tmux 3.3a does not always record a dead
-    // pane's status after its window was resized (pane_dead 1, pane_dead_status empty).
-    // The shell ignores Ctrl-C's SIGINT (so that it lives to report); the harness installs its own handler.
-    // What the window shows in its first half second or so may be lost (seen with tmux 3.3a), so the
-    // tests look for output the remote side repeats or prints on a key, never for one early line.
-    command: `trap "" INT; ${[process.execPath, bin, ...args].map(quote).join(' ')}; echo "[harness exit $?]"${after}`,
+    // startTmux shows the command's exit status; `after` runs once the harness has ended and keeps its
+    // status (`(exit N)`). The shell ignores Ctrl-C's SIGINT (so that it lives to report); the harness
+    // installs its own handler. The tests look for output the remote side repeats or prints on a key,
+    // never for one early line.
+    command: `trap "" INT; ${[process.execPath, bin, ...args].map(quote).join(' ')}; tether_harness_status=$?${after}; (exit $tether_harness_status)`,
     cwd: work,
     ...size,
     env: {
@@ -42,18 +41,16 @@ async function terminal(args: string[], size = { cols: 100, rows: 30 }, after = 
 }
 
 /**
- * The harness's exit status, once the shell around it has printed it. A timeout says which processes were
- * still running in `work` (the harness, the remote command), so that it shows where things stopped.
+ * The harness's exit status, once startTmux shows it. A timeout says which processes were still running in
+ * `work` (the harness, the remote command), so that it shows where things stopped.
  */
 async function exitCode(tmux: Tmux): Promise<number> {
-  let screen: string;
   try {
-    screen = await tmux.waitFor(/\[harness exit \d+\]/, 25_000);
+    return await tmux.waitForExit(25_000);
   } catch (err) {
     const running = findProcesses({ cwdUnder: work }).map((info) => `${info.pid} ${info.cmdline}`);
     throw new Error(`${(err as Error).message}\nstill running in ${work}:\n${running.join('\n') || '(none)'}`);
   }
-  return Number(/\[harness exit (\d+)\]/.exec(screen)?.[1]);
 }
 
 /** Presses Enter until the screen matches (the remote side answers each line it reads). */

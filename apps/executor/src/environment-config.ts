@@ -3,7 +3,6 @@ import { homedir, hostname } from 'node:os';
 import { dirname, join, relative, resolve, sep } from 'node:path';
 import {
   type EnvironmentConfigLayer,
-  type EnvironmentConfigLayerStack,
   type EnvironmentConfigReadParams,
   type EnvironmentConfigReadResult,
   FileUriError,
@@ -87,13 +86,9 @@ export function readEnvironmentConfig(
     userHomeDir: pathToFileUri(homedir()),
     codexHomeDir: pathToFileUri(codexHome),
     hostname: hostname() || null,
-    config: stack(configLayers, systemCount),
-    requirements: stack(requirementsLayers, requirementsLayers.length),
+    config: { layers: configLayers, cloudInsertionIndex: systemCount },
+    requirements: { layers: requirementsLayers, cloudInsertionIndex: requirementsLayers.length },
   };
-}
-
-function stack(layers: EnvironmentConfigLayer[], cloudInsertionIndex: number): EnvironmentConfigLayerStack {
-  return { layers, cloudInsertionIndex };
 }
 
 /** `$CODEX_HOME` (which must exist, as Codex requires), else `~/.codex`. */

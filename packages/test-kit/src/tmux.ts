@@ -75,8 +75,7 @@ export async function startTmux(options: TmuxOptions): Promise<Tmux> {
     // status after a resize. The pane's shell (sh) runs this; `close` kills it with the server.
     `${options.command}\n${STATUS_VARIABLE}=$?; printf '\\n${EXIT_MARK} %s]\\n' "$${STATUS_VARIABLE}"; exec sleep 2147483647`,
   ]);
-  // A manual window size is what `resize` sets, whatever clients attach. (tmux 3.3a's server exits at once
-  // when its config file sets it.)
+  // A manual window size is what `resize` sets, whatever clients attach.
   await tmux(['set-option', '-t', 'test', 'window-size', 'manual']);
   let closed = false;
   const screen = async () => (await tmux(['capture-pane', '-p', '-t', 'test'])).stdout.replace(/\s+$/, '');
