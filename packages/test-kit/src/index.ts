@@ -56,6 +56,13 @@ export {
 } from './helpers.js';
 export { type HostileAnswer, type HostileTree, hostileFsAnswers } from './hostile-fs.js';
 export {
+  type MockResponses,
+  type MockResponsesRequest,
+  type MockScriptStep,
+  type MockTurn,
+  startMockResponses,
+} from './mock-responses.js';
+export {
   type CollectedRequest,
   describeMetricPoints,
   hasMetricPoint,

@@ -1,0 +1,213 @@
+/**
+ * The unmodified Codex agent (`codex exec` 0.171.0) running its tool calls on an exec server, driven by a
+ * scripted model (a mock Responses API on 127.0.0.1). The agent is told where its exec server is the way
+ * Codex documents it: `CODEX_EXEC_SERVER_URL` for a WebSocket, or `CODEX_EXEC_SERVER_NOISE_REGISTRY_URL`,
+ * `_ENVIRONMENT_ID` and `_AUTH_TOKEN` for a registry + relay + Noise rendezvous. Every scenario runs
+ * against our executor and against `codex exec-server`: the codex column proves the mock and the
+ * assertions, the tether column that the agent gets the same from ours.
+ *
+ * A command proves where it ran by printing its parent's pid, which must be the exec server or one of its
+ * descendants (never the agent: without an exec server, `codex exec` runs commands itself).
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import {
+  codexBinaryPath,
+  descendantPids,
+  findProcesses,
+  type MockScriptStep,
+  type PeerHandle,
+  type PeerKind,
+  type Stack,
+  startMockResponses,
+  startPeer,
+  startStack,
+} from '@tether/test-kit';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+
+type Path = 'ws' | 'rendezvous';
+const CASES = (['codex', 'tether'] as PeerKind[]).flatMap((kind) =>
+  (['ws', 'rendezvous'] as Path[]).map((path) => [`${kind} executor over ${path}`, { kind, path }] as const),
+);
+
+const AGENT_TIMEOUT_MS = 90_000;
+/** 3 MB: three times the 1 MiB of output either executor retains per process. */
+const LARGE_BYTES = 3_000_000;
+
+interface AgentRun {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+  /** The `function_call_output` of each tool call, as the agent sent it to the model. */
+  outputs: string[];
+  offeredTools: string[];
+}
+
+const sessionIdOf = (output: string | undefined) => {
+  const match = /Process running with session ID (\d+)/.exec(output ?? '');
+  if (!match) throw new Error(`the agent reported no running session: ${output}`);
+  return Number(match[1]);
+};
+
+describe.each(CASES)('codex exec agent → %s', (_label, { kind, path }) => {
+  let stack: Stack | undefined;
+  let peer: PeerHandle;
+  let work: string;
+  let agentEnv: Record<string, string>;
+  const agents = new Set<ChildProcess>();
+
+  beforeAll(async () => {
+    work = mkdtempSync(join(tmpdir(), 'tether-codex-agent-'));
+    const environmentId = `env-agent-${kind}`;
+    if (path === 'ws') {
+      peer = await startPeer({ kind, transport: 'ws' });
+      agentEnv = { CODEX_EXEC_SERVER_URL: peer.url as string };
+    } else {
+      stack = await startStack();
+      peer = await stack.startExecutor(kind, environmentId);
+      agentEnv = {
+        CODEX_EXEC_SERVER_NOISE_REGISTRY_URL: stack.registryUrl,
+        CODEX_EXEC_SERVER_NOISE_ENVIRONMENT_ID: environmentId,
+        CODEX_EXEC_SERVER_NOISE_AUTH_TOKEN: stack.keys.harness,
+      };
+    }
+  });
+
+  afterAll(async () => {
+    for (const agent of agents) agent.kill('SIGKILL');
+    await peer?.close();
+    await stack?.close();
+    if (work) {
+      expect(findProcesses({ cwdUnder: work })).toEqual([]);
+      rmSync(work, { recursive: true, force: true });
+    }
+  });
+
+  /** Runs `codex exec` once with the script as its model; resolves when the agent exits. */
+  async function runAgent(script: MockScriptStep[]): Promise<AgentRun> {
+    const model = await startMockResponses(script);
+    const home = mkdtempSync(join(tmpdir(), 'tether-codex-agent-home-'));
+    try {
+      writeFileSync(join(home, 'config.toml'), model.codexConfig());
+      const env: Record<string, string> = {};
+      for (const [name, value] of Object.entries(process.env)) {
+        if (value !== undefined && !name.startsWith('CODEX_')) env[name] = value;
+      }
+      const agent = spawn(codexBinaryPath(), ['exec', '--skip-git-repo-check', 'run the scripted task'], {
+        cwd: work,
+        env: { ...env, CODEX_HOME: home, RUST_LOG: 'error', ...agentEnv },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      agents.add(agent);
+      let stdout = '';
+      let stderr = '';
+      agent.stdout.on('data', (d: Buffer) => {
+        stdout += d;
+      });
+      agent.stderr.on('data', (d: Buffer) => {
+        if (stderr.length < 256 * 1024) stderr += d;
+      });
+      const timer = setTimeout(() => agent.kill('SIGKILL'), AGENT_TIMEOUT_MS);
+      const [code] = (await once(agent, 'exit')) as [number | null];
+      clearTimeout(timer);
+      agents.delete(agent);
+      return { code, stdout, stderr, outputs: model.toolOutputs(), offeredTools: model.offeredTools() };
+    } finally {
+      await model.close();
+      rmSync(home, { recursive: true, force: true });
+    }
+  }
+
+  /** The pid a command printed as `PPID=N` is the exec server's or a descendant's. */
+  function expectRanOnExecutor(output: string | undefined) {
+    const match = /PPID=(\d+)/.exec(output ?? '');
+    expect(match, output).not.toBeNull();
+    expect([peer.pid, ...descendantPids(peer.pid)]).toContain(Number(match?.[1]));
+  }
+
+  it('runs a plain command on the executor and gives its output to the model', async () => {
+    const run = await runAgent([
+      { type: 'call', name: 'exec_command', arguments: { cmd: 'echo PPID=$PPID; echo plain-out; exit 3' } },
+      { type: 'message', text: 'plain done' },
+    ]);
+    expect(run.code, run.stderr).toBe(0);
+    expect(run.offeredTools).toEqual(expect.arrayContaining(['exec_command', 'write_stdin']));
+    expect(run.outputs).toHaveLength(1);
+    expectRanOnExecutor(run.outputs[0]);
+    expect(run.outputs[0]).toContain('Process exited with code 3');
+    expect(run.outputs[0]).toMatch(/Output:\nPPID=\d+\nplain-out\n$/);
+    expect(run.stdout).toContain('plain done');
+  });
+
+  it('runs a command on a PTY', async () => {
+    const run = await runAgent([
+      {
+        type: 'call',
+        name: 'exec_command',
+        arguments: { cmd: 'echo PPID=$PPID; tty; test -t 1 && echo on-a-tty', tty: true },
+      },
+      { type: 'message', text: 'pty done' },
+    ]);
+    expect(run.code, run.stderr).toBe(0);
+    expectRanOnExecutor(run.outputs[0]);
+    expect(run.outputs[0]).toContain('Process exited with code 0');
+    expect(run.outputs[0]).toMatch(/\/dev\/pts\/\d+\r\non-a-tty\r\n/);
+  });
+
+  it('polls a long-running command and writes to its stdin', async () => {
+    const run = await runAgent([
+      {
+        type: 'call',
+        name: 'exec_command',
+        arguments: { cmd: 'echo PPID=$PPID; read line; echo got:$line', tty: true, yield_time_ms: 1000 },
+      },
+      // A poll: nothing written, the command still waits for its line.
+      (outputs) => ({
+        type: 'call',
+        name: 'write_stdin',
+        arguments: { session_id: sessionIdOf(outputs[0]), chars: '', yield_time_ms: 500 },
+      }),
+      (outputs) => ({
+        type: 'call',
+        name: 'write_stdin',
+        arguments: { session_id: sessionIdOf(outputs[0]), chars: 'hello-stdin\n', yield_time_ms: 5000 },
+      }),
+      { type: 'message', text: 'stdin done' },
+    ]);
+    expect(run.code, run.stderr).toBe(0);
+    expect(run.outputs).toHaveLength(3);
+    const [started, polled, written] = run.outputs as [string, string, string];
+    expect(started).toContain('Process running with session ID');
+    expect(polled).toContain('Process running with session ID');
+    expect(`${started}${polled}`).toMatch(/PPID=\d+/);
+    expectRanOnExecutor(`${started}${polled}`);
+    expect(written).toContain('Process exited with code 0');
+    expect(written).toContain('got:hello-stdin\r\n');
+  });
+
+  it('gives the model the head, the tail and the full size of an output larger than the retention', async () => {
+    const run = await runAgent([
+      {
+        type: 'call',
+        name: 'exec_command',
+        arguments: {
+          cmd: `echo PPID=$PPID; head -c ${LARGE_BYTES} /dev/zero | tr '\\0' x; echo; echo END-MARK`,
+          yield_time_ms: 10_000,
+        },
+      },
+      { type: 'message', text: 'large done' },
+    ]);
+    expect(run.code, run.stderr).toBe(0);
+    const output = run.outputs[0] ?? '';
+    expectRanOnExecutor(output);
+    expect(output).toContain('Process exited with code 0');
+    // Codex counts a token per 4 bytes of everything the command printed: no byte went missing.
+    const printed = `PPID=${/PPID=(\d+)/.exec(output)?.[1]}\n`.length + LARGE_BYTES + '\nEND-MARK\n'.length;
+    expect(output).toContain(`Original token count: ${Math.ceil(printed / 4)}`);
+    expect(output).toMatch(/PPID=\d+\nxxxx/);
+    expect(output).toMatch(/xxxx\nEND-MARK\n$/);
+  });
+});
