@@ -4,7 +4,7 @@
  * one ESM file, dist/main.js. A command's start is then one file to read and compile instead of a few
  * hundred modules to resolve: `harness --help` starts in about a third of the time, which every
  * `harness cp`/`exec` pays. Native addons stay outside the bundle and load from this package's own
- * dependencies (bufferutil for ws, pqclean for ML-KEM, @tether/native-crypto for transport records,
+ * dependencies (bufferutil for ws, @tether/native-crypto for transport records,
  * @tether/native-pipe for the local backend's child pipes; each has a fallback in JS, node:crypto or
  * socketpairs).
  */
@@ -27,7 +27,7 @@ const result = await build({
   format: 'esm',
   target: 'node20',
   conditions: ['tether-source'],
-  external: ['bufferutil', 'utf-8-validate', 'pqclean', '@tether/native-crypto', '@tether/native-pipe'],
+  external: ['bufferutil', 'utf-8-validate', '@tether/native-crypto', '@tether/native-pipe'],
   // CommonJS dependencies bundled into ESM call require() for Node built-ins and the externals.
   banner: {
     js: "import { createRequire as __tetherRequire } from 'node:module';\nconst require = __tetherRequire(import.meta.url);",

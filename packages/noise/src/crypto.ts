@@ -89,6 +89,11 @@ export interface KemEncapsulation {
   readonly sharedSecret: Uint8Array;
 }
 
+export interface KemEphemeral {
+  readonly publicKey: Uint8Array;
+  decapsulate(ciphertext: Uint8Array): Uint8Array;
+}
+
 /**
  * A KEM cannot hide behind dh(): encapsulation and decapsulation are asymmetric.
  * ML-KEM decapsulation never fails on a well-sized ciphertext (implicit rejection): a wrong key or a
@@ -100,7 +105,10 @@ export interface Kem {
   readonly secretKeyLength: number;
   readonly ciphertextLength: number;
   readonly sharedSecretLength: number;
+  /** A key pair to keep (a static identity): the secret key in its byte form. */
   generateKeyPair(): KeyPair;
+  /** A key pair for one handshake: the secret may stay inside the backend (an OpenSSL key, say). */
+  generateEphemeral(): KemEphemeral;
   encapsulate(publicKey: Uint8Array): KemEncapsulation;
   decapsulate(ciphertext: Uint8Array, secretKey: Uint8Array): Uint8Array;
 }

@@ -4,6 +4,7 @@ import {
   type CryptoProvider,
   concatBytes,
   type Kem,
+  type KemEphemeral,
   type KeyPair,
   TAG_LENGTH_BYTES,
   X25519_KEY_LENGTH,
@@ -52,7 +53,7 @@ export abstract class HandshakeState {
   protected s: KeyPair;
   protected sKem: KeyPair | undefined;
   protected e: KeyPair | undefined;
-  protected eKem: KeyPair | undefined;
+  protected eKem: KemEphemeral | undefined;
   protected rs: Uint8Array | undefined;
   protected rsKem: Uint8Array | undefined;
   protected re: Uint8Array | undefined;
@@ -158,7 +159,7 @@ export abstract class HandshakeState {
     out.push(this.e.publicKey);
     this.symmetric.mixHash(this.e.publicKey);
     if (this.kem !== undefined) {
-      this.eKem = this.kem.generateKeyPair();
+      this.eKem = this.kem.generateEphemeral();
       out.push(this.eKem.publicKey);
       this.symmetric.mixHash(this.eKem.publicKey);
     }
@@ -246,7 +247,7 @@ export abstract class HandshakeState {
     if (this.eKem === undefined) throw new NoiseError('invalid_state', 'ekem needs the ephemeral KEM key pair');
     const ciphertext = reader.take(kem.ciphertextLength, 'ekem');
     this.symmetric.mixHash(ciphertext);
-    this.symmetric.mixKey(kem.decapsulate(ciphertext, this.eKem.secretKey));
+    this.symmetric.mixKey(this.eKem.decapsulate(ciphertext));
   }
 
   protected writePayload(out: Uint8Array[], payload: Uint8Array): void {

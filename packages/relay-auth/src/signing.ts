@@ -59,12 +59,10 @@ export function loadOrCreateSigningKey(dataDir: string): SigningKey {
   mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   // From 32 random bytes (an Ed25519 seed), not generateKeyPairSync: on Node 20, exporting the key a
   // key-generation job made can deadlock when a GC finalizes that job during the export (noise's
-  // crypto/node.ts has the details).
-  const seed = randomBytes(32).toString('base64url');
-  const privateKey = createPrivateKey({
-    key: { kty: 'OKP', crv: 'Ed25519', d: seed, x: 'A'.repeat(43) },
-    format: 'jwk',
-  });
+  // crypto/node.ts has the details). PKCS#8 DER around the seed: the one import every Node accepts as it is
+  // (Node 24 refuses a JWK whose `x` does not match `d`).
+  const pkcs8 = Buffer.concat([Buffer.from('302e020100300506032b657004220420', 'hex'), randomBytes(32)]);
+  const privateKey = createPrivateKey({ key: pkcs8, format: 'der', type: 'pkcs8' });
   writeFileSync(path, privateKey.export({ type: 'pkcs8', format: 'pem' }), { mode: 0o600, flag: 'wx' });
   chmodSync(path, 0o600);
   return signingKeyFromPem(readFileSync(path, 'utf8'));

@@ -17,25 +17,32 @@ export interface PrivateField {
   readonly library: 'node' | 'ws' | 'node-pty';
   /** Where it lives and what is expected of it. */
   readonly field: string;
-  /** The version whose source it was checked against (and that CI's contract tests run). */
+  /** The versions whose source it was checked against (and that CI's contract tests run). */
   readonly checkedAgainst: string;
   /** The accessor that reads it, and what the caller does when the accessor answers null. */
   readonly accessor: string;
   readonly fallback: string;
 }
 
+/**
+ * The Nodes the Node fields were read against and that CI's contract tests run on: the machine's 20 and the
+ * pinned runtimes of scripts/node-runtimes.mjs (22, 24). Node 24 has no public API for either field: `onread`
+ * can still be chosen only at construction, and no handle method replaces useUserBuffer.
+ */
+const NODE_CHECKED = 'Node 20.20.2, 22.23.5, 24.22.3';
+
 export const PRIVATE_FIELDS: readonly PrivateField[] = Object.freeze([
   {
     library: 'node',
     field: "net.Socket symbols 'kBuffer', 'kBufferCb', 'kBufferGen' (lib/net.js: the `onread` option's state)",
-    checkedAgainst: 'Node 20.20.2',
+    checkedAgainst: NODE_CHECKED,
     accessor: 'userReadSymbols',
     fallback: "the socket keeps Node's reads ('data' events, a fresh buffer each)",
   },
   {
     library: 'node',
     field: 'net.Socket#_handle.useUserBuffer(buffer) (TCPWrap/PipeWrap: reads go into the buffer)',
-    checkedAgainst: 'Node 20.20.2',
+    checkedAgainst: NODE_CHECKED,
     accessor: 'socketUserBufferHandle',
     fallback: "the socket keeps Node's reads",
   },

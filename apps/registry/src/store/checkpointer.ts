@@ -1,5 +1,6 @@
 import { createRequire } from 'node:module';
 import { Worker } from 'node:worker_threads';
+import { sqliteNativeBinding } from './sqlite-binding.js';
 
 // CommonJS, evaluated in a worker thread: its own connection runs passive checkpoints, which copy committed WAL
 // frames into the database file (and fsync) without blocking the writer's event loop. Passive checkpoints never
@@ -7,7 +8,7 @@ import { Worker } from 'node:worker_threads';
 const SOURCE = `
 const { workerData, parentPort } = require('node:worker_threads');
 const Database = require(workerData.module);
-const db = new Database(workerData.path);
+const db = new Database(workerData.path, { nativeBinding: workerData.nativeBinding });
 db.pragma('busy_timeout = 5000');
 db.pragma('synchronous = NORMAL');
 const checkpoint = () => {
@@ -42,7 +43,12 @@ export function startCheckpointer(
 ): Checkpointer {
   const worker = new Worker(SOURCE, {
     eval: true,
-    workerData: { path, intervalMs, module: createRequire(import.meta.url).resolve('better-sqlite3') },
+    workerData: {
+      path,
+      intervalMs,
+      module: createRequire(import.meta.url).resolve('better-sqlite3'),
+      nativeBinding: sqliteNativeBinding(),
+    },
   });
   worker.unref();
   let stopping = false;

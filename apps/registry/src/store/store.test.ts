@@ -7,6 +7,7 @@ import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { openPostgresStore, openSqliteStore, openStore, type RegistryStore } from './index.js';
 import { POSTGRES_MIGRATIONS, SQLITE_MIGRATIONS } from './migrations.js';
 import { sqlitePragma } from './sqlite.js';
+import { sqliteNativeBinding } from './sqlite-binding.js';
 
 const PG_URL = process.env.TETHER_TEST_POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 
@@ -533,7 +534,7 @@ describe('openStore', () => {
     const s = openSqliteStore(path);
     await s.close();
     const Database = (await import('better-sqlite3')).default;
-    const db = new Database(path);
+    const db = new Database(path, { nativeBinding: sqliteNativeBinding() });
     expect(db.pragma('journal_mode', { simple: true })).toBe('wal');
     db.close();
     rmSync(path, { force: true });
@@ -598,7 +599,7 @@ describe('migration to version 3', () => {
     const dir = mkdtempSync(join(tmpdir(), 'registry-migrate-'));
     const path = join(dir, 'r.db');
     const Database = (await import('better-sqlite3')).default;
-    const old = new Database(path);
+    const old = new Database(path, { nativeBinding: sqliteNativeBinding() });
     old.exec('CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY)');
     for (const m of SQLITE_MIGRATIONS.filter((m) => m.version <= 2)) {
       old.exec(m.sql);
