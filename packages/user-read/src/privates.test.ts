@@ -76,7 +76,11 @@ describe('the versions the private fields were checked against', () => {
     expect(checked('node-pty').every((version) => version === `node-pty ${versionOf('node-pty')}`)).toBe(true);
     // Node is not pinned by a lockfile: the running major must be one the fields were checked on (CI runs
     // these tests on the machine's Node and on every runtime of scripts/node-runtimes.mjs).
-    const majors = (versions: string) => versions.replace(/^Node /, '').split(', ').map((v) => v.split('.')[0]);
+    const majors = (versions: string) =>
+      versions
+        .replace(/^Node /, '')
+        .split(', ')
+        .map((v) => v.split('.')[0]);
     for (const versions of checked('node')) expect(majors(versions)).toContain(process.versions.node.split('.')[0]);
   });
 });
