@@ -1,5 +1,6 @@
 import { isLoopbackHost } from '@tether/exec-protocol';
 import { RpcConnection } from '@tether/jsonrpc';
+import { ProxyConfigError, type ProxySettings, proxySettingsFromEnv } from '@tether/outbound';
 import { Telemetry } from '@tether/telemetry';
 import { Command, InvalidArgumentError } from 'commander';
 import {
@@ -378,6 +379,18 @@ export async function runExecutor(
     io.stderr.write(`executor: ${forwardProblem}\n`);
     return 2;
   }
+  // Registry calls, the relay socket, `http/request` and OTLP go through the environment's proxies, as
+  // Codex's do (HTTPS_PROXY, HTTP_PROXY, ALL_PROXY, NO_PROXY; @tether/outbound).
+  let proxy: ProxySettings;
+  try {
+    proxy = proxySettingsFromEnv(io.env);
+  } catch (err) {
+    if (err instanceof ProxyConfigError) {
+      io.stderr.write(`executor: ${err.message}\n`);
+      return 2;
+    }
+    throw err;
+  }
   if (options.maxDetachedProcesses !== undefined) config.maxDetachedProcesses = options.maxDetachedProcesses;
   const log = logger ?? createLogger(io.env.TETHER_LOG ?? config.logLevel);
   for (const warning of warnings) log.warn({ warning }, 'ignoring config problem (use --strict-config to fail)');
@@ -389,12 +402,12 @@ export async function runExecutor(
     serviceName: 'tether-executor',
     serviceVersion: EXECUTOR_VERSION,
     environment: config.otelEnvironment,
-    otlpHttp: config.metricsExporter,
+    otlpHttp: config.metricsExporter ? { ...config.metricsExporter, proxy } : null,
     onError: (err) => log.warn({ err: err.message }, 'metrics export failed'),
   });
   const metrics = new ExecutorMetrics(telemetry);
   // The bin spawns only through local-process, so it may adopt what escapes with setsid (a subreaper).
-  const server = new ExecServer({ config, logger: log, metrics, subreaper: true });
+  const server = new ExecServer({ config, logger: log, metrics, subreaper: true, proxy });
   let stopRequested!: () => void;
   const stop = new Promise<void>((resolve) => {
     stopRequested = resolve;
@@ -416,6 +429,7 @@ export async function runExecutor(
         logger: log,
         pingIntervalMs: config.pingIntervalMs,
         metrics,
+        proxy,
         maxMessageBytes: config.maxMessageBytes,
         onStream: (stream) => server.serve(new RpcConnection(stream)),
       });

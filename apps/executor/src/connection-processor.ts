@@ -26,6 +26,7 @@ import {
   type RpcConnection,
 } from '@tether/jsonrpc';
 import type { ProcessEvent } from '@tether/local-process';
+import type { ProxySettings } from '@tether/outbound';
 import { readEnvironmentConfig } from './environment-config.js';
 import { DEFAULT_MAX_FILE_HANDLES, FileHandleTable } from './fs/file-handles.js';
 import { DEFAULT_MAX_READ_FILE_BYTES } from './fs/operations.js';
@@ -89,6 +90,8 @@ export interface ConnectionProcessorOptions {
   buffers?: ConnectionBuffers;
   /** TCP forwarding (`tcpForward`); default: loopback targets only. */
   forward?: ForwardOptions;
+  /** The proxies `http/request` goes through (the CLI reads them from the environment); default none. */
+  proxy?: ProxySettings;
 }
 
 /**
@@ -139,6 +142,7 @@ export class ConnectionProcessor implements SessionAttachment {
     });
     this.files = new FileHandleTable(options.maxFileHandles ?? DEFAULT_MAX_FILE_HANDLES);
     this.http = new HttpRequests({
+      ...(options.proxy ? { proxy: options.proxy } : {}),
       sendDelta: (params) => connection.sendNotification(Notification.httpRequestBodyDelta, params),
       writable: () =>
         connection.status === 'open'

@@ -10,6 +10,7 @@ import {
   WebSocketTransport,
 } from '@tether/jsonrpc';
 import { createReaper, OutputBudget, ReadBufferPool, type Reaper } from '@tether/local-process';
+import type { ProxySettings } from '@tether/outbound';
 import { MAX_RECORD_PLAINTEXT_BYTES, MESSAGE_LENGTH_PREFIX_BYTES } from '@tether/relay-frames';
 import { WebSocketServer } from 'ws';
 import { DEFAULT_CONFIG, type ExecutorConfig } from './config.js';
@@ -34,6 +35,8 @@ export interface ExecServerOptions {
   subreaper?: boolean;
   /** Where the exec-server metrics go (default: nowhere). */
   metrics?: ExecutorMetrics;
+  /** The proxies of `http/request` (the CLI's come from HTTPS_PROXY/HTTP_PROXY/NO_PROXY); default none. */
+  proxy?: ProxySettings;
 }
 
 /**
@@ -52,6 +55,7 @@ export class ExecServer {
   private readonly info: EnvironmentInfo;
   /** Forwarding's policy and bounds, parsed once from the config (every connection shares them). */
   private readonly forward: ForwardOptions;
+  private readonly proxy: ProxySettings | undefined;
   private readonly reaper: Reaper | null;
   private readonly processors = new Set<ConnectionProcessor>();
   private http: Server | null = null;
@@ -65,6 +69,7 @@ export class ExecServer {
     this.logger = options.logger ?? silentLogger();
     this.metrics = options.metrics ?? new ExecutorMetrics();
     this.forward = forwardOptions(this.config);
+    this.proxy = options.proxy;
     const info = environmentInfo(process.env, { prependPathDirs: this.config.prependPathDirs });
     // `tcpForward` only where this executor forwards (not with --no-forward).
     this.info =
@@ -107,6 +112,7 @@ export class ExecServer {
       maxFileHandles: this.config.maxFileHandles,
       metrics: this.metrics,
       forward: this.forward,
+      ...(this.proxy ? { proxy: this.proxy } : {}),
     });
     this.processors.add(processor);
     void processor.done.then(() => this.processors.delete(processor));

@@ -7,11 +7,13 @@
 import { randomUUID } from 'node:crypto';
 import { type MessageTransport, WebSocketTransport } from '@tether/jsonrpc';
 import type { NoiseIdentity } from '@tether/noise';
+import { type ProxySettings, webSocketAgent } from '@tether/outbound';
 import { MAX_FRAME_BYTES, relaySocketMask } from '@tether/relay-frames';
 import { SecureStream, SecureStreamError, WebSocketFrameLink } from '@tether/secure-stream';
 import { WebSocket } from 'ws';
 import { PASSING_RESETS } from './dial-error.js';
 import { TetherError } from './errors.js';
+import { proxySettings } from './proxy.js';
 import { fetchBundle, type RegistryOptions, type RendezvousBundle } from './registry.js';
 
 export { generateIdentity } from '@tether/noise';
@@ -71,9 +73,15 @@ async function openSocket(ws: WebSocket, what: string, signal: AbortSignal, time
 }
 
 /** The relay socket for a signed URL; the URL is a credential, so no error repeats it. */
-function relaySocket(url: string): WebSocket {
+function relaySocket(url: string, proxies: ProxySettings): WebSocket {
   try {
-    return new WebSocket(url, { perMessageDeflate: false, maxPayload: MAX_FRAME_BYTES, generateMask: relaySocketMask });
+    const agent = webSocketAgent(new URL(url), proxies);
+    return new WebSocket(url, {
+      perMessageDeflate: false,
+      maxPayload: MAX_FRAME_BYTES,
+      generateMask: relaySocketMask,
+      ...(agent ? { agent } : {}),
+    });
   } catch {
     throw new TetherError('registry', 'the relay URL in the bundle is not a valid WebSocket URL');
   }
@@ -101,14 +109,15 @@ export async function dialRendezvous(
   handshakeTimeoutMs = 10_000,
 ): Promise<MessageTransport> {
   let bundle = await pinnedBundle(registry, environmentId, identity, pin, signal);
-  let ws = relaySocket(bundle.url);
+  const proxies = proxySettings(registry);
+  let ws = relaySocket(bundle.url, proxies);
   try {
     await openSocket(ws, 'the relay', signal);
   } catch (err) {
     // A 401 means the bundle went stale: fetch one fresh bundle and try once more (rendezvous.md §3.1).
     if (!(err instanceof TetherError) || err.status !== 401) throw err;
     bundle = await pinnedBundle(registry, environmentId, identity, pin, signal);
-    ws = relaySocket(bundle.url);
+    ws = relaySocket(bundle.url, proxies);
     await openSocket(ws, 'the relay', signal);
   }
   ws.on('error', () => undefined);

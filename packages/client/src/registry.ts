@@ -1,5 +1,4 @@
-import { request as httpRequest, type IncomingMessage } from 'node:http';
-import { request as httpsRequest } from 'node:https';
+import type { IncomingMessage } from 'node:http';
 import {
   environmentIdProblem,
   isEnvironmentId,
@@ -9,7 +8,9 @@ import {
 } from '@tether/exec-protocol';
 import { type NoisePublicKey, parsePublicKey, publicKeyToJson } from '@tether/noise/keys';
 import { SECURITY_PROFILE_HYBRID_IK_V1 } from '@tether/noise/suite';
+import { describeProxy, outboundRequest, type ProxySettings, proxyFor } from '@tether/outbound';
 import { TetherError } from './errors.js';
+import { proxySettings } from './proxy.js';
 
 /** What `/connect` returns (rendezvous.md §1.3). `url` and `authorization` are credentials. */
 export interface RendezvousBundle {
@@ -28,8 +29,13 @@ export interface RegistryOptions {
   /** Per attempt (default 6 s) and overall (default 14 s), as codex's harness. */
   attemptTimeoutMs?: number;
   totalTimeoutMs?: number;
-  /** Replaces the built-in HTTP client (node:http), e.g. in tests or to go through a proxy. */
+  /** Replaces the built-in HTTP client (node:http), e.g. in tests. */
   fetch?: typeof fetch;
+  /**
+   * The proxies for the registry and relay connections; default: from HTTPS_PROXY, HTTP_PROXY, ALL_PROXY and
+   * NO_PROXY as Codex reads them (`@tether/outbound`). `DIRECT` turns them off.
+   */
+  proxy?: ProxySettings;
   /**
    * Allow a plain `http://` registry on a host that is not loopback. Off by default: the API key and the
    * bundle (the harness authorization, the signed relay URL) would cross the network in clear.
@@ -53,34 +59,34 @@ type Post = (url: string, headers: Record<string, string>, body: string, signal:
  * (undici) loads and compiles its WebAssembly HTTP parser on first use, which costs a short-lived CLI like
  * `harness cp` about 50 ms of start and ~100 ms at exit, where V8 finishes optimising that WebAssembly.
  */
-const nodePost: Post = (url, headers, body, signal) =>
-  new Promise<Answer>((resolve, reject) => {
-    const payload = Buffer.from(body);
-    const send = url.startsWith('https:') ? httpsRequest : httpRequest;
-    const req = send(url, {
-      method: 'POST',
-      agent: false,
-      headers: { ...headers, 'content-length': String(payload.byteLength) },
-      signal,
-    });
-    req.once('error', reject);
-    req.once('response', (res: IncomingMessage) => {
-      const chunks: Buffer[] = [];
-      let size = 0;
-      res.on('data', (chunk: Buffer) => {
-        size += chunk.byteLength;
-        if (size > MAX_ANSWER_BYTES) {
-          res.destroy();
-          reject(new TetherError('registry', `the registry's answer to /connect is over ${MAX_ANSWER_BYTES} bytes`));
-          return;
-        }
-        chunks.push(chunk);
+const nodePost =
+  (settings: ProxySettings): Post =>
+  (url, headers, body, signal) =>
+    new Promise<Answer>((resolve, reject) => {
+      const payload = Buffer.from(body);
+      const req = outboundRequest(
+        new URL(url),
+        { method: 'POST', agent: false, headers: { ...headers, 'content-length': String(payload.byteLength) }, signal },
+        settings,
+      );
+      req.once('error', reject);
+      req.once('response', (res: IncomingMessage) => {
+        const chunks: Buffer[] = [];
+        let size = 0;
+        res.on('data', (chunk: Buffer) => {
+          size += chunk.byteLength;
+          if (size > MAX_ANSWER_BYTES) {
+            res.destroy();
+            reject(new TetherError('registry', `the registry's answer to /connect is over ${MAX_ANSWER_BYTES} bytes`));
+            return;
+          }
+          chunks.push(chunk);
+        });
+        res.once('error', reject);
+        res.once('end', () => resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') }));
       });
-      res.once('error', reject);
-      res.once('end', () => resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') }));
+      req.end(payload);
     });
-    req.end(payload);
-  });
 
 function fetchPost(doFetch: typeof fetch): Post {
   return async (url, headers, body, signal) => {
@@ -131,7 +137,10 @@ export async function fetchBundle(
 ): Promise<RendezvousBundle> {
   checkEnvironmentId(environmentId);
   const base = checkRegistryUrl(options.registryUrl, options.allowInsecureRegistry);
-  const post = options.fetch ? fetchPost(options.fetch) : nodePost;
+  const proxies = proxySettings(options);
+  const proxy = proxyFor(new URL(base), proxies);
+  const via = proxy ? ` through the proxy ${describeProxy(proxy)}` : '';
+  const post = options.fetch ? fetchPost(options.fetch) : nodePost(proxies);
   const deadline = Date.now() + (options.totalTimeoutMs ?? 14_000);
   let lastError: TetherError | null = null;
   for (let attempt = 0; attempt <= MAX_RETRIES; attempt++) {
@@ -154,7 +163,7 @@ export async function fetchBundle(
       const cause = failure.cause?.code ?? failure.code ?? (err as Error).message;
       lastError = new TetherError(
         'registry',
-        `cannot reach the registry at ${base}: ${timeout.aborted ? 'timed out' : cause}`,
+        `cannot reach the registry at ${base}${via}: ${timeout.aborted ? 'timed out' : cause}`,
       );
       await new Promise((resolve) => setTimeout(resolve, Math.min(200 * 2 ** attempt, 2_000)));
       continue;

@@ -1,5 +1,5 @@
-import { Agent as HttpAgent, request as httpRequest } from 'node:http';
-import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
+import { Agent as HttpAgent } from 'node:http';
+import { Agent as HttpsAgent } from 'node:https';
 import { ExportResultCode } from '@opentelemetry/core';
 import { OTLPMetricExporterBase } from '@opentelemetry/exporter-metrics-otlp-http';
 import {
@@ -21,6 +21,7 @@ import {
   PeriodicExportingMetricReader,
   type PushMetricExporter,
 } from '@opentelemetry/sdk-metrics';
+import { DIRECT, outboundRequest } from '@tether/outbound';
 import type { OtlpHttpExporterConfig, TelemetryOptions } from './telemetry.js';
 
 // The OpenTelemetry SDK, loaded only when something is exported (it costs megabytes of RSS).
@@ -84,12 +85,11 @@ function reportingFailures(exporter: PushMetricExporter, onError: (err: Error) =
  */
 export function httpTransport(config: OtlpHttpExporterConfig, contentType: string): IExporterTransport {
   const url = new URL(config.endpoint);
-  const request = url.protocol === 'https:' ? httpsRequest : httpRequest;
   const agent = url.protocol === 'https:' ? new HttpsAgent({ keepAlive: true }) : new HttpAgent({ keepAlive: true });
   return {
     send: (data, timeoutMillis) =>
       new Promise<ExportResponse>((resolve) => {
-        const req = request(
+        const req = outboundRequest(
           url,
           {
             method: 'POST',
@@ -97,19 +97,20 @@ export function httpTransport(config: OtlpHttpExporterConfig, contentType: strin
             timeout: timeoutMillis,
             headers: { ...config.headers, 'content-type': contentType, 'content-length': data.byteLength },
           },
-          (res) => {
-            res.resume(); // the body (an optional partial-success report) is not needed
-            res.on('error', (error) => resolve({ status: 'failure', error }));
-            res.on('end', () => {
-              const status = res.statusCode ?? 0;
-              resolve(
-                status >= 200 && status < 300
-                  ? { status: 'success' }
-                  : { status: 'failure', error: new Error(`the collector answered HTTP ${status}`) },
-              );
-            });
-          },
+          config.proxy ?? DIRECT,
         );
+        req.once('response', (res) => {
+          res.resume(); // the body (an optional partial-success report) is not needed
+          res.on('error', (error) => resolve({ status: 'failure', error }));
+          res.on('end', () => {
+            const status = res.statusCode ?? 0;
+            resolve(
+              status >= 200 && status < 300
+                ? { status: 'success' }
+                : { status: 'failure', error: new Error(`the collector answered HTTP ${status}`) },
+            );
+          });
+        });
         req.on('timeout', () => req.destroy(new Error(`no answer from the collector within ${timeoutMillis} ms`)));
         req.on('error', (error) => resolve({ status: 'failure', error }));
         req.end(data);

@@ -7,6 +7,7 @@ import {
   type ObservableResult,
   ValueType,
 } from '@opentelemetry/api';
+import type { ProxySettings } from '@tether/outbound';
 import type { SdkParts } from './sdk.js';
 
 /** Histogram bucket bounds (seconds) Codex uses for every exec-server duration. */
@@ -21,6 +22,8 @@ export interface OtlpHttpExporterConfig {
   /** `json` (application/json) or `binary` (application/x-protobuf). */
   protocol: 'json' | 'binary';
   headers?: Record<string, string>;
+  /** The proxies exports go through (HTTPS_PROXY/HTTP_PROXY/NO_PROXY); default none. */
+  proxy?: ProxySettings;
 }
 
 export interface TelemetryOptions {

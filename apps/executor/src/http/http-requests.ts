@@ -1,5 +1,4 @@
-import { request as httpRequest, type IncomingMessage } from 'node:http';
-import { request as httpsRequest } from 'node:https';
+import type { IncomingMessage } from 'node:http';
 import {
   decodeBase64Codex,
   type HttpBodyDeltaNotification,
@@ -8,6 +7,7 @@ import {
   type HttpRequestResult,
   RpcError,
 } from '@tether/exec-protocol';
+import { DIRECT, outboundRequest, type ProxySettings } from '@tether/outbound';
 
 /** Redirects followed before giving up (reqwest's default policy, which Codex uses). */
 export const MAX_REDIRECTS = 10;
@@ -29,6 +29,8 @@ export interface HttpRequestsOptions {
   writable: () => Promise<void>;
   maxBufferedBodyBytes?: number;
   maxActiveStreams?: number;
+  /** The proxies requests go through (HTTPS_PROXY/HTTP_PROXY/NO_PROXY, as Codex's reqwest); default none. */
+  proxy?: ProxySettings;
 }
 
 interface Prepared {
@@ -51,10 +53,12 @@ export class HttpRequests {
   private closed = false;
   private readonly maxBufferedBodyBytes: number;
   private readonly maxActiveStreams: number;
+  private readonly proxy: ProxySettings;
 
   constructor(private readonly options: HttpRequestsOptions) {
     this.maxBufferedBodyBytes = options.maxBufferedBodyBytes ?? DEFAULT_MAX_BUFFERED_BODY_BYTES;
     this.maxActiveStreams = options.maxActiveStreams ?? MAX_ACTIVE_STREAMS;
+    this.proxy = options.proxy ?? DIRECT;
   }
 
   get activeStreams(): number {
@@ -89,7 +93,7 @@ export class HttpRequests {
     if (this.closed) controller.abort(new Error('connection closed'));
     let outcome: Outcome;
     try {
-      outcome = await send(prepared, params.redirectPolicy ?? 'follow', controller.signal);
+      outcome = await send(prepared, params.redirectPolicy ?? 'follow', this.proxy, controller.signal);
     } catch (err) {
       finish();
       throw err;
@@ -220,7 +224,7 @@ function responseHeaders(response: IncomingMessage): HttpHeader[] {
   return headers;
 }
 
-function sendOnce(prepared: Prepared, signal: AbortSignal): Promise<IncomingMessage> {
+function sendOnce(prepared: Prepared, proxy: ProxySettings, signal: AbortSignal): Promise<IncomingMessage> {
   return new Promise((resolve, reject) => {
     // Raw headers keep the caller's order and repeats; Node then adds none of its defaults, so the
     // ones reqwest (Codex's client) adds come last: accept, host, content-length.
@@ -233,11 +237,7 @@ function sendOnce(prepared: Prepared, signal: AbortSignal): Promise<IncomingMess
     if (prepared.body !== null && !has('content-length') && !has('transfer-encoding')) {
       flat.push('content-length', String(prepared.body.length));
     }
-    const request = (prepared.url.protocol === 'https:' ? httpsRequest : httpRequest)(prepared.url, {
-      method: prepared.method,
-      headers: flat as unknown as Record<string, string>,
-      signal,
-    });
+    const request = outboundRequest(prepared.url, { method: prepared.method, headers: flat, signal }, proxy);
     request.once('response', resolve);
     request.once('error', reject);
     request.end(prepared.body ?? undefined);
@@ -245,12 +245,17 @@ function sendOnce(prepared: Prepared, signal: AbortSignal): Promise<IncomingMess
 }
 
 /** Sends the request, following redirects unless `policy` is `stop`. */
-async function send(prepared: Prepared, policy: 'follow' | 'stop', signal: AbortSignal): Promise<Outcome> {
+async function send(
+  prepared: Prepared,
+  policy: 'follow' | 'stop',
+  proxy: ProxySettings,
+  signal: AbortSignal,
+): Promise<Outcome> {
   let current = prepared;
   for (let redirects = 0; ; redirects++) {
     let response: IncomingMessage;
     try {
-      response = await sendOnce(current, signal);
+      response = await sendOnce(current, proxy, signal);
     } catch {
       return { kind: 'error', message: `error sending request for url (${current.url.href})` };
     }

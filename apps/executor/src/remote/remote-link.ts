@@ -1,6 +1,7 @@
-import type { IncomingMessage } from 'node:http';
+import type { Agent, IncomingMessage } from 'node:http';
 import type { MessageTransport } from '@tether/jsonrpc';
 import { generateIdentity, type NoiseIdentity } from '@tether/noise';
+import { DIRECT, outboundFetch, type ProxySettings, webSocketAgent } from '@tether/outbound';
 import { MAX_FRAME_BYTES, relaySocketMask } from '@tether/relay-frames';
 import { WebSocket } from 'ws';
 import type { Logger } from '../logger.js';
@@ -36,6 +37,11 @@ export interface RemoteLinkOptions {
   /** Time for the multiplexer's handshake and `/validate` budgets (tests drive it). */
   clock?: Clock;
   fetch?: typeof fetch;
+  /**
+   * The proxies of the registry calls and the relay socket (the CLI's come from HTTPS_PROXY, HTTP_PROXY,
+   * ALL_PROXY and NO_PROXY); default none.
+   */
+  proxy?: ProxySettings;
   /** Registration and relay-socket metrics (default: recorded nowhere). */
   metrics?: ExecutorMetrics;
 }
@@ -84,7 +90,7 @@ export class RemoteLink {
     this.registry = new RegistryClient({
       baseUrl: options.registryUrl,
       apiKey: options.apiKey,
-      ...(options.fetch ? { fetch: options.fetch } : {}),
+      fetch: options.fetch ?? outboundFetch(options.proxy ?? DIRECT),
     });
   }
 
@@ -227,6 +233,7 @@ export class RemoteLink {
           perMessageDeflate: false,
           generateMask: relaySocketMask, // frames are ciphertext: no mask needed (relay-frames/socket-mask.ts)
           handshakeTimeout: this.options.connectTimeoutMs ?? 10_000,
+          ...relayAgent(registration.url, this.options.proxy),
         });
       } catch {
         // The URL is a credential: say what is wrong, never what it is. A fresh registration may fix it.
@@ -325,4 +332,11 @@ function jitter(ms: number): number {
 /** A refusal that no retry can fix: the registry no longer accepts the API key (revoked, or wrong). */
 export function isKeyRefusal(err: RegistryError): boolean {
   return err.status === 401 || err.status === 403;
+}
+
+/** ws's `agent` option for the relay socket: a CONNECT tunnel when a proxy applies to `url`. */
+function relayAgent(url: string, proxy: ProxySettings | undefined): { agent?: Agent } {
+  if (!proxy) return {};
+  const agent = webSocketAgent(new URL(url), proxy);
+  return agent ? { agent } : {};
 }

@@ -1,0 +1,73 @@
+import { type Agent, type ClientRequest, request as httpRequest, type OutgoingHttpHeaders } from 'node:http';
+import { request as httpsRequest } from 'node:https';
+import { type ProxySettings, proxyAuthorization, proxyFor, tunnelAgent } from './proxy.js';
+
+export interface OutboundRequestOptions {
+  readonly method: string;
+  /** An object, or a flat [name, value, …] list that Node sends as it is (order and case kept). */
+  readonly headers: OutgoingHttpHeaders | string[];
+  readonly signal?: AbortSignal;
+  /** The agent of a direct request (Node's global one when absent; `false` for a fresh connection). */
+  readonly agent?: Agent | false;
+  /** node:http's socket idle timeout ('timeout' event), in ms. */
+  readonly timeout?: number;
+}
+
+function withHeader(
+  headers: OutgoingHttpHeaders | string[],
+  name: string,
+  value: string,
+): OutgoingHttpHeaders | string[] {
+  if (Array.isArray(headers)) {
+    for (let i = 0; i < headers.length; i += 2) if (headers[i]!.toLowerCase() === name) return headers;
+    return [...headers, name, value];
+  }
+  if (Object.keys(headers).some((key) => key.toLowerCase() === name)) return headers;
+  return { ...headers, [name]: value };
+}
+
+/**
+ * An HTTP(S) request to `target`, through the proxy `settings` give for it (proxy.ts): direct; to an
+ * http:// target, the request in absolute form to the proxy; to an https:// one, through a CONNECT tunnel.
+ * The caller writes the body and handles 'response' and 'error' as with node:http.
+ */
+export function outboundRequest(target: URL, options: OutboundRequestOptions, settings: ProxySettings): ClientRequest {
+  const proxy = proxyFor(target, settings);
+  const secure = target.protocol === 'https:';
+  const { method, signal } = options;
+  const extra = {
+    ...(signal ? { signal } : {}),
+    ...(options.timeout !== undefined ? { timeout: options.timeout } : {}),
+  };
+  if (proxy === null) {
+    const direct = { method, headers: options.headers as OutgoingHttpHeaders, ...extra };
+    const agent = options.agent === undefined ? {} : { agent: options.agent };
+    return (secure ? httpsRequest : httpRequest)(target, { ...direct, ...agent });
+  }
+  if (secure) {
+    return httpsRequest(target, {
+      method,
+      headers: options.headers as OutgoingHttpHeaders,
+      agent: tunnelAgent(proxy),
+      ...extra,
+    });
+  }
+  // Absolute form: the proxy reads the target from the request line; Host names the target too.
+  const absolute = new URL(target.href);
+  absolute.username = '';
+  absolute.password = '';
+  absolute.hash = '';
+  let headers = withHeader(options.headers, 'host', target.host);
+  const authorization = proxyAuthorization(proxy);
+  if (authorization) headers = withHeader(headers, 'proxy-authorization', authorization);
+  return (proxy.protocol === 'https:' ? httpsRequest : httpRequest)({
+    protocol: proxy.protocol,
+    hostname: proxy.hostname.replace(/^\[(.*)\]$/, '$1'),
+    port: proxy.port || (proxy.protocol === 'https:' ? 443 : 80),
+    path: absolute.href,
+    method,
+    headers: headers as OutgoingHttpHeaders,
+    agent: false,
+    ...extra,
+  });
+}
