@@ -204,9 +204,14 @@ describe.each(CASES)('codex exec agent → %s', (_label, { kind, path }) => {
     const output = run.outputs[0] ?? '';
     expectRanOnExecutor(output);
     expect(output).toContain('Process exited with code 0');
-    // Codex counts a token per 4 bytes of everything the command printed: no byte went missing.
+    // Codex counts a token per 4 bytes of everything the command printed: on our executor no byte goes
+    // missing. Codex's own drops output its client has not taken when a busy machine slows that client
+    // (seen on a loaded CI run: 573878 of 750006 tokens), so its column only has to stay within the total.
     const printed = `PPID=${/PPID=(\d+)/.exec(output)?.[1]}\n`.length + LARGE_BYTES + '\nEND-MARK\n'.length;
-    expect(output).toContain(`Original token count: ${Math.ceil(printed / 4)}`);
+    const counted = Number(/Original token count: (\d+)/.exec(output)?.[1]);
+    if (kind === 'tether') expect(counted).toBe(Math.ceil(printed / 4));
+    else expect(counted).toBeGreaterThan(0);
+    expect(counted).toBeLessThanOrEqual(Math.ceil(printed / 4));
     expect(output).toMatch(/PPID=\d+\nxxxx/);
     expect(output).toMatch(/xxxx\nEND-MARK\n$/);
   });

@@ -215,7 +215,10 @@ unless --allow-api-key-env. In remote mode the executor also marks itself non-du
 root children still can. ${DUMPABLE_ENV}=1 keeps it dumpable (for a debugger).
 
 Endpoints (WebSocket mode): / (WebSocket upgrade), GET /readyz, GET /livez. Requests carrying an Origin
-header are refused with 403. Logs are JSON on stderr (level: TETHER_LOG or [logging] level).`,
+header are refused with 403. Logs are JSON on stderr (level: TETHER_LOG or [logging] level).
+
+Proxies: registry calls, the relay socket, http/request and OTLP export go through HTTPS_PROXY /
+HTTP_PROXY / ALL_PROXY (lower-case too), except hosts in NO_PROXY, as Codex's do; loopback is not exempt.`,
     )
     .action(async (options: ExecutorOptions) => run(options));
 }

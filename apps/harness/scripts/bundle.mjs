@@ -4,15 +4,40 @@
  * one ESM file, dist/main.js. A command's start is then one file to read and compile instead of a few
  * hundred modules to resolve: `harness --help` starts in about a third of the time, which every
  * `harness cp`/`exec` pays. Native addons stay outside the bundle and load from this package's own
- * dependencies (bufferutil for ws, @tether/native-crypto for transport records,
+ * dependencies (bufferutil for ws, @noble/post-quantum, which noise loads with require() only where Node has no
+ * ML-KEM, @tether/native-crypto for transport records,
  * @tether/native-pipe for the local backend's child pipes; each has a fallback in JS, node:crypto or
  * socketpairs).
  */
 import { readdirSync, rmSync, statSync } from 'node:fs';
+import { builtinModules } from 'node:module';
 import { join, relative } from 'node:path';
 import { build } from 'esbuild';
 
 const here = new URL('..', import.meta.url);
+
+/**
+ * Node's built-in modules are loaded with require() rather than import: an ESM import of a built-in makes Node
+ * build its ESM facade, which reads every export, and on Node 24 one of node:http's exports is a lazy getter
+ * that loads all of undici (about 16 ms of every command's start, seen in a --cpu-prof). Through
+ * process.getBuiltinModule (Node 20.16+, so every Node of `engines`) the module object is used as it is and
+ * each export is read when used. (Not require(): esbuild would resolve that call back to this plugin.)
+ */
+const bareBuiltins = new Set(builtinModules);
+const builtinsViaRequire = {
+  name: 'builtins-via-require',
+  setup(build) {
+    build.onResolve({ filter: /^[a-z_/:]+$/ }, (args) =>
+      args.path.startsWith('node:') || bareBuiltins.has(args.path)
+        ? { path: args.path, namespace: 'builtin' }
+        : undefined,
+    );
+    build.onLoad({ filter: /.*/, namespace: 'builtin' }, (args) => ({
+      contents: `module.exports = process.getBuiltinModule(${JSON.stringify(args.path)});`,
+      loader: 'js',
+    }));
+  },
+};
 // Code reached only through import() (the SDK's dialing machinery: ws, relay frames, secure stream) goes
 // to chunks loaded when first used: a command served by a connection master starts without them.
 const dist = new URL('dist', here).pathname;
@@ -32,6 +57,7 @@ const result = await build({
   banner: {
     js: "import { createRequire as __tetherRequire } from 'node:module';\nconst require = __tetherRequire(import.meta.url);",
   },
+  plugins: [builtinsViaRequire],
   legalComments: 'none',
   logLevel: 'warning',
   metafile: true,

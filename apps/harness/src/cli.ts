@@ -37,7 +37,8 @@ a context of the config file (harness config; --context, ${ENV.context}): a flag
 beats the context. --url ws://HOST:PORT talks to an executor directly (no relay; then
 ENV:/path names a path on that executor). Connecting is retried with backoff for up to 20 s
 (--connect-timeout) after failures that may pass; a refused key or an unknown environment fails at once.
-Remote paths are written ENV:/absolute/path.
+Remote paths are written ENV:/absolute/path. The registry call and the relay socket go through
+HTTPS_PROXY / HTTP_PROXY / ALL_PROXY, except hosts in NO_PROXY (as Codex reads them; loopback is not exempt).
 
 Security: an http:// registry must be on loopback (127.0.0.0/8, ::1, localhost) unless
 --allow-insecure-registry (${ENV.allowInsecureRegistry}=1); use https:// otherwise. The executor's key is

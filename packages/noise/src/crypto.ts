@@ -94,6 +94,9 @@ export interface KemEphemeral {
   decapsulate(ciphertext: Uint8Array): Uint8Array;
 }
 
+/** A static KEM key pair: its bytes, and decapsulation by the backend that made it. */
+export interface KemKeyPair extends KeyPair, KemEphemeral {}
+
 /**
  * A KEM cannot hide behind dh(): encapsulation and decapsulation are asymmetric.
  * ML-KEM decapsulation never fails on a well-sized ciphertext (implicit rejection): a wrong key or a
@@ -105,8 +108,11 @@ export interface Kem {
   readonly secretKeyLength: number;
   readonly ciphertextLength: number;
   readonly sharedSecretLength: number;
-  /** A key pair to keep (a static identity): the secret key in its byte form. */
-  generateKeyPair(): KeyPair;
+  /**
+   * A key pair to keep (a static identity). `secretKey` is its byte form (for an identity file); a backend
+   * may compute it only when read and decapsulate through `decapsulate` without it.
+   */
+  generateKeyPair(): KemKeyPair;
   /** A key pair for one handshake: the secret may stay inside the backend (an OpenSSL key, say). */
   generateEphemeral(): KemEphemeral;
   encapsulate(publicKey: Uint8Array): KemEncapsulation;

@@ -228,7 +228,14 @@ export abstract class HandshakeState {
     const kem = this.requireKem();
     if (this.sKem === undefined) throw new NoiseError('invalid_state', 'skem needs the static KEM key pair');
     const ciphertext = this.symmetric.decryptAndHash(reader.take(this.sealedLength(kem.ciphertextLength), 'skem'));
-    this.symmetric.mixKeyAndHash(kem.decapsulate(ciphertext, this.sKem.secretKey));
+    // A pair from generateKeyPair decapsulates itself (its secret may live in OpenSSL); one read from an
+    // identity file is bytes only.
+    const pair = this.sKem as KeyPair & Partial<KemEphemeral>;
+    const shared =
+      typeof pair.decapsulate === 'function'
+        ? pair.decapsulate(ciphertext)
+        : kem.decapsulate(ciphertext, pair.secretKey);
+    this.symmetric.mixKeyAndHash(shared);
   }
 
   /** `ekem` (write): Encaps(re_kem); ct sent raw; MixHash(ct); MixKey(ss). */

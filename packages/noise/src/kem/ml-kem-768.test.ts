@@ -24,7 +24,10 @@ describe('ML-KEM-768 backends', () => {
         expect(mlKem768PublicKeyOf(keys.secretKey)).toEqual(keys.publicKey);
         const toStatic = b.encapsulate(keys.publicKey);
         expect(toStatic.ciphertext).toHaveLength(1088);
+        expect(keys.decapsulate(toStatic.ciphertext)).toEqual(toStatic.sharedSecret);
         expect(a.decapsulate(toStatic.ciphertext, keys.secretKey)).toEqual(toStatic.sharedSecret);
+        // The bytes alone (an identity file read back) decapsulate on every backend.
+        expect(b.decapsulate(toStatic.ciphertext, Uint8Array.from(keys.secretKey))).toEqual(toStatic.sharedSecret);
 
         const ephemeral = a.generateEphemeral();
         expect(ephemeral.publicKey).toHaveLength(1184);
