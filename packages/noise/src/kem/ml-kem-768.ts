@@ -149,17 +149,33 @@ function nodeMlKem(): Kem | null {
     }
     return key;
   };
+  const decapsulateWith = (privateKey: KeyObject, ciphertext: Uint8Array): Uint8Array => {
+    checkLength('ciphertext', ciphertext, MLKEM768_CIPHERTEXT_LENGTH);
+    return bytes(decapsulate(privateKey, ciphertext));
+  };
+  // A key from 64 random bytes (d ‖ z, FIPS 203 §7.1) imported as a seed, not generateKeyPairSync: no key
+  // generation job whose export could deadlock with its finalizer (as on Node 20, crypto/node.ts), and the
+  // seed is at hand for the 2400-byte form.
+  const seededKey = () => {
+    const seed = bytes(nodeCrypto.randomBytes(KEYGEN_SEED_LENGTH));
+    const privateKey = nodeCrypto.createPrivateKey({
+      key: Buffer.from(seed.buffer, seed.byteOffset, seed.byteLength),
+      format: 'raw-seed',
+      asymmetricKeyType: 'ml-kem-768',
+    } as never);
+    const publicKey = bytes(nodeCrypto.createPublicKey(privateKey).export({ format: 'raw-public' } as never) as Buffer);
+    return { seed, privateKey, publicKey };
+  };
   const kem: Kem = {
     ...SIZES,
     // A static pair keeps its key in OpenSSL too. Its 2400-byte form (for an identity file) is expanded from
     // the seed by noble only when read: Node exports a key's seed, not that form, and noble's first keygen in
     // a fresh process costs about 20 ms of a command's start.
     generateKeyPair(): KemKeyPair {
-      const { publicKey, privateKey } = nodeCrypto.generateKeyPairSync('ml-kem-768' as never);
-      const seed = bytes(privateKey.export({ format: 'raw-seed' } as never) as Buffer);
+      const { seed, privateKey, publicKey } = seededKey();
       let expanded: Uint8Array | undefined;
       return {
-        publicKey: bytes(publicKey.export({ format: 'raw-public' } as never) as Buffer),
+        publicKey,
         get secretKey(): Uint8Array {
           if (!expanded) {
             expanded = noble().keygen(seed).secretKey;
@@ -167,21 +183,12 @@ function nodeMlKem(): Kem | null {
           }
           return expanded;
         },
-        decapsulate(ciphertext) {
-          checkLength('ciphertext', ciphertext, MLKEM768_CIPHERTEXT_LENGTH);
-          return bytes(decapsulate(privateKey, ciphertext));
-        },
+        decapsulate: (ciphertext) => decapsulateWith(privateKey, ciphertext),
       };
     },
     generateEphemeral(): KemEphemeral {
-      const { publicKey, privateKey } = nodeCrypto.generateKeyPairSync('ml-kem-768' as never);
-      return {
-        publicKey: bytes(publicKey.export({ format: 'raw-public' } as never) as Buffer),
-        decapsulate(ciphertext) {
-          checkLength('ciphertext', ciphertext, MLKEM768_CIPHERTEXT_LENGTH);
-          return bytes(decapsulate(privateKey, ciphertext));
-        },
-      };
+      const { privateKey, publicKey } = seededKey();
+      return { publicKey, decapsulate: (ciphertext) => decapsulateWith(privateKey, ciphertext) };
     },
     encapsulate(publicKey): KemEncapsulation {
       checkLength('public key', publicKey, MLKEM768_PUBLIC_KEY_LENGTH);
