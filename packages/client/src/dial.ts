@@ -5,9 +5,10 @@
  * start-up, which a command served by a connection master does without.
  */
 import { randomUUID } from 'node:crypto';
+import { isLoopbackHost } from '@tether/exec-protocol';
 import { type MessageTransport, WebSocketTransport } from '@tether/jsonrpc';
 import type { NoiseIdentity } from '@tether/noise';
-import { type ProxySettings, webSocketAgent } from '@tether/outbound';
+import { describeProxy, type ProxySettings, proxyFor, webSocketAgent } from '@tether/outbound';
 import { MAX_FRAME_BYTES, relaySocketMask } from '@tether/relay-frames';
 import { SecureStream, SecureStreamError, WebSocketFrameLink } from '@tether/secure-stream';
 import { WebSocket } from 'ws';
@@ -73,9 +74,25 @@ async function openSocket(ws: WebSocket, what: string, signal: AbortSignal, time
 }
 
 /** The relay socket for a signed URL; the URL is a credential, so no error repeats it. */
-function relaySocket(url: string, proxies: ProxySettings): WebSocket {
+function relaySocket(url: string, proxies: ProxySettings, allowInsecure: boolean): WebSocket {
+  let target: URL;
   try {
-    const agent = webSocketAgent(new URL(url), proxies);
+    target = new URL(url);
+  } catch {
+    throw new TetherError('registry', 'the relay URL in the bundle is not a valid WebSocket URL');
+  }
+  // The signed URL is a credential: over ws:// a proxy off this machine would read it, as with the registry.
+  const proxy = proxyFor(target, proxies);
+  if (proxy && target.protocol === 'ws:' && !allowInsecure && !isLoopbackHost(proxy.hostname)) {
+    throw new TetherError(
+      'invalid_argument',
+      `refusing to open the plain ws:// relay socket through the proxy ${describeProxy(proxy)}: the proxy would read ` +
+        'its signed URL. Use a wss:// relay, exempt the relay with NO_PROXY, or allow it explicitly ' +
+        '(allowInsecureRegistry / --allow-insecure-registry)',
+    );
+  }
+  try {
+    const agent = webSocketAgent(target, proxies);
     return new WebSocket(url, {
       perMessageDeflate: false,
       maxPayload: MAX_FRAME_BYTES,
@@ -110,14 +127,15 @@ export async function dialRendezvous(
 ): Promise<MessageTransport> {
   let bundle = await pinnedBundle(registry, environmentId, identity, pin, signal);
   const proxies = proxySettings(registry);
-  let ws = relaySocket(bundle.url, proxies);
+  const allowInsecure = registry.allowInsecureRegistry === true;
+  let ws = relaySocket(bundle.url, proxies, allowInsecure);
   try {
     await openSocket(ws, 'the relay', signal);
   } catch (err) {
     // A 401 means the bundle went stale: fetch one fresh bundle and try once more (rendezvous.md §3.1).
     if (!(err instanceof TetherError) || err.status !== 401) throw err;
     bundle = await pinnedBundle(registry, environmentId, identity, pin, signal);
-    ws = relaySocket(bundle.url, proxies);
+    ws = relaySocket(bundle.url, proxies, allowInsecure);
     await openSocket(ws, 'the relay', signal);
   }
   ws.on('error', () => undefined);

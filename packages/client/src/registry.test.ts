@@ -2,7 +2,9 @@ import { once } from 'node:events';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { generateIdentity, publicKeyToJson, SECURITY_PROFILE_HYBRID_IK_V1 } from '@tether/noise';
+import { proxySettingsFromEnv } from '@tether/outbound';
 import { afterEach, describe, expect, it } from 'vitest';
+import { dialRendezvous } from './dial.js';
 import { checkRegistryUrl, fetchBundle } from './registry.js';
 
 const executor = generateIdentity();
@@ -61,6 +63,50 @@ const reply =
     res.writeHead(status, { 'content-type': 'application/json', ...headers });
     res.end(body);
   };
+
+describe('fetchBundle through a proxy', () => {
+  it('refuses to hand a plain http:// registry request to a proxy that is not on loopback', async () => {
+    const rig = await registry(reply(200, bundle()));
+    const proxy = proxySettingsFromEnv({ HTTP_PROXY: 'http://user:pw@proxy.invalid:3128' });
+    const refused = fetchBundle({ registryUrl: rig.url, apiKey: 'key-1', proxy }, 'env-1', harness.publicKey);
+    await expect(refused).rejects.toThrow(
+      /refusing to send the API key to the plain http:\/\/ registry at 127\.0\.0\.1:\d+ through the proxy http:\/\/proxy\.invalid:3128/,
+    );
+    await expect(refused).rejects.not.toThrow(/pw/);
+    expect(rig.seen).toEqual([]);
+    // With explicit consent it goes to that proxy (which does not exist here: a connection failure naming it).
+    const allowed = fetchBundle(
+      { registryUrl: rig.url, apiKey: 'key-1', proxy, allowInsecureRegistry: true, totalTimeoutMs: 1_500 },
+      'env-1',
+      harness.publicKey,
+    );
+    await expect(allowed).rejects.toThrow(
+      /cannot reach the registry at .* through the proxy http:\/\/proxy\.invalid:3128/,
+    );
+    // NO_PROXY exempts it: straight to the registry.
+    const exempt = proxySettingsFromEnv({ HTTP_PROXY: 'http://proxy.invalid:3128', NO_PROXY: '127.0.0.1' });
+    await fetchBundle({ registryUrl: rig.url, apiKey: 'key-1', proxy: exempt }, 'env-1', harness.publicKey);
+    expect(rig.seen).toHaveLength(1);
+  });
+
+  it('refuses to open a plain ws:// relay socket through a proxy that is not on loopback', async () => {
+    // The registry on 127.0.0.1 is exempt; the relay (localhost) is not, and its proxy is elsewhere.
+    const rig = await registry(reply(200, bundle({ url: 'ws://localhost:9/ws/environment/env-1?sig=secret' })));
+    const proxy = proxySettingsFromEnv({ HTTP_PROXY: 'http://proxy.invalid:3128', NO_PROXY: '127.0.0.1' });
+    const pin = { check: () => undefined, trust: () => undefined };
+    const dialed = dialRendezvous(
+      { registryUrl: rig.url, apiKey: 'key-1', proxy },
+      'env-1',
+      harness,
+      pin,
+      AbortSignal.timeout(5_000),
+    );
+    await expect(dialed).rejects.toThrow(
+      /refusing to open the plain ws:\/\/ relay socket through the proxy http:\/\/proxy\.invalid:3128/,
+    );
+    await expect(dialed).rejects.not.toThrow(/secret/);
+  });
+});
 
 describe('fetchBundle (node:http)', () => {
   it('POSTs the harness key with the API key and returns the parsed bundle', async () => {

@@ -140,6 +140,16 @@ export async function fetchBundle(
   const proxies = proxySettings(options);
   const proxy = proxyFor(new URL(base), proxies);
   const via = proxy ? ` through the proxy ${describeProxy(proxy)}` : '';
+  // A plain http:// registry is allowed on loopback because the key stays on this machine; a proxy elsewhere
+  // would read the key and the bundle in clear, so that needs the same explicit consent as a remote one.
+  if (proxy && base.startsWith('http:') && !options.allowInsecureRegistry && !isLoopbackHost(proxy.hostname)) {
+    throw new TetherError(
+      'invalid_argument',
+      `refusing to send the API key to the plain http:// registry at ${new URL(base).host}${via}: the proxy would ` +
+        'read it in clear. Use https://, exempt the registry with NO_PROXY, or allow it explicitly ' +
+        '(allowInsecureRegistry / --allow-insecure-registry)',
+    );
+  }
   const post = options.fetch ? fetchPost(options.fetch) : nodePost(proxies);
   const deadline = Date.now() + (options.totalTimeoutMs ?? 14_000);
   let lastError: TetherError | null = null;
