@@ -46,6 +46,25 @@ const settledState = async (promise: Promise<unknown>) => {
 };
 
 describe('StdinWriter', () => {
+  it('refuses waiting writes when the sink was destroyed under an in-flight write that then completes', async () => {
+    // Node completes a write on a destroyed stream with no error; that must not let waiting writes through.
+    let complete: (() => void) | null = null;
+    const sink = new Writable({
+      highWaterMark: 1 << 30,
+      write(_chunk, _encoding, callback) {
+        complete = () => callback(null);
+      },
+    });
+    const writer = new StdinWriter(sink, 4);
+    await writer.write(Buffer.from('abcd'));
+    const waiting = writer.write(Buffer.from('e'));
+    expect(await settledState(waiting)).toBe('pending');
+    sink.destroy();
+    (complete as (() => void) | null)?.();
+    expect(await settledState(waiting)).toBe('rejected');
+    await expect(waiting).rejects.toMatchObject({ code: 'write_failed' });
+  });
+
   it('hands writes over in order and waits while the in-flight bytes would exceed the bound', async () => {
     const sink = new ManualSink();
     const writer = new StdinWriter(sink, 4);

@@ -93,7 +93,10 @@ export class StdinWriter {
     this.#inFlight += chunk.length;
     this.#sink.write(chunk, (err) => {
       this.#inFlight -= chunk.length;
-      if (err) this.#fail(err);
+      // Node completes a write with no error when the stream was destroyed before the write finished
+      // (stream_base_commons' onWriteComplete), so a destroyed sink is a failure too: nothing more is sent
+      // and waiting writes are refused, not reported accepted (seen in CI: a child killed mid-write).
+      if (err || this.#sink.destroyed) this.#fail(err ?? new Error('stdin closed'));
       else this.#pump();
     });
   }
