@@ -7,6 +7,7 @@ import {
   decodeB64,
   type HttpProxy,
   initialize,
+  NO_AMBIENT_PROXY,
   type OtlpCollector,
   startHttpProxy,
   startOtlpCollector,
@@ -38,18 +39,6 @@ async function proxy(): Promise<HttpProxy> {
   proxies.push(started);
   return started;
 }
-
-/** Everything but the proxy variables the test sets: a developer's own must not leak in. */
-const NO_AMBIENT_PROXY = {
-  HTTP_PROXY: '',
-  http_proxy: '',
-  HTTPS_PROXY: '',
-  https_proxy: '',
-  ALL_PROXY: '',
-  all_proxy: '',
-  NO_PROXY: '',
-  no_proxy: '',
-};
 
 const seen = (p: HttpProxy) => p.seen.map(({ kind, target }) => `${kind} ${target}`);
 

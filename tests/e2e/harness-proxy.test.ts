@@ -9,7 +9,7 @@ import { createHash } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { type HttpProxy, repoRoot, type Stack, startHttpProxy, startStack } from '@tether/test-kit';
+import { type HttpProxy, NO_AMBIENT_PROXY, repoRoot, type Stack, startHttpProxy, startStack } from '@tether/test-kit';
 import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
 
 const work = mkdtempSync(join(tmpdir(), 'tether-harness-proxy-'));
@@ -29,17 +29,6 @@ afterAll(async () => {
   await stack?.close();
   rmSync(work, { recursive: true, force: true });
 });
-
-const NO_AMBIENT_PROXY = {
-  HTTP_PROXY: '',
-  http_proxy: '',
-  HTTPS_PROXY: '',
-  https_proxy: '',
-  ALL_PROXY: '',
-  all_proxy: '',
-  NO_PROXY: '',
-  no_proxy: '',
-};
 
 function harness(
   args: string[],

@@ -5,16 +5,15 @@
  * start-up, which a command served by a connection master does without.
  */
 import { randomUUID } from 'node:crypto';
-import { isLoopbackHost } from '@tether/exec-protocol';
 import { type MessageTransport, WebSocketTransport } from '@tether/jsonrpc';
 import type { NoiseIdentity } from '@tether/noise';
-import { describeProxy, type ProxySettings, proxyFor, webSocketAgent } from '@tether/outbound';
+import { type ProxySettings, tunnelAgent } from '@tether/outbound';
 import { MAX_FRAME_BYTES, relaySocketMask } from '@tether/relay-frames';
 import { SecureStream, SecureStreamError, WebSocketFrameLink } from '@tether/secure-stream';
 import { WebSocket } from 'ws';
 import { PASSING_RESETS } from './dial-error.js';
 import { TetherError } from './errors.js';
-import { proxySettings } from './proxy.js';
+import { proxyForCredentials, proxySettings } from './proxy.js';
 import { fetchBundle, type RegistryOptions, type RendezvousBundle } from './registry.js';
 
 export { generateIdentity } from '@tether/noise';
@@ -81,18 +80,13 @@ function relaySocket(url: string, proxies: ProxySettings, allowInsecure: boolean
   } catch {
     throw new TetherError('registry', 'the relay URL in the bundle is not a valid WebSocket URL');
   }
-  // The signed URL is a credential: over ws:// a proxy off this machine would read it, as with the registry.
-  const proxy = proxyFor(target, proxies);
-  if (proxy && target.protocol === 'ws:' && !allowInsecure && !isLoopbackHost(proxy.hostname)) {
-    throw new TetherError(
-      'invalid_argument',
-      `refusing to open the plain ws:// relay socket through the proxy ${describeProxy(proxy)}: the proxy would read ` +
-        'its signed URL. Use a wss:// relay, exempt the relay with NO_PROXY, or allow it explicitly ' +
-        '(allowInsecureRegistry / --allow-insecure-registry)',
-    );
-  }
+  const proxy = proxyForCredentials(target, proxies, allowInsecure, {
+    target: 'open the plain ws:// relay socket',
+    secret: 'its signed URL',
+    secure: 'a wss:// relay',
+  });
   try {
-    const agent = webSocketAgent(target, proxies);
+    const agent = proxy ? tunnelAgent(proxy) : undefined;
     return new WebSocket(url, {
       perMessageDeflate: false,
       maxPayload: MAX_FRAME_BYTES,

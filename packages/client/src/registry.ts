@@ -8,9 +8,9 @@ import {
 } from '@tether/exec-protocol';
 import { type NoisePublicKey, parsePublicKey, publicKeyToJson } from '@tether/noise/keys';
 import { SECURITY_PROFILE_HYBRID_IK_V1 } from '@tether/noise/suite';
-import { describeProxy, outboundRequest, type ProxySettings, proxyFor } from '@tether/outbound';
+import { describeProxy, outboundRequest, type ProxySettings } from '@tether/outbound';
 import { TetherError } from './errors.js';
-import { proxySettings } from './proxy.js';
+import { proxyForCredentials, proxySettings } from './proxy.js';
 
 /** What `/connect` returns (rendezvous.md §1.3). `url` and `authorization` are credentials. */
 export interface RendezvousBundle {
@@ -138,18 +138,12 @@ export async function fetchBundle(
   checkEnvironmentId(environmentId);
   const base = checkRegistryUrl(options.registryUrl, options.allowInsecureRegistry);
   const proxies = proxySettings(options);
-  const proxy = proxyFor(new URL(base), proxies);
+  const proxy = proxyForCredentials(new URL(base), proxies, options.allowInsecureRegistry === true, {
+    target: `send the API key to the plain http:// registry at ${new URL(base).host}`,
+    secret: 'it',
+    secure: 'https://',
+  });
   const via = proxy ? ` through the proxy ${describeProxy(proxy)}` : '';
-  // A plain http:// registry is allowed on loopback because the key stays on this machine; a proxy elsewhere
-  // would read the key and the bundle in clear, so that needs the same explicit consent as a remote one.
-  if (proxy && base.startsWith('http:') && !options.allowInsecureRegistry && !isLoopbackHost(proxy.hostname)) {
-    throw new TetherError(
-      'invalid_argument',
-      `refusing to send the API key to the plain http:// registry at ${new URL(base).host}${via}: the proxy would ` +
-        'read it in clear. Use https://, exempt the registry with NO_PROXY, or allow it explicitly ' +
-        '(allowInsecureRegistry / --allow-insecure-registry)',
-    );
-  }
   const post = options.fetch ? fetchPost(options.fetch) : nodePost(proxies);
   const deadline = Date.now() + (options.totalTimeoutMs ?? 14_000);
   let lastError: TetherError | null = null;

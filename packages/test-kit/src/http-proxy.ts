@@ -2,6 +2,18 @@ import { once } from 'node:events';
 import { createServer, request as httpRequest, type IncomingMessage, type Server } from 'node:http';
 import { type AddressInfo, connect, type Socket } from 'node:net';
 
+/** Every proxy variable blanked: merged into a child's environment so a developer's own proxy settings stay out. */
+export const NO_AMBIENT_PROXY: Readonly<Record<string, string>> = Object.freeze({
+  HTTP_PROXY: '',
+  http_proxy: '',
+  HTTPS_PROXY: '',
+  https_proxy: '',
+  ALL_PROXY: '',
+  all_proxy: '',
+  NO_PROXY: '',
+  no_proxy: '',
+});
+
 /** One request a proxy saw: a CONNECT tunnel (`target` is host:port) or a forwarded absolute-form request. */
 export interface ProxiedRequest {
   readonly kind: 'connect' | 'forward';

@@ -55,7 +55,7 @@ export {
   waitUntil,
 } from './helpers.js';
 export { type HostileAnswer, type HostileTree, hostileFsAnswers } from './hostile-fs.js';
-export { type HttpProxy, type ProxiedRequest, startHttpProxy } from './http-proxy.js';
+export { type HttpProxy, NO_AMBIENT_PROXY, type ProxiedRequest, startHttpProxy } from './http-proxy.js';
 export {
   type MockResponses,
   type MockResponsesRequest,

@@ -1,4 +1,4 @@
-import type { Agent, IncomingMessage } from 'node:http';
+import type { IncomingMessage } from 'node:http';
 import type { MessageTransport } from '@tether/jsonrpc';
 import { generateIdentity, type NoiseIdentity } from '@tether/noise';
 import { DIRECT, outboundFetch, type ProxySettings, webSocketAgent } from '@tether/outbound';
@@ -233,7 +233,8 @@ export class RemoteLink {
           perMessageDeflate: false,
           generateMask: relaySocketMask, // frames are ciphertext: no mask needed (relay-frames/socket-mask.ts)
           handshakeTimeout: this.options.connectTimeoutMs ?? 10_000,
-          ...relayAgent(registration.url, this.options.proxy),
+          // A CONNECT tunnel when a proxy applies to the relay (undefined: ws dials directly).
+          agent: webSocketAgent(new URL(registration.url), this.options.proxy ?? DIRECT),
         });
       } catch {
         // The URL is a credential: say what is wrong, never what it is. A fresh registration may fix it.
@@ -332,11 +333,4 @@ function jitter(ms: number): number {
 /** A refusal that no retry can fix: the registry no longer accepts the API key (revoked, or wrong). */
 export function isKeyRefusal(err: RegistryError): boolean {
   return err.status === 401 || err.status === 403;
-}
-
-/** ws's `agent` option for the relay socket: a CONNECT tunnel when a proxy applies to `url`. */
-function relayAgent(url: string, proxy: ProxySettings | undefined): { agent?: Agent } {
-  if (!proxy) return {};
-  const agent = webSocketAgent(new URL(url), proxy);
-  return agent ? { agent } : {};
 }
