@@ -4,8 +4,7 @@
  * one ESM file, dist/main.js. A command's start is then one file to read and compile instead of a few
  * hundred modules to resolve: `harness --help` starts in about a third of the time, which every
  * `harness cp`/`exec` pays. Native addons stay outside the bundle and load from this package's own
- * dependencies (bufferutil for ws, @noble/post-quantum, which noise loads with require() only where Node has no
- * ML-KEM, @tether/native-crypto for transport records,
+ * dependencies (bufferutil for ws, @tether/native-crypto for transport records,
  * @tether/native-pipe for the local backend's child pipes; each has a fallback in JS, node:crypto or
  * socketpairs).
  */

@@ -1,7 +1,7 @@
 import type { KeyObject } from 'node:crypto';
 import * as nodeCrypto from 'node:crypto';
-import { createRequire } from 'node:module';
 import { randomBytes as nobleRandomBytes } from '@noble/hashes/utils.js';
+import { ml_kem768 } from '@noble/post-quantum/ml-kem.js';
 import type { Kem, KemEncapsulation, KemEphemeral, KemKeyPair, RandomOptions } from '../crypto.js';
 
 import {
@@ -17,20 +17,6 @@ export {
   MLKEM768_SECRET_KEY_LENGTH,
   MLKEM768_SHARED_SECRET_LENGTH,
 } from './sizes.js';
-
-type NobleMlKem768 = typeof import('@noble/post-quantum/ml-kem.js').ml_kem768;
-let nobleModule: NobleMlKem768 | undefined;
-
-/**
- * @noble/post-quantum, loaded on first use: its module builds its NTT tables when it is evaluated (about 10 ms
- * of a fresh process), which a Node 24 harness command, served by node:crypto, never needs. require() of this
- * ESM package is synchronous on the Nodes of `engines` (20.19+, 22.12+). The harness bundle keeps it external.
- */
-function noble(): NobleMlKem768 {
-  nobleModule ??= (createRequire(import.meta.url)('@noble/post-quantum/ml-kem.js') as { ml_kem768: NobleMlKem768 })
-    .ml_kem768;
-  return nobleModule;
-}
 
 /** keygen consumes d ‖ z (FIPS 203 §7.1), encapsulation one 32-byte message m. */
 const KEYGEN_SEED_LENGTH = 64;
@@ -75,10 +61,10 @@ function createNobleMlKem768(options: RandomOptions): Kem {
   const decapsulate = (ciphertext: Uint8Array, secretKey: Uint8Array): Uint8Array => {
     checkLength('ciphertext', ciphertext, MLKEM768_CIPHERTEXT_LENGTH);
     checkLength('secret key', secretKey, MLKEM768_SECRET_KEY_LENGTH);
-    return noble().decapsulate(ciphertext, secretKey);
+    return ml_kem768.decapsulate(ciphertext, secretKey);
   };
   const generateKeyPair = (): KemKeyPair => {
-    const { publicKey, secretKey } = noble().keygen(randomBytes(KEYGEN_SEED_LENGTH));
+    const { publicKey, secretKey } = ml_kem768.keygen(randomBytes(KEYGEN_SEED_LENGTH));
     return { publicKey, secretKey, decapsulate: (ciphertext) => decapsulate(ciphertext, secretKey) };
   };
   return {
@@ -87,7 +73,7 @@ function createNobleMlKem768(options: RandomOptions): Kem {
     generateEphemeral: generateKeyPair,
     encapsulate(publicKey): KemEncapsulation {
       checkLength('public key', publicKey, MLKEM768_PUBLIC_KEY_LENGTH);
-      const { cipherText, sharedSecret } = noble().encapsulate(publicKey, randomBytes(ENCAPSULATION_SEED_LENGTH));
+      const { cipherText, sharedSecret } = ml_kem768.encapsulate(publicKey, randomBytes(ENCAPSULATION_SEED_LENGTH));
       return { ciphertext: cipherText, sharedSecret };
     },
     decapsulate,
@@ -178,7 +164,7 @@ function nodeMlKem(): Kem | null {
         publicKey,
         get secretKey(): Uint8Array {
           if (!expanded) {
-            expanded = noble().keygen(seed).secretKey;
+            expanded = ml_kem768.keygen(seed).secretKey;
             importedSecrets.set(expanded, privateKey);
           }
           return expanded;
