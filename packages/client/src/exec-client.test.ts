@@ -199,4 +199,48 @@ describe('ExecServerClient: a start cut by a dropped connection', () => {
       await env.close();
     }
   });
+
+  it('lost before it reached the executor: the handle reads nothing until the start sent again is answered', async () => {
+    // The resumed session fires the handles' reconnect listeners before the start goes out again; a handle
+    // that read at once would be told `unknown process id` (seen in the chaos test).
+    // Dropped twice: after the first resume the handle's read is pending too, and the second cut sends it
+    // again before the start.
+    let dropped = 0;
+    const methods: string[] = [];
+    const client = await ExecServerClient.connect({
+      dial: async () => {
+        const ws = new WebSocket(peer.url!, { perMessageDeflate: false });
+        await new Promise<void>((resolve, reject) => {
+          ws.once('open', resolve);
+          ws.once('error', reject);
+        });
+        const transport = new WebSocketTransport(ws, { peer: peer.url! });
+        const send = transport.send.bind(transport);
+        transport.send = (message, release) => {
+          const method = /"method":"([^"]+)"/.exec(String(message))?.[1];
+          if (method) methods.push(method);
+          if (dropped < 2 && method === 'process/start') {
+            dropped++;
+            ws.terminate();
+            release?.();
+            return true;
+          }
+          return send(message, release);
+        };
+        return transport;
+      },
+    });
+    const env = Environment.remote(client);
+    try {
+      const result = await env.exec(['/bin/sh', '-c', 'echo started'], { cwd: work });
+      expect(dropped).toBe(2);
+      expect(result.exitCode).toBe(0);
+      expect(result.stdout.toString()).toBe('started\n');
+      // No read went out before the start that landed (the last one).
+      expect(methods.filter((m) => m === 'process/start')).toHaveLength(3);
+      expect(methods.indexOf('process/read')).toBeGreaterThan(methods.lastIndexOf('process/start'));
+    } finally {
+      await env.close();
+    }
+  });
 });

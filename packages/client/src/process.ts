@@ -82,6 +82,10 @@ export class ProcessHandle implements AsyncIterable<ProcessEvent> {
   private consumedSeq = 0;
   /** An acknowledgement of what a consumer that caught up has taken, due at the next turn. */
   private idleAck: NodeJS.Immediate | null = null;
+  /** The start was answered: the executor has the process, so `process/read` may be sent. */
+  private startAnswered = false;
+  /** Switched to pulling before the start was answered: the reads begin once it is. */
+  private pullWhenStarted = false;
 
   constructor(
     readonly processId: string,
@@ -200,12 +204,17 @@ export class ProcessHandle implements AsyncIterable<ProcessEvent> {
 
   /** @internal The start was answered: the flow window granted (it may be none, or smaller than asked). */
   started(answer: StartedProcess): void {
+    this.startAnswered = true;
     const granted = answer.flowWindowBytes;
     if (granted === null) this.credit = null;
     else if (granted !== this.credit?.windowBytes) {
       const pending = this.credit?.pending ?? 0;
       this.credit = new ReceiveCredit(granted);
       if (pending > 0 && this.credit.consumed(pending)) this.sendAck();
+    }
+    if (this.pullWhenStarted) {
+      this.pullWhenStarted = false;
+      this.pull().catch((err: Error) => this.fail(err));
     }
   }
 
@@ -254,7 +263,10 @@ export class ProcessHandle implements AsyncIterable<ProcessEvent> {
     this.switches++;
     this.aside = [];
     this.asideBytes = 0;
-    this.pull().catch((err: Error) => this.fail(err));
+    // Until the start is answered the process may not exist yet: a start cut by a dropped connection is
+    // sent again after the resume, and a read sent before it would be told `unknown process id`.
+    if (this.startAnswered) this.pull().catch((err: Error) => this.fail(err));
+    else this.pullWhenStarted = true;
   }
 
   /**

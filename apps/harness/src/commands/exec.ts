@@ -3,6 +3,7 @@ import type { Command } from 'commander';
 import { type CliIo, connectOptions, EXIT, keyValue, printable, type SetExit, withEnvironment } from '../common.js';
 import type { ConnectFlags } from '../target.js';
 import { startDetached } from './processes.js';
+import { forwardInput } from './stdin.js';
 
 export function registerExec(program: Command, io: CliIo, setExit: SetExit): void {
   connectOptions(
@@ -52,9 +53,6 @@ export interface ExecFlags {
   cleanEnv: boolean;
 }
 
-/** Stdin bytes sent to the process and not yet answered, at most (the executor's stdin queue: 1 MiB). */
-const STDIN_UNANSWERED_BYTES = 1024 * 1024;
-
 /**
  * Runs `argv` on the environment with this terminal attached: output streams here, stdin goes there
  * (`-i`, or `-t` on a terminal), the terminal's size follows the window (SIGWINCH → `process/resize`),
@@ -81,49 +79,9 @@ export async function runRemote(env: Environment, argv: string[], options: ExecF
   }
   const cleanups: Array<() => void> = [];
   if (forwardStdin) {
-    if (options.tty && io.stdin.isTTY) io.stdin.setRawMode?.(true);
-    // Writes are pipelined, in order (the executor applies them in the order they arrive), with at most
-    // STDIN_UNANSWERED_BYTES unanswered: stdin pauses beyond it, so memory stays bounded whatever is piped
-    // in, and the executor, which queues up to 1 MiB for a child that reads slowly, never has to refuse
-    // one. One write at a time would wait a round trip through the relay per 64 KiB. The close follows
-    // the last write's answer.
-    const writes = new Set<Promise<void>>();
-    let unanswered = 0;
-    let stopped = false;
-    const stop = () => {
-      stopped = true;
-      io.stdin.off('data', onData);
-    };
-    const onData = (chunk: Buffer) => {
-      if (stopped) return;
-      unanswered += chunk.byteLength;
-      const write: Promise<void> = handle
-        .write(chunk)
-        .then((status) => {
-          if (status !== 'accepted') stop();
-        })
-        .catch(stop)
-        .finally(() => {
-          writes.delete(write);
-          unanswered -= chunk.byteLength;
-          if (!stopped && unanswered < STDIN_UNANSWERED_BYTES && io.stdin.isPaused()) io.stdin.resume();
-        });
-      writes.add(write);
-      if (unanswered >= STDIN_UNANSWERED_BYTES) io.stdin.pause();
-    };
-    const onEnd = () => {
-      void Promise.all(writes)
-        .then(() => (stopped ? undefined : handle.closeStdin()))
-        .catch(() => undefined);
-    };
-    io.stdin.on('data', onData);
-    io.stdin.once('end', onEnd);
-    cleanups.push(() => {
-      io.stdin.off('data', onData);
-      io.stdin.off('end', onEnd);
-      if (options.tty && io.stdin.isTTY) io.stdin.setRawMode?.(false);
-      io.stdin.pause();
-    });
+    const rawMode = options.tty && io.stdin.isTTY === true;
+    if (rawMode) io.stdin.setRawMode?.(true);
+    cleanups.push(forwardInput(handle, io, { closeAtEnd: true, rawMode }));
   }
   if (options.tty && io.stdout.isTTY && resizeSupported(env)) cleanups.push(followWindowSize(handle, io));
   // Without a terminal in raw mode, Ctrl-C is our SIGINT: it goes to the process (with a pty in raw mode it

@@ -2,6 +2,7 @@ import type { AttachedProcess, Environment, ProcessInfo, SignalName } from '@tet
 import { type Command, InvalidArgumentError } from 'commander';
 import { type CliIo, connectOptions, printable, type SetExit, withEnvironment } from '../common.js';
 import type { ConnectFlags } from '../target.js';
+import { forwardInput } from './stdin.js';
 
 /** `ps`, `attach` and `kill`: the executor's detached processes (`harness exec -d`). */
 export function registerProcesses(program: Command, io: CliIo, setExit: SetExit): void {
@@ -238,9 +239,6 @@ export class DetachKeyMatcher {
   }
 }
 
-/** Stdin bytes sent and not yet answered, at most (the executor queues 1 MiB per child). */
-const STDIN_UNANSWERED_BYTES = 1024 * 1024;
-
 async function attachCommand(env: Environment, id: string, options: AttachFlags, io: CliIo): Promise<number> {
   let raw = false;
   const newline = () => (raw ? '\r\n' : '\n');
@@ -271,14 +269,19 @@ async function attachCommand(env: Environment, id: string, options: AttachFlags,
       raw = true;
     }
     cleanups.push(
-      forwardInput(
-        attached,
-        io,
-        terminal ? new DetachKeyMatcher(options.detachKeys ?? parseDetachKeys(DEFAULT_DETACH_KEYS)) : null,
-        () => stop('keys'),
-        options.interactive && !terminal,
+      forwardInput(attached, io, {
+        closeAtEnd: options.interactive && !terminal,
+        rawMode: terminal,
+        ...(terminal
+          ? {
+              keys: {
+                watcher: new DetachKeyMatcher(options.detachKeys ?? parseDetachKeys(DEFAULT_DETACH_KEYS)),
+                onDetachKeys: () => stop('keys'),
+              },
+            }
+          : {}),
         note,
-      ),
+      }),
     );
   }
   if (info.tty && io.stdout.isTTY && env.client?.capabilities.has('processResize')) {
@@ -304,75 +307,6 @@ async function attachCommand(env: Environment, id: string, options: AttachFlags,
   } finally {
     for (const cleanup of cleanups) cleanup();
   }
-}
-
-/**
- * Keyboard or piped input to the process, pipelined with at most STDIN_UNANSWERED_BYTES unanswered (stdin
- * pauses beyond it). With a matcher, the detach keys end the attachment instead. `closeAtEnd`: stdin's end
- * closes the process's stdin. Answers the cleanup.
- */
-function forwardInput(
-  attached: AttachedProcess,
-  io: CliIo,
-  matcher: DetachKeyMatcher | null,
-  onDetachKeys: () => void,
-  closeAtEnd: boolean,
-  note: (text: string) => void,
-): () => void {
-  const writes = new Set<Promise<void>>();
-  let unanswered = 0;
-  let stopped = false;
-  const stop = () => {
-    stopped = true;
-    io.stdin.off('data', onData);
-  };
-  const send = (chunk: Buffer) => {
-    if (chunk.byteLength === 0) return;
-    unanswered += chunk.byteLength;
-    const write: Promise<void> = attached
-      .write(chunk)
-      .then((status) => {
-        if (status === 'accepted') return;
-        if (!stopped) note(`${attached.processId} takes no more input (${status})`);
-        stop();
-      })
-      .catch(stop)
-      .finally(() => {
-        writes.delete(write);
-        unanswered -= chunk.byteLength;
-        if (!stopped && unanswered < STDIN_UNANSWERED_BYTES && io.stdin.isPaused()) io.stdin.resume();
-      });
-    writes.add(write);
-    if (unanswered >= STDIN_UNANSWERED_BYTES) io.stdin.pause();
-  };
-  const onData = (chunk: Buffer) => {
-    if (stopped) return;
-    if (matcher === null) {
-      send(chunk);
-      return;
-    }
-    const { forward, detach } = matcher.feed(chunk);
-    send(forward);
-    if (detach) {
-      stop();
-      onDetachKeys();
-    }
-  };
-  const onEnd = () => {
-    if (!closeAtEnd) return;
-    void Promise.all(writes)
-      .then(() => (stopped ? undefined : attached.closeStdin()))
-      .catch(() => undefined);
-  };
-  io.stdin.on('data', onData);
-  io.stdin.once('end', onEnd);
-  io.stdin.resume();
-  return () => {
-    stop();
-    io.stdin.off('end', onEnd);
-    if (matcher !== null) io.stdin.setRawMode?.(false);
-    io.stdin.pause();
-  };
 }
 
 /**

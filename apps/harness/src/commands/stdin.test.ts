@@ -1,0 +1,91 @@
+import { PassThrough } from 'node:stream';
+import type { WriteStatus } from '@tether/client';
+import { describe, expect, it } from 'vitest';
+import type { CliIo } from '../common.js';
+import { forwardInput, STDIN_UNANSWERED_BYTES } from './stdin.js';
+
+/** A stdin stand-in and a target whose writes are answered when the test says. */
+function setup() {
+  const stdin = new PassThrough();
+  const rawModes: boolean[] = [];
+  const io = {
+    stdin: Object.assign(stdin, { isTTY: true, setRawMode: (raw: boolean) => rawModes.push(raw) }),
+    stdout: new PassThrough(),
+    stderr: new PassThrough(),
+    env: {},
+  } as unknown as CliIo;
+  const answers: Array<(status: WriteStatus) => void> = [];
+  const written: Buffer[] = [];
+  let closed = 0;
+  const target = {
+    processId: 'p1',
+    write: (chunk: Buffer) =>
+      new Promise<WriteStatus>((resolve) => {
+        written.push(chunk);
+        answers.push(resolve);
+      }),
+    closeStdin: async () => {
+      closed++;
+      return 'accepted' as WriteStatus;
+    },
+  };
+  return { stdin, io, target, answers, written, rawModes, closed: () => closed };
+}
+
+const turn = () => new Promise((resolve) => setImmediate(resolve));
+
+describe('forwardInput', () => {
+  it('after the cleanup, a write answered late does not start reading stdin again (it would keep the harness alive)', async () => {
+    const { stdin, io, target, answers, rawModes } = setup();
+    const cleanup = forwardInput(target, io, { closeAtEnd: true, rawMode: true });
+    stdin.write(Buffer.from('\x04'));
+    await turn();
+    expect(answers).toHaveLength(1);
+    // The process ended and the command cleans up before the executor answered the Ctrl-D.
+    cleanup();
+    expect(stdin.isPaused()).toBe(true);
+    answers[0]!('accepted');
+    await turn();
+    expect(stdin.isPaused()).toBe(true);
+    expect(rawModes).toEqual([false]);
+  });
+
+  it('pauses stdin while a MiB is unanswered and reads again once answers come', async () => {
+    const { stdin, io, target, answers } = setup();
+    const cleanup = forwardInput(target, io, { closeAtEnd: false, rawMode: false });
+    stdin.write(Buffer.alloc(STDIN_UNANSWERED_BYTES));
+    await turn();
+    expect(stdin.isPaused()).toBe(true);
+    answers[0]!('accepted');
+    await turn();
+    expect(stdin.isPaused()).toBe(false);
+    cleanup();
+  });
+
+  it('closes the process stdin at the end, after the last write is answered; the detach keys stop the input', async () => {
+    const piped = setup();
+    forwardInput(piped.target, piped.io, { closeAtEnd: true, rawMode: false });
+    piped.stdin.end(Buffer.from('last'));
+    await turn();
+    expect(piped.closed()).toBe(0);
+    piped.answers[0]!('accepted');
+    await turn();
+    expect(piped.closed()).toBe(1);
+
+    const keyed = setup();
+    let detached = 0;
+    forwardInput(keyed.target, keyed.io, {
+      closeAtEnd: false,
+      rawMode: true,
+      keys: {
+        watcher: { feed: (chunk) => ({ forward: chunk.subarray(0, 1), detach: chunk.length > 1 }) },
+        onDetachKeys: () => detached++,
+      },
+    });
+    keyed.stdin.write(Buffer.from('ab'));
+    keyed.stdin.write(Buffer.from('c'));
+    await turn();
+    expect(Buffer.concat(keyed.written).toString()).toBe('a');
+    expect(detached).toBe(1);
+  });
+});
