@@ -660,17 +660,8 @@ describe.each(CASES)('fs: %s', (label, { kind, transport }) => {
     };
     const response = await read(restricted);
     expect(response.result).toBeUndefined();
-    // Codex runs the read in its sandbox helper, where nothing is visible; Tether has no filesystem
-    // sandbox and refuses the request instead of running it unconfined.
-    expect(response.error).toEqual(
-      kind === 'codex'
-        ? NOT_FOUND
-        : {
-            code: -32602,
-            message:
-              'fs/readFile: a restricted filesystem sandbox is not supported by this exec-server; omit `sandbox` or use a profile without filesystem restrictions',
-          },
-    );
+    // Both run the read in a sandboxed helper, where nothing is visible (sandbox.test.ts has the whole table).
+    expect(response.error).toEqual(NOT_FOUND);
     const written = await client.request('fs/writeFile', { path, dataBase64: b64('x'), sandbox: restricted });
     expect(written.result).toBeUndefined();
     expect(readFileSync(join(dir, 'f'), 'utf8')).toBe('secret');

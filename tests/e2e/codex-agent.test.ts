@@ -11,7 +11,7 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
@@ -87,7 +87,7 @@ describe.each(CASES)('codex exec agent → %s', (_label, { kind, path }) => {
   });
 
   /** Runs `codex exec` once with the script as its model; resolves when the agent exits. */
-  async function runAgent(script: MockScriptStep[]): Promise<AgentRun> {
+  async function runAgent(script: MockScriptStep[], args: string[] = []): Promise<AgentRun> {
     const model = await startMockResponses(script);
     const home = mkdtempSync(join(tmpdir(), 'tether-codex-agent-home-'));
     try {
@@ -96,7 +96,7 @@ describe.each(CASES)('codex exec agent → %s', (_label, { kind, path }) => {
       for (const [name, value] of Object.entries(process.env)) {
         if (value !== undefined && !name.startsWith('CODEX_')) env[name] = value;
       }
-      const agent = spawn(codexBinaryPath(), ['exec', '--skip-git-repo-check', 'run the scripted task'], {
+      const agent = spawn(codexBinaryPath(), ['exec', '--skip-git-repo-check', ...args, 'run the scripted task'], {
         cwd: work,
         env: { ...env, CODEX_HOME: home, RUST_LOG: 'error', ...agentEnv },
         stdio: ['ignore', 'pipe', 'pipe'],
@@ -121,6 +121,24 @@ describe.each(CASES)('codex exec agent → %s', (_label, { kind, path }) => {
     }
   }
 
+  /**
+   * A sandboxed command's parent is its PID namespace's init (pid 1), so it proves where it ran otherwise:
+   * it sleeps `seconds` (a duration nothing else uses), and this watches for that sleep among the exec
+   * server's descendants while the agent runs. Resolves whether it was seen.
+   */
+  function watchForSleep(seconds: string): { seen: () => boolean; stop: () => void } {
+    let seen = false;
+    const timer = setInterval(() => {
+      for (const pid of descendantPids(peer.pid)) {
+        try {
+          if (readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').join(' ').includes(`sleep ${seconds}`))
+            seen = true;
+        } catch {}
+      }
+    }, 50);
+    return { seen: () => seen, stop: () => clearInterval(timer) };
+  }
+
   /** The pid a command printed as `PPID=N` is the exec server's or a descendant's. */
   function expectRanOnExecutor(output: string | undefined) {
     const match = /PPID=(\d+)/.exec(output ?? '');
@@ -140,6 +158,53 @@ describe.each(CASES)('codex exec agent → %s', (_label, { kind, path }) => {
     expect(run.outputs[0]).toContain('Process exited with code 3');
     expect(run.outputs[0]).toMatch(/Output:\nPPID=\d+\nplain-out\n$/);
     expect(run.stdout).toContain('plain done');
+  });
+
+  it('under -s workspace-write: writes in the workspace land, writes elsewhere fail with a read-only file system', async () => {
+    // Outside /tmp, which the policy makes writable.
+    const outside = mkdtempSync('/var/tmp/tether-codex-agent-outside-');
+    const watch = watchForSleep('0.731');
+    try {
+      const run = await runAgent(
+        [
+          {
+            type: 'call',
+            name: 'exec_command',
+            arguments: { cmd: `touch written-here && echo inside-ok; touch ${outside}/x; sleep 0.731; exit 0` },
+          },
+          { type: 'message', text: 'sandboxed done' },
+        ],
+        ['-s', 'workspace-write'],
+      ).finally(watch.stop);
+      expect(run.code, run.stderr).toBe(0);
+      expect(watch.seen(), 'the command ran under the exec server').toBe(true);
+      expect(run.outputs[0]).toContain('inside-ok');
+      expect(run.outputs[0]).toContain(`touch: cannot touch '${outside}/x': Read-only file system`);
+      expect(existsSync(join(work, 'written-here'))).toBe(true);
+      expect(readdirSync(outside)).toEqual([]);
+    } finally {
+      rmSync(outside, { recursive: true, force: true });
+    }
+  });
+
+  it('under -s read-only: nothing is writable, not even the workspace, and there is no network', async () => {
+    const watch = watchForSleep('0.732');
+    const run = await runAgent(
+      [
+        {
+          type: 'call',
+          name: 'exec_command',
+          arguments: { cmd: 'touch read-only-attempt; sleep 0.732; exec 3<>/dev/tcp/127.0.0.1/9; exit 0' },
+        },
+        { type: 'message', text: 'read-only done' },
+      ],
+      ['-s', 'read-only'],
+    ).finally(watch.stop);
+    expect(run.code, run.stderr).toBe(0);
+    expect(watch.seen(), 'the command ran under the exec server').toBe(true);
+    expect(run.outputs[0]).toContain("touch: cannot touch 'read-only-attempt': Read-only file system");
+    expect(run.outputs[0]).toContain('socket: Operation not permitted');
+    expect(existsSync(join(work, 'read-only-attempt'))).toBe(false);
   });
 
   it('runs a command on a PTY', async () => {

@@ -27,6 +27,7 @@ import {
 } from '@tether/jsonrpc';
 import type { ProcessEvent } from '@tether/local-process';
 import type { ProxySettings } from '@tether/outbound';
+import { Sandboxer } from '@tether/sandbox';
 import { readEnvironmentConfig } from './environment-config.js';
 import { DEFAULT_MAX_FILE_HANDLES, FileHandleTable } from './fs/file-handles.js';
 import { DEFAULT_MAX_READ_FILE_BYTES } from './fs/operations.js';
@@ -92,6 +93,8 @@ export interface ConnectionProcessorOptions {
   forward?: ForwardOptions;
   /** The proxies `http/request` goes through (the CLI reads them from the environment); default none. */
   proxy?: ProxySettings;
+  /** The executor's sandbox (its owner closes it); default: none, every restricting profile refused. */
+  sandbox?: Sandboxer;
 }
 
 /**
@@ -196,6 +199,7 @@ export class ConnectionProcessor implements SessionAttachment {
       http: this.http,
       blocks: this.buffers.blocks,
       maxReadFileBytes: this.options.maxReadFileBytes ?? DEFAULT_MAX_READ_FILE_BYTES,
+      sandbox: this.options.sandbox ?? Sandboxer.none('this connection was served without a sandbox'),
     };
   }
 
@@ -238,7 +242,7 @@ export class ConnectionProcessor implements SessionAttachment {
           processId: event.processId,
           seq: event.seq,
           exitCode: event.exitCode,
-          sandboxDenied: false,
+          sandboxDenied: event.sandboxDenied,
         });
       case 'closed':
         return this.connection.sendNotification(Notification.processClosed, {

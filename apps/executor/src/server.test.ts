@@ -183,7 +183,7 @@ describe('processes', () => {
       ],
       [{ ...base, argv: ['/no/such/binary'] }, -32603, /No such file or directory/],
       [{ ...base, cwd: 'file:///no/such/dir' }, -32603, /No such file or directory/],
-      [{ ...base, sandbox: { permissions: {} } }, -32602, '`sandbox` is not supported by this exec-server'],
+      [{ ...base, sandbox: { permissions: {} } }, -32602, 'missing field `type`'],
     ];
     for (const [params, code, message] of cases) {
       const error = await client.call('process/start', params).then(

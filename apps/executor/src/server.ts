@@ -12,6 +12,7 @@ import {
 import { createReaper, OutputBudget, ReadBufferPool, type Reaper } from '@tether/local-process';
 import type { ProxySettings } from '@tether/outbound';
 import { MAX_RECORD_PLAINTEXT_BYTES, MESSAGE_LENGTH_PREFIX_BYTES } from '@tether/relay-frames';
+import { Sandboxer } from '@tether/sandbox';
 import { WebSocketServer } from 'ws';
 import { DEFAULT_CONFIG, type ExecutorConfig } from './config.js';
 import { ConnectionProcessor } from './connection-processor.js';
@@ -35,6 +36,8 @@ export interface ExecServerOptions {
   subreaper?: boolean;
   /** Where the exec-server metrics go (default: nowhere). */
   metrics?: ExecutorMetrics;
+  /** The sandbox to use (its creator closes it); default: one of its own (bubblewrap on PATH), closed with it. */
+  sandbox?: Sandboxer;
   /** The proxies of `http/request` (the CLI's come from HTTPS_PROXY/HTTP_PROXY/NO_PROXY); default none. */
   proxy?: ProxySettings;
 }
@@ -57,6 +60,9 @@ export class ExecServer {
   private readonly forward: ForwardOptions;
   private readonly proxy: ProxySettings | undefined;
   private readonly reaper: Reaper | null;
+  /** bubblewrap and the seccomp filter for `sandbox` profiles (closed after the last process). */
+  readonly sandbox: Sandboxer;
+  private readonly ownsSandbox: boolean;
   private readonly processors = new Set<ConnectionProcessor>();
   private http: Server | null = null;
   private wss: WebSocketServer | null = null;
@@ -70,10 +76,19 @@ export class ExecServer {
     this.metrics = options.metrics ?? new ExecutorMetrics();
     this.forward = forwardOptions(this.config);
     this.proxy = options.proxy;
+    this.ownsSandbox = options.sandbox === undefined;
+    this.sandbox = options.sandbox ?? Sandboxer.open();
     const info = environmentInfo(process.env, { prependPathDirs: this.config.prependPathDirs });
-    // `tcpForward` only where this executor forwards (not with --no-forward).
-    this.info =
-      this.forward.policy === null ? { ...info, capabilities: { ...info.capabilities, tcpForward: false } } : info;
+    // `tcpForward` only where this executor forwards (not with --no-forward); `processSandbox` where
+    // bubblewrap works here.
+    this.info = {
+      ...info,
+      capabilities: {
+        ...info.capabilities,
+        ...(this.forward.policy === null ? { tcpForward: false } : {}),
+        processSandbox: this.sandbox.status.available,
+      },
+    };
     this.reaper = options.reaper === false ? null : createReaper({ subreaper: options.subreaper === true });
     this.registry = new SessionRegistry({
       detachedTtlMs: this.config.detachedTtlMs,
@@ -112,6 +127,7 @@ export class ExecServer {
       maxFileHandles: this.config.maxFileHandles,
       metrics: this.metrics,
       forward: this.forward,
+      sandbox: this.sandbox,
       ...(this.proxy ? { proxy: this.proxy } : {}),
     });
     this.processors.add(processor);
@@ -221,6 +237,7 @@ export class ExecServer {
     this.wss?.close();
     await Promise.all([...this.processors].map((processor) => processor.done));
     await this.reaper?.close();
+    if (this.ownsSandbox) this.sandbox.close();
     this.logger.info('exec-server shutdown complete');
   }
 

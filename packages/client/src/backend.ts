@@ -23,6 +23,8 @@ export interface StartOptions {
   size?: { rows: number; cols: number } | null;
   /** Ask for flow control with this window (only where the backend offers it: `flowWindowBytes`). */
   flowWindowBytes?: number | null;
+  /** The wire `sandbox` (sandbox.ts's sandboxProfile), or none. */
+  sandbox?: Record<string, unknown> | null;
 }
 
 /** What a started process was granted. */

@@ -33,6 +33,8 @@ export interface SpawnOptions extends ProcessHandleOptions {
   size?: { rows: number; cols: number };
   /** Default: a random UUID. */
   processId?: string;
+  /** Run confined (sandboxProfile; the executor must advertise `processSandbox`). */
+  sandbox?: Record<string, unknown>;
 }
 
 /**
@@ -119,6 +121,7 @@ export class Environment {
         arg0: options.arg0 ?? null,
         size: options.size ?? null,
         flowWindowBytes: handle.flowWindowBytes,
+        sandbox: options.sandbox ?? null,
       });
       handle.started(started);
     } catch (err) {

@@ -682,6 +682,7 @@ export function processStartParams(options: Omit<StartOptions, 'flowWindowBytes'
     pipeStdin: options.pipeStdin,
     arg0: options.arg0 ?? null,
     ...(options.size ? { size: options.size } : {}),
+    ...(options.sandbox ? { sandbox: options.sandbox } : {}),
   };
 }
 

@@ -66,6 +66,7 @@ export {
   type RegistryOptions,
   type RendezvousBundle,
 } from './registry.js';
+export { type SandboxMode, type SandboxProfileOptions, sandboxProfile } from './sandbox.js';
 export {
   MAX_SOCKET_MESSAGE_BYTES,
   SocketMessageTransport,

@@ -34,6 +34,12 @@ export class LocalBackend implements ProcessBackend {
   }
 
   async start(options: StartOptions): Promise<StartedProcess> {
+    if (options.sandbox) {
+      throw new TetherError(
+        'invalid_argument',
+        'a sandbox needs an executor (Environment.connect…), not a local environment',
+      );
+    }
     const env = options.inheritEnv ? { ...definedOnly(process.env), ...options.env } : options.env;
     const flowWindowBytes = options.flowWindowBytes ?? null;
     await wrap(() =>

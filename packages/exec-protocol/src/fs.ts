@@ -3,7 +3,6 @@
  * tests/conformance/CODEX-FINDINGS.md §15). Paths are `file:` URIs. Types derive from the schemas.
  */
 import { type Static, type TSchema, Type } from '@sinclair/typebox';
-import { DecodeError } from './decode.js';
 
 const Nullable = <T extends TSchema>(schema: T) => Type.Union([schema, Type.Null()]);
 const U64 = Type.Integer({ minimum: 0 });
@@ -141,86 +140,6 @@ export const FsWalkResult = Type.Object({
   truncated: Type.Boolean(),
 });
 export type FsWalkResult = Static<typeof FsWalkResult>;
-
-// Sandbox ------------------------------------------------------------------------------------------
-
-/**
- * What a `sandbox` value asks of a filesystem call: `none` (absent or null), `unrestricted` (a
- * profile that does not restrict the filesystem: `disabled`, `external`, or `managed` with
- * `file_system: unrestricted`), or `restricted` (a managed profile with filesystem entries).
- */
-export type SandboxRequest = 'none' | 'unrestricted' | 'restricted';
-
-const WINDOWS_SANDBOX_LEVELS = ['disabled', 'restricted-token', 'elevated', 'mxc'];
-
-function typeName(value: unknown): string {
-  if (value === null || value === undefined) return 'null';
-  if (typeof value === 'boolean') return `boolean \`${value}\``;
-  if (typeof value === 'number') return 'number';
-  if (typeof value === 'string') return `string ${JSON.stringify(value)}`;
-  if (Array.isArray(value)) return 'sequence';
-  return 'map';
-}
-
-function isMap(value: unknown): value is Record<string, unknown> {
-  return typeof value === 'object' && value !== null && !Array.isArray(value);
-}
-
-function variant(value: unknown, options: string[], expected: string): string {
-  if (typeof value !== 'string') throw new DecodeError(`invalid type: ${typeName(value)}, expected ${expected}`);
-  if (!options.includes(value)) {
-    const list =
-      options.length === 2
-        ? `\`${options[0]}\` or \`${options[1]}\``
-        : `one of ${options.map((o) => `\`${o}\``).join(', ')}`;
-    throw new DecodeError(`unknown variant \`${value}\`, expected ${list}`);
-  }
-  return value;
-}
-
-function field(map: Record<string, unknown>, name: string): unknown {
-  if (!(name in map)) throw new DecodeError(`missing field \`${name}\``);
-  return map[name];
-}
-
-/**
- * Classifies a `sandbox` parameter, with serde's wording for the malformed shapes Codex rejects
- * (`missing field \`permissions\``, `unknown variant \`x\`, expected one of \`managed\`, …`). Entries of a
- * restricted profile are not inspected: this executor refuses every restricted profile anyway.
- */
-export function parseSandbox(value: unknown): SandboxRequest {
-  if (value === undefined || value === null) return 'none';
-  if (!isMap(value)) {
-    throw new DecodeError(`invalid type: ${typeName(value)}, expected struct WireFileSystemSandboxContext`);
-  }
-  const permissions = field(value, 'permissions');
-  if (!isMap(permissions)) {
-    throw new DecodeError(
-      `invalid type: ${typeName(permissions)}, expected internally tagged enum ExecPermissionProfile`,
-    );
-  }
-  const kind = variant(field(permissions, 'type'), ['managed', 'disabled', 'external'], 'a string');
-  let request: SandboxRequest = 'unrestricted';
-  if (kind === 'managed') {
-    const fileSystem = field(permissions, 'file_system');
-    if (!isMap(fileSystem)) {
-      throw new DecodeError(
-        `invalid type: ${typeName(fileSystem)}, expected internally tagged enum ExecManagedFileSystemPermissions`,
-      );
-    }
-    const fsKind = variant(field(fileSystem, 'type'), ['restricted', 'unrestricted'], 'a string');
-    if (fsKind === 'restricted') {
-      const entries = field(fileSystem, 'entries');
-      if (!Array.isArray(entries)) throw new DecodeError(`invalid type: ${typeName(entries)}, expected a sequence`);
-      request = 'restricted';
-    }
-    variant(field(permissions, 'network'), ['restricted', 'enabled'], 'a string');
-  } else if (kind === 'external') {
-    variant(field(permissions, 'network'), ['restricted', 'enabled'], 'a string');
-  }
-  variant(field(value, 'windowsSandboxLevel'), WINDOWS_SANDBOX_LEVELS, 'a string');
-  return request;
-}
 
 // Tether extensions for many small files and for metadata ------------------------------------------
 

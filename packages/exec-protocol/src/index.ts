@@ -29,6 +29,7 @@ export {
   isWebSocketUrl,
   parseRegistryError,
 } from './rendezvous.js';
+export * from './sandbox.js';
 export * from './schemas.js';
 export * from './tcp.js';
 export { type Allocate, encodeBase64Response, encodeOutputNotification, encodeWriteBlockRequest } from './wire.js';

@@ -7,6 +7,7 @@ import { FileUriError, fileUriToPath } from './file-uri.js';
 import * as fs from './fs.js';
 import * as http from './http.js';
 import { isEnvironmentId, isWebSocketUrl, parseRegistryError } from './rendezvous.js';
+import { parseSandbox } from './sandbox.js';
 import * as schemas from './schemas.js';
 import { encodeBase64Response, encodeOutputNotification, encodeWriteBlockRequest } from './wire.js';
 
@@ -89,7 +90,7 @@ describe('fuzz: exec-protocol param validators', () => {
         shapedValue(['permissions', 'type', 'file_system', 'entries', 'network', 'windowsSandboxLevel']),
         (value) => {
           try {
-            expect(['none', 'unrestricted', 'restricted']).toContain(fs.parseSandbox(value));
+            expect(['none', 'unrestricted', 'restricted']).toContain(parseSandbox(value));
           } catch (error) {
             expect(error).toBeInstanceOf(DecodeError);
           }

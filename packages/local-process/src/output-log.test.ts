@@ -224,7 +224,14 @@ describe('read', () => {
     const log = pipeLog();
     const pending = log.read({ waitMs: 250 });
     await vi.advanceTimersByTimeAsync(250);
-    expect(await pending).toEqual({ chunks: [], nextSeq: 1, exited: false, exitCode: null, closed: false });
+    expect(await pending).toEqual({
+      chunks: [],
+      nextSeq: 1,
+      exited: false,
+      exitCode: null,
+      closed: false,
+      sandboxDenied: false,
+    });
   });
 
   it('does not wait with waitMs 0 (the default)', async () => {

@@ -74,8 +74,13 @@ export class OutputLog {
   get exitCode(): number | null {
     return this.#exitCode;
   }
+  #sandboxDenied = false;
   get closed(): boolean {
     return this.#closed;
+  }
+  /** Every output stream has ended. */
+  get streamsEnded(): boolean {
+    return this.#openStreams.size === 0;
   }
   get retainedBytes(): number {
     return this.#bytes;
@@ -134,12 +139,23 @@ export class OutputLog {
     this.#wake();
   }
 
+  /** The output still retained, oldest first (what a sandbox denial is read from). */
+  *retainedOutput(): Iterable<Buffer> {
+    for (let i = this.#head; i < this.#chunks.length; i++) yield this.#chunks[i]!.chunk;
+  }
+
+  /** Whether the exit was classified as the sandbox's doing. */
+  get sandboxDenied(): boolean {
+    return this.#sandboxDenied;
+  }
+
   /** Records the exit status once; later calls are ignored. */
-  exit(exitCode: number): void {
+  exit(exitCode: number, sandboxDenied = false): void {
     if (this.#exited) return;
     this.#exited = true;
     this.#exitCode = exitCode;
-    this.#emit({ kind: 'exited', processId: this.#processId, seq: this.#nextSeq++, exitCode });
+    this.#sandboxDenied = sandboxDenied;
+    this.#emit({ kind: 'exited', processId: this.#processId, seq: this.#nextSeq++, exitCode, sandboxDenied });
     this.#maybeClose();
     this.#wake();
   }
@@ -209,7 +225,14 @@ export class OutputLog {
     const lastReturned = chunks[chunks.length - 1];
     // With maxBytes given, nextSeq resumes right after the page (it may not cover a later exit/close).
     const nextSeq = maxBytes === null || lastReturned === undefined ? this.#nextSeq : lastReturned.seq + 1;
-    return { chunks, nextSeq, exited: this.#exited, exitCode: this.#exitCode, closed: this.#closed };
+    return {
+      chunks,
+      nextSeq,
+      exited: this.#exited,
+      exitCode: this.#exitCode,
+      closed: this.#closed,
+      sandboxDenied: this.#sandboxDenied,
+    };
   }
 
   /** Binary search: the index of the first retained chunk with seq > afterSeq (seqs increase, with gaps). */

@@ -25,6 +25,8 @@ import type {
 } from './types.js';
 
 export const DEFAULT_EXITED_RETENTION_MS = 30_000;
+/** How long a sandboxed process's trailing output may take to arrive before its exit is classified. */
+const SANDBOX_EXIT_GRACE_MS = 20;
 export const DEFAULT_WRITE_ID_MEMORY = 4096;
 export const DEFAULT_MAX_PROCESSES = 1024;
 /**
@@ -62,6 +64,8 @@ interface Entry {
   /** Accepted writeIds, oldest first (a Set iterates in insertion order). */
   readonly writeIds: Set<string>;
   evictionTimer: NodeJS.Timeout | undefined;
+  /** A wrapped process exited: records the exit once its streams end (or its grace time is over). */
+  recordExit: (() => void) | null;
   readonly whenClosed: Promise<void>;
   markClosed: () => void;
 }
@@ -339,6 +343,7 @@ export class ProcessTable {
       leaveBudget: null,
       writeIds: new Set(),
       evictionTimer: undefined,
+      recordExit: null,
       whenClosed,
       markClosed,
     };
@@ -359,12 +364,29 @@ export class ProcessTable {
       streamEnd: (stream: OutputStream) => {
         if (entry.cancelled) return;
         entry.log.endStream(stream);
+        if (entry.recordExit !== null && entry.log.streamsEnded) entry.recordExit();
         this.#afterChange(entry);
       },
       exit: (exitCode: number) => {
         if (entry.cancelled) return;
-        entry.log.exit(exitCode);
-        this.#afterChange(entry);
+        const wrap = request.wrap;
+        if (wrap == null) {
+          entry.log.exit(exitCode);
+          this.#afterChange(entry);
+          return;
+        }
+        // As Codex does for a sandboxed process: the output still in the pipes (a denied write's message)
+        // gets up to 20 ms to arrive, then the exit is classified from what is retained.
+        const record = () => {
+          clearTimeout(timer);
+          entry.recordExit = null;
+          if (entry.log.exited) return;
+          entry.log.exit(exitCode, wrap.classifyExit(exitCode, entry.log.retainedOutput()));
+          this.#afterChange(entry);
+        };
+        const timer = setTimeout(record, SANDBOX_EXIT_GRACE_MS);
+        entry.recordExit = record;
+        if (entry.log.streamsEnded) record();
       },
     };
     let handle: SpawnedProcess;
@@ -380,15 +402,21 @@ export class ProcessTable {
           size: request.size,
           serverPath: process.env.PATH,
           readBuffers: this.#readBuffers,
+          wrap: request.wrap ?? null,
         },
         sink,
       );
     } catch (err) {
       if (this.#entries.get(entry.processId) === entry) this.#entries.delete(entry.processId);
+      request.wrap?.released();
       throw err;
     }
 
     this.#live.add(handle);
+    if (request.wrap != null) {
+      const wrap = request.wrap;
+      void handle.exited.then(() => wrap.released());
+    }
     this.#track(handle.pid);
     void handle.exited.then(() => this.#live.delete(handle));
     if (entry.cancelled) {

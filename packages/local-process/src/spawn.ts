@@ -29,7 +29,7 @@ import { ProcessError } from './errors.js';
 import { forgetOwnChild, markOwnChild } from './orphans.js';
 import { descendantsOf } from './proc.js';
 import { type ReadBufferPool, readIntoPool } from './read-pool.js';
-import type { OutputStream, PtySize } from './types.js';
+import type { OutputStream, ProcessWrap, PtySize } from './types.js';
 
 export const DEFAULT_PTY_SIZE: Readonly<PtySize> = { rows: 24, cols: 80 };
 /** Used when neither the child env nor the server has a PATH (what a login shell would start from). */
@@ -52,6 +52,8 @@ export interface SpawnOptions {
   serverPath: string | undefined;
   /** Read stdout and stderr into these reusable buffers (pipes only; see ProcessTableOptions). */
   readBuffers?: ReadBufferPool | null | undefined;
+  /** The program the command runs inside (a sandbox), or none. */
+  wrap?: ProcessWrap | null | undefined;
 }
 
 /** Where a running child reports. Calls happen in the order the OS delivered the events. */
@@ -98,7 +100,21 @@ export async function spawnProcess(options: SpawnOptions, sink: ProcessSink): Pr
   const searchPath = options.env.PATH ?? options.serverPath ?? FALLBACK_PATH;
   const file = resolveProgram(program, searchPath, options.cwd);
   checkExecFormat(file);
-  return options.tty ? spawnPty(file, options, sink) : spawnPipes(file, options, sink);
+  const wrap = options.wrap ?? null;
+  if (wrap === null || wrap.unwrapped === true)
+    return options.tty ? spawnPty(file, options, sink) : spawnPipes(file, options, sink);
+  // bubblewrap 0.8 cannot set the command's argv[0] (its --argv0 came later).
+  if (options.arg0 != null) throw new ProcessError('invalid_argument', 'arg0 is not supported for a sandboxed process');
+  const inner = [...wrap.args, file, ...options.argv.slice(1)];
+  if (!options.tty) return spawnPipes(wrap.file, { ...options, argv: [wrap.file, ...inner] }, sink, wrap.fd3File);
+  // A PTY child cannot be given more descriptors: a shell opens the file as fd 3 and becomes the wrapper.
+  if (wrap.fd3File === null) return spawnPty(wrap.file, { ...options, argv: [wrap.file, ...inner] }, sink);
+  const sh = '/bin/sh';
+  return spawnPty(
+    sh,
+    { ...options, argv: [sh, '-c', 'exec 3<"$0" && exec "$@"', wrap.fd3File, wrap.file, ...inner] },
+    sink,
+  );
 }
 
 function validate(options: SpawnOptions): void {
@@ -296,7 +312,12 @@ function pipeEnds(pipes: StdioPipes, side: keyof StdioPipe): number[] {
   return ends;
 }
 
-function spawnPipes(file: string, options: SpawnOptions, sink: ProcessSink): Promise<SpawnedProcess> {
+function spawnPipes(
+  file: string,
+  options: SpawnOptions,
+  sink: ProcessSink,
+  fd3File: string | null = null,
+): Promise<SpawnedProcess> {
   const native = loadNativePipe();
   if (native === null) warnSocketpairs();
   let pipes: StdioPipes | null = null;
@@ -306,16 +327,20 @@ function spawnPipes(file: string, options: SpawnOptions, sink: ProcessSink): Pro
     return Promise.reject(spawnError(err));
   }
   let child: ReturnType<typeof spawnChild>;
+  let fd3: number | null = null;
   try {
+    if (fd3File !== null) fd3 = openSync(fd3File, fsConstants.O_RDONLY);
+    const stdio: Array<number | 'pipe' | 'ignore'> =
+      pipes === null
+        ? [options.pipeStdin ? 'pipe' : 'ignore', 'pipe', 'pipe']
+        : [pipes.stdin?.child ?? 'ignore', pipes.stdout.child, pipes.stderr.child];
+    if (fd3 !== null) stdio.push(fd3);
     child = spawnChild(file, options.argv.slice(1), {
       argv0: options.arg0 ?? options.argv[0]!,
       cwd: options.cwd,
       env: options.env,
-      // Given fds are dup2'ed onto 0-2 in the child, which clears their close-on-exec there only.
-      stdio:
-        pipes === null
-          ? [options.pipeStdin ? 'pipe' : 'ignore', 'pipe', 'pipe']
-          : [pipes.stdin?.child ?? 'ignore', pipes.stdout.child, pipes.stderr.child],
+      // Given fds are dup2'ed onto 0-2 (and 3) in the child, which clears their close-on-exec there only.
+      stdio,
       // setsid(): the child leads a new session and process group, so pgid = pid.
       detached: true,
     });
@@ -323,6 +348,7 @@ function spawnPipes(file: string, options: SpawnOptions, sink: ProcessSink): Pro
     if (pipes !== null) for (const fd of pipeEnds(pipes, 'parent')) closeSync(fd);
     return Promise.reject(spawnError(err));
   } finally {
+    if (fd3 !== null) closeSync(fd3);
     // The fork has copied them (uv_spawn returns after it), so the child's ends go now, before anything
     // else runs: while this process holds a write end, the reader never sees EOF (stdout and stderr would
     // not end when the child exits, stdin would not end when we close it).

@@ -40,6 +40,24 @@ export interface StartRequest {
    * The caller clamps it (exec-protocol's clampFlowWindow).
    */
   flowWindowBytes?: number | null;
+  /** Runs the command inside another program (a sandbox); see ProcessWrap. */
+  wrap?: ProcessWrap | null;
+}
+
+/**
+ * A program the command runs inside (the executor's sandbox: bubblewrap): the child is `file ...args
+ * program argv[1..]`, the program resolved as usual. The process's exit is classified (`sandboxDenied`)
+ * from its retained output, and `released` is called once the child is gone (or never started).
+ */
+export interface ProcessWrap {
+  file: string;
+  args: readonly string[];
+  /** A file opened read-only as the child's fd 3 (bubblewrap's `--seccomp 3`), or null. */
+  fd3File: string | null;
+  /** Nothing to run inside (the profile restricts nothing here): the command runs as usual, still classified. */
+  unwrapped?: boolean;
+  classifyExit(exitCode: number, output: Iterable<Buffer>): boolean;
+  released(): void;
 }
 
 /** What `start` resolves with once the child runs. */
@@ -51,7 +69,7 @@ export interface StartResult {
 
 export type ProcessEvent =
   | { kind: 'output'; processId: string; seq: number; stream: OutputStream; chunk: Buffer }
-  | { kind: 'exited'; processId: string; seq: number; exitCode: number }
+  | { kind: 'exited'; processId: string; seq: number; exitCode: number; sandboxDenied: boolean }
   | { kind: 'closed'; processId: string; seq: number };
 
 export interface ReadOptions {
@@ -74,6 +92,8 @@ export interface ReadResult {
   exited: boolean;
   exitCode: number | null;
   closed: boolean;
+  /** The exit looks like the sandbox's doing (a wrapped process only; see ProcessWrap). */
+  sandboxDenied: boolean;
 }
 
 export interface ProcessSummary {

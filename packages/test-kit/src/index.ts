@@ -86,6 +86,7 @@ export {
 export {
   activePeers,
   codexBinaryPath,
+  codexSandboxPath,
   makePeerHome,
   PEER_MARKER_ENV,
   type PeerExit,

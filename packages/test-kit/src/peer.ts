@@ -1,8 +1,8 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
+import { delimiter, dirname, join } from 'node:path';
 import type { Readable, Writable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 
@@ -118,9 +118,25 @@ export function peerCommand(
   return { command: process.execPath, args: [tetherMainPath(), ...listenArgs, ...args], homeEnv: 'TETHER_HOME' };
 }
 
+/**
+ * PATH for a codex peer with its sandbox helper on it: Codex's installed CLI makes a `codex-linux-sandbox`
+ * alias of its binary (arg0 dispatch) in a directory on PATH, and its exec-server runs sandboxed commands
+ * through it. The alias goes in the peer's home.
+ */
+export function codexSandboxPath(home: string): string {
+  const bin = join(home, 'bin');
+  mkdirSync(bin, { recursive: true });
+  const alias = join(bin, 'codex-linux-sandbox');
+  if (!existsSync(alias)) symlinkSync(codexBinaryPath(), alias);
+  return [bin, process.env.PATH ?? ''].filter(Boolean).join(delimiter);
+}
+
 /** Creates a fresh home dir for a peer, writing `files` into it. */
 export function makePeerHome(kind: PeerKind, files: Record<string, string> = {}): string {
-  const home = mkdtempSync(join(tmpdir(), `test-kit-${kind}-home-`));
+  // Codex makes its sandbox helper's alias in its home only when that is outside the temp directory (it
+  // refuses to put helper binaries under /tmp), as an installed Codex's ~/.codex is.
+  const parent = kind === 'codex' && existsSync('/var/tmp') ? '/var/tmp' : tmpdir();
+  const home = mkdtempSync(join(parent, `test-kit-${kind}-home-`));
   for (const [name, content] of Object.entries(files)) writeFileSync(join(home, name), content);
   return home;
 }
@@ -159,7 +175,14 @@ export async function startPeer(options: StartPeerOptions): Promise<PeerHandle> 
   const cmd = peerCommand(kind, listen, options.args ?? []);
   const home = makePeerHome(kind, options.homeFiles);
   const child = spawn(cmd.command, cmd.args, {
-    env: { ...process.env, [cmd.homeEnv]: home, RUST_LOG: 'error', ...peerMarkerEnv(), ...options.env },
+    env: {
+      ...process.env,
+      [cmd.homeEnv]: home,
+      RUST_LOG: 'error',
+      ...(kind === 'codex' ? { PATH: codexSandboxPath(home) } : {}),
+      ...peerMarkerEnv(),
+      ...options.env,
+    },
     stdio: ['pipe', 'pipe', 'pipe'],
   });
   const exited = waitForExit(child);

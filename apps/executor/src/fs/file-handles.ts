@@ -2,6 +2,7 @@ import { createHash, type Hash } from 'node:crypto';
 import { constants as fsConstants } from 'node:fs';
 import { type FileHandle, open, stat } from 'node:fs/promises';
 import { ErrorCode, type FsOpenMode, RpcError } from '@tether/exec-protocol';
+import type { FileIdentity } from './confined-ops.js';
 import { fsError, osCall } from './os-error.js';
 
 /** Codex's limits (`file_read.rs`): block length, handles per connection, handle id length. */
@@ -91,7 +92,8 @@ export class FileHandleTable {
     return this.files.size + this.opening.size;
   }
 
-  async open(id: string, path: string, mode: FsOpenMode, digest = false): Promise<void> {
+  /** The checks `open` makes before opening anything (id length, duplicate, limit). */
+  checkOpenable(id: string): void {
     if (Buffer.byteLength(id, 'utf8') > MAX_HANDLE_ID_BYTES) {
       throw RpcError.invalidRequest(`file handle ID must not exceed ${MAX_HANDLE_ID_BYTES} bytes`);
     }
@@ -101,6 +103,14 @@ export class FileHandleTable {
     if (this.size >= this.limit) {
       throw RpcError.invalidRequest(`at most ${this.limit} file handles may be open per connection`);
     }
+  }
+
+  /**
+   * Opens `path` as handle `id`. With `expect` (a sandboxed open, already made and checked inside the
+   * sandbox: confined.ts) nothing is created or truncated here, and the descriptor must be of that file.
+   */
+  async open(id: string, path: string, mode: FsOpenMode, digest = false, expect?: FileIdentity): Promise<void> {
+    this.checkOpenable(id);
     this.opening.add(id);
     let file: FileHandle | undefined;
     try {
@@ -112,6 +122,8 @@ export class FileHandleTable {
       } else if (await isFifo(path)) {
         // Opening a FIFO for writing blocks (a libuv worker) until a reader appears: refuse it.
         throw notAFile(path);
+      } else if (expect !== undefined) {
+        file = await osCall(() => open(path, fsConstants.O_WRONLY));
       } else if (mode === 'replace') {
         file = await osCall(() => open(path, 'w'));
       } else {
@@ -120,6 +132,12 @@ export class FileHandleTable {
         // and faulting in new ones (scp writes the same way); the file is cut to length at close.
         file = await osCall(() => open(path, fsConstants.O_WRONLY | fsConstants.O_CREAT, 0o666));
         if (!(await osCall(() => file!.stat())).isFile()) throw notAFile(path);
+      }
+      if (expect !== undefined) {
+        const info = await osCall(() => file!.stat());
+        if (info.dev !== expect.dev || info.ino !== expect.ino) {
+          throw RpcError.invalidRequest(`${path} changed while it was being opened under the sandbox`);
+        }
       }
       if (this.closed) throw RpcError.invalidRequest('connection is closing');
       this.files.set(id, {

@@ -79,7 +79,44 @@ export async function writeWholeFile(path: string, data: Buffer): Promise<void> 
 }
 
 export async function createDirectory(path: string, recursive: boolean): Promise<void> {
-  await osCall(() => mkdir(path, { recursive }));
+  await osCall(() => (recursive ? createDirectoryAll(path) : mkdir(path)));
+}
+
+/**
+ * Rust's `create_dir_all`, which Codex calls: the directory, else its parent first. Node's own recursive
+ * mkdir answers a read-only file system's refusal with the ENOENT of a stat it makes afterwards.
+ */
+async function createDirectoryAll(path: string): Promise<void> {
+  try {
+    await mkdir(path);
+    return;
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'EEXIST' || code !== 'ENOENT') {
+      if (
+        await stat(path).then(
+          (info) => info.isDirectory(),
+          () => false,
+        )
+      )
+        return;
+      throw err;
+    }
+  }
+  const parent = dirname(path);
+  if (parent === path) throw Object.assign(new Error('failed to create whole tree'), { code: 'ENOENT' });
+  await createDirectoryAll(parent);
+  try {
+    await mkdir(path);
+  } catch (err) {
+    if (
+      !(await stat(path).then(
+        (info) => info.isDirectory(),
+        () => false,
+      ))
+    )
+      throw err;
+  }
 }
 
 /** Follows symlinks for everything but `isSymlink`; a dangling link is not found. */

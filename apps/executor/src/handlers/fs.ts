@@ -1,5 +1,4 @@
 import {
-  DecodeError,
   decode,
   decodeBase64Codex,
   encodeBase64Response,
@@ -24,11 +23,12 @@ import {
   fileUriToPath,
   MAX_BATCH_BYTES,
   Method,
-  parseSandbox,
   RpcError,
 } from '@tether/exec-protocol';
 import { attachmentOf, type BufferLease, encodeWithAttachment, giveBack } from '@tether/jsonrpc';
 import { type FileToWrite, readFiles, setMetadata, unixMetadata, writeFiles } from '../fs/batch.js';
+import { confinement, runConfined } from '../fs/confined.js';
+import type { FileIdentity } from '../fs/confined-ops.js';
 import { MAX_BLOCK_BYTES } from '../fs/file-handles.js';
 import {
   canonicalize,
@@ -64,23 +64,11 @@ export function nativePath(uri: string): string {
   }
 }
 
-/**
- * This executor has no filesystem sandbox. A profile that restricts the filesystem is refused rather
- * than ignored (Codex runs the call in a sandboxed helper); profiles that restrict nothing here
- * (`disabled`, `external`, managed with an unrestricted filesystem) run the call directly.
- */
-export function checkSandbox(method: string, sandbox: unknown): void {
-  let request: ReturnType<typeof parseSandbox>;
-  try {
-    request = parseSandbox(sandbox);
-  } catch (err) {
-    if (err instanceof DecodeError) throw RpcError.invalidParams(err.message);
-    throw err;
-  }
-  if (request === 'restricted') {
-    throw RpcError.invalidParams(
-      `${method}: a restricted filesystem sandbox is not supported by this exec-server; ` +
-        'omit `sandbox` or use a profile without filesystem restrictions',
+/** Tether's batch extensions do not run confined: a restricting profile is refused (use Codex's methods). */
+function refuseConfined(method: string, sandbox: unknown): void {
+  if (confinement(method, sandbox) !== null) {
+    throw RpcError.invalidRequest(
+      `${method} does not run under a restricted filesystem sandbox; use fs/readFile and fs/writeFile`,
     );
   }
 }
@@ -88,16 +76,17 @@ export function checkSandbox(method: string, sandbox: unknown): void {
 export const fsHandlers: HandlerTable = whileAttached({
   [Method.fsReadFile]: async (raw, ctx) => {
     const params = decode(FsReadFileParams, raw);
-    checkSandbox(Method.fsReadFile, params.sandbox);
+    const confined = confinement(Method.fsReadFile, params.sandbox);
     const path = nativePath(params.path);
     const limit = Math.min(params.maxBytes ?? Number.POSITIVE_INFINITY, ctx.maxReadFileBytes);
+    if (confined) return runConfined(ctx.sandbox, confined, 'readFile', { path, limit }, ctx.signal);
     const data = await readWholeFile(path, limit);
     return new EncodedResult((id, allocate) => encodeBase64Response(id, 'dataBase64', data, {}, allocate));
   },
 
-  [Method.fsWriteFile]: async (raw) => {
+  [Method.fsWriteFile]: async (raw, ctx) => {
     const params = decode(FsWriteFileParams, raw);
-    checkSandbox(Method.fsWriteFile, params.sandbox);
+    const confined = confinement(Method.fsWriteFile, params.sandbox);
     const path = nativePath(params.path);
     let data: Buffer;
     try {
@@ -105,21 +94,30 @@ export const fsHandlers: HandlerTable = whileAttached({
     } catch (err) {
       throw RpcError.invalidRequest(`fs/writeFile requires valid base64 dataBase64: ${(err as Error).message}`);
     }
+    if (confined) {
+      const dataBase64 = data.toString('base64');
+      return runConfined(ctx.sandbox, confined, 'writeFile', { path, dataBase64 }, ctx.signal);
+    }
     await writeWholeFile(path, data);
     return {};
   },
 
-  [Method.fsCreateDirectory]: async (raw) => {
+  [Method.fsCreateDirectory]: async (raw, ctx) => {
     const params = decode(FsCreateDirectoryParams, raw);
-    checkSandbox(Method.fsCreateDirectory, params.sandbox);
-    await createDirectory(nativePath(params.path), params.recursive ?? true);
+    const confined = confinement(Method.fsCreateDirectory, params.sandbox);
+    const path = nativePath(params.path);
+    const recursive = params.recursive ?? true;
+    if (confined) return runConfined(ctx.sandbox, confined, 'createDirectory', { path, recursive }, ctx.signal);
+    await createDirectory(path, recursive);
     return {};
   },
 
-  [Method.fsGetMetadata]: async (raw) => {
+  [Method.fsGetMetadata]: async (raw, ctx) => {
     const params = decode(FsGetMetadataParams, raw);
-    checkSandbox(Method.fsGetMetadata, params.sandbox);
+    const confined = confinement(Method.fsGetMetadata, params.sandbox);
     const path = nativePath(params.path);
+    if (confined)
+      return runConfined(ctx.sandbox, confined, 'getMetadata', { path, unix: params.unix === true }, ctx.signal);
     const answer = await metadata(path);
     // fileMetadata: only a client that asks gets more than Codex answers.
     if (params.unix !== true) return answer;
@@ -128,17 +126,22 @@ export const fsHandlers: HandlerTable = whileAttached({
   },
 
   // fileMetadata (Tether): permission bits and times of a path, for `cp -p`.
-  [FsExtensionMethod.setMetadata]: async (raw) => {
+  [FsExtensionMethod.setMetadata]: async (raw, ctx) => {
     const params = decode(FsSetMetadataParams, raw);
-    checkSandbox(FsExtensionMethod.setMetadata, params.sandbox);
-    await setMetadata(nativePath(params.path), params);
+    const confined = confinement(FsExtensionMethod.setMetadata, params.sandbox);
+    const path = nativePath(params.path);
+    if (confined) {
+      const { sandbox: _, path: __, ...change } = params;
+      return runConfined(ctx.sandbox, confined, 'setMetadata', { path, change }, ctx.signal);
+    }
+    await setMetadata(path, params);
     return {};
   },
 
   // fileBatch (Tether): many small files in one request, each with its own SHA-256.
   [FsExtensionMethod.readFiles]: async (raw, ctx) => {
     const params = decode(FsReadFilesParams, raw);
-    checkSandbox(FsExtensionMethod.readFiles, params.sandbox);
+    refuseConfined(FsExtensionMethod.readFiles, params.sandbox);
     const paths = params.paths.map(nativePath);
     return {
       files: await readFiles(paths, params.maxFileBytes, params.maxTotalBytes, ctx.maxReadFileBytes),
@@ -147,7 +150,7 @@ export const fsHandlers: HandlerTable = whileAttached({
 
   [FsExtensionMethod.writeFiles]: async (raw) => {
     const params = decode(FsWriteFilesParams, raw);
-    checkSandbox(FsExtensionMethod.writeFiles, params.sandbox);
+    refuseConfined(FsExtensionMethod.writeFiles, params.sandbox);
     let total = 0;
     const files = params.files.map((file): FileToWrite => {
       let data: Buffer;
@@ -166,36 +169,66 @@ export const fsHandlers: HandlerTable = whileAttached({
     return { files: await writeFiles(files) };
   },
 
-  [Method.fsCanonicalize]: async (raw) => {
+  [Method.fsCanonicalize]: async (raw, ctx) => {
     const params = decode(FsPathParams, raw);
-    checkSandbox(Method.fsCanonicalize, params.sandbox);
-    return { path: await canonicalize(nativePath(params.path)) };
+    const confined = confinement(Method.fsCanonicalize, params.sandbox);
+    const path = nativePath(params.path);
+    if (confined) return runConfined(ctx.sandbox, confined, 'canonicalize', { path }, ctx.signal);
+    return { path: await canonicalize(path) };
   },
 
-  [Method.fsReadDirectory]: async (raw) => {
+  [Method.fsReadDirectory]: async (raw, ctx) => {
     const params = decode(FsPathParams, raw);
-    checkSandbox(Method.fsReadDirectory, params.sandbox);
-    return { entries: await readDirectory(nativePath(params.path)) };
+    const confined = confinement(Method.fsReadDirectory, params.sandbox);
+    const path = nativePath(params.path);
+    if (confined) return runConfined(ctx.sandbox, confined, 'readDirectory', { path }, ctx.signal);
+    return { entries: await readDirectory(path) };
   },
 
-  [Method.fsRemove]: async (raw) => {
+  [Method.fsRemove]: async (raw, ctx) => {
     const params = decode(FsRemoveParams, raw);
-    checkSandbox(Method.fsRemove, params.sandbox);
-    await remove(nativePath(params.path), params.recursive ?? true, params.force ?? true);
+    const confined = confinement(Method.fsRemove, params.sandbox);
+    const path = nativePath(params.path);
+    const recursive = params.recursive ?? true;
+    const force = params.force ?? true;
+    if (confined) return runConfined(ctx.sandbox, confined, 'remove', { path, recursive, force }, ctx.signal);
+    await remove(path, recursive, force);
     return {};
   },
 
-  [Method.fsCopy]: async (raw) => {
+  [Method.fsCopy]: async (raw, ctx) => {
     const params = decode(FsCopyParams, raw);
-    checkSandbox(Method.fsCopy, params.sandbox);
-    await copy(nativePath(params.sourcePath), nativePath(params.destinationPath), params.recursive);
+    const confined = confinement(Method.fsCopy, params.sandbox);
+    const source = nativePath(params.sourcePath);
+    const destination = nativePath(params.destinationPath);
+    if (confined) {
+      const args = { source, destination, recursive: params.recursive };
+      return runConfined(ctx.sandbox, confined, 'copy', args, ctx.signal);
+    }
+    await copy(source, destination, params.recursive);
     return {};
   },
 
   [Method.fsOpen]: async (raw, ctx) => {
     const params = decode(FsOpenParams, raw);
-    checkSandbox(Method.fsOpen, params.sandbox);
-    await ctx.files.open(params.handleId, nativePath(params.path), params.mode ?? 'read', params.digest === true);
+    const confined = confinement(Method.fsOpen, params.sandbox);
+    const path = nativePath(params.path);
+    const mode = params.mode ?? 'read';
+    if (confined) {
+      // Opened (and for `replace` truncated) inside the sandbox; the executor's own descriptor must then be
+      // of the very file the sandbox opened, or the path changed in between and nothing is kept.
+      ctx.files.checkOpenable(params.handleId);
+      const identity = (await runConfined(
+        ctx.sandbox,
+        confined,
+        'openCheck',
+        { path, mode },
+        ctx.signal,
+      )) as FileIdentity;
+      await ctx.files.open(params.handleId, path, mode, params.digest === true, identity);
+      return { handleId: params.handleId };
+    }
+    await ctx.files.open(params.handleId, path, mode, params.digest === true);
     return { handleId: params.handleId };
   },
 
@@ -268,9 +301,11 @@ export const fsHandlers: HandlerTable = whileAttached({
     return (await ctx.files.close(params.handleId)) ?? {};
   },
 
-  [Method.fsWalk]: async (raw) => {
+  [Method.fsWalk]: async (raw, ctx) => {
     const params = decode(FsWalkParams, raw);
-    checkSandbox(Method.fsWalk, params.sandbox);
-    return walk(nativePath(params.path), params.options);
+    const confined = confinement(Method.fsWalk, params.sandbox);
+    const path = nativePath(params.path);
+    if (confined) return runConfined(ctx.sandbox, confined, 'walk', { path, options: params.options }, ctx.signal);
+    return walk(path, params.options);
   },
 });

@@ -3,6 +3,7 @@ import {
   DecodeError,
   decode,
   decodeBase64,
+  decodeSandboxContext,
   ErrorCode,
   FileUriError,
   fileUriToPath,
@@ -17,10 +18,17 @@ import {
   ProcessWriteBinaryParams,
   ProcessWriteParams,
   RpcError,
+  type SandboxContext,
 } from '@tether/exec-protocol';
 import { attachmentOf } from '@tether/jsonrpc';
-import { buildChildEnv, ProcessError, type ProcessErrorCode } from '@tether/local-process';
-import type { HandlerTable } from './types.js';
+import { buildChildEnv, ProcessError, type ProcessErrorCode, type ProcessWrap } from '@tether/local-process';
+import {
+  likelySandboxDenied,
+  type PreparedSandbox,
+  SandboxPolicyError,
+  SandboxUnavailableError,
+} from '@tether/sandbox';
+import type { HandlerTable, RequestContext } from './types.js';
 
 /** The one mapping from process-engine errors to JSON-RPC codes. */
 const PROCESS_ERROR_CODES: Record<ProcessErrorCode, number> = {
@@ -49,7 +57,7 @@ export function toRpcError(err: unknown): RpcError {
 }
 
 /** Fields Tether does not implement; a request that sets them fails closed rather than running unconfined. */
-const UNSUPPORTED_START_FIELDS = ['sandbox', 'managedNetwork', 'networkProxy', 'shellSnapshot'] as const;
+const UNSUPPORTED_START_FIELDS = ['managedNetwork', 'networkProxy', 'shellSnapshot'] as const;
 
 function startProcess(params: ProcessStartParams) {
   if (params.argv.length === 0) throw RpcError.invalidParams('argv must not be empty');
@@ -78,10 +86,46 @@ function startProcess(params: ProcessStartParams) {
   return { cwd, env };
 }
 
+/**
+ * The sandbox a start asks for (capability `processSandbox`): bubblewrap with the profile's filesystem, its
+ * network, and the seccomp filter (@tether/sandbox). Null without one. As Codex's, a profile is never run
+ * unconfined: one this host cannot enforce is refused (-32602, saying why and how to fix it).
+ */
+function startSandbox(raw: unknown, cwd: string, env: Record<string, string>, ctx: RequestContext): ProcessWrap | null {
+  let context: SandboxContext | null;
+  try {
+    context = decodeSandboxContext(raw);
+  } catch (err) {
+    if (err instanceof DecodeError) throw RpcError.invalidParams(err.message);
+    throw err;
+  }
+  if (context === null) return null;
+  let prepared: PreparedSandbox;
+  try {
+    prepared = ctx.sandbox.prepare(context, { cwd, tmpdir: env.TMPDIR });
+  } catch (err) {
+    if (err instanceof SandboxUnavailableError) {
+      throw RpcError.invalidParams(`sandbox intent cannot be enforced on this executor: ${err.message}`);
+    }
+    if (err instanceof SandboxPolicyError) throw RpcError.invalidParams(err.message);
+    throw err;
+  }
+  return {
+    file: prepared.prefix?.file ?? '',
+    args: prepared.prefix?.args ?? [],
+    fd3File: prepared.seccompFile,
+    unwrapped: prepared.prefix === null,
+    classifyExit: likelySandboxDenied,
+    released: prepared.release,
+  };
+}
+
 export const processHandlers: HandlerTable = {
   [Method.processStart]: async (raw, ctx) => {
     const params = decode(ProcessStartParams, raw);
     const { cwd, env } = startProcess(params);
+    const wrap = startSandbox(params.sandbox, cwd, env, ctx);
+    const sandboxType = wrap === null ? 'none' : 'linuxSeccomp';
     const request = {
       processId: params.processId,
       argv: params.argv,
@@ -91,12 +135,13 @@ export const processHandlers: HandlerTable = {
       pipeStdin: params.pipeStdin ?? false,
       arg0: params.arg0 ?? null,
       size: params.size ?? null,
+      wrap,
     };
     if (params.detached === true) {
       // Capability `processDetach` (detached.ts): owned by the executor, never flow-controlled, and its
       // output reaches sessions that attach (base64 notifications) or read.
       await ctx.session().startDetached(request);
-      return { processId: params.processId, sandboxType: 'none', detached: true };
+      return { processId: params.processId, sandboxType, detached: true };
     }
     const flowWindowBytes = params.flowControl ? clampFlowWindow(params.flowControl.windowBytes) : null;
     // Raw bytes need a transport that carries attachments (not stdio); elsewhere the output stays base64.
@@ -104,7 +149,7 @@ export const processHandlers: HandlerTable = {
     await ctx.session().startProcess({ ...request, flowWindowBytes, binaryOutput });
     return {
       processId: params.processId,
-      sandboxType: 'none',
+      sandboxType,
       ...(flowWindowBytes === null ? {} : { flowControl: { windowBytes: flowWindowBytes } }),
     };
   },
@@ -131,7 +176,7 @@ export const processHandlers: HandlerTable = {
       exitCode: result.exitCode,
       closed: result.closed,
       failure: null,
-      sandboxDenied: false,
+      sandboxDenied: result.sandboxDenied,
     };
   },
 

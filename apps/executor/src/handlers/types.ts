@@ -1,5 +1,6 @@
 import type { Allocate } from '@tether/exec-protocol';
 import type { BufferPool } from '@tether/jsonrpc';
+import type { Sandboxer } from '@tether/sandbox';
 import type { FileHandleTable } from '../fs/file-handles.js';
 import type { HttpRequests } from '../http/http-requests.js';
 import type { Session } from '../session-registry.js';
@@ -19,6 +20,8 @@ export interface RequestContext {
   carriesAttachments: boolean;
   /** Largest file `fs/readFile` returns. */
   maxReadFileBytes: number;
+  /** The executor's sandbox (the same for every connection). */
+  sandbox: Sandboxer;
 }
 
 export type Handler = (params: unknown, ctx: RequestContext) => Promise<unknown> | unknown;

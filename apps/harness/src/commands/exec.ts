@@ -1,6 +1,15 @@
-import { type Environment, type ProcessHandle, TetherError } from '@tether/client';
-import type { Command } from 'commander';
-import { type CliIo, connectOptions, EXIT, keyValue, printable, type SetExit, withEnvironment } from '../common.js';
+import { type Environment, type ProcessHandle, type SandboxMode, sandboxProfile, TetherError } from '@tether/client';
+import { type Command, Option } from 'commander';
+import {
+  type CliIo,
+  connectOptions,
+  EXIT,
+  keyValue,
+  printable,
+  report,
+  type SetExit,
+  withEnvironment,
+} from '../common.js';
 import type { ConnectFlags } from '../target.js';
 import { startDetached } from './processes.js';
 import { forwardInput } from './stdin.js';
@@ -23,6 +32,15 @@ export function registerExec(program: Command, io: CliIo, setExit: SetExit): voi
   )
     .addHelpText('after', EXIT_CODES_HELP)
     .action(async (argv: string[], options: ConnectFlags & ExecFlags & { detach: boolean }) => {
+      // Bad sandbox flags are a usage error before anything connects.
+      try {
+        sandboxFor(options);
+        if (options.detach && options.sandbox)
+          throw new TetherError('invalid_argument', '--sandbox does not go with --detach');
+      } catch (err) {
+        setExit(report(io, err));
+        return;
+      }
       const run = (env: Environment) =>
         options.detach
           ? startDetached(env, argv, options, io).catch((err) => startFailure(env, err, argv[0] ?? '', options.cwd, io))
@@ -36,7 +54,47 @@ export function runOptions(command: Command): Command {
   return command
     .option('--cwd <dir>', 'absolute working directory on the environment (default /)')
     .option('-e, --env <NAME=VALUE>', 'set a variable (repeatable)', keyValue, {})
-    .option('--clean-env', 'start from an empty environment instead of the executor\u2019s', false);
+    .option('--clean-env', 'start from an empty environment instead of the executor\u2019s', false)
+    .addOption(
+      new Option(
+        '--sandbox <mode>',
+        'run confined, as Codex confines its agent: read-only (nothing writable) or workspace-write (the --cwd directory, /tmp and $TMPDIR writable; .git, .agents, .codex, .aws kept read-only); no network unless --network',
+      ).choices(['read-only', 'workspace-write']),
+    )
+    .option('--writable <dir>', 'with --sandbox workspace-write: another writable directory (repeatable)', collect, [])
+    .option('--network', 'with --sandbox: allow the network', false);
+}
+
+function collect(value: string, previous: string[]): string[] {
+  return [...previous, value];
+}
+
+/** The wire sandbox for the flags, or none; a usage error says what is missing. */
+export function sandboxFor(options: ExecFlags): Record<string, unknown> | undefined {
+  if (options.sandbox === undefined) {
+    if ((options.writable ?? []).length > 0 || options.network) {
+      throw new TetherError('invalid_argument', '--writable and --network go with --sandbox');
+    }
+    return undefined;
+  }
+  if (options.sandbox === 'workspace-write' && options.cwd === undefined) {
+    throw new TetherError(
+      'invalid_argument',
+      '--sandbox workspace-write needs --cwd (the workspace it makes writable)',
+    );
+  }
+  if (options.sandbox === 'read-only' && (options.writable ?? []).length > 0) {
+    throw new TetherError('invalid_argument', '--writable goes with --sandbox workspace-write');
+  }
+  for (const dir of options.writable ?? []) {
+    if (!dir.startsWith('/'))
+      throw new TetherError('invalid_argument', `--writable needs an absolute directory, got ${JSON.stringify(dir)}`);
+  }
+  return sandboxProfile(options.sandbox, {
+    workspace: options.cwd ?? '/',
+    writable: options.writable ?? [],
+    network: options.network === true,
+  });
 }
 
 export const EXIT_CODES_HELP = `
@@ -51,6 +109,9 @@ export interface ExecFlags {
   cwd?: string;
   env: Record<string, string>;
   cleanEnv: boolean;
+  sandbox?: SandboxMode;
+  writable?: string[];
+  network?: boolean;
 }
 
 /**
@@ -61,6 +122,7 @@ export interface ExecFlags {
  */
 export async function runRemote(env: Environment, argv: string[], options: ExecFlags, io: CliIo): Promise<number> {
   const forwardStdin = options.interactive || (options.tty && io.stdin.isTTY === true);
+  const sandbox = sandboxFor(options);
   let handle: ProcessHandle;
   try {
     handle = await env.spawn(argv, {
@@ -73,6 +135,7 @@ export async function runRemote(env: Environment, argv: string[], options: ExecF
       ...(options.tty && io.stdout.rows && io.stdout.columns
         ? { size: { rows: io.stdout.rows, cols: io.stdout.columns } }
         : {}),
+      ...(sandbox ? { sandbox } : {}),
     });
   } catch (err) {
     return startFailure(env, err, argv[0] ?? '', options.cwd, io);

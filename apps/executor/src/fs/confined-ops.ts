@@ -1,0 +1,108 @@
+/**
+ * The `fs/*` operations a restricted sandbox runs inside bubblewrap (sandbox-helper.ts), by name, on plain
+ * JSON arguments: the same functions the executor runs directly, so a confined call answers exactly as an
+ * unconfined one would where the policy allows it. `openCheck` opens a path as `fs/open` would and answers
+ * the file's identity, which the executor then checks its own descriptor against (confined.ts).
+ */
+import { constants as fsConstants } from 'node:fs';
+import { open, stat } from 'node:fs/promises';
+import { type FsOpenMode, type FsWalkOptions, RpcError } from '@tether/exec-protocol';
+import { setMetadata, unixMetadata } from './batch.js';
+import { isFifo, notAFile } from './file-handles.js';
+import {
+  canonicalize,
+  copy,
+  createDirectory,
+  metadata,
+  readDirectory,
+  readWholeFile,
+  remove,
+  writeWholeFile,
+} from './operations.js';
+import { osCall } from './os-error.js';
+import { walk } from './walk.js';
+
+export interface ConfinedOps {
+  readFile: { path: string; limit: number };
+  writeFile: { path: string; dataBase64: string };
+  createDirectory: { path: string; recursive: boolean };
+  getMetadata: { path: string; unix: boolean };
+  canonicalize: { path: string };
+  readDirectory: { path: string };
+  remove: { path: string; recursive: boolean; force: boolean };
+  copy: { source: string; destination: string; recursive: boolean };
+  walk: { path: string; options: FsWalkOptions };
+  setMetadata: { path: string; change: Parameters<typeof setMetadata>[1] };
+  openCheck: { path: string; mode: FsOpenMode };
+}
+export type ConfinedOp = keyof ConfinedOps;
+
+/** A file's identity: the same device and inode is the same file, whatever path reached it. */
+export interface FileIdentity {
+  dev: number;
+  ino: number;
+}
+
+const OPS: { [K in ConfinedOp]: (args: ConfinedOps[K]) => Promise<unknown> } = {
+  readFile: async ({ path, limit }) => ({ dataBase64: (await readWholeFile(path, limit)).toString('base64') }),
+  writeFile: async ({ path, dataBase64 }) => {
+    await writeWholeFile(path, Buffer.from(dataBase64, 'base64'));
+    return {};
+  },
+  createDirectory: async ({ path, recursive }) => {
+    await createDirectory(path, recursive);
+    return {};
+  },
+  getMetadata: async ({ path, unix }) => {
+    const answer = await metadata(path);
+    if (!unix) return answer;
+    const { mode, accessedAtMs } = await unixMetadata(path);
+    return { ...answer, mode, accessedAtMs };
+  },
+  canonicalize: async ({ path }) => ({ path: await canonicalize(path) }),
+  readDirectory: async ({ path }) => ({ entries: await readDirectory(path) }),
+  remove: async ({ path, recursive, force }) => {
+    await remove(path, recursive, force);
+    return {};
+  },
+  copy: async ({ source, destination, recursive }) => {
+    await copy(source, destination, recursive);
+    return {};
+  },
+  walk: ({ path, options }) => walk(path, options),
+  setMetadata: async ({ path, change }) => {
+    await setMetadata(path, change);
+    return {};
+  },
+  openCheck: ({ path, mode }) => openCheck(path, mode),
+};
+
+export function runConfinedOp<K extends ConfinedOp>(op: K, args: ConfinedOps[K]): Promise<unknown> {
+  const run = Object.hasOwn(OPS, op) ? (OPS[op] as (args: ConfinedOps[K]) => Promise<unknown>) : undefined;
+  if (typeof run !== 'function')
+    return Promise.reject(RpcError.invalidRequest(`unknown confined operation ${String(op)}`));
+  return run(args);
+}
+
+/**
+ * Opens `path` as `fs/open` would in `mode` (a `replace` truncates and creates it here, inside the sandbox),
+ * and answers what it opened.
+ */
+async function openCheck(path: string, mode: FsOpenMode): Promise<FileIdentity> {
+  if (mode === 'read' && !(await osCall(() => stat(path))).isFile()) throw notAFile(path);
+  if (mode !== 'read' && (await isFifo(path))) throw notAFile(path);
+  const flags =
+    mode === 'read'
+      ? fsConstants.O_RDONLY
+      : mode === 'replace'
+        ? fsConstants.O_WRONLY | fsConstants.O_CREAT | fsConstants.O_TRUNC
+        : fsConstants.O_WRONLY | fsConstants.O_CREAT;
+  const file = await osCall(() => open(path, flags, 0o666));
+  try {
+    const info = await osCall(() => file.stat());
+    if (!info.isFile()) throw notAFile(path);
+    return { dev: info.dev, ino: info.ino };
+  } finally {
+    await file.close();
+  }
+}

@@ -1,0 +1,157 @@
+/**
+ * A decoded `sandbox` context resolved against this host, as Codex resolves it (tests/conformance/
+ * CODEX-FINDINGS.md §21): `root` is `/`; `minimal` the platform's read-only system directories;
+ * `project_roots` each of `workspaceRoots` (none given: nothing; a subpath that leaves the root: nothing);
+ * `tmpdir` the client's `temporaryDirectories`, else the process's `TMPDIR`; `slash_tmp` `/tmp` when it is a
+ * directory; `unknown` nothing. The most specific entry wins, and at equal depth deny beats write beats read.
+ * Inside every writable root (`/tmp` too) `.git`, `.agents`, `.codex` and `.aws` stay read-only, missing or
+ * not (a missing one is an empty read-only directory while the sandbox runs).
+ */
+import { statSync } from 'node:fs';
+import { isAbsolute, join, normalize, sep } from 'node:path';
+import {
+  type FileAccess,
+  FileUriError,
+  fileUriToPath,
+  type NetworkAccess,
+  restrictsFileSystem,
+  type SandboxContext,
+  sandboxNetwork,
+} from '@tether/exec-protocol';
+
+/** The read-only system directories `minimal` opens (those that exist). */
+export const PLATFORM_READ_ROOTS = [
+  '/bin',
+  '/sbin',
+  '/usr',
+  '/etc',
+  '/lib',
+  '/lib64',
+  '/nix/store',
+  '/run/current-system/sw',
+];
+/** Names kept read-only inside every writable root. */
+export const PROTECTED_NAMES = ['.git', '.agents', '.codex', '.aws'];
+
+/** A request the policy cannot be built from (a path URI of another host, a glob); the message says which. */
+export class SandboxPolicyError extends Error {
+  override readonly name = 'SandboxPolicyError';
+}
+
+export interface ResolvedEntry {
+  path: string;
+  access: FileAccess;
+  skipMissing: boolean;
+}
+
+export interface SandboxPolicy {
+  /** Whether the filesystem is confined at all (else only the network and the namespaces are). */
+  restrictsFileSystem: boolean;
+  network: NetworkAccess;
+  /** The whole disk is readable (else only the readable entries are, over an empty root). */
+  fullRead: boolean;
+  /** Resolved entries, deepest last (each mount goes over the ones it is under). */
+  entries: ResolvedEntry[];
+  /** Writable directories (existing ones are bound writable). */
+  writable: string[];
+  /** Protected names under writable roots: read-only if present, an empty read-only directory if not. */
+  protectedPaths: string[];
+}
+
+export interface ResolveOptions {
+  /** The process's (or, for fs calls, the executor's) TMPDIR. */
+  tmpdir?: string | undefined;
+}
+
+function native(uri: string, what: string): string {
+  try {
+    return fileUriToPath(uri);
+  } catch (err) {
+    if (err instanceof FileUriError) throw new SandboxPolicyError(`invalid sandbox ${what} URI: ${err.message}`);
+    throw err;
+  }
+}
+
+function isDirectory(path: string): boolean {
+  try {
+    return statSync(path).isDirectory();
+  } catch {
+    return false;
+  }
+}
+
+/** A subpath inside a root; one that is absolute or climbs out with `..` names nothing. */
+function under(root: string, subpath: string | null): string | null {
+  if (subpath === null || subpath === '') return root;
+  if (isAbsolute(subpath)) return null;
+  const joined = normalize(join(root, subpath));
+  return joined === root || joined.startsWith(root.endsWith(sep) ? root : root + sep) ? joined : null;
+}
+
+export function depth(path: string): number {
+  return path === '/' ? 0 : path.split('/').filter(Boolean).length;
+}
+
+const ACCESS_RANK: Record<FileAccess, number> = { read: 0, write: 1, deny: 2 };
+
+export function resolvePolicy(context: SandboxContext, options: ResolveOptions = {}): SandboxPolicy {
+  const network = sandboxNetwork(context);
+  const restricted = restrictsFileSystem(context);
+  const permissions = context.permissions;
+  if (!restricted || permissions.type !== 'managed' || permissions.fileSystem.type !== 'restricted') {
+    return { restrictsFileSystem: false, network, fullRead: true, entries: [], writable: [], protectedPaths: [] };
+  }
+  const roots = context.workspaceRoots.map((uri) => native(uri, 'workspace root'));
+  const temporary =
+    context.temporaryDirectories !== null
+      ? context.temporaryDirectories.map((uri) => native(uri, 'temporary directory'))
+      : options.tmpdir && isAbsolute(options.tmpdir)
+        ? [options.tmpdir]
+        : [];
+  const resolved: ResolvedEntry[] = [];
+  for (const entry of permissions.fileSystem.entries) {
+    const where = entry.path;
+    const add = (path: string | null) => {
+      if (path !== null) resolved.push({ path: normalize(path), access: entry.access, skipMissing: entry.skipMissing });
+    };
+    if (where.type === 'glob_pattern') {
+      throw new SandboxPolicyError('glob_pattern filesystem entries are not supported by this exec-server');
+    }
+    if (where.type === 'path') {
+      add(native(where.path, 'permission path'));
+      continue;
+    }
+    switch (where.kind) {
+      case 'root':
+        add(under('/', where.subpath));
+        break;
+      case 'minimal':
+        for (const dir of PLATFORM_READ_ROOTS) if (isDirectory(dir)) add(dir);
+        break;
+      case 'project_roots':
+        for (const root of roots) add(under(root, where.subpath));
+        break;
+      case 'tmpdir':
+        for (const dir of temporary) add(under(dir, where.subpath));
+        break;
+      case 'slash_tmp':
+        if (isDirectory('/tmp')) add(under('/tmp', where.subpath));
+        break;
+      case 'unknown':
+        break;
+    }
+  }
+  // One entry per path: at equal depth (the same path) deny beats write beats read.
+  const byPath = new Map<string, ResolvedEntry>();
+  for (const entry of resolved) {
+    const known = byPath.get(entry.path);
+    if (known === undefined || ACCESS_RANK[entry.access] > ACCESS_RANK[known.access]) byPath.set(entry.path, entry);
+  }
+  const entries = [...byPath.values()].sort((a, b) => depth(a.path) - depth(b.path));
+  const fullRead = byPath.get('/') !== undefined && byPath.get('/')!.access !== 'deny';
+  const writable = entries.filter((e) => e.access === 'write').map((e) => e.path);
+  const protectedPaths = entries
+    .filter((e) => e.access === 'write')
+    .flatMap((root) => PROTECTED_NAMES.map((name) => join(root.path, name)));
+  return { restrictsFileSystem: true, network, fullRead, entries, writable, protectedPaths };
+}

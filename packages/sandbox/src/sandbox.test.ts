@@ -1,0 +1,172 @@
+import { spawnSync } from 'node:child_process';
+import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { decodeSandboxContext, pathToFileUri, type SandboxContext } from '@tether/exec-protocol';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { likelySandboxDenied } from './denial.js';
+import { resolvePolicy, SandboxPolicyError } from './policy.js';
+import { Sandboxer } from './sandboxer.js';
+import { seccompProgram, seccompSupported } from './seccomp.js';
+
+const special = (kind: string, extra: Record<string, unknown> = {}) => ({ type: 'special', value: { kind, ...extra } });
+
+function context(entries: unknown[], roots: string[] = [], network = 'restricted'): SandboxContext {
+  return decodeSandboxContext({
+    permissions: { type: 'managed', file_system: { type: 'restricted', entries }, network },
+    workspaceRoots: roots.map((root) => pathToFileUri(root)),
+    windowsSandboxLevel: 'disabled',
+  })!;
+}
+
+const work = mkdtempSync('/var/tmp/tether-sandbox-unit-');
+afterAll(() => rmSync(work, { recursive: true, force: true }));
+
+describe('resolvePolicy', () => {
+  it('resolves the special paths as Codex does', () => {
+    const root = join(work, 'r1');
+    mkdirSync(root, { recursive: true });
+    const policy = resolvePolicy(
+      context(
+        [
+          { path: special('root'), access: 'read' },
+          { path: special('project_roots'), access: 'write' },
+          { path: special('project_roots', { subpath: '../escape' }), access: 'write' },
+          { path: special('project_roots', { subpath: '/etc' }), access: 'write' },
+          { path: special('tmpdir'), access: 'write' },
+          { path: special('slash_tmp'), access: 'write' },
+          { path: special('unknown', { path: '/x' }), access: 'write' },
+          { path: special('project_roots', { subpath: 'secret' }), access: 'deny' },
+        ],
+        [root],
+      ),
+      { tmpdir: join(work, 'tmp') },
+    );
+    expect(policy.fullRead).toBe(true);
+    expect(policy.writable.sort()).toEqual([root, join(work, 'tmp'), '/tmp'].sort());
+    expect(policy.entries.find((e) => e.path === join(root, 'secret'))?.access).toBe('deny');
+    expect(policy.protectedPaths).toContain(join(root, '.git'));
+    expect(policy.protectedPaths).toContain(join(root, '.aws'));
+  });
+
+  it('project_roots without workspaceRoots means nothing; at one path deny beats write beats read', () => {
+    const policy = resolvePolicy(
+      context([
+        { path: special('project_roots'), access: 'write' },
+        { path: { type: 'path', path: pathToFileUri('/opt') }, access: 'read' },
+        { path: { type: 'path', path: pathToFileUri('/opt') }, access: 'deny' },
+        { path: { type: 'path', path: pathToFileUri('/opt') }, access: 'write' },
+      ]),
+    );
+    expect(policy.writable).toEqual([]);
+    expect(policy.fullRead).toBe(false);
+    expect(policy.entries).toEqual([{ path: '/opt', access: 'deny', skipMissing: false }]);
+  });
+
+  it('refuses what it cannot enforce (a glob) and leaves unrestricted profiles unconfined', () => {
+    expect(() =>
+      resolvePolicy(context([{ path: { type: 'glob_pattern', pattern: '**/*.key' }, access: 'deny' }])),
+    ).toThrow(SandboxPolicyError);
+    const disabled = decodeSandboxContext({ permissions: { type: 'disabled' }, windowsSandboxLevel: 'disabled' })!;
+    expect(resolvePolicy(disabled)).toMatchObject({ restrictsFileSystem: false, network: 'enabled' });
+    const rootWrite = context([{ path: special('root'), access: 'write' }]);
+    expect(resolvePolicy(rootWrite).restrictsFileSystem).toBe(false);
+  });
+});
+
+describe('seccompProgram', () => {
+  it('is a whole number of sock_filter records that ends in ALLOW, longer when the network is restricted', () => {
+    if (!seccompSupported()) return;
+    const restricted = seccompProgram('restricted');
+    const enabled = seccompProgram('enabled');
+    expect(restricted.length % 8).toBe(0);
+    expect(restricted.length).toBeGreaterThan(enabled.length);
+    // The last record: BPF_RET|BPF_K SECCOMP_RET_ALLOW.
+    expect(restricted.readUInt16LE(restricted.length - 8)).toBe(0x06);
+    expect(restricted.readUInt32LE(restricted.length - 4)).toBe(0x7fff0000);
+    expect(() => seccompProgram('restricted', 'mips')).toThrow(/mips/);
+  });
+});
+
+describe('likelySandboxDenied', () => {
+  it('follows Codex: words of a denial, not for 0, 2, 126, 127; SIGSYS', () => {
+    const out = (text: string) => [Buffer.from(text)];
+    expect(likelySandboxDenied(1, out("touch: cannot touch 'x': Read-only file system"))).toBe(true);
+    expect(likelySandboxDenied(0, out('Read-only file system'))).toBe(false);
+    expect(likelySandboxDenied(2, out('Permission denied'))).toBe(true);
+    expect(likelySandboxDenied(2, out(''))).toBe(false);
+    expect(likelySandboxDenied(1, out(''))).toBe(false);
+    expect(likelySandboxDenied(159, out(''))).toBe(true);
+    // Across chunks.
+    expect(likelySandboxDenied(1, [Buffer.from('Operation not per'), Buffer.from('mitted')])).toBe(true);
+  });
+});
+
+describe('Sandboxer', () => {
+  let sandbox: Sandboxer;
+  beforeAll(() => {
+    sandbox = Sandboxer.open();
+  });
+  afterAll(() => sandbox.close());
+
+  const run = (prepared: ReturnType<Sandboxer['prepare']>, script: string) => {
+    const fd = prepared.seccompFile === null ? null : openSync(prepared.seccompFile, 'r');
+    try {
+      const result = spawnSync(prepared.prefix!.file, [...prepared.prefix!.args, '/bin/bash', '-c', script], {
+        stdio: ['ignore', 'pipe', 'pipe', fd ?? 'ignore'],
+      });
+      return { status: result.status, output: `${result.stdout}${result.stderr}` };
+    } finally {
+      if (fd !== null) closeSync(fd);
+    }
+  };
+
+  it('says whether it can enforce, and refuses a restricting profile when it cannot', () => {
+    const none = Sandboxer.none('no bubblewrap in this test');
+    expect(none.status.available).toBe(false);
+    expect(() => none.prepare(context([]), { cwd: '/' })).toThrow(/no bubblewrap in this test/);
+    // A profile that restricts nothing needs no sandbox, available or not.
+    const open = decodeSandboxContext({
+      permissions: { type: 'external', network: 'enabled' },
+      windowsSandboxLevel: 'disabled',
+    })!;
+    expect(none.prepare(open, { cwd: '/' }).prefix).toBeNull();
+  });
+
+  it('confines writes to the roots, keeps .git read-only, hides denied paths, and cleans up what it made', () => {
+    if (!sandbox.status.available) return expect.fail(`the sandbox is unavailable here: ${sandbox.status.reason}`);
+    const root = join(work, 'r2');
+    const outside = join(work, 'outside2');
+    mkdirSync(join(root, '.git'), { recursive: true });
+    mkdirSync(outside, { recursive: true });
+    writeFileSync(join(root, 'secret'), 'x');
+    const prepared = sandbox.prepare(
+      context(
+        [
+          { path: special('root'), access: 'read' },
+          { path: special('project_roots'), access: 'write' },
+          { path: special('project_roots', { subpath: 'secret' }), access: 'deny' },
+        ],
+        [root],
+      ),
+      { cwd: root },
+    );
+    const result = run(
+      prepared,
+      `touch in && echo in-ok; touch ${outside}/x; touch .git/x; cat secret; mkdir .codex/y; ls -a; ` +
+        `(setsid sleep 1234 &); python3 -c 'import socket; socket.socket(socket.AF_INET)' 2>&1 | tail -1`,
+    );
+    prepared.release();
+    expect(result.output).toContain('in-ok');
+    expect(result.output).toContain(`touch: cannot touch '${outside}/x': Read-only file system`);
+    expect(result.output).toContain("touch: cannot touch '.git/x': Read-only file system");
+    expect(result.output).toContain('cat: secret: Permission denied');
+    expect(result.output).toMatch(/mkdir: cannot create directory .\.codex\/y.: Read-only file system/);
+    expect(result.output).toContain('PermissionError: [Errno 1] Operation not permitted');
+    // The double-forked sleep died with the sandbox.
+    expect(spawnSync('pgrep', ['-f', 'sleep 1234']).status).toBe(1);
+    expect(readdirSync(outside)).toEqual([]);
+    // The empty read-only directories made for the missing protected names are gone again.
+    expect(readdirSync(root).sort()).toEqual(['.git', 'in', 'secret']);
+    expect(existsSync(join(root, '.codex'))).toBe(false);
+  });
+});

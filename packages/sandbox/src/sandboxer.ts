@@ -1,0 +1,249 @@
+/**
+ * The executor's sandbox: finds bubblewrap, checks once that it can build the namespaces here, owns the
+ * files its arguments refer to (the seccomp programs, the empty mount sources, in a private 0700
+ * directory), and turns a request's `sandbox` into the command that runs it confined. One per executor;
+ * `close()` removes its directory.
+ */
+import { spawnSync } from 'node:child_process';
+import {
+  accessSync,
+  chmodSync,
+  closeSync,
+  constants,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  rmdirSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
+import { tmpdir } from 'node:os';
+import { delimiter, join } from 'node:path';
+import type { SandboxContext } from '@tether/exec-protocol';
+import { type BwrapPlan, bwrapArgs, type MountSources } from './bwrap.js';
+import { resolvePolicy, type SandboxPolicy } from './policy.js';
+import { seccompProgram, seccompSupported } from './seccomp.js';
+
+/** What this executor can enforce (advertised in `environment/info` and `executor --help`). */
+export interface SandboxStatus {
+  /** Whether a restricting profile can be enforced here. */
+  available: boolean;
+  /** Why not, and what to do, when it cannot. */
+  reason: string | null;
+  /** The bubblewrap binary in use. */
+  bwrap: string | null;
+  /** Whether the seccomp layer is applied (x86_64 and aarch64). */
+  seccomp: boolean;
+}
+
+/** A restricting profile on a host that cannot sandbox: refused, never run unconfined. */
+export class SandboxUnavailableError extends Error {
+  override readonly name = 'SandboxUnavailableError';
+}
+
+/** How to run one process (or fs helper) under a profile. */
+export interface PreparedSandbox {
+  policy: SandboxPolicy;
+  /**
+   * The program and arguments that come before the command (bubblewrap's, ending in `--`), or null when
+   * the profile restricts nothing this host would enforce (network on, filesystem unrestricted).
+   */
+  prefix: { file: string; args: string[] } | null;
+  /** A file to open read-only as the child's fd 3 (bubblewrap reads the seccomp program from it). */
+  seccompFile: string | null;
+  /** Call once the process has exited: removes the mount points bubblewrap made on the host. */
+  release(): void;
+}
+
+export interface PrepareOptions {
+  /** The process's working directory (bubblewrap changes to it inside). */
+  cwd: string;
+  /** The TMPDIR `tmpdir` means (the process's own; the executor's for fs calls). */
+  tmpdir?: string | undefined;
+  /** Restrict the network whatever the profile says (the fs helper never needs it). */
+  forceNetworkRestricted?: boolean;
+  /** More paths to keep readable when reads are restricted. */
+  extraReadable?: string[];
+}
+
+function findOnPath(name: string, path = process.env.PATH ?? ''): string | null {
+  for (const dir of [...path.split(delimiter).filter(Boolean), '/usr/bin', '/bin']) {
+    const candidate = join(dir, name);
+    try {
+      accessSync(candidate, constants.X_OK);
+      return candidate;
+    } catch {}
+  }
+  return null;
+}
+
+export class Sandboxer {
+  readonly status: SandboxStatus;
+  private readonly dir: string | null;
+  private readonly sources: MountSources;
+  private readonly seccompFiles: Record<'restricted' | 'enabled', string> | null;
+  /** Synthetic mount points in use, with how many sandboxes use each. */
+  private readonly synthetic = new Map<string, number>();
+  private closed = false;
+
+  private constructor(
+    dir: string | null,
+    sources: MountSources,
+    seccompFiles: Sandboxer['seccompFiles'],
+    status: SandboxStatus,
+  ) {
+    this.dir = dir;
+    this.sources = sources;
+    this.seccompFiles = seccompFiles;
+    this.status = status;
+  }
+
+  /** A sandbox that enforces nothing: every restricting profile is refused with `reason`. */
+  static none(reason: string): Sandboxer {
+    const nowhere: MountSources = { deniedDirectory: '', deniedFile: '', emptyReadOnlyDirectory: '' };
+    return new Sandboxer(null, nowhere, null, { available: false, reason, bwrap: null, seccomp: false });
+  }
+
+  /** Finds bubblewrap (`bwrap` on PATH, or `bwrapPath`) and checks it works here (one run, a few ms). */
+  static open(options: { bwrapPath?: string | null } = {}): Sandboxer {
+    const dir = mkdtempSync(join(tmpdir(), 'tether-sandbox-'));
+    chmodSync(dir, 0o700);
+    const sources: MountSources = {
+      deniedDirectory: join(dir, 'denied-directory'),
+      deniedFile: join(dir, 'denied-file'),
+      emptyReadOnlyDirectory: join(dir, 'empty-directory'),
+    };
+    mkdirSync(sources.deniedDirectory, { mode: 0o000 });
+    chmodSync(sources.deniedDirectory, 0o000);
+    writeFileSync(sources.deniedFile, '', { mode: 0o000 });
+    chmodSync(sources.deniedFile, 0o000);
+    mkdirSync(sources.emptyReadOnlyDirectory);
+    chmodSync(sources.emptyReadOnlyDirectory, 0o555);
+    let seccompFiles: Sandboxer['seccompFiles'] = null;
+    if (seccompSupported()) {
+      seccompFiles = { restricted: join(dir, 'seccomp-restricted.bpf'), enabled: join(dir, 'seccomp-enabled.bpf') };
+      writeFileSync(seccompFiles.restricted, seccompProgram('restricted'), { mode: 0o400 });
+      writeFileSync(seccompFiles.enabled, seccompProgram('enabled'), { mode: 0o400 });
+    }
+    const bwrap = options.bwrapPath ?? findOnPath('bwrap');
+    let reason: string | null = null;
+    if (bwrap === null) {
+      reason =
+        'bubblewrap (bwrap) was not found on PATH: install it (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap)';
+    } else {
+      reason = probe(bwrap, seccompFiles?.restricted ?? null);
+    }
+    return new Sandboxer(dir, sources, seccompFiles, {
+      available: reason === null,
+      reason,
+      bwrap,
+      seccomp: seccompFiles !== null,
+    });
+  }
+
+  /**
+   * The command prefix that runs a process under `context`. Throws SandboxUnavailableError when the profile
+   * needs a sandbox this host cannot build, SandboxPolicyError when it cannot be read here.
+   */
+  prepare(context: SandboxContext, options: PrepareOptions): PreparedSandbox {
+    if (this.closed) throw new SandboxUnavailableError('the sandbox is closed');
+    const policy = resolvePolicy(context, { tmpdir: options.tmpdir });
+    if (options.forceNetworkRestricted) policy.network = 'restricted';
+    if (!policy.restrictsFileSystem && policy.network === 'enabled') {
+      // Nothing to confine (Codex runs these directly too, still reporting its sandbox type).
+      return { policy, prefix: null, seccompFile: null, release: () => undefined };
+    }
+    if (!this.status.available || this.status.bwrap === null) {
+      throw new SandboxUnavailableError(`this executor cannot enforce a sandbox: ${this.status.reason}`);
+    }
+    const seccompFile = this.seccompFiles?.[policy.network] ?? null;
+    const plan: BwrapPlan = bwrapArgs(policy, this.sources, {
+      cwd: options.cwd,
+      seccompFd: seccompFile === null ? null : 3,
+      ...(options.extraReadable ? { extraReadable: options.extraReadable } : {}),
+    });
+    for (const target of plan.syntheticTargets) this.synthetic.set(target, (this.synthetic.get(target) ?? 0) + 1);
+    let released = false;
+    return {
+      policy,
+      prefix: { file: this.status.bwrap, args: [...plan.args, '--'] },
+      seccompFile,
+      release: () => {
+        if (released) return;
+        released = true;
+        for (const target of plan.syntheticTargets) this.releaseTarget(target);
+      },
+    };
+  }
+
+  /** The last sandbox using a synthetic mount point is gone: the empty directory or file goes too. */
+  private releaseTarget(target: string): void {
+    const users = (this.synthetic.get(target) ?? 1) - 1;
+    if (users > 0) {
+      this.synthetic.set(target, users);
+      return;
+    }
+    this.synthetic.delete(target);
+    try {
+      rmdirSync(target);
+    } catch {
+      try {
+        // A mount point made for a file is an empty file; anything with content is left alone.
+        const fd = openSync(target, constants.O_RDONLY | constants.O_NOFOLLOW);
+        closeSync(fd);
+        rmSync(target, { force: true });
+      } catch {}
+    }
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    for (const target of [...this.synthetic.keys()]) {
+      this.synthetic.set(target, 1);
+      this.releaseTarget(target);
+    }
+    if (this.dir === null) return;
+    chmodSync(this.sources.deniedDirectory, 0o700);
+    rmSync(this.dir, { recursive: true, force: true });
+  }
+}
+
+/** Runs `true` in the namespaces a restricted profile needs; answers why it failed, or null. */
+function probe(bwrap: string, seccompFile: string | null): string | null {
+  const args = [
+    '--die-with-parent',
+    '--unshare-user',
+    '--unshare-pid',
+    '--unshare-ipc',
+    '--unshare-net',
+    '--ro-bind',
+    '/',
+    '/',
+    '--dev',
+    '/dev',
+    '--proc',
+    '/proc',
+    '--cap-drop',
+    'ALL',
+    ...(seccompFile === null ? [] : ['--seccomp', '3']),
+    '--',
+    'true',
+  ];
+  let fd: number | null = null;
+  try {
+    if (seccompFile !== null) fd = openSync(seccompFile, 'r');
+    const run = spawnSync(bwrap, args, { stdio: ['ignore', 'ignore', 'pipe', fd ?? 'ignore'], timeout: 10_000 });
+    if (run.error) return `${bwrap} could not be run: ${run.error.message}`;
+    if (run.status === 0) return null;
+    const stderr = run.stderr?.toString().trim().slice(0, 2000) ?? '';
+    return (
+      `${bwrap} cannot create the sandbox's namespaces here (${stderr || `exit ${run.status}`}); ` +
+      'user namespaces must be allowed (sysctl kernel.unprivileged_userns_clone=1, or on Ubuntu an AppArmor profile for bwrap), and inside a container the runtime must permit them'
+    );
+  } catch (err) {
+    return `the sandbox could not be checked: ${(err as Error).message}`;
+  } finally {
+    if (fd !== null) closeSync(fd);
+  }
+}

@@ -1,0 +1,231 @@
+// Sandboxing (`sandbox` on process/start and fs/*), differential: the same scenarios against Codex's
+// exec-server (its codex-linux-sandbox helper on PATH, bubblewrap on the host) and ours, every profile Codex's
+// agent sends and the others the schema has. Each scenario's outcome (exit code, sandboxDenied, the
+// denial's words; an fs call's code and message) must be the same on both (CODEX-FINDINGS.md §21).
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:net';
+import { join } from 'node:path';
+import { b64, codexSandboxPath, collectUntilClosed, fileUri, type TestClient } from '@tether/test-kit';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { KIND_CASES, useHarness } from './support.ts';
+
+const special = (kind: string, extra: Record<string, unknown> = {}) => ({
+  type: 'special',
+  value: { kind, ...extra },
+});
+
+type Profile = { permissions: unknown; network?: never };
+
+/** What Codex's agent sends for `-s workspace-write` (network as given) and `-s read-only`. */
+function workspaceWrite(network: 'restricted' | 'enabled') {
+  return {
+    type: 'managed',
+    file_system: {
+      type: 'restricted',
+      entries: [
+        { path: special('root'), access: 'read' },
+        { path: special('project_roots'), access: 'write' },
+        { path: special('slash_tmp'), access: 'write' },
+        { path: special('tmpdir'), access: 'write' },
+        ...['.git', '.agents', '.codex'].map((subpath) => ({
+          path: special('project_roots', { subpath }),
+          access: 'read',
+          missing_path_behavior: 'skip',
+        })),
+      ],
+    },
+    network,
+  };
+}
+const READ_ONLY = {
+  type: 'managed',
+  file_system: { type: 'restricted', entries: [{ path: special('root'), access: 'read' }] },
+  network: 'restricted',
+};
+
+const PROFILES: Record<string, unknown> = {
+  'workspace-write': workspaceWrite('restricted'),
+  'workspace-write + network': workspaceWrite('enabled'),
+  'read-only': READ_ONLY,
+  'managed, unrestricted filesystem': { type: 'managed', file_system: { type: 'unrestricted' }, network: 'restricted' },
+  disabled: { type: 'disabled' },
+  external: { type: 'external', network: 'restricted' },
+};
+void ({} as Profile);
+
+interface Outcome {
+  exitCode: number | null;
+  sandboxDenied: boolean | null;
+  /** The output with the run's own paths and ports taken out, so both executors' can be compared. */
+  output: string;
+}
+
+describe('sandbox: the same allow/deny table on both executors', { timeout: 120_000 }, () => {
+  const h = useHarness();
+  let listener: Server;
+  let port = 0;
+  const tables = new Map<string, Map<string, unknown>>();
+  // Outside /tmp, which workspace-write makes writable: the workspaces and the directories outside them.
+  const scratch = mkdtempSync('/var/tmp/tether-sandbox-');
+  // Codex's exec-server finds its helper (the codex-linux-sandbox alias) on the command's PATH.
+  const path = `${codexSandboxPath(scratch)}`.replace(/:.*$/, '');
+
+  beforeAll(async () => {
+    listener = createServer((socket) => {
+      socket.on('error', () => undefined);
+      socket.end('hello\n');
+    });
+    await new Promise<void>((resolve) => listener.listen(0, '127.0.0.1', resolve));
+    port = (listener.address() as { port: number }).port;
+  });
+  afterAll(async () => {
+    await new Promise((resolve) => listener.close(resolve));
+    rmSync(scratch, { recursive: true, force: true });
+  });
+
+  /** A fresh workspace (with a .git), a directory outside it, and a TMPDIR, for one peer kind. */
+  function layout(kind: string) {
+    const base = join(scratch, `${kind}-${Math.random().toString(36).slice(2, 8)}`);
+    const root = join(base, 'workspace');
+    const outside = join(base, 'outside');
+    const tmp = join(base, 'tmpdir');
+    for (const dir of [root, join(root, '.git'), outside, tmp]) mkdirSync(dir, { recursive: true });
+    writeFileSync(join(outside, 'secret'), 'top secret\n');
+    symlinkSync(outside, join(root, 'link-out'));
+    return { base, root, outside, tmp };
+  }
+
+  async function run(
+    client: TestClient,
+    id: string,
+    script: string,
+    cwd: string,
+    env: Record<string, string>,
+    sandbox: unknown,
+  ) {
+    const started = await client.request('process/start', {
+      processId: id,
+      argv: ['/bin/bash', '-c', script],
+      cwd: fileUri(cwd),
+      env: { PATH: `${path}:/usr/bin:/bin`, ...env },
+      tty: false,
+      pipeStdin: false,
+      arg0: null,
+      sandbox,
+    });
+    if (started.error) return { startError: started.error };
+    const sandboxType = (started.result as { sandboxType?: string }).sandboxType;
+    const collected = await collectUntilClosed(client, id);
+    const read = (await client.call('process/read', { processId: id, afterSeq: 0, maxBytes: 1 })) as {
+      sandboxDenied: boolean;
+    };
+    return {
+      sandboxType,
+      exitCode: collected.exitCode,
+      sandboxDenied: read.sandboxDenied,
+      output: collected.output + collected.stderr,
+    };
+  }
+
+  it.each(KIND_CASES)('%s: every profile, processes and fs calls', async (_label, kind) => {
+    const { client } = await h.session(kind, 'ws');
+    const table = new Map<string, unknown>();
+    let n = 0;
+    for (const [name, permissions] of Object.entries(PROFILES)) {
+      const { base, root, outside, tmp } = layout(kind);
+      const sandbox = {
+        permissions,
+        cwd: fileUri(root),
+        workspaceRoots: [fileUri(root)],
+        windowsSandboxLevel: 'disabled',
+        useLegacyLandlock: false,
+      };
+      const clean = (text: string) =>
+        text
+          .replaceAll(base, '<base>')
+          .replaceAll(String(port), '<port>')
+          .replace(/\/bin\/sh: \d+: /g, 'sh: ');
+      const scenarios: Record<string, string> = {
+        'write inside the workspace': 'touch inside && echo ok',
+        'write outside every writable root': `touch ${outside}/x`,
+        'write /tmp': `f=/tmp/tether-sandbox-$$; touch $f && rm $f && echo ok`,
+        'write $TMPDIR': 'touch "$TMPDIR/x" && echo ok',
+        'write .git under the workspace': 'touch .git/x',
+        'create .codex under the workspace': 'mkdir .codex/x',
+        'write through a symlink out of the workspace': 'touch link-out/x',
+        'write through /proc/self/root': `touch /proc/self/root${outside}/y`,
+        'read outside': `cat ${outside}/secret`,
+        'tcp to a local listener': `exec 3<>/dev/tcp/127.0.0.1/${port} && echo connected`,
+        'exit 3 by itself': 'exit 3',
+      };
+      for (const [scenario, script] of Object.entries(scenarios)) {
+        const result = await run(client, `p${++n}`, `exec 2>&1; ${script}`, root, { TMPDIR: tmp }, sandbox);
+        if ('startError' in result) table.set(`${name}: ${scenario}`, { startError: result.startError });
+        else
+          table.set(`${name}: ${scenario}`, {
+            sandboxType: result.sandboxType,
+            exitCode: result.exitCode,
+            sandboxDenied: result.sandboxDenied,
+            output: clean(result.output).trim(),
+          } satisfies Outcome & { sandboxType?: string });
+      }
+      // Nothing the denied writes tried landed on the host, and the protected names made for the sandbox are gone.
+      table.set(`${name}: host outside`, readdirSync(outside).sort());
+      table.set(
+        `${name}: host workspace`,
+        readdirSync(root)
+          .sort()
+          .filter((f) => !f.startsWith('inside')),
+      );
+      const fsCall = async (method: string, params: Record<string, unknown>) => {
+        const response = await client.request(method, { ...params, sandbox });
+        return response.error
+          ? { error: { ...response.error, message: clean(response.error.message) } }
+          : { result: response.result };
+      };
+      table.set(
+        `${name}: fs/writeFile inside`,
+        await fsCall('fs/writeFile', { path: fileUri(join(root, 'f')), dataBase64: b64('x') }),
+      );
+      table.set(
+        `${name}: fs/writeFile outside`,
+        await fsCall('fs/writeFile', { path: fileUri(join(outside, 'f')), dataBase64: b64('x') }),
+      );
+      table.set(
+        `${name}: fs/writeFile .git`,
+        await fsCall('fs/writeFile', { path: fileUri(join(root, '.git', 'f')), dataBase64: b64('x') }),
+      );
+      table.set(
+        `${name}: fs/readFile outside`,
+        await fsCall('fs/readFile', { path: fileUri(join(outside, 'secret')) }),
+      );
+      table.set(
+        `${name}: fs/createDirectory outside`,
+        await fsCall('fs/createDirectory', { path: fileUri(join(outside, 'd')) }),
+      );
+      table.set(`${name}: fs/remove outside`, await fsCall('fs/remove', { path: fileUri(join(outside, 'secret')) }));
+      table.set(
+        `${name}: fs/copy into outside`,
+        await fsCall('fs/copy', {
+          sourcePath: fileUri(join(root, 'f')),
+          destinationPath: fileUri(join(outside, 'copy')),
+          recursive: false,
+        }),
+      );
+      table.set(
+        `${name}: fs/getMetadata outside`,
+        (await fsCall('fs/getMetadata', { path: fileUri(join(outside, 'secret')) })).error ?? 'ok',
+      );
+      table.set(`${name}: host outside after fs`, readdirSync(outside).sort());
+      table.set(`${name}: /tmp tether files`, existsSync('/tmp/.git') ? 'has /tmp/.git' : 'none');
+    }
+    tables.set(kind, table);
+  });
+
+  it('the tables agree', () => {
+    const codex = tables.get('codex');
+    const tether = tables.get('tether');
+    expect(codex && tether, 'both tables were made').toBeTruthy();
+    expect(Object.fromEntries(tether!)).toEqual(Object.fromEntries(codex!));
+  });
+});
