@@ -2,10 +2,27 @@
 // exec-server (its codex-linux-sandbox helper on PATH, bubblewrap on the host) and ours, every profile Codex's
 // agent sends and the others the schema has. Each scenario's outcome (exit code, sandboxDenied, the
 // denial's words; an fs call's code and message) must be the same on both (CODEX-FINDINGS.md §21).
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { join } from 'node:path';
-import { b64, codexSandboxPath, collectUntilClosed, fileUri, type TestClient } from '@tether/test-kit';
+import {
+  b64,
+  codexSandboxPath,
+  collectUntilClosed,
+  fileUri,
+  findProcesses,
+  type TestClient,
+  waitUntil,
+} from '@tether/test-kit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { KIND_CASES, useHarness } from './support.ts';
 
@@ -128,7 +145,12 @@ describe('sandbox: the same allow/deny table on both executors', { timeout: 120_
   }
 
   it.each(KIND_CASES)('%s: every profile, processes and fs calls', async (_label, kind) => {
-    const { client } = await h.session(kind, 'ws');
+    const { client, initializeResult } = await h.session(kind, 'ws');
+    if (kind === 'tether') {
+      // Ours says what it can enforce (Codex advertises no capabilities of ours).
+      const info = initializeResult.environmentInfo as { capabilities?: Record<string, unknown> } | undefined;
+      expect(info?.capabilities?.processSandbox).toBe(true);
+    }
     const table = new Map<string, unknown>();
     let n = 0;
     for (const [name, permissions] of Object.entries(PROFILES)) {
@@ -157,6 +179,8 @@ describe('sandbox: the same allow/deny table on both executors', { timeout: 120_
         'read outside': `cat ${outside}/secret`,
         'tcp to a local listener': `exec 3<>/dev/tcp/127.0.0.1/${port} && echo connected`,
         'exit 3 by itself': 'exit 3',
+        'write through a symlink in /tmp to outside': `l=/tmp/tether-sbx-link-$$; ln -s ${outside} $l; touch $l/z; r=$?; rm -f $l; exit $r`,
+        'a double-forked child': '(setsid sleep 1234.5 >/dev/null 2>&1 &); echo forked',
       };
       for (const [scenario, script] of Object.entries(scenarios)) {
         const result = await run(client, `p${++n}`, `exec 2>&1; ${script}`, root, { TMPDIR: tmp }, sandbox);
@@ -169,6 +193,15 @@ describe('sandbox: the same allow/deny table on both executors', { timeout: 120_
             output: clean(result.output).trim(),
           } satisfies Outcome & { sandboxType?: string });
       }
+      // A sandboxed process's children die with it, double-forked or not (unconfined ones are the executor's
+      // reaper's business, and outlive it on Codex's).
+      if (name.startsWith('workspace-write') || name === 'read-only') {
+        await waitUntil(
+          () => findProcesses({ commandIncludes: ['sleep 1234.5'] }).length === 0,
+          'the child to die',
+          5_000,
+        );
+      } else for (const p of findProcesses({ commandIncludes: ['sleep 1234.5'] })) process.kill(p.pid, 'SIGKILL');
       // Nothing the denied writes tried landed on the host, and the protected names made for the sandbox are gone.
       table.set(`${name}: host outside`, readdirSync(outside).sort());
       table.set(
@@ -216,10 +249,50 @@ describe('sandbox: the same allow/deny table on both executors', { timeout: 120_
         `${name}: fs/getMetadata outside`,
         (await fsCall('fs/getMetadata', { path: fileUri(join(outside, 'secret')) })).error ?? 'ok',
       );
+      const open = async (handleId: string, path: string, mode: string) =>
+        fsCall('fs/open', { handleId, path: fileUri(path), mode });
+      table.set(`${name}: fs/open read outside`, await open('r1', join(outside, 'secret'), 'read'));
+      table.set(`${name}: fs/open replace outside`, await open('w1', join(outside, 'opened'), 'replace'));
+      const inside = await open('w2', join(root, 'opened'), 'replace');
+      table.set(`${name}: fs/open replace inside`, inside);
+      if (inside.result) {
+        await client.call('fs/writeBlock', { handleId: 'w2', offset: 0, chunk: b64('block') });
+        await client.call('fs/close', { handleId: 'w2' });
+        table.set(`${name}: fs/open replace inside wrote`, readFileSync(join(root, 'opened'), 'utf8'));
+      }
+      await client.request('fs/close', { handleId: 'r1' });
+      await client.request('fs/close', { handleId: 'w1' });
       table.set(`${name}: host outside after fs`, readdirSync(outside).sort());
       table.set(`${name}: /tmp tether files`, existsSync('/tmp/.git') ? 'has /tmp/.git' : 'none');
     }
     tables.set(kind, table);
+  });
+
+  // Ours: the executor's watchdog (and bubblewrap's --die-with-parent and PID namespace) end the sandbox.
+  it('tether: a sandboxed process and its children die with a killed executor', async () => {
+    const kind = 'tether';
+    const { peer, client } = await h.session(kind, 'ws');
+    const { root } = layout(kind);
+    const started = await client.request('process/start', {
+      processId: 'doomed',
+      argv: ['/bin/bash', '-c', '(setsid sleep 1236.5 >/dev/null 2>&1 &); exec sleep 1237.5'],
+      cwd: fileUri(root),
+      env: { PATH: `${path}:/usr/bin:/bin` },
+      tty: false,
+      pipeStdin: false,
+      arg0: null,
+      sandbox: {
+        permissions: PROFILES['workspace-write'],
+        cwd: fileUri(root),
+        workspaceRoots: [fileUri(root)],
+        windowsSandboxLevel: 'disabled',
+      },
+    });
+    expect(started.error).toBeUndefined();
+    const sleeps = () => findProcesses({ commandIncludes: ['sleep 1236.5', 'sleep 1237.5'] });
+    await waitUntil(() => sleeps().length === 2, 'both sleeps to run', 5_000);
+    process.kill(peer.pid, 'SIGKILL');
+    await waitUntil(() => sleeps().length === 0, 'the sandbox to die with the executor', 10_000);
   });
 
   it('the tables agree', () => {
