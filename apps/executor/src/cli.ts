@@ -411,6 +411,13 @@ export async function runExecutor(
   const metrics = new ExecutorMetrics(telemetry);
   // The bin spawns only through local-process, so it may adopt what escapes with setsid (a subreaper).
   const server = new ExecServer({ config, logger: log, metrics, subreaper: true, proxy });
+  // Whether `sandbox` profiles (Codex's -s read-only / workspace-write) can be enforced here, and if not why.
+  if (server.sandbox.status.available) log.info({ bwrap: server.sandbox.status.bwrap }, 'sandbox available');
+  else
+    log.warn(
+      { reason: server.sandbox.status.reason },
+      'sandbox unavailable: restricting sandbox profiles will be refused',
+    );
   let stopRequested!: () => void;
   const stop = new Promise<void>((resolve) => {
     stopRequested = resolve;
