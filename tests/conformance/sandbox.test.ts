@@ -62,6 +62,15 @@ const READ_ONLY = {
 
 const PROFILES: Record<string, unknown> = {
   'workspace-write': workspaceWrite('restricted'),
+  // A deny glob (expanded at launch into the files it matches): the secret in the workspace is hidden.
+  'workspace-write + deny glob': (root: string) => {
+    const profile = workspaceWrite('restricted');
+    profile.file_system.entries.push({
+      path: { type: 'glob_pattern', pattern: `${root}/**/secret*` },
+      access: 'deny',
+    } as never);
+    return profile;
+  },
   'workspace-write + network': workspaceWrite('enabled'),
   'read-only': READ_ONLY,
   'managed, unrestricted filesystem': { type: 'managed', file_system: { type: 'unrestricted' }, network: 'restricted' },
@@ -108,6 +117,8 @@ describe('sandbox: the same allow/deny table on both executors', { timeout: 120_
     const tmp = join(base, 'tmpdir');
     for (const dir of [root, join(root, '.git'), outside, tmp]) mkdirSync(dir, { recursive: true });
     writeFileSync(join(outside, 'secret'), 'top secret\n');
+    mkdirSync(join(root, 'sub'));
+    writeFileSync(join(root, 'sub', 'secret-key'), 'workspace secret\n');
     symlinkSync(outside, join(root, 'link-out'));
     return { base, root, outside, tmp };
   }
@@ -156,7 +167,7 @@ describe('sandbox: the same allow/deny table on both executors', { timeout: 120_
     for (const [name, permissions] of Object.entries(PROFILES)) {
       const { base, root, outside, tmp } = layout(kind);
       const sandbox = {
-        permissions,
+        permissions: typeof permissions === 'function' ? permissions(root) : permissions,
         cwd: fileUri(root),
         workspaceRoots: [fileUri(root)],
         windowsSandboxLevel: 'disabled',
@@ -177,6 +188,7 @@ describe('sandbox: the same allow/deny table on both executors', { timeout: 120_
         'write through a symlink out of the workspace': 'touch link-out/x',
         'write through /proc/self/root': `touch /proc/self/root${outside}/y`,
         'read outside': `cat ${outside}/secret`,
+        'read a secret in the workspace': 'cat sub/secret-key',
         'tcp to a local listener': `exec 3<>/dev/tcp/127.0.0.1/${port} && echo connected`,
         'exit 3 by itself': 'exit 3',
         'write through a symlink in /tmp to outside': `l=/tmp/tether-sbx-link-$$; ln -s ${outside} $l; touch $l/z; r=$?; rm -f $l; exit $r`,
@@ -216,6 +228,10 @@ describe('sandbox: the same allow/deny table on both executors', { timeout: 120_
           ? { error: { ...response.error, message: clean(response.error.message) } }
           : { result: response.result };
       };
+      table.set(
+        `${name}: fs/readFile a secret in the workspace`,
+        await fsCall('fs/readFile', { path: fileUri(join(root, 'sub', 'secret-key')) }),
+      );
       table.set(
         `${name}: fs/writeFile inside`,
         await fsCall('fs/writeFile', { path: fileUri(join(root, 'f')), dataBase64: b64('x') }),
@@ -289,8 +305,11 @@ describe('sandbox: the same allow/deny table on both executors', { timeout: 120_
       },
     });
     expect(started.error).toBeUndefined();
-    const sleeps = () => findProcesses({ commandIncludes: ['sleep 1236.5', 'sleep 1237.5'] });
-    await waitUntil(() => sleeps().length === 2, 'both sleeps to run', 5_000);
+    const sleeps = () =>
+      findProcesses({ commandIncludes: ['sleep 1236.5', 'sleep 1237.5'] }).filter((p) =>
+        p.cmdline.startsWith('sleep '),
+      );
+    await waitUntil(() => sleeps().length === 2, 'both sleeps to run', 10_000);
     process.kill(peer.pid, 'SIGKILL');
     await waitUntil(() => sleeps().length === 0, 'the sandbox to die with the executor', 10_000);
   });

@@ -12,6 +12,7 @@ export type SpecialPathKind = 'root' | 'minimal' | 'project_roots' | 'tmpdir' | 
 /** Where an entry applies: an absolute path (a file URI), a glob (deny only), or a path the executor knows. */
 export type SandboxPath =
   | { type: 'path'; path: string }
+  /** Only a `deny` glob means something (Codex ignores the others). */
   | { type: 'glob_pattern'; pattern: string }
   | { type: 'special'; kind: SpecialPathKind; subpath: string | null };
 
@@ -25,7 +26,9 @@ export interface SandboxEntry {
 export type SandboxPermissions =
   | {
       type: 'managed';
-      fileSystem: { type: 'restricted'; entries: SandboxEntry[] } | { type: 'unrestricted' };
+      fileSystem:
+        | { type: 'restricted'; entries: SandboxEntry[]; globScanMaxDepth?: number | null }
+        | { type: 'unrestricted' };
       network: NetworkAccess;
     }
   | { type: 'disabled' }
@@ -136,9 +139,6 @@ function entry(value: unknown): SandboxEntry {
   const skipMissing =
     missing === undefined || missing === null ? false : variant(missing, ['skip'], 'a string') === 'skip';
   const decoded: SandboxEntry = { path, access: access === 'none' ? 'deny' : (access as FileAccess), skipMissing };
-  if (path.type === 'glob_pattern' && decoded.access !== 'deny') {
-    throw new DecodeError('glob_pattern filesystem entries only support `deny` access');
-  }
   return decoded;
 }
 
@@ -159,7 +159,12 @@ export function decodeSandboxContext(value: unknown): SandboxContext | null {
     if (fsKind === 'restricted') {
       const entries = field(fileSystem, 'entries');
       if (!Array.isArray(entries)) throw new DecodeError(`invalid type: ${typeName(entries)}, expected a sequence`);
-      fs = { type: 'restricted', entries: entries.map(entry) };
+      const depth = fileSystem.glob_scan_max_depth;
+      fs = {
+        type: 'restricted',
+        entries: entries.map(entry),
+        globScanMaxDepth: typeof depth === 'number' && Number.isSafeInteger(depth) && depth >= 1 ? depth : null,
+      };
     }
     const network = variant(field(permissions, 'network'), NETWORK, 'a string') as NetworkAccess;
     decoded = { type: 'managed', fileSystem: fs, network };

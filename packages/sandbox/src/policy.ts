@@ -18,6 +18,7 @@ import {
   type SandboxContext,
   sandboxNetwork,
 } from '@tether/exec-protocol';
+import { expandGlob } from './glob.js';
 
 /** The read-only system directories `minimal` opens (those that exist). */
 export const PLATFORM_READ_ROOTS = [
@@ -61,7 +62,12 @@ export interface SandboxPolicy {
 export interface ResolveOptions {
   /** The process's (or, for fs calls, the executor's) TMPDIR. */
   tmpdir?: string | undefined;
+  /** What a relative glob is read against (the sandbox's cwd, else the command's). */
+  cwd?: string | undefined;
 }
+
+/** A glob's prefix that means "under each workspace root" (Codex's). */
+const PROJECT_ROOTS_GLOB = 'codex-project-roots://';
 
 function native(uri: string, what: string): string {
   try {
@@ -115,7 +121,19 @@ export function resolvePolicy(context: SandboxContext, options: ResolveOptions =
       if (path !== null) resolved.push({ path: normalize(path), access: entry.access, skipMissing: entry.skipMissing });
     };
     if (where.type === 'glob_pattern') {
-      throw new SandboxPolicyError('glob_pattern filesystem entries are not supported by this exec-server');
+      // A glob only denies; it is expanded now into the files it matches (glob.ts).
+      if (entry.access !== 'deny') continue;
+      const patterns = where.pattern.startsWith(PROJECT_ROOTS_GLOB)
+        ? roots.map((root) => join(root, where.pattern.slice(PROJECT_ROOTS_GLOB.length)))
+        : [isAbsolute(where.pattern) ? where.pattern : join(options.cwd ?? '/', where.pattern)];
+      for (const pattern of patterns) {
+        try {
+          for (const match of expandGlob(pattern, permissions.fileSystem.globScanMaxDepth ?? null)) add(match);
+        } catch (err) {
+          throw new SandboxPolicyError((err as Error).message);
+        }
+      }
+      continue;
     }
     if (where.type === 'path') {
       add(native(where.path, 'permission path'));

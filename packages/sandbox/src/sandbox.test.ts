@@ -62,10 +62,27 @@ describe('resolvePolicy', () => {
     expect(policy.entries).toEqual([{ path: '/opt', access: 'deny', skipMissing: false }]);
   });
 
-  it('refuses what it cannot enforce (a glob) and leaves unrestricted profiles unconfined', () => {
-    expect(() =>
-      resolvePolicy(context([{ path: { type: 'glob_pattern', pattern: '**/*.key' }, access: 'deny' }])),
-    ).toThrow(SandboxPolicyError);
+  it('expands deny globs into the files they match; refuses one without a static directory; ignores others', () => {
+    const root = join(work, 'globs');
+    mkdirSync(join(root, 'a', 'b'), { recursive: true });
+    for (const file of ['x.key', 'a/y.key', 'a/b/z.key', 'a/b/keep.txt', '.hidden.key'])
+      writeFileSync(join(root, file), '');
+    const deny = (pattern: string, access = 'deny') => ({ path: { type: 'glob_pattern', pattern }, access });
+    const denied = (pattern: string) =>
+      resolvePolicy(context([{ path: special('root'), access: 'read' }, deny(pattern)]), { cwd: root })
+        .entries.filter((e) => e.access === 'deny')
+        .map((e) => e.path.slice(root.length + 1))
+        .sort();
+    expect(denied(`${root}/**/*.key`)).toEqual(['.hidden.key', 'a/b/z.key', 'a/y.key', 'x.key']);
+    expect(denied(`${root}/*.key`)).toEqual(['.hidden.key', 'x.key']);
+    expect(denied(`${root}/a/{b/z,y}.key`)).toEqual(['a/b/z.key', 'a/y.key']);
+    expect(denied('a/**/[yz].key')).toEqual(['a/b/z.key', 'a/y.key']);
+    expect(() => resolvePolicy(context([deny('/**/*.key')]))).toThrow(SandboxPolicyError);
+    const write = resolvePolicy(context([deny(`${root}/*.key`, 'write')]));
+    expect(write.entries).toEqual([]);
+  });
+
+  it('leaves unrestricted profiles unconfined', () => {
     const disabled = decodeSandboxContext({ permissions: { type: 'disabled' }, windowsSandboxLevel: 'disabled' })!;
     expect(resolvePolicy(disabled)).toMatchObject({ restrictsFileSystem: false, network: 'enabled' });
     const rootWrite = context([{ path: special('root'), access: 'write' }]);

@@ -19,7 +19,7 @@ import {
 } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
-import type { SandboxContext } from '@tether/exec-protocol';
+import { fileUriToPath, type SandboxContext } from '@tether/exec-protocol';
 import { type BwrapPlan, bwrapArgs, type MountSources } from './bwrap.js';
 import { resolvePolicy, type SandboxPolicy } from './policy.js';
 import { seccompProgram, seccompSupported } from './seccomp.js';
@@ -64,6 +64,16 @@ export interface PrepareOptions {
   forceNetworkRestricted?: boolean;
   /** More paths to keep readable when reads are restricted. */
   extraReadable?: string[];
+}
+
+/** The sandbox's own cwd (a file URI in the context), when it has one that is valid here. */
+function sandboxCwd(context: SandboxContext): string | null {
+  if (context.cwd === null) return null;
+  try {
+    return fileUriToPath(context.cwd);
+  } catch {
+    return null;
+  }
 }
 
 function findOnPath(name: string, path = process.env.PATH ?? ''): string | null {
@@ -147,7 +157,7 @@ export class Sandboxer {
    */
   prepare(context: SandboxContext, options: PrepareOptions): PreparedSandbox {
     if (this.closed) throw new SandboxUnavailableError('the sandbox is closed');
-    const policy = resolvePolicy(context, { tmpdir: options.tmpdir });
+    const policy = resolvePolicy(context, { tmpdir: options.tmpdir, cwd: sandboxCwd(context) ?? options.cwd });
     if (options.forceNetworkRestricted) policy.network = 'restricted';
     if (!policy.restrictsFileSystem && policy.network === 'enabled') {
       // Nothing to confine (Codex runs these directly too, still reporting its sandbox type).

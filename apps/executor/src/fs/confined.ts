@@ -74,7 +74,18 @@ export function confinement(method: string, raw: unknown): SandboxContext | null
 
 /** The helper's working directory: the sandbox's cwd (a file URI), else `/`. */
 function helperCwd(context: SandboxContext): string {
-  if (context.cwd === null) return '/';
+  if (context.cwd === null) {
+    // As Codex: entries read against a directory need one.
+    const permissions = context.permissions;
+    const dynamic =
+      permissions.type === 'managed' &&
+      permissions.fileSystem.type === 'restricted' &&
+      permissions.fileSystem.entries.some(
+        (e) => e.path.type === 'glob_pattern' || (e.path.type === 'special' && e.path.kind === 'project_roots'),
+      );
+    if (dynamic) throw RpcError.invalidParams('file system sandbox context with dynamic permissions requires cwd');
+    return '/';
+  }
   try {
     return fileUriToPath(context.cwd);
   } catch (err) {
