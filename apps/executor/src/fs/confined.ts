@@ -60,7 +60,7 @@ function helperRuntime(): string[] {
 }
 
 /** Decodes a call's `sandbox`; answers it when the call must run confined, null when it runs directly. */
-export function confinement(method: string, raw: unknown): SandboxContext | null {
+export function confinement(raw: unknown): SandboxContext | null {
   let context: SandboxContext | null;
   try {
     context = decodeSandboxContext(raw);
@@ -68,7 +68,6 @@ export function confinement(method: string, raw: unknown): SandboxContext | null
     if (err instanceof DecodeError) throw RpcError.invalidParams(err.message);
     throw err;
   }
-  void method;
   return restrictsFileSystem(context) ? context : null;
 }
 

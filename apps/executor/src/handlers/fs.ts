@@ -66,7 +66,7 @@ export function nativePath(uri: string): string {
 
 /** Tether's batch extensions do not run confined: a restricting profile is refused (use Codex's methods). */
 function refuseConfined(method: string, sandbox: unknown): void {
-  if (confinement(method, sandbox) !== null) {
+  if (confinement(sandbox) !== null) {
     throw RpcError.invalidRequest(
       `${method} does not run under a restricted filesystem sandbox; use fs/readFile and fs/writeFile`,
     );
@@ -76,7 +76,7 @@ function refuseConfined(method: string, sandbox: unknown): void {
 export const fsHandlers: HandlerTable = whileAttached({
   [Method.fsReadFile]: async (raw, ctx) => {
     const params = decode(FsReadFileParams, raw);
-    const confined = confinement(Method.fsReadFile, params.sandbox);
+    const confined = confinement(params.sandbox);
     const path = nativePath(params.path);
     const limit = Math.min(params.maxBytes ?? Number.POSITIVE_INFINITY, ctx.maxReadFileBytes);
     if (confined) return runConfined(ctx.sandbox, confined, 'readFile', { path, limit }, ctx.signal);
@@ -86,7 +86,7 @@ export const fsHandlers: HandlerTable = whileAttached({
 
   [Method.fsWriteFile]: async (raw, ctx) => {
     const params = decode(FsWriteFileParams, raw);
-    const confined = confinement(Method.fsWriteFile, params.sandbox);
+    const confined = confinement(params.sandbox);
     const path = nativePath(params.path);
     let data: Buffer;
     try {
@@ -104,7 +104,7 @@ export const fsHandlers: HandlerTable = whileAttached({
 
   [Method.fsCreateDirectory]: async (raw, ctx) => {
     const params = decode(FsCreateDirectoryParams, raw);
-    const confined = confinement(Method.fsCreateDirectory, params.sandbox);
+    const confined = confinement(params.sandbox);
     const path = nativePath(params.path);
     const recursive = params.recursive ?? true;
     if (confined) return runConfined(ctx.sandbox, confined, 'createDirectory', { path, recursive }, ctx.signal);
@@ -114,7 +114,7 @@ export const fsHandlers: HandlerTable = whileAttached({
 
   [Method.fsGetMetadata]: async (raw, ctx) => {
     const params = decode(FsGetMetadataParams, raw);
-    const confined = confinement(Method.fsGetMetadata, params.sandbox);
+    const confined = confinement(params.sandbox);
     const path = nativePath(params.path);
     if (confined)
       return runConfined(ctx.sandbox, confined, 'getMetadata', { path, unix: params.unix === true }, ctx.signal);
@@ -128,7 +128,7 @@ export const fsHandlers: HandlerTable = whileAttached({
   // fileMetadata (Tether): permission bits and times of a path, for `cp -p`.
   [FsExtensionMethod.setMetadata]: async (raw, ctx) => {
     const params = decode(FsSetMetadataParams, raw);
-    const confined = confinement(FsExtensionMethod.setMetadata, params.sandbox);
+    const confined = confinement(params.sandbox);
     const path = nativePath(params.path);
     if (confined) {
       const { sandbox: _, path: __, ...change } = params;
@@ -171,7 +171,7 @@ export const fsHandlers: HandlerTable = whileAttached({
 
   [Method.fsCanonicalize]: async (raw, ctx) => {
     const params = decode(FsPathParams, raw);
-    const confined = confinement(Method.fsCanonicalize, params.sandbox);
+    const confined = confinement(params.sandbox);
     const path = nativePath(params.path);
     if (confined) return runConfined(ctx.sandbox, confined, 'canonicalize', { path }, ctx.signal);
     return { path: await canonicalize(path) };
@@ -179,7 +179,7 @@ export const fsHandlers: HandlerTable = whileAttached({
 
   [Method.fsReadDirectory]: async (raw, ctx) => {
     const params = decode(FsPathParams, raw);
-    const confined = confinement(Method.fsReadDirectory, params.sandbox);
+    const confined = confinement(params.sandbox);
     const path = nativePath(params.path);
     if (confined) return runConfined(ctx.sandbox, confined, 'readDirectory', { path }, ctx.signal);
     return { entries: await readDirectory(path) };
@@ -187,7 +187,7 @@ export const fsHandlers: HandlerTable = whileAttached({
 
   [Method.fsRemove]: async (raw, ctx) => {
     const params = decode(FsRemoveParams, raw);
-    const confined = confinement(Method.fsRemove, params.sandbox);
+    const confined = confinement(params.sandbox);
     const path = nativePath(params.path);
     const recursive = params.recursive ?? true;
     const force = params.force ?? true;
@@ -198,7 +198,7 @@ export const fsHandlers: HandlerTable = whileAttached({
 
   [Method.fsCopy]: async (raw, ctx) => {
     const params = decode(FsCopyParams, raw);
-    const confined = confinement(Method.fsCopy, params.sandbox);
+    const confined = confinement(params.sandbox);
     const source = nativePath(params.sourcePath);
     const destination = nativePath(params.destinationPath);
     if (confined) {
@@ -211,7 +211,7 @@ export const fsHandlers: HandlerTable = whileAttached({
 
   [Method.fsOpen]: async (raw, ctx) => {
     const params = decode(FsOpenParams, raw);
-    const confined = confinement(Method.fsOpen, params.sandbox);
+    const confined = confinement(params.sandbox);
     const path = nativePath(params.path);
     const mode = params.mode ?? 'read';
     if (confined) {
@@ -303,7 +303,7 @@ export const fsHandlers: HandlerTable = whileAttached({
 
   [Method.fsWalk]: async (raw, ctx) => {
     const params = decode(FsWalkParams, raw);
-    const confined = confinement(Method.fsWalk, params.sandbox);
+    const confined = confinement(params.sandbox);
     const path = nativePath(params.path);
     if (confined) return runConfined(ctx.sandbox, confined, 'walk', { path, options: params.options }, ctx.signal);
     return walk(path, params.options);
