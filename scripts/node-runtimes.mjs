@@ -112,6 +112,13 @@ function installSqliteAddon(dir) {
   const { version } = JSON.parse(readFileSync(join(packageRoot, 'package.json'), 'utf8'));
   const target = join(packageRoot, 'build', `abi-${abi}`, 'better_sqlite3.node');
   const cached = join(cacheRoot, 'addons', `better-sqlite3-${version}-abi${abi}.node`);
+  // A cached build that this runtime cannot load (built against other headers) is made again.
+  const loads = (file) =>
+    spawnSync(node, ['-e', `process.dlopen({ exports: {} }, ${JSON.stringify(file)})`]).status === 0;
+  if (existsSync(cached) && !loads(cached)) {
+    console.error(`node-runtimes: the cached better-sqlite3 for ABI ${abi} does not load; building it again`);
+    rmSync(cached, { force: true });
+  }
   if (!existsSync(cached)) {
     console.error(`node-runtimes: building better-sqlite3 ${version} for ABI ${abi} (about a minute)`);
     const scratch = mkdtempSync(join(tmpdir(), 'tether-sqlite-'));
@@ -122,9 +129,14 @@ function installSqliteAddon(dir) {
       const nodeGyp = createRequire(join(root, 'packages', 'native-crypto', 'package.json')).resolve(
         'node-gyp/bin/node-gyp.js',
       );
-      runOrFail(node, [nodeGyp, 'rebuild', '--release', `--nodedir=${dir}`, '-j', 'max'], { cwd: scratch });
+      // The runtime's own headers: an npm_config_nodedir in the environment (.ci/run sets one for the host's
+      // node) would otherwise win over --nodedir and build for the wrong ABI.
+      const env = { ...process.env, npm_config_nodedir: dir, NPM_CONFIG_NODEDIR: dir };
+      runOrFail(node, [nodeGyp, 'rebuild', '--release', `--nodedir=${dir}`, '-j', 'max'], { cwd: scratch, env });
+      const built = join(scratch, 'build', 'Release', 'better_sqlite3.node');
+      if (!loads(built)) fail(`better-sqlite3 built for ABI ${abi} does not load in Node ${dir}`);
       mkdirSync(dirname(cached), { recursive: true });
-      copyFileSync(join(scratch, 'build', 'Release', 'better_sqlite3.node'), `${cached}.partial`);
+      copyFileSync(built, `${cached}.partial`);
       renameSync(`${cached}.partial`, cached);
     } finally {
       rmSync(scratch, { recursive: true, force: true });
