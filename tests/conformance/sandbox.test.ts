@@ -314,6 +314,32 @@ describe('sandbox: the same allow/deny table on both executors', { timeout: 120_
     await waitUntil(() => sleeps().length === 0, 'the sandbox to die with the executor', 10_000);
   });
 
+  it('tether: a start refused before it runs (a known id) leaves no mount point behind', async () => {
+    const { client } = await h.session('tether', 'ws');
+    const { root } = layout('tether');
+    const params = {
+      processId: 'once',
+      argv: ['/bin/sleep', '0.3'],
+      cwd: fileUri(root),
+      env: { PATH: '/usr/bin:/bin' },
+      tty: false,
+      pipeStdin: false,
+      arg0: null,
+      sandbox: {
+        permissions: PROFILES['workspace-write'],
+        cwd: fileUri(root),
+        workspaceRoots: [fileUri(root)],
+        windowsSandboxLevel: 'disabled',
+      },
+    };
+    expect((await client.request('process/start', params)).error).toBeUndefined();
+    expect((await client.request('process/start', params)).error?.message).toMatch(/already exists/);
+    await collectUntilClosed(client, 'once');
+    // The missing .codex, .agents and .aws were made as mount points while it ran, and are gone again.
+    await waitUntil(() => !existsSync(join(root, '.codex')), 'the mount points to go', 5_000);
+    expect(readdirSync(root).sort()).toEqual(['.git', 'link-out', 'sub']);
+  });
+
   it('the tables agree', () => {
     const codex = tables.get('codex');
     const tether = tables.get('tether');

@@ -137,16 +137,20 @@ export const processHandlers: HandlerTable = {
       size: params.size ?? null,
       wrap,
     };
-    if (params.detached === true) {
-      // Capability `processDetach` (detached.ts): owned by the executor, never flow-controlled, and its
-      // output reaches sessions that attach (base64 notifications) or read.
-      await ctx.session().startDetached(request);
-      return { processId: params.processId, sandboxType, detached: true };
-    }
     const flowWindowBytes = params.flowControl ? clampFlowWindow(params.flowControl.windowBytes) : null;
     // Raw bytes need a transport that carries attachments (not stdio); elsewhere the output stays base64.
     const binaryOutput = params.binaryOutput === true && ctx.carriesAttachments;
-    await ctx.session().startProcess({ ...request, flowWindowBytes, binaryOutput });
+    try {
+      // Capability `processDetach` (detached.ts): owned by the executor, never flow-controlled, and its
+      // output reaches sessions that attach (base64 notifications) or read.
+      if (params.detached === true) await ctx.session().startDetached(request);
+      else await ctx.session().startProcess({ ...request, flowWindowBytes, binaryOutput });
+    } catch (err) {
+      // Refused before it ran (a known id, a limit): the sandbox's mount points go (releasing twice is harmless).
+      wrap?.released();
+      throw err;
+    }
+    if (params.detached === true) return { processId: params.processId, sandboxType, detached: true };
     return {
       processId: params.processId,
       sandboxType,
