@@ -322,7 +322,10 @@ describe('Environment over the rendezvous: recovery', () => {
     expect(dropped).toBe(true);
     expect(lines.join('')).toBe(Array.from({ length: 40 }, (_, i) => `line-${i + 1}\n`).join(''));
     await expect(handle.completion).resolves.toEqual({ exitCode: 0 });
-    expect(statuses).toEqual(['disconnected', 'reconnected']);
+    // One drop, resumed; under CI load the resumed transport was once seen to drop again and resume again
+    // (the same session, nothing lost), so what is required is that every drop was resumed and none lost it.
+    expect(statuses.length).toBeGreaterThanOrEqual(2);
+    expect(statuses).toEqual(statuses.map((_, i) => (i % 2 === 0 ? 'disconnected' : 'reconnected')));
     expect(env.client!.sessionId).toBe(sessionId);
   });
 
