@@ -7,6 +7,7 @@
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
+import { sandboxProfile } from '@tether/client';
 import {
   codexSandboxPath,
   connect,
@@ -25,33 +26,8 @@ mkdirSync(join(workspace, '.git'), { recursive: true });
 // Codex's exec-server finds its helper on the command's PATH (bubblewrap 0.8 has no --argv0).
 const path = `${codexSandboxPath(work).split(':')[0]}:/usr/bin:/bin`;
 
-const special = (kind: string, subpath?: string) => ({
-  type: 'special',
-  value: subpath ? { kind, subpath } : { kind },
-});
-const WORKSPACE_WRITE = {
-  permissions: {
-    type: 'managed',
-    file_system: {
-      type: 'restricted',
-      entries: [
-        { path: special('root'), access: 'read' },
-        { path: special('project_roots'), access: 'write' },
-        { path: special('slash_tmp'), access: 'write' },
-        { path: special('tmpdir'), access: 'write' },
-        ...['.git', '.agents', '.codex'].map((name) => ({
-          path: special('project_roots', name),
-          access: 'read',
-          missing_path_behavior: 'skip',
-        })),
-      ],
-    },
-    network: 'restricted',
-  },
-  cwd: fileUri(workspace),
-  workspaceRoots: [fileUri(workspace)],
-  windowsSandboxLevel: 'disabled',
-};
+// What Codex's agent sends for `-s workspace-write` (the SDK builds the same, for the harness's --sandbox).
+const WORKSPACE_WRITE = sandboxProfile('workspace-write', { workspace });
 
 function percentile(values: number[], p: number): number {
   const sorted = [...values].sort((a, b) => a - b);

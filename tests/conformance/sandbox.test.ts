@@ -123,6 +123,31 @@ describe('sandbox: the same allow/deny table on both executors', { timeout: 120_
     return { base, root, outside, tmp };
   }
 
+  /** `process/start` params for `argv` in `cwd`, under `sandbox` (null: none). */
+  const startParams = (
+    processId: string,
+    argv: string[],
+    cwd: string,
+    sandbox: unknown,
+    env: Record<string, string> = {},
+  ) => ({
+    processId,
+    argv,
+    cwd: fileUri(cwd),
+    env: { PATH: `${path}:/usr/bin:/bin`, ...env },
+    tty: false,
+    pipeStdin: false,
+    arg0: null,
+    ...(sandbox === null ? {} : { sandbox }),
+  });
+  /** Codex's workspace-write context for the workspace `root`. */
+  const workspaceWriteAt = (root: string) => ({
+    permissions: PROFILES['workspace-write'],
+    cwd: fileUri(root),
+    workspaceRoots: [fileUri(root)],
+    windowsSandboxLevel: 'disabled',
+  });
+
   async function run(
     client: TestClient,
     id: string,
@@ -131,16 +156,10 @@ describe('sandbox: the same allow/deny table on both executors', { timeout: 120_
     env: Record<string, string>,
     sandbox: unknown,
   ) {
-    const started = await client.request('process/start', {
-      processId: id,
-      argv: ['/bin/bash', '-c', script],
-      cwd: fileUri(cwd),
-      env: { PATH: `${path}:/usr/bin:/bin`, ...env },
-      tty: false,
-      pipeStdin: false,
-      arg0: null,
-      sandbox,
-    });
+    const started = await client.request(
+      'process/start',
+      startParams(id, ['/bin/bash', '-c', script], cwd, sandbox, env),
+    );
     if (started.error) return { startError: started.error };
     const sandboxType = (started.result as { sandboxType?: string }).sandboxType;
     const collected = await collectUntilClosed(client, id);
@@ -289,21 +308,15 @@ describe('sandbox: the same allow/deny table on both executors', { timeout: 120_
     const kind = 'tether';
     const { peer, client } = await h.session(kind, 'ws');
     const { root } = layout(kind);
-    const started = await client.request('process/start', {
-      processId: 'doomed',
-      argv: ['/bin/bash', '-c', '(setsid sleep 1236.5 >/dev/null 2>&1 &); exec sleep 1237.5'],
-      cwd: fileUri(root),
-      env: { PATH: `${path}:/usr/bin:/bin` },
-      tty: false,
-      pipeStdin: false,
-      arg0: null,
-      sandbox: {
-        permissions: PROFILES['workspace-write'],
-        cwd: fileUri(root),
-        workspaceRoots: [fileUri(root)],
-        windowsSandboxLevel: 'disabled',
-      },
-    });
+    const started = await client.request(
+      'process/start',
+      startParams(
+        'doomed',
+        ['/bin/bash', '-c', '(setsid sleep 1236.5 >/dev/null 2>&1 &); exec sleep 1237.5'],
+        root,
+        workspaceWriteAt(root),
+      ),
+    );
     expect(started.error).toBeUndefined();
     const sleeps = () =>
       findProcesses({ commandIncludes: ['sleep 1236.5', 'sleep 1237.5'] }).filter((p) =>
@@ -317,21 +330,7 @@ describe('sandbox: the same allow/deny table on both executors', { timeout: 120_
   it('tether: a start refused before it runs (a known id) leaves no mount point behind', async () => {
     const { client } = await h.session('tether', 'ws');
     const { root } = layout('tether');
-    const params = {
-      processId: 'once',
-      argv: ['/bin/sleep', '0.3'],
-      cwd: fileUri(root),
-      env: { PATH: '/usr/bin:/bin' },
-      tty: false,
-      pipeStdin: false,
-      arg0: null,
-      sandbox: {
-        permissions: PROFILES['workspace-write'],
-        cwd: fileUri(root),
-        workspaceRoots: [fileUri(root)],
-        windowsSandboxLevel: 'disabled',
-      },
-    };
+    const params = startParams('once', ['/bin/sleep', '0.3'], root, workspaceWriteAt(root));
     expect((await client.request('process/start', params)).error).toBeUndefined();
     expect((await client.request('process/start', params)).error?.message).toMatch(/already exists/);
     await collectUntilClosed(client, 'once');

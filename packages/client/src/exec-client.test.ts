@@ -159,6 +159,30 @@ describe('ExecServerClient: flow control acknowledgements', () => {
 
 describe('ExecServerClient: a start cut by a dropped connection', () => {
   let peer: PeerHandle;
+  /**
+   * A dial to the peer whose sends go through `intercept` (given the socket, to cut it, and the real send);
+   * every connection of the client is made this way.
+   */
+  const interceptedDial =
+    (
+      intercept: (
+        ws: WebSocket,
+        message: string | Buffer,
+        send: MessageTransport['send'],
+        release?: () => void,
+      ) => boolean,
+    ) =>
+    async (): Promise<MessageTransport> => {
+      const ws = new WebSocket(peer.url!, { perMessageDeflate: false });
+      await new Promise<void>((resolve, reject) => {
+        ws.once('open', resolve);
+        ws.once('error', reject);
+      });
+      const transport = new WebSocketTransport(ws, { peer: peer.url! });
+      const send = transport.send.bind(transport);
+      transport.send = (message, release) => intercept(ws, message, send, release);
+      return transport;
+    };
   beforeAll(async () => {
     peer = await startPeer({ kind: 'tether', transport: 'ws' });
   });
@@ -169,25 +193,15 @@ describe('ExecServerClient: a start cut by a dropped connection', () => {
   it('is sent again on the resumed session and runs exactly once', async () => {
     let cut = false;
     const client = await ExecServerClient.connect({
-      dial: async () => {
-        const ws = new WebSocket(peer.url!, { perMessageDeflate: false });
-        await new Promise<void>((resolve, reject) => {
-          ws.once('open', resolve);
-          ws.once('error', reject);
-        });
-        const transport = new WebSocketTransport(ws, { peer: peer.url! });
-        const send = transport.send.bind(transport);
-        transport.send = (message, release) => {
-          const sent = send(message, release);
-          // The first process/start goes out, and the connection drops before its answer can come back.
-          if (!cut && String(message).includes('"process/start"')) {
-            cut = true;
-            ws.terminate();
-          }
-          return sent;
-        };
-        return transport;
-      },
+      dial: interceptedDial((ws, message, send, release) => {
+        const sent = send(message, release);
+        // The first process/start goes out, and the connection drops before its answer can come back.
+        if (!cut && String(message).includes('"process/start"')) {
+          cut = true;
+          ws.terminate();
+        }
+        return sent;
+      }),
     });
     const env = Environment.remote(client);
     try {
@@ -208,27 +222,17 @@ describe('ExecServerClient: a start cut by a dropped connection', () => {
     let dropped = 0;
     const methods: string[] = [];
     const client = await ExecServerClient.connect({
-      dial: async () => {
-        const ws = new WebSocket(peer.url!, { perMessageDeflate: false });
-        await new Promise<void>((resolve, reject) => {
-          ws.once('open', resolve);
-          ws.once('error', reject);
-        });
-        const transport = new WebSocketTransport(ws, { peer: peer.url! });
-        const send = transport.send.bind(transport);
-        transport.send = (message, release) => {
-          const method = /"method":"([^"]+)"/.exec(String(message))?.[1];
-          if (method) methods.push(method);
-          if (dropped < 2 && method === 'process/start') {
-            dropped++;
-            ws.terminate();
-            release?.();
-            return true;
-          }
-          return send(message, release);
-        };
-        return transport;
-      },
+      dial: interceptedDial((ws, message, send, release) => {
+        const method = /"method":"([^"]+)"/.exec(String(message))?.[1];
+        if (method) methods.push(method);
+        if (dropped < 2 && method === 'process/start') {
+          dropped++;
+          ws.terminate();
+          release?.();
+          return true;
+        }
+        return send(message, release);
+      }),
     });
     const env = Environment.remote(client);
     try {

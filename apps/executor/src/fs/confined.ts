@@ -50,6 +50,13 @@ function commonAncestor(paths: string[]): string {
  * (Codex's `minimal`), and the executor's installed code (its package and the ones it loads).
  */
 function helperRuntime(): string[] {
+  // The same for every call of this process's life (its install does not move): found once.
+  runtime ??= findHelperRuntime();
+  return runtime;
+}
+let runtime: string[] | null = null;
+
+function findHelperRuntime(): string[] {
   const script = helperScript();
   const code = [
     realpathSync(dirname(script)),
