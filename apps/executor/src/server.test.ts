@@ -375,3 +375,74 @@ describe('stdio', () => {
     expect(server.registry.size).toBe(0);
   });
 });
+
+describe('sandbox refusals', () => {
+  const special = (kind: string) => ({ type: 'special', value: { kind } });
+  const restricted = (extra: Record<string, unknown> = {}) => ({
+    permissions: {
+      type: 'managed',
+      file_system: { type: 'restricted', entries: [{ path: special('root'), access: 'read' }] },
+      network: 'restricted',
+    },
+    windowsSandboxLevel: 'disabled',
+    ...extra,
+  });
+  const refusal = (promise: Promise<unknown>) =>
+    promise.then(
+      () => null,
+      (err: { code: number; message: string }) => ({ code: err.code, message: err.message }),
+    );
+
+  it('a host that cannot sandbox refuses a restricting profile, says why, and does not advertise processSandbox', async () => {
+    const { Sandboxer } = await import('@tether/sandbox');
+    const sandbox = Sandboxer.none('bubblewrap (bwrap) was not found on PATH: install it');
+    const server = new ExecServer({ config: { pingIntervalMs: 0 }, sandbox });
+    servers.push(server);
+    const { client, environmentInfo } = await ready(server);
+    expect((environmentInfo.capabilities as Record<string, unknown>).processSandbox).toBe(false);
+    expect(await refusal(start(client, 'p', ['true'], { sandbox: restricted() }))).toEqual({
+      code: -32602,
+      message:
+        'sandbox intent cannot be enforced on this executor: this executor cannot enforce a sandbox: bubblewrap (bwrap) was not found on PATH: install it',
+    });
+    expect(
+      await refusal(client.call('fs/readFile', { path: pathToFileUri('/etc/hostname'), sandbox: restricted() })),
+    ).toMatchObject({ code: -32600, message: expect.stringMatching(/^filesystem sandbox cannot be enforced/) });
+    // A profile that restricts nothing needs no sandbox: it runs, reported as Codex reports it.
+    await expect(
+      start(client, 'open', ['true'], {
+        sandbox: { permissions: { type: 'disabled' }, windowsSandboxLevel: 'disabled' },
+      }),
+    ).resolves.toMatchObject({ sandboxType: 'linuxSeccomp' });
+    sandbox.close();
+  });
+
+  it('refuses arg0 with a sandbox, the batch extensions under one, and dynamic entries without a cwd', async () => {
+    const { client } = await ready(makeServer());
+    expect(await refusal(start(client, 'a', ['true'], { arg0: 'x', sandbox: restricted() }))).toEqual({
+      code: -32602,
+      message: 'arg0 is not supported for a sandboxed process',
+    });
+    expect(
+      await refusal(
+        client.call('fs/readFiles', {
+          paths: [pathToFileUri('/etc/hostname')],
+          maxFileBytes: 1024,
+          maxTotalBytes: 1024,
+          sandbox: restricted(),
+        }),
+      ),
+    ).toEqual({
+      code: -32600,
+      message: 'fs/readFiles does not run under a restricted filesystem sandbox; use fs/readFile and fs/writeFile',
+    });
+    const dynamic = restricted({ workspaceRoots: [cwd] });
+    (dynamic.permissions.file_system.entries as unknown[]).push({ path: special('project_roots'), access: 'write' });
+    expect(
+      await refusal(client.call('fs/readFile', { path: pathToFileUri('/etc/hostname'), sandbox: dynamic })),
+    ).toEqual({
+      code: -32602,
+      message: 'file system sandbox context with dynamic permissions requires cwd',
+    });
+  });
+});

@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { decodeSandboxContext, pathToFileUri, type SandboxContext } from '@tether/exec-protocol';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { likelySandboxDenied } from './denial.js';
+import { expandGlob, MAX_GLOB_MATCHES } from './glob.js';
 import { resolvePolicy, SandboxPolicyError } from './policy.js';
 import { Sandboxer } from './sandboxer.js';
 import { seccompProgram, seccompSupported } from './seccomp.js';
@@ -80,6 +81,13 @@ describe('resolvePolicy', () => {
     expect(() => resolvePolicy(context([deny('/**/*.key')]))).toThrow(SandboxPolicyError);
     const write = resolvePolicy(context([deny(`${root}/*.key`, 'write')]));
     expect(write.entries).toEqual([]);
+  });
+
+  it('expands a glob into at most MAX_GLOB_MATCHES files, as Codex caps it', () => {
+    const many = join(work, 'many');
+    mkdirSync(many, { recursive: true });
+    for (let i = 0; i < MAX_GLOB_MATCHES + 8; i++) writeFileSync(join(many, `f${i}.key`), '');
+    expect(expandGlob(`${many}/*.key`)).toHaveLength(MAX_GLOB_MATCHES);
   });
 
   it('leaves unrestricted profiles unconfined', () => {
