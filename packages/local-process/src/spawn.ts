@@ -707,12 +707,20 @@ class PtyInput extends Writable {
  * orphaned (its parent exited earlier) is not in the tree: only a subreaper finds it (orphans.ts).
  */
 function killGroupAndStrays(pid: number): void {
-  const first = descendantsOf(pid, MAX_STRAYS);
-  for (const descendant of first) signalProcess(descendant, 'SIGSTOP');
-  const strays = new Set([...first, ...(first.length > 0 ? descendantsOf(pid, MAX_STRAYS) : [])]);
-  // Stopped, they cannot fork; killed before the group, so that a failing group kill leaves none stopped.
-  for (const stray of strays) signalProcess(stray, 'SIGKILL');
-  signalGroup(pid, 'SIGKILL');
+  // The child first: running, it would see its children die before its own SIGKILL arrives, and a shell
+  // in `wait` then exits 0 on its own (under load, often), where one group kill reports 137 as Codex does.
+  signalProcess(pid, 'SIGSTOP');
+  try {
+    const first = descendantsOf(pid, MAX_STRAYS);
+    for (const descendant of first) signalProcess(descendant, 'SIGSTOP');
+    const strays = new Set([...first, ...(first.length > 0 ? descendantsOf(pid, MAX_STRAYS) : [])]);
+    // Stopped, they cannot fork; killed before the group, so that a failing group kill leaves none stopped.
+    for (const stray of strays) signalProcess(stray, 'SIGKILL');
+    signalGroup(pid, 'SIGKILL');
+  } finally {
+    // Not left stopped, whatever failed above.
+    signalProcess(pid, 'SIGKILL');
+  }
 }
 
 /**
