@@ -32,11 +32,32 @@ const builtinsViaRequire = {
         : undefined,
     );
     build.onLoad({ filter: /.*/, namespace: 'builtin' }, (args) => ({
-      contents: `module.exports = process.getBuiltinModule(${JSON.stringify(args.path)});`,
+      contents: LAZY_BUILTINS.has(args.path.replace(/^node:/, ''))
+        ? lazyBuiltin(args.path)
+        : `module.exports = process.getBuiltinModule(${JSON.stringify(args.path)});`,
       loader: 'js',
     }));
   },
 };
+
+/**
+ * Built-ins that a dependency requires at its top but uses only on some paths: ws requires node:tls and
+ * node:https for wss:// (about 14 ms of a start, where the relay is ws://) and node:zlib for
+ * permessage-deflate (which Tether turns off). Each becomes an object that loads the module on first use.
+ */
+const LAZY_BUILTINS = new Set(['tls', 'https', 'zlib']);
+
+function lazyBuiltin(id) {
+  return `let loaded;
+const load = () => (loaded ??= process.getBuiltinModule(${JSON.stringify(id)}));
+const configurable = (descriptor) => (descriptor === undefined ? undefined : { ...descriptor, configurable: true });
+module.exports = new Proxy({}, {
+  get: (_, key) => load()[key],
+  has: (_, key) => key in load(),
+  ownKeys: () => Reflect.ownKeys(load()),
+  getOwnPropertyDescriptor: (_, key) => configurable(Object.getOwnPropertyDescriptor(load(), key)),
+});`;
+}
 // Code reached only through import() (the SDK's dialing machinery: ws, relay frames, secure stream) goes
 // to chunks loaded when first used: a command served by a connection master starts without them.
 const dist = new URL('dist', here).pathname;
@@ -54,7 +75,7 @@ const result = await build({
   external: ['bufferutil', 'utf-8-validate', '@tether/native-crypto', '@tether/native-pipe'],
   // CommonJS dependencies bundled into ESM call require() for Node built-ins and the externals.
   banner: {
-    js: "import { createRequire as __tetherRequire } from 'node:module';\nconst require = __tetherRequire(import.meta.url);",
+    js: "const require = process.getBuiltinModule('node:module').createRequire(import.meta.url);",
   },
   plugins: [builtinsViaRequire],
   legalComments: 'none',

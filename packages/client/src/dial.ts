@@ -73,7 +73,7 @@ async function openSocket(ws: WebSocket, what: string, signal: AbortSignal, time
 }
 
 /** The relay socket for a signed URL; the URL is a credential, so no error repeats it. */
-function relaySocket(url: string, proxies: ProxySettings, allowInsecure: boolean): WebSocket {
+async function relaySocket(url: string, proxies: ProxySettings, allowInsecure: boolean): Promise<WebSocket> {
   let target: URL;
   try {
     target = new URL(url);
@@ -85,8 +85,8 @@ function relaySocket(url: string, proxies: ProxySettings, allowInsecure: boolean
     secret: 'its signed URL',
     secure: 'a wss:// relay',
   });
+  const agent = proxy ? await tunnelAgent(proxy) : undefined;
   try {
-    const agent = proxy ? tunnelAgent(proxy) : undefined;
     return new WebSocket(url, {
       perMessageDeflate: false,
       maxPayload: MAX_FRAME_BYTES,
@@ -122,14 +122,14 @@ export async function dialRendezvous(
   let bundle = await pinnedBundle(registry, environmentId, identity, pin, signal);
   const proxies = proxySettings(registry);
   const allowInsecure = registry.allowInsecureRegistry === true;
-  let ws = relaySocket(bundle.url, proxies, allowInsecure);
+  let ws = await relaySocket(bundle.url, proxies, allowInsecure);
   try {
     await openSocket(ws, 'the relay', signal);
   } catch (err) {
     // A 401 means the bundle went stale: fetch one fresh bundle and try once more (rendezvous.md §3.1).
     if (!(err instanceof TetherError) || err.status !== 401) throw err;
     bundle = await pinnedBundle(registry, environmentId, identity, pin, signal);
-    ws = relaySocket(bundle.url, proxies, allowInsecure);
+    ws = await relaySocket(bundle.url, proxies, allowInsecure);
     await openSocket(ws, 'the relay', signal);
   }
   ws.on('error', () => undefined);

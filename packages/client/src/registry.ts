@@ -64,28 +64,31 @@ const nodePost =
   (url, headers, body, signal) =>
     new Promise<Answer>((resolve, reject) => {
       const payload = Buffer.from(body);
-      const req = outboundRequest(
+      outboundRequest(
         new URL(url),
         { method: 'POST', agent: false, headers: { ...headers, 'content-length': String(payload.byteLength) }, signal },
         settings,
-      );
-      req.once('error', reject);
-      req.once('response', (res: IncomingMessage) => {
-        const chunks: Buffer[] = [];
-        let size = 0;
-        res.on('data', (chunk: Buffer) => {
-          size += chunk.byteLength;
-          if (size > MAX_ANSWER_BYTES) {
-            res.destroy();
-            reject(new TetherError('registry', `the registry's answer to /connect is over ${MAX_ANSWER_BYTES} bytes`));
-            return;
-          }
-          chunks.push(chunk);
+      ).then((req) => {
+        req.once('error', reject);
+        req.once('response', (res: IncomingMessage) => {
+          const chunks: Buffer[] = [];
+          let size = 0;
+          res.on('data', (chunk: Buffer) => {
+            size += chunk.byteLength;
+            if (size > MAX_ANSWER_BYTES) {
+              res.destroy();
+              reject(
+                new TetherError('registry', `the registry's answer to /connect is over ${MAX_ANSWER_BYTES} bytes`),
+              );
+              return;
+            }
+            chunks.push(chunk);
+          });
+          res.once('error', reject);
+          res.once('end', () => resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') }));
         });
-        res.once('error', reject);
-        res.once('end', () => resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') }));
-      });
-      req.end(payload);
+        req.end(payload);
+      }, reject);
     });
 
 function fetchPost(doFetch: typeof fetch): Post {

@@ -108,7 +108,9 @@ export class SocketMessageTransport implements MessageTransport {
 
   close(_code?: number, reason = 'closed'): void {
     if (this.closed) return;
-    this.socket.end();
+    // Once everything sent is with the kernel, the peer's close is not worth waiting for: a harness command
+    // exits then instead of a round of the master's teardown later.
+    this.socket.end(() => this.socket.unref());
     this.closeTimer = setTimeout(() => this.socket.destroy(), CLOSE_GRACE_MS);
     this.closeTimer.unref();
     this.finish(reason);

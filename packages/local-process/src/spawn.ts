@@ -21,7 +21,6 @@ import { constants as osConstants, userInfo } from 'node:os';
 import path from 'node:path';
 import type { Readable } from 'node:stream';
 import { Writable } from 'node:stream';
-import { getSystemErrorMap } from 'node:util';
 import { loadNativePipe, type NativePipe, nativePipeUnavailableReason } from '@tether/native-pipe';
 import { ptyMasterFd, ptySocket } from '@tether/user-read';
 import type { IPty } from 'node-pty';
@@ -248,8 +247,7 @@ const EXTRA_ERRNO_TEXT: Readonly<Record<string, string>> = { ENOEXEC: 'exec form
 /** Rust's `io::Error` display for an errno code: `No such file or directory (os error 2)`. */
 function errnoText(code: string): string {
   const errno = (osConstants.errno as Record<string, number>)[code];
-  const description =
-    errno === undefined ? undefined : (getSystemErrorMap().get(-errno)?.[1] ?? EXTRA_ERRNO_TEXT[code]);
+  const description = errno === undefined ? undefined : (systemErrorText(-errno) ?? EXTRA_ERRNO_TEXT[code]);
   if (errno === undefined || description === undefined) return code;
   return `${description.charAt(0).toUpperCase()}${description.slice(1)} (os error ${errno})`;
 }
@@ -733,4 +731,12 @@ function signalProcess(pid: number, signal: NodeJS.Signals): void {
   } catch {
     // See above.
   }
+}
+
+/**
+ * The OS's text for an errno. node:util through process.getBuiltinModule, at use: the harness bundles this
+ * module, and an import there would make every harness command load node:util's lazy exports at start.
+ */
+function systemErrorText(errno: number): string | undefined {
+  return process.getBuiltinModule('node:util').getSystemErrorMap().get(errno)?.[1];
 }

@@ -1,4 +1,5 @@
-import { createRequire } from 'node:module';
+// Not an ESM import: that makes Node build the built-in's facade (reads every export) at a harness's start.
+const { createRequire } = process.getBuiltinModule('node:module');
 
 /**
  * Crypto for the data path (native/crypto.c), from the OpenSSL Node links: in-place AEAD for transport

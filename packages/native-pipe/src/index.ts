@@ -1,6 +1,6 @@
-import { createRequire } from 'node:module';
-import { constants as osConstants } from 'node:os';
-import { getSystemErrorMap } from 'node:util';
+// Built-ins through process.getBuiltinModule, not import: an ESM import of a built-in makes Node build its
+// facade, which reads every export (node:util's TextDecoder getter alone is ~5 ms of a harness start).
+const { createRequire } = process.getBuiltinModule('node:module');
 
 /**
  * Process primitives Node lacks (native/pipe.c). Anonymous pipes: a child spawned with `stdio: 'pipe'`
@@ -135,7 +135,9 @@ function load(): { native: NativePipe | null; error: string | null } {
 
 /** libuv's map lacks some (ECHILD): the name from os.constants. */
 function errnoName(errno: number): string {
-  const entry = Object.entries(osConstants.errno).find(([, value]) => value === -errno);
+  const entry = Object.entries(process.getBuiltinModule('node:os').constants.errno).find(
+    ([, value]) => value === -errno,
+  );
   return entry?.[0] ?? `Unknown system error ${errno}`;
 }
 
@@ -165,7 +167,10 @@ function envStrings(env: Readonly<Record<string, string>>): string[] {
  * directory, execve '/no/such'` with a path), with code, errno, syscall and path.
  */
 function errnoError(errno: number, syscall: string, path?: string): NodeJS.ErrnoException {
-  const [code, description] = getSystemErrorMap().get(errno) ?? [errnoName(errno), `errno ${-errno}`];
+  const [code, description] = process.getBuiltinModule('node:util').getSystemErrorMap().get(errno) ?? [
+    errnoName(errno),
+    `errno ${-errno}`,
+  ];
   const where = path === undefined ? syscall : `${syscall} '${path}'`;
   const error: NodeJS.ErrnoException = new Error(`${code}: ${description}, ${where}`);
   error.code = code;

@@ -1,5 +1,5 @@
 import { createNodeProvider } from './crypto/node.js';
-import { type CryptoProvider, type Kem, X25519_KEY_LENGTH } from './crypto.js';
+import { type CryptoProvider, type Kem, type KemEphemeral, type KeyPair, X25519_KEY_LENGTH } from './crypto.js';
 import { NoiseError } from './errors.js';
 import { HybridIKHandshake } from './handshake-state.js';
 import type { StaticKeys } from './identity.js';
@@ -53,9 +53,13 @@ function checkStaticKeys(keys: StaticKeys): void {
   if (keys?.x25519?.secretKey?.length !== X25519_KEY_LENGTH || keys.x25519.publicKey?.length !== X25519_KEY_LENGTH) {
     throw new NoiseError('invalid_state', 'static X25519 key pair has the wrong size');
   }
+  // A pair that decapsulates by itself (node:crypto's keeps its key in OpenSSL) is not asked for the 2400-byte
+  // secret: that form is expanded on first read, about 10 ms of a cold harness command (ml-kem-768.ts).
+  const pair = keys?.mlkem768 as (KeyPair & Partial<KemEphemeral>) | undefined;
+  const selfDecapsulating = typeof pair?.decapsulate === 'function';
   if (
-    keys.mlkem768?.secretKey?.length !== MLKEM768_SECRET_KEY_LENGTH ||
-    keys.mlkem768.publicKey?.length !== MLKEM768_PUBLIC_KEY_LENGTH
+    (!selfDecapsulating && pair?.secretKey?.length !== MLKEM768_SECRET_KEY_LENGTH) ||
+    pair?.publicKey?.length !== MLKEM768_PUBLIC_KEY_LENGTH
   ) {
     throw new NoiseError('invalid_state', 'static ML-KEM-768 key pair has the wrong size');
   }

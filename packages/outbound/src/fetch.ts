@@ -25,29 +25,31 @@ export function outboundFetch(settings: ProxySettings): typeof fetch {
       const payload = body === undefined || body === null ? null : Buffer.from(body);
       if (payload) headers['content-length'] = String(payload.byteLength);
       const signal = init.signal ?? undefined;
-      const req = outboundRequest(
+      const request = outboundRequest(
         target,
         { method: init.method ?? 'GET', headers, agent: false, ...(signal ? { signal } : {}) },
         settings,
       );
-      req.once('error', (err) =>
-        reject(signal?.aborted ? signal.reason : new TypeError('fetch failed', { cause: err })),
-      );
-      req.once('response', (res: IncomingMessage) => {
-        const answerHeaders = new Headers();
-        for (let i = 0; i + 1 < res.rawHeaders.length; i += 2)
-          answerHeaders.append(res.rawHeaders[i]!, res.rawHeaders[i + 1]!);
-        const status = res.statusCode ?? 502;
-        const noBody = status === 204 || status === 205 || status === 304 || init.method === 'HEAD';
-        if (noBody) res.resume();
-        resolve(
-          new Response(noBody ? null : (Readable.toWeb(res) as ReadableStream<Uint8Array>), {
-            status,
-            statusText: res.statusMessage ?? '',
-            headers: answerHeaders,
-          }),
+      request.then((req) => {
+        req.once('error', (err) =>
+          reject(signal?.aborted ? signal.reason : new TypeError('fetch failed', { cause: err })),
         );
-      });
-      req.end(payload ?? undefined);
+        req.once('response', (res: IncomingMessage) => {
+          const answerHeaders = new Headers();
+          for (let i = 0; i + 1 < res.rawHeaders.length; i += 2)
+            answerHeaders.append(res.rawHeaders[i]!, res.rawHeaders[i + 1]!);
+          const status = res.statusCode ?? 502;
+          const noBody = status === 204 || status === 205 || status === 304 || init.method === 'HEAD';
+          if (noBody) res.resume();
+          resolve(
+            new Response(noBody ? null : (Readable.toWeb(res) as ReadableStream<Uint8Array>), {
+              status,
+              statusText: res.statusMessage ?? '',
+              headers: answerHeaders,
+            }),
+          );
+        });
+        req.end(payload ?? undefined);
+      }, reject);
     });
 }

@@ -106,9 +106,13 @@ async function origin(): Promise<{ server: Server; base: string; requests: Incom
   return { server, base: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, requests };
 }
 
-function send(target: URL, settings: ReturnType<typeof proxySettingsFromEnv>): Promise<string> {
+async function send(target: URL, settings: ReturnType<typeof proxySettingsFromEnv>): Promise<string> {
+  const req = await outboundRequest(
+    target,
+    { method: 'GET', headers: { accept: 'text/plain' }, agent: false },
+    settings,
+  );
   return new Promise((resolve, reject) => {
-    const req = outboundRequest(target, { method: 'GET', headers: { accept: 'text/plain' }, agent: false }, settings);
     req.once('error', reject);
     req.once('response', (res: IncomingMessage) => {
       let body = '';
@@ -166,7 +170,7 @@ describe('outbound requests through a real proxy', () => {
     const proxy = await startHttpProxy();
     cleanups.push(() => proxy.close());
     const target = url(`ws://127.0.0.1:${(wss.address() as AddressInfo).port}/path`);
-    const agent = webSocketAgent(target, proxySettingsFromEnv({ HTTP_PROXY: proxy.url }));
+    const agent = await webSocketAgent(target, proxySettingsFromEnv({ HTTP_PROXY: proxy.url }));
     expect(agent).toBeDefined();
     const ws = new WebSocket(target, { agent });
     cleanups.push(() => ws.terminate());
@@ -176,7 +180,7 @@ describe('outbound requests through a real proxy', () => {
     expect(reply.toString()).toBe('echo hi');
     expect(proxy.seen.map(({ kind, target }) => `${kind} ${target}`)).toEqual([`connect ${target.host}`]);
     expect(
-      webSocketAgent(target, proxySettingsFromEnv({ HTTP_PROXY: proxy.url, NO_PROXY: '127.0.0.1' })),
+      await webSocketAgent(target, proxySettingsFromEnv({ HTTP_PROXY: proxy.url, NO_PROXY: '127.0.0.1' })),
     ).toBeUndefined();
   });
 });

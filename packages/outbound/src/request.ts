@@ -1,5 +1,5 @@
 import { type Agent, type ClientRequest, request as httpRequest, type OutgoingHttpHeaders } from 'node:http';
-import { request as httpsRequest } from 'node:https';
+import type { RequestOptions } from 'node:https';
 import { type ProxySettings, proxyAuthorization, proxyFor, tunnelAgent } from './proxy.js';
 
 export interface OutboundRequestOptions {
@@ -27,11 +27,25 @@ function withHeader(
 }
 
 /**
+ * node:https, loaded by the first https:// request: with node:tls it is about 10 ms of a process's start,
+ * which a command that only talks to an http:// registry (or none) need not pay.
+ */
+function httpsRequest(...args: [URL, RequestOptions] | [RequestOptions]): ClientRequest {
+  const https = process.getBuiltinModule('node:https');
+  return args.length === 1 ? https.request(args[0]) : https.request(args[0], args[1]);
+}
+
+/**
  * An HTTP(S) request to `target`, through the proxy `settings` give for it (proxy.ts): direct; to an
  * http:// target, the request in absolute form to the proxy; to an https:// one, through a CONNECT tunnel.
- * The caller writes the body and handles 'response' and 'error' as with node:http.
+ * The caller writes the body and handles 'response' and 'error' as with node:http. Asynchronous only because
+ * a tunnel's agent loads on first use (proxy.ts).
  */
-export function outboundRequest(target: URL, options: OutboundRequestOptions, settings: ProxySettings): ClientRequest {
+export async function outboundRequest(
+  target: URL,
+  options: OutboundRequestOptions,
+  settings: ProxySettings,
+): Promise<ClientRequest> {
   const proxy = proxyFor(target, settings);
   const secure = target.protocol === 'https:';
   const { method, signal } = options;
@@ -48,7 +62,7 @@ export function outboundRequest(target: URL, options: OutboundRequestOptions, se
     return httpsRequest(target, {
       method,
       headers: options.headers as OutgoingHttpHeaders,
-      agent: tunnelAgent(proxy),
+      agent: await tunnelAgent(proxy),
       ...extra,
     });
   }

@@ -89,7 +89,7 @@ export function httpTransport(config: OtlpHttpExporterConfig, contentType: strin
   return {
     send: (data, timeoutMillis) =>
       new Promise<ExportResponse>((resolve) => {
-        const req = outboundRequest(
+        outboundRequest(
           url,
           {
             method: 'POST',
@@ -98,22 +98,26 @@ export function httpTransport(config: OtlpHttpExporterConfig, contentType: strin
             headers: { ...config.headers, 'content-type': contentType, 'content-length': data.byteLength },
           },
           config.proxy ?? DIRECT,
+        ).then(
+          (req) => {
+            req.once('response', (res) => {
+              res.resume(); // the body (an optional partial-success report) is not needed
+              res.on('error', (error) => resolve({ status: 'failure', error }));
+              res.on('end', () => {
+                const status = res.statusCode ?? 0;
+                resolve(
+                  status >= 200 && status < 300
+                    ? { status: 'success' }
+                    : { status: 'failure', error: new Error(`the collector answered HTTP ${status}`) },
+                );
+              });
+            });
+            req.on('timeout', () => req.destroy(new Error(`no answer from the collector within ${timeoutMillis} ms`)));
+            req.on('error', (error) => resolve({ status: 'failure', error }));
+            req.end(data);
+          },
+          (error) => resolve({ status: 'failure', error }),
         );
-        req.once('response', (res) => {
-          res.resume(); // the body (an optional partial-success report) is not needed
-          res.on('error', (error) => resolve({ status: 'failure', error }));
-          res.on('end', () => {
-            const status = res.statusCode ?? 0;
-            resolve(
-              status >= 200 && status < 300
-                ? { status: 'success' }
-                : { status: 'failure', error: new Error(`the collector answered HTTP ${status}`) },
-            );
-          });
-        });
-        req.on('timeout', () => req.destroy(new Error(`no answer from the collector within ${timeoutMillis} ms`)));
-        req.on('error', (error) => resolve({ status: 'failure', error }));
-        req.end(data);
       }),
     shutdown: () => agent.destroy(),
   };

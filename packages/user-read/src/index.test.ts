@@ -26,7 +26,7 @@ async function acceptedPair(): Promise<{ accepted: Socket; client: Socket }> {
 
 describe('readIntoUserBuffers', () => {
   it('finds the symbols on this Node', () => {
-    expect(userReadsAvailable).toBe(true);
+    expect(userReadsAvailable()).toBe(true);
   });
 
   it('reads into the buffers it is given and passes each read to onRead, never as data events', async () => {

@@ -11,10 +11,10 @@ export { PRIVATE_FIELDS, type PrivateField, ptyMasterFd, ptySocket, wsReceiver, 
  * not exported (`userReadSymbols`, privates.ts). Where they are absent (another Node) nothing is switched
  * and sockets keep ordinary reads.
  */
-const symbols = userReadSymbols;
-
 /** True when this Node lets sockets be switched (the probe found the symbols). */
-export const userReadsAvailable = symbols !== null;
+export function userReadsAvailable(): boolean {
+  return userReadSymbols() !== null;
+}
 
 export interface UserReads {
   /** The buffer of the first read; taken only once the switch is sure to happen. */
@@ -38,6 +38,7 @@ type Internals = Socket & Record<symbol, unknown>;
  */
 export function readIntoUserBuffers(socket: Socket, reads: UserReads): boolean {
   const target = socket as Internals;
+  const symbols = userReadSymbols();
   if (symbols === null || socket.readableLength > 0 || target[symbols.buffer]) return false;
   const handle = socketUserBufferHandle(socket);
   if (handle === null) return false;

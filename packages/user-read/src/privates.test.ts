@@ -87,12 +87,12 @@ describe('the versions the private fields were checked against', () => {
 
 describe('Node', () => {
   it("net.Socket keeps the onread option's state under symbols 'kBuffer', 'kBufferCb', 'kBufferGen'", () => {
-    expect(userReadSymbols).not.toBeNull();
+    expect(userReadSymbols()).not.toBeNull();
     const buffer = Buffer.alloc(16);
     const callback = () => true;
     const options = { onread: { buffer, callback } };
     const socket = new Socket(options as ConstructorParameters<typeof Socket>[0]) as Socket & Record<symbol, unknown>;
-    const symbols = userReadSymbols as NonNullable<typeof userReadSymbols>;
+    const symbols = userReadSymbols()!;
     // What readIntoUserBuffers writes: the buffer, the callback, and the generator (null for a fixed buffer).
     expect(socket[symbols.buffer]).toBe(buffer);
     expect(socket[symbols.callback]).toBe(callback);

@@ -109,9 +109,17 @@ export interface UserReadSymbols {
  * net.Socket's `onread` option (documented: reads go into a given buffer, or one a function returns, and
  * to a callback instead of 'data') can only be chosen at construction; its state lives under symbols Node
  * does not export. They are found once, on a probe socket, by their descriptions. Null on a Node without
- * them (no warning: that is a Node the code was never meant to switch).
+ * them (no warning: that is a Node the code was never meant to switch). Probed on first use, not at load: a
+ * harness command that reads through a connection master never needs it.
  */
-export const userReadSymbols: UserReadSymbols | null = (() => {
+export function userReadSymbols(): UserReadSymbols | null {
+  if (probed === undefined) probed = probeUserReadSymbols();
+  return probed;
+}
+
+let probed: UserReadSymbols | null | undefined;
+
+function probeUserReadSymbols(): UserReadSymbols | null {
   try {
     // `onread` is a documented option of net.Socket; the bundled types omit it.
     const options = { onread: { buffer: Buffer.alloc(1), callback: () => true } };
@@ -124,7 +132,7 @@ export const userReadSymbols: UserReadSymbols | null = (() => {
   } catch {
     return null;
   }
-})();
+}
 
 export interface UserBufferHandle {
   useUserBuffer(buffer: Buffer): void;

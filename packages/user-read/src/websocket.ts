@@ -64,25 +64,32 @@ export const READ_BUFFER_BYTES = 256 * 1024;
 type Unmask = (buffer: Buffer, mask: Buffer) => void;
 /** XORs `source` with `mask` into `output` at `offset` (bufferutil's `mask`: masking and unmasking are one). */
 type MaskInto = (source: Buffer, mask: Buffer, output: Buffer, offset: number, length: number) => void;
-const native: { unmask: Unmask; mask: MaskInto } | null = (() => {
-  try {
-    const require = createRequire(import.meta.url);
-    return require('bufferutil') as { unmask: Unmask; mask: MaskInto };
-  } catch {
-    return null;
+type NativeMask = { unmask: Unmask; mask: MaskInto };
+let nativeMask: NativeMask | null | undefined;
+/** bufferutil, loaded by the first frame long enough to use it (not at load: a command may open no socket). */
+function native(): NativeMask | null {
+  if (nativeMask === undefined) {
+    try {
+      nativeMask = createRequire(import.meta.url)('bufferutil') as NativeMask;
+    } catch {
+      nativeMask = null;
+    }
   }
-})();
+  return nativeMask;
+}
 
 /** Copies `source` unmasked into `output` at `offset`; `mask` is already rotated to `offset`. */
 function unmaskInto(source: Buffer, mask: Buffer, output: Buffer, offset: number) {
   const n = source.length;
-  if (native && n >= 64) return native.mask(source, mask, output, offset, n);
+  const bufferutil = n >= 64 ? native() : null;
+  if (bufferutil) return bufferutil.mask(source, mask, output, offset, n);
   for (let i = 0; i < n; i++) output[offset + i] = (source[i] as number) ^ (mask[i & 3] as number);
 }
 
 function unmask(buffer: Buffer, mask: Buffer) {
   const n = buffer.length;
-  if (native && n >= 64) return native.unmask(buffer, mask);
+  const bufferutil = n >= 64 ? native() : null;
+  if (bufferutil) return bufferutil.unmask(buffer, mask);
   for (let i = 0; i < n; i++) buffer[i] = (buffer[i] as number) ^ (mask[i & 3] as number);
 }
 

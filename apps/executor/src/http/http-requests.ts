@@ -237,10 +237,11 @@ function sendOnce(prepared: Prepared, proxy: ProxySettings, signal: AbortSignal)
     if (prepared.body !== null && !has('content-length') && !has('transfer-encoding')) {
       flat.push('content-length', String(prepared.body.length));
     }
-    const request = outboundRequest(prepared.url, { method: prepared.method, headers: flat, signal }, proxy);
-    request.once('response', resolve);
-    request.once('error', reject);
-    request.end(prepared.body ?? undefined);
+    outboundRequest(prepared.url, { method: prepared.method, headers: flat, signal }, proxy).then((request) => {
+      request.once('response', resolve);
+      request.once('error', reject);
+      request.end(prepared.body ?? undefined);
+    }, reject);
   });
 }
 

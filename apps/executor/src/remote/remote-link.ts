@@ -1,4 +1,4 @@
-import type { IncomingMessage } from 'node:http';
+import type { Agent, IncomingMessage } from 'node:http';
 import type { MessageTransport } from '@tether/jsonrpc';
 import { generateIdentity, type NoiseIdentity } from '@tether/noise';
 import { DIRECT, outboundFetch, type ProxySettings, webSocketAgent } from '@tether/outbound';
@@ -219,9 +219,20 @@ export class RemoteLink {
   }
 
   /** One physical connection: resolves when it ends. */
-  private connectOnce(registration: Registration): Promise<'connected' | 'failed' | 'rejected' | 'superseded'> {
+  private async connectOnce(registration: Registration): Promise<'connected' | 'failed' | 'rejected' | 'superseded'> {
     this.stateValue = 'connecting';
     const connectAt = performance.now();
+    let agent: Agent | undefined;
+    try {
+      // A CONNECT tunnel when a proxy applies to the relay (undefined: ws dials directly).
+      agent = await webSocketAgent(new URL(registration.url), this.options.proxy ?? DIRECT);
+    } catch {
+      // The URL is a credential: say what is wrong, never what it is. A fresh registration may fix it.
+      this.logger.error('the registry gave a relay URL that cannot be dialled; registering again');
+      return 'rejected';
+    }
+    // close() during that wait saw no socket of this attempt to close.
+    if (this.stopping) return 'failed';
     return new Promise((resolve) => {
       let opened = false;
       let rejected = false;
@@ -233,8 +244,7 @@ export class RemoteLink {
           perMessageDeflate: false,
           generateMask: relaySocketMask, // frames are ciphertext: no mask needed (relay-frames/socket-mask.ts)
           handshakeTimeout: this.options.connectTimeoutMs ?? 10_000,
-          // A CONNECT tunnel when a proxy applies to the relay (undefined: ws dials directly).
-          agent: webSocketAgent(new URL(registration.url), this.options.proxy ?? DIRECT),
+          agent,
         });
       } catch {
         // The URL is a credential: say what is wrong, never what it is. A fresh registration may fix it.
