@@ -4,9 +4,11 @@
  * one ESM file, dist/main.js. A command's start is then one file to read and compile instead of a few
  * hundred modules to resolve: `harness --help` starts in about a third of the time, which every
  * `harness cp`/`exec` pays. Native addons stay outside the bundle and load from this package's own
- * dependencies (bufferutil for ws, @tether/native-crypto for transport records,
- * @tether/native-pipe for the local backend's child pipes; each has a fallback in JS, node:crypto or
- * socketpairs).
+ * dependencies (@tether/native-crypto for transport records, @tether/native-pipe for the local backend's
+ * child pipes; each has a fallback, node:crypto or socketpairs). ws's optional addons are left out: the
+ * harness is a WebSocket client that masks with a zero key (ws then skips masking) and receives unmasked
+ * frames, so bufferutil would only cost its load (about 5 ms of a cold start); utf-8-validate has a
+ * fallback in Node itself.
  */
 import { readdirSync, rmSync, statSync } from 'node:fs';
 import { builtinModules } from 'node:module';
@@ -23,6 +25,20 @@ const here = new URL('..', import.meta.url);
  * each export is read when used. (Not require(): esbuild would resolve that call back to this plugin.)
  */
 const bareBuiltins = new Set(builtinModules);
+/** ws's optional native addons, absent from the bundle: ws's require() of them throws, and ws uses its JS. */
+const wsAddonsLeftOut = {
+  name: 'ws-addons-left-out',
+  setup(build) {
+    build.onResolve({ filter: /^(bufferutil|utf-8-validate)$/ }, (args) => ({
+      path: args.path,
+      namespace: 'left-out',
+    }));
+    build.onLoad({ filter: /.*/, namespace: 'left-out' }, (args) => ({
+      contents: `throw new Error(${JSON.stringify(`${args.path} is left out of the harness bundle`)});`,
+      loader: 'js',
+    }));
+  },
+};
 const builtinsViaRequire = {
   name: 'builtins-via-require',
   setup(build) {
@@ -72,12 +88,12 @@ const result = await build({
   format: 'esm',
   target: 'node20',
   conditions: ['tether-source'],
-  external: ['bufferutil', 'utf-8-validate', '@tether/native-crypto', '@tether/native-pipe'],
+  external: ['@tether/native-crypto', '@tether/native-pipe'],
   // CommonJS dependencies bundled into ESM call require() for Node built-ins and the externals.
   banner: {
     js: "const require = process.getBuiltinModule('node:module').createRequire(import.meta.url);",
   },
-  plugins: [builtinsViaRequire],
+  plugins: [builtinsViaRequire, wsAddonsLeftOut],
   legalComments: 'none',
   logLevel: 'warning',
   metafile: true,
