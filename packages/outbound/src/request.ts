@@ -1,4 +1,4 @@
-import { type Agent, type ClientRequest, request as httpRequest, type OutgoingHttpHeaders } from 'node:http';
+import type { Agent, ClientRequest, OutgoingHttpHeaders } from 'node:http';
 import type { RequestOptions } from 'node:https';
 import { type ProxySettings, proxyAuthorization, proxyFor, tunnelAgent } from './proxy.js';
 
@@ -27,9 +27,15 @@ function withHeader(
 }
 
 /**
- * node:https, loaded by the first https:// request: with node:tls it is about 10 ms of a process's start,
- * which a command that only talks to an http:// registry (or none) need not pay.
+ * node:http and node:https, loaded by the first request of each: node:https (with node:tls) is about 10 ms of
+ * a process's start, node:http a few, which a harness command served by a connection master (no request at
+ * all) or one that only talks to an http:// registry need not pay.
  */
+function httpRequest(...args: [URL, RequestOptions] | [RequestOptions]): ClientRequest {
+  const http = process.getBuiltinModule('node:http');
+  return args.length === 1 ? http.request(args[0]) : http.request(args[0], args[1]);
+}
+
 function httpsRequest(...args: [URL, RequestOptions] | [RequestOptions]): ClientRequest {
   const https = process.getBuiltinModule('node:https');
   return args.length === 1 ? https.request(args[0]) : https.request(args[0], args[1]);
