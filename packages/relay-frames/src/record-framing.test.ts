@@ -227,7 +227,7 @@ describe('MessageReassembler', () => {
     );
   });
 
-  it('assembles a message of several records in memory from `allocate`, once per message', () => {
+  it('assembles every message in memory from `allocate`, once per message', () => {
     const sizes: number[] = [];
     const reassembler = new MessageReassembler({
       allocate: (size) => {
@@ -242,9 +242,35 @@ describe('MessageReassembler', () => {
     expect(out).toHaveLength(1);
     expect(Buffer.from(out[0] as Uint8Array).equals(Buffer.from(json))).toBe(true);
     expect(sizes).toEqual([150_000]);
-    // A message within one record is a view of it: nothing allocated.
-    expect(reassembler.push(frameMessage(new Uint8Array([1, 2, 3]))[0] as Uint8Array)).toHaveLength(1);
-    expect(sizes).toEqual([150_000]);
+    // A message within one record is copied out of it into memory from `allocate` too (a pool's, in a
+    // secure stream): the record's buffer is the caller's again once push() returns.
+    const record = frameMessage(new Uint8Array([1, 2, 3]))[0] as Uint8Array;
+    const [small] = reassembler.push(record);
+    expect(sizes).toEqual([150_000, 3]);
+    record.fill(0);
+    expect([...(small as Uint8Array)]).toEqual([1, 2, 3]);
+  });
+
+  it('wholeMessage: a record that is exactly one message gives a view of it, anything else null and no change', () => {
+    const reassembler = new MessageReassembler();
+    const [record] = frameMessage(new Uint8Array(40_000).fill(7)) as [Uint8Array];
+    expect(reassembler.atMessageStart).toBe(true);
+    const whole = reassembler.wholeMessage(record);
+    expect(whole?.byteLength).toBe(40_000);
+    expect(whole?.buffer).toBe(record.buffer); // a view: no copy
+    // A record with two messages, or the start of a longer one: null, and push() still reads it all.
+    const two = Buffer.concat([frameMessage(new Uint8Array([1]))[0]!, frameMessage(new Uint8Array([2, 3]))[0]!]);
+    expect(reassembler.wholeMessage(two)).toBeNull();
+    const long = frameMessage(new Uint8Array(150_000).fill(9));
+    expect(reassembler.wholeMessage(long[0]!)).toBeNull();
+    expect(reassembler.push(two).map((m) => [...m])).toEqual([[1], [2, 3]]);
+    // In the middle of a message it is never at a start, whatever the record says.
+    expect(reassembler.push(long[0]!)).toEqual([]);
+    expect(reassembler.atMessageStart).toBe(false);
+    expect(reassembler.wholeMessage(record)).toBeNull();
+    const rest = long.slice(1).flatMap((r) => reassembler.push(r));
+    expect(rest).toHaveLength(1);
+    expect(reassembler.atMessageStart).toBe(true);
   });
 
   it('opens records straight into the message they continue (bodyRoom/commitRoom), with the same messages', () => {

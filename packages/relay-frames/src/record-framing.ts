@@ -69,7 +69,7 @@ function allocateUnsafe(size: number): Uint8Array {
  * Any error is final: the reassembler refuses every later record, as the stream must end.
  */
 export class MessageReassembler {
-  /** Memory for a message of several records (uninitialised is fine: every byte is written). */
+  /** Memory for every message (uninitialised is fine: every byte is written). */
   readonly #allocate: (size: number) => Uint8Array;
 
   constructor(options: { readonly allocate?: (size: number) => Uint8Array } = {}) {
@@ -112,6 +112,27 @@ export class MessageReassembler {
     }
   }
 
+  /**
+   * True when the next record starts a message (nothing of one is held): a record opened into memory of
+   * its own may then hold exactly one whole message (`wholeMessage`).
+   */
+  get atMessageStart(): boolean {
+    return !this.#failure && this.#expected < 0 && this.#prefixFilled === 0;
+  }
+
+  /**
+   * The message `record` holds, as a view of it, when the record is exactly one whole message (its prefix
+   * and all its body) and the reassembler is at a message start; else null, and nothing changed (`push` it
+   * then). For records opened into memory the caller hands over: the message keeps that memory, no copy.
+   */
+  wholeMessage(record: Uint8Array): Uint8Array | null {
+    if (!this.atMessageStart || record.byteLength <= MESSAGE_LENGTH_PREFIX_BYTES) return null;
+    if (record.byteLength > MAX_RECORD_PLAINTEXT_BYTES) return null;
+    const length = new DataView(record.buffer, record.byteOffset, MESSAGE_LENGTH_PREFIX_BYTES).getUint32(0, false);
+    if (length !== record.byteLength - MESSAGE_LENGTH_PREFIX_BYTES) return null;
+    return record.subarray(MESSAGE_LENGTH_PREFIX_BYTES);
+  }
+
   #push(record: Uint8Array): Uint8Array[] {
     if (record.byteLength > MAX_RECORD_PLAINTEXT_BYTES) {
       throw new MessageFramingError(
@@ -137,8 +158,11 @@ export class MessageReassembler {
       const piece = record.subarray(offset, offset + take);
       offset += take;
       if (take === this.#expected) {
-        // The whole message is in this record: a copy (the caller may reuse its buffer once push() returns).
-        messages.push(copyBytes(piece));
+        // The whole message is in this record: a copy (the caller may reuse its buffer once push() returns),
+        // into memory from the allocator like any other message (a pool's, whose buffers come back).
+        const message = this.#allocate(take);
+        message.set(piece);
+        messages.push(message);
         this.#reset();
         continue;
       }

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { BufferPool, RpcClient, RpcConnection } from '@tether/jsonrpc';
+import { BufferPool, giveBack, RpcClient, RpcConnection } from '@tether/jsonrpc';
 import { generateIdentity, type NoiseIdentity, SUITE_HYBRID_CHACHAPOLY } from '@tether/noise';
 import { dataFrame, type Frame, handshakeFrame } from '@tether/relay-frames';
 import { describe, expect, it } from 'vitest';
@@ -169,6 +169,28 @@ describe('SecureStream', () => {
     const buffers = harnessSent.flatMap((f) => (f.kind === 'data' ? [f.payload.buffer] : []));
     expect(buffers.length).toBeGreaterThanOrEqual(24);
     expect(new Set(buffers).size).toBeLessThan(buffers.length / 2);
+    harnessStream.close();
+    executorStream.close();
+  });
+
+  it('opens a one-record message into a lent buffer that comes back with giveBack and serves the next', async () => {
+    const { initiated, accepted } = await pair();
+    const [harnessStream, { stream: executorStream }] = await Promise.all([initiated, accepted]);
+    const received: Buffer[] = [];
+    harnessStream.start({ onMessage: (m) => received.push(m as Buffer), onClose: () => {}, onDrain: () => {} });
+    executorStream.start({ onMessage: () => {}, onClose: () => {}, onDrain: () => {} });
+    // ~40 KB each: one record a message, over the size from which messages are lent.
+    const texts = ['a', 'b', 'c'].map((c) => JSON.stringify({ method: 'n', params: { text: c.repeat(40_000) } }));
+    for (const text of texts) {
+      executorStream.send(text);
+      await new Promise((r) => setTimeout(r, 5));
+      const message = received.at(-1)!;
+      expect(message.toString()).toBe(text);
+      giveBack(message); // its last user: the slab goes back to the stream's message pool
+      expect(harnessStream.bufferPools.messages.pooledBytes).toBeGreaterThan(0);
+    }
+    // Each message reused the slab the one before it gave back.
+    expect(new Set(received.map((m) => m.buffer)).size).toBe(1);
     harnessStream.close();
     executorStream.close();
   });

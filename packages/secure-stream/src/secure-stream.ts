@@ -1,4 +1,4 @@
-import { BufferPool, lendBuffer, type MessageTransport, type TransportHandlers } from '@tether/jsonrpc';
+import { BufferPool, giveBack, lendBuffer, type MessageTransport, type TransportHandlers } from '@tether/jsonrpc';
 import {
   buildRelayPrologue,
   type CryptoProvider,
@@ -45,11 +45,18 @@ export interface SecureStreamPools {
 function ownPools(): SecureStreamPools {
   return {
     frames: new BufferPool({ maxPooledBytes: 2 * 1024 * 1024 }),
-    messages: new BufferPool({ step: 64 * 1024, maxPooledBytes: 8 * 1024 * 1024 }),
+    // 16 KiB steps: a one-record message (up to 60 KiB, from LENT_MESSAGE_BYTES on) is lent, not plain.
+    messages: new BufferPool({ step: 16 * 1024, maxPooledBytes: 8 * 1024 * 1024 }),
   };
 }
 
-const LENT_MESSAGE_BYTES = 256 * 1024;
+/**
+ * Messages from this size on are assembled in buffers lent from the stream's message pool, which their last
+ * user may give back: a forwarded connection's data (about 60 KiB a message) then reuses a few slabs
+ * instead of one fresh ArrayBuffer per message, whose external memory made V8 run a full mark-compact every
+ * few dozen megabytes (a fifth of the harness's CPU in a port-forward download).
+ */
+const LENT_MESSAGE_BYTES = 32 * 1024;
 
 /** Reset reason sent on any failure; opaque to the peer (Codex's newest text). */
 export const PROTOCOL_ERROR_RESET = 'noise_relay_protocol_error';
@@ -360,6 +367,16 @@ export class SecureStream implements MessageTransport {
         if (room) {
           this.transport!.decryptInto(record, room);
           messages = this.reassembler.commitRoom(length);
+        } else if (length >= LENT_MESSAGE_BYTES && this.reassembler.atMessageStart) {
+          // A large record at a message start (a forwarded connection's or a file's data: one message a
+          // record) opens into a lent buffer, and the message is a view of it: no copy out of `opened`.
+          const owned = this.transport!.decryptInto(record, lendBuffer(this.pools.messages, length));
+          const whole = this.reassembler.wholeMessage(owned);
+          if (whole) messages = [whole];
+          else {
+            messages = this.reassembler.push(owned);
+            giveBack(owned); // push copied out what it keeps
+          }
         } else {
           this.opened ??= new Uint8Array(MAX_TRANSPORT_PLAINTEXT);
           messages = this.reassembler.push(this.transport!.decryptInto(record, this.opened.subarray(0, length)));
