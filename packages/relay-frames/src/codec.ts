@@ -1,11 +1,10 @@
-import { create, fromBinary, toBinary } from '@bufbuild/protobuf';
 import { BinaryReader, BinaryWriter, WireType } from '@bufbuild/protobuf/wire';
 import { copyBytes } from './copy.js';
 import { FrameError } from './errors.js';
 import type { DataFrame, Frame } from './frame.js';
 import { isValidStreamId, validateFrame } from './frame.js';
-import { type RelayMessageFrame, RelayMessageFrameSchema } from './gen/relay.v1_pb.js';
 import { MAX_FRAME_BYTES, MAX_SEQ, MAX_STREAM_ID_BYTES, RELAY_PROTOCOL_VERSION } from './limits.js';
+import { type RelayBody, type RelayMessage, readRelayMessage, writeRelayMessage } from './message.js';
 
 /** Field number of `RelayMessageFrame.stream_id`, the only field the relay reads. */
 const STREAM_ID_FIELD = 2;
@@ -26,35 +25,21 @@ export interface DecodeOptions extends CodecOptions {
   readonly copyPayload?: boolean;
 }
 
-type Body = RelayMessageFrame['body'];
-
-function bodyOf(frame: Frame): Body {
+function bodyOf(frame: Frame): RelayBody {
   switch (frame.kind) {
     case 'data':
       // segment_index 0 is omitted on the wire; segment_count is always 1 (no relay-level segmentation).
-      return {
-        case: 'data',
-        value: {
-          $typeName: 'codex.exec_server.relay.v1.RelayData',
-          seq: frame.seq,
-          segmentIndex: 0,
-          segmentCount: 1,
-          payload: frame.payload,
-        },
-      };
+      return { case: 'data', value: { seq: frame.seq, segmentIndex: 0, segmentCount: 1, payload: frame.payload } };
     case 'ack':
-      return { case: 'ackFrame', value: { $typeName: 'codex.exec_server.relay.v1.RelayAck' } };
+      return { case: 'ackFrame', value: {} };
     case 'resume':
-      return { case: 'resume', value: { $typeName: 'codex.exec_server.relay.v1.RelayResume', nextSeq: frame.nextSeq } };
+      return { case: 'resume', value: { nextSeq: frame.nextSeq } };
     case 'reset':
-      return { case: 'reset', value: { $typeName: 'codex.exec_server.relay.v1.RelayReset', reason: frame.reason } };
+      return { case: 'reset', value: { reason: frame.reason } };
     case 'heartbeat':
-      return { case: 'heartbeat', value: { $typeName: 'codex.exec_server.relay.v1.RelayHeartbeat' } };
+      return { case: 'heartbeat', value: {} };
     case 'handshake':
-      return {
-        case: 'handshake',
-        value: { $typeName: 'codex.exec_server.relay.v1.RelayHandshake', payload: frame.payload },
-      };
+      return { case: 'handshake', value: { payload: frame.payload } };
   }
 }
 
@@ -215,7 +200,7 @@ function encodeDataFrame(frame: DataFrame): Uint8Array {
 }
 
 function encodeGeneric(frame: Frame): Uint8Array {
-  const message = create(RelayMessageFrameSchema, {
+  const message: RelayMessage = {
     version: RELAY_PROTOCOL_VERSION,
     streamId: frame.streamId,
     ack: frame.ack,
@@ -223,15 +208,15 @@ function encodeGeneric(frame: Frame): Uint8Array {
     body: bodyOf(frame),
     ...(frame.traceparent !== undefined && { traceparent: frame.traceparent }),
     ...(frame.tracestate !== undefined && { tracestate: frame.tracestate }),
-  });
+  };
   try {
-    return toBinary(RelayMessageFrameSchema, message);
+    return writeRelayMessage(message);
   } catch (cause) {
     throw new FrameError('malformed', 'frame could not be encoded', { cause });
   }
 }
 
-/** The generic (reflection) encoder for any frame; exported for the test that pins the fast path to it. */
+/** The generic encoder for any frame (message.ts); exported for the test that pins the fast path to it. */
 export { encodeGeneric as encodeFrameGeneric };
 
 /** The generic decoder (copying payloads), for the tests that pin the canonical fast path to it. */
@@ -254,9 +239,10 @@ function walkFields(bytes: Uint8Array, visit?: (fieldNo: number, wireType: WireT
 }
 
 /**
- * Structural check run before `fromBinary`: the frame and its body message must each be well-formed
- * within their own bounds. `fromBinary` reads a sub-message with a reader over the whole frame, so it
- * lets a varint run past the end of the body and accepts bytes a strict decoder (codex's prost) refuses.
+ * Structural check run before the message is read (message.ts): the frame and its body message must each
+ * be well-formed within their own bounds, and known fields have their own wire types. protobuf-es's
+ * `fromBinary`, the reference, reads a sub-message with a reader over the whole frame, so it lets a varint
+ * run past the end of the body and accepts bytes a strict decoder (codex's prost) refuses.
  */
 function checkWellFormed(bytes: Uint8Array): void {
   walkFields(bytes, (fieldNo, wireType, reader) => {
@@ -391,10 +377,10 @@ function asciiStreamId(bytes: Uint8Array, start: number, end: number): string | 
 }
 
 function decodeGeneric(bytes: Uint8Array, copyPayload: boolean): Frame {
-  let message: RelayMessageFrame;
+  let message: RelayMessage;
   try {
     checkWellFormed(bytes);
-    message = fromBinary(RelayMessageFrameSchema, bytes, { readUnknownFields: false });
+    message = readRelayMessage(bytes);
   } catch (cause) {
     throw new FrameError('malformed', 'frame is not a valid RelayMessageFrame', { cause });
   }
