@@ -31,14 +31,9 @@ function withHeader(
  * a process's start, node:http a few, which a harness command served by a connection master (no request at
  * all) or one that only talks to an http:// registry need not pay.
  */
-function httpRequest(...args: [URL, RequestOptions] | [RequestOptions]): ClientRequest {
-  const http = process.getBuiltinModule('node:http');
-  return args.length === 1 ? http.request(args[0]) : http.request(args[0], args[1]);
-}
-
-function httpsRequest(...args: [URL, RequestOptions] | [RequestOptions]): ClientRequest {
-  const https = process.getBuiltinModule('node:https');
-  return args.length === 1 ? https.request(args[0]) : https.request(args[0], args[1]);
+function requestOf(secure: boolean): (...args: [URL, RequestOptions] | [RequestOptions]) => ClientRequest {
+  const module = process.getBuiltinModule(secure ? 'node:https' : 'node:http');
+  return (...args) => (args.length === 1 ? module.request(args[0]) : module.request(args[0], args[1]));
 }
 
 /**
@@ -62,10 +57,10 @@ export async function outboundRequest(
   if (proxy === null) {
     const direct = { method, headers: options.headers as OutgoingHttpHeaders, ...extra };
     const agent = options.agent === undefined ? {} : { agent: options.agent };
-    return (secure ? httpsRequest : httpRequest)(target, { ...direct, ...agent });
+    return requestOf(secure)(target, { ...direct, ...agent });
   }
   if (secure) {
-    return httpsRequest(target, {
+    return requestOf(true)(target, {
       method,
       headers: options.headers as OutgoingHttpHeaders,
       agent: await tunnelAgent(proxy),
@@ -80,7 +75,7 @@ export async function outboundRequest(
   let headers = withHeader(options.headers, 'host', target.host);
   const authorization = proxyAuthorization(proxy);
   if (authorization) headers = withHeader(headers, 'proxy-authorization', authorization);
-  return (proxy.protocol === 'https:' ? httpsRequest : httpRequest)({
+  return requestOf(proxy.protocol === 'https:')({
     protocol: proxy.protocol,
     hostname: proxy.hostname.replace(/^\[(.*)\]$/, '$1'),
     port: proxy.port || (proxy.protocol === 'https:' ? 443 : 80),

@@ -93,58 +93,56 @@ export function readRelayMessage(bytes: Uint8Array): RelayMessage {
 
 function readBody(fieldNo: BodyField, bytes: Uint8Array, previous: RelayBody): RelayBody {
   const name = BODY_CASES[fieldNo];
+  // The same case again merges into the value read so far; another case starts from the defaults.
+  const body = (previous.case === name ? { case: name, value: { ...previous.value } } : emptyBody(name)) as RelayBody;
   const reader = new BinaryReader(bytes);
-  const next = () => {
+  while (reader.pos < reader.len) {
     const [innerNo, wireType] = reader.tag();
-    return { innerNo, skip: () => reader.skip(wireType, innerNo, SKIP_BUDGET_BODY) };
-  };
+    if (!readBodyField(body, innerNo, reader)) reader.skip(wireType, innerNo, SKIP_BUDGET_BODY);
+  }
+  return body;
+}
+
+function emptyBody(name: (typeof BODY_CASES)[BodyField]): RelayBody {
   switch (name) {
-    case 'data': {
-      const value: RelayDataFields =
-        previous.case === 'data'
-          ? { ...previous.value }
-          : { seq: 0, segmentIndex: 0, segmentCount: 0, payload: new Uint8Array(0) };
-      while (reader.pos < reader.len) {
-        const { innerNo, skip } = next();
-        if (innerNo === 1) value.seq = reader.uint32();
-        else if (innerNo === 2) value.segmentIndex = reader.uint32();
-        else if (innerNo === 3) value.segmentCount = reader.uint32();
-        else if (innerNo === 4) value.payload = reader.bytes();
-        else skip();
-      }
-      return { case: 'data', value };
-    }
-    case 'resume': {
-      const value = previous.case === 'resume' ? { ...previous.value } : { nextSeq: 0 };
-      while (reader.pos < reader.len) {
-        const { innerNo, skip } = next();
-        if (innerNo === 1) value.nextSeq = reader.uint32();
-        else skip();
-      }
-      return { case: 'resume', value };
-    }
-    case 'reset': {
-      const value = previous.case === 'reset' ? { ...previous.value } : { reason: '' };
-      while (reader.pos < reader.len) {
-        const { innerNo, skip } = next();
-        if (innerNo === 1) value.reason = reader.string(true);
-        else skip();
-      }
-      return { case: 'reset', value };
-    }
-    case 'handshake': {
-      const value = previous.case === 'handshake' ? { ...previous.value } : { payload: new Uint8Array(0) };
-      while (reader.pos < reader.len) {
-        const { innerNo, skip } = next();
-        if (innerNo === 1) value.payload = reader.bytes();
-        else skip();
-      }
-      return { case: 'handshake', value };
-    }
+    case 'data':
+      return { case: name, value: { seq: 0, segmentIndex: 0, segmentCount: 0, payload: new Uint8Array(0) } };
+    case 'resume':
+      return { case: name, value: { nextSeq: 0 } };
+    case 'reset':
+      return { case: name, value: { reason: '' } };
+    case 'handshake':
+      return { case: name, value: { payload: new Uint8Array(0) } };
     case 'ackFrame':
     case 'heartbeat':
-      while (reader.pos < reader.len) next().skip();
       return { case: name, value: {} };
+  }
+}
+
+/** Reads field `no` of the body into it; false for a field the body does not have (skipped). */
+function readBodyField(body: RelayBody, no: number, reader: BinaryReader): boolean {
+  switch (body.case) {
+    case 'data':
+      if (no === 1) body.value.seq = reader.uint32();
+      else if (no === 2) body.value.segmentIndex = reader.uint32();
+      else if (no === 3) body.value.segmentCount = reader.uint32();
+      else if (no === 4) body.value.payload = reader.bytes();
+      else return false;
+      return true;
+    case 'resume':
+      if (no !== 1) return false;
+      body.value.nextSeq = reader.uint32();
+      return true;
+    case 'reset':
+      if (no !== 1) return false;
+      body.value.reason = reader.string(true);
+      return true;
+    case 'handshake':
+      if (no !== 1) return false;
+      body.value.payload = reader.bytes();
+      return true;
+    default:
+      return false;
   }
 }
 

@@ -222,14 +222,17 @@ export class RemoteLink {
   private async connectOnce(registration: Registration): Promise<'connected' | 'failed' | 'rejected' | 'superseded'> {
     this.stateValue = 'connecting';
     const connectAt = performance.now();
+    // The URL is a credential: say what is wrong, never what it is. A fresh registration may fix it.
+    const unusableUrl = () => {
+      this.logger.error('the registry gave a relay URL that cannot be dialled; registering again');
+      return 'rejected' as const;
+    };
     let agent: Agent | undefined;
     try {
       // A CONNECT tunnel when a proxy applies to the relay (undefined: ws dials directly).
       agent = await webSocketAgent(new URL(registration.url), this.options.proxy ?? DIRECT);
     } catch {
-      // The URL is a credential: say what is wrong, never what it is. A fresh registration may fix it.
-      this.logger.error('the registry gave a relay URL that cannot be dialled; registering again');
-      return 'rejected';
+      return unusableUrl();
     }
     // close() during that wait saw no socket of this attempt to close.
     if (this.stopping) return 'failed';
@@ -247,9 +250,7 @@ export class RemoteLink {
           agent,
         });
       } catch {
-        // The URL is a credential: say what is wrong, never what it is. A fresh registration may fix it.
-        this.logger.error('the registry gave a relay URL that cannot be dialled; registering again');
-        resolve('rejected');
+        resolve(unusableUrl());
         return;
       }
       this.ws = ws;
