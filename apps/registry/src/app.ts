@@ -8,11 +8,12 @@ import Fastify, {
 } from 'fastify';
 import { ERRORS, errorBody, RegistryError } from './errors.js';
 import { createRegistryMetrics, type Metrics } from './metrics.js';
+import { type RelayRoute, routeToExecutor } from './routing.js';
 import { pollRevocations, RevocationPusher, revocationWindowMs } from './revocations.js';
 import { cloudRoutes } from './routes/cloud.js';
 import { healthRoutes } from './routes/health.js';
 import { v1Routes } from './routes/v1.js';
-import type { ApiKeyRecord, RegistryStore, Role } from './store/types.js';
+import type { ApiKeyRecord, RegistrationRecord, RegistryStore, Role } from './store/types.js';
 import { hashToken } from './tokens.js';
 
 export interface RegistryConfig {
@@ -88,15 +89,18 @@ declare module 'fastify' {
      */
     liveRelayNodes(): Promise<string[]>;
     /**
-     * An environment's relay link as reported by relay heartbeats: `up` when a live configured node listed it in
-     * its latest heartbeat, `down` when live nodes report but none lists it, `unknown` when no node reports.
-     */
-    /**
      * Resolves once no store operation is in flight (or after `timeoutMs`); true when drained. Fastify's close()
      * does not wait for handlers whose client went away, so whoever owns the store awaits this before closing it.
      */
     drain(timeoutMs: number): Promise<boolean>;
-    relayLinkStatus(environmentId: string): Promise<{ status: 'up' | 'down' | 'unknown'; lastSeen: number | null }>;
+    /**
+     * Where a harness of this registration must go, and whether the executor is there: the node the registration
+     * sent the executor to (by hash over the live nodes for a registration that names none). `up` when that node
+     * is live and listed the environment in its latest heartbeat, `down` when nodes report but that one is not
+     * live or does not list it (its executor is away, or failing over to another node), `unknown` when no node
+     * reports (a deployment without heartbeats).
+     */
+    relayRoute(registration: Pick<RegistrationRecord, 'environmentId' | 'relayUrl'> | null): Promise<RelayRoute>;
   }
   interface FastifyRequest {
     apiKey: ApiKeyRecord | null;
@@ -166,17 +170,14 @@ export async function buildRegistry(config: RegistryConfig, deps: RegistryDeps):
     const live = relayUrls.filter((url) => seen.some((node) => node.url === url));
     return live.length > 0 ? live : relayUrls;
   });
-  app.decorate('relayLinkStatus', async (environmentId: string) => {
+  app.decorate('relayRoute', async (registration: Pick<RegistrationRecord, 'environmentId' | 'relayUrl'> | null) => {
     const { relayUrls, relayPresenceTtlMs } = app.registry.config;
+    if (!registration) return { node: null, status: 'unknown' as const, lastSeen: null };
     const [seen, link] = await Promise.all([
       app.registry.store.liveRelayNodes(app.registry.now() - relayPresenceTtlMs),
-      app.registry.store.relayLink(environmentId),
+      app.registry.store.relayLink(registration.environmentId),
     ]);
-    const live = seen.filter((node) => relayUrls.includes(node.url));
-    const lastSeen = link?.lastSeen ?? null;
-    if (live.length === 0) return { status: 'unknown' as const, lastSeen };
-    const node = link && live.find((n) => n.url === link.relayUrl);
-    return { status: node && link.lastSeen >= node.lastSeen ? ('up' as const) : ('down' as const), lastSeen };
+    return routeToExecutor(registration, relayUrls, seen, link);
   });
   app.decorate('drain', (timeoutMs: number) => tracked.drain(timeoutMs));
   // Expired authorizations are useless (consumption checks expiry); delete them now and then.

@@ -423,20 +423,69 @@ describe('relay role', () => {
     expect(await links()).toEqual({ [onA]: 'up', [onB]: 'up' });
   });
 
-  it('once relay-a is no longer live its environments route to relay-b, and relay-b’s reports of them count', async () => {
+  it('a dead node’s environments read offline until their executor registers again, then follow it', async () => {
     const onA = routedTo('ws://relay-a:1');
     await register(onA);
     await report('ws://relay-a:1', [onA], 'admin');
-    clock += 31_000; // relay-a's presence has lapsed
-    expect((await report('ws://relay-b:1', [onA])).statusCode).toBe(200);
+    await report('ws://relay-b:1', []);
+    expect((await connect(onA)).json().url).toMatch(/^ws:\/\/relay-a:1\//);
+    clock += 31_000; // relay-a's presence has lapsed; its executor's socket went with it
+    await report('ws://relay-b:1', [onA]); // a stale socket there does not make relay-b the executor's node
     expect((await call('GET', '/v1/environments', 'admin')).json().environments[0]).toMatchObject({
       environment_id: onA,
-      relay_node: 'ws://relay-b:1',
-      relay_link: 'up',
+      relay_node: 'ws://relay-a:1',
+      relay_link: 'down',
     });
-    clock += 1_000;
+    const offline = await connect(onA);
+    expect([offline.statusCode, offline.json().error.code]).toEqual([409, 'environment_offline']);
+    // The executor fails over: a new registration sends it to the live node, and relay-b's report now counts.
+    const again = await call('POST', `/cloud/environment/${onA}/register`, 'exec', {
+      security_profile: 'noise_hybrid_ik_v1',
+      executor_public_key: executorKey,
+      unreachable_relay_url: 'ws://relay-a:1',
+    });
+    expect(again.json().url).toMatch(/^ws:\/\/relay-b:1\//);
+    await report('ws://relay-b:1', [onA]);
+    expect(await links()).toEqual({ [onA]: 'up' });
+    expect((await connect(onA)).json().url).toMatch(/^ws:\/\/relay-b:1\//);
+  });
+
+  it('an executor failing over is sent to another live node even while its old node still reads live', async () => {
+    const onA = routedTo('ws://relay-a:1');
+    await report('ws://relay-a:1', [], 'admin');
     await report('ws://relay-b:1', []);
-    expect(await links()).toEqual({ [onA]: 'down' });
+    expect((await register(onA)).json().url).toMatch(/^ws:\/\/relay-a:1\//);
+    const moved = await call('POST', `/cloud/environment/${onA}/register`, 'exec', {
+      security_profile: 'noise_hybrid_ik_v1',
+      executor_public_key: executorKey,
+      unreachable_relay_url: 'ws://relay-a:1',
+    });
+    expect(moved.json().url).toMatch(/^ws:\/\/relay-b:1\//);
+    // With no other live node the hint cannot be honoured: the executor is sent where there is one.
+    clock += 31_000;
+    await report('ws://relay-a:1', [], 'admin');
+    const only = await call('POST', `/cloud/environment/${onA}/register`, 'exec', {
+      security_profile: 'noise_hybrid_ik_v1',
+      executor_public_key: executorKey,
+      unreachable_relay_url: 'ws://relay-a:1',
+    });
+    expect(only.json().url).toMatch(/^ws:\/\/relay-a:1\//);
+  });
+
+  it('a node that joins changes no registered environment’s node: harnesses go where their executor is', async () => {
+    await store.heartbeatRelayNode('ws://relay-a:1', clock, []); // only relay-a is live
+    const envs = Array.from({ length: 12 }, (_, i) => `dev-join-${i}`);
+    for (const env of envs) expect((await register(env)).json().url).toMatch(/^ws:\/\/relay-a:1\//);
+    await report('ws://relay-a:1', envs, 'admin');
+    await report('ws://relay-b:1', []); // relay-b joins
+    const moved = envs.filter((env) => pickRelayNode(['ws://relay-a:1', 'ws://relay-b:1'], env) === 'ws://relay-b:1');
+    expect(moved.length, 'some environments hash to the new node').toBeGreaterThan(0);
+    for (const env of envs) {
+      const res = await connect(env);
+      expect(res.json().url, res.body).toMatch(/^ws:\/\/relay-a:1\//);
+    }
+    // A registration made from now on may land on the new node.
+    expect((await register(moved[0])).json().url).toMatch(/^ws:\/\/relay-b:1\//);
   });
 
   it('a relay key gets 403 on every other authenticated route', async () => {

@@ -21,6 +21,11 @@ export const ErrorResponse = Type.Object({
 export const RegisterBody = Type.Object({
   security_profile: Type.String({ maxLength: 64 }),
   executor_public_key: PublicKeySchema,
+  /**
+   * Tether's addition (Codex sends none): the relay URL an executor failing over could not reach. The registry sends
+   * it to another live node when it has one. It only steers this executor's own registration.
+   */
+  unreachable_relay_url: Type.Optional(Type.String({ maxLength: 2048 })),
 });
 export type RegisterBody = Static<typeof RegisterBody>;
 

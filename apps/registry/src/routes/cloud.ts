@@ -5,7 +5,7 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { requireRole } from '../app.js';
 import { BoundedCache } from '../cache.js';
 import { RegistryError } from '../errors.js';
-import { pickRelayNode } from '../routing.js';
+import { pickRegistrationNode } from '../routing.js';
 import {
   authErrors,
   ConnectBody,
@@ -82,8 +82,9 @@ export async function cloudRoutes(app: FastifyInstance) {
     }
   };
 
-  const relayNode = async (environmentId: string) => {
-    const base = pickRelayNode(await app.liveRelayNodes(), environmentId);
+  /** The node a registering executor is sent to (rendezvous hashing over the live nodes, minus the one it left). */
+  const registrationNode = async (environmentId: string, unreachable: string | undefined) => {
+    const base = pickRegistrationNode(await app.liveRelayNodes(), environmentId, unreachable);
     if (!base) throw new RegistryError('no_relay_available');
     return base;
   };
@@ -139,8 +140,9 @@ export async function cloudRoutes(app: FastifyInstance) {
         const executorPublicKey = canonicalKey(request.body.executor_public_key);
         if (executorPublicKey === null) throw new RegistryError('invalid_public_key');
         const registrationId = `reg_${randomBytes(16).toString('base64url')}`;
-        // Picked first: with no relay to send the executor to, nothing is stored.
-        const base = await relayNode(environmentId);
+        // Picked first: with no relay to send the executor to, nothing is stored. An executor failing over names
+        // the node it could not reach (Tether's field; Codex sends none).
+        const base = await registrationNode(environmentId, request.body.unreachable_relay_url);
         // The ownership check, the key's liveness and the epoch are one store step with the replacement.
         const stored = await store.putRegistration({
           environmentId,
@@ -149,6 +151,7 @@ export async function cloudRoutes(app: FastifyInstance) {
           executorPublicKey,
           apiKeyId: (request.apiKey as { id: string }).id,
           createdAt: now(),
+          relayUrl: base,
         });
         if (!stored.ok) {
           request.log.warn({ environmentId, reason: stored.reason }, 'registration refused');
@@ -156,7 +159,7 @@ export async function cloudRoutes(app: FastifyInstance) {
         }
         const url = relayUrl(base, 'environment', { environmentId, registrationId, epoch: stored.epoch });
         app.metrics.inc('registry_registrations_total');
-        request.log.info({ environmentId, registrationId, epoch: stored.epoch }, 'executor registered');
+        request.log.info({ environmentId, registrationId, epoch: stored.epoch, relayNode: base }, 'executor registered');
         return {
           environment_id: environmentId,
           url,
@@ -216,11 +219,6 @@ export async function cloudRoutes(app: FastifyInstance) {
         const environmentId = request.params.id;
         const harnessPublicKey = canonicalKey(request.body.harness_public_key);
         if (harnessPublicKey === null) throw new RegistryError('invalid_public_key');
-        if ((await app.relayLinkStatus(environmentId)).status === 'down') {
-          // An unregistered (or revoked) environment is reported as such even while its link is down.
-          if (!(await store.currentRegistration(environmentId))) throw await noRegistration(environmentId);
-          throw new RegistryError('environment_offline');
-        }
         const authorization = generateToken('thka');
         // The registration lookup and the authorization for it are one store step (one PostgreSQL round trip).
         const current = await store.createAuthorizationForCurrent({
@@ -230,7 +228,12 @@ export async function cloudRoutes(app: FastifyInstance) {
           expiresAt: now() + config.authorizationTtlMs,
         });
         if (!current) throw await noRegistration(environmentId);
-        const url = relayUrl(await relayNode(environmentId), 'harness', current);
+        // To the node the executor was sent to, never to one a hash would pick now. While that node is dead or does
+        // not carry the executor (it is away, or failing over to a live node), say so: the harness retries, and the
+        // authorization just made expires unused.
+        const route = await app.relayRoute(current);
+        if (route.status === 'down' || route.node === null) throw new RegistryError('environment_offline');
+        const url = relayUrl(route.node, 'harness', current);
         app.metrics.inc('registry_bundles_total');
         request.log.info({ environmentId, registrationId: current.registrationId }, 'harness bundle issued');
         return {

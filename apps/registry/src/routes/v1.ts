@@ -3,7 +3,6 @@ import type { FastifyInstance } from 'fastify';
 import { requireRole } from '../app.js';
 import { RegistryError } from '../errors.js';
 import { REVOCATION_LIST_CAP, revocationWindowMs } from '../revocations.js';
-import { pickRelayNode } from '../routing.js';
 import { authErrors, ErrorResponse, StatusResponse } from '../schemas.js';
 import type { ApiKeyRecord, RevokedRegistrationRecord } from '../store/types.js';
 import { ENVIRONMENT_ID_PATTERN } from '../tokens.js';
@@ -66,20 +65,6 @@ export async function v1Routes(app: FastifyInstance) {
     }),
   );
 
-  /**
-   * The reported environments the registry routes to `url`: the environment's link status is its last reporter's
-   * word, so a node listing an environment served elsewhere (and then dropping it) would make it read `down`.
-   * Routing is computed over the live nodes as they are once this heartbeat counts (`url` among them), as /connect
-   * will. Applied to admin-key heartbeats too: an admin key could do worse anyway, but a link reported by a node
-   * /connect does not send harnesses to means nothing to them either way, so the table keeps one meaning.
-   */
-  const routedHere = async (url: string, reported: readonly string[], at: number): Promise<string[]> => {
-    if (reported.length === 0) return [];
-    const seen = await store.liveRelayNodes(at - config.relayPresenceTtlMs);
-    const live = config.relayUrls.filter((node) => node === url || seen.some((n) => n.url === node));
-    return reported.filter((environmentId) => pickRelayNode(live, environmentId) === url);
-  };
-
   // Relay nodes heartbeat with a relay key bound to their URL (or, as before, an admin key).
   await app.register(async (relay) => {
     relay.addHook('onRequest', requireRole(app, ['relay', 'admin']));
@@ -108,8 +93,8 @@ export async function v1Routes(app: FastifyInstance) {
         if (!config.relayUrls.includes(request.body.url)) throw new RegistryError('unknown_relay_node');
         if (key.role === 'relay' && key.relayUrl !== request.body.url) throw new RegistryError('forbidden_relay_node');
         const at = now();
-        const environments = await routedHere(request.body.url, request.body.environments ?? [], at);
-        await store.heartbeatRelayNode(request.body.url, at, environments);
+        // The store links a reported environment here only when its current registration sent the executor here.
+        await store.heartbeatRelayNode(request.body.url, at, request.body.environments ?? []);
         // Every revocation a relay could still hold a live URL of, newest first; it drops and refuses those.
         const revoked = await store.listRevokedRegistrations(at - revocationWindowMs(config), REVOCATION_LIST_CAP);
         return { status: 'ok', revoked_registrations: revokedView(revoked) };
@@ -124,9 +109,8 @@ export async function v1Routes(app: FastifyInstance) {
       '/environments',
       { schema: { response: { 200: Type.Object({ environments: Type.Array(EnvironmentView) }), ...authErrors } } },
       async () => {
-        const live = await app.liveRelayNodes();
         const environments = await store.listEnvironments();
-        const links = await Promise.all(environments.map((e) => app.relayLinkStatus(e.environmentId)));
+        const routes = await Promise.all(environments.map((e) => app.relayRoute(e.registration)));
         return {
           environments: environments.map((e, i) => ({
             environment_id: e.environmentId,
@@ -136,9 +120,9 @@ export async function v1Routes(app: FastifyInstance) {
             registered_at: e.registration?.createdAt ?? null,
             epoch: e.registration?.epoch ?? null,
             owner_key_id: e.ownerKeyId,
-            relay_node: e.registration ? (pickRelayNode(live, e.environmentId) ?? null) : null,
-            relay_link: links[i]?.status ?? 'unknown',
-            last_seen: links[i]?.lastSeen ?? null,
+            relay_node: routes[i]?.node ?? null,
+            relay_link: routes[i]?.status ?? 'unknown',
+            last_seen: routes[i]?.lastSeen ?? null,
           })),
         };
       },

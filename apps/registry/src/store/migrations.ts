@@ -80,6 +80,16 @@ CREATE INDEX revoked_registrations_revoked_at ON revoked_registrations (revoked_
 CREATE INDEX revoked_registrations_environment_id ON revoked_registrations (environment_id);
 `;
 
+/**
+ * Version 4: the relay node each registration was sent to. The registry routes harnesses to the node the
+ * environment's executor was told to dial (and reports linked), not to the node a hash would pick now: a node
+ * that joins must not pull harnesses away from where their executor is.
+ */
+const REGISTRATION_RELAY: Migration = {
+  version: 4,
+  sql: 'ALTER TABLE registrations ADD COLUMN relay_url TEXT;',
+};
+
 const ROLE_CHECK = "CHECK (role IN ('executor', 'harness', 'admin', 'relay'))";
 
 export const SQLITE_MIGRATIONS: Migration[] = [
@@ -103,6 +113,7 @@ DROP TABLE api_keys;
 ALTER TABLE api_keys_v3 RENAME TO api_keys;
 ${ownershipAndRevocations('INTEGER')}`,
   },
+  REGISTRATION_RELAY,
 ];
 
 export const POSTGRES_MIGRATIONS: Migration[] = [
@@ -115,4 +126,5 @@ ALTER TABLE api_keys ADD CONSTRAINT api_keys_role_check ${ROLE_CHECK};
 ALTER TABLE api_keys ADD COLUMN relay_url TEXT;
 ${ownershipAndRevocations('BIGINT')}`,
   },
+  REGISTRATION_RELAY,
 ];

@@ -83,7 +83,7 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
 
   const keyColumns = 'id, role, environments, label, created_at, revoked_at, relay_url';
   const regColumns =
-    'environment_id, registration_id, security_profile, executor_public_key, api_key_id, created_at, epoch';
+    'environment_id, registration_id, security_profile, executor_public_key, api_key_id, created_at, epoch, relay_url';
   /** Runs `fn` in one transaction on one pooled client. */
   const transaction = async <T>(fn: (client: pg.PoolClient) => Promise<T>): Promise<T> => {
     const client = await pool.connect();
@@ -175,13 +175,22 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
            WHERE environments.owner_key_id IS NULL OR environments.owner_key_id = excluded.owner_key_id
            RETURNING last_epoch),
          reg AS (
-           INSERT INTO registrations (${regColumns}) SELECT $1, $2, $3, $4, $5, $6, last_epoch FROM env
+           INSERT INTO registrations (${regColumns}) SELECT $1, $2, $3, $4, $5, $6, last_epoch, $7 FROM env
            ON CONFLICT (environment_id) DO UPDATE SET registration_id = excluded.registration_id,
              security_profile = excluded.security_profile, executor_public_key = excluded.executor_public_key,
-             api_key_id = excluded.api_key_id, created_at = excluded.created_at, epoch = excluded.epoch
+             api_key_id = excluded.api_key_id, created_at = excluded.created_at, epoch = excluded.epoch,
+             relay_url = excluded.relay_url
            RETURNING epoch)
          SELECT (SELECT count(*) FROM k)::int AS key_ok, (SELECT epoch FROM reg) AS epoch`,
-        [r.environmentId, r.registrationId, r.securityProfile, r.executorPublicKey, r.apiKeyId, r.createdAt],
+        [
+          r.environmentId,
+          r.registrationId,
+          r.securityProfile,
+          r.executorPublicKey,
+          r.apiKeyId,
+          r.createdAt,
+          r.relayUrl ?? null,
+        ],
       );
       const row = rows[0];
       if (!row || row.key_ok === 0) return { ok: false, reason: 'key_revoked' };
@@ -301,7 +310,8 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
            INSERT INTO relay_nodes (url, last_seen) VALUES ($1, $2)
            ON CONFLICT (url) DO UPDATE SET last_seen = excluded.last_seen)
          INSERT INTO relay_links (environment_id, relay_url, last_seen)
-         SELECT DISTINCT id, $1, $2::bigint FROM unnest($3::text[]) AS id
+         SELECT DISTINCT r.environment_id, $1, $2::bigint FROM registrations r
+         WHERE r.environment_id = ANY($3::text[]) AND (r.relay_url IS NULL OR r.relay_url = $1)
          ON CONFLICT (environment_id) DO UPDATE SET relay_url = excluded.relay_url, last_seen = excluded.last_seen`,
         [url, at, environmentIds],
       );

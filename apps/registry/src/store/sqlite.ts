@@ -38,6 +38,7 @@ interface RegistrationRow {
   api_key_id: string;
   created_at: number;
   epoch: number;
+  relay_url: string | null;
 }
 interface RevokedRow {
   environment_id: string;
@@ -63,6 +64,7 @@ export const toRegistration = (row: RegistrationRow): RegistrationRecord => ({
   apiKeyId: row.api_key_id,
   createdAt: Number(row.created_at),
   epoch: Number(row.epoch),
+  relayUrl: row.relay_url ?? null,
 });
 
 export const toRevoked = (row: RevokedRow): RevokedRegistrationRecord => ({
@@ -152,7 +154,7 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
 
   const keyColumns = 'id, role, environments, label, created_at, revoked_at, relay_url';
   const regColumns =
-    'environment_id, registration_id, security_profile, executor_public_key, api_key_id, created_at, epoch';
+    'environment_id, registration_id, security_profile, executor_public_key, api_key_id, created_at, epoch, relay_url';
   const stmt = {
     insertKey: db.prepare(
       `INSERT INTO api_keys (id, token_hash, role, environments, label, created_at, relay_url)
@@ -175,10 +177,11 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
       .prepare("SELECT 1 FROM api_keys WHERE id = ? AND role = 'executor' AND revoked_at IS NULL")
       .pluck(),
     upsertReg: db.prepare(
-      `INSERT INTO registrations (${regColumns}) VALUES (?, ?, ?, ?, ?, ?, ?)
+      `INSERT INTO registrations (${regColumns}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
        ON CONFLICT (environment_id) DO UPDATE SET registration_id = excluded.registration_id,
          security_profile = excluded.security_profile, executor_public_key = excluded.executor_public_key,
-         api_key_id = excluded.api_key_id, created_at = excluded.created_at, epoch = excluded.epoch`,
+         api_key_id = excluded.api_key_id, created_at = excluded.created_at, epoch = excluded.epoch,
+         relay_url = excluded.relay_url`,
     ),
     currentReg: db.prepare(`SELECT ${regColumns} FROM registrations WHERE environment_id = ?`),
     regsOfKey: db.prepare('SELECT environment_id, registration_id FROM registrations WHERE api_key_id = ?'),
@@ -223,8 +226,11 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
     heartbeat: db.prepare(
       'INSERT INTO relay_nodes (url, last_seen) VALUES (?, ?) ON CONFLICT (url) DO UPDATE SET last_seen = excluded.last_seen',
     ),
+    // Only an environment whose current registration sent its executor to this node (or names none).
     upsertLink: db.prepare(
-      `INSERT INTO relay_links (environment_id, relay_url, last_seen) VALUES (?, ?, ?)
+      `INSERT INTO relay_links (environment_id, relay_url, last_seen)
+       SELECT r.environment_id, ?, ? FROM registrations r
+       WHERE r.environment_id = ? AND (r.relay_url IS NULL OR r.relay_url = ?)
        ON CONFLICT (environment_id) DO UPDATE SET relay_url = excluded.relay_url, last_seen = excluded.last_seen`,
     ),
     link: db.prepare('SELECT environment_id, relay_url, last_seen FROM relay_links WHERE environment_id = ?'),
@@ -265,6 +271,7 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
       r.apiKeyId,
       r.createdAt,
       epoch,
+      r.relayUrl ?? null,
     );
     return { ok: true, epoch };
   });
@@ -293,7 +300,7 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
 
   const heartbeat = db.transaction((url: string, at: number, environmentIds: readonly string[]) => {
     stmt.heartbeat.run(url, at);
-    for (const id of environmentIds) stmt.upsertLink.run(id, url, at);
+    for (const id of environmentIds) stmt.upsertLink.run(url, at, id, url);
   });
 
   const currentRegistration = (environmentId: string): RegistrationRecord | undefined => {

@@ -64,6 +64,7 @@ const registration = (environmentId: string, registrationId: string) => ({
   executorPublicKey: '{"suite":"s"}',
   apiKeyId: 'key-1',
   createdAt: 2_000,
+  relayUrl: 'ws://a' as string | null,
 });
 
 /** Creates the active executor key `id` that registrations are made with (putRegistration checks it). */
@@ -338,17 +339,35 @@ describe.each([sqlite, postgres])('RegistryStore on $name', (engine) => {
     expect(await store.liveRelayNodes(2_500)).toEqual([{ url: 'ws://b', lastSeen: 3_000 }]);
   });
 
-  it('records which environments a relay node reports connected, the latest report winning', async () => {
+  it('links a reported environment to a node only where its current registration sent the executor', async () => {
+    await executorKey(store);
+    await store.putRegistration(registration('dev-1', 'reg-1'));
+    await store.putRegistration({ ...registration('dev-2', 'reg-2'), relayUrl: 'ws://b' });
     expect(await store.relayLink('dev-1')).toBeUndefined();
-    await store.heartbeatRelayNode('ws://a', 1_000, ['dev-1', 'dev-2', 'dev-1']);
-    await store.heartbeatRelayNode('ws://b', 2_000, ['dev-2']);
+    await store.heartbeatRelayNode('ws://a', 1_000, ['dev-1', 'dev-2', 'dev-1', 'dev-unregistered']);
+    await store.heartbeatRelayNode('ws://b', 2_000, ['dev-2', 'dev-1']);
     await store.heartbeatRelayNode('ws://a', 3_000, []);
     expect(await store.relayLink('dev-1')).toEqual({ environmentId: 'dev-1', relayUrl: 'ws://a', lastSeen: 1_000 });
     expect(await store.relayLink('dev-2')).toEqual({ environmentId: 'dev-2', relayUrl: 'ws://b', lastSeen: 2_000 });
+    expect(await store.relayLink('dev-unregistered')).toBeUndefined();
     expect(await store.liveRelayNodes(0)).toEqual([
       { url: 'ws://a', lastSeen: 3_000 },
       { url: 'ws://b', lastSeen: 2_000 },
     ]);
+    // The executor failed over: its new registration names ws://b, so ws://b's reports count from now on.
+    await store.putRegistration({ ...registration('dev-1', 'reg-3'), relayUrl: 'ws://b' });
+    expect((await store.currentRegistration('dev-1'))?.relayUrl).toBe('ws://b');
+    await store.heartbeatRelayNode('ws://b', 4_000, ['dev-1']);
+    expect(await store.relayLink('dev-1')).toEqual({ environmentId: 'dev-1', relayUrl: 'ws://b', lastSeen: 4_000 });
+  });
+
+  it('a registration that names no node (made before the registry recorded one) is linked wherever reported', async () => {
+    await executorKey(store);
+    await store.putRegistration({ ...registration('dev-1', 'reg-1'), relayUrl: null });
+    expect((await store.currentRegistration('dev-1'))?.relayUrl).toBeNull();
+    await store.heartbeatRelayNode('ws://a', 1_000, ['dev-1']);
+    await store.heartbeatRelayNode('ws://b', 2_000, ['dev-1']);
+    expect(await store.relayLink('dev-1')).toEqual({ environmentId: 'dev-1', relayUrl: 'ws://b', lastSeen: 2_000 });
   });
 });
 
@@ -391,6 +410,8 @@ describe.each([sqlite, postgres])('RegistryStore read caches on $name', (engine)
   });
 
   it('heartbeats through this store are seen at once by cached presence and link lookups', async () => {
+    await executorKey(db.store);
+    await db.store.putRegistration(registration('dev-1', 'reg-1'));
     expect(await db.store.liveRelayNodes(0)).toEqual([]);
     expect(await db.store.relayLink('dev-1')).toBeUndefined();
     await db.store.heartbeatRelayNode('ws://a', 1_000, ['dev-1']);
@@ -413,6 +434,8 @@ it('SQLite caches are exact across connections: revocations, new keys and heartb
   try {
     await db.store.createApiKey(key({ id: 'k1', tokenHash: 'a'.repeat(64) }));
     expect((await db.store.findApiKey('a'.repeat(64)))?.id).toBe('k1');
+    await executorKey(db.store, 'key-1');
+    await db.store.putRegistration(registration('dev-1', 'reg-1'));
     expect(await db.store.liveRelayNodes(0)).toEqual([]);
     expect(await db.store.relayLink('dev-1')).toBeUndefined();
     // As `registry keys revoke|create` would, from another process.
@@ -421,7 +444,6 @@ it('SQLite caches are exact across connections: revocations, new keys and heartb
     await other.heartbeatRelayNode('ws://a', 1_000, ['dev-1']);
     expect(await db.store.findApiKey('a'.repeat(64))).toBeUndefined();
     expect(await db.store.currentRegistration('dev-9')).toBeUndefined();
-    await executorKey(other);
     await other.putRegistration(registration('dev-9', 'reg-9'));
     expect((await db.store.currentRegistration('dev-9'))?.registrationId).toBe('reg-9');
     expect(await other.revokeRegistration('dev-9', 'reg-9', 6_000)).not.toBeNull();

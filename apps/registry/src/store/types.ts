@@ -34,10 +34,15 @@ export interface RegistrationRecord {
    * ever had. Signed into both roles' relay URLs, so a relay can refuse an older registration's socket.
    */
   epoch: number;
+  /**
+   * The relay node (public URL) the executor was sent to with this registration; null for registrations made
+   * before the registry recorded it (routed by hash, as then).
+   */
+  relayUrl: string | null;
 }
 
 /** What putRegistration is given: the store assigns the epoch. */
-export type NewRegistration = Omit<RegistrationRecord, 'epoch'>;
+export type NewRegistration = Omit<RegistrationRecord, 'epoch' | 'relayUrl'> & { relayUrl?: string | null };
 
 /** putRegistration's answer: the stored registration's epoch, or why it was refused. */
 export type PutRegistrationResult =
@@ -150,7 +155,12 @@ export interface RegistryStore {
   /** Deletes authorizations that expired before `before`; returns how many. */
   pruneAuthorizations(before: number): Promise<number>;
 
-  /** Records a relay heartbeat at `at`, with the environments whose executor socket is connected to it. */
+  /**
+   * Records a relay heartbeat at `at`, with the environments whose executor socket is connected to it. A reported
+   * environment is linked to the node only when its current registration sent the executor there (or names no
+   * node): a node still carrying a superseded executor's socket cannot take the link from the node the current one
+   * was sent to.
+   */
   heartbeatRelayNode(url: string, at: number, environmentIds?: readonly string[]): Promise<void>;
   relayLink(environmentId: string): Promise<RelayLinkRecord | undefined>;
   /** Relay nodes seen at or after `since`, by url. */
