@@ -8,11 +8,11 @@ import Fastify, {
 } from 'fastify';
 import { ERRORS, errorBody, RegistryError } from './errors.js';
 import { createRegistryMetrics, type Metrics } from './metrics.js';
-import { type RelayRoute, routeToExecutor } from './routing.js';
 import { pollRevocations, RevocationPusher, revocationWindowMs } from './revocations.js';
 import { cloudRoutes } from './routes/cloud.js';
 import { healthRoutes } from './routes/health.js';
 import { v1Routes } from './routes/v1.js';
+import { type RelayRoute, routeToExecutor } from './routing.js';
 import type { ApiKeyRecord, RegistrationRecord, RegistryStore, Role } from './store/types.js';
 import { hashToken } from './tokens.js';
 

@@ -159,7 +159,10 @@ export async function cloudRoutes(app: FastifyInstance) {
         }
         const url = relayUrl(base, 'environment', { environmentId, registrationId, epoch: stored.epoch });
         app.metrics.inc('registry_registrations_total');
-        request.log.info({ environmentId, registrationId, epoch: stored.epoch, relayNode: base }, 'executor registered');
+        request.log.info(
+          { environmentId, registrationId, epoch: stored.epoch, relayNode: base },
+          'executor registered',
+        );
         return {
           environment_id: environmentId,
           url,
