@@ -1,7 +1,19 @@
+export {
+  DEFAULT_OTLP_HTTP_ENDPOINT,
+  type OtelEnv,
+  type OtelEnvSettings,
+  otelEnvSettings,
+  serviceTelemetryOptions,
+  TelemetryConfigError,
+} from './env.js';
 export { createLogger, DEFAULT_REDACT_PATHS, type Logger, type LoggerOptions, silentLogger } from './logger.js';
 export {
   DURATION_BUCKETS_SECONDS,
+  type Observe,
+  type ObservedInstrument,
   type OtlpHttpExporterConfig,
+  PROMETHEUS_CONTENT_TYPE,
   Telemetry,
   type TelemetryOptions,
+  type Temporality,
 } from './telemetry.js';

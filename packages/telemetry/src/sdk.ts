@@ -1,7 +1,8 @@
 import { Agent as HttpAgent } from 'node:http';
 import { Agent as HttpsAgent } from 'node:https';
 import { ExportResultCode } from '@opentelemetry/core';
-import { OTLPMetricExporterBase } from '@opentelemetry/exporter-metrics-otlp-http';
+import { AggregationTemporalityPreference, OTLPMetricExporterBase } from '@opentelemetry/exporter-metrics-otlp-http';
+import { PrometheusSerializer } from '@opentelemetry/exporter-prometheus';
 import {
   createOtlpNetworkExportDelegate,
   type ExportResponse,
@@ -15,14 +16,15 @@ import {
 } from '@opentelemetry/otlp-transformer';
 import { resourceFromAttributes } from '@opentelemetry/resources';
 import {
-  AggregationTemporality,
   MeterProvider,
   MetricReader,
   PeriodicExportingMetricReader,
   type PushMetricExporter,
+  type ResourceMetrics,
 } from '@opentelemetry/sdk-metrics';
 import { DIRECT, outboundRequest } from '@tether/outbound';
-import type { OtlpHttpExporterConfig, TelemetryOptions } from './telemetry.js';
+import type { ProcessMetrics } from './process-metrics.js';
+import type { OtlpHttpExporterConfig, TelemetryOptions, Temporality } from './telemetry.js';
 
 // The OpenTelemetry SDK, loaded only when something is exported (it costs megabytes of RSS).
 
@@ -35,16 +37,28 @@ export class PullReader extends MetricReader {
 export interface SdkParts {
   provider: MeterProvider;
   pull: PullReader | null;
+  /** Renders what `pull` collected in the Prometheus text format. */
+  serialize(metrics: ResourceMetrics): string;
+  processMetrics: ProcessMetrics | null;
 }
 
-export function createSdk(options: TelemetryOptions, onError: (err: Error) => void): SdkParts {
+/**
+ * The instruments' own names and attributes, as the services always had them: no `otel_scope_*` labels on
+ * every series. `target_info` carries the resource (service name and version) once.
+ */
+const serializer = new PrometheusSerializer(undefined, false, undefined, false, true);
+
+export async function createSdk(options: TelemetryOptions, onError: (err: Error) => void): Promise<SdkParts> {
   const readers: MetricReader[] = [];
   if (options.otlpHttp) {
     const interval = options.exportIntervalMs ?? 60_000;
     const timeout = Math.min(options.exportTimeoutMs ?? 5_000, interval);
     readers.push(
       new PeriodicExportingMetricReader({
-        exporter: reportingFailures(createOtlpHttpExporter(options.otlpHttp, timeout), onError),
+        exporter: reportingFailures(
+          createOtlpHttpExporter(options.otlpHttp, timeout, options.temporality ?? 'delta'),
+          onError,
+        ),
         exportIntervalMillis: interval,
         exportTimeoutMillis: timeout,
       }),
@@ -54,13 +68,25 @@ export function createSdk(options: TelemetryOptions, onError: (err: Error) => vo
   if (pull) readers.push(pull);
   const provider = new MeterProvider({
     resource: resourceFromAttributes({
+      ...options.resourceAttributes,
       'service.name': options.serviceName,
       ...(options.serviceVersion ? { 'service.version': options.serviceVersion } : {}),
-      env: options.environment ?? 'dev',
+      ...(options.environment !== undefined ? { env: options.environment } : {}),
     }),
     readers,
   });
-  return { provider, pull };
+  const processMetrics =
+    pull && options.processMetrics ? new (await import('./process-metrics.js')).ProcessMetrics() : null;
+  return {
+    provider,
+    pull,
+    processMetrics,
+    serialize: (metrics) => {
+      const text = serializer.serialize(metrics);
+      // With no instrument at all it says so in a comment without a line end.
+      return text.endsWith('\n') ? text : `${text}\n`;
+    },
+  };
 }
 
 /** The reader hands export failures to OTel's global error handler; route them to ours instead. */
@@ -123,8 +149,18 @@ export function httpTransport(config: OtlpHttpExporterConfig, contentType: strin
   };
 }
 
-/** OTLP/HTTP push exporter with delta temporality (what Codex sends: `aggregationTemporality: 1`). */
-function createOtlpHttpExporter(config: OtlpHttpExporterConfig, timeoutMillis: number): OTLPMetricExporterBase {
+const TEMPORALITY: Record<Temporality, AggregationTemporalityPreference> = {
+  delta: AggregationTemporalityPreference.DELTA,
+  cumulative: AggregationTemporalityPreference.CUMULATIVE,
+  lowmemory: AggregationTemporalityPreference.LOWMEMORY,
+};
+
+/** OTLP/HTTP push exporter; the executor's is delta, what Codex sends (`aggregationTemporality: 1`). */
+function createOtlpHttpExporter(
+  config: OtlpHttpExporterConfig,
+  timeoutMillis: number,
+  temporality: Temporality,
+): OTLPMetricExporterBase {
   const json = config.protocol === 'json';
   const delegate = createOtlpNetworkExportDelegate(
     { timeoutMillis, concurrencyLimit: 8, compression: 'none' },
@@ -137,5 +173,5 @@ function createOtlpHttpExporter(config: OtlpHttpExporterConfig, timeoutMillis: n
     ),
     httpTransport(config, json ? 'application/json' : 'application/x-protobuf'),
   );
-  return new OTLPMetricExporterBase(delegate, { temporalityPreference: AggregationTemporality.DELTA });
+  return new OTLPMetricExporterBase(delegate, { temporalityPreference: TEMPORALITY[temporality] });
 }

@@ -112,8 +112,8 @@ describe('Telemetry over OTLP/HTTP JSON', () => {
     const last = [c.metricPayloads().at(-1)];
     expect(hasMetricPoint(last, 'requests_total', { method: 'initialize', result: 'success' }, 1)).toBe(true);
     expect(hasMetricPoint(last, 'requests_total', { method: 'process/start', result: 'success' })).toBe(false);
-    // the environment attribute defaults to Codex's `dev`
-    expect(JSON.stringify(c.metricPayloads()[0])).toContain('"key":"env","value":{"stringValue":"dev"}');
+    // `env` only when given (the executor always gives Codex's `[otel] environment`, `dev` by default)
+    expect(JSON.stringify(c.metricPayloads()[0])).not.toContain('"key":"env"');
   });
 
   it('shutdown exports once and is idempotent; flush after shutdown sends nothing', async () => {
@@ -199,14 +199,126 @@ describe('Prometheus exposition', () => {
     expect(text).toContain('request_duration_seconds_bucket{method="a",le="+Inf"} 2\n');
     expect(text).toContain('request_duration_seconds_count{method="a"} 2\n');
     expect(text).toMatch(/request_duration_seconds_sum\{method="a"\} 0\.023\d*\n/);
+    // The resource once, as target_info; no otel_scope_* labels on the series.
+    expect(text).toContain('target_info{service_name="unit",service_version="1.2.3"} 1\n');
+    expect(text).not.toContain('otel_scope');
+    expectExposition(text);
   });
 
   it('escapes label values', async () => {
     const t = await telemetry({ prometheus: true });
     t.counter('odd_total', 'Odd.').add(1, { path: 'a"b\\c\nd' });
-    expect(await t.prometheus()).toContain('odd_total{path="a\\"b\\\\c\\nd"} 1\n');
+    const text = await t.prometheus();
+    expect(text).toContain('odd_total{path="a\\"b\\\\c\\nd"} 1\n');
+    expectExposition(text);
+  });
+
+  it('observe(): counters report running totals and gauges current values from one read per collection', async () => {
+    const t = await telemetry({ prometheus: true });
+    const totals = { a: 0, b: 0 };
+    let reads = 0;
+    const byKind = { a: { kind: 'a' }, b: { kind: 'b' } };
+    t.observe(
+      {
+        frames_total: { kind: 'counter', description: 'Frames.' },
+        open_sockets: { kind: 'gauge', description: 'Sockets.' },
+      },
+      (report) => {
+        reads++;
+        report('frames_total', totals.a, byKind.a);
+        report('frames_total', totals.b, byKind.b);
+        report('open_sockets', 7);
+      },
+    );
+    totals.a += 3;
+    expect(await t.prometheus()).toContain(
+      '# TYPE frames_total counter\nframes_total{kind="a"} 3\nframes_total{kind="b"} 0\n',
+    );
+    totals.b += 2;
+    const text = await t.prometheus();
+    expect(text).toContain('frames_total{kind="a"} 3\nframes_total{kind="b"} 2\n');
+    expect(text).toContain('# TYPE open_sockets gauge\nopen_sockets 7\n');
+    expect(reads).toBe(2);
+  });
+
+  it('without instruments it is still a well-formed exposition', async () => {
+    const t = await telemetry({ prometheus: true });
+    const text = await t.prometheus();
+    expect(text.endsWith('\n')).toBe(true);
+    expectExposition(text);
+  });
+
+  it('processMetrics adds prom-client’s process and event-loop collectors and the loop’s utilization', async () => {
+    const t = await telemetry({ prometheus: true, processMetrics: true });
+    t.counter('things_total', 'Things.').add(1);
+    await t.prometheus(); // the lag gauge is measured one scrape behind, utilization since the previous scrape
+    const text = await t.prometheus();
+    expect(text).toContain('things_total 1\n');
+    for (const family of [
+      'process_cpu_user_seconds_total',
+      'process_resident_memory_bytes',
+      'process_start_time_seconds',
+      'process_open_fds',
+      'nodejs_eventloop_lag_seconds',
+      'nodejs_eventloop_lag_p99_seconds',
+      'nodejs_heap_size_used_bytes',
+      'nodejs_eventloop_utilization',
+    ]) {
+      expect(text, family).toMatch(new RegExp(`^# TYPE ${family} (counter|gauge)$`, 'm'));
+      expect(text, family).toMatch(new RegExp(`^${family}(\\{[^}]*\\})? [0-9.e+-]+$`, 'm'));
+    }
+    const utilization = Number(/^nodejs_eventloop_utilization ([^ \n]+)$/m.exec(text)?.[1]);
+    expect(utilization).toBeGreaterThanOrEqual(0);
+    expect(utilization).toBeLessThanOrEqual(1);
+    expectExposition(text);
   });
 });
+
+/**
+ * The text exposition format 0.0.4, line by line: HELP/TYPE comments before a family's samples, each family
+ * in one group, names and label names from the grammar, quoted and escaped label values, float values, no
+ * series twice, a newline at the end.
+ */
+function expectExposition(text: string): void {
+  expect(text.endsWith('\n'), 'ends with a newline').toBe(true);
+  const sample =
+    /^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\[\\"n])*",?)*\})? ([-+]?(?:[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?|[iI][nN][fF]|[nN][aA][nN]))( -?[0-9]+)?$/;
+  const typed = new Map<string, string>();
+  const series = new Set<string>();
+  const done = new Set<string>();
+  let current = '';
+  for (const line of text.slice(0, -1).split('\n')) {
+    const comment = /^# (HELP|TYPE) ([a-zA-Z_:][a-zA-Z0-9_:]*) (.*)$/.exec(line);
+    if (comment) {
+      if (comment[1] === 'TYPE') {
+        expect(['counter', 'gauge', 'histogram', 'summary', 'untyped'], line).toContain(comment[3]);
+        expect(typed.has(comment[2]!), `one TYPE for ${comment[2]}`).toBe(false);
+        typed.set(comment[2]!, comment[3]!);
+      }
+      continue;
+    }
+    if (line === '' || line.startsWith('#')) continue;
+    const match = sample.exec(line);
+    expect(match, `a sample line: ${line}`).not.toBeNull();
+    const name = match![1]!;
+    const family = [...typed.keys()].find(
+      (f) =>
+        name === f ||
+        (['histogram', 'summary'].includes(typed.get(f)!) &&
+          /^(_bucket|_sum|_count)$/.test(name.slice(f.length)) &&
+          name.startsWith(f)),
+    );
+    expect(family, `${name} has a TYPE before its samples`).toBeDefined();
+    if (family !== current) {
+      expect(done.has(family!), `${family} in one group`).toBe(false);
+      if (current) done.add(current);
+      current = family!;
+    }
+    const key = `${name}${match![2] ?? ''}`;
+    expect(series.has(key), `${key} once`).toBe(false);
+    series.add(key);
+  }
+}
 
 describe('disabled telemetry', () => {
   it('records into a no-op meter and has nothing to flush', async () => {

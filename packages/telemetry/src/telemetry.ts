@@ -1,19 +1,39 @@
 import {
   type Attributes,
+  type BatchObservableResult,
   type Counter,
   createNoopMeter,
   type Histogram,
   type Meter,
+  type Observable,
   type ObservableResult,
   ValueType,
 } from '@opentelemetry/api';
 import type { ProxySettings } from '@tether/outbound';
 import type { SdkParts } from './sdk.js';
 
+/** The content type of the Prometheus text exposition format that `prometheus()` renders. */
+export const PROMETHEUS_CONTENT_TYPE = 'text/plain; version=0.0.4; charset=utf-8';
+
+/**
+ * OTLP aggregation temporality: `delta` (what Codex sends), `cumulative` (the specification's default) or
+ * `lowmemory` (delta for synchronous counters and histograms, cumulative for the rest).
+ */
+export type Temporality = 'delta' | 'cumulative' | 'lowmemory';
+
 /** Histogram bucket bounds (seconds) Codex uses for every exec-server duration. */
 export const DURATION_BUCKETS_SECONDS: readonly number[] = [
   0, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 12, 15, 20, 30, 60, 120,
 ];
+
+/** Reports one value of an observed instrument, with its attributes (build them once, not per report). */
+export type Observe = (report: (value: number, attributes?: Attributes) => void) => void;
+
+/** An instrument of `Telemetry.observe`: a gauge (current value) or a counter (running total). */
+export interface ObservedInstrument {
+  kind: 'gauge' | 'counter';
+  description: string;
+}
 
 /** `[otel] metrics_exporter = { otlp-http = { endpoint, protocol } }`. */
 export interface OtlpHttpExporterConfig {
@@ -30,16 +50,26 @@ export interface TelemetryOptions {
   /** Resource `service.name`. */
   serviceName: string;
   serviceVersion?: string;
-  /** Resource attribute `env` (Codex: `[otel] environment`, default `dev`). */
+  /** Resource attribute `env` (Codex: `[otel] environment`); absent = none. */
   environment?: string;
-  /** Push metrics over OTLP/HTTP (delta temporality, as Codex); absent = no push. */
+  /** More resource attributes (`OTEL_RESOURCE_ATTRIBUTES`); `service.*` and `env` above win over these. */
+  resourceAttributes?: Record<string, string>;
+  /** Push metrics over OTLP/HTTP; absent = no push. */
   otlpHttp?: OtlpHttpExporterConfig | null;
+  /** Temporality of the OTLP push (default `delta`, as Codex); Prometheus is always cumulative. */
+  temporality?: Temporality;
   /** Period of the background export (default 60 s). Shutdown always exports once more. */
   exportIntervalMs?: number;
   /** How long one export may take (default 5 s); it bounds how long `shutdown()` can delay an exit. */
   exportTimeoutMs?: number;
   /** Keep a cumulative pull reader so `prometheus()` can render the instruments. */
   prometheus?: boolean;
+  /**
+   * Add prom-client's process and Node.js collectors (`process_*`, `nodejs_*`: CPU, memory, file
+   * descriptors, event-loop lag, GC) and `nodejs_eventloop_utilization` to `prometheus()`. They watch the
+   * whole process and cannot be stopped, so only a service's one Telemetry turns them on.
+   */
+  processMetrics?: boolean;
   /** Where failed exports are reported (they never throw). */
   onError?: (err: Error) => void;
 }
@@ -74,7 +104,7 @@ export class Telemetry {
     const onError = options.onError ?? (() => {});
     if (!options.otlpHttp && !options.prometheus) return new Telemetry(null, options.serviceName, undefined, onError);
     const { createSdk } = await import('./sdk.js');
-    return new Telemetry(createSdk(options, onError), options.serviceName, options.serviceVersion, onError);
+    return new Telemetry(await createSdk(options, onError), options.serviceName, options.serviceVersion, onError);
   }
 
   /** A telemetry that records nothing and exports nothing. */
@@ -101,13 +131,35 @@ export class Telemetry {
    * An integer gauge read at collection time: `observe` reports the current value(s), so the code
    * that changes the value keeps a plain number and pays nothing per change.
    */
-  gauge(
-    name: string,
-    description: string,
-    observe: (report: (value: number, attributes?: Attributes) => void) => void,
-  ): void {
+  gauge(name: string, description: string, observe: Observe): void {
     const gauge = this.meter.createObservableGauge(name, { description, valueType: ValueType.INT });
     gauge.addCallback((result: ObservableResult) => observe((value, attributes) => result.observe(value, attributes)));
+  }
+
+  /**
+   * Instruments read together by one callback at collection time, so that shared state is walked once for
+   * all of them. A `counter` reports its running total (a monotonic sum): the counting code adds to a plain
+   * number and allocates nothing, which is what a per-frame counter needs. `read` may be async.
+   */
+  observe<Name extends string>(
+    instruments: Readonly<Record<Name, ObservedInstrument>>,
+    read: (report: (name: Name, value: number, attributes?: Attributes) => void) => void | Promise<void>,
+  ): void {
+    const observables = new Map<string, Observable>();
+    for (const [name, { kind, description }] of Object.entries<ObservedInstrument>(instruments)) {
+      const options = { description, valueType: ValueType.INT };
+      observables.set(
+        name,
+        kind === 'counter'
+          ? this.meter.createObservableCounter(name, options)
+          : this.meter.createObservableGauge(name, options),
+      );
+    }
+    this.meter.addBatchObservableCallback(
+      (result: BatchObservableResult) =>
+        read((name, value, attributes) => result.observe(observables.get(name) as Observable, value, attributes)),
+      [...observables.values()],
+    );
   }
 
   /** Pushes everything recorded so far (no-op without an exporter). Export failures go to `onError`. */
@@ -133,14 +185,18 @@ export class Telemetry {
     return this.closing;
   }
 
-  /** The instruments in the Prometheus text exposition format (cumulative); needs `prometheus: true`. */
+  /**
+   * The instruments in the Prometheus text exposition format (cumulative), rendered by OpenTelemetry's
+   * Prometheus serializer, then prom-client's process collectors when `processMetrics` is on. Needs
+   * `prometheus: true`. Serve it as `PROMETHEUS_CONTENT_TYPE`.
+   */
   async prometheus(): Promise<string> {
-    const pull = this.sdk?.pull;
-    if (!pull) throw new Error('telemetry was created without prometheus: true');
-    const { renderPrometheus } = await import('./prometheus.js');
-    const { resourceMetrics, errors } = await pull.collect();
+    const sdk = this.sdk;
+    if (!sdk?.pull) throw new Error('telemetry was created without prometheus: true');
+    const { resourceMetrics, errors } = await sdk.pull.collect();
     for (const err of errors) this.onError(err instanceof Error ? err : new Error(String(err)));
-    return renderPrometheus(resourceMetrics);
+    const text = sdk.serialize(resourceMetrics);
+    return sdk.processMetrics ? text + (await sdk.processMetrics.metrics()) : text;
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
