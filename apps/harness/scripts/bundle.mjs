@@ -9,13 +9,20 @@
  * harness is a WebSocket client that masks with a zero key (ws then skips masking) and receives unmasked
  * frames, so bufferutil would only cost its load (about 5 ms of a cold start); utf-8-validate has a
  * fallback in Node itself.
+ *
+ *   node scripts/bundle.mjs [--outdir DIR]
+ *
+ * DIR defaults to this package's dist/ (the build); scripts/pack.mjs bundles into the staging directory of
+ * the packed package instead, so that only this build's chunks are packed.
  */
-import { readdirSync, rmSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { builtinModules } from 'node:module';
-import { join, relative } from 'node:path';
+import { join, relative, resolve } from 'node:path';
+import { parseArgs } from 'node:util';
 import { build } from 'esbuild';
 
 const here = new URL('..', import.meta.url);
+const { values } = parseArgs({ options: { outdir: { type: 'string' } } });
 
 /**
  * Node's built-in modules are loaded with require() rather than import: an ESM import of a built-in makes Node
@@ -76,11 +83,11 @@ module.exports = new Proxy({}, {
 }
 // Code reached only through import() (the SDK's dialing machinery: ws, relay frames, secure stream) goes
 // to chunks loaded when first used: a command served by a connection master starts without them.
-const dist = new URL('dist', here).pathname;
+const dist = values.outdir === undefined ? new URL('dist', here).pathname : resolve(values.outdir);
 const chunks = join(dist, 'chunks');
 const result = await build({
   entryPoints: { main: new URL('src/main.ts', here).pathname },
-  outdir: new URL('dist', here).pathname,
+  outdir: dist,
   splitting: true,
   chunkNames: 'chunks/[name]-[hash]',
   bundle: true,
@@ -102,7 +109,7 @@ const result = await build({
 // Chunks of earlier builds go once they are an hour old: a command or connection master started from an
 // earlier build may still load its own chunks for a while (their names carry a content hash).
 const current = new Set(Object.keys(result.metafile.outputs).map((file) => relative(dist, file)));
-for (const name of readdirSync(chunks)) {
+for (const name of existsSync(chunks) ? readdirSync(chunks) : []) {
   const file = join(chunks, name);
   if (!current.has(relative(dist, file)) && Date.now() - statSync(file).mtimeMs > 3_600_000) rmSync(file);
 }

@@ -448,6 +448,23 @@ const PTY_TRAMPOLINE = [
 ].join(' ');
 
 /**
+ * node-pty on first use. It is optional where the executor is installed from its npm package (an optional
+ * dependency with a native build, absent where npm could not fetch or build it): pipes work without it,
+ * and a terminal is refused saying what is missing.
+ */
+function loadNodePty(): Promise<NodePty> {
+  nodePty ??= import('node-pty').catch((err: unknown) => {
+    const reason = (err instanceof Error ? err.message : String(err)).split('\n')[0];
+    throw new ProcessError(
+      'spawn_failed',
+      `a terminal needs node-pty, which cannot be loaded (${reason}); install node-pty where the executor loads its modules (for a global npm install: npm install -g node-pty), or run without a terminal`,
+      { cause: err },
+    );
+  });
+  return nodePty;
+}
+
+/**
  * node-pty makes the child a session leader with the PTY as controlling terminal, but it always runs
  * argv[0] as the visible name and it forces `PWD=cwd` and `TERM` (the env's, else `xterm`) into the
  * environment. Codex (portable-pty) passes the env as given plus `SHELL` (the server user's login shell)
@@ -456,8 +473,7 @@ const PTY_TRAMPOLINE = [
  * resolved argv[0] remain, and an explicit `arg0` fails.
  */
 async function spawnPty(file: string, options: SpawnOptions, sink: ProcessSink): Promise<SpawnedProcess> {
-  nodePty ??= import('node-pty');
-  const pty = await nodePty;
+  const pty = await loadNodePty();
   if (perlPath === undefined) {
     try {
       perlPath = resolveProgram('perl', options.serverPath ?? FALLBACK_PATH, '/');

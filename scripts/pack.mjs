@@ -1,0 +1,234 @@
+#!/usr/bin/env node
+/**
+ * Packs the installable CLIs, @tether/harness and @tether/executor, as npm tarballs:
+ *
+ *   node scripts/pack.mjs [--out DIR] [harness|executor …]
+ *
+ * writes DIR/tether-harness-VERSION.tgz and DIR/tether-executor-VERSION.tgz (DIR defaults to ./packed) and
+ * prints their paths, one a line. Each installs with `npm install -g FILE.tgz` and needs nothing of ours from a
+ * registry: the workspace packages are private and unpublished, so every one of them is bundled.
+ *
+ * Why a staging directory, not `npm pack` in apps/*: a workspace package.json names its siblings as
+ * `workspace:*` and carries the tsc build, tests' dev dependencies and `private: true` (which keeps the
+ * workspace form from ever being published). The staging directory holds what a user installs:
+ *
+ *   package.json   name, version, description, license, keywords, type, engines, bin from the app's own
+ *                  package.json; no `private`, so `npm publish` of the tarball works
+ *   bin/NAME.js    the app's launcher (imports ../dist/main.js, as in the workspace)
+ *   dist/          the esbuild bundle of the app (apps/APP/scripts/bundle.mjs), third-party libraries inside
+ *   node_modules/@tether/native-crypto, native-pipe
+ *                  bundled dependencies: each package's JavaScript loader and its addon when it was built
+ *                  here (N-API, so any Node of `engines` on this platform); elsewhere, or without the
+ *                  addon, the loader says why and the app uses node:crypto / socketpairs
+ *   LICENSE, README.md
+ *
+ * The executor also names node-pty (PTYs) and bufferutil (WebSocket masking) as optionalDependencies, loaded
+ * lazily: `npm install` fetches them from the npm registry when it can and goes on without them when it
+ * cannot (`--omit=optional` or `--offline` without a cache); a PTY request then fails with an error saying
+ * node-pty is not installed.
+ */
+import { execFileSync } from 'node:child_process';
+import {
+  chmodSync,
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
+import { builtinModules, createRequire } from 'node:module';
+import { tmpdir } from 'node:os';
+import { dirname, join, relative, resolve } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { parseArgs } from 'node:util';
+
+const root = fileURLToPath(new URL('..', import.meta.url));
+const readJson = (file) => JSON.parse(readFileSync(file, 'utf8'));
+
+/** Our native packages: shipped as bundled dependencies (loader + addon when built). */
+const NATIVE = {
+  '@tether/native-crypto': { dir: 'packages/native-crypto', addon: 'native/build/Release/tether_crypto.node' },
+  '@tether/native-pipe': { dir: 'packages/native-pipe', addon: 'native/build/Release/tether_pipe.node' },
+};
+
+/**
+ * What each app's bundle may import at run time besides Node's built-ins: the native packages (bundled
+ * dependencies) and the third-party optional addons, with the workspace package.json that pins each.
+ */
+const APPS = {
+  harness: { native: ['@tether/native-crypto', '@tether/native-pipe'], optional: {} },
+  executor: {
+    native: ['@tether/native-crypto', '@tether/native-pipe'],
+    optional: {
+      'node-pty': 'packages/local-process/package.json',
+      bufferutil: 'apps/executor/package.json',
+      // ws's other optional helper; not a dependency (Node validates UTF-8 itself), only allowed as an import.
+      'utf-8-validate': null,
+    },
+  },
+};
+
+function usage(message) {
+  process.stderr.write(`pack: ${message}\nusage: node scripts/pack.mjs [--out DIR] [harness|executor …]\n`);
+  process.exit(2);
+}
+
+const { values, positionals } = parseArgs({
+  options: { out: { type: 'string' }, help: { type: 'boolean', short: 'h' } },
+  allowPositionals: true,
+});
+if (values.help) {
+  process.stdout.write(
+    'usage: node scripts/pack.mjs [--out DIR] [harness|executor …]\n\n' +
+      'Bundles each app and writes DIR/tether-APP-VERSION.tgz (default DIR: ./packed; default: both apps).\n' +
+      'Install one with: npm install -g DIR/tether-harness-VERSION.tgz\n',
+  );
+  process.exit(0);
+}
+const apps = positionals.length > 0 ? positionals : Object.keys(APPS);
+for (const app of apps) if (!(app in APPS)) usage(`unknown app ${JSON.stringify(app)}`);
+const out = resolve(values.out ?? 'packed');
+mkdirSync(out, { recursive: true });
+
+// esbuild is a dev dependency of both apps; the native loaders are transpiled with it too.
+const esbuild = await import(
+  pathToFileURL(createRequire(join(root, 'apps', 'harness', 'package.json')).resolve('esbuild')).href
+);
+
+const staging = mkdtempSync(join(tmpdir(), 'tether-pack-'));
+try {
+  for (const app of apps) process.stdout.write(`${packApp(app, join(staging, app))}\n`);
+} finally {
+  rmSync(staging, { recursive: true, force: true });
+}
+
+function packApp(app, dir) {
+  const appDir = join(root, 'apps', app);
+  const source = readJson(join(appDir, 'package.json'));
+  const { native, optional } = APPS[app];
+  mkdirSync(dir, { recursive: true });
+
+  execFileSync(process.execPath, [join(appDir, 'scripts', 'bundle.mjs'), '--outdir', join(dir, 'dist')], {
+    stdio: ['ignore', 'inherit', 'inherit'],
+  });
+  checkImports(app, join(dir, 'dist'), [...native, ...Object.keys(optional)]);
+
+  for (const [name, target] of Object.entries(source.bin)) {
+    const file = join(dir, target);
+    mkdirSync(dirname(file), { recursive: true });
+    copyFileSync(join(appDir, target), file);
+    chmodSync(file, 0o755);
+    if (!readFileSync(file, 'utf8').startsWith('#!/usr/bin/env node'))
+      throw new Error(`${name}: ${target} has no shebang`);
+  }
+  copyFileSync(join(appDir, 'LICENSE'), join(dir, 'LICENSE'));
+  if (existsSync(join(appDir, 'README.md'))) copyFileSync(join(appDir, 'README.md'), join(dir, 'README.md'));
+
+  const dependencies = {};
+  for (const name of native) dependencies[name] = stageNative(name, join(dir, 'node_modules', name), source.license);
+  const optionalDependencies = {};
+  for (const [name, pinnedBy] of Object.entries(optional)) {
+    if (pinnedBy === null) continue;
+    const version = readJson(join(root, pinnedBy)).dependencies?.[name];
+    if (!/^\d+\.\d+\.\d+$/.test(version ?? '')) throw new Error(`${pinnedBy} does not pin ${name} exactly`);
+    optionalDependencies[name] = version;
+  }
+
+  const manifest = {
+    name: source.name,
+    version: source.version,
+    description: source.description,
+    license: source.license,
+    keywords: source.keywords,
+    type: source.type,
+    engines: source.engines,
+    bin: source.bin,
+    files: source.files,
+    dependencies,
+    bundleDependencies: Object.keys(dependencies),
+    ...(Object.keys(optionalDependencies).length > 0 ? { optionalDependencies } : {}),
+  };
+  for (const field of ['description', 'license', 'engines', 'bin', 'files']) {
+    if (manifest[field] === undefined) throw new Error(`apps/${app}/package.json has no ${field}`);
+  }
+  writeFileSync(join(dir, 'package.json'), `${JSON.stringify(manifest, null, 2)}\n`);
+
+  const [result] = JSON.parse(
+    execFileSync('npm', ['pack', '--json', '--pack-destination', out], {
+      cwd: dir,
+      encoding: 'utf8',
+      // No lifecycle scripts of ours run in the staging directory; keep npm quiet and off the network.
+      env: {
+        ...process.env,
+        npm_config_ignore_scripts: 'true',
+        npm_config_update_notifier: 'false',
+        npm_config_fund: 'false',
+        npm_config_audit: 'false',
+      },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    }),
+  );
+  return join(out, result.filename);
+}
+
+/** A native package's loader (transpiled from its source) and its addon when built; returns its version. */
+function stageNative(name, dir, license) {
+  const { dir: packageDir, addon } = NATIVE[name];
+  const source = readJson(join(root, packageDir, 'package.json'));
+  esbuild.buildSync({
+    entryPoints: [join(root, packageDir, 'src', 'index.ts')],
+    outfile: join(dir, 'dist', 'index.js'),
+    bundle: false,
+    platform: 'node',
+    format: 'esm',
+    target: 'node20',
+    logLevel: 'warning',
+  });
+  const files = ['dist'];
+  const built = join(root, packageDir, addon);
+  if (existsSync(built)) {
+    mkdirSync(dirname(join(dir, addon)), { recursive: true });
+    copyFileSync(built, join(dir, addon));
+    files.push(addon);
+  } else {
+    process.stderr.write(`pack: ${name}'s addon is not built (${relative(root, built)}); packed without it\n`);
+  }
+  copyFileSync(join(root, 'LICENSE'), join(dir, 'LICENSE'));
+  const manifest = {
+    name,
+    version: source.version,
+    license,
+    type: 'module',
+    exports: { '.': './dist/index.js' },
+    files,
+  };
+  writeFileSync(join(dir, 'package.json'), `${JSON.stringify(manifest, null, 2)}\n`);
+  return source.version;
+}
+
+/**
+ * Every bare module the bundle imports at run time must be a Node built-in or one of `allowed`: anything
+ * else (a workspace package or a library the bundler left out) would fail only on the user's machine.
+ */
+function checkImports(app, dist, allowed) {
+  const builtins = new Set(builtinModules);
+  const seen = new Set();
+  const pattern = /(?<![.\w$])(?:from\s*|import\s*\(\s*|import\s+|require\s*\(\s*)"([^"./][^"]*)"/g;
+  const walk = (dir) => {
+    for (const entry of readdirSync(dir, { withFileTypes: true })) {
+      const file = join(dir, entry.name);
+      if (entry.isDirectory()) walk(file);
+      else if (entry.name.endsWith('.js'))
+        for (const match of readFileSync(file, 'utf8').matchAll(pattern)) seen.add(match[1]);
+    }
+  };
+  walk(dist);
+  const unknown = [...seen].filter(
+    (name) => !name.startsWith('node:') && !builtins.has(name) && !allowed.includes(name),
+  );
+  if (unknown.length > 0)
+    throw new Error(`${app}'s bundle imports what the package does not ship: ${unknown.join(', ')}`);
+}

@@ -1,0 +1,233 @@
+/**
+ * The packed CLIs install and run on a fresh prefix: `scripts/pack.mjs` packs @tether/harness and
+ * @tether/executor, `npm install -g --prefix DIR --offline` installs both tarballs with an empty npm cache
+ * (so nothing can come from a registry: the workspace packages are bundled, and the executor's optional
+ * native addons, node-pty and bufferutil, are left out as on a machine that cannot fetch or build them), and
+ * then the INSTALLED `executor --remote` serves a real registry and relay while the INSTALLED `harness exec`
+ * runs commands through them. Our own native addons ship prebuilt for this host and are optional: with
+ * their files removed from the install, both CLIs fall back to their JavaScript paths and still work.
+ */
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import {
+  findProcesses,
+  patternCommand,
+  patternSha256,
+  peerMarkerEnv,
+  repoRoot,
+  type Stack,
+  startStack,
+  waitUntil,
+} from '@tether/test-kit';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+
+const run = promisify(execFile);
+const work = mkdtempSync(join(tmpdir(), 'tether-install-'));
+const prefix = join(work, 'prefix');
+const bin = (name: string) => join(prefix, 'bin', name);
+const installed = (app: string) => join(prefix, 'lib', 'node_modules', '@tether', app);
+const version = (app: string): string =>
+  JSON.parse(readFileSync(join(repoRoot(), 'apps', app, 'package.json'), 'utf8')).version;
+
+interface Outcome {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs a command to its end (stdin closed), with the harness pointed at `environmentId`. */
+function runHarness(args: string[], environmentId: string, command = bin('harness')): Promise<Outcome> {
+  const child = spawn(command, args, {
+    env: {
+      ...process.env,
+      TETHER_REGISTRY_URL: stack.registryUrl,
+      TETHER_ENVIRONMENT_ID: environmentId,
+      TETHER_API_KEY: stack.keys.harness,
+      TETHER_CONFIG: join(work, 'no-config.toml'),
+      ...peerMarkerEnv(),
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (d: Buffer) => {
+    stdout += d;
+  });
+  child.stderr.on('data', (d: Buffer) => {
+    stderr += d;
+  });
+  return new Promise((resolve, reject) => {
+    child.once('error', reject);
+    child.once('close', (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+interface InstalledExecutor {
+  child: ChildProcess;
+  stderr(): string;
+  close(): Promise<void>;
+}
+
+const executors: InstalledExecutor[] = [];
+
+/** The installed `executor --remote` for `environmentId`, once the relay counts `expectedOnRelay` environments. */
+async function startInstalledExecutor(environmentId: string, expectedOnRelay: number): Promise<InstalledExecutor> {
+  const home = mkdtempSync(join(work, 'executor-home-'));
+  const keyFile = join(home, 'api-key');
+  writeFileSync(keyFile, stack.keys.executor, { mode: 0o600 });
+  const args = ['--remote', stack.registryUrl, '--environment-id', environmentId, '--api-key-file', keyFile];
+  const child = spawn(bin('executor'), args, {
+    env: { ...process.env, TETHER_HOME: home, ...peerMarkerEnv() },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  let stderr = '';
+  child.stderr?.on('data', (d: Buffer) => {
+    if (stderr.length < 64 * 1024) stderr += d;
+  });
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  const executor: InstalledExecutor = {
+    child,
+    stderr: () => stderr,
+    async close() {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
+      await exited;
+    },
+  };
+  executors.push(executor);
+  await waitUntil(
+    async () => {
+      if (child.exitCode !== null) throw new Error(`the installed executor exited ${child.exitCode}: ${stderr}`);
+      const line = (await stack.relayMetrics())
+        .split('\n')
+        .find((l) => l.startsWith('relay_sockets{role="environment"}'));
+      return Number(line?.split(' ')[1] ?? 0) >= expectedOnRelay;
+    },
+    `${environmentId} to join the relay`,
+    20_000,
+    50,
+  );
+  return executor;
+}
+
+let stack: Stack;
+
+beforeAll(async () => {
+  const packed = join(work, 'packed');
+  const { stdout } = await run(process.execPath, [join(repoRoot(), 'scripts', 'pack.mjs'), '--out', packed], {
+    cwd: repoRoot(),
+  });
+  const tarballs = stdout.trim().split('\n');
+  expect(tarballs).toEqual([
+    join(packed, `tether-harness-${version('harness')}.tgz`),
+    join(packed, `tether-executor-${version('executor')}.tgz`),
+  ]);
+  mkdirSync(prefix);
+  await run(
+    'npm',
+    [
+      'install',
+      '-g',
+      '--prefix',
+      prefix,
+      '--offline',
+      '--cache',
+      join(work, 'npm-cache'),
+      '--no-audit',
+      '--no-fund',
+      ...tarballs,
+    ],
+    { env: { ...process.env, npm_config_update_notifier: 'false' } },
+  );
+  stack = await startStack();
+}, 120_000);
+
+afterAll(async () => {
+  for (const executor of executors.splice(0)) await executor.close();
+  await stack?.close();
+  // Every remote command ran under `work`: none may be left.
+  expect(findProcesses({ cwdUnder: work })).toEqual([]);
+  rmSync(work, { recursive: true, force: true });
+});
+
+describe('the installed packages', () => {
+  it('hold every workspace package they use and none of the optional third-party addons', () => {
+    for (const app of ['harness', 'executor']) {
+      const modules = readdirSync(join(installed(app), 'node_modules', '@tether')).sort();
+      expect(modules).toEqual(['native-crypto', 'native-pipe']);
+      expect(readFileSync(join(installed(app), 'LICENSE'), 'utf8')).toBe(
+        readFileSync(join(repoRoot(), 'LICENSE'), 'utf8'),
+      );
+    }
+    expect(existsSync(join(installed('executor'), 'node_modules', 'node-pty'))).toBe(false);
+    const manifest = JSON.parse(readFileSync(join(installed('executor'), 'package.json'), 'utf8'));
+    expect(manifest.optionalDependencies).toEqual({ 'node-pty': expect.any(String), bufferutil: expect.any(String) });
+    expect(manifest.private).toBeUndefined();
+    expect(manifest.license).toBe('Apache-2.0');
+  });
+
+  it('harness --version and executor --version print package.json versions; --help runs', async () => {
+    expect((await run(bin('harness'), ['--version'])).stdout).toBe(`${version('harness')}\n`);
+    expect((await run(bin('executor'), ['--version'])).stdout).toBe(`${version('executor')}\n`);
+    expect((await run(bin('executor'), ['--help'])).stdout).toMatch(/^Usage: executor /);
+    expect((await run(bin('harness'), ['--help'])).stdout).toMatch(/^Usage: harness /);
+  });
+});
+
+describe('harness exec through the installed executor', () => {
+  const id = 'install-e2e';
+  beforeAll(async () => {
+    await startInstalledExecutor(id, 1);
+  }, 30_000);
+
+  it('passes output and the exit code through', async () => {
+    expect(await runHarness(['exec', '--cwd', work, '--', 'sh', '-c', 'echo hi; exit 3'], id)).toEqual({
+      code: 3,
+      stdout: 'hi\n',
+      stderr: '',
+    });
+  });
+
+  it('a large output piped into sha256sum arrives whole', async () => {
+    const bytes = 16 * 1024 * 1024;
+    const command = ['exec', '--cwd', work, '--', ...patternCommand('INST', bytes)];
+    const quoted = [bin('harness'), ...command].map((arg) => `'${arg.replaceAll("'", `'\\''`)}'`).join(' ');
+    const result = await runHarness(['-c', `${quoted} | sha256sum; exit "\${PIPESTATUS[0]}"`], id, 'bash');
+    expect(result.stderr).toBe('');
+    expect(result.stdout).toBe(`${patternSha256('INST', bytes)}  -\n`);
+    expect(result.code).toBe(0);
+  });
+
+  it('a terminal without node-pty installed fails with an error that says so', async () => {
+    const result = await runHarness(['exec', '-t', '--cwd', work, '--', 'true'], id);
+    expect(result.stdout).toBe('');
+    expect(result.stderr).toMatch(
+      /^harness: process\/start: a terminal needs node-pty, which cannot be loaded \(Cannot find package 'node-pty'.*npm install -g node-pty/,
+    );
+    expect(result.code).toBe(1);
+  });
+});
+
+describe('without the native addons', () => {
+  const id = 'install-e2e-js';
+  beforeAll(async () => {
+    // As on a platform the prebuilt addons do not fit: their files are gone, the loaders remain.
+    for (const app of ['harness', 'executor']) {
+      for (const addon of ['native-crypto', 'native-pipe']) {
+        rmSync(join(installed(app), 'node_modules', '@tether', addon, 'native'), { recursive: true, force: true });
+      }
+    }
+    await startInstalledExecutor(id, 2);
+  }, 30_000);
+
+  it('the executor says which fallback it uses and serves a command through the JavaScript paths', async () => {
+    const result = await runHarness(['exec', '--cwd', work, '--', 'sh', '-c', 'echo fallback; exit 5'], id);
+    expect(result).toEqual({ code: 5, stdout: 'fallback\n', stderr: '' });
+    const executor = executors.at(-1) as InstalledExecutor;
+    expect(executor.stderr()).toContain('@tether/native-pipe');
+    // The first executor, with the addons in place, had no reason to say so.
+    expect(executors[0]?.stderr()).not.toContain('@tether/native-pipe');
+  });
+});
