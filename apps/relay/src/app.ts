@@ -9,6 +9,7 @@ import {
   verifyRevocations,
 } from '@tether/relay-auth';
 import { decodeFrame, encodeFrame, type Frame, resetFrame } from '@tether/relay-frames';
+import { PROMETHEUS_CONTENT_TYPE, Telemetry } from '@tether/telemetry';
 import { joinParts } from '@tether/user-read/websocket';
 import pino, { type Logger } from 'pino';
 import { type WebSocket, WebSocketServer } from 'ws';
@@ -52,6 +53,11 @@ export interface RelayOptions {
   heartbeat?: HeartbeatConfig;
   /** Observer of every forwarded WebSocket message (capture, debugging); must not keep the buffer mutable. */
   tap?: (direction: Direction, data: Buffer) => void;
+  /**
+   * Where the metrics go (its owner shuts it down; `relay serve` gives one with OTLP from the OTEL_* variables);
+   * default: the relay's own, Prometheus only, shut down with the relay.
+   */
+  telemetry?: Telemetry;
 }
 
 export interface HeartbeatConfig {
@@ -88,7 +94,9 @@ export interface Relay extends AsyncDisposable {
   environments(): string[];
   stats(): RelayStats;
   /** Prometheus text exposition, as served on `/metrics`. */
-  metricsText(): string;
+  metricsText(): Promise<string>;
+  /** Every counter series by its Prometheus name (`relay_resets_total{reason="idle_timeout"}`) and value. */
+  counters(): Record<string, number>;
   /** Graceful: stop accepting, close every socket with 1001, stop timers; idempotent. */
   close(): Promise<void>;
 }
@@ -134,6 +142,11 @@ interface HarnessPeer {
   lastSeen: number;
 }
 
+/** The relay's telemetry when none is given: Prometheus, no push, no process collectors (tests build many relays). */
+function ownTelemetry(): Promise<Telemetry> {
+  return Telemetry.create({ serviceName: 'tether-relay', prometheus: true });
+}
+
 /** Builds the relay (never listens): an HTTP server whose upgrades are authenticated before any WebSocket exists. */
 export function createRelay(options: RelayOptions): Relay {
   const limits: RelayLimits = { ...DEFAULT_LIMITS, ...options.limits };
@@ -141,6 +154,11 @@ export function createRelay(options: RelayOptions): Relay {
   const now = options.now ?? Date.now;
   const tap = options.tap;
   const metrics = new RelayMetrics();
+  // The counters are plain numbers from here on; the Telemetry reads them (and stats()) when it collects.
+  const telemetry = (options.telemetry ? Promise.resolve(options.telemetry) : ownTelemetry()).then((t) => {
+    metrics.register(t, stats);
+    return t;
+  });
 
   const framesTo = {
     to_environment: metrics.counter('relay_forwarded_frames_total', { direction: 'to_environment' }),
@@ -201,7 +219,13 @@ export function createRelay(options: RelayOptions): Relay {
       return json(res, ready ? 200 : 503, { status: ready ? 'ready' : 'not_ready' });
     }
     if (req.method === 'GET' && path === '/metrics') {
-      res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' }).end(metricsText());
+      metricsText().then(
+        (text) => res.writeHead(200, { 'content-type': PROMETHEUS_CONTENT_TYPE }).end(text),
+        (err: Error) => {
+          log.warn({ err: err.message }, 'metrics collection failed');
+          fail(res, 500, 'internal', 'the metrics could not be collected');
+        },
+      );
       return;
     }
     if (req.method === 'POST' && isRevocationsPath(path ?? '')) {
@@ -733,32 +757,8 @@ export function createRelay(options: RelayOptions): Relay {
     };
   }
 
-  function metricsText(): string {
-    const s = stats();
-    return metrics.render([
-      {
-        name: 'relay_sockets',
-        help: 'Open WebSocket connections, by role.',
-        series: [
-          [{ role: 'environment' }, s.environments],
-          [{ role: 'harness' }, s.harnessSockets],
-        ],
-      },
-      { name: 'relay_streams', help: 'Claimed streams (paired harness sockets).', series: [[{}, s.streams]] },
-      {
-        name: 'relay_queued_bytes',
-        help: 'Bytes queued in the relay’s socket write buffers, by destination role.',
-        series: [
-          [{ role: 'environment' }, s.queuedBytes.environment],
-          [{ role: 'harness' }, s.queuedBytes.harness],
-        ],
-      },
-      {
-        name: 'relay_paused_harness_sockets',
-        help: 'Harness sockets paused because their environment socket is behind.',
-        series: [[{}, s.pausedHarnessSockets]],
-      },
-    ]);
+  async function metricsText(): Promise<string> {
+    return (await telemetry).prometheus();
   }
 
   // Lifecycle -----------------------------------------------------------------------------------
@@ -820,6 +820,7 @@ export function createRelay(options: RelayOptions): Relay {
         await stopped;
       }
       listening = false;
+      if (!options.telemetry) await (await telemetry).shutdown();
     })();
     return closed;
   }
@@ -831,6 +832,7 @@ export function createRelay(options: RelayOptions): Relay {
     environments: () => [...environments.keys()],
     stats,
     metricsText,
+    counters: () => metrics.snapshot(),
     close,
     [Symbol.asyncDispose]: close,
   };

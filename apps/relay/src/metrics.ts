@@ -1,3 +1,5 @@
+import type { ObservedInstrument, Telemetry } from '@tether/telemetry';
+
 /** Why a stream was reset by the relay (sent as `Reset.reason`; all ≤ 256 bytes, non-empty). */
 export const RESET_REASONS = [
   'harness_closed',
@@ -54,22 +56,42 @@ export type PushResult = (typeof PUSH_RESULTS)[number];
 export const MEMORY_TABLES = ['revocations', 'epochs'] as const;
 export type MemoryTable = (typeof MEMORY_TABLES)[number];
 
-type Labels = Record<string, string>;
+type Labels = Readonly<Record<string, string>>;
 
-function labelText(labels: Labels): string {
-  const parts = Object.entries(labels).map(
-    ([k, v]) => `${k}="${v.replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\n/g, '\\n')}"`,
-  );
-  return parts.length > 0 ? `{${parts.join(',')}}` : '';
+/** A counter series resolved once: `inc` adds to a plain number (no allocation, no lookup). */
+export interface CounterSeries {
+  inc(by?: number): void;
+  value(): number;
 }
 
+interface Family {
+  readonly description: string;
+  readonly label: string;
+  /** One attributes object per label value, built once and handed to every collection. */
+  readonly attributes: readonly Labels[];
+  readonly values: Float64Array;
+}
+
+/** What the gauges are read from, once per collection. */
+export type RelayGaugeSource = () => {
+  environments: number;
+  harnessSockets: number;
+  streams: number;
+  queuedBytes: { environment: number; harness: number };
+  pausedHarnessSockets: number;
+};
+
+const ENVIRONMENT = { role: 'environment' };
+const HARNESS = { role: 'harness' };
+
 /**
- * Prometheus text exposition (0.0.4) without a library, as the registry does: counters are incremented on
- * the hot path (one Map lookup), gauges are read at scrape time. Every label value is pre-registered, so a
+ * The relay's counters and gauges. Counters are plain numbers the hot path adds to through a series resolved
+ * once (`counter()`); `register()` hands them and the gauges to a Telemetry, which reads them all in one
+ * callback when it collects (a `/metrics` scrape, an OTLP export). Every label value is pre-registered, so a
  * reason without a series fails at startup rather than appearing later.
  */
 export class RelayMetrics {
-  readonly #counters = new Map<string, { help: string; series: Map<string, number> }>();
+  readonly #families = new Map<string, Family>();
 
   constructor() {
     this.#define('relay_forwarded_frames_total', 'Frames forwarded, by direction.', 'direction', [
@@ -111,37 +133,81 @@ export class RelayMetrics {
     );
   }
 
-  #define(name: string, help: string, label: string, values: readonly string[]) {
-    const series = new Map<string, number>();
-    if (label === '') series.set('', 0);
-    for (const value of values) series.set(labelText({ [label]: value }), 0);
-    this.#counters.set(name, { help, series });
+  #define(name: string, description: string, label: string, values: readonly string[]) {
+    const attributes = label === '' ? [{}] : values.map((value) => ({ [label]: value }));
+    this.#families.set(name, { description, label, attributes, values: new Float64Array(attributes.length) });
   }
 
   /** The counter's series for one label value, resolved once so the hot path only adds. */
-  counter(name: string, labels: Labels = {}): { inc(by?: number): void; value(): number } {
-    const counter = this.#counters.get(name);
-    const key = labelText(labels);
-    if (!counter?.series.has(key)) throw new Error(`unregistered metric ${name}${key}`);
-    const series = counter.series;
+  counter(name: string, labels: Labels = {}): CounterSeries {
+    const family = this.#families.get(name);
+    const keys = Object.keys(labels);
+    const index =
+      family === undefined
+        ? -1
+        : family.label === ''
+          ? keys.length === 0
+            ? 0
+            : -1
+          : keys.length === 1 && keys[0] === family.label
+            ? family.attributes.findIndex((a) => a[family.label] === labels[family.label])
+            : -1;
+    if (family === undefined || index < 0) throw new Error(`unregistered metric ${name}${JSON.stringify(labels)}`);
+    const values = family.values;
     return {
       inc: (by = 1) => {
-        series.set(key, (series.get(key) as number) + by);
+        values[index] = (values[index] as number) + by;
       },
-      value: () => series.get(key) as number,
+      value: () => values[index] as number,
     };
   }
 
-  render(gauges: Array<{ name: string; help: string; series: Array<[Labels, number]> }>): string {
-    const lines: string[] = [];
-    for (const [name, { help, series }] of this.#counters) {
-      lines.push(`# HELP ${name} ${help}`, `# TYPE ${name} counter`);
-      for (const [labels, value] of series) lines.push(`${name}${labels} ${value}`);
+  /** Every counter series by its Prometheus name, e.g. `relay_resets_total{reason="idle_timeout"}` (diagnostics, tests). */
+  snapshot(): Record<string, number> {
+    const out: Record<string, number> = {};
+    for (const [name, family] of this.#families) {
+      family.attributes.forEach((attributes, i) => {
+        const label = family.label === '' ? '' : `{${family.label}="${attributes[family.label]}"}`;
+        out[`${name}${label}`] = family.values[i] as number;
+      });
     }
-    for (const gauge of gauges) {
-      lines.push(`# HELP ${gauge.name} ${gauge.help}`, `# TYPE ${gauge.name} gauge`);
-      for (const [labels, value] of gauge.series) lines.push(`${gauge.name}${labelText(labels)} ${value}`);
-    }
-    return `${lines.join('\n')}\n`;
+    return out;
+  }
+
+  /** Hands the counters, and the gauges read from `gauges`, to `telemetry` (read at each collection). */
+  register(telemetry: Telemetry, gauges: RelayGaugeSource): void {
+    const counters = Object.fromEntries(
+      [...this.#families].map(([name, { description }]) => [name, { kind: 'counter', description }]),
+    ) as Record<string, ObservedInstrument>;
+    telemetry.observe(counters, (report) => {
+      for (const [name, family] of this.#families) {
+        for (let i = 0; i < family.attributes.length; i++) {
+          report(name, family.values[i] as number, family.attributes[i]);
+        }
+      }
+    });
+    telemetry.observe(
+      {
+        relay_sockets: { kind: 'gauge', description: 'Open WebSocket connections, by role.' },
+        relay_streams: { kind: 'gauge', description: 'Claimed streams (paired harness sockets).' },
+        relay_queued_bytes: {
+          kind: 'gauge',
+          description: 'Bytes queued in the relay’s socket write buffers, by destination role.',
+        },
+        relay_paused_harness_sockets: {
+          kind: 'gauge',
+          description: 'Harness sockets paused because their environment socket is behind.',
+        },
+      },
+      (report) => {
+        const s = gauges();
+        report('relay_sockets', s.environments, ENVIRONMENT);
+        report('relay_sockets', s.harnessSockets, HARNESS);
+        report('relay_streams', s.streams);
+        report('relay_queued_bytes', s.queuedBytes.environment, ENVIRONMENT);
+        report('relay_queued_bytes', s.queuedBytes.harness, HARNESS);
+        report('relay_paused_harness_sockets', s.pausedHarnessSockets);
+      },
+    );
   }
 }

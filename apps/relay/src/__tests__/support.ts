@@ -149,13 +149,9 @@ export async function refusal(url: string): Promise<{ status: number; body: stri
   });
 }
 
-/** A counter's value in the relay's exposition, 0 when the series is absent. */
+/** A counter's value (`relay_resets_total{reason="idle_timeout"}`), 0 when the series is absent. */
 export function metric(relay: Relay, series: string): number {
-  const line = relay
-    .metricsText()
-    .split('\n')
-    .find((l) => l.startsWith(`${series} `));
-  return line ? Number(line.slice(series.length + 1)) : 0;
+  return relay.counters()[series] ?? 0;
 }
 
 /**
