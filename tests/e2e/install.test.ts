@@ -5,12 +5,14 @@
  * native addons, node-pty and bufferutil, are left out as on a machine that cannot fetch or build them), and
  * then the INSTALLED `executor --remote` serves a real registry and relay while the INSTALLED `harness exec`
  * runs commands through them. Our own native addons ship prebuilt for this host and are optional: with
- * their files removed from the install, both CLIs fall back to their JavaScript paths and still work.
+ * their files removed from the install, both CLIs fall back to their JavaScript paths and still work. Last,
+ * node-pty put where `npm install -g node-pty` would put it gives a new executor its terminals.
  */
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
 import {
   findProcesses,
@@ -229,5 +231,28 @@ describe('without the native addons', () => {
     expect(executor.stderr()).toContain('@tether/native-pipe');
     // The first executor, with the addons in place, had no reason to say so.
     expect(executors[0]?.stderr()).not.toContain('@tether/native-pipe');
+  });
+});
+
+describe('node-pty installed later, beside the executor', () => {
+  const id = 'install-e2e-pty';
+  beforeAll(async () => {
+    // Where `npm install -g --prefix PREFIX node-pty` puts it; the workspace's build stands in for npm's
+    // (which compiles it with node-gyp on Linux). The executor finds it up its module path on first use.
+    const nodePty = dirname(
+      createRequire(join(repoRoot(), 'packages', 'local-process', 'package.json')).resolve('node-pty/package.json'),
+    );
+    for (const part of ['package.json', 'lib', join('build', 'Release')]) {
+      cpSync(join(nodePty, part), join(prefix, 'lib', 'node_modules', 'node-pty', part), { recursive: true });
+    }
+    await startInstalledExecutor(id, 3);
+  }, 30_000);
+
+  it('a terminal works', async () => {
+    const result = await runHarness(
+      ['exec', '-t', '--cwd', work, '--', 'sh', '-c', 'test -t 0 && test -t 1 && echo on-a-tty; exit 4'],
+      id,
+    );
+    expect(result).toEqual({ code: 4, stdout: 'on-a-tty\r\n', stderr: '' });
   });
 });
