@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { relayNodeOf } from '@tether/relay-auth';
 import type { RegistrationRecord, RelayLinkRecord, RelayNodeRecord } from './store/types.js';
 
 /** Rendezvous (highest-random-weight) hashing: the node with the highest hash of (node, key) wins. */
@@ -25,7 +26,8 @@ export function pickRegistrationNode(
   environmentId: string,
   unreachable?: string,
 ): string | undefined {
-  const others = unreachable === undefined ? live : live.filter((node) => node !== unreachable);
+  const away = unreachable === undefined ? null : relayNodeOf(unreachable);
+  const others = away === null ? live : live.filter((node) => relayNodeOf(node) !== away);
   return pickRelayNode(others.length > 0 ? others : live, environmentId);
 }
 

@@ -13,6 +13,7 @@ export {
   publicKeyFromPem,
   type RelayGrant,
   type RelayRole,
+  relayNodeOf,
   SIGNING_KEY_FILE,
   type SigningKey,
   signingKeyFromPem,

@@ -6,6 +6,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import {
   loadOrCreateSigningKey,
   publicKeyFromPem,
+  relayNodeOf,
   SIGNING_KEY_FILE,
   signingKeyFromPem,
   signRelayUrl,
@@ -119,5 +120,23 @@ describe('verifyRelayRequest (what the relay checks at the upgrade)', () => {
   it('refuses an expired grant and a signature by another key', () => {
     expect(verifyRelayRequest(path, key.publicKey, 5_000)).toEqual({ ok: false, status: 401, reason: 'expired' });
     expect(verifyRelayRequest(path, other.publicKey, 1)).toEqual({ ok: false, status: 401, reason: 'bad_signature' });
+  });
+});
+
+describe('relayNodeOf', () => {
+  it('gives a node base and every URL signed for it the same canonical form, without the query', () => {
+    const key = signingKeyFromPem(
+      generateKeyPairSync('ed25519').privateKey.export({ type: 'pkcs8', format: 'pem' }) as string,
+    );
+    const grant = { role: 'environment' as const, environmentId: 'dev-1', registrationId: 'r', epoch: 1, expiresAt: 9 };
+    for (const base of ['ws://127.0.0.1:8081', 'ws://127.0.0.1:8081/', 'wss://relay.example:443/edge/']) {
+      const signed = signRelayUrl(base, grant, key);
+      expect(relayNodeOf(signed)).toBe(relayNodeOf(base));
+      expect(relayNodeOf(signed)).not.toContain('sig');
+    }
+    expect(relayNodeOf('wss://relay.example:443/edge/')).toBe('wss://relay.example/edge');
+    expect(relayNodeOf('ws://a:1')).not.toBe(relayNodeOf('ws://a:2'));
+    expect(relayNodeOf('http://a:1')).toBeNull();
+    expect(relayNodeOf('not a url')).toBeNull();
   });
 });

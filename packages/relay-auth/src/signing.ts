@@ -85,6 +85,23 @@ export function signRelayUrl(base: string, grant: RelayGrant, key: SigningKey): 
   return url.toString();
 }
 
+/**
+ * The relay node a URL points at, in one canonical form: a node's base URL as configured (`wss://relay-0.example/`)
+ * and any URL signed for it (`…/ws/environment/ID?role=…`) give the same string, with no query (a signed URL's
+ * query is a credential). Null when `url` is not a ws:// or wss:// URL.
+ */
+export function relayNodeOf(url: string): string | null {
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    return null;
+  }
+  if (parsed.protocol !== 'ws:' && parsed.protocol !== 'wss:') return null;
+  const path = parsed.pathname.replace(/\/ws\/environment\/[^/]*$/, '').replace(/\/+$/, '');
+  return `${parsed.protocol}//${parsed.host}${path}`;
+}
+
 /** Why a relay refused an upgrade: 401 for missing, forged or expired credentials, 403 for a role it does not serve. */
 export type VerifyResult =
   | { ok: true; grant: RelayGrant }

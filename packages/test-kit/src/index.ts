@@ -33,6 +33,13 @@ export {
   type TestClient,
 } from './client.js';
 export {
+  type ClusterOptions,
+  type ClusterRelay,
+  type ClusterStack,
+  type EnvironmentView,
+  startClusterStack,
+} from './cluster-stack.js';
+export {
   b64,
   type CollectEventsOptions,
   type CollectedOutput,
@@ -131,6 +138,7 @@ export {
   type ServiceStackOptions,
   type StartExecutorOptions,
   startServiceStack,
+  stopService,
 } from './service-stack.js';
 export { type Stack, startStack } from './stack.js';
 export { hasTmux, startTmux, type Tmux, type TmuxOptions } from './tmux.js';

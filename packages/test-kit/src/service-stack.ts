@@ -86,7 +86,7 @@ function bin(app: ServiceName): string {
 }
 
 /** Runs a registry/relay bin until it prints its first stdout line (or exits). */
-async function launch(app: ServiceName, args: string[]): Promise<{ running: Running; line: string }> {
+export async function launch(app: ServiceName, args: string[]): Promise<{ running: Running; line: string }> {
   const child = spawn(process.execPath, [bin(app), ...args], {
     stdio: ['ignore', 'pipe', 'pipe'],
     env: {
@@ -135,7 +135,7 @@ function portOf(url: string): number {
 }
 
 /** A service started from `args(port)`: port 0 the first time, the bound one on every restart. */
-async function startService(name: ServiceName, args: (port: number) => string[]): Promise<Service> {
+export async function startService(name: ServiceName, args: (port: number) => string[]): Promise<Service> {
   let { running, line } = await launch(name, args(0));
   const url = line.trim();
   const port = portOf(url);
@@ -176,6 +176,11 @@ async function startService(name: ServiceName, args: (port: number) => string[])
 }
 
 const stopCurrent = new WeakMap<Service, () => Promise<PeerExit>>();
+
+/** Stops whatever process of `service` is current (SIGTERM, then SIGKILL after a grace period). */
+export function stopService(service: Service): Promise<PeerExit> | undefined {
+  return stopCurrent.get(service)?.();
+}
 
 export async function startServiceStack(options: ServiceStackOptions = {}): Promise<ServiceStack> {
   const dir = mkdtempSync(join(tmpdir(), 'tether-service-stack-'));

@@ -73,12 +73,28 @@ export class RegistryClient {
     this.fetch = options.fetch ?? fetch;
   }
 
-  async register(environmentId: string, executorKey: NoisePublicKey): Promise<Registration> {
+  /**
+   * `unreachableRelay`: the relay node (a base URL, never a signed one) this executor is failing over from. Sent as
+   * Tether's `unreachable_relay_url` so the registry picks another live node; a registry that refuses the field
+   * (400: a strict one of another make) is asked again without it.
+   */
+  async register(environmentId: string, executorKey: NoisePublicKey, unreachableRelay?: string): Promise<Registration> {
     checkEnvironmentId(environmentId);
-    const body = await this.post(`/cloud/environment/${environmentId}/register`, {
+    const path = `/cloud/environment/${environmentId}/register`;
+    const payload = {
       security_profile: SECURITY_PROFILE_HYBRID_IK_V1,
       executor_public_key: publicKeyToJson(executorKey),
-    });
+    };
+    let body: unknown;
+    try {
+      body = await this.post(
+        path,
+        unreachableRelay ? { ...payload, unreachable_relay_url: unreachableRelay } : payload,
+      );
+    } catch (err) {
+      if (!unreachableRelay || !(err instanceof RegistryError) || err.status !== 400) throw err;
+      body = await this.post(path, payload);
+    }
     const answer = body as Partial<Record<string, unknown>>;
     const problem = (what: string) =>
       new RegistryError(`the registry's /register answer is unusable: ${what}`, 200, null, false);

@@ -2,6 +2,7 @@ import type { Agent, IncomingMessage } from 'node:http';
 import type { MessageTransport } from '@tether/jsonrpc';
 import { generateIdentity, type NoiseIdentity } from '@tether/noise';
 import { DIRECT, outboundFetch, type ProxySettings, webSocketAgent } from '@tether/outbound';
+import { relayNodeOf } from '@tether/relay-auth';
 import { MAX_FRAME_BYTES, relaySocketMask } from '@tether/relay-frames';
 import { WebSocket } from 'ws';
 import type { Logger } from '../logger.js';
@@ -16,6 +17,13 @@ const START_UNREACHABLE_RETRIES = 5;
 const RELAY_CLOSE_REPLACED = 4001;
 /** The relay's answer to an upgrade whose registration is older than the environment's newest. */
 const HTTP_STALE_REGISTRATION = 409;
+/**
+ * Failover: after this many dials in a row of the same relay node fail (the socket cannot be opened at all), the
+ * node is taken for dead and the executor registers again, naming it, to be sent to a live node. With the 1 s and
+ * 2 s backoffs before the two dials, a node that dies moves its executors within about 4 s of the socket's drop
+ * plus one registration (README "Relay nodes").
+ */
+const FAILOVER_AFTER_FAILED_DIALS = 2;
 
 export interface RemoteLinkOptions {
   registryUrl: string;
@@ -142,17 +150,25 @@ export class RemoteLink {
     this.wakeConnectWaiters();
   }
 
-  private async register(initial: boolean): Promise<Registration> {
+  private async register(initial: boolean, unreachableRelay?: string): Promise<Registration> {
     this.stateValue = 'registering';
     let delay = this.options.minBackoffMs ?? 1000;
     let unreachable = 0;
     for (;;) {
       const attemptAt = performance.now();
       try {
-        this.registration = await this.registry.register(this.options.environmentId, this.identity.publicKey);
+        this.registration = await this.registry.register(
+          this.options.environmentId,
+          this.identity.publicKey,
+          unreachableRelay,
+        );
         this.metrics.registration('success', secondsSince(attemptAt));
         this.logger.info(
-          { environmentId: this.options.environmentId, registrationId: this.registration.registrationId },
+          {
+            environmentId: this.options.environmentId,
+            registrationId: this.registration.registrationId,
+            relayNode: relayNodeOf(this.registration.url),
+          },
           'registered with the registry',
         );
         return this.registration;
@@ -177,10 +193,15 @@ export class RemoteLink {
 
   private async run(): Promise<void> {
     let delay = this.options.minBackoffMs ?? 1000;
+    // Dials of the current registration's node that failed in a row, and the node to leave when registering again.
+    let failedDials = 0;
+    let leaving: string | undefined;
     while (!this.stopping) {
       if (!this.registration) {
         try {
-          await this.register(false);
+          await this.register(false, leaving);
+          failedDials = 0;
+          leaving = undefined;
         } catch (err) {
           // Stopping, or the key was refused: the latter ends the executor.
           if (!this.stopping && err instanceof RegistryError) this.fail(err);
@@ -211,6 +232,16 @@ export class RemoteLink {
       }
       if (outcome === 'connected') delay = this.options.minBackoffMs ?? 1000;
       if (outcome === 'rejected') this.registration = null;
+      failedDials = outcome === 'failed' ? failedDials + 1 : 0;
+      if (failedDials >= FAILOVER_AFTER_FAILED_DIALS && this.registration) {
+        // The node is gone (its socket cannot even be opened): register again at once, away from it.
+        leaving = relayNodeOf(this.registration.url) ?? undefined;
+        this.logger.warn({ relayNode: leaving, failedDials }, 'relay node unreachable; registering again to move');
+        this.registration = null;
+        failedDials = 0;
+        delay = this.options.minBackoffMs ?? 1000;
+        continue;
+      }
       this.stateValue = 'backoff';
       this.logger.info({ retryInMs: delay }, 'relay link down; reconnecting');
       await this.sleep(jitter(delay));

@@ -41,6 +41,10 @@ interface FakeRendezvous {
   refuseUpgrades: number | null;
   /** When set, `/register` answers this status (a revoked key: 401). */
   refuseRegisters: number | null;
+  /** When set, relay upgrades are cut before any answer: a node whose socket cannot be opened. */
+  dropUpgrades: boolean;
+  /** Upgrades cut so far. */
+  droppedUpgrades: number;
   /** Environment sockets (server side), in connection order. */
   sockets: WebSocket[];
   nextSocket(): Promise<WebSocket>;
@@ -61,6 +65,8 @@ async function fakeRendezvous(): Promise<FakeRendezvous> {
     peakValidations: 0,
     refuseUpgrades: null,
     refuseRegisters: null,
+    dropUpgrades: false,
+    droppedUpgrades: 0,
     sockets: [],
     nextSocket: () => new Promise((resolve) => waiters.push(resolve)),
     close: async () => {
@@ -101,6 +107,11 @@ async function fakeRendezvous(): Promise<FakeRendezvous> {
   });
   http.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
     socket.on('error', () => undefined); // the executor may reset a refused upgrade
+    if (state.dropUpgrades) {
+      state.droppedUpgrades++;
+      socket.destroy();
+      return;
+    }
     if (state.refuseUpgrades !== null) {
       socket.end(`HTTP/1.1 ${state.refuseUpgrades} Refused\r\nContent-Length: 0\r\nConnection: close\r\n\r\n`);
       return;
@@ -565,6 +576,33 @@ describe('remote mode: link loss', () => {
     expect(socket2).toBeDefined();
     await link.whenConnected();
     expect(link.registrationId).not.toBe('reg-1');
+  });
+
+  it('fails over: when its node cannot be dialled twice in a row it registers again, naming that node', async () => {
+    const { rendezvous, link, socket } = await setup({ minBackoffMs: 20, maxBackoffMs: 40 });
+    rendezvous.dropUpgrades = true;
+    const moved = waitFor(() => rendezvous.registers.length >= 2, 're-registration');
+    socket.terminate();
+    await moved;
+    expect(rendezvous.registers[0]).not.toHaveProperty('unreachable_relay_url');
+    // The node's base URL, never the signed URL (its query is a credential).
+    expect(rendezvous.registers[1]?.unreachable_relay_url).toBe(`${rendezvous.url.replace('http:', 'ws:')}/relay`);
+    rendezvous.dropUpgrades = false;
+    await rendezvous.nextSocket();
+    await link.whenConnected();
+    expect(link.registrationId).toBe('reg-2');
+  });
+
+  it('a single failed redial is not a failover: the same registration is dialled again', async () => {
+    // Backoffs long enough that the test lets the second dial through before it is made.
+    const { rendezvous, link, socket } = await setup({ minBackoffMs: 400, maxBackoffMs: 400 });
+    rendezvous.dropUpgrades = true;
+    socket.terminate();
+    await waitFor(() => rendezvous.droppedUpgrades === 1, 'a failed redial');
+    rendezvous.dropUpgrades = false;
+    await rendezvous.nextSocket();
+    await link.whenConnected();
+    expect(rendezvous.registers).toHaveLength(1);
   });
 
   it('counts registrations, relay connects, drops and refusals in the remote metrics', async () => {
