@@ -1,4 +1,5 @@
 import type { SigningKey } from '@tether/relay-auth';
+import type { Telemetry } from '@tether/telemetry';
 import Fastify, {
   type FastifyBaseLogger,
   type FastifyError,
@@ -67,6 +68,11 @@ export interface RegistryDeps {
   logger?: FastifyBaseLogger;
   /** Clock, epoch ms; default Date.now. */
   now?: () => number;
+  /**
+   * Where the metrics go (its owner shuts it down; `registry serve` gives one with OTLP from the OTEL_*
+   * variables); default: the registry's own, Prometheus only, shut down with the app.
+   */
+  telemetry?: Telemetry;
 }
 
 export interface ResolvedConfig {
@@ -153,7 +159,7 @@ export async function buildRegistry(config: RegistryConfig, deps: RegistryDeps):
     now: deps.now ?? Date.now,
   });
   app.decorateRequest('apiKey', null);
-  app.decorate('metrics', createRegistryMetrics());
+  app.decorate('metrics', await createRegistryMetrics(deps.telemetry));
   app.decorate(
     'revocations',
     new RevocationPusher({
@@ -204,6 +210,7 @@ export async function buildRegistry(config: RegistryConfig, deps: RegistryDeps):
   // Pushes are bounded by their timeout; closing waits for them so that no socket outlives the app.
   app.addHook('onClose', async () => {
     await app.revocations.settled();
+    await app.metrics.close();
   });
   // Callback style: no promise per response.
   app.addHook('onResponse', (request, reply, done) => {

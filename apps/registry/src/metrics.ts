@@ -1,41 +1,78 @@
-/** A tiny Prometheus registry: counters with labels, rendered in the text exposition format 0.0.4. */
+import { type ObservedInstrument, Telemetry } from '@tether/telemetry';
+
+type Counter = ReturnType<Telemetry['counter']>;
+
+const COUNTERS = {
+  registry_http_requests_total: 'HTTP requests answered, by method, route and status.',
+  registry_registrations_total: 'Executor registrations accepted.',
+  registry_bundles_total: 'Harness rendezvous bundles issued.',
+  registry_validations_total: 'Harness key validations, by result.',
+} as const;
+export type RegistryCounter = keyof typeof COUNTERS;
+
+const GAUGES = {
+  registry_environments: { kind: 'gauge', description: 'Known environments.' },
+  registry_registered_environments: {
+    kind: 'gauge',
+    description: 'Environments with a current executor registration.',
+  },
+  registry_relay_nodes_routable: { kind: 'gauge', description: 'Relay nodes environments are routed to.' },
+} as const satisfies Record<string, ObservedInstrument>;
+
+/** The gauges' values, read when the metrics are collected (a scrape, an OTLP export). */
+export interface RegistryGauges {
+  environments: number;
+  registeredEnvironments: number;
+  relayNodesRoutable: number;
+}
+
+/**
+ * The registry's metrics on a Telemetry (`/metrics` and OTLP): counters added to per request, gauges read
+ * by `gauges()` at collection time.
+ */
 export class Metrics {
-  readonly #counters = new Map<string, { help: string; values: Map<string, number> }>();
+  readonly telemetry: Telemetry;
+  private readonly counters: Record<RegistryCounter, Counter>;
+  private readonly owned: boolean;
 
-  constructor(definitions: Record<string, string>) {
-    for (const [name, help] of Object.entries(definitions)) this.#counters.set(name, { help, values: new Map() });
+  constructor(telemetry: Telemetry, owned: boolean) {
+    this.telemetry = telemetry;
+    this.owned = owned;
+    this.counters = Object.fromEntries(
+      Object.entries(COUNTERS).map(([name, description]) => [name, telemetry.counter(name, description)]),
+    ) as Record<RegistryCounter, Counter>;
   }
 
-  inc(name: string, labels: Record<string, string> = {}, by = 1): void {
-    const counter = this.#counters.get(name);
-    if (!counter) throw new Error(`unknown metric ${name}`);
-    let key = '';
-    for (const k in labels) {
-      const v = labels[k] as string;
-      const escaped = /[\\"\n]/.test(v) ? v.replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\n/g, '\\n') : v;
-      key += `${key ? ',' : ''}${k}="${escaped}"`;
-    }
-    counter.values.set(key, (counter.values.get(key) ?? 0) + by);
+  inc(name: RegistryCounter, labels: Record<string, string> = {}, by = 1): void {
+    this.counters[name].add(by, labels);
   }
 
-  render(gauges: Record<string, { help: string; value: number }> = {}): string {
-    const lines: string[] = [];
-    for (const [name, { help, values }] of this.#counters) {
-      lines.push(`# HELP ${name} ${help}`, `# TYPE ${name} counter`);
-      for (const [labels, value] of values) lines.push(`${name}${labels ? `{${labels}}` : ''} ${value}`);
-    }
-    for (const [name, { help, value }] of Object.entries(gauges)) {
-      lines.push(`# HELP ${name} ${help}`, `# TYPE ${name} gauge`, `${name} ${value}`);
-    }
-    return `${lines.join('\n')}\n`;
+  /** Registers the gauges; `read` may share one scan between collections (see `sharedScan`). */
+  observeGauges(read: () => Promise<RegistryGauges>): void {
+    this.telemetry.observe(GAUGES, async (report) => {
+      const gauges = await read();
+      report('registry_environments', gauges.environments);
+      report('registry_registered_environments', gauges.registeredEnvironments);
+      report('registry_relay_nodes_routable', gauges.relayNodesRoutable);
+    });
+  }
+
+  /** The Prometheus text exposition, as served on `/metrics`. */
+  text(): Promise<string> {
+    return this.telemetry.prometheus();
+  }
+
+  /** Shuts the telemetry down when it is the registry's own. */
+  async close(): Promise<void> {
+    if (this.owned) await this.telemetry.shutdown();
   }
 }
 
-export function createRegistryMetrics(): Metrics {
-  return new Metrics({
-    registry_http_requests_total: 'HTTP requests answered, by method, route and status.',
-    registry_registrations_total: 'Executor registrations accepted.',
-    registry_bundles_total: 'Harness rendezvous bundles issued.',
-    registry_validations_total: 'Harness key validations, by result.',
-  });
+/**
+ * The registry's metrics on `telemetry` (its owner shuts it down; `registry serve` gives one with OTLP from the
+ * OTEL_* variables), or on a Prometheus-only one of their own, shut down by `close()`.
+ */
+export async function createRegistryMetrics(telemetry?: Telemetry): Promise<Metrics> {
+  if (telemetry) return new Metrics(telemetry, false);
+  return new Metrics(await Telemetry.create({ serviceName: 'tether-registry', prometheus: true }), true);
 }

@@ -1,9 +1,10 @@
 import { Type } from '@sinclair/typebox';
+import { PROMETHEUS_CONTENT_TYPE } from '@tether/telemetry';
 import type { FastifyInstance } from 'fastify';
 import { errorBody } from '../errors.js';
 import { ErrorResponse, StatusResponse } from '../schemas.js';
 
-/** `/livez` (process up), `/readyz` (store reachable) and `/metrics` (Prometheus text). */
+/** `/livez` (process up), `/readyz` (store reachable) and `/metrics` (Prometheus text, with the process metrics). */
 export async function healthRoutes(app: FastifyInstance) {
   app.get('/livez', { schema: { response: { 200: StatusResponse } } }, async () => ({ status: 'ok' }));
   app.get('/readyz', { schema: { response: { 200: StatusResponse, 503: ErrorResponse } } }, async (request, reply) => {
@@ -15,26 +16,23 @@ export async function healthRoutes(app: FastifyInstance) {
       return reply.code(503).send(errorBody('store_unavailable'));
     }
   });
-  const environmentGauges = sharedScan(
+  // Read when the metrics are collected: by a scrape here, or by an OTLP export.
+  const environments = sharedScan(
     async () => {
-      const environments = await app.registry.store.listEnvironments();
-      return { known: environments.length, registered: environments.filter((e) => e.registration !== null).length };
+      const all = await app.registry.store.listEnvironments();
+      return { known: all.length, registered: all.filter((e) => e.registration !== null).length };
     },
     app.registry.config.metricsCacheMs,
     app.registry.now,
   );
+  app.metrics.observeGauges(async () => {
+    const [counts, live] = await Promise.all([environments(), app.liveRelayNodes()]);
+    return { environments: counts.known, registeredEnvironments: counts.registered, relayNodesRoutable: live.length };
+  });
   app.get('/metrics', { schema: { response: { 200: Type.String() } } }, async (_request, reply) => {
-    const environments = await environmentGauges();
-    const live = await app.liveRelayNodes();
-    reply.type('text/plain; version=0.0.4; charset=utf-8');
-    return app.metrics.render({
-      registry_environments: { help: 'Known environments.', value: environments.known },
-      registry_registered_environments: {
-        help: 'Environments with a current executor registration.',
-        value: environments.registered,
-      },
-      registry_relay_nodes_routable: { help: 'Relay nodes environments are routed to.', value: live.length },
-    });
+    const text = await app.metrics.text();
+    reply.type(PROMETHEUS_CONTENT_TYPE);
+    return text;
   });
 }
 
