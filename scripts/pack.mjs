@@ -56,18 +56,21 @@ const NATIVE = {
 
 /**
  * What each app's bundle may import at run time besides Node's built-ins: the native packages (bundled
- * dependencies) and the third-party optional addons, with the workspace package.json that pins each.
+ * dependencies), the third-party optional addons with the workspace package.json that pins each, and what
+ * the bundle may try to load but copes without (`leftOut`: not shipped, not a dependency).
  */
 const APPS = {
-  harness: { native: ['@tether/native-crypto', '@tether/native-pipe'], optional: {} },
+  harness: {
+    native: ['@tether/native-crypto', '@tether/native-pipe'],
+    optional: {},
+    // user-read's masking helper (the harness bundle leaves it out: see apps/harness/scripts/bundle.mjs).
+    leftOut: ['bufferutil'],
+  },
   executor: {
     native: ['@tether/native-crypto', '@tether/native-pipe'],
-    optional: {
-      'node-pty': 'packages/local-process/package.json',
-      bufferutil: 'apps/executor/package.json',
-      // ws's other optional helper; not a dependency (Node validates UTF-8 itself), only allowed as an import.
-      'utf-8-validate': null,
-    },
+    optional: { 'node-pty': 'packages/local-process/package.json', bufferutil: 'apps/executor/package.json' },
+    // ws's other optional helper: Node validates UTF-8 itself.
+    leftOut: ['utf-8-validate'],
   },
 };
 
@@ -108,13 +111,13 @@ try {
 function packApp(app, dir) {
   const appDir = join(root, 'apps', app);
   const source = readJson(join(appDir, 'package.json'));
-  const { native, optional } = APPS[app];
+  const { native, optional, leftOut } = APPS[app];
   mkdirSync(dir, { recursive: true });
 
   execFileSync(process.execPath, [join(appDir, 'scripts', 'bundle.mjs'), '--outdir', join(dir, 'dist')], {
     stdio: ['ignore', 'inherit', 'inherit'],
   });
-  checkImports(app, join(dir, 'dist'), [...native, ...Object.keys(optional)]);
+  checkImports(app, join(dir, 'dist'), [...native, ...Object.keys(optional), ...leftOut]);
 
   for (const [name, target] of Object.entries(source.bin)) {
     const file = join(dir, target);
@@ -131,7 +134,6 @@ function packApp(app, dir) {
   for (const name of native) dependencies[name] = stageNative(name, join(dir, 'node_modules', name), source.license);
   const optionalDependencies = {};
   for (const [name, pinnedBy] of Object.entries(optional)) {
-    if (pinnedBy === null) continue;
     const version = readJson(join(root, pinnedBy)).dependencies?.[name];
     if (!/^\d+\.\d+\.\d+$/.test(version ?? '')) throw new Error(`${pinnedBy} does not pin ${name} exactly`);
     optionalDependencies[name] = version;
@@ -210,25 +212,33 @@ function stageNative(name, dir, license) {
 }
 
 /**
- * Every bare module the bundle imports at run time must be a Node built-in or one of `allowed`: anything
- * else (a workspace package or a library the bundler left out) would fail only on the user's machine.
+ * Every bare module the bundle loads at run time must be a Node built-in or one of `allowed`: anything else
+ * (a workspace package, or a library the bundler did not see) would fail only on the user's machine. Loads
+ * are static and dynamic imports, require() calls (not methods named require), and
+ * `createRequire(import.meta.url)("NAME")`.
  */
 function checkImports(app, dist, allowed) {
   const builtins = new Set(builtinModules);
   const seen = new Set();
-  const pattern = /(?<![.\w$])(?:from\s*|import\s*\(\s*|import\s+|require\s*\(\s*)"([^"./][^"]*)"/g;
+  const patterns = [
+    /(?<![.\w$])(?:from\s*|import\s*\(\s*|import\s+|(?:__)?require\s*\(\s*)"([^"./][^"]*)"/g,
+    /\(import\.meta\.url\)\s*\(\s*"([^"./][^"]*)"/g,
+  ];
   const walk = (dir) => {
     for (const entry of readdirSync(dir, { withFileTypes: true })) {
       const file = join(dir, entry.name);
       if (entry.isDirectory()) walk(file);
-      else if (entry.name.endsWith('.js'))
-        for (const match of readFileSync(file, 'utf8').matchAll(pattern)) seen.add(match[1]);
+      else if (entry.name.endsWith('.js')) {
+        const text = readFileSync(file, 'utf8');
+        for (const pattern of patterns) for (const match of text.matchAll(pattern)) seen.add(match[1]);
+      }
     }
   };
   walk(dist);
   const unknown = [...seen].filter(
     (name) => !name.startsWith('node:') && !builtins.has(name) && !allowed.includes(name),
   );
-  if (unknown.length > 0)
-    throw new Error(`${app}'s bundle imports what the package does not ship: ${unknown.join(', ')}`);
+  if (unknown.length > 0) {
+    throw new Error(`${app}'s bundle loads what the package does not ship: ${unknown.join(', ')}`);
+  }
 }

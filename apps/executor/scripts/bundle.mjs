@@ -29,20 +29,30 @@ if (!values.outdir) {
 const EXTERNAL = ['node-pty', 'bufferutil', 'utf-8-validate', '@tether/native-crypto', '@tether/native-pipe'];
 
 /**
- * fs/confined.ts gives the confined helper read access to the code it loads: the helper's own directory and
- * the directory of @tether/exec-protocol (in the workspace, a sibling package). In the bundle the helper
- * loads only itself and the package's node_modules, so the package root stands in for that second
- * directory (import.meta.resolve of a workspace package would fail in an installed copy).
+ * Two source rewrites, on load, so that the bundle finds at run time only what the package ships:
+ * - A module that loads a library on first use with `createRequire(import.meta.url)('NAME')` (telemetry's
+ *   pino-pretty, user-read's bufferutil) would look for NAME beside the installed bundle, where only the
+ *   externals are. Written as `require('NAME')`, esbuild bundles NAME (evaluated on that first call, as
+ *   before) or, for an external, leaves the call to the banner's require.
+ * - fs/confined.ts gives the confined helper read access to the code it loads: the helper's own directory
+ *   and the directory of @tether/exec-protocol (in the workspace, a sibling package). In the bundle the helper
+ *   loads only itself and the package's node_modules, so the package root stands in for that second
+ *   directory (import.meta.resolve of a workspace package would fail in an installed copy).
  */
-const helperRuntimeRoot = {
-  name: 'helper-runtime-root',
+const LAZY_REQUIRE = /\bcreateRequire\(import\.meta\.url\)\((['"])([^'"./][^'"]*)\1\)/g;
+const CONFINED = /[\\/]apps[\\/]executor[\\/]src[\\/]fs[\\/]confined\.ts$/;
+const sourceRewrites = {
+  name: 'source-rewrites',
   setup(build) {
-    build.onLoad({ filter: /[\\/]apps[\\/]executor[\\/]src[\\/]fs[\\/]confined\.ts$/ }, async (args) => {
+    build.onLoad({ filter: /[\\/](apps|packages)[\\/][^\\/]+[\\/]src[\\/].*\.ts$/ }, async (args) => {
       const { readFile } = await import('node:fs/promises');
-      const source = await readFile(args.path, 'utf8');
-      const call = "import.meta.resolve('@tether/exec-protocol')";
-      if (!source.includes(call)) throw new Error(`${args.path} no longer calls ${call}: update the bundle script`);
-      return { contents: source.replace(call, "new URL('../package.json', import.meta.url).href"), loader: 'ts' };
+      let source = await readFile(args.path, 'utf8');
+      if (CONFINED.test(args.path)) {
+        const call = "import.meta.resolve('@tether/exec-protocol')";
+        if (!source.includes(call)) throw new Error(`${args.path} no longer calls ${call}: update the bundle script`);
+        source = source.replace(call, "new URL('../package.json', import.meta.url).href");
+      }
+      return { contents: source.replace(LAZY_REQUIRE, 'require($1$2$1)'), loader: 'ts' };
     });
   },
 };
@@ -63,7 +73,7 @@ await build({
   banner: {
     js: "import { createRequire as __tetherCreateRequire } from 'node:module'; const require = __tetherCreateRequire(import.meta.url);",
   },
-  plugins: [helperRuntimeRoot],
+  plugins: [sourceRewrites],
   legalComments: 'none',
   logLevel: 'warning',
 });
