@@ -1,7 +1,7 @@
 import { isLoopbackHost } from '@tether/exec-protocol';
 import { RpcConnection } from '@tether/jsonrpc';
 import { ProxyConfigError, type ProxySettings, proxySettingsFromEnv } from '@tether/outbound';
-import { Telemetry } from '@tether/telemetry';
+import { Telemetry, TelemetryConfigError } from '@tether/telemetry';
 import { Command, InvalidArgumentError } from 'commander';
 import {
   API_KEY_ENV_VARS,
@@ -24,7 +24,7 @@ import {
 } from './key-handover.js';
 import { DEFAULT_LISTEN_URL, type ListenTarget, ListenUrlError, parseListenUrl } from './listen-url.js';
 import { createLogger, type Logger } from './logger.js';
-import { ExecutorMetrics } from './metrics.js';
+import { ExecutorMetrics, executorTelemetryOptions } from './metrics.js';
 import { checkEnvironmentId, parseRegistryUrl, RegistryError } from './remote/registry-client.js';
 import { isKeyRefusal, RemoteLink } from './remote/remote-link.js';
 import { ExecServer } from './server.js';
@@ -400,14 +400,25 @@ export async function runExecutor(
   if (options.remote !== undefined) protectMemory(io, platform, log);
 
   // Codex exports exec-server metrics whenever `[otel] metrics_exporter` names a collector; `[analytics]
-  // enabled` does not gate them (observed with codex 0.171.0), so it does not here either.
-  const telemetry = await Telemetry.create({
-    serviceName: 'tether-executor',
-    serviceVersion: EXECUTOR_VERSION,
-    environment: config.otelEnvironment,
-    otlpHttp: config.metricsExporter ? { ...config.metricsExporter, proxy } : null,
-    onError: (err) => log.warn({ err: err.message }, 'metrics export failed'),
-  });
+  // enabled` does not gate them (observed with codex 0.171.0), so it does not here either. Without it the
+  // OTEL_* variables may name one. A WebSocket listener also serves them on /metrics.
+  const servesHttp = options.listen ? options.listen.kind === 'websocket' : options.remote === undefined;
+  let telemetryOptions: ReturnType<typeof executorTelemetryOptions>;
+  try {
+    telemetryOptions = executorTelemetryOptions(config, io.env, {
+      serviceVersion: EXECUTOR_VERSION,
+      proxy,
+      prometheus: servesHttp,
+      onError: (err) => log.warn({ err: err.message }, 'metrics export failed'),
+    });
+  } catch (err) {
+    if (err instanceof TelemetryConfigError) {
+      io.stderr.write(`executor: ${err.message}\n`);
+      return 2;
+    }
+    throw err;
+  }
+  const telemetry = await Telemetry.create(telemetryOptions);
   const metrics = new ExecutorMetrics(telemetry);
   // The bin spawns only through local-process, so it may adopt what escapes with setsid (a subreaper).
   const server = new ExecServer({ config, logger: log, metrics, subreaper: true, proxy });

@@ -1,8 +1,9 @@
 import { pathToFileUri } from '@tether/exec-protocol';
 import { createMemoryTransportPair, RpcClient, RpcConnection } from '@tether/jsonrpc';
+import { DIRECT } from '@tether/outbound';
 import { Telemetry } from '@tether/telemetry';
 import { afterEach, describe, expect, it } from 'vitest';
-import { ExecutorMetrics, methodLabel } from './metrics.js';
+import { ExecutorMetrics, executorTelemetryOptions, methodLabel } from './metrics.js';
 import { ExecServer } from './server.js';
 
 const servers: ExecServer[] = [];
@@ -114,5 +115,93 @@ describe('executor metrics', () => {
     await read;
     await processor.done;
     expect(await scrape()).toContain('exec_server_requests_total{method="process/read",result="disconnected"} 1\n');
+  });
+});
+
+describe('/metrics on the WebSocket listener', () => {
+  it('serves the exec_server_* instruments (cumulative) and the process metrics; refuses a browser', async () => {
+    const telemetry = await Telemetry.create({ serviceName: 'executor-test', prometheus: true, processMetrics: true });
+    const server = new ExecServer({
+      config: { pingIntervalMs: 0 },
+      metrics: new ExecutorMetrics(telemetry),
+      reaper: false,
+    });
+    servers.push(server);
+    const base = (await server.listen('127.0.0.1', 0)).replace('ws:', 'http:');
+    const { client, connection } = await session(server);
+    await start(client, 'one', ['true']);
+    connection.close('done');
+
+    const res = await fetch(`${base}/metrics`);
+    expect(res.status).toBe(200);
+    expect(res.headers.get('content-type')).toBe('text/plain; version=0.0.4; charset=utf-8');
+    const text = await res.text();
+    expect(text).toContain('exec_server_connections_total{transport="stdio"} 1\n');
+    expect(text).toContain('exec_server_requests_total{method="process/start",result="success"} 1\n');
+    expect(text).toMatch(/^process_cpu_user_seconds_total [0-9.e+-]+$/m);
+    expect(text).toMatch(/^nodejs_eventloop_lag_seconds [0-9.e+-]+$/m);
+    // A second scrape is cumulative: the counter is still there (an OTLP push would have sent a delta).
+    expect(await (await fetch(`${base}/metrics`)).text()).toContain(
+      'exec_server_requests_total{method="process/start",result="success"} 1\n',
+    );
+    const browser = await fetch(`${base}/metrics`, { headers: { origin: 'https://evil.example' } });
+    expect(browser.status).toBe(403);
+    expect(await browser.text()).toBe('');
+    await telemetry.shutdown();
+  });
+
+  it('answers 404 when the telemetry keeps no Prometheus reader', async () => {
+    const server = new ExecServer({ config: { pingIntervalMs: 0 }, reaper: false });
+    servers.push(server);
+    const base = (await server.listen('127.0.0.1', 0)).replace('ws:', 'http:');
+    expect((await fetch(`${base}/metrics`)).status).toBe(404);
+  });
+});
+
+describe('executorTelemetryOptions', () => {
+  const base = { serviceVersion: '9.9.9', proxy: DIRECT, prometheus: false, onError: () => {} };
+  const codex = { endpoint: 'http://codex-config:4318/v1/metrics', protocol: 'json' as const };
+
+  it('the Codex config keeps priority over OTEL_* and is pushed delta, as Codex does', () => {
+    const options = executorTelemetryOptions(
+      { otelEnvironment: 'test', metricsExporter: codex },
+      {
+        OTEL_EXPORTER_OTLP_ENDPOINT: 'http://from-env:4318',
+        OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE: 'cumulative',
+        OTEL_SERVICE_NAME: 'exec-eu',
+        OTEL_RESOURCE_ATTRIBUTES: 'env=ignored,host.name=box',
+      },
+      base,
+    );
+    expect(options).toMatchObject({
+      serviceName: 'exec-eu',
+      environment: 'test',
+      resourceAttributes: { env: 'ignored', 'host.name': 'box' },
+      otlpHttp: { ...codex, proxy: DIRECT },
+      temporality: 'delta',
+      prometheus: false,
+      processMetrics: false,
+    });
+  });
+
+  it('without it the OTEL_* variables name the collector; nothing named, nothing pushed', () => {
+    const options = executorTelemetryOptions(
+      { otelEnvironment: 'dev', metricsExporter: null },
+      {
+        OTEL_EXPORTER_OTLP_ENDPOINT: 'http://from-env:4318',
+        OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
+        OTEL_METRIC_EXPORT_INTERVAL: '1000',
+      },
+      { ...base, prometheus: true },
+    );
+    expect(options).toMatchObject({
+      serviceName: 'tether-executor',
+      otlpHttp: { endpoint: 'http://from-env:4318/v1/metrics', protocol: 'json' },
+      temporality: 'delta',
+      exportIntervalMs: 1000,
+      prometheus: true,
+      processMetrics: true,
+    });
+    expect(executorTelemetryOptions({ otelEnvironment: 'dev', metricsExporter: null }, {}, base).otlpHttp).toBeNull();
   });
 });

@@ -1,7 +1,9 @@
 import type { Counter, Histogram } from '@opentelemetry/api';
 import { Method } from '@tether/exec-protocol';
 import type { TransportKind } from '@tether/jsonrpc';
-import { Telemetry } from '@tether/telemetry';
+import type { ProxySettings } from '@tether/outbound';
+import { type OtelEnv, otelEnvSettings, Telemetry, type TelemetryOptions } from '@tether/telemetry';
+import type { ExecutorConfig } from './config.js';
 
 export type RequestResult = 'success' | 'error' | 'disconnected';
 export type ProcessResult = 'success' | 'error' | 'terminated';
@@ -22,6 +24,36 @@ export function methodLabel(method: string): string {
 /** Seconds between two `performance.now()` readings. */
 export function secondsSince(startMs: number): number {
   return (performance.now() - startMs) / 1000;
+}
+
+/**
+ * The executor's telemetry. Codex's `[otel] metrics_exporter` keeps priority and is pushed as Codex pushes it
+ * (delta); without it the standard OTEL_* variables may name a collector (delta too unless
+ * `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE` says otherwise). `OTEL_SERVICE_NAME`,
+ * `OTEL_RESOURCE_ATTRIBUTES` and `OTEL_METRIC_EXPORT_INTERVAL` apply either way; `[otel] environment` stays
+ * the `env` attribute. `prometheus` (a `--listen ws://` server) adds the cumulative reader for `/metrics`
+ * with the process collectors. Throws TelemetryConfigError for an unusable variable.
+ */
+export function executorTelemetryOptions(
+  config: Pick<ExecutorConfig, 'otelEnvironment' | 'metricsExporter'>,
+  env: OtelEnv,
+  options: { serviceVersion: string; proxy: ProxySettings; prometheus: boolean; onError: (err: Error) => void },
+): TelemetryOptions {
+  const settings = otelEnvSettings(env);
+  const exporter = config.metricsExporter ?? settings.otlpHttp;
+  return {
+    serviceName: settings.serviceName ?? 'tether-executor',
+    serviceVersion: options.serviceVersion,
+    environment: config.otelEnvironment,
+    resourceAttributes: settings.resourceAttributes,
+    otlpHttp: exporter ? { ...exporter, proxy: options.proxy } : null,
+    temporality: config.metricsExporter ? 'delta' : (settings.temporality ?? 'delta'),
+    ...(settings.exportIntervalMs !== null ? { exportIntervalMs: settings.exportIntervalMs } : {}),
+    ...(settings.exportTimeoutMs !== null ? { exportTimeoutMs: settings.exportTimeoutMs } : {}),
+    prometheus: options.prometheus,
+    processMetrics: options.prometheus,
+    onError: options.onError,
+  };
 }
 
 /**

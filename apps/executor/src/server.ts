@@ -13,6 +13,7 @@ import { createReaper, OutputBudget, ReadBufferPool, type Reaper } from '@tether
 import type { ProxySettings } from '@tether/outbound';
 import { MAX_RECORD_PLAINTEXT_BYTES, MESSAGE_LENGTH_PREFIX_BYTES } from '@tether/relay-frames';
 import { Sandboxer } from '@tether/sandbox';
+import { PROMETHEUS_CONTENT_TYPE } from '@tether/telemetry';
 import { WebSocketServer } from 'ws';
 import { DEFAULT_CONFIG, type ExecutorConfig } from './config.js';
 import { ConnectionProcessor } from './connection-processor.js';
@@ -163,7 +164,7 @@ export class ExecServer {
     });
   }
 
-  /** Binds the WebSocket listener (with /readyz and /livez) and returns its `ws://IP:PORT`. */
+  /** Binds the WebSocket listener (with /readyz, /livez and /metrics) and returns its `ws://IP:PORT`. */
   async listen(host: string, port: number): Promise<string> {
     if (this.http) throw new Error('already listening');
     const wss = new WebSocketServer({ noServer: true, maxPayload: this.config.maxMessageBytes });
@@ -214,11 +215,31 @@ export class ExecServer {
       res.writeHead(ready ? 200 : 503).end();
       return;
     }
+    if (req.method === 'GET' && path === '/metrics') {
+      this.serveMetrics(res);
+      return;
+    }
     if (path === '/') {
       res.writeHead(400, { 'content-type': 'text/plain' }).end("Connection header did not include 'upgrade'");
       return;
     }
     res.writeHead(404).end();
+  }
+
+  /** The exec_server_* instruments (cumulative) and the process metrics, when the telemetry keeps them. */
+  private serveMetrics(res: ServerResponse): void {
+    const telemetry = this.metrics.telemetry;
+    if (!telemetry.servesPrometheus) {
+      res.writeHead(404, { 'content-type': 'text/plain' }).end('metrics are not kept by this executor\n');
+      return;
+    }
+    telemetry.prometheus().then(
+      (text) => res.writeHead(200, { 'content-type': PROMETHEUS_CONTENT_TYPE }).end(text),
+      (err: Error) => {
+        this.logger.warn({ err: err.message }, 'metrics collection failed');
+        res.writeHead(500).end();
+      },
+    );
   }
 
   close(): Promise<void> {

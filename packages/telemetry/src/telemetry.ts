@@ -107,6 +107,11 @@ export class Telemetry {
     return new Telemetry(await createSdk(options, onError), options.serviceName, options.serviceVersion, onError);
   }
 
+  /** Whether `prometheus()` can render (created with `prometheus: true`). */
+  get servesPrometheus(): boolean {
+    return this.sdk?.pull != null;
+  }
+
   /** A telemetry that records nothing and exports nothing. */
   static disabled(): Telemetry {
     return new Telemetry(null, 'disabled', undefined, () => {});
