@@ -1,0 +1,62 @@
+/**
+ * The esbuild plugins of the harness's builds: the bundle (bundle.mjs) and the single executable (sea.mjs).
+ */
+import { builtinModules } from 'node:module';
+
+/**
+ * Node's built-in modules are loaded with require() rather than import: an ESM import of a built-in makes Node
+ * build its ESM facade, which reads every export, and on Node 24 one of node:http's exports is a lazy getter
+ * that loads all of undici (about 16 ms of every command's start, seen in a --cpu-prof). Through
+ * process.getBuiltinModule (Node 20.16+, so every Node of `engines`) the module object is used as it is and
+ * each export is read when used. (Not require(): esbuild would resolve that call back to this plugin.)
+ */
+const bareBuiltins = new Set(builtinModules);
+/** ws's optional native addons, absent from the bundle: ws's require() of them throws, and ws uses its JS. */
+export const wsAddonsLeftOut = {
+  name: 'ws-addons-left-out',
+  setup(build) {
+    build.onResolve({ filter: /^(bufferutil|utf-8-validate)$/ }, (args) => ({
+      path: args.path,
+      namespace: 'left-out',
+    }));
+    build.onLoad({ filter: /.*/, namespace: 'left-out' }, (args) => ({
+      contents: `throw new Error(${JSON.stringify(`${args.path} is left out of the harness bundle`)});`,
+      loader: 'js',
+    }));
+  },
+};
+export const builtinsViaRequire = {
+  name: 'builtins-via-require',
+  setup(build) {
+    build.onResolve({ filter: /^[a-z_/:]+$/ }, (args) =>
+      args.path.startsWith('node:') || bareBuiltins.has(args.path)
+        ? { path: args.path, namespace: 'builtin' }
+        : undefined,
+    );
+    build.onLoad({ filter: /.*/, namespace: 'builtin' }, (args) => ({
+      contents: LAZY_BUILTINS.has(args.path.replace(/^node:/, ''))
+        ? lazyBuiltin(args.path)
+        : `module.exports = process.getBuiltinModule(${JSON.stringify(args.path)});`,
+      loader: 'js',
+    }));
+  },
+};
+
+/**
+ * Built-ins that a dependency requires at its top but uses only on some paths: ws requires node:tls and
+ * node:https for wss:// (about 14 ms of a start, where the relay is ws://) and node:zlib for
+ * permessage-deflate (which Tether turns off). Each becomes an object that loads the module on first use.
+ */
+const LAZY_BUILTINS = new Set(['tls', 'https', 'zlib']);
+
+function lazyBuiltin(id) {
+  return `let loaded;
+const load = () => (loaded ??= process.getBuiltinModule(${JSON.stringify(id)}));
+const configurable = (descriptor) => (descriptor === undefined ? undefined : { ...descriptor, configurable: true });
+module.exports = new Proxy({}, {
+  get: (_, key) => load()[key],
+  has: (_, key) => key in load(),
+  ownKeys: () => Reflect.ownKeys(load()),
+  getOwnPropertyDescriptor: (_, key) => configurable(Object.getOwnPropertyDescriptor(load(), key)),
+});`;
+}
