@@ -1,6 +1,7 @@
 /**
  * infra/k8s offline: the base and every overlay are built as kustomize would (tests/infra/kustomize.ts),
- * each object is validated against the Kubernetes API schemas (kubernetes-models), and each container's
+ * each object is validated against the Kubernetes API schemas (kubernetes-models) and its field names against
+ * the API's (k8s-fields.ts), and each container's
  * command line and TETHER_* variables are held against what the real built app accepts (its --help). Then
  * what the manifests promise: probes on /livez and /readyz, non-root and no capabilities everywhere, keys
  * only from Secrets (none committed), one image per app, the relay URLs the registry lists equal to the ones
@@ -19,6 +20,7 @@ import {
   unknownFlags,
   unknownTetherVariables,
 } from './app-cli.ts';
+import { unknownFields } from './k8s-fields.ts';
 import { build, containersOf, type K8sObject, podSpecOf, readKustomization, splitImage } from './kustomize.ts';
 
 const root = repoRoot();
@@ -137,6 +139,8 @@ describe('infra/k8s', () => {
         expect(Model, `${name}: ${object.apiVersion} ${object.kind}`).toBeDefined();
         const model = new (Model as NonNullable<typeof Model>)(object);
         expect(() => model.validate(), `${name}: ${object.kind} ${object.metadata.name}`).not.toThrow();
+        // The schemas allow extra properties (the API server drops them): a misspelt field is found here.
+        expect(unknownFields(object), `${name}: ${object.kind} ${object.metadata.name}`).toEqual([]);
         validated++;
       }
     }
@@ -147,6 +151,9 @@ describe('infra/k8s', () => {
     const broken = structuredClone(service);
     broken.spec.ports[0].port = 'eighty';
     expect(() => new Service(broken).validate()).toThrow(/port/);
+    const misspelt = structuredClone(find(builds[0]?.objects ?? [], 'StatefulSet', 'relay'));
+    misspelt.spec.template.spec.containers[0].readinesProbe = misspelt.spec.template.spec.containers[0].readinessProbe;
+    expect(unknownFields(misspelt)).toEqual(['StatefulSet.spec.template.spec.containers[0].readinesProbe']);
   });
 
   it('wires selectors, Services and ports to the pods that exist', () => {
