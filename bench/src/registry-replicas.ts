@@ -20,7 +20,7 @@
 import { generateKeyPairSync } from 'node:crypto';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { Agent, request } from 'node:http';
-import { cpus, tmpdir } from 'node:os';
+import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { generateIdentity, publicKeyToJson } from '@tether/noise';
@@ -41,6 +41,8 @@ const SECONDS = Number(process.env.BENCH_REGISTRY_SECONDS ?? 4);
 const WARMUP_SECONDS = Number(process.env.BENCH_REGISTRY_WARMUP_SECONDS ?? 1);
 const REPEATS = Number(process.env.BENCH_REGISTRY_REPEATS ?? 3);
 const ENVIRONMENT = 'bench-env';
+/** Extra node flags for the replicas (e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof`). */
+const NODE_ARGS = (process.env.BENCH_REGISTRY_NODE_ARGS ?? '').split(' ').filter(Boolean);
 
 type Engine = 'sqlite' | 'postgres';
 interface Setup {
@@ -145,19 +147,23 @@ async function deploy(setup: Setup): Promise<Deployment> {
   const harnessToken = await key('harness');
   const replicas: ServiceProcess[] = [];
   for (let i = 0; i < setup.replicas; i++) {
-    const replica = await startService('registry', [
-      'serve',
-      '--listen',
-      '127.0.0.1:0',
-      '--database',
-      database,
-      '--signing-key-file',
-      signingKey,
-      '--relay-url',
-      'ws://127.0.0.1:9',
-      '--log-level',
-      'warn',
-    ]);
+    const replica = await startService(
+      'registry',
+      [
+        'serve',
+        '--listen',
+        '127.0.0.1:0',
+        '--database',
+        database,
+        '--signing-key-file',
+        signingKey,
+        '--relay-url',
+        'ws://127.0.0.1:9',
+        '--log-level',
+        'warn',
+      ],
+      { nodeArgs: NODE_ARGS },
+    );
     replicas.push(replica);
     ends.unshift(replica.close);
   }
@@ -280,8 +286,10 @@ async function measure(deployment: Deployment, clients: number): Promise<Run> {
 // Run ----------------------------------------------------------------------------------------------------
 
 await runBench(async () => {
+  const loadAtStart = loadavg();
   process.stderr.write(
-    `registry bench: ${CLIENTS.join('/')} clients, ${WARMUP_SECONDS}+${SECONDS} s per run, median of ${REPEATS}\n`,
+    `registry bench: ${CLIENTS.join('/')} clients, ${WARMUP_SECONDS}+${SECONDS} s per run, median of ${REPEATS}; ` +
+      `load average ${loadAtStart.map((x) => x.toFixed(1)).join(' ')}\n`,
   );
   const runs = new Map<string, Run[]>();
   const id = (setup: Setup, clients: number) => `${setup.name}\n${clients}`;
@@ -343,6 +351,7 @@ await runBench(async () => {
         date: new Date().toISOString(),
         node: process.version,
         cpus: cpus().length,
+        loadAverage: { atStart: loadAtStart, atEnd: loadavg() },
         seconds: SECONDS,
         warmupSeconds: WARMUP_SECONDS,
         rows,

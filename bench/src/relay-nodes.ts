@@ -225,9 +225,10 @@ async function forwarding(relays: ServiceProcess[]): Promise<ForwardRow[]> {
 // Run ----------------------------------------------------------------------------------------------------
 
 await runBench(async () => {
+  const loadAtStart = loadavg();
   process.stderr.write(
     `relay nodes bench: ${NODES} nodes, ${IDLE_STREAMS} idle streams per node, ${MIB} MiB per node per transfer, ` +
-      `${STREAMS.join('/')} streams per node, median of ${REPEATS}; load average ${loadavg()
+      `${STREAMS.join('/')} streams per node, median of ${REPEATS}; load average ${loadAtStart
         .map((x) => x.toFixed(1))
         .join(' ')}\n`,
   );
@@ -266,6 +267,7 @@ await runBench(async () => {
         date: new Date().toISOString(),
         node: process.version,
         cpus: cpus().length,
+        loadAverage: { atStart: loadAtStart, atEnd: loadavg() },
         idleStreams: IDLE_STREAMS,
         mibPerNode: MIB,
         idle,
