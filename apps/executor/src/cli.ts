@@ -2,7 +2,16 @@ import { isLoopbackHost } from '@tether/exec-protocol';
 import { RpcConnection } from '@tether/jsonrpc';
 import { ProxyConfigError, type ProxySettings, proxySettingsFromEnv } from '@tether/outbound';
 import { Telemetry, TelemetryConfigError } from '@tether/telemetry';
-import { Command, InvalidArgumentError } from 'commander';
+import {
+  type EnvScheme,
+  LOG_FORMAT_ALIAS,
+  type LogFormat,
+  type LogLevel,
+  logOptions,
+  packageVersion,
+  SchemeCommand,
+} from '@tether/telemetry/cli';
+import { type Command, InvalidArgumentError } from 'commander';
 import {
   API_KEY_ENV_VARS,
   API_KEY_FILE_ENV,
@@ -35,6 +44,20 @@ export const DUMPABLE_ENV = 'TETHER_EXECUTOR_DUMPABLE';
 
 /** Set to `true` (or `1`) to shut a remote executor down when its stdin closes; stripped from children. */
 export const EXIT_ON_STDIN_CLOSE_ENV = ['TETHER_EXECUTOR_EXIT_ON_STDIN_CLOSE', 'CODEX_EXEC_SERVER_EXIT_ON_STDIN_CLOSE'];
+
+/**
+ * The executor's flags and their variables (`TETHER_EXECUTOR_<FLAG>`; README "Flags and variables"). The
+ * API key file's and the stdin switch's older names are read where the key is chosen, since they mean
+ * something only with --remote and are ignored without it.
+ */
+export const EXECUTOR_ENV: EnvScheme = {
+  app: 'executor',
+  aliases: { '--log-level': ['TETHER_LOG'], '--log-format': [LOG_FORMAT_ALIAS] },
+  readByApp: { '--api-key-file': [API_KEY_FILE_ENV], '--exit-on-stdin-close': EXIT_ON_STDIN_CLOSE_ENV.slice(1) },
+};
+
+/** Variables naming the key's file or descriptor, never passed to a child (beside the key's own). */
+const KEY_SOURCE_ENV = ['TETHER_EXECUTOR_API_KEY_FILE', 'TETHER_EXECUTOR_API_KEY_FD'];
 
 export interface CliIo {
   stdin: NodeJS.ReadableStream & import('node:stream').Readable;
@@ -129,6 +152,10 @@ export interface ExecutorOptions {
   apiKeyFd?: number;
   allowApiKeyEnv?: boolean;
   allowInsecureRegistry?: boolean;
+  /** `--log-level`; default the config's `[logging] level`. */
+  logLevel?: LogLevel;
+  /** `--log-format`; default auto. */
+  logFormat?: LogFormat;
 }
 
 /** What runExecutor needs from the platform to re-execute itself (tests give stand-ins). */
@@ -139,11 +166,11 @@ export interface ExecutorPlatform {
 }
 
 export function buildCommand(run: (options: ExecutorOptions) => Promise<void>): Command {
-  return new Command('executor')
+  const command = new SchemeCommand('executor', EXECUTOR_ENV)
     .description(
       'Tether executor: serves the Codex exec-server protocol (run and control processes) over stdio or WebSocket.',
     )
-    .version(EXECUTOR_VERSION)
+    .version(packageVersion(import.meta.url, '@tether/executor'))
     .option(
       '--listen <url>',
       `where to serve: ws://IP:PORT (port 0 picks one; the bound URL is printed on stdout) or stdio (default: ${DEFAULT_LISTEN_URL}; with --remote: no local listener unless given)`,
@@ -193,7 +220,9 @@ export function buildCommand(run: (options: ExecutorOptions) => Promise<void>): 
     )
     .option('--no-forward', 'refuse TCP forwarding (harness forward) and do not advertise it')
     .option('--config <path>', `TOML config file (default: ${defaultConfigPath()}, i.e. $TETHER_HOME/config.toml)`)
-    .option('--strict-config', 'fail on unknown or invalid config keys instead of ignoring them', false)
+    .option('--strict-config', 'fail on unknown or invalid config keys instead of ignoring them', false);
+  for (const option of logOptions(undefined)) command.addOption(option);
+  return command
     .addHelpText(
       'after',
       `
@@ -215,12 +244,19 @@ unless --allow-api-key-env. In remote mode the executor also marks itself non-du
 root children still can. ${DUMPABLE_ENV}=1 keeps it dumpable (for a debugger).
 
 Endpoints (WebSocket mode): / (WebSocket upgrade), GET /readyz, GET /livez. Requests carrying an Origin
-header are refused with 403. Logs are JSON on stderr (level: TETHER_LOG or [logging] level).
+header are refused with 403. Logs go to stderr: pretty on a terminal, else JSON (--log-format); level from
+--log-level, else [logging] level.
 
 Proxies: registry calls, the relay socket, http/request and OTLP export go through HTTPS_PROXY /
 HTTP_PROXY / ALL_PROXY (lower-case too), except hosts in NO_PROXY, as Codex's do; loopback is not exempt.`,
     )
-    .action(async (options: ExecutorOptions) => run(options));
+    .action(async (options: ExecutorOptions, self: Command) => {
+      // The stdin switch's variable means something only with --remote; without it, it was always ignored.
+      if (self.getOptionValueSource('exitOnStdinClose') === 'env' && options.remote === undefined) {
+        delete options.exitOnStdinClose;
+      }
+      return run(options);
+    });
 }
 
 /** Runs the executor until a signal or (stdio) EOF; returns the process exit code. */
@@ -357,7 +393,7 @@ export async function runExecutor(
     apiKey = outcome.key;
   }
   // Neither the parent-lifetime switch nor anything naming the registry key reaches a child process.
-  for (const name of [...EXIT_ON_STDIN_CLOSE_ENV, ...API_KEY_ENV_VARS, API_KEY_FILE_ENV]) {
+  for (const name of [...EXIT_ON_STDIN_CLOSE_ENV, ...API_KEY_ENV_VARS, API_KEY_FILE_ENV, ...KEY_SOURCE_ENV]) {
     delete io.env[name];
     delete process.env[name];
   }
@@ -395,7 +431,7 @@ export async function runExecutor(
     throw err;
   }
   if (options.maxDetachedProcesses !== undefined) config.maxDetachedProcesses = options.maxDetachedProcesses;
-  const log = logger ?? createLogger(io.env.TETHER_LOG ?? config.logLevel);
+  const log = logger ?? createLogger(options.logLevel ?? config.logLevel, options.logFormat);
   for (const warning of warnings) log.warn({ warning }, 'ignoring config problem (use --strict-config to fail)');
   if (options.remote !== undefined) protectMemory(io, platform, log);
 

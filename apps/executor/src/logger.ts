@@ -1,4 +1,10 @@
-import { createLogger as createPinoLogger, DEFAULT_REDACT_PATHS, type Logger, silentLogger } from '@tether/telemetry';
+import {
+  createLogger as createPinoLogger,
+  DEFAULT_REDACT_PATHS,
+  type Logger,
+  type LoggerOptions,
+  silentLogger,
+} from '@tether/telemetry';
 
 export type { Logger };
 export { silentLogger };
@@ -6,7 +12,7 @@ export { silentLogger };
 /** Paths whose values never reach a log line (keys, tokens, signed URLs, process env, output). */
 export const REDACT_PATHS = [...DEFAULT_REDACT_PATHS, 'params.env', 'params.chunk'];
 
-/** pino JSON on stderr; stdout belongs to the protocol. */
-export function createLogger(level: string = process.env.TETHER_LOG ?? 'info'): Logger {
-  return createPinoLogger({ name: 'executor', level, redact: REDACT_PATHS });
+/** pino on stderr (stdout belongs to the protocol): JSON, or pretty on a terminal (`format`). */
+export function createLogger(level = 'info', format: LoggerOptions['format'] = 'auto'): Logger {
+  return createPinoLogger({ component: 'executor', level, format, redact: REDACT_PATHS });
 }

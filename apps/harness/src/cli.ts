@@ -1,4 +1,5 @@
-import { Command, CommanderError } from 'commander';
+import { type EnvScheme, packageVersion, SchemeCommand } from '@tether/telemetry/cli';
+import { type Command, CommanderError } from 'commander';
 import { registerCompletion } from './commands/completion.js';
 import { registerConfig } from './commands/config.js';
 import { registerCp } from './commands/cp.js';
@@ -13,11 +14,34 @@ import { ENV } from './target.js';
 
 export type { CliIo } from './common.js';
 
-export const VERSION = '0.1.0';
+export const VERSION = packageVersion(import.meta.url, '@tether/harness');
+
+/**
+ * The harness's flags and their variables (`TETHER_HARNESS_<FLAG>`; README "Flags and variables"). The older
+ * connection variables are still read where the connection is chosen (target.ts): after the flag and its
+ * variable, before the config file's context.
+ */
+export const HARNESS_ENV: EnvScheme = {
+  app: 'harness',
+  readByApp: {
+    '--context': [ENV.context],
+    '--registry': [ENV.registry],
+    '--environment-id': [ENV.environmentId],
+    '--url': [ENV.url],
+    '--connect-timeout': [ENV.connectTimeout],
+    '--allow-insecure-registry': [ENV.allowInsecureRegistry],
+    '--api-key-file': [ENV.apiKeyFile],
+    '--executor-key': [ENV.executorKey],
+  },
+  withoutVariables: {
+    'config set-context': 'it writes the config file: a variable would be written into it unseen',
+    'master serve': 'internal: started by `harness master start`',
+  },
+};
 
 /** Builds the program; `run` gives each action its IO and collects the exit code. */
 export function buildProgram(io: CliIo, setExit: (code: number) => void): Command {
-  const program = new Command('harness')
+  const program = new SchemeCommand('harness', HARNESS_ENV)
     .description(
       'Tether harness: run processes and move files on an environment, end-to-end encrypted through the relay.',
     )

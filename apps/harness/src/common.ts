@@ -37,22 +37,22 @@ export function connectOptions(command: Command): Command {
     .addOption(
       new Option(
         '--context <name>',
-        `use this context of the config file instead of its current one (env ${ENV.context}; see harness config)`,
+        `use this context of the config file instead of its current one (also ${ENV.context}; see harness config)`,
       ),
     )
-    .addOption(new Option('--registry <url>', `registry base URL (env ${ENV.registry})`))
-    .addOption(new Option('--environment-id <id>', `environment to use (env ${ENV.environmentId})`))
-    .addOption(new Option('--url <ws-url>', `talk to an executor's WebSocket directly instead (env ${ENV.url})`))
+    .addOption(new Option('--registry <url>', `registry base URL (also ${ENV.registry})`))
+    .addOption(new Option('--environment-id <id>', `environment to use (also ${ENV.environmentId})`))
+    .addOption(new Option('--url <ws-url>', `talk to an executor's WebSocket directly instead (also ${ENV.url})`))
     .addOption(
       new Option(
         '--connect-timeout <seconds>',
-        `give up connecting after this long; failures that may pass are retried until then (env ${ENV.connectTimeout}, default 20)`,
+        `give up connecting after this long; failures that may pass are retried until then (also ${ENV.connectTimeout}; default 20)`,
       ).argParser(parseSeconds),
     )
     .addOption(
       new Option(
         '--allow-insecure-registry',
-        `allow a plain http:// registry that is not loopback: the API key and bundle cross the network in clear (env ${ENV.allowInsecureRegistry}=1)`,
+        `allow a plain http:// registry that is not loopback: the API key and bundle cross the network in clear (also ${ENV.allowInsecureRegistry}=1)`,
       ),
     )
     .addOption(
@@ -64,7 +64,7 @@ export function connectOptions(command: Command): Command {
     .addOption(
       new Option(
         '--executor-key <file>',
-        `trust only this executor public key (NoiseChannelPublicKey JSON) for the environment (env ${ENV.executorKey})`,
+        `trust only this executor public key (NoiseChannelPublicKey JSON) for the environment (also ${ENV.executorKey})`,
       ),
     );
 }

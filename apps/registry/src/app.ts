@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import type { SigningKey } from '@tether/relay-auth';
 import type { Telemetry } from '@tether/telemetry';
 import Fastify, {
@@ -26,6 +27,11 @@ export interface RegistryConfig {
   relayUrlTtlMs?: number;
   /** A relay node counts as live this long after its last heartbeat; default 30 s. */
   relayPresenceTtlMs?: number;
+  /**
+   * Proxies (IPs or CIDR blocks) whose `X-Forwarded-For` names the client (`--trust-proxy`), for request logs
+   * and `request.ip`; default none: the socket's peer.
+   */
+  trustProxy?: string[];
   /** How often expired harness authorizations are deleted; default 60 s. */
   pruneIntervalMs?: number;
   /** Request body limit in bytes; default 16 KiB (a NoiseChannelPublicKey is about 1.7 KB). */
@@ -113,12 +119,24 @@ declare module 'fastify' {
   }
 }
 
+/** The header a request id travels in, both ways. */
+export const REQUEST_ID_HEADER = 'x-request-id';
+
+/** A request id we accept from a caller: 1-128 characters of letters, digits and `._:-`; else null. */
+export function requestIdFrom(value: string | string[] | undefined): string | null {
+  return typeof value === 'string' && /^[A-Za-z0-9._:-]{1,128}$/.test(value) ? value : null;
+}
+
 /** Builds the registry app (never listens): Codex routes under `/cloud`, health probes. */
 export async function buildRegistry(config: RegistryConfig, deps: RegistryDeps): Promise<FastifyInstance> {
   if (config.relayUrls.length === 0) throw new Error('at least one relay URL is required');
   const limits = resolveLimits(config.limits);
   const app = Fastify({
     ...(deps.logger ? { loggerInstance: deps.logger } : { logger: false }),
+    // A caller's well-formed x-request-id becomes the request's id (logged as reqId, echoed back), so one
+    // id follows a harness's /connect into the logs; anything else gets a fresh one.
+    genReqId: (request) => requestIdFrom(request.headers[REQUEST_ID_HEADER]) ?? randomUUID(),
+    ...(config.trustProxy && config.trustProxy.length > 0 ? { trustProxy: config.trustProxy } : {}),
     bodyLimit: config.bodyLimit ?? 16 * 1024,
     connectionTimeout: limits.connectionTimeoutMs,
     requestTimeout: limits.requestTimeoutMs,
@@ -142,6 +160,9 @@ export async function buildRegistry(config: RegistryConfig, deps: RegistryDeps):
       // Typed per route generic; this one answers before any route, so the plain reply type is the one.
       (reply as FastifyReply).code(400).send(errorBody('invalid_request', 'the request path is not valid'));
     },
+  });
+  app.addHook('onRequest', async (request, reply) => {
+    reply.header(REQUEST_ID_HEADER, request.id);
   });
   // Connections past the cap are closed as they are accepted, before any byte is read.
   app.server.maxConnections = limits.maxConnections;

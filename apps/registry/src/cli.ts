@@ -1,8 +1,17 @@
 import { readFileSync } from 'node:fs';
+import { isIP, isIPv4 } from 'node:net';
 import { dirname, resolve } from 'node:path';
 import { loadOrCreateSigningKey, type SigningKey, signingKeyFromPem } from '@tether/relay-auth';
-import { Command, InvalidArgumentError, Option } from 'commander';
-import pino, { type Logger } from 'pino';
+import { createLogger, type Logger } from '@tether/telemetry';
+import {
+  type EnvScheme,
+  LOG_FORMAT_ALIAS,
+  type LogFormat,
+  logOptions,
+  packageVersion,
+  SchemeCommand,
+} from '@tether/telemetry/cli';
+import { type Command, InvalidArgumentError, Option } from 'commander';
 import { buildRegistry, SERVER_LIMIT_DEFAULTS } from './app.js';
 import { openStore, ROLES, type Role } from './store/index.js';
 import { ENVIRONMENT_ID_PATTERN, generateToken, hashToken } from './tokens.js';
@@ -27,8 +36,22 @@ export interface ServeOptions {
   headersTimeout: number;
   keepAliveTimeout: number;
   maxConnections: number;
+  trustProxy: string[];
   logLevel: string;
+  logFormat: LogFormat;
 }
+
+/** The registry's flags and their variables (`TETHER_REGISTRY_<FLAG>`; README "Flags and variables"). */
+export const REGISTRY_ENV: EnvScheme = {
+  app: 'registry',
+  aliases: { '--relay-url': ['TETHER_REGISTRY_RELAY_URLS'], '--log-format': [LOG_FORMAT_ALIAS] },
+  withoutVariables: {
+    'keys create --role': 'one key per run: an argument',
+    'keys create --environments': 'one key per run: an argument',
+    'keys create --relay-url': "one key per run (serve's --relay-url variable must not leak into it)",
+    'keys create --label': 'one key per run: an argument',
+  },
+};
 
 const DEFAULT_RELAY = 'ws://127.0.0.1:8081';
 
@@ -59,6 +82,22 @@ function positiveSeconds(value: string): number {
   return Number(value);
 }
 
+/** `--trust-proxy`: IPs or CIDR blocks (checked by Fastify's proxy-addr when the app is built). */
+function trustProxyEntries(value: string, previous: string[] | undefined): string[] {
+  const entries = value
+    .split(',')
+    .map((entry) => entry.trim())
+    .filter((entry) => entry !== '');
+  for (const entry of entries) {
+    const [ip = '', bits, extra] = entry.split('/');
+    const max = isIPv4(ip) ? 32 : 128;
+    if (!isIP(ip) || extra !== undefined || (bits !== undefined && !(/^\d{1,3}$/.test(bits) && Number(bits) <= max))) {
+      throw new InvalidArgumentError(`not an IP address or CIDR block: ${JSON.stringify(entry)}`);
+    }
+  }
+  return [...(previous ?? []), ...entries];
+}
+
 function positiveInteger(value: string): number {
   if (!/^\d+$/.test(value) || Number(value) < 1 || !Number.isSafeInteger(Number(value))) {
     throw new InvalidArgumentError('expected a positive integer');
@@ -77,18 +116,12 @@ function role(value: string): Role {
   return value as Role;
 }
 
-/** A `--NAME <seconds>` server limit, also read from TETHER_REGISTRY_ENV; the default is given in ms. */
-const secondsOption = (flag: string, description: string, env: string, defaultMs: number) =>
-  new Option(`${flag} <seconds>`, description)
-    .env(`TETHER_REGISTRY_${env}`)
-    .argParser(positiveSeconds)
-    .default(defaultMs / 1000);
+/** A `--NAME <seconds>` server limit; the default is given in ms. */
+const secondsOption = (flag: string, description: string, defaultMs: number) =>
+  new Option(`${flag} <seconds>`, description).argParser(positiveSeconds).default(defaultMs / 1000);
 
 const databaseOption = () =>
-  new Option('--database <url>', 'sqlite:PATH or postgres://…')
-    .env('TETHER_REGISTRY_DATABASE')
-    .argParser(databaseUrl)
-    .makeOptionMandatory();
+  new Option('--database <url>', 'sqlite:PATH or postgres://…').argParser(databaseUrl).makeOptionMandatory();
 
 /** The data directory: explicit, else next to a SQLite database, else ./registry-data. */
 function dataDirFor(options: ServeOptions): string {
@@ -101,7 +134,7 @@ function dataDirFor(options: ServeOptions): string {
 
 /** Runs `registry serve` until io.stopSignal; returns the exit code. */
 export async function runServe(options: ServeOptions, io: CliIo, logger?: Logger): Promise<number> {
-  const log = logger ?? pino({ level: options.logLevel, base: { service: 'registry' } }, pino.destination(2));
+  const log = logger ?? createLogger({ component: 'registry', level: options.logLevel, format: options.logFormat });
   let signingKey: SigningKey;
   try {
     signingKey = options.signingKeyFile
@@ -128,6 +161,7 @@ export async function runServe(options: ServeOptions, io: CliIo, logger?: Logger
     {
       relayUrls: options.relayUrl.length > 0 ? options.relayUrl : [DEFAULT_RELAY],
       authorizationTtlMs: options.authorizationTtl * 1000,
+      trustProxy: options.trustProxy,
       limits: {
         connectionTimeoutMs: options.connectionTimeout * 1000,
         requestTimeoutMs: options.requestTimeout * 1000,
@@ -163,56 +197,45 @@ export async function runServe(options: ServeOptions, io: CliIo, logger?: Logger
 
 /** `registry` with `serve` and `keys create|list|revoke`; `exit` receives each action's exit code. */
 export function buildCli(io: CliIo, exit: (code: number) => void): Command {
-  const program = new Command('registry')
+  const program = new SchemeCommand('registry', REGISTRY_ENV)
     .description('Tether registry: environments, executor registrations, harness bundles and API keys.')
+    .version(packageVersion(import.meta.url, '@tether/registry'))
     .showHelpAfterError()
     .configureOutput({ writeOut: (t) => io.stdout.write(t), writeErr: (t) => io.stderr.write(t) });
 
-  program
+  const serve = program
     .command('serve')
     .description('serve the registry HTTP API (prints its bound URL on stdout, logs JSON on stderr)')
     .addOption(
       new Option('--listen <host:port>', 'address to listen on (port 0 picks one)')
-        .env('TETHER_REGISTRY_LISTEN')
+
         .argParser(listenAddress)
         .default({ host: '127.0.0.1', port: 8080 }, '127.0.0.1:8080'),
     )
     .addOption(databaseOption())
-    .addOption(
-      new Option('--data-dir <dir>', 'where the relay signing key lives (default: beside the SQLite file)').env(
-        'TETHER_REGISTRY_DATA_DIR',
-      ),
-    )
+    .addOption(new Option('--data-dir <dir>', 'where the relay signing key lives (default: beside the SQLite file)'))
     .addOption(
       new Option('--relay-url <url>', `relay node URL, repeatable or comma-separated (default ${DEFAULT_RELAY})`)
-        .env('TETHER_REGISTRY_RELAY_URLS')
+
         .argParser(relayUrl)
         .default([]),
     )
     .addOption(
-      new Option('--signing-key-file <path>', 'Ed25519 PKCS#8 PEM to sign relay URLs with (shared by replicas)').env(
-        'TETHER_REGISTRY_SIGNING_KEY_FILE',
-      ),
+      new Option('--signing-key-file <path>', 'Ed25519 PKCS#8 PEM to sign relay URLs with (shared by replicas)'),
     )
     .addOption(
       new Option('--authorization-ttl <seconds>', 'lifetime of a harness authorization')
-        .env('TETHER_REGISTRY_AUTHORIZATION_TTL')
+
         .argParser(positiveSeconds)
         .default(60),
     )
     .addOption(
-      secondsOption(
-        '--connection-timeout',
-        'close a socket idle this long',
-        'CONNECTION_TIMEOUT',
-        SERVER_LIMIT_DEFAULTS.connectionTimeoutMs,
-      ),
+      secondsOption('--connection-timeout', 'close a socket idle this long', SERVER_LIMIT_DEFAULTS.connectionTimeoutMs),
     )
     .addOption(
       secondsOption(
         '--request-timeout',
         'a request must arrive in full within this',
-        'REQUEST_TIMEOUT',
         SERVER_LIMIT_DEFAULTS.requestTimeoutMs,
       ),
     )
@@ -220,7 +243,6 @@ export function buildCli(io: CliIo, exit: (code: number) => void): Command {
       secondsOption(
         '--headers-timeout',
         "a request's headers must arrive within this (cuts slow clients)",
-        'HEADERS_TIMEOUT',
         SERVER_LIMIT_DEFAULTS.headersTimeoutMs,
       ),
     )
@@ -228,18 +250,26 @@ export function buildCli(io: CliIo, exit: (code: number) => void): Command {
       secondsOption(
         '--keep-alive-timeout',
         'close an idle keep-alive connection after this',
-        'KEEP_ALIVE_TIMEOUT',
         SERVER_LIMIT_DEFAULTS.keepAliveTimeoutMs,
       ),
     )
     .addOption(
       new Option('--max-connections <n>', 'refuse connections beyond this many open at once')
-        .env('TETHER_REGISTRY_MAX_CONNECTIONS')
+
         .argParser(positiveInteger)
         .default(SERVER_LIMIT_DEFAULTS.maxConnections),
     )
-    .addOption(new Option('--log-level <level>', 'pino level').env('TETHER_REGISTRY_LOG_LEVEL').default('info'))
-    .action(async (options: ServeOptions) => exit(await runServe(options, io)));
+    .addOption(
+      new Option(
+        '--trust-proxy <cidr>',
+        'take the client address (request logs) from X-Forwarded-For only when the peer is in one of these IPs ' +
+          'or CIDR blocks; repeatable or comma-separated',
+      )
+        .argParser(trustProxyEntries)
+        .default([], 'none'),
+    );
+  for (const option of logOptions()) serve.addOption(option);
+  serve.action(async (options: ServeOptions) => exit(await runServe(options, io)));
 
   const keys = program.command('keys').description('manage API keys (admin, against the same database)');
 

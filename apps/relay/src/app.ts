@@ -9,7 +9,7 @@ import {
   verifyRevocations,
 } from '@tether/relay-auth';
 import { decodeFrame, encodeFrame, type Frame, resetFrame } from '@tether/relay-frames';
-import { PROMETHEUS_CONTENT_TYPE, Telemetry } from '@tether/telemetry';
+import { PROMETHEUS_CONTENT_TYPE, Telemetry, type TelemetryOptions } from '@tether/telemetry';
 import { joinParts } from '@tether/user-read/websocket';
 import pino, { type Logger } from 'pino';
 import { type WebSocket, WebSocketServer } from 'ws';
@@ -54,10 +54,10 @@ export interface RelayOptions {
   /** Observer of every forwarded WebSocket message (capture, debugging); must not keep the buffer mutable. */
   tap?: (direction: Direction, data: Buffer) => void;
   /**
-   * Where the metrics go (its owner shuts it down; `relay serve` gives one with OTLP from the OTEL_* variables);
-   * default: the relay's own, Prometheus only, shut down with the relay.
+   * Where the metrics go: a Telemetry (its owner shuts it down), or the options of one the relay makes and shuts
+   * down (`relay serve`: OTLP from the OTEL_* variables, process metrics); default: Prometheus only.
    */
-  telemetry?: Telemetry;
+  telemetry?: Telemetry | TelemetryOptions;
 }
 
 export interface HeartbeatConfig {
@@ -143,9 +143,7 @@ interface HarnessPeer {
 }
 
 /** The relay's telemetry when none is given: Prometheus, no push, no process collectors (tests build many relays). */
-function ownTelemetry(): Promise<Telemetry> {
-  return Telemetry.create({ serviceName: 'tether-relay', prometheus: true });
-}
+const PROMETHEUS_ONLY: TelemetryOptions = { serviceName: 'tether-relay', prometheus: true };
 
 /** Builds the relay (never listens): an HTTP server whose upgrades are authenticated before any WebSocket exists. */
 export function createRelay(options: RelayOptions): Relay {
@@ -155,7 +153,11 @@ export function createRelay(options: RelayOptions): Relay {
   const tap = options.tap;
   const metrics = new RelayMetrics();
   // The counters are plain numbers from here on; the Telemetry reads them (and stats()) when it collects.
-  const telemetry = (options.telemetry ? Promise.resolve(options.telemetry) : ownTelemetry()).then((t) => {
+  const given = options.telemetry;
+  const ownsTelemetry = !(given instanceof Telemetry);
+  const telemetry = (
+    given instanceof Telemetry ? Promise.resolve(given) : Telemetry.create(given ?? PROMETHEUS_ONLY)
+  ).then((t) => {
     metrics.register(t, stats);
     return t;
   });
@@ -820,7 +822,7 @@ export function createRelay(options: RelayOptions): Relay {
         await stopped;
       }
       listening = false;
-      if (!options.telemetry) await (await telemetry).shutdown();
+      if (ownsTelemetry) await (await telemetry).shutdown();
     })();
     return closed;
   }

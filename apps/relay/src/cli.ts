@@ -1,10 +1,12 @@
 import type { KeyObject } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { publicKeyFromPem } from '@tether/relay-auth';
+import { TelemetryConfigError, type TelemetryOptions } from '@tether/telemetry';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import pino, { type Logger } from 'pino';
 import { createRelay } from './app.js';
 import { DEFAULT_LIMITS, type RelayLimits } from './limits.js';
+import { relayTelemetryOptions } from './metrics.js';
 
 export interface CliIo {
   stdout: { write(text: string): unknown };
@@ -119,10 +121,21 @@ export async function runServe(options: ServeOptions, io: CliIo, logger?: Logger
   }
   const limits: Partial<RelayLimits> = {};
   for (const [key] of LIMIT_FLAGS) if (options[key] !== undefined) limits[key] = options[key];
+  let telemetry: TelemetryOptions;
+  try {
+    telemetry = relayTelemetryOptions(io.env, (err) => log.warn({ err: err.message }, 'metrics export failed'));
+  } catch (err) {
+    if (err instanceof TelemetryConfigError) {
+      io.stderr.write(`relay: ${err.message}\n`);
+      return 2;
+    }
+    throw err;
+  }
   const relay = createRelay({
     publicKey,
     limits,
     logger: log,
+    telemetry,
     ...(options.registry && options.registryToken
       ? {
           heartbeat: {

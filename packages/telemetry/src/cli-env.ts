@@ -13,9 +13,10 @@ import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Command, InvalidArgumentError, Option } from 'commander';
-import { LOG_FORMATS, type LogFormat } from './logger.js';
 
-export { LOG_FORMATS, type LogFormat };
+/** `json` (one object a line), `pretty` (pino-pretty, for people), `auto`: pretty when stderr is a terminal. */
+export const LOG_FORMATS = ['auto', 'json', 'pretty'] as const;
+export type LogFormat = (typeof LOG_FORMATS)[number];
 
 /** pino's levels, plus `silent`. */
 export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const;
@@ -33,7 +34,10 @@ export interface EnvScheme {
   readByApp?: Readonly<Record<string, readonly string[]>>;
   /** Long flags whose values are secrets: never a default in `--help`, never the value in an error. */
   secrets?: readonly string[];
-  /** Commands (path below the program, e.g. `keys create`) whose flags have no variable, with the reason. */
+  /**
+   * Flags without a variable, with the reason: a command (path below the program, e.g. `keys create`) for all
+   * its flags, or one flag of it (`keys create --role`).
+   */
   withoutVariables?: Readonly<Record<string, string>>;
 }
 
@@ -94,8 +98,16 @@ export class SchemeCommand extends Command {
 
 /** The variable for an option of this command, or null where the command has none. */
 function variableFor(command: SchemeCommand, option: Option): string | null {
-  if (Object.hasOwn(command.scheme.withoutVariables ?? {}, commandPath(command))) return null;
+  if (withoutVariable(command.scheme, command, option) !== undefined) return null;
   return envVarName(command.scheme.app, option.long as string);
+}
+
+/** Why this option of this command has no variable, or undefined when it has one. */
+function withoutVariable(scheme: EnvScheme, command: Command, option: Option): string | undefined {
+  const path = commandPath(command);
+  const without = scheme.withoutVariables ?? {};
+  for (const key of [`${path} ${option.long}`.trim(), path]) if (Object.hasOwn(without, key)) return without[key];
+  return undefined;
 }
 
 /** Replaces the option's parser by one whose errors leave the value out (commander's would print it). */
@@ -107,8 +119,9 @@ function hideValueInErrors(command: Command, option: Option): void {
       return parse(value, previous) as T;
     } catch (err) {
       if (!(err instanceof InvalidArgumentError)) throw err;
+      // Not commander's own code: commander would catch that and report again, with the value.
       command.error(`error: option '${option.flags}' is invalid (value not shown). ${err.message}`, {
-        code: 'commander.invalidArgument',
+        code: 'tether.invalidSecret',
         exitCode: err.exitCode,
       });
     }
@@ -166,7 +179,10 @@ export function packageVersion(from: string, name: string): string {
   let dir = dirname(fileURLToPath(from));
   for (;;) {
     try {
-      const manifest = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as { name?: string; version?: string };
+      const manifest = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as {
+        name?: string;
+        version?: string;
+      };
       if (manifest.name === name && typeof manifest.version === 'string') return manifest.version;
     } catch {
       // no package.json here (or an unreadable one): keep walking up
@@ -216,7 +232,7 @@ export function flagRows(program: Command): FlagRow[] {
     const path = commandPath(command) || '(program)';
     for (const option of command.options) {
       if (!option.long) continue;
-      const without = scheme.withoutVariables?.[commandPath(command)];
+      const without = withoutVariable(scheme, command, option);
       const variable = option.long === '--version' ? null : without === undefined ? (option.envVar ?? null) : null;
       const id = `${option.long} ${variable ?? ''}`;
       const row = rows.get(id) ?? {

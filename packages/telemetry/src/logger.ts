@@ -5,9 +5,10 @@ import pino, { type Logger } from 'pino';
 
 export type { Logger };
 
-/** `json` (one object a line), `pretty` (pino-pretty, for people), `auto`: pretty when the fd is a terminal. */
-export const LOG_FORMATS = ['auto', 'json', 'pretty'] as const;
-export type LogFormat = (typeof LOG_FORMATS)[number];
+// A type only: the CLI helper (which the harness bundles) must not load pino.
+import type { LogFormat } from './cli-env.js';
+
+export type { LogFormat };
 
 export interface LoggerOptions {
   /** `component` field of every line, the same key in every service: `registry`, `relay`, `executor`, … */
@@ -66,7 +67,9 @@ export function createLogger(options: LoggerOptions): Logger {
 
 /** pino-pretty as an in-process synchronous stream (no worker thread), loaded only when used. */
 function prettyStream(fd: number, component: string | undefined): pino.DestinationStream {
-  const build = createRequire(import.meta.url)('pino-pretty') as (options: Record<string, unknown>) => pino.DestinationStream;
+  const build = createRequire(import.meta.url)('pino-pretty') as (
+    options: Record<string, unknown>,
+  ) => pino.DestinationStream;
   return build({
     destination: fd,
     sync: true,
