@@ -24,6 +24,13 @@ const HTTP_STALE_REGISTRATION = 409;
  * plus one registration (README "Relay nodes").
  */
 const FAILOVER_AFTER_FAILED_DIALS = 2;
+/**
+ * The relay socket is pinged this often and dropped when a ping goes unanswered until the next: a node that goes
+ * silent (host down, partition) is noticed within two intervals. A dial that times out then counts as the node
+ * being gone at once, so a silent node moves its executors within 2 × 5 s + 1 s + the 10 s dial timeout (≈ 21 s).
+ */
+const RELAY_PING_INTERVAL_MS = 5_000;
+const RELAY_CONNECT_TIMEOUT_MS = 10_000;
 
 export interface RemoteLinkOptions {
   registryUrl: string;
@@ -36,7 +43,9 @@ export interface RemoteLinkOptions {
   logger: Logger;
   /** Generated in memory when absent (as codex does). */
   identity?: NoiseIdentity;
+  /** How long a relay dial may take before the node counts as gone (default 10 s). */
   connectTimeoutMs?: number;
+  /** Liveness pings on the relay socket (default 5 s; 0 turns them off, and with them the notice of a silent node). */
   pingIntervalMs?: number;
   /** Reconnect backoff: first delay, doubled per failure up to `maxBackoffMs`. */
   minBackoffMs?: number;
@@ -212,7 +221,7 @@ export class RemoteLink {
       const outcome = await this.connectOnce(this.registration!);
       if (this.stopping) return;
       this.metrics.websocketReconnect(
-        outcome === 'connected' ? 'disconnected' : outcome === 'failed' ? 'connect_failed' : 'rejected',
+        outcome === 'connected' ? 'disconnected' : outcome === 'rejected' ? 'rejected' : 'connect_failed',
       );
       if (outcome === 'superseded') {
         this.logger.error(
@@ -232,7 +241,7 @@ export class RemoteLink {
       }
       if (outcome === 'connected') delay = this.options.minBackoffMs ?? 1000;
       if (outcome === 'rejected') this.registration = null;
-      failedDials = outcome === 'failed' ? failedDials + 1 : 0;
+      failedDials = outcome === 'timed_out' ? FAILOVER_AFTER_FAILED_DIALS : outcome === 'failed' ? failedDials + 1 : 0;
       if (failedDials >= FAILOVER_AFTER_FAILED_DIALS && this.registration) {
         // The node is gone (its socket cannot even be opened): register again at once, away from it.
         leaving = relayNodeOf(this.registration.url) ?? undefined;
@@ -250,7 +259,9 @@ export class RemoteLink {
   }
 
   /** One physical connection: resolves when it ends. */
-  private async connectOnce(registration: Registration): Promise<'connected' | 'failed' | 'rejected' | 'superseded'> {
+  private async connectOnce(
+    registration: Registration,
+  ): Promise<'connected' | 'failed' | 'timed_out' | 'rejected' | 'superseded'> {
     this.stateValue = 'connecting';
     const connectAt = performance.now();
     // The URL is a credential: say what is wrong, never what it is. A fresh registration may fix it.
@@ -277,7 +288,7 @@ export class RemoteLink {
           maxPayload: MAX_FRAME_BYTES, // one relay frame per WebSocket message (rendezvous.md §3.1)
           perMessageDeflate: false,
           generateMask: relaySocketMask, // frames are ciphertext: no mask needed (relay-frames/socket-mask.ts)
-          handshakeTimeout: this.options.connectTimeoutMs ?? 10_000,
+          handshakeTimeout: this.options.connectTimeoutMs ?? RELAY_CONNECT_TIMEOUT_MS,
           agent,
         });
       } catch {
@@ -293,8 +304,12 @@ export class RemoteLink {
         res.resume();
         ws.terminate();
       });
+      let timedOut = false;
       ws.on('error', (err) => {
-        if (!opened) this.logger.warn({ err: err.message }, 'cannot reach the relay');
+        if (opened) return;
+        // ws's own words when `handshakeTimeout` passes (checked against ws 8.23).
+        if (/handshake has timed out/i.test(err.message)) timedOut = true;
+        this.logger.warn({ err: err.message }, 'cannot reach the relay');
       });
       let pingTimer: NodeJS.Timeout | null = null;
       let alive = true;
@@ -326,17 +341,20 @@ export class RemoteLink {
           },
           ...(this.options.clock ? { clock: this.options.clock } : {}),
         });
-        const interval = this.options.pingIntervalMs ?? 30_000;
-        pingTimer = setInterval(() => {
-          if (!alive) {
-            this.logger.warn('relay did not answer pings: dropping the link');
-            ws.terminate();
-            return;
-          }
-          alive = false;
-          ws.ping();
-        }, interval);
-        pingTimer.unref();
+        const interval = this.options.pingIntervalMs ?? RELAY_PING_INTERVAL_MS;
+        pingTimer =
+          interval <= 0
+            ? null
+            : setInterval(() => {
+                if (!alive) {
+                  this.logger.warn('relay did not answer pings: dropping the link');
+                  ws.terminate();
+                  return;
+                }
+                alive = false;
+                ws.ping();
+              }, interval);
+        pingTimer?.unref();
         this.wakeConnectWaiters();
       });
       ws.once('close', (code: number) => {
@@ -351,7 +369,9 @@ export class RemoteLink {
         } else {
           this.metrics.websocketConnect(rejected ? 'rejected' : 'error', secondsSince(connectAt));
         }
-        resolve(superseded ? 'superseded' : opened ? 'connected' : rejected ? 'rejected' : 'failed');
+        resolve(
+          superseded ? 'superseded' : opened ? 'connected' : rejected ? 'rejected' : timedOut ? 'timed_out' : 'failed',
+        );
       });
     });
   }

@@ -45,6 +45,12 @@ interface FakeRendezvous {
   dropUpgrades: boolean;
   /** Upgrades cut so far. */
   droppedUpgrades: number;
+  /** When set, relay upgrades are never answered: a node gone silent. */
+  hangUpgrades: boolean;
+  /** Upgrade requests seen. */
+  upgrades: number;
+  /** `upgrades` when each registration arrived. */
+  upgradesAtRegister: number[];
   /** Environment sockets (server side), in connection order. */
   sockets: WebSocket[];
   nextSocket(): Promise<WebSocket>;
@@ -55,6 +61,7 @@ interface FakeRendezvous {
 async function fakeRendezvous(): Promise<FakeRendezvous> {
   const wss = new WebSocketServer({ noServer: true });
   const waiters: Array<(ws: WebSocket) => void> = [];
+  const hung: Socket[] = [];
   let inFlight = 0;
   const state: FakeRendezvous = {
     url: '',
@@ -67,9 +74,13 @@ async function fakeRendezvous(): Promise<FakeRendezvous> {
     refuseRegisters: null,
     dropUpgrades: false,
     droppedUpgrades: 0,
+    hangUpgrades: false,
+    upgrades: 0,
+    upgradesAtRegister: [],
     sockets: [],
     nextSocket: () => new Promise((resolve) => waiters.push(resolve)),
     close: async () => {
+      for (const socket of hung) socket.destroy();
       for (const ws of wss.clients) ws.terminate();
       wss.close();
       http.closeAllConnections();
@@ -88,6 +99,7 @@ async function fakeRendezvous(): Promise<FakeRendezvous> {
         return reply(state.refuseRegisters, { error: { code: 'unauthorized', message: 'API key revoked' } });
       }
       state.registers.push(body);
+      state.upgradesAtRegister.push(state.upgrades);
       return reply(200, {
         environment_id: ENVIRONMENT,
         url: `${state.url.replace('http:', 'ws:')}/relay?role=environment&registration=${state.registers.length}`,
@@ -107,6 +119,11 @@ async function fakeRendezvous(): Promise<FakeRendezvous> {
   });
   http.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
     socket.on('error', () => undefined); // the executor may reset a refused upgrade
+    state.upgrades++;
+    if (state.hangUpgrades) {
+      hung.push(socket); // the executor's dial timeout ends it; close() ends what is left
+      return;
+    }
     if (state.dropUpgrades) {
       state.droppedUpgrades++;
       socket.destroy();
@@ -591,6 +608,19 @@ describe('remote mode: link loss', () => {
     await rendezvous.nextSocket();
     await link.whenConnected();
     expect(link.registrationId).toBe('reg-2');
+  });
+
+  it('fails over after one dial that times out (a node gone silent), without a second try', async () => {
+    const { rendezvous, link, socket } = await setup({ minBackoffMs: 20, maxBackoffMs: 40, connectTimeoutMs: 300 });
+    rendezvous.hangUpgrades = true;
+    const moved = waitFor(() => rendezvous.registers.length >= 2, 're-registration');
+    socket.terminate();
+    await moved;
+    const [first, second] = rendezvous.upgradesAtRegister;
+    expect(second! - first!, 'the first socket, then one dial that timed out').toBe(2);
+    expect(rendezvous.registers[1]?.unreachable_relay_url).toBe(`${rendezvous.url.replace('http:', 'ws:')}/relay`);
+    rendezvous.hangUpgrades = false;
+    await link.whenConnected();
   });
 
   it('a single failed redial is not a failover: the same registration is dialled again', async () => {
