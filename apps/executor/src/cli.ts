@@ -484,7 +484,6 @@ export async function runExecutor(
         environmentId: options.environmentId!,
         apiKey,
         logger: log,
-        pingIntervalMs: config.pingIntervalMs,
         metrics,
         proxy,
         maxMessageBytes: config.maxMessageBytes,
