@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { SigningKey } from '@tether/relay-auth';
-import type { Telemetry } from '@tether/telemetry';
+import type { Telemetry, TelemetryOptions } from '@tether/telemetry';
 import Fastify, {
   type FastifyBaseLogger,
   type FastifyError,
@@ -75,10 +75,11 @@ export interface RegistryDeps {
   /** Clock, epoch ms; default Date.now. */
   now?: () => number;
   /**
-   * Where the metrics go (its owner shuts it down; `registry serve` gives one with OTLP from the OTEL_*
-   * variables); default: the registry's own, Prometheus only, shut down with the app.
+   * Where the metrics go: a Telemetry (its owner shuts it down), or the options of one the registry makes and
+   * shuts down with the app (`registry serve`: OTLP from the OTEL_* variables, process metrics); default:
+   * Prometheus only.
    */
-  telemetry?: Telemetry;
+  telemetry?: Telemetry | TelemetryOptions;
 }
 
 export interface ResolvedConfig {

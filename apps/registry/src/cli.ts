@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { isIP, isIPv4 } from 'node:net';
 import { dirname, resolve } from 'node:path';
 import { loadOrCreateSigningKey, type SigningKey, signingKeyFromPem } from '@tether/relay-auth';
-import { createLogger, type Logger } from '@tether/telemetry';
+import { createLogger, type Logger, TelemetryConfigError, type TelemetryOptions } from '@tether/telemetry';
 import {
   type EnvScheme,
   LOG_FORMAT_ALIAS,
@@ -13,6 +13,7 @@ import {
 } from '@tether/telemetry/cli';
 import { type Command, InvalidArgumentError, Option } from 'commander';
 import { buildRegistry, SERVER_LIMIT_DEFAULTS } from './app.js';
+import { registryTelemetryOptions } from './metrics.js';
 import { openStore, ROLES, type Role } from './store/index.js';
 import { ENVIRONMENT_ID_PATTERN, generateToken, hashToken } from './tokens.js';
 
@@ -144,6 +145,16 @@ export async function runServe(options: ServeOptions, io: CliIo, logger?: Logger
     io.stderr.write(`registry: cannot load the relay signing key: ${(err as Error).message}\n`);
     return 1;
   }
+  let telemetry: TelemetryOptions;
+  try {
+    telemetry = registryTelemetryOptions(io.env, (err) => log.warn({ err: err.message }, 'metrics export failed'));
+  } catch (err) {
+    if (err instanceof TelemetryConfigError) {
+      io.stderr.write(`registry: ${err.message}\n`);
+      return 2;
+    }
+    throw err;
+  }
   let store: Awaited<ReturnType<typeof openStore>>;
   try {
     // SQLite: WAL checkpoints from a worker thread, off the request path.
@@ -170,7 +181,7 @@ export async function runServe(options: ServeOptions, io: CliIo, logger?: Logger
         maxConnections: options.maxConnections,
       },
     },
-    { store, signingKey, logger: log },
+    { store, signingKey, logger: log, telemetry },
   );
   try {
     await app.listen({ host: options.listen.host, port: options.listen.port });

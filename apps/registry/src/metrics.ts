@@ -1,4 +1,10 @@
-import { type ObservedInstrument, Telemetry } from '@tether/telemetry';
+import {
+  type ObservedInstrument,
+  type OtelEnv,
+  serviceTelemetryOptions,
+  Telemetry,
+  type TelemetryOptions,
+} from '@tether/telemetry';
 
 type Counter = ReturnType<Telemetry['counter']>;
 
@@ -69,10 +75,18 @@ export class Metrics {
 }
 
 /**
- * The registry's metrics on `telemetry` (its owner shuts it down; `registry serve` gives one with OTLP from the
- * OTEL_* variables), or on a Prometheus-only one of their own, shut down by `close()`.
+ * The registry's metrics on `telemetry` (its owner shuts it down), or on one made from these options (by
+ * default Prometheus only), shut down by `close()`.
  */
-export async function createRegistryMetrics(telemetry?: Telemetry): Promise<Metrics> {
-  if (telemetry) return new Metrics(telemetry, false);
-  return new Metrics(await Telemetry.create({ serviceName: 'tether-registry', prometheus: true }), true);
+export async function createRegistryMetrics(telemetry?: Telemetry | TelemetryOptions): Promise<Metrics> {
+  if (telemetry instanceof Telemetry) return new Metrics(telemetry, false);
+  return new Metrics(await Telemetry.create(telemetry ?? { serviceName: 'tether-registry', prometheus: true }), true);
+}
+
+/**
+ * `registry serve`'s telemetry: `/metrics` with the process collectors, OTLP as the OTEL_* variables say (export
+ * failures logged as warnings). Throws TelemetryConfigError for an unusable variable.
+ */
+export function registryTelemetryOptions(env: OtelEnv, warn: (err: Error) => void): TelemetryOptions {
+  return serviceTelemetryOptions(env, { serviceName: 'tether-registry', onError: warn });
 }
