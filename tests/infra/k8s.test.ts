@@ -68,8 +68,10 @@ function commandLine(objects: K8sObject[], container: Container, podName: string
     if (variable.value !== undefined) env.set(variable.name, String(variable.value));
     else if (from?.fieldRef?.fieldPath === 'metadata.name') env.set(variable.name, podName);
     else if (from?.configMapKeyRef) {
-      const map = find(objects, 'ConfigMap', from.configMapKeyRef.name);
-      env.set(variable.name, String(map.data?.[from.configMapKeyRef.key]));
+      const { name, key, optional } = from.configMapKeyRef;
+      const map = objects.find((o) => o.kind === 'ConfigMap' && o.metadata.name === name);
+      // An optional reference to a ConfigMap that is not there leaves the variable unset.
+      if (map || !optional) env.set(variable.name, String(find(objects, 'ConfigMap', name).data?.[key]));
     } else if (from?.secretKeyRef) env.set(variable.name, '<secret>');
   }
   const words: string[] = [...(container.command ?? []), ...(container.args ?? [])];
@@ -253,6 +255,56 @@ describe('infra/k8s', () => {
             `${where}: probe port ${probe.httpGet.port}`,
           ).toBe(true);
         }
+      }
+    }
+  });
+
+  it('defines every $(VAR) a container refers to (env values: earlier in its env, as Kubernetes expands them)', () => {
+    let references = 0;
+    for (const { build: name, pod } of workloads()) {
+      for (const container of pod.containers) {
+        const defined: string[] = [];
+        for (const variable of container.env ?? []) {
+          for (const match of String(variable.value ?? '').matchAll(/(?<!\$)\$\(([A-Za-z_]\w*)\)/g)) {
+            expect(defined, `${name}: ${container.name} ${variable.name}`).toContain(match[1]);
+            references++;
+          }
+          defined.push(variable.name);
+        }
+        const line = [...(container.command ?? []), ...(container.args ?? [])].join(' ');
+        for (const match of line.matchAll(/(?<!\$)\$\(([A-Za-z_]\w*)\)/g)) {
+          expect(defined, `${name}: ${container.name} command line`).toContain(match[1]);
+          references++;
+        }
+      }
+    }
+    expect(references).toBeGreaterThan(0);
+  });
+
+  it('exports OTLP when ConfigMap tether-telemetry names an endpoint, and marks /metrics for Prometheus', () => {
+    for (const { build: name, object, pod } of workloads()) {
+      for (const container of pod.containers) {
+        const app = isTetherImage(container.image);
+        if (!app) continue;
+        const endpoint = container.env.find((e: Container) => e.name === 'OTEL_EXPORTER_OTLP_ENDPOINT');
+        expect(endpoint?.valueFrom?.configMapKeyRef, `${name}: ${container.name}`).toEqual({
+          name: 'tether-telemetry',
+          key: 'otlp-endpoint',
+          optional: true,
+        });
+        expect(container.env.find((e: Container) => e.name === 'OTEL_SERVICE_NAME')?.value).toBe(`tether-${app}`);
+        // Replicas stay apart in the collector.
+        expect(container.env.find((e: Container) => e.name === 'OTEL_RESOURCE_ATTRIBUTES')?.value).toBe(
+          'service.instance.id=$(POD_NAME)',
+        );
+        if (app === 'executor') continue;
+        // The registry and relays serve /metrics on their listening port.
+        const annotations = object.spec.template.metadata.annotations ?? {};
+        expect(annotations['prometheus.io/scrape'], `${name}: ${object.metadata.name}`).toBe('true');
+        expect(annotations['prometheus.io/path']).toBe('/metrics');
+        expect(container.ports.map((p: Container) => String(p.containerPort))).toContain(
+          annotations['prometheus.io/port'],
+        );
       }
     }
   });
