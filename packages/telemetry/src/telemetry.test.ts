@@ -4,6 +4,7 @@ import {
   hasMetricPoint,
   metricPoints,
   type OtlpCollector,
+  parsePrometheusText,
   startOtlpCollector,
 } from '@tether/test-kit';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -274,50 +275,9 @@ describe('Prometheus exposition', () => {
   });
 });
 
-/**
- * The text exposition format 0.0.4, line by line: HELP/TYPE comments before a family's samples, each family
- * in one group, names and label names from the grammar, quoted and escaped label values, float values, no
- * series twice, a newline at the end.
- */
+/** Strict: throws on any departure from the text format 0.0.4 (see test-kit's parser). */
 function expectExposition(text: string): void {
-  expect(text.endsWith('\n'), 'ends with a newline').toBe(true);
-  const sample =
-    /^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\[\\"n])*",?)*\})? ([-+]?(?:[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?|[iI][nN][fF]|[nN][aA][nN]))( -?[0-9]+)?$/;
-  const typed = new Map<string, string>();
-  const series = new Set<string>();
-  const done = new Set<string>();
-  let current = '';
-  for (const line of text.slice(0, -1).split('\n')) {
-    const comment = /^# (HELP|TYPE) ([a-zA-Z_:][a-zA-Z0-9_:]*) (.*)$/.exec(line);
-    if (comment) {
-      if (comment[1] === 'TYPE') {
-        expect(['counter', 'gauge', 'histogram', 'summary', 'untyped'], line).toContain(comment[3]);
-        expect(typed.has(comment[2]!), `one TYPE for ${comment[2]}`).toBe(false);
-        typed.set(comment[2]!, comment[3]!);
-      }
-      continue;
-    }
-    if (line === '' || line.startsWith('#')) continue;
-    const match = sample.exec(line);
-    expect(match, `a sample line: ${line}`).not.toBeNull();
-    const name = match![1]!;
-    const family = [...typed.keys()].find(
-      (f) =>
-        name === f ||
-        (['histogram', 'summary'].includes(typed.get(f)!) &&
-          /^(_bucket|_sum|_count)$/.test(name.slice(f.length)) &&
-          name.startsWith(f)),
-    );
-    expect(family, `${name} has a TYPE before its samples`).toBeDefined();
-    if (family !== current) {
-      expect(done.has(family!), `${family} in one group`).toBe(false);
-      if (current) done.add(current);
-      current = family!;
-    }
-    const key = `${name}${match![2] ?? ''}`;
-    expect(series.has(key), `${key} once`).toBe(false);
-    series.add(key);
-  }
+  expect(() => parsePrometheusText(text)).not.toThrow();
 }
 
 describe('disabled telemetry', () => {

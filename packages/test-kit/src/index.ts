@@ -125,6 +125,12 @@ export {
 } from './proc-stats.js';
 export { type FindProcessesOptions, findProcesses, isAlive, type ProcessInfo } from './processes.js';
 export {
+  type PrometheusFamily,
+  type PrometheusSample,
+  parsePrometheusText,
+  prometheusSample,
+} from './prometheus-text.js';
+export {
   type Bundle,
   type Registration,
   type RelayedMessage,

@@ -44,6 +44,8 @@ export interface ServiceStackOptions {
   relayArgs?: string[];
   /** Extra `registry serve` arguments. */
   registryArgs?: string[];
+  /** Extra environment of the registry and relay processes (OTEL_* variables, …). */
+  env?: Record<string, string>;
 }
 
 export interface StartExecutorOptions {
@@ -86,7 +88,11 @@ function bin(app: ServiceName): string {
 }
 
 /** Runs a registry/relay bin until it prints its first stdout line (or exits). */
-export async function launch(app: ServiceName, args: string[]): Promise<{ running: Running; line: string }> {
+export async function launch(
+  app: ServiceName,
+  args: string[],
+  env: Record<string, string> = {},
+): Promise<{ running: Running; line: string }> {
   const child = spawn(process.execPath, [bin(app), ...args], {
     stdio: ['ignore', 'pipe', 'pipe'],
     env: {
@@ -94,6 +100,7 @@ export async function launch(app: ServiceName, args: string[]): Promise<{ runnin
       TETHER_REGISTRY_LOG_LEVEL: 'warn',
       TETHER_RELAY_LOG_LEVEL: 'warn',
       ...peerMarkerEnv(),
+      ...env,
     },
   });
   const exited = new Promise<PeerExit>((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
@@ -135,8 +142,12 @@ function portOf(url: string): number {
 }
 
 /** A service started from `args(port)`: port 0 the first time, the bound one on every restart. */
-export async function startService(name: ServiceName, args: (port: number) => string[]): Promise<Service> {
-  let { running, line } = await launch(name, args(0));
+export async function startService(
+  name: ServiceName,
+  args: (port: number) => string[],
+  env: Record<string, string> = {},
+): Promise<Service> {
+  let { running, line } = await launch(name, args(0), env);
   const url = line.trim();
   const port = portOf(url);
   const service: Service = {
@@ -155,7 +166,7 @@ export async function startService(name: ServiceName, args: (port: number) => st
       const deadline = Date.now() + 5_000;
       for (;;) {
         try {
-          const started = await launch(name, args(port));
+          const started = await launch(name, args(port), env);
           if (started.line.trim() !== url) {
             await stop(started.running, 'SIGTERM');
             throw new Error(`${name} came back on ${started.line.trim()}, not ${url}`);
@@ -207,30 +218,38 @@ export async function startServiceStack(options: ServiceStackOptions = {}): Prom
       keys[role] = line.trim();
       await running.exited;
     }
-    const relay = await startService('relay', (port) => [
-      'serve',
-      '--listen',
-      `127.0.0.1:${port}`,
-      '--registry-key-file',
-      keyFile,
-      ...(options.relayArgs ?? []),
-    ]);
+    const relay = await startService(
+      'relay',
+      (port) => [
+        'serve',
+        '--listen',
+        `127.0.0.1:${port}`,
+        '--registry-key-file',
+        keyFile,
+        ...(options.relayArgs ?? []),
+      ],
+      options.env,
+    );
     services.push(relay);
     const relayPublicUrl = options.relayPublicUrl
       ? await options.relayPublicUrl({ url: relay.url, host: '127.0.0.1', port: relay.port })
       : relay.url;
-    const registry = await startService('registry', (port) => [
-      'serve',
-      '--listen',
-      `127.0.0.1:${port}`,
-      '--database',
-      database,
-      '--signing-key-file',
-      keyFile,
-      '--relay-url',
-      relayPublicUrl,
-      ...(options.registryArgs ?? []),
-    ]);
+    const registry = await startService(
+      'registry',
+      (port) => [
+        'serve',
+        '--listen',
+        `127.0.0.1:${port}`,
+        '--database',
+        database,
+        '--signing-key-file',
+        keyFile,
+        '--relay-url',
+        relayPublicUrl,
+        ...(options.registryArgs ?? []),
+      ],
+      options.env,
+    );
     services.push(registry);
     const relayMetrics = async () =>
       (await fetch(`${relay.url.replace('ws:', 'http:')}/metrics`, { signal: AbortSignal.timeout(5_000) })).text();
