@@ -14,17 +14,9 @@ import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
-import {
-  findProcesses,
-  patternCommand,
-  patternSha256,
-  peerMarkerEnv,
-  repoRoot,
-  type Stack,
-  startStack,
-  waitUntil,
-} from '@tether/test-kit';
+import { findProcesses, peerMarkerEnv, repoRoot, type Stack, startStack, waitUntil } from '@tether/test-kit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { expectExitCodeAndOutput, expectLargeOutput, type HarnessTarget, runWithTarget } from './harness-checks.js';
 
 const run = promisify(execFile);
 const work = mkdtempSync(join(tmpdir(), 'tether-install-'));
@@ -34,38 +26,10 @@ const installed = (app: string) => join(prefix, 'lib', 'node_modules', '@tether'
 const version = (app: string): string =>
   JSON.parse(readFileSync(join(repoRoot(), 'apps', app, 'package.json'), 'utf8')).version;
 
-interface Outcome {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-/** Runs a command to its end (stdin closed), with the harness pointed at `environmentId`. */
-function runHarness(args: string[], environmentId: string, command = bin('harness')): Promise<Outcome> {
-  const child = spawn(command, args, {
-    env: {
-      ...process.env,
-      TETHER_REGISTRY_URL: stack.registryUrl,
-      TETHER_ENVIRONMENT_ID: environmentId,
-      TETHER_API_KEY: stack.keys.harness,
-      TETHER_CONFIG: join(work, 'no-config.toml'),
-      ...peerMarkerEnv(),
-    },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (d: Buffer) => {
-    stdout += d;
-  });
-  child.stderr.on('data', (d: Buffer) => {
-    stderr += d;
-  });
-  return new Promise((resolve, reject) => {
-    child.once('error', reject);
-    child.once('close', (code) => resolve({ code, stdout, stderr }));
-  });
-}
+/** Runs the installed harness (or `command`) with its variables naming `environmentId` of the stack. */
+const runHarness = (args: string[], environmentId: string, command = bin('harness')) =>
+  runWithTarget(command, args, target(environmentId));
+const target = (environmentId: string): HarnessTarget => ({ stack, environmentId, work });
 
 interface InstalledExecutor {
   child: ChildProcess;
@@ -185,21 +149,11 @@ describe('harness exec through the installed executor', () => {
   }, 30_000);
 
   it('passes output and the exit code through', async () => {
-    expect(await runHarness(['exec', '--cwd', work, '--', 'sh', '-c', 'echo hi; exit 3'], id)).toEqual({
-      code: 3,
-      stdout: 'hi\n',
-      stderr: '',
-    });
+    await expectExitCodeAndOutput(bin('harness'), target(id));
   });
 
   it('a large output piped into sha256sum arrives whole', async () => {
-    const bytes = 16 * 1024 * 1024;
-    const command = ['exec', '--cwd', work, '--', ...patternCommand('INST', bytes)];
-    const quoted = [bin('harness'), ...command].map((arg) => `'${arg.replaceAll("'", `'\\''`)}'`).join(' ');
-    const result = await runHarness(['-c', `${quoted} | sha256sum; exit "\${PIPESTATUS[0]}"`], id, 'bash');
-    expect(result.stderr).toBe('');
-    expect(result.stdout).toBe(`${patternSha256('INST', bytes)}  -\n`);
-    expect(result.code).toBe(0);
+    await expectLargeOutput(bin('harness'), target(id));
   });
 
   it('a terminal without node-pty installed fails with an error that says so', async () => {
