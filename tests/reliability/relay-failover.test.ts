@@ -4,9 +4,21 @@
  * within the stated bound (README "Relay nodes": 30 s) and the harness resume its session there with every byte
  * of every stream. Then a fourth node joins: harnesses must keep going where their executor is.
  */
+import { spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Environment } from '@tether/client';
 import { pickRelayNode } from '@tether/registry';
-import { type ClusterStack, startClusterStack, waitUntil } from '@tether/test-kit';
+import {
+  type ClusterStack,
+  patternCommand,
+  patternSha256,
+  repoRoot,
+  startClusterStack,
+  waitUntil,
+} from '@tether/test-kit';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import {
   type Check,
@@ -52,6 +64,46 @@ describe('relay nodes: failover and joining, three nodes and two registry replic
     await expectLocalResourcesBack(before);
   });
 
+  /**
+   * `harness exec` (the CLI, no connection reuse) through registry replica `registry`: its stdout hashed as it
+   * streams, and how many bytes have come so far.
+   */
+  const harnessExec = (stack: ClusterStack, environmentId: string, registry: number, argv: string[]) => {
+    const home = mkdtempSync(join(tmpdir(), 'tether-failover-harness-'));
+    const child = spawn(
+      process.execPath,
+      [join(repoRoot(), 'apps', 'harness', 'bin', 'harness.js'), 'exec', '--', ...argv],
+      {
+        env: {
+          ...process.env,
+          TETHER_CONFIG: join(home, 'none.toml'),
+          TETHER_REUSE: 'no',
+          TETHER_REGISTRY_URL: (stack.registries[registry] as { url: string }).url,
+          TETHER_ENVIRONMENT_ID: environmentId,
+          TETHER_API_KEY: stack.keys.harness,
+        },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
+    const hash = createHash('sha256');
+    let bytes = 0;
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => {
+      bytes += d.byteLength;
+      hash.update(d);
+    });
+    child.stderr.on('data', (d: Buffer) => {
+      if (stderr.length < 8192) stderr += d;
+    });
+    const done = new Promise<{ code: number | null; sha256: string; bytes: number; stderr: string }>((resolve) =>
+      child.once('close', (code) => {
+        rmSync(home, { recursive: true, force: true });
+        resolve({ code, sha256: hash.digest('hex'), bytes, stderr });
+      }),
+    );
+    return { bytes: () => bytes, done, kill: () => child.kill('SIGKILL') };
+  };
+
   const connect = (stack: ClusterStack, environmentId: string, registry: number, log?: LinkLog) =>
     Environment.connectRendezvous({
       registryUrl: (stack.registries[registry] as { url: string }).url,
@@ -79,8 +131,10 @@ describe('relay nodes: failover and joining, three nodes and two registry replic
       await startOutputCheck(env, 'FAST', FAST_BYTES),
       await startStdinCheck(env, 'STDI', STDIN_BYTES),
     ];
+    // The CLI too, as a person would use it: `harness exec … | sha256sum` across the kill.
+    const cli = harnessExec(cluster, 'env-failover', 1, patternCommand('CLIE', SLOW_BYTES, { pace: SLOW_PACE }));
     await waitUntil(
-      () => checks.every((c) => c.bytes() > 0) && (checks[1]?.bytes() ?? 0) >= MIB,
+      () => cli.bytes() > 0 && checks.every((c) => c.bytes() > 0) && (checks[1]?.bytes() ?? 0) >= MIB,
       'every stream to be under way',
       30_000,
       20,
@@ -100,6 +154,16 @@ describe('relay nodes: failover and joining, three nodes and two registry replic
     console.log(`failover: ${log.disconnects} disconnects; ${log.events.join(' | ')}`);
     expect(outcomes, log.events.join(' | ')).toEqual(outcomes.map((o) => ({ name: o.name, result: 'ok' })));
     expect(log.disconnects, 'the harness noticed the node going').toBeGreaterThan(0);
+    const viaCli = await withDeadline(cli.done, SETTLE_MS, () => `harness exec (${cli.bytes()} bytes so far)`).catch(
+      (err: Error) => {
+        cli.kill();
+        throw err;
+      },
+    );
+    expect(
+      { code: viaCli.code, bytes: viaCli.bytes, sha256: viaCli.sha256 },
+      `harness exec stderr: ${viaCli.stderr}`,
+    ).toEqual({ code: 0, bytes: SLOW_BYTES, sha256: patternSha256('CLIE', SLOW_BYTES) });
     expect(env.client?.sessionId, 'the session resumed is the one started').toBe(session);
     expect(await second.metric('relay_sockets{role="harness"}'), 'the harness is on the new node').toBeGreaterThan(0);
 
