@@ -428,9 +428,9 @@ describe('infra/k8s', () => {
       const registry = find(objects, 'Deployment', 'registry');
       const registryContainer = registry.spec.template.spec.containers[0];
       expect(registry.spec.replicas, 'registry replicas').toBeGreaterThanOrEqual(2);
-      const urls = registryContainer.env.find((e: Container) => e.name === 'TETHER_REGISTRY_RELAY_URLS');
-      const map = find(objects, 'ConfigMap', urls.valueFrom.configMapKeyRef.name);
-      expect(String(map.data[urls.valueFrom.configMapKeyRef.key]).split(','), name).toEqual(announced);
+      const registryArgs = invocations(commandLine(objects, registryContainer, 'registry'))[0]?.args ?? [];
+      const listed = registryArgs.flatMap((arg, i) => (registryArgs[i - 1] === '--relay-url' ? arg.split(',') : []));
+      expect(listed, name).toEqual(announced);
       // The relays dial the registry's Service.
       const registryUrl = (invocations(commandLine(objects, container, 'relay-0'))[0]?.args ?? []).find((a) =>
         a.startsWith('http'),
