@@ -1,0 +1,147 @@
+/**
+ * The flag and variable scheme on the built relay (bin/relay.js → dist): every long flag has its
+ * TETHER_RELAY_ variable, a variable is honoured, --version is package.json's, and --trust-proxy decides
+ * whether the per-IP limit counts the X-Forwarded-For address or the socket's.
+ */
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { envVarName, flagRows } from '@tether/telemetry/cli';
+import { afterEach, describe, expect, it } from 'vitest';
+import { WebSocket } from 'ws';
+import { signedUrl, signingKey } from './__tests__/support.js';
+import { buildCli, RELAY_ENV } from './cli.js';
+
+const APP_DIR = join(import.meta.dirname, '..');
+const BIN = join(APP_DIR, 'bin', 'relay.js');
+const children: ChildProcess[] = [];
+const sockets: WebSocket[] = [];
+const dirs: string[] = [];
+
+afterEach(async () => {
+  for (const ws of sockets.splice(0)) ws.terminate();
+  for (const child of children.splice(0)) {
+    if (child.exitCode === null && child.signalCode === null) {
+      child.kill('SIGKILL');
+      await once(child, 'exit');
+    }
+  }
+  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+});
+
+function keyFile(): string {
+  const dir = mkdtempSync(join(tmpdir(), 'relay-flags-'));
+  dirs.push(dir);
+  const path = join(dir, 'registry.pub.pem');
+  writeFileSync(path, signingKey.publicKey.export({ type: 'spki', format: 'pem' }) as string);
+  return path;
+}
+
+/** The built relay with only these variables of ours; resolves with its printed URL. */
+function serve(args: string[], env: Record<string, string>) {
+  const clean = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith('TETHER_')));
+  const child = spawn(process.execPath, [BIN, 'serve', ...args], {
+    env: { ...clean, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  children.push(child);
+  let stdout = '';
+  let stderr = '';
+  child.stderr.on('data', (d) => (stderr += d));
+  const url = new Promise<string>((resolve, reject) => {
+    child.stdout.on('data', (d) => {
+      stdout += d;
+      if (stdout.includes('\n')) resolve(stdout.split('\n')[0] as string);
+    });
+    child.once('exit', (code) => reject(new Error(`relay exited ${code}: ${stderr}`)));
+  });
+  return { child, url, err: () => stderr };
+}
+
+/** Opens a harness socket with this X-Forwarded-For; the HTTP status it was refused with, or 101. */
+async function upgrade(url: string, forwardedFor: string): Promise<number> {
+  const ws = new WebSocket(signedUrl(url, 'harness', 'env-ip'), {
+    perMessageDeflate: false,
+    headers: { 'x-forwarded-for': forwardedFor },
+  });
+  sockets.push(ws);
+  return new Promise((resolve, reject) => {
+    ws.once('open', () => resolve(101));
+    ws.once('unexpected-response', (_req, res) => resolve(res.statusCode ?? 0));
+    ws.once('error', reject);
+  });
+}
+
+describe('relay flags and variables', () => {
+  it('every long flag has its TETHER_RELAY_ variable', () => {
+    const io = {
+      stdout: { write: () => true },
+      stderr: { write: () => true },
+      env: {},
+      stopSignal: new Promise(() => {}),
+    };
+    const rows = flagRows(buildCli(io, () => {}));
+    expect(rows.length).toBeGreaterThan(20);
+    for (const row of rows) {
+      const long = /--[a-z0-9-]+/.exec(row.flag)?.[0] as string;
+      expect(row.variable, row.flag).toBe(long === '--version' ? null : envVarName(RELAY_ENV.app, long));
+    }
+  });
+
+  it('--version prints package.json’s version', () => {
+    const version = (JSON.parse(readFileSync(join(APP_DIR, 'package.json'), 'utf8')) as { version: string }).version;
+    const result = spawnSync(process.execPath, [BIN, '--version'], { encoding: 'utf8' });
+    expect(result.status).toBe(0);
+    expect(result.stdout).toBe(`${version}\n`);
+  });
+
+  it('honours a variable (listen address and key file from the environment), and a flag beats it', async () => {
+    const fromEnv = serve([], { TETHER_RELAY_LISTEN: '127.0.0.1:0', TETHER_RELAY_REGISTRY_KEY_FILE: keyFile() });
+    const url = await fromEnv.url;
+    expect(url).toMatch(/^ws:\/\/127\.0\.0\.1:\d+$/);
+    expect(url).not.toBe('ws://127.0.0.1:8081');
+    const flagWins = serve(['--listen', '127.0.0.1:0'], {
+      TETHER_RELAY_LISTEN: 'not-an-address',
+      TETHER_RELAY_REGISTRY_KEY_FILE: keyFile(),
+    });
+    expect(await flagWins.url).toMatch(/^ws:\/\/127\.0\.0\.1:\d+$/);
+  });
+
+  it('never shows the registry token from its variable, in --help or in an error', () => {
+    const secret = 'tok_do-not-print-this';
+    const env = { ...process.env, TETHER_RELAY_REGISTRY_TOKEN: secret };
+    const help = spawnSync(process.execPath, [BIN, 'serve', '--help'], { encoding: 'utf8', env });
+    expect(help.stdout).toContain('TETHER_RELAY_REGISTRY_TOKEN');
+    expect(help.stdout + help.stderr).not.toContain(secret);
+    const bad = spawnSync(process.execPath, [BIN, 'serve', '--log-level', 'loud'], { encoding: 'utf8', env });
+    expect(bad.status).not.toBe(0);
+    expect(bad.stdout + bad.stderr).not.toContain(secret);
+  });
+
+  it('--trust-proxy: the per-IP limit counts the forwarded address only behind a trusted peer', async () => {
+    const common = ['--listen', '127.0.0.1:0', '--registry-key-file', keyFile(), '--max-connections-per-ip', '1'];
+    const trusting = await serve([...common, '--trust-proxy', '127.0.0.1/32'], {}).url;
+    expect(await upgrade(trusting, '198.51.100.1')).toBe(101);
+    expect(await upgrade(trusting, '198.51.100.2')).toBe(101);
+    // The same forwarded client twice is one IP.
+    expect(await upgrade(trusting, '198.51.100.2')).toBe(429);
+
+    const plain = await serve(common, {}).url;
+    expect(await upgrade(plain, '198.51.100.1')).toBe(101);
+    // Not trusted: both are 127.0.0.1, whatever the header says.
+    expect(await upgrade(plain, '198.51.100.2')).toBe(429);
+
+    // A trusted range the peer is not in: the header is ignored too.
+    const elsewhere = await serve([...common, '--trust-proxy', '10.0.0.0/8'], {}).url;
+    expect(await upgrade(elsewhere, '198.51.100.1')).toBe(101);
+    expect(await upgrade(elsewhere, '198.51.100.2')).toBe(429);
+  });
+
+  it('refuses a --trust-proxy entry that is not an IP or CIDR block, naming it', () => {
+    const bad = spawnSync(process.execPath, [BIN, 'serve', '--trust-proxy', '10.0.0.0/40'], { encoding: 'utf8' });
+    expect(bad.status).not.toBe(0);
+    expect(bad.stderr).toContain('not an IP address or CIDR block: "10.0.0.0/40"');
+  });
+});
