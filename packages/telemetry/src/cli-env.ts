@@ -239,7 +239,10 @@ export function flagRows(program: Command): FlagRow[] {
         app: scheme.app,
         flag: option.flags,
         variable,
-        aliases: [...(scheme.aliases?.[option.long] ?? []), ...(scheme.readByApp?.[option.long] ?? [])],
+        aliases:
+          variable === null
+            ? []
+            : [...(scheme.aliases?.[option.long] ?? []), ...(scheme.readByApp?.[option.long] ?? [])],
         commands: [],
         secret: (scheme.secrets ?? []).includes(option.long),
         ...(without === undefined ? {} : { without }),
