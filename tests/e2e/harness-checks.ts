@@ -20,6 +20,8 @@ export interface HarnessTarget {
   environmentId: string;
   /** The remote commands' cwd (the tests' leak checks look for processes under it); holds no config file. */
   work: string;
+  /** More variables for the harness. */
+  env?: NodeJS.ProcessEnv;
 }
 
 /** Runs `command args` to its end (stdin closed) with the harness variables naming `target`. */
@@ -33,6 +35,7 @@ export function runWithTarget(command: string, args: string[], target: HarnessTa
       // Never the user's config file.
       TETHER_CONFIG: join(target.work, 'no-config.toml'),
       ...peerMarkerEnv(),
+      ...target.env,
     },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

@@ -5,13 +5,13 @@
  * package.json: the version is written in and the transport uses node:crypto.
  */
 import { execFile } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { findProcesses, repoRoot, type Stack, startStack } from '@tether/test-kit';
+import { findProcesses, isAlive, repoRoot, type Stack, startStack, waitUntil } from '@tether/test-kit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { expectExitCodeAndOutput, expectLargeOutput, type HarnessTarget } from './harness-checks.js';
+import { expectExitCodeAndOutput, expectLargeOutput, type HarnessTarget, runWithTarget } from './harness-checks.js';
 
 const run = promisify(execFile);
 const work = mkdtempSync(join(tmpdir(), 'tether-sea-'));
@@ -49,5 +49,30 @@ describe('the single-executable harness', () => {
 
   it('a large output piped into sha256sum arrives whole', async () => {
     await expectLargeOutput(sea, target());
+  });
+
+  it('starts a connection master (itself, again) that serves a command, and stops it', async () => {
+    const runtime = join(work, 'run');
+    mkdirSync(runtime, { mode: 0o700 });
+    const reuse = { ...target(), env: { XDG_RUNTIME_DIR: runtime, TETHER_REUSE: '' } };
+    const start = await runWithTarget(sea, ['master', 'start'], reuse);
+    expect(start).toMatchObject({ code: 0, stderr: '' });
+    const status = await runWithTarget(sea, ['master', 'status'], reuse);
+    const pid = Number(/master pid (\d+)/.exec(status.stdout)?.[1]);
+    expect(pid).toBeGreaterThan(0);
+    try {
+      expect(await runWithTarget(sea, ['exec', '--', 'sh', '-c', 'echo via-master; exit 6'], reuse)).toEqual({
+        code: 6,
+        stdout: 'via-master\n',
+        stderr: '',
+      });
+      const logs = readdirSync(join(runtime, 'tether')).filter((name) => name.endsWith('.log'));
+      const log = logs.map((name) => readFileSync(join(runtime, 'tether', name), 'utf8')).join('');
+      expect(log).toContain('channel handed out');
+      expect((await runWithTarget(sea, ['master', 'stop'], reuse)).code).toBe(0);
+      await waitUntil(() => !isAlive(pid), 'the master to exit', 20_000, 50);
+    } finally {
+      if (isAlive(pid)) process.kill(pid, 'SIGKILL');
+    }
   });
 });

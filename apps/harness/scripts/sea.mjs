@@ -75,8 +75,15 @@ try {
   const main = join(work, 'harness.cjs');
   await build({
     stdin: {
+      // A SEA's process.argv is [execPath, argv[0] as typed, ...args], and a connection master is started as
+      // `execPath process.argv[1] master serve` (reuse/client.ts), which would hand the new process the typed
+      // name as its first argument. So argv[1] is a marker that the started process drops again.
       contents: `import { run } from './cli.ts';
-run(process.argv.slice(2), { stdin: process.stdin, stdout: process.stdout, stderr: process.stderr, env: process.env }).then(
+const SELF = '--tether-single-executable';
+const args = process.argv.slice(2);
+if (args[0] === SELF) args.shift();
+process.argv[1] = SELF;
+run(args, { stdin: process.stdin, stdout: process.stdout, stderr: process.stderr, env: process.env }).then(
   (code) => { process.exitCode = code; },
 );`,
       resolveDir: new URL('src', here).pathname,
