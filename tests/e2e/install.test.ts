@@ -40,11 +40,23 @@ interface InstalledExecutor {
 const executors: InstalledExecutor[] = [];
 
 /** The installed `executor --remote` for `environmentId`, once the relay counts `expectedOnRelay` environments. */
-async function startInstalledExecutor(environmentId: string, expectedOnRelay: number): Promise<InstalledExecutor> {
+async function startInstalledExecutor(
+  environmentId: string,
+  expectedOnRelay: number,
+  extraArgs: string[] = [],
+): Promise<InstalledExecutor> {
   const home = mkdtempSync(join(work, 'executor-home-'));
   const keyFile = join(home, 'api-key');
   writeFileSync(keyFile, stack.keys.executor, { mode: 0o600 });
-  const args = ['--remote', stack.registryUrl, '--environment-id', environmentId, '--api-key-file', keyFile];
+  const args = [
+    '--remote',
+    stack.registryUrl,
+    '--environment-id',
+    environmentId,
+    '--api-key-file',
+    keyFile,
+    ...extraArgs,
+  ];
   const child = spawn(bin('executor'), args, {
     env: { ...process.env, TETHER_HOME: home, ...peerMarkerEnv() },
     stdio: ['ignore', 'ignore', 'pipe'],
@@ -166,7 +178,7 @@ describe('harness exec through the installed executor', () => {
   });
 });
 
-describe('without the native addons', () => {
+describe('without the native addons, logging pretty', () => {
   const id = 'install-e2e-js';
   beforeAll(async () => {
     // As on a platform the prebuilt addons do not fit: their files are gone, the loaders remain.
@@ -175,14 +187,15 @@ describe('without the native addons', () => {
         rmSync(join(installed(app), 'node_modules', '@tether', addon, 'native'), { recursive: true, force: true });
       }
     }
-    await startInstalledExecutor(id, 2);
+    // Its logs pretty (pino-pretty, bundled and loaded on first use) as on a terminal.
+    await startInstalledExecutor(id, 2, ['--log-format', 'pretty']);
   }, 30_000);
 
-  it('the executor says which fallback it uses and serves a command through the JavaScript paths', async () => {
+  it('the executor says (pretty) which fallback it uses and serves a command through the JavaScript paths', async () => {
     const result = await runHarness(['exec', '--cwd', work, '--', 'sh', '-c', 'echo fallback; exit 5'], id);
     expect(result).toEqual({ code: 5, stdout: 'fallback\n', stderr: '' });
     const executor = executors.at(-1) as InstalledExecutor;
-    expect(executor.stderr()).toContain('@tether/native-pipe');
+    expect(executor.stderr()).toMatch(/^\[[\d:.]+\] WARN: .*\n(?:\s.*\n)*?\s+reason: "@tether\/native-pipe: /m);
     // The first executor, with the addons in place, had no reason to say so.
     expect(executors[0]?.stderr()).not.toContain('@tether/native-pipe');
   });
