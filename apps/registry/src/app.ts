@@ -123,6 +123,9 @@ declare module 'fastify' {
 /** The header a request id travels in, both ways. */
 export const REQUEST_ID_HEADER = 'x-request-id';
 
+/** On a `/validate` answer: the request id of the `/connect` that issued the authorization it consumed. */
+export const CONNECT_REQUEST_ID_HEADER = 'x-tether-connect-request-id';
+
 /** A request id we accept from a caller: 1-128 characters of letters, digits and `._:-`; else null. */
 export function requestIdFrom(value: string | string[] | undefined): string | null {
   return typeof value === 'string' && /^[A-Za-z0-9._:-]{1,128}$/.test(value) ? value : null;

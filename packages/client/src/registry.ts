@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import {
   environmentIdProblem,
@@ -19,6 +20,8 @@ export interface RendezvousBundle {
   registrationId: string;
   executorPublicKey: NoisePublicKey;
   authorization: string;
+  /** The `x-request-id` the `/connect` was sent with (the registry logs it, and again at the executor's validation). */
+  requestId?: string;
 }
 
 export interface RegistryOptions {
@@ -41,6 +44,12 @@ export interface RegistryOptions {
    * bundle (the harness authorization, the signed relay URL) would cross the network in clear.
    */
   allowInsecureRegistry?: boolean;
+  /**
+   * The `x-request-id` of each `/connect` (its retries share it): the registry logs the connect under it and
+   * names it again when the executor's `/validate` consumes the authorization, and the executor logs it. Letters,
+   * digits and `._:-`, at most 128 (a registry replaces another with its own). Default: a fresh UUID per connect.
+   */
+  requestId?: string;
 }
 
 const MAX_RETRIES = 4;
@@ -148,6 +157,7 @@ export async function fetchBundle(
   });
   const via = proxy ? ` through the proxy ${describeProxy(proxy)}` : '';
   const post = options.fetch ? fetchPost(options.fetch) : nodePost(proxies);
+  const requestId = options.requestId ?? randomUUID();
   const deadline = Date.now() + (options.totalTimeoutMs ?? 14_000);
   let lastError: TetherError | null = null;
   for (let attempt = 0; attempt <= MAX_RETRIES; attempt++) {
@@ -158,7 +168,7 @@ export async function fetchBundle(
     try {
       answer = await post(
         `${base}/cloud/environment/${environmentId}/connect`,
-        { authorization: `Bearer ${options.apiKey}`, 'content-type': 'application/json' },
+        { authorization: `Bearer ${options.apiKey}`, 'content-type': 'application/json', 'x-request-id': requestId },
         JSON.stringify({ harness_public_key: publicKeyToJson(harnessKey) }),
         signal ? AbortSignal.any([signal, timeout]) : timeout,
       );
@@ -175,7 +185,7 @@ export async function fetchBundle(
       await new Promise((resolve) => setTimeout(resolve, Math.min(200 * 2 ** attempt, 2_000)));
       continue;
     }
-    if (answer.status >= 200 && answer.status < 300) return parseBundle(answer.text, environmentId);
+    if (answer.status >= 200 && answer.status < 300) return { ...parseBundle(answer.text, environmentId), requestId };
     throw answerError(answer.status, answer.text, environmentId);
   }
   throw lastError ?? new TetherError('registry', `the registry at ${base} did not answer in time`);

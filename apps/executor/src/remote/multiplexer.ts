@@ -20,6 +20,7 @@ import type { WebSocket } from 'ws';
 import type { Logger } from '../logger.js';
 import type { ExecutorMetrics, RelayFrameDropReason } from '../metrics.js';
 import { BoundedTransport, type InboundMeter, inboundBytesBound } from './bounded-transport.js';
+import type { HarnessValidation } from './registry-client.js';
 import { type Clock, KeyedTokenBuckets, monotonicClock, TokenBucket } from './token-bucket.js';
 
 /** Executor limits per physical relay socket (rendezvous.md §3.7). */
@@ -79,8 +80,8 @@ export interface MultiplexerOptions {
   environmentId: string;
   registrationId: string;
   identity: NoiseIdentity;
-  /** The registry's `/validate`. */
-  authorize(request: { remoteStatic: NoisePublicKey; authorization: string }): Promise<boolean>;
+  /** The registry's `/validate`: no (false), or yes (true, or what the registry told about the harness). */
+  authorize(request: { remoteStatic: NoisePublicKey; authorization: string }): Promise<boolean | HarnessValidation>;
   /**
    * A stream whose handshake completed: serve JSON-RPC on it. Its messages are already held to
    * `maxMessageBytes` (BoundedTransport).
@@ -192,20 +193,28 @@ export class RelayMultiplexer {
    * The registry's `/validate` for one handshake, within the harness key's budget: a key over it is
    * refused here, without a registry call (a harness opening streams in a loop costs us, not the registry).
    */
-  private authorize(request: { remoteStatic: NoisePublicKey; authorization: string }): Promise<boolean> {
+  private async authorize(
+    request: { remoteStatic: NoisePublicKey; authorization: string },
+    streamId: string,
+  ): Promise<boolean> {
     if (!this.validationBudgets.take(harnessKeyId(request.remoteStatic))) {
       this.rateLimitedValidations++;
       this.options.logger.debug(
         { rateLimitedValidations: this.rateLimitedValidations },
         'refusing a handshake: its harness key is over its /validate budget',
       );
-      return Promise.resolve(false);
+      return false;
     }
-    return this.validateInTurn(() => this.options.authorize(request));
+    const answer = await this.validateInTurn(() => this.options.authorize(request));
+    if (answer === false) return false;
+    // The harness's /connect request id, as the registry logged it with the connect and this validation.
+    const connectRequestId = answer === true ? null : answer.connectRequestId;
+    this.options.logger.info({ streamId, connectRequestId }, 'harness validated');
+    return true;
   }
 
   /** Runs `validate` once fewer than `maxPendingValidations` calls are in flight. */
-  private async validateInTurn(validate: () => Promise<boolean>): Promise<boolean> {
+  private async validateInTurn<T>(validate: () => Promise<T>): Promise<T | false> {
     if (this.pendingValidations >= this.limits.maxPendingValidations) {
       await new Promise<void>((resolve) => this.validationQueue.push(resolve));
       if (this.closed) return false;
@@ -308,7 +317,7 @@ export class RelayMultiplexer {
       registrationId: this.options.registrationId,
       staticKeys: this.options.identity,
       message1: frame.payload,
-      authorize: (request) => this.authorize(request),
+      authorize: (request) => this.authorize(request, streamId),
     }).then(
       ({ stream }) => {
         if (this.closed) return stream.close();

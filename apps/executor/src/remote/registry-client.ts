@@ -56,6 +56,19 @@ export function parseRegistryUrl(value: string): string {
   return url.toString().replace(/\/+$/, '');
 }
 
+/** The header a Tether registry's `/validate` answer names the harness's `/connect` request id in. */
+export const CONNECT_REQUEST_ID_HEADER = 'x-tether-connect-request-id';
+
+/** A `/validate` that said yes, and the request id of the harness's `/connect` when the registry gave one. */
+export interface HarnessValidation {
+  connectRequestId: string | null;
+}
+
+/** A request id fit for a log line (the registry's own rule), else null. */
+function requestId(value: string | null): string | null {
+  return value !== null && /^[A-Za-z0-9._:-]{1,128}$/.test(value) ? value : null;
+}
+
 /**
  * The executor's side of the registry API (rendezvous.md §1.2, §1.4): register the executor key and
  * ask whether a harness may in. Redirects are never followed, so the bearer cannot leak to another host.
@@ -110,14 +123,17 @@ export class RegistryClient {
     return { environmentId, url: answer.url, registrationId: answer.executor_registration_id };
   }
 
-  /** True only for a 2xx answer with `valid: true`; every failure is a plain no (and is not detailed). */
+  /**
+   * Yes only for a 2xx answer with `valid: true`; every failure is a plain no, `false` (and is not detailed).
+   * A yes carries the harness's `/connect` request id from a Tether registry (a Codex one sends none).
+   */
   async validate(
     environmentId: string,
     request: { registrationId: string; harnessKey: NoisePublicKey; authorization: string },
     signal?: AbortSignal,
-  ): Promise<boolean> {
+  ): Promise<HarnessValidation | false> {
     try {
-      const body = await this.post(
+      const { body, headers } = await this.exchange(
         `/cloud/environment/${environmentId}/validate`,
         {
           executor_registration_id: request.registrationId,
@@ -126,13 +142,22 @@ export class RegistryClient {
         },
         signal,
       );
-      return (body as { valid?: unknown } | null)?.valid === true;
+      if ((body as { valid?: unknown } | null)?.valid !== true) return false;
+      return { connectRequestId: requestId(headers.get(CONNECT_REQUEST_ID_HEADER)) };
     } catch {
       return false;
     }
   }
 
   private async post(path: string, payload: unknown, signal?: AbortSignal): Promise<unknown> {
+    return (await this.exchange(path, payload, signal)).body;
+  }
+
+  private async exchange(
+    path: string,
+    payload: unknown,
+    signal?: AbortSignal,
+  ): Promise<{ body: unknown; headers: Headers }> {
     const timeout = AbortSignal.timeout(this.timeoutMs);
     let response: Response;
     try {
@@ -150,7 +175,7 @@ export class RegistryClient {
     const text = await readText(response, timeout);
     if (response.status >= 200 && response.status < 300) {
       try {
-        return JSON.parse(text) as unknown;
+        return { body: JSON.parse(text) as unknown, headers: response.headers };
       } catch {
         throw new RegistryError(
           `the registry answered ${path} with a body that is not JSON`,

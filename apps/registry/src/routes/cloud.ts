@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { type NoisePublicKeyJson, parsePublicKey, publicKeyToJson, SECURITY_PROFILE_HYBRID_IK_V1 } from '@tether/noise';
 import { type RelayRole, signRelayUrl } from '@tether/relay-auth';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { requireRole } from '../app.js';
+import { CONNECT_REQUEST_ID_HEADER, requireRole } from '../app.js';
 import { BoundedCache } from '../cache.js';
 import { RegistryError } from '../errors.js';
 import { pickRegistrationNode } from '../routing.js';
@@ -175,13 +175,13 @@ export async function cloudRoutes(app: FastifyInstance) {
     executor.post<{ Params: EnvironmentParams; Body: ValidateBody }>(
       '/:id/validate',
       { schema: { params: EnvironmentParams, body: ValidateBody, response: { 200: ValidateResponse, ...authErrors } } },
-      async (request) => {
+      async (request, reply) => {
         const environmentId = request.params.id;
         const body = request.body;
         const harnessPublicKey = canonicalKey(body.harness_public_key);
         // One statement: the authorization is consumed only while the registration it names is the environment's
         // current one and was made with this executor key (otherwise it survives the attempt).
-        const valid =
+        const consumed =
           harnessPublicKey !== null &&
           (await store.consumeAuthorization({
             tokenHash: hashToken(body.harness_key_authorization),
@@ -191,8 +191,13 @@ export async function cloudRoutes(app: FastifyInstance) {
             now: now(),
             apiKeyId: (request.apiKey as { id: string }).id,
           }));
+        const valid = consumed !== false && consumed !== null;
         app.metrics.inc('registry_validations_total', { result: valid ? 'valid' : 'invalid' });
-        request.log.info({ environmentId, valid }, 'harness key validation');
+        // The id of the /connect that issued the authorization: one id from the harness's connect to here, and
+        // on to the executor's log (a header Codex's executor ignores).
+        const connectRequestId = valid ? consumed.connectRequestId : null;
+        if (connectRequestId !== null) reply.header(CONNECT_REQUEST_ID_HEADER, connectRequestId);
+        request.log.info({ environmentId, valid, connectRequestId }, 'harness key validation');
         return { valid };
       },
     );
@@ -229,6 +234,7 @@ export async function cloudRoutes(app: FastifyInstance) {
           environmentId,
           harnessPublicKey,
           expiresAt: now() + config.authorizationTtlMs,
+          connectRequestId: request.id,
         });
         if (!current) throw await noRegistration(environmentId);
         // To the node the executor was sent to, never to one a hash would pick now. While that node is dead or does

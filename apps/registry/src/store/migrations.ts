@@ -90,6 +90,15 @@ const REGISTRATION_RELAY: Migration = {
   sql: 'ALTER TABLE registrations ADD COLUMN relay_url TEXT;',
 };
 
+/**
+ * The `x-request-id` of the `/connect` that issued an authorization, so that the executor's `/validate`, which
+ * consumes it, can be logged with the same id (a harness's connect followed through to the executor).
+ */
+const AUTHORIZATION_REQUEST_ID: Migration = {
+  version: 5,
+  sql: 'ALTER TABLE authorizations ADD COLUMN connect_request_id TEXT;',
+};
+
 const ROLE_CHECK = "CHECK (role IN ('executor', 'harness', 'admin', 'relay'))";
 
 export const SQLITE_MIGRATIONS: Migration[] = [
@@ -114,6 +123,7 @@ ALTER TABLE api_keys_v3 RENAME TO api_keys;
 ${ownershipAndRevocations('INTEGER')}`,
   },
   REGISTRATION_RELAY,
+  AUTHORIZATION_REQUEST_ID,
 ];
 
 export const POSTGRES_MIGRATIONS: Migration[] = [
@@ -127,4 +137,5 @@ ALTER TABLE api_keys ADD COLUMN relay_url TEXT;
 ${ownershipAndRevocations('BIGINT')}`,
   },
   REGISTRATION_RELAY,
+  AUTHORIZATION_REQUEST_ID,
 ];

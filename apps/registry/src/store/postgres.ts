@@ -255,9 +255,16 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
     async createAuthorization(a) {
       await pool.query({
         name: 'registry_create_authorization',
-        text: `INSERT INTO authorizations (token_hash, environment_id, registration_id, harness_public_key, expires_at)
-         VALUES ($1, $2, $3, $4, $5)`,
-        values: [a.tokenHash, a.environmentId, a.registrationId, a.harnessPublicKey, a.expiresAt],
+        text: `INSERT INTO authorizations (token_hash, environment_id, registration_id, harness_public_key, expires_at,
+          connect_request_id) VALUES ($1, $2, $3, $4, $5, $6)`,
+        values: [
+          a.tokenHash,
+          a.environmentId,
+          a.registrationId,
+          a.harnessPublicKey,
+          a.expiresAt,
+          a.connectRequestId ?? null,
+        ],
       });
     },
     async createAuthorizationForCurrent(a) {
@@ -265,10 +272,11 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
       const { rows } = await pool.query({
         name: 'registry_create_authorization_for_current',
         text: `WITH r AS (SELECT ${regColumns} FROM registrations WHERE environment_id = $1),
-          ins AS (INSERT INTO authorizations (token_hash, environment_id, registration_id, harness_public_key, expires_at)
-            SELECT $2, environment_id, registration_id, $3, $4 FROM r)
+          ins AS (INSERT INTO authorizations (token_hash, environment_id, registration_id, harness_public_key, expires_at,
+              connect_request_id)
+            SELECT $2, environment_id, registration_id, $3, $4, $5 FROM r)
           SELECT * FROM r`,
-        values: [a.environmentId, a.tokenHash, a.harnessPublicKey, a.expiresAt],
+        values: [a.environmentId, a.tokenHash, a.harnessPublicKey, a.expiresAt, a.connectRequestId ?? null],
       });
       return rows[0] && toRegistration(rows[0]);
     },
@@ -283,7 +291,7 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
           ? {
               name: 'registry_consume_authorization',
               text: `DELETE FROM authorizations WHERE token_hash = $2 AND environment_id = $3 AND registration_id = $4
-                AND harness_public_key = $5 AND used_at IS NULL AND expires_at > $1 RETURNING token_hash`,
+                AND harness_public_key = $5 AND used_at IS NULL AND expires_at > $1 RETURNING connect_request_id`,
               values,
             }
           : {
@@ -292,11 +300,12 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
                 AND harness_public_key = $5 AND used_at IS NULL AND expires_at > $1
                 AND EXISTS (SELECT 1 FROM registrations r WHERE r.environment_id = a.environment_id
                   AND r.registration_id = a.registration_id AND r.api_key_id = $6)
-                RETURNING token_hash`,
+                RETURNING connect_request_id`,
               values: [...values, c.apiKeyId],
             },
       );
-      return (result.rowCount ?? 0) === 1;
+      const row = result.rows[0] as { connect_request_id: string | null } | undefined;
+      return result.rowCount === 1 && row ? { connectRequestId: row.connect_request_id } : null;
     },
     async pruneAuthorizations(before) {
       const result = await pool.query('DELETE FROM authorizations WHERE expires_at < $1', [before]);

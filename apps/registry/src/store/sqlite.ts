@@ -206,21 +206,21 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
        LEFT JOIN registrations r ON r.environment_id = e.id ORDER BY e.id`,
     ),
     insertAuth: db.prepare(
-      `INSERT INTO authorizations (token_hash, environment_id, registration_id, harness_public_key, expires_at)
-       VALUES (?, ?, ?, ?, ?)`,
+      `INSERT INTO authorizations (token_hash, environment_id, registration_id, harness_public_key, expires_at,
+         connect_request_id) VALUES (?, ?, ?, ?, ?, ?)`,
     ),
     // A consumed authorization is deleted (rather than marked used): the table holds only live ones, which
     // keeps its pages few and hot; rows with used_at set by older versions still never match.
     consumeAuth: db.prepare(
       `DELETE FROM authorizations WHERE token_hash = ? AND environment_id = ? AND registration_id = ?
-       AND harness_public_key = ? AND used_at IS NULL AND expires_at > ? RETURNING token_hash`,
+       AND harness_public_key = ? AND used_at IS NULL AND expires_at > ? RETURNING connect_request_id`,
     ),
     consumeOwnedAuth: db.prepare(
       `DELETE FROM authorizations WHERE token_hash = ? AND environment_id = ? AND registration_id = ?
        AND harness_public_key = ? AND used_at IS NULL AND expires_at > ?
        AND EXISTS (SELECT 1 FROM registrations r WHERE r.environment_id = authorizations.environment_id
          AND r.registration_id = authorizations.registration_id AND r.api_key_id = ?)
-       RETURNING token_hash`,
+       RETURNING connect_request_id`,
     ),
     pruneAuth: db.prepare('DELETE FROM authorizations WHERE expires_at < ?'),
     heartbeat: db.prepare(
@@ -440,26 +440,40 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
     },
     async createAuthorization(a: NewAuthorization) {
       await write(() =>
-        stmt.insertAuth.run(a.tokenHash, a.environmentId, a.registrationId, a.harnessPublicKey, a.expiresAt),
+        stmt.insertAuth.run(
+          a.tokenHash,
+          a.environmentId,
+          a.registrationId,
+          a.harnessPublicKey,
+          a.expiresAt,
+          a.connectRequestId ?? null,
+        ),
       );
     },
     async createAuthorizationForCurrent(a) {
       return write(() => {
         const current = currentRegistration(a.environmentId);
         if (current) {
-          stmt.insertAuth.run(a.tokenHash, a.environmentId, current.registrationId, a.harnessPublicKey, a.expiresAt);
+          stmt.insertAuth.run(
+            a.tokenHash,
+            a.environmentId,
+            current.registrationId,
+            a.harnessPublicKey,
+            a.expiresAt,
+            a.connectRequestId ?? null,
+          );
         }
         return current;
       });
     },
     async consumeAuthorization(c: AuthorizationClaim) {
       const args = [c.tokenHash, c.environmentId, c.registrationId, c.harnessPublicKey, c.now] as const;
-      return write(
-        () =>
-          (c.apiKeyId === undefined
-            ? stmt.consumeAuth.get(...args)
-            : stmt.consumeOwnedAuth.get(...args, c.apiKeyId)) !== undefined,
-      );
+      return write(() => {
+        const row = (
+          c.apiKeyId === undefined ? stmt.consumeAuth.get(...args) : stmt.consumeOwnedAuth.get(...args, c.apiKeyId)
+        ) as { connect_request_id: string | null } | undefined;
+        return row ? { connectRequestId: row.connect_request_id } : null;
+      });
     },
     async pruneAuthorizations(before) {
       return write(() => stmt.pruneAuth.run(before).changes);

@@ -165,47 +165,64 @@ describe.each([sqlite, postgres])('RegistryStore on $name', (engine) => {
   it('consumes an authorization once, only with every field matching and before expiry', async () => {
     await store.createAuthorization(authorization('t1'));
     const claim = { ...authorization('t1'), now: 5_000 };
-    expect(await store.consumeAuthorization({ ...claim, environmentId: 'dev-2' })).toBe(false);
-    expect(await store.consumeAuthorization({ ...claim, registrationId: 'reg-2' })).toBe(false);
-    expect(await store.consumeAuthorization({ ...claim, harnessPublicKey: '{"harness":2}' })).toBe(false);
-    expect(await store.consumeAuthorization({ ...claim, tokenHash: 't2' })).toBe(false);
-    expect(await store.consumeAuthorization({ ...claim, now: 10_000 })).toBe(false);
-    expect(await store.consumeAuthorization(claim)).toBe(true);
-    expect(await store.consumeAuthorization(claim)).toBe(false);
+    expect(await store.consumeAuthorization({ ...claim, environmentId: 'dev-2' })).toBeNull();
+    expect(await store.consumeAuthorization({ ...claim, registrationId: 'reg-2' })).toBeNull();
+    expect(await store.consumeAuthorization({ ...claim, harnessPublicKey: '{"harness":2}' })).toBeNull();
+    expect(await store.consumeAuthorization({ ...claim, tokenHash: 't2' })).toBeNull();
+    expect(await store.consumeAuthorization({ ...claim, now: 10_000 })).toBeNull();
+    expect(await store.consumeAuthorization(claim)).not.toBeNull();
+    expect(await store.consumeAuthorization(claim)).toBeNull();
   });
 
   it('a claim naming an API key also needs the current registration, made with that key', async () => {
     await store.createAuthorization(authorization('t1'));
     const claim = { ...authorization('t1'), now: 5_000, apiKeyId: 'key-1' };
     await executorKey(store);
-    expect(await store.consumeAuthorization(claim)).toBe(false); // no registration yet
+    expect(await store.consumeAuthorization(claim)).toBeNull(); // no registration yet
     await store.putRegistration(registration('dev-1', 'reg-1'));
-    expect(await store.consumeAuthorization({ ...claim, apiKeyId: 'key-2' })).toBe(false);
+    expect(await store.consumeAuthorization({ ...claim, apiKeyId: 'key-2' })).toBeNull();
     await store.putRegistration(registration('dev-1', 'reg-2'));
-    expect(await store.consumeAuthorization(claim)).toBe(false); // superseded
+    expect(await store.consumeAuthorization(claim)).toBeNull(); // superseded
     await store.putRegistration(registration('dev-1', 'reg-1'));
-    expect(await store.consumeAuthorization(claim)).toBe(true); // it survived the refused attempts
-    expect(await store.consumeAuthorization(claim)).toBe(false);
+    expect(await store.consumeAuthorization(claim)).not.toBeNull(); // it survived the refused attempts
+    expect(await store.consumeAuthorization(claim)).toBeNull();
   });
 
   it('creates an authorization for the current registration only, returning it', async () => {
     const a = { tokenHash: 't1', environmentId: 'dev-1', harnessPublicKey: '{"harness":1}', expiresAt: 10_000 };
     expect(await store.createAuthorizationForCurrent(a)).toBeUndefined();
-    expect(await store.consumeAuthorization({ ...authorization('t1'), now: 5_000 })).toBe(false); // none created
+    expect(await store.consumeAuthorization({ ...authorization('t1'), now: 5_000 })).toBeNull(); // none created
     await executorKey(store);
     await store.putRegistration(registration('dev-1', 'reg-1'));
     await store.putRegistration(registration('dev-1', 'reg-2'));
     expect(await store.createAuthorizationForCurrent(a)).toEqual({ ...registration('dev-1', 'reg-2'), epoch: 2 });
-    expect(await store.consumeAuthorization({ ...authorization('t1'), now: 5_000 })).toBe(false); // not for reg-1
+    expect(await store.consumeAuthorization({ ...authorization('t1'), now: 5_000 })).toBeNull(); // not for reg-1
     const claim = { ...authorization('t1'), registrationId: 'reg-2', now: 5_000, apiKeyId: 'key-1' };
-    expect(await store.consumeAuthorization(claim)).toBe(true);
+    expect(await store.consumeAuthorization(claim)).not.toBeNull();
+  });
+
+  it("keeps the /connect's request id with an authorization and gives it back when it is consumed", async () => {
+    await store.createAuthorization({ ...authorization('t1'), connectRequestId: 'req-connect-1' });
+    await store.createAuthorization(authorization('t2'));
+    expect(await store.consumeAuthorization({ ...authorization('t1'), now: 5_000 })).toEqual({
+      connectRequestId: 'req-connect-1',
+    });
+    expect(await store.consumeAuthorization({ ...authorization('t2'), now: 5_000 })).toEqual({
+      connectRequestId: null,
+    });
+    await executorKey(store);
+    await store.putRegistration(registration('dev-1', 'reg-1'));
+    const current = { tokenHash: 't3', environmentId: 'dev-1', harnessPublicKey: '{"harness":1}', expiresAt: 10_000 };
+    await store.createAuthorizationForCurrent({ ...current, connectRequestId: 'req-connect-3' });
+    const claim = { ...authorization('t3'), now: 5_000, apiKeyId: 'key-1' };
+    expect(await store.consumeAuthorization(claim)).toEqual({ connectRequestId: 'req-connect-3' });
   });
 
   it('prunes expired authorizations', async () => {
     await store.createAuthorization(authorization('old', 1_000));
     await store.createAuthorization(authorization('new', 9_000));
     expect(await store.pruneAuthorizations(5_000)).toBe(1);
-    expect(await store.consumeAuthorization({ ...authorization('new'), now: 2_000 })).toBe(true);
+    expect(await store.consumeAuthorization({ ...authorization('new'), now: 2_000 })).not.toBeNull();
   });
 
   it('an authorization stays single-use under concurrent consumption from two store instances', async () => {
@@ -279,7 +296,7 @@ describe.each([sqlite, postgres])('RegistryStore on $name', (engine) => {
       'reg-1',
       'reg-2',
     ]);
-    expect(await store.consumeAuthorization({ ...authorization('t1'), now: 5_000 })).toBe(false);
+    expect(await store.consumeAuthorization({ ...authorization('t1'), now: 5_000 })).toBeNull();
     // The revoked key cannot register again: the check is part of the registration step.
     expect(await store.putRegistration(registration('dev-1', 'reg-4'))).toEqual({ ok: false, reason: 'key_revoked' });
   });
@@ -423,7 +440,7 @@ describe.each([sqlite, postgres])('RegistryStore read caches on $name', (engine)
 
   it('a consumed authorization is gone: prune finds nothing left of it', async () => {
     await db.store.createAuthorization(authorization('t1'));
-    expect(await db.store.consumeAuthorization({ ...authorization('t1'), now: 5_000 })).toBe(true);
+    expect(await db.store.consumeAuthorization({ ...authorization('t1'), now: 5_000 })).not.toBeNull();
     expect(await db.store.pruneAuthorizations(Number.MAX_SAFE_INTEGER)).toBe(0);
   });
 });
@@ -478,8 +495,8 @@ describe('SQLite group commit', () => {
       db.store.createApiKey(key({ id: 'k1', tokenHash: 'a'.repeat(64) })),
     ]);
     expect((await other.listApiKeys()).map((k) => k.id)).toEqual(['k1']);
-    expect(await other.consumeAuthorization({ ...authorization('t1'), now: 5_000 })).toBe(true);
-    expect(await other.consumeAuthorization({ ...authorization('t2'), now: 5_000 })).toBe(true);
+    expect(await other.consumeAuthorization({ ...authorization('t1'), now: 5_000 })).not.toBeNull();
+    expect(await other.consumeAuthorization({ ...authorization('t2'), now: 5_000 })).not.toBeNull();
   });
 
   it('a failing write is rejected alone; the rest of its batch commits', async () => {
@@ -504,14 +521,14 @@ describe('SQLite group commit', () => {
         (i % 2 ? db.store : other).consumeAuthorization({ ...authorization(`t${i}`), now: 5_000 }),
       ),
     );
-    expect(claims).toEqual(Array(6).fill(true));
+    expect(claims).toEqual(Array(6).fill({ connectRequestId: null }));
   });
 
   it('close commits a pending batch', async () => {
     const pending = db.store.createAuthorization(authorization('t1'));
     await db.store.close();
     await pending;
-    expect(await other.consumeAuthorization({ ...authorization('t1'), now: 5_000 })).toBe(true);
+    expect(await other.consumeAuthorization({ ...authorization('t1'), now: 5_000 })).not.toBeNull();
   });
 });
 

@@ -74,9 +74,16 @@ export interface NewAuthorization {
   /** Canonical harness NoiseChannelPublicKey JSON. */
   harnessPublicKey: string;
   expiresAt: number;
+  /** The `x-request-id` of the `/connect` that issued it (logged again when `/validate` consumes it). */
+  connectRequestId?: string | null;
 }
 
-export interface AuthorizationClaim extends Omit<NewAuthorization, 'expiresAt'> {
+/** What a consumed authorization still tells: the `/connect` it came from. */
+export interface ConsumedAuthorization {
+  connectRequestId: string | null;
+}
+
+export interface AuthorizationClaim extends Omit<NewAuthorization, 'expiresAt' | 'connectRequestId'> {
   now: number;
   /**
    * When set, the claim also needs `registrationId` to be the environment's current registration, made with this
@@ -151,7 +158,7 @@ export interface RegistryStore {
    * Atomically marks an authorization used when every field matches, it is unused and unexpired at `now`.
    * At most one caller ever gets `true` for a token, whatever the concurrency.
    */
-  consumeAuthorization(claim: AuthorizationClaim): Promise<boolean>;
+  consumeAuthorization(claim: AuthorizationClaim): Promise<ConsumedAuthorization | null>;
   /** Deletes authorizations that expired before `before`; returns how many. */
   pruneAuthorizations(before: number): Promise<number>;
 
