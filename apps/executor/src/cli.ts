@@ -1,7 +1,7 @@
 import { isLoopbackHost } from '@tether/exec-protocol';
 import { RpcConnection } from '@tether/jsonrpc';
 import { ProxyConfigError, type ProxySettings, proxySettingsFromEnv } from '@tether/outbound';
-import { Telemetry, TelemetryConfigError } from '@tether/telemetry';
+import { Telemetry } from '@tether/telemetry';
 import {
   type EnvScheme,
   LOG_FORMAT_ALIAS,
@@ -439,22 +439,15 @@ export async function runExecutor(
   // enabled` does not gate them (observed with codex 0.171.0), so it does not here either. Without it the
   // OTEL_* variables may name one. A WebSocket listener also serves them on /metrics.
   const servesHttp = options.listen ? options.listen.kind === 'websocket' : options.remote === undefined;
-  let telemetryOptions: ReturnType<typeof executorTelemetryOptions>;
-  try {
-    telemetryOptions = executorTelemetryOptions(config, io.env, {
+  const telemetry = await Telemetry.create(
+    executorTelemetryOptions(config, io.env, {
       serviceVersion: EXECUTOR_VERSION,
       proxy,
       prometheus: servesHttp,
       onError: (err) => log.warn({ err: err.message }, 'metrics export failed'),
-    });
-  } catch (err) {
-    if (err instanceof TelemetryConfigError) {
-      io.stderr.write(`executor: ${err.message}\n`);
-      return 2;
-    }
-    throw err;
-  }
-  const telemetry = await Telemetry.create(telemetryOptions);
+      onIgnored: (err) => log.warn({ err: err.message }, 'ignoring the OTEL_* variables'),
+    }),
+  );
   const metrics = new ExecutorMetrics(telemetry);
   // The bin spawns only through local-process, so it may adopt what escapes with setsid (a subreaper).
   const server = new ExecServer({ config, logger: log, metrics, subreaper: true, proxy });

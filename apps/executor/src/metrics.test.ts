@@ -159,7 +159,7 @@ describe('/metrics on the WebSocket listener', () => {
 });
 
 describe('executorTelemetryOptions', () => {
-  const base = { serviceVersion: '9.9.9', proxy: DIRECT, prometheus: false, onError: () => {} };
+  const base = { serviceVersion: '9.9.9', proxy: DIRECT, prometheus: false, onError: () => {}, onIgnored: () => {} };
   const codex = { endpoint: 'http://codex-config:4318/v1/metrics', protocol: 'json' as const };
 
   it('the Codex config keeps priority over OTEL_* and is pushed delta, as Codex does', () => {
@@ -203,5 +203,20 @@ describe('executorTelemetryOptions', () => {
       processMetrics: true,
     });
     expect(executorTelemetryOptions({ otelEnvironment: 'dev', metricsExporter: null }, {}, base).otlpHttp).toBeNull();
+  });
+
+  it('an unusable OTEL_* variable (set for another tool) is ignored with a reason, not fatal', () => {
+    const ignored: string[] = [];
+    const options = executorTelemetryOptions(
+      { otelEnvironment: 'dev', metricsExporter: null },
+      {
+        OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4317',
+        OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc',
+        OTEL_SERVICE_NAME: 'x',
+      },
+      { ...base, onIgnored: (err) => ignored.push(err.message) },
+    );
+    expect(options).toMatchObject({ serviceName: 'tether-executor', otlpHttp: null });
+    expect(ignored).toEqual([expect.stringMatching(/OTEL_EXPORTER_OTLP_PROTOCOL=grpc is not supported/)]);
   });
 });

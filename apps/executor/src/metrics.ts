@@ -2,7 +2,14 @@ import type { Counter, Histogram } from '@opentelemetry/api';
 import { Method } from '@tether/exec-protocol';
 import type { TransportKind } from '@tether/jsonrpc';
 import type { ProxySettings } from '@tether/outbound';
-import { type OtelEnv, otelEnvSettings, Telemetry, type TelemetryOptions } from '@tether/telemetry';
+import {
+  type OtelEnv,
+  type OtelEnvSettings,
+  otelEnvSettings,
+  Telemetry,
+  TelemetryConfigError,
+  type TelemetryOptions,
+} from '@tether/telemetry';
 import type { ExecutorConfig } from './config.js';
 
 export type RequestResult = 'success' | 'error' | 'disconnected';
@@ -32,14 +39,29 @@ export function secondsSince(startMs: number): number {
  * `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE` says otherwise). `OTEL_SERVICE_NAME`,
  * `OTEL_RESOURCE_ATTRIBUTES` and `OTEL_METRIC_EXPORT_INTERVAL` apply either way; `[otel] environment` stays
  * the `env` attribute. `prometheus` (a `--listen ws://` server) adds the cumulative reader for `/metrics`
- * with the process collectors. Throws TelemetryConfigError for an unusable variable.
+ * with the process collectors. The executor is often started by another program (Codex, a harness, an agent)
+ * with an environment set for other tools, so a variable it cannot use (an OTLP/gRPC collector) does not stop
+ * it: the OTEL_* variables are then ignored and `onIgnored` says why.
  */
 export function executorTelemetryOptions(
   config: Pick<ExecutorConfig, 'otelEnvironment' | 'metricsExporter'>,
   env: OtelEnv,
-  options: { serviceVersion: string; proxy: ProxySettings; prometheus: boolean; onError: (err: Error) => void },
+  options: {
+    serviceVersion: string;
+    proxy: ProxySettings;
+    prometheus: boolean;
+    onError: (err: Error) => void;
+    onIgnored: (err: TelemetryConfigError) => void;
+  },
 ): TelemetryOptions {
-  const settings = otelEnvSettings(env);
+  let settings: OtelEnvSettings;
+  try {
+    settings = otelEnvSettings(env);
+  } catch (err) {
+    if (!(err instanceof TelemetryConfigError)) throw err;
+    options.onIgnored(err);
+    settings = otelEnvSettings({});
+  }
   const exporter = config.metricsExporter ?? settings.otlpHttp;
   return {
     serviceName: settings.serviceName ?? 'tether-executor',
