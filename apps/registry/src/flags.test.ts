@@ -1,0 +1,128 @@
+/**
+ * The flag and variable scheme on the built registry (bin/registry.js → dist), and --trust-proxy.
+ */
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { generateKeyPairSync } from 'node:crypto';
+import { once } from 'node:events';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { envVarName, flagRows } from '@tether/telemetry/cli';
+import pino from 'pino';
+import { afterEach, describe, expect, it } from 'vitest';
+import { buildRegistry } from './app.js';
+import { buildCli, REGISTRY_ENV } from './cli.js';
+import { openSqliteStore } from './store/index.js';
+
+const APP_DIR = join(import.meta.dirname, '..');
+const BIN = join(APP_DIR, 'bin', 'registry.js');
+const children: ChildProcess[] = [];
+const dirs: string[] = [];
+
+afterEach(async () => {
+  for (const child of children.splice(0)) {
+    if (child.exitCode === null && child.signalCode === null) {
+      child.kill('SIGKILL');
+      await once(child, 'exit');
+    }
+  }
+  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+});
+
+function clean(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
+  const env = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith('TETHER_')));
+  return { ...env, ...extra };
+}
+
+describe('registry flags and variables', () => {
+  it('every long flag has its TETHER_REGISTRY_ variable, but for the one-key-per-run arguments of keys create', () => {
+    const io = {
+      stdout: { write: () => true },
+      stderr: { write: () => true },
+      env: {},
+      stopSignal: new Promise(() => {}),
+    };
+    const rows = flagRows(buildCli(io, () => {}));
+    for (const row of rows) {
+      const long = /--[a-z0-9-]+/.exec(row.flag)?.[0] as string;
+      if (row.commands.join() === 'keys create' && long !== '--database') {
+        expect(row.variable, row.flag).toBeNull();
+        expect(row.without).toMatch(/one key per run/);
+        continue;
+      }
+      expect(row.variable, row.flag).toBe(long === '--version' ? null : envVarName(REGISTRY_ENV.app, long));
+    }
+    expect(rows.find((r) => r.flag.startsWith('--database'))?.commands).toHaveLength(5);
+  });
+
+  it('--version prints package.json’s version', () => {
+    const version = (JSON.parse(readFileSync(join(APP_DIR, 'package.json'), 'utf8')) as { version: string }).version;
+    const result = spawnSync(process.execPath, [BIN, '--version'], { encoding: 'utf8', env: clean() });
+    expect(result.stdout).toBe(`${version}\n`);
+  });
+
+  it('serves with its database, address and log format from variables, logging JSON with component=registry', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'registry-flags-'));
+    dirs.push(dir);
+    const child = spawn(process.execPath, [BIN, 'serve'], {
+      env: clean({
+        TETHER_REGISTRY_DATABASE: `sqlite:${join(dir, 'registry.db')}`,
+        TETHER_REGISTRY_LISTEN: '127.0.0.1:0',
+        // The older plural name is still read.
+        TETHER_REGISTRY_RELAY_URLS: 'ws://127.0.0.1:9',
+        TETHER_LOG_FORMAT: 'json',
+      }),
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    children.push(child);
+    let stderr = '';
+    child.stderr.on('data', (d) => (stderr += d));
+    const [url] = (await once(child.stdout, 'data')).map(String);
+    expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+\n$/);
+    expect(url).not.toContain(':8080');
+    const answer = await fetch(`${(url as string).trim()}/readyz`, { headers: { 'x-request-id': 'flags-test-1' } });
+    expect(answer.headers.get('x-request-id')).toBe('flags-test-1');
+    child.kill('SIGTERM');
+    await once(child, 'exit');
+    const listening = stderr
+      .split('\n')
+      .filter((l) => l.startsWith('{'))
+      .map((l) => JSON.parse(l) as Record<string, unknown>)
+      .find((l) => l.msg === 'registry listening');
+    expect(listening).toMatchObject({ component: 'registry' });
+  });
+
+  it('--trust-proxy: request.ip is the forwarded client only behind a trusted peer', async () => {
+    const store = openSqliteStore(':memory:');
+    const seen: Array<Record<string, unknown>> = [];
+    const logger = pino({ level: 'info' }, { write: (line: string) => seen.push(JSON.parse(line)) });
+    const build = (trustProxy?: string[]) =>
+      buildRegistry(
+        { relayUrls: ['ws://127.0.0.1:9'], ...(trustProxy ? { trustProxy } : {}) },
+        { store, signingKey: generateKeyPairSync('ed25519'), logger },
+      );
+    const ipOf = async (app: Awaited<ReturnType<typeof build>>, remoteAddress: string) => {
+      seen.length = 0;
+      await app.inject({ url: '/livez', remoteAddress, headers: { 'x-forwarded-for': '198.51.100.7' } });
+      const incoming = seen.find((l) => l.msg === 'incoming request') as { req: { remoteAddress: string } };
+      return incoming.req.remoteAddress;
+    };
+    const trusting = await build(['10.0.0.0/8']);
+    expect(await ipOf(trusting, '10.1.2.3')).toBe('198.51.100.7');
+    expect(await ipOf(trusting, '192.0.2.1')).toBe('192.0.2.1');
+    const plain = await build();
+    expect(await ipOf(plain, '10.1.2.3')).toBe('10.1.2.3');
+    await trusting.close();
+    await plain.close();
+    await store.close();
+  });
+
+  it('refuses a --trust-proxy entry that is not an IP or CIDR block', () => {
+    const bad = spawnSync(process.execPath, [BIN, 'serve', '--database', 'sqlite::memory:', '--trust-proxy', 'a.b'], {
+      encoding: 'utf8',
+      env: clean(),
+    });
+    expect(bad.status).not.toBe(0);
+    expect(bad.stderr).toContain('not an IP address or CIDR block: "a.b"');
+  });
+});
