@@ -14,7 +14,19 @@ import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
-import { findProcesses, peerMarkerEnv, repoRoot, type Stack, startStack, waitUntil } from '@tether/test-kit';
+import {
+  b64,
+  connectRemote,
+  decodeB64Text,
+  fileUri,
+  findProcesses,
+  initialize,
+  peerMarkerEnv,
+  repoRoot,
+  type Stack,
+  startStack,
+  waitUntil,
+} from '@tether/test-kit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { expectExitCodeAndOutput, expectLargeOutput, type HarnessTarget, runWithTarget } from './harness-checks.js';
 
@@ -154,7 +166,7 @@ describe('the installed packages', () => {
   });
 });
 
-describe('harness exec through the installed executor', () => {
+describe('through the installed executor --remote', () => {
   const id = 'install-e2e';
   beforeAll(async () => {
     await startInstalledExecutor(id, 1);
@@ -175,6 +187,50 @@ describe('harness exec through the installed executor', () => {
       /^harness: process\/start: a terminal needs node-pty, which cannot be loaded \(Cannot find package 'node-pty'.*npm install -g node-pty/,
     );
     expect(result.code).toBe(1);
+  });
+
+  /** A profile that lets the call see the workspace and nothing else: the helper needs its own runtime. */
+  const workspaceOnly = (root: string) => ({
+    permissions: {
+      type: 'managed',
+      file_system: {
+        type: 'restricted',
+        entries: [{ path: { type: 'special', value: { kind: 'project_roots' } }, access: 'read' }],
+      },
+      network: 'restricted',
+    },
+    cwd: fileUri(root),
+    workspaceRoots: [fileUri(root)],
+    windowsSandboxLevel: 'disabled',
+    useLegacyLandlock: false,
+  });
+
+  it('fs calls under a sandbox run in the packaged confined helper: the workspace readable, nothing else, no writes', async () => {
+    const root = mkdtempSync(join(work, 'workspace-'));
+    writeFileSync(join(root, 'inside.txt'), 'inside\n');
+    const outside = join(work, 'outside.txt');
+    writeFileSync(outside, 'outside\n');
+    const client = await connectRemote({ registryUrl: stack.registryUrl, harnessKey: stack.keys.harness }, id);
+    try {
+      await initialize(client);
+      const sandbox = workspaceOnly(root);
+      const read = await client.call<{ dataBase64: string }>('fs/readFile', {
+        path: fileUri(join(root, 'inside.txt')),
+        sandbox,
+      });
+      expect(decodeB64Text(read.dataBase64)).toBe('inside\n');
+      const hidden = await client.request('fs/readFile', { path: fileUri(outside), sandbox });
+      expect(hidden.error?.message).toMatch(/No such file or directory/);
+      const write = await client.request('fs/writeFile', {
+        path: fileUri(join(root, 'new.txt')),
+        dataBase64: b64('x'),
+        sandbox,
+      });
+      expect(write.error?.message).toMatch(/Read-only file system/);
+      expect(existsSync(join(root, 'new.txt'))).toBe(false);
+    } finally {
+      await client.close();
+    }
   });
 });
 
