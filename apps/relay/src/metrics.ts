@@ -95,6 +95,14 @@ export type RelayGaugeSource = () => {
   pausedHarnessSockets: number;
 };
 
+/** The position of `labels`' series in its family, or -1 when the family has no such series. */
+function seriesIndex(family: Family, labels: Labels): number {
+  const keys = Object.keys(labels);
+  if (family.label === '') return keys.length === 0 ? 0 : -1;
+  if (keys.length !== 1 || keys[0] !== family.label) return -1;
+  return family.attributes.findIndex((attributes) => attributes[family.label] === labels[family.label]);
+}
+
 const ENVIRONMENT = { role: 'environment' };
 const HARNESS = { role: 'harness' };
 
@@ -155,17 +163,7 @@ export class RelayMetrics {
   /** The counter's series for one label value, resolved once so the hot path only adds. */
   counter(name: string, labels: Labels = {}): CounterSeries {
     const family = this.#families.get(name);
-    const keys = Object.keys(labels);
-    const index =
-      family === undefined
-        ? -1
-        : family.label === ''
-          ? keys.length === 0
-            ? 0
-            : -1
-          : keys.length === 1 && keys[0] === family.label
-            ? family.attributes.findIndex((a) => a[family.label] === labels[family.label])
-            : -1;
+    const index = family ? seriesIndex(family, labels) : -1;
     if (family === undefined || index < 0) throw new Error(`unregistered metric ${name}${JSON.stringify(labels)}`);
     const values = family.values;
     return {
