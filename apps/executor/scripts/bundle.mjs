@@ -15,6 +15,7 @@
  * - @tether/native-crypto and @tether/native-pipe: their JavaScript loaders ship as bundled dependencies,
  *   their addons are prebuilt for the packing host and fall back (node:crypto, socketpairs) elsewhere.
  */
+import { readFile } from 'node:fs/promises';
 import { builtinModules } from 'node:module';
 import { parseArgs } from 'node:util';
 import { build } from 'esbuild';
@@ -45,7 +46,6 @@ const sourceRewrites = {
   name: 'source-rewrites',
   setup(build) {
     build.onLoad({ filter: /[\\/](apps|packages)[\\/][^\\/]+[\\/]src[\\/].*\.ts$/ }, async (args) => {
-      const { readFile } = await import('node:fs/promises');
       let source = await readFile(args.path, 'utf8');
       if (CONFINED.test(args.path)) {
         const call = "import.meta.resolve('@tether/exec-protocol')";
