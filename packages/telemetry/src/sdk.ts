@@ -26,7 +26,7 @@ import { DIRECT, outboundRequest } from '@tether/outbound';
 import type { ProcessMetrics } from './process-metrics.js';
 import type { OtlpHttpExporterConfig, TelemetryOptions, Temporality } from './telemetry.js';
 
-// The OpenTelemetry SDK, loaded only when something is exported (it costs megabytes of RSS).
+// The OpenTelemetry SDK, loaded only when something is pushed or rendered (it costs megabytes of RSS).
 
 /** A pull reader: cumulative, collected on demand for the Prometheus text. */
 export class PullReader extends MetricReader {
@@ -41,12 +41,6 @@ export interface SdkParts {
   serialize(metrics: ResourceMetrics): string;
   processMetrics: ProcessMetrics | null;
 }
-
-/**
- * The instruments' own names and attributes, as the services always had them: no `otel_scope_*` labels on
- * every series. `target_info` carries the resource (service name and version) once.
- */
-const serializer = new PrometheusSerializer(undefined, false, undefined, false, true);
 
 export async function createSdk(options: TelemetryOptions, onError: (err: Error) => void): Promise<SdkParts> {
   const readers: MetricReader[] = [];
@@ -75,6 +69,9 @@ export async function createSdk(options: TelemetryOptions, onError: (err: Error)
     }),
     readers,
   });
+  // The instruments' own names and attributes, as the services always had them: no `otel_scope_*` labels on
+  // every series; `target_info` carries the resource once. (The serializer keeps state during a call: one each.)
+  const serializer = new PrometheusSerializer(undefined, false, undefined, false, true);
   const processMetrics =
     pull && options.processMetrics ? new (await import('./process-metrics.js')).ProcessMetrics() : null;
   return {
