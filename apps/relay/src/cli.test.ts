@@ -170,6 +170,24 @@ describe('relay serve (subprocess)', () => {
       label: '',
       createdAt: Date.now(),
     });
+    // The environment is registered to this node (a heartbeat links only environments registered to the node).
+    await store.createApiKey({
+      id: 'executor',
+      tokenHash: hashToken(generateToken()),
+      role: 'executor',
+      environments: '*',
+      label: '',
+      createdAt: Date.now(),
+    });
+    await store.putRegistration({
+      environmentId: 'env-cli',
+      registrationId: 'reg-cli',
+      securityProfile: 'noise_hybrid_ik_v1',
+      executorPublicKey: '{}',
+      apiKeyId: 'executor',
+      createdAt: Date.now(),
+      relayUrl: publicUrl,
+    });
     try {
       const server = serve([], {
         TETHER_RELAY_LISTEN: '127.0.0.1:0',
