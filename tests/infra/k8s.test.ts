@@ -486,6 +486,28 @@ describe('infra/k8s', () => {
     }
   });
 
+  it('trusts X-Forwarded-For in the registry and relays only where an ingress proxies them', () => {
+    for (const { name, objects } of builds) {
+      for (const [kind, objectName, app] of [['Deployment', 'registry', 'REGISTRY']] as const) {
+        const container = find(objects, kind, objectName).spec.template.spec.containers[0];
+        const variable = container.env.find((e: Container) => e.name === `TETHER_${app}_TRUST_PROXY`);
+        expect(variable?.valueFrom?.configMapKeyRef, `${name}: ${objectName}`).toEqual({
+          name: 'tether-network',
+          key: 'trust-proxy',
+          optional: true,
+        });
+      }
+      const network = objects.find((o) => o.kind === 'ConfigMap' && o.metadata.name === 'tether-network');
+      const proxied = objects.some((o) => o.kind === 'Ingress');
+      expect(network !== undefined, `${name}: tether-network exactly where an Ingress is`).toBe(proxied);
+      if (network) {
+        for (const block of String(network.data['trust-proxy']).split(',')) {
+          expect(block, name).toMatch(/^\d{1,3}(\.\d{1,3}){3}(\/\d{1,2})?$|^[0-9a-f:]+(\/\d{1,3})?$/);
+        }
+      }
+    }
+  });
+
   it('opens the relay to all, the registry to labelled clients, PostgreSQL to the registry only, executors to none', () => {
     for (const { name, objects } of builds) {
       const policy = (policyName: string) => find(objects, 'NetworkPolicy', policyName).spec;
