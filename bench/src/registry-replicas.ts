@@ -11,10 +11,12 @@
  * Each configuration starts from nothing: a fresh SQLite file or a fresh PostgreSQL database
  * (`CREATE DATABASE bench_<random>`, dropped after, also on failure or Ctrl-C), keys made with
  * `registry keys create`, real `registry serve` processes on 127.0.0.1 port 0 sharing one signing key, one
- * executor registered. Prints a table and writes bench/results/registry-replicas-latest.json.
+ * executor registered. All are deployed first, then measured in turn (one run of each per round, after a
+ * warm-up second). Prints a table and writes bench/results/registry-replicas-latest.json.
  *
- *   BENCH_REGISTRY_CLIENTS=16,64 BENCH_REGISTRY_SECONDS=4 BENCH_REGISTRY_WARMUP_SECONDS=1 \
- *   BENCH_REGISTRY_REPEATS=3 BENCH_REGISTRY_ONLY=sqlite,pg1,pg2,pg2-async BENCH_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/postgres pnpm bench
+ *   BENCH_REGISTRY_CLIENTS=16,64 BENCH_REGISTRY_SECONDS=3 BENCH_REGISTRY_WARMUP_SECONDS=1 \
+ *   BENCH_REGISTRY_REPEATS=5 BENCH_REGISTRY_ONLY=sqlite,pg1,pg2,pg2-async \
+ *   BENCH_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/postgres pnpm bench
  */
 
 import { generateKeyPairSync } from 'node:crypto';
@@ -37,9 +39,9 @@ import {
 } from './services.js';
 
 const CLIENTS = (process.env.BENCH_REGISTRY_CLIENTS ?? '16,64').split(',').map(Number);
-const SECONDS = Number(process.env.BENCH_REGISTRY_SECONDS ?? 4);
+const SECONDS = Number(process.env.BENCH_REGISTRY_SECONDS ?? 3);
 const WARMUP_SECONDS = Number(process.env.BENCH_REGISTRY_WARMUP_SECONDS ?? 1);
-const REPEATS = Number(process.env.BENCH_REGISTRY_REPEATS ?? 3);
+const REPEATS = Number(process.env.BENCH_REGISTRY_REPEATS ?? 5);
 const ENVIRONMENT = 'bench-env';
 /** Extra node flags for the replicas (e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof`). */
 const NODE_ARGS = (process.env.BENCH_REGISTRY_NODE_ARGS ?? '').split(' ').filter(Boolean);
@@ -293,25 +295,24 @@ await runBench(async () => {
   );
   const runs = new Map<string, Run[]>();
   const id = (setup: Setup, clients: number) => `${setup.name}\n${clients}`;
+  // Every setup is deployed first and measured in turn, one run each per round, so that the shared machine's
+  // changing load hits all of them alike (an idle deployment costs next to nothing).
+  const deployments: Deployment[] = [];
+  for (const setup of SETUPS) deployments.push(await deploy(setup));
   for (let r = 0; r < REPEATS; r++) {
-    // Setups in turn within each repeat, so that machine noise hits all of them alike.
-    for (const setup of SETUPS) {
-      const deployment = await deploy(setup);
-      try {
-        for (const clients of CLIENTS) {
-          const run = await measure(deployment, clients);
-          const list = runs.get(id(setup, clients)) ?? [];
-          list.push(run);
-          runs.set(id(setup, clients), list);
-          process.stderr.write(
-            `  ${setup.name}, ${clients} clients: ${run.pairsPerSecond.toFixed(0)} pairs/s, p50 ${run.p50.toFixed(2)} ms, p99 ${run.p99.toFixed(2)} ms, ${run.cpuMsPerPair.toFixed(2)} registry CPU-ms/pair\n`,
-          );
-        }
-      } finally {
-        await deployment.close();
+    for (const clients of CLIENTS) {
+      for (const [n, setup] of SETUPS.entries()) {
+        const run = await measure(deployments[n] as Deployment, clients);
+        const list = runs.get(id(setup, clients)) ?? [];
+        list.push(run);
+        runs.set(id(setup, clients), list);
+        process.stderr.write(
+          `  ${setup.name}, ${clients} clients: ${run.pairsPerSecond.toFixed(0)} pairs/s, p50 ${run.p50.toFixed(2)} ms, p99 ${run.p99.toFixed(2)} ms, ${run.cpuMsPerPair.toFixed(2)} registry CPU-ms/pair\n`,
+        );
       }
     }
   }
+  for (const deployment of deployments) await deployment.close();
   const rows = SETUPS.flatMap((setup) =>
     CLIENTS.map((clients) => {
       const list = runs.get(id(setup, clients)) as Run[];
