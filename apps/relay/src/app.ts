@@ -13,6 +13,7 @@ import { PROMETHEUS_CONTENT_TYPE, Telemetry, type TelemetryOptions } from '@teth
 import { joinParts } from '@tether/user-read/websocket';
 import pino, { type Logger } from 'pino';
 import { type WebSocket, WebSocketServer } from 'ws';
+import { TrustedProxies } from './client-address.js';
 import { FastPath } from './fastpath.js';
 import { type Heartbeat, startHeartbeat } from './heartbeat.js';
 import { CLOSE, DEFAULT_LIMITS, type RelayLimits } from './limits.js';
@@ -51,6 +52,8 @@ export interface RelayOptions {
   now?: () => number;
   /** Presence heartbeat, started by listen(); omitted → none (a registry without heartbeats routes to every node). */
   heartbeat?: HeartbeatConfig;
+  /** Proxies whose `X-Forwarded-For` names the client (`--trust-proxy`); default none: the socket's peer. */
+  trustProxy?: TrustedProxies;
   /** Observer of every forwarded WebSocket message (capture, debugging); must not keep the buffer mutable. */
   tap?: (direction: Direction, data: Buffer) => void;
   /**
@@ -151,6 +154,7 @@ export function createRelay(options: RelayOptions): Relay {
   const log = options.logger ?? pino({ level: 'silent' });
   const now = options.now ?? Date.now;
   const tap = options.tap;
+  const trustProxy = options.trustProxy ?? TrustedProxies.none();
   const metrics = new RelayMetrics();
   // The counters are plain numbers from here on; the Telemetry reads them (and stats()) when it collects.
   const given = options.telemetry;
@@ -318,7 +322,8 @@ export function createRelay(options: RelayOptions): Relay {
 
   function onUpgrade(req: IncomingMessage, socket: Socket, head: Buffer) {
     if (closing) return refuse(socket, 503, 'shutting_down');
-    const ip = socket.remoteAddress ?? 'unknown';
+    // The per-IP limit counts the client behind a trusted proxy, not the proxy.
+    const ip = trustProxy.clientAddress(socket.remoteAddress, req.headers['x-forwarded-for']);
     const count = connectionsByIp.get(ip) ?? 0;
     if (count >= limits.maxConnectionsPerIp) return refuse(socket, 429, 'ip_limit');
     const verdict = verifyRelayRequest(req.url ?? '/', options.publicKey, Math.floor(now() / 1000));

@@ -1,10 +1,18 @@
 import type { KeyObject } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { publicKeyFromPem } from '@tether/relay-auth';
-import { TelemetryConfigError, type TelemetryOptions } from '@tether/telemetry';
-import { Command, InvalidArgumentError, Option } from 'commander';
-import pino, { type Logger } from 'pino';
+import { createLogger, type Logger, TelemetryConfigError, type TelemetryOptions } from '@tether/telemetry';
+import {
+  type EnvScheme,
+  LOG_FORMAT_ALIAS,
+  type LogFormat,
+  logOptions,
+  packageVersion,
+  SchemeCommand,
+} from '@tether/telemetry/cli';
+import { type Command, InvalidArgumentError, Option } from 'commander';
 import { createRelay } from './app.js';
+import { TrustedProxies, TrustProxyError } from './client-address.js';
 import { DEFAULT_LIMITS, type RelayLimits } from './limits.js';
 import { relayTelemetryOptions } from './metrics.js';
 
@@ -23,8 +31,17 @@ export interface ServeOptions extends Partial<RelayLimits> {
   registryKeyFile?: string;
   registryToken?: string;
   heartbeatIntervalMs: number;
+  trustProxy: string[];
   logLevel: string;
+  logFormat: LogFormat;
 }
+
+/** The relay's flags and their variables (`TETHER_RELAY_<FLAG>`; README "Flags and variables"). */
+export const RELAY_ENV: EnvScheme = {
+  app: 'relay',
+  aliases: { '--log-format': [LOG_FORMAT_ALIAS] },
+  secrets: ['--registry-token'],
+};
 
 function listenAddress(value: string): { host: string; port: number } {
   const match = /^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):(\d{1,5})$/.exec(value);
@@ -41,6 +58,18 @@ function wsUrl(value: string): string {
 function httpUrl(value: string): string {
   if (!/^https?:\/\/[^\s]+$/.test(value)) throw new InvalidArgumentError('expected an http:// or https:// URL');
   return value;
+}
+
+/** `--trust-proxy`: IPs or CIDR blocks, repeatable or comma-separated. */
+function trustProxyEntries(value: string, previous: string[] | undefined): string[] {
+  const entries = value.split(',').filter((entry) => entry.trim() !== '');
+  try {
+    TrustedProxies.parse(entries);
+  } catch (err) {
+    if (err instanceof TrustProxyError) throw new InvalidArgumentError(err.message);
+    throw err;
+  }
+  return [...(previous ?? []), ...entries];
 }
 
 function positiveInteger(value: string): number {
@@ -100,7 +129,7 @@ async function loadPublicKey(options: ServeOptions, io: CliIo, log: Logger): Pro
 
 /** Runs `relay serve` until io.stopSignal; returns the exit code. */
 export async function runServe(options: ServeOptions, io: CliIo, logger?: Logger): Promise<number> {
-  const log = logger ?? pino({ level: options.logLevel, base: { service: 'relay' } }, pino.destination(2));
+  const log = logger ?? createLogger({ component: 'relay', level: options.logLevel, format: options.logFormat });
   if (!options.registryKeyFile && !options.registry) {
     io.stderr.write('relay: give --registry-key-file or --registry (to fetch the signing key)\n');
     return 2;
@@ -136,6 +165,7 @@ export async function runServe(options: ServeOptions, io: CliIo, logger?: Logger
     limits,
     logger: log,
     telemetry,
+    trustProxy: TrustedProxies.parse(options.trustProxy),
     ...(options.registry && options.registryToken
       ? {
           heartbeat: {
@@ -167,8 +197,9 @@ export async function runServe(options: ServeOptions, io: CliIo, logger?: Logger
 
 /** `relay serve`; `exit` receives the action's exit code. */
 export function buildCli(io: CliIo, exit: (code: number) => void): Command {
-  const program = new Command('relay')
+  const program = new SchemeCommand('relay', RELAY_ENV)
     .description('Tether relay: pairs harness and environment WebSockets and forwards frames it cannot read.')
+    .version(packageVersion(import.meta.url, '@tether/relay'))
     .showHelpAfterError()
     .configureOutput({ writeOut: (t) => io.stdout.write(t), writeErr: (t) => io.stderr.write(t) });
 
@@ -177,47 +208,48 @@ export function buildCli(io: CliIo, exit: (code: number) => void): Command {
     .description('serve relay WebSockets (prints its bound URL on stdout, logs JSON on stderr)')
     .addOption(
       new Option('--listen <host:port>', 'address to listen on (port 0 picks one)')
-        .env('TETHER_RELAY_LISTEN')
         .argParser(listenAddress)
         .default({ host: '127.0.0.1', port: 8081 }, '127.0.0.1:8081'),
     )
     .addOption(
-      new Option('--public-url <url>', 'this node’s URL as the registry knows it (default: the bound URL)')
-        .env('TETHER_RELAY_PUBLIC_URL')
-        .argParser(wsUrl),
-    )
-    .addOption(
-      new Option('--registry <url>', 'registry base URL: signing key (unless a file is given) and heartbeats')
-        .env('TETHER_RELAY_REGISTRY')
-        .argParser(httpUrl),
-    )
-    .addOption(
-      new Option('--registry-key-file <path>', 'the registry’s Ed25519 key as PEM (public SPKI or private PKCS#8)').env(
-        'TETHER_RELAY_REGISTRY_KEY_FILE',
+      new Option('--public-url <url>', 'this node’s URL as the registry knows it (default: the bound URL)').argParser(
+        wsUrl,
       ),
+    )
+    .addOption(
+      new Option(
+        '--registry <url>',
+        'registry base URL: signing key (unless a file is given) and heartbeats',
+      ).argParser(httpUrl),
+    )
+    .addOption(
+      new Option('--registry-key-file <path>', 'the registry’s Ed25519 key as PEM (public SPKI or private PKCS#8)'),
     )
     .addOption(
       new Option(
         '--registry-token <token>',
         'API key with the relay role (heartbeats only; an admin key works but is not needed) for presence ' +
           'heartbeats and revocations (prefer the env variable)',
-      ).env('TETHER_RELAY_REGISTRY_TOKEN'),
+      ),
     )
     .addOption(
       new Option('--heartbeat-interval-ms <ms>', 'presence heartbeat interval')
-        .env('TETHER_RELAY_HEARTBEAT_INTERVAL_MS')
         .argParser(positiveInteger)
         .default(10_000),
     );
   for (const [key, flag, help] of LIMIT_FLAGS) {
-    serve.addOption(
-      new Option(`--${flag} <n>`, `${help} (default ${DEFAULT_LIMITS[key]})`)
-        .env(`TETHER_RELAY_${flag.toUpperCase().replace(/-/g, '_')}`)
-        .argParser(positiveInteger),
-    );
+    serve.addOption(new Option(`--${flag} <n>`, `${help} (default ${DEFAULT_LIMITS[key]})`).argParser(positiveInteger));
   }
-  serve
-    .addOption(new Option('--log-level <level>', 'pino level').env('TETHER_RELAY_LOG_LEVEL').default('info'))
-    .action(async (options: ServeOptions) => exit(await runServe(options, io)));
+  serve.addOption(
+    new Option(
+      '--trust-proxy <cidr>',
+      'take the client address from X-Forwarded-For (the rightmost hop not trusted) only when the peer is in ' +
+        'one of these IPs or CIDR blocks; repeatable or comma-separated',
+    )
+      .argParser(trustProxyEntries)
+      .default([], 'none'),
+  );
+  for (const option of logOptions()) serve.addOption(option);
+  serve.action(async (options: ServeOptions) => exit(await runServe(options, io)));
   return program;
 }
