@@ -13,8 +13,8 @@
  *
  * Prints two tables and writes bench/results/relay-nodes-latest.json.
  *
- *   BENCH_RELAY_NODES_IDLE_STREAMS=5000 BENCH_RELAY_NODES_STREAMS=1,8 BENCH_RELAY_NODES_MIB=128 \
- *   BENCH_RELAY_NODES_REPEATS=3 pnpm --filter @tether/bench bench:relay-nodes
+ *   BENCH_RELAY_NODES_IDLE_STREAMS=5000 BENCH_RELAY_NODES_STREAMS=1,8 BENCH_RELAY_NODES_MIB=512 \
+ *   BENCH_RELAY_NODES_REPEATS=5 pnpm --filter @tether/bench bench:relay-nodes
  */
 
 import { type ChildProcess, fork } from 'node:child_process';
@@ -34,8 +34,8 @@ const NODES = 3;
 const IDLE_STREAMS = Number(process.env.BENCH_RELAY_NODES_IDLE_STREAMS ?? 5_000);
 const IDLE_ENVIRONMENTS = 100;
 const STREAMS = (process.env.BENCH_RELAY_NODES_STREAMS ?? '1,8').split(',').map(Number);
-const MIB = Number(process.env.BENCH_RELAY_NODES_MIB ?? 128);
-const REPEATS = Number(process.env.BENCH_RELAY_NODES_REPEATS ?? 3);
+const MIB = Number(process.env.BENCH_RELAY_NODES_MIB ?? 512);
+const REPEATS = Number(process.env.BENCH_RELAY_NODES_REPEATS ?? 5);
 const WARMUP_MIB = 32;
 
 const key = benchSigningKey();
