@@ -488,7 +488,10 @@ describe('infra/k8s', () => {
 
   it('trusts X-Forwarded-For in the registry and relays only where an ingress proxies them', () => {
     for (const { name, objects } of builds) {
-      for (const [kind, objectName, app] of [['Deployment', 'registry', 'REGISTRY']] as const) {
+      for (const [kind, objectName, app] of [
+        ['Deployment', 'registry', 'REGISTRY'],
+        ['StatefulSet', 'relay', 'RELAY'],
+      ] as const) {
         const container = find(objects, kind, objectName).spec.template.spec.containers[0];
         const variable = container.env.find((e: Container) => e.name === `TETHER_${app}_TRUST_PROXY`);
         expect(variable?.valueFrom?.configMapKeyRef, `${name}: ${objectName}`).toEqual({
