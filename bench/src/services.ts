@@ -129,14 +129,22 @@ export async function startService(
     url,
     pid,
     rssKiB: () => Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1]),
-    cpuSeconds: () => {
-      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      return (Number(fields[11]) + Number(fields[12])) / 100;
-    },
+    cpuSeconds: () => cpuSecondsOf(pid) ?? Number.NaN,
     stderr: () => stderr,
     close,
   };
+}
+
+/** CPU seconds (user + system) process `pid` used so far, or null once it is gone. */
+export function cpuSecondsOf(pid: number): number | null {
+  let stat: string;
+  try {
+    stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  } catch {
+    return null;
+  }
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(fields[11]) + Number(fields[12])) / 100;
 }
 
 /** Runs a bin to completion (`registry keys create …`); resolves with its stdout, rejects on a non-zero exit. */
@@ -189,6 +197,21 @@ export async function createPostgresDatabase(
   const url = new URL(POSTGRES_ADMIN_URL);
   url.pathname = `/${name}`;
   return { url: url.toString(), name, drop };
+}
+
+/** The server processes (backends) serving connections to database `name` now. */
+export async function backendPids(name: string): Promise<number[]> {
+  const client = new pg.Client({ connectionString: POSTGRES_ADMIN_URL });
+  await client.connect();
+  try {
+    const { rows } = await client.query<{ pid: number }>(
+      'SELECT pid FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()',
+      [name],
+    );
+    return rows.map((row) => row.pid);
+  } finally {
+    await client.end();
+  }
 }
 
 // Statistics ---------------------------------------------------------------------------------------------
