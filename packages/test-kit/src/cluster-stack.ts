@@ -5,8 +5,15 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { waitUntil } from './helpers.js';
-import { type PeerHandle, type PeerKind, startPeer } from './peer.js';
-import { launch, type Service, type StartExecutorOptions, startService, stopService } from './service-stack.js';
+import type { PeerHandle, PeerKind } from './peer.js';
+import {
+  launch,
+  type Service,
+  type StartExecutorOptions,
+  startRemoteExecutor,
+  startService,
+  stopService,
+} from './service-stack.js';
 import { keyCreateArgs, STACK_KEY_ROLES } from './stack-keys.js';
 
 /**
@@ -256,13 +263,7 @@ export async function startClusterStack(options: ClusterOptions = {}): Promise<C
       carrier,
       async startExecutor(kind, environmentId, executorOptions = {}) {
         const registry = (registries[executorOptions.registry ?? 0] as Service).url;
-        const peer = await startPeer({
-          kind,
-          transport: 'remote',
-          args: ['--remote', registry, '--environment-id', environmentId, ...(executorOptions.args ?? [])],
-          env: { CODEX_API_KEY: keys.executor, TETHER_API_KEY: keys.executor, ...executorOptions.env },
-          ...(executorOptions.homeFiles ? { homeFiles: executorOptions.homeFiles } : {}),
-        });
+        const peer = await startRemoteExecutor(kind, registry, keys.executor, environmentId, executorOptions);
         executors.push(peer);
         if (executorOptions.waitForRelay === false) return peer;
         try {

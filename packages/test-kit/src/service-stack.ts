@@ -186,6 +186,23 @@ export async function startService(
   return service;
 }
 
+/** `executor --remote` (ours or codex) for `environmentId` on `registryUrl`, its API key in the environment. */
+export function startRemoteExecutor(
+  kind: PeerKind,
+  registryUrl: string,
+  apiKey: string,
+  environmentId: string,
+  options: StartExecutorOptions,
+): Promise<PeerHandle> {
+  return startPeer({
+    kind,
+    transport: 'remote',
+    args: ['--remote', registryUrl, '--environment-id', environmentId, ...(options.args ?? [])],
+    env: { CODEX_API_KEY: apiKey, TETHER_API_KEY: apiKey, ...options.env },
+    ...(options.homeFiles ? { homeFiles: options.homeFiles } : {}),
+  });
+}
+
 const stopCurrent = new WeakMap<Service, () => Promise<PeerExit>>();
 
 /** Stops whatever process of `service` is current (SIGTERM, then SIGKILL after a grace period). */
@@ -267,13 +284,7 @@ export async function startServiceStack(options: ServiceStackOptions = {}): Prom
       relayMetrics,
       relayMetric,
       async startExecutor(kind, environmentId, executorOptions = {}) {
-        const peer = await startPeer({
-          kind,
-          transport: 'remote',
-          args: ['--remote', registry.url, '--environment-id', environmentId, ...(executorOptions.args ?? [])],
-          env: { CODEX_API_KEY: keys.executor, TETHER_API_KEY: keys.executor, ...executorOptions.env },
-          ...(executorOptions.homeFiles ? { homeFiles: executorOptions.homeFiles } : {}),
-        });
+        const peer = await startRemoteExecutor(kind, registry.url, keys.executor, environmentId, executorOptions);
         executors.push(peer);
         if (executorOptions.waitForRelay === false) return peer;
         // Every executor of this stack still running is on the relay once this one is.
