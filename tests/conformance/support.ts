@@ -128,7 +128,12 @@ export function useHarness() {
      * relay processes, under an environment of its own; `connect` reaches it through them.
      */
     async startRemote(kind: PeerKind, options: Partial<StartPeerOptions> = {}): Promise<PeerHandle> {
-      stack ??= startStack();
+      // The relay resets a harness stream whose socket has more than --harness-max-buffered-bytes queued towards it
+      // (relay_backpressure): the SDK resumes and reads back with process/read, but these scenarios' raw client does
+      // not, so one that falls behind a fast peer (codex pushes 8 MiB at once) would lose its stream, about one run
+      // in eight. The room given here is for the scenarios' outputs; the reset itself is tested by the relay's own
+      // tests and its recovery by the reliability suite, which keep the default (4 MiB).
+      stack ??= startStack({ relayArgs: ['--harness-max-buffered-bytes', String(64 * 1024 * 1024)] });
       const environmentId = `env-${kind}-${++remoteCount}`;
       const peer = await (await stack).startExecutor(kind, environmentId, options);
       peers.add(peer);

@@ -146,5 +146,5 @@ export {
   startServiceStack,
   stopService,
 } from './service-stack.js';
-export { type Stack, startStack } from './stack.js';
+export { type Stack, type StackOptions, startStack } from './stack.js';
 export { hasTmux, startTmux, type Tmux, type TmuxOptions } from './tmux.js';

@@ -54,7 +54,12 @@ async function runBin(
   return { line, child };
 }
 
-export async function startStack(): Promise<Stack> {
+export interface StackOptions {
+  /** Extra `relay serve` arguments (limits). */
+  relayArgs?: string[];
+}
+
+export async function startStack(options: StackOptions = {}): Promise<Stack> {
   const dir = mkdtempSync(join(tmpdir(), 'tether-stack-'));
   const children: ChildProcess[] = [];
   const executors: PeerHandle[] = [];
@@ -82,7 +87,14 @@ export async function startStack(): Promise<Stack> {
       if (child.exitCode === null) await once(child, 'exit');
     }
     const relayUrl = (
-      await runBin(children, 'relay', ['serve', '--listen', '127.0.0.1:0', '--registry-key-file', keyFile])
+      await runBin(children, 'relay', [
+        'serve',
+        '--listen',
+        '127.0.0.1:0',
+        '--registry-key-file',
+        keyFile,
+        ...(options.relayArgs ?? []),
+      ])
     ).line;
     const registryUrl = (
       await runBin(children, 'registry', [
