@@ -17,6 +17,7 @@ import { v1Routes } from './routes/v1.js';
 import { type RelayRoute, routeToExecutor } from './routing.js';
 import type { ApiKeyRecord, RegistrationRecord, RegistryStore, Role } from './store/types.js';
 import { hashToken } from './tokens.js';
+import { uiRoutes } from './ui.js';
 
 export interface RegistryConfig {
   /** Relay base URLs (`ws://…`/`wss://…`); each environment goes to one by rendezvous hashing. */
@@ -44,6 +45,16 @@ export interface RegistryConfig {
   revocationPollMs?: number;
   /** Timeout of each revocation push to a relay node; default 2 000 ms. */
   revocationPushTimeoutMs?: number;
+  /**
+   * The browser page under `/ui` (ui.ts): `dir` is the directory served, null when none was found (/ui answers
+   * 404 saying so); absent: no `/ui` routes at all (`--no-ui`).
+   */
+  ui?: { dir: string | null };
+  /**
+   * Origins of pages hosted elsewhere (`--ui-origin`) that may call `/cloud/environment/:id/connect` and the
+   * browser-grant exchange cross-origin (CORS, for these exact origins only).
+   */
+  uiOrigins?: string[];
 }
 
 export interface ServerLimits {
@@ -275,6 +286,7 @@ export async function buildRegistry(config: RegistryConfig, deps: RegistryDeps):
   await app.register(healthRoutes);
   await app.register(cloudRoutes, { prefix: '/cloud/environment' });
   await app.register(v1Routes, { prefix: '/v1' });
+  if (config.ui) await app.register(uiRoutes, { dir: config.ui.dir, relayUrls: config.relayUrls });
   return app;
 }
 

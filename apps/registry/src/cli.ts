@@ -1,6 +1,6 @@
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { isIP, isIPv4 } from 'node:net';
-import { dirname, resolve } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import { loadOrCreateSigningKey, type SigningKey, signingKeyFromPem } from '@tether/relay-auth';
 import { createLogger, type Logger, TelemetryConfigError, type TelemetryOptions } from '@tether/telemetry';
 import {
@@ -16,6 +16,7 @@ import { buildRegistry, SERVER_LIMIT_DEFAULTS } from './app.js';
 import { registryTelemetryOptions } from './metrics.js';
 import { openStore, ROLES, type Role } from './store/index.js';
 import { ENVIRONMENT_ID_PATTERN, generateToken, hashToken } from './tokens.js';
+import { defaultUiDir } from './ui.js';
 
 export interface CliIo {
   stdout: { write(text: string): unknown };
@@ -38,6 +39,9 @@ export interface ServeOptions {
   keepAliveTimeout: number;
   maxConnections: number;
   trustProxy: string[];
+  uiDir?: string;
+  ui: boolean;
+  uiOrigin: string[];
   logLevel: string;
   logFormat: LogFormat;
 }
@@ -97,6 +101,23 @@ function trustProxyEntries(value: string, previous: string[] | undefined): strin
     }
   }
   return [...(previous ?? []), ...entries];
+}
+
+/** `--ui-origin`: an exact `http(s)://host[:port]` origin (no path), as a browser sends it in `Origin`. */
+function uiOrigin(value: string, previous: string[] | undefined): string[] {
+  const origins = value.split(',').filter((o) => o !== '');
+  for (const origin of origins) {
+    let parsed: URL | null = null;
+    try {
+      parsed = new URL(origin);
+    } catch {
+      // reported below
+    }
+    if (!parsed || !/^https?:$/.test(parsed.protocol) || parsed.origin !== origin) {
+      throw new InvalidArgumentError(`not an origin (http(s)://host[:port], no path or trailing slash): ${origin}`);
+    }
+  }
+  return [...(previous ?? []), ...origins];
 }
 
 function positiveInteger(value: string): number {
@@ -168,9 +189,22 @@ export async function runServe(options: ServeOptions, io: CliIo, logger?: Logger
     await store.close();
     return 1;
   }
+  let ui: { dir: string | null } | undefined;
+  if (options.ui) {
+    const dir = options.uiDir !== undefined ? resolve(options.uiDir) : defaultUiDir();
+    if (options.uiDir !== undefined && !existsSync(join(dir as string, 'index.html'))) {
+      io.stderr.write(`registry: --ui-dir ${options.uiDir} holds no index.html\n`);
+      await store.close();
+      return 1;
+    }
+    if (dir === null) log.warn('the browser UI is not served: no @tether/web build found (see --ui-dir)');
+    ui = { dir };
+  }
   const app = await buildRegistry(
     {
       relayUrls: options.relayUrl.length > 0 ? options.relayUrl : [DEFAULT_RELAY],
+      ...(ui ? { ui } : {}),
+      uiOrigins: options.uiOrigin,
       authorizationTtlMs: options.authorizationTtl * 1000,
       trustProxy: options.trustProxy,
       limits: {
@@ -277,6 +311,22 @@ export function buildCli(io: CliIo, exit: (code: number) => void): Command {
           'or CIDR blocks; repeatable or comma-separated',
       )
         .argParser(trustProxyEntries)
+        .default([], 'none'),
+    )
+    .addOption(
+      new Option(
+        '--ui-dir <dir>',
+        'directory of the browser UI served under /ui (default: the dist directory of the @tether/web package)',
+      ),
+    )
+    .addOption(new Option('--no-ui', 'do not serve the browser UI under /ui'))
+    .addOption(
+      new Option(
+        '--ui-origin <origin>',
+        'origin of a browser UI hosted elsewhere that may call /connect and the grant exchange (CORS); ' +
+          'repeatable or comma-separated',
+      )
+        .argParser(uiOrigin)
         .default([], 'none'),
     );
   for (const option of logOptions()) serve.addOption(option);
