@@ -8,6 +8,7 @@ import Fastify, {
   type FastifyReply,
   type FastifyRequest,
 } from 'fastify';
+import { corsRoutes } from './cors.js';
 import { ERRORS, errorBody, RegistryError } from './errors.js';
 import { createRegistryMetrics, type Metrics } from './metrics.js';
 import { pollRevocations, RevocationPusher, revocationWindowMs } from './revocations.js';
@@ -283,6 +284,8 @@ export async function buildRegistry(config: RegistryConfig, deps: RegistryDeps):
   });
   app.setNotFoundHandler((_request, reply) => reply.code(404).send(errorBody('not_found')));
 
+  // On the root itself, before the routes, so that its onSend hook sees them.
+  await corsRoutes(app, { origins: config.uiOrigins ?? [] });
   await app.register(healthRoutes);
   await app.register(cloudRoutes, { prefix: '/cloud/environment' });
   await app.register(v1Routes, { prefix: '/v1' });
