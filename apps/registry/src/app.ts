@@ -12,6 +12,7 @@ import { corsRoutes } from './cors.js';
 import { ERRORS, errorBody, RegistryError } from './errors.js';
 import { createRegistryMetrics, type Metrics } from './metrics.js';
 import { pollRevocations, RevocationPusher, revocationWindowMs } from './revocations.js';
+import { browserGrantRoutes } from './routes/browser.js';
 import { cloudRoutes } from './routes/cloud.js';
 import { healthRoutes } from './routes/health.js';
 import { v1Routes } from './routes/v1.js';
@@ -56,6 +57,8 @@ export interface RegistryConfig {
    * browser-grant exchange cross-origin (CORS, for these exact origins only).
    */
   uiOrigins?: string[];
+  /** Lifetime of a browser session token (a browser grant exchanged); default 1 h. */
+  browserSessionTtlMs?: number;
 }
 
 export interface ServerLimits {
@@ -237,6 +240,9 @@ export async function buildRegistry(config: RegistryConfig, deps: RegistryDeps):
       app.registry.store.pruneAuthorizations(app.registry.now()).catch((err: unknown) => {
         app.log.warn({ err }, 'pruning expired authorizations failed');
       });
+      app.registry.store.pruneBrowserGrants(app.registry.now()).catch((err: unknown) => {
+        app.log.warn({ err }, 'pruning expired browser grants failed');
+      });
     }, config.pruneIntervalMs ?? 60_000);
     pruner.unref();
   });
@@ -288,6 +294,10 @@ export async function buildRegistry(config: RegistryConfig, deps: RegistryDeps):
   await corsRoutes(app, { origins: config.uiOrigins ?? [] });
   await app.register(healthRoutes);
   await app.register(cloudRoutes, { prefix: '/cloud/environment' });
+  await app.register(browserGrantRoutes, {
+    prefix: '/cloud/browser-grants',
+    sessionTtlMs: config.browserSessionTtlMs ?? 3600_000,
+  });
   await app.register(v1Routes, { prefix: '/v1' });
   if (config.ui) await app.register(uiRoutes, { dir: config.ui.dir, relayUrls: config.relayUrls });
   return app;

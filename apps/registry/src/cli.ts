@@ -2,7 +2,13 @@ import { existsSync, readFileSync } from 'node:fs';
 import { isIP, isIPv4 } from 'node:net';
 import { dirname, join, resolve } from 'node:path';
 import { loadOrCreateSigningKey, type SigningKey, signingKeyFromPem } from '@tether/relay-auth';
-import { createLogger, type Logger, TelemetryConfigError, type TelemetryOptions } from '@tether/telemetry';
+import {
+  createLogger,
+  DEFAULT_REDACT_PATHS,
+  type Logger,
+  TelemetryConfigError,
+  type TelemetryOptions,
+} from '@tether/telemetry';
 import {
   type EnvScheme,
   LOG_FORMAT_ALIAS,
@@ -42,6 +48,7 @@ export interface ServeOptions {
   uiDir?: string;
   ui: boolean;
   uiOrigin: string[];
+  browserSessionTtl: number;
   logLevel: string;
   logFormat: LogFormat;
 }
@@ -59,6 +66,9 @@ export const REGISTRY_ENV: EnvScheme = {
 };
 
 const DEFAULT_RELAY = 'ws://127.0.0.1:8081';
+
+/** Never logged: the defaults (authorization, token, …) and browser grants (routes/browser.ts logs neither). */
+export const REGISTRY_REDACT: readonly string[] = [...DEFAULT_REDACT_PATHS, 'grant', '*.grant'];
 
 function listenAddress(value: string): { host: string; port: number } {
   const match = /^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):(\d{1,5})$/.exec(value);
@@ -156,7 +166,14 @@ function dataDirFor(options: ServeOptions): string {
 
 /** Runs `registry serve` until io.stopSignal; returns the exit code. */
 export async function runServe(options: ServeOptions, io: CliIo, logger?: Logger): Promise<number> {
-  const log = logger ?? createLogger({ component: 'registry', level: options.logLevel, format: options.logFormat });
+  const log =
+    logger ??
+    createLogger({
+      component: 'registry',
+      level: options.logLevel,
+      format: options.logFormat,
+      redact: REGISTRY_REDACT,
+    });
   let signingKey: SigningKey;
   try {
     signingKey = options.signingKeyFile
@@ -205,6 +222,7 @@ export async function runServe(options: ServeOptions, io: CliIo, logger?: Logger
       relayUrls: options.relayUrl.length > 0 ? options.relayUrl : [DEFAULT_RELAY],
       ...(ui ? { ui } : {}),
       uiOrigins: options.uiOrigin,
+      browserSessionTtlMs: options.browserSessionTtl * 1000,
       authorizationTtlMs: options.authorizationTtl * 1000,
       trustProxy: options.trustProxy,
       limits: {
@@ -328,6 +346,14 @@ export function buildCli(io: CliIo, exit: (code: number) => void): Command {
       )
         .argParser(uiOrigin)
         .default([], 'none'),
+    )
+    .addOption(
+      new Option(
+        '--browser-session-ttl <seconds>',
+        'lifetime of a browser session (a browser grant exchanged; it may call /connect on its one environment)',
+      )
+        .argParser(positiveSeconds)
+        .default(3600),
     );
   for (const option of logOptions()) serve.addOption(option);
   serve.action(async (options: ServeOptions) => exit(await runServe(options, io)));

@@ -24,6 +24,7 @@ export const ERRORS = {
     message:
       'this environment is bound to another executor API key; an admin can transfer it (`registry environments transfer`)',
   },
+  invalid_grant: { status: 401, message: 'the browser grant is unknown, already used, expired or revoked' },
   forbidden_relay_node: { status: 403, message: "a relay key may heartbeat only for its own node's URL" },
   key_not_found: { status: 404, message: 'no active API key with this id' },
   invalid_owner_key: { status: 400, message: 'api_key_id is not an active executor API key' },

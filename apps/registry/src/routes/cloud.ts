@@ -18,6 +18,7 @@ import {
   ValidateResponse,
 } from '../schemas.js';
 import { generateToken, hashToken, matchesEnvironmentGlob } from '../tokens.js';
+import { sessionOrHarnessKey } from './browser.js';
 
 /** Canonical JSON of a NoiseChannelPublicKey (strict codec, fixed field order), or null when invalid. */
 function parseCanonicalKey(value: unknown): string | null {
@@ -204,7 +205,8 @@ export async function cloudRoutes(app: FastifyInstance) {
   });
 
   await app.register(async (harness) => {
-    harness.addHook('onRequest', requireRole(app, 'harness'));
+    // A harness key, or a browser session token for exactly this environment (browser.ts).
+    harness.addHook('onRequest', sessionOrHarnessKey(app));
     harness.addHook('preHandler', inScope);
 
     harness.post<{ Params: EnvironmentParams; Body: ConnectBody }>(

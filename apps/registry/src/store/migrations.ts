@@ -99,6 +99,31 @@ const AUTHORIZATION_REQUEST_ID: Migration = {
   sql: 'ALTER TABLE authorizations ADD COLUMN connect_request_id TEXT;',
 };
 
+/**
+ * Version 6 (issue 21): browser grants and sessions. A grant (minted with a harness key for one environment) is
+ * exchanged once for a session, which acts as that key on that one environment's /connect. Only SHA-256 hashes of
+ * either token are stored; a consumed grant is deleted.
+ */
+const browserGrants = (int: string): Migration => ({
+  version: 6,
+  sql: `
+CREATE TABLE browser_grants (
+  token_hash TEXT PRIMARY KEY,
+  environment_id TEXT NOT NULL,
+  api_key_id TEXT NOT NULL,
+  expires_at ${int} NOT NULL
+);
+CREATE INDEX browser_grants_expires_at ON browser_grants (expires_at);
+CREATE TABLE browser_sessions (
+  token_hash TEXT PRIMARY KEY,
+  environment_id TEXT NOT NULL,
+  api_key_id TEXT NOT NULL,
+  expires_at ${int} NOT NULL
+);
+CREATE INDEX browser_sessions_expires_at ON browser_sessions (expires_at);
+`,
+});
+
 const ROLE_CHECK = "CHECK (role IN ('executor', 'harness', 'admin', 'relay'))";
 
 export const SQLITE_MIGRATIONS: Migration[] = [
@@ -124,6 +149,7 @@ ${ownershipAndRevocations('INTEGER')}`,
   },
   REGISTRATION_RELAY,
   AUTHORIZATION_REQUEST_ID,
+  browserGrants('INTEGER'),
 ];
 
 export const POSTGRES_MIGRATIONS: Migration[] = [
@@ -138,4 +164,5 @@ ${ownershipAndRevocations('BIGINT')}`,
   },
   REGISTRATION_RELAY,
   AUTHORIZATION_REQUEST_ID,
+  browserGrants('BIGINT'),
 ];

@@ -311,6 +311,44 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
       const result = await pool.query('DELETE FROM authorizations WHERE expires_at < $1', [before]);
       return result.rowCount ?? 0;
     },
+    async createBrowserGrant(g) {
+      await pool.query(
+        'INSERT INTO browser_grants (token_hash, environment_id, api_key_id, expires_at) VALUES ($1, $2, $3, $4)',
+        [g.tokenHash, g.environmentId, g.apiKeyId, g.expiresAt],
+      );
+    },
+    async exchangeBrowserGrant(e) {
+      // One statement: the DELETE … RETURNING takes the grant's row lock, so of concurrent exchanges only one gets
+      // the row (the others re-check the predicate against its committed delete and get none).
+      const { rows } = await pool.query<{ environment_id: string; api_key_id: string }>(
+        `WITH g AS (DELETE FROM browser_grants b WHERE token_hash = $1 AND expires_at > $2
+            AND EXISTS (SELECT 1 FROM api_keys k WHERE k.id = b.api_key_id AND k.revoked_at IS NULL)
+            RETURNING environment_id, api_key_id)
+         INSERT INTO browser_sessions (token_hash, environment_id, api_key_id, expires_at)
+           SELECT $3, environment_id, api_key_id, $4::bigint FROM g RETURNING environment_id, api_key_id`,
+        [e.grantHash, e.now, e.sessionHash, e.sessionExpiresAt],
+      );
+      const row = rows[0];
+      return row
+        ? { environmentId: row.environment_id, apiKeyId: row.api_key_id, expiresAt: e.sessionExpiresAt }
+        : null;
+    },
+    async findBrowserSession(tokenHash, now) {
+      const { rows } = await pool.query({
+        name: 'registry_find_browser_session',
+        text: `SELECT s.environment_id, s.api_key_id, s.expires_at FROM browser_sessions s
+          JOIN api_keys k ON k.id = s.api_key_id AND k.revoked_at IS NULL
+          WHERE s.token_hash = $1 AND s.expires_at > $2`,
+        values: [tokenHash, now],
+      });
+      const row = rows[0] as { environment_id: string; api_key_id: string; expires_at: string } | undefined;
+      return row && { environmentId: row.environment_id, apiKeyId: row.api_key_id, expiresAt: Number(row.expires_at) };
+    },
+    async pruneBrowserGrants(before) {
+      const grants = await pool.query('DELETE FROM browser_grants WHERE expires_at < $1', [before]);
+      const sessions = await pool.query('DELETE FROM browser_sessions WHERE expires_at < $1', [before]);
+      return (grants.rowCount ?? 0) + (sessions.rowCount ?? 0);
+    },
     async heartbeatRelayNode(url, at, environmentIds = []) {
       nodes.clear();
       links.clear();

@@ -223,6 +223,24 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
        RETURNING connect_request_id`,
     ),
     pruneAuth: db.prepare('DELETE FROM authorizations WHERE expires_at < ?'),
+    insertGrant: db.prepare(
+      'INSERT INTO browser_grants (token_hash, environment_id, api_key_id, expires_at) VALUES (?, ?, ?, ?)',
+    ),
+    consumeGrant: db.prepare(
+      `DELETE FROM browser_grants WHERE token_hash = ? AND expires_at > ?
+       AND EXISTS (SELECT 1 FROM api_keys k WHERE k.id = browser_grants.api_key_id AND k.revoked_at IS NULL)
+       RETURNING environment_id, api_key_id`,
+    ),
+    insertSession: db.prepare(
+      'INSERT INTO browser_sessions (token_hash, environment_id, api_key_id, expires_at) VALUES (?, ?, ?, ?)',
+    ),
+    findSession: db.prepare(
+      `SELECT s.environment_id, s.api_key_id, s.expires_at FROM browser_sessions s
+       JOIN api_keys k ON k.id = s.api_key_id AND k.revoked_at IS NULL
+       WHERE s.token_hash = ? AND s.expires_at > ?`,
+    ),
+    pruneGrants: db.prepare('DELETE FROM browser_grants WHERE expires_at < ?'),
+    pruneSessions: db.prepare('DELETE FROM browser_sessions WHERE expires_at < ?'),
     heartbeat: db.prepare(
       'INSERT INTO relay_nodes (url, last_seen) VALUES (?, ?) ON CONFLICT (url) DO UPDATE SET last_seen = excluded.last_seen',
     ),
@@ -297,6 +315,17 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
     stmt.setOwner.run(apiKeyId, environmentId);
     return true;
   });
+
+  const exchangeGrant = db.transaction(
+    (e: { grantHash: string; sessionHash: string; sessionExpiresAt: number; now: number }) => {
+      const row = stmt.consumeGrant.get(e.grantHash, e.now) as
+        | { environment_id: string; api_key_id: string }
+        | undefined;
+      if (!row) return null;
+      stmt.insertSession.run(e.sessionHash, row.environment_id, row.api_key_id, e.sessionExpiresAt);
+      return { environmentId: row.environment_id, apiKeyId: row.api_key_id, expiresAt: e.sessionExpiresAt };
+    },
+  );
 
   const heartbeat = db.transaction((url: string, at: number, environmentIds: readonly string[]) => {
     stmt.heartbeat.run(url, at);
@@ -477,6 +506,21 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
     },
     async pruneAuthorizations(before) {
       return write(() => stmt.pruneAuth.run(before).changes);
+    },
+    async createBrowserGrant(g) {
+      await write(() => stmt.insertGrant.run(g.tokenHash, g.environmentId, g.apiKeyId, g.expiresAt));
+    },
+    async exchangeBrowserGrant(e) {
+      return write(() => exchangeGrant(e));
+    },
+    async findBrowserSession(tokenHash, now) {
+      const row = stmt.findSession.get(tokenHash, now) as
+        | { environment_id: string; api_key_id: string; expires_at: number }
+        | undefined;
+      return row && { environmentId: row.environment_id, apiKeyId: row.api_key_id, expiresAt: Number(row.expires_at) };
+    },
+    async pruneBrowserGrants(before) {
+      return write(() => stmt.pruneGrants.run(before).changes + stmt.pruneSessions.run(before).changes);
     },
     async heartbeatRelayNode(url, at, environmentIds = []) {
       await write(() => {

@@ -92,6 +92,23 @@ export interface AuthorizationClaim extends Omit<NewAuthorization, 'expiresAt' |
   apiKeyId?: string;
 }
 
+/** A browser grant: one-time, short-lived, for one environment, minted with a harness API key. */
+export interface NewBrowserGrant {
+  /** SHA-256 hex of the grant; the grant itself is never stored. */
+  tokenHash: string;
+  environmentId: string;
+  /** The harness key that minted it: its revocation voids the grant and every session made from it. */
+  apiKeyId: string;
+  expiresAt: number;
+}
+
+/** What a browser session token stands for: that key, on that one environment, until expiresAt. */
+export interface BrowserSessionRecord {
+  environmentId: string;
+  apiKeyId: string;
+  expiresAt: number;
+}
+
 export interface RelayNodeRecord {
   url: string;
   lastSeen: number;
@@ -161,6 +178,23 @@ export interface RegistryStore {
   consumeAuthorization(claim: AuthorizationClaim): Promise<ConsumedAuthorization | null>;
   /** Deletes authorizations that expired before `before`; returns how many. */
   pruneAuthorizations(before: number): Promise<number>;
+
+  createBrowserGrant(grant: NewBrowserGrant): Promise<void>;
+  /**
+   * In one step: deletes the grant `grantHash` if it is unexpired at `now` and its key is still active, and creates
+   * a session (hash `sessionHash`, expiring at `sessionExpiresAt`) for its environment and key. At most one caller
+   * ever gets a record for a grant; null otherwise (unknown, used, expired or its key revoked).
+   */
+  exchangeBrowserGrant(exchange: {
+    grantHash: string;
+    sessionHash: string;
+    sessionExpiresAt: number;
+    now: number;
+  }): Promise<BrowserSessionRecord | null>;
+  /** The session `tokenHash` if it is unexpired at `now` and the key that minted its grant is still active. */
+  findBrowserSession(tokenHash: string, now: number): Promise<BrowserSessionRecord | undefined>;
+  /** Deletes browser grants and sessions that expired before `before`; returns how many. */
+  pruneBrowserGrants(before: number): Promise<number>;
 
   /**
    * Records a relay heartbeat at `at`, with the environments whose executor socket is connected to it. A reported

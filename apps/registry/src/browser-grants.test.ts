@@ -1,0 +1,208 @@
+/**
+ * Browser grants and sessions (issue 21), on the real app over SQLite and PostgreSQL: minting, one-time exchange,
+ * the session's scope (one environment's /connect), expiry, key revocation, pruning, and that logs hold neither.
+ */
+import { generateKeyPairSync, randomBytes } from 'node:crypto';
+import { Writable } from 'node:stream';
+import { generateIdentity, publicKeyToJson } from '@tether/noise';
+import type { FastifyInstance } from 'fastify';
+import pg from 'pg';
+import pino from 'pino';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { buildRegistry } from './app.js';
+import { REGISTRY_REDACT } from './cli.js';
+import { openPostgresStore, openSqliteStore, type RegistryStore, type Role } from './store/index.js';
+import { generateToken, hashToken } from './tokens.js';
+
+const PG_URL = process.env.TETHER_TEST_POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+const executorKey = publicKeyToJson(generateIdentity().publicKey);
+const harnessKey = publicKeyToJson(generateIdentity().publicKey);
+
+interface Engine {
+  name: string;
+  open(): Promise<{ store: RegistryStore; drop(): Promise<void> }>;
+}
+const engines: Engine[] = [
+  { name: 'sqlite', open: async () => ({ store: openSqliteStore(':memory:'), drop: async () => {} }) },
+  {
+    name: 'postgres',
+    open: async () => {
+      const schema = `registry_test_${randomBytes(6).toString('hex')}`;
+      const store = await openPostgresStore({ connectionString: PG_URL, schema, max: 4, cacheTtlMs: 0 });
+      return {
+        store,
+        drop: async () => {
+          const client = new pg.Client({ connectionString: PG_URL });
+          await client.connect();
+          await client.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+          await client.end();
+        },
+      };
+    },
+  },
+];
+
+describe.each(engines)('browser grants ($name)', (engine) => {
+  let store: RegistryStore;
+  let drop: () => Promise<void>;
+  let app: FastifyInstance;
+  let clock: number;
+  let logs: string;
+  const tokens: Record<string, string> = {};
+
+  const addKey = async (id: string, role: Role, environments: string) => {
+    tokens[id] = generateToken();
+    await store.createApiKey({ id, tokenHash: hashToken(tokens[id]), role, environments, label: id, createdAt: 1 });
+  };
+  const post = (url: string, bearer: string | null, payload: object) =>
+    app.inject({
+      method: 'POST',
+      url,
+      headers: bearer === null ? {} : { authorization: `Bearer ${bearer}` },
+      payload,
+    });
+  const mint = (environmentId: string, key = 'harness', extra: object = {}) =>
+    post('/cloud/browser-grants', tokens[key] as string, { environment_id: environmentId, ...extra });
+  const exchange = (grant: string) => post('/cloud/browser-grants/exchange', null, { grant });
+  const connect = (environmentId: string, bearer: string) =>
+    post(`/cloud/environment/${environmentId}/connect`, bearer, { harness_public_key: harnessKey });
+  const session = async (environmentId = 'dev-1') => {
+    const grant = (await mint(environmentId)).json().grant as string;
+    return (await exchange(grant)).json().token as string;
+  };
+
+  beforeEach(async () => {
+    ({ store, drop } = await engine.open());
+    clock = 1_700_000_000_000;
+    logs = '';
+    const sink = new Writable({
+      write(chunk, _enc, done) {
+        logs += chunk.toString();
+        done();
+      },
+    });
+    const pair = generateKeyPairSync('ed25519');
+    app = await buildRegistry(
+      { relayUrls: ['ws://127.0.0.1:1'], browserSessionTtlMs: 600_000 },
+      {
+        store,
+        signingKey: { privateKey: pair.privateKey, publicKey: pair.publicKey },
+        now: () => clock,
+        logger: pino({ level: 'trace', redact: { paths: [...REGISTRY_REDACT], censor: '[redacted]' } }, sink),
+      },
+    );
+    await addKey('exec', 'executor', '*');
+    await addKey('harness', 'harness', 'dev-*');
+    await addKey('other', 'harness', 'dev-*');
+    await addKey('admin', 'admin', '*');
+    for (const env of ['dev-1', 'dev-2']) {
+      const registered = await post(`/cloud/environment/${env}/register`, tokens.exec as string, {
+        security_profile: 'noise_hybrid_ik_v1',
+        executor_public_key: executorKey,
+      });
+      expect(registered.statusCode).toBe(200);
+    }
+  });
+
+  afterEach(async () => {
+    await app.close();
+    await store.close();
+    await drop();
+  });
+
+  it('mints a grant for an environment the key covers, with a /ui link', async () => {
+    const response = await mint('dev-1');
+    expect(response.statusCode).toBe(201);
+    const body = response.json();
+    expect(Object.keys(body).sort()).toEqual(['environment_id', 'expires_at', 'grant', 'url']);
+    expect(body.grant).toMatch(/^tbgr_[A-Za-z0-9_-]{43}$/);
+    expect(body.environment_id).toBe('dev-1');
+    expect(body.expires_at).toBe(clock / 1000 + 300);
+    expect(body.url).toBe(`http://localhost:80/ui/#env=dev-1&grant=${body.grant}`);
+    expect((await mint('dev-1', 'harness', { ttl_seconds: 900 })).json().expires_at).toBe(clock / 1000 + 900);
+    expect((await mint('dev-1', 'harness', { ttl_seconds: 901 })).statusCode).toBe(400);
+    expect((await mint('dev-1', 'harness', { ttl_seconds: 0 })).statusCode).toBe(400);
+    expect((await mint('prod-1')).statusCode).toBe(403);
+    expect((await mint('dev-1', 'exec')).statusCode).toBe(403);
+    expect((await post('/cloud/browser-grants', null, { environment_id: 'dev-1' })).statusCode).toBe(401);
+    // The URL's base follows the request (forwarded headers count only with --trust-proxy).
+    const forwarded = await app.inject({
+      method: 'POST',
+      url: '/cloud/browser-grants',
+      headers: { authorization: `Bearer ${tokens.harness}`, host: 'reg.example:8443', 'x-forwarded-proto': 'https' },
+      payload: { environment_id: 'dev-1' },
+    });
+    expect(forwarded.json().url).toMatch(/^http:\/\/reg\.example:8443\/ui\/#env=dev-1&grant=tbgr_/);
+  });
+
+  it('exchanges a grant once for a session that may /connect to that one environment only', async () => {
+    const grant = (await mint('dev-1')).json().grant as string;
+    const first = await exchange(grant);
+    expect(first.statusCode).toBe(200);
+    const { token, environment_id, expires_at } = first.json();
+    expect(token).toMatch(/^tbws_/);
+    expect(environment_id).toBe('dev-1');
+    expect(expires_at).toBe(clock / 1000 + 600);
+    const again = await exchange(grant);
+    expect(again.statusCode).toBe(401);
+    expect(again.json().error.code).toBe('invalid_grant');
+    expect((await exchange('tbgr_unknown')).statusCode).toBe(401);
+
+    expect((await connect('dev-1', token)).statusCode).toBe(200);
+    const elsewhere = await connect('dev-2', token);
+    expect(elsewhere.statusCode).toBe(403);
+    expect(elsewhere.json().error.code).toBe('forbidden_environment');
+    // Anywhere else it is no key at all.
+    expect((await post('/cloud/browser-grants', token, { environment_id: 'dev-1' })).statusCode).toBe(401);
+    expect((await post('/cloud/environment/dev-1/validate', token, {})).statusCode).toBe(401);
+    expect(
+      (await app.inject({ url: '/v1/environments', headers: { authorization: `Bearer ${token}` } })).statusCode,
+    ).toBe(401);
+  });
+
+  it('lets one of many concurrent exchanges win', async () => {
+    const grant = (await mint('dev-1')).json().grant as string;
+    const answers = await Promise.all(Array.from({ length: 8 }, () => exchange(grant)));
+    expect(answers.filter((a) => a.statusCode === 200)).toHaveLength(1);
+    expect(answers.filter((a) => a.statusCode === 401)).toHaveLength(7);
+  });
+
+  it('refuses an expired grant and an expired session; the sweep deletes both', async () => {
+    const stale = (await mint('dev-1', 'harness', { ttl_seconds: 10 })).json().grant as string;
+    const token = await session();
+    clock += 10_000;
+    expect((await exchange(stale)).statusCode).toBe(401);
+    expect((await connect('dev-1', token)).statusCode).toBe(200);
+    clock += 600_000;
+    expect((await connect('dev-1', token)).statusCode).toBe(401);
+    expect(await store.pruneBrowserGrants(clock)).toBe(2); // the stale grant and the session
+    expect(await store.pruneBrowserGrants(clock)).toBe(0);
+  });
+
+  it("revoking the minting key voids its grants and sessions, not other keys'", async () => {
+    const token = await session();
+    const pending = (await mint('dev-1')).json().grant as string;
+    const otherGrant = (await mint('dev-1', 'other')).json().grant as string;
+    const otherToken = (await exchange(otherGrant)).json().token as string;
+    expect(await store.revokeApiKey('harness', clock)).not.toBeNull();
+    expect((await connect('dev-1', token)).statusCode).toBe(401);
+    expect((await exchange(pending)).statusCode).toBe(401);
+    expect((await connect('dev-1', otherToken)).statusCode).toBe(200);
+  });
+
+  it('logs neither grants nor session tokens', async () => {
+    const minted = await mint('dev-1');
+    const grant = minted.json().grant as string;
+    const token = (await exchange(grant)).json().token as string;
+    await exchange(grant);
+    await connect('dev-1', token);
+    expect(logs).toContain('browser grant exchanged');
+    expect(logs).toContain('browser grant refused');
+    for (const secret of [grant, token, grant.slice(5), token.slice(5), tokens.harness as string]) {
+      expect(logs).not.toContain(secret);
+    }
+    // A careless `log.info({ grant })` would be redacted too.
+    app.log.info({ grant, body: { grant } }, 'probe');
+    expect(logs).not.toContain(grant);
+  });
+});

@@ -1,0 +1,124 @@
+import { type Static, Type } from '@sinclair/typebox';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { requireRole } from '../app.js';
+import { RegistryError } from '../errors.js';
+import { authErrors, ErrorResponse } from '../schemas.js';
+import { ENVIRONMENT_ID_PATTERN, generateToken, hashToken, matchesEnvironmentGlob } from '../tokens.js';
+
+/** Prefix of a browser grant (one-time, minutes) and of the session token it is exchanged for (`/connect` only). */
+export const GRANT_PREFIX = 'tbgr';
+export const SESSION_PREFIX = 'tbws';
+export const GRANT_TTL_DEFAULT_S = 300;
+export const GRANT_TTL_MAX_S = 900;
+
+const GrantBody = Type.Object(
+  {
+    environment_id: Type.String({ pattern: ENVIRONMENT_ID_PATTERN }),
+    ttl_seconds: Type.Optional(Type.Integer({ minimum: 1, maximum: GRANT_TTL_MAX_S })),
+  },
+  { additionalProperties: false },
+);
+type GrantBody = Static<typeof GrantBody>;
+const GrantResponse = Type.Object({
+  grant: Type.String(),
+  environment_id: Type.String(),
+  expires_at: Type.Integer(),
+  url: Type.String(),
+});
+const ExchangeBody = Type.Object(
+  { grant: Type.String({ minLength: 1, maxLength: 256 }) },
+  { additionalProperties: false },
+);
+type ExchangeBody = Static<typeof ExchangeBody>;
+const ExchangeResponse = Type.Object({
+  token: Type.String(),
+  environment_id: Type.String(),
+  expires_at: Type.Integer(),
+});
+
+/**
+ * Browser grants (issue 21), under `/cloud/browser-grants`: a harness key mints a one-time grant for one
+ * environment (`POST /`), which a page exchanges, unauthenticated, for a session token (`POST /exchange`) that
+ * acts as that key on that environment's `/connect` only (see sessionOrHarnessKey). Grants and tokens are
+ * never logged.
+ */
+export async function browserGrantRoutes(app: FastifyInstance, options: { sessionTtlMs: number }) {
+  const { store, now } = app.registry;
+
+  app.post<{ Body: GrantBody }>(
+    '/',
+    {
+      onRequest: requireRole(app, 'harness'),
+      schema: { body: GrantBody, response: { 201: GrantResponse, ...authErrors } },
+    },
+    async (request, reply) => {
+      const environmentId = request.body.environment_id;
+      const key = request.apiKey as NonNullable<typeof request.apiKey>;
+      if (!matchesEnvironmentGlob(key.environments, environmentId)) throw new RegistryError('forbidden_environment');
+      const grant = generateToken(GRANT_PREFIX);
+      const expiresAt = Math.floor(now() / 1000) + (request.body.ttl_seconds ?? GRANT_TTL_DEFAULT_S);
+      await store.createBrowserGrant({
+        tokenHash: hashToken(grant),
+        environmentId,
+        apiKeyId: key.id,
+        expiresAt: expiresAt * 1000,
+      });
+      request.log.info({ environmentId, apiKeyId: key.id, expiresAt }, 'browser grant issued');
+      // The fragment never reaches a server (nor its logs, nor a Referer: the page sends no-referrer).
+      const base = `${request.protocol}://${request.host}`;
+      const url = `${base}/ui/#env=${encodeURIComponent(environmentId)}&grant=${encodeURIComponent(grant)}`;
+      return reply.code(201).send({ grant, environment_id: environmentId, expires_at: expiresAt, url });
+    },
+  );
+
+  app.post<{ Body: ExchangeBody }>(
+    '/exchange',
+    { schema: { body: ExchangeBody, response: { 200: ExchangeResponse, 400: ErrorResponse, 401: ErrorResponse } } },
+    async (request) => {
+      const token = generateToken(SESSION_PREFIX);
+      const at = now();
+      const session = await store.exchangeBrowserGrant({
+        grantHash: hashToken(request.body.grant),
+        sessionHash: hashToken(token),
+        sessionExpiresAt: at + options.sessionTtlMs,
+        now: at,
+      });
+      if (!session) {
+        request.log.info('browser grant refused');
+        throw new RegistryError('invalid_grant');
+      }
+      const expiresAt = Math.floor(session.expiresAt / 1000);
+      request.log.info(
+        { environmentId: session.environmentId, apiKeyId: session.apiKeyId, expiresAt },
+        'browser grant exchanged',
+      );
+      return { token, environment_id: session.environmentId, expires_at: expiresAt };
+    },
+  );
+}
+
+/**
+ * The onRequest hook of `/connect`: a browser session token acts as the harness key that minted its grant, scoped
+ * to exactly its environment (the scope check then refuses any other one); anything else must be a harness key.
+ * Every other route looks tokens up as API keys only, so a session token is refused there (401).
+ */
+export function sessionOrHarnessKey(app: FastifyInstance) {
+  const harnessKey = requireRole(app, 'harness');
+  return async (request: FastifyRequest) => {
+    const header = request.headers.authorization;
+    const token = typeof header === 'string' ? /^Bearer (tbws_[A-Za-z0-9_-]{1,100})$/.exec(header)?.[1] : undefined;
+    if (token === undefined) return harnessKey(request);
+    const session = await app.registry.store.findBrowserSession(hashToken(token), app.registry.now());
+    if (!session) throw new RegistryError('unauthorized');
+    // Environment ids hold no glob character, so the id as a glob matches exactly itself.
+    request.apiKey = {
+      id: session.apiKeyId,
+      role: 'harness',
+      environments: session.environmentId,
+      label: 'browser session',
+      createdAt: 0,
+      revokedAt: null,
+      relayUrl: null,
+    };
+  };
+}
