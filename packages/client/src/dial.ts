@@ -6,10 +6,10 @@
  */
 import { randomUUID } from 'node:crypto';
 import { type MessageTransport, WebSocketTransport } from '@tether/jsonrpc';
-import type { NoiseIdentity } from '@tether/noise';
+import type { CryptoProvider, Kem, NoiseIdentity } from '@tether/noise';
 import { type ProxySettings, tunnelAgent } from '@tether/outbound';
 import { MAX_FRAME_BYTES, relaySocketMask } from '@tether/relay-frames';
-import { SecureStream, SecureStreamError, WebSocketFrameLink } from '@tether/secure-stream';
+import { type FrameLink, SecureStream, SecureStreamError, WebSocketFrameLink } from '@tether/secure-stream';
 import { WebSocket } from 'ws';
 import { PASSING_RESETS } from './dial-error.js';
 import { TetherError } from './errors.js';
@@ -111,6 +111,41 @@ async function pinnedBundle(
   return bundle;
 }
 
+/** An opened relay socket carrying one stream, as the handshake and the stream use it. */
+export interface RelayLink {
+  readonly link: FrameLink;
+  /** Drops the socket at once (a failed handshake). */
+  terminate(): void;
+}
+
+/**
+ * Opens the relay socket for a bundle's signed URL as a frame link for `streamId`. A refusal with an HTTP
+ * status is a TetherError carrying it (a 401 makes the dial fetch one fresh bundle and try once more).
+ * Node's is `ws` (`nodeRelayLinks`); a web page gives one over the browser's WebSocket.
+ */
+export type RelayLinkOpener = (url: string, streamId: string, signal: AbortSignal) => Promise<RelayLink>;
+
+/** The relay socket as Node opens it: `ws`, through the configured proxies, zero-key masking. */
+function nodeRelayLinks(registry: RegistryOptions): RelayLinkOpener {
+  const proxies = proxySettings(registry);
+  const allowInsecure = registry.allowInsecureRegistry === true;
+  return async (url, streamId, signal) => {
+    const ws = await relaySocket(url, proxies, allowInsecure);
+    await openSocket(ws, 'the relay', signal);
+    ws.on('error', () => undefined);
+    return { link: new WebSocketFrameLink(ws, streamId), terminate: () => ws.terminate() };
+  };
+}
+
+/** What runs a rendezvous dial where Node's defaults do not (a browser): its socket and its crypto. */
+export interface RendezvousPlatform {
+  openRelayLink: RelayLinkOpener;
+  /** The handshake's primitives (default: node:crypto's). */
+  provider?: CryptoProvider;
+  /** The handshake's ML-KEM-768 (default: node:crypto's where Node has it, else noble's). */
+  kem?: Kem;
+}
+
 export async function dialRendezvous(
   registry: RegistryOptions,
   environmentId: string,
@@ -118,25 +153,23 @@ export async function dialRendezvous(
   pin: BundlePin,
   signal: AbortSignal,
   handshakeTimeoutMs = 10_000,
+  platform?: RendezvousPlatform,
 ): Promise<MessageTransport> {
   let bundle = await pinnedBundle(registry, environmentId, identity, pin, signal);
-  const proxies = proxySettings(registry);
-  const allowInsecure = registry.allowInsecureRegistry === true;
-  let ws = await relaySocket(bundle.url, proxies, allowInsecure);
+  const openLink = platform?.openRelayLink ?? nodeRelayLinks(registry);
+  const streamId = randomUUID();
+  let relay: RelayLink;
   try {
-    await openSocket(ws, 'the relay', signal);
+    relay = await openLink(bundle.url, streamId, signal);
   } catch (err) {
     // A 401 means the bundle went stale: fetch one fresh bundle and try once more (rendezvous.md §3.1).
     if (!(err instanceof TetherError) || err.status !== 401) throw err;
     bundle = await pinnedBundle(registry, environmentId, identity, pin, signal);
-    ws = await relaySocket(bundle.url, proxies, allowInsecure);
-    await openSocket(ws, 'the relay', signal);
+    relay = await openLink(bundle.url, streamId, signal);
   }
-  ws.on('error', () => undefined);
-  const streamId = randomUUID();
   try {
     const stream = await SecureStream.initiate({
-      link: new WebSocketFrameLink(ws, streamId),
+      link: relay.link,
       streamId,
       environmentId: bundle.environmentId,
       registrationId: bundle.registrationId,
@@ -145,11 +178,13 @@ export async function dialRendezvous(
       authorization: bundle.authorization,
       timeoutMs: handshakeTimeoutMs,
       signal,
+      ...(platform?.provider ? { provider: platform.provider } : {}),
+      ...(platform?.kem ? { kem: platform.kem } : {}),
     });
     pin.trust(bundle);
     return stream;
   } catch (err) {
-    ws.terminate();
+    relay.terminate();
     if (err instanceof SecureStreamError) {
       const why = err.code === 'reset' ? resetExplanation(err.resetReason) : err.message;
       throw new TetherError('handshake_failed', `secure channel to ${environmentId} failed: ${why}`, { cause: err });

@@ -22,6 +22,7 @@ import type {
   StartOptions,
   WriteStatus,
 } from './backend.js';
+import type { RendezvousPlatform } from './dial.js';
 import { secureStreamFailureMayPass } from './dial-error.js';
 import { ExecutorKeyChangedError, TetherError } from './errors.js';
 import { checkRegistryUrl, type RegistryOptions, type RendezvousBundle } from './registry.js';
@@ -99,6 +100,11 @@ export interface RendezvousOptions extends RegistryOptions {
    * channels it already set up (`ChannelSource`). Each (re)connect asks it first; null means dial directly.
    */
   channelSource?: ChannelSource;
+  /**
+   * Where Node's socket and crypto are not there (a web page): how the relay socket is opened, and the
+   * handshake's primitives. Default: `ws` and node:crypto.
+   */
+  platform?: RendezvousPlatform;
 }
 
 /** A secure channel to the environment that someone else set up (registry, relay, handshake) and hands over. */
@@ -139,8 +145,20 @@ export function rendezvousDialer(options: RendezvousOptions): RendezvousDialer {
   return {
     dial: async (signal) => {
       const dial = await loadDialing();
-      identity ??= dial.generateIdentity();
-      return dial.dialRendezvous(options, options.environmentId, identity, pin, signal, options.handshakeTimeoutMs);
+      const platform = options.platform;
+      identity ??= dial.generateIdentity({
+        ...(platform?.provider ? { provider: platform.provider } : {}),
+        ...(platform?.kem ? { kem: platform.kem } : {}),
+      });
+      return dial.dialRendezvous(
+        options,
+        options.environmentId,
+        identity,
+        pin,
+        signal,
+        options.handshakeTimeoutMs,
+        platform,
+      );
     },
     pin,
   };

@@ -25,6 +25,7 @@ export {
   requireDetach,
   type SpawnDetachedOptions,
 } from './detached.js';
+export type { RelayLink, RelayLinkOpener, RendezvousPlatform } from './dial.js';
 export { Environment, type SpawnOptions } from './environment.js';
 export {
   CONNECTION_ERROR_CODES,

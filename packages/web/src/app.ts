@@ -1,0 +1,127 @@
+import type { Environment } from '@tether/client';
+import { connectFromBrowser } from './connect.js';
+import { exchangeGrant, readHashParams, type SignIn, signInStore } from './sign-in.js';
+import { LOGIN_SHELL, TerminalSession } from './terminal.js';
+
+type PageState = 'signed-out' | 'connecting' | 'connected' | 'reconnecting' | 'lost' | 'error';
+
+function element<T extends HTMLElement>(id: string): T {
+  const found = document.getElementById(id);
+  if (!found) throw new Error(`the page has no #${id}`);
+  return found as T;
+}
+
+const form = element<HTMLFormElement>('signin');
+const environmentInput = element<HTMLInputElement>('environment');
+const keyInput = element<HTMLInputElement>('api-key');
+const rememberInput = element<HTMLInputElement>('remember');
+const commandInput = element<HTMLInputElement>('command');
+const status = element<HTMLElement>('status');
+const exitStatus = element<HTMLElement>('exit-status');
+const terminalElement = element<HTMLElement>('terminal');
+const workspace = element<HTMLElement>('workspace');
+
+let state: PageState = 'signed-out';
+let session: TerminalSession | null = null;
+let environment: Environment | null = null;
+
+function setState(next: PageState, text: string): void {
+  state = next;
+  status.dataset.state = next;
+  status.textContent = text;
+}
+
+/** Test and diagnostics hook: what the page shows, read by the browser tests. */
+const hook = {
+  terminalText: () => session?.text() ?? '',
+  state: () => state,
+  size: () => {
+    const size = session?.size ?? { rows: 0, cols: 0 };
+    return { rows: size.rows, cols: size.cols };
+  },
+  echoLatencies: () => session?.echoLatencies() ?? [],
+};
+(globalThis as unknown as { tether: typeof hook }).tether = hook;
+
+async function connect(signIn: SignIn): Promise<void> {
+  setState('connecting', `connecting to ${signIn.environmentId}…`);
+  form.querySelector('fieldset')?.setAttribute('disabled', '');
+  try {
+    const env = await connectFromBrowser({
+      registryUrl: location.origin,
+      environmentId: signIn.environmentId,
+      credential: signIn.credential,
+      onStatus: (change, detail) => {
+        if (change === 'disconnected') setState('reconnecting', `connection lost, resuming: ${detail}`);
+        else if (change === 'reconnected') setState('connected', `connected to ${signIn.environmentId}`);
+        else setState('lost', `session lost: ${detail}`);
+      },
+    });
+    environment = env;
+    setState('connected', `connected to ${signIn.environmentId}`);
+    form.hidden = true;
+    workspace.hidden = false;
+    const command = commandInput.value.trim();
+    const argv = command === '' ? LOGIN_SHELL : ['/bin/sh', '-c', command];
+    session = new TerminalSession(terminalElement, {
+      onExit: (exitCode) => {
+        exitStatus.dataset.exitCode = String(exitCode);
+        exitStatus.textContent = `process exited with code ${exitCode}`;
+      },
+      onError: (error) => setState('error', error.message),
+    });
+    await session.start(env, argv);
+  } catch (err) {
+    setState('error', (err as Error).message);
+    form.querySelector('fieldset')?.removeAttribute('disabled');
+    await environment?.close().catch(() => undefined);
+    environment = null;
+  }
+}
+
+form.addEventListener('submit', (event) => {
+  event.preventDefault();
+  const environmentId = environmentInput.value.trim();
+  const credential = keyInput.value.trim();
+  if (environmentId === '' || credential === '') {
+    setState('error', 'an environment id and an API key are needed');
+    return;
+  }
+  // The key stays in this page's memory; in session storage only when asked (gone when the tab closes).
+  if (rememberInput.checked) signInStore.save({ environmentId, credential });
+  else signInStore.clear();
+  keyInput.value = '';
+  void connect({ environmentId, credential });
+});
+
+addEventListener('pagehide', () => {
+  session?.dispose();
+  void environment?.close();
+});
+
+async function boot(): Promise<void> {
+  const params = readHashParams(location.hash);
+  // The grant must not stay in the address bar or the history once read.
+  if (params.grant !== undefined) history.replaceState(null, '', `${location.pathname}${location.search}`);
+  if (params.env !== undefined) environmentInput.value = params.env;
+  if (params.grant !== undefined) {
+    setState('connecting', 'exchanging the sign-in link…');
+    try {
+      const exchanged = await exchangeGrant(location.origin, params.grant);
+      await connect(exchanged);
+    } catch (err) {
+      setState('error', (err as Error).message);
+    }
+    return;
+  }
+  const saved = signInStore.load();
+  if (saved && (params.env === undefined || params.env === saved.environmentId)) {
+    environmentInput.value = saved.environmentId;
+    rememberInput.checked = true;
+    await connect(saved);
+    return;
+  }
+  setState('signed-out', 'signed out');
+}
+
+void boot();

@@ -1,0 +1,160 @@
+import type { Environment, ProcessHandle } from '@tether/client';
+import { FitAddon } from '@xterm/addon-fit';
+import { Terminal } from '@xterm/xterm';
+
+/** The login shell a terminal runs when no command is given: the account's shell, as ssh starts it. */
+// biome-ignore lint/suspicious/noTemplateCurlyInString: a shell's parameter expansion, not a template
+export const LOGIN_SHELL = ['/bin/sh', '-c', 'exec "${SHELL:-/bin/sh}" -l'];
+
+/** How many keystroke-to-echo times are kept (the newest). */
+const MAX_LATENCIES = 1000;
+
+export interface TerminalSessionEvents {
+  /** The process ended with this code (128 + n for a signal, as the executor reports it). */
+  onExit(exitCode: number): void;
+  /** Stdin or resize failed for good (the session is gone). */
+  onError(error: Error): void;
+}
+
+/**
+ * One process in a pseudo-terminal, shown in xterm.js: keystrokes go to its stdin as typed (raw, like
+ * `harness exec -t`), its output is written as it arrives, the terminal's size follows the element's
+ * (`process/resize`), and the time from a keystroke to the next output is recorded (echo latency).
+ */
+export class TerminalSession {
+  readonly terminal: Terminal;
+  private readonly fit = new FitAddon();
+  private readonly observer: ResizeObserver;
+  private handle: ProcessHandle | null = null;
+  private readonly latencies: number[] = [];
+  private keystrokeAt: number | null = null;
+  /** Keystrokes are sent one write at a time, in order; those typed meanwhile go in the next. */
+  private pendingInput = '';
+  private writing = false;
+  private resizing = false;
+  private wantedSize: { rows: number; cols: number } | null = null;
+  private disposed = false;
+
+  constructor(
+    element: HTMLElement,
+    private readonly events: TerminalSessionEvents,
+  ) {
+    this.terminal = new Terminal({
+      cursorBlink: true,
+      scrollback: 5000,
+      fontFamily: 'ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, monospace',
+      fontSize: 14,
+      theme: { background: '#101418', foreground: '#d8dee9' },
+    });
+    this.terminal.loadAddon(this.fit);
+    this.terminal.open(element);
+    this.fit.fit();
+    this.observer = new ResizeObserver(() => this.refit());
+    this.observer.observe(element);
+  }
+
+  get size(): { rows: number; cols: number } {
+    return { rows: this.terminal.rows, cols: this.terminal.cols };
+  }
+
+  /** Starts `argv` in a pseudo-terminal of the current size and pumps it until it ends. */
+  async start(env: Environment, argv: string[]): Promise<void> {
+    const handle = await env.spawn(argv, {
+      tty: true,
+      size: this.size,
+      env: { TERM: 'xterm-256color', COLORTERM: 'truecolor' },
+    });
+    this.handle = handle;
+    this.terminal.onData((data) => this.input(data));
+    this.terminal.focus();
+    void this.pump(handle);
+  }
+
+  /** Keystroke-to-echo times in ms (the newest `MAX_LATENCIES`). */
+  echoLatencies(): number[] {
+    return [...this.latencies];
+  }
+
+  /** The whole buffer, one line per row, right-trimmed. */
+  text(): string {
+    const buffer = this.terminal.buffer.active;
+    const lines: string[] = [];
+    for (let i = 0; i < buffer.length; i++) lines.push(buffer.getLine(i)?.translateToString(true) ?? '');
+    while (lines.length > 0 && lines[lines.length - 1] === '') lines.pop();
+    return lines.join('\n');
+  }
+
+  dispose(): void {
+    if (this.disposed) return;
+    this.disposed = true;
+    this.observer.disconnect();
+    this.handle?.dispose();
+    this.terminal.dispose();
+  }
+
+  private async pump(handle: ProcessHandle): Promise<void> {
+    try {
+      for await (const event of handle) {
+        if (event.kind === 'output') {
+          if (this.keystrokeAt !== null) {
+            this.latencies.push(performance.now() - this.keystrokeAt);
+            if (this.latencies.length > MAX_LATENCIES) this.latencies.shift();
+            this.keystrokeAt = null;
+          }
+          this.terminal.write(event.chunk);
+        } else if (event.kind === 'exited') {
+          this.events.onExit(event.exitCode);
+        }
+      }
+    } catch (err) {
+      if (!this.disposed) this.events.onError(err as Error);
+    }
+  }
+
+  private input(data: string): void {
+    this.keystrokeAt ??= performance.now();
+    this.pendingInput += data;
+    void this.flushInput();
+  }
+
+  private async flushInput(): Promise<void> {
+    if (this.writing || !this.handle) return;
+    this.writing = true;
+    try {
+      while (this.pendingInput !== '' && !this.disposed) {
+        const data = this.pendingInput;
+        this.pendingInput = '';
+        const status = await this.handle.write(data);
+        if (status === 'stdinClosed' || status === 'unknownProcess') return;
+      }
+    } catch (err) {
+      if (!this.disposed) this.events.onError(err as Error);
+    } finally {
+      this.writing = false;
+    }
+  }
+
+  private refit(): void {
+    if (this.disposed) return;
+    this.fit.fit();
+    this.wantedSize = this.size;
+    void this.sendSize();
+  }
+
+  /** One resize in flight; sizes that arrive meanwhile collapse into the latest. */
+  private async sendSize(): Promise<void> {
+    if (this.resizing || !this.handle) return;
+    this.resizing = true;
+    try {
+      while (this.wantedSize !== null && !this.disposed) {
+        const { rows, cols } = this.wantedSize;
+        this.wantedSize = null;
+        await this.handle.resize(rows, cols);
+      }
+    } catch {
+      // The process ended: its exit is reported by the pump.
+    } finally {
+      this.resizing = false;
+    }
+  }
+}
