@@ -6,6 +6,7 @@ import { registerCp } from './commands/cp.js';
 import { registerExec } from './commands/exec.js';
 import { registerFiles } from './commands/files.js';
 import { registerForward } from './commands/forward.js';
+import { registerLogin } from './commands/login.js';
 import { registerMaster } from './commands/master.js';
 import { registerProcesses } from './commands/processes.js';
 import { registerShell } from './commands/shell.js';
@@ -81,7 +82,8 @@ Examples:
   harness cp ./build.tar.gz dev-1:/tmp/build.tar.gz
   harness cp -r dev-1:/var/log/app ./logs
   harness ls dev-1:/tmp
-  harness cat dev-1:/etc/hostname`,
+  harness cat dev-1:/etc/hostname
+  harness login --web dev-1`,
     );
 
   registerExec(program, io, setExit);
@@ -92,6 +94,7 @@ Examples:
   registerForward(program, io, setExit);
   registerMaster(program, io, setExit);
   registerConfig(program, io, setExit);
+  registerLogin(program, io, setExit);
   registerCompletion(program, io, setExit);
   return program;
 }

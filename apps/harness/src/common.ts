@@ -32,16 +32,38 @@ export function keyValue(value: string, previous: Record<string, string> = {}): 
   return { ...previous, [value.slice(0, eq)]: value.slice(eq + 1) };
 }
 
+/** The options that name a registry, an environment and a harness API key (`harness login` takes only these). */
+export function registryOptions(): Option[] {
+  return [
+    new Option(
+      '--context <name>',
+      `use this context of the config file instead of its current one (also ${ENV.context}; see harness config)`,
+    ),
+    new Option('--registry <url>', `registry base URL (also ${ENV.registry})`),
+    new Option('--environment-id <id>', `environment to use (also ${ENV.environmentId})`),
+    new Option(
+      '--allow-insecure-registry',
+      `allow a plain http:// registry that is not loopback: the API key and bundle cross the network in clear (also ${ENV.allowInsecureRegistry}=1)`,
+    ),
+    new Option(
+      '--api-key-file <file>',
+      `read the harness API key from this file, which only you may read (chmod 600); else env ${ENV.apiKey} or ${ENV.apiKeyFile}`,
+    ),
+  ];
+}
+
 export function connectOptions(command: Command): Command {
+  const [context, registry, environmentId, allowInsecure, apiKeyFile] = registryOptions() as [
+    Option,
+    Option,
+    Option,
+    Option,
+    Option,
+  ];
   return command
-    .addOption(
-      new Option(
-        '--context <name>',
-        `use this context of the config file instead of its current one (also ${ENV.context}; see harness config)`,
-      ),
-    )
-    .addOption(new Option('--registry <url>', `registry base URL (also ${ENV.registry})`))
-    .addOption(new Option('--environment-id <id>', `environment to use (also ${ENV.environmentId})`))
+    .addOption(context)
+    .addOption(registry)
+    .addOption(environmentId)
     .addOption(new Option('--url <ws-url>', `talk to an executor's WebSocket directly instead (also ${ENV.url})`))
     .addOption(
       new Option(
@@ -49,18 +71,8 @@ export function connectOptions(command: Command): Command {
         `give up connecting after this long; failures that may pass are retried until then (also ${ENV.connectTimeout}; default 20)`,
       ).argParser(parseSeconds),
     )
-    .addOption(
-      new Option(
-        '--allow-insecure-registry',
-        `allow a plain http:// registry that is not loopback: the API key and bundle cross the network in clear (also ${ENV.allowInsecureRegistry}=1)`,
-      ),
-    )
-    .addOption(
-      new Option(
-        '--api-key-file <file>',
-        `read the harness API key from this file, which only you may read (chmod 600); else env ${ENV.apiKey} or ${ENV.apiKeyFile}`,
-      ),
-    )
+    .addOption(allowInsecure)
+    .addOption(apiKeyFile)
     .addOption(
       new Option(
         '--executor-key <file>',

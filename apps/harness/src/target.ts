@@ -104,6 +104,45 @@ export function parseLocation(text: string): Location {
   return { kind: 'remote', environmentId, path };
 }
 
+/** A registry call's target: as `openEnvironment` resolves it (flag, else variable, else context). */
+export interface RegistryAccess {
+  registryUrl: string;
+  apiKey: string;
+  environmentId: string;
+  allowInsecureRegistry: boolean;
+}
+
+/** The registry, harness API key and environment, resolved as for `harness exec` (for `harness login --web`). */
+export function resolveRegistryAccess(
+  flags: ConnectFlags,
+  env: NodeJS.ProcessEnv,
+  environmentId?: string,
+): RegistryAccess {
+  const file = configPath(env);
+  const context =
+    selectContext(loadConfig(file), flags.context ?? envValue(env, ENV.context), file, env)?.context ?? {};
+  const registryUrl = flags.registry ?? envValue(env, ENV.registry) ?? context.registry;
+  const id = environmentId ?? flags.environmentId ?? envValue(env, ENV.environmentId) ?? context.environment;
+  if (!registryUrl) {
+    throw new TetherError(
+      'invalid_argument',
+      `no registry: pass --registry URL, set ${ENV.registry}, or use a context (harness config set-context NAME --registry URL)`,
+    );
+  }
+  if (!id) {
+    throw new TetherError(
+      'invalid_argument',
+      `no environment: pass --environment-id ID, set ${ENV.environmentId}, or give the context an environment`,
+    );
+  }
+  return {
+    registryUrl,
+    apiKey: harnessApiKey(flags, env, context.apiKeyFile),
+    environmentId: id,
+    allowInsecureRegistry: allowInsecureRegistry(flags, env),
+  };
+}
+
 /** Opens the environment named by flags/env vars (remote), or `environmentId` from an `ENV:PATH`. */
 export async function openEnvironment(
   flags: ConnectFlags,
