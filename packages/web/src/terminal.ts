@@ -40,7 +40,7 @@ export class TerminalSession {
     private readonly events: TerminalSessionEvents,
   ) {
     this.terminal = new Terminal({
-      cursorBlink: true,
+      cursorBlink: false,
       scrollback: 5000,
       fontFamily: 'ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, monospace',
       fontSize: 14,

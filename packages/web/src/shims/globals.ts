@@ -8,16 +8,24 @@ import { Buffer } from 'buffer';
 export { Buffer };
 
 const channel = new MessageChannel();
-const queue: Array<() => void> = [];
-channel.port1.onmessage = () => {
-  const task = queue.shift();
+const pending = new Map<number, () => void>();
+let lastId = 0;
+channel.port1.onmessage = (event: MessageEvent<number>) => {
+  const task = pending.get(event.data);
+  pending.delete(event.data);
   task?.();
 };
 
-/** A macrotask without setTimeout's 4 ms clamp on nested calls. */
-export function setImmediate<A extends unknown[]>(callback: (...args: A) => void, ...args: A): void {
-  queue.push(() => callback(...args));
-  channel.port2.postMessage(null);
+/** A macrotask without setTimeout's 4 ms clamp on nested calls; its id cancels it (`clearImmediate`). */
+export function setImmediate<A extends unknown[]>(callback: (...args: A) => void, ...args: A): number {
+  const id = ++lastId;
+  pending.set(id, () => callback(...args));
+  channel.port2.postMessage(id);
+  return id;
+}
+
+export function clearImmediate(id: number | null | undefined): void {
+  if (id != null) pending.delete(id);
 }
 
 export const process = {
