@@ -10,7 +10,7 @@ import type { FastifyInstance } from 'fastify';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { buildRegistry } from './app.js';
 import { openSqliteStore, type RegistryStore } from './store/index.js';
-import { uiContentSecurityPolicy } from './ui.js';
+import { defaultUiCandidates, defaultUiDir, uiContentSecurityPolicy } from './ui.js';
 
 const RELAYS = ['ws://127.0.0.1:1234', 'wss://relay.example:443/base', 'ws://127.0.0.1:1234/other'];
 const CSP =
@@ -63,6 +63,12 @@ function expectSecurityHeaders(headers: Record<string, unknown>) {
 }
 
 describe('/ui', () => {
+  it("defaults to the first candidate holding an index.html: @tether/web's dist, else the monorepo's", () => {
+    expect(defaultUiCandidates().at(-1)).toBe(join(import.meta.dirname, '..', '..', '..', 'packages', 'web', 'dist'));
+    expect(defaultUiDir([join(base, 'none'), dir, base])).toBe(dir);
+    expect(defaultUiDir([join(base, 'none'), base])).toBeNull();
+  });
+
   it('builds the CSP from the relay origins', () => {
     expect(uiContentSecurityPolicy(RELAYS)).toBe(CSP);
   });

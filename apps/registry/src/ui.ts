@@ -50,16 +50,21 @@ export function uiContentSecurityPolicy(relayUrls: readonly string[]): string {
  * The default page directory: `dist` of the `@tether/web` package when it resolves from here (a dependency, as
  * in the `pnpm deploy` image), else `packages/web/dist` of the monorepo this file sits in; null when neither exists.
  */
-export function defaultUiDir(): string | null {
+export function defaultUiDir(candidates: readonly string[] = defaultUiCandidates()): string | null {
+  return candidates.find((dir) => existsSync(join(dir, 'index.html'))) ?? null;
+}
+
+/** Where defaultUiDir looks, in order. */
+export function defaultUiCandidates(): string[] {
   const candidates: string[] = [];
   try {
     candidates.push(join(dirname(fileURLToPath(import.meta.resolve('@tether/web/package.json'))), 'dist'));
   } catch {
-    // not a dependency (yet): try the monorepo layout
+    // not a dependency (yet): the monorepo layout below
   }
   // apps/registry/{src,dist}/ui.(ts|js) → packages/web/dist
   candidates.push(fileURLToPath(new URL('../../../packages/web/dist', import.meta.url)));
-  return candidates.find((dir) => existsSync(join(dir, 'index.html'))) ?? null;
+  return candidates;
 }
 
 export interface UiOptions {
