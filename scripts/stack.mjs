@@ -221,6 +221,7 @@ In another terminal:
   export TETHER_API_KEY=$(cat ${join(values['data-dir'], 'harness.key')})
   ${harness} exec -- uname -a
   ${harness} cp README.md ${environmentId}:/tmp/README.md && ${harness} cat ${environmentId}:/tmp/README.md
+  ${harness} login --web   # a one-time link to the browser terminal, ${registryUrl}/ui/
 
 Ctrl-C stops everything.
 `);

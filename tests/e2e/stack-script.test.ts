@@ -81,6 +81,17 @@ it('runs the local stack, serves the harness, and stops everything on SIGTERM', 
   const run = await harness(['exec', '--', 'echo', 'from-the-quickstart'], env);
   expect(run).toEqual({ code: 0, stdout: 'from-the-quickstart\n' });
 
+  // The browser terminal it prints: the registry serves the page, and `harness login --web` links to it.
+  expect(output()).toContain('login --web');
+  const login = await harness(['login', '--web'], env);
+  expect(login.code).toBe(0);
+  const link = new URL(login.stdout.trim());
+  expect(`${link.origin}${link.pathname}`).toBe(`http://127.0.0.1:${registryPort}/ui/`);
+  expect(link.hash).toMatch(/^#env=quickstart&grant=/);
+  const page = await fetch(`${link.origin}${link.pathname}`);
+  expect(page.status).toBe(200);
+  expect(await page.text()).toContain('<script type="module" src="app.js"></script>');
+
   // registry (--listen P1), relay (--listen P2, --registry …:P1) and executor (--remote …:P1).
   const services = () => findProcesses({ commandIncludes: [`127.0.0.1:${registryPort}`, `127.0.0.1:${relayPort}`] });
   expect(services().length).toBe(3);
