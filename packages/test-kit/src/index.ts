@@ -1,4 +1,13 @@
 export {
+  artifactsDir,
+  chromiumPath,
+  hasChromium,
+  type PageProblem,
+  startBrowser,
+  type TestBrowser,
+  type TestPage,
+} from './browser.js';
+export {
   CHAOS_SEED_ENV,
   type ChaosLegStats,
   type ChaosPolicy,
@@ -130,6 +139,7 @@ export {
   parsePrometheusText,
   prometheusSample,
 } from './prometheus-text.js';
+export { type RelayTap, startRelayTap, type TapFrame } from './relay-tap.js';
 export {
   type Bundle,
   type Registration,

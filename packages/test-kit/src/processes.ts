@@ -39,6 +39,8 @@ export interface FindProcessesOptions {
   peerMarker?: string;
   /** Processes whose command line contains any of these strings. */
   commandIncludes?: string[];
+  /** Processes whose environment holds any of these exact `NAME=value` entries. */
+  environIncludes?: string[];
 }
 
 function procInfo(pid: number): ProcessInfo | undefined {
@@ -84,9 +86,12 @@ export function findProcesses(options: FindProcessesOptions): ProcessInfo[] {
       match = true;
     }
     if (!match && options.commandIncludes?.some((text) => info.cmdline.includes(text))) match = true;
-    if (!match && options.peerMarker !== undefined) {
+    if (!match && (options.peerMarker !== undefined || options.environIncludes?.length)) {
       try {
-        match = readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0').includes(marker);
+        const environ = readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0');
+        match =
+          (options.peerMarker !== undefined && environ.includes(marker)) ||
+          (options.environIncludes?.some((entry) => environ.includes(entry)) ?? false);
       } catch {
         match = false;
       }

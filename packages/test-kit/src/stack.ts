@@ -6,6 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { waitUntil } from './helpers.js';
 import { type PeerHandle, type PeerKind, repoRoot, type StartPeerOptions, startPeer } from './peer.js';
+import type { RelayTap } from './relay-tap.js';
 import { keyCreateArgs, STACK_KEY_ROLES } from './stack-keys.js';
 
 /**
@@ -15,7 +16,10 @@ import { keyCreateArgs, STACK_KEY_ROLES } from './stack-keys.js';
  */
 export interface Stack extends AsyncDisposable {
   readonly registryUrl: string;
+  /** The relay's own (bound) URL: its metrics, and a connection that bypasses `relayVia`. */
   readonly relayUrl: string;
+  /** The relay URL the registry hands out: `relayVia`'s when given, else `relayUrl`. */
+  readonly relayPublicUrl: string;
   readonly keys: Readonly<Record<'admin' | 'executor' | 'harness', string>>;
   /** Starts an executor serving `environmentId` and waits until it is on the relay. */
   startExecutor(
@@ -57,6 +61,14 @@ async function runBin(
 export interface StackOptions {
   /** Extra `relay serve` arguments (limits). */
   relayArgs?: string[];
+  /** Extra `registry serve` arguments (e.g. `--ui-dir DIR`). */
+  registryArgs?: string[];
+  /**
+   * Puts every relay connection through this tap: the registry hands out its URL (`--relay-url`), the relay
+   * announces it (`--public-url`), and the tap forwards to the relay (its target is set here). The signed URLs
+   * bind no host, so they verify at the relay unchanged.
+   */
+  relayVia?: RelayTap;
 }
 
 export async function startStack(options: StackOptions = {}): Promise<Stack> {
@@ -93,9 +105,12 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
         '127.0.0.1:0',
         '--registry-key-file',
         keyFile,
+        ...(options.relayVia ? ['--public-url', options.relayVia.url] : []),
         ...(options.relayArgs ?? []),
       ])
     ).line;
+    options.relayVia?.setTarget(relayUrl);
+    const relayPublicUrl = options.relayVia?.url ?? relayUrl;
     const registryUrl = (
       await runBin(children, 'registry', [
         'serve',
@@ -106,13 +121,15 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
         '--signing-key-file',
         keyFile,
         '--relay-url',
-        relayUrl,
+        relayPublicUrl,
+        ...(options.registryArgs ?? []),
       ])
     ).line;
     const relayMetrics = async () => (await fetch(`${relayUrl.replace('ws:', 'http:')}/metrics`)).text();
     return {
       registryUrl,
       relayUrl,
+      relayPublicUrl,
       keys,
       relayMetrics,
       async startExecutor(kind, environmentId, options = {}) {
