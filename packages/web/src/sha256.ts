@@ -63,27 +63,27 @@ export class Sha256 {
     const w = this.w;
     for (let i = 0; i < 16; i++) {
       const j = at + i * 4;
-      w[i] = (data[j] << 24) | (data[j + 1] << 16) | (data[j + 2] << 8) | data[j + 3];
+      w[i] = (data[j]! << 24) | (data[j + 1]! << 16) | (data[j + 2]! << 8) | data[j + 3]!;
     }
     for (let i = 16; i < 64; i++) {
-      const a = w[i - 15];
-      const b = w[i - 2];
+      const a = w[i - 15]!;
+      const b = w[i - 2]!;
       const s0 = ((a >>> 7) | (a << 25)) ^ ((a >>> 18) | (a << 14)) ^ (a >>> 3);
       const s1 = ((b >>> 17) | (b << 15)) ^ ((b >>> 19) | (b << 13)) ^ (b >>> 10);
-      w[i] = (w[i - 16] + s0 + w[i - 7] + s1) | 0;
+      w[i] = (w[i - 16]! + s0 + w[i - 7]! + s1) | 0;
     }
     const s = this.state;
-    let a = s[0];
-    let b = s[1];
-    let c = s[2];
-    let d = s[3];
-    let e = s[4];
-    let f = s[5];
-    let g = s[6];
-    let h = s[7];
+    let a = s[0]!;
+    let b = s[1]!;
+    let c = s[2]!;
+    let d = s[3]!;
+    let e = s[4]!;
+    let f = s[5]!;
+    let g = s[6]!;
+    let h = s[7]!;
     for (let i = 0; i < 64; i++) {
       const S1 = ((e >>> 6) | (e << 26)) ^ ((e >>> 11) | (e << 21)) ^ ((e >>> 25) | (e << 7));
-      const t1 = (h + S1 + ((e & f) ^ (~e & g)) + K[i] + w[i]) | 0;
+      const t1 = (h + S1 + ((e & f) ^ (~e & g)) + K[i]! + w[i]!) | 0;
       const S0 = ((a >>> 2) | (a << 30)) ^ ((a >>> 13) | (a << 19)) ^ ((a >>> 22) | (a << 10));
       const t2 = (S0 + ((a & b) ^ (a & c) ^ (b & c))) | 0;
       h = g;
@@ -95,14 +95,14 @@ export class Sha256 {
       b = a;
       a = (t1 + t2) | 0;
     }
-    s[0] += a;
-    s[1] += b;
-    s[2] += c;
-    s[3] += d;
-    s[4] += e;
-    s[5] += f;
-    s[6] += g;
-    s[7] += h;
+    s[0] = (s[0]! + a) | 0;
+    s[1] = (s[1]! + b) | 0;
+    s[2] = (s[2]! + c) | 0;
+    s[3] = (s[3]! + d) | 0;
+    s[4] = (s[4]! + e) | 0;
+    s[5] = (s[5]! + f) | 0;
+    s[6] = (s[6]! + g) | 0;
+    s[7] = (s[7]! + h) | 0;
   }
 }
 
