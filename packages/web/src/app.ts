@@ -1,5 +1,7 @@
 import type { Environment } from '@tether/client';
 import { connectFromBrowser } from './connect.js';
+import { type FilesPanel, mountFiles } from './files.js';
+import { mountProcesses, type ProcessesPanel } from './processes.js';
 import { exchangeGrant, readHashParams, type SignIn, signInStore } from './sign-in.js';
 import { LOGIN_SHELL, TerminalSession } from './terminal.js';
 
@@ -24,6 +26,8 @@ const workspace = element<HTMLElement>('workspace');
 let state: PageState = 'signed-out';
 let session: TerminalSession | null = null;
 let environment: Environment | null = null;
+let files: FilesPanel | null = null;
+let processes: ProcessesPanel | null = null;
 
 function setState(next: PageState, text: string): void {
   state = next;
@@ -40,6 +44,9 @@ const hook = {
     return { rows: size.rows, cols: size.cols };
   },
   echoLatencies: () => session?.echoLatencies() ?? [],
+  transfers: () => files?.transfers() ?? [],
+  refreshProcesses: () => processes?.refresh() ?? Promise.resolve(),
+  attachedText: () => processes?.attachedText() ?? '',
 };
 (globalThis as unknown as { tether: typeof hook }).tether = hook;
 
@@ -61,6 +68,8 @@ async function connect(signIn: SignIn): Promise<void> {
     setState('connected', `connected to ${signIn.environmentId}`);
     form.hidden = true;
     workspace.hidden = false;
+    processes = mountProcesses(env);
+    files = mountFiles(env);
     const command = commandInput.value.trim();
     const argv = command === '' ? LOGIN_SHELL : ['/bin/sh', '-c', command];
     session = new TerminalSession(terminalElement, {

@@ -1,0 +1,418 @@
+import { type Environment, type ExecServerClient, TetherError, toFileUri } from '@tether/client';
+import { encodeWriteBlockRequest } from '@tether/exec-protocol';
+import { attachmentOf, encodeWithAttachment } from '@tether/jsonrpc';
+import { formatBytes, formatRate, Sha256 } from './sha256.js';
+
+/**
+ * File transfer between this page and the environment, over the executor's block protocol (`fs/open`,
+ * `fs/writeBlock` / `fs/readBlock`, `fs/close`). RemoteFs's streams are Node streams, which a page does not
+ * have; the blocks here are the same calls, fed from a File's slices and gathered into a Blob. Each side
+ * hashes what it sent or received and, where the executor offers `fileHandleDigest`, compares it with the
+ * executor's SHA-256 of what it wrote or read.
+ */
+
+/** Bytes per block: the most either executor takes. */
+const BLOCK_BYTES = 1024 * 1024;
+/** Writes in flight (as RemoteFs's write stream). */
+const WRITE_DEPTH = 4;
+/** Reads in flight: 3 × 1 MiB stays under the relay's 4 MiB backlog per harness (as RemoteFs's read stream). */
+const READ_DEPTH = 3;
+
+export type TransferState = 'running' | 'done' | 'error';
+
+export interface TransferRecord {
+  name: string;
+  direction: 'upload' | 'download';
+  state: TransferState;
+  /** Bytes moved so far. */
+  bytes: number;
+  /** SHA-256 of the bytes moved (hex), once done. */
+  sha256: string | null;
+  /** Whether the executor's own digest was compared (it matched, else the transfer failed). */
+  verified: boolean;
+  /** Milliseconds from start to the end, once done. */
+  elapsedMs: number | null;
+  error?: string;
+}
+
+let handleCounter = 0;
+
+function handleId(prefix: 'r' | 'w'): string {
+  // At most 32 bytes (both executors).
+  return `web${prefix}${++handleCounter}-${crypto.randomUUID().slice(0, 8)}`;
+}
+
+function executorOf(env: Environment): ExecServerClient {
+  if (!env.client) throw new TetherError('invalid_state', 'this environment is not a remote executor');
+  return env.client;
+}
+
+/** The executor's digest in an `fs/close` answer, when well formed. */
+function digestOf(answer: unknown): { sha256: string; bytes: number } | null {
+  const { sha256, bytes } = (answer ?? {}) as { sha256?: unknown; bytes?: unknown };
+  if (typeof sha256 !== 'string' || !/^[0-9a-f]{64}$/.test(sha256) || typeof bytes !== 'number') return null;
+  return { sha256, bytes };
+}
+
+function checkDigest(
+  what: string,
+  ours: { sha256: string; bytes: number },
+  theirs: { sha256: string; bytes: number } | null,
+): boolean {
+  if (theirs === null) return false;
+  if (theirs.sha256 !== ours.sha256 || theirs.bytes !== ours.bytes) {
+    throw new TetherError(
+      'protocol',
+      `${what}: the executor hashed ${theirs.bytes} bytes to ${theirs.sha256}, the page ${ours.bytes} bytes to ${ours.sha256}`,
+    );
+  }
+  return true;
+}
+
+/** Joins a directory and a file name as a remote absolute path. */
+export function remotePath(directory: string, name: string): string {
+  if (!directory.startsWith('/')) throw new TetherError('invalid_argument', `not an absolute path: ${directory}`);
+  if (name === '' || name === '.' || name === '..' || name.includes('/'))
+    throw new TetherError('invalid_argument', `not a file name: ${name}`);
+  return `${directory.replace(/\/+$/, '')}/${name}`;
+}
+
+/** The last component of a remote path (what a download is saved as). */
+export function baseName(path: string): string {
+  const name = path.replace(/\/+$/, '').split('/').pop() ?? '';
+  return name === '' ? 'download' : name;
+}
+
+/**
+ * Writes `file` to `path` on the executor, in blocks with up to WRITE_DEPTH in flight; `progress` is told
+ * the bytes acknowledged so far. Resolves with the page's SHA-256 and whether the executor's agreed.
+ */
+export async function uploadFile(
+  env: Environment,
+  file: Blob,
+  path: string,
+  progress: (bytes: number) => void,
+): Promise<{ sha256: string; bytes: number; verified: boolean }> {
+  const client = executorOf(env);
+  const capabilities = client.capabilities;
+  if (!capabilities.has('fileWriteStreaming'))
+    throw new TetherError('invalid_state', 'this executor has no streaming write (fileWriteStreaming)');
+  const binary = capabilities.has('binaryBlocks');
+  const digest = capabilities.has('fileHandleDigest');
+  const mode = capabilities.has('fileWriteOverwrite') ? 'overwrite' : 'replace';
+  const id = handleId('w');
+  await client.call('fs/open', { handleId: id, path: toFileUri(path), mode, ...(digest ? { digest: true } : {}) });
+  const hash = new Sha256();
+  const inflight = new Set<Promise<unknown>>();
+  let failure: Error | null = null;
+  let acknowledged = 0;
+  let closed = false;
+  try {
+    let next: Promise<ArrayBuffer> | null = file.size > 0 ? file.slice(0, BLOCK_BYTES).arrayBuffer() : null;
+    let offset = 0;
+    while (next !== null) {
+      const block = Buffer.from(await next);
+      const at = offset;
+      offset += block.byteLength;
+      // The next slice is read from disk while this one is sent.
+      next = offset < file.size ? file.slice(offset, offset + BLOCK_BYTES).arrayBuffer() : null;
+      hash.update(block);
+      const request = client
+        .call(
+          'fs/writeBlock',
+          { handleId: id, offset: at },
+          {
+            encode: binary
+              ? (rpcId, allocate) =>
+                  encodeWithAttachment(
+                    JSON.stringify({ id: rpcId, method: 'fs/writeBlock', params: { handleId: id, offset: at } }),
+                    block,
+                    allocate,
+                  )
+              : (rpcId, allocate) => encodeWriteBlockRequest(rpcId, id, at, block, allocate),
+          },
+        )
+        .then(
+          () => {
+            acknowledged += block.byteLength;
+            progress(acknowledged);
+          },
+          (err: Error) => {
+            failure ??= err;
+          },
+        );
+      inflight.add(request);
+      void request.finally(() => inflight.delete(request));
+      while (inflight.size >= WRITE_DEPTH) await Promise.race(inflight);
+      if (failure) throw failure;
+    }
+    await Promise.all(inflight);
+    if (failure) throw failure;
+    closed = true;
+    const answer = await client.call('fs/close', { handleId: id });
+    const ours = { sha256: hash.hex(), bytes: offset };
+    const verified = checkDigest(`upload to ${path}`, ours, digest ? digestOf(answer) : null);
+    return { ...ours, verified };
+  } finally {
+    if (!closed) {
+      await Promise.allSettled(inflight);
+      await client.call('fs/close', { handleId: id }).catch(() => undefined);
+    }
+  }
+}
+
+/**
+ * Reads `path` from the executor into memory, in blocks with up to READ_DEPTH in flight, delivered in
+ * order; `progress` is told the bytes received so far.
+ */
+export async function downloadFile(
+  env: Environment,
+  path: string,
+  progress: (bytes: number) => void,
+): Promise<{ chunks: Uint8Array[]; sha256: string; bytes: number; verified: boolean }> {
+  const client = executorOf(env);
+  const capabilities = client.capabilities;
+  const binary = capabilities.has('binaryBlocks');
+  const digest = capabilities.has('fileHandleDigest');
+  const id = handleId('r');
+  await client.call('fs/open', { handleId: id, path: toFileUri(path), ...(digest ? { digest: true } : {}) });
+  const hash = new Sha256();
+  const chunks: Uint8Array[] = [];
+  let inflight: Array<{ offset: number; len: number; answer: Promise<{ chunk?: string; eof?: boolean }> }> = [];
+  let blockSize = BLOCK_BYTES;
+  let nextOffset = 0;
+  let received = 0;
+  let eof = false;
+  let closed = false;
+  const request = (offset: number, len: number) => {
+    const answer = client.call<{ chunk?: string; eof?: boolean }>('fs/readBlock', {
+      handleId: id,
+      offset,
+      len,
+      ...(binary ? { binary: true } : {}),
+    });
+    answer.catch(() => undefined); // awaited in order below
+    inflight.push({ offset, len, answer });
+  };
+  try {
+    while (!eof) {
+      while (inflight.length < READ_DEPTH) {
+        request(nextOffset, blockSize);
+        nextOffset += blockSize;
+      }
+      const block = inflight.shift();
+      if (!block) break;
+      const answer = await block.answer;
+      const attached = attachmentOf(answer);
+      // A copy: an attachment may be a view of a buffer the connection reuses.
+      const bytes = attached ? new Uint8Array(attached) : new Uint8Array(Buffer.from(answer.chunk ?? '', 'base64'));
+      if (bytes.byteLength > block.len)
+        throw new TetherError('protocol', `fs/readBlock answered ${bytes.byteLength} bytes for ${block.len}`);
+      if (answer.eof === true) eof = true;
+      else if (bytes.byteLength < block.len) {
+        // The executor caps blocks: what was asked past this one starts at the wrong offset.
+        if (bytes.byteLength === 0) throw new TetherError('protocol', `fs/readBlock returned nothing before EOF`);
+        await Promise.allSettled(inflight.map((b) => b.answer));
+        inflight = [];
+        blockSize = bytes.byteLength;
+        nextOffset = block.offset + bytes.byteLength;
+      }
+      if (bytes.byteLength > 0) {
+        hash.update(bytes);
+        chunks.push(bytes);
+        received += bytes.byteLength;
+        progress(received);
+      }
+    }
+    await Promise.allSettled(inflight.map((b) => b.answer));
+    closed = true;
+    const answer = await client.call('fs/close', { handleId: id });
+    const ours = { sha256: hash.hex(), bytes: received };
+    const verified = checkDigest(`download of ${path}`, ours, digest ? digestOf(answer) : null);
+    return { chunks, ...ours, verified };
+  } finally {
+    if (!closed) {
+      await Promise.allSettled(inflight.map((b) => b.answer));
+      await client.call('fs/close', { handleId: id }).catch(() => undefined);
+    }
+  }
+}
+
+/** Hands bytes to the browser as a download named `name`. */
+function save(chunks: Uint8Array[], name: string): void {
+  const url = URL.createObjectURL(new Blob(chunks as BlobPart[], { type: 'application/octet-stream' }));
+  const link = document.createElement('a');
+  link.href = url;
+  link.download = name;
+  link.hidden = true;
+  document.body.append(link);
+  link.click();
+  link.remove();
+  // The download has started from the URL by the time this runs; revoking frees the bytes.
+  setTimeout(() => URL.revokeObjectURL(url), 10_000);
+}
+
+function element<T extends HTMLElement>(id: string): T {
+  const found = document.getElementById(id);
+  if (!found) throw new Error(`the page has no #${id}`);
+  return found as T;
+}
+
+/** One row of `#transfers`, kept in step with its record. */
+class TransferRow {
+  readonly record: TransferRecord;
+  private readonly item = document.createElement('li');
+  private readonly bar = document.createElement('progress');
+  private readonly text = document.createElement('span');
+  private readonly started = performance.now();
+
+  constructor(list: HTMLElement, name: string, direction: TransferRecord['direction'], total: number | null) {
+    this.record = { name, direction, state: 'running', bytes: 0, sha256: null, verified: false, elapsedMs: null };
+    const label = document.createElement('span');
+    label.className = 'name';
+    label.textContent = `${direction === 'upload' ? '↑' : '↓'} ${name}`;
+    if (total !== null) this.bar.max = Math.max(1, total);
+    this.text.className = 'detail';
+    this.item.append(label, this.bar, this.text);
+    this.item.dataset.direction = direction;
+    list.prepend(this.item);
+    this.update();
+  }
+
+  setTotal(total: number): void {
+    this.bar.max = Math.max(1, total);
+    this.update();
+  }
+
+  progress(bytes: number): void {
+    this.record.bytes = bytes;
+    this.update();
+  }
+
+  done(result: { sha256: string; bytes: number; verified: boolean }): void {
+    this.record.elapsedMs = performance.now() - this.started;
+    this.record.bytes = result.bytes;
+    this.record.sha256 = result.sha256;
+    this.record.verified = result.verified;
+    this.record.state = 'done';
+    this.bar.max = Math.max(1, result.bytes);
+    this.bar.value = this.bar.max;
+    this.update();
+  }
+
+  fail(error: Error): void {
+    this.record.elapsedMs = performance.now() - this.started;
+    this.record.state = 'error';
+    this.record.error = error.message;
+    this.update();
+  }
+
+  private update(): void {
+    const { state, bytes, sha256, error, elapsedMs, verified } = this.record;
+    this.item.dataset.state = state;
+    if (sha256 !== null) this.item.dataset.sha256 = sha256;
+    if (this.bar.hasAttribute('max')) this.bar.value = Math.min(bytes, this.bar.max);
+    else if (state !== 'running') this.bar.value = 1;
+    const elapsed = elapsedMs ?? performance.now() - this.started;
+    const parts = [formatBytes(bytes), formatRate(bytes, elapsed)];
+    if (state === 'done' && sha256 !== null)
+      parts.push(`sha256 ${sha256.slice(0, 16)}…${verified ? ' (the executor’s matches)' : ''}`);
+    if (state === 'error') parts.push(error ?? 'failed');
+    this.text.textContent = parts.join(' · ');
+    this.item.title = sha256 ?? error ?? '';
+  }
+}
+
+export interface FilesPanel {
+  /** Every transfer of this page, newest last. */
+  transfers(): Array<{
+    name: string;
+    direction: 'upload' | 'download';
+    state: TransferState;
+    bytes: number;
+    sha256: string | null;
+    verified: boolean;
+    elapsedMs: number | null;
+    error?: string;
+  }>;
+}
+
+/** Wires `#files`: uploads by picker or drop into `#remote-dir`, downloads of `#download-path`. */
+export function mountFiles(env: Environment): FilesPanel {
+  const upload = element<HTMLInputElement>('upload');
+  const drop = element<HTMLElement>('drop');
+  const remoteDir = element<HTMLInputElement>('remote-dir');
+  const downloadPath = element<HTMLInputElement>('download-path');
+  const downloadButton = element<HTMLButtonElement>('download');
+  const list = element<HTMLElement>('transfers');
+  const rows: TransferRow[] = [];
+
+  const startUpload = async (file: File) => {
+    const row = new TransferRow(list, file.name, 'upload', file.size);
+    rows.push(row);
+    try {
+      const path = remotePath(remoteDir.value.trim() || '/tmp', file.name);
+      row.done(await uploadFile(env, file, path, (bytes) => row.progress(bytes)));
+    } catch (err) {
+      row.fail(err as Error);
+    }
+  };
+  const uploadAll = async (files: Iterable<File>) => {
+    // One after another: they share the connection, and each row's rate is then its own.
+    for (const file of files) await startUpload(file);
+  };
+
+  upload.addEventListener('change', () => {
+    const files = [...(upload.files ?? [])];
+    upload.value = '';
+    void uploadAll(files);
+  });
+  drop.addEventListener('dragover', (event) => {
+    event.preventDefault();
+    if (event.dataTransfer) event.dataTransfer.dropEffect = 'copy';
+    drop.classList.add('over');
+  });
+  drop.addEventListener('dragleave', () => drop.classList.remove('over'));
+  drop.addEventListener('drop', (event) => {
+    event.preventDefault();
+    drop.classList.remove('over');
+    void uploadAll([...(event.dataTransfer?.files ?? [])]);
+  });
+
+  const startDownload = async () => {
+    const path = downloadPath.value.trim();
+    if (path === '') return;
+    const row = new TransferRow(list, path, 'download', null);
+    rows.push(row);
+    downloadButton.disabled = true;
+    try {
+      const size = (await env.fs.getMetadata(path)).size;
+      row.setTotal(size);
+      const result = await downloadFile(env, path, (bytes) => row.progress(bytes));
+      save(result.chunks, baseName(path));
+      row.done(result);
+    } catch (err) {
+      row.fail(err as Error);
+    } finally {
+      downloadButton.disabled = false;
+    }
+  };
+  downloadButton.addEventListener('click', () => void startDownload());
+  downloadPath.addEventListener('keydown', (event) => {
+    if (event.key === 'Enter') void startDownload();
+  });
+
+  return {
+    transfers: () =>
+      rows.map(({ record }) => ({
+        name: record.name,
+        direction: record.direction,
+        state: record.state,
+        bytes: record.bytes,
+        sha256: record.sha256,
+        verified: record.verified,
+        elapsedMs: record.elapsedMs,
+        ...(record.error === undefined ? {} : { error: record.error }),
+      })),
+  };
+}
