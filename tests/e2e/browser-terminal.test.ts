@@ -226,7 +226,12 @@ describe('browser terminal', () => {
     secrets.add('loop-10-done');
     await typeLine(tab, 'echo post-$((3+4))');
     await waitForLine(tab, 'post-7');
-    expect(tab.problems).toEqual([]);
+    // Chromium itself logs each socket the tap refused during the outage; nothing else may be a problem.
+    const refused = (p: { kind: string; text: string }) =>
+      p.kind === 'console' &&
+      p.text.startsWith(`WebSocket connection to '${tap.url}/ws/environment/${ENVIRONMENT}?role=harness&`) &&
+      p.text.includes("' failed: ");
+    expect(tab.problems.filter((p) => !refused(p))).toEqual([]);
     await tab.close();
   }, 120_000);
 
