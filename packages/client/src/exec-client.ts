@@ -714,7 +714,7 @@ function sameKey(a: NoisePublicKey, b: NoisePublicKey): boolean {
   return (
     a.suite === b.suite &&
     Buffer.from(a.x25519).equals(Buffer.from(b.x25519)) &&
-    Buffer.from(a.mlkem768).equals(b.mlkem768)
+    Buffer.from(a.mlkem768).equals(Buffer.from(b.mlkem768))
   );
 }
 

@@ -5,17 +5,26 @@
  * so our errors read the same as the reference implementation's.
  */
 import { Kind, type Static, type TSchema } from '@sinclair/typebox';
-import { type TypeCheck, TypeCompiler } from '@sinclair/typebox/compiler';
+import { TypeCompiler } from '@sinclair/typebox/compiler';
+import { Value } from '@sinclair/typebox/value';
 
-const compiled = new WeakMap<TSchema, TypeCheck<TSchema>>();
+type Check = { Check(value: unknown): boolean };
 
-function checker<T extends TSchema>(schema: T): TypeCheck<T> {
+const compiled = new WeakMap<TSchema, Check>();
+
+/**
+ * TypeBox compiles a check with `new Function`, which a web page's Content-Security-Policy forbids (the
+ * browser terminal's has no 'unsafe-eval'): outside Node the schema is checked by TypeBox's interpreter.
+ */
+const canCompile = typeof process !== 'undefined' && typeof process.versions?.node === 'string';
+
+function checker(schema: TSchema): Check {
   let check = compiled.get(schema);
   if (!check) {
-    check = TypeCompiler.Compile(schema);
+    check = canCompile ? TypeCompiler.Compile(schema) : { Check: (value) => Value.Check(schema, value) };
     compiled.set(schema, check);
   }
-  return check as TypeCheck<T>;
+  return check;
 }
 
 export class DecodeError extends Error {

@@ -141,7 +141,7 @@ const result = await build({
 
 const xtermCss = readFileSync(join(dirname(require.resolve('@xterm/xterm/package.json')), 'css/xterm.css'), 'utf8');
 writeFileSync(join(dist, 'app.css'), `${xtermCss}\n${readFileSync(join(here, 'static/app.css'), 'utf8')}`);
-copyFileSync(join(here, 'static/index.html'), join(dist, 'index.html'));
+for (const file of ['index.html', 'favicon.svg']) copyFileSync(join(here, 'static', file), join(dist, file));
 
 const bytes = Object.values(result.metafile.outputs).reduce((sum, output) => sum + output.bytes, 0);
 console.log(
