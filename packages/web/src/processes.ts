@@ -121,16 +121,12 @@ export function mountProcesses(env: Environment): ProcessesPanel {
     const tr = document.createElement('tr');
     tr.dataset.processId = info.processId;
     tr.dataset.state = info.state;
-    const cells = [
-      info.processId,
-      info.argv.join(' '),
-      describeState(info),
-      info.pid === null ? '' : String(info.pid),
-      info.detached ? 'detached' : 'session',
-    ];
-    for (const text of cells) {
+    tr.dataset.owner = info.detached ? 'detached' : 'session';
+    tr.title = `pid ${info.pid ?? '–'}, ${info.detached ? 'detached (the executor’s)' : 'this session’s'}${info.tty ? ', tty' : ''}, started ${new Date(info.startedAtMs).toLocaleString()}`;
+    for (const text of [info.processId, info.argv.join(' '), describeState(info)]) {
       const td = document.createElement('td');
       td.textContent = text;
+      td.title = text;
       tr.append(td);
     }
     const actions = document.createElement('td');
@@ -171,13 +167,15 @@ export function mountProcesses(env: Environment): ProcessesPanel {
 
   const killProcess = async (processId: string, button: HTMLButtonElement) => {
     button.disabled = true;
+    let outcome: string;
     try {
       await env.kill(processId);
-      message.textContent = `sent SIGTERM to ${processId}`;
+      outcome = `sent SIGTERM to ${processId}`;
     } catch (err) {
-      message.textContent = (err as Error).message;
+      outcome = (err as Error).message;
     }
     await refresh();
+    message.textContent = outcome;
   };
 
   const attachTo = async (info: ProcessInfo) => {
