@@ -513,8 +513,8 @@ export class AttachedProcess implements AsyncIterable<ProcessEvent> {
       this.idleDelay = Math.min(this.idleDelay * 2, IDLE_READ_MAX_MS);
       this.read();
     }, this.idleDelay);
-    // The attachment's consumer keeps the process alive, not this timer.
-    this.idleTimer.unref();
+    // The attachment's consumer keeps the process alive, not this timer (a web page's timers are numbers).
+    (this.idleTimer as { unref?: () => void }).unref?.();
   }
 
   private async next(): Promise<IteratorResult<ProcessEvent>> {
