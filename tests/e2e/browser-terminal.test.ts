@@ -9,7 +9,11 @@
  * `#command` and `#connect`; `#status[data-state]`; the terminal in `#terminal`; `#exit-status[data-exit-code]`;
  * and `window.tether` (terminalText, state, size, echoLatencies).
  */
+import { createHash, randomBytes } from 'node:crypto';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { Environment } from '@tether/client';
 import {
   type RelayTap,
   repoRoot,
@@ -30,8 +34,11 @@ interface PageHook {
   state(): string;
   size(): { cols: number; rows: number };
   echoLatencies(): number[];
+  refreshProcesses(): Promise<void>;
 }
 declare const tether: PageHook;
+
+const sha256 = (bytes: Uint8Array) => createHash('sha256').update(bytes).digest('hex');
 
 let tap: RelayTap;
 let stack: Stack;
@@ -243,12 +250,98 @@ describe('browser terminal', () => {
     await tab.close();
   }, 60_000);
 
+  it('signs in with a one-time grant from the registry, which leaves neither the address bar nor storage', async () => {
+    const minted = await fetch(`${stack.registryUrl}/cloud/browser-grants`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${stack.keys.harness}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ environment_id: ENVIRONMENT }),
+    });
+    expect(minted.status).toBe(201);
+    const { url, grant } = (await minted.json()) as { url: string; grant: string };
+    secrets.add(grant);
+    const tab = await browser.newPage({ viewport: { width: 1000, height: 700 } });
+    await tab.page.goto(url);
+    await waitForState(tab, 'connected', 20_000);
+    expect(await tab.page.evaluate<string>('location.hash')).toBe('');
+    const stored = await tab.page.evaluate<string>('JSON.stringify({ ...sessionStorage, ...localStorage })');
+    expect(stored).not.toContain(grant);
+    await tab.page.click('#terminal');
+    await typeLine(tab, 'echo granted-$((3*3))');
+    await waitForLine(tab, 'granted-9');
+    expect(tab.problems).toEqual([]);
+    await tab.close();
+
+    // The link works once.
+    const again = await browser.newPage();
+    await again.page.goto(url);
+    await waitForState(again, 'error', 20_000);
+    expect(await again.page.textContent('#status')).toContain('refused');
+    await again.close();
+  }, 60_000);
+
+  it('uploads and downloads a file with its sha256 checked, and kills a process from the list', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'tether-browser-files-'));
+    const sdk = await Environment.connectRendezvous({
+      registryUrl: stack.registryUrl,
+      apiKey: stack.keys.harness,
+      environmentId: ENVIRONMENT,
+    });
+    try {
+      // Random bytes around a marker that must never cross the relay in the clear.
+      const marker = `file-marker-${randomBytes(12).toString('hex')}`;
+      secrets.add(marker);
+      const content = Buffer.concat([randomBytes(3 * 1024 * 1024), Buffer.from(marker), randomBytes(1024 * 1024 + 17)]);
+      const name = `upload-${randomBytes(4).toString('hex')}.bin`;
+      const local = join(dir, name);
+      writeFileSync(local, content);
+      const remoteDir = mkdtempSync(join(tmpdir(), 'tether-browser-remote-'));
+      const tab = await openTerminal();
+      const { page } = tab;
+      await page.fill('#remote-dir', remoteDir);
+      await page.setInputFiles('#upload', local);
+      const upload = page.locator('#transfers li[data-direction="upload"]');
+      await upload.and(page.locator('[data-state="done"]')).waitFor({ timeout: 30_000 });
+      expect(await upload.getAttribute('data-sha256')).toBe(sha256(content));
+      // The executor runs on this machine: what it wrote is read back here.
+      expect(sha256(readFileSync(join(remoteDir, name)))).toBe(sha256(content));
+
+      await page.fill('#download-path', join(remoteDir, name));
+      const [download] = await Promise.all([page.waitForEvent('download'), page.click('#download')]);
+      const saved = join(dir, 'downloaded.bin');
+      await download.saveAs(saved);
+      expect(sha256(readFileSync(saved))).toBe(sha256(content));
+      const downloaded = page.locator('#transfers li[data-direction="download"]');
+      expect(await downloaded.getAttribute('data-state')).toBe('done');
+      expect(await downloaded.getAttribute('data-sha256')).toBe(sha256(content));
+      await tab.screenshot('files.png');
+
+      // A detached process shows in the list, and its kill button ends it.
+      const { processId } = await sdk.spawnDetached(['sleep', '300']);
+      await page.evaluate(() => tether.refreshProcesses());
+      const row = page.locator(`#processes tr[data-process-id="${processId}"]`);
+      await row.waitFor({ timeout: 10_000 });
+      expect(await row.getAttribute('data-state')).toBe('running');
+      await row.locator('button.kill').click();
+      await expect
+        .poll(async () => (await sdk.listProcesses()).find((p) => p.processId === processId)?.state, {
+          timeout: 10_000,
+        })
+        .not.toBe('running');
+      expect(tab.problems, diagnostics(tab)).toEqual([]);
+      await tab.close();
+      rmSync(remoteDir, { recursive: true, force: true });
+    } finally {
+      await sdk.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 90_000);
+
   it('the relay saw the session only as ciphertext', () => {
     const harnessConnections = new Set(
       tap.upgrades().flatMap((path, i) => (path.includes('role=harness') ? [i + 1] : [])),
     );
-    // Three pages (the resumed one reconnected once more).
-    expect(harnessConnections.size).toBeGreaterThanOrEqual(3);
+    // Five pages and the SDK (the resumed page reconnected once more).
+    expect(harnessConnections.size).toBeGreaterThanOrEqual(5);
     const harnessFrames = tap.frames().filter((f) => harnessConnections.has(f.connection));
     expect(harnessFrames.some((f) => f.direction === 'up')).toBe(true);
     expect(harnessFrames.some((f) => f.direction === 'down')).toBe(true);
