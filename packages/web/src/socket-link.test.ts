@@ -81,7 +81,11 @@ describe('BrowserSocketFrameLink', () => {
     const release = vi.fn();
     expect(link.send(resetFrame('stream-a', 'stream_closed'), release)).toBe(true);
     expect(release).toHaveBeenCalledTimes(1);
-    expect(decodeFrame(socket.sent[0]!)).toMatchObject({ kind: 'reset', streamId: 'stream-a', reason: 'stream_closed' });
+    expect(decodeFrame(socket.sent[0]!)).toMatchObject({
+      kind: 'reset',
+      streamId: 'stream-a',
+      reason: 'stream_closed',
+    });
   });
 
   it('says when the socket queue is over the mark, and drains once it fell below the low one', () => {
