@@ -432,7 +432,7 @@ export interface FsCaller {
 }
 
 /** The digest in an `fs/close` answer, if it has a well-formed one. */
-function digestOf(answer: Partial<HandleDigest> | undefined): HandleDigest | null {
+export function handleDigestOf(answer: Partial<HandleDigest> | undefined): HandleDigest | null {
   if (!answer || typeof answer.sha256 !== 'string' || !/^[0-9a-f]{64}$/.test(answer.sha256)) return null;
   if (typeof answer.bytes !== 'number') return null;
   return { sha256: answer.sha256, bytes: answer.bytes };
@@ -695,7 +695,7 @@ export class RemoteFs implements EnvironmentFs {
         await Promise.allSettled(inflight.map((block) => block.answer));
         inflight = [];
         const answer = await caller.call<Partial<HandleDigest>>('fs/close', { handleId }).catch(() => undefined);
-        if (atEnd) options.onDigest?.(digestOf(answer));
+        if (atEnd) options.onDigest?.(handleDigestOf(answer));
       })();
       return closing;
     };
@@ -834,7 +834,7 @@ export class RemoteFs implements EnvironmentFs {
       if (!isOpen) return;
       isOpen = false;
       const answer = await caller.call<Partial<HandleDigest>>('fs/close', { handleId });
-      if (atEnd) options.onDigest?.(digestOf(answer));
+      if (atEnd) options.onDigest?.(handleDigestOf(answer));
     };
     return new Writable({
       highWaterMark: blockSize,

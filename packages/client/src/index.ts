@@ -53,6 +53,7 @@ export {
   entryNameProblem,
   type FileMetadata,
   type HandleDigest,
+  handleDigestOf,
   LocalFs,
   RemoteFs,
   type StreamOptions,

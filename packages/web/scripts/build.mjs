@@ -143,7 +143,9 @@ const xtermCss = readFileSync(join(dirname(require.resolve('@xterm/xterm/package
 writeFileSync(join(dist, 'app.css'), `${xtermCss}\n${readFileSync(join(here, 'static/app.css'), 'utf8')}`);
 for (const file of ['index.html', 'favicon.svg']) copyFileSync(join(here, 'static', file), join(dist, file));
 
-const bytes = Object.values(result.metafile.outputs).reduce((sum, output) => sum + output.bytes, 0);
+const bytes = Object.entries(result.metafile.outputs)
+  .filter(([file]) => file.endsWith('.js'))
+  .reduce((sum, [, output]) => sum + output.bytes, 0);
 console.log(
   `web: dist/ (${Math.round(bytes / 1024)} KiB of JavaScript); stood in for ${[...stoodIn].sort().join(', ') || 'nothing'}`,
 );

@@ -1,17 +1,12 @@
 import type { Environment } from '@tether/client';
 import { connectFromBrowser } from './connect.js';
+import { element } from './dom.js';
 import { type FilesPanel, mountFiles } from './files.js';
 import { mountProcesses, type ProcessesPanel } from './processes.js';
 import { exchangeGrant, readHashParams, type SignIn, signInStore } from './sign-in.js';
 import { LOGIN_SHELL, TerminalSession } from './terminal.js';
 
 type PageState = 'signed-out' | 'connecting' | 'connected' | 'reconnecting' | 'lost' | 'error';
-
-function element<T extends HTMLElement>(id: string): T {
-  const found = document.getElementById(id);
-  if (!found) throw new Error(`the page has no #${id}`);
-  return found as T;
-}
 
 const form = element<HTMLFormElement>('signin');
 const environmentInput = element<HTMLInputElement>('environment');

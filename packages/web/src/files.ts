@@ -1,6 +1,14 @@
-import { type Environment, type ExecServerClient, TetherError, toFileUri } from '@tether/client';
+import {
+  type Environment,
+  type ExecServerClient,
+  type HandleDigest,
+  handleDigestOf,
+  TetherError,
+  toFileUri,
+} from '@tether/client';
 import { encodeWriteBlockRequest } from '@tether/exec-protocol';
 import { attachmentOf, encodeWithAttachment } from '@tether/jsonrpc';
+import { element } from './dom.js';
 import { formatBytes, formatRate, Sha256 } from './sha256.js';
 
 /**
@@ -35,11 +43,9 @@ export interface TransferRecord {
   error?: string;
 }
 
-let handleCounter = 0;
-
 function handleId(prefix: 'r' | 'w'): string {
   // At most 32 bytes (both executors).
-  return `web${prefix}${++handleCounter}-${crypto.randomUUID().slice(0, 8)}`;
+  return `web${prefix}-${crypto.randomUUID().replaceAll('-', '').slice(0, 24)}`;
 }
 
 function executorOf(env: Environment): ExecServerClient {
@@ -47,18 +53,7 @@ function executorOf(env: Environment): ExecServerClient {
   return env.client;
 }
 
-/** The executor's digest in an `fs/close` answer, when well formed. */
-function digestOf(answer: unknown): { sha256: string; bytes: number } | null {
-  const { sha256, bytes } = (answer ?? {}) as { sha256?: unknown; bytes?: unknown };
-  if (typeof sha256 !== 'string' || !/^[0-9a-f]{64}$/.test(sha256) || typeof bytes !== 'number') return null;
-  return { sha256, bytes };
-}
-
-function checkDigest(
-  what: string,
-  ours: { sha256: string; bytes: number },
-  theirs: { sha256: string; bytes: number } | null,
-): boolean {
+function checkDigest(what: string, ours: HandleDigest, theirs: HandleDigest | null): boolean {
   if (theirs === null) return false;
   if (theirs.sha256 !== ours.sha256 || theirs.bytes !== ours.bytes) {
     throw new TetherError(
@@ -151,7 +146,11 @@ export async function uploadFile(
     closed = true;
     const answer = await client.call('fs/close', { handleId: id });
     const ours = { sha256: hash.hex(), bytes: offset };
-    const verified = checkDigest(`upload to ${path}`, ours, digest ? digestOf(answer) : null);
+    const verified = checkDigest(
+      `upload to ${path}`,
+      ours,
+      digest ? handleDigestOf(answer as Partial<HandleDigest>) : null,
+    );
     return { ...ours, verified };
   } finally {
     if (!closed) {
@@ -228,7 +227,11 @@ export async function downloadFile(
     closed = true;
     const answer = await client.call('fs/close', { handleId: id });
     const ours = { sha256: hash.hex(), bytes: received };
-    const verified = checkDigest(`download of ${path}`, ours, digest ? digestOf(answer) : null);
+    const verified = checkDigest(
+      `download of ${path}`,
+      ours,
+      digest ? handleDigestOf(answer as Partial<HandleDigest>) : null,
+    );
     return { chunks, ...ours, verified };
   } finally {
     if (!closed) {
@@ -250,12 +253,6 @@ function save(chunks: Uint8Array[], name: string): void {
   link.remove();
   // The download has started from the URL by the time this runs; revoking frees the bytes.
   setTimeout(() => URL.revokeObjectURL(url), 10_000);
-}
-
-function element<T extends HTMLElement>(id: string): T {
-  const found = document.getElementById(id);
-  if (!found) throw new Error(`the page has no #${id}`);
-  return found as T;
 }
 
 /** One row of `#transfers`, kept in step with its record. */
@@ -325,16 +322,7 @@ class TransferRow {
 
 export interface FilesPanel {
   /** Every transfer of this page, newest last. */
-  transfers(): Array<{
-    name: string;
-    direction: 'upload' | 'download';
-    state: TransferState;
-    bytes: number;
-    sha256: string | null;
-    verified: boolean;
-    elapsedMs: number | null;
-    error?: string;
-  }>;
+  transfers(): TransferRecord[];
 }
 
 /** Wires `#files`: uploads by picker or drop into `#remote-dir`, downloads of `#download-path`. */

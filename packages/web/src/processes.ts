@@ -1,15 +1,9 @@
 import type { AttachedProcess, Environment, ProcessInfo } from '@tether/client';
-import { FitAddon } from '@xterm/addon-fit';
-import { Terminal } from '@xterm/xterm';
+import { element } from './dom.js';
+import { FittedTerminal } from './xterm.js';
 
 /** How often the list is read again while the panel is on screen. */
 const REFRESH_MS = 5000;
-
-function element<T extends HTMLElement>(id: string): T {
-  const found = document.getElementById(id);
-  if (!found) throw new Error(`the page has no #${id}`);
-  return found as T;
-}
 
 /** What the state column shows: the state, with the exit code once there is one. */
 export function describeState(info: Pick<ProcessInfo, 'state' | 'exitCode'>): string {
@@ -22,9 +16,7 @@ export function describeState(info: Pick<ProcessInfo, 'state' | 'exitCode'>): st
  * and typing stops). Detaching leaves the process running.
  */
 class AttachedView {
-  private readonly terminal: Terminal;
-  private readonly fit = new FitAddon();
-  private readonly observer: ResizeObserver;
+  private readonly view: FittedTerminal;
   private disposed = false;
   private stdinOpen = true;
 
@@ -35,46 +27,27 @@ class AttachedView {
   ) {
     const host = panel.querySelector<HTMLElement>('.attached-terminal');
     if (!host) throw new Error('#attached has no .attached-terminal');
-    this.terminal = new Terminal({
-      cursorBlink: false,
-      scrollback: 5000,
-      convertEol: attached.info?.tty !== true,
-      fontFamily: 'ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, monospace',
-      fontSize: 13,
-      theme: { background: '#101418', foreground: '#d8dee9' },
-    });
-    this.terminal.loadAddon(this.fit);
-    this.terminal.open(host);
-    this.fit.fit();
-    this.observer = new ResizeObserver(() => {
-      if (!this.disposed) this.fit.fit();
-    });
-    this.observer.observe(host);
-    this.terminal.onData((data) => void this.input(data));
+    this.view = new FittedTerminal(host, { fontSize: 13, convertEol: attached.info?.tty !== true });
+    this.view.terminal.onData((data) => void this.input(data));
     void this.pump();
   }
 
   text(): string {
-    const buffer = this.terminal.buffer.active;
-    const lines: string[] = [];
-    for (let i = 0; i < buffer.length; i++) lines.push(buffer.getLine(i)?.translateToString(true) ?? '');
-    while (lines.length > 0 && lines[lines.length - 1] === '') lines.pop();
-    return lines.join('\n');
+    return this.view.text();
   }
 
   dispose(): void {
     if (this.disposed) return;
     this.disposed = true;
-    this.observer.disconnect();
     this.attached.dispose();
-    this.terminal.dispose();
+    this.view.dispose();
     this.panel.hidden = true;
   }
 
   private async pump(): Promise<void> {
     try {
       for await (const event of this.attached) {
-        if (event.kind === 'output') this.terminal.write(event.chunk);
+        if (event.kind === 'output') this.view.terminal.write(event.chunk);
         else if (event.kind === 'exited') this.note(`exited with code ${event.exitCode}`);
       }
     } catch (err) {

@@ -1,6 +1,5 @@
 import type { Environment, ProcessHandle } from '@tether/client';
-import { FitAddon } from '@xterm/addon-fit';
-import { Terminal } from '@xterm/xterm';
+import { FittedTerminal } from './xterm.js';
 
 /** The login shell a terminal runs when no command is given: the account's shell, as ssh starts it. */
 // biome-ignore lint/suspicious/noTemplateCurlyInString: a shell's parameter expansion, not a template
@@ -22,9 +21,7 @@ export interface TerminalSessionEvents {
  * (`process/resize`), and the time from a keystroke to the next output is recorded (echo latency).
  */
 export class TerminalSession {
-  readonly terminal: Terminal;
-  private readonly fit = new FitAddon();
-  private readonly observer: ResizeObserver;
+  private readonly view: FittedTerminal;
   private handle: ProcessHandle | null = null;
   private readonly latencies: number[] = [];
   private keystrokeAt: number | null = null;
@@ -39,22 +36,11 @@ export class TerminalSession {
     element: HTMLElement,
     private readonly events: TerminalSessionEvents,
   ) {
-    this.terminal = new Terminal({
-      cursorBlink: false,
-      scrollback: 5000,
-      fontFamily: 'ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, monospace',
-      fontSize: 14,
-      theme: { background: '#101418', foreground: '#d8dee9' },
-    });
-    this.terminal.loadAddon(this.fit);
-    this.terminal.open(element);
-    this.fit.fit();
-    this.observer = new ResizeObserver(() => this.refit());
-    this.observer.observe(element);
+    this.view = new FittedTerminal(element, { fontSize: 14 }, () => this.refit());
   }
 
   get size(): { rows: number; cols: number } {
-    return { rows: this.terminal.rows, cols: this.terminal.cols };
+    return this.view.size;
   }
 
   /** Starts `argv` in a pseudo-terminal of the current size and pumps it until it ends. */
@@ -65,8 +51,8 @@ export class TerminalSession {
       env: { TERM: 'xterm-256color', COLORTERM: 'truecolor' },
     });
     this.handle = handle;
-    this.terminal.onData((data) => this.input(data));
-    this.terminal.focus();
+    this.view.terminal.onData((data) => this.input(data));
+    this.view.terminal.focus();
     void this.pump(handle);
   }
 
@@ -77,19 +63,14 @@ export class TerminalSession {
 
   /** The whole buffer, one line per row, right-trimmed. */
   text(): string {
-    const buffer = this.terminal.buffer.active;
-    const lines: string[] = [];
-    for (let i = 0; i < buffer.length; i++) lines.push(buffer.getLine(i)?.translateToString(true) ?? '');
-    while (lines.length > 0 && lines[lines.length - 1] === '') lines.pop();
-    return lines.join('\n');
+    return this.view.text();
   }
 
   dispose(): void {
     if (this.disposed) return;
     this.disposed = true;
-    this.observer.disconnect();
     this.handle?.dispose();
-    this.terminal.dispose();
+    this.view.dispose();
   }
 
   private async pump(handle: ProcessHandle): Promise<void> {
@@ -101,7 +82,7 @@ export class TerminalSession {
             if (this.latencies.length > MAX_LATENCIES) this.latencies.shift();
             this.keystrokeAt = null;
           }
-          this.terminal.write(event.chunk);
+          this.view.terminal.write(event.chunk);
         } else if (event.kind === 'exited') {
           this.events.onExit(event.exitCode);
         }
@@ -136,7 +117,6 @@ export class TerminalSession {
 
   private refit(): void {
     if (this.disposed) return;
-    this.fit.fit();
     this.wantedSize = this.size;
     void this.sendSize();
   }
