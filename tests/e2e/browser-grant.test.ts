@@ -2,40 +2,26 @@
  * `harness login --web` through the real built registry, relay, executor and harness: the printed link carries a
  * one-time grant, which exchanges once for a session token that /connect accepts for that environment only.
  */
-import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { generateIdentity, publicKeyToJson } from '@tether/noise';
 import { repoRoot, type Stack, startStack } from '@tether/test-kit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { runWithTarget } from './harness-checks.js';
 
 const ENVIRONMENT = 'browser-grant-1';
 const work = mkdtempSync(join(tmpdir(), 'tether-browser-grant-'));
 let stack: Stack;
 
-function harness(args: string[], env: NodeJS.ProcessEnv) {
-  const child = spawn(process.execPath, [join(repoRoot(), 'apps', 'harness', 'dist', 'main.js'), ...args], {
-    env: {
-      ...Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith('TETHER_'))),
-      TETHER_CONFIG: join(work, 'no-config.toml'),
-      ...env,
-    },
-    stdio: ['ignore', 'pipe', 'pipe'],
+/** The workspace's harness CLI, with the variables naming the stack and ENVIRONMENT (and `env` over them). */
+const harness = (args: string[], env: NodeJS.ProcessEnv = {}) =>
+  runWithTarget(process.execPath, [join(repoRoot(), 'apps', 'harness', 'dist', 'main.js'), ...args], {
+    stack,
+    environmentId: ENVIRONMENT,
+    work,
+    env,
   });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (d: Buffer) => {
-    stdout += d;
-  });
-  child.stderr.on('data', (d: Buffer) => {
-    stderr += d;
-  });
-  return new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve, reject) => {
-    child.once('error', reject);
-    child.once('close', (code) => resolve({ code, stdout, stderr }));
-  });
-}
 
 const post = (url: string, body: object, token?: string) =>
   fetch(url, {

@@ -4,44 +4,26 @@
  * and neither the command, its output nor the API key crosses it in the clear. (The tap's own tests show it
  * finds plain text that does cross it.)
  */
-import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type RelayTap, repoRoot, type Stack, startRelayTap, startStack } from '@tether/test-kit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
+import { runWithTarget } from './harness-checks.js';
 
 const ENVIRONMENT = 'relay-tap-e2e';
 const work = mkdtempSync(join(tmpdir(), 'tether-relay-tap-'));
 let tap: RelayTap;
 let stack: Stack;
 
-function harness(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const child = spawn(process.execPath, [join(repoRoot(), 'apps', 'harness', 'dist', 'main.js'), ...args], {
-    cwd: work,
-    env: {
-      ...Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith('TETHER_'))),
-      TETHER_CONFIG: join(work, 'no-config.toml'),
-      TETHER_REGISTRY_URL: stack.registryUrl,
-      TETHER_ENVIRONMENT_ID: ENVIRONMENT,
-      TETHER_API_KEY: stack.keys.harness,
-    },
-    stdio: ['ignore', 'pipe', 'pipe'],
+/** The workspace's harness CLI, with the variables naming the stack and ENVIRONMENT. */
+const harness = (args: string[]) =>
+  runWithTarget(process.execPath, [join(repoRoot(), 'apps', 'harness', 'dist', 'main.js'), ...args], {
+    stack,
+    environmentId: ENVIRONMENT,
+    work,
   });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (d: Buffer) => {
-    stdout += d;
-  });
-  child.stderr.on('data', (d: Buffer) => {
-    stderr += d;
-  });
-  return new Promise((resolve, reject) => {
-    child.once('error', reject);
-    child.once('close', (code) => resolve({ code, stdout, stderr }));
-  });
-}
 
 beforeAll(async () => {
   tap = await startRelayTap();
