@@ -33,7 +33,7 @@ export class TerminalSession {
   private disposed = false;
 
   constructor(
-    element: HTMLElement,
+    private readonly element: HTMLElement,
     private readonly events: TerminalSessionEvents,
   ) {
     this.view = new FittedTerminal(element, { fontSize: 14 }, () => this.refit());
@@ -52,7 +52,10 @@ export class TerminalSession {
     });
     this.handle = handle;
     this.view.terminal.onData((data) => this.input(data));
-    this.view.terminal.focus();
+    // Focus moves to the terminal unless the user went to another field while the process started:
+    // their typing stays where they put it.
+    const active = document.activeElement;
+    if (active === null || active === document.body || this.element.contains(active)) this.view.terminal.focus();
     void this.pump(handle);
   }
 
