@@ -1,4 +1,5 @@
 import {
+  type AsyncAead,
   CIPHER_KEY_LENGTH,
   type CipherName,
   type CryptoProvider,
@@ -19,6 +20,8 @@ export class CipherState {
   #k: Uint8Array | null = null;
   /** The AEAD bound to k, made on first use (a handshake key may never seal anything). */
   #aead: KeyedAead | null = null;
+  /** The provider's asynchronous AEAD for k: undefined until asked, null when it has none for this cipher. */
+  #asyncAead: AsyncAead | null | undefined = undefined;
   readonly #n: Nonce;
 
   constructor(provider: CryptoProvider, cipher: CipherName, key: Uint8Array | null = null) {
@@ -33,6 +36,7 @@ export class CipherState {
     if (key.length !== CIPHER_KEY_LENGTH) throw new RangeError(`cipher keys are ${CIPHER_KEY_LENGTH} bytes`);
     this.#k = Uint8Array.from(key);
     this.#aead = null;
+    this.#asyncAead = undefined;
     this.#n.set(0n);
   }
 
@@ -124,6 +128,46 @@ export class CipherState {
     }
     this.#n.increment();
     return out;
+  }
+
+  /** Whether `decryptWithAdAsync` opens with the provider's asynchronous AEAD (else it opens at once). */
+  get opensAsync(): boolean {
+    return this.#k !== null && this.#asyncAeadFor(this.#k) !== null;
+  }
+
+  #asyncAeadFor(key: Uint8Array): AsyncAead | null {
+    if (this.#asyncAead === undefined) this.#asyncAead = this.#provider.asyncAead?.(this.cipher, key) ?? null;
+    return this.#asyncAead;
+  }
+
+  /**
+   * DecryptWithAd through the provider's asynchronous AEAD: the nonce is taken, and n moves on, when this
+   * is called, so records are handed over in order and opened concurrently; their plaintexts must then be
+   * taken in the same order. Unlike `decryptWithAd`, n has moved on even if the record fails to open: the
+   * caller must end the channel on a rejection (a transport does). Without an asynchronous AEAD this opens
+   * at once, as `decryptWithAd`.
+   */
+  decryptWithAdAsync(ad: Uint8Array, ciphertext: Uint8Array): Promise<Uint8Array> {
+    const aead = this.#k === null ? null : this.#asyncAeadFor(this.#k);
+    if (aead === null) {
+      try {
+        return Promise.resolve(this.decryptWithAd(ad, ciphertext));
+      } catch (err) {
+        return Promise.reject(err);
+      }
+    }
+    try {
+      this.#n.assertUsable();
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    const opened = aead.open(this.#n.bytes(), ad, ciphertext);
+    this.#n.increment();
+    return opened.catch((cause: unknown) => {
+      throw new NoiseError('decrypt_failed', 'decryption failed: message was tampered, replayed or reordered', {
+        cause,
+      });
+    });
   }
 
   encrypt(plaintext: Uint8Array): Uint8Array {

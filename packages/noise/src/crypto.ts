@@ -36,6 +36,12 @@ export interface CryptoProvider {
    * `encrypt`/`decrypt`. Both must produce the same bytes.
    */
   keyedAead?(cipher: CipherName, key: Uint8Array): KeyedAead;
+  /**
+   * Optional: an AEAD bound to one key whose open answers later (the browser's WebCrypto, native code
+   * behind a promise), or null for a cipher it cannot do. A receiver then opens several records at once
+   * and takes their plaintexts in order (`Transport.decryptAsync`). Same bytes as `decrypt`.
+   */
+  asyncAead?(cipher: CipherName, key: Uint8Array): AsyncAead | null;
   /** SHA-256 over the concatenation of `parts`. */
   hash(parts: readonly Uint8Array[]): Uint8Array;
   /** HMAC-SHA256(key, concatenation of `parts`). */
@@ -77,6 +83,12 @@ export function oneShotAead(provider: CryptoProvider, cipher: CipherName, key: U
       out.set(provider.decrypt(cipher, k, nonce, ad, ciphertext));
     },
   };
+}
+
+/** An AEAD bound to one key that opens asynchronously (see `CryptoProvider.asyncAead`). */
+export interface AsyncAead {
+  /** AEAD open: a fresh plaintext; rejects on authentication failure. `nonce` may change once this returns. */
+  open(nonce: Uint8Array, ad: Uint8Array, ciphertext: Uint8Array): Promise<Uint8Array>;
 }
 
 /** Options shared by the provider and KEM factories: inject randomness for deterministic tests. */

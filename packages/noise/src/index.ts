@@ -2,7 +2,9 @@ export { decodeBase64Strict, encodeBase64 } from './base64.js';
 export { CipherState } from './cipher-state.js';
 export { type AeadBackend, createNodeProvider, type NodeProviderOptions } from './crypto/node.js';
 export { createPortableProvider } from './crypto/portable.js';
+export { type AesGcmSubtle, createWebCryptoProvider, type WebCryptoProviderOptions } from './crypto/webcrypto.js';
 export {
+  type AsyncAead,
   CIPHER_KEY_LENGTH,
   type CipherName,
   type CryptoProvider,

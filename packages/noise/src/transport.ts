@@ -78,6 +78,25 @@ export class Transport {
     return this.#recv.decryptWithAdInto(EMPTY, ciphertext, out);
   }
 
+  /** Whether `decryptAsync` opens records concurrently (the provider has an asynchronous AEAD for it). */
+  get opensAsync(): boolean {
+    return this.#recv.opensAsync;
+  }
+
+  /**
+   * Opens one record through the provider's asynchronous AEAD: call it for each record in arrival order
+   * (each takes the next nonce at once) and take the plaintexts in that order. A rejection means the
+   * channel is over: the nonce has moved on. Without an asynchronous AEAD, as `decrypt`.
+   */
+  decryptAsync(ciphertext: Uint8Array): Promise<Uint8Array> {
+    if (ciphertext.length > MAX_NOISE_MESSAGE_LENGTH) {
+      return Promise.reject(
+        new NoiseError('invalid_message', `transport message exceeds ${MAX_NOISE_MESSAGE_LENGTH} bytes`),
+      );
+    }
+    return this.#recv.decryptWithAdAsync(EMPTY, ciphertext);
+  }
+
   /** Split keys, for vector tests only: [send key, receive key]. */
   keysForTesting(): [Uint8Array, Uint8Array] {
     return [this.#send.keyForTesting()!, this.#recv.keyForTesting()!];
