@@ -1,6 +1,13 @@
 import { randomUUID } from 'node:crypto';
 import { BufferPool, giveBack, RpcClient, RpcConnection } from '@tether/jsonrpc';
-import { generateIdentity, type NoiseIdentity, SUITE_HYBRID_CHACHAPOLY } from '@tether/noise';
+import {
+  type AesGcmSubtle,
+  type CryptoProvider,
+  createWebCryptoProvider,
+  generateIdentity,
+  type NoiseIdentity,
+  SUITE_HYBRID_CHACHAPOLY,
+} from '@tether/noise';
 import { dataFrame, type Frame, handshakeFrame } from '@tether/relay-frames';
 import { describe, expect, it } from 'vitest';
 import { createMemoryLinkPair, type FrameLink } from './link.js';
@@ -37,6 +44,8 @@ interface PairOptions {
   harnessRewrite?: (frame: Frame) => Frame | null;
   executorKeyForHarness?: NoiseIdentity;
   harnessPools?: SecureStreamPools;
+  /** The executor side's crypto provider (default: the node provider). */
+  executorProvider?: CryptoProvider;
 }
 
 async function pair(options: PairOptions = {}) {
@@ -57,6 +66,7 @@ async function pair(options: PairOptions = {}) {
           ...ids,
           staticKeys: executor,
           message1: frame.payload,
+          ...(options.executorProvider ? { provider: options.executorProvider } : {}),
           authorize: async ({ remoteStatic, authorization }) => {
             seen.push({ authorization, harnessKey: remoteStatic.x25519 });
             return options.authorize ? options.authorize(authorization) : true;
@@ -396,5 +406,93 @@ describe('SecureStream', () => {
       handshakeFrame(harnessStream.streamId, new Uint8Array([9])),
     );
     await expect(closed).resolves.toMatch(/unexpected handshake frame/);
+  });
+
+  describe('with an asynchronous AEAD (WebCrypto AES-GCM, as a browser opens records)', () => {
+    /** Node's WebCrypto, with each decrypt's answer held back a random while: they settle out of order. */
+    function shuffledSubtle(): { subtle: AesGcmSubtle; opened: () => number } {
+      const real = globalThis.crypto.subtle as unknown as AesGcmSubtle;
+      let opened = 0;
+      return {
+        opened: () => opened,
+        subtle: {
+          importKey: (...args) => real.importKey(...args),
+          decrypt: async (...args) => {
+            const plaintext = await real.decrypt(...args);
+            await new Promise((resolve) => setTimeout(resolve, Math.random() * 5));
+            opened += 1;
+            return plaintext;
+          },
+        },
+      };
+    }
+
+    it('opens records concurrently and delivers every message whole and in order', async () => {
+      const shuffled = shuffledSubtle();
+      const { initiated, accepted } = await pair({
+        executorProvider: createWebCryptoProvider({ subtle: shuffled.subtle }),
+      });
+      const [harnessStream, { stream: executorStream }] = await Promise.all([initiated, accepted]);
+      const received: string[] = [];
+      executorStream.start({ onMessage: (m) => received.push(m.toString()), onClose: () => {}, onDrain: () => {} });
+      harnessStream.start({ onMessage: () => {}, onClose: () => {}, onDrain: () => {} });
+      // Tiny messages, one of exactly one whole record, and large ones over many records, interleaved.
+      const sent: string[] = [];
+      for (let i = 0; i < 40; i++) {
+        const size = [10, 60 * 1024 - 64, 300 * 1024, 1][i % 4]!;
+        const message = JSON.stringify({ i, pad: String.fromCharCode(97 + (i % 26)).repeat(size) });
+        sent.push(message);
+        harnessStream.send(message);
+      }
+      await expect.poll(() => received.length, { timeout: 10_000 }).toBe(sent.length);
+      expect(received).toEqual(sent);
+      expect(shuffled.opened()).toBeGreaterThan(sent.length); // the large ones took several records each
+      expect(executorStream.status).toBe('open');
+      harnessStream.close();
+    });
+
+    it('resets the stream on a tampered record, delivering what came before it and nothing after', async () => {
+      let tamperSeq = -1;
+      const { initiated, accepted } = await pair({
+        executorProvider: createWebCryptoProvider({ subtle: shuffledSubtle().subtle }),
+        harnessRewrite: (frame) => {
+          if (frame.kind !== 'data' || frame.seq !== tamperSeq) return frame;
+          const payload = Uint8Array.from(frame.payload);
+          payload[3]! ^= 1;
+          return dataFrame(frame.streamId, frame.seq, payload);
+        },
+      });
+      const [harnessStream, { stream: executorStream }] = await Promise.all([initiated, accepted]);
+      const received: string[] = [];
+      const closed = new Promise<string>((resolve) =>
+        executorStream.start({ onMessage: (m) => received.push(m.toString()), onClose: resolve, onDrain: () => {} }),
+      );
+      harnessStream.start({ onMessage: () => {}, onClose: () => {}, onDrain: () => {} });
+      tamperSeq = 5;
+      for (let n = 0; n < 10; n++) harnessStream.send(`{"n":${n}}`);
+      await expect(closed).resolves.toMatch(/inbound record rejected/);
+      expect(received).toEqual([0, 1, 2, 3, 4].map((n) => `{"n":${n}}`));
+      expect(executorStream.status).toBe('closed');
+    });
+
+    it('delivers nothing once closed, though records were still being opened', async () => {
+      const { initiated, accepted } = await pair({
+        executorProvider: createWebCryptoProvider({ subtle: shuffledSubtle().subtle }),
+      });
+      const [harnessStream, { stream: executorStream }] = await Promise.all([initiated, accepted]);
+      const received: string[] = [];
+      executorStream.start({
+        onMessage: (m) => {
+          received.push(m.toString());
+          if (received.length === 3) executorStream.close();
+        },
+        onClose: () => {},
+        onDrain: () => {},
+      });
+      harnessStream.start({ onMessage: () => {}, onClose: () => {}, onDrain: () => {} });
+      for (let n = 0; n < 20; n++) harnessStream.send(`{"n":${n}}`);
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      expect(received).toEqual([0, 1, 2].map((n) => `{"n":${n}}`));
+    });
   });
 });

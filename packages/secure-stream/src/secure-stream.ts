@@ -111,6 +111,9 @@ export class SecureStream implements MessageTransport {
   private readonly reassembler = new MessageReassembler({
     allocate: (size) => (size >= LENT_MESSAGE_BYTES ? lendBuffer(this.pools.messages, size) : Buffer.allocUnsafe(size)),
   });
+  /** Records being opened asynchronously, in arrival (nonce) order; `drainOpening` takes them in turn. */
+  private opening: Promise<Uint8Array>[] = [];
+  private draining = false;
   private readonly sequence = new SendSequence();
   private readonly dataFrames: DataFrameEncoder;
   /** Messages that arrived between the handshake and `start()`. */
@@ -361,6 +364,10 @@ export class SecureStream implements MessageTransport {
       // parked out of order is copied, so the window's 1 MiB bound counts all the memory it pins.
       const parked = seq !== this.window.nextSeq;
       for (const record of this.window.push(seq, parked ? copyBytes(ciphertext) : ciphertext)) {
+        if (this.transport!.opensAsync) {
+          this.openLater(record);
+          continue;
+        }
         const length = Math.max(0, record.byteLength - TAG_LENGTH_BYTES);
         const room = this.reassembler.bodyRoom(length);
         let messages: Uint8Array[];
@@ -381,16 +388,53 @@ export class SecureStream implements MessageTransport {
           this.opened ??= new Uint8Array(MAX_TRANSPORT_PLAINTEXT);
           messages = this.reassembler.push(this.transport!.decryptInto(record, this.opened.subarray(0, length)));
         }
-        for (const message of messages) {
-          const bytes = Buffer.from(message.buffer, message.byteOffset, message.byteLength);
-          if (this.early) this.early.push(bytes);
-          else this.handlers?.onMessage(bytes);
-          if (this.state !== 'open') return;
-        }
+        if (!this.deliver(messages)) return;
       }
     } catch (err) {
       this.fail(`inbound record rejected: ${(err as Error).message}`);
     }
+  }
+
+  /**
+   * Hands a record to the provider's asynchronous AEAD (the browser's WebCrypto): records are opened
+   * concurrently, each with its nonce taken in arrival order, and their plaintexts are reassembled and
+   * delivered strictly in that order by `drainOpening`. A record that fails to open resets the stream.
+   */
+  private openLater(record: Uint8Array): void {
+    const opened = this.transport!.decryptAsync(record);
+    opened.catch(() => undefined); // taken in order by drainOpening
+    this.opening.push(opened);
+    if (!this.draining) void this.drainOpening();
+  }
+
+  private async drainOpening(): Promise<void> {
+    this.draining = true;
+    try {
+      while (this.opening.length > 0) {
+        const plaintext = await this.opening[0]!;
+        this.opening.shift();
+        if (this.state !== 'open') return;
+        // The plaintext is this stream's own: a record that is one whole message becomes it, no copy.
+        const whole = this.reassembler.atMessageStart ? this.reassembler.wholeMessage(plaintext) : null;
+        if (!this.deliver(whole ? [whole] : this.reassembler.push(plaintext))) return;
+      }
+    } catch (err) {
+      this.fail(`inbound record rejected: ${(err as Error).message}`);
+    } finally {
+      this.draining = false;
+      if (this.state !== 'open') this.opening = [];
+    }
+  }
+
+  /** Passes reassembled messages on (or keeps them until `start`); false once the stream has closed. */
+  private deliver(messages: Uint8Array[]): boolean {
+    for (const message of messages) {
+      const bytes = Buffer.from(message.buffer, message.byteOffset, message.byteLength);
+      if (this.early) this.early.push(bytes);
+      else this.handlers?.onMessage(bytes);
+      if (this.state !== 'open') return false;
+    }
+    return true;
   }
 
   /** Resets the stream with the generic reason (never details) and closes it. */
