@@ -135,6 +135,19 @@ describe('executor --remote: registry URL', () => {
     ).toBe(2);
     expect(run.stderr()).toContain('--api-key-file needs --remote');
   });
+
+  it('--noise-cipher needs --remote', async () => {
+    const run = cliIo();
+    expect(
+      await runExecutor(
+        options({ environmentId: undefined, noiseCipher: 'chachapoly' }),
+        run.io,
+        silentLogger(),
+        noExec,
+      ),
+    ).toBe(2);
+    expect(run.stderr()).toContain('--noise-cipher needs --remote');
+  });
 });
 
 describe('executor --remote: the API key never stays in its environment', () => {

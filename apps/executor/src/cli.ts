@@ -1,5 +1,6 @@
 import { isLoopbackHost } from '@tether/exec-protocol';
 import { RpcConnection } from '@tether/jsonrpc';
+import { generateIdentity, SUITE_HYBRID_AESGCM, SUITE_HYBRID_CHACHAPOLY } from '@tether/noise';
 import { ProxyConfigError, type ProxySettings, proxySettingsFromEnv } from '@tether/outbound';
 import { Telemetry } from '@tether/telemetry';
 import {
@@ -118,6 +119,11 @@ function registryUrl(value: string): string {
   }
 }
 
+function noiseCipher(value: string): 'aesgcm' | 'chachapoly' {
+  if (value === 'aesgcm' || value === 'chachapoly') return value;
+  throw new InvalidArgumentError('expected aesgcm or chachapoly');
+}
+
 function environmentId(value: string): string {
   try {
     checkEnvironmentId(value);
@@ -140,6 +146,7 @@ export interface ExecutorOptions {
   listen?: ListenTarget;
   remote?: string;
   environmentId?: string;
+  noiseCipher?: 'aesgcm' | 'chachapoly';
   exitOnStdinClose?: boolean;
   concurrentRequests?: number;
   /** `--forward-allow` entries (replace the config's list); `forward: false` is `--no-forward`. */
@@ -199,6 +206,11 @@ export function buildCommand(run: (options: ExecutorOptions) => Promise<void>): 
       'with --remote: allow an http:// registry on a host that is not loopback (the API key then travels in the clear)',
     )
     .option('--environment-id <id>', 'the environment this executor serves (required with --remote)', environmentId)
+    .option(
+      '--noise-cipher <cipher>',
+      "with --remote: the records' cipher, aesgcm (Codex's, the default) or chachapoly (a Codex harness speaks only aesgcm)",
+      noiseCipher,
+    )
     .option(
       '--exit-on-stdin-close',
       `with --remote: shut down gracefully when stdin closes (for a parent that owns this process; also ${EXIT_ON_STDIN_CLOSE_ENV.join(' or ')}=true)`,
@@ -264,6 +276,7 @@ HTTP_PROXY / ALL_PROXY (lower-case too), except hosts in NO_PROXY, as Codex's do
 function checkModes(options: ExecutorOptions): string | null {
   if (options.remote === undefined) {
     if (options.environmentId !== undefined) return '--environment-id needs --remote';
+    if (options.noiseCipher !== undefined) return '--noise-cipher needs --remote';
     if (options.exitOnStdinClose) return '--exit-on-stdin-close needs --remote';
     return null;
   }
@@ -476,6 +489,9 @@ export async function runExecutor(
         registryUrl: options.remote,
         environmentId: options.environmentId!,
         apiKey,
+        identity: generateIdentity({
+          suite: options.noiseCipher === 'chachapoly' ? SUITE_HYBRID_CHACHAPOLY : SUITE_HYBRID_AESGCM,
+        }),
         logger: log,
         metrics,
         proxy,

@@ -1,7 +1,7 @@
 import { generateKeyPairSync } from 'node:crypto';
 import { connect as tcpConnect } from 'node:net';
 import { Writable } from 'node:stream';
-import { generateIdentity, publicKeyToJson } from '@tether/noise';
+import { generateIdentity, publicKeyToJson, SUITE_HYBRID_AESGCM, SUITE_HYBRID_CHACHAPOLY } from '@tether/noise';
 import { type RelayGrant, type SigningKey, verifyRelayUrl } from '@tether/relay-auth';
 import type { FastifyInstance } from 'fastify';
 import pino from 'pino';
@@ -315,6 +315,20 @@ describe('POST /cloud/environment/:id/validate', () => {
       expect((await validate('dev-1', { ...body, harness_public_key: bad })).json()).toEqual({ valid: false });
     }
     expect((await validate('dev-1', { ...body, harness_public_key: reordered })).json()).toEqual({ valid: true });
+  });
+
+  it('compares the key material, not the suite label: the executor reports the harness key under its own suite', async () => {
+    const body = await minted();
+    const key = harnessKey as unknown as Record<string, string>;
+    // /connect was sent under Codex's AES-GCM suite; a ChaChaPoly executor validates the same key under its own.
+    expect(key.suite).toBe(SUITE_HYBRID_AESGCM);
+    const asChaCha = { ...key, suite: SUITE_HYBRID_CHACHAPOLY };
+    const other = { ...(otherHarnessKey as unknown as Record<string, string>), suite: SUITE_HYBRID_CHACHAPOLY };
+    expect((await validate('dev-1', { ...body, harness_public_key: other })).json()).toEqual({ valid: false });
+    expect((await validate('dev-1', { ...body, harness_public_key: { ...key, suite: 'Noise_nope' } })).json()).toEqual({
+      valid: false,
+    });
+    expect((await validate('dev-1', { ...body, harness_public_key: asChaCha })).json()).toEqual({ valid: true });
   });
 
   it('refuses an authorization minted for another environment', async () => {

@@ -29,6 +29,18 @@ function parseCanonicalKey(value: unknown): string | null {
   }
 }
 
+/**
+ * A harness key as /connect binds it and /validate compares it: its key material only. The suite is the
+ * executor's choice: a harness sends /connect before its bundle names the suite, and the executor reports the
+ * harness key under its own suite, so a label compared here would refuse every harness of a ChaChaPoly
+ * executor. The handshake binds the suite (its protocol name is hashed in); the key bytes are the identity.
+ */
+function harnessKeyIdentity(canonical: string | null): string | null {
+  if (canonical === null) return null;
+  const key = JSON.parse(canonical) as NoisePublicKeyJson;
+  return JSON.stringify({ x25519_public_key: key.x25519_public_key, mlkem768_public_key: key.mlkem768_public_key });
+}
+
 const KEY_FIELDS = ['suite', 'x25519_public_key', 'mlkem768_public_key'] as const;
 
 /**
@@ -179,7 +191,7 @@ export async function cloudRoutes(app: FastifyInstance) {
       async (request, reply) => {
         const environmentId = request.params.id;
         const body = request.body;
-        const harnessPublicKey = canonicalKey(body.harness_public_key);
+        const harnessPublicKey = harnessKeyIdentity(canonicalKey(body.harness_public_key));
         // One statement: the authorization is consumed only while the registration it names is the environment's
         // current one and was made with this executor key (otherwise it survives the attempt).
         const consumed =
@@ -227,7 +239,7 @@ export async function cloudRoutes(app: FastifyInstance) {
       },
       async (request) => {
         const environmentId = request.params.id;
-        const harnessPublicKey = canonicalKey(request.body.harness_public_key);
+        const harnessPublicKey = harnessKeyIdentity(canonicalKey(request.body.harness_public_key));
         if (harnessPublicKey === null) throw new RegistryError('invalid_public_key');
         const authorization = generateToken('thka');
         // The registration lookup and the authorization for it are one store step (one PostgreSQL round trip).
