@@ -13,7 +13,8 @@ import { createHash, randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Environment } from '@tether/client';
+import { Environment, fetchBundle } from '@tether/client';
+import { generateIdentity, SUITE_HYBRID_CHACHAPOLY } from '@tether/noise';
 import {
   type RelayTap,
   repoRoot,
@@ -27,6 +28,8 @@ import {
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 const ENVIRONMENT = 'browser-terminal-e2e';
+/** Served by an executor on the ChaChaPoly suite (`--noise-cipher chachapoly`). */
+const CHACHA_ENVIRONMENT = 'browser-terminal-chacha';
 const UI_DIR = join(repoRoot(), 'packages', 'web', 'dist');
 
 interface PageHook {
@@ -50,6 +53,7 @@ beforeAll(async () => {
   tap = await startRelayTap();
   stack = await startStack({ relayVia: tap, registryArgs: ['--ui-dir', UI_DIR] });
   await stack.startExecutor('tether', ENVIRONMENT);
+  await stack.startExecutor('tether', CHACHA_ENVIRONMENT, { args: ['--noise-cipher', 'chachapoly'] });
   browser = await startBrowser();
 }, 60_000);
 
@@ -60,11 +64,11 @@ afterAll(async () => {
 });
 
 /** Opens the page for ENVIRONMENT, signs in with the harness key (not remembered) and waits for the terminal. */
-async function openTerminal(command?: string): Promise<TestPage> {
+async function openTerminal(command?: string, environment = ENVIRONMENT): Promise<TestPage> {
   const tab = await browser.newPage({ viewport: { width: 1000, height: 700 } });
   const { page } = tab;
-  await page.goto(`${stack.registryUrl}/ui/#env=${ENVIRONMENT}`);
-  expect(await page.inputValue('form#signin input#environment')).toBe(ENVIRONMENT);
+  await page.goto(`${stack.registryUrl}/ui/#env=${environment}`);
+  expect(await page.inputValue('form#signin input#environment')).toBe(environment);
   expect(await page.getAttribute('input#api-key', 'type')).toBe('password');
   expect(await page.isChecked('input#remember')).toBe(false);
   await page.fill('input#api-key', stack.keys.harness);
@@ -246,6 +250,26 @@ describe('browser terminal', () => {
     const tab = await openTerminal('echo cmd-$((5*5)) $0; exit 5');
     await waitForLine(tab, 'cmd-25 /bin/sh');
     await tab.page.waitForSelector('#exit-status[data-exit-code="5"]', { timeout: 10_000 });
+    expect(tab.problems).toEqual([]);
+    await tab.close();
+  }, 60_000);
+
+  it('speaks the ChaChaPoly suite to an executor that chose it (WebCrypto has no ChaCha: opened in JavaScript)', async () => {
+    // The bundle names the executor's suite; the page follows it.
+    const bundle = await fetchBundle(
+      { registryUrl: stack.registryUrl, apiKey: stack.keys.harness },
+      CHACHA_ENVIRONMENT,
+      generateIdentity().publicKey,
+    );
+    expect(bundle.executorPublicKey.suite).toBe(SUITE_HYBRID_CHACHAPOLY);
+    const marker = `chacha-${randomBytes(6).toString('hex')}`;
+    secrets.add(marker);
+    const tab = await openTerminal(
+      `head -c 300000 /dev/zero | tr '\\0' x | fold -w 100; echo; echo ${marker}; exit 7`,
+      CHACHA_ENVIRONMENT,
+    );
+    await waitForLine(tab, marker);
+    await tab.page.waitForSelector('#exit-status[data-exit-code="7"]', { timeout: 10_000 });
     expect(tab.problems).toEqual([]);
     await tab.close();
   }, 60_000);

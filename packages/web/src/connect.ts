@@ -6,7 +6,7 @@ import {
   rendezvousDialer,
   TetherError,
 } from '@tether/client';
-import { createMlKem768, createPortableProvider } from '@tether/noise';
+import { createMlKem768, createWebCryptoProvider } from '@tether/noise';
 import { BrowserSocketFrameLink } from './socket-link.js';
 
 /** How long the relay socket may take to open. */
@@ -52,11 +52,14 @@ export const browserRelayLinks: RelayLinkOpener = (url, streamId, signal) =>
     socket.addEventListener('close', onClose);
   });
 
-/** A page's rendezvous platform: the browser's socket, and crypto in JavaScript (noble, stablelib). */
+/**
+ * A page's rendezvous platform: the browser's socket; records opened by WebCrypto's AES-GCM, everything else in
+ * JavaScript (noble, stablelib; ChaChaPoly records too: WebCrypto has no ChaCha20-Poly1305).
+ */
 export function browserPlatform(): RendezvousPlatform {
   return {
     openRelayLink: browserRelayLinks,
-    provider: createPortableProvider(),
+    provider: createWebCryptoProvider(),
     kem: createMlKem768({ backend: 'noble' }),
   };
 }

@@ -1,5 +1,6 @@
+import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { baseName, remotePath } from './files.js';
+import { ByteGatherer, baseName, remotePath, webCryptoSha256 } from './files.js';
 
 describe('remotePath', () => {
   it('joins an absolute directory and a file name', () => {
@@ -19,5 +20,27 @@ describe('baseName', () => {
     expect(baseName('/tmp/dir/file.txt')).toBe('file.txt');
     expect(baseName('/tmp/dir/')).toBe('dir');
     expect(baseName('/')).toBe('download');
+  });
+});
+
+describe('ByteGatherer', () => {
+  it('gathers appended bytes in order, growing past its first size', () => {
+    for (const hint of [0, 3, 10, 1 << 20]) {
+      const gathered = new ByteGatherer(hint);
+      const parts = [Uint8Array.of(1, 2), new Uint8Array(0), Uint8Array.of(3), new Uint8Array(70_000).fill(9)];
+      for (const part of parts) gathered.append(part);
+      expect(gathered.length).toBe(70_003);
+      const bytes = gathered.bytes();
+      expect([...bytes.subarray(0, 4)]).toEqual([1, 2, 3, 9]);
+      expect(bytes.subarray(3).every((b) => b === 9)).toBe(true);
+    }
+  });
+});
+
+describe('webCryptoSha256', () => {
+  it('is the hex SHA-256 of the bytes', async () => {
+    const data = new TextEncoder().encode('abc');
+    expect(await webCryptoSha256(data)).toBe(createHash('sha256').update(data).digest('hex'));
+    expect(await webCryptoSha256(new Uint8Array(0))).toBe(createHash('sha256').digest('hex'));
   });
 });

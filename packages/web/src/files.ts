@@ -162,25 +162,26 @@ export async function uploadFile(
 
 /**
  * Reads `path` from the executor into memory, in blocks with up to READ_DEPTH in flight, delivered in
- * order; `progress` is told the bytes received so far.
+ * order; `progress` is told the bytes received so far. `sizeHint` (the file's size when asked) sizes the
+ * buffer the blocks are gathered in; a file that grew meanwhile still arrives whole. The SHA-256 is taken
+ * at the end by WebCrypto (native; the page's own runs at about the speed of the transfer).
  */
 export async function downloadFile(
   env: Environment,
   path: string,
   progress: (bytes: number) => void,
-): Promise<{ chunks: Uint8Array[]; sha256: string; bytes: number; verified: boolean }> {
+  sizeHint = 0,
+): Promise<{ data: Uint8Array; sha256: string; bytes: number; verified: boolean }> {
   const client = executorOf(env);
   const capabilities = client.capabilities;
   const binary = capabilities.has('binaryBlocks');
   const digest = capabilities.has('fileHandleDigest');
   const id = handleId('r');
   await client.call('fs/open', { handleId: id, path: toFileUri(path), ...(digest ? { digest: true } : {}) });
-  const hash = new Sha256();
-  const chunks: Uint8Array[] = [];
+  const gathered = new ByteGatherer(sizeHint);
   let inflight: Array<{ offset: number; len: number; answer: Promise<{ chunk?: string; eof?: boolean }> }> = [];
   let blockSize = BLOCK_BYTES;
   let nextOffset = 0;
-  let received = 0;
   let eof = false;
   let closed = false;
   const request = (offset: number, len: number) => {
@@ -203,8 +204,8 @@ export async function downloadFile(
       if (!block) break;
       const answer = await block.answer;
       const attached = attachmentOf(answer);
-      // A copy: an attachment may be a view of a buffer the connection reuses.
-      const bytes = attached ? new Uint8Array(attached) : new Uint8Array(Buffer.from(answer.chunk ?? '', 'base64'));
+      // Copied into `gathered` below: an attachment may be a view of a buffer the connection reuses.
+      const bytes = attached ?? Buffer.from(answer.chunk ?? '', 'base64');
       if (bytes.byteLength > block.len)
         throw new TetherError('protocol', `fs/readBlock answered ${bytes.byteLength} bytes for ${block.len}`);
       if (answer.eof === true) eof = true;
@@ -217,22 +218,21 @@ export async function downloadFile(
         nextOffset = block.offset + bytes.byteLength;
       }
       if (bytes.byteLength > 0) {
-        hash.update(bytes);
-        chunks.push(bytes);
-        received += bytes.byteLength;
-        progress(received);
+        gathered.append(bytes);
+        progress(gathered.length);
       }
     }
     await Promise.allSettled(inflight.map((b) => b.answer));
     closed = true;
     const answer = await client.call('fs/close', { handleId: id });
-    const ours = { sha256: hash.hex(), bytes: received };
+    const data = gathered.bytes();
+    const ours = { sha256: await webCryptoSha256(data), bytes: data.byteLength };
     const verified = checkDigest(
       `download of ${path}`,
       ours,
       digest ? handleDigestOf(answer as Partial<HandleDigest>) : null,
     );
-    return { chunks, ...ours, verified };
+    return { data, ...ours, verified };
   } finally {
     if (!closed) {
       await Promise.allSettled(inflight.map((b) => b.answer));
@@ -241,9 +241,45 @@ export async function downloadFile(
   }
 }
 
+/** Bytes appended into one buffer, grown by doubling past its first size. */
+export class ByteGatherer {
+  private buffer: Uint8Array;
+  private filled = 0;
+
+  constructor(sizeHint: number) {
+    this.buffer = new Uint8Array(Math.max(0, sizeHint));
+  }
+
+  get length(): number {
+    return this.filled;
+  }
+
+  append(bytes: Uint8Array): void {
+    const needed = this.filled + bytes.byteLength;
+    if (needed > this.buffer.byteLength) {
+      const grown = new Uint8Array(Math.max(needed, this.buffer.byteLength * 2, 64 * 1024));
+      grown.set(this.buffer.subarray(0, this.filled));
+      this.buffer = grown;
+    }
+    this.buffer.set(bytes, this.filled);
+    this.filled = needed;
+  }
+
+  /** What was appended (a view of the buffer: appending again may replace it). */
+  bytes(): Uint8Array {
+    return this.buffer.subarray(0, this.filled);
+  }
+}
+
+/** SHA-256 of `data` in hex, by WebCrypto. */
+export async function webCryptoSha256(data: Uint8Array): Promise<string> {
+  const digest = new Uint8Array(await crypto.subtle.digest('SHA-256', data as Uint8Array<ArrayBuffer>));
+  return Array.from(digest, (b) => b.toString(16).padStart(2, '0')).join('');
+}
+
 /** Hands bytes to the browser as a download named `name`. */
-function save(chunks: Uint8Array[], name: string): void {
-  const url = URL.createObjectURL(new Blob(chunks as BlobPart[], { type: 'application/octet-stream' }));
+function save(data: Uint8Array, name: string): void {
+  const url = URL.createObjectURL(new Blob([data as Uint8Array<ArrayBuffer>], { type: 'application/octet-stream' }));
   const link = document.createElement('a');
   link.href = url;
   link.download = name;
@@ -376,9 +412,10 @@ export function mountFiles(env: Environment): FilesPanel {
     try {
       const size = (await env.fs.getMetadata(path)).size;
       row.setTotal(size);
-      const result = await downloadFile(env, path, (bytes) => row.progress(bytes));
-      save(result.chunks, baseName(path));
+      const result = await downloadFile(env, path, (bytes) => row.progress(bytes), size);
+      // Done once the bytes are in the page and their SHA-256 checked; then handed to the browser's downloads.
       row.done(result);
+      save(result.data, baseName(path));
     } catch (err) {
       row.fail(err as Error);
     } finally {
