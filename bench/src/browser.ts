@@ -1,31 +1,46 @@
 /**
  * The browser terminal's figures, in Debian's Chromium against the registry, relay and executor bins: keystroke
  * echo (the time from a key to the next output, measured in the page) next to the Node SDK's over the same
- * stack, and a download into the page (1 MiB blocks, AES-GCM in JavaScript) next to `harness cp` of the same
- * file. Medians.
+ * stack, and a download into the page (1 MiB blocks; records opened by WebCrypto's AES-GCM, and from an executor
+ * on the ChaChaPoly suite in JavaScript; the file's SHA-256 checked against the executor's and this file's) next
+ * to `harness cp` of the same file. Medians.
+ *
+ * The echo is timed in a page driven by playwright (it types the keys). The download is timed in a plain
+ * Chromium (`startPlainChromium`): under playwright, Chromium copies every WebSocket frame into a DevTools
+ * event, which caps a page's WebSocket input at about a sixth of a plain browser's on this machine.
  *
  *   pnpm --filter @tether/bench run bench:browser
  *   (BENCH_BROWSER_KEYS, default 60; BENCH_BROWSER_MIB, default 32; BENCH_BROWSER_REPEATS, default 3)
  */
-import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createHash, randomBytes } from 'node:crypto';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { Environment } from '@tether/client';
-import { repoRoot, startBrowser, startStack } from '@tether/test-kit';
+import { type PlainPage, repoRoot, startBrowser, startPlainChromium, startStack } from '@tether/test-kit';
 import { harnessEnv, harnessMain, median, timed, writeResults } from './commands.js';
 
 const KEYS = Number(process.env.BENCH_BROWSER_KEYS ?? 60);
 const MIB = Number(process.env.BENCH_BROWSER_MIB ?? 32);
 const REPEATS = Number(process.env.BENCH_BROWSER_REPEATS ?? 3);
 const ENVIRONMENT = 'bench-browser';
+/** Served by an executor on the ChaChaPoly suite. */
+const CHACHA_ENVIRONMENT = 'bench-browser-chacha';
 const KEY_GAP_MS = 50;
 
 interface PageHook {
   state(): string;
   echoLatencies(): number[];
-  transfers(): Array<{ direction: string; state: string; bytes: number; elapsedMs: number | null }>;
+  transfers(): Array<{
+    direction: string;
+    state: string;
+    bytes: number;
+    elapsedMs: number | null;
+    sha256: string | null;
+    verified: boolean;
+    error?: string;
+  }>;
 }
 declare const tether: PageHook;
 
@@ -35,8 +50,11 @@ const browser = await startBrowser();
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 try {
   await stack.startExecutor('tether', ENVIRONMENT);
+  await stack.startExecutor('tether', CHACHA_ENVIRONMENT, { args: ['--noise-cipher', 'chachapoly'] });
   const file = join(dir, 'payload.bin');
-  writeFileSync(file, randomBytes(MIB * 1024 * 1024));
+  const content = randomBytes(MIB * 1024 * 1024);
+  writeFileSync(file, content);
+  const contentSha256 = createHash('sha256').update(content).digest('hex');
 
   // The page: sign in with the harness key, a login shell in the terminal.
   const { page } = await browser.newPage({ viewport: { width: 1000, height: 700 }, acceptDownloads: true });
@@ -80,27 +98,76 @@ try {
   await pump.catch(() => undefined);
   await sdk.close();
 
-  // Downloads: into the page, and with harness cp, alternating.
   const pageMBs: number[] = [];
+  const chachaMBs: number[] = [];
   const cpMBs: number[] = [];
   const bytes = MIB * 1024 * 1024;
   const env = harnessEnv(stack, ENVIRONMENT);
-  for (let r = 0; r < REPEATS; r++) {
-    await page.fill('#download-path', file);
-    const [download] = await Promise.all([page.waitForEvent('download'), page.click('#download')]);
-    await download.path();
-    const done = await page.evaluate(() => tether.transfers().filter((t) => t.direction === 'download'));
-    const last = done[done.length - 1];
-    if (last?.state !== 'done' || last.bytes !== bytes || last.elapsedMs === null) {
+  await browser.close();
+
+  /** A plain Chromium signed in to `environment` with the harness key. */
+  const signedIn = async (environment: string): Promise<PlainPage> => {
+    const plain = await startPlainChromium();
+    try {
+      await plain.goto(`${stack.registryUrl}/ui/#env=${environment}`);
+      await plain.evaluate(`(document.getElementById('api-key').value = ${JSON.stringify(stack.keys.harness)},
+        document.getElementById('connect').click())`);
+      await plain.evaluate(`new Promise((resolve, reject) => {
+        const deadline = Date.now() + 20000;
+        const poll = () => tether.state() === 'connected' ? resolve(true)
+          : Date.now() > deadline ? reject(new Error('not connected: ' + tether.state())) : setTimeout(poll, 20);
+        poll();
+      })`);
+      return plain;
+    } catch (err) {
+      await plain.close();
+      throw err;
+    }
+  };
+  /** One download of the file into `plain`, checked whole, in MB/s as the page timed it. */
+  const download = async (plain: PlainPage): Promise<number> => {
+    const last = await plain.evaluate<ReturnType<PageHook['transfers']>[number]>(`new Promise((resolve) => {
+      const before = tether.transfers().length;
+      document.getElementById('download-path').value = ${JSON.stringify(file)};
+      document.getElementById('download').click();
+      const poll = () => {
+        const all = tether.transfers();
+        const t = all[all.length - 1];
+        if (all.length > before && t.state !== 'running') resolve(t);
+        else setTimeout(poll, 5);
+      };
+      poll();
+    })`);
+    if (last.state !== 'done' || last.bytes !== bytes || last.elapsedMs === null) {
       throw new Error(`the page's download did not finish whole: ${JSON.stringify(last)}`);
     }
-    pageMBs.push(bytes / 1e6 / (last.elapsedMs / 1000));
-    const seconds = await timed(
-      process.execPath,
-      [harnessMain(), 'cp', `${ENVIRONMENT}:${file}`, join(dir, `cp-${r}.bin`)],
-      env,
-    );
-    cpMBs.push(bytes / 1e6 / seconds);
+    if (last.sha256 !== contentSha256 || !last.verified) {
+      throw new Error(`the page's download is not the file: ${JSON.stringify(last)}`);
+    }
+    return bytes / 1e6 / (last.elapsedMs / 1000);
+  };
+
+  // Downloads into plain pages (AES-GCM by WebCrypto; ChaChaPoly in JavaScript) and with harness cp, in turn.
+  const aesPage = await signedIn(ENVIRONMENT);
+  try {
+    const chachaPage = await signedIn(CHACHA_ENVIRONMENT);
+    try {
+      for (let r = 0; r < REPEATS; r++) {
+        pageMBs.push(await download(aesPage));
+        chachaMBs.push(await download(chachaPage));
+        const copy = join(dir, `cp-${r}.bin`);
+        const seconds = await timed(process.execPath, [harnessMain(), 'cp', `${ENVIRONMENT}:${file}`, copy], env);
+        if (createHash('sha256').update(readFileSync(copy)).digest('hex') !== contentSha256) {
+          throw new Error('harness cp did not copy the file whole');
+        }
+        rmSync(copy);
+        cpMBs.push(bytes / 1e6 / seconds);
+      }
+    } finally {
+      await chachaPage.close();
+    }
+  } finally {
+    await aesPage.close();
   }
 
   const results = {
@@ -108,14 +175,15 @@ try {
     mib: MIB,
     repeats: REPEATS,
     echoMs: { page: median(pageEcho), sdk: median(sdkEcho) },
-    downloadMBs: { page: median(pageMBs), harnessCp: median(cpMBs) },
-    samples: { pageEcho, sdkEcho, pageMBs, cpMBs },
+    downloadMBs: { page: median(pageMBs), pageChaChaPoly: median(chachaMBs), harnessCp: median(cpMBs) },
+    samples: { pageEcho, sdkEcho, pageMBs, chachaMBs, cpMBs },
   };
   const f = (n: number) => n.toFixed(1);
   console.log(`| ${KEYS} keys, ${MIB} MiB ×${REPEATS} | page (Chromium) | Node SDK / harness cp |`);
   console.log('|---|---|---|');
   console.log(`| keystroke echo p50 | ${f(results.echoMs.page)} ms | ${f(results.echoMs.sdk)} ms |`);
-  console.log(`| download | ${f(results.downloadMBs.page)} MB/s | ${f(results.downloadMBs.harnessCp)} MB/s |`);
+  console.log(`| download, AES-GCM | ${f(results.downloadMBs.page)} MB/s | ${f(results.downloadMBs.harnessCp)} MB/s |`);
+  console.log(`| download, ChaChaPoly | ${f(results.downloadMBs.pageChaChaPoly)} MB/s | |`);
   console.log(`results: ${writeResults('browser.json', results)}`);
 } finally {
   await browser.close();

@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { artifactsDir, hasChromium, startBrowser } from './browser.js';
+import { startPlainChromium } from './plain-browser.js';
 import { findProcesses } from './processes.js';
 
 const PAGES: Record<string, { type: string; body: string }> = {
@@ -94,5 +95,22 @@ describe('startBrowser', () => {
     }
     expect(findProcesses({ environIncludes: [browser.processMarker] })).toEqual([]);
     expect(existsSync(join(artifacts, 'sub', 'clean.png'))).toBe(true);
+  }, 60_000);
+});
+
+describe('startPlainChromium', () => {
+  it('evaluates in a page with nothing but DevTools Runtime attached, and close() leaves no process', async () => {
+    const plain = await startPlainChromium();
+    try {
+      expect(findProcesses({ environIncludes: [plain.processMarker] }).length).toBeGreaterThan(0);
+      await plain.goto(`${base}/clean`);
+      expect(await plain.evaluate<string>(`document.getElementById('ok').textContent`)).toBe('fine');
+      expect(await plain.evaluate<number>('new Promise((resolve) => setTimeout(() => resolve(6 * 7), 10))')).toBe(42);
+      await expect(plain.evaluate('Promise.reject(new Error("boom-evaluate"))')).rejects.toThrow(/boom-evaluate/);
+      await expect(plain.evaluate('nope.nope')).rejects.toThrow(/nope is not defined/);
+    } finally {
+      await plain.close();
+    }
+    expect(findProcesses({ environIncludes: [plain.processMarker] })).toEqual([]);
   }, 60_000);
 });

@@ -122,6 +122,7 @@ export {
   type Transport,
   tetherMainPath,
 } from './peer.js';
+export { type PlainPage, startPlainChromium } from './plain-browser.js';
 export {
   cpuSeconds,
   descendantPids,
