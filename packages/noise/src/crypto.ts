@@ -87,7 +87,11 @@ export function oneShotAead(provider: CryptoProvider, cipher: CipherName, key: U
 
 /** An AEAD bound to one key that opens asynchronously (see `CryptoProvider.asyncAead`). */
 export interface AsyncAead {
-  /** AEAD open: a fresh plaintext; rejects on authentication failure. `nonce` may change once this returns. */
+  /**
+   * AEAD open: a fresh plaintext; rejects on authentication failure. `nonce`, `ad` and `ciphertext` may change
+   * once this returns (a relay link's payload is valid only while its frame is handled): take copies first,
+   * as WebCrypto's `decrypt` does of its arguments when called.
+   */
   open(nonce: Uint8Array, ad: Uint8Array, ciphertext: Uint8Array): Promise<Uint8Array>;
 }
 

@@ -33,6 +33,27 @@ describe('createWebCryptoProvider', () => {
     expect(opened.map((p) => Buffer.from(p).toString('hex'))).toEqual(plaintexts.map((p) => p.toString('hex')));
   });
 
+  it('takes what it needs from a record when called: the buffer may be reused at once (before and after the key is ready)', async () => {
+    const { sealer, receiver } = channel('AESGCM');
+    const plaintexts = [randomBytes(100), randomBytes(60 * 1024)];
+    const opening: Promise<Uint8Array>[] = [];
+    for (const plaintext of plaintexts) {
+      const record = sealer.encrypt(plaintext);
+      opening.push(receiver.decryptAsync(record));
+      record.fill(0); // the link's buffer, reused for the next message
+      await Promise.resolve();
+    }
+    await opening[0];
+    const later = randomBytes(5000);
+    const record = sealer.encrypt(later);
+    opening.push(receiver.decryptAsync(record));
+    record.fill(0);
+    const opened = await Promise.all(opening);
+    expect(opened.map((p) => Buffer.from(p).toString('hex'))).toEqual(
+      [...plaintexts, later].map((p) => p.toString('hex')),
+    );
+  });
+
   it('rejects a tampered record, or one opened out of order, as decrypt_failed', async () => {
     const { sealer, receiver } = channel('AESGCM');
     const records = ['first', 'second', 'third', 'fourth'].map((text) => sealer.encrypt(Buffer.from(text)));

@@ -75,7 +75,8 @@ function webCryptoAesGcm(subtle: AesGcmSubtle, key: Uint8Array): AsyncAead {
     open(nonce, ad, ciphertext) {
       if (ciphertext.length < TAG_LENGTH_BYTES) return Promise.reject(new Error('ciphertext shorter than its tag'));
       // The nonce is copied now: the caller's moves on as soon as this returns. With the key ready, decrypt
-      // takes copies of its inputs as it is called (WebCrypto); before, they are copied here.
+      // takes copies of its inputs as it is called (WebCrypto's contract; Node's does too); before, they are
+      // copied here.
       const iv = Uint8Array.from(nonce);
       if (ready !== null) return open(ready, iv, ad, ciphertext);
       const aad = Uint8Array.from(ad);
