@@ -100,6 +100,7 @@ try {
 
   const pageMBs: number[] = [];
   const chachaMBs: number[] = [];
+  const uploadMBs: number[] = [];
   const cpMBs: number[] = [];
   const bytes = MIB * 1024 * 1024;
   const env = harnessEnv(stack, ENVIRONMENT);
@@ -123,6 +124,39 @@ try {
       await plain.close();
       throw err;
     }
+  };
+  /**
+   * One upload from `plain` of MIB random bytes made in the page, into `dir`: checked against the executor's
+   * digest by the page and against the file written here; MB/s as the page timed it.
+   */
+  const upload = async (plain: PlainPage, name: string): Promise<number> => {
+    const last = await plain.evaluate<ReturnType<PageHook['transfers']>[number]>(`new Promise((resolve) => {
+      const bytes = new Uint8Array(${bytes});
+      for (let at = 0; at < bytes.length; at += 65536) crypto.getRandomValues(bytes.subarray(at, at + 65536));
+      const picker = document.getElementById('upload');
+      const chosen = new DataTransfer();
+      chosen.items.add(new File([bytes], ${JSON.stringify(name)}));
+      document.getElementById('remote-dir').value = ${JSON.stringify(dir)};
+      const before = tether.transfers().length;
+      picker.files = chosen.files;
+      picker.dispatchEvent(new Event('change'));
+      const poll = () => {
+        const all = tether.transfers();
+        const t = all[all.length - 1];
+        if (all.length > before && t.state !== 'running') resolve(t);
+        else setTimeout(poll, 5);
+      };
+      poll();
+    })`);
+    const written = join(dir, name);
+    if (last.state !== 'done' || last.bytes !== bytes || last.elapsedMs === null || !last.verified) {
+      throw new Error(`the page's upload did not finish whole: ${JSON.stringify(last)}`);
+    }
+    if (createHash('sha256').update(readFileSync(written)).digest('hex') !== last.sha256) {
+      throw new Error('the uploaded file is not what the page sent');
+    }
+    rmSync(written);
+    return bytes / 1e6 / (last.elapsedMs / 1000);
   };
   /** One download of the file into `plain`, checked whole, in MB/s as the page timed it. */
   const download = async (plain: PlainPage): Promise<number> => {
@@ -154,6 +188,7 @@ try {
     try {
       for (let r = 0; r < REPEATS; r++) {
         pageMBs.push(await download(aesPage));
+        uploadMBs.push(await upload(aesPage, `up-${r}.bin`));
         chachaMBs.push(await download(chachaPage));
         const copy = join(dir, `cp-${r}.bin`);
         const seconds = await timed(process.execPath, [harnessMain(), 'cp', `${ENVIRONMENT}:${file}`, copy], env);
@@ -176,7 +211,8 @@ try {
     repeats: REPEATS,
     echoMs: { page: median(pageEcho), sdk: median(sdkEcho) },
     downloadMBs: { page: median(pageMBs), pageChaChaPoly: median(chachaMBs), harnessCp: median(cpMBs) },
-    samples: { pageEcho, sdkEcho, pageMBs, chachaMBs, cpMBs },
+    uploadMBs: { page: median(uploadMBs) },
+    samples: { pageEcho, sdkEcho, pageMBs, chachaMBs, cpMBs, uploadMBs },
   };
   const f = (n: number) => n.toFixed(1);
   console.log(`| ${KEYS} keys, ${MIB} MiB ×${REPEATS} | page (Chromium) | Node SDK / harness cp |`);
@@ -184,6 +220,7 @@ try {
   console.log(`| keystroke echo p50 | ${f(results.echoMs.page)} ms | ${f(results.echoMs.sdk)} ms |`);
   console.log(`| download, AES-GCM | ${f(results.downloadMBs.page)} MB/s | ${f(results.downloadMBs.harnessCp)} MB/s |`);
   console.log(`| download, ChaChaPoly | ${f(results.downloadMBs.pageChaChaPoly)} MB/s | |`);
+  console.log(`| upload, AES-GCM | ${f(results.uploadMBs.page)} MB/s | |`);
   console.log(`results: ${writeResults('browser.json', results)}`);
 } finally {
   await browser.close();
