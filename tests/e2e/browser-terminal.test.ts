@@ -30,6 +30,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 const ENVIRONMENT = 'browser-terminal-e2e';
 /** Served by an executor on the ChaChaPoly suite (`--noise-cipher chachapoly`). */
 const CHACHA_ENVIRONMENT = 'browser-terminal-chacha';
+const INSECURE_HOST = 'tether.test';
 const UI_DIR = join(repoRoot(), 'packages', 'web', 'dist');
 
 interface PageHook {
@@ -54,7 +55,8 @@ beforeAll(async () => {
   stack = await startStack({ relayVia: tap, registryArgs: ['--ui-dir', UI_DIR] });
   await stack.startExecutor('tether', ENVIRONMENT);
   await stack.startExecutor('tether', CHACHA_ENVIRONMENT, { args: ['--noise-cipher', 'chachapoly'] });
-  browser = await startBrowser();
+  // tether.test is 127.0.0.1 too, but not a secure context to the browser (plain http off localhost).
+  browser = await startBrowser({ args: [`--host-resolver-rules=MAP ${INSECURE_HOST} 127.0.0.1`] });
 }, 60_000);
 
 afterAll(async () => {
@@ -272,6 +274,36 @@ describe('browser terminal', () => {
     await tab.page.waitForSelector('#exit-status[data-exit-code="7"]', { timeout: 10_000 });
     expect(tab.problems).toEqual([]);
     await tab.close();
+  }, 60_000);
+
+  it('over plain http off localhost, says it needs a secure context, and spends no grant', async () => {
+    const minted = await fetch(`${stack.registryUrl}/cloud/browser-grants`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${stack.keys.harness}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ environment_id: ENVIRONMENT }),
+    });
+    const { url, grant } = (await minted.json()) as { url: string; grant: string };
+    secrets.add(grant);
+    const insecure = new URL(url);
+    insecure.hostname = INSECURE_HOST;
+    const tab = await browser.newPage({ viewport: { width: 1000, height: 700 } });
+    await tab.page.goto(insecure.href);
+    await waitForState(tab, 'error', 10_000);
+    expect(await tab.page.evaluate(() => isSecureContext)).toBe(false);
+    expect(await tab.page.textContent('#status')).toMatch(/needs a secure context.*https:\/\//);
+    expect(await tab.page.evaluate<string>('location.hash')).toBe('');
+    // Chromium says itself that COOP means nothing on such an origin; nothing else may go wrong.
+    const coopIgnored =
+      /^The Cross-Origin-Opener-Policy header has been ignored, because the URL's origin was untrustworthy/;
+    expect(tab.problems.filter((p) => !(p.kind === 'console' && coopIgnored.test(p.text)))).toEqual([]);
+    await tab.close();
+    // The grant was not exchanged: it still works once.
+    const exchanged = await fetch(`${stack.registryUrl}/cloud/browser-grants/exchange`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ grant }),
+    });
+    expect(exchanged.status).toBe(200);
   }, 60_000);
 
   it('signs in with a one-time grant from the registry, which leaves neither the address bar nor storage', async () => {

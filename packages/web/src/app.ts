@@ -45,7 +45,15 @@ const hook = {
 };
 (globalThis as unknown as { tether: typeof hook }).tether = hook;
 
+/** WebCrypto (records, ids, hashes) exists only in a secure context: https://, or http:// on localhost. */
+const INSECURE_CONTEXT =
+  'this page needs a secure context for WebCrypto: open it over https://, or on localhost / 127.0.0.1';
+
 async function connect(signIn: SignIn): Promise<void> {
+  if (!isSecureContext) {
+    setState('error', INSECURE_CONTEXT);
+    return;
+  }
   setState('connecting', `connecting to ${signIn.environmentId}…`);
   form.querySelector('fieldset')?.setAttribute('disabled', '');
   try {
@@ -108,6 +116,11 @@ async function boot(): Promise<void> {
   // The grant must not stay in the address bar or the history once read.
   if (params.grant !== undefined) history.replaceState(null, '', `${location.pathname}${location.search}`);
   if (params.env !== undefined) environmentInput.value = params.env;
+  if (!isSecureContext) {
+    // Said before a grant is spent on a session this page could not use.
+    setState('error', INSECURE_CONTEXT);
+    return;
+  }
   if (params.grant !== undefined) {
     setState('connecting', 'exchanging the sign-in link…');
     try {
