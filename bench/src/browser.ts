@@ -125,21 +125,12 @@ try {
       throw err;
     }
   };
-  /**
-   * One upload from `plain` of MIB random bytes made in the page, into `dir`: checked against the executor's
-   * digest by the page and against the file written here; MB/s as the page timed it.
-   */
-  const upload = async (plain: PlainPage, name: string): Promise<number> => {
-    const last = await plain.evaluate<ReturnType<PageHook['transfers']>[number]>(`new Promise((resolve) => {
-      const bytes = new Uint8Array(${bytes});
-      for (let at = 0; at < bytes.length; at += 65536) crypto.getRandomValues(bytes.subarray(at, at + 65536));
-      const picker = document.getElementById('upload');
-      const chosen = new DataTransfer();
-      chosen.items.add(new File([bytes], ${JSON.stringify(name)}));
-      document.getElementById('remote-dir').value = ${JSON.stringify(dir)};
+  /** Runs `prepare` then `start` in the page, and answers the transfer `start` began once it has ended. */
+  const transfer = (plain: PlainPage, prepare: string, start: string) =>
+    plain.evaluate<ReturnType<PageHook['transfers']>[number]>(`new Promise((resolve) => {
+      ${prepare}
       const before = tether.transfers().length;
-      picker.files = chosen.files;
-      picker.dispatchEvent(new Event('change'));
+      ${start}
       const poll = () => {
         const all = tether.transfers();
         const t = all[all.length - 1];
@@ -148,6 +139,22 @@ try {
       };
       poll();
     })`);
+  /**
+   * One upload from `plain` of MIB random bytes made in the page, into `dir`: checked against the executor's
+   * digest by the page and against the file written here; MB/s as the page timed it.
+   */
+  const upload = async (plain: PlainPage, name: string): Promise<number> => {
+    const last = await transfer(
+      plain,
+      `const bytes = new Uint8Array(${bytes});
+      for (let at = 0; at < bytes.length; at += 65536) crypto.getRandomValues(bytes.subarray(at, at + 65536));
+      const picker = document.getElementById('upload');
+      const chosen = new DataTransfer();
+      chosen.items.add(new File([bytes], ${JSON.stringify(name)}));
+      document.getElementById('remote-dir').value = ${JSON.stringify(dir)};`,
+      `picker.files = chosen.files;
+      picker.dispatchEvent(new Event('change'));`,
+    );
     const written = join(dir, name);
     if (last.state !== 'done' || last.bytes !== bytes || last.elapsedMs === null || !last.verified) {
       throw new Error(`the page's upload did not finish whole: ${JSON.stringify(last)}`);
@@ -160,18 +167,11 @@ try {
   };
   /** One download of the file into `plain`, checked whole, in MB/s as the page timed it. */
   const download = async (plain: PlainPage): Promise<number> => {
-    const last = await plain.evaluate<ReturnType<PageHook['transfers']>[number]>(`new Promise((resolve) => {
-      const before = tether.transfers().length;
-      document.getElementById('download-path').value = ${JSON.stringify(file)};
-      document.getElementById('download').click();
-      const poll = () => {
-        const all = tether.transfers();
-        const t = all[all.length - 1];
-        if (all.length > before && t.state !== 'running') resolve(t);
-        else setTimeout(poll, 5);
-      };
-      poll();
-    })`);
+    const last = await transfer(
+      plain,
+      `document.getElementById('download-path').value = ${JSON.stringify(file)};`,
+      `document.getElementById('download').click();`,
+    );
     if (last.state !== 'done' || last.bytes !== bytes || last.elapsedMs === null) {
       throw new Error(`the page's download did not finish whole: ${JSON.stringify(last)}`);
     }

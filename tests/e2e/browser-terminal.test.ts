@@ -84,6 +84,19 @@ async function openTerminal(command?: string, environment = ENVIRONMENT): Promis
   return tab;
 }
 
+/** A one-time browser grant for ENVIRONMENT from the registry (`harness login --web`'s request). */
+async function mintGrant(): Promise<{ url: string; grant: string }> {
+  const minted = await fetch(`${stack.registryUrl}/cloud/browser-grants`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${stack.keys.harness}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ environment_id: ENVIRONMENT }),
+  });
+  expect(minted.status).toBe(201);
+  const answer = (await minted.json()) as { url: string; grant: string };
+  secrets.add(answer.grant);
+  return answer;
+}
+
 /** What the page and the tap did, for a failure's message. */
 function diagnostics(tab: TestPage): string {
   const roles = tap.upgrades().map((path) => new URL(path, 'ws://tap').searchParams.get('role'));
@@ -277,19 +290,13 @@ describe('browser terminal', () => {
   }, 60_000);
 
   it('over plain http off localhost, says it needs a secure context, and spends no grant', async () => {
-    const minted = await fetch(`${stack.registryUrl}/cloud/browser-grants`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${stack.keys.harness}`, 'content-type': 'application/json' },
-      body: JSON.stringify({ environment_id: ENVIRONMENT }),
-    });
-    const { url, grant } = (await minted.json()) as { url: string; grant: string };
-    secrets.add(grant);
+    const { url, grant } = await mintGrant();
     const insecure = new URL(url);
     insecure.hostname = INSECURE_HOST;
     const tab = await browser.newPage({ viewport: { width: 1000, height: 700 } });
     await tab.page.goto(insecure.href);
     await waitForState(tab, 'error', 10_000);
-    expect(await tab.page.evaluate(() => isSecureContext)).toBe(false);
+    expect(await tab.page.evaluate<boolean>('isSecureContext')).toBe(false);
     expect(await tab.page.textContent('#status')).toMatch(/needs a secure context.*https:\/\//);
     expect(await tab.page.evaluate<string>('location.hash')).toBe('');
     // Chromium says itself that COOP means nothing on such an origin; nothing else may go wrong.
@@ -307,14 +314,7 @@ describe('browser terminal', () => {
   }, 60_000);
 
   it('signs in with a one-time grant from the registry, which leaves neither the address bar nor storage', async () => {
-    const minted = await fetch(`${stack.registryUrl}/cloud/browser-grants`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${stack.keys.harness}`, 'content-type': 'application/json' },
-      body: JSON.stringify({ environment_id: ENVIRONMENT }),
-    });
-    expect(minted.status).toBe(201);
-    const { url, grant } = (await minted.json()) as { url: string; grant: string };
-    secrets.add(grant);
+    const { url, grant } = await mintGrant();
     const tab = await browser.newPage({ viewport: { width: 1000, height: 700 } });
     await tab.page.goto(url);
     await waitForState(tab, 'connected', 20_000);

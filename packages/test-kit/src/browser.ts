@@ -6,6 +6,26 @@ import { waitUntil } from './helpers.js';
 import { peerMarkerEnv, repoRoot } from './peer.js';
 import { findProcesses } from './processes.js';
 
+/**
+ * Waits up to `graceMs` for every process carrying `marker` (`NAME=value` in its environment) to exit, then
+ * SIGKILLs what is left and waits for that too: a browser's renderer, GPU and utility processes included.
+ */
+export async function reapChromium(marker: string, graceMs: number): Promise<void> {
+  const left = () => findProcesses({ environIncludes: [marker] });
+  try {
+    await waitUntil(() => left().length === 0, 'chromium to exit', graceMs, 50);
+  } catch {
+    for (const p of left()) {
+      try {
+        process.kill(p.pid, 'SIGKILL');
+      } catch {
+        // gone meanwhile
+      }
+    }
+    await waitUntil(() => left().length === 0, 'chromium to exit after SIGKILL', 5_000, 50);
+  }
+}
+
 /** Debian's Chromium (`apt-get install chromium`; `.ci/run` installs it when missing), or `$TETHER_CHROMIUM`. */
 export function chromiumPath(): string {
   return process.env.TETHER_CHROMIUM ?? '/usr/bin/chromium';
@@ -88,19 +108,7 @@ export async function startBrowser(options: { args?: string[] } = {}): Promise<T
     closed ??= (async () => {
       for (const page of [...pages]) await page.close().catch(() => undefined);
       await browser.close();
-      const left = () => findProcesses({ environIncludes: [marker] });
-      try {
-        await waitUntil(() => left().length === 0, 'chromium to exit', 10_000, 50);
-      } catch {
-        for (const p of left()) {
-          try {
-            process.kill(p.pid, 'SIGKILL');
-          } catch {
-            // gone meanwhile
-          }
-        }
-        await waitUntil(() => left().length === 0, 'chromium to exit after SIGKILL', 5_000, 50);
-      }
+      await reapChromium(marker, 10_000);
     })();
     return closed;
   };

@@ -4,10 +4,9 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import WebSocket from 'ws';
-import { chromiumPath } from './browser.js';
+import { chromiumPath, reapChromium } from './browser.js';
 import { waitUntil } from './helpers.js';
 import { peerMarkerEnv } from './peer.js';
-import { findProcesses } from './processes.js';
 
 /**
  * One page in headless Chromium with nothing attached but the DevTools protocol's Runtime domain: a page timed
@@ -51,18 +50,7 @@ export async function startPlainChromium(options: { args?: string[] } = {}): Pro
         clearTimeout(timer);
       }
       // Its renderer, GPU and utility processes follow the browser process; any that do not are killed.
-      const left = () => findProcesses({ environIncludes: [marker] });
-      try {
-        await waitUntil(() => left().length === 0, 'chromium to exit', 5_000, 50);
-      } catch {
-        for (const p of left()) {
-          try {
-            process.kill(p.pid, 'SIGKILL');
-          } catch {
-            // gone meanwhile
-          }
-        }
-      }
+      await reapChromium(marker, 5_000);
       rmSync(profile, { recursive: true, force: true });
     })();
     return closed;
