@@ -19,7 +19,7 @@ export interface PlainPage extends AsyncDisposable {
   readonly processMarker: string;
   /** Evaluates `expression` in the page (a promise is awaited) and returns its value as JSON would carry it. */
   evaluate<T>(expression: string): Promise<T>;
-  /** Loads `url` and waits until its document has loaded. */
+  /** Loads `url` as a new document and waits until it has loaded. */
   goto(url: string): Promise<void>;
   /** Closes the browser and waits until none of its processes is left (SIGKILL after 5 s); removes its profile. */
   close(): Promise<void>;
@@ -131,17 +131,14 @@ export async function startPlainChromium(options: { args?: string[] } = {}): Pro
       processMarker: marker,
       evaluate,
       async goto(url) {
-        const href = new URL(url).href;
-        await pageCall('Page.navigate', { url: href });
-        await waitUntil(
-          async () =>
-            (await evaluate<boolean>(
-              `document.readyState === 'complete' && location.href === ${JSON.stringify(href)}`,
-            )) === true,
-          `${url} to load`,
-          15_000,
-          50,
-        );
+        // Through about:blank, so that the target is always a new document (a page may rewrite its own
+        // address once loaded, as /ui does with a grant, and a fragment-only change would load nothing).
+        const loaded = async (what: string, check: string) =>
+          waitUntil(async () => (await evaluate<boolean>(check)) === true, what, 15_000, 50);
+        await pageCall('Page.navigate', { url: 'about:blank' });
+        await loaded('about:blank', `location.href === 'about:blank'`);
+        await pageCall('Page.navigate', { url });
+        await loaded(`${url} to load`, `location.href !== 'about:blank' && document.readyState === 'complete'`);
       },
       close,
       [Symbol.asyncDispose]: close,
