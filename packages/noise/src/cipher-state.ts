@@ -130,14 +130,26 @@ export class CipherState {
     return out;
   }
 
-  /** Whether `decryptWithAdAsync` opens with the provider's asynchronous AEAD (else it opens at once). */
-  get opensAsync(): boolean {
+  /** Whether `encryptWithAdAsync`/`decryptWithAdAsync` use the provider's asynchronous AEAD (else at once). */
+  get isAsync(): boolean {
     return this.#k !== null && this.#asyncAeadFor(this.#k) !== null;
   }
 
   #asyncAeadFor(key: Uint8Array): AsyncAead | null {
     if (this.#asyncAead === undefined) this.#asyncAead = this.#provider.asyncAead?.(this.cipher, key) ?? null;
     return this.#asyncAead;
+  }
+
+  /**
+   * EncryptWithAd through the provider's asynchronous AEAD: the nonce is taken, and n moves on, when this is
+   * called, so records are handed over in order and sealed concurrently; their ciphertexts must be sent in
+   * that order. Without an asynchronous AEAD (or a key) this seals at once, as `encryptWithAd`.
+   */
+  encryptWithAdAsync(ad: Uint8Array, plaintext: Uint8Array): Promise<Uint8Array> {
+    return this.#withAsyncAead(
+      (aead, nonce) => aead.seal(nonce, ad, plaintext),
+      () => this.encryptWithAd(ad, plaintext),
+    );
   }
 
   /**
@@ -148,26 +160,32 @@ export class CipherState {
    * at once, as `decryptWithAd`.
    */
   decryptWithAdAsync(ad: Uint8Array, ciphertext: Uint8Array): Promise<Uint8Array> {
-    const aead = this.#k === null ? null : this.#asyncAeadFor(this.#k);
-    if (aead === null) {
-      try {
-        return Promise.resolve(this.decryptWithAd(ad, ciphertext));
-      } catch (err) {
-        return Promise.reject(err);
-      }
-    }
+    return this.#withAsyncAead(
+      (aead, nonce) =>
+        aead.open(nonce, ad, ciphertext).catch((cause: unknown) => {
+          throw new NoiseError('decrypt_failed', 'decryption failed: message was tampered, replayed or reordered', {
+            cause,
+          });
+        }),
+      () => this.decryptWithAd(ad, ciphertext),
+    );
+  }
+
+  /** Runs `use` with the asynchronous AEAD and this message's nonce (then n += 1), else `fallback` at once. */
+  #withAsyncAead(
+    use: (aead: AsyncAead, nonce: Uint8Array) => Promise<Uint8Array>,
+    fallback: () => Uint8Array,
+  ): Promise<Uint8Array> {
     try {
+      const aead = this.#k === null ? null : this.#asyncAeadFor(this.#k);
+      if (aead === null) return Promise.resolve(fallback());
       this.#n.assertUsable();
+      const answer = use(aead, this.#n.bytes());
+      this.#n.increment();
+      return answer;
     } catch (err) {
       return Promise.reject(err);
     }
-    const opened = aead.open(this.#n.bytes(), ad, ciphertext);
-    this.#n.increment();
-    return opened.catch((cause: unknown) => {
-      throw new NoiseError('decrypt_failed', 'decryption failed: message was tampered, replayed or reordered', {
-        cause,
-      });
-    });
   }
 
   encrypt(plaintext: Uint8Array): Uint8Array {

@@ -37,9 +37,9 @@ export interface CryptoProvider {
    */
   keyedAead?(cipher: CipherName, key: Uint8Array): KeyedAead;
   /**
-   * Optional: an AEAD bound to one key whose open answers later (the browser's WebCrypto, native code
-   * behind a promise), or null for a cipher it cannot do. A receiver then opens several records at once
-   * and takes their plaintexts in order (`Transport.decryptAsync`). Same bytes as `decrypt`.
+   * Optional: an AEAD bound to one key that answers later (the browser's WebCrypto, native code behind a
+   * promise), or null for a cipher it cannot do. A transport then seals or opens several records at once and
+   * takes the results in order (`Transport.encryptAsync`, `decryptAsync`). Same bytes as `encrypt`/`decrypt`.
    */
   asyncAead?(cipher: CipherName, key: Uint8Array): AsyncAead | null;
   /** SHA-256 over the concatenation of `parts`. */
@@ -85,8 +85,13 @@ export function oneShotAead(provider: CryptoProvider, cipher: CipherName, key: U
   };
 }
 
-/** An AEAD bound to one key that opens asynchronously (see `CryptoProvider.asyncAead`). */
+/** An AEAD bound to one key that answers asynchronously (see `CryptoProvider.asyncAead`). */
 export interface AsyncAead {
+  /**
+   * AEAD seal: ciphertext ‖ 16-byte tag. `nonce`, `ad` and `plaintext` may change once this returns: take
+   * copies first, as WebCrypto's `encrypt` does of its arguments when called.
+   */
+  seal(nonce: Uint8Array, ad: Uint8Array, plaintext: Uint8Array): Promise<Uint8Array>;
   /**
    * AEAD open: a fresh plaintext; rejects on authentication failure. `nonce`, `ad` and `ciphertext` may change
    * once this returns (a relay link's payload is valid only while its frame is handled): take copies first,

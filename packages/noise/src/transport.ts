@@ -80,7 +80,26 @@ export class Transport {
 
   /** Whether `decryptAsync` opens records concurrently (the provider has an asynchronous AEAD for it). */
   get opensAsync(): boolean {
-    return this.#recv.opensAsync;
+    return this.#recv.isAsync;
+  }
+
+  /** Whether `encryptAsync` seals records concurrently (the provider has an asynchronous AEAD for it). */
+  get sealsAsync(): boolean {
+    return this.#send.isAsync;
+  }
+
+  /**
+   * Seals one record through the provider's asynchronous AEAD: call it for each record in sending order
+   * (each takes the next nonce at once) and send the ciphertexts in that order. Without an asynchronous
+   * AEAD, as `encrypt`. The plaintext may be reused once this returns.
+   */
+  encryptAsync(plaintext: Uint8Array): Promise<Uint8Array> {
+    if (plaintext.length > MAX_TRANSPORT_PLAINTEXT) {
+      return Promise.reject(
+        new NoiseError('payload_too_large', `transport plaintext exceeds ${MAX_TRANSPORT_PLAINTEXT} bytes`),
+      );
+    }
+    return this.#send.encryptWithAdAsync(EMPTY, plaintext);
   }
 
   /**

@@ -46,6 +46,8 @@ interface PairOptions {
   harnessPools?: SecureStreamPools;
   /** The executor side's crypto provider (default: the node provider). */
   executorProvider?: CryptoProvider;
+  /** The harness side's crypto provider (default: the node provider). */
+  harnessProvider?: CryptoProvider;
 }
 
 async function pair(options: PairOptions = {}) {
@@ -86,6 +88,7 @@ async function pair(options: PairOptions = {}) {
     authorization: 'token-123',
     timeoutMs: 5000,
     ...(options.harnessPools ? { pools: options.harnessPools } : {}),
+    ...(options.harnessProvider ? { provider: options.harnessProvider } : {}),
   });
   return { initiated, accepted, seen, harness, harnessSent: harnessTap.sent };
 }
@@ -423,6 +426,11 @@ describe('SecureStream', () => {
             opened += 1;
             return plaintext;
           },
+          encrypt: async (...args) => {
+            const ciphertext = await real.encrypt(...args);
+            await new Promise((resolve) => setTimeout(resolve, Math.random() * 5));
+            return ciphertext;
+          },
         },
       };
     }
@@ -448,6 +456,31 @@ describe('SecureStream', () => {
       expect(received).toEqual(sent);
       expect(shuffled.opened()).toBeGreaterThan(sent.length); // the large ones took several records each
       expect(executorStream.status).toBe('open');
+      harnessStream.close();
+    });
+
+    it('seals records concurrently and sends their frames in seq order; the peer reads every message in order', async () => {
+      const { initiated, accepted, harnessSent } = await pair({
+        harnessProvider: createWebCryptoProvider({ subtle: shuffledSubtle().subtle }),
+      });
+      const [harnessStream, { stream: executorStream }] = await Promise.all([initiated, accepted]);
+      const received: string[] = [];
+      executorStream.start({ onMessage: (m) => received.push(m.toString()), onClose: () => {}, onDrain: () => {} });
+      harnessStream.start({ onMessage: () => {}, onClose: () => {}, onDrain: () => {} });
+      const sent: string[] = [];
+      for (let i = 0; i < 30; i++) {
+        const message = JSON.stringify({ i, pad: 'y'.repeat([5, 200 * 1024, 60 * 1024 - 64][i % 3]!) });
+        sent.push(message);
+        // A reused buffer: sealing takes the bytes when called.
+        const buffer = Buffer.from(message);
+        harnessStream.send(buffer, () => buffer.fill(0));
+      }
+      expect(harnessStream.bufferedAmount).toBeGreaterThan(0); // still being sealed
+      await expect.poll(() => received.length, { timeout: 10_000 }).toBe(sent.length);
+      expect(received).toEqual(sent);
+      const seqs = harnessSent.flatMap((f) => (f.kind === 'data' ? [f.seq] : []));
+      expect(seqs).toEqual(seqs.map((_, i) => i));
+      expect(harnessStream.bufferedAmount).toBe(0);
       harnessStream.close();
     });
 

@@ -111,6 +111,12 @@ export class SecureStream implements MessageTransport {
   private readonly reassembler = new MessageReassembler({
     allocate: (size) => (size >= LENT_MESSAGE_BYTES ? lendBuffer(this.pools.messages, size) : Buffer.allocUnsafe(size)),
   });
+  /** Records being sealed asynchronously, in seq (nonce) order; `flushSealed` sends them in turn. */
+  private sealing: Array<{ seq: number; sealed: Promise<Uint8Array>; length: number }> = [];
+  private sealingBytes = 0;
+  private flushing = false;
+  /** What the link answered to the last frame sent from `flushSealed`. */
+  private linkWritable = true;
   /** Records being opened asynchronously, in arrival (nonce) order; `drainOpening` takes them in turn. */
   private opening: Promise<Uint8Array>[] = [];
   private draining = false;
@@ -138,8 +144,9 @@ export class SecureStream implements MessageTransport {
     });
   }
 
+  /** Bytes waiting to leave: on the link, and (with an asynchronous AEAD) records still being sealed. */
   get bufferedAmount(): number {
-    return this.link.bufferedAmount;
+    return this.link.bufferedAmount + this.sealingBytes;
   }
 
   /** The stream's pools (its creator's, or its own). */
@@ -170,6 +177,7 @@ export class SecureStream implements MessageTransport {
       return false;
     }
     const bytes = typeof message === 'string' ? Buffer.from(message) : message;
+    if (this.transport.sealsAsync) return this.sendSealingLater(bytes, release);
     let writable = true;
     try {
       // Each record is sealed straight into the payload of its frame's wire bytes: the message is not
@@ -193,6 +201,59 @@ export class SecureStream implements MessageTransport {
       release?.(); // every record was sealed into its own frame: the message's bytes are no longer read
     }
     return writable;
+  }
+
+  /**
+   * `send` with the provider's asynchronous AEAD (the browser's WebCrypto): each record takes its seq and
+   * nonce now and is sealed concurrently; `flushSealed` sends the frames strictly in that order. The message's
+   * bytes are taken when each seal is called, so `release` runs at once. Returns what the link last said
+   * (its drain wakes a caller told false). Records still being sealed when the stream closes are not sent.
+   */
+  private sendSealingLater(bytes: Buffer, release?: () => void): boolean {
+    try {
+      for (const parts of frameMessageParts(bytes)) {
+        const plaintext = parts.length === 1 ? parts[0]! : Buffer.concat(parts);
+        const seq = this.sequence.take();
+        const sealed = this.transport!.encryptAsync(plaintext);
+        sealed.catch(() => undefined); // taken in order by flushSealed
+        this.sealing.push({ seq, sealed, length: plaintext.byteLength + TAG_LENGTH_BYTES });
+        this.sealingBytes += plaintext.byteLength + TAG_LENGTH_BYTES;
+      }
+    } catch (err) {
+      this.fail(`cannot send: ${(err as Error).message}`);
+      return false;
+    } finally {
+      release?.();
+    }
+    if (!this.flushing) void this.flushSealed();
+    return this.linkWritable;
+  }
+
+  private async flushSealed(): Promise<void> {
+    this.flushing = true;
+    try {
+      while (this.sealing.length > 0) {
+        const { seq, sealed, length } = this.sealing[0]!;
+        const ciphertext = await sealed;
+        this.sealing.shift();
+        this.sealingBytes -= length;
+        if (this.state !== 'open') return;
+        if (ciphertext.byteLength !== length) throw new Error('a sealed record has the wrong length');
+        const { built: frame, release: written } = this.pools.frames.build((allocate) =>
+          this.dataFrames.allocate(seq, length, allocate),
+        );
+        frame.payload.set(ciphertext);
+        this.linkWritable = this.link.send(frame, written);
+      }
+    } catch (err) {
+      this.fail(`cannot send: ${(err as Error).message}`);
+    } finally {
+      this.flushing = false;
+      if (this.state !== 'open') {
+        this.sealing = [];
+        this.sealingBytes = 0;
+      }
+    }
   }
 
   pause(): void {

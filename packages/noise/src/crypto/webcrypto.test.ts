@@ -54,6 +54,30 @@ describe('createWebCryptoProvider', () => {
     );
   });
 
+  it('seals AES-GCM records with WebCrypto: the same bytes as the node provider, nonces taken in call order', async () => {
+    const key = randomBytes(32);
+    const reference = new CipherState(node, 'AESGCM', key);
+    const sender = new Transport(
+      new CipherState(createWebCryptoProvider(), 'AESGCM', key),
+      new CipherState(node, 'AESGCM', randomBytes(32)),
+      new Uint8Array(32),
+    );
+    expect(sender.sealsAsync).toBe(true);
+    const plaintexts = [0, 1, 17, 60 * 1024, 65_519].map((size) => randomBytes(size));
+    const sealing = plaintexts.map((p) => {
+      const reused = Buffer.from(p);
+      const sealed = sender.encryptAsync(reused);
+      reused.fill(0); // taken when called
+      return sealed;
+    });
+    expect(sender.sendNonce).toBe(BigInt(plaintexts.length));
+    const sealed = await Promise.all(sealing);
+    expect(sealed.map((c) => Buffer.from(c).toString('hex'))).toEqual(
+      plaintexts.map((p) => Buffer.from(reference.encrypt(p)).toString('hex')),
+    );
+    await expect(sender.encryptAsync(new Uint8Array(65_520))).rejects.toThrow(/exceeds/);
+  });
+
   it('rejects a tampered record, or one opened out of order, as decrypt_failed', async () => {
     const { sealer, receiver } = channel('AESGCM');
     const records = ['first', 'second', 'third', 'fourth'].map((text) => sealer.encrypt(Buffer.from(text)));

@@ -12,8 +12,13 @@ export interface AesGcmSubtle {
     keyData: Uint8Array,
     algorithm: { name: 'AES-GCM' },
     extractable: false,
-    usages: ['decrypt'],
+    usages: ['encrypt', 'decrypt'],
   ): Promise<WebCryptoKey>;
+  encrypt(
+    algorithm: { name: 'AES-GCM'; iv: Uint8Array; additionalData: Uint8Array; tagLength: number },
+    key: WebCryptoKey,
+    data: Uint8Array,
+  ): Promise<ArrayBuffer>;
   decrypt(
     algorithm: { name: 'AES-GCM'; iv: Uint8Array; additionalData: Uint8Array; tagLength: number },
     key: WebCryptoKey,
@@ -29,10 +34,10 @@ export interface WebCryptoProviderOptions {
 }
 
 /**
- * The portable provider plus WebCrypto's native AES-256-GCM for opening transport records
- * (`asyncAead`): in a browser, JavaScript AES-GCM opens ~45 MB/s, WebCrypto several hundred. WebCrypto has no
- * ChaCha20-Poly1305, so a ChaChaPoly suite keeps opening synchronously with the base provider; sealing and
- * the handshake stay with the base provider as well (they are synchronous in the state machine).
+ * The portable provider plus WebCrypto's native AES-256-GCM for sealing and opening transport records
+ * (`asyncAead`): in a browser, JavaScript AES-GCM runs ~45 MB/s, WebCrypto several hundred. WebCrypto has no
+ * ChaCha20-Poly1305, so a ChaChaPoly suite keeps its records with the base provider; the handshake stays
+ * there as well (it is synchronous in the state machine).
  */
 export function createWebCryptoProvider(options: WebCryptoProviderOptions = {}): CryptoProvider {
   const base = options.base ?? createPortableProvider();
@@ -60,28 +65,38 @@ export function createWebCryptoProvider(options: WebCryptoProviderOptions = {}):
 
 function webCryptoAesGcm(subtle: AesGcmSubtle, key: Uint8Array): AsyncAead {
   if (key.length !== CIPHER_KEY_LENGTH) throw new RangeError(`cipher keys are ${CIPHER_KEY_LENGTH} bytes`);
-  // Imported once, not extractable; records that arrive before it is ready wait for it.
+  // Imported once, not extractable; records that come before it is ready wait for it.
   let ready: WebCryptoKey | null = null;
-  const imported = subtle.importKey('raw', Uint8Array.from(key), { name: 'AES-GCM' }, false, ['decrypt']).then((k) => {
-    ready = k;
-    return k;
-  });
-  imported.catch(() => undefined); // surfaced by the first open
-  const open = (k: WebCryptoKey, iv: Uint8Array, ad: Uint8Array, data: Uint8Array) =>
-    subtle
-      .decrypt({ name: 'AES-GCM', iv, additionalData: ad, tagLength: TAG_LENGTH_BYTES * 8 }, k, data)
-      .then((plaintext) => new Uint8Array(plaintext));
+  const imported = subtle
+    .importKey('raw', Uint8Array.from(key), { name: 'AES-GCM' }, false, ['encrypt', 'decrypt'])
+    .then((k) => {
+      ready = k;
+      return k;
+    });
+  imported.catch(() => undefined); // surfaced by the first use
+  const run = (
+    operation: 'encrypt' | 'decrypt',
+    nonce: Uint8Array,
+    ad: Uint8Array,
+    data: Uint8Array,
+  ): Promise<Uint8Array> => {
+    // The nonce is copied now: the caller's moves on as soon as this returns. With the key ready, WebCrypto
+    // takes copies of its inputs as it is called (its contract; Node's does too); before, they are copied here.
+    const iv = Uint8Array.from(nonce);
+    const call = (k: WebCryptoKey, additionalData: Uint8Array, bytes: Uint8Array) =>
+      subtle[operation]({ name: 'AES-GCM', iv, additionalData, tagLength: TAG_LENGTH_BYTES * 8 }, k, bytes).then(
+        (out) => new Uint8Array(out),
+      );
+    if (ready !== null) return call(ready, ad, data);
+    const aad = Uint8Array.from(ad);
+    const bytes = Uint8Array.from(data);
+    return imported.then((k) => call(k, aad, bytes));
+  };
   return {
+    seal: (nonce, ad, plaintext) => run('encrypt', nonce, ad, plaintext),
     open(nonce, ad, ciphertext) {
       if (ciphertext.length < TAG_LENGTH_BYTES) return Promise.reject(new Error('ciphertext shorter than its tag'));
-      // The nonce is copied now: the caller's moves on as soon as this returns. With the key ready, decrypt
-      // takes copies of its inputs as it is called (WebCrypto's contract; Node's does too); before, they are
-      // copied here.
-      const iv = Uint8Array.from(nonce);
-      if (ready !== null) return open(ready, iv, ad, ciphertext);
-      const aad = Uint8Array.from(ad);
-      const data = Uint8Array.from(ciphertext);
-      return imported.then((k) => open(k, iv, aad, data));
+      return run('decrypt', nonce, ad, ciphertext);
     },
   };
 }
