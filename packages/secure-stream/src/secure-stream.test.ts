@@ -52,6 +52,11 @@ interface PairOptions {
 
 async function pair(options: PairOptions = {}) {
   const [harnessSide, executorSide] = createMemoryLinkPair();
+  return pairOver(harnessSide, executorSide, options);
+}
+
+/** `pair` over the given links (the harness's may be a wrapper around one of a memory pair). */
+async function pairOver(harnessSide: FrameLink, executorSide: FrameLink, options: PairOptions = {}) {
   const harness = generateIdentity();
   const executor = generateIdentity();
   const streamId = randomUUID();
@@ -482,6 +487,77 @@ describe('SecureStream', () => {
       expect(seqs).toEqual(seqs.map((_, i) => i));
       expect(harnessStream.bufferedAmount).toBe(0);
       harnessStream.close();
+    });
+
+    it('asks its caller to wait while the link is full or much is being sealed, and always wakes it', async () => {
+      // A link that says it is full on every 7th frame and drains a little later, as a socket would.
+      const [harnessSide, executorSide] = createMemoryLinkPair();
+      let frames = 0;
+      let drains = 0;
+      let linkHandlers: Parameters<FrameLink['start']>[0] | null = null;
+      const congested: FrameLink = {
+        start: (handlers) => {
+          linkHandlers = handlers;
+          harnessSide.start(handlers);
+        },
+        send: (frame, release) => {
+          const ok = harnessSide.send(frame, release);
+          if (frame.kind !== 'data' || ++frames % 7 !== 0) return ok;
+          setTimeout(() => {
+            drains += 1;
+            linkHandlers?.onDrain();
+          }, 2);
+          return false;
+        },
+        bufferedAmount: 0,
+        pause: () => harnessSide.pause(),
+        resume: () => harnessSide.resume(),
+        close: (reason) => harnessSide.close(reason),
+      };
+      const { initiated, accepted } = await pairOver(congested, executorSide, {
+        harnessProvider: createWebCryptoProvider({ subtle: shuffledSubtle().subtle }),
+      });
+      const [harnessStream, { stream: executorStream }] = await Promise.all([initiated, accepted]);
+      let bytes = 0;
+      executorStream.start({ onMessage: (m) => (bytes += Buffer.byteLength(m)), onClose: () => {}, onDrain: () => {} });
+      let wake: (() => void) | null = null;
+      let told = 0;
+      harnessStream.start({ onMessage: () => {}, onClose: () => {}, onDrain: () => wake?.() });
+      const message = Buffer.alloc(256 * 1024, 0x61);
+      const total = 96; // 24 MiB: past the sealing high-water mark many times over
+      for (let i = 0; i < total; i++) {
+        if (!harnessStream.send(message)) {
+          told += 1;
+          await new Promise<void>((resolve) => {
+            wake = resolve;
+          });
+          wake = null;
+        }
+      }
+      await expect.poll(() => bytes, { timeout: 20_000 }).toBe(total * message.byteLength);
+      expect(told).toBeGreaterThan(0);
+      expect(drains).toBeGreaterThan(0);
+      harnessStream.close();
+    });
+
+    it('sends the records still being sealed before it closes', async () => {
+      const { initiated, accepted } = await pair({
+        harnessProvider: createWebCryptoProvider({ subtle: shuffledSubtle().subtle }),
+      });
+      const [harnessStream, { stream: executorStream }] = await Promise.all([initiated, accepted]);
+      const received: string[] = [];
+      const closed = new Promise<string>((resolve) =>
+        executorStream.start({ onMessage: (m) => received.push(m.toString()), onClose: resolve, onDrain: () => {} }),
+      );
+      const harnessClosed = new Promise<string>((resolve) =>
+        harnessStream.start({ onMessage: () => {}, onClose: resolve, onDrain: () => {} }),
+      );
+      for (let n = 0; n < 10; n++) harnessStream.send(`{"n":${n}}`);
+      harnessStream.close();
+      expect(harnessStream.send('{"late":true}')).toBe(false); // closing: nothing new is taken
+      await expect(harnessClosed).resolves.toBe('closed');
+      await closed;
+      expect(received).toEqual(Array.from({ length: 10 }, (_, n) => `{"n":${n}}`));
     });
 
     it('resets the stream on a tampered record, delivering what came before it and nothing after', async () => {

@@ -57,6 +57,9 @@ function ownPools(): SecureStreamPools {
  * few dozen megabytes (a fifth of the harness's CPU in a port-forward download).
  */
 const LENT_MESSAGE_BYTES = 32 * 1024;
+/** With an asynchronous AEAD: bytes being sealed past which `send` asks its caller to wait, and below which it may go on. */
+const SEALING_HIGH_WATER_MARK = 4 * 1024 * 1024;
+const SEALING_LOW_WATER_MARK = 1024 * 1024;
 
 /** Reset reason sent on any failure; opaque to the peer (Codex's newest text). */
 export const PROTOCOL_ERROR_RESET = 'noise_relay_protocol_error';
@@ -115,8 +118,12 @@ export class SecureStream implements MessageTransport {
   private sealing: Array<{ seq: number; sealed: Promise<Uint8Array>; length: number }> = [];
   private sealingBytes = 0;
   private flushing = false;
-  /** What the link answered to the last frame sent from `flushSealed`. */
-  private linkWritable = true;
+  /** A caller was told to wait (`send` returned false) and has not had its `onDrain` yet. */
+  private sealedNeedsDrain = false;
+  /** The link refused more (its `send` returned false) and has not drained since: its `onDrain` will come. */
+  private linkFull = false;
+  /** `close()` was called while records were still being sealed: the stream closes once they are sent. */
+  private closeAfterSealing = false;
   /** Records being opened asynchronously, in arrival (nonce) order; `drainOpening` takes them in turn. */
   private opening: Promise<Uint8Array>[] = [];
   private draining = false;
@@ -140,7 +147,14 @@ export class SecureStream implements MessageTransport {
     link.start({
       onFrame: (frame) => this.onFrame(frame),
       onClose: (reason) => this.finish(`relay link closed: ${reason}`, false),
-      onDrain: () => this.handlers?.onDrain(),
+      onDrain: () => {
+        if (!this.transport?.sealsAsync) {
+          this.handlers?.onDrain();
+          return;
+        }
+        this.linkFull = false;
+        this.drainSealed();
+      },
     });
   }
 
@@ -172,7 +186,7 @@ export class SecureStream implements MessageTransport {
   }
 
   send(message: string | Buffer, release?: () => void): boolean {
-    if (this.state !== 'open' || !this.transport) {
+    if (this.state !== 'open' || !this.transport || this.closeAfterSealing) {
       release?.();
       return false;
     }
@@ -206,8 +220,8 @@ export class SecureStream implements MessageTransport {
   /**
    * `send` with the provider's asynchronous AEAD (the browser's WebCrypto): each record takes its seq and
    * nonce now and is sealed concurrently; `flushSealed` sends the frames strictly in that order. The message's
-   * bytes are taken when each seal is called, so `release` runs at once. Returns what the link last said
-   * (its drain wakes a caller told false). Records still being sealed when the stream closes are not sent.
+   * bytes are taken when each seal is called, so `release` runs at once. Returns false once the link is full
+   * or more than the high-water mark is being sealed; `onDrain` follows when both are below the low-water mark.
    */
   private sendSealingLater(bytes: Buffer, release?: () => void): boolean {
     try {
@@ -220,13 +234,14 @@ export class SecureStream implements MessageTransport {
         this.sealingBytes += plaintext.byteLength + TAG_LENGTH_BYTES;
       }
     } catch (err) {
-      this.fail(`cannot send: ${(err as Error).message}`);
+      this.failSealing(`cannot send: ${(err as Error).message}`);
       return false;
     } finally {
       release?.();
     }
     if (!this.flushing) void this.flushSealed();
-    return this.linkWritable;
+    if (this.linkFull || this.sealingBytes > SEALING_HIGH_WATER_MARK) this.sealedNeedsDrain = true;
+    return !this.sealedNeedsDrain;
   }
 
   private async flushSealed(): Promise<void> {
@@ -243,17 +258,34 @@ export class SecureStream implements MessageTransport {
           this.dataFrames.allocate(seq, length, allocate),
         );
         frame.payload.set(ciphertext);
-        this.linkWritable = this.link.send(frame, written);
+        if (!this.link.send(frame, written)) this.linkFull = true;
+        this.drainSealed();
       }
     } catch (err) {
-      this.fail(`cannot send: ${(err as Error).message}`);
+      this.failSealing(`cannot send: ${(err as Error).message}`);
     } finally {
       this.flushing = false;
       if (this.state !== 'open') {
         this.sealing = [];
         this.sealingBytes = 0;
+      } else if (this.closeAfterSealing && this.sealing.length === 0) {
+        this.closeNow();
       }
     }
+  }
+
+  /** Wakes a caller told to wait once the link has drained and little is left being sealed. */
+  private drainSealed(): void {
+    if (!this.sealedNeedsDrain || this.linkFull || this.sealingBytes > SEALING_LOW_WATER_MARK) return;
+    if (this.state !== 'open' || this.closeAfterSealing) return;
+    this.sealedNeedsDrain = false;
+    this.handlers?.onDrain();
+  }
+
+  private failSealing(reason: string): void {
+    this.sealing = [];
+    this.sealingBytes = 0;
+    this.fail(reason);
   }
 
   pause(): void {
@@ -264,8 +296,20 @@ export class SecureStream implements MessageTransport {
     this.link.resume();
   }
 
-  /** Ends the stream: tells the peer with a Reset, then closes the link. Idempotent. */
+  /**
+   * Ends the stream: tells the peer with a Reset, then closes the link. Idempotent. Records still being
+   * sealed (an asynchronous AEAD) are sent first: the stream closes once the last has left.
+   */
   close(): void {
+    if (this.state === 'closed') return;
+    if (this.state === 'open' && this.sealing.length > 0) {
+      this.closeAfterSealing = true;
+      return;
+    }
+    this.closeNow();
+  }
+
+  private closeNow(): void {
     if (this.state === 'closed') return;
     this.link.send(resetFrame(this.streamId, CLOSED_RESET));
     this.finish('closed', true);
