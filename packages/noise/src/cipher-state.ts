@@ -180,7 +180,8 @@ export class CipherState {
       const aead = this.#k === null ? null : this.#asyncAeadFor(this.#k);
       if (aead === null) return Promise.resolve(fallback());
       this.#n.assertUsable();
-      const answer = use(aead, this.#n.bytes());
+      // A copy: the counter's bytes are rewritten by the increment below, and an AEAD may read them later.
+      const answer = use(aead, Uint8Array.from(this.#n.bytes()));
       this.#n.increment();
       return answer;
     } catch (err) {

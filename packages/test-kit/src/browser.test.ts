@@ -1,4 +1,4 @@
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -108,9 +108,29 @@ describe('startPlainChromium', () => {
       expect(await plain.evaluate<number>('new Promise((resolve) => setTimeout(() => resolve(6 * 7), 10))')).toBe(42);
       await expect(plain.evaluate('Promise.reject(new Error("boom-evaluate"))')).rejects.toThrow(/boom-evaluate/);
       await expect(plain.evaluate('nope.nope')).rejects.toThrow(/nope is not defined/);
+      // An address nothing answers at: goto says so instead of waiting for a load that never comes.
+      const gone = createServer();
+      await new Promise<void>((resolve) => gone.listen(0, '127.0.0.1', resolve));
+      const port = (gone.address() as AddressInfo).port;
+      await new Promise((resolve) => gone.close(resolve));
+      await expect(plain.goto(`http://127.0.0.1:${port}/`)).rejects.toThrow(/cannot load .*ERR_CONNECTION_REFUSED/);
     } finally {
       await plain.close();
     }
     expect(findProcesses({ environIncludes: [plain.processMarker] })).toEqual([]);
   }, 60_000);
+
+  it('fails to start with the reason when the binary cannot be run, leaving no profile behind', async () => {
+    const before = process.env.TETHER_CHROMIUM;
+    process.env.TETHER_CHROMIUM = join(tmpdir(), 'no-such-chromium-here');
+    const profiles = () => readdirSync(tmpdir()).filter((name) => name.startsWith('tether-plain-chromium-'));
+    const had = profiles();
+    try {
+      await expect(startPlainChromium()).rejects.toThrow(/cannot start chromium .*ENOENT/);
+    } finally {
+      if (before === undefined) delete process.env.TETHER_CHROMIUM;
+      else process.env.TETHER_CHROMIUM = before;
+    }
+    expect(profiles().filter((name) => !had.includes(name))).toEqual([]);
+  });
 });

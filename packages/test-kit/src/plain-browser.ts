@@ -27,7 +27,12 @@ export interface PlainPage extends AsyncDisposable {
 
 interface CdpAnswer {
   id: number;
-  result?: { result?: { value?: unknown }; exceptionDetails?: { text?: string; exception?: { description?: string } } };
+  result?: {
+    result?: { value?: unknown };
+    exceptionDetails?: { text?: string; exception?: { description?: string } };
+    /** Page.navigate's answer when the address could not be loaded. */
+    errorText?: string;
+  };
   error?: { message: string };
 }
 
@@ -46,7 +51,9 @@ export async function startPlainChromium(options: { args?: string[] } = {}): Pro
         const exited = new Promise((resolve) => child!.once('exit', resolve));
         child.kill('SIGTERM');
         const timer = setTimeout(() => child?.kill('SIGKILL'), 5_000);
-        await exited;
+        // Bounded even if no exit is ever reported (the reaper below still kills what is left).
+        const given = new Promise((resolve) => setTimeout(resolve, 10_000).unref());
+        await Promise.race([exited, given]);
         clearTimeout(timer);
       }
       // Its renderer, GPU and utility processes follow the browser process; any that do not are killed.
@@ -69,9 +76,14 @@ export async function startPlainChromium(options: { args?: string[] } = {}): Pro
       ],
       { stdio: 'ignore', env: { ...process.env, ...peerMarkerEnv(), TETHER_TEST_BROWSER: id } },
     );
+    let spawnError: Error | undefined;
+    child.once('error', (err) => {
+      spawnError = err;
+    });
     const portFile = join(profile, 'DevToolsActivePort');
     await waitUntil(
       () => {
+        if (spawnError) throw new Error(`cannot start chromium (${chromiumPath()}): ${spawnError.message}`);
         if (child!.exitCode !== null || child!.signalCode !== null) throw new Error('chromium exited at start');
         return existsSync(portFile) && readFileSync(portFile, 'utf8').includes('\n');
       },
@@ -137,7 +149,8 @@ export async function startPlainChromium(options: { args?: string[] } = {}): Pro
           waitUntil(async () => (await evaluate<boolean>(check)) === true, what, 15_000, 50);
         await pageCall('Page.navigate', { url: 'about:blank' });
         await loaded('about:blank', `location.href === 'about:blank'`);
-        await pageCall('Page.navigate', { url });
+        const navigated = await pageCall('Page.navigate', { url });
+        if (navigated.result?.errorText) throw new Error(`cannot load ${url}: ${navigated.result.errorText}`);
         await loaded(`${url} to load`, `location.href !== 'about:blank' && document.readyState === 'complete'`);
       },
       close,

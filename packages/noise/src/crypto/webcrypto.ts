@@ -5,7 +5,11 @@ import { createPortableProvider } from './portable.js';
 /** A WebCrypto key (`CryptoKey`), opaque here: this package is built without the DOM's types. */
 type WebCryptoKey = object;
 
-/** The part of WebCrypto's SubtleCrypto this provider uses (the browser's, or Node's `crypto.subtle`). */
+/**
+ * The part of WebCrypto's SubtleCrypto this provider uses (the browser's, or Node's `crypto.subtle`). As
+ * WebCrypto specifies, `encrypt` and `decrypt` must take copies of their byte arguments when called: the
+ * caller reuses them as soon as the call returns (a stand-in that reads them later would seal or open garbage).
+ */
 export interface AesGcmSubtle {
   importKey(
     format: 'raw',
