@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { ByteGatherer, baseName, remotePath, webCryptoSha256 } from './files.js';
+import { ByteGatherer, baseName, GATHER_RESERVE_LIMIT, remotePath, webCryptoSha256 } from './files.js';
 
 describe('remotePath', () => {
   it('joins an absolute directory and a file name', () => {
@@ -34,6 +34,12 @@ describe('ByteGatherer', () => {
       expect([...bytes.subarray(0, 4)]).toEqual([1, 2, 3, 9]);
       expect(bytes.subarray(3).every((b) => b === 9)).toBe(true);
     }
+  });
+
+  it('reserves no more than its limit for a size hint, and nothing for one that is not a size', () => {
+    expect(new ByteGatherer(1000).capacity).toBe(1000);
+    expect(new ByteGatherer(Number.MAX_SAFE_INTEGER).capacity).toBe(GATHER_RESERVE_LIMIT);
+    for (const hint of [-5, Number.NaN, Number.POSITIVE_INFINITY, 1.5]) expect(new ByteGatherer(hint).capacity).toBe(0);
   });
 });
 

@@ -241,13 +241,25 @@ export async function downloadFile(
   }
 }
 
+/**
+ * The most a size hint reserves up front: the hint is the executor's word, and a larger file grows the
+ * buffer as its bytes actually arrive.
+ */
+export const GATHER_RESERVE_LIMIT = 256 * 1024 * 1024;
+
 /** Bytes appended into one buffer, grown by doubling past its first size. */
 export class ByteGatherer {
   private buffer: Uint8Array;
   private filled = 0;
 
   constructor(sizeHint: number) {
-    this.buffer = new Uint8Array(Math.max(0, sizeHint));
+    const reserve = Number.isSafeInteger(sizeHint) ? Math.min(Math.max(0, sizeHint), GATHER_RESERVE_LIMIT) : 0;
+    this.buffer = new Uint8Array(reserve);
+  }
+
+  /** Bytes the buffer holds now (appended or not). */
+  get capacity(): number {
+    return this.buffer.byteLength;
   }
 
   get length(): number {
