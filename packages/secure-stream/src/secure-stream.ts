@@ -1,4 +1,12 @@
-import { BufferPool, giveBack, lendBuffer, type MessageTransport, type TransportHandlers } from '@tether/jsonrpc';
+import {
+  BufferPool,
+  DEFAULT_HIGH_WATER_MARK,
+  DEFAULT_LOW_WATER_MARK,
+  giveBack,
+  lendBuffer,
+  type MessageTransport,
+  type TransportHandlers,
+} from '@tether/jsonrpc';
 import {
   buildRelayPrologue,
   type CryptoProvider,
@@ -57,9 +65,6 @@ function ownPools(): SecureStreamPools {
  * few dozen megabytes (a fifth of the harness's CPU in a port-forward download).
  */
 const LENT_MESSAGE_BYTES = 32 * 1024;
-/** With an asynchronous AEAD: bytes being sealed past which `send` asks its caller to wait, and below which it may go on. */
-const SEALING_HIGH_WATER_MARK = 4 * 1024 * 1024;
-const SEALING_LOW_WATER_MARK = 1024 * 1024;
 
 /** Reset reason sent on any failure; opaque to the peer (Codex's newest text). */
 export const PROTOCOL_ERROR_RESET = 'noise_relay_protocol_error';
@@ -234,13 +239,16 @@ export class SecureStream implements MessageTransport {
         this.sealingBytes += plaintext.byteLength + TAG_LENGTH_BYTES;
       }
     } catch (err) {
-      this.failSealing(`cannot send: ${(err as Error).message}`);
+      // No flush may be running to empty the queue: records queued by this call are dropped here.
+      this.sealing = [];
+      this.sealingBytes = 0;
+      this.fail(`cannot send: ${(err as Error).message}`);
       return false;
     } finally {
       release?.();
     }
     if (!this.flushing) void this.flushSealed();
-    if (this.linkFull || this.sealingBytes > SEALING_HIGH_WATER_MARK) this.sealedNeedsDrain = true;
+    if (this.linkFull || this.sealingBytes > DEFAULT_HIGH_WATER_MARK) this.sealedNeedsDrain = true;
     return !this.sealedNeedsDrain;
   }
 
@@ -262,7 +270,7 @@ export class SecureStream implements MessageTransport {
         this.drainSealed();
       }
     } catch (err) {
-      this.failSealing(`cannot send: ${(err as Error).message}`);
+      this.fail(`cannot send: ${(err as Error).message}`); // the queue is emptied below
     } finally {
       this.flushing = false;
       if (this.state !== 'open') {
@@ -276,16 +284,10 @@ export class SecureStream implements MessageTransport {
 
   /** Wakes a caller told to wait once the link has drained and little is left being sealed. */
   private drainSealed(): void {
-    if (!this.sealedNeedsDrain || this.linkFull || this.sealingBytes > SEALING_LOW_WATER_MARK) return;
+    if (!this.sealedNeedsDrain || this.linkFull || this.sealingBytes > DEFAULT_LOW_WATER_MARK) return;
     if (this.state !== 'open' || this.closeAfterSealing) return;
     this.sealedNeedsDrain = false;
     this.handlers?.onDrain();
-  }
-
-  private failSealing(reason: string): void {
-    this.sealing = [];
-    this.sealingBytes = 0;
-    this.fail(reason);
   }
 
   pause(): void {

@@ -52,9 +52,10 @@ export async function startPlainChromium(options: { args?: string[] } = {}): Pro
         child.kill('SIGTERM');
         const timer = setTimeout(() => child?.kill('SIGKILL'), 5_000);
         // Bounded even if no exit is ever reported (the reaper below still kills what is left).
-        const given = new Promise((resolve) => setTimeout(resolve, 10_000).unref());
-        await Promise.race([exited, given]);
+        let giveUp: NodeJS.Timeout | undefined;
+        await Promise.race([exited, new Promise((resolve) => (giveUp = setTimeout(resolve, 10_000)))]);
         clearTimeout(timer);
+        clearTimeout(giveUp);
       }
       // Its renderer, GPU and utility processes follow the browser process; any that do not are killed.
       await reapChromium(marker, 5_000);
