@@ -58,6 +58,8 @@ export function routeToExecutor(
   const lastSeen = link?.lastSeen ?? null;
   if (live.length === 0 || node === null) return { node, status: 'unknown', lastSeen };
   const carrier = live.find((n) => n.url === node);
-  const up = carrier !== undefined && link?.relayUrl === node && link.lastSeen >= carrier.lastSeen;
+  // Current when the carrier's last heartbeat listed it. Both times come from the link's own read: the live list
+  // above may have been read before or after a heartbeat that the link's read was not.
+  const up = carrier !== undefined && link?.relayUrl === node && link.lastSeen >= link.nodeLastSeen;
   return { node, status: up ? 'up' : 'down', lastSeen };
 }

@@ -1,7 +1,7 @@
 import pg from 'pg';
 import { BoundedCache } from '../cache.js';
 import { POSTGRES_MIGRATIONS } from './migrations.js';
-import { CACHE_ENTRIES, toKey, toRegistration, toRevoked } from './sqlite.js';
+import { CACHE_ENTRIES, relayLinkSql, toKey, toRegistration, toRelayLink, toRevoked } from './sqlite.js';
 import type { ApiKeyRecord, EnvironmentRecord, RegistryStore, RelayLinkRecord, RelayNodeRecord } from './types.js';
 
 export interface PostgresStoreOptions {
@@ -367,12 +367,13 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
     },
     async relayLink(environmentId) {
       const link = await links.get(environmentId, async () => {
-        const { rows } = await pool.query<{ environment_id: string; relay_url: string; last_seen: string }>(
-          'SELECT environment_id, relay_url, last_seen FROM relay_links WHERE environment_id = $1',
-          [environmentId],
-        );
+        const { rows } = await pool.query({
+          name: 'registry_relay_link',
+          text: relayLinkSql('$1'),
+          values: [environmentId],
+        });
         const row = rows[0];
-        return row && { environmentId: row.environment_id, relayUrl: row.relay_url, lastSeen: Number(row.last_seen) };
+        return row && toRelayLink(row);
       });
       return link && { ...link };
     },

@@ -73,6 +73,29 @@ export const toRevoked = (row: RevokedRow): RevokedRegistrationRecord => ({
   revokedAt: Number(row.revoked_at),
 });
 
+interface RelayLinkRow {
+  environment_id: string;
+  relay_url: string;
+  last_seen: number | string;
+  node_last_seen: number | string;
+}
+
+/**
+ * An environment's link and its node's last heartbeat, in one statement (`param` is the engine's placeholder for
+ * the environment id): a heartbeat writes both rows at once, so a single read sees them agree or both moved.
+ */
+export const relayLinkSql = (param: string) => `
+  SELECT l.environment_id, l.relay_url, l.last_seen, COALESCE(n.last_seen, l.last_seen) AS node_last_seen
+  FROM relay_links l LEFT JOIN relay_nodes n ON n.url = l.relay_url
+  WHERE l.environment_id = ${param}`;
+
+export const toRelayLink = (row: RelayLinkRow): RelayLinkRecord => ({
+  environmentId: row.environment_id,
+  relayUrl: row.relay_url,
+  lastSeen: Number(row.last_seen),
+  nodeLastSeen: Number(row.node_last_seen),
+});
+
 /** The per-connection pragmas of a SQLite store's connection (for tests: `synchronous` is not stored in the file). */
 const connections = new WeakMap<RegistryStore, Database.Database>();
 export function sqlitePragma(store: RegistryStore, name: 'synchronous' | 'journal_mode' | 'busy_timeout'): unknown {
@@ -251,7 +274,7 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
        WHERE r.environment_id = ? AND (r.relay_url IS NULL OR r.relay_url = ?)
        ON CONFLICT (environment_id) DO UPDATE SET relay_url = excluded.relay_url, last_seen = excluded.last_seen`,
     ),
-    link: db.prepare('SELECT environment_id, relay_url, last_seen FROM relay_links WHERE environment_id = ?'),
+    link: db.prepare(relayLinkSql('?')),
     nodes: db.prepare('SELECT url, last_seen FROM relay_nodes ORDER BY url'),
     dataVersion: db.prepare('PRAGMA data_version').pluck(),
   };
@@ -533,12 +556,8 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
       fresh();
       let link = links.get(environmentId);
       if (link === undefined) {
-        const row = stmt.link.get(environmentId) as
-          | { environment_id: string; relay_url: string; last_seen: number }
-          | undefined;
-        link = row
-          ? { environmentId: row.environment_id, relayUrl: row.relay_url, lastSeen: Number(row.last_seen) }
-          : null;
+        const row = stmt.link.get(environmentId) as RelayLinkRow | undefined;
+        link = row ? toRelayLink(row) : null;
         links.set(environmentId, link);
       }
       return link ? { ...link } : undefined;

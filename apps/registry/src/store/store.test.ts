@@ -364,8 +364,19 @@ describe.each([sqlite, postgres])('RegistryStore on $name', (engine) => {
     await store.heartbeatRelayNode('ws://a', 1_000, ['dev-1', 'dev-2', 'dev-1', 'dev-unregistered']);
     await store.heartbeatRelayNode('ws://b', 2_000, ['dev-2', 'dev-1']);
     await store.heartbeatRelayNode('ws://a', 3_000, []);
-    expect(await store.relayLink('dev-1')).toEqual({ environmentId: 'dev-1', relayUrl: 'ws://a', lastSeen: 1_000 });
-    expect(await store.relayLink('dev-2')).toEqual({ environmentId: 'dev-2', relayUrl: 'ws://b', lastSeen: 2_000 });
+    // ws://a's last heartbeat (3 000) no longer listed dev-1; ws://b's last one listed dev-2.
+    expect(await store.relayLink('dev-1')).toEqual({
+      environmentId: 'dev-1',
+      relayUrl: 'ws://a',
+      lastSeen: 1_000,
+      nodeLastSeen: 3_000,
+    });
+    expect(await store.relayLink('dev-2')).toEqual({
+      environmentId: 'dev-2',
+      relayUrl: 'ws://b',
+      lastSeen: 2_000,
+      nodeLastSeen: 2_000,
+    });
     expect(await store.relayLink('dev-unregistered')).toBeUndefined();
     expect(await store.liveRelayNodes(0)).toEqual([
       { url: 'ws://a', lastSeen: 3_000 },
@@ -375,7 +386,12 @@ describe.each([sqlite, postgres])('RegistryStore on $name', (engine) => {
     await store.putRegistration({ ...registration('dev-1', 'reg-3'), relayUrl: 'ws://b' });
     expect((await store.currentRegistration('dev-1'))?.relayUrl).toBe('ws://b');
     await store.heartbeatRelayNode('ws://b', 4_000, ['dev-1']);
-    expect(await store.relayLink('dev-1')).toEqual({ environmentId: 'dev-1', relayUrl: 'ws://b', lastSeen: 4_000 });
+    expect(await store.relayLink('dev-1')).toEqual({
+      environmentId: 'dev-1',
+      relayUrl: 'ws://b',
+      lastSeen: 4_000,
+      nodeLastSeen: 4_000,
+    });
   });
 
   it('a registration that names no node (made before the registry recorded one) is linked wherever reported', async () => {
@@ -384,7 +400,12 @@ describe.each([sqlite, postgres])('RegistryStore on $name', (engine) => {
     expect((await store.currentRegistration('dev-1'))?.relayUrl).toBeNull();
     await store.heartbeatRelayNode('ws://a', 1_000, ['dev-1']);
     await store.heartbeatRelayNode('ws://b', 2_000, ['dev-1']);
-    expect(await store.relayLink('dev-1')).toEqual({ environmentId: 'dev-1', relayUrl: 'ws://b', lastSeen: 2_000 });
+    expect(await store.relayLink('dev-1')).toEqual({
+      environmentId: 'dev-1',
+      relayUrl: 'ws://b',
+      lastSeen: 2_000,
+      nodeLastSeen: 2_000,
+    });
   });
 });
 
@@ -433,9 +454,15 @@ describe.each([sqlite, postgres])('RegistryStore read caches on $name', (engine)
     expect(await db.store.relayLink('dev-1')).toBeUndefined();
     await db.store.heartbeatRelayNode('ws://a', 1_000, ['dev-1']);
     expect(await db.store.liveRelayNodes(0)).toEqual([{ url: 'ws://a', lastSeen: 1_000 }]);
-    expect(await db.store.relayLink('dev-1')).toEqual({ environmentId: 'dev-1', relayUrl: 'ws://a', lastSeen: 1_000 });
+    expect(await db.store.relayLink('dev-1')).toEqual({
+      environmentId: 'dev-1',
+      relayUrl: 'ws://a',
+      lastSeen: 1_000,
+      nodeLastSeen: 1_000,
+    });
     await db.store.heartbeatRelayNode('ws://a', 2_000, []);
     expect(await db.store.liveRelayNodes(1_500)).toEqual([{ url: 'ws://a', lastSeen: 2_000 }]);
+    expect(await db.store.relayLink('dev-1')).toMatchObject({ lastSeen: 1_000, nodeLastSeen: 2_000 });
   });
 
   it('a consumed authorization is gone: prune finds nothing left of it', async () => {

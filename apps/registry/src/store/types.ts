@@ -118,7 +118,14 @@ export interface RelayNodeRecord {
 export interface RelayLinkRecord {
   environmentId: string;
   relayUrl: string;
+  /** The last heartbeat of `relayUrl` that listed the environment. */
   lastSeen: number;
+  /**
+   * The last heartbeat of `relayUrl` at all, read in the same statement as `lastSeen`: the link is current when the
+   * two are equal. (Compared with a separately read node list, a heartbeat landing between the two reads would
+   * make a live link look down.)
+   */
+  nodeLastSeen: number;
 }
 
 export interface RegistryStore {
