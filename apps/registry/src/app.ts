@@ -371,7 +371,7 @@ function bearer(request: FastifyRequest): string | null {
 /** onRequest hook for a route group: a known, unrevoked API key of exactly `role` (or one of `role`), else 401/403. */
 export function requireRole(app: FastifyInstance, role: Role | readonly Role[]) {
   const roles: readonly Role[] = typeof role === 'string' ? [role] : role;
-  const message = `this route needs ${roles.map((r) => `a ${r}`).join(' or ')} key`;
+  const message = `this route needs ${roles.map((r) => `${/^[aeiou]/.test(r) ? 'an' : 'a'} ${r}`).join(' or ')} key`;
   return async (request: FastifyRequest) => {
     const token = bearer(request);
     const key = token === null ? undefined : await app.registry.store.findApiKey(hashToken(token));

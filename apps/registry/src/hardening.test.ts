@@ -512,6 +512,7 @@ describe('relay role', () => {
       const res = await call(method, url, 'relay', payload);
       expect([url, res.statusCode, res.json().error.code]).toEqual([url, 403, 'forbidden_role']);
     }
+    expect((await call('GET', '/v1/environments', 'relay')).json().error.message).toBe('this route needs an admin key');
     expect((await store.currentRegistration('dev-1'))?.registrationId).toBe(reg.executor_registration_id);
   });
 });
