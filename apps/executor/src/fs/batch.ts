@@ -63,8 +63,9 @@ export interface MetadataChange {
 }
 
 /**
- * A time in whole milliseconds as the seconds utimes takes. libuv keeps microseconds of the double it is
- * given, and 1_000_000_000.456 as a double is just below .456: half a microsecond more lands on it.
+ * A time in whole milliseconds as the seconds utimes takes. 1_000_000_000.456 as a double is just below .456,
+ * and libuv truncates (to microseconds on Node 20, nanoseconds on 22+): half a microsecond more keeps the
+ * millisecond, which is what a stat read back in milliseconds gives.
  */
 export function utimesSeconds(ms: number): number {
   return (ms + 0.0005) / 1000;
