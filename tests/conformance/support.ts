@@ -10,7 +10,6 @@ import {
   initialize,
   type PeerHandle,
   type PeerKind,
-  peerMarker,
   type Stack,
   type StartPeerOptions,
   startPeer,
@@ -18,6 +17,7 @@ import {
   type TestClient,
   type Transport,
   waitUntil,
+  workerMarkerEntry,
 } from '@tether/test-kit';
 import { afterAll, afterEach, expect } from 'vitest';
 
@@ -95,11 +95,11 @@ export function useHarness() {
     for (const peer of activePeers()) await peer.close();
     // Children of a stopped peer may need a moment to be reaped by the kernel.
     await waitUntil(
-      () => findProcesses({ cwdUnder: workDir, peerMarker: peerMarker() }).length === 0,
+      () => findProcesses({ cwdUnder: workDir, environIncludes: [workerMarkerEntry()] }).length === 0,
       'all peers and their children to exit',
       10_000,
     ).catch(() => undefined);
-    const leaked = findProcesses({ cwdUnder: workDir, peerMarker: peerMarker() });
+    const leaked = findProcesses({ cwdUnder: workDir, environIncludes: [workerMarkerEntry()] });
     for (const p of leaked) {
       try {
         process.kill(p.pid, 'SIGKILL');

@@ -121,6 +121,8 @@ export {
   startPeer,
   type Transport,
   tetherMainPath,
+  WORKER_MARKER_ENV,
+  workerMarkerEntry,
 } from './peer.js';
 export { type PlainPage, startPlainChromium } from './plain-browser.js';
 export {

@@ -149,9 +149,21 @@ export function peerMarker(): string {
   return process.env[RUN_ID_ENV] ?? String(process.pid);
 }
 
+/**
+ * Names the test process (a vitest worker) that spawned a peer, beside the run's marker: test files run in
+ * parallel, so a file's own leak check looks for its worker's peers (`workerMarkerEntry()`), and the run-wide
+ * check after the last file for the run's.
+ */
+export const WORKER_MARKER_ENV = 'TETHER_TEST_KIT_WORKER';
+
+/** The `NAME=value` environment entry that every peer this process spawns carries (for `environIncludes`). */
+export function workerMarkerEntry(): string {
+  return `${WORKER_MARKER_ENV}=${process.pid}`;
+}
+
 /** Marks processes spawned by the test-kit so leak checks can find them. */
 export function peerMarkerEnv(): Record<string, string> {
-  return { [RUN_MARKER_ENV]: peerMarker() };
+  return { [RUN_MARKER_ENV]: peerMarker(), [WORKER_MARKER_ENV]: String(process.pid) };
 }
 export const PEER_MARKER_ENV = RUN_MARKER_ENV;
 
