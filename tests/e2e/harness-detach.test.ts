@@ -16,6 +16,11 @@ const ENVIRONMENT = 'detach-e2e';
 const LIMITED = 'detach-limit-e2e';
 const CODEX = 'detach-codex-e2e';
 const work = mkdtempSync(join(tmpdir(), 'tether-harness-detach-'));
+/**
+ * The executor's `[sessions] detached_ttl_sec`, short here (the default is 30 s): a session ends that long after
+ * its connection did, and a detached process must outlive it.
+ */
+const DETACHED_TTL_SECONDS = 2;
 const bin = join(repoRoot(), 'apps', 'harness', 'dist', 'main.js');
 let stack: Stack;
 const terminals: Tmux[] = [];
@@ -94,7 +99,9 @@ async function psLine(id: string): Promise<string[] | undefined> {
 
 beforeAll(async () => {
   stack = await startStack();
-  await stack.startExecutor('tether', ENVIRONMENT);
+  const config = join(work, 'executor.toml');
+  writeFileSync(config, `[sessions]\ndetached_ttl_sec = ${DETACHED_TTL_SECONDS}\n`);
+  await stack.startExecutor('tether', ENVIRONMENT, { args: ['--config', config] });
   await stack.startExecutor('tether', LIMITED, { args: ['--max-detached-processes', '1'] });
   await stack.startExecutor('codex', CODEX);
 }, 120_000);
@@ -111,15 +118,15 @@ afterAll(async () => {
 });
 
 describe('harness exec -d, ps, attach', () => {
-  it('a detached process survives 40 s with no harness connected; attach then shows its later output and exit code', {
+  it(`a detached process outlives its session (twice the ${DETACHED_TTL_SECONDS} s detach TTL with no harness connected); attach then shows its later output and exit code`, {
     timeout: 120_000,
   }, async () => {
     const flag = join(work, 'go-on');
     const id = await startDetached(
       `echo started; while [ ! -e ${quote(flag)} ]; do sleep 0.1; done; echo later; exit 9`,
     );
-    // No harness is connected now; the session that started it ends 30 s after its connection did.
-    await new Promise((resolve) => setTimeout(resolve, 40_000));
+    // No harness is connected now; the session that started it ends DETACHED_TTL_SECONDS after its connection did.
+    await new Promise((resolve) => setTimeout(resolve, 2 * DETACHED_TTL_SECONDS * 1000));
     const line = await psLine(id);
     expect(line?.slice(0, 2)).toEqual([id, 'running']);
     expect(Number(line?.[2])).toBeGreaterThan(0);
