@@ -214,9 +214,10 @@ describe('kills: SIGKILL of relay, registry and executor mid-stream', () => {
     let refusal: unknown = null;
     try {
       envs.push(
+        // A short connect budget (the SDK's default is 20 s): the same retries end in the same error sooner.
         await withDeadline(
-          connect({ stack, environmentId: 'env-kill-executor' }),
-          40_000,
+          connect({ stack, environmentId: 'env-kill-executor', connectTimeoutMs: 5_000 }),
+          20_000,
           () => 'a connect with no executor',
         ),
       );

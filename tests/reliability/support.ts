@@ -127,6 +127,8 @@ export interface ConnectOptions {
   environmentId: string;
   log?: LinkLog;
   reconnectTimeoutMs?: number;
+  /** The SDK's connect budget (its default is 20 s). */
+  connectTimeoutMs?: number;
 }
 
 export function connect(options: ConnectOptions): Promise<Environment> {
@@ -137,6 +139,7 @@ export function connect(options: ConnectOptions): Promise<Environment> {
     clientName: 'tether-reliability',
     ...(options.log ? { onStatus: options.log.onStatus } : {}),
     ...(options.reconnectTimeoutMs ? { reconnect: { timeoutMs: options.reconnectTimeoutMs } } : {}),
+    ...(options.connectTimeoutMs ? { connectRetry: { timeoutMs: options.connectTimeoutMs } } : {}),
   });
 }
 
