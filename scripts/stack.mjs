@@ -14,6 +14,9 @@ import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { ensureSupportedNode } from './runtime.mjs';
+
+await ensureSupportedNode('stack');
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const { values } = parseArgs({

