@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
 import { Environment } from './environment.js';
 import { TetherError } from './errors.js';
-import { ExecServerClient } from './exec-client.js';
+import { type ConnectProgress, ExecServerClient } from './exec-client.js';
 
 const work = mkdtempSync(join(tmpdir(), 'tether-exec-client-'));
 afterAll(() => rmSync(work, { recursive: true, force: true }));
@@ -107,6 +107,49 @@ describe('ExecServerClient: connection set-up retries', () => {
       /could not connect within 400 ms \(\d+ attempts\): cannot connect: ECONNREFUSED/,
     );
     expect(attempts).toBeGreaterThan(1);
+  });
+
+  it('onProgress tells each step as it begins: the phases of the dial, initialize, the backoff, the end', async () => {
+    const steps: ConnectProgress[] = [];
+    let attempts = 0;
+    const client = await ExecServerClient.connect({
+      onProgress: (progress) => steps.push(progress),
+      dial: async (_signal, onPhase) => {
+        attempts++;
+        onPhase?.('registry');
+        onPhase?.('relay');
+        if (attempts === 1) throw new TetherError('connect_failed', 'cannot connect: socket hang up');
+        onPhase?.('handshake');
+        return dialPeer();
+      },
+    });
+    client.close();
+    expect(steps).toEqual([
+      { kind: 'connect', phase: 'registry', attempt: 1 },
+      { kind: 'connect', phase: 'relay', attempt: 1 },
+      { kind: 'connect', phase: 'backoff', attempt: 1, delayMs: 100, error: 'cannot connect: socket hang up' },
+      { kind: 'connect', phase: 'registry', attempt: 2 },
+      { kind: 'connect', phase: 'relay', attempt: 2 },
+      { kind: 'connect', phase: 'handshake', attempt: 2 },
+      { kind: 'connect', phase: 'initialize', attempt: 2 },
+      { kind: 'connect', phase: 'connected', attempt: 2 },
+    ]);
+
+    const refused: ConnectProgress[] = [];
+    await ExecServerClient.connect({
+      onProgress: (progress) => refused.push(progress),
+      dial: async () => {
+        throw new TetherError('unauthorized', 'the registry refused the harness API key (HTTP 401)');
+      },
+    }).catch(() => undefined);
+    expect(refused).toEqual([
+      {
+        kind: 'connect',
+        phase: 'failed',
+        attempt: 1,
+        error: 'the registry refused the harness API key (HTTP 401)',
+      },
+    ]);
   });
 
   it('connectRetry: false makes one attempt', async () => {

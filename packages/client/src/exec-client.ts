@@ -47,8 +47,34 @@ const IDEMPOTENT = new Set([
   'fs/canonicalize',
 ]);
 
-/** Opens a fresh transport to the executor (a new socket, or a new bundle + stream + handshake). */
-export type Dialer = (signal: AbortSignal) => Promise<MessageTransport>;
+/**
+ * Where a dial is (`ConnectProgress.phase`): the registry call for a bundle, the relay socket's WebSocket
+ * upgrade, the Noise handshake over it, a plain executor WebSocket's upgrade (`connectWebSocket`), or the wait
+ * for a channel from a `channelSource`.
+ */
+export type DialPhase = 'registry' | 'relay' | 'handshake' | 'websocket' | 'channel';
+
+/**
+ * Opens a fresh transport to the executor (a new socket, or a new bundle + stream + handshake). `onPhase`,
+ * when given, is told as each step of the dial begins.
+ */
+export type Dialer = (signal: AbortSignal, onPhase?: (phase: DialPhase) => void) => Promise<MessageTransport>;
+
+/**
+ * One step of setting a connection up (`ExecServerClientOptions.onProgress`), reported as it begins: a dial's
+ * steps, then `initialize`; `backoff` is the pause before another attempt; `connected` and `failed` end it.
+ */
+export interface ConnectProgress {
+  /** The first connect, or a resume of the session after its transport dropped. */
+  kind: 'connect' | 'resume';
+  phase: DialPhase | 'initialize' | 'backoff' | 'connected' | 'failed';
+  /** 1 for the first attempt of this connect or resume. */
+  attempt: number;
+  /** `backoff`: how long the pause is (ms). */
+  delayMs?: number;
+  /** `failed`, or `backoff`: why the attempt failed (never a credential). */
+  error?: string;
+}
 
 export interface ReconnectOptions {
   /** Give up after this long without a resumed session (default 25 s, inside the executor's 30 s TTL). */
@@ -81,6 +107,11 @@ export interface ExecServerClientOptions {
   reconnect?: ReconnectOptions | false;
   /** Logs transport drops and reconnects. */
   onStatus?: (status: 'disconnected' | 'reconnected' | 'lost', detail: string) => void;
+  /**
+   * Told as each step of a connect or resume begins (registry call, relay upgrade, handshake, initialize,
+   * backoff), for a caller that wants to show or log where a slow connect is. Never called when absent.
+   */
+  onProgress?: (progress: ConnectProgress) => void;
 }
 
 /** How to reach an environment through the registry and relay. */
@@ -143,7 +174,7 @@ export function rendezvousDialer(options: RendezvousOptions): RendezvousDialer {
   let identity = options.identity ?? null;
   const pin = new ExecutorKeyPin(options.environmentId, options.executorPublicKey ?? null);
   return {
-    dial: async (signal) => {
+    dial: async (signal, onPhase) => {
       const dial = await loadDialing();
       const platform = options.platform;
       identity ??= dial.generateIdentity({
@@ -158,6 +189,7 @@ export function rendezvousDialer(options: RendezvousOptions): RendezvousDialer {
         signal,
         options.handshakeTimeoutMs,
         platform,
+        onPhase,
       );
     },
     pin,
@@ -195,28 +227,33 @@ export class ExecServerClient implements ProcessBackend {
   static async connect(options: ExecServerClientOptions): Promise<ExecServerClient> {
     const client = new ExecServerClient(options);
     const retry = options.connectRetry;
-    if (retry === false) {
-      await client.establish(null);
-      return client;
-    }
-    const timeoutMs = retry?.timeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
+    const report = options.onProgress;
+    const timeoutMs = (retry === false ? undefined : retry?.timeoutMs) ?? DEFAULT_CONNECT_TIMEOUT_MS;
     const deadline = Date.now() + timeoutMs;
     let delay = CONNECT_RETRY_FIRST_MS;
     for (let attempt = 1; ; attempt++) {
       try {
-        await client.establish(null);
+        await client.establish(null, attempt);
         return client;
       } catch (err) {
-        if (client.closed || !mayPass(err)) throw err;
+        const giveUp = (error: unknown) => {
+          report?.({ kind: 'connect', phase: 'failed', attempt, error: (error as Error).message });
+          return error;
+        };
+        if (retry === false || client.closed || !mayPass(err)) throw giveUp(err);
         const left = deadline - Date.now();
         if (left <= 0) {
-          throw new TetherError(
-            'connect_failed',
-            `could not connect within ${timeoutMs} ms (${attempt} attempts): ${(err as Error).message}`,
-            { cause: err },
+          throw giveUp(
+            new TetherError(
+              'connect_failed',
+              `could not connect within ${timeoutMs} ms (${attempt} attempts): ${(err as Error).message}`,
+              { cause: err },
+            ),
           );
         }
-        await new Promise((resolve) => setTimeout(resolve, Math.min(delay, left)));
+        const pause = Math.min(delay, left);
+        report?.({ kind: 'connect', phase: 'backoff', attempt, delayMs: pause, error: (err as Error).message });
+        await new Promise((resolve) => setTimeout(resolve, pause));
         delay = Math.min(delay * 2, CONNECT_RETRY_MAX_MS);
       }
     }
@@ -226,7 +263,10 @@ export class ExecServerClient implements ProcessBackend {
   static connectWebSocket(url: string, options: Omit<ExecServerClientOptions, 'dial'> = {}): Promise<ExecServerClient> {
     return ExecServerClient.connect({
       ...options,
-      dial: async (signal) => (await loadDialing()).dialWebSocket(url, signal),
+      dial: async (signal, onPhase) => {
+        onPhase?.('websocket');
+        return (await loadDialing()).dialWebSocket(url, signal);
+      },
     });
   }
 
@@ -290,9 +330,10 @@ export class ExecServerClient implements ProcessBackend {
     return ExecServerClient.connect({
       ...options,
       // A channel from the source when it has one (the session's key pin applies to it too), else direct.
-      dial: async (signal) => {
+      dial: async (signal, onPhase) => {
+        onPhase?.('channel');
         const channel = await source.open(signal);
-        if (channel === null) return direct.dial(signal);
+        if (channel === null) return direct.dial(signal, onPhase);
         try {
           direct.pin.checkKey(channel.executorPublicKey);
         } catch (err) {
@@ -533,8 +574,15 @@ export class ExecServerClient implements ProcessBackend {
 
   // Connection lifecycle --------------------------------------------------------------------------
 
-  private async establish(resumeSessionId: string | null): Promise<void> {
-    const transport = await this.options.dial(this.abort.signal);
+  /** One attempt (`attempt`, for `onProgress`): dial, then `initialize` (resuming `resumeSessionId`). */
+  private async establish(resumeSessionId: string | null, attempt: number): Promise<void> {
+    const report = this.options.onProgress;
+    const kind = resumeSessionId ? 'resume' : 'connect';
+    const transport = await this.options.dial(
+      this.abort.signal,
+      report && ((phase: DialPhase) => report({ kind, phase, attempt })),
+    );
+    report?.({ kind, phase: 'initialize', attempt });
     const connection = new RpcConnection(transport);
     const rpc: RpcClient = new RpcClient(connection, {
       onNotification: (method, params) => this.onNotification(method, params),
@@ -564,6 +612,7 @@ export class ExecServerClient implements ProcessBackend {
     this.rpc = rpc;
     this.connection = connection;
     this.info = info;
+    report?.({ kind, phase: 'connected', attempt });
   }
 
   /** TCP forwarding (capability `tcpForward`): `tcp.connect(host, port)` opens a Duplex to host:port there. */
@@ -603,11 +652,14 @@ export class ExecServerClient implements ProcessBackend {
     const reconnect = this.options.reconnect;
     const deadline = Date.now() + ((reconnect ? reconnect.timeoutMs : undefined) ?? 25_000);
     const sessionId = this.sessionId;
+    const report = this.options.onProgress;
     let delay = 100;
     let lastError: unknown = null;
+    let attempt = 0;
     while (!this.closed && Date.now() < deadline) {
+      attempt++;
       try {
-        await this.establish(sessionId);
+        await this.establish(sessionId, attempt);
         this.options.onStatus?.('reconnected', `session ${sessionId} resumed`);
         for (const listener of [...this.reconnectListeners]) listener();
         return;
@@ -617,10 +669,12 @@ export class ExecServerClient implements ProcessBackend {
         if (RpcError.is(err) && err.code !== ErrorCode.sessionAlreadyAttached) break;
         if (err instanceof TetherError && FINAL_ON_RESUME.has(err.code)) break;
       }
+      report?.({ kind: 'resume', phase: 'backoff', attempt, delayMs: delay, error: (lastError as Error).message });
       await new Promise((resolve) => setTimeout(resolve, delay));
       delay = Math.min(delay * 2, 2_000);
     }
     const why = `could not resume session ${sessionId}: ${(lastError as Error)?.message ?? 'closed'}`;
+    report?.({ kind: 'resume', phase: 'failed', attempt, error: why });
     this.options.onStatus?.('lost', why);
     this.close(why);
   }
