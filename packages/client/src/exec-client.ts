@@ -77,12 +77,18 @@ export interface ConnectProgress {
 }
 
 export interface ReconnectOptions {
-  /** Give up after this long without a resumed session (default 25 s, inside the executor's 30 s TTL). */
+  /**
+   * Give up after this long without a resumed session (default 25 s, inside the executor's 30 s TTL); an
+   * attempt still under way then is given up wherever it is.
+   */
   timeoutMs?: number;
 }
 
 export interface ConnectRetryOptions {
-  /** Stop trying to set the connection up after this long (default 20 s). */
+  /**
+   * Stop trying to set the connection up after this long (default 20 s): an attempt still under way then is
+   * given up wherever it is (its dial's signal is aborted; one begun at the very end gets 1 s).
+   */
   timeoutMs?: number;
 }
 
@@ -90,6 +96,8 @@ export interface ConnectRetryOptions {
 const CONNECT_RETRY_FIRST_MS = 100;
 const CONNECT_RETRY_MAX_MS = 2_000;
 const DEFAULT_CONNECT_TIMEOUT_MS = 20_000;
+/** The least time an attempt gets before it is given up: one begun right at the deadline still has a chance. */
+const MIN_ATTEMPT_MS = 1_000;
 
 export interface ExecServerClientOptions {
   dial: Dialer;
@@ -233,7 +241,7 @@ export class ExecServerClient implements ProcessBackend {
     let delay = CONNECT_RETRY_FIRST_MS;
     for (let attempt = 1; ; attempt++) {
       try {
-        await client.establish(null, attempt);
+        await client.establish(null, attempt, retry === false ? undefined : deadline);
         return client;
       } catch (err) {
         const giveUp = (error: unknown) => {
@@ -574,14 +582,65 @@ export class ExecServerClient implements ProcessBackend {
 
   // Connection lifecycle --------------------------------------------------------------------------
 
-  /** One attempt (`attempt`, for `onProgress`): dial, then `initialize` (resuming `resumeSessionId`). */
-  private async establish(resumeSessionId: string | null, attempt: number): Promise<void> {
+  /**
+   * One attempt (`attempt`, for `onProgress`). With a `deadline` (epoch ms) it is given up at that moment (or
+   * `MIN_ATTEMPT_MS` after it began, if later), wherever it is: its signal (the dial's, the initialize call's)
+   * is aborted, and it fails with `connect_failed` saying which step it was in.
+   */
+  private async establish(resumeSessionId: string | null, attempt: number, deadline?: number): Promise<void> {
+    if (deadline === undefined) return this.attemptOnce(resumeSessionId, attempt, this.abort.signal, () => {});
+    let step = 'dial';
+    const bound = this.boundBy(Math.max(deadline, Date.now() + MIN_ATTEMPT_MS));
+    try {
+      await this.attemptOnce(resumeSessionId, attempt, bound.signal, (phase) => {
+        step = phase;
+      });
+    } catch (err) {
+      if (bound.signal.aborted && !this.closed) {
+        throw new TetherError('connect_failed', `the attempt was still in its ${step} at the deadline`, { cause: err });
+      }
+      throw err;
+    } finally {
+      bound.dispose();
+    }
+  }
+
+  /**
+   * A signal aborted when this client closes or at `deadline`, whichever comes first; `dispose` once the
+   * attempt is over (it is never aborted after that).
+   */
+  private boundBy(deadline: number): { signal: AbortSignal; dispose(): void } {
+    const controller = new AbortController();
+    const onClose = () => controller.abort(this.abort.signal.reason);
+    if (this.abort.signal.aborted) onClose();
+    else this.abort.signal.addEventListener('abort', onClose, { once: true });
+    const timer = setTimeout(
+      () => controller.abort(new TetherError('connect_failed', 'the connect deadline passed')),
+      Math.max(0, deadline - Date.now()),
+    );
+    return {
+      signal: controller.signal,
+      dispose: () => {
+        clearTimeout(timer);
+        this.abort.signal.removeEventListener('abort', onClose);
+      },
+    };
+  }
+
+  /** Dial (its steps told to `onStep` and `onProgress`), then `initialize` (resuming `resumeSessionId`). */
+  private async attemptOnce(
+    resumeSessionId: string | null,
+    attempt: number,
+    signal: AbortSignal,
+    onStep: (step: DialPhase | 'initialize') => void,
+  ): Promise<void> {
     const report = this.options.onProgress;
     const kind = resumeSessionId ? 'resume' : 'connect';
-    const transport = await this.options.dial(
-      this.abort.signal,
-      report && ((phase: DialPhase) => report({ kind, phase, attempt })),
-    );
+    const transport = await this.options.dial(signal, (phase) => {
+      onStep(phase);
+      report?.({ kind, phase, attempt });
+    });
+    onStep('initialize');
     report?.({ kind, phase: 'initialize', attempt });
     const connection = new RpcConnection(transport);
     const rpc: RpcClient = new RpcClient(connection, {
@@ -591,10 +650,11 @@ export class ExecServerClient implements ProcessBackend {
     });
     let info: InitializeInfo;
     try {
-      info = await rpc.call<InitializeInfo>('initialize', {
-        clientName: this.options.clientName ?? 'tether-client',
-        ...(resumeSessionId ? { resumeSessionId } : {}),
-      });
+      info = await rpc.call<InitializeInfo>(
+        'initialize',
+        { clientName: this.options.clientName ?? 'tether-client', ...(resumeSessionId ? { resumeSessionId } : {}) },
+        { signal },
+      );
     } catch (err) {
       rpc.close('initialize failed');
       throw err;
@@ -659,7 +719,7 @@ export class ExecServerClient implements ProcessBackend {
     while (!this.closed && Date.now() < deadline) {
       attempt++;
       try {
-        await this.establish(sessionId, attempt);
+        await this.establish(sessionId, attempt, deadline);
         this.options.onStatus?.('reconnected', `session ${sessionId} resumed`);
         for (const listener of [...this.reconnectListeners]) listener();
         return;
