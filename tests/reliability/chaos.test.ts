@@ -123,7 +123,7 @@ describe('chaos: cuts and resets on both relay legs (seeded proxy)', () => {
         let env: Environment;
         try {
           env = await withDeadline(
-            track(connect({ stack, environmentId: ENVIRONMENT })),
+            track(connect({ stack, environmentId: ENVIRONMENT, label: `connect ${i + 1}` })),
             CONNECT_DEADLINE_MS,
             () => `connect ${i + 1}`,
           );
@@ -169,7 +169,7 @@ describe('chaos: cuts and resets on both relay legs (seeded proxy)', () => {
   }, async () => {
     const log = new LinkLog();
     const env = await withDeadline(
-      track(connect({ stack, environmentId: ENVIRONMENT, log })),
+      track(connect({ stack, environmentId: ENVIRONMENT, log, label: 'the calm connect before the chaos' })),
       CONNECT_DEADLINE_MS,
       () => 'the calm connect before the chaos',
     );
@@ -211,7 +211,7 @@ describe('chaos: cuts and resets on both relay legs (seeded proxy)', () => {
 
   it('after the chaos, a session still works and nothing is left: relay without streams, executor at its idle baseline, no extra socket here', async () => {
     const env = await withDeadline(
-      track(connect({ stack, environmentId: ENVIRONMENT })),
+      track(connect({ stack, environmentId: ENVIRONMENT, label: 'a calm connect after the chaos' })),
       CONNECT_DEADLINE_MS,
       () => 'a calm connect after the chaos',
     );

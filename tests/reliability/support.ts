@@ -3,7 +3,7 @@
  * processes whose output or stdin is checked byte for byte, deadlines that turn a hang into a failure with a
  * reason, and the leak checks every file ends with.
  */
-import { Environment, TetherError } from '@tether/client';
+import { type ConnectProgress, Environment, TetherError } from '@tether/client';
 import {
   type ChaosPolicy,
   type ChaosProxy,
@@ -74,11 +74,18 @@ export const CUTS_EVERY_100_TO_600_MS: ChaosPolicy = {
   delay: { probability: 0.02, minMs: 5, maxMs: 60 },
 };
 
-/** Rejects with `what` after `ms` (the timer never outlives the race). */
+/**
+ * Rejects with `what` after `ms` (the timer never outlives the race), and with where every connect made by
+ * `connect` that is still setting up (or resuming) its connection is: phase, for how long, which attempt.
+ */
 export async function withDeadline<T>(promise: Promise<T>, ms: number, what: () => string): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   const deadline = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`no answer after ${ms} ms: ${what()}`)), ms);
+    timer = setTimeout(() => {
+      const stuck = connectsInProgress();
+      const where = stuck.length > 0 ? `; connects in progress: ${stuck.join(' | ')}` : '; no connect in progress';
+      reject(new Error(`no answer after ${ms} ms: ${what()}${where}`));
+    }, ms);
   });
   try {
     return await Promise.race([promise, deadline]);
@@ -129,18 +136,114 @@ export interface ConnectOptions {
   reconnectTimeoutMs?: number;
   /** The SDK's connect budget (its default is 20 s). */
   connectTimeoutMs?: number;
+  /** How deadline messages name this connect (default `connect #N`, N counting every connect of the file). */
+  label?: string;
 }
 
 export function connect(options: ConnectOptions): Promise<Environment> {
-  return Environment.connectRendezvous({
+  const trace = new ConnectTrace(options.label);
+  const connecting = Environment.connectRendezvous({
     registryUrl: options.stack.registryUrl,
     apiKey: options.stack.keys.harness,
     environmentId: options.environmentId,
     clientName: 'tether-reliability',
+    onProgress: trace.onProgress,
     ...(options.log ? { onStatus: options.log.onStatus } : {}),
     ...(options.reconnectTimeoutMs ? { reconnect: { timeoutMs: options.reconnectTimeoutMs } } : {}),
     ...(options.connectTimeoutMs ? { connectRetry: { timeoutMs: options.connectTimeoutMs } } : {}),
   });
+  connecting.then(
+    (env) => trace.connected(env),
+    () => trace.end(),
+  );
+  return connecting;
+}
+
+// Where connects are -------------------------------------------------------------------------------
+
+/** The names of the SDK's connect phases in deadline messages. */
+const PHASE_NAMES: Record<ConnectProgress['phase'], string> = {
+  registry: 'registry call (/connect)',
+  relay: 'relay dial (WebSocket upgrade)',
+  handshake: 'Noise handshake',
+  websocket: 'WebSocket upgrade',
+  channel: 'channel source',
+  initialize: 'initialize',
+  backoff: 'retry backoff wait',
+  connected: 'connected',
+  failed: 'failed',
+};
+
+/** Steps kept per connect for its history in a deadline message. */
+const TRACE_STEPS = 24;
+
+/** Connects made by `connect` whose Environment is not closed yet. */
+const traces = new Set<ConnectTrace>();
+let tracesMade = 0;
+
+/**
+ * Where one connect is, from the SDK's `onProgress`: its current step and since when, and its recent steps
+ * with their durations. It follows the session's resumes after the connect too, until its client closes.
+ */
+class ConnectTrace {
+  readonly label: string;
+  private readonly started = Date.now();
+  private current: ConnectProgress | null = null;
+  private since = this.started;
+  private readonly steps: string[] = [];
+  private env: Environment | null = null;
+
+  constructor(label: string | undefined) {
+    this.label = label ?? `connect #${++tracesMade}`;
+    traces.add(this);
+  }
+
+  readonly onProgress = (progress: ConnectProgress): void => {
+    const now = Date.now();
+    if (this.current) this.steps.push(`#${this.current.attempt} ${this.step(this.current)} ${now - this.since} ms`);
+    if (this.steps.length > TRACE_STEPS) this.steps.splice(0, this.steps.length - TRACE_STEPS);
+    this.current = progress;
+    this.since = now;
+  };
+
+  connected(env: Environment): void {
+    this.env = env;
+  }
+
+  end(): void {
+    traces.delete(this);
+  }
+
+  /** Setting up (or resuming) a connection right now. */
+  get inProgress(): boolean {
+    if (this.env?.client?.isClosed) {
+      this.end();
+      return false;
+    }
+    const phase = this.current?.phase;
+    return phase !== 'connected' && phase !== 'failed';
+  }
+
+  describe(now = Date.now()): string {
+    const where = this.current
+      ? `${this.current.kind} attempt ${this.current.attempt}: ${this.step(this.current, false)} for ${now - this.since} ms`
+      : `no step reported yet, for ${now - this.started} ms`;
+    const history = this.steps.length > 0 ? `; before: ${this.steps.join(', ')}` : '';
+    return `${this.label} (${now - this.started} ms since it began) in ${where}${history}`;
+  }
+
+  private step(progress: ConnectProgress, withKind = true): string {
+    const resume = withKind && progress.kind === 'resume' ? 'resume ' : '';
+    const why = progress.error === undefined ? '' : ` (${progress.error.slice(0, 200)})`;
+    const pause = progress.phase === 'backoff' ? ` of ${progress.delayMs} ms` : '';
+    return `${resume}${PHASE_NAMES[progress.phase]}${pause}${why}`;
+  }
+}
+
+/** Every connect made by `connect` that is setting up or resuming its connection now: where it is. */
+export function connectsInProgress(): string[] {
+  const now = Date.now();
+  return [...traces].filter((trace) => trace.inProgress).map((trace) => trace.describe(now));
 }
 
 /** What happened to one checked process: complete and exact, or why not. */

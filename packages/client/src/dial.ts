@@ -13,6 +13,7 @@ import { type FrameLink, SecureStream, SecureStreamError, WebSocketFrameLink } f
 import { WebSocket } from 'ws';
 import { PASSING_RESETS } from './dial-error.js';
 import { TetherError } from './errors.js';
+import type { DialPhase } from './exec-client.js';
 import { proxyForCredentials, proxySettings } from './proxy.js';
 import { fetchBundle, type RegistryOptions, type RendezvousBundle } from './registry.js';
 
@@ -154,20 +155,26 @@ export async function dialRendezvous(
   signal: AbortSignal,
   handshakeTimeoutMs = 10_000,
   platform?: RendezvousPlatform,
+  onPhase?: (phase: DialPhase) => void,
 ): Promise<MessageTransport> {
+  onPhase?.('registry');
   let bundle = await pinnedBundle(registry, environmentId, identity, pin, signal);
   const openLink = platform?.openRelayLink ?? nodeRelayLinks(registry);
   const streamId = randomUUID();
   let relay: RelayLink;
   try {
+    onPhase?.('relay');
     relay = await openLink(bundle.url, streamId, signal);
   } catch (err) {
     // A 401 means the bundle went stale: fetch one fresh bundle and try once more (rendezvous.md §3.1).
     if (!(err instanceof TetherError) || err.status !== 401) throw err;
+    onPhase?.('registry');
     bundle = await pinnedBundle(registry, environmentId, identity, pin, signal);
+    onPhase?.('relay');
     relay = await openLink(bundle.url, streamId, signal);
   }
   try {
+    onPhase?.('handshake');
     const stream = await SecureStream.initiate({
       link: relay.link,
       streamId,

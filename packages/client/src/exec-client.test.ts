@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
 import { Environment } from './environment.js';
 import { TetherError } from './errors.js';
-import { ExecServerClient } from './exec-client.js';
+import { type ConnectProgress, ExecServerClient } from './exec-client.js';
 
 const work = mkdtempSync(join(tmpdir(), 'tether-exec-client-'));
 afterAll(() => rmSync(work, { recursive: true, force: true }));
@@ -107,6 +107,137 @@ describe('ExecServerClient: connection set-up retries', () => {
       /could not connect within 400 ms \(\d+ attempts\): cannot connect: ECONNREFUSED/,
     );
     expect(attempts).toBeGreaterThan(1);
+  });
+
+  it('onProgress tells each step as it begins: the phases of the dial, initialize, the backoff, the end', async () => {
+    const steps: ConnectProgress[] = [];
+    let attempts = 0;
+    const client = await ExecServerClient.connect({
+      onProgress: (progress) => steps.push(progress),
+      dial: async (_signal, onPhase) => {
+        attempts++;
+        onPhase?.('registry');
+        onPhase?.('relay');
+        if (attempts === 1) throw new TetherError('connect_failed', 'cannot connect: socket hang up');
+        onPhase?.('handshake');
+        return dialPeer();
+      },
+    });
+    client.close();
+    expect(steps).toEqual([
+      { kind: 'connect', phase: 'registry', attempt: 1 },
+      { kind: 'connect', phase: 'relay', attempt: 1 },
+      { kind: 'connect', phase: 'backoff', attempt: 1, delayMs: 100, error: 'cannot connect: socket hang up' },
+      { kind: 'connect', phase: 'registry', attempt: 2 },
+      { kind: 'connect', phase: 'relay', attempt: 2 },
+      { kind: 'connect', phase: 'handshake', attempt: 2 },
+      { kind: 'connect', phase: 'initialize', attempt: 2 },
+      { kind: 'connect', phase: 'connected', attempt: 2 },
+    ]);
+
+    const refused: ConnectProgress[] = [];
+    await ExecServerClient.connect({
+      onProgress: (progress) => refused.push(progress),
+      dial: async () => {
+        throw new TetherError('unauthorized', 'the registry refused the harness API key (HTTP 401)');
+      },
+    }).catch(() => undefined);
+    expect(refused).toEqual([
+      {
+        kind: 'connect',
+        phase: 'failed',
+        attempt: 1,
+        error: 'the registry refused the harness API key (HTTP 401)',
+      },
+    ]);
+  });
+
+  /** A transport that takes every message and never answers nor closes (an answer lost on a live link). */
+  const silentTransport = (): MessageTransport & { closed: boolean } => ({
+    kind: 'relay',
+    label: 'silent',
+    carriesAttachments: true,
+    bufferedAmount: 0,
+    closed: false,
+    start: () => {},
+    send: () => true,
+    pause: () => {},
+    resume: () => {},
+    close() {
+      this.closed = true;
+    },
+  });
+
+  it('connectRetry bounds each attempt too: an initialize nobody answers is given up at the deadline, not its call timeout', async () => {
+    const transports: Array<ReturnType<typeof silentTransport>> = [];
+    const started = Date.now();
+    const error = await ExecServerClient.connect({
+      connectRetry: { timeoutMs: 1_200 },
+      dial: async () => {
+        const transport = silentTransport();
+        transports.push(transport);
+        return transport;
+      },
+    }).catch((err: unknown) => err);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(1_150);
+    expect(Date.now() - started).toBeLessThan(3_000);
+    expect(error).toMatchObject({ name: 'TetherError', code: 'connect_failed' });
+    expect((error as Error).message).toBe(
+      'could not connect within 1200 ms (1 attempts): the attempt was still in its initialize at the deadline',
+    );
+    expect(transports.map((t) => t.closed)).toEqual([true]);
+  });
+
+  it('connectRetry bounds a dial that hangs (an attempt gets 1 s at least): its signal is aborted', async () => {
+    let aborted: unknown = null;
+    const started = Date.now();
+    const error = await ExecServerClient.connect({
+      connectRetry: { timeoutMs: 300 },
+      dial: (signal, onPhase) => {
+        onPhase?.('handshake');
+        return new Promise<MessageTransport>((_, reject) =>
+          signal.addEventListener('abort', () => {
+            aborted = signal.reason;
+            reject(signal.reason);
+          }),
+        );
+      },
+    }).catch((err: unknown) => err);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(950);
+    expect(Date.now() - started).toBeLessThan(3_000);
+    expect(aborted).not.toBeNull();
+    expect((error as Error).message).toBe(
+      'could not connect within 300 ms (1 attempts): the attempt was still in its handshake at the deadline',
+    );
+  });
+
+  it('reconnect.timeoutMs bounds a resume attempt the same way', async () => {
+    let first: MessageTransport | null = null;
+    const statuses: string[] = [];
+    let lost!: (detail: string) => void;
+    const gone = new Promise<string>((resolve) => {
+      lost = resolve;
+    });
+    const client = await ExecServerClient.connect({
+      reconnect: { timeoutMs: 1_200 },
+      onStatus: (status, detail) => {
+        statuses.push(status);
+        if (status === 'lost') lost(detail);
+      },
+      dial: async () => {
+        if (first) return silentTransport(); // the resume's initialize is never answered
+        first = await dialPeer();
+        return first;
+      },
+    });
+    const started = Date.now();
+    first!.close(); // the transport drops: the client resumes
+    await expect(gone).resolves.toMatch(
+      /could not resume session .*: the attempt was still in its initialize at the deadline/,
+    );
+    expect(Date.now() - started).toBeLessThan(4_000);
+    expect(statuses).toEqual(['disconnected', 'lost']);
+    expect(client.isClosed).toBe(true);
   });
 
   it('connectRetry: false makes one attempt', async () => {

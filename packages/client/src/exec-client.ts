@@ -47,16 +47,48 @@ const IDEMPOTENT = new Set([
   'fs/canonicalize',
 ]);
 
-/** Opens a fresh transport to the executor (a new socket, or a new bundle + stream + handshake). */
-export type Dialer = (signal: AbortSignal) => Promise<MessageTransport>;
+/**
+ * Where a dial is (`ConnectProgress.phase`): the registry call for a bundle, the relay socket's WebSocket
+ * upgrade, the Noise handshake over it, a plain executor WebSocket's upgrade (`connectWebSocket`), or the wait
+ * for a channel from a `channelSource`.
+ */
+export type DialPhase = 'registry' | 'relay' | 'handshake' | 'websocket' | 'channel';
+
+/**
+ * Opens a fresh transport to the executor (a new socket, or a new bundle + stream + handshake). `onPhase`,
+ * when given, is told as each step of the dial begins.
+ */
+export type Dialer = (signal: AbortSignal, onPhase?: (phase: DialPhase) => void) => Promise<MessageTransport>;
+
+/**
+ * One step of setting a connection up (`ExecServerClientOptions.onProgress`), reported as it begins: a dial's
+ * steps, then `initialize`; `backoff` is the pause before another attempt; `connected` and `failed` end it.
+ */
+export interface ConnectProgress {
+  /** The first connect, or a resume of the session after its transport dropped. */
+  kind: 'connect' | 'resume';
+  phase: DialPhase | 'initialize' | 'backoff' | 'connected' | 'failed';
+  /** 1 for the first attempt of this connect or resume. */
+  attempt: number;
+  /** `backoff`: how long the pause is (ms). */
+  delayMs?: number;
+  /** `failed`, or `backoff`: why the attempt failed (never a credential). */
+  error?: string;
+}
 
 export interface ReconnectOptions {
-  /** Give up after this long without a resumed session (default 25 s, inside the executor's 30 s TTL). */
+  /**
+   * Give up after this long without a resumed session (default 25 s, inside the executor's 30 s TTL); an
+   * attempt still under way then is given up wherever it is.
+   */
   timeoutMs?: number;
 }
 
 export interface ConnectRetryOptions {
-  /** Stop trying to set the connection up after this long (default 20 s). */
+  /**
+   * Stop trying to set the connection up after this long (default 20 s): an attempt still under way then is
+   * given up wherever it is (its dial's signal is aborted; one begun at the very end gets 1 s).
+   */
   timeoutMs?: number;
 }
 
@@ -64,6 +96,8 @@ export interface ConnectRetryOptions {
 const CONNECT_RETRY_FIRST_MS = 100;
 const CONNECT_RETRY_MAX_MS = 2_000;
 const DEFAULT_CONNECT_TIMEOUT_MS = 20_000;
+/** The least time an attempt gets before it is given up: one begun right at the deadline still has a chance. */
+const MIN_ATTEMPT_MS = 1_000;
 
 export interface ExecServerClientOptions {
   dial: Dialer;
@@ -81,6 +115,11 @@ export interface ExecServerClientOptions {
   reconnect?: ReconnectOptions | false;
   /** Logs transport drops and reconnects. */
   onStatus?: (status: 'disconnected' | 'reconnected' | 'lost', detail: string) => void;
+  /**
+   * Told as each step of a connect or resume begins (registry call, relay upgrade, handshake, initialize,
+   * backoff), for a caller that wants to show or log where a slow connect is. Never called when absent.
+   */
+  onProgress?: (progress: ConnectProgress) => void;
 }
 
 /** How to reach an environment through the registry and relay. */
@@ -143,7 +182,7 @@ export function rendezvousDialer(options: RendezvousOptions): RendezvousDialer {
   let identity = options.identity ?? null;
   const pin = new ExecutorKeyPin(options.environmentId, options.executorPublicKey ?? null);
   return {
-    dial: async (signal) => {
+    dial: async (signal, onPhase) => {
       const dial = await loadDialing();
       const platform = options.platform;
       identity ??= dial.generateIdentity({
@@ -158,6 +197,7 @@ export function rendezvousDialer(options: RendezvousOptions): RendezvousDialer {
         signal,
         options.handshakeTimeoutMs,
         platform,
+        onPhase,
       );
     },
     pin,
@@ -195,28 +235,33 @@ export class ExecServerClient implements ProcessBackend {
   static async connect(options: ExecServerClientOptions): Promise<ExecServerClient> {
     const client = new ExecServerClient(options);
     const retry = options.connectRetry;
-    if (retry === false) {
-      await client.establish(null);
-      return client;
-    }
-    const timeoutMs = retry?.timeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
+    const report = options.onProgress;
+    const timeoutMs = (retry === false ? undefined : retry?.timeoutMs) ?? DEFAULT_CONNECT_TIMEOUT_MS;
     const deadline = Date.now() + timeoutMs;
     let delay = CONNECT_RETRY_FIRST_MS;
     for (let attempt = 1; ; attempt++) {
       try {
-        await client.establish(null);
+        await client.establish(null, attempt, retry === false ? undefined : deadline);
         return client;
       } catch (err) {
-        if (client.closed || !mayPass(err)) throw err;
+        const giveUp = (error: unknown) => {
+          report?.({ kind: 'connect', phase: 'failed', attempt, error: (error as Error).message });
+          return error;
+        };
+        if (retry === false || client.closed || !mayPass(err)) throw giveUp(err);
         const left = deadline - Date.now();
         if (left <= 0) {
-          throw new TetherError(
-            'connect_failed',
-            `could not connect within ${timeoutMs} ms (${attempt} attempts): ${(err as Error).message}`,
-            { cause: err },
+          throw giveUp(
+            new TetherError(
+              'connect_failed',
+              `could not connect within ${timeoutMs} ms (${attempt} attempts): ${(err as Error).message}`,
+              { cause: err },
+            ),
           );
         }
-        await new Promise((resolve) => setTimeout(resolve, Math.min(delay, left)));
+        const pause = Math.min(delay, left);
+        report?.({ kind: 'connect', phase: 'backoff', attempt, delayMs: pause, error: (err as Error).message });
+        await new Promise((resolve) => setTimeout(resolve, pause));
         delay = Math.min(delay * 2, CONNECT_RETRY_MAX_MS);
       }
     }
@@ -226,7 +271,10 @@ export class ExecServerClient implements ProcessBackend {
   static connectWebSocket(url: string, options: Omit<ExecServerClientOptions, 'dial'> = {}): Promise<ExecServerClient> {
     return ExecServerClient.connect({
       ...options,
-      dial: async (signal) => (await loadDialing()).dialWebSocket(url, signal),
+      dial: async (signal, onPhase) => {
+        onPhase?.('websocket');
+        return (await loadDialing()).dialWebSocket(url, signal);
+      },
     });
   }
 
@@ -290,9 +338,10 @@ export class ExecServerClient implements ProcessBackend {
     return ExecServerClient.connect({
       ...options,
       // A channel from the source when it has one (the session's key pin applies to it too), else direct.
-      dial: async (signal) => {
+      dial: async (signal, onPhase) => {
+        onPhase?.('channel');
         const channel = await source.open(signal);
-        if (channel === null) return direct.dial(signal);
+        if (channel === null) return direct.dial(signal, onPhase);
         try {
           direct.pin.checkKey(channel.executorPublicKey);
         } catch (err) {
@@ -533,8 +582,66 @@ export class ExecServerClient implements ProcessBackend {
 
   // Connection lifecycle --------------------------------------------------------------------------
 
-  private async establish(resumeSessionId: string | null): Promise<void> {
-    const transport = await this.options.dial(this.abort.signal);
+  /**
+   * One attempt (`attempt`, for `onProgress`). With a `deadline` (epoch ms) it is given up at that moment (or
+   * `MIN_ATTEMPT_MS` after it began, if later), wherever it is: its signal (the dial's, the initialize call's)
+   * is aborted, and it fails with `connect_failed` saying which step it was in.
+   */
+  private async establish(resumeSessionId: string | null, attempt: number, deadline?: number): Promise<void> {
+    if (deadline === undefined) return this.attemptOnce(resumeSessionId, attempt, this.abort.signal, () => {});
+    let step = 'dial';
+    const bound = this.boundBy(Math.max(deadline, Date.now() + MIN_ATTEMPT_MS));
+    try {
+      await this.attemptOnce(resumeSessionId, attempt, bound.signal, (phase) => {
+        step = phase;
+      });
+    } catch (err) {
+      if (bound.signal.aborted && !this.closed) {
+        throw new TetherError('connect_failed', `the attempt was still in its ${step} at the deadline`, { cause: err });
+      }
+      throw err;
+    } finally {
+      bound.dispose();
+    }
+  }
+
+  /**
+   * A signal aborted when this client closes or at `deadline`, whichever comes first; `dispose` once the
+   * attempt is over (it is never aborted after that).
+   */
+  private boundBy(deadline: number): { signal: AbortSignal; dispose(): void } {
+    const controller = new AbortController();
+    const onClose = () => controller.abort(this.abort.signal.reason);
+    if (this.abort.signal.aborted) onClose();
+    else this.abort.signal.addEventListener('abort', onClose, { once: true });
+    const timer = setTimeout(
+      () => controller.abort(new TetherError('connect_failed', 'the connect deadline passed')),
+      Math.max(0, deadline - Date.now()),
+    );
+    return {
+      signal: controller.signal,
+      dispose: () => {
+        clearTimeout(timer);
+        this.abort.signal.removeEventListener('abort', onClose);
+      },
+    };
+  }
+
+  /** Dial (its steps told to `onStep` and `onProgress`), then `initialize` (resuming `resumeSessionId`). */
+  private async attemptOnce(
+    resumeSessionId: string | null,
+    attempt: number,
+    signal: AbortSignal,
+    onStep: (step: DialPhase | 'initialize') => void,
+  ): Promise<void> {
+    const report = this.options.onProgress;
+    const kind = resumeSessionId ? 'resume' : 'connect';
+    const transport = await this.options.dial(signal, (phase) => {
+      onStep(phase);
+      report?.({ kind, phase, attempt });
+    });
+    onStep('initialize');
+    report?.({ kind, phase: 'initialize', attempt });
     const connection = new RpcConnection(transport);
     const rpc: RpcClient = new RpcClient(connection, {
       onNotification: (method, params) => this.onNotification(method, params),
@@ -543,10 +650,11 @@ export class ExecServerClient implements ProcessBackend {
     });
     let info: InitializeInfo;
     try {
-      info = await rpc.call<InitializeInfo>('initialize', {
-        clientName: this.options.clientName ?? 'tether-client',
-        ...(resumeSessionId ? { resumeSessionId } : {}),
-      });
+      info = await rpc.call<InitializeInfo>(
+        'initialize',
+        { clientName: this.options.clientName ?? 'tether-client', ...(resumeSessionId ? { resumeSessionId } : {}) },
+        { signal },
+      );
     } catch (err) {
       rpc.close('initialize failed');
       throw err;
@@ -564,6 +672,7 @@ export class ExecServerClient implements ProcessBackend {
     this.rpc = rpc;
     this.connection = connection;
     this.info = info;
+    report?.({ kind, phase: 'connected', attempt });
   }
 
   /** TCP forwarding (capability `tcpForward`): `tcp.connect(host, port)` opens a Duplex to host:port there. */
@@ -603,11 +712,14 @@ export class ExecServerClient implements ProcessBackend {
     const reconnect = this.options.reconnect;
     const deadline = Date.now() + ((reconnect ? reconnect.timeoutMs : undefined) ?? 25_000);
     const sessionId = this.sessionId;
+    const report = this.options.onProgress;
     let delay = 100;
     let lastError: unknown = null;
+    let attempt = 0;
     while (!this.closed && Date.now() < deadline) {
+      attempt++;
       try {
-        await this.establish(sessionId);
+        await this.establish(sessionId, attempt, deadline);
         this.options.onStatus?.('reconnected', `session ${sessionId} resumed`);
         for (const listener of [...this.reconnectListeners]) listener();
         return;
@@ -617,10 +729,12 @@ export class ExecServerClient implements ProcessBackend {
         if (RpcError.is(err) && err.code !== ErrorCode.sessionAlreadyAttached) break;
         if (err instanceof TetherError && FINAL_ON_RESUME.has(err.code)) break;
       }
+      report?.({ kind: 'resume', phase: 'backoff', attempt, delayMs: delay, error: (lastError as Error).message });
       await new Promise((resolve) => setTimeout(resolve, delay));
       delay = Math.min(delay * 2, 2_000);
     }
     const why = `could not resume session ${sessionId}: ${(lastError as Error)?.message ?? 'closed'}`;
+    report?.({ kind: 'resume', phase: 'failed', attempt, error: why });
     this.options.onStatus?.('lost', why);
     this.close(why);
   }

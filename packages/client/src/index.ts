@@ -36,7 +36,9 @@ export {
 } from './errors.js';
 export {
   type ChannelSource,
+  type ConnectProgress,
   type Dialer,
+  type DialPhase,
   ExecServerClient,
   type ExecServerClientOptions,
   type InitializeInfo,

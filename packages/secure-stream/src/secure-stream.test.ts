@@ -8,7 +8,7 @@ import {
   type NoiseIdentity,
   SUITE_HYBRID_CHACHAPOLY,
 } from '@tether/noise';
-import { dataFrame, type Frame, handshakeFrame } from '@tether/relay-frames';
+import { dataFrame, type Frame, handshakeFrame, resetFrame } from '@tether/relay-frames';
 import { describe, expect, it } from 'vitest';
 import { createMemoryLinkPair, type FrameLink } from './link.js';
 import { PROTOCOL_ERROR_RESET, SecureStream, SecureStreamError, type SecureStreamPools } from './secure-stream.js';
@@ -401,6 +401,58 @@ describe('SecureStream', () => {
     });
     await expect(stream).rejects.toMatchObject({ code: 'timeout' });
   });
+
+  /**
+   * A harness link whose socket hands over, in the same read as message 2, the stream's end: the relay's Reset
+   * (its environment socket went while message 2 was on its way) or the socket's close. A socket delivers every
+   * frame of one read before any promise continuation runs, so the stream ends between message 2 resolving the
+   * handshake's wait and `initiate` opening the stream.
+   */
+  function endingRightAfterMessage2(link: FrameLink, end: 'reset' | 'close'): FrameLink {
+    return {
+      start: (handlers) =>
+        link.start({
+          ...handlers,
+          onFrame: (frame) => {
+            handlers.onFrame(frame);
+            if (frame.kind !== 'handshake') return;
+            if (end === 'reset') handlers.onFrame(resetFrame(frame.streamId, 'environment_closed'));
+            else handlers.onClose('relay socket closed (1006)');
+          },
+        }),
+      send: (frame, release) => link.send(frame, release),
+      get bufferedAmount() {
+        return link.bufferedAmount;
+      },
+      pause: () => link.pause(),
+      resume: () => link.resume(),
+      close: (reason) => link.close(reason),
+    };
+  }
+
+  for (const end of ['reset', 'close'] as const) {
+    it(`fails the handshake when the stream ends (${end}) in the same read as message 2, instead of opening a stream that is gone`, async () => {
+      const [harnessSide, executorSide] = createMemoryLinkPair();
+      const { initiated, accepted } = await pairOver(endingRightAfterMessage2(harnessSide, end), executorSide);
+      await accepted;
+      const outcome = await initiated.then(
+        (stream) => {
+          // What a caller saw before: an open stream whose close no one reports and whose sends go nowhere, so
+          // the `initialize` sent on it waited for its call timeout (60 s) with nothing on the wire.
+          const closed = new Promise<string>((resolve) =>
+            stream.start({ onMessage: () => {}, onClose: resolve, onDrain: () => {} }),
+          );
+          const told = Promise.race([closed, new Promise((resolve) => setTimeout(() => resolve('never told'), 200))]);
+          return told.then((close) => ({ opened: stream.status, sent: stream.send('{"id":1}'), close }));
+        },
+        (err: unknown) => err,
+      );
+      expect(outcome).toBeInstanceOf(SecureStreamError);
+      expect(outcome).toMatchObject(
+        end === 'reset' ? { code: 'reset', resetReason: 'environment_closed' } : { code: 'closed' },
+      );
+    });
+  }
 
   it('rejects a second Handshake frame after the stream is open', async () => {
     const { initiated, accepted } = await pair();

@@ -138,6 +138,11 @@ export class SecureStream implements MessageTransport {
   private early: Buffer[] | null = [];
   private handshakeListener: ((frame: Frame) => void) | null = null;
   private failHandshake: ((error: SecureStreamError) => void) | null = null;
+  /**
+   * How the stream ended while handshaking once nothing waited for message 2 any more: message 2 had resolved
+   * the wait, and a Reset, a failure or the link's close came in the same read, before `initiate` opened it.
+   */
+  private handshakeEnd: SecureStreamError | null = null;
   private closeReason = '';
 
   private constructor(
@@ -341,6 +346,13 @@ export class SecureStream implements MessageTransport {
     options.link.send(resumeFrame(options.streamId, 0));
     options.link.send(handshakeFrame(options.streamId, initiator.message1));
     const payload = await message2;
+    // A link hands over every frame of one read before this continuation runs: a Reset right behind message 2
+    // (the relay's, when the executor's socket went meanwhile), a failure or the link's close may have ended the
+    // stream already. Opening it then would bring back a stream whose link is gone: no one would report its
+    // close, and what it sends would go nowhere (an `initialize` sent on it waited for its call timeout).
+    if (stream.state === 'closed') {
+      throw stream.handshakeEnd ?? new SecureStreamError('closed', stream.closeReason);
+    }
     try {
       stream.open(initiator.readMessage2(payload));
     } catch (err) {
@@ -442,7 +454,7 @@ export class SecureStream implements MessageTransport {
       case 'heartbeat':
         return; // accepted and ignored by both endpoints (§3.3)
       case 'reset':
-        this.failHandshake?.(
+        this.handshakeFailed(
           new SecureStreamError('reset', `the stream was reset (${frame.reason})`, { resetReason: frame.reason }),
         );
         // The link goes too (no Reset back): the executor's stream slot is freed, the harness's socket closed.
@@ -548,12 +560,20 @@ export class SecureStream implements MessageTransport {
   private fail(reason: string): void {
     if (this.state === 'closed') return;
     this.link.send(resetFrame(this.streamId, PROTOCOL_ERROR_RESET));
-    this.failHandshake?.(new SecureStreamError('protocol', reason));
+    this.handshakeFailed(new SecureStreamError('protocol', reason));
     this.finish(reason, true);
+  }
+
+  /** The handshake cannot complete: the wait for message 2 rejects, or `initiate` finds why once it got it. */
+  private handshakeFailed(error: SecureStreamError): void {
+    if (this.state !== 'handshaking') return;
+    if (this.failHandshake) this.failHandshake(error);
+    else this.handshakeEnd ??= error;
   }
 
   private finish(reason: string, closeLink: boolean): void {
     if (this.state === 'closed') return;
+    this.handshakeFailed(new SecureStreamError('closed', reason));
     this.state = 'closed';
     this.closeReason = reason;
     this.transport = null;
@@ -562,7 +582,6 @@ export class SecureStream implements MessageTransport {
       this.pools.frames.close();
       this.pools.messages.close();
     }
-    this.failHandshake?.(new SecureStreamError('closed', reason));
     if (closeLink) this.link.close(reason);
     if (!this.early) this.handlers?.onClose(reason);
   }
