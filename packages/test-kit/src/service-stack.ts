@@ -230,11 +230,15 @@ export async function startServiceStack(options: ServiceStackOptions = {}): Prom
     });
     const database = `sqlite:${join(dir, 'registry.db')}`;
     const keys = { admin: '', executor: '', harness: '' };
-    for (const role of STACK_KEY_ROLES) {
+    const createKey = async (role: (typeof STACK_KEY_ROLES)[number]) => {
       const { running, line } = await launch('registry', keyCreateArgs(database, role));
       keys[role] = line.trim();
       await running.exited;
-    }
+    };
+    // The first key makes the database; the others then go in together (SQLite's busy_timeout orders them).
+    const [first, ...rest] = STACK_KEY_ROLES;
+    await createKey(first);
+    await Promise.all(rest.map(createKey));
     const relay = await startService(
       'relay',
       (port) => [
