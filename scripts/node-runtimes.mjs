@@ -4,21 +4,20 @@
  * pinned version and integrity (it ships the official binary and headers; nothing else is downloaded).
  *
  *   node scripts/node-runtimes.mjs list              the pinned runtimes
- *   node scripts/node-runtimes.mjs install [MAJOR…]  fetch, verify and unpack them; build per-ABI addons
+ *   node scripts/node-runtimes.mjs install [MAJOR…]  fetch, verify and unpack them; check the addons load
  *   node scripts/node-runtimes.mjs bin MAJOR         print the runtime's bin directory (installs it first)
  *   node scripts/node-runtimes.mjs run MAJOR -- CMD  run CMD with that runtime's `node` first on PATH
  *   node scripts/node-runtimes.mjs test [MAJOR…]     CI's suites on each runtime (below)
  *
  * Runtimes live under $TETHER_RUNTIME_CACHE (default node_modules/.cache/node-runtimes in this checkout), one
  * directory per version, so a checkout fetches each once. It must be readable by every user: some tests run the
- * executor as another user (a home directory of mode 0700 would not do). Native addons: node-pty, bufferutil and our own
- * (@tether/native-crypto, @tether/native-pipe) are N-API and load on every Node as built; better-sqlite3
- * links V8 and is rebuilt per ABI (about a minute each, cached) into its package's
- * `build/abi-<NODE_MODULE_VERSION>/`, where the registry looks first (apps/registry/src/store/sqlite-binding.ts).
+ * executor as another user (a home directory of mode 0700 would not do). Native addons: node-pty, bufferutil,
+ * better-sqlite3 (13 and later: its prebuilt addon) and our own (@tether/native-crypto, @tether/native-pipe) are
+ * all N-API and load on every Node as installed; `install` checks that better-sqlite3 does on each runtime.
  */
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { copyFileSync, cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -104,51 +103,28 @@ function installRuntime(major) {
   return dir;
 }
 
-/** better-sqlite3 built for the runtime's ABI, from the installed package's own sources, cached. */
-function installSqliteAddon(dir) {
+/**
+ * better-sqlite3 (N-API since 13, a prebuilt addon in its package) loaded by the runtime: a Node whose N-API is
+ * older than the addon's would fail (or crash) here rather than in the middle of a suite.
+ */
+function checkSqliteAddon(dir) {
   const node = join(dir, 'bin', 'node');
-  const abi = runOrFail(node, ['-p', 'process.versions.modules']).trim();
   const packageRoot = dirname(require.resolve('better-sqlite3/package.json'));
   const { version } = JSON.parse(readFileSync(join(packageRoot, 'package.json'), 'utf8'));
-  const target = join(packageRoot, 'build', `abi-${abi}`, 'better_sqlite3.node');
-  const cached = join(cacheRoot, 'addons', `better-sqlite3-${version}-abi${abi}.node`);
-  // A cached build that this runtime cannot load (built against other headers) is made again.
-  const loads = (file) =>
-    spawnSync(node, ['-e', `process.dlopen({ exports: {} }, ${JSON.stringify(file)})`]).status === 0;
-  if (existsSync(cached) && !loads(cached)) {
-    console.error(`node-runtimes: the cached better-sqlite3 for ABI ${abi} does not load; building it again`);
-    rmSync(cached, { force: true });
+  const probe = spawnSync(node, ['-e', "new (require('better-sqlite3'))(':memory:').close()"], {
+    cwd: join(root, 'apps', 'registry'),
+    encoding: 'utf8',
+  });
+  if (probe.status !== 0) {
+    fail(
+      `better-sqlite3 ${version} does not load in Node ${dir} (${probe.signal ?? `exit ${probe.status}`}):\n${probe.stderr}`,
+    );
   }
-  if (!existsSync(cached)) {
-    console.error(`node-runtimes: building better-sqlite3 ${version} for ABI ${abi} (about a minute)`);
-    const scratch = mkdtempSync(join(tmpdir(), 'tether-sqlite-'));
-    try {
-      for (const part of ['binding.gyp', 'package.json', 'src', 'deps']) {
-        cpSync(join(packageRoot, part), join(scratch, part), { recursive: true });
-      }
-      const nodeGyp = createRequire(join(root, 'packages', 'native-crypto', 'package.json')).resolve(
-        'node-gyp/bin/node-gyp.js',
-      );
-      // The runtime's own headers: an npm_config_nodedir in the environment (.ci/run sets one for the host's
-      // node) would otherwise win over --nodedir and build for the wrong ABI.
-      const env = { ...process.env, npm_config_nodedir: dir, NPM_CONFIG_NODEDIR: dir };
-      runOrFail(node, [nodeGyp, 'rebuild', '--release', `--nodedir=${dir}`, '-j', 'max'], { cwd: scratch, env });
-      const built = join(scratch, 'build', 'Release', 'better_sqlite3.node');
-      if (!loads(built)) fail(`better-sqlite3 built for ABI ${abi} does not load in Node ${dir}`);
-      mkdirSync(dirname(cached), { recursive: true });
-      copyFileSync(built, `${cached}.partial`);
-      renameSync(`${cached}.partial`, cached);
-    } finally {
-      rmSync(scratch, { recursive: true, force: true });
-    }
-  }
-  mkdirSync(dirname(target), { recursive: true });
-  copyFileSync(cached, target);
 }
 
 function install(major) {
   const dir = installRuntime(major);
-  installSqliteAddon(dir);
+  checkSqliteAddon(dir);
   return join(dir, 'bin');
 }
 
