@@ -9,70 +9,44 @@
  *   node scripts/node-runtimes.mjs run MAJOR -- CMD  run CMD with that runtime's `node` first on PATH
  *
  * `npm test` (scripts/test.mjs) runs its second pass on the other runtime through this file's `install`.
- * Native addons: node-pty, bufferutil and our own (@tether/native-crypto, @tether/native-pipe) are N-API and
- * load on every Node as built; better-sqlite3 links V8 and is rebuilt per ABI (about a minute each, cached)
- * into its package's `build/abi-<NODE_MODULE_VERSION>/`, where the registry looks first
- * (apps/registry/src/store/sqlite-binding.ts).
+ * Native addons: node-pty, bufferutil, better-sqlite3 (13 and later: its prebuilt addon) and our own
+ * (@tether/native-crypto, @tether/native-pipe) are all N-API and load on every Node as installed; `install`
+ * checks that better-sqlite3 does on each runtime.
  */
 import { spawnSync } from 'node:child_process';
-import { copyFileSync, cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { cacheRoot, fail, installRuntime, RUNTIMES, root, runOrFail, runtimeEnv } from './runtime.mjs';
+import { fail, installRuntime, RUNTIMES, root, runtimeEnv } from './runtime.mjs';
 
 const require = createRequire(join(root, 'apps', 'registry', 'package.json'));
 
-/** better-sqlite3 built for the runtime's ABI, from the installed package's own sources, cached. */
-function installSqliteAddon(dir) {
+/**
+ * better-sqlite3 (N-API since 13, a prebuilt addon in its package) loaded by the runtime: a Node whose N-API is
+ * older than the addon's would fail (or crash) here rather than in the middle of a suite.
+ */
+function checkSqliteAddon(dir) {
   const node = join(dir, 'bin', 'node');
-  const abi = runOrFail(node, ['-p', 'process.versions.modules']).trim();
   const packageRoot = dirname(require.resolve('better-sqlite3/package.json'));
   const { version } = JSON.parse(readFileSync(join(packageRoot, 'package.json'), 'utf8'));
-  const target = join(packageRoot, 'build', `abi-${abi}`, 'better_sqlite3.node');
-  const cached = join(cacheRoot, 'addons', `better-sqlite3-${version}-abi${abi}.node`);
-  // A cached build that this runtime cannot load (built against other headers) is made again.
-  const loads = (file) =>
-    spawnSync(node, ['-e', `process.dlopen({ exports: {} }, ${JSON.stringify(file)})`]).status === 0;
-  if (existsSync(cached) && !loads(cached)) {
-    console.error(`node-runtimes: the cached better-sqlite3 for ABI ${abi} does not load; building it again`);
-    rmSync(cached, { force: true });
+  const probe = spawnSync(node, ['-e', "new (require('better-sqlite3'))(':memory:').close()"], {
+    cwd: join(root, 'apps', 'registry'),
+    encoding: 'utf8',
+  });
+  if (probe.status !== 0) {
+    fail(
+      `better-sqlite3 ${version} does not load in Node ${dir} (${probe.signal ?? `exit ${probe.status}`}):\n${probe.stderr}`,
+    );
   }
-  if (!existsSync(cached)) {
-    console.error(`node-runtimes: building better-sqlite3 ${version} for ABI ${abi} (about a minute)`);
-    const scratch = mkdtempSync(join(tmpdir(), 'tether-sqlite-'));
-    try {
-      for (const part of ['binding.gyp', 'package.json', 'src', 'deps']) {
-        cpSync(join(packageRoot, part), join(scratch, part), { recursive: true });
-      }
-      const nodeGyp = createRequire(join(root, 'packages', 'native-crypto', 'package.json')).resolve(
-        'node-gyp/bin/node-gyp.js',
-      );
-      // The runtime's own headers: an npm_config_nodedir in the environment (.ci/run sets one for the host's
-      // node) would otherwise win over --nodedir and build for the wrong ABI.
-      const env = { ...process.env, npm_config_nodedir: dir, NPM_CONFIG_NODEDIR: dir };
-      runOrFail(node, [nodeGyp, 'rebuild', '--release', `--nodedir=${dir}`, '-j', 'max'], { cwd: scratch, env });
-      const built = join(scratch, 'build', 'Release', 'better_sqlite3.node');
-      if (!loads(built)) fail(`better-sqlite3 built for ABI ${abi} does not load in Node ${dir}`);
-      mkdirSync(dirname(cached), { recursive: true });
-      copyFileSync(built, `${cached}.partial`);
-      renameSync(`${cached}.partial`, cached);
-    } finally {
-      rmSync(scratch, { recursive: true, force: true });
-    }
-  }
-  mkdirSync(dirname(target), { recursive: true });
-  copyFileSync(cached, target);
 }
 
-/** The runtime's directory, with better-sqlite3 built for its ABI. */
+/** The runtime's directory, with better-sqlite3 checked to load on it. */
 export function install(major) {
   const dir = installRuntime(major);
-  installSqliteAddon(dir);
+  checkSqliteAddon(dir);
   return dir;
 }
-
 function run(major, command) {
   if (command.length === 0) fail('run: nothing to run (node-runtimes.mjs run MAJOR -- CMD ARGS…)');
   const dir = install(major);

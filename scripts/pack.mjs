@@ -186,7 +186,7 @@ function stageNative(name, dir, license) {
     bundle: false,
     platform: 'node',
     format: 'esm',
-    target: 'node20',
+    target: 'node22',
     logLevel: 'warning',
   });
   const files = ['dist'];

@@ -16,8 +16,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-/** The lowest Node major Tether supports (package.json `engines`). */
+/** The lowest Node line Tether supports, and the lowest release of it (package.json `engines`: better-sqlite3's
+ * prebuilt addon needs 22.14's N-API). */
 export const FLOOR = 22;
+export const FLOOR_VERSION = '22.14.0';
 /** The runtime fetched where the machine's Node is below the floor, and CI's primary runtime. */
 export const PRIMARY = 24;
 
@@ -63,7 +65,7 @@ export function installRuntime(major) {
   if (existsSync(join(dir, 'bin', 'node'))) return dir;
   if (process.platform !== 'linux' || process.arch !== 'x64') {
     fail(
-      `Node ${process.versions.node} is below Tether's floor (${FLOOR}) and the pinned runtimes are for linux-x64 only: install Node ${PRIMARY} and run this again`,
+      `Node ${process.versions.node} is below Tether's floor (${FLOOR_VERSION}) and the pinned runtimes are for linux-x64 only: install Node ${PRIMARY} and run this again`,
     );
   }
   mkdirSync(cacheRoot, { recursive: true });
@@ -109,16 +111,23 @@ export function currentMajor() {
   return Number(process.versions.node.split('.')[0]);
 }
 
+/** Whether this Node is older than FLOOR_VERSION. */
+export function belowFloor() {
+  const [major, minor] = process.versions.node.split('.').map(Number);
+  const [floorMajor, floorMinor] = FLOOR_VERSION.split('.').map(Number);
+  return major < floorMajor || (major === floorMajor && minor < floorMinor);
+}
+
 /**
  * Returns when this Node is at or above the floor. Otherwise says so in one line, fetches the pinned primary
  * runtime, runs this same script on it (signals passed on) and exits with its status: nothing after the call
  * runs on the old Node.
  */
 export async function ensureSupportedNode(what) {
-  if (currentMajor() >= FLOOR) return;
+  if (!belowFloor()) return;
   const { version } = pinned(PRIMARY);
   console.error(
-    `${what}: this machine's Node is ${process.versions.node}, below Tether's floor (${FLOOR}); using the pinned Node ${version} from the npm registry (integrity-checked, cached in ${cacheRoot})`,
+    `${what}: this machine's Node is ${process.versions.node}, below Tether's floor (${FLOOR_VERSION}); using the pinned Node ${version} from the npm registry (integrity-checked, cached in ${cacheRoot})`,
   );
   const dir = installRuntime(PRIMARY);
   const child = spawn(join(dir, 'bin', 'node'), process.argv.slice(1), {

@@ -1,9 +1,10 @@
 #!/usr/bin/env node
 // Thin launcher so the bin exists before the first build; the program itself is dist/main.js. It names the
 // fix on a Node below Tether's floor instead of failing somewhere inside (a native addon, a newer API).
-if (Number(process.versions.node.split('.')[0]) < 22) {
+const [major, minor] = process.versions.node.split('.').map(Number);
+if (major < 22 || (major === 22 && minor < 14)) {
   console.error(
-    `executor: Node ${process.versions.node} is below Tether's floor: install Node 22 or newer (in a checkout, \`node scripts/node-runtimes.mjs run 24 -- node apps/executor/bin/executor.js …\` runs it on a pinned Node 24 from the npm registry)`,
+    `executor: Node ${process.versions.node} is below Tether's floor: install Node 22.14 or newer (in a checkout, \`node scripts/node-runtimes.mjs run 24 -- node apps/executor/bin/executor.js …\` runs it on a pinned Node 24 from the npm registry)`,
   );
   process.exit(1);
 }

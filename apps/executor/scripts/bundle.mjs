@@ -66,7 +66,7 @@ await build({
   bundle: true,
   platform: 'node',
   format: 'esm',
-  target: 'node20',
+  target: 'node22',
   conditions: ['tether-source'],
   external: [...EXTERNAL, ...builtinModules, ...builtinModules.map((name) => `node:${name}`)],
   // CommonJS libraries bundled into ESM (pino, ws, commander) call require() for built-ins and externals.

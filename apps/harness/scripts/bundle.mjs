@@ -36,7 +36,7 @@ const result = await build({
   bundle: true,
   platform: 'node',
   format: 'esm',
-  target: 'node20',
+  target: 'node22',
   conditions: ['tether-source'],
   external: ['@tether/native-crypto', '@tether/native-pipe'],
   // CommonJS dependencies bundled into ESM call require() for Node built-ins and the externals.

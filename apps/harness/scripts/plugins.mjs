@@ -7,7 +7,7 @@ import { builtinModules } from 'node:module';
  * Node's built-in modules are loaded with require() rather than import: an ESM import of a built-in makes Node
  * build its ESM facade, which reads every export, and on Node 24 one of node:http's exports is a lazy getter
  * that loads all of undici (about 16 ms of every command's start, seen in a --cpu-prof). Through
- * process.getBuiltinModule (Node 20.16+, so every Node of `engines`) the module object is used as it is and
+ * process.getBuiltinModule (Node 22.3+) the module object is used as it is and
  * each export is read when used. (Not require(): esbuild would resolve that call back to this plugin.)
  */
 const bareBuiltins = new Set(builtinModules);

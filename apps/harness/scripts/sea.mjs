@@ -94,7 +94,7 @@ run(args, { stdin: process.stdin, stdout: process.stdout, stderr: process.stderr
     bundle: true,
     platform: 'node',
     format: 'cjs',
-    target: 'node20',
+    target: 'node22',
     conditions: ['tether-source'],
     plugins: [singleExecutableSources, builtinsViaRequire, wsAddonsLeftOut],
     // Code that still reads import.meta would get an empty object in CommonJS: fail the build instead.

@@ -32,7 +32,8 @@ export interface RegistryConfig {
   relayPresenceTtlMs?: number;
   /**
    * Proxies (IPs or CIDR blocks) whose `X-Forwarded-For` names the client (`--trust-proxy`), for request logs
-   * and `request.ip`; default none: the socket's peer.
+   * and `request.ip`, and whose `X-Forwarded-Proto`/`-Host` set the base of the browser-grant link; default
+   * none: the socket's peer and the request's own `Host`.
    */
   trustProxy?: string[];
   /** How often expired harness authorizations are deleted; default 60 s. */

@@ -135,6 +135,36 @@ describe.each(engines)('browser grants ($name)', (engine) => {
     expect(forwarded.json().url).toMatch(/^http:\/\/reg\.example:8443\/ui\/#env=dev-1&grant=tbgr_/);
   });
 
+  it('with --trust-proxy, takes X-Forwarded-Proto/Host for the link only from a trusted peer', async () => {
+    // Fastify before 5.8.3 (CVE-2026-3635) read these two headers from any peer once trustProxy was set.
+    const pair = generateKeyPairSync('ed25519');
+    const proxied = await buildRegistry(
+      { relayUrls: ['ws://127.0.0.1:1'], trustProxy: ['10.0.0.0/8'] },
+      { store, signingKey: { privateKey: pair.privateKey, publicKey: pair.publicKey }, now: () => clock },
+    );
+    const linkFrom = async (remoteAddress: string) =>
+      (
+        await proxied.inject({
+          method: 'POST',
+          url: '/cloud/browser-grants',
+          remoteAddress,
+          headers: {
+            authorization: `Bearer ${tokens.harness}`,
+            host: 'direct.example:8080',
+            'x-forwarded-proto': 'https',
+            'x-forwarded-host': 'reg.example',
+          },
+          payload: { environment_id: 'dev-1' },
+        })
+      ).json().url as string;
+    try {
+      expect(await linkFrom('10.1.2.3')).toMatch(/^https:\/\/reg\.example\/ui\/#env=dev-1&grant=tbgr_/);
+      expect(await linkFrom('192.0.2.1')).toMatch(/^http:\/\/direct\.example:8080\/ui\/#env=dev-1&grant=tbgr_/);
+    } finally {
+      await proxied.close();
+    }
+  });
+
   it('exchanges a grant once for a session that may /connect to that one environment only', async () => {
     const grant = (await mint('dev-1')).json().grant as string;
     const first = await exchange(grant);

@@ -325,8 +325,9 @@ export function buildCli(io: CliIo, exit: (code: number) => void): Command {
     .addOption(
       new Option(
         '--trust-proxy <cidr>',
-        'take the client address (request logs) from X-Forwarded-For only when the peer is in one of these IPs ' +
-          'or CIDR blocks; repeatable or comma-separated',
+        'take the client address (request logs) from X-Forwarded-For, and the scheme and host of browser-grant ' +
+          'links from X-Forwarded-Proto/Host, only when the peer is in one of these IPs or CIDR blocks; ' +
+          'repeatable or comma-separated',
       )
         .argParser(trustProxyEntries)
         .default([], 'none'),

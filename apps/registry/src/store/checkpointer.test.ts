@@ -5,7 +5,6 @@ import Database from 'better-sqlite3';
 import { afterEach, expect, it } from 'vitest';
 import { startCheckpointer } from './checkpointer.js';
 import { openSqliteStore } from './sqlite.js';
-import { sqliteNativeBinding } from './sqlite-binding.js';
 
 const dirs: string[] = [];
 afterEach(() => {
@@ -19,7 +18,7 @@ const tempDb = () => {
 
 it('copies the WAL into the database file from its worker, at the latest when stopped', async () => {
   const path = tempDb();
-  const db = new Database(path, { nativeBinding: sqliteNativeBinding() });
+  const db = new Database(path);
   db.pragma('journal_mode = WAL');
   db.pragma('wal_autocheckpoint = 0');
   db.exec('CREATE TABLE t (v TEXT)');

@@ -1,6 +1,5 @@
 import { createRequire } from 'node:module';
 import { Worker } from 'node:worker_threads';
-import { sqliteNativeBinding } from './sqlite-binding.js';
 
 // CommonJS, evaluated in a worker thread: its own connection runs passive checkpoints, which copy committed WAL
 // frames into the database file (and fsync) without blocking the writer's event loop. Passive checkpoints never
@@ -8,7 +7,7 @@ import { sqliteNativeBinding } from './sqlite-binding.js';
 const SOURCE = `
 const { workerData, parentPort } = require('node:worker_threads');
 const Database = require(workerData.module);
-const db = new Database(workerData.path, { nativeBinding: workerData.nativeBinding });
+const db = new Database(workerData.path);
 db.pragma('busy_timeout = 5000');
 db.pragma('synchronous = NORMAL');
 const checkpoint = () => {
@@ -47,7 +46,6 @@ export function startCheckpointer(
       path,
       intervalMs,
       module: createRequire(import.meta.url).resolve('better-sqlite3'),
-      nativeBinding: sqliteNativeBinding(),
     },
   });
   worker.unref();

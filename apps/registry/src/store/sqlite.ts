@@ -4,7 +4,6 @@ import Database from 'better-sqlite3';
 import { BoundedCache } from '../cache.js';
 import { type Checkpointer, startCheckpointer } from './checkpointer.js';
 import { SQLITE_MIGRATIONS } from './migrations.js';
-import { sqliteNativeBinding } from './sqlite-binding.js';
 import type {
   ApiKeyRecord,
   AuthorizationClaim,
@@ -138,7 +137,7 @@ export interface SqliteStoreOptions {
 export function openSqliteStore(path: string, options: SqliteStoreOptions = {}): RegistryStore {
   if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true });
   flushOtherBatches();
-  const db = new Database(path, { nativeBinding: sqliteNativeBinding() });
+  const db = new Database(path);
   db.pragma('journal_mode = WAL');
   // FULL: a commit is on disk before any write of its batch is acknowledged, so an acknowledged registration,
   // revocation or single-use authorization survives power loss (WAL + NORMAL could lose the last commits, and with

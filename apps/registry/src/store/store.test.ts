@@ -7,7 +7,6 @@ import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { openPostgresStore, openSqliteStore, openStore, type RegistryStore } from './index.js';
 import { POSTGRES_MIGRATIONS, SQLITE_MIGRATIONS } from './migrations.js';
 import { sqlitePragma } from './sqlite.js';
-import { sqliteNativeBinding } from './sqlite-binding.js';
 
 const PG_URL = process.env.TETHER_TEST_POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 
@@ -600,7 +599,7 @@ describe('openStore', () => {
     const s = openSqliteStore(path);
     await s.close();
     const Database = (await import('better-sqlite3')).default;
-    const db = new Database(path, { nativeBinding: sqliteNativeBinding() });
+    const db = new Database(path);
     expect(db.pragma('journal_mode', { simple: true })).toBe('wal');
     db.close();
     rmSync(path, { force: true });
@@ -665,7 +664,7 @@ describe('migration to version 3', () => {
     const dir = mkdtempSync(join(tmpdir(), 'registry-migrate-'));
     const path = join(dir, 'r.db');
     const Database = (await import('better-sqlite3')).default;
-    const old = new Database(path, { nativeBinding: sqliteNativeBinding() });
+    const old = new Database(path);
     old.exec('CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY)');
     for (const m of SQLITE_MIGRATIONS.filter((m) => m.version <= 2)) {
       old.exec(m.sql);
