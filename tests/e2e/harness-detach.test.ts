@@ -6,7 +6,7 @@
  * several at once, detach keys); `kill` signals it. Every error has its exit code.
  */
 import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { findProcesses, repoRoot, type Stack, startStack, startTmux, type Tmux } from '@tether/test-kit';
@@ -168,9 +168,13 @@ describe('harness exec -d, ps, attach', () => {
   }, async () => {
     // 3 MiB of output with nobody reading (the executor keeps the last 1 MiB), then ticks until told to end.
     const flag = join(work, 'retention');
+    const written = join(work, 'retention-written');
     const id = await startDetached(
-      `head -c 3145728 /dev/zero | tr '\\0' x; echo; while [ ! -e ${quote(flag)} ]; do echo tick; sleep 0.2; done; echo tail`,
+      `head -c 3145728 /dev/zero | tr '\\0' x; echo; touch ${quote(written)}; while [ ! -e ${quote(flag)} ]; do echo tick; sleep 0.2; done; echo tail`,
     );
+    // Attach only once the 3 MiB are out: --no-replay then follows the ticks alone (on a loaded machine the
+    // attach could otherwise come in while the x's are still being written).
+    await expect.poll(() => existsSync(written), { timeout: 20_000 }).toBe(true);
     const following = harnessLive(['attach', '--no-replay', id]);
     await expect.poll(() => following.stdout(), { timeout: 20_000 }).toContain('tick\n');
     writeFileSync(flag, '');
