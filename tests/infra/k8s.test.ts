@@ -375,10 +375,12 @@ describe('infra/k8s', () => {
       'tether-registry-signing-key',
       'tether-relay-keys',
     ]);
-    // README says how to create each of them.
-    const readme = readFileSync(join(root, 'README.md'), 'utf8');
+    // docs/deployment.md says how to create each of them.
+    const guide = readFileSync(join(root, 'docs', 'deployment.md'), 'utf8');
     for (const secret of secretNames) {
-      expect(readme.includes(`kubectl create secret generic ${secret}`), `README creates ${secret}`).toBe(true);
+      expect(guide.includes(`kubectl create secret generic ${secret}`), `docs/deployment.md creates ${secret}`).toBe(
+        true,
+      );
     }
   });
 

@@ -1,7 +1,7 @@
 /**
  * Scale-out as operators run it: three relay nodes and two registry replicas on one PostgreSQL database, as real
  * processes. The node that carries an environment is SIGKILLed mid-stream: its executor must move to a live node
- * within the stated bound (README "Relay nodes": 30 s) and the harness resume its session there with every byte
+ * within the stated bound (docs/relay.md, "Several relay nodes": 30 s) and the harness resume its session there with every byte
  * of every stream. Then a fourth node joins: harnesses must keep going where their executor is.
  */
 import { spawn } from 'node:child_process';
@@ -36,7 +36,7 @@ import {
   withDeadline,
 } from './support.ts';
 
-/** The failover bound the README states for a node whose process dies. */
+/** The failover bound docs/relay.md states for a node whose process dies. */
 const FAILOVER_BOUND_MS = 30_000;
 const FAST_BYTES = scaledBytes(16 * MIB);
 const STDIN_BYTES = scaledBytes(8 * MIB);
