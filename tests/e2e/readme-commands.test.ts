@@ -1,0 +1,112 @@
+/**
+ * The README's "First things to try", run as written against the real stack (registry, relay and an
+ * executor serving `local`, as `npm run quickstart` leaves them): the section's shell block, then every
+ * `harness …` command of its list, in a bash that has only what the block sets up. The registry address the
+ * README names is swapped for this stack's, `data/harness.key` is this stack's harness key, and `ID` is the id
+ * that the list's `harness exec -d` printed. `harness shell` needs a terminal: tests/e2e/harness-terminal
+ * runs it in tmux.
+ */
+import { spawn } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { findProcesses, repoRoot, type Stack, startStack } from '@tether/test-kit';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+
+const README_REGISTRY = 'http://127.0.0.1:8080';
+const SECTION = '## First things to try';
+const CONTENT = '# a file to copy\n';
+const COPIED = '/tmp/README.md';
+
+/** The section's first ```sh block and the `harness …` code spans of its text, in order. */
+function firstThingsToTry(): { setup: string; commands: string[] } {
+  const readme = readFileSync(join(repoRoot(), 'README.md'), 'utf8');
+  const start = readme.indexOf(SECTION);
+  expect(start, `README.md has a "${SECTION}" section`).toBeGreaterThanOrEqual(0);
+  const next = readme.indexOf('\n## ', start + SECTION.length);
+  const section = readme.slice(start, next < 0 ? undefined : next);
+  const block = /```sh\n([\s\S]*?)```/.exec(section);
+  expect(block, 'the section has a shell block').not.toBeNull();
+  const text = section.replace(/```[\s\S]*?```/g, '');
+  // Code spans may wrap across lines in the markdown source.
+  const commands = [...text.matchAll(/`(harness [^`]+)`/g)].map((m) => (m[1] as string).replace(/\s*\n\s*/g, ' '));
+  return { setup: (block?.[1] as string).replaceAll(README_REGISTRY, stackUrl()), commands };
+}
+
+let stack: Stack;
+const stackUrl = () => stack.registryUrl;
+const work = mkdtempSync(join(tmpdir(), 'tether-readme-'));
+
+/** Runs a bash script in `work` (a checkout's look-alike: apps/, data/harness.key, README.md), stdin closed. */
+function bash(script: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const child = spawn('bash', ['-c', `shopt -s expand_aliases\n${script}`], {
+    cwd: work,
+    env: {
+      PATH: `${dirname(process.execPath)}:${process.env.PATH ?? '/usr/bin:/bin'}`,
+      HOME: join(work, 'home'),
+      LANG: 'C.UTF-8',
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (d: Buffer) => {
+    stdout += d;
+  });
+  child.stderr.on('data', (d: Buffer) => {
+    stderr += d;
+  });
+  return new Promise((resolve, reject) => {
+    child.once('error', reject);
+    child.once('close', (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+beforeAll(async () => {
+  stack = await startStack();
+  await stack.startExecutor('tether', 'local');
+  symlinkSync(join(repoRoot(), 'apps'), join(work, 'apps'));
+  mkdirSync(join(work, 'data'));
+  mkdirSync(join(work, 'home'));
+  writeFileSync(join(work, 'data', 'harness.key'), `${stack.keys.harness}\n`, { mode: 0o600 });
+  writeFileSync(join(work, 'README.md'), CONTENT);
+}, 60_000);
+
+afterAll(async () => {
+  await stack?.close();
+  expect(findProcesses({ cwdUnder: work })).toEqual([]);
+  rmSync(work, { recursive: true, force: true });
+  // The README copies its file to the executor's /tmp (this machine's): take back what this test put there.
+  try {
+    if (readFileSync(COPIED, 'utf8') === CONTENT) rmSync(COPIED);
+  } catch {
+    // not there
+  }
+});
+
+describe('README: first things to try', () => {
+  it('runs every harness command of the section, as written, with exit 0', { timeout: 120_000 }, async () => {
+    const { setup, commands } = firstThingsToTry();
+    const runnable = commands.filter((command) => !command.startsWith('harness shell'));
+    expect(runnable.length, 'the section lists harness commands').toBeGreaterThanOrEqual(6);
+    let id = '';
+    for (const command of runnable) {
+      const line = command.replace(/\bID\b/g, id);
+      const run = await bash(`${setup}\n${line}`);
+      expect({ command: line, code: run.code, stderr: run.stderr.replace(/^copied .*\n/m, '') }).toEqual({
+        command: line,
+        code: 0,
+        stderr: '',
+      });
+      if (command.startsWith('harness exec -d')) {
+        id = run.stdout.trim();
+        expect(id, 'exec -d prints the id').toMatch(/^[0-9a-z-]+$/);
+      }
+      if (command.startsWith('harness exec -- uname')) expect(run.stdout).toMatch(/^Linux /);
+      if (command.startsWith('harness cat')) expect(run.stdout).toBe(CONTENT);
+      if (command.startsWith('harness attach')) expect(run.stdout.trim().split('\n')).toHaveLength(5);
+      if (command.startsWith('harness login --web')) expect(run.stdout).toMatch(/\/ui\/#env=local&grant=/);
+    }
+    expect(id, 'the section starts a detached process and attaches to it').not.toBe('');
+  });
+});
