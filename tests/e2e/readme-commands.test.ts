@@ -30,7 +30,7 @@ function firstThingsToTry(): { setup: string; commands: string[] } {
   const text = section.replace(/```[\s\S]*?```/g, '');
   // Code spans may wrap across lines in the markdown source.
   const commands = [...text.matchAll(/`(harness [^`]+)`/g)].map((m) => (m[1] as string).replace(/\s*\n\s*/g, ' '));
-  return { setup: (block?.[1] as string).replaceAll(README_REGISTRY, stackUrl()), commands };
+  return { setup: (block?.[1] ?? '').replaceAll(README_REGISTRY, stackUrl()), commands };
 }
 
 let stack: Stack;
