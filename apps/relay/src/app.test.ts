@@ -390,7 +390,9 @@ describe('limits', () => {
     const mute = await Endpoint.open(signedUrl(url, 'harness', 'env-1'), { autoPong: false });
     const closed = await mute.closed;
     expect(closed.code).toBe(1006); // terminated, no close frame
-    expect(pings).toBeGreaterThanOrEqual(2);
+    // The live socket is pinged too and answers, so it stays (its pings may be read after the mute one's close
+    // on a loaded machine: wait for them rather than count at this instant).
+    await expect.poll(() => pings).toBeGreaterThanOrEqual(2);
     expect(live.ws.readyState).toBe(live.ws.OPEN);
     expect(metric(relay, 'relay_drops_total{reason="pong_timeout"}')).toBe(1);
   });
