@@ -105,6 +105,15 @@ describe.each(CASES)('protocol: %s', (_label, { kind, transport }) => {
       expect(await client.call('environment/status', {})).toEqual({ status: 'ready' });
     });
 
+    it('ignores a second initialized: the connection stays and answers (CODEX-FINDINGS 21)', async () => {
+      const peer = await h.start(kind, transport);
+      const client = await h.connect(peer);
+      await client.call('initialize', { clientName: 'tether-conformance' });
+      client.notify('initialized', {});
+      client.notify('initialized', {});
+      expect(await client.call('environment/status', {})).toEqual({ status: 'ready' });
+    });
+
     it('unknown resumeSessionId → -32600, then a plain initialize on the same connection works', async () => {
       const peer = await h.start(kind, transport);
       const client = await h.connect(peer);

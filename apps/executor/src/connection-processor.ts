@@ -302,6 +302,8 @@ export class ConnectionProcessor implements SessionAttachment {
       this.protocolError(`unknown notification \`${method}\``);
       return;
     }
+    // A second `initialized` is ignored, as Codex does (tests/conformance/CODEX-FINDINGS.md, 21).
+    if (this.handshake === 'ready') return;
     if (this.handshake !== 'initialized-pending' || !this.sessionValue?.isAttachedTo(this)) {
       this.protocolError('received `initialized` before a successful `initialize`');
       return;
