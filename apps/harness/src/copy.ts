@@ -12,6 +12,7 @@ import {
   type HandleDigest,
   TetherError,
 } from '@tether/client';
+import { pathError } from './fs-errors.js';
 
 // The SDK's batch and metadata types, as its EnvironmentFs methods name them.
 type UnixMetadata = Awaited<ReturnType<EnvironmentFs['getUnixMetadata']>>;
@@ -584,7 +585,9 @@ const LOCAL_READ_BYTES = 1024 * 1024;
  */
 async function pumpLocalFile(path: string, sink: Writable, onChunk: (chunk: Buffer) => void): Promise<void> {
   await fill(sink, async () => {
-    const file = await open(path, 'r');
+    const file = await open(path, 'r').catch((err: unknown) => {
+      throw pathError(err, path);
+    });
     try {
       const buffers = [Buffer.allocUnsafeSlow(LOCAL_READ_BYTES), Buffer.allocUnsafeSlow(LOCAL_READ_BYTES)];
       let writing: Promise<void> = Promise.resolve();

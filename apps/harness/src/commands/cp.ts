@@ -2,6 +2,7 @@ import { type Environment, LocalFs, TetherError } from '@tether/client';
 import type { Command } from 'commander';
 import { type CliIo, connectOptions, formatBytes, printable, report, type SetExit } from '../common.js';
 import { copy, type Endpoint } from '../copy.js';
+import { namingFs } from '../fs-errors.js';
 import { type ConnectFlags, type Location, openEnvironment, parseLocation } from '../target.js';
 
 export function registerCp(program: Command, io: CliIo, setExit: SetExit): void {
@@ -39,13 +40,16 @@ async function cpCommand(
   const started = Date.now();
   try {
     const endpoint = async (location: Location, text: string): Promise<Endpoint> => {
-      if (location.kind === 'local') return { fs: new LocalFs(), env: null, path: location.path, label: text };
+      // Failures name the path as written: `ENV:/path: No such file or directory` (fs-errors.ts).
+      if (location.kind === 'local') {
+        return { fs: namingFs(new LocalFs(), ''), env: null, path: location.path, label: text };
+      }
       let env = opened.get(location.environmentId);
       if (!env) {
         env = await openEnvironment(options, io.env, location.environmentId);
         opened.set(location.environmentId, env);
       }
-      return { fs: env.fs, env, path: location.path, label: text };
+      return { fs: namingFs(env.fs, `${location.environmentId}:`), env, path: location.path, label: text };
     };
     const from = parseLocation(sourceText);
     const to = parseLocation(destinationText);

@@ -1,6 +1,15 @@
 import type { AttachedProcess, Environment, ProcessInfo, SignalName } from '@tether/client';
 import { type Command, InvalidArgumentError } from 'commander';
-import { type CliIo, connectOptions, printable, type SetExit, withEnvironment } from '../common.js';
+import {
+  type CliIo,
+  connectOptions,
+  flushOutput,
+  OutputClosedError,
+  printable,
+  type SetExit,
+  withEnvironment,
+  writeOutput,
+} from '../common.js';
 import type { ConnectFlags } from '../target.js';
 import { forwardInput } from './stdin.js';
 
@@ -23,7 +32,8 @@ the environment could not be reached.`,
     .action(async (environment: string | undefined, options: ConnectFlags) => {
       setExit(
         await withEnvironment(io, options, environment, async (env) => {
-          io.stdout.write(formatProcessTable(await env.listProcesses()));
+          await writeOutput(io, io.stdout, formatProcessTable(await env.listProcesses()));
+          await flushOutput(io);
           return 0;
         }),
       );
@@ -106,7 +116,7 @@ export async function startDetached(env: Environment, argv: string[], options: D
       ? { size: { rows: io.stdout.rows, cols: io.stdout.columns } }
       : {}),
   });
-  io.stdout.write(`${processId}\n`);
+  await writeOutput(io, io.stdout, `${processId}\n`);
   return 0;
 }
 
@@ -295,11 +305,14 @@ async function attachCommand(env: Environment, id: string, options: AttachFlags,
     try {
       for await (const event of attached) {
         if (event.kind !== 'output') continue;
-        const sink = event.stream === 'stderr' ? io.stderr : io.stdout;
-        if (!sink.write(event.chunk)) await new Promise((resolve) => sink.once('drain', resolve));
+        await writeOutput(io, event.stream === 'stderr' ? io.stderr : io.stdout, event.chunk);
       }
-      return (await attached.completion).exitCode;
+      const { exitCode } = await attached.completion;
+      await flushOutput(io);
+      return exitCode;
     } catch (err) {
+      // Our output has no reader (`| head`): detached quietly, as after Ctrl-C; the process goes on.
+      if (err instanceof OutputClosedError) attached.dispose();
       if (stopped === null) throw err;
     }
     note(`detached from ${id}; it keeps running (harness attach ${id} to come back)`);
