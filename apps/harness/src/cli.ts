@@ -60,7 +60,9 @@ harness API key in ${ENV.apiKey} (or a file only you may read: --api-key-file, $
 a context of the config file (harness config; --context, ${ENV.context}): a flag beats its variable, which
 beats the context. --url ws://HOST:PORT talks to an executor directly (no relay; then
 ENV:/path names a path on that executor). Connecting is retried with backoff for up to 20 s
-(--connect-timeout) after failures that may pass; a refused key or an unknown environment fails at once.
+(--connect-timeout) after failures that may pass (an unreachable registry, relay or executor); the bound
+covers every phase (the registry call, the relay socket, the handshake, initialize) and the retries. A
+refused key, or an environment that is unknown or not the key's, fails at once.
 Remote paths are written ENV:/absolute/path. The registry call and the relay socket go through
 HTTPS_PROXY / HTTP_PROXY / ALL_PROXY, except hosts in NO_PROXY (as Codex reads them; loopback is not exempt).
 

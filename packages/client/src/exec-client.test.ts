@@ -109,6 +109,53 @@ describe('ExecServerClient: connection set-up retries', () => {
     expect(attempts).toBeGreaterThan(1);
   });
 
+  it('the bound covers an attempt that hangs: the dial is aborted at the deadline', async () => {
+    const started = Date.now();
+    const error = await ExecServerClient.connect({
+      connectRetry: { timeoutMs: 300 },
+      // A registry, relay or handshake that never answers: only the signal ends it.
+      dial: (signal) =>
+        new Promise<MessageTransport>((_resolve, reject) => {
+          signal.addEventListener('abort', () => reject(new TetherError('connect_failed', 'the relay hung')));
+        }),
+    }).catch((err: unknown) => err);
+    expect(Date.now() - started).toBeLessThan(2_000);
+    expect((error as TetherError).code).toBe('connect_failed');
+    expect((error as Error).message).toMatch(/could not connect within 300 ms \(1 attempts\): the relay hung/);
+  });
+
+  it('the bound covers initialize: an executor that never answers it is given up at the deadline', async () => {
+    const started = Date.now();
+    const error = await ExecServerClient.connect({
+      connectRetry: { timeoutMs: 300 },
+      // A transport that takes the initialize and never answers.
+      dial: async () => {
+        let handlers: { onClose(reason: string): void } | null = null;
+        let open = true;
+        const silent: MessageTransport = {
+          kind: 'websocket',
+          label: 'silent',
+          carriesAttachments: false,
+          bufferedAmount: 0,
+          start: (given) => {
+            handlers = given;
+          },
+          send: () => true,
+          pause: () => undefined,
+          resume: () => undefined,
+          close: (_code, reason = 'closed') => {
+            if (!open) return;
+            open = false;
+            handlers?.onClose(reason);
+          },
+        };
+        return silent;
+      },
+    }).catch((err: unknown) => err);
+    expect(Date.now() - started).toBeLessThan(2_000);
+    expect((error as TetherError).code).toBe('connect_failed');
+  });
+
   it('connectRetry: false makes one attempt', async () => {
     let attempts = 0;
     await expect(

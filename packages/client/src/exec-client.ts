@@ -200,22 +200,29 @@ export class ExecServerClient implements ProcessBackend {
       return client;
     }
     const timeoutMs = retry?.timeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
-    const deadline = Date.now() + timeoutMs;
+    // The bound covers every phase of every attempt (the registry call and its own retries, the relay socket,
+    // the handshake, initialize) and the pauses between attempts: at the deadline the attempt under way is
+    // aborted.
+    const deadline = AbortSignal.timeout(timeoutMs);
+    const signal = AbortSignal.any([client.abort.signal, deadline]);
+    const end = Date.now() + timeoutMs;
+    const givenUp = (attempt: number, err: unknown) =>
+      new TetherError(
+        'connect_failed',
+        `could not connect within ${timeoutMs} ms (${attempt} attempts): ${(err as Error).message}`,
+        { cause: err },
+      );
     let delay = CONNECT_RETRY_FIRST_MS;
     for (let attempt = 1; ; attempt++) {
       try {
-        await client.establish(null);
+        await client.establish(null, signal);
         return client;
       } catch (err) {
-        if (client.closed || !mayPass(err)) throw err;
-        const left = deadline - Date.now();
-        if (left <= 0) {
-          throw new TetherError(
-            'connect_failed',
-            `could not connect within ${timeoutMs} ms (${attempt} attempts): ${(err as Error).message}`,
-            { cause: err },
-          );
-        }
+        if (client.closed) throw err;
+        if (deadline.aborted) throw givenUp(attempt, err);
+        if (!mayPass(err)) throw err;
+        const left = end - Date.now();
+        if (left <= 0) throw givenUp(attempt, err);
         await new Promise((resolve) => setTimeout(resolve, Math.min(delay, left)));
         delay = Math.min(delay * 2, CONNECT_RETRY_MAX_MS);
       }
@@ -533,8 +540,8 @@ export class ExecServerClient implements ProcessBackend {
 
   // Connection lifecycle --------------------------------------------------------------------------
 
-  private async establish(resumeSessionId: string | null): Promise<void> {
-    const transport = await this.options.dial(this.abort.signal);
+  private async establish(resumeSessionId: string | null, signal: AbortSignal = this.abort.signal): Promise<void> {
+    const transport = await this.options.dial(signal);
     const connection = new RpcConnection(transport);
     const rpc: RpcClient = new RpcClient(connection, {
       onNotification: (method, params) => this.onNotification(method, params),
@@ -542,6 +549,10 @@ export class ExecServerClient implements ProcessBackend {
       onClose: () => this.onTransportClosed(rpc),
     });
     let info: InitializeInfo;
+    // Aborted (the connect's deadline): the transport closes, and the initialize in flight fails with it.
+    const onAbort = () => rpc.close('connecting was given up');
+    if (signal.aborted) onAbort();
+    else signal.addEventListener('abort', onAbort, { once: true });
     try {
       info = await rpc.call<InitializeInfo>('initialize', {
         clientName: this.options.clientName ?? 'tether-client',
@@ -550,6 +561,8 @@ export class ExecServerClient implements ProcessBackend {
     } catch (err) {
       rpc.close('initialize failed');
       throw err;
+    } finally {
+      signal.removeEventListener('abort', onAbort);
     }
     if (this.closed) {
       rpc.close('client closed');
@@ -674,6 +687,8 @@ const START_RETRIES = 5;
 function mayPass(err: unknown): boolean {
   if (err instanceof ConnectionClosedError || err instanceof RpcTimeoutError) return true;
   if (!(err instanceof TetherError)) return false;
+  // The registry could not be reached (no answer at all: refused, reset, timed out); an answer is final.
+  if (err.code === 'registry') return err.status === undefined && err.cause instanceof Error;
   if (err.code === 'connect_failed') {
     // An HTTP answer at the upgrade is the relay's word (an expired URL gets one fresh bundle already).
     return err.status === undefined || err.status === 429 || err.status >= 500;

@@ -173,7 +173,8 @@ export async function fetchBundle(
         signal ? AbortSignal.any([signal, timeout]) : timeout,
       );
     } catch (err) {
-      if (signal?.aborted) throw new TetherError('closed', 'connect aborted', { cause: err });
+      // Given up by the caller (its deadline): what failed before says more than the abort.
+      if (signal?.aborted) throw lastError ?? new TetherError('closed', 'connect aborted', { cause: err });
       if (err instanceof TetherError) throw err; // an answer, just not a usable one: not retried
       // node:http puts the OS error's code on the error; fetch puts it on its cause.
       const failure = err as { code?: string; cause?: { code?: string } };
@@ -181,14 +182,29 @@ export async function fetchBundle(
       lastError = new TetherError(
         'registry',
         `cannot reach the registry at ${base}${via}: ${timeout.aborted ? 'timed out' : cause}`,
+        { cause: err },
       );
-      await new Promise((resolve) => setTimeout(resolve, Math.min(200 * 2 ** attempt, 2_000)));
+      await pause(Math.min(200 * 2 ** attempt, 2_000), signal);
+      if (signal?.aborted) throw lastError;
       continue;
     }
     if (answer.status >= 200 && answer.status < 300) return { ...parseBundle(answer.text, environmentId), requestId };
     throw answerError(answer.status, answer.text, environmentId, base);
   }
   throw lastError ?? new TetherError('registry', `the registry at ${base} did not answer in time`);
+}
+
+/** Waits `ms`, or less when `signal` aborts meanwhile. */
+function pause(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal?.addEventListener('abort', done, { once: true });
+  });
 }
 
 function answerError(status: number, text: string, environmentId: string, base: string): TetherError {
