@@ -104,7 +104,7 @@ async function cpCommand(
     if (!options.quiet) {
       const seconds = Math.max((Date.now() - started) / 1000, 0.001);
       io.stderr.write(
-        `copied ${stats.files} file(s)${stats.directories ? ` in ${stats.directories} dir(s)` : ''}, ${formatBytes(stats.bytes)} in ${seconds.toFixed(2)} s (${formatBytes(stats.bytes / seconds)}/s), sha256 verified${stats.skipped ? `; skipped ${stats.skipped} (see above)` : ''}\n`,
+        `copied ${stats.files} file(s)${stats.directories ? ` in ${stats.directories} dir(s)` : ''}, ${formatBytes(stats.bytes)} in ${seconds.toFixed(2)} s (${formatBytes(stats.bytes / seconds)}/s), sha256 verified${stats.skipped ? `; skipped ${stats.skipped} (named above)` : ''}\n`,
       );
     }
     return 0;
