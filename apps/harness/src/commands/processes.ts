@@ -61,7 +61,8 @@ window, and the detach keys (default ${DEFAULT_DETACH_KEYS}, as docker; e.g. --d
 each sees the whole output, and keys from each reach the process.
 Output the executor no longer retains (it keeps the last 1 MiB of each process by default) is skipped
 with a note on stderr.
-Exit status: the process's exit code once it ends; 0 after the detach keys; 130 after Ctrl-C; 1 for an
+Exit status: the process's exit code once it ends; 0 after the detach keys; 130 after Ctrl-C; 141 when our
+output's reader went away (| head): detached quietly, the process goes on; 1 for an
 unknown id or an executor without detached processes (e.g. codex exec-server); 255 when the environment
 could not be reached or the connection was lost.`,
     )
