@@ -7,16 +7,7 @@
  */
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import {
-  existsSync,
-  lstatSync,
-  mkdirSync,
-  mkdtempSync,
-  readdirSync,
-  readFileSync,
-  rmSync,
-  writeFileSync,
-} from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -113,15 +104,14 @@ describe('harness cp -r (the CLI bin) from a hostile executor', () => {
     });
   }
 
-  it('copies a link entry (`evil -> outside`) as a regular file inside the destination, never as a link', async () => {
+  it('skips a link entry (`evil -> outside`) and names it: never a link, never what it points to', async () => {
     const claimed = join(box, 'evil-target');
     tree = { '/tree': [{ name: 'evil', file: 'the link target', link: claimed }] };
     const before = outsideDestination();
     const result = await harness(['cp', '-r', '-q', '--url', url, 'hostile:/tree', destination]);
     expect(result.code, result.stderr).toBe(0);
-    const landed = join(destination, 'tree', 'evil');
-    expect(lstatSync(landed).isFile()).toBe(true);
-    expect(readFileSync(landed, 'utf8')).toBe('the link target');
+    expect(result.stderr).toBe('harness: skipped the symbolic link hostile:/tree/evil (cp -r copies no links)\n');
+    expect(existsSync(join(destination, 'tree', 'evil'))).toBe(false);
     expect(existsSync(claimed)).toBe(false);
     expect(outsideDestination()).toEqual(before);
   });

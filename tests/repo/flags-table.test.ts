@@ -11,9 +11,8 @@ describe('docs/flags.md "Flags and variables"', () => {
     for (const app of ['registry', 'relay', 'executor', 'harness'])
       expect(table).toContain(`| ${app} | \`-V, --version\``);
     expect(table).toContain('| relay | `--trust-proxy <cidr>` | `TETHER_RELAY_TRUST_PROXY` |');
-    expect(
-      docTable(),
-      'regenerate: node --conditions=tether-source --import tsx scripts/flags-table.ts --write',
-    ).toBe(table);
+    expect(docTable(), 'regenerate: node --conditions=tether-source --import tsx scripts/flags-table.ts --write').toBe(
+      table,
+    );
   });
 });

@@ -27,6 +27,8 @@ export const CAPABILITIES = {
   fileBatch: true,
   // Tether: `fs/getMetadata {unix: true}` (adds mode, accessedAtMs) and `fs/setMetadata` (for cp -p).
   fileMetadata: true,
+  // Tether: `fs/readDirectory {links: true}` marks symbolic links (`isSymlink`) and lists dangling ones (cp -r).
+  directoryLinks: true,
   // Tether: `process/start {flowControl: {windowBytes}}` + the `process/ack` notification (credit-based,
   // lossless output: the child blocks instead of output being dropped; exec-protocol's flow-control.ts).
   flowControl: true,

@@ -10,7 +10,7 @@ import { registerLogin } from './commands/login.js';
 import { registerMaster } from './commands/master.js';
 import { registerProcesses } from './commands/processes.js';
 import { registerShell } from './commands/shell.js';
-import type { CliIo } from './common.js';
+import { type CliIo, EXIT, flushOutput, report, watchOutput } from './common.js';
 import { ENV } from './target.js';
 
 export type { CliIo } from './common.js';
@@ -47,7 +47,6 @@ export function buildProgram(io: CliIo, setExit: (code: number) => void): Comman
       'Tether harness: run processes and move files on an environment, end-to-end encrypted through the relay.',
     )
     .version(VERSION)
-    .showHelpAfterError()
     .configureOutput({
       writeOut: (text) => io.stdout.write(text),
       writeErr: (text) => io.stderr.write(text),
@@ -61,7 +60,9 @@ harness API key in ${ENV.apiKey} (or a file only you may read: --api-key-file, $
 a context of the config file (harness config; --context, ${ENV.context}): a flag beats its variable, which
 beats the context. --url ws://HOST:PORT talks to an executor directly (no relay; then
 ENV:/path names a path on that executor). Connecting is retried with backoff for up to 20 s
-(--connect-timeout) after failures that may pass; a refused key or an unknown environment fails at once.
+(--connect-timeout) after failures that may pass (an unreachable registry, relay or executor); the bound
+covers every phase (the registry call, the relay socket, the handshake, initialize) and the retries. A
+refused key, or an environment that is unknown or not the key's, fails at once.
 Remote paths are written ENV:/absolute/path. The registry call and the relay socket go through
 HTTPS_PROXY / HTTP_PROXY / ALL_PROXY, except hosts in NO_PROXY (as Codex reads them; loopback is not exempt).
 
@@ -71,8 +72,12 @@ pinned for the session: a reconnect to another key fails. A copy from an environ
 that are not one path component and never writes outside the destination or through a symbolic link in it.
 
 Exit status: the remote command's own; 126 or 127 when it cannot be run or is not found (as a shell says);
-255 when the registry, relay or executor cannot be reached or kept, or refuses the key (as ssh does); 2 for
-bad usage; 1 for other failures.
+255 when the registry, relay or executor cannot be reached or kept, refuses the key, or the environment is
+unknown or not the key's (as ssh does); 141 (128+SIGPIPE) when our output's reader went away (| head): the
+command stops at once, a remote process with it, and says nothing, as a local tool that SIGPIPE ends; 2 for
+bad usage (one line, then see COMMAND --help); 1 for other failures, e.g. a local file that is missing.
+
+Stdin that is not a terminal is forwarded to exec's process, as ssh forwards it (-n keeps it closed).
 
 Examples:
   harness exec -- uname -a
@@ -96,20 +101,62 @@ Examples:
   registerConfig(program, io, setExit);
   registerLogin(program, io, setExit);
   registerCompletion(program, io, setExit);
+  oneLineUsageErrors(program);
   return program;
+}
+
+/** What a missing argument is, in a usage error (`harness exec: missing the command to run …`). */
+const ARGUMENT_NAMES: Record<string, string> = {
+  command: 'the command to run',
+  source: 'the source',
+  destination: 'the destination',
+  location: 'the location',
+  id: 'the process id',
+  spec: 'the forward spec',
+};
+
+/**
+ * A usage error is one line that names the command and points to its help, not the whole help:
+ * `harness exec: missing the command to run (harness exec [options] -- CMD…; see harness exec --help)`.
+ */
+function oneLineUsageErrors(command: Command): void {
+  const path: string[] = [];
+  for (let at: Command | null = command; at; at = at.parent) path.unshift(at.name());
+  const name = path.join(' ');
+  command.showHelpAfterError(false).configureOutput({
+    outputError: (text, write) => {
+      let message = text.trim().replace(/^error: /, '');
+      const missing = /^missing required argument '([^']+)'$/.exec(message);
+      if (missing) {
+        const argument = missing[1] as string;
+        message = `missing ${ARGUMENT_NAMES[argument] ?? `the ${argument} argument`}`;
+      }
+      const usage = command.parent ? `${name} ${command.usage()}; ` : '';
+      write(`${name}: ${message} (${usage}see ${name} --help)\n`);
+    },
+  });
+  for (const sub of command.commands) oneLineUsageErrors(sub);
 }
 
 /** Parses and runs; resolves with the process exit code. */
 export async function run(argv: string[], io: CliIo): Promise<number> {
   let code = 0;
+  // Before anything is written: a write error (EPIPE when the reader went away) is never an unhandled 'error'.
+  watchOutput(io);
   const program = buildProgram(io, (value) => {
     code = value;
   });
   try {
     await program.parseAsync(argv, { from: 'user' });
   } catch (err) {
-    if (err instanceof CommanderError) return err.exitCode === 0 ? 0 : 2;
-    throw err;
+    if (err instanceof CommanderError) code = err.exitCode === 0 ? 0 : EXIT.usage;
+    else throw err;
+  }
+  // What was written last may have failed after the command ended (a pipe reports EPIPE a tick later).
+  try {
+    await flushOutput(io);
+  } catch (err) {
+    if (code === 0) code = report(io, err);
   }
   return code;
 }

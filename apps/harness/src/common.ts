@@ -2,6 +2,7 @@ import type { Readable, Writable } from 'node:stream';
 import { type Environment, isConnectionError, LocalFs, TetherError } from '@tether/client';
 import { type Command, InvalidArgumentError, Option } from 'commander';
 import type { Endpoint } from './copy.js';
+import { namingFs } from './fs-errors.js';
 import { type ConnectFlags, ENV, type Location, openEnvironment, parseLocation } from './target.js';
 
 export interface CliIo {
@@ -20,8 +21,93 @@ export const EXIT = {
   usage: 2,
   cannotRun: 126,
   notFound: 127,
+  /** 128 + SIGPIPE: the reader of our output went away (`| head`), as a shell reports a tool that SIGPIPE ended. */
+  outputClosed: 141,
   connection: 255,
 } as const;
+
+/**
+ * Our stdout or stderr has no reader any more (EPIPE: `harness … | head` after head exited). The command
+ * stops at once (a remote process it started is stopped) and exits 141 without a word, as a Unix tool that
+ * SIGPIPE ended.
+ */
+export class OutputClosedError extends Error {
+  override readonly name = 'OutputClosedError';
+  constructor() {
+    super('the output was closed');
+  }
+}
+
+/** How one of our output streams is doing: the first write error, and a promise that rejects with it. */
+interface OutputState {
+  failure: Error | null;
+  failed: Promise<never>;
+}
+
+const outputs = new WeakMap<object, OutputState>();
+
+/**
+ * Watches a stream we write to: its first error is kept (EPIPE as OutputClosedError, any other as a failure
+ * naming the stream), so that no write error is ever an unhandled 'error' event.
+ */
+function outputState(stream: CliIo['stdout'] | CliIo['stderr'], name: string): OutputState {
+  const state = outputs.get(stream);
+  if (state) return state;
+  let reject!: (err: Error) => void;
+  const failed = new Promise<never>((_resolve, fail) => {
+    reject = fail;
+  });
+  failed.catch(() => undefined);
+  const created: OutputState = { failure: null, failed };
+  stream.on('error', (err: NodeJS.ErrnoException) => {
+    if (created.failure) return;
+    created.failure =
+      err.code === 'EPIPE' || err.code === 'ERR_STREAM_DESTROYED'
+        ? new OutputClosedError()
+        : new TetherError('invalid_state', `cannot write to ${name}: ${err.code ?? err.message}`);
+    reject(created.failure);
+  });
+  outputs.set(stream, created);
+  return created;
+}
+
+/** Starts watching stdout and stderr (before anything is written; `run` does it). */
+export function watchOutput(io: CliIo): void {
+  outputState(io.stdout, 'stdout');
+  outputState(io.stderr, 'stderr');
+}
+
+/** The first write error of stdout or stderr, or null. */
+export function outputFailure(io: CliIo): Error | null {
+  return outputState(io.stdout, 'stdout').failure ?? outputState(io.stderr, 'stderr').failure;
+}
+
+/** Rejects with the first write error of stdout or stderr (never resolves). */
+export function outputFailed(io: CliIo): Promise<never> {
+  return Promise.race([outputState(io.stdout, 'stdout').failed, outputState(io.stderr, 'stderr').failed]);
+}
+
+/**
+ * Writes to stdout or stderr with backpressure: waits for 'drain' when the stream asks for it. Throws
+ * OutputClosedError once the reader has gone away (so a command stops at the write after it, as a tool that
+ * SIGPIPE ends), or the stream's other write failure.
+ */
+export async function writeOutput(io: CliIo, sink: CliIo['stdout'] | CliIo['stderr'], chunk: Buffer | string) {
+  const failure = outputFailure(io);
+  if (failure) throw failure;
+  if (sink.write(chunk)) return;
+  await Promise.race([new Promise((resolve) => sink.once('drain', resolve)), outputFailed(io)]);
+}
+
+/**
+ * Waits until what was written has been handed on or has failed (a pipe's EPIPE is reported a tick after the
+ * write), then throws the failure if there was one.
+ */
+export async function flushOutput(io: CliIo): Promise<void> {
+  await new Promise((resolve) => setImmediate(resolve));
+  const failure = outputFailure(io);
+  if (failure) throw failure;
+}
 
 /** How a command hands its exit code back to `run`. */
 export type SetExit = (code: number) => void;
@@ -135,15 +221,16 @@ export async function withLocation(
   } catch (err) {
     return report(io, err);
   }
+  // Failures name the path as written: `ENV:/path: No such file or directory` (fs-errors.ts).
   if (location.kind === 'local') {
     try {
-      return await action(new LocalFs(), location.path);
+      return await action(namingFs(new LocalFs(), ''), location.path);
     } catch (err) {
       return report(io, err);
     }
   }
-  const { path } = location;
-  return withEnvironment(io, flags, location.environmentId, (env) => action(env.fs, path));
+  const { path, environmentId } = location;
+  return withEnvironment(io, flags, environmentId, (env) => action(namingFs(env.fs, `${environmentId}:`), path));
 }
 
 /**
@@ -151,13 +238,15 @@ export async function withLocation(
  * reach the terminal as control sequences: they are shown as `?` (line breaks kept).
  */
 export function report(io: CliIo, err: unknown): number {
+  if (err instanceof OutputClosedError) return EXIT.outputClosed;
   const message = err instanceof Error ? err.message : String(err);
   io.stderr.write(`harness: ${message.replace(/[\u0000-\u0009\u000b-\u001f\u007f-\u009f]/g, '?')}\n`);
   return exitCodeFor(err);
 }
 
-/** 2 for bad usage, 255 when the connection failed (ssh's convention: refused key, unreachable registry, relay or executor, a failed handshake, a session lost), else 1. */
+/** 141 when our output was closed, 2 for bad usage, 255 when the connection failed (ssh's convention: refused key, unreachable registry, relay or executor, a failed handshake, a session lost), else 1. */
 export function exitCodeFor(err: unknown): number {
+  if (err instanceof OutputClosedError) return EXIT.outputClosed;
   if (err instanceof TetherError && err.code === 'invalid_argument') return EXIT.usage;
   return isConnectionError(err) ? EXIT.connection : EXIT.failure;
 }

@@ -170,16 +170,25 @@ describe('cp -r from a hostile executor', () => {
     });
   }
 
-  it('a link in the remote tree arrives as a regular file inside the destination, never as a link', async () => {
+  it('a link in the remote tree is skipped and reported: never made, never taken for what it points to', async () => {
     const claimed = join(box, 'evil-target');
-    const tree: HostileTree = { '/tree': [{ name: 'evil', file: 'what the link points to', link: claimed }] };
+    const tree: HostileTree = {
+      '/tree': [
+        { name: 'evil', file: 'what the link points to', link: claimed },
+        { name: 'plain', file: 'a file' },
+      ],
+    };
     const before = outsideDestination();
-    await expect(copy(source(remoteFs(tree)), local(destination), { recursive: true })).resolves.toMatchObject({
-      files: 1,
-    });
-    const landed = join(destination, 'tree', 'evil');
-    expect(lstatSync(landed).isFile()).toBe(true);
-    expect(readFileSync(landed, 'utf8')).toBe('what the link points to');
+    const skipped: string[] = [];
+    await expect(
+      copy(source(remoteFs(tree)), local(destination), {
+        recursive: true,
+        onSkip: (path, kind) => skipped.push(`${kind} ${path}`),
+      }),
+    ).resolves.toMatchObject({ files: 1, skipped: 1 });
+    expect(skipped).toEqual(['link /tree/evil']);
+    expect(existsSync(join(destination, 'tree', 'evil'))).toBe(false);
+    expect(readFileSync(join(destination, 'tree', 'plain'), 'utf8')).toBe('a file');
     expect(existsSync(claimed)).toBe(false);
     expect(outsideDestination()).toEqual(before);
   });

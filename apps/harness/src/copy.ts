@@ -12,6 +12,7 @@ import {
   type HandleDigest,
   TetherError,
 } from '@tether/client';
+import { pathError } from './fs-errors.js';
 
 // The SDK's batch and metadata types, as its EnvironmentFs methods name them.
 type UnixMetadata = Awaited<ReturnType<EnvironmentFs['getUnixMetadata']>>;
@@ -30,6 +31,8 @@ export interface CopyStats {
   files: number;
   directories: number;
   bytes: number;
+  /** Entries of a tree that were not copied: symbolic links, and what is neither file nor directory. */
+  skipped: number;
 }
 
 export interface CopyOptions {
@@ -40,6 +43,11 @@ export interface CopyOptions {
   onProgress?: (file: string, done: number, total: number) => void;
   /** Called when a file has been copied and verified. */
   onFile?: (file: string, bytes: number, sha256: string) => void;
+  /**
+   * Called for each entry of a tree that is not copied (a source path): a symbolic link (`link`: no link is
+   * ever made, and one is not taken for what it points to), or neither file nor directory (`special`).
+   */
+  onSkip?: (path: string, kind: 'link' | 'special') => void;
 }
 
 /**
@@ -76,10 +84,13 @@ const PREFETCH_LISTINGS = 8;
  *
  * The source side is untrusted input (an executor chooses the names in its listings). Every entry name
  * must be one path component, every destination path must resolve under the destination root, and no
- * symbolic link is ever created: a link in a remote tree arrives as what it points to (the executor
- * follows links in `fs/readDirectory`), as `cp -rL` and `scp -r` copy. Under a local destination root,
- * an existing link where a file or directory would go is refused rather than written through; the root
- * itself is the user's choice and is followed.
+ * symbolic link is ever created. A link inside a tree is skipped and reported (`onSkip`) in both
+ * directions, as `rsync -r` skips each: neither made nor taken for what it points to. Under a local
+ * destination root, an existing link where a file or directory would go is refused rather than written
+ * through; the root itself, and the source named on the command line, are the user's choice and followed.
+ *
+ * Without `preserve`, a new file gets its source's permission bits less the destination's umask, as cp
+ * and scp give it (where both sides can say and set modes); an existing one keeps its own.
  *
  * With `preserve`, permission bits (`0o7777`) and modification and access times (to the millisecond) are
  * read at the source before its bytes and set at the destination after them; a directory's, once
@@ -96,7 +107,7 @@ export async function copy(source: Endpoint, destination: Endpoint, options: Cop
       }
     }
   }
-  const stats: CopyStats = { files: 0, directories: 0, bytes: 0 };
+  const stats: CopyStats = { files: 0, directories: 0, bytes: 0, skipped: 0 };
   const meta = await source.fs.getMetadata(source.path);
   let target = destination.path;
   const existing = await destination.fs.getMetadata(target).catch(() => null);
@@ -243,6 +254,8 @@ class TreeCopy {
   private readonly listings = new Map<string, Promise<DirectoryEntry[]>>();
   /** With `preserve`: each directory made, set once its contents are written (deepest last in the list). */
   private readonly directories: Array<Item & { depth: number }> = [];
+  /** The destination's umask, asked for once when a new file's mode needs it. */
+  private umask: Promise<number> | null = null;
 
   constructor(
     private readonly source: Endpoint,
@@ -257,8 +270,36 @@ class TreeCopy {
   /** One file, streamed (whatever its size: one file gains nothing from a batch). */
   async single(from: string, to: string, size: number): Promise<void> {
     const metadata = this.preserve ? await this.source.fs.getUnixMetadata(from) : null;
+    const mode = await this.newFileMode(to, await this.sourceMode(from));
     await copyFile(this.source, from, this.destination, to, size, this.options, this.stats);
     if (metadata) await this.destination.fs.setMetadata(to, metadata);
+    if (mode !== null) await this.destination.fs.setMode(to, mode);
+  }
+
+  /** A file's permission bits at the source, for `newFileMode` (null where the source cannot say: Codex's). */
+  private async sourceMode(from: string): Promise<number | null> {
+    if (this.preserve || !this.source.fs.unixMetadata || !this.destination.fs.unixMetadata) return null;
+    return (await this.source.fs.getUnixMetadata(from)).mode;
+  }
+
+  /**
+   * The mode to give the file about to be written at `to`, or null to leave it as created. Without -p, a new
+   * file gets its source's permission bits less the destination's umask, as cp and scp give it (a 0700
+   * script stays 0700 with umask 022); an existing file keeps its own. Null too where the default creation
+   * mode is that already (no question asked), or the destination cannot set modes (a Codex exec-server).
+   * Asks whether the file exists, so call it before writing.
+   */
+  private async newFileMode(to: string, sourceMode: number | null): Promise<number | null> {
+    if (sourceMode === null) return null;
+    this.umask ??= destinationUmask(this.destination);
+    const umask = await this.umask;
+    const wanted = sourceMode & 0o777 & ~umask;
+    if (wanted === (0o666 & ~umask)) return null;
+    const exists = await this.destination.fs.getMetadata(to).then(
+      () => true,
+      () => false,
+    );
+    return exists ? null : wanted;
   }
 
   async tree(from: string, root: string): Promise<void> {
@@ -308,20 +349,54 @@ class TreeCopy {
     }
     this.stats.directories++;
     if (this.preserve) this.directories.push({ from, to: place.to, depth: place.depth });
-    const entries = (await this.list(from)).map((entry) => ({
+    const entries = (await this.markLinks(from, await this.list(from))).map((entry) => ({
       entry,
       child: posix.join(from, entry.fileName),
       target: childPath(destination, place, from, entry.fileName),
     }));
-    this.prefetch(entries.filter(({ entry }) => entry.isDirectory).map(({ child }) => child));
+    this.prefetch(entries.filter(({ entry }) => entry.isDirectory && !entry.isSymlink).map(({ child }) => child));
     for (const { entry, child, target } of entries) {
-      if (entry.isDirectory) {
+      if (entry.isSymlink) {
+        // Never made, never followed, in either direction: said, as rsync -r says it of each link.
+        this.skip(child, 'link');
+      } else if (entry.isDirectory) {
         await this.walk(child, { ...place, to: target, depth: place.depth + 1 });
       } else if (entry.isFile) {
         await this.file({ from: child, to: target });
+      } else {
+        // Sockets, FIFOs, devices: not regular content.
+        this.skip(child, 'special');
       }
-      // Anything else (sockets, devices, dangling links) is skipped, as cp -r of regular content.
     }
+  }
+
+  private skip(path: string, kind: 'link' | 'special'): void {
+    this.stats.skipped++;
+    this.options.onSkip?.(path, kind);
+  }
+
+  /**
+   * The listing with each link marked: a local listing and an executor with `directoryLinks` mark them; an
+   * executor without (Codex's follows links when it lists) is asked about each entry (`isSymlink` of
+   * fs/getMetadata). A dangling link such an executor leaves out of its listing is not seen at all.
+   */
+  private async markLinks(from: string, entries: DirectoryEntry[]): Promise<DirectoryEntry[]> {
+    if (entries.every((entry) => entry.isSymlink !== undefined)) return entries;
+    const marked: DirectoryEntry[] = new Array(entries.length);
+    let next = 0;
+    const worker = async () => {
+      while (next < entries.length) {
+        const index = next++;
+        const entry = entries[index] as DirectoryEntry;
+        const name = entryNameProblem(entry.fileName) === null ? entry.fileName : null;
+        const isSymlink =
+          entry.isSymlink ??
+          (name === null ? false : (await this.source.fs.getMetadata(posix.join(from, name))).isSymlink === true);
+        marked[index] = { ...entry, isSymlink };
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(FILES_IN_FLIGHT * 2, entries.length) }, worker));
+    return marked;
   }
 
   /** A directory's listing: asked for ahead by `prefetch`, else now. */
@@ -403,6 +478,11 @@ class TreeCopy {
       }
       return digest;
     });
+    // Without -p, new files keep their source's mode (less the umask): asked before anything is written.
+    const modes =
+      this.preserve || !destination.fs.unixMetadata
+        ? null
+        : await Promise.all(ready.map(({ item, metadata }) => this.newFileMode(item.to, metadata.mode)));
     const written = await destination.fs.writeFiles(
       ready.map(({ item, data, metadata }) => ({
         path: item.to,
@@ -428,6 +508,8 @@ class TreeCopy {
       else if (source.env !== null) atDestination = expected;
       else atDestination = await sha256Of(destination, item.to);
       if (atDestination !== expected) throw integrityError(item.to, 'at the destination', atDestination, expected);
+      const mode = modes?.[i] ?? null;
+      if (mode !== null) await destination.fs.setMode(item.to, mode, { noFollow: destination.env === null });
       this.stats.files++;
       this.stats.bytes += data.byteLength;
       this.options.onProgress?.(item.from, data.byteLength, data.byteLength);
@@ -452,8 +534,10 @@ class TreeCopy {
         if (streamCost(known) > cost) return [this.streamJob(item, known)];
         const metadata = this.preserve ? await source.fs.getUnixMetadata(item.from) : null;
         await refuseLocalLink(destination, item.to);
+        const mode = await this.newFileMode(item.to, await this.sourceMode(item.from));
         await copyFile(source, item.from, destination, item.to, known, this.options, this.stats, { noFollow: true });
         if (metadata) await destination.fs.setMetadata(item.to, metadata, { noFollow: destination.env === null });
+        if (mode !== null) await destination.fs.setMode(item.to, mode, { noFollow: destination.env === null });
         return undefined;
       },
     };
@@ -584,7 +668,9 @@ const LOCAL_READ_BYTES = 1024 * 1024;
  */
 async function pumpLocalFile(path: string, sink: Writable, onChunk: (chunk: Buffer) => void): Promise<void> {
   await fill(sink, async () => {
-    const file = await open(path, 'r');
+    const file = await open(path, 'r').catch((err: unknown) => {
+      throw pathError(err, path);
+    });
     try {
       const buffers = [Buffer.allocUnsafeSlow(LOCAL_READ_BYTES), Buffer.allocUnsafeSlow(LOCAL_READ_BYTES)];
       let writing: Promise<void> = Promise.resolve();
@@ -652,6 +738,22 @@ function write(sink: Writable, chunk: Buffer): Promise<void> {
   return new Promise<void>((resolve, reject) => {
     sink.write(chunk, (err) => (err ? reject(err) : resolve()));
   });
+}
+
+/**
+ * The umask new files get at the destination: this process's here; on an environment, its shell's (`umask`
+ * as the executor's children have it), else the usual 022.
+ */
+async function destinationUmask(destination: Endpoint): Promise<number> {
+  if (destination.env === null) return process.umask();
+  try {
+    const { exitCode, stdout } = await destination.env.exec(['/bin/sh', '-c', 'umask']);
+    const match = /^\s*(0?[0-7]{1,4})\s*$/.exec(stdout.toString());
+    if (exitCode === 0 && match) return Number.parseInt(match[1] as string, 8) & 0o777;
+  } catch {
+    // the usual umask below
+  }
+  return 0o022;
 }
 
 /** `sha256sum`'s answer is one line; an executor that sends more than this is not answering it. */

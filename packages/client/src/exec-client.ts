@@ -788,6 +788,8 @@ const START_RETRIES = 5;
 function mayPass(err: unknown): boolean {
   if (err instanceof ConnectionClosedError || err instanceof RpcTimeoutError) return true;
   if (!(err instanceof TetherError)) return false;
+  // The registry could not be reached (no answer at all: refused, reset, timed out); an answer is final.
+  if (err.code === 'registry') return err.status === undefined && err.cause instanceof Error;
   if (err.code === 'connect_failed') {
     // An HTTP answer at the upgrade is the relay's word (an expired URL gets one fresh bundle already).
     return err.status === undefined || err.status === 429 || err.status >= 500;

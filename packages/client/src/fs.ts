@@ -3,6 +3,7 @@ import { type BigIntStats, createReadStream, constants as fsConstants } from 'no
 import * as fsp from 'node:fs/promises';
 import { Readable, Writable } from 'node:stream';
 import {
+  DIRECTORY_LINKS_CAPABILITY,
   decodeBase64,
   encodeWriteBlockRequest,
   FsExtensionMethod,
@@ -54,6 +55,12 @@ export interface DirectoryEntry {
   fileName: string;
   isDirectory: boolean;
   isFile: boolean;
+  /**
+   * The entry is a symbolic link: locally always said; from an executor that offers `directoryLinks` (whose
+   * `isDirectory`/`isFile` are then the target's, both false for a dangling link); undefined from one that
+   * does not say (Codex's follows links and leaves dangling ones out).
+   */
+  isSymlink?: boolean;
 }
 
 /** Permission bits (`0o7777` at most) and times, in whole milliseconds, of a path (`cp -p`). */
@@ -113,7 +120,7 @@ function checkedEntries(answer: unknown, path: string): DirectoryEntry[] {
   const bad = (what: string) => new TetherError('protocol', `the executor's listing of ${path} is unusable: ${what}`);
   if (!Array.isArray(entries)) throw bad('entries is not an array');
   return entries.map((entry: unknown) => {
-    const { fileName, isDirectory, isFile } = (entry ?? {}) as Record<string, unknown>;
+    const { fileName, isDirectory, isFile, isSymlink } = (entry ?? {}) as Record<string, unknown>;
     const problem = entryNameProblem(fileName);
     if (problem) {
       const shown = typeof fileName === 'string' ? JSON.stringify(fileName) : String(fileName);
@@ -122,7 +129,10 @@ function checkedEntries(answer: unknown, path: string): DirectoryEntry[] {
     if (typeof isDirectory !== 'boolean' || typeof isFile !== 'boolean') {
       throw bad(`entry ${JSON.stringify(fileName)} has no boolean isDirectory/isFile`);
     }
-    return { fileName: fileName as string, isDirectory, isFile };
+    if (isSymlink !== undefined && typeof isSymlink !== 'boolean') {
+      throw bad(`entry ${JSON.stringify(fileName)} has an isSymlink that is not a boolean`);
+    }
+    return { fileName: fileName as string, isDirectory, isFile, ...(isSymlink === undefined ? {} : { isSymlink }) };
   });
 }
 
@@ -159,6 +169,11 @@ export interface EnvironmentFs {
   getUnixMetadata(path: string): Promise<UnixMetadata>;
   /** Sets permission bits and times; with `noFollow` (local files) a link at the path is refused. */
   setMetadata(path: string, metadata: UnixMetadata, options?: { noFollow?: boolean }): Promise<void>;
+  /**
+   * Sets the permission bits alone (chmod), as `cp` gives a new file its source's mode; needs what
+   * `setMetadata` needs (`unixMetadata`). `noFollow` as for `setMetadata` (local only).
+   */
+  setMode(path: string, mode: number, options?: { noFollow?: boolean }): Promise<void>;
 }
 
 /** Default block for streamed reads and writes. */
@@ -357,6 +372,18 @@ export class LocalFs implements EnvironmentFs {
     });
   }
 
+  setMode(path: string, mode: number, options: { noFollow?: boolean } = {}): Promise<void> {
+    return local(path, async () => {
+      const flags = fsConstants.O_RDONLY | fsConstants.O_NONBLOCK | (options.noFollow ? fsConstants.O_NOFOLLOW : 0);
+      const file = await fsp.open(path, flags);
+      try {
+        await file.chmod(mode & MODE_BITS);
+      } finally {
+        await file.close();
+      }
+    });
+  }
+
   readFile(path: string, options: { maxBytes?: number } = {}): Promise<Buffer> {
     return local(path, async () => {
       if (options.maxBytes !== undefined) {
@@ -402,6 +429,7 @@ export class LocalFs implements EnvironmentFs {
         fileName: entry.name,
         isDirectory: entry.isDirectory(),
         isFile: entry.isFile(),
+        isSymlink: entry.isSymbolicLink(),
       })),
     );
   }
@@ -615,6 +643,12 @@ export class RemoteFs implements EnvironmentFs {
     });
   }
 
+  /** `fs/setMetadata {mode}` (`fileMetadata`): the times are left as they are. */
+  async setMode(path: string, mode: number): Promise<void> {
+    this.require('fileMetadata', 'file modes and times');
+    await this.caller.call(FsExtensionMethod.setMetadata, { path: toFileUri(path), mode: mode & MODE_BITS });
+  }
+
   async readFile(path: string, options: { maxBytes?: number } = {}): Promise<Buffer> {
     const answer = await this.caller.call<{ dataBase64?: unknown }>('fs/readFile', {
       path: toFileUri(path),
@@ -648,7 +682,12 @@ export class RemoteFs implements EnvironmentFs {
     return answer.path.startsWith('file:') ? decodeURIComponent(new URL(answer.path).pathname) : answer.path;
   }
   async readDirectory(path: string): Promise<DirectoryEntry[]> {
-    return checkedEntries(await this.caller.call<unknown>('fs/readDirectory', { path: toFileUri(path) }), path);
+    // Where the executor offers it, links are marked (and dangling ones listed); Codex's params otherwise.
+    const links = this.caller.capabilities().has(DIRECTORY_LINKS_CAPABILITY);
+    return checkedEntries(
+      await this.caller.call<unknown>('fs/readDirectory', { path: toFileUri(path), ...(links ? { links } : {}) }),
+      path,
+    );
   }
   async remove(path: string, options: { recursive?: boolean; force?: boolean } = {}): Promise<void> {
     await this.caller.call('fs/remove', {

@@ -5,6 +5,7 @@ import { generateIdentity, publicKeyToJson, SECURITY_PROFILE_HYBRID_IK_V1 } from
 import { proxySettingsFromEnv } from '@tether/outbound';
 import { afterEach, describe, expect, it } from 'vitest';
 import { dialRendezvous } from './dial.js';
+import { TetherError } from './errors.js';
 import { checkRegistryUrl, fetchBundle } from './registry.js';
 
 const executor = generateIdentity();
@@ -146,6 +147,23 @@ describe('fetchBundle (node:http)', () => {
         message,
       );
       expect(rig.seen).toHaveLength(1);
+    }
+  });
+
+  it("names the environment, not the key, when the environment is unknown or not the key's", async () => {
+    const cases: Array<[number, string, string, RegExp]> = [
+      [403, 'forbidden_environment', 'unauthorized', /^environment "env-1" is not one this API key may use \(/],
+      [404, 'environment_not_registered', 'not_found', /^no environment "env-1" at the registry http:\/\/127/],
+    ];
+    for (const [status, code, errorCode, message] of cases) {
+      const rig = await registry(reply(status, JSON.stringify({ error: { code, message: 'from the registry' } })));
+      const failure = await fetchBundle({ registryUrl: rig.url, apiKey: 'k' }, 'env-1', harness.publicKey).catch(
+        (err: unknown) => err as TetherError,
+      );
+      expect(failure).toBeInstanceOf(TetherError);
+      expect((failure as TetherError).code).toBe(errorCode);
+      expect((failure as TetherError).message).toMatch(message);
+      expect((failure as TetherError).message).not.toContain('refused the harness API key');
     }
   });
 

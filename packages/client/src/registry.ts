@@ -173,7 +173,8 @@ export async function fetchBundle(
         signal ? AbortSignal.any([signal, timeout]) : timeout,
       );
     } catch (err) {
-      if (signal?.aborted) throw new TetherError('closed', 'connect aborted', { cause: err });
+      // Given up by the caller (its deadline): what failed before says more than the abort.
+      if (signal?.aborted) throw lastError ?? new TetherError('closed', 'connect aborted', { cause: err });
       if (err instanceof TetherError) throw err; // an answer, just not a usable one: not retried
       // node:http puts the OS error's code on the error; fetch puts it on its cause.
       const failure = err as { code?: string; cause?: { code?: string } };
@@ -181,21 +182,54 @@ export async function fetchBundle(
       lastError = new TetherError(
         'registry',
         `cannot reach the registry at ${base}${via}: ${timeout.aborted ? 'timed out' : cause}`,
+        { cause: err },
       );
-      await new Promise((resolve) => setTimeout(resolve, Math.min(200 * 2 ** attempt, 2_000)));
+      await pause(Math.min(200 * 2 ** attempt, 2_000), signal);
+      if (signal?.aborted) throw lastError;
       continue;
     }
     if (answer.status >= 200 && answer.status < 300) return { ...parseBundle(answer.text, environmentId), requestId };
-    throw answerError(answer.status, answer.text, environmentId);
+    throw answerError(answer.status, answer.text, environmentId, base);
   }
   throw lastError ?? new TetherError('registry', `the registry at ${base} did not answer in time`);
 }
 
-function answerError(status: number, text: string, environmentId: string): TetherError {
+/** Waits `ms`, or less when `signal` aborts meanwhile. */
+function pause(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal?.addEventListener('abort', done, { once: true });
+  });
+}
+
+function answerError(status: number, text: string, environmentId: string, base: string): TetherError {
   const parsed = parseRegistryError(text);
   const code = parsed?.code ?? '';
   const message = parsed?.message?.slice(0, 300) ?? '';
   const detail = `${code ? ` [${code}]` : ''}${message ? `: ${message}` : ''}`;
+  const quoted = JSON.stringify(environmentId);
+  // The key is fine, the environment is not one it may act on: said so, naming the environment, since the
+  // fix is the id (or a key for it), not the key as such.
+  if (status === 403 && code === 'forbidden_environment') {
+    return new TetherError(
+      'unauthorized',
+      `environment ${quoted} is not one this API key may use (the registry at ${base} answered HTTP 403 forbidden_environment); check the environment id, or use a key for it`,
+      { status },
+    );
+  }
+  // No executor ever registered this id with the registry: for the harness, no such environment.
+  if (status === 404 && code === 'environment_not_registered') {
+    return new TetherError(
+      'not_found',
+      `no environment ${quoted} at the registry ${base}: no executor has registered it (HTTP 404 environment_not_registered)`,
+      { status },
+    );
+  }
   if (status === 401 || status === 403) {
     return new TetherError('unauthorized', `the registry refused the harness API key (HTTP ${status})${detail}`, {
       status,

@@ -48,7 +48,23 @@ export const FsDirectoryEntry = Type.Object({
   fileName: Type.String(),
   isDirectory: Type.Boolean(),
   isFile: Type.Boolean(),
+  /** Tether (`directoryLinks`, asked with `links: true`): the entry is a symbolic link (its kinds: the target's). */
+  isSymlink: Type.Optional(Type.Boolean()),
 });
+
+/**
+ * `fs/readDirectory`: Codex's `{path}`. Tether's `links: true` (capability `directoryLinks`) marks each
+ * symbolic link with `isSymlink` and lists dangling ones too (neither file nor directory), so that a copy can
+ * say which entries are links instead of taking them for what they point to.
+ */
+export const FsReadDirectoryParams = Type.Object({
+  path: Type.String(),
+  sandbox: Sandbox,
+  links: Type.Optional(Type.Boolean()),
+});
+export type FsReadDirectoryParams = Static<typeof FsReadDirectoryParams>;
+/** The capability of `fs/readDirectory {links: true}`. */
+export const DIRECTORY_LINKS_CAPABILITY = 'directoryLinks';
 export type FsDirectoryEntry = Static<typeof FsDirectoryEntry>;
 export const FsReadDirectoryResult = Type.Object({ entries: Type.Array(FsDirectoryEntry) });
 

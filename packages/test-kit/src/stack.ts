@@ -29,6 +29,8 @@ export interface Stack extends AsyncDisposable {
   ): Promise<PeerHandle>;
   /** The relay's Prometheus text. */
   relayMetrics(): Promise<string>;
+  /** Makes another API key of `role` in the registry's database, acting on the environments `glob` matches. */
+  createKey(role: 'executor' | 'harness', glob: string): Promise<string>;
   close(): Promise<void>;
 }
 
@@ -137,6 +139,20 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       relayPublicUrl,
       keys,
       relayMetrics,
+      async createKey(role, glob) {
+        const { line, child } = await runBin(children, 'registry', [
+          'keys',
+          'create',
+          '--database',
+          database,
+          '--role',
+          role,
+          '--environments',
+          glob,
+        ]);
+        if (child.exitCode === null) await once(child, 'exit');
+        return line;
+      },
       async startExecutor(kind, environmentId, options = {}) {
         const peer = await startPeer({
           ...options,

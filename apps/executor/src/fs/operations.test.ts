@@ -1,8 +1,8 @@
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { copy, readWholeFile } from './operations.js';
+import { copy, readDirectory, readWholeFile } from './operations.js';
 
 const dirs: string[] = [];
 function scratch(): string {
@@ -12,6 +12,32 @@ function scratch(): string {
 }
 afterEach(() => {
   for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+});
+
+describe('readDirectory', () => {
+  it('follows links for the kinds and leaves dangling ones out, as Codex; with links (directoryLinks) marks them', async () => {
+    const dir = scratch();
+    writeFileSync(join(dir, 'file'), 'x');
+    mkdirSync(join(dir, 'sub'));
+    symlinkSync('file', join(dir, 'to-file'));
+    symlinkSync('sub', join(dir, 'to-sub'));
+    symlinkSync('nowhere', join(dir, 'dangling'));
+    const byName = (entries: Awaited<ReturnType<typeof readDirectory>>) =>
+      [...entries].sort((a, b) => a.fileName.localeCompare(b.fileName));
+    expect(byName(await readDirectory(dir))).toEqual([
+      { fileName: 'file', isDirectory: false, isFile: true },
+      { fileName: 'sub', isDirectory: true, isFile: false },
+      { fileName: 'to-file', isDirectory: false, isFile: true },
+      { fileName: 'to-sub', isDirectory: true, isFile: false },
+    ]);
+    expect(byName(await readDirectory(dir, true))).toEqual([
+      { fileName: 'dangling', isDirectory: false, isFile: false, isSymlink: true },
+      { fileName: 'file', isDirectory: false, isFile: true, isSymlink: false },
+      { fileName: 'sub', isDirectory: true, isFile: false, isSymlink: false },
+      { fileName: 'to-file', isDirectory: false, isFile: true, isSymlink: true },
+      { fileName: 'to-sub', isDirectory: true, isFile: false, isSymlink: true },
+    ]);
+  });
 });
 
 describe('readWholeFile', () => {

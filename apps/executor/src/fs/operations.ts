@@ -137,15 +137,35 @@ export async function canonicalize(path: string): Promise<string> {
   return pathToFileUri(await osCall(() => realpath(path)));
 }
 
-/** Entries with symlinks followed for the type; dangling links are left out, as Codex does. */
-export async function readDirectory(path: string): Promise<FsDirectoryEntry[]> {
+/**
+ * Entries with symlinks followed for the type; dangling links are left out, as Codex does. With `links`
+ * (Tether's `directoryLinks`), each link is marked `isSymlink` and a dangling one is listed too.
+ */
+export async function readDirectory(path: string, links = false): Promise<FsDirectoryEntry[]> {
   const dirents = await osCall(() => readdir(path, { withFileTypes: true }));
   const entries: FsDirectoryEntry[] = [];
   for (const dirent of dirents) {
     if (dirent.isSymbolicLink()) {
       const target = await stat(join(path, dirent.name)).catch(() => null);
-      if (target === null) continue;
-      entries.push({ fileName: dirent.name, isDirectory: target.isDirectory(), isFile: target.isFile() });
+      if (target === null) {
+        if (links) entries.push({ fileName: dirent.name, isDirectory: false, isFile: false, isSymlink: true });
+        continue;
+      }
+      entries.push({
+        fileName: dirent.name,
+        isDirectory: target.isDirectory(),
+        isFile: target.isFile(),
+        ...(links ? { isSymlink: true } : {}),
+      });
+      continue;
+    }
+    if (links) {
+      entries.push({
+        fileName: dirent.name,
+        isDirectory: dirent.isDirectory(),
+        isFile: dirent.isFile(),
+        isSymlink: false,
+      });
       continue;
     }
     entries.push({ fileName: dirent.name, isDirectory: dirent.isDirectory(), isFile: dirent.isFile() });

@@ -11,6 +11,7 @@ import {
   FsOpenParams,
   FsPathParams,
   FsReadBlockParams,
+  FsReadDirectoryParams,
   FsReadFileParams,
   FsReadFilesParams,
   FsRemoveParams,
@@ -178,11 +179,12 @@ export const fsHandlers: HandlerTable = whileAttached({
   },
 
   [Method.fsReadDirectory]: async (raw, ctx) => {
-    const params = decode(FsPathParams, raw);
+    const params = decode(FsReadDirectoryParams, raw);
     const confined = confinement(params.sandbox);
     const path = nativePath(params.path);
+    // Confined, the listing is Codex's (no link marks): the sandboxed helper lists as Codex does.
     if (confined) return runConfined(ctx.sandbox, confined, 'readDirectory', { path }, ctx.signal);
-    return { entries: await readDirectory(path) };
+    return { entries: await readDirectory(path, params.links === true) };
   },
 
   [Method.fsRemove]: async (raw, ctx) => {

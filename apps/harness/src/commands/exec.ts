@@ -4,11 +4,14 @@ import {
   type CliIo,
   connectOptions,
   EXIT,
+  flushOutput,
   keyValue,
+  OutputClosedError,
   printable,
   report,
   type SetExit,
   withEnvironment,
+  writeOutput,
 } from '../common.js';
 import type { ConnectFlags } from '../target.js';
 import { startDetached } from './processes.js';
@@ -20,9 +23,15 @@ export function registerExec(program: Command, io: CliIo, setExit: SetExit): voi
       program
         .command('exec')
         .description('run a command on the environment; its output streams here and its exit code becomes ours')
+        .usage('[options] -- CMD\u2026')
         .argument('<command...>', 'program and arguments (put -- before them)')
         .option('-t, --tty', 'run in a pseudo-terminal (interactive when stdin is a terminal); sends TERM', false)
-        .option('-i, --interactive', 'forward stdin to the process', false)
+        .option(
+          '-i, --interactive',
+          'forward stdin to the process even when it is a terminal (stdin that is not one is forwarded anyway)',
+          false,
+        )
+        .option('-n, --no-stdin', 'keep the process\u2019s stdin closed (as ssh -n): nothing is read from ours')
         .option(
           '-d, --detach',
           'start detached: print the process id and return at once; it outlives this harness (see ps, attach, kill)',
@@ -30,11 +39,13 @@ export function registerExec(program: Command, io: CliIo, setExit: SetExit): voi
         ),
     ),
   )
-    .addHelpText('after', EXIT_CODES_HELP)
+    .addHelpText('after', `${STDIN_HELP}\n${EXIT_CODES_HELP}`)
     .action(async (argv: string[], options: ConnectFlags & ExecFlags & { detach: boolean }) => {
       // Bad sandbox flags are a usage error before anything connects.
       try {
         sandboxFor(options);
+        if (options.stdin === false && options.interactive)
+          throw new TetherError('invalid_argument', '-n (--no-stdin) and -i (--interactive) contradict each other');
         if (options.detach && options.sandbox)
           throw new TetherError('invalid_argument', '--sandbox does not go with --detach');
       } catch (err) {
@@ -101,11 +112,23 @@ export const EXIT_CODES_HELP = `
 Exit status: the remote command's own (128+N when a signal N ended it; a process in a terminal that a
 signal ended reports 1, as Codex's executor does). 126: the program or the --cwd directory exists but
 cannot be run or entered. 127: the program was not found. 130: interrupted (Ctrl-C) before it ended.
-255: the registry, relay or executor could not be reached or kept, or refused the API key. 2: bad usage.`;
+141 (128+SIGPIPE): our output's reader went away (\`| head\`): the remote process was stopped at once and
+nothing was printed, as a local tool that SIGPIPE ends. 255: the registry, relay or executor could not be
+reached or kept, or refused the API key, or the environment is unknown or not the key's. 2: bad usage.
+1: another local failure.`;
+
+/** How exec treats stdin, for its help. */
+export const STDIN_HELP = `
+Stdin: as ssh forwards it. Stdin that is not a terminal (a pipe, a file: \`echo hi | harness exec -- cat\`,
+\`harness exec -- sha256sum < file\`) goes to the process, and its end closes the process's stdin. A terminal's
+keys go to the process with -t (raw, in the remote pseudo-terminal) or -i; otherwise the process's stdin is
+closed at once. -n keeps it closed in every case (as ssh -n: for scripts and loops that read their own stdin).`;
 
 export interface ExecFlags {
   tty: boolean;
   interactive: boolean;
+  /** false: `-n`, the process's stdin stays closed. */
+  stdin?: boolean;
   cwd?: string;
   env: Record<string, string>;
   cleanEnv: boolean;
@@ -121,7 +144,9 @@ export interface ExecFlags {
  * `exec` and `shell` both run through here.
  */
 export async function runRemote(env: Environment, argv: string[], options: ExecFlags, io: CliIo): Promise<number> {
-  const forwardStdin = options.interactive || (options.tty && io.stdin.isTTY === true);
+  // As ssh: stdin that is not a terminal (a pipe, a file) is forwarded, and its end closes the process's; a
+  // terminal only with -t (raw keys) or -i; never with -n.
+  const forwardStdin = options.stdin !== false && (options.interactive || options.tty || io.stdin.isTTY !== true);
   const sandbox = sandboxFor(options);
   let handle: ProcessHandle;
   try {
@@ -156,10 +181,19 @@ export async function runRemote(env: Environment, argv: string[], options: ExecF
   try {
     for await (const event of handle) {
       if (event.kind !== 'output') continue;
-      const sink = event.stream === 'stderr' ? io.stderr : io.stdout;
-      if (!sink.write(event.chunk)) await new Promise((resolve) => sink.once('drain', resolve));
+      await writeOutput(io, event.stream === 'stderr' ? io.stderr : io.stdout, event.chunk);
     }
-    return (await handle.completion).exitCode;
+    const { exitCode } = await handle.completion;
+    await flushOutput(io);
+    return exitCode;
+  } catch (err) {
+    // Our output has no reader (`| head`): the process is stopped at once, as the one before head in a
+    // local pipeline is by SIGPIPE, and the harness exits 141 without a word.
+    if (err instanceof OutputClosedError) {
+      for (const cleanup of cleanups.splice(0)) cleanup();
+      await handle.terminate().catch(() => undefined);
+    }
+    throw err;
   } finally {
     for (const cleanup of cleanups) cleanup();
   }

@@ -1,5 +1,13 @@
 import type { Command } from 'commander';
-import { type CliIo, connectOptions, printable, type SetExit, withLocation } from '../common.js';
+import {
+  type CliIo,
+  connectOptions,
+  flushOutput,
+  printable,
+  type SetExit,
+  withLocation,
+  writeOutput,
+} from '../common.js';
 import type { ConnectFlags } from '../target.js';
 
 /** `ls` and `cat`. */
@@ -14,12 +22,16 @@ export function registerFiles(program: Command, io: CliIo, setExit: SetExit): vo
       await withLocation(io, options, location, async (fs, path) => {
         const meta = await fs.getMetadata(path);
         if (!meta.isDirectory) {
-          io.stdout.write(`${path}\n`);
+          await writeOutput(io, io.stdout, `${path}\n`);
+          await flushOutput(io);
           return 0;
         }
         const entries = (await fs.readDirectory(path)).sort((a, b) => a.fileName.localeCompare(b.fileName));
         const show = io.stdout.isTTY ? printable : (name: string) => name;
-        for (const entry of entries) io.stdout.write(`${show(entry.fileName)}${entry.isDirectory ? '/' : ''}\n`);
+        for (const entry of entries) {
+          await writeOutput(io, io.stdout, `${show(entry.fileName)}${entry.isDirectory ? '/' : ''}\n`);
+        }
+        await flushOutput(io);
         return 0;
       }),
     );
@@ -33,9 +45,9 @@ export function registerFiles(program: Command, io: CliIo, setExit: SetExit): vo
   ).action(async (location: string, options: ConnectFlags) => {
     setExit(
       await withLocation(io, options, location, async (fs, path) => {
-        for await (const chunk of fs.createReadStream(path)) {
-          if (!io.stdout.write(chunk as Buffer)) await new Promise((resolve) => io.stdout.once('drain', resolve));
-        }
+        // A closed output ends the loop, and with it the read (the remote handle is closed).
+        for await (const chunk of fs.createReadStream(path)) await writeOutput(io, io.stdout, chunk as Buffer);
+        await flushOutput(io);
         return 0;
       }),
     );

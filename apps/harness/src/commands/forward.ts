@@ -2,7 +2,16 @@ import { createServer, isIP, type Server, type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { type Environment, giveBack, TCP_FORWARD_CAPABILITY, TetherError } from '@tether/client';
 import { type Command, InvalidArgumentError } from 'commander';
-import { type CliIo, connectOptions, printable, report, type SetExit, withEnvironment } from '../common.js';
+import {
+  type CliIo,
+  connectOptions,
+  outputFailed,
+  printable,
+  report,
+  type SetExit,
+  withEnvironment,
+  writeOutput,
+} from '../common.js';
 import type { ConnectFlags } from '../target.js';
 
 /** One `[BIND:]LPORT:HOST:RPORT`. */
@@ -167,9 +176,10 @@ async function forwardCommand(env: Environment, specs: ForwardSpec[], io: CliIo)
         address && typeof address === 'object'
           ? formatAddress(spec.bind === null ? '*' : address.address, address.port)
           : spec.text;
-      io.stdout.write(`forwarding ${where} -> ${formatAddress(spec.host, spec.remotePort)}\n`);
+      await writeOutput(io, io.stdout, `forwarding ${where} -> ${formatAddress(spec.host, spec.remotePort)}\n`);
     }
-    return await finished;
+    // Our stdout's reader gone (`| head -1` took the first line, and a later one found no reader): stopped.
+    return await Promise.race([finished, outputFailed(io)]);
   } catch (err) {
     return report(io, err);
   } finally {

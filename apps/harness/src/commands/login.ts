@@ -90,6 +90,13 @@ async function loginCommand(io: CliIo, environment: string | undefined, options:
         typeof body.error?.code === 'string'
           ? ` [${body.error.code}]: ${String(body.error.message).slice(0, 300)}`
           : '';
+      if (response.status === 403 && body.error?.code === 'forbidden_environment') {
+        throw new TetherError(
+          'unauthorized',
+          `environment ${JSON.stringify(access.environmentId)} is not one this API key may use (the registry answered HTTP 403 forbidden_environment); check the environment id, or use a key for it`,
+          { status: response.status },
+        );
+      }
       const refused = response.status === 401 || response.status === 403;
       throw new TetherError(
         refused ? 'unauthorized' : 'registry',

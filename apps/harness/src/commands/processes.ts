@@ -1,6 +1,15 @@
 import type { AttachedProcess, Environment, ProcessInfo, SignalName } from '@tether/client';
 import { type Command, InvalidArgumentError } from 'commander';
-import { type CliIo, connectOptions, printable, type SetExit, withEnvironment } from '../common.js';
+import {
+  type CliIo,
+  connectOptions,
+  flushOutput,
+  OutputClosedError,
+  printable,
+  type SetExit,
+  withEnvironment,
+  writeOutput,
+} from '../common.js';
 import type { ConnectFlags } from '../target.js';
 import { forwardInput } from './stdin.js';
 
@@ -23,7 +32,8 @@ the environment could not be reached.`,
     .action(async (environment: string | undefined, options: ConnectFlags) => {
       setExit(
         await withEnvironment(io, options, environment, async (env) => {
-          io.stdout.write(formatProcessTable(await env.listProcesses()));
+          await writeOutput(io, io.stdout, formatProcessTable(await env.listProcesses()));
+          await flushOutput(io);
           return 0;
         }),
       );
@@ -51,7 +61,8 @@ window, and the detach keys (default ${DEFAULT_DETACH_KEYS}, as docker; e.g. --d
 each sees the whole output, and keys from each reach the process.
 Output the executor no longer retains (it keeps the last 1 MiB of each process by default) is skipped
 with a note on stderr.
-Exit status: the process's exit code once it ends; 0 after the detach keys; 130 after Ctrl-C; 1 for an
+Exit status: the process's exit code once it ends; 0 after the detach keys; 130 after Ctrl-C; 141 when our
+output's reader went away (| head): detached quietly, the process goes on; 1 for an
 unknown id or an executor without detached processes (e.g. codex exec-server); 255 when the environment
 could not be reached or the connection was lost.`,
     )
@@ -106,7 +117,7 @@ export async function startDetached(env: Environment, argv: string[], options: D
       ? { size: { rows: io.stdout.rows, cols: io.stdout.columns } }
       : {}),
   });
-  io.stdout.write(`${processId}\n`);
+  await writeOutput(io, io.stdout, `${processId}\n`);
   return 0;
 }
 
@@ -295,11 +306,14 @@ async function attachCommand(env: Environment, id: string, options: AttachFlags,
     try {
       for await (const event of attached) {
         if (event.kind !== 'output') continue;
-        const sink = event.stream === 'stderr' ? io.stderr : io.stdout;
-        if (!sink.write(event.chunk)) await new Promise((resolve) => sink.once('drain', resolve));
+        await writeOutput(io, event.stream === 'stderr' ? io.stderr : io.stdout, event.chunk);
       }
-      return (await attached.completion).exitCode;
+      const { exitCode } = await attached.completion;
+      await flushOutput(io);
+      return exitCode;
     } catch (err) {
+      // Our output has no reader (`| head`): detached quietly, as after Ctrl-C; the process goes on.
+      if (err instanceof OutputClosedError) attached.dispose();
       if (stopped === null) throw err;
     }
     note(`detached from ${id}; it keeps running (harness attach ${id} to come back)`);

@@ -99,6 +99,9 @@ export class MasterChannelSource implements ChannelSource {
       if ((err as NodeJS.ErrnoException).code === 'ECONNREFUSED') removeStale(this.paths.socket);
       return null;
     }
+    // The connect's deadline (--connect-timeout) bounds the master's answer too.
+    const onAbort = () => socket.destroy();
+    signal.addEventListener('abort', onAbort, { once: true });
     try {
       const { reply, rest } = await request(socket, 'channel', CHANNEL_REPLY_TIMEOUT_MS);
       if (!reply.ok || reply.op !== 'channel') {
@@ -111,6 +114,8 @@ export class MasterChannelSource implements ChannelSource {
     } catch {
       socket.destroy();
       return null;
+    } finally {
+      signal.removeEventListener('abort', onAbort);
     }
   }
 }
