@@ -597,7 +597,13 @@ export class ExecServerClient implements ProcessBackend {
       });
     } catch (err) {
       if (bound.signal.aborted && !this.closed) {
-        throw new TetherError('connect_failed', `the attempt was still in its ${step} at the deadline`, { cause: err });
+        // What the step last failed with (a registry refusing connections, say) says more than the deadline.
+        const last = err instanceof Error && err !== bound.signal.reason && err.name !== 'AbortError' ? err : null;
+        throw new TetherError(
+          'connect_failed',
+          `the attempt was still in its ${step} at the deadline${last ? `: ${last.message}` : ''}`,
+          { cause: err },
+        );
       }
       throw err;
     } finally {
