@@ -1,20 +1,47 @@
 /**
  * The README's main job: `scripts/stack.mjs` (what `npm run quickstart` runs after building) starts registry,
  * relay and executor, prints how to reach the environment, serves the harness, and stops all three on SIGTERM.
+ * It forgives (issue 32): a port in use or a stack already running from the data directory is said with its
+ * fix before anything is started or any file touched, by stack.mjs and by quickstart.mjs before it installs.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { findProcesses, freePort, repoRoot, waitUntil } from '@tether/test-kit';
 import { afterAll, expect, it } from 'vitest';
 
 const dir = mkdtempSync(join(tmpdir(), 'tether-stack-script-'));
-let stack: ChildProcess | null = null;
+/** Every stack started here, and the ports given to each: what afterAll makes sure is gone. */
+const stacks: ChildProcess[] = [];
+const portPairs: Array<[number, number]> = [];
 
-afterAll(() => {
-  if (stack && stack.exitCode === null) stack.kill('SIGKILL');
+/** Services of the stacks started here: their command lines name the data directory or both ports. */
+function leftServices() {
+  return findProcesses({ commandIncludes: [dir, ...portPairs.map(([registry]) => `127.0.0.1:${registry}`)] }).filter(
+    ({ cmdline }) =>
+      cmdline.includes(dir) ||
+      portPairs.some(
+        ([registry, relay]) => cmdline.includes(`127.0.0.1:${registry}`) && cmdline.includes(`127.0.0.1:${relay}`),
+      ),
+  );
+}
+
+afterAll(async () => {
+  // A test that failed half-way may leave its stack running: stopped as Ctrl-C would, then anything still on
+  // its ports is killed.
+  for (const child of stacks) if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
+  await waitUntil(
+    () => stacks.every((child) => child.exitCode !== null || child.signalCode !== null),
+    'stacks to exit',
+    10_000,
+  ).catch(() => undefined);
+  for (const child of stacks) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  const left = leftServices();
+  for (const { pid } of left) process.kill(pid, 'SIGKILL');
   rmSync(dir, { recursive: true, force: true });
+  expect(left.map(({ cmdline }) => cmdline)).toEqual([]);
 });
 
 function harness(args: string[], env: NodeJS.ProcessEnv): Promise<{ code: number | null; stdout: string }> {
@@ -29,9 +56,43 @@ function harness(args: string[], env: NodeJS.ProcessEnv): Promise<{ code: number
   return new Promise((resolve) => child.once('exit', (code) => resolve({ code, stdout })));
 }
 
+/** Runs `scripts/SCRIPT` with `args` to its end (it is expected to end quickly). */
+function runScript(
+  script: 'stack.mjs' | 'quickstart.mjs',
+  args: string[],
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const child = spawn(process.execPath, [join(repoRoot(), 'scripts', script), ...args], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (d: Buffer) => {
+    stdout += d;
+  });
+  child.stderr.on('data', (d: Buffer) => {
+    stderr += d;
+  });
+  const timer = setTimeout(() => child.kill('SIGKILL'), 20_000);
+  return new Promise((resolve) =>
+    child.once('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    }),
+  );
+}
+
+/** Listens on a free 127.0.0.1 port until `close()`: a port in use. */
+async function takePort(): Promise<{ port: number; close: () => Promise<void> }> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as { port: number };
+  return { port, close: () => new Promise((resolve) => server.close(() => resolve())) };
+}
+
 /** Starts `scripts/stack.mjs` on `data` and waits until it says it is running; `output()` is all it printed. */
 async function startScript(data: string, environmentId: string) {
   const [registryPort, relayPort] = [await freePort(), await freePort()];
+  portPairs.push([registryPort, relayPort]);
   const child = spawn(
     process.execPath,
     [
@@ -47,7 +108,7 @@ async function startScript(data: string, environmentId: string) {
     ],
     { stdio: ['ignore', 'pipe', 'pipe'] },
   );
-  stack = child;
+  stacks.push(child);
   let out = '';
   child.stdout!.on('data', (d: Buffer) => {
     out += d;
@@ -101,12 +162,18 @@ it('runs the local stack, serves the harness, and stops everything on SIGTERM', 
   expect(existsSync(join(data, 'registry.db'))).toBe(true);
 });
 
-it('started again with other ports and another environment id, makes keys for them (a relay key is bound to its URL)', {
+it('started again with other ports and another environment id, makes keys for them (a relay key is bound to its URL) and keeps the last logs as NAME.log.1', {
   timeout: 60_000,
 }, async () => {
   const data = join(dir, 'data');
   expect(existsSync(join(data, 'relay.key')), 'the first start left its keys').toBe(true);
+  const logs = ['registry', 'relay', 'executor'].map((name) => readFileSync(join(data, `${name}.log`), 'utf8'));
   const { child, registryPort, relayPort } = await startScript(data, 'quickstart-2');
+  // The first start's logs are kept as NAME.log.1, not truncated.
+  expect(['registry', 'relay', 'executor'].map((name) => readFileSync(join(data, `${name}.log.1`), 'utf8'))).toEqual(
+    logs,
+  );
+  expect(logs[0]).not.toBe('');
   const env = {
     TETHER_REGISTRY_URL: `http://127.0.0.1:${registryPort}`,
     TETHER_ENVIRONMENT_ID: 'quickstart-2',
@@ -123,4 +190,75 @@ it('started again with other ports and another environment id, makes keys for th
   expect(await relayMetrics()).not.toMatch(/^relay_heartbeats_total\{result="error"\} [1-9]/m);
   expect(readFileSync(join(data, 'relay.log'), 'utf8')).not.toContain('refused the heartbeat');
   expect(await stop(child)).toBe(0);
+});
+
+it('says a port in use with its fix, before starting anything or touching a file', { timeout: 60_000 }, async () => {
+  const taken = await takePort();
+  try {
+    const free = await freePort();
+    const data = join(dir, 'port-in-use');
+    const cases: Array<['stack.mjs' | 'quickstart.mjs', string[], string]> = [
+      ['stack.mjs', ['--registry-port', String(taken.port), '--relay-port', String(free)], '--registry-port'],
+      ['stack.mjs', ['--registry-port', String(free), '--relay-port', String(taken.port)], '--relay-port'],
+      // quickstart.mjs says it before it installs or builds anything.
+      ['quickstart.mjs', ['--registry-port', String(taken.port), '--relay-port', String(free)], '--registry-port'],
+    ];
+    for (const [script, ports, flag] of cases) {
+      const started = Date.now();
+      const run = await runScript(script, ['--data-dir', data, ...ports]);
+      const name = script.replace('.mjs', '');
+      expect(run, `${script} ${ports.join(' ')}`).toEqual({
+        code: 1,
+        stdout: '',
+        stderr: `${name}: 127.0.0.1:${taken.port} is in use (another stack? stop it, or pass ${flag} N)\n`,
+      });
+      expect(Date.now() - started).toBeLessThan(10_000);
+      expect(existsSync(data), 'the data directory is not even made').toBe(false);
+      expect(findProcesses({ commandIncludes: [`127.0.0.1:${free}`, `127.0.0.1:${taken.port}`] })).toEqual([]);
+    }
+  } finally {
+    await taken.close();
+  }
+});
+
+it('a second start beside a running stack says so at once and touches none of its files', {
+  timeout: 60_000,
+}, async () => {
+  const data = join(dir, 'locked');
+  const { child, registryPort, relayPort } = await startScript(data, 'locked');
+  const before = new Map(readdirSync(data).map((name) => [name, readFileSync(join(data, name))]));
+  expect(readFileSync(join(data, 'stack.pid'), 'utf8')).toBe(`${child.pid}\n`);
+  const said = (name: string) =>
+    `${name}: a stack is already running from ${data} (pid ${child.pid}); stop it first or use --data-dir\n`;
+  // On other ports (the data directory is what is in use) and on the same ones (said before the ports).
+  for (const script of ['stack.mjs', 'quickstart.mjs'] as const) {
+    const other = ['--registry-port', String(await freePort()), '--relay-port', String(await freePort())];
+    const same = ['--registry-port', String(registryPort), '--relay-port', String(relayPort)];
+    for (const ports of [other, same]) {
+      const run = await runScript(script, ['--data-dir', data, ...ports, '--environment-id', 'other']);
+      expect(run, `${script} ${ports.join(' ')}`).toEqual({
+        code: 1,
+        stdout: '',
+        stderr: said(script.replace('.mjs', '')),
+      });
+    }
+  }
+  // Nothing added, removed or rewritten: keys, scopes and the lock are as they were; the running stack's logs
+  // only grew (it keeps logging).
+  const after = readdirSync(data);
+  expect(after.sort()).toEqual([...before.keys()].sort());
+  for (const [name, bytes] of before) {
+    if (name.startsWith('registry.db')) continue;
+    const now = readFileSync(join(data, name));
+    if (name.endsWith('.log')) expect(now.subarray(0, bytes.length).equals(bytes), name).toBe(true);
+    else expect(now.equals(bytes), name).toBe(true);
+  }
+  const env = {
+    TETHER_REGISTRY_URL: `http://127.0.0.1:${registryPort}`,
+    TETHER_ENVIRONMENT_ID: 'locked',
+    TETHER_API_KEY: readFileSync(join(data, 'harness.key'), 'utf8').trim(),
+  };
+  expect(await harness(['exec', '--', 'echo', 'still-here'], env)).toEqual({ code: 0, stdout: 'still-here\n' });
+  expect(await stop(child)).toBe(0);
+  expect(existsSync(join(data, 'stack.pid')), 'the lock goes with its stack').toBe(false);
 });
