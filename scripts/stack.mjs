@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 // The local stack on embedded defaults: a registry (SQLite), a relay and an executor in remote mode,
-// wired together, plus a harness key. Runs until Ctrl-C (or SIGTERM), then stops all three.
+// wired together, plus a harness key. Runs until Ctrl-C (or SIGTERM, or SIGHUP when its terminal closes), then
+// stops all three; killed outright, it leaves none of them running either.
 //
 //   node scripts/stack.mjs [--data-dir DIR] [--registry-port 8080] [--relay-port 8081] [--environment-id local]
 //
@@ -16,8 +17,8 @@ import { spawn, spawnSync } from 'node:child_process';
 import { appendFileSync, chmodSync, existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
-import { fileURLToPath } from 'node:url';
-import { ensureSupportedNode } from './runtime.mjs';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { endWithParent, ensureSupportedNode } from './runtime.mjs';
 import { fail, lockDataDir, parseStackArgs, preflight, scriptName, USAGE } from './stack-preflight.mjs';
 
 await ensureSupportedNode('stack');
@@ -41,6 +42,14 @@ for (const app of ['registry', 'relay', 'executor', 'harness']) {
 // data directory is said with its fix. Then the data directory is ours until this process exits.
 await preflight(options);
 lockDataDir(options);
+
+// Stopped by Ctrl-C, SIGTERM or a closed terminal (SIGHUP), it stops its services first (stop() below); run
+// by npm (npm run quickstart / npm run stack), it also stops when npm is gone, however npm ended.
+const children = [];
+let stopped = null;
+for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP']) process.on(signal, () => stop(0));
+// biome-ignore lint/suspicious/noUndeclaredEnvVars: set by npm for the scripts it runs; these run outside turbo.
+if (process.env.npm_lifecycle_event) endWithParent();
 
 /**
  * Returns the token stored in DATA/NAME.key, creating the key in the registry's database first with the given
@@ -86,16 +95,22 @@ for (const name of LOG_NAMES) {
   writeFileSync(log, '', { flag: 'a' });
 }
 
-const children = [];
-let stopped = null;
-
 /**
  * Starts a service, its stderr appended to DATA/NAME.log line by line; resolves once `isReady(line, stream)`
  * holds for a line of its stdout or stderr. Exiting before that rejects with its own words on why (a port
  * taken meanwhile, a refused key, a bad variable); exiting after it stops the stack.
+ *
+ * Each service runs in its own session (`detached`): Ctrl-C or a closed terminal reaches only this process,
+ * which then sends each service SIGTERM, its graceful path (a SIGHUP would kill it outright). Its stdin is a pipe from this process
+ * that it stops on when it closes (exit-with-stack.mjs, the executor's --exit-on-stdin-close), so that no
+ * service outlives the stack even when the stack is killed with SIGKILL.
  */
 function start(name, args, { env, stdout, isReady }) {
-  const child = spawn(process.execPath, args, { env, stdio: ['pipe', stdout ? 'pipe' : 'ignore', 'pipe'] });
+  const child = spawn(process.execPath, args, {
+    env,
+    stdio: ['pipe', stdout ? 'pipe' : 'ignore', 'pipe'],
+    detached: true,
+  });
   children.push({ name, child });
   const logFile = join(dataDir, `${name}.log`);
   // Its own words on why it ended: the last plain-text line saying `error: …` or `NAME: …` (not a usage text
@@ -137,6 +152,8 @@ function stop(code) {
   stopped ??= (async () => {
     for (const { child } of [...children].reverse()) {
       if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
+      // Its stdin closed too: the executor, with --exit-on-stdin-close, exits only once it is.
+      child.stdin.destroy();
     }
     await Promise.all(
       children.map(
@@ -155,13 +172,14 @@ function stop(code) {
   })();
   return stopped;
 }
-process.on('SIGINT', () => stop(0));
-process.on('SIGTERM', () => stop(0));
+
+const exitWithStack = ['--import', pathToFileURL(join(root, 'scripts', 'exit-with-stack.mjs')).href];
 
 try {
   await start(
     'registry',
     [
+      ...exitWithStack,
       bin('registry'),
       'serve',
       '--listen',
@@ -179,6 +197,7 @@ try {
   await start(
     'relay',
     [
+      ...exitWithStack,
       bin('relay'),
       'serve',
       '--listen',
@@ -205,6 +224,7 @@ try {
       environmentId,
       '--api-key-file',
       join(dataDir, 'executor.key'),
+      '--exit-on-stdin-close',
     ],
     // A key the caller happens to have in its environment must not reach the executor (or compete with the file).
     { env: withoutApiKeys(process.env), stdout: false, isReady: (line) => line.includes('relay link up') },

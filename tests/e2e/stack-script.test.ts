@@ -4,11 +4,11 @@
  * It forgives (issue 32): a port in use or a stack already running from the data directory is said with its
  * fix before anything is started or any file touched, by stack.mjs and by quickstart.mjs before it installs.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { findProcesses, freePort, repoRoot, waitUntil } from '@tether/test-kit';
 import { afterAll, expect, it } from 'vitest';
 
@@ -89,25 +89,55 @@ async function takePort(): Promise<{ port: number; close: () => Promise<void> }>
   return { port, close: () => new Promise((resolve) => server.close(() => resolve())) };
 }
 
-/** Starts `scripts/stack.mjs` on `data` and waits until it says it is running; `output()` is all it printed. */
-async function startScript(data: string, environmentId: string) {
+/**
+ * How a stack is started: `node scripts/stack.mjs`, `node scripts/quickstart.mjs`, `npm run quickstart`, or
+ * quickstart.mjs on a Node below the floor (`old`, which runs itself again on the pinned Node 24). Quickstart
+ * skips install and build here (TETHER_QUICKSTART_SKIP_BUILD): rebuilding the checkout would pull files from
+ * under the tests running beside this one.
+ */
+type Launcher = { kind: 'stack' | 'quickstart' | 'npm' } | { kind: 'old'; node: string; cache: string };
+
+/**
+ * Starts a stack on `data` and waits until it says it is running; `output()` is all it printed. It runs in a
+ * process group of its own, so that a test can signal the group as a terminal does.
+ */
+async function startScript(data: string, environmentId: string, launcher: Launcher = { kind: 'stack' }) {
   const [registryPort, relayPort] = [await freePort(), await freePort()];
   portPairs.push([registryPort, relayPort]);
-  const child = spawn(
-    process.execPath,
-    [
-      join(repoRoot(), 'scripts', 'stack.mjs'),
-      '--data-dir',
-      data,
-      '--registry-port',
-      String(registryPort),
-      '--relay-port',
-      String(relayPort),
-      '--environment-id',
-      environmentId,
-    ],
-    { stdio: ['ignore', 'pipe', 'pipe'] },
-  );
+  const flags = [
+    '--data-dir',
+    data,
+    '--registry-port',
+    String(registryPort),
+    '--relay-port',
+    String(relayPort),
+    '--environment-id',
+    environmentId,
+  ];
+  const script = (name: string) => join(repoRoot(), 'scripts', name);
+  const env: NodeJS.ProcessEnv = { ...process.env, TETHER_QUICKSTART_SKIP_BUILD: '1' };
+  let command = process.execPath;
+  let args: string[];
+  switch (launcher.kind) {
+    case 'stack':
+      args = [script('stack.mjs'), ...flags];
+      break;
+    case 'quickstart':
+      args = [script('quickstart.mjs'), ...flags];
+      break;
+    case 'npm':
+      // npm's `node` is this one, as on a machine whose Node is new enough.
+      command = 'npm';
+      args = ['run', '--silent', 'quickstart', '--', ...flags];
+      env.PATH = `${dirname(process.execPath)}:${process.env.PATH ?? ''}`;
+      break;
+    case 'old':
+      command = launcher.node;
+      args = [script('quickstart.mjs'), ...flags];
+      env.TETHER_RUNTIME_CACHE = launcher.cache;
+      break;
+  }
+  const child = spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'], cwd: repoRoot(), env, detached: true });
   stacks.push(child);
   let out = '';
   child.stdout!.on('data', (d: Buffer) => {
@@ -117,7 +147,42 @@ async function startScript(data: string, environmentId: string) {
     out += d;
   });
   await waitUntil(() => out.includes('Ctrl-C stops everything.'), 'the stack to report it is running', 40_000);
-  return { child, registryPort, relayPort, output: () => out };
+  return { child, registryPort, relayPort, data, output: () => out };
+}
+
+type Stack = Awaited<ReturnType<typeof startScript>>;
+
+/** The stack's registry, relay and executor: each names the registry's address on its command line. */
+function services(stack: Stack) {
+  const registry = new RegExp(`127\\.0\\.0\\.1:${stack.registryPort}( |$)`);
+  return findProcesses({ commandIncludes: [`127.0.0.1:${stack.registryPort}`] }).filter(
+    ({ cmdline }) => registry.test(cmdline) && /(registry|relay|executor)[/]dist[/]main[.]js/.test(cmdline),
+  );
+}
+
+/** Whether 127.0.0.1:`port` can be listened on now. */
+function portFree(port: number): Promise<boolean> {
+  const server = createServer();
+  return new Promise((resolve) => {
+    server.once('error', () => resolve(false));
+    server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)));
+  });
+}
+
+/** No service of the stack left, and both its ports free. */
+async function gone(stack: Stack): Promise<boolean> {
+  return services(stack).length === 0 && (await portFree(stack.registryPort)) && (await portFree(stack.relayPort));
+}
+
+/** Resolves with the exit code, or the signal that ended it. */
+function exited(child: ChildProcess): Promise<number | string | null> {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve(child.exitCode ?? child.signalCode);
+  return new Promise((resolve) => child.once('exit', (code, signal) => resolve(code ?? signal)));
+}
+
+/** `fn` for each item, at most `width` at a time (each starts a stack; the machine has two cores). */
+async function inBatches<T>(items: T[], width: number, fn: (item: T) => Promise<void>) {
+  for (let i = 0; i < items.length; i += width) await Promise.all(items.slice(i, i + width).map(fn));
 }
 
 /** SIGTERM, and the exit code. */
@@ -262,3 +327,105 @@ it('a second start beside a running stack says so at once and touches none of it
   expect(await stop(child)).toBe(0);
   expect(existsSync(join(data, 'stack.pid')), 'the lock goes with its stack').toBe(false);
 });
+
+it('stopped by SIGINT, SIGTERM or SIGHUP (its terminal closed), quickstart stops its services before it exits', {
+  timeout: 90_000,
+}, async () => {
+  await inBatches(['SIGINT', 'SIGTERM', 'SIGHUP'] as const, 3, async (signal) => {
+    const stack = await startScript(join(dir, `quickstart-${signal}`), 'signals', { kind: 'quickstart' });
+    expect(services(stack).length, signal).toBe(3);
+    stack.child.kill(signal);
+    expect(await exited(stack.child), signal).toBe(0);
+    // Stopped, not left behind: nothing on either port the moment it has exited, and its lock gone.
+    expect(await gone(stack), signal).toBe(true);
+    expect(existsSync(join(stack.data, 'stack.pid')), signal).toBe(false);
+  });
+});
+
+it('npm run quickstart: SIGINT, SIGTERM or SIGHUP to npm alone, or to its process group as a terminal sends them, stops the services', {
+  timeout: 120_000,
+}, async () => {
+  const cases = [
+    ['SIGTERM', 'npm'],
+    ['SIGINT', 'npm'],
+    ['SIGHUP', 'npm'],
+    ['SIGINT', 'group'],
+    ['SIGHUP', 'group'],
+  ] as const;
+  await inBatches([...cases], 3, async ([signal, to]) => {
+    const what = `${signal} to ${to}`;
+    const stack = await startScript(join(dir, `npm-${signal}-${to}`), 'npm', { kind: 'npm' });
+    expect(services(stack).length, what).toBe(3);
+    const npm = stack.child.pid!;
+    process.kill(to === 'group' ? -npm : npm, signal);
+    await exited(stack.child);
+    if (to === 'npm' && signal !== 'SIGHUP') {
+      // npm passes SIGINT and SIGTERM on and waits: when it returns, the ports are free.
+      expect(await gone(stack), what).toBe(true);
+    } else {
+      // npm does not pass SIGHUP on: quickstart sees npm gone and stops.
+      await waitUntil(() => gone(stack), `${what}: the services to stop`, 10_000);
+    }
+  });
+});
+
+it('killed outright (SIGKILL), a stack leaves no service on its ports, and the next start takes its lock over', {
+  timeout: 120_000,
+}, async () => {
+  const [direct, viaNpm] = await Promise.all([
+    startScript(join(dir, 'killed'), 'killed'),
+    startScript(join(dir, 'killed-npm'), 'killed', { kind: 'npm' }),
+  ]);
+  for (const stack of [direct, viaNpm]) {
+    expect(services(stack).length).toBe(3);
+    stack.child.kill('SIGKILL');
+  }
+  await waitUntil(async () => (await gone(direct)) && (await gone(viaNpm)), 'the services to stop', 15_000);
+  // The killed stack could not remove its lock; the next start sees its process gone and takes the lock.
+  expect(readFileSync(join(direct.data, 'stack.pid'), 'utf8')).toBe(`${direct.child.pid}\n`);
+  const again = await startScript(direct.data, 'killed');
+  expect(readFileSync(join(direct.data, 'stack.pid'), 'utf8')).toBe(`${again.child.pid}\n`);
+  expect(await stop(again.child)).toBe(0);
+  expect(await gone(again)).toBe(true);
+});
+
+/**
+ * A Node below the floor on this machine (Debian's Node 20, say), and the cache holding the pinned Node 24 it
+ * would run quickstart on (this test never downloads one): null when either is missing.
+ */
+async function oldNode(): Promise<{ node: string; cache: string } | null> {
+  const { RUNTIMES, PRIMARY, FLOOR } = await import(join(repoRoot(), 'scripts', 'runtime.mjs'));
+  const caches = [process.env.TETHER_RUNTIME_CACHE, dirname(dirname(dirname(process.execPath)))];
+  const cache = caches.find((dir) => dir && existsSync(join(dir, `node-${RUNTIMES[PRIMARY].version}`, 'bin', 'node')));
+  const candidates = [...(process.env.PATH ?? '').split(':').map((dir) => join(dir, 'node')), '/usr/bin/node'];
+  const node = candidates.find((file) => {
+    if (!existsSync(file)) return false;
+    const version = spawnSync(file, ['-p', 'process.versions.node'], { encoding: 'utf8' }).stdout?.trim() ?? '';
+    return /^[0-9]+[.]/.test(version) && Number(version.split('.')[0]) < FLOOR;
+  });
+  return node && cache ? { node, cache } : null;
+}
+
+const old = await oldNode();
+
+it.skipIf(old === null)(
+  'on a Node below the floor, quickstart runs itself on the pinned Node 24, and SIGTERM, or the old Node killed, stops the services',
+  { timeout: 120_000 },
+  async () => {
+    const launcher = { kind: 'old' as const, ...old! };
+    await inBatches(['SIGTERM', 'SIGKILL'] as const, 2, async (signal) => {
+      const stack = await startScript(join(dir, `old-${signal}`), 'old', launcher);
+      expect(stack.output(), signal).toContain("below Tether's floor");
+      expect(services(stack).length, signal).toBe(3);
+      stack.child.kill(signal);
+      const code = await exited(stack.child);
+      if (signal === 'SIGTERM') {
+        expect(code).toBe(0);
+        expect(await gone(stack), signal).toBe(true);
+      } else {
+        // The stack on Node 24 sees the old Node gone and stops.
+        await waitUntil(() => gone(stack), `${signal}: the services to stop`, 10_000);
+      }
+    });
+  },
+);
