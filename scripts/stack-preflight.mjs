@@ -36,8 +36,8 @@ export function fail(message) {
 
 /**
  * The flags, checked. `dataDir` is absolute; `shownDataDir` is how to name it to the user: relative to where
- * the command was typed (npm runs scripts from the package's directory and says where it was run in INIT_CWD),
- * absolute when it is not below it.
+ * the command was typed (`npm run quickstart` runs from the package's directory and says where it was typed
+ * in INIT_CWD), absolute when it is not below it.
  */
 export function parseStackArgs(args = process.argv.slice(2)) {
   let values;
@@ -65,8 +65,11 @@ export function parseStackArgs(args = process.argv.slice(2)) {
   const relayPort = port('relay-port');
   if (registryPort === relayPort) fail(`--registry-port and --relay-port are both ${registryPort}: pass two ports`);
   const dataDir = resolve(values['data-dir']);
+  // Set by npm for the script it runs, and inherited by everything below it: only ours if we are that script.
   // biome-ignore lint/suspicious/noUndeclaredEnvVars: set by npm for the scripts it runs; these run outside turbo.
-  const typedIn = process.env.INIT_CWD || process.cwd();
+  const byNpm = ['quickstart', 'stack'].includes(process.env.npm_lifecycle_event ?? '');
+  // biome-ignore lint/suspicious/noUndeclaredEnvVars: set by npm for the scripts it runs; these run outside turbo.
+  const typedIn = (byNpm && process.env.INIT_CWD) || process.cwd();
   const below = relative(typedIn, dataDir);
   const shownDataDir = below === '' ? '.' : below.startsWith('..') || isAbsolute(below) ? dataDir : below;
   return {

@@ -14,7 +14,7 @@
 // checked first (scripts/stack-preflight.mjs), each problem said with its fix. Each start's logs are
 // DATA/NAME.log; the previous start's are kept as DATA/NAME.log.1.
 import { spawn, spawnSync } from 'node:child_process';
-import { appendFileSync, chmodSync, existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { appendFileSync, chmodSync, existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -234,18 +234,57 @@ try {
   await stop(1);
 }
 
-const harness = `node ${join('apps', 'harness', 'bin', 'harness.js')}`;
+/** `text` quoted for a POSIX shell. */
+const shellQuote = (text) => `'${text.replaceAll("'", `'\\''`)}'`;
+/** `path` as typed in a shell: bare when it needs no quoting. */
+const shellPath = (path) => (/^[\w./-]+$/.test(path) ? path : shellQuote(path));
+
+/** Writes `file` whole (a temporary file renamed over it): a shell sourcing it never reads half of it. */
+function writeWhole(file, text, mode) {
+  const temp = `${file}.${process.pid}.tmp`;
+  writeFileSync(temp, text, { mode });
+  chmodSync(temp, mode);
+  renameSync(temp, file);
+}
+
+// DATA/env.sh, for `source`: this checkout's harness on PATH (DATA/bin/harness, run by the Node that runs the
+// stack, which on a machine whose own Node is too old is the pinned one), and the variables the harness reads
+// (apps/harness/src/target.ts) pointing at this stack, with the key by its file.
+const binDir = join(dataDir, 'bin');
+mkdirSync(binDir, { recursive: true, mode: 0o700 });
+writeWhole(
+  join(binDir, 'harness'),
+  `#!/bin/sh
+# Written by scripts/stack.mjs: this checkout's harness, on the Node that runs the stack.
+exec ${shellQuote(process.execPath)} ${shellQuote(join(root, 'apps', 'harness', 'bin', 'harness.js'))} "$@"
+`,
+  0o755,
+);
+writeWhole(
+  join(dataDir, 'env.sh'),
+  `# Written by scripts/stack.mjs for the stack it runs from ${dataDir}; \`source\` it (bash, zsh, sh: \`.\`) for a
+# shell whose harness reaches that stack's environment "${environmentId}".
+case ":$PATH:" in *:${shellQuote(binDir)}:*) ;; *) PATH=${shellQuote(binDir)}:"$PATH" ;; esac
+export PATH
+export TETHER_REGISTRY_URL=${shellQuote(registryUrl)}
+export TETHER_ENVIRONMENT_ID=${shellQuote(environmentId)}
+export TETHER_API_KEY_FILE=${shellQuote(join(dataDir, 'harness.key'))}
+# Each would win over the lines above (another key, an executor's address or key).
+unset TETHER_API_KEY TETHER_EXECUTOR_URL TETHER_EXECUTOR_KEY_FILE
+`,
+  0o600,
+);
+
 process.stdout.write(`Tether is running on 127.0.0.1:
   registry  ${registryUrl}   (SQLite: ${join(dataDir, 'registry.db')})
   relay     ${relayUrl}
   executor  environment "${environmentId}", reached only through the relay (logs in ${dataDir}/*.log)
 
-In another terminal:
-  export TETHER_REGISTRY_URL=${registryUrl} TETHER_ENVIRONMENT_ID=${environmentId}
-  export TETHER_API_KEY=$(cat ${join(options.shownDataDir, 'harness.key')})
-  ${harness} exec -- uname -a
-  ${harness} cp README.md ${environmentId}:/tmp/README.md && ${harness} cat ${environmentId}:/tmp/README.md
-  ${harness} login --web   # a one-time link to the browser terminal, ${registryUrl}/ui/
+In another terminal (the first line puts harness on PATH and points it at this stack):
+  source ${shellPath(join(options.shownDataDir, 'env.sh'))}
+  harness exec -- uname -a
+  harness cp README.md ${environmentId}:/tmp/README.md && harness cat ${environmentId}:/tmp/README.md
+  harness login --web   # a one-time link to the browser terminal, ${registryUrl}/ui/
 
 Ctrl-C stops everything.
 `);

@@ -5,10 +5,10 @@
  * fix before anything is started or any file touched, by stack.mjs and by quickstart.mjs before it installs.
  */
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import { findProcesses, freePort, repoRoot, waitUntil } from '@tether/test-kit';
 import { afterAll, expect, it } from 'vitest';
 
@@ -101,7 +101,12 @@ type Launcher = { kind: 'stack' | 'quickstart' | 'npm' } | { kind: 'old'; node: 
  * Starts a stack on `data` and waits until it says it is running; `output()` is all it printed. It runs in a
  * process group of its own, so that a test can signal the group as a terminal does.
  */
-async function startScript(data: string, environmentId: string, launcher: Launcher = { kind: 'stack' }) {
+async function startScript(
+  data: string,
+  environmentId: string,
+  launcher: Launcher = { kind: 'stack' },
+  cwd = repoRoot(),
+) {
   const [registryPort, relayPort] = [await freePort(), await freePort()];
   portPairs.push([registryPort, relayPort]);
   const flags = [
@@ -137,7 +142,7 @@ async function startScript(data: string, environmentId: string, launcher: Launch
       env.TETHER_RUNTIME_CACHE = launcher.cache;
       break;
   }
-  const child = spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'], cwd: repoRoot(), env, detached: true });
+  const child = spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'], cwd, env, detached: true });
   stacks.push(child);
   let out = '';
   child.stdout!.on('data', (d: Buffer) => {
@@ -147,7 +152,7 @@ async function startScript(data: string, environmentId: string, launcher: Launch
     out += d;
   });
   await waitUntil(() => out.includes('Ctrl-C stops everything.'), 'the stack to report it is running', 40_000);
-  return { child, registryPort, relayPort, data, output: () => out };
+  return { child, registryPort, relayPort, data: resolve(cwd, data), output: () => out };
 }
 
 type Stack = Awaited<ReturnType<typeof startScript>>;
@@ -291,7 +296,9 @@ it('a second start beside a running stack says so at once and touches none of it
 }, async () => {
   const data = join(dir, 'locked');
   const { child, registryPort, relayPort } = await startScript(data, 'locked');
-  const before = new Map(readdirSync(data).map((name) => [name, readFileSync(join(data, name))]));
+  const files = () =>
+    readdirSync(data, { recursive: true, encoding: 'utf8' }).filter((name) => statSync(join(data, name)).isFile());
+  const before = new Map(files().map((name) => [name, readFileSync(join(data, name))]));
   expect(readFileSync(join(data, 'stack.pid'), 'utf8')).toBe(`${child.pid}\n`);
   const said = (name: string) =>
     `${name}: a stack is already running from ${data} (pid ${child.pid}); stop it first or use --data-dir\n`;
@@ -310,8 +317,7 @@ it('a second start beside a running stack says so at once and touches none of it
   }
   // Nothing added, removed or rewritten: keys, scopes and the lock are as they were; the running stack's logs
   // only grew (it keeps logging).
-  const after = readdirSync(data);
-  expect(after.sort()).toEqual([...before.keys()].sort());
+  expect(files().sort()).toEqual([...before.keys()].sort());
   for (const [name, bytes] of before) {
     if (name.startsWith('registry.db')) continue;
     const now = readFileSync(join(data, name));
@@ -326,6 +332,45 @@ it('a second start beside a running stack says so at once and touches none of it
   expect(await harness(['exec', '--', 'echo', 'still-here'], env)).toEqual({ code: 0, stdout: 'still-here\n' });
   expect(await stop(child)).toBe(0);
   expect(existsSync(join(data, 'stack.pid')), 'the lock goes with its stack').toBe(false);
+});
+
+it('leaves data/env.sh: sourced in a shell, it puts harness on PATH (on the Node that runs the stack) and points it at the stack', {
+  timeout: 60_000,
+}, async () => {
+  const where = join(dir, 'env-sh');
+  mkdirSync(where);
+  const stack = await startScript('data', 'env-sh', { kind: 'quickstart' }, where);
+  // The hint names it as typed from where quickstart was started.
+  expect(stack.output()).toMatch(/^ {2}source data\/env\.sh$/m);
+  expect(stack.output()).toMatch(/^ {2}harness exec -- uname -a$/m);
+  const home = join(dir, 'env-sh-home');
+  mkdirSync(home);
+  // A bare environment: no Node on PATH but the system's (too old for the harness on some machines), no config
+  // file, and a stale key that env.sh must clear.
+  const env = { HOME: home, PATH: '/usr/bin:/bin', TETHER_API_KEY: 'stale-key-from-another-stack' };
+  for (const [shell, line] of [
+    ['bash', 'source data/env.sh'],
+    ['sh', '. data/env.sh'],
+  ] as const) {
+    const run = spawnSync(shell, ['-c', `${line} && command -v harness && harness exec -- echo hi`], {
+      cwd: where,
+      env,
+      encoding: 'utf8',
+      timeout: 30_000,
+    });
+    expect({ shell, status: run.status, stdout: run.stdout, stderr: run.stderr }).toEqual({
+      shell,
+      status: 0,
+      stdout: `${join(stack.data, 'bin', 'harness')}\nhi\n`,
+      stderr: '',
+    });
+  }
+  const envSh = readFileSync(join(stack.data, 'env.sh'), 'utf8');
+  expect(envSh).toContain(`export TETHER_REGISTRY_URL='http://127.0.0.1:${stack.registryPort}'`);
+  expect(envSh).toContain("export TETHER_ENVIRONMENT_ID='env-sh'");
+  expect(envSh).toContain(`export TETHER_API_KEY_FILE='${join(stack.data, 'harness.key')}'`);
+  expect(readFileSync(join(stack.data, 'bin', 'harness'), 'utf8')).toContain(`exec '${process.execPath}' `);
+  expect(await stop(stack.child)).toBe(0);
 });
 
 it('stopped by SIGINT, SIGTERM or SIGHUP (its terminal closed), quickstart stops its services before it exits', {
