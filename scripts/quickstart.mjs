@@ -14,6 +14,8 @@ import { endWithParent, ensureSupportedNode, root } from './runtime.mjs';
 import { lockDataDir, parseStackArgs, preflight, USAGE } from './stack-preflight.mjs';
 
 await ensureSupportedNode('npm run quickstart');
+// biome-ignore lint/suspicious/noUndeclaredEnvVars: set by npm for the scripts it runs; these run outside turbo.
+if (process.env.npm_lifecycle_event) endWithParent();
 
 const options = parseStackArgs();
 if (options.help) {
@@ -22,8 +24,6 @@ if (options.help) {
 }
 await preflight(options);
 lockDataDir(options);
-// biome-ignore lint/suspicious/noUndeclaredEnvVars: set by npm for the scripts it runs; these run outside turbo.
-if (process.env.npm_lifecycle_event) endWithParent();
 
 const SIGNALS = { SIGHUP: 1, SIGINT: 2, SIGTERM: 15 };
 

@@ -167,10 +167,14 @@ export async function preflight(options) {
 export function lockDataDir(options) {
   const { dataDir } = options;
   const file = join(dataDir, LOCK_FILE);
-  mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   if (readPid(file) === process.pid) return;
   const aside = `${file}.${process.pid}`;
-  writeFileSync(aside, `${process.pid}\n`);
+  try {
+    mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+    writeFileSync(aside, `${process.pid}\n`);
+  } catch (err) {
+    fail(`cannot use ${options.shownDataDir} as the data directory: ${err.message}`);
+  }
   let problem = null;
   for (let attempt = 0; ; attempt += 1) {
     try {

@@ -22,6 +22,9 @@ import { endWithParent, ensureSupportedNode } from './runtime.mjs';
 import { fail, lockDataDir, parseStackArgs, preflight, scriptName, USAGE } from './stack-preflight.mjs';
 
 await ensureSupportedNode('stack');
+// Run by npm (npm run quickstart / npm run stack), it stops when npm is gone, however npm ended.
+// biome-ignore lint/suspicious/noUndeclaredEnvVars: set by npm for the scripts it runs; these run outside turbo.
+if (process.env.npm_lifecycle_event) endWithParent();
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const options = parseStackArgs();
@@ -43,13 +46,10 @@ for (const app of ['registry', 'relay', 'executor', 'harness']) {
 await preflight(options);
 lockDataDir(options);
 
-// Stopped by Ctrl-C, SIGTERM or a closed terminal (SIGHUP), it stops its services first (stop() below); run
-// by npm (npm run quickstart / npm run stack), it also stops when npm is gone, however npm ended.
+// Stopped by Ctrl-C, SIGTERM or a closed terminal (SIGHUP), it stops its services first (stop() below).
 const children = [];
 let stopped = null;
 for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP']) process.on(signal, () => stop(0));
-// biome-ignore lint/suspicious/noUndeclaredEnvVars: set by npm for the scripts it runs; these run outside turbo.
-if (process.env.npm_lifecycle_event) endWithParent();
 
 /**
  * Returns the token stored in DATA/NAME.key, creating the key in the registry's database first with the given
