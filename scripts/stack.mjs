@@ -12,7 +12,8 @@
 //
 // A start beside a running stack touches nothing: the data directory's lock (DATA/stack.pid) and both ports are
 // checked first (scripts/stack-preflight.mjs), each problem said with its fix. Each start's logs are
-// DATA/NAME.log; the previous start's are kept as DATA/NAME.log.1.
+// DATA/NAME.log; the previous start's are kept as DATA/NAME.log.1. Once running, it leaves DATA/env.sh to
+// source: the harness on PATH (DATA/bin/harness), pointed at this stack.
 import { spawn, spawnSync } from 'node:child_process';
 import { appendFileSync, chmodSync, existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
