@@ -2,7 +2,9 @@
  * The README's main job: `scripts/stack.mjs` (what `npm run quickstart` runs after building) starts registry,
  * relay and executor, prints how to reach the environment, serves the harness, and stops all three on SIGTERM.
  * It forgives (issue 32): a port in use or a stack already running from the data directory is said with its
- * fix before anything is started or any file touched, by stack.mjs and by quickstart.mjs before it installs.
+ * fix before anything is started or any file touched, by stack.mjs and by quickstart.mjs before it installs;
+ * it leaves data/env.sh to source; and however it is stopped (SIGINT, SIGTERM, SIGHUP, to it, to npm or to
+ * the old Node it was re-run from, or SIGKILL), no service is left holding its ports.
  */
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
