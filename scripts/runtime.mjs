@@ -118,13 +118,42 @@ export function belowFloor() {
   return major < floorMajor || (major === floorMajor && minor < floorMinor);
 }
 
+/** Set by ensureSupportedNode for the script it runs again: the pid of the old Node waiting for it. */
+const WRAPPER_ENV = 'TETHER_NODE_WRAPPER_PID';
+let watchingParent = false;
+
+/**
+ * Sends this process SIGTERM when its parent is gone (it has been re-parented), checked twice a second: for a
+ * script whose parent owns it, so that it never outlives what the user stopped, even by SIGKILL: the old
+ * Node that ensureSupportedNode runs it from, or npm (`npm run` passes on SIGINT and SIGTERM but not SIGHUP,
+ * and nothing when it is killed). Its own SIGTERM handling then stops it. Once per process; the timer does not
+ * keep the process alive.
+ */
+export function endWithParent() {
+  if (watchingParent) return;
+  watchingParent = true;
+  const parent = process.ppid;
+  const timer = setInterval(() => {
+    if (process.ppid === parent) return;
+    clearInterval(timer);
+    process.kill(process.pid, 'SIGTERM');
+  }, 500);
+  timer.unref();
+}
+
 /**
  * Returns when this Node is at or above the floor. Otherwise says so in one line, fetches the pinned primary
- * runtime, runs this same script on it (signals passed on) and exits with its status: nothing after the call
- * runs on the old Node.
+ * runtime, runs this same script on it (SIGINT, SIGTERM and SIGHUP passed on; it gets SIGTERM if this old
+ * Node is killed, and so does this old Node when it is run by npm and npm is gone) and exits with its status:
+ * nothing after the call runs on the old Node.
  */
 export async function ensureSupportedNode(what) {
-  if (!belowFloor()) return;
+  if (!belowFloor()) {
+    const wrapper = process.env[WRAPPER_ENV];
+    delete process.env[WRAPPER_ENV];
+    if (wrapper !== undefined && wrapper === String(process.ppid)) endWithParent();
+    return;
+  }
   const { version } = pinned(PRIMARY);
   console.error(
     `${what}: this machine's Node is ${process.versions.node}, below Tether's floor (${FLOOR_VERSION}); using the pinned Node ${version} from the npm registry (integrity-checked, cached in ${cacheRoot})`,
@@ -132,10 +161,13 @@ export async function ensureSupportedNode(what) {
   const dir = installRuntime(PRIMARY);
   const child = spawn(join(dir, 'bin', 'node'), process.argv.slice(1), {
     stdio: 'inherit',
-    env: runtimeEnv(dir),
+    env: { ...runtimeEnv(dir), [WRAPPER_ENV]: String(process.pid) },
   });
   const forward = (signal) => child.kill(signal);
   for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP']) process.on(signal, forward);
+  // Run by npm, this old Node goes when npm goes (and its SIGTERM, passed on, stops the script).
+  // biome-ignore lint/suspicious/noUndeclaredEnvVars: set by npm for the scripts it runs; these run outside turbo.
+  if (process.env.npm_lifecycle_event) endWithParent();
   const code = await new Promise((resolve) => {
     child.on('error', (err) => {
       console.error(`${what}: could not start Node ${version}: ${err.message}`);

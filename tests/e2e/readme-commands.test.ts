@@ -1,19 +1,21 @@
 /**
- * The README's "First things to try", run as written against the real stack (registry, relay and an
- * executor serving `local`, as `npm run quickstart` leaves them): the section's shell block, then every
- * `harness …` command of its list, in a bash that has only what the block sets up. The registry address the
- * README names is swapped for this stack's, `data/harness.key` is this stack's harness key, and `ID` is the id
- * that the list's `harness exec -d` printed. `harness shell` needs a terminal: tests/e2e/harness-terminal
- * runs it in tmux.
+ * The README's "First things to try", run as written against the stack `npm run quickstart` runs
+ * (scripts/stack.mjs: registry, relay and an executor serving `local`, with its `data/env.sh`), on ports of
+ * this test's choosing, from a directory laid out like a checkout: the section's shell block, then every
+ * `harness …` command of its list, in a bash that has only what the block sets up. `ID` is the id that the
+ * list's `harness exec -d` printed. `harness shell` needs a terminal: tests/e2e/harness-terminal runs it in
+ * tmux.
  */
-import { spawn } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { type ChildProcess, spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
-import { findProcesses, repoRoot, type Stack, startStack } from '@tether/test-kit';
+import { findProcesses, freePort, repoRoot, waitUntil } from '@tether/test-kit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 const README_REGISTRY = 'http://127.0.0.1:8080';
+const ENVIRONMENT = 'local';
 const SECTION = '## First things to try';
 const CONTENT = '# a file to copy\n';
 const COPIED = '/tmp/README.md';
@@ -33,11 +35,12 @@ function firstThingsToTry(): { setup: string; commands: string[] } {
   return { setup: (block?.[1] ?? '').replaceAll(README_REGISTRY, stackUrl()), commands };
 }
 
-let stack: Stack;
-const stackUrl = () => stack.registryUrl;
+let stack: ChildProcess | null = null;
+let registryPort = 0;
+const stackUrl = () => `http://127.0.0.1:${registryPort}`;
 const work = mkdtempSync(join(tmpdir(), 'tether-readme-'));
 
-/** Runs a bash script in `work` (a checkout's look-alike: apps/, data/harness.key, README.md), stdin closed. */
+/** Runs a bash script in `work` (where the stack keeps its data/, with a README.md to copy), stdin closed. */
 function bash(script: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
   const child = spawn('bash', ['-c', `shopt -s expand_aliases\n${script}`], {
     cwd: work,
@@ -63,17 +66,34 @@ function bash(script: string): Promise<{ code: number | null; stdout: string; st
 }
 
 beforeAll(async () => {
-  stack = await startStack();
-  await stack.startExecutor('tether', 'local');
-  symlinkSync(join(repoRoot(), 'apps'), join(work, 'apps'));
-  mkdirSync(join(work, 'data'));
-  mkdirSync(join(work, 'home'));
-  writeFileSync(join(work, 'data', 'harness.key'), `${stack.keys.harness}\n`, { mode: 0o600 });
   writeFileSync(join(work, 'README.md'), CONTENT);
-}, 60_000);
+  registryPort = await freePort();
+  const relayPort = await freePort();
+  const args = ['--data-dir', 'data', '--registry-port', String(registryPort), '--relay-port', String(relayPort)];
+  stack = spawn(
+    process.execPath,
+    [join(repoRoot(), 'scripts', 'stack.mjs'), ...args, '--environment-id', ENVIRONMENT],
+    {
+      cwd: work,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    },
+  );
+  let out = '';
+  stack.stdout?.on('data', (d: Buffer) => {
+    out += d;
+  });
+  stack.stderr?.on('data', (d: Buffer) => {
+    out += d;
+  });
+  await waitUntil(() => out.includes('Ctrl-C stops everything.') || stack?.exitCode !== null, 'the stack', 60_000);
+  expect(stack.exitCode, out).toBeNull();
+}, 90_000);
 
 afterAll(async () => {
-  await stack?.close();
+  if (stack && stack.exitCode === null) {
+    stack.kill('SIGTERM');
+    await once(stack, 'exit');
+  }
   expect(findProcesses({ cwdUnder: work })).toEqual([]);
   rmSync(work, { recursive: true, force: true });
   // The README copies its file to the executor's /tmp (this machine's): take back what this test put there.

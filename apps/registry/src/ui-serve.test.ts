@@ -80,6 +80,9 @@ describe('registry serve --ui-dir / --no-ui / --ui-origin', () => {
     const page = await fetch(`${url}/ui/`);
     expect(page.status).toBe(200);
     expect(await page.text()).toBe('<!doctype html>');
+    const root = await fetch(`${url}/`, { redirect: 'manual' });
+    expect(root.status).toBe(302);
+    expect(root.headers.get('location')).toBe('/ui/');
     expect(page.headers.get('content-security-policy')).toContain(
       "connect-src 'self' ws://127.0.0.1:7001 wss://relay.example;",
     );
@@ -99,6 +102,9 @@ describe('registry serve --ui-dir / --no-ui / --ui-origin', () => {
     const page = await fetch(`${url}/ui/`);
     expect(page.status).toBe(404);
     expect(page.headers.get('content-security-policy')).toBeNull();
+    const root = await fetch(`${url}/`, { redirect: 'manual' });
+    expect(root.status).toBe(404);
+    expect(((await root.json()) as { error: { code: string } }).error.code).toBe('not_found');
     expect((await server.stop()).code).toBe(0);
   });
 

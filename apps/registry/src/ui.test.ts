@@ -90,6 +90,33 @@ describe('/ui', () => {
     expect(head.body).toBe('');
   });
 
+  it('redirects / to /ui/ when the page is served (GET and HEAD), keeping the query out', async () => {
+    await build({ dir });
+    for (const method of ['GET', 'HEAD'] as const) {
+      for (const url of ['/', '/?x=1']) {
+        const response = await (app as FastifyInstance).inject({ method, url });
+        expect(response.statusCode, `${method} ${url}`).toBe(302);
+        expect(response.headers.location, `${method} ${url}`).toBe('/ui/');
+      }
+    }
+    // Only the root itself: other unknown paths stay the JSON 404.
+    const other = await (app as FastifyInstance).inject({ method: 'GET', url: '/index.html' });
+    expect(other.statusCode).toBe(404);
+    expect(other.json().error.code).toBe('not_found');
+  });
+
+  it('keeps / a JSON 404 when no page is served (--no-ui, or no UI directory found)', async () => {
+    for (const ui of [undefined, { dir: null }]) {
+      await build(ui);
+      const response = await (app as FastifyInstance).inject({ method: 'GET', url: '/' });
+      expect(response.statusCode, JSON.stringify(ui)).toBe(404);
+      expect(response.headers['content-type'], JSON.stringify(ui)).toMatch(/^application\/json/);
+      expect(response.json().error.code, JSON.stringify(ui)).toBe('not_found');
+      await app?.close();
+      app = undefined;
+    }
+  });
+
   it('serves each file with its content type and the security headers', async () => {
     await build({ dir });
     const cases: Array<[string, string, string | Buffer]> = [

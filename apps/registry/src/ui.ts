@@ -77,7 +77,7 @@ export interface UiOptions {
 const badSegment = (segment: string) =>
   segment === '' || segment.startsWith('.') || /[\\/\0]/.test(segment) || segment.includes(':');
 
-/** Registers `/ui` and `/ui/*` (GET and HEAD). */
+/** Registers `/ui` and `/ui/*` (GET and HEAD), and `/` as a redirect to `/ui/` when a page is served. */
 export async function uiRoutes(app: FastifyInstance, options: UiOptions) {
   const csp = uiContentSecurityPolicy(options.relayUrls);
   const root = options.dir === null ? null : await realpath(options.dir).catch(() => null);
@@ -92,6 +92,10 @@ export async function uiRoutes(app: FastifyInstance, options: UiOptions) {
   });
 
   app.get('/ui', async (_request, reply) => reply.redirect('/ui/', 302));
+  // The registry's own address, opened in a browser, leads to the page when there is one (302, not 308: a
+  // registry restarted without it must not stay redirected in the browser's cache); otherwise `/` stays the
+  // JSON 404 of any unknown path.
+  if (root !== null) app.get('/', async (_request, reply) => reply.redirect('/ui/', 302));
 
   app.get<{ Params: { '*': string } }>('/ui/*', async (request, reply) => {
     if (root === null) {
