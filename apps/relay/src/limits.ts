@@ -1,6 +1,6 @@
 import { MAX_FRAME_BYTES } from '@tether/relay-frames';
 
-/** Every bound the relay enforces, with its behaviour at the limit (README "Limits"). All are flags. */
+/** Every bound the relay enforces, with its behaviour at the limit (apps/relay/README.md, "Backpressure and limits"). All are flags. */
 export interface RelayLimits {
   /** Largest WebSocket message; larger → close 1009. Default 256 KiB, the endpoints' own limit. */
   maxMessageBytes: number;

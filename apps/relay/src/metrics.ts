@@ -44,7 +44,7 @@ export const DROP_REASONS = [
 ] as const;
 export type DropReason = (typeof DROP_REASONS)[number];
 
-/** Why an upgrade was refused (HTTP status in the README). */
+/** Why an upgrade was refused (each with its HTTP status in apps/relay/README.md, "Backpressure and limits"). */
 export const REFUSAL_REASONS = [
   'malformed_url',
   'missing_signature',

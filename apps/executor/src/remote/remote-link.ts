@@ -21,7 +21,7 @@ const HTTP_STALE_REGISTRATION = 409;
  * Failover: after this many dials in a row of the same relay node fail (the socket cannot be opened at all), the
  * node is taken for dead and the executor registers again, naming it, to be sent to a live node. With the 1 s and
  * 2 s backoffs before the two dials, a node that dies moves its executors within about 4 s of the socket's drop
- * plus one registration (README "Relay nodes").
+ * plus one registration (docs/relay.md, "Several relay nodes").
  */
 const FAILOVER_AFTER_FAILED_DIALS = 2;
 /**
