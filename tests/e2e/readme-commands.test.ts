@@ -11,7 +11,7 @@ import { once } from 'node:events';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
-import { findProcesses, freePort, repoRoot, waitUntil } from '@tether/test-kit';
+import { findProcesses, freePort, repoRoot, runToEnd, waitUntil } from '@tether/test-kit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 const README_REGISTRY = 'http://127.0.0.1:8080';
@@ -41,27 +41,14 @@ const stackUrl = () => `http://127.0.0.1:${registryPort}`;
 const work = mkdtempSync(join(tmpdir(), 'tether-readme-'));
 
 /** Runs a bash script in `work` (where the stack keeps its data/, with a README.md to copy), stdin closed. */
-function bash(script: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const child = spawn('bash', ['-c', `shopt -s expand_aliases\n${script}`], {
+function bash(script: string) {
+  return runToEnd('bash', ['-c', `shopt -s expand_aliases\n${script}`], {
     cwd: work,
     env: {
       PATH: `${dirname(process.execPath)}:${process.env.PATH ?? '/usr/bin:/bin'}`,
       HOME: join(work, 'home'),
       LANG: 'C.UTF-8',
     },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (d: Buffer) => {
-    stdout += d;
-  });
-  child.stderr.on('data', (d: Buffer) => {
-    stderr += d;
-  });
-  return new Promise((resolve, reject) => {
-    child.once('error', reject);
-    child.once('close', (code) => resolve({ code, stdout, stderr }));
   });
 }
 

@@ -11,7 +11,7 @@ import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, 
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
-import { findProcesses, freePort, repoRoot, waitUntil } from '@tether/test-kit';
+import { findProcesses, freePort, repoRoot, runToEnd, waitUntil } from '@tether/test-kit';
 import { afterAll, expect, it } from 'vitest';
 
 const dir = mkdtempSync(join(tmpdir(), 'tether-stack-script-'));
@@ -59,28 +59,11 @@ function harness(args: string[], env: NodeJS.ProcessEnv): Promise<{ code: number
 }
 
 /** Runs `scripts/SCRIPT` with `args` to its end (it is expected to end quickly). */
-function runScript(
-  script: 'stack.mjs' | 'quickstart.mjs',
-  args: string[],
-): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const child = spawn(process.execPath, [join(repoRoot(), 'scripts', script), ...args], {
-    stdio: ['ignore', 'pipe', 'pipe'],
+async function runScript(script: 'stack.mjs' | 'quickstart.mjs', args: string[]) {
+  const { code, stdout, stderr } = await runToEnd(process.execPath, [join(repoRoot(), 'scripts', script), ...args], {
+    timeoutMs: 20_000,
   });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (d: Buffer) => {
-    stdout += d;
-  });
-  child.stderr.on('data', (d: Buffer) => {
-    stderr += d;
-  });
-  const timer = setTimeout(() => child.kill('SIGKILL'), 20_000);
-  return new Promise((resolve) =>
-    child.once('close', (code) => {
-      clearTimeout(timer);
-      resolve({ code, stdout, stderr });
-    }),
-  );
+  return { code, stdout, stderr };
 }
 
 /** Listens on a free 127.0.0.1 port until `close()`: a port in use. */

@@ -1,0 +1,50 @@
+import { spawn } from 'node:child_process';
+
+/** What a command left when it ended. */
+export interface RunResult {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: string;
+  stderr: string;
+}
+
+export interface RunOptions {
+  cwd?: string;
+  env?: NodeJS.ProcessEnv;
+  /** Written to its stdin, which is then closed; without it stdin is closed from the start. */
+  input?: string | Buffer;
+  /** SIGKILL after this long (the result then shows the signal). Default 60 s. */
+  timeoutMs?: number;
+}
+
+/**
+ * Runs a command to its end and gives back its exit code and all it printed: the shape every black-box test
+ * of a CLI needs. Output is kept as text, whole (for commands that print little).
+ */
+export function runToEnd(command: string, args: readonly string[], options: RunOptions = {}): Promise<RunResult> {
+  const child = spawn(command, args, {
+    cwd: options.cwd,
+    env: options.env ?? process.env,
+    stdio: [options.input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
+  });
+  let stdout = '';
+  let stderr = '';
+  child.stdout?.on('data', (d: Buffer) => {
+    stdout += d;
+  });
+  child.stderr?.on('data', (d: Buffer) => {
+    stderr += d;
+  });
+  if (options.input !== undefined) child.stdin?.end(options.input);
+  const timer = setTimeout(() => child.kill('SIGKILL'), options.timeoutMs ?? 60_000);
+  return new Promise((resolve, reject) => {
+    child.once('error', (err) => {
+      clearTimeout(timer);
+      reject(err);
+    });
+    child.once('close', (code, signal) => {
+      clearTimeout(timer);
+      resolve({ code, signal, stdout, stderr });
+    });
+  });
+}
