@@ -392,7 +392,7 @@ describe('limits', () => {
     expect(closed.code).toBe(1006); // terminated, no close frame
     // The live socket is pinged too and answers, so it stays (its pings may be read after the mute one's close
     // on a loaded machine: wait for them rather than count at this instant).
-    await expect.poll(() => pings).toBeGreaterThanOrEqual(2);
+    await expect.poll(() => pings, { timeout: 10_000 }).toBeGreaterThanOrEqual(2);
     expect(live.ws.readyState).toBe(live.ws.OPEN);
     expect(metric(relay, 'relay_drops_total{reason="pong_timeout"}')).toBe(1);
   });
