@@ -18,17 +18,26 @@ export const END = '<!-- flags-table:end -->';
 /** Where the table lives. */
 export const FLAGS_DOC = join(import.meta.dirname, '..', 'docs', 'flags.md');
 
-/** The table for the programs as they are built now. */
-export function renderFlagsTable(): string {
+/** The four CLIs' commander programs as the binaries build them (actions never run from here). */
+export function buildPrograms(): Record<
+  'registry' | 'relay' | 'executor' | 'harness',
+  ReturnType<typeof buildCommand>
+> {
   const quiet = { write: () => true };
   const never = new Promise<never>(() => {});
   const io = { stdin: process.stdin, stdout: quiet, stderr: quiet, env: {}, stopSignal: never };
-  return flagsTable([
-    buildRegistryCli(io, () => {}),
-    buildRelayCli(io, () => {}),
-    buildCommand(async () => {}),
-    buildProgram(io as never, () => {}),
-  ]);
+  return {
+    registry: buildRegistryCli(io, () => {}),
+    relay: buildRelayCli(io, () => {}),
+    executor: buildCommand(async () => {}),
+    harness: buildProgram(io as never, () => {}),
+  };
+}
+
+/** The table for the programs as they are built now. */
+export function renderFlagsTable(): string {
+  const programs = buildPrograms();
+  return flagsTable([programs.registry, programs.relay, programs.executor, programs.harness]);
 }
 
 /** The table as docs/flags.md has it now, or null when the markers are missing. */
