@@ -232,7 +232,15 @@ describe('sandbox: the same allow/deny table on both executors', { timeout: 120_
           'the child to die',
           5_000,
         );
-      } else for (const p of findProcesses({ commandIncludes: ['sleep 1234.5'] })) process.kill(p.pid, 'SIGKILL');
+      } else {
+        for (const p of findProcesses({ commandIncludes: ['sleep 1234.5'] })) {
+          try {
+            process.kill(p.pid, 'SIGKILL');
+          } catch {
+            // it ended between the scan and the kill
+          }
+        }
+      }
       // Nothing the denied writes tried landed on the host, and the protected names made for the sandbox are gone.
       table.set(`${name}: host outside`, readdirSync(outside).sort());
       table.set(
