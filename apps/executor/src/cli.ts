@@ -53,8 +53,9 @@ export const EXIT_ON_STDIN_CLOSE_ENV = ['TETHER_EXECUTOR_EXIT_ON_STDIN_CLOSE', '
  */
 export const EXECUTOR_ENV: EnvScheme = {
   app: 'executor',
-  aliases: { '--log-level': ['TETHER_LOG'], '--log-format': [LOG_FORMAT_ALIAS] },
-  readByApp: { '--api-key-file': [API_KEY_FILE_ENV], '--exit-on-stdin-close': EXIT_ON_STDIN_CLOSE_ENV.slice(1) },
+  deprecatedVariables: { '--log-level': ['TETHER_LOG'], '--log-format': [LOG_FORMAT_ALIAS] },
+  deprecatedReadByApp: { '--api-key-file': [API_KEY_FILE_ENV] },
+  alsoReadByApp: { '--exit-on-stdin-close': EXIT_ON_STDIN_CLOSE_ENV.slice(1) },
 };
 
 /** Variables naming the key's file or descriptor, never passed to a child (beside the key's own). */
@@ -172,8 +173,11 @@ export interface ExecutorPlatform {
   commandLine: () => Reexec;
 }
 
-export function buildCommand(run: (options: ExecutorOptions) => Promise<void>): Command {
-  const command = new SchemeCommand('executor', EXECUTOR_ENV)
+export function buildCommand(
+  run: (options: ExecutorOptions) => Promise<void>,
+  env: NodeJS.ProcessEnv = process.env,
+): Command {
+  const command = new SchemeCommand('executor', EXECUTOR_ENV, { env })
     .description(
       'Tether executor: serves the Codex exec-server protocol (run and control processes) over stdio or WebSocket.',
     )

@@ -24,7 +24,7 @@ export const VERSION = packageVersion(import.meta.url, '@tether/harness');
  */
 export const HARNESS_ENV: EnvScheme = {
   app: 'harness',
-  readByApp: {
+  deprecatedReadByApp: {
     '--context': [ENV.context],
     '--registry': [ENV.registry],
     '--environment-id': [ENV.environmentId],
@@ -42,7 +42,7 @@ export const HARNESS_ENV: EnvScheme = {
 
 /** Builds the program; `run` gives each action its IO and collects the exit code. */
 export function buildProgram(io: CliIo, setExit: (code: number) => void): Command {
-  const program = new SchemeCommand('harness', HARNESS_ENV)
+  const program = new SchemeCommand('harness', HARNESS_ENV, { env: io.env })
     .description(
       'Tether harness: run processes and move files on an environment, end-to-end encrypted through the relay.',
     )

@@ -38,7 +38,7 @@ describe('harness flags and variables', () => {
       }
       expect(row.variable, row.flag).toBe(long === '--version' ? null : envVarName(HARNESS_ENV.app, long));
     }
-    expect(rows.find((r) => r.flag.startsWith('--connect-timeout'))?.aliases).toEqual(['TETHER_CONNECT_TIMEOUT']);
+    expect(rows.find((r) => r.flag.startsWith('--connect-timeout'))?.deprecated).toEqual(['TETHER_CONNECT_TIMEOUT']);
   });
 
   it('--version prints package.json’s version, from the bundle', () => {

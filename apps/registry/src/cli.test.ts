@@ -77,12 +77,7 @@ describe('registry keys', () => {
 
   it('reads the database from TETHER_REGISTRY_DATABASE and validates options', async () => {
     const db = `sqlite:${join(tempDir(), 'r.db')}`;
-    process.env.TETHER_REGISTRY_DATABASE = db;
-    try {
-      expect((await cli(['keys', 'create', '--role', 'admin'])).code).toBe(0);
-    } finally {
-      delete process.env.TETHER_REGISTRY_DATABASE;
-    }
+    expect((await cli(['keys', 'create', '--role', 'admin'], { TETHER_REGISTRY_DATABASE: db })).code).toBe(0);
     expect((await cli(['keys', 'list', '--database', db])).stdout.trim().split('\n')).toHaveLength(1);
     const bad = await cli(['keys', 'create', '--database', db, '--role', 'root']);
     expect(bad.code).toBe(1);

@@ -56,7 +56,7 @@ export interface ServeOptions {
 /** The registry's flags and their variables (`TETHER_REGISTRY_<FLAG>`; README "Flags and variables"). */
 export const REGISTRY_ENV: EnvScheme = {
   app: 'registry',
-  aliases: { '--relay-url': ['TETHER_REGISTRY_RELAY_URLS'], '--log-format': [LOG_FORMAT_ALIAS] },
+  deprecatedVariables: { '--relay-url': ['TETHER_REGISTRY_RELAY_URLS'], '--log-format': [LOG_FORMAT_ALIAS] },
   withoutVariables: {
     'keys create --role': 'one key per run: an argument',
     'keys create --environments': 'one key per run: an argument',
@@ -260,7 +260,7 @@ export async function runServe(options: ServeOptions, io: CliIo, logger?: Logger
 
 /** `registry` with `serve` and `keys create|list|revoke`; `exit` receives each action's exit code. */
 export function buildCli(io: CliIo, exit: (code: number) => void): Command {
-  const program = new SchemeCommand('registry', REGISTRY_ENV)
+  const program = new SchemeCommand('registry', REGISTRY_ENV, { env: io.env })
     .description('Tether registry: environments, executor registrations, harness bundles and API keys.')
     .version(packageVersion(import.meta.url, '@tether/registry'))
     .showHelpAfterError()

@@ -39,7 +39,7 @@ export interface ServeOptions extends Partial<RelayLimits> {
 /** The relay's flags and their variables (`TETHER_RELAY_<FLAG>`; README "Flags and variables"). */
 export const RELAY_ENV: EnvScheme = {
   app: 'relay',
-  aliases: { '--log-format': [LOG_FORMAT_ALIAS] },
+  deprecatedVariables: { '--log-format': [LOG_FORMAT_ALIAS] },
   secrets: ['--registry-token'],
 };
 
@@ -197,7 +197,7 @@ export async function runServe(options: ServeOptions, io: CliIo, logger?: Logger
 
 /** `relay serve`; `exit` receives the action's exit code. */
 export function buildCli(io: CliIo, exit: (code: number) => void): Command {
-  const program = new SchemeCommand('relay', RELAY_ENV)
+  const program = new SchemeCommand('relay', RELAY_ENV, { env: io.env })
     .description('Tether relay: pairs harness and environment WebSockets and forwards frames it cannot read.')
     .version(packageVersion(import.meta.url, '@tether/relay'))
     .showHelpAfterError()
