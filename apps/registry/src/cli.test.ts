@@ -184,6 +184,25 @@ describe('registry keys', () => {
     ]) {
       expect(help).toContain(flag);
     }
+    expect(help).toContain('--request-timeout <duration>');
+    expect(help.replace(/\s+/g, ' ')).toContain('(default: ws://127.0.0.1:8081, env: TETHER_REGISTRY_RELAY_URL)');
+  });
+
+  it('serve takes durations with units, a bare number in seconds, and flags before `serve`', async () => {
+    const common = ['--database', 'sqlite::memory:', '--listen', 'http://127.0.0.1:0'];
+    const tooLong = await cli([...common, 'serve', '--headers-timeout', '20', '--request-timeout', '10']);
+    expect([tooLong.code, tooLong.stderr]).toEqual([
+      1,
+      'registry: --headers-timeout must not exceed --request-timeout\n',
+    ]);
+    const units = await cli(['serve', ...common, '--headers-timeout', '500ms', '--request-timeout', '1']);
+    expect(units.code).toBe(0);
+    expect(units.stdout).toMatch(/^http:\/\/127\.0\.0\.1:\d+\n$/);
+    const minutes = await cli([...common, 'serve', '--headers-timeout', '2m', '--request-timeout', '119']);
+    expect(minutes.code).toBe(1);
+    const bad = await cli(['serve', ...common, '--authorization-ttl', '0']);
+    expect(bad.code).not.toBe(0);
+    expect(bad.stderr).toContain('expected a duration more than 0, got "0"');
   });
 
   it.each([
