@@ -82,9 +82,16 @@ const relayKey = key('relay', 'relay', ['--relay-url', relayUrl]);
 key('executor', 'executor', ['--environments', environmentId]);
 key('harness', 'harness', ['--environments', environmentId]);
 
-/** `env` without the variables an executor would take an API key from. */
+/** `env` without the variables an executor would take an API key from (current, Codex's and deprecated). */
 function withoutApiKeys(env) {
-  const { TETHER_API_KEY: _t, TETHER_API_KEY_FILE: _f, CODEX_API_KEY: _c, ...rest } = env;
+  const {
+    TETHER_EXECUTOR_API_KEY: _e,
+    TETHER_EXECUTOR_API_KEY_FILE: _ef,
+    TETHER_API_KEY: _t,
+    TETHER_API_KEY_FILE: _f,
+    CODEX_API_KEY: _c,
+    ...rest
+  } = env;
   return rest;
 }
 
@@ -174,7 +181,7 @@ try {
     process.execPath,
     [
       bin('executor'),
-      '--remote',
+      '--registry',
       registryUrl,
       '--environment-id',
       environmentId,

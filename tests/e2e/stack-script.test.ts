@@ -92,7 +92,7 @@ it('runs the local stack, serves the harness, and stops everything on SIGTERM', 
   expect(page.status).toBe(200);
   expect(await page.text()).toContain('<script type="module" src="app.js"></script>');
 
-  // registry (--listen P1), relay (--listen P2, --registry …:P1) and executor (--remote …:P1).
+  // registry (--listen P1), relay (--listen P2, --registry …:P1) and executor (--registry …:P1).
   const services = () => findProcesses({ commandIncludes: [`127.0.0.1:${registryPort}`, `127.0.0.1:${relayPort}`] });
   expect(services().length).toBe(3);
   expect(await stop(child)).toBe(0);

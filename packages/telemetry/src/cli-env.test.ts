@@ -242,14 +242,18 @@ describe('the flag and variable scheme', () => {
     deprecations.warn('OLD', 'NEW');
     deprecations.hold();
     deprecations.warn('--old', '--new', 'a note');
-    expect(lines).toEqual(['demo: warning: OLD is deprecated; use NEW\n']);
+    deprecations.warnNow('URGENT', 'NEW_URGENT');
+    expect(lines).toEqual([
+      'demo: warning: OLD is deprecated; use NEW\n',
+      'demo: warning: URGENT is deprecated; use NEW_URGENT\n',
+    ]);
     deprecations.flush();
     deprecations.warn('LATER', 'NOW');
-    expect(lines.slice(1)).toEqual([
+    expect(lines.slice(2)).toEqual([
       'demo: warning: --old is deprecated; use --new (a note)\n',
       'demo: warning: LATER is deprecated; use NOW\n',
     ]);
-    expect(deprecations.names).toEqual(['OLD', '--old', 'LATER']);
+    expect(deprecations.names).toEqual(['OLD', '--old', 'URGENT', 'LATER']);
   });
 
   it('finds the version in the package.json of the named package above a module', () => {

@@ -113,10 +113,19 @@ export class Deprecations {
 
   /** `<app>: warning: <old> is deprecated; use <replacement>` once a run; `note` is added in parentheses. */
   warn(old: string, replacement: string, note?: string): void {
+    this.say(old, replacement, note, false);
+  }
+
+  /** As warn(), but said at once even while lines are held. */
+  warnNow(old: string, replacement: string, note?: string): void {
+    this.say(old, replacement, note, true);
+  }
+
+  private say(old: string, replacement: string, note: string | undefined, now: boolean): void {
     if (this.said.has(old)) return;
     this.said.add(old);
     const line = `${this.app}: warning: ${old} is deprecated; use ${replacement}${note ? ` (${note})` : ''}\n`;
-    if (this.held) this.held.push(line);
+    if (this.held && !now) this.held.push(line);
     else this.write(line);
   }
 
