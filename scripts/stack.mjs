@@ -227,8 +227,8 @@ process.stdout.write(`Tether is running on 127.0.0.1:
   executor  environment "${environmentId}", reached only through the relay (logs in ${dataDir}/*.log)
 
 In another terminal:
-  export TETHER_REGISTRY_URL=${registryUrl} TETHER_ENVIRONMENT_ID=${environmentId}
-  export TETHER_API_KEY=$(cat ${join(values['data-dir'], 'harness.key')})
+  export TETHER_HARNESS_REGISTRY=${registryUrl} TETHER_HARNESS_ENVIRONMENT_ID=${environmentId}
+  export TETHER_HARNESS_API_KEY=$(cat ${join(values['data-dir'], 'harness.key')})
   ${harness} exec -- uname -a
   ${harness} cp README.md ${environmentId}:/tmp/README.md && ${harness} cat ${environmentId}:/tmp/README.md
   ${harness} login --web   # a one-time link to the browser terminal, ${registryUrl}/ui/

@@ -74,9 +74,9 @@ it('runs the local stack, serves the harness, and stops everything on SIGTERM', 
   const keyFile = join(data, 'harness.key');
   expect(statSync(keyFile).mode & 0o777).toBe(0o600);
   const env = {
-    TETHER_REGISTRY_URL: `http://127.0.0.1:${registryPort}`,
-    TETHER_ENVIRONMENT_ID: 'quickstart',
-    TETHER_API_KEY: readFileSync(keyFile, 'utf8').trim(),
+    TETHER_HARNESS_REGISTRY: `http://127.0.0.1:${registryPort}`,
+    TETHER_HARNESS_ENVIRONMENT_ID: 'quickstart',
+    TETHER_HARNESS_API_KEY: readFileSync(keyFile, 'utf8').trim(),
   };
   const run = await harness(['exec', '--', 'echo', 'from-the-quickstart'], env);
   expect(run).toEqual({ code: 0, stdout: 'from-the-quickstart\n' });
@@ -108,9 +108,9 @@ it('started again with other ports and another environment id, makes keys for th
   expect(existsSync(join(data, 'relay.key')), 'the first start left its keys').toBe(true);
   const { child, registryPort, relayPort } = await startScript(data, 'quickstart-2');
   const env = {
-    TETHER_REGISTRY_URL: `http://127.0.0.1:${registryPort}`,
-    TETHER_ENVIRONMENT_ID: 'quickstart-2',
-    TETHER_API_KEY: readFileSync(join(data, 'harness.key'), 'utf8').trim(),
+    TETHER_HARNESS_REGISTRY: `http://127.0.0.1:${registryPort}`,
+    TETHER_HARNESS_ENVIRONMENT_ID: 'quickstart-2',
+    TETHER_HARNESS_API_KEY: readFileSync(join(data, 'harness.key'), 'utf8').trim(),
   };
   expect(await harness(['exec', '--', 'echo', 'again'], env)).toEqual({ code: 0, stdout: 'again\n' });
   // The relay heartbeats with a key for its new URL (one for the old URL would be refused, 403).

@@ -165,7 +165,7 @@ describe('docker-compose.yml and infra/docker/Dockerfile', () => {
   it('wires the executor and harness to the registry by its service name', () => {
     const text = JSON.stringify(services);
     expect(text).toContain('--registry http://registry:8080');
-    expect(service('harness').environment?.TETHER_REGISTRY_URL).toBe('http://registry:8080');
+    expect(service('harness').environment?.TETHER_HARNESS_REGISTRY).toBe('http://registry:8080');
   });
 
   it('mounts each API key only into the service that uses it', () => {
@@ -217,8 +217,8 @@ describe('docker-compose.yml and infra/docker/Dockerfile', () => {
     // The executor's listener (an exec-server socket: no credentials) stays on loopback.
     expect(executor).toContain('--listen ws://127.0.0.1:8765');
     const harness = service('harness').environment;
-    expect(harness?.TETHER_REGISTRY_URL).toBe('http://registry:8080');
-    expect(harness?.TETHER_ALLOW_INSECURE_REGISTRY).toBe('1');
+    expect(harness?.TETHER_HARNESS_REGISTRY).toBe('http://registry:8080');
+    expect(harness?.TETHER_HARNESS_ALLOW_INSECURE_REGISTRY).toBe('1');
   });
 
   it('starts the collector and Prometheus only under the observability profile', () => {

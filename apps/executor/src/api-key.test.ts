@@ -80,11 +80,13 @@ describe('--api-key-fd', () => {
 describe('a key in the environment', () => {
   it('is held to the same length bound as a file or fd (a longer one would block its handover pipe)', () => {
     const long = 'k'.repeat(MAX_API_KEY_BYTES + 1);
-    expect(() => readApiKey({ kind: 'env', variable: 'TETHER_API_KEY' }, { TETHER_API_KEY: long })).toThrow(
-      `TETHER_API_KEY: the API key is longer than ${MAX_API_KEY_BYTES} bytes`,
-    );
+    expect(() =>
+      readApiKey({ kind: 'env', variable: 'TETHER_EXECUTOR_API_KEY' }, { TETHER_EXECUTOR_API_KEY: long }),
+    ).toThrow(`TETHER_EXECUTOR_API_KEY: the API key is longer than ${MAX_API_KEY_BYTES} bytes`);
     const fits = 'k'.repeat(MAX_API_KEY_BYTES);
-    expect(readApiKey({ kind: 'env', variable: 'TETHER_API_KEY' }, { TETHER_API_KEY: fits })).toBe(fits);
+    expect(readApiKey({ kind: 'env', variable: 'TETHER_EXECUTOR_API_KEY' }, { TETHER_EXECUTOR_API_KEY: fits })).toBe(
+      fits,
+    );
   });
 });
 

@@ -71,7 +71,7 @@ export const EXECUTOR_ENV: EnvScheme = {
   variables: [
     {
       name: API_KEY_ENV,
-      what: 'the API key itself (with --registry; moved out of the environment at start)',
+      what: 'the API key itself, with --registry; moved out of the environment at start',
       commands: ['(program)'],
       secret: true,
       also: [CODEX_API_KEY_ENV],
@@ -217,7 +217,7 @@ export function buildCommand(
     )
     .version(packageVersion(import.meta.url, '@tether/executor'))
     .option(
-      '--listen <url>',
+      '--listen <address>',
       `where to serve: ws://IP:PORT or IP:PORT (port 0 picks one; the bound URL is printed on stdout) or stdio (default: ${DEFAULT_LISTEN_URL}; with --registry: no local listener unless given)`,
       listenTarget,
     )
