@@ -81,9 +81,16 @@ const relayKey = key('relay', 'relay', ['--relay-url', relayUrl]);
 key('executor', 'executor', ['--environments', environmentId]);
 key('harness', 'harness', ['--environments', environmentId]);
 
-/** `env` without the variables an executor would take an API key from. */
+/** `env` without the variables an executor would take an API key from (current, Codex's and deprecated). */
 function withoutApiKeys(env) {
-  const { TETHER_API_KEY: _t, TETHER_API_KEY_FILE: _f, CODEX_API_KEY: _c, ...rest } = env;
+  const {
+    TETHER_EXECUTOR_API_KEY: _e,
+    TETHER_EXECUTOR_API_KEY_FILE: _ef,
+    TETHER_API_KEY: _t,
+    TETHER_API_KEY_FILE: _f,
+    CODEX_API_KEY: _c,
+    ...rest
+  } = env;
   return rest;
 }
 
@@ -219,7 +226,7 @@ try {
     'executor',
     [
       bin('executor'),
-      '--remote',
+      '--registry',
       registryUrl,
       '--environment-id',
       environmentId,
@@ -267,11 +274,14 @@ writeWhole(
 # shell whose harness reaches that stack's environment "${environmentId}".
 case ":$PATH:" in *:${shellQuote(binDir)}:*) ;; *) PATH=${shellQuote(binDir)}:"$PATH" ;; esac
 export PATH
-export TETHER_REGISTRY_URL=${shellQuote(registryUrl)}
-export TETHER_ENVIRONMENT_ID=${shellQuote(environmentId)}
-export TETHER_API_KEY_FILE=${shellQuote(join(dataDir, 'harness.key'))}
-# Each would win over the lines above (another key, an executor's address or key).
-unset TETHER_API_KEY TETHER_EXECUTOR_URL TETHER_EXECUTOR_KEY_FILE
+export TETHER_HARNESS_REGISTRY=${shellQuote(registryUrl)}
+export TETHER_HARNESS_ENVIRONMENT_ID=${shellQuote(environmentId)}
+export TETHER_HARNESS_API_KEY_FILE=${shellQuote(join(dataDir, 'harness.key'))}
+# Each would win over the lines above (another key, an executor's address or key), or is an older name
+# of one of them that the harness would read with a warning.
+unset TETHER_HARNESS_API_KEY TETHER_HARNESS_URL TETHER_HARNESS_EXECUTOR_KEY TETHER_HARNESS_CONTEXT
+unset TETHER_API_KEY TETHER_API_KEY_FILE TETHER_REGISTRY_URL TETHER_ENVIRONMENT_ID TETHER_EXECUTOR_URL
+unset TETHER_EXECUTOR_KEY_FILE TETHER_CONTEXT
 `,
   0o600,
 );

@@ -19,9 +19,9 @@ export function harnessMain(): string {
 export function harnessEnv(stack: Stack, environmentId?: string): NodeJS.ProcessEnv {
   return {
     ...process.env,
-    TETHER_REGISTRY_URL: stack.registryUrl,
-    TETHER_API_KEY: stack.keys.harness,
-    ...(environmentId ? { TETHER_ENVIRONMENT_ID: environmentId } : {}),
+    TETHER_HARNESS_REGISTRY: stack.registryUrl,
+    TETHER_HARNESS_API_KEY: stack.keys.harness,
+    ...(environmentId ? { TETHER_HARNESS_ENVIRONMENT_ID: environmentId } : {}),
   };
 }
 

@@ -1,7 +1,7 @@
 /**
  * `pnpm bench` (full-path section; alone: `pnpm --filter @tether/bench bench:path`): commands as a user
  * types them, through our harness CLI, the registry and relay bins, Noise end to end and our executor
- * (`executor --remote`), side by side with the same commands over OpenSSH to a private sshd on loopback,
+ * (`executor --registry`), side by side with the same commands over OpenSSH to a private sshd on loopback,
  * multiplexed over a ControlMaster connection started once (a user with ControlMaster set up pays no key
  * exchange per command, so neither does the benchmark). Each row runs as a whole command under `sh -c`,
  * tether and ssh alternating pair by pair (who goes first alternates too) after one unmeasured, verified run
@@ -509,7 +509,7 @@ try {
       `\nFull path, ${MIB} MiB, median of ${REPEATS} (whole commands under sh -c, tether/ssh alternating; ${cpus().length} cores, 1-min load average ${loadAverage.start.toFixed(1)} at the start and ${loadAverage.end.toFixed(1)} at the end; every run's bytes checked)`,
     );
     print(
-      `tether: harness CLI → registry + relay → executor --remote, ${TETHER_SUITE}; ssh: OpenSSH over one ControlMaster connection, negotiated cipher ${master?.cipher ?? 'n/a'}${SSH_CIPHERS ? ' (set by BENCH_PATH_SSH_CIPHERS)' : " (ssh's default)"}\n`,
+      `tether: harness CLI → registry + relay → executor --registry, ${TETHER_SUITE}; ssh: OpenSSH over one ControlMaster connection, negotiated cipher ${master?.cipher ?? 'n/a'}${SSH_CIPHERS ? ' (set by BENCH_PATH_SSH_CIPHERS)' : " (ssh's default)"}\n`,
     );
     print('| row | ssh (MB/s) | harness (MB/s) | harness/ssh | target | met |');
     print('|---|---:|---:|---:|---|---|');

@@ -1,6 +1,6 @@
 /**
  * Start-up latency of a whole command: `harness exec -- true` as a user types it (the bin on PATH, through
- * the registry and relay bins to `executor --remote`) against `ssh host true` to a private sshd, each cold
+ * the registry and relay bins to `executor --registry`) against `ssh host true` to a private sshd, each cold
  * (a new connection per command: registry call, relay dial, hybrid Noise handshake, initialize; ssh's key
  * exchange and authentication) and with connection reuse (`harness master start` / ssh ControlMaster).
  * Sides alternate within each repeat; medians. A breakdown of the cold harness path follows (node start,

@@ -124,7 +124,7 @@ export function useHarness() {
       return peer;
     },
     /**
-     * A peer in remote mode (`executor --remote`, `codex exec-server --remote`) on the real registry and
+     * A peer in remote mode (`executor --registry`, `codex exec-server --remote`) on the real registry and
      * relay processes, under an environment of its own; `connect` reaches it through them.
      */
     async startRemote(kind: PeerKind, options: Partial<StartPeerOptions> = {}): Promise<PeerHandle> {

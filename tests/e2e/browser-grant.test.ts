@@ -42,7 +42,7 @@ afterAll(async () => {
 
 describe('harness login --web', () => {
   it('prints a one-time link whose grant opens a session on that environment only', async () => {
-    const env = { TETHER_REGISTRY_URL: stack.registryUrl, TETHER_API_KEY: stack.keys.harness };
+    const env = { TETHER_HARNESS_REGISTRY: stack.registryUrl, TETHER_HARNESS_API_KEY: stack.keys.harness };
     const result = await harness(['login', '--web', '--environment-id', ENVIRONMENT, '--ttl', '120'], env);
     expect(result.stderr).toBe(''); // stderr is not a terminal: no hint
     expect(result.code).toBe(0);
@@ -77,11 +77,14 @@ describe('harness login --web', () => {
   });
 
   it('needs --web, and a key that covers the environment', async () => {
-    const env = { TETHER_REGISTRY_URL: stack.registryUrl, TETHER_API_KEY: stack.keys.harness };
+    const env = { TETHER_HARNESS_REGISTRY: stack.registryUrl, TETHER_HARNESS_API_KEY: stack.keys.harness };
     const bare = await harness(['login', '--environment-id', ENVIRONMENT], env);
     expect(bare.code).toBe(2);
     expect(bare.stderr).toMatch(/login needs --web/);
-    const wrongKey = await harness(['login', '--web', ENVIRONMENT], { ...env, TETHER_API_KEY: stack.keys.executor });
+    const wrongKey = await harness(['login', '--web', ENVIRONMENT], {
+      ...env,
+      TETHER_HARNESS_API_KEY: stack.keys.executor,
+    });
     expect(wrongKey.code).toBe(255);
     expect(wrongKey.stdout).toBe('');
     expect(wrongKey.stderr).toMatch(/refused the harness API key .*HTTP 403/);

@@ -78,7 +78,7 @@ function cmdline(pid: number): string[] {
   return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').slice(0, -1);
 }
 
-describe('executor --remote keeps its API key from its children', () => {
+describe('executor --registry keeps its API key from its children', () => {
   let stack: Stack;
   let dir: string;
 
@@ -93,7 +93,7 @@ describe('executor --remote keeps its API key from its children', () => {
     if (dir) rmSync(dir, { recursive: true, force: true });
   });
 
-  it('a key given in TETHER_API_KEY/CODEX_API_KEY is in no ancestor of a child (re-exec, key on a pipe)', async () => {
+  it('a key given in TETHER_EXECUTOR_API_KEY/CODEX_API_KEY is in no ancestor of a child (re-exec, key on a pipe)', async () => {
     // Dumpable, so that the child can read the executor's environ and show what is (not) in it.
     const executor = await stack.startExecutor('tether', 'env-key-env', { env: { TETHER_EXECUTOR_DUMPABLE: '1' } });
     const chain = await ancestorsOfAChild(stack, 'env-key-env', executor.pid);
@@ -103,7 +103,7 @@ describe('executor --remote keeps its API key from its children', () => {
       expect(ancestor.error, `${ancestor.name} (${ancestor.pid})`).toBeUndefined();
       expect(ancestor.environ).toContain('PATH=');
       expect(ancestor.environ, `${ancestor.name} (${ancestor.pid}) holds the key`).not.toContain(stack.keys.executor);
-      expect(ancestor.environ).not.toMatch(/(^|\0)(TETHER|CODEX)_API_KEY=/);
+      expect(ancestor.environ).not.toMatch(/(^|\0)(TETHER_EXECUTOR|TETHER|CODEX)_API_KEY=/);
     }
     // Same pid, re-executed with the key on a descriptor; the key is on no command line either.
     const args = cmdline(executor.pid);
@@ -117,7 +117,7 @@ describe('executor --remote keeps its API key from its children', () => {
     writeFileSync(keyFile, `${stack.keys.executor}\n`, { mode: 0o600 });
     const executor = await stack.startExecutor('tether', 'env-key-file', {
       args: ['--api-key-file', keyFile],
-      env: { TETHER_API_KEY: '', CODEX_API_KEY: '', TETHER_EXECUTOR_DUMPABLE: '1' },
+      env: { TETHER_EXECUTOR_API_KEY: '', TETHER_EXECUTOR_DUMPABLE: '1' },
     });
     const chain = await ancestorsOfAChild(stack, 'env-key-file', executor.pid);
     expect(chain.at(-1)?.pid).toBe(executor.pid);
@@ -128,8 +128,8 @@ describe('executor --remote keeps its API key from its children', () => {
     chmodSync(shared, 0o644);
     const run = await runPeer({
       kind: 'tether',
-      args: ['--remote', stack.registryUrl, '--environment-id', 'env-key-shared', '--api-key-file', shared],
-      env: { TETHER_API_KEY: '', CODEX_API_KEY: '' },
+      args: ['--registry', stack.registryUrl, '--environment-id', 'env-key-shared', '--api-key-file', shared],
+      env: { TETHER_EXECUTOR_API_KEY: '', TETHER_API_KEY: '', CODEX_API_KEY: '' },
       timeoutMs: 20_000,
     });
     expect(run.code).toBe(2);
@@ -150,7 +150,7 @@ describe('executor --remote keeps its API key from its children', () => {
       process.execPath,
       [
         tetherMainPath(),
-        '--remote',
+        '--registry',
         stack.registryUrl,
         '--environment-id',
         'env-not-dumpable',
@@ -162,7 +162,12 @@ describe('executor --remote keeps its API key from its children', () => {
         gid,
         cwd: home,
         stdio: ['ignore', 'ignore', 'pipe'],
-        env: { PATH: process.env.PATH ?? '/usr/bin:/bin', TETHER_HOME: home, TETHER_LOG: 'info', ...peerMarkerEnv() },
+        env: {
+          PATH: process.env.PATH ?? '/usr/bin:/bin',
+          TETHER_HOME: home,
+          TETHER_EXECUTOR_LOG_LEVEL: 'info',
+          ...peerMarkerEnv(),
+        },
       },
     );
     let stderr = '';

@@ -29,9 +29,9 @@ export function runWithTarget(command: string, args: string[], target: HarnessTa
   const child = spawn(command, args, {
     env: {
       ...process.env,
-      TETHER_REGISTRY_URL: target.stack.registryUrl,
-      TETHER_ENVIRONMENT_ID: target.environmentId,
-      TETHER_API_KEY: target.stack.keys.harness,
+      TETHER_HARNESS_REGISTRY: target.stack.registryUrl,
+      TETHER_HARNESS_ENVIRONMENT_ID: target.environmentId,
+      TETHER_HARNESS_API_KEY: target.stack.keys.harness,
       // Never the user's config file.
       TETHER_CONFIG: join(target.work, 'no-config.toml'),
       ...peerMarkerEnv(),

@@ -125,7 +125,7 @@ describe('harness cp -r of many small files through registry, relay and executor
     makeTree(source, FILES);
     stack = await startStack();
     executor = await stack.startExecutor('tether', ENVIRONMENT);
-    env = { TETHER_REGISTRY_URL: stack.registryUrl, TETHER_API_KEY: stack.keys.harness };
+    env = { TETHER_HARNESS_REGISTRY: stack.registryUrl, TETHER_HARNESS_API_KEY: stack.keys.harness };
   }, 120_000);
 
   afterAll(async () => {

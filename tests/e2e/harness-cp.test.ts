@@ -70,7 +70,7 @@ describe('harness cp through registry, relay and executor', () => {
     dir = mkdtempSync(join(tmpdir(), 'tether-cp-e2e-'));
     stack = await startStack();
     executor = await stack.startExecutor('tether', ENVIRONMENT);
-    env = { TETHER_REGISTRY_URL: stack.registryUrl, TETHER_API_KEY: stack.keys.harness };
+    env = { TETHER_HARNESS_REGISTRY: stack.registryUrl, TETHER_HARNESS_API_KEY: stack.keys.harness };
   });
 
   afterAll(async () => {

@@ -29,9 +29,9 @@ const quote = (word: string) => `'${word.replace(/'/g, `'\\''`)}'`;
 
 function harnessEnv(environment: string): Record<string, string> {
   return {
-    TETHER_REGISTRY_URL: stack.registryUrl,
-    TETHER_ENVIRONMENT_ID: environment,
-    TETHER_API_KEY: stack.keys.harness,
+    TETHER_HARNESS_REGISTRY: stack.registryUrl,
+    TETHER_HARNESS_ENVIRONMENT_ID: environment,
+    TETHER_HARNESS_API_KEY: stack.keys.harness,
   };
 }
 

@@ -24,6 +24,9 @@ function harness(args: string[], env: NodeJS.ProcessEnv): Promise<Outcome> {
   const child = spawn(process.execPath, [join(repoRoot(), 'apps', 'harness', 'dist', 'main.js'), ...args], {
     env: {
       ...process.env,
+      TETHER_HARNESS_REGISTRY: '',
+      TETHER_HARNESS_ENVIRONMENT_ID: '',
+      TETHER_HARNESS_API_KEY: '',
       TETHER_REGISTRY_URL: '',
       TETHER_ENVIRONMENT_ID: '',
       TETHER_API_KEY: '',
@@ -79,9 +82,9 @@ afterAll(async () => {
 });
 
 const envFor = (id: string): NodeJS.ProcessEnv => ({
-  TETHER_REGISTRY_URL: stack.registryUrl,
-  TETHER_ENVIRONMENT_ID: id,
-  TETHER_API_KEY: stack.keys.harness,
+  TETHER_HARNESS_REGISTRY: stack.registryUrl,
+  TETHER_HARNESS_ENVIRONMENT_ID: id,
+  TETHER_HARNESS_API_KEY: stack.keys.harness,
 });
 
 describe.each<PeerKind>(['tether', 'codex'])('a command that cannot start (%s executor)', (kind) => {
@@ -156,7 +159,7 @@ describe('a connection that fails exits 255, as ssh does', () => {
     const port = await closedPort();
     const result = await harness(['exec', '--connect-timeout', '1', '--', 'true'], {
       ...envFor('errors-tether'),
-      TETHER_REGISTRY_URL: `http://127.0.0.1:${port}`,
+      TETHER_HARNESS_REGISTRY: `http://127.0.0.1:${port}`,
     });
     expect(result.code).toBe(255);
     expect(result.stderr).toMatch(/^harness: .*registry/);
@@ -179,7 +182,7 @@ describe('a connection that fails exits 255, as ssh does', () => {
   it('a refused API key (not echoed)', async () => {
     const result = await harness(['exec', '--', 'true'], {
       ...envFor('errors-tether'),
-      TETHER_API_KEY: 'wrong-key-456',
+      TETHER_HARNESS_API_KEY: 'wrong-key-456',
     });
     expect(result.code).toBe(255);
     expect(result.stderr).toContain('refused the harness API key');
@@ -207,5 +210,64 @@ describe('a connection that fails exits 255, as ssh does', () => {
     expect((await harness(['exec', '--', 'true'], {})).code).toBe(2);
     expect((await harness(['exec', '--connect-timeout', 'soon', '--', 'true'], {})).code).toBe(2);
     expect((await harness(['frobnicate'], {})).code).toBe(2);
+  });
+});
+
+describe('one spelling of each flag and variable, the older ones still read (issue 32)', () => {
+  const key = () => ({ TETHER_HARNESS_API_KEY: stack.keys.harness });
+
+  it('takes the connection flags before the command as after it', async () => {
+    const flags = ['--registry', stack.registryUrl, '--environment-id', 'errors-tether'];
+    for (const args of [
+      [...flags, 'exec', '--', '/bin/echo', 'before'],
+      ['exec', ...flags, '--', '/bin/echo', 'after'],
+      ['--registry', stack.registryUrl, 'exec', '--environment-id', 'errors-tether', '--', '/bin/echo', 'both'],
+      [
+        `--registry=${stack.registryUrl}`,
+        '--connect-timeout',
+        '20s',
+        'exec',
+        '--environment-id=errors-tether',
+        '--',
+        '/bin/echo',
+        'inline',
+      ],
+    ]) {
+      const word = args.at(-1) as string;
+      expect(await harness(args, key()), args.join(' ')).toEqual({ code: 0, stdout: `${word}\n`, stderr: '' });
+    }
+    // A flag no command has is refused as before.
+    const unknown = await harness(['--no-such-flag', 'exec', '--', 'true'], key());
+    expect(unknown.code).toBe(2);
+    expect(unknown.stderr).toContain("unknown option '--no-such-flag'");
+  });
+
+  it('reads the older variables, each with one warning naming its replacement (never the key)', async () => {
+    const result = await harness(['exec', '--', '/bin/echo', 'old'], {
+      TETHER_REGISTRY_URL: stack.registryUrl,
+      TETHER_ENVIRONMENT_ID: 'errors-tether',
+      TETHER_API_KEY: stack.keys.harness,
+      TETHER_CONNECT_TIMEOUT: '20',
+    });
+    expect(result.code).toBe(0);
+    expect(result.stdout).toBe('old\n');
+    expect(result.stderr.split('\n').sort()).toEqual(
+      [
+        '',
+        'harness: warning: TETHER_API_KEY is deprecated; use TETHER_HARNESS_API_KEY (the executor read it too, as its own)',
+        'harness: warning: TETHER_CONNECT_TIMEOUT is deprecated; use TETHER_HARNESS_CONNECT_TIMEOUT',
+        'harness: warning: TETHER_ENVIRONMENT_ID is deprecated; use TETHER_HARNESS_ENVIRONMENT_ID',
+        'harness: warning: TETHER_REGISTRY_URL is deprecated; use TETHER_HARNESS_REGISTRY',
+      ].sort(),
+    );
+    expect(result.stderr).not.toContain(stack.keys.harness);
+    // The new names win over the old ones, and then nothing is said.
+    const both = await harness(['exec', '--', '/bin/echo', 'new'], {
+      ...envFor('errors-tether'),
+      TETHER_REGISTRY_URL: 'http://127.0.0.1:9',
+      TETHER_ENVIRONMENT_ID: 'errors-nobody',
+      TETHER_API_KEY: 'wrong-key',
+    });
+    expect(both).toEqual({ code: 0, stdout: 'new\n', stderr: '' });
   });
 });

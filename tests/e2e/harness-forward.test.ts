@@ -156,7 +156,7 @@ describe('harness forward through registry, relay and executor', () => {
 
     stack = await startStack();
     executor = await stack.startExecutor('tether', ENVIRONMENT);
-    env = { TETHER_REGISTRY_URL: stack.registryUrl, TETHER_API_KEY: stack.keys.harness };
+    env = { TETHER_HARNESS_REGISTRY: stack.registryUrl, TETHER_HARNESS_API_KEY: stack.keys.harness };
   }, 120_000);
 
   afterAll(async () => {

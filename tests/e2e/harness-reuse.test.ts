@@ -100,9 +100,9 @@ describe('harness connection master (reuse) through registry, relay and executor
     stack = await startStack();
     await stack.startExecutor('tether', ENVIRONMENT);
     env = {
-      TETHER_REGISTRY_URL: stack.registryUrl,
-      TETHER_API_KEY: stack.keys.harness,
-      TETHER_ENVIRONMENT_ID: ENVIRONMENT,
+      TETHER_HARNESS_REGISTRY: stack.registryUrl,
+      TETHER_HARNESS_API_KEY: stack.keys.harness,
+      TETHER_HARNESS_ENVIRONMENT_ID: ENVIRONMENT,
       XDG_RUNTIME_DIR: runtime,
       TETHER_REUSE: '',
     };

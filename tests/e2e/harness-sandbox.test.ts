@@ -62,9 +62,9 @@ afterAll(async () => {
 
 describe.each(['tether', 'codex'] as PeerKind[])('harness exec --sandbox → %s executor', (kind) => {
   const env = () => ({
-    TETHER_REGISTRY_URL: stack.registryUrl,
-    TETHER_ENVIRONMENT_ID: `sandbox-${kind}`,
-    TETHER_API_KEY: stack.keys.harness,
+    TETHER_HARNESS_REGISTRY: stack.registryUrl,
+    TETHER_HARNESS_ENVIRONMENT_ID: `sandbox-${kind}`,
+    TETHER_HARNESS_API_KEY: stack.keys.harness,
   });
 
   it('workspace-write: the workspace and /tmp take writes, .git and everything else do not, no network', async () => {
@@ -176,7 +176,10 @@ describe('harness exec --sandbox: usage', () => {
       [['--sandbox', 'read-only', '-d'], /does not go with --detach/],
     ];
     for (const [flags, message] of cases) {
-      const run = await harness(['exec', ...flags, '--', 'true'], { TETHER_REGISTRY_URL: '', TETHER_API_KEY: '' });
+      const run = await harness(['exec', ...flags, '--', 'true'], {
+        TETHER_HARNESS_REGISTRY: '',
+        TETHER_HARNESS_API_KEY: '',
+      });
       expect(run.code, flags.join(' ')).toBe(2);
       expect(run.stderr, flags.join(' ')).toMatch(message);
     }

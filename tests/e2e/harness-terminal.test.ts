@@ -30,9 +30,9 @@ async function terminal(args: string[], size = { cols: 100, rows: 30 }, after = 
     cwd: work,
     ...size,
     env: {
-      TETHER_REGISTRY_URL: stack.registryUrl,
-      TETHER_ENVIRONMENT_ID: ENVIRONMENT,
-      TETHER_API_KEY: stack.keys.harness,
+      TETHER_HARNESS_REGISTRY: stack.registryUrl,
+      TETHER_HARNESS_ENVIRONMENT_ID: ENVIRONMENT,
+      TETHER_HARNESS_API_KEY: stack.keys.harness,
       TETHER_CONFIG: join(work, 'no-config.toml'),
     },
   });

@@ -70,9 +70,9 @@ function sh(script: string, env: NodeJS.ProcessEnv = {}): Promise<Outcome> {
       NODE: process.execPath,
       BIN: bin,
       W: work,
-      TETHER_REGISTRY_URL: stack.registryUrl,
-      TETHER_ENVIRONMENT_ID: ENVIRONMENT,
-      TETHER_API_KEY: stack.keys.harness,
+      TETHER_HARNESS_REGISTRY: stack.registryUrl,
+      TETHER_HARNESS_ENVIRONMENT_ID: ENVIRONMENT,
+      TETHER_HARNESS_API_KEY: stack.keys.harness,
       // Never the user's config file, nor a connection master of theirs.
       TETHER_CONFIG: join(work, 'no-config.toml'),
       TETHER_REUSE: 'no',
@@ -198,9 +198,9 @@ describe('at a terminal', { timeout: 60_000 }, () => {
       command: `bash ${quote(script)}`,
       cwd: work,
       env: {
-        TETHER_REGISTRY_URL: stack.registryUrl,
-        TETHER_ENVIRONMENT_ID: ENVIRONMENT,
-        TETHER_API_KEY: stack.keys.harness,
+        TETHER_HARNESS_REGISTRY: stack.registryUrl,
+        TETHER_HARNESS_ENVIRONMENT_ID: ENVIRONMENT,
+        TETHER_HARNESS_API_KEY: stack.keys.harness,
         TETHER_CONFIG: join(work, 'no-config.toml'),
         TETHER_REUSE: 'no',
       },
@@ -263,7 +263,7 @@ describe('exit codes and errors that name the cause and the thing', { timeout: 6
 
   it('an environment the key may not use is named as such, not as a refused key (255)', async () => {
     const key = await stack.createKey('harness', 'unix-someone-else');
-    const result = await sh('h exec -- true', { TETHER_API_KEY: key });
+    const result = await sh('h exec -- true', { TETHER_HARNESS_API_KEY: key });
     expect(result.code).toBe(255);
     expect(result.stderr).toMatch(
       new RegExp(`^harness: environment "${ENVIRONMENT}" is not one this API key may use `),
@@ -333,7 +333,7 @@ describe('--connect-timeout bounds every phase of connecting', { timeout: 60_000
   }
 
   const within = async (registryUrl: string, bound = 2_500) => {
-    const result = await sh('h exec --connect-timeout 1 -- true', { TETHER_REGISTRY_URL: registryUrl });
+    const result = await sh('h exec --connect-timeout 1 -- true', { TETHER_HARNESS_REGISTRY: registryUrl });
     expect(result.code).toBe(255);
     expect(result.stderr).toMatch(/^harness: could not connect within 1000 ms/);
     expect(result.ms).toBeLessThan(bound);

@@ -71,7 +71,7 @@ function outsideDestination(): string[] {
 /** Runs the harness bin (the built CLI). */
 function harness(args: string[]): Promise<{ code: number | null; stderr: string }> {
   const child = spawn(process.execPath, [join(repoRoot(), 'apps', 'harness', 'bin', 'harness.js'), ...args], {
-    env: { ...process.env, TETHER_REGISTRY_URL: '', TETHER_EXECUTOR_URL: '' },
+    env: { ...process.env, TETHER_HARNESS_REGISTRY: '', TETHER_HARNESS_URL: '' },
     stdio: ['ignore', 'ignore', 'pipe'],
   });
   let stderr = '';

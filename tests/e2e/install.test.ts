@@ -61,7 +61,7 @@ async function startInstalledExecutor(
   const keyFile = join(home, 'api-key');
   writeFileSync(keyFile, stack.keys.executor, { mode: 0o600 });
   const args = [
-    '--remote',
+    '--registry',
     stack.registryUrl,
     '--environment-id',
     environmentId,

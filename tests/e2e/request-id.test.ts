@@ -26,7 +26,7 @@ interface Running {
 function start(children: ChildProcess[], app: string, args: string[], env: Record<string, string> = {}): Running {
   const clean = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith('TETHER_')));
   const child = spawn(process.execPath, [join(repoRoot(), 'apps', app, 'bin', `${app}.js`), ...args], {
-    env: { ...clean, TETHER_LOG_FORMAT: 'json', ...env },
+    env: { ...clean, [`TETHER_${app.toUpperCase()}_LOG_FORMAT`]: 'json', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   children.push(child);
@@ -91,8 +91,8 @@ describe('request ids from /connect to the executor', () => {
       TETHER_REGISTRY_SIGNING_KEY_FILE: keyFile,
     });
     registryUrl = await registry.firstLine;
-    executor = start(children, 'executor', ['--remote', registryUrl, '--environment-id', ENVIRONMENT], {
-      TETHER_API_KEY: keys.executor as string,
+    executor = start(children, 'executor', ['--registry', registryUrl, '--environment-id', ENVIRONMENT], {
+      TETHER_EXECUTOR_API_KEY: keys.executor as string,
     });
     await waitUntil(
       async () => lines(executor.stderr(), 'relay link up').length > 0,

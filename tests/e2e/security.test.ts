@@ -29,10 +29,10 @@ async function harness(environmentId: string, args: string[]) {
   const child = spawn(process.execPath, [HARNESS, ...args], {
     env: {
       ...process.env,
-      TETHER_REGISTRY_URL: stack.registryUrl,
-      TETHER_API_KEY: stack.keys.harness,
-      TETHER_ENVIRONMENT_ID: environmentId,
-      TETHER_CONNECT_TIMEOUT: '10',
+      TETHER_HARNESS_REGISTRY: stack.registryUrl,
+      TETHER_HARNESS_API_KEY: stack.keys.harness,
+      TETHER_HARNESS_ENVIRONMENT_ID: environmentId,
+      TETHER_HARNESS_CONNECT_TIMEOUT: '10',
     },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

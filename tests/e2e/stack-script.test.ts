@@ -190,9 +190,9 @@ it('runs the local stack, serves the harness, and stops everything on SIGTERM', 
   const keyFile = join(data, 'harness.key');
   expect(statSync(keyFile).mode & 0o777).toBe(0o600);
   const env = {
-    TETHER_REGISTRY_URL: `http://127.0.0.1:${registryPort}`,
-    TETHER_ENVIRONMENT_ID: 'quickstart',
-    TETHER_API_KEY: readFileSync(keyFile, 'utf8').trim(),
+    TETHER_HARNESS_REGISTRY: `http://127.0.0.1:${registryPort}`,
+    TETHER_HARNESS_ENVIRONMENT_ID: 'quickstart',
+    TETHER_HARNESS_API_KEY: readFileSync(keyFile, 'utf8').trim(),
   };
   const run = await harness(['exec', '--', 'echo', 'from-the-quickstart'], env);
   expect(run).toEqual({ code: 0, stdout: 'from-the-quickstart\n' });
@@ -208,7 +208,7 @@ it('runs the local stack, serves the harness, and stops everything on SIGTERM', 
   expect(page.status).toBe(200);
   expect(await page.text()).toContain('<script type="module" src="app.js"></script>');
 
-  // registry (--listen P1), relay (--listen P2, --registry …:P1) and executor (--remote …:P1).
+  // registry (--listen P1), relay (--listen P2, --registry …:P1) and executor (--registry …:P1).
   const services = () => findProcesses({ commandIncludes: [`127.0.0.1:${registryPort}`, `127.0.0.1:${relayPort}`] });
   expect(services().length).toBe(3);
   expect(await stop(child)).toBe(0);
@@ -230,9 +230,9 @@ it('started again with other ports and another environment id, makes keys for th
   );
   expect(logs[0]).not.toBe('');
   const env = {
-    TETHER_REGISTRY_URL: `http://127.0.0.1:${registryPort}`,
-    TETHER_ENVIRONMENT_ID: 'quickstart-2',
-    TETHER_API_KEY: readFileSync(join(data, 'harness.key'), 'utf8').trim(),
+    TETHER_HARNESS_REGISTRY: `http://127.0.0.1:${registryPort}`,
+    TETHER_HARNESS_ENVIRONMENT_ID: 'quickstart-2',
+    TETHER_HARNESS_API_KEY: readFileSync(join(data, 'harness.key'), 'utf8').trim(),
   };
   expect(await harness(['exec', '--', 'echo', 'again'], env)).toEqual({ code: 0, stdout: 'again\n' });
   // The relay heartbeats with a key for its new URL (one for the old URL would be refused, 403).
@@ -310,9 +310,9 @@ it('a second start beside a running stack says so at once and touches none of it
     else expect(now.equals(bytes), name).toBe(true);
   }
   const env = {
-    TETHER_REGISTRY_URL: `http://127.0.0.1:${registryPort}`,
-    TETHER_ENVIRONMENT_ID: 'locked',
-    TETHER_API_KEY: readFileSync(join(data, 'harness.key'), 'utf8').trim(),
+    TETHER_HARNESS_REGISTRY: `http://127.0.0.1:${registryPort}`,
+    TETHER_HARNESS_ENVIRONMENT_ID: 'locked',
+    TETHER_HARNESS_API_KEY: readFileSync(join(data, 'harness.key'), 'utf8').trim(),
   };
   expect(await harness(['exec', '--', 'echo', 'still-here'], env)).toEqual({ code: 0, stdout: 'still-here\n' });
   expect(await stop(child)).toBe(0);
@@ -351,9 +351,9 @@ it('leaves data/env.sh: sourced in a shell, it puts harness on PATH (on the Node
     });
   }
   const envSh = readFileSync(join(stack.data, 'env.sh'), 'utf8');
-  expect(envSh).toContain(`export TETHER_REGISTRY_URL='http://127.0.0.1:${stack.registryPort}'`);
-  expect(envSh).toContain("export TETHER_ENVIRONMENT_ID='env-sh'");
-  expect(envSh).toContain(`export TETHER_API_KEY_FILE='${join(stack.data, 'harness.key')}'`);
+  expect(envSh).toContain(`export TETHER_HARNESS_REGISTRY='http://127.0.0.1:${stack.registryPort}'`);
+  expect(envSh).toContain("export TETHER_HARNESS_ENVIRONMENT_ID='env-sh'");
+  expect(envSh).toContain(`export TETHER_HARNESS_API_KEY_FILE='${join(stack.data, 'harness.key')}'`);
   expect(readFileSync(join(stack.data, 'bin', 'harness'), 'utf8')).toContain(`exec '${process.execPath}' `);
   expect(await stop(stack.child)).toBe(0);
 });

@@ -62,7 +62,7 @@ function harnessExec(
   const args = ['exec', ...(options.tty ? ['-t'] : []), '--', process.execPath, '-e', GENERATOR];
   args.push(String(options.total), options.mode);
   const child = spawn(process.execPath, [`${repoRoot()}/apps/harness/dist/main.js`, ...args], {
-    env: { ...process.env, ...env, TETHER_ENVIRONMENT_ID: ENVIRONMENT },
+    env: { ...process.env, ...env, TETHER_HARNESS_ENVIRONMENT_ID: ENVIRONMENT },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   const hash = createHash('sha256');
@@ -96,7 +96,7 @@ describe('streaming through registry, relay and executor (harness CLI)', () => {
   beforeAll(async () => {
     stack = await startStack();
     executor = await stack.startExecutor('tether', ENVIRONMENT);
-    env = { TETHER_REGISTRY_URL: stack.registryUrl, TETHER_API_KEY: stack.keys.harness };
+    env = { TETHER_HARNESS_REGISTRY: stack.registryUrl, TETHER_HARNESS_API_KEY: stack.keys.harness };
   });
 
   afterAll(async () => {
@@ -116,7 +116,7 @@ describe('streaming through registry, relay and executor (harness CLI)', () => {
     const child = spawn(
       process.execPath,
       [`${repoRoot()}/apps/harness/dist/main.js`, 'exec', '-i', '--', 'sha256sum'],
-      { env: { ...process.env, ...env, TETHER_ENVIRONMENT_ID: ENVIRONMENT }, stdio: ['pipe', 'pipe', 'pipe'] },
+      { env: { ...process.env, ...env, TETHER_HARNESS_ENVIRONMENT_ID: ENVIRONMENT }, stdio: ['pipe', 'pipe', 'pipe'] },
     );
     let stdout = '';
     let stderr = '';

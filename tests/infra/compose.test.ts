@@ -164,8 +164,8 @@ describe('docker-compose.yml and infra/docker/Dockerfile', () => {
 
   it('wires the executor and harness to the registry by its service name', () => {
     const text = JSON.stringify(services);
-    expect(text).toContain('--remote http://registry:8080');
-    expect(service('harness').environment?.TETHER_REGISTRY_URL).toBe('http://registry:8080');
+    expect(text).toContain('--registry http://registry:8080');
+    expect(service('harness').environment?.TETHER_HARNESS_REGISTRY).toBe('http://registry:8080');
   });
 
   it('mounts each API key only into the service that uses it', () => {
@@ -188,7 +188,7 @@ describe('docker-compose.yml and infra/docker/Dockerfile', () => {
     expect(executor).toContain('exec setpriv --reuid=node --regid=node --init-groups --');
     expect(executor).toContain('--api-key-fd 3');
     expect(executor).toContain('3< /keys/executor/executor.key');
-    expect(executor).not.toContain('TETHER_API_KEY');
+    expect(executor).not.toMatch(/_API_KEY\b/);
     expect(service('executor').user).toBe('root');
     expect(service('keys').user).toBe('root');
     expect(keys).toContain('chown root:root /keys/executor/executor.key');
@@ -212,13 +212,13 @@ describe('docker-compose.yml and infra/docker/Dockerfile', () => {
 
   it('allows the plain-http registry only explicitly, for the compose network (refused off loopback otherwise)', () => {
     const executor = script('executor');
-    expect(executor).toContain('--remote http://registry:8080');
+    expect(executor).toContain('--registry http://registry:8080');
     expect(executor).toContain('--allow-insecure-registry');
     // The executor's listener (an exec-server socket: no credentials) stays on loopback.
     expect(executor).toContain('--listen ws://127.0.0.1:8765');
     const harness = service('harness').environment;
-    expect(harness?.TETHER_REGISTRY_URL).toBe('http://registry:8080');
-    expect(harness?.TETHER_ALLOW_INSECURE_REGISTRY).toBe('1');
+    expect(harness?.TETHER_HARNESS_REGISTRY).toBe('http://registry:8080');
+    expect(harness?.TETHER_HARNESS_ALLOW_INSECURE_REGISTRY).toBe('1');
   });
 
   it('starts the collector and Prometheus only under the observability profile', () => {

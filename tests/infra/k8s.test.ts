@@ -466,9 +466,9 @@ describe('infra/k8s', () => {
         const args: string[] = container.args;
         expect(container.command, name).toEqual(['node', 'apps/executor/dist/main.js']);
         expect(args[args.indexOf('--listen') + 1], name).toMatch(/^ws:\/\/127\.0\.0\.1:\d+$/);
-        expect(args).toContain('--remote');
+        expect(args).toContain('--registry');
         expect(args).toContain('--environment-id');
-        const key = container.env.find((e: Container) => e.name === 'TETHER_API_KEY');
+        const key = container.env.find((e: Container) => e.name === 'TETHER_EXECUTOR_API_KEY');
         expect(key?.valueFrom?.secretKeyRef?.key, name).toBe('api-key');
         expect(pod.shareProcessNamespace, name).not.toBe(true);
       }

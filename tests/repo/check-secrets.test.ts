@@ -53,7 +53,9 @@ describe('scripts/check-secrets.mjs (the CI check for committed keys and tokens)
   it('fails on a registry API key or harness authorization in any tracked file', () => {
     const token = `treg_${randomBytes(32).toString('base64url')}`;
     const authorization = `thka_${randomBytes(32).toString('base64url')}`;
-    const result = check(repoWith({ 'config.env': `X=1\nTETHER_API_KEY=${token}\n`, 'log.txt': authorization }));
+    const result = check(
+      repoWith({ 'config.env': `X=1\nTETHER_HARNESS_API_KEY=${token}\n`, 'log.txt': authorization }),
+    );
     expect(result.status).toBe(1);
     expect(result.err).toContain('config.env:2: Tether API key');
     expect(result.err).toContain('log.txt:1: Tether harness authorization');
@@ -61,11 +63,11 @@ describe('scripts/check-secrets.mjs (the CI check for committed keys and tokens)
   });
 
   it('fails on a tracked key file whatever it holds, and passes elided samples', () => {
-    const result = check(repoWith({ 'harness.key': 'x\n', 'README.md': 'TETHER_API_KEY=treg_…\n' }));
+    const result = check(repoWith({ 'harness.key': 'x\n', 'README.md': 'TETHER_HARNESS_API_KEY=treg_…\n' }));
     expect(result.status).toBe(1);
     expect(result.err).toContain('harness.key: a key file is tracked');
     expect(result.err).not.toContain('README.md');
-    expect(check(repoWith({ 'README.md': 'TETHER_API_KEY=treg_…\n' })).status).toBe(0);
+    expect(check(repoWith({ 'README.md': 'TETHER_HARNESS_API_KEY=treg_…\n' })).status).toBe(0);
   });
 
   it('with --staged looks at what would be committed, not at untracked files', () => {

@@ -80,27 +80,33 @@ describe('--api-key-fd', () => {
 describe('a key in the environment', () => {
   it('is held to the same length bound as a file or fd (a longer one would block its handover pipe)', () => {
     const long = 'k'.repeat(MAX_API_KEY_BYTES + 1);
-    expect(() => readApiKey({ kind: 'env', variable: 'TETHER_API_KEY' }, { TETHER_API_KEY: long })).toThrow(
-      `TETHER_API_KEY: the API key is longer than ${MAX_API_KEY_BYTES} bytes`,
-    );
+    expect(() =>
+      readApiKey({ kind: 'env', variable: 'TETHER_EXECUTOR_API_KEY' }, { TETHER_EXECUTOR_API_KEY: long }),
+    ).toThrow(`TETHER_EXECUTOR_API_KEY: the API key is longer than ${MAX_API_KEY_BYTES} bytes`);
     const fits = 'k'.repeat(MAX_API_KEY_BYTES);
-    expect(readApiKey({ kind: 'env', variable: 'TETHER_API_KEY' }, { TETHER_API_KEY: fits })).toBe(fits);
+    expect(readApiKey({ kind: 'env', variable: 'TETHER_EXECUTOR_API_KEY' }, { TETHER_EXECUTOR_API_KEY: fits })).toBe(
+      fits,
+    );
   });
 });
 
 describe('choosing the source', () => {
-  it('prefers the flags, then TETHER_API_KEY_FILE, then TETHER_API_KEY over CODEX_API_KEY', () => {
-    const env = { TETHER_API_KEY_FILE: '/k', TETHER_API_KEY: 'a', CODEX_API_KEY: 'b' };
+  it('prefers the flags, then TETHER_EXECUTOR_API_KEY, then CODEX_API_KEY, then the deprecated shared names', () => {
+    const env = { TETHER_API_KEY_FILE: '/k', TETHER_API_KEY: 'a', CODEX_API_KEY: 'b', TETHER_EXECUTOR_API_KEY: 'c' };
     expect(chooseApiKeySource({ apiKeyFd: 5 }, env)).toEqual({ kind: 'fd', fd: 5 });
     expect(chooseApiKeySource({ apiKeyFile: '/f' }, env)).toMatchObject({ kind: 'file', path: '/f' });
-    expect(chooseApiKeySource({}, env)).toMatchObject({ kind: 'file', path: '/k', flag: 'TETHER_API_KEY_FILE' });
-    expect(chooseApiKeySource({}, { TETHER_API_KEY: 'a', CODEX_API_KEY: 'b' })).toEqual({
+    expect(chooseApiKeySource({}, env)).toEqual({ kind: 'env', variable: 'TETHER_EXECUTOR_API_KEY' });
+    const { TETHER_EXECUTOR_API_KEY: _own, ...codex } = env;
+    expect(chooseApiKeySource({}, codex)).toEqual({ kind: 'env', variable: 'CODEX_API_KEY' });
+    // TETHER_API_KEY_FILE and TETHER_API_KEY are the harness's names too: read last, the file first.
+    expect(chooseApiKeySource({}, { TETHER_API_KEY_FILE: '/k', TETHER_API_KEY: 'a' })).toMatchObject({
+      kind: 'file',
+      path: '/k',
+      flag: 'TETHER_API_KEY_FILE',
+    });
+    expect(chooseApiKeySource({}, { TETHER_API_KEY: 'a', CODEX_API_KEY: ' ' })).toEqual({
       kind: 'env',
       variable: 'TETHER_API_KEY',
-    });
-    expect(chooseApiKeySource({}, { TETHER_API_KEY: ' ', CODEX_API_KEY: 'b' })).toEqual({
-      kind: 'env',
-      variable: 'CODEX_API_KEY',
     });
     expect(chooseApiKeySource({}, {})).toBeNull();
     expect(() => chooseApiKeySource({ apiKeyFd: 5, apiKeyFile: '/f' }, {})).toThrow('not both');

@@ -8,9 +8,21 @@ import { closeSync, constants, fstatSync, openSync, readSync } from 'node:fs';
  * environment; a key given in the environment is handed over on a pipe by re-executing (key-handover.ts).
  */
 
-/** Environment variables holding the key, in order of preference (Codex reads CODEX_API_KEY). */
-export const API_KEY_ENV_VARS = ['TETHER_API_KEY', 'CODEX_API_KEY'] as const;
-/** The environment form of `--api-key-file` (a path, not a secret). */
+/** The executor's key by value: the scheme's name (`TETHER_EXECUTOR_…`). */
+export const API_KEY_ENV = 'TETHER_EXECUTOR_API_KEY';
+/** Codex's name for the key, which `codex exec-server --remote` reads: accepted as it is. */
+export const CODEX_API_KEY_ENV = 'CODEX_API_KEY';
+/**
+ * The older name, deprecated: the harness reads the same variable as *its* key, so a shell set up for the
+ * harness would hand the executor a harness key. Still read, last, with a warning naming API_KEY_ENV.
+ */
+export const DEPRECATED_API_KEY_ENV = 'TETHER_API_KEY';
+/** Environment variables holding the key, in order of preference. */
+export const API_KEY_ENV_VARS = [API_KEY_ENV, CODEX_API_KEY_ENV, DEPRECATED_API_KEY_ENV] as const;
+/**
+ * The older environment form of `--api-key-file` (a path, not a secret), deprecated for the same reason (the
+ * scheme's `TETHER_EXECUTOR_API_KEY_FILE` is read as the flag). Read after every current name.
+ */
 export const API_KEY_FILE_ENV = 'TETHER_API_KEY_FILE';
 /** Larger than any API key; bounds what a wrong file or descriptor can make us read. */
 export const MAX_API_KEY_BYTES = 16 * 1024;
@@ -35,8 +47,9 @@ export function apiKeyVariablesIn(env: NodeJS.ProcessEnv): string[] {
 }
 
 /**
- * Which source the key comes from: `--api-key-fd`, `--api-key-file`, TETHER_API_KEY_FILE, then the
- * environment variables. More than one flag is an error (which one would win is not obvious).
+ * Which source the key comes from: `--api-key-fd`, `--api-key-file` (or its variable), TETHER_EXECUTOR_API_KEY,
+ * CODEX_API_KEY, then the deprecated TETHER_API_KEY_FILE and TETHER_API_KEY. More than one flag is an error
+ * (which one would win is not obvious).
  */
 export function chooseApiKeySource(flags: ApiKeyFlags, env: NodeJS.ProcessEnv): ApiKeySource | null {
   if (flags.apiKeyFd !== undefined && flags.apiKeyFile !== undefined) {
@@ -44,10 +57,13 @@ export function chooseApiKeySource(flags: ApiKeyFlags, env: NodeJS.ProcessEnv): 
   }
   if (flags.apiKeyFd !== undefined) return { kind: 'fd', fd: flags.apiKeyFd };
   if (flags.apiKeyFile !== undefined) return { kind: 'file', path: flags.apiKeyFile, flag: '--api-key-file' };
+  const current = apiKeyVariablesIn(env).find((name) => name !== DEPRECATED_API_KEY_ENV);
+  if (current) return { kind: 'env', variable: current };
   const fromEnv = (env[API_KEY_FILE_ENV] ?? '').trim();
   if (fromEnv !== '') return { kind: 'file', path: fromEnv, flag: API_KEY_FILE_ENV };
-  const variable = apiKeyVariablesIn(env)[0];
-  return variable ? { kind: 'env', variable } : null;
+  return apiKeyVariablesIn(env).includes(DEPRECATED_API_KEY_ENV)
+    ? { kind: 'env', variable: DEPRECATED_API_KEY_ENV }
+    : null;
 }
 
 /** Reads the key from its source; throws ApiKeyError with what to fix. */

@@ -1,11 +1,12 @@
 import { once } from 'node:events';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PassThrough } from 'node:stream';
 import { loadNativePipe } from '@tether/native-pipe';
+import { Deprecations } from '@tether/telemetry/cli';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { readApiKeyFd } from './api-key.js';
 import {
@@ -86,26 +87,26 @@ async function fakeRegistry(answer: (count: number) => number): Promise<{ url: s
   return state;
 }
 
-describe('executor --remote: registry URL', () => {
+describe('executor --registry: registry URL', () => {
   it('refuses an http:// registry on a host that is not loopback unless --allow-insecure-registry', async () => {
-    const refused = cliIo({ TETHER_API_KEY: KEY });
-    expect(await runExecutor(options({ remote: 'http://registry.example' }), refused.io, silentLogger(), noExec)).toBe(
-      2,
-    );
-    expect(refused.stderr()).toContain('--remote http://registry.example: plain http to a host that is not loopback');
+    const refused = cliIo({ TETHER_EXECUTOR_API_KEY: KEY });
+    expect(
+      await runExecutor(options({ registry: 'http://registry.example' }), refused.io, silentLogger(), noExec),
+    ).toBe(2);
+    expect(refused.stderr()).toContain('--registry http://registry.example: plain http to a host that is not loopback');
     expect(refused.stderr()).toContain('--allow-insecure-registry');
     // Allowed (and loopback hosts): the run gets as far as the API key, which is missing here.
     for (const extra of [
-      { remote: 'http://registry.example', allowInsecureRegistry: true },
-      { remote: 'http://127.0.0.1:1' },
-      { remote: 'http://127.9.9.9:1' },
-      { remote: 'http://localhost:1' },
-      { remote: 'http://[::1]:1' },
-      { remote: 'https://registry.example' },
+      { registry: 'http://registry.example', allowInsecureRegistry: true },
+      { registry: 'http://127.0.0.1:1' },
+      { registry: 'http://127.9.9.9:1' },
+      { registry: 'http://localhost:1' },
+      { registry: 'http://[::1]:1' },
+      { registry: 'https://registry.example' },
     ]) {
       const run = cliIo();
-      expect(await runExecutor(options(extra), run.io, silentLogger(), noExec), extra.remote).toBe(2);
-      expect(run.stderr()).toContain('--remote needs an API key: --api-key-file PATH (mode 0600), --api-key-fd N');
+      expect(await runExecutor(options(extra), run.io, silentLogger(), noExec), extra.registry).toBe(2);
+      expect(run.stderr()).toContain('--registry needs an API key: --api-key-file PATH (mode 0600), --api-key-fd N');
     }
   });
 
@@ -128,15 +129,15 @@ describe('executor --remote: registry URL', () => {
     expect(exposedListenerWarning('192.168.1.5')).toMatch(/unauthenticated/);
   });
 
-  it('the key flags need --remote', async () => {
+  it('the key flags need --registry', async () => {
     const run = cliIo();
     expect(
       await runExecutor(options({ environmentId: undefined, apiKeyFile: '/k' }), run.io, silentLogger(), noExec),
     ).toBe(2);
-    expect(run.stderr()).toContain('--api-key-file needs --remote');
+    expect(run.stderr()).toContain('--api-key-file needs --registry');
   });
 
-  it('--noise-cipher needs --remote', async () => {
+  it('--noise-cipher needs --registry', async () => {
     const run = cliIo();
     expect(
       await runExecutor(
@@ -146,12 +147,12 @@ describe('executor --remote: registry URL', () => {
         noExec,
       ),
     ).toBe(2);
-    expect(run.stderr()).toContain('--noise-cipher needs --remote');
+    expect(run.stderr()).toContain('--noise-cipher needs --registry');
   });
 });
 
-describe('executor --remote: the API key never stays in its environment', () => {
-  it('with the key in TETHER_API_KEY, re-executes itself without it and hands the key over on a pipe', async () => {
+describe('executor --registry: the API key never stays in its environment', () => {
+  it('with the key in TETHER_EXECUTOR_API_KEY, re-executes itself without it (and any other key variable) and hands the key over on a pipe', async () => {
     const native = loadNativePipe();
     expect(native, 'the native pipe addon is built in CI').not.toBeNull();
     const cleared: number[] = [];
@@ -168,13 +169,13 @@ describe('executor --remote: the API key never stays in its environment', () => 
       exec: support,
       commandLine: () => ({
         execPath: '/usr/bin/node',
-        args: ['--enable-source-maps', '/app/main.js', '--remote', 'http://127.0.0.1:1'],
-        env: { PATH: '/bin', TETHER_API_KEY: KEY, CODEX_API_KEY: KEY, UNSET: undefined },
+        args: ['--enable-source-maps', '/app/main.js', '--registry', 'http://127.0.0.1:1'],
+        env: { PATH: '/bin', TETHER_EXECUTOR_API_KEY: KEY, TETHER_API_KEY: 'x', CODEX_API_KEY: KEY, UNSET: undefined },
       }),
     };
-    const run = cliIo({ TETHER_API_KEY: KEY, CODEX_API_KEY: KEY });
+    const run = cliIo({ TETHER_EXECUTOR_API_KEY: KEY, TETHER_API_KEY: 'x', CODEX_API_KEY: KEY });
     await expect(
-      runExecutor(options({ remote: 'http://127.0.0.1:1' }), run.io, silentLogger(), platform),
+      runExecutor(options({ registry: 'http://127.0.0.1:1' }), run.io, silentLogger(), platform),
     ).rejects.toThrow('exec stand-in');
     const fd = Number(exec?.argv.at(-1));
     expect(exec).toEqual({
@@ -183,15 +184,18 @@ describe('executor --remote: the API key never stays in its environment', () => 
         '/usr/bin/node',
         '--enable-source-maps',
         '/app/main.js',
-        '--remote',
+        '--registry',
         'http://127.0.0.1:1',
         '--api-key-fd',
         String(fd),
       ],
-      env: { PATH: '/bin' },
+      // The variable the key was in (a name, for messages) goes along; no key variable does.
+      env: { PATH: '/bin', TETHER_EXECUTOR_API_KEY_ORIGIN: 'TETHER_EXECUTOR_API_KEY' },
       key: KEY,
     });
     expect(cleared).toEqual([fd]);
+    // TETHER_API_KEY was not the key used: no word about it.
+    expect(run.stderr()).toBe('');
   });
 
   it('a key variable set beside --api-key-file is dropped by re-executing with the same command line', async () => {
@@ -215,27 +219,43 @@ describe('executor --remote: the API key never stays in its environment', () => 
     };
     const run = cliIo({ CODEX_API_KEY: KEY });
     await expect(
-      runExecutor(options({ remote: 'http://127.0.0.1:1', apiKeyFile: '/k' }), run.io, silentLogger(), platform),
+      runExecutor(options({ registry: 'http://127.0.0.1:1', apiKeyFile: '/k' }), run.io, silentLogger(), platform),
     ).rejects.toThrow('exec stand-in');
     expect(exec).toEqual({ argv: ['/node', '/main.js', '--api-key-file', '/k'], env: {} });
   });
 
   it('refuses a key in the environment where it cannot re-execute, unless --allow-api-key-env (then warns)', async () => {
-    const refused = cliIo({ TETHER_API_KEY: KEY });
-    expect(await runExecutor(options({ remote: 'http://127.0.0.1:1' }), refused.io, silentLogger(), noExec)).toBe(2);
-    expect(refused.stderr()).toContain('the API key is in TETHER_API_KEY, where every child process can read it');
+    const refused = cliIo({ TETHER_EXECUTOR_API_KEY: KEY });
+    expect(await runExecutor(options({ registry: 'http://127.0.0.1:1' }), refused.io, silentLogger(), noExec)).toBe(2);
+    expect(refused.stderr()).toContain(
+      'the API key is in TETHER_EXECUTOR_API_KEY, where every child process can read it',
+    );
     expect(refused.stderr()).toContain('--allow-api-key-env');
     expect(refused.stderr()).not.toContain(KEY);
 
+    // A key variable beside the file the key comes from: said to be unused, not to be the key.
+    const beside = cliIo({ TETHER_API_KEY: KEY });
+    expect(
+      await runExecutor(
+        options({ registry: 'http://127.0.0.1:1', apiKeyFile: '/k' }),
+        beside.io,
+        silentLogger(),
+        noExec,
+      ),
+    ).toBe(2);
+    expect(beside.stderr()).toBe(
+      `executor: TETHER_API_KEY holds an API key (not the one used: that comes from --api-key-file) that every child process could read from /proc/${process.pid}/environ, and this executor cannot re-execute itself without it (missing: execve (Node < 22.15 and no native addon) and pipes that survive exec (the native addon)). Unset it, or accept the exposure with --allow-api-key-env\n`,
+    );
+
     const registry = await fakeRegistry(() => 401);
-    const allowed = cliIo({ TETHER_API_KEY: KEY });
+    const allowed = cliIo({ TETHER_EXECUTOR_API_KEY: KEY });
     const code = await runExecutor(
-      options({ remote: registry.url, allowApiKeyEnv: true }),
+      options({ registry: registry.url, allowApiKeyEnv: true }),
       allowed.io,
       silentLogger(),
       noExec,
     );
-    expect(allowed.stderr()).toContain('WARNING: TETHER_API_KEY stays readable by every child process');
+    expect(allowed.stderr()).toContain('WARNING: TETHER_EXECUTOR_API_KEY stays readable by every child process');
     // It went on to use the key: the registry said no, and a 401 at start is final.
     expect(code).toBe(1);
     expect(allowed.stderr()).toContain('(the API key was revoked or is wrong)');
@@ -243,7 +263,92 @@ describe('executor --remote: the API key never stays in its environment', () => 
   });
 });
 
-describe('executor --remote: a revoked key', () => {
+describe('executor --registry: the deprecated shared key variables', () => {
+  it('reads TETHER_API_KEY last, with one warning naming TETHER_EXECUTOR_API_KEY, and says so when the key is refused', async () => {
+    const registry = await fakeRegistry(() => 403);
+    const run = cliIo({ TETHER_API_KEY: KEY });
+    const code = await runExecutor(
+      options({ registry: registry.url, allowApiKeyEnv: true }),
+      run.io,
+      silentLogger(),
+      noExec,
+    );
+    expect(code).toBe(1);
+    const lines = run.stderr().split('\n');
+    expect(lines[0]).toBe(
+      'executor: warning: TETHER_API_KEY is deprecated; use TETHER_EXECUTOR_API_KEY (the harness reads it too, as its own)',
+    );
+    expect(run.stderr()).toContain(
+      "it came from TETHER_API_KEY, which the harness reads as its own key: is it a harness key? Give the executor's key in TETHER_EXECUTOR_API_KEY or --api-key-file",
+    );
+    expect(run.stderr()).not.toContain(KEY);
+    // The current names: no warning, no such hint.
+    const current = cliIo({ TETHER_EXECUTOR_API_KEY: KEY, TETHER_API_KEY: 'harness-key' });
+    expect(
+      await runExecutor(options({ registry: registry.url, allowApiKeyEnv: true }), current.io, silentLogger(), noExec),
+    ).toBe(1);
+    expect(current.stderr()).not.toContain('deprecated');
+    expect(current.stderr()).not.toContain('harness key');
+  });
+
+  it('reads TETHER_API_KEY_FILE after the current names, with one warning', async () => {
+    const dir = scratch();
+    const keyPath = join(dir, 'executor.key');
+    writeFileSync(keyPath, `${KEY}\n`, { mode: 0o600 });
+    const registry = await fakeRegistry(() => 401);
+    const run = cliIo({ TETHER_API_KEY_FILE: keyPath });
+    expect(await runExecutor(options({ registry: registry.url }), run.io, silentLogger(), noExec)).toBe(1);
+    expect(run.stderr()).toContain(
+      'executor: warning: TETHER_API_KEY_FILE is deprecated; use TETHER_EXECUTOR_API_KEY_FILE (the harness reads it too, as its own)\n',
+    );
+    expect(run.stderr()).toContain('(the API key was revoked or is wrong)');
+  });
+
+  it('says the parse’s deprecations once: not in an image that re-executes itself for the key, then in the next', async () => {
+    const native = loadNativePipe();
+    expect(native, 'the native pipe addon is built in CI').not.toBeNull();
+    const held = (io: ReturnType<typeof cliIo>['io']) => {
+      const deprecations = new Deprecations('executor', (text) => io.stderr.write(text));
+      deprecations.hold();
+      deprecations.warn('TETHER_LOG', 'TETHER_EXECUTOR_LOG_LEVEL');
+      return deprecations;
+    };
+    const platform: ExecutorPlatform = {
+      exec: {
+        pipe: () => native!.pipe(),
+        clearCloexec: () => undefined,
+        execve: (_file, argv) => {
+          closeSync(Number(argv.at(-1)));
+          throw new Error('exec stand-in');
+        },
+      },
+      commandLine: () => ({ execPath: '/node', args: ['/main.js'], env: { TETHER_EXECUTOR_API_KEY: KEY } }),
+    };
+    const first = cliIo({ TETHER_EXECUTOR_API_KEY: KEY });
+    await expect(
+      runExecutor(
+        options({ registry: 'http://127.0.0.1:1', deprecations: held(first.io) }),
+        first.io,
+        silentLogger(),
+        platform,
+      ),
+    ).rejects.toThrow('exec stand-in');
+    expect(first.stderr()).toBe('');
+    // The re-executed image (no key variable left) says it.
+    const next = cliIo();
+    expect(
+      await runExecutor(
+        options({ registry: 'http://127.0.0.1:1', deprecations: held(next.io) }),
+        next.io,
+        silentLogger(),
+        noExec,
+      ),
+    ).toBe(2);
+    expect(next.stderr()).toMatch(/^executor: warning: TETHER_LOG is deprecated; use TETHER_EXECUTOR_LOG_LEVEL\n/);
+  });
+});
+
+describe('executor --registry: a revoked key', () => {
   it('exits 1 with a clear message when the registry refuses the key on re-registration', async () => {
     const dir = scratch();
     const keyPath = join(dir, 'executor.key');
@@ -254,7 +359,7 @@ describe('executor --remote: a revoked key', () => {
     const platform: ExecutorPlatform = { ...noExec, exec: { setDumpable: (value) => dumpable.push(value) } };
     const run = cliIo();
     const code = await runExecutor(
-      options({ remote: registry.url, apiKeyFile: keyPath }),
+      options({ registry: registry.url, apiKeyFile: keyPath }),
       run.io,
       silentLogger(),
       platform,

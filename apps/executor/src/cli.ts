@@ -4,6 +4,7 @@ import { generateIdentity, SUITE_HYBRID_AESGCM, SUITE_HYBRID_CHACHAPOLY } from '
 import { ProxyConfigError, type ProxySettings, proxySettingsFromEnv } from '@tether/outbound';
 import { Telemetry } from '@tether/telemetry';
 import {
+  Deprecations,
   type EnvScheme,
   LOG_FORMAT_ALIAS,
   type LogFormat,
@@ -14,11 +15,15 @@ import {
 } from '@tether/telemetry/cli';
 import { type Command, InvalidArgumentError } from 'commander';
 import {
+  API_KEY_ENV,
   API_KEY_ENV_VARS,
   API_KEY_FILE_ENV,
   ApiKeyError,
+  type ApiKeySource,
   apiKeyVariablesIn,
+  CODEX_API_KEY_ENV,
   chooseApiKeySource,
+  DEPRECATED_API_KEY_ENV,
   readApiKey,
 } from './api-key.js';
 import { ConfigError, defaultConfigPath, type ExecutorConfig, loadConfig } from './config.js';
@@ -29,6 +34,7 @@ import {
   type ExecSupport,
   handOverApiKey,
   handoverUnavailableReason,
+  KEY_ORIGIN_ENV,
   platformExecSupport,
   type Reexec,
 } from './key-handover.js';
@@ -47,18 +53,38 @@ export const DUMPABLE_ENV = 'TETHER_EXECUTOR_DUMPABLE';
 export const EXIT_ON_STDIN_CLOSE_ENV = ['TETHER_EXECUTOR_EXIT_ON_STDIN_CLOSE', 'CODEX_EXEC_SERVER_EXIT_ON_STDIN_CLOSE'];
 
 /**
- * The executor's flags and their variables (`TETHER_EXECUTOR_<FLAG>`; README "Flags and variables"). The
- * API key file's and the stdin switch's older names are read where the key is chosen, since they mean
- * something only with --remote and are ignored without it.
+ * The executor's flags and their variables (`TETHER_EXECUTOR_<FLAG>`; README "Flags and variables").
+ * `--remote` is Codex's spelling of `--registry` (`codex exec-server --remote URL`) and stays. The key's
+ * variables and the stdin switch's Codex name are read where the key is chosen, since they mean something
+ * only with --registry and are ignored without it.
  */
 export const EXECUTOR_ENV: EnvScheme = {
   app: 'executor',
-  aliases: { '--log-level': ['TETHER_LOG'], '--log-format': [LOG_FORMAT_ALIAS] },
-  readByApp: { '--api-key-file': [API_KEY_FILE_ENV], '--exit-on-stdin-close': EXIT_ON_STDIN_CLOSE_ENV.slice(1) },
+  flagAliases: { '--remote': '--registry' },
+  deprecatedVariables: {
+    '--registry': ['TETHER_EXECUTOR_REMOTE'],
+    '--log-level': ['TETHER_LOG'],
+    '--log-format': [LOG_FORMAT_ALIAS],
+  },
+  deprecatedReadByApp: { '--api-key-file': [API_KEY_FILE_ENV] },
+  alsoReadByApp: { '--exit-on-stdin-close': EXIT_ON_STDIN_CLOSE_ENV.slice(1) },
+  variables: [
+    {
+      name: API_KEY_ENV,
+      what: 'the API key itself, with --registry; moved out of the environment at start',
+      commands: ['(program)'],
+      secret: true,
+      also: [CODEX_API_KEY_ENV],
+      deprecated: [DEPRECATED_API_KEY_ENV],
+    },
+  ],
 };
 
 /** Variables naming the key's file or descriptor, never passed to a child (beside the key's own). */
-const KEY_SOURCE_ENV = ['TETHER_EXECUTOR_API_KEY_FILE', 'TETHER_EXECUTOR_API_KEY_FD'];
+const KEY_SOURCE_ENV = ['TETHER_EXECUTOR_API_KEY_FILE', 'TETHER_EXECUTOR_API_KEY_FD', KEY_ORIGIN_ENV];
+
+/** Why each deprecated key variable is: the harness reads the same name as its own. */
+const SHARED_WITH_HARNESS = 'the harness reads it too, as its own';
 
 export interface CliIo {
   stdin: NodeJS.ReadableStream & import('node:stream').Readable;
@@ -144,7 +170,8 @@ function listenTarget(value: string): ListenTarget {
 
 export interface ExecutorOptions {
   listen?: ListenTarget;
-  remote?: string;
+  /** `--registry` (or Codex's `--remote`): remote mode. */
+  registry?: string;
   environmentId?: string;
   noiseCipher?: 'aesgcm' | 'chachapoly';
   exitOnStdinClose?: boolean;
@@ -163,6 +190,11 @@ export interface ExecutorOptions {
   logLevel?: LogLevel;
   /** `--log-format`; default auto. */
   logFormat?: LogFormat;
+  /**
+   * The parse's deprecation lines, held: said once the executor no longer re-executes itself (so once a run).
+   * Default: said at once on io.stderr.
+   */
+  deprecations?: Deprecations;
 }
 
 /** What runExecutor needs from the platform to re-execute itself (tests give stand-ins). */
@@ -172,48 +204,54 @@ export interface ExecutorPlatform {
   commandLine: () => Reexec;
 }
 
-export function buildCommand(run: (options: ExecutorOptions) => Promise<void>): Command {
-  const command = new SchemeCommand('executor', EXECUTOR_ENV)
+export function buildCommand(
+  run: (options: ExecutorOptions) => Promise<void>,
+  env: NodeJS.ProcessEnv = process.env,
+): Command {
+  const command = new SchemeCommand('executor', EXECUTOR_ENV, { env });
+  // Said by runExecutor after the key's handover, which re-executes the executor (and so parses again).
+  command.deprecations.hold();
+  command
     .description(
       'Tether executor: serves the Codex exec-server protocol (run and control processes) over stdio or WebSocket.',
     )
     .version(packageVersion(import.meta.url, '@tether/executor'))
     .option(
-      '--listen <url>',
-      `where to serve: ws://IP:PORT (port 0 picks one; the bound URL is printed on stdout) or stdio (default: ${DEFAULT_LISTEN_URL}; with --remote: no local listener unless given)`,
+      '--listen <address>',
+      `where to serve: ws://IP:PORT or IP:PORT (port 0 picks one; the bound URL is printed on stdout) or stdio (default: ${DEFAULT_LISTEN_URL}; with --registry: no local listener unless given)`,
       listenTarget,
     )
     .option(
-      '--remote <registry-url>',
-      'remote mode: register with this Tether (or Codex-compatible) registry and serve harnesses through its relay; the API key comes from --api-key-file, --api-key-fd, TETHER_API_KEY_FILE, or TETHER_API_KEY (or CODEX_API_KEY)',
+      '--registry <url>',
+      `remote mode: register with this Tether (or Codex-compatible) registry and serve harnesses through its relay (--remote URL, Codex's spelling, is the same flag); the API key comes from --api-key-file, --api-key-fd or ${API_KEY_ENV} (or Codex's ${CODEX_API_KEY_ENV})`,
       registryUrl,
     )
     .option(
       '--api-key-file <path>',
-      'with --remote: read the API key from this file (a regular file, mode 0600 or stricter; one trailing newline is ignored); also TETHER_API_KEY_FILE',
+      'with --registry: read the API key from this file (a regular file, mode 0600 or stricter; one trailing newline is ignored)',
     )
     .option(
       '--api-key-fd <n>',
-      'with --remote: read the API key from this inherited file descriptor until EOF, then close it',
+      'with --registry: read the API key from this inherited file descriptor until EOF, then close it',
       descriptor,
     )
     .option(
       '--allow-api-key-env',
-      'with --remote: accept TETHER_API_KEY/CODEX_API_KEY even where the executor cannot re-execute itself without it (children can then read the key from /proc/<pid>/environ)',
+      `with --registry: accept ${API_KEY_ENV}/${CODEX_API_KEY_ENV} even where the executor cannot re-execute itself without it (children can then read the key from /proc/<pid>/environ)`,
     )
     .option(
       '--allow-insecure-registry',
-      'with --remote: allow an http:// registry on a host that is not loopback (the API key then travels in the clear)',
+      'with --registry: allow an http:// registry on a host that is not loopback (the API key then travels in the clear)',
     )
-    .option('--environment-id <id>', 'the environment this executor serves (required with --remote)', environmentId)
+    .option('--environment-id <id>', 'the environment this executor serves (required with --registry)', environmentId)
     .option(
       '--noise-cipher <cipher>',
-      "with --remote: the records' cipher, aesgcm (Codex's, the default) or chachapoly (a Codex harness speaks only aesgcm)",
+      "with --registry: the records' cipher, aesgcm (Codex's, the default) or chachapoly (a Codex harness speaks only aesgcm)",
       noiseCipher,
     )
     .option(
       '--exit-on-stdin-close',
-      `with --remote: shut down gracefully when stdin closes (for a parent that owns this process; also ${EXIT_ON_STDIN_CLOSE_ENV.join(' or ')}=true)`,
+      `with --registry: shut down gracefully when stdin closes (for a parent that owns this process; Codex's ${EXIT_ON_STDIN_CLOSE_ENV[1]}=true too)`,
     )
     .option(
       '--concurrent-requests <n>',
@@ -240,16 +278,16 @@ export function buildCommand(run: (options: ExecutorOptions) => Promise<void>): 
       `
 Examples:
   executor                                  serve on ws://127.0.0.1:<free port>
-  executor --listen ws://127.0.0.1:8765     serve on a fixed port
+  executor --listen 127.0.0.1:8765          serve on a fixed port (or ws://127.0.0.1:8765)
   executor --listen stdio                   one client over stdin/stdout (exits when stdin closes)
-  executor --remote https://registry.example --environment-id dev-1 --api-key-file ~/.tether/executor.key
+  executor --registry https://registry.example --environment-id dev-1 --api-key-file ~/.tether/executor.key
                                             register and serve harnesses through the relay
-  TETHER_API_KEY=… executor --remote http://127.0.0.1:8080 --environment-id dev-1
+  ${API_KEY_ENV}=… executor --registry http://127.0.0.1:8080 --environment-id dev-1
                                             the same with the key in the environment: the executor
                                             re-executes itself without it and reads it from a pipe
 
-API key: no child process can read it from the executor's environment. A key in TETHER_API_KEY or
-CODEX_API_KEY is moved out of it by re-executing (same pid) with the key on a pipe (--api-key-fd); where
+API key: no child process can read it from the executor's environment. A key in ${API_KEY_ENV} or
+${CODEX_API_KEY_ENV} is moved out of it by re-executing (same pid) with the key on a pipe (--api-key-fd); where
 that is impossible (no execve: Node < 22.15 without the native addon) the executor refuses to start
 unless --allow-api-key-env. In remote mode the executor also marks itself non-dumpable
 (prctl PR_SET_DUMPABLE 0), so children of the same user cannot read its memory or /proc/<pid>/environ;
@@ -260,52 +298,66 @@ header are refused with 403. Logs go to stderr: pretty on a terminal, else JSON 
 --log-level, else [logging] level.
 
 Proxies: registry calls, the relay socket, http/request and OTLP export go through HTTPS_PROXY /
-HTTP_PROXY / ALL_PROXY (lower-case too), except hosts in NO_PROXY, as Codex's do; loopback is not exempt.`,
+HTTP_PROXY / ALL_PROXY (lower-case too), except hosts in NO_PROXY, as Codex's do; loopback is not exempt.
+
+Deprecated, still read for one more release (a warning names the replacement): ${DEPRECATED_API_KEY_ENV} and
+${API_KEY_FILE_ENV} (the harness reads them too: use ${API_KEY_ENV} and --api-key-file), TETHER_EXECUTOR_REMOTE,
+TETHER_LOG and TETHER_LOG_FORMAT.`,
     )
     .action(async (options: ExecutorOptions, self: Command) => {
-      // The stdin switch's variable means something only with --remote; without it, it was always ignored.
-      if (self.getOptionValueSource('exitOnStdinClose') === 'env' && options.remote === undefined) {
+      // The stdin switch's variable means something only with --registry; without it, it was always ignored.
+      if (self.getOptionValueSource('exitOnStdinClose') === 'env' && options.registry === undefined) {
         delete options.exitOnStdinClose;
       }
-      return run(options);
+      return run({ ...options, deprecations: command.deprecations });
     });
 }
 
 /** Runs the executor until a signal or (stdio) EOF; returns the process exit code. */
 /** Checks flag combinations that commander cannot express; returns an error message or null. */
 function checkModes(options: ExecutorOptions): string | null {
-  if (options.remote === undefined) {
-    if (options.environmentId !== undefined) return '--environment-id needs --remote';
-    if (options.noiseCipher !== undefined) return '--noise-cipher needs --remote';
-    if (options.exitOnStdinClose) return '--exit-on-stdin-close needs --remote';
+  if (options.registry === undefined) {
+    if (options.environmentId !== undefined) return '--environment-id needs --registry';
+    if (options.noiseCipher !== undefined) return '--noise-cipher needs --registry';
+    if (options.exitOnStdinClose) return '--exit-on-stdin-close needs --registry';
     return null;
   }
-  if (options.environmentId === undefined) return '--remote needs --environment-id';
-  if (options.listen?.kind === 'stdio') return '--remote cannot be combined with --listen stdio';
-  const registry = new URL(options.remote);
+  if (options.environmentId === undefined) return '--registry needs --environment-id';
+  if (options.listen?.kind === 'stdio') return '--registry cannot be combined with --listen stdio';
+  const registry = new URL(options.registry);
   if (registry.protocol === 'http:' && !isLoopbackHost(registry.hostname) && !options.allowInsecureRegistry) {
-    return `--remote ${registry.origin}: plain http to a host that is not loopback would send the API key and every harness authorization in the clear; use https://, or pass --allow-insecure-registry on a network you trust`;
+    return `--registry ${registry.origin}: plain http to a host that is not loopback would send the API key and every harness authorization in the clear; use https://, or pass --allow-insecure-registry on a network you trust`;
   }
   return null;
 }
 
-/** Flags that only mean something with --remote. */
+/** Flags that only mean something with --registry. */
 function checkRemoteOnlyFlags(options: ExecutorOptions): string | null {
-  if (options.remote !== undefined) return null;
+  if (options.registry !== undefined) return null;
   for (const [set, flag] of [
     [options.apiKeyFile !== undefined, '--api-key-file'],
     [options.apiKeyFd !== undefined, '--api-key-fd'],
     [options.allowApiKeyEnv, '--allow-api-key-env'],
     [options.allowInsecureRegistry, '--allow-insecure-registry'],
   ] as const) {
-    if (set) return `${flag} needs --remote`;
+    if (set) return `${flag} needs --registry`;
   }
   return null;
 }
 
-const NO_KEY_MESSAGE = `--remote needs an API key: --api-key-file PATH (mode 0600), --api-key-fd N, ${API_KEY_FILE_ENV}, or ${API_KEY_ENV_VARS.join(' or ')}`;
+const NO_KEY_MESSAGE = `--registry needs an API key: --api-key-file PATH (mode 0600), --api-key-fd N, or ${API_KEY_ENV} (or ${CODEX_API_KEY_ENV})`;
 
-type KeyOutcome = { key: string } | { exitCode: number };
+/** The key, and where it came from (`--api-key-file`, `TETHER_EXECUTOR_API_KEY`, …) for messages. */
+type KeyOutcome = { key: string; origin: string } | { exitCode: number };
+
+/** Where a source's key comes from, for messages: a flag or a variable's name (never the key). */
+function originOf(source: ApiKeySource, env: NodeJS.ProcessEnv): string {
+  if (source.kind === 'env') return source.variable;
+  if (source.kind === 'file') return source.flag;
+  // A descriptor the executor handed itself names the variable the key was in before.
+  const handed = env[KEY_ORIGIN_ENV];
+  return handed !== undefined && (API_KEY_ENV_VARS as readonly string[]).includes(handed) ? handed : '--api-key-fd';
+}
 
 /**
  * Gets remote mode's API key so that no child can read it from this process's environment: a key in an
@@ -313,43 +365,64 @@ type KeyOutcome = { key: string } | { exitCode: number };
  * variable that is set beside a file or descriptor is dropped the same way. Where re-executing is
  * impossible the key in the environment is refused unless the user accepted the exposure.
  */
-function obtainApiKey(options: ExecutorOptions, io: CliIo, platform: ExecutorPlatform): KeyOutcome {
+function obtainApiKey(
+  options: ExecutorOptions,
+  io: CliIo,
+  platform: ExecutorPlatform,
+  deprecations: Deprecations,
+): KeyOutcome {
+  // Nothing re-executes after a failure: the parse's deprecations come first, then the failure.
+  const fail = (text: string): KeyOutcome => {
+    deprecations.flush();
+    io.stderr.write(text);
+    return { exitCode: 2 };
+  };
   let source: ReturnType<typeof chooseApiKeySource>;
   try {
     source = chooseApiKeySource(options, io.env);
   } catch (err) {
     if (!(err instanceof ApiKeyError)) throw err;
-    io.stderr.write(`executor: ${err.message}\n`);
-    return { exitCode: 2 };
+    return fail(`executor: ${err.message}\n`);
   }
   if (source === null) {
-    io.stderr.write(`executor: ${NO_KEY_MESSAGE}\n`);
-    return { exitCode: 2 };
+    return fail(`executor: ${NO_KEY_MESSAGE}\n`);
   }
+  // The deprecated shared names, said when used: the key's variable at once (the re-executed executor no
+  // longer has it), a key file's with the parse's lines (it is read again after the re-exec).
+  if (source.kind === 'env' && source.variable === DEPRECATED_API_KEY_ENV) {
+    deprecations.warnNow(DEPRECATED_API_KEY_ENV, API_KEY_ENV, SHARED_WITH_HARNESS);
+  }
+  if (source.kind === 'file' && source.flag === API_KEY_FILE_ENV) {
+    deprecations.warn(API_KEY_FILE_ENV, 'TETHER_EXECUTOR_API_KEY_FILE', SHARED_WITH_HARNESS);
+  }
+  const origin = originOf(source, io.env);
   const exposed = apiKeyVariablesIn(io.env);
   try {
     if (exposed.length > 0) {
       if (canHandOver(platform.exec)) {
         // Never returns: the new image starts with --api-key-fd and without the variables.
-        if (source.kind === 'env') handOverApiKey(readApiKey(source, io.env), platform.commandLine(), platform.exec);
+        if (source.kind === 'env') {
+          handOverApiKey(readApiKey(source, io.env), platform.commandLine(), platform.exec, undefined, origin);
+        }
         handOverApiKey(null, platform.commandLine(), platform.exec, source.kind === 'fd' ? source.fd : undefined);
       }
       const why = handoverUnavailableReason(platform.exec);
       if (!options.allowApiKeyEnv) {
-        io.stderr.write(
-          `executor: the API key is in ${exposed.join(' and ')}, where every child process can read it from /proc/${process.pid}/environ, and this executor cannot re-execute itself without it (missing: ${why}). Pass it with --api-key-file or --api-key-fd instead, or accept the exposure with --allow-api-key-env\n`,
+        const where = `/proc/${process.pid}/environ, and this executor cannot re-execute itself without it (missing: ${why})`;
+        return fail(
+          source.kind === 'env'
+            ? `executor: the API key is in ${exposed.join(' and ')}, where every child process can read it from ${where}. Pass it with --api-key-file or --api-key-fd instead, or accept the exposure with --allow-api-key-env\n`
+            : `executor: ${exposed.join(' and ')} holds an API key (not the one used: that comes from ${origin}) that every child process could read from ${where}. Unset it, or accept the exposure with --allow-api-key-env\n`,
         );
-        return { exitCode: 2 };
       }
       io.stderr.write(
         `executor: WARNING: ${exposed.join(' and ')} stays readable by every child process in /proc/${process.pid}/environ (--allow-api-key-env; cannot re-execute: ${why})\n`,
       );
     }
-    return { key: readApiKey(source, io.env) };
+    return { key: readApiKey(source, io.env), origin };
   } catch (err) {
     if (!(err instanceof ApiKeyError)) throw err;
-    io.stderr.write(`executor: ${err.message}\n`);
-    return { exitCode: 2 };
+    return fail(`executor: ${err.message}\n`);
   }
 }
 
@@ -379,7 +452,7 @@ function protectMemory(io: CliIo, platform: ExecutorPlatform, log: Logger): void
 /** The warning for a WebSocket listener reachable from other hosts, or null for a loopback one. */
 export function exposedListenerWarning(host: string): string | null {
   if (isLoopbackHost(host)) return null;
-  return `the WebSocket listener on ${host} is unauthenticated: anyone who can reach it can run commands as this user; bind 127.0.0.1 (and tunnel) or use --remote`;
+  return `the WebSocket listener on ${host} is unauthenticated: anyone who can reach it can run commands as this user; bind 127.0.0.1 (and tunnel) or use --registry`;
 }
 
 function envFlag(env: NodeJS.ProcessEnv, names: readonly string[]): boolean {
@@ -393,18 +466,24 @@ export async function runExecutor(
   logger?: Logger,
   platform: ExecutorPlatform = { exec: platformExecSupport(), commandLine: currentCommandLine },
 ): Promise<number> {
+  const deprecations = options.deprecations ?? new Deprecations('executor', (text) => io.stderr.write(text));
   const modeProblem = checkModes(options) ?? checkRemoteOnlyFlags(options);
   if (modeProblem) {
+    deprecations.flush();
     io.stderr.write(`executor: ${modeProblem} (see executor --help)\n`);
     return 2;
   }
   const exitOnStdinClose = options.exitOnStdinClose === true || envFlag(io.env, EXIT_ON_STDIN_CLOSE_ENV);
   let apiKey = '';
-  if (options.remote !== undefined) {
-    const outcome = obtainApiKey(options, io, platform);
+  let keyOrigin = '';
+  if (options.registry !== undefined) {
+    const outcome = obtainApiKey(options, io, platform, deprecations);
+    deprecations.flush();
     if ('exitCode' in outcome) return outcome.exitCode;
-    apiKey = outcome.key;
+    ({ key: apiKey, origin: keyOrigin } = outcome);
   }
+  // This image runs on (it re-executed itself for the key, if it had to): the parse's deprecations, once.
+  deprecations.flush();
   // Neither the parent-lifetime switch nor anything naming the registry key reaches a child process.
   for (const name of [...EXIT_ON_STDIN_CLOSE_ENV, ...API_KEY_ENV_VARS, API_KEY_FILE_ENV, ...KEY_SOURCE_ENV]) {
     delete io.env[name];
@@ -446,12 +525,12 @@ export async function runExecutor(
   if (options.maxDetachedProcesses !== undefined) config.maxDetachedProcesses = options.maxDetachedProcesses;
   const log = logger ?? createLogger(options.logLevel ?? config.logLevel, options.logFormat);
   for (const warning of warnings) log.warn({ warning }, 'ignoring config problem (use --strict-config to fail)');
-  if (options.remote !== undefined) protectMemory(io, platform, log);
+  if (options.registry !== undefined) protectMemory(io, platform, log);
 
   // Codex exports exec-server metrics whenever `[otel] metrics_exporter` names a collector; `[analytics]
   // enabled` does not gate them (observed with codex 0.171.0), so it does not here either. Without it the
   // OTEL_* variables may name one. A WebSocket listener also serves them on /metrics.
-  const servesHttp = options.listen ? options.listen.kind === 'websocket' : options.remote === undefined;
+  const servesHttp = options.listen ? options.listen.kind === 'websocket' : options.registry === undefined;
   const telemetry = await Telemetry.create(
     executorTelemetryOptions(config, io.env, {
       serviceVersion: EXECUTOR_VERSION,
@@ -484,9 +563,9 @@ export async function runExecutor(
   let remote: RemoteLink | null = null;
   let exitCode = 0;
   try {
-    if (options.remote !== undefined) {
+    if (options.registry !== undefined) {
       remote = new RemoteLink({
-        registryUrl: options.remote,
+        registryUrl: options.registry,
         environmentId: options.environmentId!,
         apiKey,
         identity: generateIdentity({
@@ -508,7 +587,9 @@ export async function runExecutor(
         outcome = await Promise.race([started, stop.then(() => 'stopped' as const)]);
       } catch (err) {
         if (err instanceof RegistryError) {
-          io.stderr.write(`executor: cannot register environment ${options.environmentId}: ${keyRefusalText(err)}\n`);
+          io.stderr.write(
+            `executor: cannot register environment ${options.environmentId}: ${keyRefusalText(err, keyOrigin)}\n`,
+          );
           return 1;
         }
         throw err;
@@ -517,7 +598,7 @@ export async function runExecutor(
       // A key revoked while we run ends the executor (non-zero) instead of re-registering forever.
       void link.failed.then((err) => {
         io.stderr.write(
-          `executor: environment ${options.environmentId} lost its registration: ${keyRefusalText(err)}; exiting\n`,
+          `executor: environment ${options.environmentId} lost its registration: ${keyRefusalText(err, keyOrigin)}; exiting\n`,
         );
         exitCode = 1;
         stopRequested();
@@ -562,9 +643,16 @@ export async function runExecutor(
   return exitCode;
 }
 
-/** A registry error, plus what a 401/403 means for an executor: retrying will not help. */
-function keyRefusalText(err: RegistryError): string {
-  if (err.status === 401) return `${err.message} (the API key was revoked or is wrong)`;
-  if (isKeyRefusal(err)) return `${err.message} (the API key was revoked, or may not serve this environment)`;
+/**
+ * A registry error, plus what a 401/403 means for an executor: retrying will not help. A key from the
+ * deprecated TETHER_API_KEY is likely a harness key (a shell set up for the harness exports it): said so.
+ */
+function keyRefusalText(err: RegistryError, origin: string): string {
+  const shared =
+    origin === DEPRECATED_API_KEY_ENV
+      ? `; it came from ${DEPRECATED_API_KEY_ENV}, which the harness reads as its own key: is it a harness key? Give the executor's key in ${API_KEY_ENV} or --api-key-file`
+      : '';
+  if (err.status === 401) return `${err.message} (the API key was revoked or is wrong${shared})`;
+  if (isKeyRefusal(err)) return `${err.message} (the API key was revoked, or may not serve this environment${shared})`;
   return err.message;
 }

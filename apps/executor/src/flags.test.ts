@@ -57,7 +57,13 @@ describe('executor flags and variables', () => {
   it('every long flag has its TETHER_EXECUTOR_ variable', () => {
     const rows = flagRows(buildCommand(async () => {}));
     expect(rows.map((r) => r.flag)).toEqual(expect.arrayContaining(['--log-level <level>', '--log-format <format>']));
-    for (const row of rows) {
+    expect(rows.find((r) => r.flag.startsWith('--registry'))?.also).toEqual(['--remote']);
+    expect(rows.find((r) => r.variable === 'TETHER_EXECUTOR_API_KEY')).toMatchObject({
+      also: ['CODEX_API_KEY'],
+      deprecated: ['TETHER_API_KEY'],
+      secret: true,
+    });
+    for (const row of rows.filter((r) => r.flag !== '')) {
       const long = /--[a-z0-9-]+/.exec(row.flag)?.[0] as string;
       expect(row.variable, row.flag).toBe(long === '--version' ? null : envVarName(EXECUTOR_ENV.app, long));
     }
@@ -75,13 +81,46 @@ describe('executor flags and variables', () => {
       env: env({ TETHER_EXECUTOR_ENVIRONMENT_ID: 'dev-1' }),
     });
     expect(result.status).toBe(2);
-    expect(result.stderr).toContain('--environment-id needs --remote');
+    expect(result.stderr).toContain('--environment-id needs --registry');
     const bad = spawnSync(process.execPath, [BIN], {
       encoding: 'utf8',
       env: env({ TETHER_EXECUTOR_NO_FORWARD: 'maybe' }),
     });
     expect(bad.status).not.toBe(0);
     expect(bad.stderr).toContain("from env 'TETHER_EXECUTOR_NO_FORWARD' is invalid");
+  });
+
+  it('takes --registry and Codex’s --remote alike, and the older variables with one warning each', () => {
+    const run = (args: string[], extra: Record<string, string> = {}) =>
+      spawnSync(process.execPath, [BIN, ...args], { encoding: 'utf8', env: env(extra) });
+    const refusal = 'executor: --registry http://registry.example: plain http to a host that is not loopback';
+    for (const flag of ['--registry', '--remote']) {
+      const result = run([flag, 'http://registry.example', '--environment-id', 'dev-1']);
+      expect([result.status, result.stderr.split('\n')[0]], flag).toEqual([2, expect.stringContaining(refusal)]);
+      expect(result.stderr).not.toContain('warning');
+    }
+    const old = run(['--environment-id', 'dev-1'], {
+      TETHER_EXECUTOR_REMOTE: 'http://registry.example',
+      TETHER_LOG: 'debug',
+      TETHER_LOG_FORMAT: 'json',
+    });
+    expect(old.status).toBe(2);
+    expect(old.stderr.split('\n')).toEqual([
+      'executor: warning: TETHER_EXECUTOR_REMOTE is deprecated; use TETHER_EXECUTOR_REGISTRY',
+      'executor: warning: TETHER_LOG is deprecated; use TETHER_EXECUTOR_LOG_LEVEL',
+      'executor: warning: TETHER_LOG_FORMAT is deprecated; use TETHER_EXECUTOR_LOG_FORMAT',
+      expect.stringContaining(refusal),
+      '',
+    ]);
+    const current = run(['--environment-id', 'dev-1'], { TETHER_EXECUTOR_REGISTRY: 'http://registry.example' });
+    expect([current.status, current.stderr]).toEqual([2, expect.stringMatching(new RegExp(`^${refusal}`))]);
+  });
+
+  it('--listen takes IP:PORT as ws://IP:PORT', async () => {
+    const out = await outputUntil([process.execPath, BIN, '--listen', '127.0.0.1:0'], {}, (o) =>
+      /^ws:\/\/127\.0\.0\.1:\d+$/m.test(o),
+    );
+    expect(out).toMatch(/^ws:\/\/127\.0\.0\.1:[1-9]\d*$/m);
   });
 
   it('logs JSON lines with the component on a pipe', async () => {
@@ -96,8 +135,10 @@ describe('executor flags and variables', () => {
     const line = pretty.split('\n').find((l) => SANDBOX_LINE.test(l)) as string;
     expect(line).toMatch(/(INFO|WARN).*\[executor\] sandbox/);
     expect(line.trim().startsWith('{')).toBe(false);
-    const json = await outputUntil(['script', '-qfec', command, '/dev/null'], { TETHER_LOG_FORMAT: 'json' }, (o) =>
-      SANDBOX_LINE.test(o),
+    const json = await outputUntil(
+      ['script', '-qfec', command, '/dev/null'],
+      { TETHER_EXECUTOR_LOG_FORMAT: 'json' },
+      (o) => SANDBOX_LINE.test(o),
     );
     const jsonLine = json.split('\n').find((l) => SANDBOX_LINE.test(l)) as string;
     expect(JSON.parse(jsonLine.trim())).toMatchObject({ component: 'executor' });

@@ -10,6 +10,12 @@ import { API_KEY_ENV_VARS } from './api-key.js';
  * (`--api-key-fd N`); the new image reads it to EOF and closes it before anything else starts.
  */
 
+/**
+ * Set in the re-executed image's environment: the variable its key was in (for messages: a registry refusing
+ * a key from the deprecated TETHER_API_KEY is likely refusing a harness key). A name, never the key.
+ */
+export const KEY_ORIGIN_ENV = 'TETHER_EXECUTOR_API_KEY_ORIGIN';
+
 /** What the handover needs from the platform; each member is absent where it is unavailable. */
 export interface ExecSupport {
   /** Replaces the process image (`process.execve` or the native addon's); throws on failure. */
@@ -81,7 +87,8 @@ export function environmentWithoutKeys(env: NodeJS.ProcessEnv): Record<string, s
 }
 
 /**
- * Re-executes this process without the API key variables, handing `key` over on a pipe (`--api-key-fd`);
+ * Re-executes this process without the API key variables, handing `key` over on a pipe (`--api-key-fd`; the
+ * variable it was in as `origin`);
  * with `key` null (it comes from a file or an inherited descriptor) the command line is kept as it is, and
  * `keepFd` (the user's `--api-key-fd`, not read yet) is kept open across the exec.
  * Does not return on success. The key is written whole before the exec (far below the pipe's capacity,
@@ -89,9 +96,16 @@ export function environmentWithoutKeys(env: NodeJS.ProcessEnv): Record<string, s
  * end loses close-on-exec: every other descriptor of ours (libuv opens all with O_CLOEXEC) is closed by
  * the kernel at the exec.
  */
-export function handOverApiKey(key: string | null, command: Reexec, support: ExecSupport, keepFd?: number): never {
+export function handOverApiKey(
+  key: string | null,
+  command: Reexec,
+  support: ExecSupport,
+  keepFd?: number,
+  origin?: string,
+): never {
   if (!canHandOver(support)) throw new Error(`cannot re-execute: ${handoverUnavailableReason(support)}`);
   const env = environmentWithoutKeys(command.env);
+  if (origin !== undefined) env[KEY_ORIGIN_ENV] = origin;
   if (key === null) {
     if (keepFd !== undefined) support.clearCloexec!(keepFd);
     return support.execve!(command.execPath, [command.execPath, ...command.args], env);

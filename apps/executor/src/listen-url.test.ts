@@ -9,6 +9,16 @@ describe('parseListenUrl', () => {
     expect(parseListenUrl('stdio://')).toEqual({ kind: 'stdio' });
   });
 
+  it('accepts IP:PORT as every Tether server does, for the same WebSocket', () => {
+    expect(parseListenUrl('127.0.0.1:8765')).toEqual({ kind: 'websocket', host: '127.0.0.1', port: 8765 });
+    expect(parseListenUrl('[::1]:0')).toEqual({ kind: 'websocket', host: '::1', port: 0 });
+    for (const bad of ['localhost:1234', '127.0.0.1:', '127.0.0.1:70000', '[::1]:x']) {
+      expect(() => parseListenUrl(bad), bad).toThrow(
+        `invalid --listen address \`${bad}\`; expected \`IP:PORT\`, \`ws://IP:PORT\` or \`stdio\``,
+      );
+    }
+  });
+
   it('rejects hostnames with the Codex message', () => {
     expect(() => parseListenUrl('ws://localhost:1234')).toThrow(
       'invalid websocket --listen URL `ws://localhost:1234`; expected `ws://IP:PORT`',

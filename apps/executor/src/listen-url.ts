@@ -8,9 +8,21 @@ export class ListenUrlError extends Error {
   override readonly name = 'ListenUrlError';
 }
 
-/** Parses `--listen` (spec §1.1): `ws://IP:PORT` with a literal IP, `stdio` or `stdio://`. */
+/**
+ * Parses `--listen` (spec §1.1): `ws://IP:PORT` with a literal IP, `stdio` or `stdio://`; and, as every Tether
+ * server takes its address, `IP:PORT` alone (`[IPv6]:PORT`) for the same WebSocket.
+ */
 export function parseListenUrl(text: string): ListenTarget {
   if (text === 'stdio' || text === 'stdio://') return { kind: 'stdio' };
+  if (/^(\[[^\]]*\]|[^:/[\]]*):[^/:]*$/.test(text)) {
+    try {
+      return parseListenUrl(`ws://${text}`);
+    } catch {
+      throw new ListenUrlError(
+        `invalid --listen address \`${text}\`; expected \`IP:PORT\`, \`ws://IP:PORT\` or \`stdio\``,
+      );
+    }
+  }
   if (!text.startsWith('ws://')) {
     throw new ListenUrlError(`unsupported --listen URL \`${text}\`; expected \`ws://IP:PORT\` or \`stdio\``);
   }

@@ -56,9 +56,9 @@ describe('harness CLI through the registry and relay', () => {
     stack = await startStack();
     peer = await stack.startExecutor('tether', 'env-cli');
     env = {
-      TETHER_REGISTRY_URL: stack.registryUrl,
-      TETHER_ENVIRONMENT_ID: 'env-cli',
-      TETHER_API_KEY: stack.keys.harness,
+      TETHER_HARNESS_REGISTRY: stack.registryUrl,
+      TETHER_HARNESS_ENVIRONMENT_ID: 'env-cli',
+      TETHER_HARNESS_API_KEY: stack.keys.harness,
     };
   });
   afterAll(async () => {
@@ -104,16 +104,16 @@ describe('harness CLI through the registry and relay', () => {
   });
 
   it('says what is missing when there is no registry or key', async () => {
-    const noRegistry = await harness(['exec', '--', 'true'], { TETHER_API_KEY: 'x' });
+    const noRegistry = await harness(['exec', '--', 'true'], { TETHER_HARNESS_API_KEY: 'x' });
     expect(noRegistry.code).toBe(2);
     expect(noRegistry.stderr).toContain('--registry');
-    const noKey = await harness(['exec', '--', 'true'], { ...env, TETHER_API_KEY: '' });
+    const noKey = await harness(['exec', '--', 'true'], { ...env, TETHER_HARNESS_API_KEY: '' });
     expect(noKey.code).toBe(2);
-    expect(noKey.stderr).toContain('TETHER_API_KEY');
+    expect(noKey.stderr).toContain('TETHER_HARNESS_API_KEY');
   });
 
   it('a wrong API key is reported without echoing it, and exits 255 as ssh does', async () => {
-    const result = await harness(['exec', '--', 'true'], { ...env, TETHER_API_KEY: 'wrong-key-123' });
+    const result = await harness(['exec', '--', 'true'], { ...env, TETHER_HARNESS_API_KEY: 'wrong-key-123' });
     expect(result.code).toBe(255);
     expect(result.stderr).toContain('refused the harness API key');
     expect(result.stderr).not.toContain('wrong-key-123');
@@ -150,7 +150,7 @@ describe('harness CLI through the registry and relay', () => {
         'dev',
         '--registry',
         stack.registryUrl,
-        '--environment',
+        '--environment-id',
         'env-cli',
         '--api-key-file',
         keyFile,
@@ -166,9 +166,9 @@ describe('harness CLI through the registry and relay', () => {
 
     // A second context, current, that names an environment with no executor: the variable and then the
     // flag win over it, and --context picks the first one again.
-    expect((await harness(['config', 'set-context', 'other', '--environment', 'env-nobody', '--use'], only)).code).toBe(
-      0,
-    );
+    expect(
+      (await harness(['config', 'set-context', 'other', '--environment-id', 'env-nobody', '--use'], only)).code,
+    ).toBe(0);
     expect(
       (
         await harness(
@@ -180,18 +180,18 @@ describe('harness CLI through the registry and relay', () => {
     const fromContext = await harness(['exec', '--connect-timeout', '1', '--', 'true'], only);
     expect(fromContext.code).toBe(255);
     expect(fromContext.stderr).toContain('env-nobody');
-    expect((await harness(['exec', '--', 'true'], { ...only, TETHER_ENVIRONMENT_ID: 'env-cli' })).code).toBe(0);
+    expect((await harness(['exec', '--', 'true'], { ...only, TETHER_HARNESS_ENVIRONMENT_ID: 'env-cli' })).code).toBe(0);
     const flagWins = await harness(['exec', '--connect-timeout', '1', '--environment-id', 'env-flag', '--', 'true'], {
       ...only,
-      TETHER_ENVIRONMENT_ID: 'env-cli',
+      TETHER_HARNESS_ENVIRONMENT_ID: 'env-cli',
     });
     expect(flagWins.stderr).toContain('env-flag');
     expect((await harness(['exec', '--context', 'dev', '--', 'true'], only)).code).toBe(0);
-    expect((await harness(['exec', '--', 'true'], { ...only, TETHER_CONTEXT: 'dev' })).code).toBe(0);
+    expect((await harness(['exec', '--', 'true'], { ...only, TETHER_HARNESS_CONTEXT: 'dev' })).code).toBe(0);
     // The key itself from the variable beats the context's file.
     const wrongKey = await harness(['exec', '--context', 'dev', '--', 'true'], {
       ...only,
-      TETHER_API_KEY: 'wrong-key-789',
+      TETHER_HARNESS_API_KEY: 'wrong-key-789',
     });
     expect(wrongKey.code).toBe(255);
 
@@ -221,12 +221,12 @@ describe('harness CLI through the registry and relay', () => {
     const dir = mkdtempSync(join(work, 'keyfile-'));
     const keyFile = join(dir, 'open.key');
     writeFileSync(keyFile, stack.keys.harness, { mode: 0o644 });
-    const { TETHER_API_KEY: _key, ...noKey } = env;
+    const { TETHER_HARNESS_API_KEY: _key, ...noKey } = env;
     const refused = await harness(['exec', '--api-key-file', keyFile, '--', 'true'], noKey);
     expect(refused.code).toBe(2);
     expect(refused.stderr).toContain(`permissions 0644 for the API key file ${keyFile} are too open`);
     expect(refused.stderr).not.toContain(stack.keys.harness);
-    const viaVariable = await harness(['exec', '--', 'true'], { ...noKey, TETHER_API_KEY_FILE: keyFile });
+    const viaVariable = await harness(['exec', '--', 'true'], { ...noKey, TETHER_HARNESS_API_KEY_FILE: keyFile });
     expect(viaVariable.code).toBe(2);
     chmodSync(keyFile, 0o600);
     expect(await harness(['exec', '--api-key-file', keyFile, '--', '/bin/echo', 'keyed'], noKey)).toEqual({
@@ -234,7 +234,7 @@ describe('harness CLI through the registry and relay', () => {
       stdout: 'keyed\n',
       stderr: '',
     });
-    expect((await harness(['exec', '--', 'true'], { ...noKey, TETHER_API_KEY_FILE: keyFile })).code).toBe(0);
+    expect((await harness(['exec', '--', 'true'], { ...noKey, TETHER_HARNESS_API_KEY_FILE: keyFile })).code).toBe(0);
     const gone = await harness(['exec', '--api-key-file', join(dir, 'nope.key'), '--', 'true'], noKey);
     expect(gone.code).toBe(2);
     expect(gone.stderr).toContain('cannot read the API key file');
@@ -382,7 +382,7 @@ describe('harness config file', () => {
     const home = mkdtempSync(join(work, 'home-'));
     expect(
       (
-        await harness(['config', 'set-context', 'x', '--environment', 'e1'], {
+        await harness(['config', 'set-context', 'x', '--environment-id', 'e1'], {
           TETHER_CONFIG: '',
           XDG_CONFIG_HOME: xdg,
         })
@@ -391,7 +391,7 @@ describe('harness config file', () => {
     expect(statSync(join(xdg, 'tether', 'config.toml')).isFile()).toBe(true);
     expect(statSync(join(xdg, 'tether')).mode & 0o777).toBe(0o700);
     expect(
-      (await harness(['config', 'set-context', 'y', '--environment', 'e1'], { TETHER_CONFIG: '', HOME: home })).code,
+      (await harness(['config', 'set-context', 'y', '--environment-id', 'e1'], { TETHER_CONFIG: '', HOME: home })).code,
     ).toBe(0);
     expect(readFileSync(join(home, '.config', 'tether', 'config.toml'), 'utf8')).toContain('[contexts.y]');
   });
@@ -468,9 +468,25 @@ describe('harness CLI straight to an executor (--url)', () => {
     try {
       const run = await harness(['exec', '--url', peer.url!, '--cwd', work, '--', 'echo', 'direct'], {});
       expect(run).toEqual({ code: 0, stdout: 'direct\n', stderr: '' });
-      const fromEnv = await harness(['ls', `${'env-x'}:${work}`], { TETHER_EXECUTOR_URL: peer.url! });
-      expect(fromEnv.code).toBe(2);
-      expect(fromEnv.stderr).toContain('--registry');
+      // From its variable (or the older name) --url serves only commands without a location.
+      for (const name of ['TETHER_HARNESS_URL', 'TETHER_EXECUTOR_URL']) {
+        const fromEnv = await harness(['ls', `${'env-x'}:${work}`], { [name]: peer.url! });
+        expect(fromEnv.code, name).toBe(2);
+        expect(fromEnv.stderr).toContain('--registry');
+      }
+      expect(await harness(['exec', '--cwd', work, '--', 'echo', 'direct'], { TETHER_HARNESS_URL: peer.url! })).toEqual(
+        {
+          code: 0,
+          stdout: 'direct\n',
+          stderr: '',
+        },
+      );
+      // Before the command as after it.
+      expect(await harness(['--url', peer.url!, 'exec', '--cwd', work, '--', 'echo', 'before'], {})).toEqual({
+        code: 0,
+        stdout: 'before\n',
+        stderr: '',
+      });
     } finally {
       await peer.close();
     }
@@ -495,12 +511,17 @@ describe('harness CLI connect timeout', () => {
       {},
     );
     expect(bad.code).toBe(2);
-    expect(bad.stderr).toContain('expected seconds');
-    const badEnv = await harness(['exec', '--url', `ws://127.0.0.1:${port}`, '--', 'true'], {
-      TETHER_CONNECT_TIMEOUT: '-1',
-    });
-    expect(badEnv.code).toBe(2);
-    expect(badEnv.stderr).toContain('TETHER_CONNECT_TIMEOUT');
+    expect(bad.stderr).toContain('expected a duration such as 500ms, 30s, 5m or 1h (a bare number is seconds)');
+    for (const name of ['TETHER_HARNESS_CONNECT_TIMEOUT', 'TETHER_CONNECT_TIMEOUT']) {
+      const badEnv = await harness(['exec', '--url', `ws://127.0.0.1:${port}`, '--', 'true'], { [name]: '-1' });
+      expect(badEnv.code).toBe(2);
+      expect(badEnv.stderr).toContain(`from env '${name}' is invalid`);
+    }
+    const units = await harness(
+      ['exec', '--url', `ws://127.0.0.1:${port}`, '--connect-timeout', '700ms', '--', 'true'],
+      {},
+    );
+    expect(units.stderr).toMatch(/could not connect within 700 ms/);
   });
 });
 
@@ -628,7 +649,10 @@ describe('harness CLI registry transport security', () => {
     const registry = await refusingRegistry();
     try {
       // 0.0.0.0 is not a loopback address, yet on Linux a connection to it reaches this host's listener.
-      const base = { TETHER_REGISTRY_URL: `http://0.0.0.0:${registry.port}`, TETHER_API_KEY: 'secret-harness-key' };
+      const base = {
+        TETHER_HARNESS_REGISTRY: `http://0.0.0.0:${registry.port}`,
+        TETHER_HARNESS_API_KEY: 'secret-harness-key',
+      };
       const refused = await harness(['exec', '--environment-id', 'env-x', '--', 'true'], base);
       expect(refused.code).toBe(2);
       expect(refused.stderr).toContain('refusing the plain http:// registry at 0.0.0.0');
@@ -639,17 +663,18 @@ describe('harness CLI registry transport security', () => {
 
       for (const [args, env] of [
         [['--allow-insecure-registry'], base],
+        [[], { ...base, TETHER_HARNESS_ALLOW_INSECURE_REGISTRY: '1' }],
         [[], { ...base, TETHER_ALLOW_INSECURE_REGISTRY: '1' }],
       ] as const) {
         const allowed = await harness(['exec', ...args, '--environment-id', 'env-x', '--', 'true'], env);
         expect(allowed.code).toBe(255);
         expect(allowed.stderr).toContain('refused the harness API key');
       }
-      expect(registry.requests()).toBe(2);
+      expect(registry.requests()).toBe(3);
       // Loopback needs no flag.
       const loopback = await harness(['exec', '--environment-id', 'env-x', '--', 'true'], {
         ...base,
-        TETHER_REGISTRY_URL: `http://127.0.0.1:${registry.port}`,
+        TETHER_HARNESS_REGISTRY: `http://127.0.0.1:${registry.port}`,
       });
       expect(loopback.stderr).toContain('refused the harness API key');
     } finally {
@@ -661,14 +686,14 @@ describe('harness CLI registry transport security', () => {
     for (const command of [[], ['exec'], ['cp']]) {
       const result = await harness([...command, '--help'], {});
       expect(result.stdout).toContain(
-        command.length === 0 ? 'TETHER_ALLOW_INSECURE_REGISTRY' : '--allow-insecure-registry',
+        command.length === 0 ? 'TETHER_HARNESS_ALLOW_INSECURE_REGISTRY' : '--allow-insecure-registry',
       );
     }
     expect((await harness(['cp', '--help'], {})).stdout).toContain('--executor-key <file>');
   });
 
   it('--executor-key must name a readable public key file', async () => {
-    const env = { TETHER_REGISTRY_URL: 'http://127.0.0.1:9', TETHER_API_KEY: 'k' };
+    const env = { TETHER_HARNESS_REGISTRY: 'http://127.0.0.1:9', TETHER_HARNESS_API_KEY: 'k' };
     const missing = await harness(
       ['exec', '--environment-id', 'e1', '--executor-key', join(work, 'nope.json'), '--', 'true'],
       env,

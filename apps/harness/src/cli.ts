@@ -11,7 +11,7 @@ import { registerMaster } from './commands/master.js';
 import { registerProcesses } from './commands/processes.js';
 import { registerShell } from './commands/shell.js';
 import { type CliIo, EXIT, flushOutput, report, watchOutput } from './common.js';
-import { ENV } from './target.js';
+import { DEPRECATED_ENV, ENV } from './target.js';
 
 export type { CliIo } from './common.js';
 
@@ -19,21 +19,31 @@ export const VERSION = packageVersion(import.meta.url, '@tether/harness');
 
 /**
  * The harness's flags and their variables (`TETHER_HARNESS_<FLAG>`; README "Flags and variables"). The older
- * connection variables are still read where the connection is chosen (target.ts): after the flag and its
- * variable, before the config file's context.
+ * connection variables are still read, with a warning, after the flag and its variable and before the
+ * config file's context; so is the key's (TETHER_API_KEY, which the executor also read), by the preAction hook.
  */
 export const HARNESS_ENV: EnvScheme = {
   app: 'harness',
-  readByApp: {
-    '--context': [ENV.context],
-    '--registry': [ENV.registry],
-    '--environment-id': [ENV.environmentId],
-    '--url': [ENV.url],
-    '--connect-timeout': [ENV.connectTimeout],
-    '--allow-insecure-registry': [ENV.allowInsecureRegistry],
-    '--api-key-file': [ENV.apiKeyFile],
-    '--executor-key': [ENV.executorKey],
+  deprecatedVariables: {
+    '--context': [DEPRECATED_ENV.context],
+    '--registry': [DEPRECATED_ENV.registry],
+    '--environment-id': [DEPRECATED_ENV.environmentId],
+    '--url': [DEPRECATED_ENV.url],
+    '--connect-timeout': [DEPRECATED_ENV.connectTimeout],
+    '--allow-insecure-registry': [DEPRECATED_ENV.allowInsecureRegistry],
+    '--api-key-file': [DEPRECATED_ENV.apiKeyFile],
+    '--executor-key': [DEPRECATED_ENV.executorKey],
   },
+  renamedFlags: { 'config set-context --environment': '--environment-id' },
+  variables: [
+    {
+      name: ENV.apiKey,
+      what: 'the harness API key itself, where no --api-key-file is given',
+      commands: ['every command with --api-key-file'],
+      secret: true,
+      deprecated: [DEPRECATED_ENV.apiKey],
+    },
+  ],
   withoutVariables: {
     'config set-context': 'it writes the config file: a variable would be written into it unseen',
     'master serve': 'internal: started by `harness master start`',
@@ -42,7 +52,7 @@ export const HARNESS_ENV: EnvScheme = {
 
 /** Builds the program; `run` gives each action its IO and collects the exit code. */
 export function buildProgram(io: CliIo, setExit: (code: number) => void): Command {
-  const program = new SchemeCommand('harness', HARNESS_ENV)
+  const program = new SchemeCommand('harness', HARNESS_ENV, { env: io.env })
     .description(
       'Tether harness: run processes and move files on an environment, end-to-end encrypted through the relay.',
     )
@@ -55,19 +65,22 @@ export function buildProgram(io: CliIo, setExit: (code: number) => void): Comman
     .addHelpText(
       'after',
       `
-Connection: --registry URL and --environment-id ID (or ${ENV.registry}, ${ENV.environmentId}), with a
-harness API key in ${ENV.apiKey} (or a file only you may read: --api-key-file, ${ENV.apiKeyFile}). Or name
-a context of the config file (harness config; --context, ${ENV.context}): a flag beats its variable, which
-beats the context. --url ws://HOST:PORT talks to an executor directly (no relay; then
-ENV:/path names a path on that executor). Connecting is retried with backoff for up to 20 s
-(--connect-timeout) after failures that may pass (an unreachable registry, relay or executor); the bound
-covers every phase (the registry call, the relay socket, the handshake, initialize) and the retries. A
-refused key, or an environment that is unknown or not the key's, fails at once.
+Connection: --registry URL and --environment-id ID (or ${ENV.registry}, ${ENV.environmentId}),
+with a harness API key in ${ENV.apiKey} (or a file only you may read: --api-key-file). Or name a
+context of the config file (harness config; --context): a flag beats its variable (TETHER_HARNESS_<FLAG>),
+which beats the context. Flags go before or after the command: harness --registry URL exec … is
+harness exec --registry URL …. --url ws://HOST:PORT talks to an executor directly (no relay; then ENV:/path
+names a path on that executor). Connecting is retried with backoff for up to 20s (--connect-timeout) after
+failures that may pass (an unreachable registry, relay or executor); the bound covers every phase (the
+registry call, the relay socket, the handshake, initialize) and the retries. A refused key, or an
+environment that is unknown or not the key's, fails at once. The older variables
+(TETHER_REGISTRY_URL, TETHER_ENVIRONMENT_ID, TETHER_API_KEY, TETHER_API_KEY_FILE, …) are still read for one
+more release, each with a warning naming its replacement.
 Remote paths are written ENV:/absolute/path. The registry call and the relay socket go through
 HTTPS_PROXY / HTTP_PROXY / ALL_PROXY, except hosts in NO_PROXY (as Codex reads them; loopback is not exempt).
 
 Security: an http:// registry must be on loopback (127.0.0.0/8, ::1, localhost) unless
---allow-insecure-registry (${ENV.allowInsecureRegistry}=1); use https:// otherwise. The executor's key is
+--allow-insecure-registry (TETHER_HARNESS_ALLOW_INSECURE_REGISTRY=1); use https:// otherwise. The executor's key is
 pinned for the session: a reconnect to another key fails. A copy from an environment refuses entry names
 that are not one path component and never writes outside the destination or through a symbolic link in it.
 
@@ -83,13 +96,25 @@ Examples:
   harness exec -- uname -a
   harness exec --tty -- bash
   harness shell dev-1
-  harness config set-context dev --registry https://registry.example.com --environment dev-1 --use
+  harness config set-context dev --registry https://registry.example.com --environment-id dev-1 --use
   harness cp ./build.tar.gz dev-1:/tmp/build.tar.gz
   harness cp -r dev-1:/var/log/app ./logs
   harness ls dev-1:/tmp
   harness cat dev-1:/etc/hostname
   harness login --web dev-1`,
     );
+
+  program.hook('preAction', (_program, action) => {
+    // The key by value has no flag: its older name is said where a command takes a key and would read it.
+    const takesKey = action.options.some((option) => option.long === '--api-key-file');
+    if (takesKey && action.getOptionValue('apiKeyFile') === undefined && !io.env[ENV.apiKey]?.trim()) {
+      if (io.env[DEPRECATED_ENV.apiKey]?.trim()) {
+        program.deprecations.warn(DEPRECATED_ENV.apiKey, ENV.apiKey, 'the executor read it too, as its own');
+      }
+    }
+    // --url from a variable serves only commands without a location (target.ts).
+    if (action.getOptionValueSource('url') === 'env') action.setOptionValue('urlFromVariable', true);
+  });
 
   registerExec(program, io, setExit);
   registerShell(program, io, setExit);

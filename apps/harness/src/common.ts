@@ -1,9 +1,10 @@
 import type { Readable, Writable } from 'node:stream';
 import { type Environment, isConnectionError, LocalFs, TetherError } from '@tether/client';
+import { durationArg } from '@tether/telemetry/cli';
 import { type Command, InvalidArgumentError, Option } from 'commander';
 import type { Endpoint } from './copy.js';
 import { namingFs } from './fs-errors.js';
-import { type ConnectFlags, ENV, type Location, openEnvironment, parseLocation } from './target.js';
+import { type ConnectFlags, type Location, openEnvironment, parseLocation } from './target.js';
 
 export interface CliIo {
   stdin: Readable & { isTTY?: boolean; setRawMode?: (raw: boolean) => unknown };
@@ -123,17 +124,17 @@ export function registryOptions(): Option[] {
   return [
     new Option(
       '--context <name>',
-      `use this context of the config file instead of its current one (also ${ENV.context}; see harness config)`,
+      'use this context of the config file instead of its current one (see harness config)',
     ),
-    new Option('--registry <url>', `registry base URL (also ${ENV.registry})`),
-    new Option('--environment-id <id>', `environment to use (also ${ENV.environmentId})`),
+    new Option('--registry <url>', 'registry base URL'),
+    new Option('--environment-id <id>', 'environment to use'),
     new Option(
       '--allow-insecure-registry',
-      `allow a plain http:// registry that is not loopback: the API key and bundle cross the network in clear (also ${ENV.allowInsecureRegistry}=1)`,
+      'allow a plain http:// registry that is not loopback: the API key and bundle cross the network in clear',
     ),
     new Option(
       '--api-key-file <file>',
-      `read the harness API key from this file, which only you may read (chmod 600); else env ${ENV.apiKey} or ${ENV.apiKeyFile}`,
+      'read the harness API key from this file, which only you may read (chmod 600); the key itself may be in TETHER_HARNESS_API_KEY instead',
     ),
   ];
 }
@@ -150,11 +151,11 @@ export function connectOptions(command: Command): Command {
     .addOption(context)
     .addOption(registry)
     .addOption(environmentId)
-    .addOption(new Option('--url <ws-url>', `talk to an executor's WebSocket directly instead (also ${ENV.url})`))
+    .addOption(new Option('--url <ws-url>', "talk to an executor's WebSocket directly instead"))
     .addOption(
       new Option(
-        '--connect-timeout <seconds>',
-        `give up connecting after this long; failures that may pass are retried until then (also ${ENV.connectTimeout}; default 20)`,
+        '--connect-timeout <duration>',
+        'give up connecting after this long (500ms, 30s, 5m; a bare number is seconds; at most 1h); failures that may pass are retried until then (default 20s)',
       ).argParser(parseSeconds),
     )
     .addOption(allowInsecure)
@@ -162,7 +163,7 @@ export function connectOptions(command: Command): Command {
     .addOption(
       new Option(
         '--executor-key <file>',
-        `trust only this executor public key (NoiseChannelPublicKey JSON) for the environment (also ${ENV.executorKey})`,
+        'trust only this executor public key (NoiseChannelPublicKey JSON) for the environment',
       ),
     );
 }
@@ -172,12 +173,11 @@ export function printable(text: string): string {
   return text.replace(/[\u0000-\u001f\u007f-\u009f]/g, '?');
 }
 
+const connectTimeout = durationArg({ bare: 's', max: 3600_000 });
+
+/** `--connect-timeout`: a duration (a bare number is seconds) above 0 and at most 1h, in seconds. */
 export function parseSeconds(value: string): number {
-  const seconds = Number(value);
-  if (!/^\d+(\.\d+)?$/.test(value.trim()) || !(seconds > 0) || seconds > 3600) {
-    throw new InvalidArgumentError(`expected seconds between 0 and 3600, got ${JSON.stringify(value)}`);
-  }
-  return seconds;
+  return connectTimeout(value) / 1000;
 }
 
 export function formatBytes(bytes: number): string {

@@ -195,7 +195,7 @@ export function saveConfig(file: string, config: Config): void {
   }
 }
 
-/** The context named by `--context`/TETHER_CONTEXT, else the current one; null when there is none. */
+/** The context named by `--context` (or its variable), else the current one; null when there is none. */
 export function selectContext(
   config: Config,
   requested: string | undefined,

@@ -30,7 +30,14 @@ describe('harness flags and variables', () => {
     const rows = flagRows(
       buildProgram({ stdin: process.stdin, stdout: quiet, stderr: quiet, env: {} } as never, () => {}),
     );
-    for (const row of rows) {
+    expect(rows.find((r) => r.variable === 'TETHER_HARNESS_API_KEY')).toMatchObject({
+      deprecated: ['TETHER_API_KEY'],
+      secret: true,
+    });
+    expect(rows.find((r) => r.flag.startsWith('--environment-id') && r.variable === null)?.deprecated).toEqual([
+      '--environment',
+    ]);
+    for (const row of rows.filter((r) => r.flag !== '')) {
       const long = /--[a-z0-9-]+/.exec(row.flag)?.[0] as string;
       if (row.commands.every((c) => c === 'config set-context' || c === 'master serve')) {
         expect(row.variable, row.flag).toBeNull();
@@ -38,7 +45,7 @@ describe('harness flags and variables', () => {
       }
       expect(row.variable, row.flag).toBe(long === '--version' ? null : envVarName(HARNESS_ENV.app, long));
     }
-    expect(rows.find((r) => r.flag.startsWith('--connect-timeout'))?.aliases).toEqual(['TETHER_CONNECT_TIMEOUT']);
+    expect(rows.find((r) => r.flag.startsWith('--connect-timeout'))?.deprecated).toEqual(['TETHER_CONNECT_TIMEOUT']);
   });
 
   it('--version prints package.json’s version, from the bundle', () => {
@@ -61,5 +68,37 @@ describe('harness flags and variables', () => {
     const boolean = harness(['exec', '--', 'true'], { TETHER_HARNESS_TTY: 'perhaps' });
     expect(boolean.status).toBe(2);
     expect(boolean.stderr).toContain('Expected 1/true/yes or 0/false/no');
+  });
+
+  it('config set-context takes --environment-id (and the old --environment, with a warning), before or after it', () => {
+    const config = { TETHER_CONFIG: join(dir, 'set-context.toml') };
+    const current = harness(['config', 'set-context', 'a', '--environment-id', 'env-a'], config);
+    expect([current.status, current.stderr]).toEqual([0, '']);
+    const old = harness(['config', 'set-context', 'b', '--environment', 'env-b'], config);
+    expect([old.status, old.stderr]).toEqual([
+      0,
+      'harness: warning: --environment is deprecated; use --environment-id\n',
+    ]);
+    const before = harness(['--registry', 'https://registry.example', 'config', 'set-context', 'c', '--use'], config);
+    expect([before.status, before.stderr]).toEqual([0, '']);
+    const view = harness(['config', 'view'], config).stdout;
+    expect(view).toContain('[contexts.a]\nenvironment = "env-a"');
+    expect(view).toContain('[contexts.b]\nenvironment = "env-b"');
+    expect(view).toContain('[contexts.c]\nregistry = "https://registry.example"');
+    // set-context reads no variable: the connection's would be written into the file unseen.
+    const unseen = harness(['config', 'set-context', 'd'], { ...config, TETHER_HARNESS_ENVIRONMENT_ID: 'env-x' });
+    expect(unseen.status).toBe(0);
+    expect(harness(['config', 'view'], config).stdout).not.toContain('env-x');
+  });
+
+  it('--help names each variable once, and no older one', () => {
+    const help = harness(['exec', '--help']).stdout;
+    expect(help).not.toMatch(
+      /\(also |TETHER_(REGISTRY_URL|ENVIRONMENT_ID|API_KEY|API_KEY_FILE|EXECUTOR_URL|CONNECT_TIMEOUT|CONTEXT|EXECUTOR_KEY_FILE)\b/,
+    );
+    for (const name of ['TETHER_HARNESS_REGISTRY', 'TETHER_HARNESS_CONNECT_TIMEOUT', 'TETHER_HARNESS_URL']) {
+      expect(help.split(name).length - 1, name).toBe(1);
+    }
+    expect(help).not.toMatch(/default: (\{\}|\[\]|false)/);
   });
 });

@@ -8,6 +8,8 @@ export interface ConnectFlags {
   registry?: string;
   environmentId?: string;
   url?: string;
+  /** `--url` came from its variable, not the command line: it then serves only commands without a location. */
+  urlFromVariable?: boolean;
   /** Seconds; see `--connect-timeout`. */
   connectTimeout?: number;
   /** `--allow-insecure-registry`: a plain http:// registry that is not on loopback. */
@@ -20,7 +22,25 @@ export interface ConnectFlags {
   apiKeyFile?: string;
 }
 
+/**
+ * The variables of the flags here are the scheme's (`TETHER_HARNESS_<FLAG>`, read by the program with the
+ * flags: cli.ts), so a flag's value in ConnectFlags may come from its variable. These are the harness's own.
+ */
 export const ENV = {
+  /** The harness API key itself (no flag: a key on a command line would be in every `ps`). */
+  apiKey: 'TETHER_HARNESS_API_KEY',
+  registry: 'TETHER_HARNESS_REGISTRY',
+  environmentId: 'TETHER_HARNESS_ENVIRONMENT_ID',
+  url: 'TETHER_HARNESS_URL',
+  context: 'TETHER_HARNESS_CONTEXT',
+  config: 'TETHER_CONFIG',
+} as const;
+
+/**
+ * The older names, still read for one more release with a warning naming the new one (the flags' by the
+ * program, the key's by the program's preAction hook and harnessApiKey here).
+ */
+export const DEPRECATED_ENV = {
   registry: 'TETHER_REGISTRY_URL',
   environmentId: 'TETHER_ENVIRONMENT_ID',
   apiKey: 'TETHER_API_KEY',
@@ -30,29 +50,11 @@ export const ENV = {
   executorKey: 'TETHER_EXECUTOR_KEY_FILE',
   apiKeyFile: 'TETHER_API_KEY_FILE',
   context: 'TETHER_CONTEXT',
-  config: 'TETHER_CONFIG',
 } as const;
 
-/** A variable's value; an empty one counts as unset. */
-function envValue(env: NodeJS.ProcessEnv, name: string): string | undefined {
-  const value = env[name];
-  return value === undefined || value === '' ? undefined : value;
-}
-
-/** The flag, else `TETHER_ALLOW_INSECURE_REGISTRY=1` (or `true`). */
-function allowInsecureRegistry(flags: ConnectFlags, env: NodeJS.ProcessEnv): boolean {
-  if (flags.allowInsecureRegistry) return true;
-  const value = env[ENV.allowInsecureRegistry]?.trim().toLowerCase();
-  return value === '1' || value === 'true';
-}
-
 /** The executor key to pin from `--executor-key FILE` (or its variable): NoiseChannelPublicKey JSON. */
-function pinnedExecutorKey(
-  flags: ConnectFlags,
-  env: NodeJS.ProcessEnv,
-  fromContext: string | undefined,
-): NoisePublicKey | undefined {
-  const file = flags.executorKey ?? envValue(env, ENV.executorKey) ?? fromContext;
+function pinnedExecutorKey(flags: ConnectFlags, fromContext: string | undefined): NoisePublicKey | undefined {
+  const file = flags.executorKey ?? fromContext;
   if (file === undefined) return undefined;
   let text: string;
   try {
@@ -67,28 +69,24 @@ function pinnedExecutorKey(
   }
 }
 
-/** `--api-key-file`, else TETHER_API_KEY, else TETHER_API_KEY_FILE, else the context's api-key-file. */
+/**
+ * `--api-key-file` (or its variable), else TETHER_HARNESS_API_KEY, else the deprecated TETHER_API_KEY (the
+ * program warns), else the context's api-key-file.
+ */
 function harnessApiKey(flags: ConnectFlags, env: NodeJS.ProcessEnv, fromContext: string | undefined): string {
   if (flags.apiKeyFile !== undefined) return readApiKeyFile(flags.apiKeyFile);
-  const value = env[ENV.apiKey]?.trim();
+  const value = env[ENV.apiKey]?.trim() || env[DEPRECATED_ENV.apiKey]?.trim();
   if (value) return value;
-  const file = envValue(env, ENV.apiKeyFile) ?? fromContext;
-  if (file !== undefined) return readApiKeyFile(file);
+  if (fromContext !== undefined) return readApiKeyFile(fromContext);
   throw new TetherError(
     'invalid_argument',
     `no API key: set ${ENV.apiKey}, pass --api-key-file FILE, or give the context an api-key-file (harness config set-context)`,
   );
 }
 
-/** How long to keep trying to connect (ms): the flag, else the variable, else the SDK's default (20 s). */
-function connectRetry(flags: ConnectFlags, env: NodeJS.ProcessEnv): { timeoutMs: number } | undefined {
-  const fromEnv = env[ENV.connectTimeout];
-  const seconds = flags.connectTimeout ?? (fromEnv === undefined || fromEnv === '' ? undefined : Number(fromEnv));
-  if (seconds === undefined) return undefined;
-  if (!Number.isFinite(seconds) || seconds <= 0 || seconds > 3600) {
-    throw new TetherError('invalid_argument', `${ENV.connectTimeout} must be seconds between 0 and 3600`);
-  }
-  return { timeoutMs: Math.round(seconds * 1000) };
+/** How long to keep trying to connect (ms): the flag (or its variable), else the SDK's default (20 s). */
+function connectRetry(flags: ConnectFlags): { timeoutMs: number } | undefined {
+  return flags.connectTimeout === undefined ? undefined : { timeoutMs: Math.round(flags.connectTimeout * 1000) };
 }
 
 /** `ENV:PATH` (remote) or a local path. A single letter before `:` is not an environment (C:\ on Windows). */
@@ -119,10 +117,9 @@ export function resolveRegistryAccess(
   environmentId?: string,
 ): RegistryAccess {
   const file = configPath(env);
-  const context =
-    selectContext(loadConfig(file), flags.context ?? envValue(env, ENV.context), file, env)?.context ?? {};
-  const registryUrl = flags.registry ?? envValue(env, ENV.registry) ?? context.registry;
-  const id = environmentId ?? flags.environmentId ?? envValue(env, ENV.environmentId) ?? context.environment;
+  const context = selectContext(loadConfig(file), flags.context, file, env)?.context ?? {};
+  const registryUrl = flags.registry ?? context.registry;
+  const id = environmentId ?? flags.environmentId ?? context.environment;
   if (!registryUrl) {
     throw new TetherError(
       'invalid_argument',
@@ -139,7 +136,7 @@ export function resolveRegistryAccess(
     registryUrl,
     apiKey: harnessApiKey(flags, env, context.apiKeyFile),
     environmentId: id,
-    allowInsecureRegistry: allowInsecureRegistry(flags, env),
+    allowInsecureRegistry: flags.allowInsecureRegistry === true,
   };
 }
 
@@ -151,19 +148,20 @@ export async function openEnvironment(
   /** Connects the resolved rendezvous options: by default through a connection master where allowed. */
   connect: RendezvousConnector = connectRendezvous,
 ): Promise<Environment> {
-  // `--url` on the command line also serves ENV:/path locations (the one executor it names); the variable
-  // serves only commands without a location, so a stray TETHER_EXECUTOR_URL never redirects a copy.
-  // Each setting: the flag, else its variable, else the context (--context, TETHER_CONTEXT, or the config
+  // `--url` on the command line also serves ENV:/path locations (the one executor it names); from its
+  // variable it serves only commands without a location, so a stray TETHER_HARNESS_URL never redirects a copy.
+  // Each setting: the flag, else its variable, else the context (--context or its variable, or the config
   // file's current-context), else the default.
   const file = configPath(env);
-  const context =
-    selectContext(loadConfig(file), flags.context ?? envValue(env, ENV.context), file, env)?.context ?? {};
-  const url = flags.url ?? (environmentId ? undefined : (envValue(env, ENV.url) ?? context.url));
-  const retry = connectRetry(flags, env);
+  const context = selectContext(loadConfig(file), flags.context, file, env)?.context ?? {};
+  const fromCommandLine = flags.urlFromVariable ? undefined : flags.url;
+  const url =
+    fromCommandLine ?? (environmentId ? undefined : ((flags.urlFromVariable ? flags.url : undefined) ?? context.url));
+  const retry = connectRetry(flags);
   const common = { clientName: 'tether-harness', ...(retry ? { connectRetry: retry } : {}) };
   if (url) return Environment.connectWebSocket(url, common);
-  const registryUrl = flags.registry ?? envValue(env, ENV.registry) ?? context.registry;
-  const id = environmentId ?? flags.environmentId ?? envValue(env, ENV.environmentId) ?? context.environment;
+  const registryUrl = flags.registry ?? context.registry;
+  const id = environmentId ?? flags.environmentId ?? context.environment;
   if (!registryUrl) {
     throw new TetherError(
       'invalid_argument',
@@ -176,13 +174,13 @@ export async function openEnvironment(
       `no environment: pass --environment-id ID, set ${ENV.environmentId}, or give the context an environment`,
     );
   const apiKey = harnessApiKey(flags, env, context.apiKeyFile);
-  const executorPublicKey = pinnedExecutorKey(flags, env, context.executorKey);
+  const executorPublicKey = pinnedExecutorKey(flags, context.executorKey);
   return connect(
     {
       registryUrl,
       apiKey,
       environmentId: id,
-      allowInsecureRegistry: allowInsecureRegistry(flags, env),
+      allowInsecureRegistry: flags.allowInsecureRegistry === true,
       ...(executorPublicKey ? { executorPublicKey } : {}),
       ...common,
     },

@@ -77,12 +77,7 @@ describe('registry keys', () => {
 
   it('reads the database from TETHER_REGISTRY_DATABASE and validates options', async () => {
     const db = `sqlite:${join(tempDir(), 'r.db')}`;
-    process.env.TETHER_REGISTRY_DATABASE = db;
-    try {
-      expect((await cli(['keys', 'create', '--role', 'admin'])).code).toBe(0);
-    } finally {
-      delete process.env.TETHER_REGISTRY_DATABASE;
-    }
+    expect((await cli(['keys', 'create', '--role', 'admin'], { TETHER_REGISTRY_DATABASE: db })).code).toBe(0);
     expect((await cli(['keys', 'list', '--database', db])).stdout.trim().split('\n')).toHaveLength(1);
     const bad = await cli(['keys', 'create', '--database', db, '--role', 'root']);
     expect(bad.code).toBe(1);
@@ -189,6 +184,25 @@ describe('registry keys', () => {
     ]) {
       expect(help).toContain(flag);
     }
+    expect(help).toContain('--request-timeout <duration>');
+    expect(help.replace(/\s+/g, ' ')).toContain('(default: ws://127.0.0.1:8081, env: TETHER_REGISTRY_RELAY_URL)');
+  });
+
+  it('serve takes durations with units, a bare number in seconds, and flags before `serve`', async () => {
+    const common = ['--database', 'sqlite::memory:', '--listen', 'http://127.0.0.1:0'];
+    const tooLong = await cli([...common, 'serve', '--headers-timeout', '20', '--request-timeout', '10']);
+    expect([tooLong.code, tooLong.stderr]).toEqual([
+      1,
+      'registry: --headers-timeout must not exceed --request-timeout\n',
+    ]);
+    const units = await cli(['serve', ...common, '--headers-timeout', '500ms', '--request-timeout', '1']);
+    expect(units.code).toBe(0);
+    expect(units.stdout).toMatch(/^http:\/\/127\.0\.0\.1:\d+\n$/);
+    const minutes = await cli([...common, 'serve', '--headers-timeout', '2m', '--request-timeout', '119']);
+    expect(minutes.code).toBe(1);
+    const bad = await cli(['serve', ...common, '--authorization-ttl', '0']);
+    expect(bad.code).not.toBe(0);
+    expect(bad.stderr).toContain('expected a duration more than 0, got "0"');
   });
 
   it.each([

@@ -10,11 +10,15 @@ import {
   type TelemetryOptions,
 } from '@tether/telemetry';
 import {
+  durationArg,
   type EnvScheme,
+  formatDuration,
+  type ListenAddress,
   LOG_FORMAT_ALIAS,
   type LogFormat,
   logOptions,
   packageVersion,
+  parseListenAddress,
   SchemeCommand,
 } from '@tether/telemetry/cli';
 import { type Command, InvalidArgumentError, Option } from 'commander';
@@ -32,8 +36,9 @@ export interface CliIo {
   stopSignal: Promise<unknown>;
 }
 
+/** `serve`'s options; durations in ms. */
 export interface ServeOptions {
-  listen: { host: string; port: number };
+  listen: ListenAddress;
   database: string;
   dataDir?: string;
   relayUrl: string[];
@@ -56,7 +61,7 @@ export interface ServeOptions {
 /** The registry's flags and their variables (`TETHER_REGISTRY_<FLAG>`; README "Flags and variables"). */
 export const REGISTRY_ENV: EnvScheme = {
   app: 'registry',
-  aliases: { '--relay-url': ['TETHER_REGISTRY_RELAY_URLS'], '--log-format': [LOG_FORMAT_ALIAS] },
+  deprecatedVariables: { '--relay-url': ['TETHER_REGISTRY_RELAY_URLS'], '--log-format': [LOG_FORMAT_ALIAS] },
   withoutVariables: {
     'keys create --role': 'one key per run: an argument',
     'keys create --environments': 'one key per run: an argument',
@@ -70,11 +75,8 @@ const DEFAULT_RELAY = 'ws://127.0.0.1:8081';
 /** Never logged: the defaults (authorization, token, …) and browser grants (routes/browser.ts logs neither). */
 export const REGISTRY_REDACT: readonly string[] = [...DEFAULT_REDACT_PATHS, 'grant', '*.grant'];
 
-function listenAddress(value: string): { host: string; port: number } {
-  const match = /^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):(\d{1,5})$/.exec(value);
-  const port = Number(match?.[2]);
-  if (!match || port > 65_535) throw new InvalidArgumentError('expected HOST:PORT (port 0 picks a free one)');
-  return { host: (match[1] as string).replace(/^\[|\]$/g, ''), port };
+function listenAddress(value: string): ListenAddress {
+  return parseListenAddress(value, 'http');
 }
 
 function databaseUrl(value: string): string {
@@ -90,11 +92,6 @@ function relayUrl(value: string, previous: string[] | undefined): string[] {
     if (!/^wss?:\/\/[^\s]+$/.test(url)) throw new InvalidArgumentError(`not a ws:// or wss:// URL: ${url}`);
   }
   return [...(previous ?? []), ...urls];
-}
-
-function positiveSeconds(value: string): number {
-  if (!/^\d+$/.test(value) || Number(value) < 1) throw new InvalidArgumentError('expected a positive integer');
-  return Number(value);
 }
 
 /** `--trust-proxy`: IPs or CIDR blocks (checked by Fastify's proxy-addr when the app is built). */
@@ -148,9 +145,11 @@ function role(value: string): Role {
   return value as Role;
 }
 
-/** A `--NAME <seconds>` server limit; the default is given in ms. */
-const secondsOption = (flag: string, description: string, defaultMs: number) =>
-  new Option(`${flag} <seconds>`, description).argParser(positiveSeconds).default(defaultMs / 1000);
+/** A `--NAME <duration>` flag (500ms, 30s, 5m, 1h; a bare number is seconds), in ms. */
+const durationOption = (flag: string, description: string, defaultMs: number) =>
+  new Option(`${flag} <duration>`, description)
+    .argParser(durationArg({ bare: 's' }))
+    .default(defaultMs, formatDuration(defaultMs));
 
 const databaseOption = () =>
   new Option('--database <url>', 'sqlite:PATH or postgres://…').argParser(databaseUrl).makeOptionMandatory();
@@ -222,14 +221,14 @@ export async function runServe(options: ServeOptions, io: CliIo, logger?: Logger
       relayUrls: options.relayUrl.length > 0 ? options.relayUrl : [DEFAULT_RELAY],
       ...(ui ? { ui } : {}),
       uiOrigins: options.uiOrigin,
-      browserSessionTtlMs: options.browserSessionTtl * 1000,
-      authorizationTtlMs: options.authorizationTtl * 1000,
+      browserSessionTtlMs: options.browserSessionTtl,
+      authorizationTtlMs: options.authorizationTtl,
       trustProxy: options.trustProxy,
       limits: {
-        connectionTimeoutMs: options.connectionTimeout * 1000,
-        requestTimeoutMs: options.requestTimeout * 1000,
-        headersTimeoutMs: options.headersTimeout * 1000,
-        keepAliveTimeoutMs: options.keepAliveTimeout * 1000,
+        connectionTimeoutMs: options.connectionTimeout,
+        requestTimeoutMs: options.requestTimeout,
+        headersTimeoutMs: options.headersTimeout,
+        keepAliveTimeoutMs: options.keepAliveTimeout,
         maxConnections: options.maxConnections,
       },
     },
@@ -260,7 +259,7 @@ export async function runServe(options: ServeOptions, io: CliIo, logger?: Logger
 
 /** `registry` with `serve` and `keys create|list|revoke`; `exit` receives each action's exit code. */
 export function buildCli(io: CliIo, exit: (code: number) => void): Command {
-  const program = new SchemeCommand('registry', REGISTRY_ENV)
+  const program = new SchemeCommand('registry', REGISTRY_ENV, { env: io.env })
     .description('Tether registry: environments, executor registrations, harness bundles and API keys.')
     .version(packageVersion(import.meta.url, '@tether/registry'))
     .showHelpAfterError()
@@ -270,47 +269,44 @@ export function buildCli(io: CliIo, exit: (code: number) => void): Command {
     .command('serve')
     .description('serve the registry HTTP API (prints its bound URL on stdout, logs JSON on stderr)')
     .addOption(
-      new Option('--listen <host:port>', 'address to listen on (port 0 picks one)')
-
+      new Option('--listen <address>', 'address to listen on: HOST:PORT or http://HOST:PORT (port 0 picks one)')
         .argParser(listenAddress)
         .default({ host: '127.0.0.1', port: 8080 }, '127.0.0.1:8080'),
     )
     .addOption(databaseOption())
     .addOption(new Option('--data-dir <dir>', 'where the relay signing key lives (default: beside the SQLite file)'))
     .addOption(
-      new Option('--relay-url <url>', `relay node URL, repeatable or comma-separated (default ${DEFAULT_RELAY})`)
-
+      new Option('--relay-url <url>', 'relay node URL, repeatable or comma-separated')
         .argParser(relayUrl)
-        .default([]),
+        .default([], DEFAULT_RELAY),
     )
     .addOption(
       new Option('--signing-key-file <path>', 'Ed25519 PKCS#8 PEM to sign relay URLs with (shared by replicas)'),
     )
+    .addOption(durationOption('--authorization-ttl', 'lifetime of a harness authorization', 60_000))
     .addOption(
-      new Option('--authorization-ttl <seconds>', 'lifetime of a harness authorization')
-
-        .argParser(positiveSeconds)
-        .default(60),
+      durationOption(
+        '--connection-timeout',
+        'close a socket idle this long',
+        SERVER_LIMIT_DEFAULTS.connectionTimeoutMs,
+      ),
     )
     .addOption(
-      secondsOption('--connection-timeout', 'close a socket idle this long', SERVER_LIMIT_DEFAULTS.connectionTimeoutMs),
-    )
-    .addOption(
-      secondsOption(
+      durationOption(
         '--request-timeout',
         'a request must arrive in full within this',
         SERVER_LIMIT_DEFAULTS.requestTimeoutMs,
       ),
     )
     .addOption(
-      secondsOption(
+      durationOption(
         '--headers-timeout',
         "a request's headers must arrive within this (cuts slow clients)",
         SERVER_LIMIT_DEFAULTS.headersTimeoutMs,
       ),
     )
     .addOption(
-      secondsOption(
+      durationOption(
         '--keep-alive-timeout',
         'close an idle keep-alive connection after this',
         SERVER_LIMIT_DEFAULTS.keepAliveTimeoutMs,
@@ -318,7 +314,6 @@ export function buildCli(io: CliIo, exit: (code: number) => void): Command {
     )
     .addOption(
       new Option('--max-connections <n>', 'refuse connections beyond this many open at once')
-
         .argParser(positiveInteger)
         .default(SERVER_LIMIT_DEFAULTS.maxConnections),
     )
@@ -349,14 +344,19 @@ export function buildCli(io: CliIo, exit: (code: number) => void): Command {
         .default([], 'none'),
     )
     .addOption(
-      new Option(
-        '--browser-session-ttl <seconds>',
+      durationOption(
+        '--browser-session-ttl',
         'lifetime of a browser session (a browser grant exchanged; it may call /connect on its one environment)',
-      )
-        .argParser(positiveSeconds)
-        .default(3600),
+        3600_000,
+      ),
     );
   for (const option of logOptions()) serve.addOption(option);
+  serve.addHelpText(
+    'after',
+    `
+Durations take a unit: 500ms, 30s, 5m, 1h; a bare number is seconds. Flags may also come before \`serve\`
+(\`registry --database sqlite:r.db serve\`), as before any other command.`,
+  );
   serve.action(async (options: ServeOptions) => exit(await runServe(options, io)));
 
   const keys = program.command('keys').description('manage API keys (admin, against the same database)');

@@ -68,7 +68,7 @@ describe('registry flags and variables', () => {
       env: clean({
         TETHER_REGISTRY_DATABASE: `sqlite:${join(dir, 'registry.db')}`,
         TETHER_REGISTRY_LISTEN: '127.0.0.1:0',
-        // The older plural name is still read.
+        // The older names are still read, each with one warning.
         TETHER_REGISTRY_RELAY_URLS: 'ws://127.0.0.1:9',
         TETHER_LOG_FORMAT: 'json',
       }),
@@ -90,6 +90,43 @@ describe('registry flags and variables', () => {
       .map((l) => JSON.parse(l) as Record<string, unknown>)
       .find((l) => l.msg === 'registry listening');
     expect(listening).toMatchObject({ component: 'registry' });
+    expect(stderr.split('\n').filter((l) => l.startsWith('registry: warning:'))).toEqual([
+      'registry: warning: TETHER_REGISTRY_RELAY_URLS is deprecated; use TETHER_REGISTRY_RELAY_URL',
+      'registry: warning: TETHER_LOG_FORMAT is deprecated; use TETHER_REGISTRY_LOG_FORMAT',
+    ]);
+  });
+
+  it('takes its flags before `serve` and --listen as http://HOST:PORT, without a warning', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'registry-flags-'));
+    dirs.push(dir);
+    const child = spawn(
+      process.execPath,
+      [
+        BIN,
+        '--listen',
+        'http://127.0.0.1:0',
+        '--database',
+        `sqlite:${join(dir, 'r.db')}`,
+        'serve',
+        '--keep-alive-timeout',
+        '1500ms',
+      ],
+      { env: clean({ TETHER_REGISTRY_LOG_FORMAT: 'json' }), stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    children.push(child);
+    let stderr = '';
+    child.stderr.on('data', (d) => (stderr += d));
+    const [url] = (await once(child.stdout, 'data')).map(String);
+    expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+\n$/);
+    child.kill('SIGTERM');
+    await once(child, 'exit');
+    expect(stderr).not.toContain('warning');
+    const wrongScheme = spawnSync(process.execPath, [BIN, 'serve', '--listen', 'ws://127.0.0.1:0'], {
+      encoding: 'utf8',
+      env: clean({ TETHER_REGISTRY_DATABASE: 'sqlite::memory:' }),
+    });
+    expect(wrongScheme.status).not.toBe(0);
+    expect(wrongScheme.stderr).toContain('expected HOST:PORT or http://HOST:PORT');
   });
 
   it('--trust-proxy: request.ip is the forwarded client only behind a trusted peer', async () => {

@@ -91,15 +91,17 @@ describe('relay CLI (in-process)', () => {
     for (const flag of [
       '--max-streams-per-environment',
       '--harness-max-buffered-bytes',
-      '--idle-timeout-ms',
-      '--handshake-timeout-ms',
-      '--url-lifetime-ms',
+      '--idle-timeout <duration>',
+      '--handshake-timeout <duration>',
+      '--url-lifetime <duration>',
       '--max-remembered-registrations',
     ]) {
       expect(res.stdout).toContain(flag);
     }
     expect(res.stdout).toContain('TETHER_RELAY_MAX_CONNECTIONS_PER_IP');
-    expect(res.stdout).toContain('TETHER_RELAY_HANDSHAKE_TIMEOUT_MS');
+    expect(res.stdout).toContain('TETHER_RELAY_HANDSHAKE_TIMEOUT)');
+    // The -ms spellings still work but are not offered.
+    expect(res.stdout).not.toMatch(/^\s+--[a-z-]+-ms\b/m);
     // The registry credential is a relay-role key: the relay needs no admin rights.
     expect(res.stdout.replace(/\s+/g, ' ')).toContain('API key with the relay role');
   });
@@ -118,7 +120,7 @@ describe('relay CLI (in-process)', () => {
 describe('relay serve (subprocess)', () => {
   it('prints only its URL, logs JSON without signatures on stderr, and closes sockets with 1001 then exits 0 on SIGTERM', async () => {
     const server = serve(
-      ['--listen', '127.0.0.1:0', '--registry-key-file', publicPemFile(), '--handshake-timeout-ms', '4321'],
+      ['--listen', '127.0.0.1:0', '--registry-key-file', publicPemFile(), '--handshake-timeout', '4321'],
       { TETHER_RELAY_LOG_LEVEL: 'debug' },
     );
     const url = await server.url;
@@ -194,7 +196,7 @@ describe('relay serve (subprocess)', () => {
         TETHER_RELAY_REGISTRY: registryUrl,
         TETHER_RELAY_REGISTRY_TOKEN: relayKey,
         TETHER_RELAY_PUBLIC_URL: publicUrl,
-        TETHER_RELAY_HEARTBEAT_INTERVAL_MS: '200',
+        TETHER_RELAY_HEARTBEAT_INTERVAL: '200ms',
         TETHER_RELAY_MAX_STREAMS_PER_ENVIRONMENT: '1',
       });
       const url = await server.url;

@@ -3,11 +3,15 @@ import { readFileSync } from 'node:fs';
 import { publicKeyFromPem } from '@tether/relay-auth';
 import { createLogger, type Logger, TelemetryConfigError, type TelemetryOptions } from '@tether/telemetry';
 import {
+  durationArg,
   type EnvScheme,
+  formatDuration,
+  type ListenAddress,
   LOG_FORMAT_ALIAS,
   type LogFormat,
   logOptions,
   packageVersion,
+  parseListenAddress,
   SchemeCommand,
 } from '@tether/telemetry/cli';
 import { type Command, InvalidArgumentError, Option } from 'commander';
@@ -24,31 +28,46 @@ export interface CliIo {
   stopSignal: Promise<unknown>;
 }
 
-export interface ServeOptions extends Partial<RelayLimits> {
-  listen: { host: string; port: number };
+/** `serve`'s options: the limits by their flags' names (`--idle-timeout` → idleTimeout, in ms). */
+export interface ServeOptions extends Partial<Record<LimitOption, number>> {
+  listen: ListenAddress;
   publicUrl?: string;
   registry?: string;
   registryKeyFile?: string;
   registryToken?: string;
-  heartbeatIntervalMs: number;
+  /** Milliseconds. */
+  heartbeatInterval: number;
   trustProxy: string[];
   logLevel: string;
   logFormat: LogFormat;
 }
 
+/** Durations were milliseconds named `-ms`; they take units now (a bare number is still milliseconds). */
+const RENAMED_DURATIONS = [
+  'heartbeat-interval',
+  'handshake-timeout',
+  'idle-timeout',
+  'claim-timeout',
+  'ping-interval',
+  'pong-timeout',
+  'close-grace',
+  'url-lifetime',
+];
+
 /** The relay's flags and their variables (`TETHER_RELAY_<FLAG>`; README "Flags and variables"). */
 export const RELAY_ENV: EnvScheme = {
   app: 'relay',
-  aliases: { '--log-format': [LOG_FORMAT_ALIAS] },
+  deprecatedVariables: { '--log-format': [LOG_FORMAT_ALIAS] },
+  renamedFlags: Object.fromEntries(RENAMED_DURATIONS.map((flag) => [`--${flag}-ms`, `--${flag}`])),
   secrets: ['--registry-token'],
 };
 
-function listenAddress(value: string): { host: string; port: number } {
-  const match = /^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):(\d{1,5})$/.exec(value);
-  const port = Number(match?.[2]);
-  if (!match || port > 65_535) throw new InvalidArgumentError('expected HOST:PORT (port 0 picks a free one)');
-  return { host: (match[1] as string).replace(/^\[|\]$/g, ''), port };
+function listenAddress(value: string): ListenAddress {
+  return parseListenAddress(value, 'ws');
 }
+
+/** A duration flag's value (ms): units as every Tether CLI takes them, a bare number in milliseconds. */
+const duration = durationArg({ bare: 'ms' });
 
 function wsUrl(value: string): string {
   if (!/^wss?:\/\/[^\s]+$/.test(value)) throw new InvalidArgumentError('expected a ws:// or wss:// URL');
@@ -79,25 +98,38 @@ function positiveInteger(value: string): number {
   return Number(value);
 }
 
-/** Each bound: flag, env suffix, help. The value is in the unit the name says (bytes, ms, count). */
+/** The attribute of a limit's flag: `idleTimeout` for `--idle-timeout`. */
+type LimitOption =
+  | 'maxMessageBytes'
+  | 'maxStreamsPerEnvironment'
+  | 'maxConnectionsPerIp'
+  | 'maxHandshakeFrames'
+  | 'handshakeTimeout'
+  | 'idleTimeout'
+  | 'claimTimeout'
+  | 'pingInterval'
+  | 'pongTimeout'
+  | 'environmentHighWaterBytes'
+  | 'harnessMaxBufferedBytes'
+  | 'closeGrace'
+  | 'urlLifetime'
+  | 'maxRememberedRegistrations';
+
+/** Each bound: its limit, its flag, help. Bytes and counts are numbers; a `…Ms` limit is a duration flag. */
 const LIMIT_FLAGS: Array<[keyof RelayLimits, string, string]> = [
   ['maxMessageBytes', 'max-message-bytes', 'largest WebSocket message; larger → close 1009'],
   ['maxStreamsPerEnvironment', 'max-streams-per-environment', 'streams per environment; beyond → Reset stream_limit'],
   ['maxConnectionsPerIp', 'max-connections-per-ip', 'open sockets per source IP; beyond → HTTP 429'],
   ['maxHandshakeFrames', 'max-handshake-frames', 'harness frames before the environment answers; beyond → Reset'],
-  [
-    'handshakeTimeoutMs',
-    'handshake-timeout-ms',
-    'the environment must answer a stream within this (handshake_timeout)',
-  ],
-  ['idleTimeoutMs', 'idle-timeout-ms', 'a stream silent both ways this long is reset (idle_timeout)'],
-  ['claimTimeoutMs', 'claim-timeout-ms', 'a harness socket must send Resume within this'],
-  ['pingIntervalMs', 'ping-interval-ms', 'WebSocket ping interval'],
-  ['pongTimeoutMs', 'pong-timeout-ms', 'a socket silent this long is dropped'],
+  ['handshakeTimeoutMs', 'handshake-timeout', 'the environment must answer a stream within this (handshake_timeout)'],
+  ['idleTimeoutMs', 'idle-timeout', 'a stream silent both ways this long is reset (idle_timeout)'],
+  ['claimTimeoutMs', 'claim-timeout', 'a harness socket must send Resume within this'],
+  ['pingIntervalMs', 'ping-interval', 'WebSocket ping interval'],
+  ['pongTimeoutMs', 'pong-timeout', 'a socket silent this long is dropped'],
   ['environmentHighWaterBytes', 'environment-high-water-bytes', 'pause harness reads above this environment backlog'],
   ['harnessMaxBufferedBytes', 'harness-max-buffered-bytes', 'reset a harness (relay_backpressure) above this backlog'],
-  ['closeGraceMs', 'close-grace-ms', 'time a closing socket gets before it is cut'],
-  ['urlLifetimeMs', 'url-lifetime-ms', 'the registry’s relay URL lifetime: revocations and epochs are kept this long'],
+  ['closeGraceMs', 'close-grace', 'time a closing socket gets before it is cut'],
+  ['urlLifetimeMs', 'url-lifetime', 'the registry’s relay URL lifetime: revocations and epochs are kept this long'],
   ['maxRememberedRegistrations', 'max-remembered-registrations', 'revocations (and epochs) kept; oldest forgotten'],
 ];
 
@@ -149,7 +181,10 @@ export async function runServe(options: ServeOptions, io: CliIo, logger?: Logger
     );
   }
   const limits: Partial<RelayLimits> = {};
-  for (const [key] of LIMIT_FLAGS) if (options[key] !== undefined) limits[key] = options[key];
+  for (const [key, flag] of LIMIT_FLAGS) {
+    const value = options[limitOption(flag)];
+    if (value !== undefined) limits[key] = value;
+  }
   let telemetry: TelemetryOptions;
   try {
     telemetry = relayTelemetryOptions(io.env, (err) => log.warn({ err: err.message }, 'metrics export failed'));
@@ -171,7 +206,7 @@ export async function runServe(options: ServeOptions, io: CliIo, logger?: Logger
           heartbeat: {
             registryUrl: options.registry,
             token: options.registryToken,
-            intervalMs: options.heartbeatIntervalMs,
+            intervalMs: options.heartbeatInterval,
             ...(options.publicUrl ? { publicUrl: options.publicUrl } : {}),
           },
         }
@@ -195,9 +230,14 @@ export async function runServe(options: ServeOptions, io: CliIo, logger?: Logger
   return 0;
 }
 
+/** The option attribute of a limit's flag (`idle-timeout` → idleTimeout). */
+function limitOption(flag: string): LimitOption {
+  return flag.replace(/-([a-z])/g, (_, letter: string) => letter.toUpperCase()) as LimitOption;
+}
+
 /** `relay serve`; `exit` receives the action's exit code. */
 export function buildCli(io: CliIo, exit: (code: number) => void): Command {
-  const program = new SchemeCommand('relay', RELAY_ENV)
+  const program = new SchemeCommand('relay', RELAY_ENV, { env: io.env })
     .description('Tether relay: pairs harness and environment WebSockets and forwards frames it cannot read.')
     .version(packageVersion(import.meta.url, '@tether/relay'))
     .showHelpAfterError()
@@ -207,7 +247,7 @@ export function buildCli(io: CliIo, exit: (code: number) => void): Command {
     .command('serve')
     .description('serve relay WebSockets (prints its bound URL on stdout, logs JSON on stderr)')
     .addOption(
-      new Option('--listen <host:port>', 'address to listen on (port 0 picks one)')
+      new Option('--listen <address>', 'address to listen on: HOST:PORT or ws://HOST:PORT (port 0 picks one)')
         .argParser(listenAddress)
         .default({ host: '127.0.0.1', port: 8081 }, '127.0.0.1:8081'),
     )
@@ -233,12 +273,16 @@ export function buildCli(io: CliIo, exit: (code: number) => void): Command {
       ),
     )
     .addOption(
-      new Option('--heartbeat-interval-ms <ms>', 'presence heartbeat interval')
-        .argParser(positiveInteger)
-        .default(10_000),
+      new Option('--heartbeat-interval <duration>', 'presence heartbeat interval')
+        .argParser(duration)
+        .default(10_000, '10s'),
     );
   for (const [key, flag, help] of LIMIT_FLAGS) {
-    serve.addOption(new Option(`--${flag} <n>`, `${help} (default ${DEFAULT_LIMITS[key]})`).argParser(positiveInteger));
+    const isDuration = key.endsWith('Ms');
+    const option = new Option(`--${flag} <${isDuration ? 'duration' : 'n'}>`, help);
+    if (isDuration) option.argParser(duration).default(DEFAULT_LIMITS[key], formatDuration(DEFAULT_LIMITS[key]));
+    else option.argParser(positiveInteger).default(DEFAULT_LIMITS[key]);
+    serve.addOption(option);
   }
   serve.addOption(
     new Option(
@@ -250,6 +294,12 @@ export function buildCli(io: CliIo, exit: (code: number) => void): Command {
       .default([], 'none'),
   );
   for (const option of logOptions()) serve.addOption(option);
+  serve.addHelpText(
+    'after',
+    `
+Durations take a unit: 500ms, 30s, 5m, 1h; a bare number is milliseconds (the -ms flags they replace, such
+as --idle-timeout-ms, are still accepted for now, with a warning). Flags may also come before \`serve\`.`,
+  );
   serve.action(async (options: ServeOptions) => exit(await runServe(options, io)));
   return program;
 }

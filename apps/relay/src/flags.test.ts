@@ -39,10 +39,15 @@ function keyFile(): string {
   return path;
 }
 
-/** The built relay with only these variables of ours; resolves with its printed URL. */
+/** `relay serve ARGS` built, with only these variables of ours; resolves with its printed URL. */
 function serve(args: string[], env: Record<string, string>) {
+  return spawnRelay(['serve', ...args], env);
+}
+
+/** The built relay with these arguments and only these variables of ours. */
+function spawnRelay(args: string[], env: Record<string, string>) {
   const clean = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith('TETHER_')));
-  const child = spawn(process.execPath, [BIN, 'serve', ...args], {
+  const child = spawn(process.execPath, [BIN, ...args], {
     env: { ...clean, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -107,6 +112,61 @@ describe('relay flags and variables', () => {
       TETHER_RELAY_REGISTRY_KEY_FILE: keyFile(),
     });
     expect(await flagWins.url).toMatch(/^ws:\/\/127\.0\.0\.1:\d+$/);
+  });
+
+  it('takes durations with units, --listen as ws://, flags before `serve`, and the old -ms spellings with a warning', async () => {
+    const logged = (stderr: string) =>
+      stderr
+        .split('\n')
+        .filter((line) => line.startsWith('{'))
+        .map((line) => JSON.parse(line) as { msg?: string; limits?: Record<string, number> })
+        .find((line) => line.msg === 'relay listening')?.limits;
+    const current = spawnRelay(
+      ['--listen', 'ws://127.0.0.1:0', '--idle-timeout', '5m', 'serve', '--ping-interval', '1.5s'],
+      { TETHER_RELAY_REGISTRY_KEY_FILE: keyFile(), TETHER_RELAY_CLOSE_GRACE: '250' },
+    );
+    expect(await current.url).toMatch(/^ws:\/\/127\.0\.0\.1:\d+$/);
+    await expect
+      .poll(() => logged(current.err()))
+      .toMatchObject({
+        idleTimeoutMs: 300_000,
+        pingIntervalMs: 1500,
+        closeGraceMs: 250,
+      });
+    expect(current.err()).not.toContain('deprecated');
+
+    const old = spawnRelay(
+      ['serve', '--listen', '127.0.0.1:0', '--idle-timeout-ms', '60000', '--pong-timeout-ms', '2m'],
+      {
+        TETHER_RELAY_REGISTRY_KEY_FILE: keyFile(),
+        TETHER_RELAY_CLOSE_GRACE_MS: '300',
+        TETHER_LOG_FORMAT: 'json',
+      },
+    );
+    await old.url;
+    await expect
+      .poll(() => logged(old.err()))
+      .toMatchObject({
+        idleTimeoutMs: 60_000,
+        pongTimeoutMs: 120_000,
+        closeGraceMs: 300,
+      });
+    const warnings = old
+      .err()
+      .split('\n')
+      .filter((line) => line.startsWith('relay: warning:'));
+    expect(warnings.sort()).toEqual(
+      [
+        'relay: warning: --idle-timeout-ms is deprecated; use --idle-timeout',
+        'relay: warning: --pong-timeout-ms is deprecated; use --pong-timeout',
+        'relay: warning: TETHER_RELAY_CLOSE_GRACE_MS is deprecated; use TETHER_RELAY_CLOSE_GRACE',
+        'relay: warning: TETHER_LOG_FORMAT is deprecated; use TETHER_RELAY_LOG_FORMAT',
+      ].sort(),
+    );
+
+    const bad = spawnSync(process.execPath, [BIN, 'serve', '--idle-timeout', '5 minutes'], { encoding: 'utf8' });
+    expect(bad.status).not.toBe(0);
+    expect(bad.stderr).toContain('expected a duration such as 500ms, 30s, 5m or 1h (a bare number is milliseconds)');
   });
 
   it('never shows the registry token from its variable, in --help or in an error', () => {

@@ -282,8 +282,8 @@ describe('Environment over the rendezvous: recovery', () => {
     peer = await startPeer({
       kind: 'tether',
       transport: 'remote',
-      args: ['--remote', rig.registryUrl, '--environment-id', 'env-recover'],
-      env: { TETHER_API_KEY: rig.apiKey },
+      args: ['--registry', rig.registryUrl, '--environment-id', 'env-recover'],
+      env: { TETHER_EXECUTOR_API_KEY: rig.apiKey },
     });
     await rig.environmentOnline('env-recover');
   });

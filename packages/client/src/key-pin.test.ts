@@ -83,8 +83,8 @@ describe('executor key pinning over a real executor', () => {
     peer = await startPeer({
       kind: 'tether',
       transport: 'remote',
-      args: ['--remote', rig.registryUrl, '--environment-id', 'env-pin-real'],
-      env: { TETHER_API_KEY: rig.apiKey },
+      args: ['--registry', rig.registryUrl, '--environment-id', 'env-pin-real'],
+      env: { TETHER_EXECUTOR_API_KEY: rig.apiKey },
     });
     await rig.environmentOnline('env-pin-real');
   });

@@ -1,18 +1,31 @@
 /**
  * One flag and variable scheme for every Tether CLI: each long flag `--some-flag` of app `relay` is also read
  * from `TETHER_RELAY_SOME_FLAG`, a flag on the command line beats its variable, the scheme's variable beats
- * an older name kept as an alias, and `--version` prints the app's package.json version.
+ * an older name still read (with a deprecation line on stderr, once a run), and `--version` prints the app's
+ * package.json version. A flag of a subcommand may come before the subcommand's name as well as after it
+ * (`harness --registry URL exec …` is `harness exec --registry URL …`), as kubectl takes its flags.
  *
- * The variables are attached as options are added (a Command subclass), because commander registers its
- * environment handling when an option is added: a value-taking option uses commander's own `.env()`
- * (its argument parser and errors, and a mandatory option may come from its variable); a boolean option's
- * variable is read by a preAction hook instead, so that `=0`/`false` mean off (commander treats any value,
- * even `0`, as on), and the same hook applies aliases.
+ * The scheme is applied by a Command subclass: variables are read from the app's environment once a
+ * command's own options are parsed (before commander checks mandatory options, so a mandatory option may come
+ * from its variable); a boolean's variable is `1`/`true`/`yes` or `0`/`false`/`no` (commander would treat any
+ * value, even `0`, as on); an empty variable counts as unset. Renamed flags keep their old spelling (hidden
+ * from --help) with a deprecation line.
  */
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Command, InvalidArgumentError, Option } from 'commander';
+import { Command, Help, InvalidArgumentError, Option, type ParseOptionsResult } from 'commander';
+
+export {
+  type BareUnit,
+  type DurationBounds,
+  durationArg,
+  durationHint,
+  formatDuration,
+  type ListenAddress,
+  parseDuration,
+  parseListenAddress,
+} from './cli-values.js';
 
 /** `json` (one object a line), `pretty` (pino-pretty, for people), `auto`: pretty when stderr is a terminal. */
 export const LOG_FORMATS = ['auto', 'json', 'pretty'] as const;
@@ -22,16 +35,52 @@ export type LogFormat = (typeof LOG_FORMATS)[number];
 export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const;
 export type LogLevel = (typeof LOG_LEVELS)[number];
 
+/** A variable an app reads without a flag for it (a key given by value), for the flags table. */
+export interface SchemeVariable {
+  name: string;
+  /** What it holds (the table's flag column). */
+  what: string;
+  /** The commands that read it (paths below the program; `(program)` for the program itself). */
+  commands: readonly string[];
+  secret?: boolean;
+  /** Other names read without a deprecation line (Codex's). */
+  also?: readonly string[];
+  /** Older names still read, with a deprecation line. */
+  deprecated?: readonly string[];
+}
+
 export interface EnvScheme {
   /** The app's name in the variables: `relay` → `TETHER_RELAY_…`. */
   app: string;
-  /** Older variables still read for a long flag (after the scheme's own), e.g. `{'--log-level': ['TETHER_LOG']}`. */
-  aliases?: Readonly<Record<string, readonly string[]>>;
   /**
-   * Variables the app itself reads for a flag (listed in the README, not applied here) where the app gives
-   * them a meaning a flag does not have.
+   * Older variables still read for a long flag (after the scheme's own), each with a deprecation line naming
+   * the scheme's variable: `{'--log-level': ['TETHER_LOG']}`.
    */
-  readByApp?: Readonly<Record<string, readonly string[]>>;
+  deprecatedVariables?: Readonly<Record<string, readonly string[]>>;
+  /**
+   * Renamed flags, old → new long flag: `{'--heartbeat-interval-ms': '--heartbeat-interval'}`, or for one
+   * command only `{'config set-context --environment': '--environment-id'}`. The old spelling is still
+   * accepted (hidden from --help; its value is parsed as the new flag's) with a deprecation line, and so is
+   * the old flag's variable where the command has variables.
+   */
+  renamedFlags?: Readonly<Record<string, string>>;
+  /**
+   * Other spellings of a flag accepted without a deprecation line (another program's, e.g. Codex's):
+   * `{'--remote': '--registry'}`. Hidden from --help (the flag's own help should name them).
+   */
+  flagAliases?: Readonly<Record<string, string>>;
+  /**
+   * For the flags table: variables the app reads itself for a flag, beside the scheme's, that are not
+   * deprecated (another program's names, e.g. `CODEX_EXEC_SERVER_EXIT_ON_STDIN_CLOSE`).
+   */
+  alsoReadByApp?: Readonly<Record<string, readonly string[]>>;
+  /**
+   * For the flags table: deprecated variables the app reads itself for a flag (where reading them as the
+   * flag's would change what they mean), saying its own deprecation line.
+   */
+  deprecatedReadByApp?: Readonly<Record<string, readonly string[]>>;
+  /** For the flags table: variables without a flag. */
+  variables?: readonly SchemeVariable[];
   /** Long flags whose values are secrets: never a default in `--help`, never the value in an error. */
   secrets?: readonly string[];
   /**
@@ -47,10 +96,62 @@ export function envVarName(app: string, long: string): string {
 }
 
 const TRUE = /^(1|true|yes|on)$/i;
-const FALSE = /^(0|false|no|off)?$/i;
+const FALSE = /^(0|false|no|off)$/i;
+
+/**
+ * Deprecation lines: one per old name and run, on stderr, naming the new name (never a value). `hold()`
+ * keeps them until `flush()` (the executor says them once it no longer re-executes itself).
+ */
+export class Deprecations {
+  private readonly said = new Set<string>();
+  private held: string[] | null = null;
+
+  constructor(
+    readonly app: string,
+    private readonly write: (text: string) => void,
+  ) {}
+
+  /** `<app>: warning: <old> is deprecated; use <replacement>` once a run; `note` is added in parentheses. */
+  warn(old: string, replacement: string, note?: string): void {
+    this.say(old, replacement, note, false);
+  }
+
+  /** As warn(), but said at once even while lines are held. */
+  warnNow(old: string, replacement: string, note?: string): void {
+    this.say(old, replacement, note, true);
+  }
+
+  private say(old: string, replacement: string, note: string | undefined, now: boolean): void {
+    if (this.said.has(old)) return;
+    this.said.add(old);
+    const line = `${this.app}: warning: ${old} is deprecated; use ${replacement}${note ? ` (${note})` : ''}\n`;
+    if (this.held && !now) this.held.push(line);
+    else this.write(line);
+  }
+
+  /** Keeps the lines from now on until flush(). */
+  hold(): void {
+    this.held ??= [];
+  }
+
+  /** Says the lines kept, and the following ones at once. */
+  flush(): void {
+    const lines = this.held ?? [];
+    this.held = null;
+    for (const line of lines) this.write(line);
+  }
+
+  /** The old names warned about so far. */
+  get names(): string[] {
+    return [...this.said];
+  }
+}
 
 /** The scheme each command of a program was built with. */
 const schemes = new WeakMap<Command, EnvScheme>();
+
+/** Hidden options standing for another spelling of a flag: the option they set, and whether deprecated. */
+const aliases = new WeakMap<Option, { target: Option; deprecated: boolean }>();
 
 /** The command's path below its program: `keys create` for `registry keys create`. */
 export function commandPath(command: Command): string {
@@ -59,19 +160,33 @@ export function commandPath(command: Command): string {
   return names.join(' ');
 }
 
+export interface SchemeContext {
+  /** Where the variables are read (the app's environment); default process.env. */
+  env?: NodeJS.ProcessEnv;
+  /** Shared by a program's commands; default a new one writing to the program's error output. */
+  deprecations?: Deprecations;
+}
+
 /** A commander Command whose options (and subcommands' options) follow the scheme. */
 export class SchemeCommand extends Command {
   readonly scheme: EnvScheme;
+  readonly env: NodeJS.ProcessEnv;
+  readonly deprecations: Deprecations;
 
-  constructor(name: string | undefined, scheme: EnvScheme) {
+  constructor(name: string | undefined, scheme: EnvScheme, context: SchemeContext = {}) {
     super(name);
     this.scheme = scheme;
+    this.env = context.env ?? process.env;
+    this.deprecations = context.deprecations ?? new Deprecations(scheme.app, (text) => this.writeErr(text));
     schemes.set(this, scheme);
-    if (!this.parent) this.hook('preAction', (_root, action) => applyHookedVariables(action, scheme));
   }
 
   override createCommand(name?: string): Command {
-    return new SchemeCommand(name, this.scheme);
+    return new SchemeCommand(name, this.scheme, { env: this.env, deprecations: this.deprecations });
+  }
+
+  override createHelp(): Help {
+    return Object.assign(new SchemeHelp(), this.configureHelp());
   }
 
   override addOption(option: Option): this {
@@ -81,19 +196,140 @@ export class SchemeCommand extends Command {
       if (option.defaultValue !== undefined) throw new Error(`secret flag ${option.long} must not have a default`);
       hideValueInErrors(this, option);
     }
-    if (name === null) return super.addOption(option);
     if (option.envVar !== undefined && option.envVar !== name) {
       throw new Error(`${option.long} is read from ${name} (the scheme's name), not ${option.envVar}`);
     }
-    if (option.required || option.optional) {
-      option.env(name);
-      return super.addOption(option);
-    }
-    // A boolean: shown in --help, applied by the preAction hook (commander registers no handler now).
+    // Set after commander has registered the option, so that it registers no variable handling of its own:
+    // the variable is shown in --help and read by parseOptions.
+    option.envVar = undefined;
     super.addOption(option);
-    option.envVar = name;
+    if (name !== null) option.envVar = name;
+    for (const [old, deprecated] of otherSpellings(this, option)) {
+      const alias = new Option(`${old}${option.required ? ' <value>' : option.optional ? ' [value]' : ''}`).hideHelp();
+      if (option.argChoices) alias.choices(option.argChoices);
+      else if (option.parseArg) alias.argParser(option.parseArg);
+      if (secret) hideValueInErrors(this, alias);
+      aliases.set(alias, { target: option, deprecated });
+      super.addOption(alias);
+    }
     return this;
   }
+
+  override parseOptions(argv: string[]): ParseOptionsResult {
+    const result = super.parseOptions(this.commands.length > 0 ? hoistOptions(this, argv) : argv);
+    this.applyOtherSpellings();
+    this.applyVariables();
+    return result;
+  }
+
+  /** Writes to the program's error output (io.stderr where the app configured it). */
+  private writeErr(text: string): void {
+    let root: Command = this;
+    while (root.parent) root = root.parent;
+    const write = root.configureOutput().writeErr;
+    if (write) write(text);
+    else process.stderr.write(text);
+  }
+
+  /** An old or other spelling given on the command line sets the flag it stands for (unless that is given too). */
+  private applyOtherSpellings(): void {
+    for (const option of this.options) {
+      const alias = aliases.get(option);
+      const key = option.attributeName();
+      if (!alias || this.getOptionValueSource(key) !== 'cli') continue;
+      const targetKey = alias.target.attributeName();
+      if (this.getOptionValueSource(targetKey) !== 'cli') {
+        this.setOptionValueWithSource(targetKey, this.getOptionValue(key), 'cli');
+      }
+      this.setOptionValueWithSource(key, undefined, 'default');
+      if (alias.deprecated) this.deprecations.warn(option.long as string, alias.target.long as string);
+    }
+  }
+
+  /** Each option not given on the command line from its variable, else from an older name (with a line). */
+  private applyVariables(): void {
+    for (const option of this.options) {
+      if (!option.long || option.envVar === undefined || aliases.has(option)) continue;
+      const key = option.attributeName();
+      if (isSet(this, key)) continue;
+      const secret = (this.scheme.secrets ?? []).includes(option.long);
+      for (const name of [option.envVar, ...deprecatedVariables(this, option)]) {
+        const raw = this.env[name];
+        if (raw === undefined || raw === '') continue;
+        const shown = secret ? '(value not shown)' : `'${raw}'`;
+        const invalid = `error: option '${option.flags}' value ${shown} from env '${name}' is invalid.`;
+        if (option.required || option.optional) {
+          let value: unknown = raw;
+          try {
+            if (option.parseArg) value = option.parseArg(raw, this.getOptionValue(key));
+          } catch (err) {
+            if (!(err instanceof InvalidArgumentError)) throw err;
+            this.error(`${invalid} ${err.message}`, { code: 'commander.invalidArgument' });
+          }
+          this.setOptionValueWithSource(key, value, 'env');
+        } else {
+          if (!TRUE.test(raw) && !FALSE.test(raw)) this.error(`${invalid} Expected 1/true/yes or 0/false/no.`);
+          if (TRUE.test(raw)) this.setOptionValueWithSource(key, !option.negate, 'env');
+        }
+        if (name !== option.envVar) this.deprecations.warn(name, option.envVar);
+        break;
+      }
+    }
+  }
+}
+
+/**
+ * Help that names each default once: no `default: false` for a boolean, none for an empty list, and a
+ * description's own trailing `(default …)` joins commander's parentheses instead of standing beside them.
+ */
+class SchemeHelp extends Help {
+  override optionDescription(option: Option): string {
+    let description = option.description;
+    const extra: string[] = [];
+    if (option.argChoices) extra.push(`choices: ${option.argChoices.join(', ')}`);
+    const own = /\s*\(default:? ([^()]*(?:\([^()]*\)[^()]*)*)\)$/.exec(description);
+    if (own) description = description.slice(0, own.index);
+    const value = option.defaultValue;
+    const empty = Array.isArray(value) ? value.length === 0 : isPlainObject(value) && Object.keys(value).length === 0;
+    if (option.defaultValueDescription) extra.push(`default: ${option.defaultValueDescription}`);
+    else if (own) extra.push(`default: ${own[1]}`);
+    else if (value !== undefined && value !== false && !empty && (option.required || option.optional)) {
+      extra.push(`default: ${typeof value === 'string' ? value : JSON.stringify(value)}`);
+    }
+    if (option.envVar !== undefined) extra.push(`env: ${option.envVar}`);
+    return extra.length > 0 ? `${description} (${extra.join(', ')})`.trim() : description;
+  }
+}
+
+function isPlainObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && Object.getPrototypeOf(value) === Object.prototype;
+}
+
+/** The other spellings of this option of this command: [old flag, deprecated]. */
+function otherSpellings(command: SchemeCommand, option: Option): Array<[string, boolean]> {
+  const found: Array<[string, boolean]> = [];
+  if (!option.long) return found;
+  const path = commandPath(command);
+  for (const [table, deprecated] of [
+    [command.scheme.renamedFlags, true],
+    [command.scheme.flagAliases, false],
+  ] as const) {
+    for (const [key, target] of Object.entries(table ?? {})) {
+      const words = key.split(' ');
+      const old = words.pop() as string;
+      if (target === option.long && (words.length === 0 || words.join(' ') === path)) found.push([old, deprecated]);
+    }
+  }
+  return found;
+}
+
+/** The deprecated variables of an option that has one: the scheme's older names and renamed flags' variables. */
+function deprecatedVariables(command: SchemeCommand, option: Option): string[] {
+  const long = option.long as string;
+  const renamed = otherSpellings(command, option)
+    .filter(([, deprecated]) => deprecated)
+    .map(([old]) => envVarName(command.scheme.app, old));
+  return [...(command.scheme.deprecatedVariables?.[long] ?? []), ...renamed];
 }
 
 /** The variable for an option of this command, or null where the command has none. */
@@ -134,41 +370,52 @@ function isSet(command: Command, key: string): boolean {
   return source !== undefined && source !== 'default' && source !== 'implied';
 }
 
-/** Booleans' variables and aliases, for the command that runs and the commands above it. */
-function applyHookedVariables(action: Command, scheme: EnvScheme, env: NodeJS.ProcessEnv = process.env): void {
-  for (let command: Command | null = action; command; command = command.parent) {
-    for (const option of command.options) {
-      if (!option.long || option.envVar === undefined) continue;
-      const key = option.attributeName();
-      const boolean = !(option.required || option.optional);
-      const names = [...(boolean ? [option.envVar] : []), ...(scheme.aliases?.[option.long] ?? [])];
-      if (isSet(command, key)) continue;
-      for (const name of names) {
-        const raw = env[name];
-        if (raw === undefined) continue;
-        if (name !== option.envVar && raw === '') continue; // an empty alias counts as unset
-        const shown = (scheme.secrets ?? []).includes(option.long) ? '(value not shown)' : `'${raw}'`;
-        const invalid = `error: option '${option.flags}' value ${shown} from env '${name}' is invalid.`;
-        if (boolean) {
-          if (!TRUE.test(raw) && !FALSE.test(raw)) command.error(`${invalid} Expected 1/true/yes or 0/false/no.`);
-          if (TRUE.test(raw)) command.setOptionValueWithSource(key, !option.negate, 'env');
-        } else {
-          let value: unknown = raw;
-          try {
-            if (option.parseArg) value = option.parseArg(raw, command.getOptionValue(key));
-          } catch (err) {
-            if (!(err instanceof InvalidArgumentError)) throw err;
-            command.error(`${invalid} ${err.message}`, { code: 'commander.invalidArgument' });
-          }
-          if (option.argChoices && !option.argChoices.includes(raw)) {
-            command.error(`${invalid} Allowed choices are ${option.argChoices.join(', ')}.`);
-          }
-          command.setOptionValueWithSource(key, value, 'env');
-        }
-        break;
-      }
+/** How an option is spelled on a command line: with a value, or alone; null for an optional value. */
+function arity(option: Option): 'value' | 'boolean' | null {
+  return option.required ? 'value' : option.optional ? null : 'boolean';
+}
+
+/**
+ * `argv` with the options given before the subcommand's name that belong to a command below this one moved
+ * after that name (`--registry URL exec …` → `exec --registry URL …`). Unchanged when anything before the
+ * name is not clearly such an option (unknown below, or taking a value in one command and none in another):
+ * commander then reports it as it would have.
+ */
+function hoistOptions(command: Command, argv: string[]): string[] {
+  const own: string[] = [];
+  const moved: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i] as string;
+    if (arg === '--') return argv;
+    if (arg.length < 2 || !arg.startsWith('-')) {
+      const sub = command.commands.find((c) => c.name() === arg || c.aliases().includes(arg));
+      return moved.length > 0 && sub ? [...own, arg, ...moved, ...argv.slice(i + 1)] : argv;
+    }
+    const inline = arg.startsWith('--') && arg.includes('=');
+    const flag = inline ? arg.slice(0, arg.indexOf('=')) : arg;
+    const mine = command.options.find((o) => o.short === flag || o.long === flag);
+    const help = flag === '-h' || flag === '--help';
+    const kind = mine ? arity(mine) : help ? 'boolean' : arityBelow(command, flag);
+    if (kind === null) return argv;
+    const bucket = mine || help ? own : moved;
+    bucket.push(arg);
+    if (kind === 'value' && !inline) {
+      if (i + 1 >= argv.length) return argv;
+      bucket.push(argv[++i] as string);
     }
   }
+  return argv;
+}
+
+/** How `flag` is spelled in the commands below `command`, or null when unknown there or spelled both ways. */
+function arityBelow(command: Command, flag: string): 'value' | 'boolean' | null {
+  const kinds = new Set<'value' | 'boolean' | null>();
+  const visit = (c: Command) => {
+    for (const o of c.options) if (o.short === flag || o.long === flag) kinds.add(arity(o));
+    for (const sub of c.commands) visit(sub);
+  };
+  for (const sub of command.commands) visit(sub);
+  return kinds.size === 1 ? ([...kinds][0] ?? null) : null;
 }
 
 /**
@@ -208,15 +455,21 @@ export function logOptions(level: LogLevel | undefined = 'info'): Option[] {
   ];
 }
 
-/** The variable every app also reads for `--log-format`. */
+/** The variable every app read for `--log-format` beside its own: deprecated (one variable per flag). */
 export const LOG_FORMAT_ALIAS = 'TETHER_LOG_FORMAT';
 
-/** One row of the flags table: a long flag of an app, its variable (or none), and where it appears. */
+/** One row of the flags table: a long flag of an app (or a variable without one), and where it appears. */
 export interface FlagRow {
   app: string;
+  /** The flag as commander spells it; empty for a variable without a flag. */
   flag: string;
+  /** For a variable without a flag: what it holds. */
+  what?: string;
   variable: string | null;
-  aliases: readonly string[];
+  /** Other spellings accepted without a deprecation line (another program's): flags and variables. */
+  also: readonly string[];
+  /** Older spellings still accepted, with a deprecation line: flags and variables. */
+  deprecated: readonly string[];
   commands: string[];
   secret: boolean;
   /** Why the flag has no variable (its command's `withoutVariables` reason). */
@@ -226,23 +479,32 @@ export interface FlagRow {
 /** Every long flag of a program built on SchemeCommand, merged across commands, in order of appearance. */
 export function flagRows(program: Command): FlagRow[] {
   const scheme = schemes.get(program);
-  if (!scheme) throw new Error(`${program.name()} was not built with SchemeCommand`);
+  if (!scheme || !(program instanceof SchemeCommand)) {
+    throw new Error(`${program.name()} was not built with SchemeCommand`);
+  }
   const rows = new Map<string, FlagRow>();
-  const visit = (command: Command) => {
+  const visit = (command: SchemeCommand) => {
     const path = commandPath(command) || '(program)';
     for (const option of command.options) {
-      if (!option.long) continue;
+      if (!option.long || aliases.has(option)) continue;
       const without = withoutVariable(scheme, command, option);
       const variable = option.long === '--version' ? null : without === undefined ? (option.envVar ?? null) : null;
       const id = `${option.long} ${variable ?? ''}`;
+      const spellings = otherSpellings(command, option);
       const row = rows.get(id) ?? {
         app: scheme.app,
         flag: option.flags,
         variable,
-        aliases:
-          variable === null
+        also: [
+          ...spellings.filter(([, deprecated]) => !deprecated).map(([flag]) => flag),
+          ...(variable === null ? [] : (scheme.alsoReadByApp?.[option.long] ?? [])),
+        ],
+        deprecated: [
+          ...spellings.filter(([, deprecated]) => deprecated).map(([flag]) => flag),
+          ...(variable === null
             ? []
-            : [...(scheme.aliases?.[option.long] ?? []), ...(scheme.readByApp?.[option.long] ?? [])],
+            : [...deprecatedVariables(command, option), ...(scheme.deprecatedReadByApp?.[option.long] ?? [])]),
+        ],
         commands: [],
         secret: (scheme.secrets ?? []).includes(option.long),
         ...(without === undefined ? {} : { without }),
@@ -250,15 +512,31 @@ export function flagRows(program: Command): FlagRow[] {
       row.commands.push(path);
       rows.set(id, row);
     }
-    for (const sub of command.commands) visit(sub);
+    for (const sub of command.commands) visit(sub as SchemeCommand);
   };
   visit(program);
+  for (const variable of scheme.variables ?? []) {
+    rows.set(variable.name, {
+      app: scheme.app,
+      flag: '',
+      what: variable.what,
+      variable: variable.name,
+      also: variable.also ?? [],
+      deprecated: variable.deprecated ?? [],
+      commands: [...variable.commands],
+      secret: variable.secret === true,
+    });
+  }
   return [...rows.values()];
 }
 
 /** The README's flags table (markdown) for these programs. */
 export function flagsTable(programs: readonly Command[]): string {
-  const lines = ['| app | flag | variable | also read | commands |', '|---|---|---|---|---|'];
+  const lines = [
+    '| app | flag | variable | also accepted | deprecated (still read, with a warning) | commands |',
+    '|---|---|---|---|---|---|',
+  ];
+  const names = (list: readonly string[]) => list.map((name) => `\`${name}\``).join(', ');
   for (const program of programs) {
     for (const row of flagRows(program)) {
       const variable = row.variable
@@ -266,9 +544,11 @@ export function flagsTable(programs: readonly Command[]): string {
         : row.flag.includes('--version')
           ? '—'
           : `— (${row.without})`;
-      const aliases = row.aliases.map((a) => `\`${a}\``).join(', ');
+      const flag = row.flag === '' ? `— (${row.what})` : `\`${row.flag.replace(/\|/g, '\\|')}\``;
       const commands = row.commands.length > 4 ? `${row.commands.length} commands` : row.commands.join(', ');
-      lines.push(`| ${row.app} | \`${row.flag.replace(/\|/g, '\\|')}\` | ${variable} | ${aliases} | ${commands} |`);
+      lines.push(
+        `| ${row.app} | ${flag} | ${variable} | ${names(row.also)} | ${names(row.deprecated)} | ${commands} |`,
+      );
     }
   }
   return `${lines.join('\n')}\n`;

@@ -200,8 +200,8 @@ export async function startClusterStack(options: ClusterOptions = {}): Promise<C
             keyFile,
             '--registry-token',
             relayTokens[i] as string,
-            '--heartbeat-interval-ms',
-            String(options.heartbeatIntervalMs ?? 1_000),
+            '--heartbeat-interval',
+            `${options.heartbeatIntervalMs ?? 1_000}ms`,
             ...(options.relayArgs ?? []),
           ]);
           if (service.url !== url) throw new Error(`relay came up on ${service.url}, not ${url}`);

@@ -101,6 +101,7 @@ export {
 } from './pattern.js';
 export {
   activePeers,
+  apiKeyEnv,
   codexBinaryPath,
   codexSandboxPath,
   makePeerHome,
@@ -115,6 +116,7 @@ export {
   RUN_ID_ENV,
   type RunPeerOptions,
   type RunPeerResult,
+  registryArgs,
   repoRoot,
   runPeer,
   type StartPeerOptions,

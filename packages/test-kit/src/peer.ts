@@ -8,7 +8,7 @@ import { fileURLToPath } from 'node:url';
 
 export type PeerKind = 'codex' | 'tether';
 export type Transport = 'ws' | 'stdio';
-/** `remote`: no --listen; the caller passes `--remote URL --environment-id ID` in `args`. */
+/** `remote`: no --listen; the caller passes `registryArgs(…)` (`--registry URL --environment-id ID`) in `args`. */
 export type PeerTransport = Transport | 'remote';
 
 export interface StartPeerOptions {
@@ -116,6 +116,19 @@ export function peerCommand(
     return { command: codexBinaryPath(), args: ['exec-server', ...listenArgs, ...args], homeEnv: 'CODEX_HOME' };
   }
   return { command: process.execPath, args: [tetherMainPath(), ...listenArgs, ...args], homeEnv: 'TETHER_HOME' };
+}
+
+/**
+ * A remote-mode peer's registry and environment: `--registry` for ours, `--remote` for codex (our executor
+ * takes both; `--remote` is Codex's spelling).
+ */
+export function registryArgs(kind: PeerKind, registryUrl: string, environmentId: string): string[] {
+  return [kind === 'codex' ? '--remote' : '--registry', registryUrl, '--environment-id', environmentId];
+}
+
+/** A remote-mode peer's API key in its environment: `TETHER_EXECUTOR_API_KEY` for ours, `CODEX_API_KEY` for codex. */
+export function apiKeyEnv(kind: PeerKind, apiKey: string): Record<string, string> {
+  return kind === 'codex' ? { CODEX_API_KEY: apiKey } : { TETHER_EXECUTOR_API_KEY: apiKey };
 }
 
 /**

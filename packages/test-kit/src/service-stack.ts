@@ -4,7 +4,16 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { waitUntil } from './helpers.js';
-import { type PeerExit, type PeerHandle, type PeerKind, peerMarkerEnv, repoRoot, startPeer } from './peer.js';
+import {
+  apiKeyEnv,
+  type PeerExit,
+  type PeerHandle,
+  type PeerKind,
+  peerMarkerEnv,
+  registryArgs,
+  repoRoot,
+  startPeer,
+} from './peer.js';
 import { keyCreateArgs, STACK_KEY_ROLES } from './stack-keys.js';
 
 /**
@@ -197,8 +206,8 @@ export function startRemoteExecutor(
   return startPeer({
     kind,
     transport: 'remote',
-    args: ['--remote', registryUrl, '--environment-id', environmentId, ...(options.args ?? [])],
-    env: { CODEX_API_KEY: apiKey, TETHER_API_KEY: apiKey, ...options.env },
+    args: [...registryArgs(kind, registryUrl, environmentId), ...(options.args ?? [])],
+    env: { ...apiKeyEnv(kind, apiKey), ...options.env },
     ...(options.homeFiles ? { homeFiles: options.homeFiles } : {}),
   });
 }

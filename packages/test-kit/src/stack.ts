@@ -5,7 +5,15 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { waitUntil } from './helpers.js';
-import { type PeerHandle, type PeerKind, repoRoot, type StartPeerOptions, startPeer } from './peer.js';
+import {
+  apiKeyEnv,
+  type PeerHandle,
+  type PeerKind,
+  registryArgs,
+  repoRoot,
+  type StartPeerOptions,
+  startPeer,
+} from './peer.js';
 import type { RelayTap } from './relay-tap.js';
 import { keyCreateArgs, STACK_KEY_ROLES } from './stack-keys.js';
 
@@ -158,8 +166,8 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
           ...options,
           kind,
           transport: 'remote',
-          args: ['--remote', registryUrl, '--environment-id', environmentId, ...(options.args ?? [])],
-          env: { CODEX_API_KEY: keys.executor, TETHER_API_KEY: keys.executor, ...options.env },
+          args: [...registryArgs(kind, registryUrl, environmentId), ...(options.args ?? [])],
+          env: { ...apiKeyEnv(kind, keys.executor), ...options.env },
         });
         executors.push(peer);
         served.set(peer, environmentId);

@@ -16,7 +16,7 @@ import { ENV } from '../target.js';
 
 interface SetContextFlags {
   registry?: string;
-  environment?: string;
+  environmentId?: string;
   apiKeyFile?: string;
   executorKey?: string;
   url?: string;
@@ -34,10 +34,11 @@ export function registerConfig(program: Command, io: CliIo, setExit: SetExit): v
 The file is $${ENV.config}, else $XDG_CONFIG_HOME/tether/config.toml, else ~/.config/tether/config.toml
 (TOML, written atomically with mode 0600). A context supplies what a flag or variable does not: each
 setting is taken from the flag, else its variable, else the context (--context NAME, ${ENV.context}, or
-the file's current-context). The file holds the path of the API key file, never a key.
+the file's current-context). The file holds the path of the API key file, never a key. set-context's
+--environment is now --environment-id, as everywhere (the old spelling still works, with a warning).
 
 Examples:
-  harness config set-context dev --registry https://registry.example.com --environment dev-1 \\
+  harness config set-context dev --registry https://registry.example.com --environment-id dev-1 \\
       --api-key-file ~/.config/tether/dev.key --use
   harness config get-contexts
   harness config use-context prod
@@ -138,7 +139,7 @@ Examples:
     .description('create a context, or change the given settings of one')
     .argument('<name>', 'context name (letters, digits, _ . @ : -)')
     .option('--registry <url>', 'registry base URL (http:// or https://)')
-    .option('--environment <id>', 'environment id')
+    .option('--environment-id <id>', 'environment id')
     .option('--api-key-file <file>', 'file holding the harness API key (stored as an absolute path; chmod 600)')
     .option('--executor-key <file>', 'executor public key to pin (stored as an absolute path)')
     .option('--url <ws-url>', 'an executor WebSocket to talk to directly instead of a registry')
@@ -190,11 +191,11 @@ function contextSettings(flags: SetContextFlags): Context {
   const settings: Context = {};
   if (flags.registry !== undefined) settings.registry = checkedUrl(flags.registry, ['http:', 'https:'], '--registry');
   if (flags.url !== undefined) settings.url = checkedUrl(flags.url, ['ws:', 'wss:'], '--url');
-  if (flags.environment !== undefined) {
-    if (!/^[A-Za-z0-9_-]{1,128}$/.test(flags.environment)) {
-      throw new TetherError('invalid_argument', `bad --environment ${JSON.stringify(flags.environment)}`);
+  if (flags.environmentId !== undefined) {
+    if (!/^[A-Za-z0-9_-]{1,128}$/.test(flags.environmentId)) {
+      throw new TetherError('invalid_argument', `bad --environment-id ${JSON.stringify(flags.environmentId)}`);
     }
-    settings.environment = flags.environment;
+    settings.environment = flags.environmentId;
   }
   if (flags.apiKeyFile !== undefined) settings.apiKeyFile = resolve(nonEmpty(flags.apiKeyFile, '--api-key-file'));
   if (flags.executorKey !== undefined) settings.executorKey = resolve(nonEmpty(flags.executorKey, '--executor-key'));

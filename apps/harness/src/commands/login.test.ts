@@ -40,7 +40,7 @@ afterAll(async () => {
 
 describe('harness login --web', () => {
   it('prints the link on stdout, and on a terminal a hint with the expiry on stderr', async () => {
-    const env = { TETHER_REGISTRY_URL: stack.registryUrl, TETHER_API_KEY: stack.keys.harness };
+    const env = { TETHER_HARNESS_REGISTRY: stack.registryUrl, TETHER_HARNESS_API_KEY: stack.keys.harness };
     const before = Date.now();
     const result = await harness(['login', '--web', 'dev-1', '--ttl', '600'], env, true);
     expect(result.code).toBe(0);
@@ -60,7 +60,7 @@ describe('harness login --web', () => {
     writeFileSync(keyFile, `${stack.keys.harness}\n`, { mode: 0o600 });
     const config = join(work, 'config.toml');
     const setup = await harness(
-      ['config', 'set-context', 'ci', '--registry', stack.registryUrl, '--environment', 'dev-2', '--use'],
+      ['config', 'set-context', 'ci', '--registry', stack.registryUrl, '--environment-id', 'dev-2', '--use'],
       { TETHER_CONFIG: config },
     );
     expect(setup.code).toBe(0);
@@ -71,20 +71,22 @@ describe('harness login --web', () => {
   });
 
   it('refuses without --web, without a key, with a bad --ttl and with a plain http:// registry off loopback', async () => {
-    const env = { TETHER_REGISTRY_URL: stack.registryUrl, TETHER_API_KEY: stack.keys.harness };
+    const env = { TETHER_HARNESS_REGISTRY: stack.registryUrl, TETHER_HARNESS_API_KEY: stack.keys.harness };
     expect(await harness(['login', 'dev-1'], env)).toEqual({
       code: 2,
       stdout: '',
       stderr: 'harness: login needs --web (the only kind of login for now: a one-time browser link)\n',
     });
-    const noKey = await harness(['login', '--web', 'dev-1'], { TETHER_REGISTRY_URL: stack.registryUrl });
+    const noKey = await harness(['login', '--web', 'dev-1'], { TETHER_HARNESS_REGISTRY: stack.registryUrl });
     expect(noKey.code).toBe(2);
     expect(noKey.stderr).toMatch(/no API key/);
     expect((await harness(['login', '--web', 'dev-1', '--ttl', '0'], env)).code).toBe(2);
+    const tooLong = await harness(['login', '--web', 'dev-1', '--ttl', '16m'], env);
+    expect([tooLong.code, tooLong.stderr]).toEqual([2, expect.stringContaining('at least 1s and at most 15m')]);
     const insecure = await harness(['login', '--web', 'dev-1', '--registry', 'http://registry.example'], env);
     expect(insecure.code).toBe(2);
     expect(insecure.stderr).toMatch(/refusing the plain http:\/\/ registry/);
-    const wrong = await harness(['login', '--web', 'dev-1'], { ...env, TETHER_API_KEY: 'treg_nope' });
+    const wrong = await harness(['login', '--web', 'dev-1'], { ...env, TETHER_HARNESS_API_KEY: 'treg_nope' });
     expect(wrong.code).toBe(255);
     expect(wrong.stderr).toMatch(/HTTP 401/);
   });

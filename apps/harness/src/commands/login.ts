@@ -1,5 +1,6 @@
 import { checkEnvironmentId, checkRegistryUrl, TetherError } from '@tether/client';
-import { type Command, InvalidArgumentError, Option } from 'commander';
+import { durationArg, formatDuration } from '@tether/telemetry/cli';
+import { type Command, Option } from 'commander';
 import { type CliIo, EXIT, registryOptions, report, type SetExit } from '../common.js';
 import { type ConnectFlags, resolveRegistryAccess } from '../target.js';
 
@@ -11,12 +12,11 @@ interface LoginFlags extends ConnectFlags {
   ttl?: number;
 }
 
+const ttl = durationArg({ bare: 's', min: 1000, max: MAX_GRANT_TTL * 1000, wholeSeconds: true });
+
+/** `--ttl`: whole seconds from 1 to 900, as a duration (a bare number is seconds). */
 function grantTtl(value: string): number {
-  const seconds = Number(value);
-  if (!/^\d+$/.test(value.trim()) || seconds < 1 || seconds > MAX_GRANT_TTL) {
-    throw new InvalidArgumentError(`expected whole seconds from 1 to ${MAX_GRANT_TTL}, got ${JSON.stringify(value)}`);
-  }
-  return seconds;
+  return ttl(value) / 1000;
 }
 
 /** `harness login --web`: a one-time link that opens the browser terminal on one environment. */
@@ -28,8 +28,8 @@ export function registerLogin(program: Command, io: CliIo, setExit: SetExit): vo
     .addOption(new Option('--web', 'mint a browser grant and print its /ui link (required for now)'))
     .addOption(
       new Option(
-        '--ttl <seconds>',
-        `how long the link may be opened (default 300, at most ${MAX_GRANT_TTL})`,
+        '--ttl <duration>',
+        `how long the link may be opened (90s, 5m; a bare number is seconds; at most ${formatDuration(MAX_GRANT_TTL * 1000)}) (default 5m)`,
       ).argParser(grantTtl),
     );
   for (const option of registryOptions()) login.addOption(option);
@@ -46,7 +46,7 @@ Prints the link on stdout (one line); on a terminal, a hint on stderr.
 Exit status: 0; 2 for bad usage; 255 when the registry cannot be reached or refuses the key.
 
 Example:
-  harness login --web --environment-id dev-1 --ttl 120`,
+  harness login --web --environment-id dev-1 --ttl 2m`,
     )
     .action(async (environment: string | undefined, options: LoginFlags) => {
       setExit(await loginCommand(io, environment, options));

@@ -1,5 +1,6 @@
 import { createWriteStream } from 'node:fs';
 import { parsePublicKeyJson, rendezvousDialer, TetherError } from '@tether/client';
+import { durationArg, formatDuration } from '@tether/telemetry/cli';
 import { type Command, InvalidArgumentError, Option } from 'commander';
 import { type CliIo, connectOptions, report, type SetExit } from '../common.js';
 import {
@@ -24,14 +25,11 @@ interface MasterFlags extends ConnectFlags {
   pool?: number;
 }
 
+const persist = durationArg({ bare: 's', min: 0, max: 7 * 24 * 3600_000, wholeSeconds: true });
+
+/** `--persist`: whole seconds from 0 (no idle timeout) to 7 days, as a duration (a bare number is seconds). */
 function parsePersist(value: string): number {
-  const seconds = Number(value);
-  if (!/^\d+$/.test(value.trim()) || seconds > 7 * 24 * 3600) {
-    throw new InvalidArgumentError(
-      `expected whole seconds from 0 (no idle timeout) to 604800, got ${JSON.stringify(value)}`,
-    );
-  }
-  return seconds;
+  return persist(value) / 1000;
 }
 
 function parsePool(value: string): number {
@@ -53,18 +51,15 @@ async function resolveTarget(
   env: NodeJS.ProcessEnv,
   environmentId: string | undefined,
 ): Promise<RendezvousConnectOptions> {
-  if (flags.url) throw new TetherError('invalid_argument', 'a master serves registry environments, not --url');
+  if (flags.url && !flags.urlFromVariable) {
+    throw new TetherError('invalid_argument', 'a master serves registry environments, not --url');
+  }
   let target: RendezvousConnectOptions | null = null;
   try {
-    await openEnvironment(
-      { ...flags, url: undefined },
-      { ...env, TETHER_EXECUTOR_URL: undefined },
-      environmentId,
-      (options) => {
-        target = options;
-        throw CAPTURED;
-      },
-    );
+    await openEnvironment({ ...flags, url: undefined }, env, environmentId, (options) => {
+      target = options;
+      throw CAPTURED;
+    });
   } catch (err) {
     if (err !== CAPTURED) throw err;
   }
@@ -90,7 +85,7 @@ a session in progress resumes over a direct connection.
 
 Examples:
   harness master start dev-1          # prints the socket path
-  harness exec -- true                # (TETHER_ENVIRONMENT_ID=dev-1) through the master
+  harness exec -- true                # (TETHER_HARNESS_ENVIRONMENT_ID=dev-1) through the master
   harness master status dev-1
   harness master stop dev-1`,
     );
@@ -99,11 +94,11 @@ Examples:
     master
       .command('start')
       .description('start a master in the background (a running one is kept) and print its socket path')
-      .argument('[env]', 'environment id (default: --environment-id / TETHER_ENVIRONMENT_ID)')
+      .argument('[env]', 'environment id (default: --environment-id or its variable)')
       .addOption(
         new Option(
-          '--persist <seconds>',
-          `exit after this long with no command using it; 0: run until stopped (default ${DEFAULT_PERSIST_SECONDS})`,
+          '--persist <duration>',
+          `exit after this long with no command using it (30s, 10m, 2h; a bare number is seconds); 0: run until stopped (default ${formatDuration(DEFAULT_PERSIST_SECONDS * 1000)})`,
         ).argParser(parsePersist),
       )
       .addOption(
@@ -128,7 +123,7 @@ Examples:
     master
       .command('status')
       .description('show whether a master runs for the environment (exit 1 when none)')
-      .argument('[env]', 'environment id (default: --environment-id / TETHER_ENVIRONMENT_ID)'),
+      .argument('[env]', 'environment id (default: --environment-id or its variable)'),
   ).action(async (environmentId: string | undefined, flags: ConnectFlags) => {
     try {
       const target = await resolveTarget(flags, io.env, environmentId);
@@ -155,7 +150,7 @@ Examples:
     master
       .command('stop')
       .description('stop the master for the environment (commands using it carry on over direct connections)')
-      .argument('[env]', 'environment id (default: --environment-id / TETHER_ENVIRONMENT_ID)'),
+      .argument('[env]', 'environment id (default: --environment-id or its variable)'),
   ).action(async (environmentId: string | undefined, flags: ConnectFlags) => {
     try {
       const target = await resolveTarget(flags, io.env, environmentId);
