@@ -117,7 +117,8 @@ describe('executor --registry: registry URL', () => {
     const warn = vi.spyOn(log, 'warn');
     const run = cliIo();
     const listen = parseListenUrl('ws://192.0.2.1:0');
-    expect(await runExecutor({ strictConfig: false, listen }, run.io, log, noExec)).toBe(1);
+    const quiet: ExecutorPlatform = { ...noExec, exec: { setCloexecAbove: () => 0 } };
+    expect(await runExecutor({ strictConfig: false, listen }, run.io, log, quiet)).toBe(1);
     expect(run.stderr()).toContain('cannot listen on 192.0.2.1:0');
     expect(warn.mock.calls.map((call) => String(call[1]))).toEqual([
       expect.stringMatching(/listener on 192\.0\.2\.1 is unauthenticated/),
@@ -127,6 +128,38 @@ describe('executor --registry: registry URL', () => {
     expect(exposedListenerWarning('0.0.0.0')).toMatch(/listener on 0\.0\.0\.0 is unauthenticated/);
     expect(exposedListenerWarning('::')).toMatch(/unauthenticated/);
     expect(exposedListenerWarning('192.168.1.5')).toMatch(/unauthenticated/);
+  });
+
+  it('makes every inherited descriptor above 2 close-on-exec at start, or warns that it cannot', async () => {
+    const listen = parseListenUrl('ws://192.0.2.1:0');
+    const setCloexecAbove = vi.fn(() => 2);
+    const marked = silentLogger();
+    const info = vi.spyOn(marked, 'info');
+    const markedRun = cliIo();
+    await runExecutor({ strictConfig: false, listen }, markedRun.io, marked, { ...noExec, exec: { setCloexecAbove } });
+    expect(setCloexecAbove.mock.calls).toEqual([[2]]);
+    expect(info).toHaveBeenCalledWith({ descriptors: 2 }, 'inherited descriptors made close-on-exec');
+    for (const [exec, reason] of [
+      [{ unavailableReason: 'TETHER_NATIVE_PIPE=off' }, '@tether/native-pipe: TETHER_NATIVE_PIPE=off'],
+      [
+        {
+          setCloexecAbove: () => {
+            throw new Error('EPERM: operation not permitted, fcntl');
+          },
+        },
+        'EPERM: operation not permitted, fcntl',
+      ],
+    ] as const) {
+      const log = silentLogger();
+      const warn = vi.spyOn(log, 'warn');
+      const run = cliIo();
+      // It still starts (here the bind fails afterwards: exit 1, not a refusal).
+      expect(await runExecutor({ strictConfig: false, listen }, run.io, log, { ...noExec, exec })).toBe(1);
+      expect(warn).toHaveBeenCalledWith(
+        { reason },
+        expect.stringMatching(/^cannot make inherited descriptors close-on-exec: .* sandboxed ones included/),
+      );
+    }
   });
 
   it('the key flags need --registry', async () => {

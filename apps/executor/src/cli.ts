@@ -449,6 +449,25 @@ function protectMemory(io: CliIo, platform: ExecutorPlatform, log: Logger): void
   }
 }
 
+/**
+ * A descriptor left open by whoever started the executor (fd 100 on a host file, say) would be inherited
+ * by every command: bubblewrap passes it into a sandbox too, where a write through it reaches the host
+ * file that a read-only mount protects from `open`. sshd closes such descriptors for its sessions; here
+ * every descriptor above 2 becomes close-on-exec (none is closed: Node's and libuv's own have the flag
+ * already). What a command is meant to get still reaches it: libuv dup2s a child's stdio array into
+ * place, which clears the flag on the copy (bubblewrap's seccomp fd 3, pipes from @tether/native-pipe).
+ */
+function markInheritedCloseOnExec(platform: ExecutorPlatform): { marked: number } | { problem: string } {
+  if (!platform.exec.setCloexecAbove) {
+    return { problem: `@tether/native-pipe: ${platform.exec.unavailableReason ?? 'no setCloexecAbove'}` };
+  }
+  try {
+    return { marked: platform.exec.setCloexecAbove(2) };
+  } catch (err) {
+    return { problem: (err as Error).message };
+  }
+}
+
 /** The warning for a WebSocket listener reachable from other hosts, or null for a loopback one. */
 export function exposedListenerWarning(host: string): string | null {
   if (isLoopbackHost(host)) return null;
@@ -484,6 +503,8 @@ export async function runExecutor(
   }
   // This image runs on (it re-executed itself for the key, if it had to): the parse's deprecations, once.
   deprecations.flush();
+  // After --api-key-fd is read (and closed): nothing inherited above 2 reaches a command.
+  const inherited = markInheritedCloseOnExec(platform);
   // Neither the parent-lifetime switch nor anything naming the registry key reaches a child process.
   for (const name of [...EXIT_ON_STDIN_CLOSE_ENV, ...API_KEY_ENV_VARS, API_KEY_FILE_ENV, ...KEY_SOURCE_ENV]) {
     delete io.env[name];
@@ -526,6 +547,14 @@ export async function runExecutor(
   const log = logger ?? createLogger(options.logLevel ?? config.logLevel, options.logFormat);
   for (const warning of warnings) log.warn({ warning }, 'ignoring config problem (use --strict-config to fail)');
   if (options.registry !== undefined) protectMemory(io, platform, log);
+  if ('problem' in inherited) {
+    log.warn(
+      { reason: inherited.problem },
+      'cannot make inherited descriptors close-on-exec: any descriptor above 2 this executor inherited from its launcher reaches every command it runs, sandboxed ones included (a write through one bypasses the sandbox)',
+    );
+  } else if (inherited.marked > 0) {
+    log.info({ descriptors: inherited.marked }, 'inherited descriptors made close-on-exec');
+  }
 
   // Codex exports exec-server metrics whenever `[otel] metrics_exporter` names a collector; `[analytics]
   // enabled` does not gate them (observed with codex 0.171.0), so it does not here either. Without it the

@@ -26,12 +26,16 @@ export interface ExecSupport {
   clearCloexec?: (fd: number) => void;
   /** prctl(PR_SET_DUMPABLE). */
   setDumpable?: (dumpable: boolean) => void;
+  /** Sets FD_CLOEXEC on every open descriptor above `fd`; returns how many lacked it. */
+  setCloexecAbove?: (fd: number) => number;
   /** Why the native addon is missing, for messages. */
   unavailableReason?: string | null;
 }
 
 /** The optional members of @tether/native-pipe's NativePipe, as far as this module uses them. */
-type NativeProcessControls = Partial<Pick<ExecSupport, 'execve' | 'clearCloexec' | 'setDumpable'>> & {
+type NativeProcessControls = Partial<
+  Pick<ExecSupport, 'execve' | 'clearCloexec' | 'setDumpable' | 'setCloexecAbove'>
+> & {
   pipe(): [number, number];
 };
 
@@ -46,6 +50,7 @@ export function platformExecSupport(): ExecSupport {
   if (native) support.pipe = () => native.pipe();
   if (typeof native?.clearCloexec === 'function') support.clearCloexec = native.clearCloexec.bind(native);
   if (typeof native?.setDumpable === 'function') support.setDumpable = native.setDumpable.bind(native);
+  if (typeof native?.setCloexecAbove === 'function') support.setCloexecAbove = native.setCloexecAbove.bind(native);
   return support;
 }
 

@@ -10,6 +10,8 @@
  *   setDumpable(bool) -> 0 | -errno    prctl(PR_SET_DUMPABLE); a no-op off Linux
  *   isDumpable() -> boolean            prctl(PR_GET_DUMPABLE); true off Linux
  *   reapChild(pid) -> 1 | 0 | -errno   waitpid(pid, WNOHANG): reaped, still running, or not our child
+ *   setCloexecAbove(fd) -> n | -errno  every open fd above fd becomes close-on-exec (none is closed); n is
+ *                                      how many lacked it
  *
  * Pipes: close-on-exec is set atomically (pipe2): a child spawned by another thread between the pipe's
  * creation and a separate fcntl would otherwise keep an end open, and a write end held by a stranger means
@@ -34,6 +36,10 @@
 #include <node_api.h>
 #ifdef __linux__
 #include <sys/prctl.h>
+#include <sys/syscall.h>
+#endif
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
 #endif
 
 extern char **environ;
@@ -437,6 +443,33 @@ static napi_value reap_child(napi_env env, napi_callback_info info) {
   return int_result(env, done == pid ? 1 : 0);
 }
 
+/*
+ * Every open fd above `above` gets FD_CLOEXEC; nothing is closed. The walk over /proc/self/fd (open_fds)
+ * counts the fds that lacked the flag (the inherited ones: Node and libuv open theirs close-on-exec);
+ * then, where the kernel has it (Linux >= 5.11), close_range(above + 1, ~0U, CLOSE_RANGE_CLOEXEC) sweeps
+ * the whole range again in one call, which also covers an fd opened by another thread after the walk.
+ */
+static napi_value set_cloexec_above(napi_env env, napi_callback_info info) {
+  int32_t above;
+  if (!int_argument(env, info, "setCloexecAbove(fd) takes one fd, a non-negative integer", &above)) return NULL;
+  size_t count = 0;
+  int *fds = open_fds(&count);
+  if (!fds) return int_result(env, -ENOMEM);
+  int32_t changed = 0, error = 0;
+  for (size_t i = 0; i < count; i++) {
+    if (fds[i] <= above) continue;
+    int flags = fcntl(fds[i], F_GETFD);
+    if (flags < 0 || (flags & FD_CLOEXEC)) continue; /* closed meanwhile, or already so */
+    if (fcntl(fds[i], F_SETFD, flags | FD_CLOEXEC) == 0) changed++;
+    else if (errno != EBADF) error = -errno;
+  }
+  free(fds);
+#if defined(__linux__) && defined(SYS_close_range)
+  if (above < INT32_MAX) syscall(SYS_close_range, (unsigned int)above + 1, ~0U, CLOSE_RANGE_CLOEXEC);
+#endif
+  return int_result(env, error ? error : changed);
+}
+
 NAPI_MODULE_INIT() {
   napi_property_descriptor methods[] = {
       {"pipe", NULL, new_pipe, NULL, NULL, NULL, napi_default, NULL},
@@ -447,6 +480,7 @@ NAPI_MODULE_INIT() {
       {"setDumpable", NULL, set_dumpable, NULL, NULL, NULL, napi_default, NULL},
       {"isDumpable", NULL, is_dumpable, NULL, NULL, NULL, napi_default, NULL},
       {"reapChild", NULL, reap_child, NULL, NULL, NULL, napi_default, NULL},
+      {"setCloexecAbove", NULL, set_cloexec_above, NULL, NULL, NULL, napi_default, NULL},
   };
   if (napi_define_properties(env, exports, sizeof methods / sizeof methods[0], methods) != napi_ok) return NULL;
   return exports;

@@ -184,6 +184,25 @@ describe('execve', () => {
   });
 });
 
+describe('setCloexecAbove', () => {
+  it('makes every fd above the given one close-on-exec, so that a child no longer inherits it; 0-2 stay as they were', () => {
+    const { report, status } = runFixture('cloexec');
+    expect(status).toBe(0);
+    // fd 20 was inherited open (a launcher's leak) and reached the child shell.
+    expect(report.before).toMatchObject({ leak: false });
+    expect((report.before as { child: number[] }).child).toContain(20);
+    expect(report.changed).toBeGreaterThanOrEqual(1);
+    // Nothing lacks it any more; the child has only its stdio.
+    expect(report.again).toBe(0);
+    expect(report.after).toEqual({
+      child: [0, 1, 2],
+      leak: true,
+      stdio: (report.before as { stdio: boolean[] }).stdio,
+    });
+    expect(report.badArg).toMatchObject({ name: 'TypeError' });
+  });
+});
+
 describe('prctl', () => {
   it('setChildSubreaper makes orphaned descendants children of this process, which reapChild reaps; false turns it off', () => {
     const { pid, report } = runFixture('subreaper');

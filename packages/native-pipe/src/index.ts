@@ -56,6 +56,15 @@ export interface NativePipe {
    * would be lost. Throws an errno error (`ECHILD`: not a child of this process; syscall `waitpid`).
    */
   reapChild(pid: number): boolean;
+  /**
+   * Makes every open fd above `fd` close-on-exec (none is closed, 0 to `fd` are untouched), so that no
+   * program this process starts later inherits one it did not hand over itself (a child's stdio array
+   * still does: libuv dup2s those into place). Returns how many lacked the flag: Node's and libuv's own
+   * fds already have it, so these are the inherited ones. The walk is over `/proc/self/fd` (`/dev/fd`,
+   * else every number below the fd limit), then `close_range(fd + 1, ~0U, CLOSE_RANGE_CLOEXEC)` where
+   * Linux has it (5.11). Throws an errno error (syscall `fcntl`) when a flag cannot be set.
+   */
+  setCloexecAbove(fd: number): number;
 }
 
 interface Binding {
@@ -73,6 +82,8 @@ interface Binding {
   isDumpable(): boolean;
   /** 1 reaped, 0 running, or -errno. */
   reapChild(pid: number): number;
+  /** How many fds lacked close-on-exec, or -errno. */
+  setCloexecAbove(fd: number): number;
 }
 
 let loaded: { native: NativePipe | null; error: string | null } | undefined;
@@ -128,6 +139,10 @@ function load(): { native: NativePipe | null; error: string | null } {
       reapChild(pid) {
         if (!Number.isSafeInteger(pid) || pid <= 0) throw new TypeError(`reapChild: not a pid: ${pid}`);
         return check(binding.reapChild(pid), 'waitpid') === 1;
+      },
+      setCloexecAbove(fd) {
+        if (!Number.isSafeInteger(fd) || fd < 0) throw new TypeError(`setCloexecAbove: not an fd: ${fd}`);
+        return check(binding.setCloexecAbove(fd), 'fcntl');
       },
     },
   };

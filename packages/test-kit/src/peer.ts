@@ -1,4 +1,4 @@
-import { type ChildProcess, spawn } from 'node:child_process';
+import { type ChildProcess, type StdioOptions, spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
@@ -22,6 +22,11 @@ export interface StartPeerOptions {
   homeFiles?: Record<string, string>;
   /** How long to wait for the `ws://` line (ws transport only). Default 20 s. */
   startupTimeoutMs?: number;
+  /**
+   * Descriptors the peer inherits beyond 0-2, as a launcher could leave them open: the peer's fd number
+   * (above 2) to one of ours, e.g. `{ 100: openSync(file, 'a') }`. Numbers between are left unopened.
+   */
+  inheritFds?: Record<number, number>;
 }
 
 export interface PeerExit {
@@ -190,6 +195,18 @@ function waitForExit(child: ChildProcess): Promise<PeerExit> {
   });
 }
 
+/** The peer's stdio array: three pipes, then `inheritFds` at their numbers and nothing in between. */
+function peerStdio(inheritFds: Record<number, number>): StdioOptions {
+  const stdio: StdioOptions = ['pipe', 'pipe', 'pipe'];
+  for (const [at, fd] of Object.entries(inheritFds)) {
+    const index = Number(at);
+    if (!Number.isInteger(index) || index <= 2) throw new Error(`inheritFds: ${at} is not a descriptor above 2`);
+    while (stdio.length < index) stdio.push('ignore');
+    stdio[index] = fd;
+  }
+  return stdio;
+}
+
 /**
  * Launches a codex or tether exec-server peer on a fresh home directory.
  * ws: resolves once the peer printed its `ws://IP:PORT` line. stdio: resolves right after spawn.
@@ -208,7 +225,7 @@ export async function startPeer(options: StartPeerOptions): Promise<PeerHandle> 
       ...peerMarkerEnv(),
       ...options.env,
     },
-    stdio: ['pipe', 'pipe', 'pipe'],
+    stdio: peerStdio(options.inheritFds ?? {}),
   });
   const exited = waitForExit(child);
   let exitStatus: PeerExit | undefined;

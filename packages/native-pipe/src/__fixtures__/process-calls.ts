@@ -14,6 +14,8 @@
  * - `subreaper`: sets it, starts `sleep` in the background of a shell that exits, and reports the
  *   orphan's parent, then kills and reaps it.
  * - `dumpable`: clears the flag and reports the getter before and after.
+ * - `cloexec`: the fds a child shell has before and after setCloexecAbove(2), what it returned (twice),
+ *   and the close-on-exec flag of 0-2 and of fd 20 before and after.
  */
 import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
@@ -116,4 +118,23 @@ if (mode === 'exec') {
   const cleared = native.isDumpable();
   native.setDumpable(true);
   print({ before, cleared, restored: native.isDumpable(), badArg: thrown(() => native.setDumpable(0 as never)) });
+}
+else if (mode === 'cloexec') {
+  const childFds = () =>
+    spawnSync('/bin/sh', ['-c', 'ls -1 /proc/$$/fd'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] })
+      .stdout.split('\n')
+      .filter((line) => line !== '')
+      .map(Number)
+      .sort((a, b) => a - b);
+  const closeOnExec = (fd: number) => (fdFlags(fd) & O_CLOEXEC) !== 0;
+  const before = { child: childFds(), leak: closeOnExec(LEAK), stdio: [0, 1, 2].map(closeOnExec) };
+  const changed = native.setCloexecAbove(2);
+  const again = native.setCloexecAbove(2);
+  print({
+    before,
+    changed,
+    again,
+    after: { child: childFds(), leak: closeOnExec(LEAK), stdio: [0, 1, 2].map(closeOnExec) },
+    badArg: thrown(() => native.setCloexecAbove(-1)),
+  });
 }
