@@ -176,7 +176,11 @@ describe('security through the real stack', () => {
     timeout: 60_000,
   }, async () => {
     const environmentId = 'env-sec-harness-revoke';
-    const executor = await stack.startExecutor('tether', environmentId);
+    // Its own executor key: the test above revokes the stack's.
+    const executorKey = await stack.createKey('executor', environmentId);
+    const executor = await stack.startExecutor('tether', environmentId, {
+      env: { CODEX_API_KEY: executorKey, TETHER_API_KEY: executorKey },
+    });
     try {
       const harnessKey = publicKeyToJson(generateIdentity().publicKey);
       const post = async (path: string, key: string, body: object) =>
@@ -191,7 +195,7 @@ describe('security through the real stack', () => {
         return (await res.json()) as { executor_registration_id: string; harness_key_authorization: string };
       };
       const validate = async (b: Awaited<ReturnType<typeof bundle>>) =>
-        (await post('validate', stack.keys.executor, {
+        (await post('validate', executorKey, {
           executor_registration_id: b.executor_registration_id,
           harness_public_key: harnessKey,
           harness_key_authorization: b.harness_key_authorization,
