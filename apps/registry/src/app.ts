@@ -393,7 +393,9 @@ async function registerRateLimits(app: FastifyInstance, limits: RateLimits) {
     max: (_request, key) => (key.startsWith(KEY) ? limits.perKey : limits.unauthenticated),
     keyGenerator: async (request) => {
       const token = bearer(request);
-      const key = token === null ? undefined : await app.registry.store.findApiKey(hashToken(token));
+      // A store that cannot answer leaves the request to its address's budget; the route then says why it fails.
+      const key =
+        token === null ? undefined : await app.registry.store.findApiKey(hashToken(token)).catch(() => undefined);
       return key ? `${KEY}${key.id}` : `ip:${request.ip}`;
     },
     onExceeded: (request, key) => {

@@ -91,6 +91,13 @@ describe('rate limits', () => {
     expect((await exchange(undefined, bogus())).statusCode).toBe(429);
   });
 
+  it('a store that cannot look the key up leaves the request to its address: /livez still answers', async () => {
+    await start({ rateLimit: { unauthenticated: 100, perKey: 100 } });
+    store.findApiKey = () => Promise.reject(new Error('store down'));
+    const res = await app.inject({ url: '/livez', headers: { authorization: `Bearer ${tokens.admin}` } });
+    expect(res.statusCode).toBe(200);
+  });
+
   it('with --trust-proxy the address is the forwarded client’s; from others X-Forwarded-For is ignored', async () => {
     await start({ rateLimit: { unauthenticated: 1, perKey: 100 }, trustProxy: ['10.0.0.0/8'] });
     const via = (proxy: string, client: string) => exchange(proxy, { 'x-forwarded-for': client });
