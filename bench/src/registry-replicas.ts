@@ -169,6 +169,11 @@ async function deploy(setup: Setup): Promise<Deployment> {
         'ws://127.0.0.1:9',
         '--log-level',
         'warn',
+        // A throughput benchmark from one key and one address: the rate limits are lifted (their cost stays).
+        '--rate-limit-per-key',
+        '1000000000',
+        '--rate-limit-unauthenticated',
+        '1000000000',
       ],
       { nodeArgs: NODE_ARGS },
     );

@@ -2,13 +2,15 @@
  * Security promises held through the real registry, relay, `executor --remote` and harness processes
  * (SECURITY.md points here): revocation ends a live session and `/connect` says why; a newer registration of
  * an environment keeps it (the older executor stops instead of taking it back); a child that escapes its
- * process group with setsid still dies with the executor.
+ * process group with setsid still dies with the executor; an authorization dies with the harness key that minted it.
  */
 import { spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { once } from 'node:events';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Environment } from '@tether/client';
+import { generateIdentity, publicKeyToJson } from '@tether/noise';
 import { repoRoot, type Stack, startStack, waitUntil } from '@tether/test-kit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
@@ -168,6 +170,50 @@ describe('security through the real stack', () => {
       expect(after.stderr).not.toContain(stack.keys.harness);
     } finally {
       await env.close().catch(() => undefined);
+    }
+  });
+  it('a harness key revoked after /connect: the executor key’s /validate of its authorization says invalid', {
+    timeout: 60_000,
+  }, async () => {
+    const environmentId = 'env-sec-harness-revoke';
+    // Its own executor key: the test above revokes the stack's.
+    const executorKey = await stack.createKey('executor', environmentId);
+    const executor = await stack.startExecutor('tether', environmentId, {
+      env: { CODEX_API_KEY: executorKey, TETHER_API_KEY: executorKey },
+    });
+    try {
+      const harnessKey = publicKeyToJson(generateIdentity().publicKey);
+      const post = async (path: string, key: string, body: object) =>
+        fetch(`${stack.registryUrl}/cloud/environment/${environmentId}/${path}`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+          body: JSON.stringify(body),
+        });
+      const bundle = async (key: string) => {
+        const res = await post('connect', key, { harness_public_key: harnessKey });
+        expect(res.status).toBe(200);
+        return (await res.json()) as { executor_registration_id: string; harness_key_authorization: string };
+      };
+      const validate = async (b: Awaited<ReturnType<typeof bundle>>) =>
+        (await post('validate', executorKey, {
+          executor_registration_id: b.executor_registration_id,
+          harness_public_key: harnessKey,
+          harness_key_authorization: b.harness_key_authorization,
+        }).then((r) => r.json())) as { valid: boolean };
+      const doomed = await stack.createKey('harness', '*');
+      const doomedBundle = await bundle(doomed);
+      const keptBundle = await bundle(stack.keys.harness);
+      // `registry keys create` names a key key_ + the first 16 hex digits of its token's SHA-256.
+      const id = `key_${createHash('sha256').update(doomed).digest('hex').slice(0, 16)}`;
+      const revoked = await fetch(`${stack.registryUrl}/v1/keys/${id}`, {
+        method: 'DELETE',
+        headers: { authorization: `Bearer ${stack.keys.admin}` },
+      });
+      expect(revoked.status).toBe(200);
+      expect(await validate(doomedBundle)).toEqual({ valid: false });
+      expect(await validate(keptBundle)).toEqual({ valid: true });
+    } finally {
+      await executor.close();
     }
   });
 });

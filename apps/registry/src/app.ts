@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import rateLimit from '@fastify/rate-limit';
 import type { SigningKey } from '@tether/relay-auth';
 import type { Telemetry, TelemetryOptions } from '@tether/telemetry';
 import Fastify, {
@@ -60,7 +61,22 @@ export interface RegistryConfig {
   uiOrigins?: string[];
   /** Lifetime of a browser session token (a browser grant exchanged); default 1 h. */
   browserSessionTtlMs?: number;
+  /** Request rate limits (`--rate-limit-*`); defaults in RATE_LIMIT_DEFAULTS. */
+  rateLimit?: Partial<RateLimits>;
 }
+
+/**
+ * Requests allowed per `windowMs`: per client address (`request.ip`, so `--trust-proxy` applies) for requests
+ * without a known API key (the browser-grant exchange, health probes, /ui, unknown bearer tokens, browser sessions),
+ * and per API key for requests with one, whatever their address. Past it: 429 with Retry-After.
+ */
+export interface RateLimits {
+  unauthenticated: number;
+  perKey: number;
+  windowMs: number;
+}
+
+export const RATE_LIMIT_DEFAULTS: RateLimits = { unauthenticated: 600, perKey: 6000, windowMs: 60_000 };
 
 export interface ServerLimits {
   /** A socket idle this long is closed (Node `server.setTimeout`). */
@@ -291,6 +307,7 @@ export async function buildRegistry(config: RegistryConfig, deps: RegistryDeps):
   });
   app.setNotFoundHandler((_request, reply) => reply.code(404).send(errorBody('not_found')));
 
+  await registerRateLimits(app, { ...RATE_LIMIT_DEFAULTS, ...config.rateLimit });
   // On the root itself, before the routes, so that its onSend hook sees them.
   await corsRoutes(app, { origins: config.uiOrigins ?? [] });
   await app.register(healthRoutes);
@@ -359,6 +376,36 @@ function trackStore(store: RegistryStore) {
     }
   };
   return { store: wrapped, drain };
+}
+
+/**
+ * Rate limits on every route (registered before them): a request whose bearer token is a known, unrevoked API key
+ * counts against that key's id; any other (no token, an unknown one, a browser session) against its client address.
+ * The raw token is only hashed for the store look-up (cached), never kept. A refusal is counted in
+ * registry_rate_limited_total by route and reason and answered 429 `rate_limited` with Retry-After; it is not
+ * logged on its own (the error handler logs only 5xx).
+ */
+async function registerRateLimits(app: FastifyInstance, limits: RateLimits) {
+  const KEY = 'key:';
+  await app.register(rateLimit, {
+    global: true,
+    timeWindow: limits.windowMs,
+    max: (_request, key) => (key.startsWith(KEY) ? limits.perKey : limits.unauthenticated),
+    keyGenerator: async (request) => {
+      const token = bearer(request);
+      // A store that cannot answer leaves the request to its address's budget; the route then says why it fails.
+      const key =
+        token === null ? undefined : await app.registry.store.findApiKey(hashToken(token)).catch(() => undefined);
+      return key ? `${KEY}${key.id}` : `ip:${request.ip}`;
+    },
+    onExceeded: (request, key) => {
+      app.metrics.inc('registry_rate_limited_total', {
+        route: request.routeOptions.url ?? 'unmatched',
+        reason: key.startsWith(KEY) ? 'api_key' : 'address',
+      });
+    },
+    errorResponseBuilder: () => new RegistryError('rate_limited'),
+  });
 }
 
 /** The bearer token of a request, or null; never logged. */

@@ -22,7 +22,7 @@ import {
   SchemeCommand,
 } from '@tether/telemetry/cli';
 import { type Command, InvalidArgumentError, Option } from 'commander';
-import { buildRegistry, SERVER_LIMIT_DEFAULTS } from './app.js';
+import { buildRegistry, RATE_LIMIT_DEFAULTS, SERVER_LIMIT_DEFAULTS } from './app.js';
 import { registryTelemetryOptions } from './metrics.js';
 import { openStore, ROLES, type Role } from './store/index.js';
 import { ENVIRONMENT_ID_PATTERN, generateToken, hashToken } from './tokens.js';
@@ -49,6 +49,8 @@ export interface ServeOptions {
   headersTimeout: number;
   keepAliveTimeout: number;
   maxConnections: number;
+  rateLimitUnauthenticated: number;
+  rateLimitPerKey: number;
   trustProxy: string[];
   uiDir?: string;
   ui: boolean;
@@ -231,6 +233,7 @@ export async function runServe(options: ServeOptions, io: CliIo, logger?: Logger
         keepAliveTimeoutMs: options.keepAliveTimeout,
         maxConnections: options.maxConnections,
       },
+      rateLimit: { unauthenticated: options.rateLimitUnauthenticated, perKey: options.rateLimitPerKey },
     },
     { store, signingKey, logger: log, telemetry },
   );
@@ -319,8 +322,21 @@ export function buildCli(io: CliIo, exit: (code: number) => void): Command {
     )
     .addOption(
       new Option(
+        '--rate-limit-unauthenticated <n>',
+        'requests per minute from one client address without an API key (see --trust-proxy); then 429',
+      )
+        .argParser(positiveInteger)
+        .default(RATE_LIMIT_DEFAULTS.unauthenticated),
+    )
+    .addOption(
+      new Option('--rate-limit-per-key <n>', 'requests per minute with one API key, from any address; then 429')
+        .argParser(positiveInteger)
+        .default(RATE_LIMIT_DEFAULTS.perKey),
+    )
+    .addOption(
+      new Option(
         '--trust-proxy <cidr>',
-        'take the client address (request logs) from X-Forwarded-For, and the scheme and host of browser-grant ' +
+        'take the client address (request logs, rate limits) from X-Forwarded-For, and the scheme and host of browser-grant ' +
           'links from X-Forwarded-Proto/Host, only when the peer is in one of these IPs or CIDR blocks; ' +
           'repeatable or comma-separated',
       )

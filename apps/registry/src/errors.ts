@@ -31,6 +31,7 @@ export const ERRORS = {
   registration_not_found: { status: 404, message: 'no such current registration' },
   unknown_relay_node: { status: 400, message: 'not a configured relay node URL' },
   no_relay_available: { status: 503, message: 'no relay node is available' },
+  rate_limited: { status: 429, message: 'too many requests; retry after the seconds in Retry-After' },
   store_unavailable: { status: 503, message: 'the registry store is unreachable' },
   internal: { status: 500, message: 'internal error' },
 } as const satisfies Record<string, { status: number; message: string }>;

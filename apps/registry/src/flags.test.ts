@@ -129,6 +129,36 @@ describe('registry flags and variables', () => {
     expect(wrongScheme.stderr).toContain('expected HOST:PORT or http://HOST:PORT');
   });
 
+  it('TETHER_REGISTRY_RATE_LIMIT_UNAUTHENTICATED: the built bin answers a burst past it 429 with Retry-After', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'registry-flags-'));
+    dirs.push(dir);
+    const child = spawn(process.execPath, [BIN, 'serve'], {
+      env: clean({
+        TETHER_REGISTRY_DATABASE: `sqlite:${join(dir, 'registry.db')}`,
+        TETHER_REGISTRY_LISTEN: '127.0.0.1:0',
+        TETHER_REGISTRY_RELAY_URL: 'ws://127.0.0.1:9',
+        TETHER_REGISTRY_RATE_LIMIT_UNAUTHENTICATED: '3',
+        TETHER_REGISTRY_LOG_LEVEL: 'warn',
+      }),
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    children.push(child);
+    const url = String((await once(child.stdout, 'data'))[0]).trim();
+    const exchange = () =>
+      fetch(`${url}/cloud/browser-grants/exchange`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ grant: `tbgr_${'A'.repeat(43)}` }),
+      });
+    for (let i = 0; i < 3; i++) expect((await exchange()).status).toBe(401);
+    const refused = await exchange();
+    expect(refused.status).toBe(429);
+    expect(Number(refused.headers.get('retry-after'))).toBeGreaterThan(0);
+    expect(((await refused.json()) as { error: { code: string } }).error.code).toBe('rate_limited');
+    child.kill('SIGTERM');
+    await once(child, 'exit');
+  });
+
   it('--trust-proxy: request.ip is the forwarded client only behind a trusted peer', async () => {
     const store = openSqliteStore(':memory:');
     const seen: Array<Record<string, unknown>> = [];

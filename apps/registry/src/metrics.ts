@@ -13,6 +13,7 @@ const COUNTERS = {
   registry_registrations_total: 'Executor registrations accepted.',
   registry_bundles_total: 'Harness rendezvous bundles issued.',
   registry_validations_total: 'Harness key validations, by result.',
+  registry_rate_limited_total: 'Requests refused by a rate limit (429), by route and reason (address or api_key).',
 } as const;
 export type RegistryCounter = keyof typeof COUNTERS;
 

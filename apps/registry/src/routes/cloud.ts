@@ -249,6 +249,8 @@ export async function cloudRoutes(app: FastifyInstance) {
           harnessPublicKey,
           expiresAt: now() + config.authorizationTtlMs,
           connectRequestId: request.id,
+          // The key that minted it (a harness key, or the one behind a browser session): revoking it voids it.
+          mintedByKeyId: (request.apiKey as { id: string }).id,
         });
         if (!current) throw await noRegistration(environmentId);
         // To the node the executor was sent to, never to one a hash would pick now. While that node is dead or does

@@ -124,6 +124,15 @@ CREATE INDEX browser_sessions_expires_at ON browser_sessions (expires_at);
 `,
 });
 
+/**
+ * Version 7 (issue 33): the API key that minted each authorization at /connect, so that /validate refuses one whose
+ * key was revoked since. Rows from before stay NULL and are judged as before (they expire within a minute).
+ */
+const AUTHORIZATION_MINTED_BY: Migration = {
+  version: 7,
+  sql: 'ALTER TABLE authorizations ADD COLUMN minted_by_key_id TEXT;',
+};
+
 const ROLE_CHECK = "CHECK (role IN ('executor', 'harness', 'admin', 'relay'))";
 
 export const SQLITE_MIGRATIONS: Migration[] = [
@@ -150,6 +159,7 @@ ${ownershipAndRevocations('INTEGER')}`,
   REGISTRATION_RELAY,
   AUTHORIZATION_REQUEST_ID,
   browserGrants('INTEGER'),
+  AUTHORIZATION_MINTED_BY,
 ];
 
 export const POSTGRES_MIGRATIONS: Migration[] = [
@@ -165,4 +175,5 @@ ${ownershipAndRevocations('BIGINT')}`,
   REGISTRATION_RELAY,
   AUTHORIZATION_REQUEST_ID,
   browserGrants('BIGINT'),
+  AUTHORIZATION_MINTED_BY,
 ];

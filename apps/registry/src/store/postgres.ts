@@ -256,7 +256,7 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
       await pool.query({
         name: 'registry_create_authorization',
         text: `INSERT INTO authorizations (token_hash, environment_id, registration_id, harness_public_key, expires_at,
-          connect_request_id) VALUES ($1, $2, $3, $4, $5, $6)`,
+          connect_request_id, minted_by_key_id) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
         values: [
           a.tokenHash,
           a.environmentId,
@@ -264,6 +264,7 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
           a.harnessPublicKey,
           a.expiresAt,
           a.connectRequestId ?? null,
+          a.mintedByKeyId ?? null,
         ],
       });
     },
@@ -273,10 +274,17 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
         name: 'registry_create_authorization_for_current',
         text: `WITH r AS (SELECT ${regColumns} FROM registrations WHERE environment_id = $1),
           ins AS (INSERT INTO authorizations (token_hash, environment_id, registration_id, harness_public_key, expires_at,
-              connect_request_id)
-            SELECT $2, environment_id, registration_id, $3, $4, $5 FROM r)
+              connect_request_id, minted_by_key_id)
+            SELECT $2, environment_id, registration_id, $3, $4, $5, $6 FROM r)
           SELECT * FROM r`,
-        values: [a.environmentId, a.tokenHash, a.harnessPublicKey, a.expiresAt, a.connectRequestId ?? null],
+        values: [
+          a.environmentId,
+          a.tokenHash,
+          a.harnessPublicKey,
+          a.expiresAt,
+          a.connectRequestId ?? null,
+          a.mintedByKeyId ?? null,
+        ],
       });
       return rows[0] && toRegistration(rows[0]);
     },
@@ -290,8 +298,11 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
         c.apiKeyId === undefined
           ? {
               name: 'registry_consume_authorization',
-              text: `DELETE FROM authorizations WHERE token_hash = $2 AND environment_id = $3 AND registration_id = $4
-                AND harness_public_key = $5 AND used_at IS NULL AND expires_at > $1 RETURNING connect_request_id`,
+              text: `DELETE FROM authorizations a WHERE token_hash = $2 AND environment_id = $3 AND registration_id = $4
+                AND harness_public_key = $5 AND used_at IS NULL AND expires_at > $1
+                AND (a.minted_by_key_id IS NULL OR EXISTS (SELECT 1 FROM api_keys k
+                  WHERE k.id = a.minted_by_key_id AND k.revoked_at IS NULL))
+                RETURNING connect_request_id`,
               values,
             }
           : {
@@ -300,6 +311,8 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
                 AND harness_public_key = $5 AND used_at IS NULL AND expires_at > $1
                 AND EXISTS (SELECT 1 FROM registrations r WHERE r.environment_id = a.environment_id
                   AND r.registration_id = a.registration_id AND r.api_key_id = $6)
+                AND (a.minted_by_key_id IS NULL OR EXISTS (SELECT 1 FROM api_keys k
+                  WHERE k.id = a.minted_by_key_id AND k.revoked_at IS NULL))
                 RETURNING connect_request_id`,
               values: [...values, c.apiKeyId],
             },

@@ -229,19 +229,24 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
     ),
     insertAuth: db.prepare(
       `INSERT INTO authorizations (token_hash, environment_id, registration_id, harness_public_key, expires_at,
-         connect_request_id) VALUES (?, ?, ?, ?, ?, ?)`,
+         connect_request_id, minted_by_key_id) VALUES (?, ?, ?, ?, ?, ?, ?)`,
     ),
     // A consumed authorization is deleted (rather than marked used): the table holds only live ones, which
     // keeps its pages few and hot; rows with used_at set by older versions still never match.
     consumeAuth: db.prepare(
       `DELETE FROM authorizations WHERE token_hash = ? AND environment_id = ? AND registration_id = ?
-       AND harness_public_key = ? AND used_at IS NULL AND expires_at > ? RETURNING connect_request_id`,
+       AND harness_public_key = ? AND used_at IS NULL AND expires_at > ?
+       AND (minted_by_key_id IS NULL OR EXISTS (SELECT 1 FROM api_keys k
+         WHERE k.id = authorizations.minted_by_key_id AND k.revoked_at IS NULL))
+       RETURNING connect_request_id`,
     ),
     consumeOwnedAuth: db.prepare(
       `DELETE FROM authorizations WHERE token_hash = ? AND environment_id = ? AND registration_id = ?
        AND harness_public_key = ? AND used_at IS NULL AND expires_at > ?
        AND EXISTS (SELECT 1 FROM registrations r WHERE r.environment_id = authorizations.environment_id
          AND r.registration_id = authorizations.registration_id AND r.api_key_id = ?)
+       AND (minted_by_key_id IS NULL OR EXISTS (SELECT 1 FROM api_keys k
+         WHERE k.id = authorizations.minted_by_key_id AND k.revoked_at IS NULL))
        RETURNING connect_request_id`,
     ),
     pruneAuth: db.prepare('DELETE FROM authorizations WHERE expires_at < ?'),
@@ -498,6 +503,7 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
           a.harnessPublicKey,
           a.expiresAt,
           a.connectRequestId ?? null,
+          a.mintedByKeyId ?? null,
         ),
       );
     },
@@ -512,6 +518,7 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
             a.harnessPublicKey,
             a.expiresAt,
             a.connectRequestId ?? null,
+            a.mintedByKeyId ?? null,
           );
         }
         return current;

@@ -217,6 +217,21 @@ describe.each([sqlite, postgres])('RegistryStore on $name', (engine) => {
     expect(await store.consumeAuthorization(claim)).toEqual({ connectRequestId: 'req-connect-3' });
   });
 
+  it('an authorization minted with a key that has since been revoked is refused; one from an active key is not', async () => {
+    await store.createApiKey({ ...key({ id: 'harness-1' }), role: 'harness' });
+    await store.createApiKey({ ...key({ id: 'harness-2' }), role: 'harness' });
+    await store.createAuthorization({ ...authorization('t1'), mintedByKeyId: 'harness-1' });
+    await store.createAuthorization({ ...authorization('t2'), mintedByKeyId: 'harness-2' });
+    await executorKey(store);
+    await store.putRegistration(registration('dev-1', 'reg-1'));
+    const current = { tokenHash: 't3', environmentId: 'dev-1', harnessPublicKey: '{"harness":1}', expiresAt: 10_000 };
+    await store.createAuthorizationForCurrent({ ...current, mintedByKeyId: 'harness-1' });
+    expect(await store.revokeApiKey('harness-1', 3_000)).not.toBeNull();
+    expect(await store.consumeAuthorization({ ...authorization('t1'), now: 5_000 })).toBeNull();
+    expect(await store.consumeAuthorization({ ...authorization('t3'), now: 5_000, apiKeyId: 'key-1' })).toBeNull();
+    expect(await store.consumeAuthorization({ ...authorization('t2'), now: 5_000 })).not.toBeNull();
+  });
+
   it('prunes expired authorizations', async () => {
     await store.createAuthorization(authorization('old', 1_000));
     await store.createAuthorization(authorization('new', 9_000));

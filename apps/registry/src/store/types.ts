@@ -76,6 +76,11 @@ export interface NewAuthorization {
   expiresAt: number;
   /** The `x-request-id` of the `/connect` that issued it (logged again when `/validate` consumes it). */
   connectRequestId?: string | null;
+  /**
+   * The API key that minted it at `/connect` (a harness key, or the one behind a browser session): once that key is
+   * revoked the authorization no longer validates. Null only for authorizations stored before this was recorded.
+   */
+  mintedByKeyId?: string | null;
 }
 
 /** What a consumed authorization still tells: the `/connect` it came from. */
@@ -83,7 +88,7 @@ export interface ConsumedAuthorization {
   connectRequestId: string | null;
 }
 
-export interface AuthorizationClaim extends Omit<NewAuthorization, 'expiresAt' | 'connectRequestId'> {
+export interface AuthorizationClaim extends Omit<NewAuthorization, 'expiresAt' | 'connectRequestId' | 'mintedByKeyId'> {
   now: number;
   /**
    * When set, the claim also needs `registrationId` to be the environment's current registration, made with this
@@ -179,7 +184,8 @@ export interface RegistryStore {
     authorization: Omit<NewAuthorization, 'registrationId'>,
   ): Promise<RegistrationRecord | undefined>;
   /**
-   * Atomically marks an authorization used when every field matches, it is unused and unexpired at `now`.
+   * Atomically marks an authorization used when every field matches, it is unused and unexpired at `now`, and the
+   * key that minted it (when recorded) is still active.
    * At most one caller ever gets `true` for a token, whatever the concurrency.
    */
   consumeAuthorization(claim: AuthorizationClaim): Promise<ConsumedAuthorization | null>;

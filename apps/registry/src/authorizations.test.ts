@@ -1,0 +1,119 @@
+/**
+ * Issue 33 item 3, on the real app over SQLite and PostgreSQL: a harness key authorization records the key that
+ * minted it (a harness key, or the key behind a browser session), and /validate refuses it once that key is revoked,
+ * within the authorization's lifetime.
+ */
+import { generateKeyPairSync, randomBytes } from 'node:crypto';
+import { generateIdentity, publicKeyToJson } from '@tether/noise';
+import type { FastifyInstance } from 'fastify';
+import pg from 'pg';
+import pino from 'pino';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { buildRegistry } from './app.js';
+import { openPostgresStore, openSqliteStore, type RegistryStore, type Role } from './store/index.js';
+import { generateToken, hashToken } from './tokens.js';
+
+const PG_URL = process.env.TETHER_TEST_POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+const executorKey = publicKeyToJson(generateIdentity().publicKey);
+const harnessKey = publicKeyToJson(generateIdentity().publicKey);
+
+interface Engine {
+  name: string;
+  open(): Promise<{ store: RegistryStore; drop(): Promise<void> }>;
+}
+const engines: Engine[] = [
+  { name: 'sqlite', open: async () => ({ store: openSqliteStore(':memory:'), drop: async () => {} }) },
+  {
+    name: 'postgres',
+    open: async () => {
+      const schema = `registry_test_${randomBytes(6).toString('hex')}`;
+      const store = await openPostgresStore({ connectionString: PG_URL, schema, max: 4, cacheTtlMs: 0 });
+      return {
+        store,
+        drop: async () => {
+          const client = new pg.Client({ connectionString: PG_URL });
+          await client.connect();
+          await client.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+          await client.end();
+        },
+      };
+    },
+  },
+];
+
+describe.each(engines)('authorizations and the key that minted them ($name)', (engine) => {
+  let store: RegistryStore;
+  let drop: () => Promise<void>;
+  let app: FastifyInstance;
+  const tokens: Record<string, string> = {};
+
+  const addKey = async (id: string, role: Role, environments: string) => {
+    tokens[id] = generateToken();
+    await store.createApiKey({ id, tokenHash: hashToken(tokens[id]), role, environments, label: id, createdAt: 1 });
+  };
+  const call = (method: 'POST' | 'DELETE', url: string, bearer: string | null, payload?: object) =>
+    app.inject({
+      method,
+      url,
+      headers: bearer === null ? {} : { authorization: `Bearer ${bearer}` },
+      ...(payload === undefined ? {} : { payload }),
+    });
+  const connect = (bearer: string) =>
+    call('POST', '/cloud/environment/dev-1/connect', bearer, { harness_public_key: harnessKey });
+  const validate = (bundle: Record<string, string>) =>
+    call('POST', '/cloud/environment/dev-1/validate', tokens.exec as string, {
+      executor_registration_id: bundle.executor_registration_id,
+      harness_public_key: harnessKey,
+      harness_key_authorization: bundle.harness_key_authorization,
+    });
+  const revoke = (id: string) => call('DELETE', `/v1/keys/${id}`, tokens.admin as string);
+
+  beforeEach(async () => {
+    ({ store, drop } = await engine.open());
+    const pair = generateKeyPairSync('ed25519');
+    app = await buildRegistry(
+      { relayUrls: ['ws://127.0.0.1:1'] },
+      {
+        store,
+        signingKey: { privateKey: pair.privateKey, publicKey: pair.publicKey },
+        logger: pino({ level: 'silent' }),
+      },
+    );
+    await addKey('exec', 'executor', '*');
+    await addKey('harness', 'harness', 'dev-*');
+    await addKey('other', 'harness', 'dev-*');
+    await addKey('admin', 'admin', '*');
+    const registered = await call('POST', '/cloud/environment/dev-1/register', tokens.exec as string, {
+      security_profile: 'noise_hybrid_ik_v1',
+      executor_public_key: executorKey,
+    });
+    expect(registered.statusCode).toBe(200);
+  });
+
+  afterEach(async () => {
+    await app.close();
+    await store.close();
+    await drop();
+  });
+
+  it('a harness key revoked after /connect: its authorization no longer validates; another key’s still does', async () => {
+    const revokedBundle = (await connect(tokens.harness as string)).json();
+    const otherBundle = (await connect(tokens.other as string)).json();
+    expect((await revoke('harness')).statusCode).toBe(200);
+    const refused = await validate(revokedBundle);
+    expect(refused.statusCode).toBe(200);
+    expect(refused.json()).toEqual({ valid: false });
+    expect((await validate(otherBundle)).json()).toEqual({ valid: true });
+  });
+
+  it('the key behind a browser session, revoked after /connect: its authorization no longer validates', async () => {
+    const grant = (
+      await call('POST', '/cloud/browser-grants', tokens.harness as string, { environment_id: 'dev-1' })
+    ).json().grant as string;
+    const session = (await call('POST', '/cloud/browser-grants/exchange', null, { grant })).json().token as string;
+    const bundle = (await connect(session)).json();
+    expect(bundle.harness_key_authorization).toBeDefined();
+    expect((await revoke('harness')).statusCode).toBe(200);
+    expect((await validate(bundle)).json()).toEqual({ valid: false });
+  });
+});
