@@ -24,7 +24,7 @@ import type {
 } from './backend.js';
 import type { RendezvousPlatform } from './dial.js';
 import { secureStreamFailureMayPass } from './dial-error.js';
-import { ExecutorKeyChangedError, TetherError } from './errors.js';
+import { ExecutorKeyChangedError, TetherError, type TetherErrorCode } from './errors.js';
 import { checkRegistryUrl, type RegistryOptions, type RendezvousBundle } from './registry.js';
 import { TcpForwarder } from './tcp.js';
 
@@ -253,7 +253,7 @@ export class ExecServerClient implements ProcessBackend {
         if (left <= 0) {
           throw giveUp(
             new TetherError(
-              'connect_failed',
+              lastCode(err),
               `could not connect within ${timeoutMs} ms (${attempt} attempts): ${(err as Error).message}`,
               { cause: err },
             ),
@@ -600,7 +600,7 @@ export class ExecServerClient implements ProcessBackend {
         // What the step last failed with (a registry refusing connections, say) says more than the deadline.
         const last = err instanceof Error && err !== bound.signal.reason && err.name !== 'AbortError' ? err : null;
         throw new TetherError(
-          'connect_failed',
+          lastCode(last),
           `the attempt was still in its ${step} at the deadline${last ? `: ${last.message}` : ''}`,
           { cause: err },
         );
@@ -782,6 +782,19 @@ export class ExecServerClient implements ProcessBackend {
     }
     for (const listener of this.listeners) listener(event);
   }
+}
+
+/**
+ * The code a connect given up at its deadline reports: that of what its last attempt failed with when that is
+ * a TetherError (`registry` for a registry that cannot be reached, say: the thing to look at), else
+ * `connect_failed`.
+ */
+function lastCode(err: unknown): TetherErrorCode {
+  let inner = err;
+  while (inner instanceof TetherError && inner.code === 'connect_failed' && inner.cause instanceof TetherError) {
+    inner = inner.cause;
+  }
+  return inner instanceof TetherError ? inner.code : 'connect_failed';
 }
 
 /** Failures of a resume that another attempt cannot get past: the session is given up at once. */
