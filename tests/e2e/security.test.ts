@@ -179,7 +179,7 @@ describe('security through the real stack', () => {
     // Its own executor key: the test above revokes the stack's.
     const executorKey = await stack.createKey('executor', environmentId);
     const executor = await stack.startExecutor('tether', environmentId, {
-      env: { CODEX_API_KEY: executorKey, TETHER_API_KEY: executorKey },
+      env: { CODEX_API_KEY: executorKey, TETHER_EXECUTOR_API_KEY: executorKey },
     });
     try {
       const harnessKey = publicKeyToJson(generateIdentity().publicKey);
