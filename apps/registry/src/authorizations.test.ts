@@ -3,45 +3,20 @@
  * minted it (a harness key, or the key behind a browser session), and /validate refuses it once that key is revoked,
  * within the authorization's lifetime.
  */
-import { generateKeyPairSync, randomBytes } from 'node:crypto';
+import { generateKeyPairSync } from 'node:crypto';
 import { generateIdentity, publicKeyToJson } from '@tether/noise';
 import type { FastifyInstance } from 'fastify';
-import pg from 'pg';
 import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { ENGINES } from './__tests__/engines.js';
 import { buildRegistry } from './app.js';
-import { openPostgresStore, openSqliteStore, type RegistryStore, type Role } from './store/index.js';
+import type { RegistryStore, Role } from './store/index.js';
 import { generateToken, hashToken } from './tokens.js';
 
-const PG_URL = process.env.TETHER_TEST_POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const executorKey = publicKeyToJson(generateIdentity().publicKey);
 const harnessKey = publicKeyToJson(generateIdentity().publicKey);
 
-interface Engine {
-  name: string;
-  open(): Promise<{ store: RegistryStore; drop(): Promise<void> }>;
-}
-const engines: Engine[] = [
-  { name: 'sqlite', open: async () => ({ store: openSqliteStore(':memory:'), drop: async () => {} }) },
-  {
-    name: 'postgres',
-    open: async () => {
-      const schema = `registry_test_${randomBytes(6).toString('hex')}`;
-      const store = await openPostgresStore({ connectionString: PG_URL, schema, max: 4, cacheTtlMs: 0 });
-      return {
-        store,
-        drop: async () => {
-          const client = new pg.Client({ connectionString: PG_URL });
-          await client.connect();
-          await client.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
-          await client.end();
-        },
-      };
-    },
-  },
-];
-
-describe.each(engines)('authorizations and the key that minted them ($name)', (engine) => {
+describe.each(ENGINES)('authorizations and the key that minted them ($name)', (engine) => {
   let store: RegistryStore;
   let drop: () => Promise<void>;
   let app: FastifyInstance;
