@@ -12,7 +12,7 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { constants, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -173,11 +173,7 @@ export async function ensureSupportedNode(what) {
       console.error(`${what}: could not start Node ${version}: ${err.message}`);
       resolve(1);
     });
-    child.on('exit', (status, signal) => resolve(status ?? (signal ? 128 + (signalNumber(signal) ?? 15) : 1)));
+    child.on('exit', (status, signal) => resolve(status ?? (signal ? 128 + (constants.signals[signal] ?? 15) : 1)));
   });
   process.exit(code);
-}
-
-function signalNumber(signal) {
-  return { SIGHUP: 1, SIGINT: 2, SIGKILL: 9, SIGTERM: 15 }[signal];
 }

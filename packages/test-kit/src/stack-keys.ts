@@ -6,7 +6,7 @@ export type StackKeyRole = (typeof STACK_KEY_ROLES)[number];
  * `registry keys create` arguments for a test stack's key of `role` in `database`. A key acts on no environment
  * unless given some, and these tests use many environment ids: the executor and harness keys get `'*'`.
  */
-export function keyCreateArgs(database: string, role: StackKeyRole): string[] {
-  const scope = role === 'admin' ? [] : ['--environments', '*'];
+export function keyCreateArgs(database: string, role: StackKeyRole, environments = '*'): string[] {
+  const scope = role === 'admin' ? [] : ['--environments', environments];
   return ['keys', 'create', '--database', database, '--role', role, ...scope];
 }

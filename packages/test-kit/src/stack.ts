@@ -148,16 +148,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       keys,
       relayMetrics,
       async createKey(role, glob) {
-        const { line, child } = await runBin(children, 'registry', [
-          'keys',
-          'create',
-          '--database',
-          database,
-          '--role',
-          role,
-          '--environments',
-          glob,
-        ]);
+        const { line, child } = await runBin(children, 'registry', keyCreateArgs(database, role, glob));
         if (child.exitCode === null) await once(child, 'exit');
         return line;
       },
