@@ -9,6 +9,8 @@ import { once } from 'node:events';
 import { createServer as createHttpServer, get, type Server as HttpServer } from 'node:http';
 import { type AddressInfo, connect, createServer, type Server, type Socket } from 'node:net';
 import { join } from 'node:path';
+import { ExecServerClient } from '@tether/client';
+import type { HttpRequestResult } from '@tether/exec-protocol';
 import { type PeerHandle, repoRoot, type Stack, startStack } from '@tether/test-kit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
@@ -67,14 +69,21 @@ async function startForward(specs: string[], env: NodeJS.ProcessEnv, environment
 }
 
 /** Runs the harness to completion. */
-async function runHarness(args: string[], env: NodeJS.ProcessEnv): Promise<{ code: number | null; stderr: string }> {
+async function runHarness(
+  args: string[],
+  env: NodeJS.ProcessEnv,
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
   const child = harnessChild(args, env);
+  let stdout = '';
   let stderr = '';
+  child.stdout?.on('data', (d: Buffer) => {
+    stdout += d;
+  });
   child.stderr?.on('data', (d: Buffer) => {
     stderr += d;
   });
-  const [code] = (await once(child, 'exit')) as [number | null];
-  return { code, stderr };
+  const [code] = (await once(child, 'close')) as [number | null];
+  return { code, stdout, stderr };
 }
 
 function download(port: number, path: string): Promise<Buffer> {
@@ -265,6 +274,47 @@ describe('harness forward through registry, relay and executor', () => {
       }
     } finally {
       await codex.close();
+      await off.close();
+    }
+  });
+
+  // `--no-forward` turns off `tcp/connect` only. It is not a network boundary: `http/request` (Codex's method,
+  // as open in Codex's executor) and any command the harness runs reach the same addresses. SECURITY.md says so.
+  it('--no-forward is not a network boundary: http/request and a command still reach the loopback server', {
+    timeout: 120_000,
+  }, async () => {
+    const off = await stack.startExecutor('tether', NO_FORWARD_ENVIRONMENT, { args: ['--no-forward'] });
+    const client = await ExecServerClient.connectRendezvous({
+      registryUrl: stack.registryUrl,
+      apiKey: stack.keys.harness,
+      environmentId: NO_FORWARD_ENVIRONMENT,
+      clientName: 'forward-policy-e2e',
+    });
+    try {
+      expect(client.capabilities.has('tcpForward')).toBe(false);
+      const answer = await client.call<HttpRequestResult>('http/request', {
+        method: 'GET',
+        url: `http://127.0.0.1:${httpPort}/`,
+        requestId: 'no-forward-http',
+      });
+      expect(answer.status).toBe(200);
+      expect(Buffer.from(answer.bodyBase64, 'base64').toString()).toBe('ok');
+      const fetched = await runHarness(
+        [
+          'exec',
+          '--environment-id',
+          NO_FORWARD_ENVIRONMENT,
+          '--',
+          process.execPath,
+          '-e',
+          `fetch('http://127.0.0.1:${httpPort}/').then(async (r) => console.log(r.status, await r.text()))`,
+        ],
+        env,
+      );
+      expect(fetched.stdout).toBe('200 ok\n');
+      expect(fetched.code).toBe(0);
+    } finally {
+      client.close();
       await off.close();
     }
   });
