@@ -13,11 +13,17 @@ import { type FrameLink, SecureStream, SecureStreamError, WebSocketFrameLink } f
 import { WebSocket } from 'ws';
 import { PASSING_RESETS } from './dial-error.js';
 import { TetherError } from './errors.js';
-import type { DialPhase } from './exec-client.js';
 import { proxyForCredentials, proxySettings } from './proxy.js';
 import { fetchBundle, type RegistryOptions, type RendezvousBundle } from './registry.js';
 
 export { generateIdentity } from '@tether/noise';
+
+/**
+ * Where a dial is (`ConnectProgress.phase`): the registry call for a bundle, the relay socket's WebSocket
+ * upgrade, the Noise handshake over it, a plain executor WebSocket's upgrade (`connectWebSocket`), or the wait
+ * for a channel from a `channelSource`.
+ */
+export type DialPhase = 'registry' | 'relay' | 'handshake' | 'websocket' | 'channel';
 
 /** The session's executor key pin, as the dial uses it (`ExecutorKeyPin` in exec-client.ts). */
 export interface BundlePin {

@@ -22,7 +22,7 @@ import type {
   StartOptions,
   WriteStatus,
 } from './backend.js';
-import type { RendezvousPlatform } from './dial.js';
+import type { DialPhase, RendezvousPlatform } from './dial.js';
 import { secureStreamFailureMayPass } from './dial-error.js';
 import { ExecutorKeyChangedError, TetherError, type TetherErrorCode } from './errors.js';
 import { checkRegistryUrl, type RegistryOptions, type RendezvousBundle } from './registry.js';
@@ -46,13 +46,6 @@ const IDEMPOTENT = new Set([
   'fs/readDirectory',
   'fs/canonicalize',
 ]);
-
-/**
- * Where a dial is (`ConnectProgress.phase`): the registry call for a bundle, the relay socket's WebSocket
- * upgrade, the Noise handshake over it, a plain executor WebSocket's upgrade (`connectWebSocket`), or the wait
- * for a channel from a `channelSource`.
- */
-export type DialPhase = 'registry' | 'relay' | 'handshake' | 'websocket' | 'channel';
 
 /**
  * Opens a fresh transport to the executor (a new socket, or a new bundle + stream + handshake). `onPhase`,

@@ -25,7 +25,7 @@ export {
   requireDetach,
   type SpawnDetachedOptions,
 } from './detached.js';
-export type { RelayLink, RelayLinkOpener, RendezvousPlatform } from './dial.js';
+export type { DialPhase, RelayLink, RelayLinkOpener, RendezvousPlatform } from './dial.js';
 export { Environment, type SpawnOptions } from './environment.js';
 export {
   CONNECTION_ERROR_CODES,
@@ -38,7 +38,6 @@ export {
   type ChannelSource,
   type ConnectProgress,
   type Dialer,
-  type DialPhase,
   ExecServerClient,
   type ExecServerClientOptions,
   type InitializeInfo,

@@ -1,5 +1,5 @@
 import { ProxyConfigError, proxySettingsFromEnv } from '@tether/outbound';
-import type { OtlpHttpExporterConfig, TelemetryOptions, Temporality } from './telemetry.js';
+import type { OtlpHttpExporterConfig, TelemetryOptions, Temporality } from './options.js';
 
 /** A standard OpenTelemetry variable that is set but cannot be used; the message names it (never a header value). */
 export class TelemetryConfigError extends Error {

@@ -7,13 +7,11 @@ export {
   TelemetryConfigError,
 } from './env.js';
 export { createLogger, DEFAULT_REDACT_PATHS, type Logger, type LoggerOptions, silentLogger } from './logger.js';
+export type { OtlpHttpExporterConfig, TelemetryOptions, Temporality } from './options.js';
 export {
   DURATION_BUCKETS_SECONDS,
   type Observe,
   type ObservedInstrument,
-  type OtlpHttpExporterConfig,
   PROMETHEUS_CONTENT_TYPE,
   Telemetry,
-  type TelemetryOptions,
-  type Temporality,
 } from './telemetry.js';

@@ -23,8 +23,8 @@ import {
   type ResourceMetrics,
 } from '@opentelemetry/sdk-metrics';
 import { DIRECT, outboundRequest } from '@tether/outbound';
+import type { OtlpHttpExporterConfig, TelemetryOptions, Temporality } from './options.js';
 import type { ProcessMetrics } from './process-metrics.js';
-import type { OtlpHttpExporterConfig, TelemetryOptions, Temporality } from './telemetry.js';
 
 // The OpenTelemetry SDK, loaded only when something is pushed or rendered (it costs megabytes of RSS).
 

@@ -9,7 +9,8 @@ import {
 } from '@tether/test-kit';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createLogger } from './logger.js';
-import { DURATION_BUCKETS_SECONDS, Telemetry, type TelemetryOptions } from './telemetry.js';
+import type { TelemetryOptions } from './options.js';
+import { DURATION_BUCKETS_SECONDS, Telemetry } from './telemetry.js';
 
 const collectors: OtlpCollector[] = [];
 const telemetries: Telemetry[] = [];

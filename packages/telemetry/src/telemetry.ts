@@ -9,17 +9,11 @@ import {
   type ObservableResult,
   ValueType,
 } from '@opentelemetry/api';
-import type { ProxySettings } from '@tether/outbound';
+import type { TelemetryOptions } from './options.js';
 import type { SdkParts } from './sdk.js';
 
 /** The content type of the Prometheus text exposition format that `prometheus()` renders. */
 export const PROMETHEUS_CONTENT_TYPE = 'text/plain; version=0.0.4; charset=utf-8';
-
-/**
- * OTLP aggregation temporality: `delta` (what Codex sends), `cumulative` (the specification's default) or
- * `lowmemory` (delta for synchronous counters and histograms, cumulative for the rest).
- */
-export type Temporality = 'delta' | 'cumulative' | 'lowmemory';
 
 /** Histogram bucket bounds (seconds) Codex uses for every exec-server duration. */
 export const DURATION_BUCKETS_SECONDS: readonly number[] = [
@@ -33,45 +27,6 @@ export type Observe = (report: (value: number, attributes?: Attributes) => void)
 export interface ObservedInstrument {
   kind: 'gauge' | 'counter';
   description: string;
-}
-
-/** `[otel] metrics_exporter = { otlp-http = { endpoint, protocol } }`. */
-export interface OtlpHttpExporterConfig {
-  /** Full URL the metrics are POSTed to, e.g. `http://127.0.0.1:4318/v1/metrics`. */
-  endpoint: string;
-  /** `json` (application/json) or `binary` (application/x-protobuf). */
-  protocol: 'json' | 'binary';
-  headers?: Record<string, string>;
-  /** The proxies exports go through (HTTPS_PROXY/HTTP_PROXY/NO_PROXY); default none. */
-  proxy?: ProxySettings;
-}
-
-export interface TelemetryOptions {
-  /** Resource `service.name`. */
-  serviceName: string;
-  serviceVersion?: string;
-  /** Resource attribute `env` (Codex: `[otel] environment`); absent = none. */
-  environment?: string;
-  /** More resource attributes (`OTEL_RESOURCE_ATTRIBUTES`); `service.*` and `env` above win over these. */
-  resourceAttributes?: Record<string, string>;
-  /** Push metrics over OTLP/HTTP; absent = no push. */
-  otlpHttp?: OtlpHttpExporterConfig | null;
-  /** Temporality of the OTLP push (default `delta`, as Codex); Prometheus is always cumulative. */
-  temporality?: Temporality;
-  /** Period of the background export (default 60 s). Shutdown always exports once more. */
-  exportIntervalMs?: number;
-  /** How long one export may take (default 5 s); it bounds how long `shutdown()` can delay an exit. */
-  exportTimeoutMs?: number;
-  /** Keep a cumulative pull reader so `prometheus()` can render the instruments. */
-  prometheus?: boolean;
-  /**
-   * Add prom-client's process and Node.js collectors (`process_*`, `nodejs_*`: CPU, memory, file
-   * descriptors, event-loop lag, GC) and `nodejs_eventloop_utilization` to `prometheus()`. They watch the
-   * whole process and cannot be stopped, so only a service's one Telemetry turns them on.
-   */
-  processMetrics?: boolean;
-  /** Where failed exports are reported (they never throw). */
-  onError?: (err: Error) => void;
 }
 
 /**
