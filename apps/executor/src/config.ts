@@ -3,9 +3,11 @@ import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { DEFAULT_MAX_DETACHED_PROCESSES } from '@tether/exec-protocol';
 import { parse as parseToml } from 'smol-toml';
-import { DEFAULT_DETACHED_EXITED_RETENTION_MS } from './detached.js';
 import { DEFAULT_MAX_FORWARDED_STREAMS } from './tcp/forwards.js';
 import { DEFAULT_FORWARD_ALLOW, ForwardPolicy, ForwardPolicyError } from './tcp/policy.js';
+
+/** How long an exited detached process stays readable (and attachable) by default: 10 minutes. */
+export const DEFAULT_DETACHED_EXITED_RETENTION_MS = 10 * 60_000;
 
 /** Everything the executor can be configured with; defaults match Codex where Codex has a value. */
 export interface ExecutorConfig {

@@ -8,11 +8,9 @@ import {
   type StartRequest,
   type StartResult,
 } from '@tether/local-process';
+import { DEFAULT_DETACHED_EXITED_RETENTION_MS } from './config.js';
 import type { Logger } from './logger.js';
 import { ExecutorMetrics, secondsSince } from './metrics.js';
-
-/** How long an exited detached process stays readable (and attachable) by default: 10 minutes. */
-export const DEFAULT_DETACHED_EXITED_RETENTION_MS = 10 * 60_000;
 
 /** A session that follows detached processes (`process/attach`). */
 export interface DetachedWatcher {
