@@ -10,7 +10,7 @@ import {
   MODE_BITS,
   RpcError,
 } from '@tether/exec-protocol';
-import { notAFile } from './file-handles.js';
+import { notAFile } from './file-kind.js';
 import { fsError, osCall } from './os-error.js';
 
 /**

@@ -8,7 +8,7 @@ import { constants as fsConstants } from 'node:fs';
 import { open, stat } from 'node:fs/promises';
 import { type FsOpenMode, type FsWalkOptions, RpcError } from '@tether/exec-protocol';
 import { setMetadata, unixMetadata } from './batch.js';
-import { isFifo, notAFile } from './file-handles.js';
+import { type FileIdentity, isFifo, notAFile } from './file-kind.js';
 import {
   canonicalize,
   copy,
@@ -36,12 +36,6 @@ export interface ConfinedOps {
   openCheck: { path: string; mode: FsOpenMode };
 }
 export type ConfinedOp = keyof ConfinedOps;
-
-/** A file's identity: the same device and inode is the same file, whatever path reached it. */
-export interface FileIdentity {
-  dev: number;
-  ino: number;
-}
 
 const OPS: { [K in ConfinedOp]: (args: ConfinedOps[K]) => Promise<unknown> } = {
   readFile: async ({ path, limit }) => ({ dataBase64: (await readWholeFile(path, limit)).toString('base64') }),

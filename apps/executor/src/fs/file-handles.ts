@@ -2,7 +2,7 @@ import { createHash, type Hash } from 'node:crypto';
 import { constants as fsConstants } from 'node:fs';
 import { type FileHandle, open, stat } from 'node:fs/promises';
 import { ErrorCode, type FsOpenMode, RpcError } from '@tether/exec-protocol';
-import type { FileIdentity } from './confined-ops.js';
+import { type FileIdentity, isFifo, notAFile } from './file-kind.js';
 import { fsError, osCall } from './os-error.js';
 
 /** Codex's limits (`file_read.rs`): block length, handles per connection, handle id length. */
@@ -62,16 +62,6 @@ interface OpenFile {
   writing: Promise<unknown>;
   /** The furthest byte written through the handle: where an `overwrite` handle cuts the file as it closes. */
   end: number;
-}
-
-/** True when `path` names a FIFO (following symlinks); false when absent or anything else. */
-export async function isFifo(path: string): Promise<boolean> {
-  return (await stat(path).catch(() => null))?.isFIFO() ?? false;
-}
-
-/** `path \`/x\` is not a file`: what Codex says when a read targets a directory or a special file. */
-export function notAFile(path: string): RpcError {
-  return RpcError.invalidRequest(`path \`${path}\` is not a file`);
 }
 
 /**

@@ -16,7 +16,7 @@ import {
 } from 'node:fs/promises';
 import { basename, dirname, join, resolve, sep } from 'node:path';
 import { type FsDirectoryEntry, type FsMetadata, pathToFileUri, RpcError } from '@tether/exec-protocol';
-import { isFifo, notAFile } from './file-handles.js';
+import { isFifo, notAFile } from './file-kind.js';
 import { fsError, osCall } from './os-error.js';
 
 /** Codex's default `[filesystem] max_read_file_bytes`. */

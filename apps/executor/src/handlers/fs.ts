@@ -29,8 +29,8 @@ import {
 import { attachmentOf, type BufferLease, encodeWithAttachment, giveBack } from '@tether/jsonrpc';
 import { type FileToWrite, readFiles, setMetadata, unixMetadata, writeFiles } from '../fs/batch.js';
 import { confinement, runConfined } from '../fs/confined.js';
-import type { FileIdentity } from '../fs/confined-ops.js';
 import { MAX_BLOCK_BYTES } from '../fs/file-handles.js';
+import type { FileIdentity } from '../fs/file-kind.js';
 import {
   canonicalize,
   copy,
