@@ -10,7 +10,7 @@ import { createServer as createHttpServer, get, type Server as HttpServer } from
 import { type AddressInfo, connect, createServer, type Server, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { ExecServerClient } from '@tether/client';
-import type { HttpRequestResult } from '@tether/exec-protocol';
+import { Method } from '@tether/exec-protocol';
 import { type PeerHandle, repoRoot, type Stack, startStack } from '@tether/test-kit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
@@ -292,7 +292,7 @@ describe('harness forward through registry, relay and executor', () => {
     });
     try {
       expect(client.capabilities.has('tcpForward')).toBe(false);
-      const answer = await client.call<HttpRequestResult>('http/request', {
+      const answer = await client.call(Method.httpRequest, {
         method: 'GET',
         url: `http://127.0.0.1:${httpPort}/`,
         requestId: 'no-forward-http',

@@ -1,3 +1,4 @@
+import { METHOD_TABLE, Method } from '@tether/exec-protocol';
 import { BufferPool, createMemoryTransportPair, RpcConnection } from '@tether/jsonrpc';
 import { afterEach, describe, expect, it } from 'vitest';
 import { ConnectionProcessor, connectionBuffers } from './connection-processor.js';
@@ -57,5 +58,21 @@ describe('ConnectionProcessor buffers', () => {
     expect(given.output.closed).toBe(false);
     expect(given.blocks.closed).toBe(false);
     expect(connectionBuffers().output).not.toBe(connectionBuffers().output);
+  });
+});
+
+describe('ConnectionProcessor methods', () => {
+  it('answer exactly the request methods of exec-protocol’s table, each gated by a capability we advertise', async () => {
+    const server = new ExecServer({ config: { pingIntervalMs: 0 }, reaper: false });
+    servers.push(server);
+    const { processor, client } = serve(server);
+    const table = Object.keys(METHOD_TABLE).filter((method) => method !== Method.initialize);
+    expect([...processor.methods].sort()).toEqual(table.sort());
+    const advertised = environmentInfo().capabilities ?? {};
+    for (const spec of Object.values(METHOD_TABLE)) {
+      if ('capability' in spec) expect(advertised[spec.capability], spec.capability).toBe(true);
+    }
+    client.close('bye');
+    await processor.done;
   });
 });

@@ -128,6 +128,11 @@ export class ConnectionProcessor implements SessionAttachment {
   readonly done: Promise<void>;
   private resolveDone!: () => void;
 
+  /** The request methods this connection answers (beside `initialize`, which opens it). */
+  get methods(): readonly string[] {
+    return Object.keys(this.handlers);
+  }
+
   constructor(connection: RpcConnection, options: ConnectionProcessorOptions) {
     this.connection = connection;
     this.options = options;

@@ -1,7 +1,8 @@
 /** What a process handle needs from wherever its process runs: a local table or a remote executor. */
-export type OutputStream = 'stdout' | 'stderr' | 'pty';
-export type SignalName = 'interrupt' | 'terminate' | 'kill' | 'hangup' | 'quit' | 'user1' | 'user2';
-export type WriteStatus = 'accepted' | 'unknownProcess' | 'stdinClosed' | 'starting';
+import type { OutputStreamName, SignalName, WriteStatus } from '@tether/exec-protocol';
+
+export type { SignalName, WriteStatus };
+export type OutputStream = OutputStreamName;
 
 /** One event of a process, numbered by the executor's per-process seq (output, exit and close share it). */
 export type ProcessEvent =

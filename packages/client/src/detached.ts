@@ -9,13 +9,10 @@
  */
 import { randomBytes, randomUUID } from 'node:crypto';
 import {
-  type DecodeError,
-  decode,
   detachedProcessIdProblem,
   Method,
   PROCESS_DETACH_CAPABILITY,
-  ProcessAttachResult,
-  ProcessListResult,
+  type ProcessAttachResult,
 } from '@tether/exec-protocol';
 import type { OutputStream, ProcessEvent, SignalName, WriteStatus } from './backend.js';
 import { TetherError } from './errors.js';
@@ -121,9 +118,9 @@ export async function spawnDetached(
     }),
     detached: true,
   };
-  const answer = await executor.call<{ detached?: unknown }>(Method.processStart, params);
+  const answer = await executor.call(Method.processStart, params);
   // An executor that ignored the flag started a process bound to this session: it would die with it.
-  if (answer?.detached !== true) {
+  if (answer.detached !== true) {
     await executor.call(Method.processTerminate, { processId }).catch(() => undefined);
     throw new TetherError('protocol', 'the executor did not start the process detached');
   }
@@ -133,13 +130,7 @@ export async function spawnDetached(
 /** `process/list`: this session's processes and the executor's detached ones, checked (the executor is untrusted). */
 export async function listProcesses(client: ExecServerClient | null): Promise<ProcessInfo[]> {
   const executor = requireDetach(client);
-  const answer = await executor.call<unknown>(Method.processList, {});
-  let list: ProcessListResult;
-  try {
-    list = decode(ProcessListResult, answer);
-  } catch (err) {
-    throw new TetherError('protocol', `the executor's process list is malformed: ${(err as DecodeError).message}`);
-  }
+  const list = await executor.call(Method.processList, {});
   if (list.processes.length > MAX_LISTED_PROCESSES) {
     throw new TetherError(
       'protocol',
@@ -177,9 +168,9 @@ export async function attachProcess(
   // Listening before asking: the first notifications can come before the answer.
   const attached = new AttachedProcess(processId, executor, options);
   try {
-    let answer: unknown;
+    let info: ProcessAttachResult;
     try {
-      answer = await executor.call<unknown>(Method.processAttach, { processId });
+      info = await executor.call(Method.processAttach, { processId });
     } catch (err) {
       // The executor's message says which id (unknown process id …).
       throw err instanceof TetherError && err.code === 'rpc'
@@ -188,15 +179,6 @@ export async function attachProcess(
             ...(err.rpcCode === undefined ? {} : { rpcCode: err.rpcCode }),
           })
         : err;
-    }
-    let info: ProcessAttachResult;
-    try {
-      info = decode(ProcessAttachResult, answer);
-    } catch (err) {
-      throw new TetherError(
-        'protocol',
-        `the executor's answer to process/attach is malformed: ${(err as Error).message}`,
-      );
     }
     if (info.processId !== processId) throw new TetherError('protocol', 'process/attach answered for another process');
     attached.begin({ ...info, detached: info.detached === true }, options.replay ?? true);

@@ -1,6 +1,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { Method } from '@tether/exec-protocol';
 import { ConnectionClosedError, type MessageTransport, WebSocketTransport } from '@tether/jsonrpc';
 import { SecureStreamError } from '@tether/secure-stream';
 import { type PeerHandle, startPeer } from '@tether/test-kit';
@@ -276,8 +277,7 @@ describe('ExecServerClient: flow control acknowledgements', () => {
         if (total === 262_144) break;
       }
       const retained = async () =>
-        (await client.call<{ chunks: unknown[] }>('process/read', { processId: running.processId, afterSeq: 0 })).chunks
-          .length;
+        (await client.call(Method.processRead, { processId: running.processId, afterSeq: 0 })).chunks.length;
       // Still running: nothing it printed is held for a client that has consumed it.
       for (let i = 0; i < 100 && (await retained()) > 0; i++) await new Promise((r) => setTimeout(r, 10));
       expect(await retained()).toBe(0);

@@ -1,5 +1,20 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { clampFlowWindow, DEFAULT_FLOW_WINDOW_BYTES, ErrorCode, Notification, RpcError } from '@tether/exec-protocol';
+import {
+  clampFlowWindow,
+  DEFAULT_FLOW_WINDOW_BYTES,
+  DecodeError,
+  decodeResult,
+  ErrorCode,
+  type InitializeResult,
+  isNotification,
+  Method,
+  type MethodParams,
+  type MethodResult,
+  Notification,
+  type ProcessStartParams,
+  type RequestMethod,
+  RpcError,
+} from '@tether/exec-protocol';
 import {
   attachmentOf,
   type CallOptions,
@@ -36,15 +51,15 @@ import { TcpForwarder } from './tcp.js';
 const loadDialing = () => import('./dial.js');
 
 /** Calls that may be sent again after a reconnect without changing their effect. */
-const IDEMPOTENT = new Set([
-  'process/read',
-  'process/write',
-  'process/list',
-  'environment/info',
-  'fs/readFile',
-  'fs/getMetadata',
-  'fs/readDirectory',
-  'fs/canonicalize',
+const IDEMPOTENT: ReadonlySet<string> = new Set<RequestMethod>([
+  Method.processRead,
+  Method.processWrite,
+  Method.processList,
+  Method.environmentInfo,
+  Method.fsReadFile,
+  Method.fsGetMetadata,
+  Method.fsReadDirectory,
+  Method.fsCanonicalize,
 ]);
 
 /**
@@ -197,9 +212,34 @@ export function rendezvousDialer(options: RendezvousOptions): RendezvousDialer {
   };
 }
 
-export interface InitializeInfo {
-  sessionId: string;
-  [key: string]: unknown;
+/** The executor's `initialize` answer, decoded. */
+export type InitializeInfo = InitializeResult;
+
+/** Options of one call: its deadline, and for hot paths the request's bytes written directly. */
+export interface ClientCallOptions {
+  timeoutMs?: number;
+  encode?: CallOptions['encode'];
+}
+
+/**
+ * `answer` as `method`'s result, or a `protocol` TetherError naming the method and what is wrong: every answer is
+ * checked against the protocol's schema before any of it is used (an executor is untrusted input).
+ */
+export function decodeAnswer<M extends RequestMethod>(method: M, answer: unknown): MethodResult<M> {
+  try {
+    return decodeResult(method, answer);
+  } catch (err) {
+    if (err instanceof DecodeError) {
+      throw new TetherError(
+        'protocol',
+        `the executor answered ${method} with something that is not its result: ${err.message}`,
+        {
+          cause: err,
+        },
+      );
+    }
+    throw err;
+  }
 }
 
 /**
@@ -380,18 +420,30 @@ export class ExecServerClient implements ProcessBackend {
     return this.capabilities.has(name);
   }
 
-  /** One JSON-RPC call; executor errors become TetherError with `rpcCode`. */
-  async call<T = unknown>(
-    method: string,
-    params?: unknown,
-    options: { timeoutMs?: number; encode?: CallOptions['encode'] } = {},
-  ): Promise<T> {
+  /**
+   * One request of the protocol: `params` typed by exec-protocol's method table, the answer decoded against the
+   * method's result schema before it is returned. Executor errors become TetherError with `rpcCode`; an answer
+   * that is not the method's result is a `protocol` TetherError.
+   */
+  async call<M extends RequestMethod>(
+    method: M,
+    params: MethodParams<M>,
+    options: ClientCallOptions = {},
+  ): Promise<MethodResult<M>> {
+    return decodeAnswer(method, await this.callRaw(method, params, options));
+  }
+
+  /**
+   * A request by any name, its answer unchecked: for methods outside the protocol's table (an executor's own
+   * extension, a test of what an executor does with a malformed request). Protocol methods go through `call`.
+   */
+  async callRaw(method: string, params?: unknown, options: ClientCallOptions = {}): Promise<unknown> {
     for (;;) {
       if (this.closed) throw new TetherError('closed', `the connection is closed; cannot call ${method}`);
       if (this.reconnecting) await this.reconnecting;
       const rpc = this.rpc!;
       try {
-        return await rpc.call<T>(method, params, {
+        return await rpc.call<unknown>(method, params, {
           timeoutMs: options.timeoutMs ?? this.options.callTimeoutMs ?? 60_000,
           ...(options.encode ? { encode: options.encode } : {}),
         });
@@ -450,14 +502,13 @@ export class ExecServerClient implements ProcessBackend {
       // Output as raw bytes (an attachment) instead of base64 in JSON, where the executor offers it.
       ...(this.capability('binaryOutput') ? { binaryOutput: true } : {}),
     };
-    type StartAnswer = { flowControl?: { windowBytes?: unknown } };
-    let answer: StartAnswer | undefined;
+    let answer: MethodResult<typeof Method.processStart> | undefined;
     // A connection that drops with the start in flight leaves unknown whether it landed. The session is
     // resumed (the same process table): sending it again starts it, or finds it started. Cut again and
     // again (a flapping link), it is given up after a few tries, or as soon as the client gives up.
     for (let attempt = 0; answer === undefined; attempt++) {
       try {
-        answer = await this.call<StartAnswer>('process/start', params);
+        answer = await this.call(Method.processStart, params);
       } catch (err) {
         const landed =
           attempt > 0 &&
@@ -476,7 +527,7 @@ export class ExecServerClient implements ProcessBackend {
     // The executor is untrusted input: a grant is used only if it is a sane window no larger than asked.
     const granted = answer?.flowControl?.windowBytes;
     if (window === null || granted === undefined) return { flowWindowBytes: null };
-    if (typeof granted !== 'number' || !Number.isSafeInteger(granted) || granted <= 0 || granted > window) {
+    if (!Number.isSafeInteger(granted) || granted <= 0 || granted > window) {
       throw new TetherError('protocol', `process/start granted an invalid flow window: ${String(granted)}`);
     }
     return { flowWindowBytes: granted };
@@ -492,15 +543,8 @@ export class ExecServerClient implements ProcessBackend {
     afterSeq: number,
     options: { maxBytes?: number; waitMs?: number } = {},
   ): Promise<ReadAnswer> {
-    const answer = await this.call<{
-      chunks: Array<{ seq: number; stream: OutputStream; chunk: string }>;
-      nextSeq: number;
-      exited: boolean;
-      exitCode: number | null;
-      closed: boolean;
-      failure: string | null;
-    }>(
-      'process/read',
+    const answer = await this.call(
+      Method.processRead,
       { processId, afterSeq, maxBytes: options.maxBytes ?? null, waitMs: options.waitMs ?? null },
       { timeoutMs: (this.options.callTimeoutMs ?? 60_000) + (options.waitMs ?? 0) },
     );
@@ -517,19 +561,19 @@ export class ExecServerClient implements ProcessBackend {
   async write(processId: string, chunk: Buffer, writeId: string): Promise<WriteStatus> {
     // Raw bytes as an attachment where the executor offers `binaryInput`, else Codex's base64 `chunk`.
     const answer = this.capability('binaryInput')
-      ? await this.call<{ status: WriteStatus }>(
-          'process/write',
+      ? await this.call(
+          Method.processWrite,
           { processId, writeId },
           {
             encode: (id, allocate) =>
               encodeWithAttachment(
-                JSON.stringify({ id, method: 'process/write', params: { processId, writeId } }),
+                JSON.stringify({ id, method: Method.processWrite, params: { processId, writeId } }),
                 chunk,
                 allocate,
               ),
           },
         )
-      : await this.call<{ status: WriteStatus }>('process/write', {
+      : await this.call(Method.processWrite, {
           processId,
           chunk: chunk.toString('base64'),
           writeId,
@@ -538,20 +582,20 @@ export class ExecServerClient implements ProcessBackend {
   }
 
   async closeStdin(processId: string): Promise<WriteStatus> {
-    const answer = await this.call<{ status: WriteStatus }>('process/closeStdin', { processId });
+    const answer = await this.call(Method.processCloseStdin, { processId });
     return answer.status;
   }
 
   async signal(processId: string, signal: SignalName): Promise<void> {
-    await this.call('process/signal', { processId, signal });
+    await this.call(Method.processSignal, { processId, signal });
   }
 
   async terminate(processId: string): Promise<void> {
-    await this.call('process/terminate', { processId });
+    await this.call(Method.processTerminate, { processId });
   }
 
   async resize(processId: string, rows: number, cols: number): Promise<void> {
-    await this.call('process/resize', { processId, rows, cols });
+    await this.call(Method.processResize, { processId, rows, cols });
   }
 
   subscribe(listener: (event: ProcessEvent) => void): () => void {
@@ -649,10 +693,13 @@ export class ExecServerClient implements ProcessBackend {
     });
     let info: InitializeInfo;
     try {
-      info = await rpc.call<InitializeInfo>(
-        'initialize',
-        { clientName: this.options.clientName ?? 'tether-client', ...(resumeSessionId ? { resumeSessionId } : {}) },
-        { signal },
+      info = decodeAnswer(
+        Method.initialize,
+        await rpc.call<unknown>(
+          Method.initialize,
+          { clientName: this.options.clientName ?? 'tether-client', ...(resumeSessionId ? { resumeSessionId } : {}) },
+          { signal },
+        ),
       );
     } catch (err) {
       rpc.close('initialize failed');
@@ -666,7 +713,7 @@ export class ExecServerClient implements ProcessBackend {
       rpc.close('resumed a different session');
       throw new TetherError('protocol', `asked to resume session ${resumeSessionId}, got ${info.sessionId}`);
     }
-    rpc.notify('initialized', {});
+    rpc.notify(Method.initialized, {});
     if (rpc.isClosed) throw new TetherError('closed', 'the connection closed right after initialize');
     this.rpc = rpc;
     this.connection = connection;
@@ -743,32 +790,24 @@ export class ExecServerClient implements ProcessBackend {
       this.tcpForwarder?.onNotification(method, params);
       return;
     }
-    const p = params as Record<string, unknown>;
+    // A malformed notification is dropped: a process handle finds any gap it leaves and reads it (process/read).
     let event: ProcessEvent;
     switch (method) {
-      case 'process/output': {
+      case Notification.processOutput: {
+        if (!isNotification(Notification.processOutput, params)) return;
         // Raw bytes (`binaryOutput`) are the attachment, which is this client's to keep; else base64.
-        const chunk = attachmentOf(p) ?? (typeof p.chunk === 'string' ? Buffer.from(p.chunk, 'base64') : null);
+        const chunk = attachmentOf(params) ?? (params.chunk === undefined ? null : Buffer.from(params.chunk, 'base64'));
         if (chunk === null) return;
-        event = {
-          kind: 'output',
-          processId: p.processId as string,
-          seq: p.seq as number,
-          stream: p.stream as OutputStream,
-          chunk,
-        };
+        event = { kind: 'output', processId: params.processId, seq: params.seq, stream: params.stream, chunk };
         break;
       }
-      case 'process/exited':
-        event = {
-          kind: 'exited',
-          processId: p.processId as string,
-          seq: p.seq as number,
-          exitCode: p.exitCode as number,
-        };
+      case Notification.processExited:
+        if (!isNotification(Notification.processExited, params)) return;
+        event = { kind: 'exited', processId: params.processId, seq: params.seq, exitCode: params.exitCode };
         break;
-      case 'process/closed':
-        event = { kind: 'closed', processId: p.processId as string, seq: p.seq as number };
+      case Notification.processClosed:
+        if (!isNotification(Notification.processClosed, params)) return;
+        event = { kind: 'closed', processId: params.processId, seq: params.seq };
         break;
       default:
         return;
@@ -812,7 +851,7 @@ function mayPass(err: unknown): boolean {
 }
 
 /** The Codex `process/start` params of a start (what every start sends; extensions are added by the caller). */
-export function processStartParams(options: Omit<StartOptions, 'flowWindowBytes'>) {
+export function processStartParams(options: Omit<StartOptions, 'flowWindowBytes'>): ProcessStartParams {
   return {
     processId: options.processId,
     argv: options.argv,

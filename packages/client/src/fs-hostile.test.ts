@@ -3,16 +3,20 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { finished } from 'node:stream/promises';
 import { afterAll, describe, expect, it } from 'vitest';
+import { decodeAnswer } from './exec-client.js';
 import { type FsCaller, RemoteFs } from './fs.js';
 
 const work = mkdtempSync(join(tmpdir(), 'tether-client-hostile-'));
 afterAll(() => rmSync(work, { recursive: true, force: true }));
 
-/** A stand-in executor connection that answers every call with `answer(method, params)`. */
+/**
+ * A stand-in executor connection that answers every call with `answer(method, params)`, decoded at the edge as
+ * ExecServerClient.call decodes what a real executor answers.
+ */
 function hostile(answer: (method: string, params: Record<string, unknown>) => unknown): FsCaller {
   return {
     capabilities: () => new Set(),
-    call: async <T>(method: string, params?: unknown) => answer(method, (params ?? {}) as Record<string, unknown>) as T,
+    call: async (method, params) => decodeAnswer(method, answer(method, (params ?? {}) as Record<string, unknown>)),
   };
 }
 
@@ -67,7 +71,9 @@ describe('RemoteFs treats what an executor answers as untrusted', () => {
       hostile((method, params) =>
         method === 'fs/readBlock'
           ? { chunk: Buffer.alloc((params.len as number) + 1, 1).toString('base64'), eof: true }
-          : {},
+          : method === 'fs/open'
+            ? { handleId: params.handleId }
+            : {},
       ),
     );
     const stream = fs.createReadStream('/f', { blockSize: 16 });

@@ -10,7 +10,10 @@ import {
   MAX_BATCH_BYTES,
   MAX_BATCH_FILES,
   Method,
+  type MethodParams,
+  type MethodResult,
   MODE_BITS,
+  type RequestMethod,
 } from '@tether/exec-protocol';
 import { attachmentOf, encodeWithAttachment } from '@tether/jsonrpc';
 import { TetherError } from './errors.js';
@@ -115,24 +118,17 @@ export function entryNameProblem(name: unknown): string | null {
 }
 
 /** Checks an executor's `fs/readDirectory` answer: an array of entries with safe names and boolean kinds. */
-function checkedEntries(answer: unknown, path: string): DirectoryEntry[] {
-  const entries = (answer as { entries?: unknown } | null)?.entries;
-  const bad = (what: string) => new TetherError('protocol', `the executor's listing of ${path} is unusable: ${what}`);
-  if (!Array.isArray(entries)) throw bad('entries is not an array');
-  return entries.map((entry: unknown) => {
-    const { fileName, isDirectory, isFile, isSymlink } = (entry ?? {}) as Record<string, unknown>;
+/** A decoded listing's entries, each name one path component (the schema checked the rest of their shape). */
+function checkedEntries(answer: MethodResult<typeof Method.fsReadDirectory>, path: string): DirectoryEntry[] {
+  return answer.entries.map(({ fileName, isDirectory, isFile, isSymlink }) => {
     const problem = entryNameProblem(fileName);
     if (problem) {
-      const shown = typeof fileName === 'string' ? JSON.stringify(fileName) : String(fileName);
-      throw bad(`entry name ${shown} ${problem} (an entry must be one path component)`);
+      throw new TetherError(
+        'protocol',
+        `the executor's listing of ${path} is unusable: entry name ${JSON.stringify(fileName)} ${problem} (an entry must be one path component)`,
+      );
     }
-    if (typeof isDirectory !== 'boolean' || typeof isFile !== 'boolean') {
-      throw bad(`entry ${JSON.stringify(fileName)} has no boolean isDirectory/isFile`);
-    }
-    if (isSymlink !== undefined && typeof isSymlink !== 'boolean') {
-      throw bad(`entry ${JSON.stringify(fileName)} has an isSymlink that is not a boolean`);
-    }
-    return { fileName: fileName as string, isDirectory, isFile, ...(isSymlink === undefined ? {} : { isSymlink }) };
+    return { fileName, isDirectory, isFile, ...(isSymlink === undefined ? {} : { isSymlink }) };
   });
 }
 
@@ -450,40 +446,39 @@ export class LocalFs implements EnvironmentFs {
 /** What the remote fs needs from an executor connection. */
 export interface FsCaller {
   /** `encode` writes the request bytes directly (hot path); `params` stay the logical parameters. */
-  call<T = unknown>(
-    method: string,
-    params?: unknown,
+  call<M extends RequestMethod>(
+    method: M,
+    params: MethodParams<M>,
     options?: { encode?: (id: string | number, allocate: (size: number) => Buffer) => Buffer },
-  ): Promise<T>;
+  ): Promise<MethodResult<M>>;
   /** Capabilities the executor advertised at initialize. */
   capabilities(): ReadonlySet<string>;
 }
 
-/** The digest in an `fs/close` answer, if it has a well-formed one. */
-export function handleDigestOf(answer: Partial<HandleDigest> | undefined): HandleDigest | null {
-  if (!answer || typeof answer.sha256 !== 'string' || !/^[0-9a-f]{64}$/.test(answer.sha256)) return null;
-  if (typeof answer.bytes !== 'number') return null;
+/** The digest in a decoded `fs/close` answer, when it has one (an executor without `fileHandleDigest` answers `{}`). */
+export function handleDigestOf(answer: MethodResult<typeof Method.fsClose> | undefined): HandleDigest | null {
+  if (answer?.sha256 === undefined || answer.bytes === undefined) return null;
   return { sha256: answer.sha256, bytes: answer.bytes };
 }
 
-/** Largest time in milliseconds a Date can hold (and so the executor's schema): ±8.64e15. */
-const MAX_TIME_MS = 8_640_000_000_000_000;
-
-/** `mode`, `modifiedAtMs` and `accessedAtMs` of an executor's answer, each checked. */
-function checkedUnixMetadata(
-  entry: Record<string, unknown>,
-  path: string,
-  bad: (what: string) => TetherError,
-): UnixMetadata {
-  const { mode, modifiedAtMs, accessedAtMs } = entry;
-  if (!Number.isInteger(mode) || (mode as number) < 0 || (mode as number) > MODE_BITS) {
-    throw bad(`${path}: mode is not permission bits`);
-  }
-  for (const time of [modifiedAtMs, accessedAtMs]) {
-    if (!Number.isInteger(time) || Math.abs(time as number) > MAX_TIME_MS)
-      throw bad(`${path}: a time is not milliseconds`);
-  }
-  return { mode: mode as number, modifiedAtMs: modifiedAtMs as number, accessedAtMs: accessedAtMs as number };
+/**
+ * The bytes of an `fs/writeBlock` request, written straight into the connection's buffer: the block as a binary
+ * attachment (`binaryBlocks`), else Codex's base64 `chunk` encoded in place (no JSON.stringify of a large string).
+ */
+export function writeBlockEncoder(
+  handleId: string,
+  offset: number,
+  block: Buffer,
+  binary: boolean,
+): (id: string | number, allocate: (size: number) => Buffer) => Buffer {
+  return binary
+    ? (id, allocate) =>
+        encodeWithAttachment(
+          JSON.stringify({ id, method: Method.fsWriteBlock, params: { handleId, offset } }),
+          block,
+          allocate,
+        )
+    : (id, allocate) => encodeWriteBlockRequest(id, handleId, offset, block, allocate);
 }
 
 export function toFileUri(path: string): string {
@@ -534,22 +529,18 @@ export class RemoteFs implements EnvironmentFs {
     }
     const maxFileBytes = Math.min(limits.maxFileBytes, MAX_BATCH_BYTES);
     const maxTotalBytes = Math.min(Math.max(limits.maxTotalBytes, maxFileBytes), MAX_BATCH_BYTES);
-    const answer = await this.caller.call<{ files?: unknown }>(FsExtensionMethod.readFiles, {
+    const { files } = await this.caller.call(FsExtensionMethod.readFiles, {
       paths: paths.map(toFileUri),
       maxFileBytes,
       maxTotalBytes,
     });
     const bad = (what: string) =>
       new TetherError('protocol', `the executor's fs/readFiles answer is unusable: ${what}`);
-    const files = answer?.files;
-    if (!Array.isArray(files) || files.length !== paths.length) {
-      throw bad(`expected ${paths.length} entries, got ${Array.isArray(files) ? files.length : 'none'}`);
-    }
+    if (files.length !== paths.length) throw bad(`expected ${paths.length} entries, got ${files.length}`);
     let total = 0;
-    return files.map((raw: unknown, index): SmallFileRead => {
-      const entry = (raw ?? {}) as Record<string, unknown>;
+    return files.map((entry, index): SmallFileRead => {
       const path = paths[index] as string;
-      if (typeof entry.dataBase64 === 'string') {
+      if ('dataBase64' in entry) {
         let data: Buffer;
         try {
           data = decodeBase64(entry.dataBase64);
@@ -562,26 +553,18 @@ export class RemoteFs implements EnvironmentFs {
             `${path}: more bytes than asked for (${data.byteLength} of at most ${maxFileBytes}, ${total} in all)`,
           );
         }
-        if (typeof entry.sha256 !== 'string' || !/^[0-9a-f]{64}$/.test(entry.sha256)) throw bad(`${path}: no sha256`);
-        return { kind: 'data', data, sha256: entry.sha256, metadata: checkedUnixMetadata(entry, path, bad) };
+        const { sha256, mode, modifiedAtMs, accessedAtMs } = entry;
+        return { kind: 'data', data, sha256, metadata: { mode, modifiedAtMs, accessedAtMs } };
       }
-      if (entry.tooLarge === true) {
-        if (!Number.isSafeInteger(entry.size) || (entry.size as number) < 0)
-          throw bad(`${path}: tooLarge without a size`);
-        return { kind: 'tooLarge', size: entry.size as number };
-      }
-      if (entry.deferred === true) {
+      if ('tooLarge' in entry) return { kind: 'tooLarge', size: entry.size };
+      if ('deferred' in entry) {
         if (index === 0) throw bad(`${path}: the first file was deferred`);
         return { kind: 'deferred' };
       }
-      const error = entry.error as { code?: unknown; message?: unknown } | undefined;
-      if (error && Number.isInteger(error.code) && typeof error.message === 'string') {
-        return {
-          kind: 'error',
-          error: new TetherError('rpc', `fs/readFiles: ${path}: ${error.message}`, { rpcCode: error.code as number }),
-        };
-      }
-      throw bad(`${path}: an entry that is neither data, tooLarge, deferred nor an error`);
+      return {
+        kind: 'error',
+        error: new TetherError('rpc', `fs/readFiles: ${path}: ${entry.error.message}`, { rpcCode: entry.error.code }),
+      };
     });
   }
 
@@ -591,45 +574,39 @@ export class RemoteFs implements EnvironmentFs {
     if (files.length > MAX_BATCH_FILES) {
       throw new TetherError('invalid_argument', `at most ${MAX_BATCH_FILES} files per writeFiles`);
     }
-    const answer = await this.caller.call<{ files?: unknown }>(FsExtensionMethod.writeFiles, {
+    const { files: entries } = await this.caller.call(FsExtensionMethod.writeFiles, {
       files: files.map((file) => ({
         path: toFileUri(file.path),
         dataBase64: file.data.toString('base64'),
         ...(file.metadata ? { ...file.metadata, mode: file.metadata.mode & MODE_BITS } : {}),
       })),
     });
-    const bad = (what: string) =>
-      new TetherError('protocol', `the executor's fs/writeFiles answer is unusable: ${what}`);
-    const entries = answer?.files;
-    if (!Array.isArray(entries) || entries.length !== files.length) {
-      throw bad(`expected ${files.length} entries, got ${Array.isArray(entries) ? entries.length : 'none'}`);
+    if (entries.length !== files.length) {
+      throw new TetherError(
+        'protocol',
+        `the executor's fs/writeFiles answer is unusable: expected ${files.length} entries, got ${entries.length}`,
+      );
     }
-    return entries.map((raw: unknown, index): SmallFileWritten => {
-      const entry = (raw ?? {}) as Record<string, unknown>;
+    return entries.map((entry, index): SmallFileWritten => {
+      if ('sha256' in entry) return { sha256: entry.sha256 };
       const path = (files[index] as SmallFileWrite).path;
-      if (typeof entry.sha256 === 'string' && /^[0-9a-f]{64}$/.test(entry.sha256)) return { sha256: entry.sha256 };
-      const error = entry.error as { code?: unknown; message?: unknown } | undefined;
-      if (error && Number.isInteger(error.code) && typeof error.message === 'string') {
-        return {
-          error: new TetherError('rpc', `fs/writeFiles: ${path}: ${error.message}`, { rpcCode: error.code as number }),
-        };
-      }
-      throw bad(`${path}: an entry with neither a sha256 nor an error`);
+      return {
+        error: new TetherError('rpc', `fs/writeFiles: ${path}: ${entry.error.message}`, { rpcCode: entry.error.code }),
+      };
     });
   }
 
   /** `fs/getMetadata {unix: true}` (`fileMetadata`). */
   async getUnixMetadata(path: string): Promise<UnixMetadata> {
     this.require('fileMetadata', 'file modes and times');
-    const answer = await this.caller.call<Record<string, unknown>>(Method.fsGetMetadata, {
+    const { mode, modifiedAtMs, accessedAtMs } = await this.caller.call(Method.fsGetMetadata, {
       path: toFileUri(path),
       unix: true,
     });
-    return checkedUnixMetadata(
-      answer ?? {},
-      path,
-      (what) => new TetherError('protocol', `the executor's fs/getMetadata answer is unusable: ${what}`),
-    );
+    if (mode === undefined || accessedAtMs === undefined) {
+      throw new TetherError('protocol', `the executor's fs/getMetadata answer for ${path} has no mode and access time`);
+    }
+    return { mode, modifiedAtMs, accessedAtMs };
   }
 
   /** `fs/setMetadata` (`fileMetadata`); the executor follows links at the path (its own business). */
@@ -650,13 +627,10 @@ export class RemoteFs implements EnvironmentFs {
   }
 
   async readFile(path: string, options: { maxBytes?: number } = {}): Promise<Buffer> {
-    const answer = await this.caller.call<{ dataBase64?: unknown }>('fs/readFile', {
+    const answer = await this.caller.call(Method.fsReadFile, {
       path: toFileUri(path),
       ...(options.maxBytes !== undefined ? { maxBytes: options.maxBytes } : {}),
     });
-    if (typeof answer?.dataBase64 !== 'string') {
-      throw new TetherError('protocol', `the executor's fs/readFile answer for ${path} has no dataBase64`);
-    }
     const data = Buffer.from(answer.dataBase64, 'base64');
     // The limit is the caller's: an executor that ignores it does not get to hand back more.
     if (options.maxBytes !== undefined && data.byteLength > options.maxBytes) {
@@ -669,35 +643,39 @@ export class RemoteFs implements EnvironmentFs {
   }
   async writeFile(path: string, data: Buffer | string): Promise<void> {
     const bytes = typeof data === 'string' ? Buffer.from(data) : data;
-    await this.caller.call('fs/writeFile', { path: toFileUri(path), dataBase64: bytes.toString('base64') });
+    await this.caller.call(Method.fsWriteFile, { path: toFileUri(path), dataBase64: bytes.toString('base64') });
   }
   async createDirectory(path: string, options: { recursive?: boolean } = {}): Promise<void> {
-    await this.caller.call('fs/createDirectory', { path: toFileUri(path), recursive: options.recursive ?? true });
+    await this.caller.call(Method.fsCreateDirectory, { path: toFileUri(path), recursive: options.recursive ?? true });
   }
-  getMetadata(path: string): Promise<FileMetadata> {
-    return this.caller.call<FileMetadata>('fs/getMetadata', { path: toFileUri(path) });
+  async getMetadata(path: string): Promise<FileMetadata> {
+    const { isDirectory, isFile, isSymlink, size, createdAtMs, modifiedAtMs } = await this.caller.call(
+      Method.fsGetMetadata,
+      { path: toFileUri(path) },
+    );
+    return { isDirectory, isFile, isSymlink, size, createdAtMs, modifiedAtMs };
   }
   async canonicalize(path: string): Promise<string> {
-    const answer = await this.caller.call<{ path: string }>('fs/canonicalize', { path: toFileUri(path) });
+    const answer = await this.caller.call(Method.fsCanonicalize, { path: toFileUri(path) });
     return answer.path.startsWith('file:') ? decodeURIComponent(new URL(answer.path).pathname) : answer.path;
   }
   async readDirectory(path: string): Promise<DirectoryEntry[]> {
     // Where the executor offers it, links are marked (and dangling ones listed); Codex's params otherwise.
     const links = this.caller.capabilities().has(DIRECTORY_LINKS_CAPABILITY);
     return checkedEntries(
-      await this.caller.call<unknown>('fs/readDirectory', { path: toFileUri(path), ...(links ? { links } : {}) }),
+      await this.caller.call(Method.fsReadDirectory, { path: toFileUri(path), ...(links ? { links } : {}) }),
       path,
     );
   }
   async remove(path: string, options: { recursive?: boolean; force?: boolean } = {}): Promise<void> {
-    await this.caller.call('fs/remove', {
+    await this.caller.call(Method.fsRemove, {
       path: toFileUri(path),
       recursive: options.recursive ?? true,
       force: options.force ?? true,
     });
   }
   async copy(source: string, destination: string, options: { recursive?: boolean } = {}): Promise<void> {
-    await this.caller.call('fs/copy', {
+    await this.caller.call(Method.fsCopy, {
       sourcePath: toFileUri(source),
       destinationPath: toFileUri(destination),
       recursive: options.recursive ?? false,
@@ -722,7 +700,7 @@ export class RemoteFs implements EnvironmentFs {
     let open = false;
     let nextOffset = 0;
     let eof = false;
-    let inflight: Array<{ offset: number; len: number; answer: Promise<{ chunk?: string; eof: boolean }> }> = [];
+    let inflight: Array<{ offset: number; len: number; answer: Promise<MethodResult<typeof Method.fsReadBlock>> }> = [];
     // One close for every path that ends the stream (eof seen by overlapping reads, errors, destroy); only
     // the close at the end of the file reports the digest.
     let closing: Promise<void> | null = null;
@@ -733,13 +711,13 @@ export class RemoteFs implements EnvironmentFs {
         open = false;
         await Promise.allSettled(inflight.map((block) => block.answer));
         inflight = [];
-        const answer = await caller.call<Partial<HandleDigest>>('fs/close', { handleId }).catch(() => undefined);
+        const answer = await caller.call(Method.fsClose, { handleId }).catch(() => undefined);
         if (atEnd) options.onDigest?.(handleDigestOf(answer));
       })();
       return closing;
     };
     const request = (offset: number, len: number) => {
-      const answer = caller.call<{ chunk?: string; eof: boolean }>('fs/readBlock', {
+      const answer = caller.call(Method.fsReadBlock, {
         handleId,
         offset,
         len,
@@ -753,7 +731,7 @@ export class RemoteFs implements EnvironmentFs {
       async read() {
         if (finished) return;
         try {
-          opened ??= caller.call('fs/open', { handleId, path: toFileUri(path), ...digest }).then(() => {
+          opened ??= caller.call(Method.fsOpen, { handleId, path: toFileUri(path), ...digest }).then(() => {
             open = true;
           });
           await opened;
@@ -838,7 +816,7 @@ export class RemoteFs implements EnvironmentFs {
     const inflight = new Set<Promise<unknown>>();
     let failure: Error | null = null;
     const open = async () => {
-      opened ??= caller.call('fs/open', { handleId, path: toFileUri(path), mode, ...digest }).then(() => {
+      opened ??= caller.call(Method.fsOpen, { handleId, path: toFileUri(path), mode, ...digest }).then(() => {
         isOpen = true;
       });
       await opened;
@@ -848,17 +826,10 @@ export class RemoteFs implements EnvironmentFs {
       offset += block.byteLength;
       const request = caller
         .call(
-          'fs/writeBlock',
+          Method.fsWriteBlock,
           { handleId, offset: at },
           {
-            encode: binary
-              ? (id, allocate) =>
-                  encodeWithAttachment(
-                    JSON.stringify({ id, method: 'fs/writeBlock', params: { handleId, offset: at } }),
-                    block,
-                    allocate,
-                  )
-              : (id, allocate) => encodeWriteBlockRequest(id, handleId, at, block, allocate),
+            encode: writeBlockEncoder(handleId, at, block, binary),
           },
         )
         .catch((err: Error) => {
@@ -872,7 +843,7 @@ export class RemoteFs implements EnvironmentFs {
     const closeHandle = async (atEnd: boolean) => {
       if (!isOpen) return;
       isOpen = false;
-      const answer = await caller.call<Partial<HandleDigest>>('fs/close', { handleId });
+      const answer = await caller.call(Method.fsClose, { handleId });
       if (atEnd) options.onDigest?.(handleDigestOf(answer));
     };
     return new Writable({
@@ -956,7 +927,7 @@ export class RemoteFs implements EnvironmentFs {
       },
       final(callback) {
         caller
-          .call('fs/writeFile', { path: toFileUri(path), dataBase64: Buffer.concat(parts).toString('base64') })
+          .call(Method.fsWriteFile, { path: toFileUri(path), dataBase64: Buffer.concat(parts).toString('base64') })
           .then(
             () => callback(),
             (err: Error) => callback(err),

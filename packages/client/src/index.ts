@@ -59,6 +59,7 @@ export {
   RemoteFs,
   type StreamOptions,
   toFileUri,
+  writeBlockEncoder,
 } from './fs.js';
 export { LocalBackend } from './local-backend.js';
 export { DEFAULT_HIGH_WATER_BYTES, ProcessHandle, type ProcessResult } from './process.js';

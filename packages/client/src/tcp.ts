@@ -7,9 +7,12 @@ import {
   decodeBase64,
   MAX_TCP_CHUNK_BYTES,
   Method,
+  type MethodParams,
+  type MethodResult,
   MIN_TCP_WINDOW_BYTES,
   Notification,
   ReceiveCredit,
+  type RequestMethod,
   RpcError,
   SendCredit,
   TCP_RECEIVED_REPORT_BYTES,
@@ -29,7 +32,7 @@ const READABLE_HIGH_WATER_BYTES = 256 * 1024;
 
 /** What the forwarder needs from its client. */
 export interface TcpLink {
-  call<T>(method: string, params: unknown): Promise<T>;
+  call<M extends RequestMethod>(method: M, params: MethodParams<M>): Promise<MethodResult<M>>;
   notify(method: string, params: unknown): void;
   /** Sends `tcp/data` with the bytes as an attachment where the executor takes them, else base64. */
   sendData(streamId: string, chunk: Buffer): void;
@@ -105,7 +108,7 @@ export class TcpForwarder {
       () => this.receivedForAck(),
     );
     this.#streams.set(streamId, stream);
-    let answer: { windowBytes?: unknown; address?: unknown; port?: unknown };
+    let answer: MethodResult<typeof Method.tcpConnect>;
     try {
       answer = await this.#link.call(Method.tcpConnect, { streamId, host, port, windowBytes });
     } catch (err) {
@@ -122,24 +125,15 @@ export class TcpForwarder {
       throw err;
     }
     // The executor is untrusted input: a grant outside what was asked is a protocol error.
-    const granted = answer?.windowBytes;
-    if (
-      typeof granted !== 'number' ||
-      !Number.isInteger(granted) ||
-      granted < MIN_TCP_WINDOW_BYTES ||
-      granted > windowBytes
-    ) {
+    const granted = answer.windowBytes;
+    if (granted < MIN_TCP_WINDOW_BYTES || granted > windowBytes) {
       stream.destroy(new TetherError('protocol', 'tcp/connect: the executor granted an invalid window'));
       throw new TetherError('protocol', 'tcp/connect: the executor granted an invalid window');
     }
     if (stream.destroyed) {
       throw new TetherError('closed', `the forwarded connection to ${host}:${port} closed while opening`);
     }
-    stream.opened(
-      granted,
-      typeof answer.address === 'string' ? answer.address.slice(0, 64) : '',
-      typeof answer.port === 'number' ? answer.port : port,
-    );
+    stream.opened(granted, answer.address, answer.port);
     return stream;
   }
 

@@ -190,6 +190,13 @@ export const FsGetMetadataParams = Type.Object({
 export type FsGetMetadataParams = Static<typeof FsGetMetadataParams>;
 export const FsUnixMetadata = Type.Object({ mode: Mode, modifiedAtMs: TimeMs, accessedAtMs: TimeMs });
 export type FsUnixMetadata = Static<typeof FsUnixMetadata>;
+/** `fs/getMetadata`'s answer: Codex's fields, and with `unix: true` (`fileMetadata`) the mode and access time. */
+export const FsGetMetadataResult = Type.Object({
+  ...FsMetadata.properties,
+  mode: Type.Optional(Mode),
+  accessedAtMs: Type.Optional(TimeMs),
+});
+export type FsGetMetadataResult = Static<typeof FsGetMetadataResult>;
 
 /**
  * `fs/setMetadata` (`fileMetadata`): sets what is given of a path's permission bits (chmod) and times
@@ -220,14 +227,16 @@ export const FsReadFilesParams = Type.Object({
 export type FsReadFilesParams = Static<typeof FsReadFilesParams>;
 export const FsBatchError = Type.Object({ code: Type.Integer(), message: Type.String() });
 export type FsBatchError = Static<typeof FsBatchError>;
-export type FsReadFilesEntry =
-  | { dataBase64: string; sha256: string; mode: number; modifiedAtMs: number; accessedAtMs: number }
-  | { tooLarge: true; size: number }
-  | { deferred: true }
-  | { error: FsBatchError };
-export interface FsReadFilesResult {
-  files: FsReadFilesEntry[];
-}
+const Sha256Hex = Type.String({ pattern: '^[0-9a-f]{64}$' });
+export const FsReadFilesEntry = Type.Union([
+  Type.Object({ dataBase64: Type.String(), sha256: Sha256Hex, mode: Mode, modifiedAtMs: TimeMs, accessedAtMs: TimeMs }),
+  Type.Object({ tooLarge: Type.Literal(true), size: U64 }),
+  Type.Object({ deferred: Type.Literal(true) }),
+  Type.Object({ error: FsBatchError }),
+]);
+export type FsReadFilesEntry = Static<typeof FsReadFilesEntry>;
+export const FsReadFilesResult = Type.Object({ files: Type.Array(FsReadFilesEntry) });
+export type FsReadFilesResult = Static<typeof FsReadFilesResult>;
 
 /**
  * `fs/writeFiles` (`fileBatch`): creates or truncates and writes each file whole, in order, then sets the
@@ -248,10 +257,13 @@ export const FsWriteFilesParams = Type.Object({
   sandbox: Sandbox,
 });
 export type FsWriteFilesParams = Static<typeof FsWriteFilesParams>;
-export type FsWriteFilesEntry = { sha256: string; bytes: number } | { error: FsBatchError };
-export interface FsWriteFilesResult {
-  files: FsWriteFilesEntry[];
-}
+export const FsWriteFilesEntry = Type.Union([
+  Type.Object({ sha256: Sha256Hex, bytes: U64 }),
+  Type.Object({ error: FsBatchError }),
+]);
+export type FsWriteFilesEntry = Static<typeof FsWriteFilesEntry>;
+export const FsWriteFilesResult = Type.Object({ files: Type.Array(FsWriteFilesEntry) });
+export type FsWriteFilesResult = Static<typeof FsWriteFilesResult>;
 
 /**
  * `fs/watchMissing` (Codex 0.171.0, capability `fsWatchMissing`; CODEX-FINDINGS.md §18): wait for any of

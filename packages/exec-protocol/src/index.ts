@@ -20,6 +20,21 @@ export {
 } from './flow-control.js';
 export * from './fs.js';
 export * from './http.js';
+export {
+  decodeResult,
+  EmptyResult,
+  FsCloseResult,
+  FsReadBlockAnswer,
+  isNotification,
+  isRequestMethod,
+  METHOD_TABLE,
+  type MethodParams,
+  type MethodResult,
+  NOTIFICATION_TABLE,
+  type NotificationParams,
+  type ReceivedNotification,
+  type RequestMethod,
+} from './method-table.js';
 export { CONTROL_LANE_METHODS, Method, type MethodName, methodFamily, Notification } from './methods.js';
 export {
   ENVIRONMENT_ID_PATTERN,

@@ -143,6 +143,7 @@ export const WriteStatus = Type.Union([
   Type.Literal('stdinClosed'),
   Type.Literal('starting'),
 ]);
+export type WriteStatus = Static<typeof WriteStatus>;
 export const ProcessWriteResult = Type.Object({ status: WriteStatus });
 export type ProcessWriteResult = Static<typeof ProcessWriteResult>;
 
@@ -230,22 +231,25 @@ export const EnvironmentConfigReadParams = Type.Object({
   requirementsPaths: Type.Array(Type.Array(Type.String())),
 });
 export type EnvironmentConfigReadParams = Static<typeof EnvironmentConfigReadParams>;
-export interface EnvironmentConfigLayer {
+export const EnvironmentConfigLayer = Type.Object({
   /** `system (/etc/codex/config.toml)`, `user (…)`, `project (…)`; a requirements file's path. */
-  source: string;
-  baseDir: string;
+  source: Type.String(),
+  baseDir: Type.String(),
   /** The layer cut down to the requested key paths. */
-  toml: string;
-}
-export interface EnvironmentConfigLayerStack {
-  layers: EnvironmentConfigLayer[];
+  toml: Type.String(),
+});
+export type EnvironmentConfigLayer = Static<typeof EnvironmentConfigLayer>;
+export const EnvironmentConfigLayerStack = Type.Object({
+  layers: Type.Array(EnvironmentConfigLayer),
   /** Where a cloud layer would go: after the system layers. */
-  cloudInsertionIndex: number;
-}
-export interface EnvironmentConfigReadResult {
-  userHomeDir: string | null;
-  codexHomeDir: string;
-  hostname: string | null;
-  config: EnvironmentConfigLayerStack;
-  requirements: EnvironmentConfigLayerStack;
-}
+  cloudInsertionIndex: U64,
+});
+export type EnvironmentConfigLayerStack = Static<typeof EnvironmentConfigLayerStack>;
+export const EnvironmentConfigReadResult = Type.Object({
+  userHomeDir: Nullable(Type.String()),
+  codexHomeDir: Type.String(),
+  hostname: Nullable(Type.String()),
+  config: EnvironmentConfigLayerStack,
+  requirements: EnvironmentConfigLayerStack,
+});
+export type EnvironmentConfigReadResult = Static<typeof EnvironmentConfigReadResult>;

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { decodeResult, isRequestMethod } from '@tether/exec-protocol';
 import { generateIdentity, parsePublicKey, publicKeyToJson } from '@tether/noise';
 import { SecureStream, WebSocketFrameLink } from '@tether/secure-stream';
 import WebSocket from 'ws';
@@ -211,9 +212,23 @@ abstract class BaseClient implements TestClient {
     });
   }
 
+  /**
+   * A call by any name with any params (conformance tests send malformed ones on purpose). An answer to a
+   * protocol method is checked against exec-protocol's result schema, so every conformance run also proves the
+   * schemas the SDK decodes with against what both executors (ours and Codex's) really answer.
+   */
   async call<T = unknown>(method: string, params?: unknown, options?: RequestOptions): Promise<T> {
     const response = await this.request<T>(method, params, options);
     if (response.error) throw new RpcCallError(method, response.error);
+    if (isRequestMethod(method)) {
+      try {
+        decodeResult(method, response.result);
+      } catch (err) {
+        throw new Error(
+          `the answer to ${method} does not match exec-protocol's result schema: ${(err as Error).message}: ${JSON.stringify(response.result).slice(0, 400)}`,
+        );
+      }
+    }
     return response.result as T;
   }
 

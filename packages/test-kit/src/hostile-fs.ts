@@ -26,7 +26,10 @@ export function hostileFsAnswers(tree: () => HostileTree, options: { deep?: bool
   return (method, params) => {
     switch (method) {
       case 'initialize':
-        return { sessionId: 'hostile-session', environmentInfo: { capabilities: {} } };
+        return {
+          sessionId: 'hostile-session',
+          environmentInfo: { shell: { name: 'sh', path: '/bin/sh' }, capabilities: {} },
+        };
       case 'fs/getMetadata': {
         const path = pathOf(params.path);
         const file = lookup(path)?.file;

@@ -5,9 +5,10 @@ import {
   handleDigestOf,
   TetherError,
   toFileUri,
+  writeBlockEncoder,
 } from '@tether/client';
-import { encodeWriteBlockRequest } from '@tether/exec-protocol';
-import { attachmentOf, encodeWithAttachment } from '@tether/jsonrpc';
+import { Method, type MethodResult } from '@tether/exec-protocol';
+import { attachmentOf } from '@tether/jsonrpc';
 import { element } from './dom.js';
 import { formatBytes, formatRate, Sha256 } from './sha256.js';
 
@@ -96,7 +97,7 @@ export async function uploadFile(
   const digest = capabilities.has('fileHandleDigest');
   const mode = capabilities.has('fileWriteOverwrite') ? 'overwrite' : 'replace';
   const id = handleId('w');
-  await client.call('fs/open', { handleId: id, path: toFileUri(path), mode, ...(digest ? { digest: true } : {}) });
+  await client.call(Method.fsOpen, { handleId: id, path: toFileUri(path), mode, ...(digest ? { digest: true } : {}) });
   const hash = new Sha256();
   const inflight = new Set<Promise<unknown>>();
   let failure: Error | null = null;
@@ -113,20 +114,7 @@ export async function uploadFile(
       next = offset < file.size ? file.slice(offset, offset + BLOCK_BYTES).arrayBuffer() : null;
       hash.update(block);
       const request = client
-        .call(
-          'fs/writeBlock',
-          { handleId: id, offset: at },
-          {
-            encode: binary
-              ? (rpcId, allocate) =>
-                  encodeWithAttachment(
-                    JSON.stringify({ id: rpcId, method: 'fs/writeBlock', params: { handleId: id, offset: at } }),
-                    block,
-                    allocate,
-                  )
-              : (rpcId, allocate) => encodeWriteBlockRequest(rpcId, id, at, block, allocate),
-          },
-        )
+        .call(Method.fsWriteBlock, { handleId: id, offset: at }, { encode: writeBlockEncoder(id, at, block, binary) })
         .then(
           () => {
             acknowledged += block.byteLength;
@@ -144,18 +132,14 @@ export async function uploadFile(
     await Promise.all(inflight);
     if (failure) throw failure;
     closed = true;
-    const answer = await client.call('fs/close', { handleId: id });
+    const answer = await client.call(Method.fsClose, { handleId: id });
     const ours = { sha256: hash.hex(), bytes: offset };
-    const verified = checkDigest(
-      `upload to ${path}`,
-      ours,
-      digest ? handleDigestOf(answer as Partial<HandleDigest>) : null,
-    );
+    const verified = checkDigest(`upload to ${path}`, ours, digest ? handleDigestOf(answer) : null);
     return { ...ours, verified };
   } finally {
     if (!closed) {
       await Promise.allSettled(inflight);
-      await client.call('fs/close', { handleId: id }).catch(() => undefined);
+      await client.call(Method.fsClose, { handleId: id }).catch(() => undefined);
     }
   }
 }
@@ -177,15 +161,15 @@ export async function downloadFile(
   const binary = capabilities.has('binaryBlocks');
   const digest = capabilities.has('fileHandleDigest');
   const id = handleId('r');
-  await client.call('fs/open', { handleId: id, path: toFileUri(path), ...(digest ? { digest: true } : {}) });
+  await client.call(Method.fsOpen, { handleId: id, path: toFileUri(path), ...(digest ? { digest: true } : {}) });
   const gathered = new ByteGatherer(sizeHint);
-  let inflight: Array<{ offset: number; len: number; answer: Promise<{ chunk?: string; eof?: boolean }> }> = [];
+  let inflight: Array<{ offset: number; len: number; answer: Promise<MethodResult<typeof Method.fsReadBlock>> }> = [];
   let blockSize = BLOCK_BYTES;
   let nextOffset = 0;
   let eof = false;
   let closed = false;
   const request = (offset: number, len: number) => {
-    const answer = client.call<{ chunk?: string; eof?: boolean }>('fs/readBlock', {
+    const answer = client.call(Method.fsReadBlock, {
       handleId: id,
       offset,
       len,
@@ -224,19 +208,15 @@ export async function downloadFile(
     }
     await Promise.allSettled(inflight.map((b) => b.answer));
     closed = true;
-    const answer = await client.call('fs/close', { handleId: id });
+    const answer = await client.call(Method.fsClose, { handleId: id });
     const data = gathered.bytes();
     const ours = { sha256: await webCryptoSha256(data), bytes: data.byteLength };
-    const verified = checkDigest(
-      `download of ${path}`,
-      ours,
-      digest ? handleDigestOf(answer as Partial<HandleDigest>) : null,
-    );
+    const verified = checkDigest(`download of ${path}`, ours, digest ? handleDigestOf(answer) : null);
     return { data, ...ours, verified };
   } finally {
     if (!closed) {
       await Promise.allSettled(inflight.map((b) => b.answer));
-      await client.call('fs/close', { handleId: id }).catch(() => undefined);
+      await client.call(Method.fsClose, { handleId: id }).catch(() => undefined);
     }
   }
 }
