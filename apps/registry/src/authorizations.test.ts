@@ -120,7 +120,7 @@ describe.each(ENGINES)('authorizations and the key that minted them ($name)', (e
     ]);
   });
 
-  it('an admin key may /connect (to see every key’s detached processes); executor and relay keys may not', async () => {
+  it('an admin key may /connect to the environments of its glob (to see every key’s detached processes); an executor key may not', async () => {
     expect((await connect(tokens.admin as string)).statusCode).toBe(200);
     expect((await connect(tokens.exec as string)).statusCode).toBe(403);
     await addKey('narrow-admin', 'admin', 'prod-*');
