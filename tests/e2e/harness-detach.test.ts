@@ -27,19 +27,19 @@ const terminals: Tmux[] = [];
 
 const quote = (word: string) => `'${word.replace(/'/g, `'\\''`)}'`;
 
-function harnessEnv(environment: string): Record<string, string> {
+function harnessEnv(environment: string, apiKey = stack.keys.harness): Record<string, string> {
   return {
     TETHER_HARNESS_REGISTRY: stack.registryUrl,
     TETHER_HARNESS_ENVIRONMENT_ID: environment,
-    TETHER_HARNESS_API_KEY: stack.keys.harness,
+    TETHER_HARNESS_API_KEY: apiKey,
   };
 }
 
-/** Runs the harness bin; its output so far can be read while it runs. */
-function harnessLive(args: string[], environment = ENVIRONMENT) {
+/** Runs the harness bin (with the stack's harness key unless `apiKey`); its output so far can be read while it runs. */
+function harnessLive(args: string[], environment = ENVIRONMENT, apiKey?: string) {
   const child = spawn(process.execPath, [bin, ...args], {
     cwd: work,
-    env: { ...process.env, ...harnessEnv(environment) },
+    env: { ...process.env, ...harnessEnv(environment, apiKey) },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let stdout = '';
@@ -58,8 +58,8 @@ function harnessLive(args: string[], environment = ENVIRONMENT) {
 }
 
 /** Runs the harness bin to its end (stdin closed), from `work`. */
-function harness(args: string[], environment = ENVIRONMENT) {
-  return harnessLive(args, environment).done;
+function harness(args: string[], environment = ENVIRONMENT, apiKey?: string) {
+  return harnessLive(args, environment, apiKey).done;
 }
 
 /** `harness exec -d`: answers the printed id. */
@@ -87,9 +87,9 @@ async function terminal(args: string[], size = { cols: 100, rows: 30 }): Promise
 /** The harness's exit status in `tmux`. */
 const exitOf = (tmux: Tmux): Promise<number> => tmux.waitForExit();
 
-/** The `ps` line of `id`, split into its columns. */
-async function psLine(id: string): Promise<string[] | undefined> {
-  const ps = await harness(['ps']);
+/** The `ps` line of `id` (as `apiKey`, default the stack's harness key, sees it), split into its columns. */
+async function psLine(id: string, apiKey?: string): Promise<string[] | undefined> {
+  const ps = await harness(['ps'], ENVIRONMENT, apiKey);
   expect(ps.code).toBe(0);
   return ps.stdout
     .split('\n')
@@ -267,16 +267,16 @@ describe('harness kill', () => {
 });
 
 describe('errors and their exit codes', () => {
-  it('unknown ids exit 1 and a bad signal 2', { timeout: 60_000 }, async () => {
+  it('unknown ids exit 1 naming the id and the environment, and a bad signal 2', { timeout: 60_000 }, async () => {
     expect(await harness(['attach', 'nope'])).toEqual({
       code: 1,
       stdout: '',
-      stderr: 'harness: unknown process id nope\n',
+      stderr: `harness: unknown process id nope in environment ${ENVIRONMENT}\n`,
     });
     expect(await harness(['kill', 'nope'])).toEqual({
       code: 1,
       stdout: '',
-      stderr: 'harness: unknown process id nope\n',
+      stderr: `harness: unknown process id nope in environment ${ENVIRONMENT}\n`,
     });
     const badSignal = await harness(['kill', '-s', 'BOGUS', 'nope']);
     expect(badSignal.code).toBe(2);
@@ -301,5 +301,87 @@ describe('errors and their exit codes', () => {
       expect(answer.stdout).toBe('');
       expect(answer.stderr).toContain('this executor does not offer detached processes (capability processDetach');
     }
+  });
+});
+
+describe('a detached process belongs to the API key that started it', () => {
+  it('another harness key of the environment neither lists, attaches to nor kills it (an unknown id to it); its key and an admin key do', {
+    timeout: 120_000,
+  }, async () => {
+    const other = await stack.createKey('harness', ENVIRONMENT);
+    const admin = await stack.createKey('admin', ENVIRONMENT);
+    // As in the finding: a command line that carries a secret.
+    const started = await harness([
+      'exec',
+      '-d',
+      '--cwd',
+      work,
+      '--',
+      '/bin/sh',
+      '-c',
+      'trap "echo got-term; exit 5" TERM; echo ready; while :; do sleep 0.1; done',
+      'owned',
+      '--token=s3cr3t-owned',
+    ]);
+    expect([started.code, started.stderr]).toEqual([0, '']);
+    const id = started.stdout.trim();
+    expect(id).toMatch(/^[0-9a-f]{8}$/);
+    // An id nobody has, for what the executor and the CLI answer about one.
+    const nobodys = id === 'ffffffff' ? 'fffffffe' : 'ffffffff';
+
+    // The other key: not listed, and attach, kill and kill -s KILL answer as for an id nobody has.
+    const listed = await harness(['ps'], ENVIRONMENT, other);
+    expect([listed.code, listed.stderr]).toEqual([0, '']);
+    expect(listed.stdout).not.toContain(id);
+    expect(listed.stdout).not.toContain('s3cr3t');
+    for (const args of [['attach'], ['attach', '--no-replay'], ['kill'], ['kill', '-s', 'KILL']]) {
+      const refused = await harness([...args, id], ENVIRONMENT, other);
+      const unknown = await harness([...args, nobodys], ENVIRONMENT, other);
+      expect(refused, args.join(' ')).toEqual({
+        code: 1,
+        stdout: '',
+        stderr: `harness: unknown process id ${id} in environment ${ENVIRONMENT}\n`,
+      });
+      expect(refused.stderr.replace(id, nobodys)).toBe(unknown.stderr);
+      expect(unknown.code).toBe(1);
+    }
+
+    // Its own key sees it, still running (nothing above reached it), with its command line.
+    const own = await psLine(id);
+    expect(own?.slice(0, 2)).toEqual([id, 'running']);
+    expect(own?.[4]).toContain('--token=s3cr3t-owned');
+
+    // An admin key lists it, and may stop it (as kubectl's cluster admin may any pod) and attach to it.
+    expect((await psLine(id, admin))?.slice(0, 2)).toEqual([id, 'running']);
+    const killed = await harness(['kill', id], ENVIRONMENT, admin);
+    expect([killed.code, killed.stderr]).toEqual([0, '']);
+    const followed = await harness(['attach', id], ENVIRONMENT, admin);
+    expect([followed.stdout, followed.code]).toEqual(['ready\ngot-term\n', 5]);
+    // Its owner attaches to it as well; the other key still does not.
+    const replayed = await harness(['attach', id]);
+    expect([replayed.stdout, replayed.code]).toEqual(['ready\ngot-term\n', 5]);
+    expect((await harness(['attach', id], ENVIRONMENT, other)).code).toBe(1);
+    expect((await psLine(id, other)) ?? null).toBeNull();
+  });
+
+  it('a key controls its own: the other key’s processes stay out of its ps, and its kill reaches its own', {
+    timeout: 60_000,
+  }, async () => {
+    const other = await stack.createKey('harness', ENVIRONMENT);
+    const mine = await startDetached('echo ready; while :; do sleep 0.1; done');
+    const started = await harness(
+      ['exec', '-d', '--cwd', work, '--', '/bin/sh', '-c', 'echo theirs; while :; do sleep 0.1; done'],
+      ENVIRONMENT,
+      other,
+    );
+    expect(started.code).toBe(0);
+    const theirs = started.stdout.trim();
+    expect((await psLine(theirs, other))?.slice(0, 2)).toEqual([theirs, 'running']);
+    expect(await psLine(mine, other)).toBeUndefined();
+    expect(await psLine(theirs)).toBeUndefined();
+    expect((await harness(['kill', '-s', 'KILL', mine])).code).toBe(0);
+    expect((await harness(['kill', '-s', 'KILL', theirs], ENVIRONMENT, other)).code).toBe(0);
+    const ended = await harness(['attach', theirs], ENVIRONMENT, other);
+    expect([ended.stdout, ended.code]).toEqual(['theirs\n', 137]);
   });
 });

@@ -604,7 +604,8 @@ export async function runExecutor(
         metrics,
         proxy,
         maxMessageBytes: config.maxMessageBytes,
-        onStream: (stream) => server.serve(new RpcConnection(stream)),
+        // Each relay stream acts for the key the registry's /validate named (principal.ts).
+        onStream: (stream, principal) => server.serve(new RpcConnection(stream), { principal }),
       });
       const link = remote;
       server.readinessCheck = () => link.ready;

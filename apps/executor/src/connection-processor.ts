@@ -41,6 +41,7 @@ import { EncodedResult, type HandlerTable, type RequestContext } from './handler
 import { HttpRequests } from './http/http-requests.js';
 import type { Logger } from './logger.js';
 import { ExecutorMetrics, type RequestResult, secondsSince } from './metrics.js';
+import { LOCAL_PRINCIPAL, type Principal } from './principal.js';
 import type { Session, SessionAttachment, SessionRegistry } from './session-registry.js';
 import { TcpForwards } from './tcp/forwards.js';
 import { DEFAULT_FORWARD_ALLOW, type ForwardOptions, ForwardPolicy } from './tcp/policy.js';
@@ -95,6 +96,11 @@ export interface ConnectionProcessorOptions {
   proxy?: ProxySettings;
   /** The executor's sandbox (its owner closes it); default: none, every restricting profile refused. */
   sandbox?: Sandboxer;
+  /**
+   * Who this connection acts for (principal.ts): the key the registry named for a relay stream; default the
+   * local principal (stdio, `--listen`).
+   */
+  principal?: Principal;
 }
 
 /**
@@ -413,9 +419,10 @@ export class ConnectionProcessor implements SessionAttachment {
   private initialize(raw: unknown): InitializeResult {
     try {
       const params = decode(InitializeParams, raw);
+      const principal = this.options.principal ?? LOCAL_PRINCIPAL;
       const session = params.resumeSessionId
-        ? this.options.registry.resume(params.resumeSessionId, this)
-        : this.options.registry.create(this);
+        ? this.options.registry.resume(params.resumeSessionId, this, principal)
+        : this.options.registry.create(this, principal);
       this.sessionValue = session;
       this.handshake = 'initialized-pending';
       this.logger.debug({ sessionId: session.id, resumed: Boolean(params.resumeSessionId) }, 'initialized');

@@ -1,6 +1,7 @@
 import type { ProcessEvent } from '@tether/local-process';
 import { afterEach, describe, expect, it } from 'vitest';
 import { silentLogger } from './logger.js';
+import { keyPrincipal, LOCAL_PRINCIPAL, UNATTRIBUTED_PRINCIPAL } from './principal.js';
 import { type SessionAttachment, SessionRegistry } from './session-registry.js';
 
 class Attachment implements SessionAttachment {
@@ -51,7 +52,7 @@ describe('detached processes', () => {
     expect(await first.writeProcess('typed', Buffer.from('one'), 'w-1')).toBe('accepted');
     expect(await first.writeProcess('typed', Buffer.from('one'), 'w-1')).toBe('accepted'); // a retry: once
     expect(await second.writeProcess('typed', Buffer.from('two'), 'w-1')).toBe('accepted');
-    const table = first.tableFor('typed');
+    const table = first.tableFor('typed', 'attach');
     await expect.poll(async () => (await table.read('typed')).closed, { timeout: 5000 }).toBe(true);
     const { chunks } = await table.read('typed');
     expect(chunks.map((chunk) => chunk.chunk.toString()).join('')).toBe('onetwo\n');
@@ -73,23 +74,25 @@ describe('detached processes', () => {
       ['job-2', 'running', true],
     ]);
     expect(listed[0]?.pid).toBeGreaterThan(0);
-    expect(await second.tableFor('job-1').write('job-1', Buffer.from('x\n'), 'w1')).toBe('accepted');
-    const read = await second.tableFor('job-1').read('job-1', { afterSeq: 0, waitMs: 5000 });
+    expect(await second.tableFor('job-1', 'control').write('job-1', Buffer.from('x\n'), 'w1')).toBe('accepted');
+    const read = await second.tableFor('job-1', 'attach').read('job-1', { afterSeq: 0, waitMs: 5000 });
     expect(read.chunks.map((c) => c.chunk.toString()).join('')).toBe('got x\n');
     await expect
       .poll(() =>
         second
-          .tableFor('job-1')
+          .tableFor('job-1', 'attach')
           .read('job-1', { afterSeq: 0 })
           .then((x) => x.closed),
       )
       .toBe(true);
-    expect((await second.tableFor('job-1').read('job-1', { afterSeq: 0 })).exitCode).toBe(7);
+    expect((await second.tableFor('job-1', 'attach').read('job-1', { afterSeq: 0 })).exitCode).toBe(7);
 
-    expect(await second.tableFor('job-2').write('job-2', Buffer.from('hello\n'), 'w1')).toBe('accepted');
+    expect(await second.tableFor('job-2', 'control').write('job-2', Buffer.from('hello\n'), 'w1')).toBe('accepted');
     await expect
       .poll(async () =>
-        (await second.tableFor('job-2').read('job-2', { afterSeq: 0 })).chunks.map((c) => c.chunk.toString()).join(''),
+        (await second.tableFor('job-2', 'attach').read('job-2', { afterSeq: 0 })).chunks
+          .map((c) => c.chunk.toString())
+          .join(''),
       )
       .toBe('hello\n');
     expect(second.terminateProcess('job-2')).toEqual({ running: true });
@@ -107,16 +110,16 @@ describe('detached processes', () => {
     sb.attachDetached('echoer');
     sb.attachDetached('echoer'); // idempotent
     b.writable = false;
-    await sa.tableFor('echoer').write('echoer', Buffer.from('one\n'), 'w1');
+    await sa.tableFor('echoer', 'control').write('echoer', Buffer.from('one\n'), 'w1');
     await expect.poll(() => a.output()).toBe('one\n');
     await expect.poll(() => b.output()).toBe('one\n');
     // b said it was congested: nothing more for it until it drains.
-    await sa.tableFor('echoer').write('echoer', Buffer.from('two\n'), 'w2');
+    await sa.tableFor('echoer', 'control').write('echoer', Buffer.from('two\n'), 'w2');
     await expect.poll(() => a.output()).toBe('one\ntwo\n');
     expect(b.output()).toBe('one\n');
     b.writable = true;
     sb.drained(b);
-    expect(sa.tableFor('echoer').closeStdin('echoer')).toBe('accepted');
+    expect(sa.tableFor('echoer', 'control').closeStdin('echoer')).toBe('accepted');
     await expect.poll(() => b.events.some((e) => e.kind === 'closed')).toBe(true);
     expect(a.events.map((e) => e.kind)).toEqual(['output', 'output', 'exited', 'closed']);
     // The starter never attached: it got nothing.
@@ -155,7 +158,111 @@ describe('detached processes', () => {
     const started = await session.startDetached(start('long', 'sleep 60'));
     await r.shutdown();
     expect(() => process.kill(started.pid, 0)).toThrow();
-    const [entry] = r.detached.list();
+    const [entry] = r.detached.list(LOCAL_PRINCIPAL);
     expect(entry?.state).toBe('closed');
+  });
+});
+
+describe('detached processes belong to the principal that started them', () => {
+  const alice = keyPrincipal('key_alice', 'harness');
+  const bob = keyPrincipal('key_bob', 'harness');
+  const admin = keyPrincipal('key_admin', 'admin');
+
+  it('another key neither lists, attaches to, reads, writes, resizes, signals nor terminates it: each is an unknown id', async () => {
+    const r = registry();
+    const a = r.create(new Attachment(), alice);
+    await a.startDetached({ ...start('secret', 'echo token=s3cr3t; cat'), pipeStdin: true });
+    await a.startDetached({ ...start('secret-tty', 'cat'), tty: true });
+    const b = r.create(new Attachment(), bob);
+    expect(b.listProcesses()).toEqual([]);
+    // What an id nobody has answers, and what the other key's id answers: the same, word for word.
+    for (const id of ['secret', 'nope']) {
+      const unknown = `unknown process id ${id}`;
+      expect(() => b.attachDetached(id)).toThrow(unknown);
+      await expect(b.tableFor(id, 'attach').read(id, { afterSeq: 0 })).rejects.toThrow(unknown);
+      expect(await b.writeProcess(id, Buffer.from('x\n'), 'w1')).toBe('unknownProcess');
+      expect(b.tableFor(id, 'control').closeStdin(id)).toBe('unknownProcess');
+      expect(b.terminateProcess(id)).toEqual({ running: false });
+      expect(() => b.tableFor(id, 'control').signal(id, 'kill')).not.toThrow();
+    }
+    expect(() => b.tableFor('secret-tty', 'control').resize('secret-tty', 10, 10)).toThrow(
+      'unknown process id secret-tty',
+    );
+    expect(() => b.tableFor('nope', 'control').resize('nope', 10, 10)).toThrow('unknown process id nope');
+    // Nothing reached it: still running, its stdin open, and its output only what it wrote.
+    const own = r.create(new Attachment(), alice);
+    expect(own.listProcesses().map((p) => [p.processId, p.state])).toEqual([
+      ['secret', 'running'],
+      ['secret-tty', 'running'],
+    ]);
+    expect(await own.writeProcess('secret', Buffer.from('mine\n'), 'w1')).toBe('accepted');
+    await expect
+      .poll(async () =>
+        (await own.tableFor('secret', 'attach').read('secret', { afterSeq: 0 })).chunks
+          .map((c) => c.chunk.toString())
+          .join(''),
+      )
+      .toBe('token=s3cr3t\nmine\n');
+    // Starting another process under its id says it exists, not that it is detached.
+    await expect(b.startProcess(start('secret', 'true'))).rejects.toMatchObject({
+      code: 'already_exists',
+      message: 'process secret already exists',
+    });
+    expect(own.terminateProcess('secret')).toEqual({ running: true });
+    expect(own.terminateProcess('secret-tty')).toEqual({ running: true });
+  });
+
+  it('an admin key lists, attaches to and controls every process; the local principal too; an unattributed harness none', async () => {
+    const r = registry();
+    const a = r.create(new Attachment(), alice);
+    await a.startDetached({ ...start('job', 'cat'), pipeStdin: true });
+    const local = r.create(new Attachment());
+    await local.startDetached(start('local-job', 'sleep 30'));
+
+    const root = r.create(new Attachment(), admin);
+    expect(root.listProcesses().map((p) => p.processId)).toEqual(['job', 'local-job']);
+    expect(root.attachDetached('job')).toMatchObject({ processId: 'job', state: 'running' });
+    expect(await root.writeProcess('job', Buffer.from('by admin\n'), 'w1')).toBe('accepted');
+    await expect
+      .poll(async () => (await a.tableFor('job', 'attach').read('job', { afterSeq: 0 })).chunks.length)
+      .toBe(1);
+    expect(
+      r
+        .create(new Attachment())
+        .listProcesses()
+        .map((p) => p.processId),
+    ).toEqual(['job', 'local-job']);
+    // Neither a harness key nor a harness the registry named no key for sees the local one.
+    expect(a.listProcesses().map((p) => p.processId)).toEqual(['job']);
+    const anonymous = r.create(new Attachment(), UNATTRIBUTED_PRINCIPAL);
+    expect(anonymous.listProcesses()).toEqual([]);
+    expect(() => anonymous.attachDetached('local-job')).toThrow('unknown process id local-job');
+
+    expect(root.terminateProcess('job')).toEqual({ running: true });
+    expect(root.terminateProcess('local-job')).toEqual({ running: true });
+  });
+
+  it('a session is resumed only by the principal it acts for; to another it is an unknown session', () => {
+    const r = registry();
+    const first = new Attachment();
+    const session = r.create(first, alice);
+    r.detach(session, first);
+    expect(() => r.resume(session.id, new Attachment(), bob)).toThrow(`unknown session id ${session.id}`);
+    expect(() => r.resume(session.id, new Attachment())).toThrow(`unknown session id ${session.id}`);
+    expect(() => r.resume(session.id, new Attachment(), admin)).toThrow(`unknown session id ${session.id}`);
+    expect(r.resume(session.id, new Attachment(), keyPrincipal('key_alice', 'harness'))).toBe(session);
+  });
+
+  it('session processes stay the session’s: another session of the same key does not see them', async () => {
+    const r = registry();
+    const a = r.create(new Attachment(), alice);
+    await a.startProcess(start('own', 'sleep 30'));
+    const again = r.create(new Attachment(), alice);
+    const root = r.create(new Attachment(), admin);
+    for (const other of [again, root]) {
+      expect(other.listProcesses()).toEqual([]);
+      expect(other.terminateProcess('own')).toEqual({ running: false });
+    }
+    expect(a.terminateProcess('own')).toEqual({ running: true });
   });
 });

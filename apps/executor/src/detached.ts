@@ -11,6 +11,7 @@ import {
 import { DEFAULT_DETACHED_EXITED_RETENTION_MS } from './config.js';
 import type { Logger } from './logger.js';
 import { ExecutorMetrics, secondsSince } from './metrics.js';
+import { mayAccess, type Principal, type ProcessAction } from './principal.js';
 
 /** A session that follows detached processes (`process/attach`). */
 export interface DetachedWatcher {
@@ -34,7 +35,9 @@ export interface DetachedProcessesOptions {
 /**
  * The executor's detached processes (capability `processDetach`, exec-protocol's detached.ts): one process
  * table that belongs to the executor, not to a session, so its processes outlive the session that started
- * them, and every session can reach them by id. Owned by the SessionRegistry, ended at its shutdown.
+ * them. Each is owned by the principal whose session started it (principal.ts): a session reaches it by id
+ * only where `mayAccess` allows, and to any other it is an unknown id. Owned by the SessionRegistry, ended at
+ * its shutdown.
  *
  * Output is retained as for any process (the ring of `retainedOutputBytes` per process, oldest dropped first)
  * and read with `process/read`. A detached process is never flow-controlled and never paused for a slow
@@ -50,6 +53,11 @@ export class DetachedProcesses {
   private readonly watchers = new Map<string, Set<DetachedWatcher>>();
   /** Start times of the processes not yet exited (process metrics). */
   private readonly running = new Map<string, number>();
+  /**
+   * Who started each process (the table's ids, plus ids it has since evicted until the next start sweeps
+   * them: bounded by `maxProcesses` and one sweep's worth).
+   */
+  private readonly owners = new Map<string, Principal>();
 
   constructor(options: DetachedProcessesOptions) {
     this.options = options;
@@ -63,8 +71,19 @@ export class DetachedProcesses {
     });
   }
 
+  /** Whether a detached process has this id, whoever owns it (ids are unique executor-wide). */
   has(processId: string): boolean {
     return this.table.has(processId);
+  }
+
+  /**
+   * Whether `who` may do `action` to the detached process `processId`: the only access check of detached
+   * processes (principal.ts's `mayAccess`). False for an unknown id, so callers answer both alike.
+   */
+  allows(processId: string, who: Principal, action: ProcessAction): boolean {
+    if (!this.table.has(processId)) return false;
+    const owner = this.owners.get(processId);
+    return owner !== undefined && mayAccess(owner, who, action);
   }
 
   get size(): number {
@@ -75,7 +94,7 @@ export class DetachedProcesses {
    * Starts a detached process. The id must be plain (DETACHED_PROCESS_ID_PATTERN) and unused by every
    * session; the start is refused with `too_many_processes` at the limit. Never flow-controlled.
    */
-  async start(request: StartRequest): Promise<StartResult> {
+  async start(request: StartRequest, owner: Principal): Promise<StartResult> {
     const { processId } = request;
     const problem = detachedProcessIdProblem(processId);
     if (problem !== null) throw new ProcessError('invalid_argument', problem);
@@ -89,6 +108,8 @@ export class DetachedProcesses {
         `too many detached processes: the limit is ${this.maxProcesses} (executor --max-detached-processes; exited ones count until they are evicted)`,
       );
     }
+    for (const id of this.owners.keys()) if (!this.table.has(id)) this.owners.delete(id);
+    this.owners.set(processId, owner);
     this.metrics.processStarting();
     this.running.set(processId, performance.now());
     try {
@@ -97,16 +118,20 @@ export class DetachedProcesses {
       return started;
     } catch (err) {
       if (this.running.delete(processId)) this.metrics.processStartFailed();
+      if (!this.table.has(processId)) this.owners.delete(processId);
       throw err;
     }
   }
 
   /**
    * `process/attach`: `watcher` gets the process's notifications from now on, until the process closes or
-   * the watcher is forgotten. Idempotent. Returns the process's list entry.
+   * the watcher is forgotten. Idempotent. Returns the process's list entry. A process `who` may not attach to
+   * is an unknown id.
    */
-  watch(processId: string, watcher: DetachedWatcher): ProcessSummary & { detached: true } {
-    const summary = this.table.list().find((entry) => entry.processId === processId);
+  watch(processId: string, watcher: DetachedWatcher, who: Principal): ProcessSummary & { detached: true } {
+    const summary = this.allows(processId, who, 'attach')
+      ? this.table.list().find((entry) => entry.processId === processId)
+      : undefined;
     if (summary === undefined) throw new ProcessError('unknown_process', `unknown process id ${processId}`);
     // A closed process has no more events to send.
     if (summary.state !== 'closed') {
@@ -128,8 +153,12 @@ export class DetachedProcesses {
     }
   }
 
-  list(): Array<ProcessSummary & { detached: true }> {
-    return this.table.list().map((entry) => ({ ...entry, detached: true as const }));
+  /** The detached processes `who` may list. */
+  list(who: Principal): Array<ProcessSummary & { detached: true }> {
+    return this.table
+      .list()
+      .filter((entry) => this.allows(entry.processId, who, 'list'))
+      .map((entry) => ({ ...entry, detached: true as const }));
   }
 
   /** `process/terminate` of a detached process. */

@@ -21,6 +21,7 @@ import { environmentInfo } from './environment-info.js';
 import { formatWebSocketUrl } from './listen-url.js';
 import { type Logger, silentLogger } from './logger.js';
 import { ExecutorMetrics } from './metrics.js';
+import type { Principal } from './principal.js';
 import { SessionRegistry } from './session-registry.js';
 import { type ForwardOptions, forwardOptions } from './tcp/policy.js';
 
@@ -117,13 +118,18 @@ export class ExecServer {
   }
 
   /** Serves one connection until it closes. */
-  serve(connection: RpcConnection, options: { endSessionOnClose?: boolean } = {}): ConnectionProcessor {
+  /** `principal`: who the connection acts for (a relay stream's key); default the local principal. */
+  serve(
+    connection: RpcConnection,
+    options: { endSessionOnClose?: boolean; principal?: Principal } = {},
+  ): ConnectionProcessor {
     const processor = new ConnectionProcessor(connection, {
       registry: this.registry,
       concurrency: this.config.concurrentRequests,
       environmentInfo: this.info,
       logger: this.logger,
       endSessionOnClose: options.endSessionOnClose ?? false,
+      ...(options.principal ? { principal: options.principal } : {}),
       maxReadFileBytes: this.config.maxReadFileBytes,
       maxFileHandles: this.config.maxFileHandles,
       metrics: this.metrics,

@@ -19,6 +19,7 @@ export interface SessionStartRequest extends StartRequest {
 import { DetachedProcesses, type DetachedWatcher } from './detached.js';
 import type { Logger } from './logger.js';
 import { ExecutorMetrics, secondsSince } from './metrics.js';
+import { LOCAL_PRINCIPAL, type Principal, type ProcessAction, samePrincipal } from './principal.js';
 
 /** A process this session started and has not seen exit yet (for the process metrics). */
 interface RunningProcess {
@@ -43,10 +44,13 @@ type SessionState =
 /**
  * A session owns the processes a client started. It is attached to at most one connection; events go
  * to that connection only. While detached, output keeps being retained for `process/read` and
- * notifications are dropped.
+ * notifications are dropped. It acts for one principal (principal.ts), who owns the detached processes it
+ * starts and is the only one who may resume it.
  */
 export class Session implements DetachedWatcher {
   readonly id: string;
+  /** Who this session acts for: fixed at its creation. */
+  readonly principal: Principal;
   readonly table: ProcessTable;
   /** The executor's detached processes (shared by every session; owned by the registry). */
   readonly detached: DetachedProcesses;
@@ -68,8 +72,10 @@ export class Session implements DetachedWatcher {
     tableOptions: Omit<ProcessTableOptions, 'onEvent'>,
     metrics: ExecutorMetrics,
     detached: DetachedProcesses,
+    principal: Principal = LOCAL_PRINCIPAL,
   ) {
     this.id = id;
+    this.principal = principal;
     this.detached = detached;
     this.stateValue = { kind: 'attached', attachment };
     this.metrics = metrics;
@@ -78,9 +84,14 @@ export class Session implements DetachedWatcher {
 
   /** `process/start` through the table, counted in the process metrics. */
   async startProcess(request: SessionStartRequest): Promise<StartResult> {
-    // Ids are unique across the executor's detached processes and this session's (see detached.ts).
+    // Ids are unique across the executor's detached processes and this session's (see detached.ts). Which
+    // kind it is, is said only to a session that may see the process.
     if (this.detached.has(request.processId)) {
-      throw new ProcessError('already_exists', `process ${request.processId} already exists (a detached process)`);
+      const visible = this.detached.allows(request.processId, this.principal, 'list');
+      throw new ProcessError(
+        'already_exists',
+        `process ${request.processId} already exists${visible ? ' (a detached process)' : ''}`,
+      );
     }
     // A known id fails with `already_exists` in the table; it must not replace the running record.
     if (this.running.has(request.processId)) return this.table.start(request);
@@ -101,9 +112,9 @@ export class Session implements DetachedWatcher {
     }
   }
 
-  /** `process/start {detached: true}`: the process belongs to the executor (detached.ts). */
+  /** `process/start {detached: true}`: the process belongs to the executor (detached.ts), owned by this principal. */
   startDetached(request: StartRequest): Promise<StartResult> {
-    return this.detached.start(request);
+    return this.detached.start(request, this.principal);
   }
 
   /** `process/attach`: this session gets a detached process's notifications from now on. */
@@ -111,15 +122,19 @@ export class Session implements DetachedWatcher {
     if (this.table.has(processId)) {
       throw new ProcessError('invalid_argument', `process ${processId} belongs to this session; it is not detached`);
     }
-    return this.detached.watch(processId, this);
+    return this.detached.watch(processId, this, this.principal);
   }
 
   /**
-   * The table that holds `processId`: this session's, or the executor's detached processes. An id in
-   * neither goes to this session's table, which answers as Codex does for an unknown id.
+   * The table that holds `processId` for `action`: this session's, or the executor's detached processes where
+   * this session's principal may do `action` to it (`read` is `attach`; stdin, resize, signals are `control`).
+   * Any other id goes to this session's table, which answers as Codex does for an unknown id: a detached process
+   * of another principal looks exactly like no process.
    */
-  tableFor(processId: string): ProcessTable {
-    return !this.table.has(processId) && this.detached.has(processId) ? this.detached.table : this.table;
+  tableFor(processId: string, action: ProcessAction): ProcessTable {
+    return !this.table.has(processId) && this.detached.allows(processId, this.principal, action)
+      ? this.detached.table
+      : this.table;
   }
 
   /**
@@ -128,13 +143,16 @@ export class Session implements DetachedWatcher {
    * still recognised); another session's `writeId` of the same text is another write.
    */
   writeProcess(processId: string, chunk: Buffer, writeId: string) {
-    const table = this.tableFor(processId);
+    const table = this.tableFor(processId, 'control');
     return table.write(processId, chunk, table === this.table ? writeId : `${this.id}\u0000${writeId}`);
   }
 
-  /** `process/list`: this session's processes, then the executor's detached ones. */
+  /** `process/list`: this session's processes, then the executor's detached ones this principal may list. */
   listProcesses(): Array<ProcessSummary & { detached: boolean }> {
-    return [...this.table.list().map((entry) => ({ ...entry, detached: false })), ...this.detached.list()];
+    return [
+      ...this.table.list().map((entry) => ({ ...entry, detached: false })),
+      ...this.detached.list(this.principal),
+    ];
   }
 
   deliverDetached(event: ProcessEvent): void {
@@ -144,7 +162,7 @@ export class Session implements DetachedWatcher {
 
   /** `process/terminate`: its exit is then counted as `terminated`. */
   terminateProcess(processId: string): { running: boolean } {
-    if (this.tableFor(processId) !== this.table) return this.detached.terminate(processId);
+    if (this.tableFor(processId, 'control') !== this.table) return this.detached.terminate(processId);
     const record = this.running.get(processId);
     if (record) record.terminating = true;
     return this.table.terminate(processId);
@@ -271,20 +289,33 @@ export class SessionRegistry {
     return this.sessions.size;
   }
 
-  create(attachment: SessionAttachment): Session {
+  /** A new session acting for `principal` (default: the local one, stdio and `--listen`). */
+  create(attachment: SessionAttachment, principal: Principal = LOCAL_PRINCIPAL): Session {
     if (this.closed) throw RpcError.invalidRequest('exec-server is shutting down');
     if (this.sessions.size >= this.options.maxSessions) {
       throw RpcError.invalidRequest(`too many sessions: limit is ${this.options.maxSessions}`);
     }
-    const session = new Session(randomUUID(), attachment, this.options.tableOptions, this.metrics, this.detached);
+    const session = new Session(
+      randomUUID(),
+      attachment,
+      this.options.tableOptions,
+      this.metrics,
+      this.detached,
+      principal,
+    );
     this.sessions.set(session.id, session);
     return session;
   }
 
-  /** Attaches an existing session to a new connection (`initialize{resumeSessionId}`). */
-  resume(id: string, attachment: SessionAttachment): Session {
+  /**
+   * Attaches an existing session to a new connection (`initialize{resumeSessionId}`). Only the principal the
+   * session acts for may resume it; to any other it is an unknown session id.
+   */
+  resume(id: string, attachment: SessionAttachment, principal: Principal = LOCAL_PRINCIPAL): Session {
     const session = this.sessions.get(id);
-    if (!session || session.state === 'closed') throw RpcError.invalidRequest(`unknown session id ${id}`);
+    if (!session || session.state === 'closed' || !samePrincipal(session.principal, principal)) {
+      throw RpcError.invalidRequest(`unknown session id ${id}`);
+    }
     if (session.state === 'attached') {
       if (session.isAttachedTo(attachment)) return session;
       throw new RpcError(ErrorCode.sessionAlreadyAttached, `session ${id} is already attached to another connection`);

@@ -140,6 +140,29 @@ export function resolveRegistryAccess(
   };
 }
 
+/**
+ * The executor URL `openEnvironment` dials directly, if any: `--url` on the command line also serves ENV:/path
+ * locations (the one executor it names); from its variable it serves only commands without a location, so a stray
+ * TETHER_HARNESS_URL never redirects a copy.
+ */
+function directUrl(flags: ConnectFlags, contextUrl: string | undefined, environmentId?: string): string | undefined {
+  const fromCommandLine = flags.urlFromVariable ? undefined : flags.url;
+  return (
+    fromCommandLine ?? (environmentId ? undefined : ((flags.urlFromVariable ? flags.url : undefined) ?? contextUrl))
+  );
+}
+
+/**
+ * Where `openEnvironment` connects, for a message: `environment ID`, or `the executor at URL` for `--url`. Called
+ * once it connected (its settings are then known to resolve).
+ */
+export function targetName(flags: ConnectFlags, env: NodeJS.ProcessEnv, environmentId?: string): string {
+  const file = configPath(env);
+  const context = selectContext(loadConfig(file), flags.context, file, env)?.context ?? {};
+  const url = directUrl(flags, context.url, environmentId);
+  return url ? `the executor at ${url}` : `environment ${environmentId ?? flags.environmentId ?? context.environment}`;
+}
+
 /** Opens the environment named by flags/env vars (remote), or `environmentId` from an `ENV:PATH`. */
 export async function openEnvironment(
   flags: ConnectFlags,
@@ -148,15 +171,11 @@ export async function openEnvironment(
   /** Connects the resolved rendezvous options: by default through a connection master where allowed. */
   connect: RendezvousConnector = connectRendezvous,
 ): Promise<Environment> {
-  // `--url` on the command line also serves ENV:/path locations (the one executor it names); from its
-  // variable it serves only commands without a location, so a stray TETHER_HARNESS_URL never redirects a copy.
   // Each setting: the flag, else its variable, else the context (--context or its variable, or the config
-  // file's current-context), else the default.
+  // file's current-context), else the default. `--url` as directUrl says.
   const file = configPath(env);
   const context = selectContext(loadConfig(file), flags.context, file, env)?.context ?? {};
-  const fromCommandLine = flags.urlFromVariable ? undefined : flags.url;
-  const url =
-    fromCommandLine ?? (environmentId ? undefined : ((flags.urlFromVariable ? flags.url : undefined) ?? context.url));
+  const url = directUrl(flags, context.url, environmentId);
   const retry = connectRetry(flags);
   const common = { clientName: 'tether-harness', ...(retry ? { connectRetry: retry } : {}) };
   if (url) return Environment.connectWebSocket(url, common);

@@ -158,6 +158,14 @@ export const REQUEST_ID_HEADER = 'x-request-id';
 /** On a `/validate` answer: the request id of the `/connect` that issued the authorization it consumed. */
 export const CONNECT_REQUEST_ID_HEADER = 'x-tether-connect-request-id';
 
+/**
+ * On a `/validate` answer that says yes: the API key that minted the authorization at `/connect` (its id,
+ * percent-encoded, and its role), so the executor knows whose the harness's detached processes are. Headers, not
+ * body fields: Codex's executor ignores them (and its strict body decoding would not ignore a new field).
+ */
+export const HARNESS_KEY_ID_HEADER = 'x-tether-harness-key-id';
+export const HARNESS_KEY_ROLE_HEADER = 'x-tether-harness-key-role';
+
 /** A request id we accept from a caller: 1-128 characters of letters, digits and `._:-`; else null. */
 export function requestIdFrom(value: string | string[] | undefined): string | null {
   return typeof value === 'string' && /^[A-Za-z0-9._:-]{1,128}$/.test(value) ? value : null;

@@ -91,4 +91,39 @@ describe.each(ENGINES)('authorizations and the key that minted them ($name)', (e
     expect((await revoke('harness')).statusCode).toBe(200);
     expect((await validate(bundle)).json()).toEqual({ valid: false });
   });
+
+  it('a yes names the key that minted the authorization and its role (a harness key, an admin key, the key behind a browser session); a no names none', async () => {
+    const named = async (bearer: string) => {
+      const answer = await validate((await connect(bearer)).json());
+      expect(answer.json()).toEqual({ valid: true });
+      return [answer.headers['x-tether-harness-key-id'], answer.headers['x-tether-harness-key-role']];
+    };
+    expect(await named(tokens.harness as string)).toEqual(['harness', 'harness']);
+    expect(await named(tokens.other as string)).toEqual(['other', 'harness']);
+    expect(await named(tokens.admin as string)).toEqual(['admin', 'admin']);
+    const grant = (
+      await call('POST', '/cloud/browser-grants', tokens.other as string, { environment_id: 'dev-1' })
+    ).json().grant as string;
+    const session = (await call('POST', '/cloud/browser-grants/exchange', null, { grant })).json().token as string;
+    expect(await named(session)).toEqual(['other', 'harness']);
+    // An id with characters a header cannot carry as they are travels percent-encoded.
+    await addKey('a key/é', 'harness', 'dev-*');
+    expect(await named(tokens['a key/é'] as string)).toEqual([encodeURIComponent('a key/é'), 'harness']);
+
+    const bundle = (await connect(tokens.harness as string)).json();
+    expect((await validate(bundle)).headers['x-tether-harness-key-id']).toBe('harness');
+    const again = await validate(bundle); // consumed: no
+    expect(again.json()).toEqual({ valid: false });
+    expect([again.headers['x-tether-harness-key-id'], again.headers['x-tether-harness-key-role']]).toEqual([
+      undefined,
+      undefined,
+    ]);
+  });
+
+  it('an admin key may /connect to the environments of its glob (to see every key’s detached processes); an executor key may not', async () => {
+    expect((await connect(tokens.admin as string)).statusCode).toBe(200);
+    expect((await connect(tokens.exec as string)).statusCode).toBe(403);
+    await addKey('narrow-admin', 'admin', 'prod-*');
+    expect((await connect(tokens['narrow-admin'] as string)).json().error.code).toBe('forbidden_environment');
+  });
 });

@@ -37,8 +37,11 @@ export interface Stack extends AsyncDisposable {
   ): Promise<PeerHandle>;
   /** The relay's Prometheus text. */
   relayMetrics(): Promise<string>;
-  /** Makes another API key of `role` in the registry's database, acting on the environments `glob` matches. */
-  createKey(role: 'executor' | 'harness', glob: string): Promise<string>;
+  /**
+   * Makes another API key of `role` in the registry's database, acting on the environments `glob` matches (an admin
+   * key with environments may `/connect` to them).
+   */
+  createKey(role: 'executor' | 'harness' | 'admin', glob: string): Promise<string>;
   close(): Promise<void>;
 }
 

@@ -76,7 +76,10 @@ export interface ProcessesPanel {
   attachedText(): string;
 }
 
-/** Wires `#processes` (the executor's processes, kill and attach) and `#attached`. */
+/**
+ * Wires `#processes` (the processes the executor lists to this session: its own and the detached ones of the key
+ * behind it, or every one for an admin key; kill and attach) and `#attached`.
+ */
 export function mountProcesses(env: Environment): ProcessesPanel {
   const panel = element<HTMLElement>('processes');
   const body = panel.querySelector<HTMLTableSectionElement>('tbody');

@@ -162,7 +162,7 @@ export const processHandlers: HandlerTable = {
     const params = decode(ProcessReadParams, raw);
     const result = await ctx
       .session()
-      .tableFor(params.processId)
+      .tableFor(params.processId, 'attach')
       .read(params.processId, {
         afterSeq: params.afterSeq ?? null,
         maxBytes: params.maxBytes ?? null,
@@ -210,7 +210,7 @@ export const processHandlers: HandlerTable = {
 
   [Method.processSignal]: async (raw, ctx) => {
     const params = decode(ProcessSignalParams, raw);
-    ctx.session().tableFor(params.processId).signal(params.processId, params.signal);
+    ctx.session().tableFor(params.processId, 'control').signal(params.processId, params.signal);
     return {};
   },
 
@@ -222,13 +222,13 @@ export const processHandlers: HandlerTable = {
 
   [Method.processResize]: async (raw, ctx) => {
     const params = decode(ProcessResizeParams, raw);
-    ctx.session().tableFor(params.processId).resize(params.processId, params.rows, params.cols);
+    ctx.session().tableFor(params.processId, 'control').resize(params.processId, params.rows, params.cols);
     return {};
   },
 
   [Method.processCloseStdin]: async (raw, ctx) => {
     const params = decode(ProcessIdParams, raw);
-    const status = ctx.session().tableFor(params.processId).closeStdin(params.processId);
+    const status = ctx.session().tableFor(params.processId, 'control').closeStdin(params.processId);
     return { status };
   },
 

@@ -19,6 +19,7 @@ import {
 import type { WebSocket } from 'ws';
 import type { Logger } from '../logger.js';
 import type { ExecutorMetrics, RelayFrameDropReason } from '../metrics.js';
+import { type Principal, UNATTRIBUTED_PRINCIPAL } from '../principal.js';
 import { BoundedTransport, type InboundMeter, inboundBytesBound } from './bounded-transport.js';
 import type { HarnessValidation } from './registry-client.js';
 import { type Clock, KeyedTokenBuckets, monotonicClock, TokenBucket } from './token-bucket.js';
@@ -83,10 +84,11 @@ export interface MultiplexerOptions {
   /** The registry's `/validate`: no (false), or yes (true, or what the registry told about the harness). */
   authorize(request: { remoteStatic: NoisePublicKey; authorization: string }): Promise<boolean | HarnessValidation>;
   /**
-   * A stream whose handshake completed: serve JSON-RPC on it. Its messages are already held to
-   * `maxMessageBytes` (BoundedTransport).
+   * A stream whose handshake completed: serve JSON-RPC on it, for `principal` (who the registry said the harness
+   * acts for; unattributed when it said nothing). Its messages are already held to `maxMessageBytes`
+   * (BoundedTransport).
    */
-  onStream(stream: MessageTransport): void;
+  onStream(stream: MessageTransport, principal: Principal): void;
   logger: Logger;
   /** Where dropped frames are counted (`exec_server_remote_relay_frames_dropped_total`); default nowhere. */
   metrics?: ExecutorMetrics;
@@ -196,6 +198,7 @@ export class RelayMultiplexer {
   private async authorize(
     request: { remoteStatic: NoisePublicKey; authorization: string },
     streamId: string,
+    granted: (principal: Principal) => void,
   ): Promise<boolean> {
     if (!this.validationBudgets.take(harnessKeyId(request.remoteStatic))) {
       this.rateLimitedValidations++;
@@ -209,7 +212,12 @@ export class RelayMultiplexer {
     if (answer === false) return false;
     // The harness's /connect request id, as the registry logged it with the connect and this validation.
     const connectRequestId = answer === true ? null : answer.connectRequestId;
-    this.options.logger.info({ streamId, connectRequestId }, 'harness validated');
+    const principal = answer === true ? UNATTRIBUTED_PRINCIPAL : answer.principal;
+    granted(principal);
+    this.options.logger.info(
+      { streamId, connectRequestId, harnessKeyId: principal.kind === 'key' ? principal.keyId : null },
+      'harness validated',
+    );
     return true;
   }
 
@@ -310,6 +318,8 @@ export class RelayMultiplexer {
       inboundBytesBound(this.limits.maxMessageBytes),
     );
     this.links.set(streamId, link);
+    // Who the registry said this harness acts for; set by the /validate yes, before the handshake completes.
+    let principal: Principal = UNATTRIBUTED_PRINCIPAL;
     SecureStream.accept({
       link,
       streamId,
@@ -317,12 +327,15 @@ export class RelayMultiplexer {
       registrationId: this.options.registrationId,
       staticKeys: this.options.identity,
       message1: frame.payload,
-      authorize: (request) => this.authorize(request, streamId),
+      authorize: (request) =>
+        this.authorize(request, streamId, (granted) => {
+          principal = granted;
+        }),
     }).then(
       ({ stream }) => {
         if (this.closed) return stream.close();
         this.options.logger.info({ streamId }, 'harness stream opened');
-        this.options.onStream(new BoundedTransport(stream, this.limits.maxMessageBytes, link.meter));
+        this.options.onStream(new BoundedTransport(stream, this.limits.maxMessageBytes, link.meter), principal);
       },
       (err: Error) => {
         this.forget(link);

@@ -1,6 +1,7 @@
 import { environmentIdProblem, isEnvironmentId, isWebSocketUrl, parseRegistryError } from '@tether/exec-protocol';
 import type { NoisePublicKey } from '@tether/noise';
 import { publicKeyToJson, SECURITY_PROFILE_HYBRID_IK_V1 } from '@tether/noise';
+import { keyPrincipal, type Principal, UNATTRIBUTED_PRINCIPAL } from '../principal.js';
 
 /** Per attempt: headers and body (rendezvous.md §1.5). */
 export const REGISTRY_TIMEOUT_MS = 10_000;
@@ -59,9 +60,37 @@ export function parseRegistryUrl(value: string): string {
 /** The header a Tether registry's `/validate` answer names the harness's `/connect` request id in. */
 export const CONNECT_REQUEST_ID_HEADER = 'x-tether-connect-request-id';
 
-/** A `/validate` that said yes, and the request id of the harness's `/connect` when the registry gave one. */
+/**
+ * The headers a Tether registry's yes to `/validate` names the API key that minted the authorization in (its id,
+ * percent-encoded, and its role): who the harness acts for (principal.ts). Codex's registry sends neither.
+ */
+export const HARNESS_KEY_ID_HEADER = 'x-tether-harness-key-id';
+export const HARNESS_KEY_ROLE_HEADER = 'x-tether-harness-key-role';
+
+/**
+ * A `/validate` that said yes: the request id of the harness's `/connect` when the registry gave one, and who the
+ * harness acts for (the key the registry named, else unattributed).
+ */
 export interface HarnessValidation {
   connectRequestId: string | null;
+  principal: Principal;
+}
+
+/**
+ * The principal a `/validate` yes names: both headers well formed (an id of 1 to 256 characters once decoded, a
+ * role that may `/connect`), else unattributed.
+ */
+export function principalFromHeaders(headers: Headers): Principal {
+  const encoded = headers.get(HARNESS_KEY_ID_HEADER);
+  const role = headers.get(HARNESS_KEY_ROLE_HEADER);
+  if (encoded === null || (role !== 'harness' && role !== 'admin')) return UNATTRIBUTED_PRINCIPAL;
+  let keyId: string;
+  try {
+    keyId = decodeURIComponent(encoded);
+  } catch {
+    return UNATTRIBUTED_PRINCIPAL;
+  }
+  return keyId.length >= 1 && keyId.length <= 256 ? keyPrincipal(keyId, role) : UNATTRIBUTED_PRINCIPAL;
 }
 
 /** A request id fit for a log line (the registry's own rule), else null. */
@@ -125,7 +154,8 @@ export class RegistryClient {
 
   /**
    * Yes only for a 2xx answer with `valid: true`; every failure is a plain no, `false` (and is not detailed).
-   * A yes carries the harness's `/connect` request id from a Tether registry (a Codex one sends none).
+   * A yes carries the harness's `/connect` request id and the key that minted its authorization from a Tether
+   * registry (a Codex one sends neither: its harnesses are unattributed).
    */
   async validate(
     environmentId: string,
@@ -143,7 +173,10 @@ export class RegistryClient {
         signal,
       );
       if ((body as { valid?: unknown } | null)?.valid !== true) return false;
-      return { connectRequestId: requestId(headers.get(CONNECT_REQUEST_ID_HEADER)) };
+      return {
+        connectRequestId: requestId(headers.get(CONNECT_REQUEST_ID_HEADER)),
+        principal: principalFromHeaders(headers),
+      };
     } catch {
       return false;
     }

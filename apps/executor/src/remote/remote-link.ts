@@ -7,6 +7,7 @@ import { MAX_FRAME_BYTES, relaySocketMask } from '@tether/relay-frames';
 import { WebSocket } from 'ws';
 import type { Logger } from '../logger.js';
 import { ExecutorMetrics, secondsSince } from '../metrics.js';
+import type { Principal } from '../principal.js';
 import { type MultiplexerLimits, RelayMultiplexer } from './multiplexer.js';
 import { type Registration, RegistryClient, RegistryError } from './registry-client.js';
 import type { Clock } from './token-bucket.js';
@@ -36,8 +37,11 @@ export interface RemoteLinkOptions {
   registryUrl: string;
   environmentId: string;
   apiKey: string;
-  /** Serve JSON-RPC on a stream whose handshake completed (its messages held to `maxMessageBytes`). */
-  onStream(stream: MessageTransport): void;
+  /**
+   * Serve JSON-RPC on a stream whose handshake completed (its messages held to `maxMessageBytes`), for the principal
+   * the registry named (principal.ts).
+   */
+  onStream(stream: MessageTransport, principal: Principal): void;
   /** `max_message_bytes` for relay streams (default 16 MiB, as the config's). */
   maxMessageBytes?: number;
   logger: Logger;

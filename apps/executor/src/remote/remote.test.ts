@@ -19,6 +19,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { type WebSocket, WebSocketServer } from 'ws';
 import { silentLogger } from '../logger.js';
 import { ExecutorMetrics } from '../metrics.js';
+import { keyPrincipal, type Principal, UNATTRIBUTED_PRINCIPAL } from '../principal.js';
 import { ExecServer } from '../server.js';
 import { BACKPRESSURE_RESET, HANDSHAKE_BUDGET_RESET, LIMIT_RESET, UNKNOWN_STREAM_RESET } from './multiplexer.js';
 import { RegistryClient, RegistryError } from './registry-client.js';
@@ -33,6 +34,8 @@ interface FakeRendezvous {
   validations: Array<Record<string, unknown>>;
   /** Answer for `/validate`. */
   valid: boolean;
+  /** The key (id, role) a yes to `/validate` names, by authorization (as a Tether registry's headers); none by default. */
+  keys: Record<string, [string, string]>;
   /** Milliseconds each `/validate` takes. */
   validateDelayMs: number;
   /** Most `/validate` calls seen in flight at once. */
@@ -68,6 +71,7 @@ async function fakeRendezvous(): Promise<FakeRendezvous> {
     registers: [],
     validations: [],
     valid: true,
+    keys: {},
     validateDelayMs: 0,
     peakValidations: 0,
     refuseUpgrades: null,
@@ -113,6 +117,8 @@ async function fakeRendezvous(): Promise<FakeRendezvous> {
       state.peakValidations = Math.max(state.peakValidations, inFlight);
       if (state.validateDelayMs > 0) await new Promise((resolve) => setTimeout(resolve, state.validateDelayMs));
       inFlight--;
+      const key = state.valid ? state.keys[body.harness_key_authorization as string] : undefined;
+      if (key) res.setHeader('x-tether-harness-key-id', key[0]).setHeader('x-tether-harness-key-role', key[1]);
       return reply(200, { valid: state.valid });
     }
     return reply(404, { error: { code: 'not_found' } });
@@ -549,6 +555,43 @@ describe('remote mode: registration and streams', () => {
     const { client } = await openStream(socket, link);
     await expect(client.call('initialize', { clientName: 'still-connected' })).resolves.toBeDefined();
     expect(rendezvous.sockets).toHaveLength(1);
+  });
+});
+
+describe('remote mode: who a stream acts for', () => {
+  it('serves each stream for the key its /validate named (unattributed without one); a session resumes only for its key', async () => {
+    const seen: Principal[] = [];
+    const server = new ExecServer({ reaper: false });
+    cleanups.push(() => server.close());
+    const { rendezvous, link, socket } = await setup({
+      onStream: (stream, principal) => {
+        seen.push(principal);
+        server.serve(new RpcConnection(stream), { principal });
+      },
+    });
+    rendezvous.keys = { 'auth-alice': ['key_alice', 'harness'], 'auth-bob': ['key_bob', 'harness'] };
+    const alice = await openStream(socket, link, 'auth-alice');
+    const { sessionId } = await alice.client.call<{ sessionId: string }>('initialize', { clientName: 'alice' });
+    await openStream(socket, link, 'auth-none');
+    const bob = await openStream(socket, link, 'auth-bob');
+    expect(seen).toEqual([
+      keyPrincipal('key_alice', 'harness'),
+      UNATTRIBUTED_PRINCIPAL,
+      keyPrincipal('key_bob', 'harness'),
+    ]);
+    alice.client.close();
+    await expect(bob.client.call('initialize', { clientName: 'bob', resumeSessionId: sessionId })).rejects.toThrow(
+      `unknown session id ${sessionId}`,
+    );
+    const again = await openStream(socket, link, 'auth-alice');
+    await expect
+      .poll(() =>
+        again.client
+          .call<{ sessionId: string }>('initialize', { clientName: 'alice-again', resumeSessionId: sessionId })
+          .then((answer) => answer.sessionId)
+          .catch((err: Error) => err.message),
+      )
+      .toBe(sessionId);
   });
 });
 

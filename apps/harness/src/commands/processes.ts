@@ -1,4 +1,4 @@
-import type { AttachedProcess, Environment, ProcessInfo, SignalName } from '@tether/client';
+import { type AttachedProcess, type Environment, type ProcessInfo, type SignalName, TetherError } from '@tether/client';
 import { type Command, InvalidArgumentError } from 'commander';
 import {
   type CliIo,
@@ -10,7 +10,7 @@ import {
   withEnvironment,
   writeOutput,
 } from '../common.js';
-import type { ConnectFlags } from '../target.js';
+import { type ConnectFlags, targetName } from '../target.js';
 import { forwardInput } from './stdin.js';
 
 /** `ps`, `attach` and `kill`: the executor's detached processes (`harness exec -d`). */
@@ -18,7 +18,7 @@ export function registerProcesses(program: Command, io: CliIo, setExit: SetExit)
   connectOptions(
     program
       .command('ps')
-      .description("list the environment's detached processes (harness exec -d) and this session's")
+      .description("list the environment's detached processes (harness exec -d) this API key started")
       .argument('[environment]', 'environment id (default: --environment-id or its variable)'),
   )
     .addHelpText(
@@ -26,6 +26,9 @@ export function registerProcesses(program: Command, io: CliIo, setExit: SetExit)
       `
 Columns: ID (for attach and kill), STATE (starting, running, exited(CODE)), PID (on the executor's host),
 STARTED (UTC), COMMAND. Control characters in a command are shown as ?.
+A detached process belongs to the API key that started it: other keys of the environment neither see nor
+attach to nor signal it (to them its id is unknown); an admin key sees and controls every one. Through
+--url (an executor's own listener) every process is listed.
 Exit status: 0; 1 when the executor does not offer detached processes (e.g. codex exec-server); 255 when
 the environment could not be reached.`,
     )
@@ -62,12 +65,16 @@ each sees the whole output, and keys from each reach the process.
 Output the executor no longer retains (it keeps the last 1 MiB of each process by default) is skipped
 with a note on stderr.
 Exit status: the process's exit code once it ends; 0 after the detach keys; 130 after Ctrl-C; 141 when our
-output's reader went away (| head): detached quietly, the process goes on; 1 for an
-unknown id or an executor without detached processes (e.g. codex exec-server); 255 when the environment
-could not be reached or the connection was lost.`,
+output's reader went away (| head): detached quietly, the process goes on; 1 for an unknown id (another
+API key's process is one) or an executor without detached processes (e.g. codex exec-server); 255 when
+the environment could not be reached or the connection was lost.`,
     )
     .action(async (id: string, options: ConnectFlags & AttachFlags) => {
-      setExit(await withEnvironment(io, options, undefined, (env) => attachCommand(env, id, options, io)));
+      setExit(
+        await withEnvironment(io, options, undefined, (env) =>
+          naming(id, options, io, () => attachCommand(env, id, options, io)),
+        ),
+      );
     });
 
   connectOptions(
@@ -80,18 +87,43 @@ could not be reached or the connection was lost.`,
     .addHelpText(
       'after',
       `
-The signal goes to the process's whole process group. Exit status: 0; 1 for an unknown id, a process that
-has already exited, or an executor without detached processes; 2 for an unknown signal; 255 when the
-environment could not be reached.`,
+The signal goes to the process's whole process group. Exit status: 0; 1 for an unknown id (another API
+key's process is one), a process that has already exited, or an executor without detached processes; 2
+for an unknown signal; 255 when the environment could not be reached.`,
     )
     .action(async (id: string, options: ConnectFlags & { signal?: SignalName }) => {
       setExit(
-        await withEnvironment(io, options, undefined, async (env) => {
-          await env.kill(id, options.signal ?? 'terminate');
-          return 0;
-        }),
+        await withEnvironment(io, options, undefined, (env) =>
+          naming(id, options, io, async () => {
+            await env.kill(id, options.signal ?? 'terminate');
+            return 0;
+          }),
+        ),
       );
     });
+}
+
+/**
+ * Runs `action`, naming where an unknown id was looked for: `unknown process id ID in environment ENV`. A detached
+ * process of another API key is answered exactly so (the executor shows it to its owner and admin keys only), so
+ * this says nothing of whether it exists.
+ */
+async function naming(id: string, flags: ConnectFlags, io: CliIo, action: () => Promise<number>): Promise<number> {
+  try {
+    return await action();
+  } catch (err) {
+    if (!(err instanceof TetherError) || err.message !== `unknown process id ${id}`) throw err;
+    let where: string;
+    try {
+      where = targetName(flags, io.env);
+    } catch {
+      throw err;
+    }
+    throw new TetherError(err.code, `unknown process id ${id} in ${where}`, {
+      cause: err,
+      ...(err.rpcCode === undefined ? {} : { rpcCode: err.rpcCode }),
+    });
+  }
 }
 
 // exec -d ------------------------------------------------------------------------------------------

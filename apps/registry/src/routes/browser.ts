@@ -99,11 +99,13 @@ export async function browserGrantRoutes(app: FastifyInstance, options: { sessio
 
 /**
  * The onRequest hook of `/connect`: a browser session token acts as the harness key that minted its grant, scoped
- * to exactly its environment (the scope check then refuses any other one); anything else must be a harness key.
+ * to exactly its environment (the scope check then refuses any other one); anything else must be a harness or
+ * an admin key.
  * Every other route looks tokens up as API keys only, so a session token is refused there (401).
  */
 export function sessionOrHarnessKey(app: FastifyInstance) {
-  const harnessKey = requireRole(app, 'harness');
+  // An admin key may /connect too (it may list and stop every key's detached processes; docs/security.md).
+  const harnessKey = requireRole(app, ['harness', 'admin']);
   return async (request: FastifyRequest) => {
     const header = request.headers.authorization;
     const token = typeof header === 'string' ? /^Bearer (tbws_[A-Za-z0-9_-]{1,100})$/.exec(header)?.[1] : undefined;

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { type NoisePublicKeyJson, parsePublicKey, publicKeyToJson, SECURITY_PROFILE_HYBRID_IK_V1 } from '@tether/noise';
 import { type RelayRole, signRelayUrl } from '@tether/relay-auth';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { CONNECT_REQUEST_ID_HEADER, requireRole } from '../app.js';
+import { CONNECT_REQUEST_ID_HEADER, HARNESS_KEY_ID_HEADER, HARNESS_KEY_ROLE_HEADER, requireRole } from '../app.js';
 import { BoundedCache } from '../cache.js';
 import { RegistryError } from '../errors.js';
 import { pickRegistrationNode } from '../routing.js';
@@ -210,7 +210,16 @@ export async function cloudRoutes(app: FastifyInstance) {
         // on to the executor's log (a header Codex's executor ignores).
         const connectRequestId = valid ? consumed.connectRequestId : null;
         if (connectRequestId !== null) reply.header(CONNECT_REQUEST_ID_HEADER, connectRequestId);
-        request.log.info({ environmentId, valid, connectRequestId }, 'harness key validation');
+        // Who the harness acts for: the key that minted the authorization, only on a yes, and only a role that may
+        // /connect (the executor owns detached processes by it). An authorization stored before the key was
+        // recorded names none: the executor then treats the harness as unattributed.
+        const mintedBy = valid ? consumed.mintedByKeyId : null;
+        const mintedByRole = valid ? consumed.mintedByRole : null;
+        if (mintedBy !== null && (mintedByRole === 'harness' || mintedByRole === 'admin')) {
+          reply.header(HARNESS_KEY_ID_HEADER, encodeURIComponent(mintedBy));
+          reply.header(HARNESS_KEY_ROLE_HEADER, mintedByRole);
+        }
+        request.log.info({ environmentId, valid, connectRequestId, mintedBy }, 'harness key validation');
         return { valid };
       },
     );

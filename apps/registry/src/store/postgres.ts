@@ -1,7 +1,16 @@
 import pg from 'pg';
 import { BoundedCache } from '../cache.js';
 import { POSTGRES_MIGRATIONS } from './migrations.js';
-import { CACHE_ENTRIES, relayLinkSql, toKey, toRegistration, toRelayLink, toRevoked } from './sqlite.js';
+import {
+  CACHE_ENTRIES,
+  type ConsumedRow,
+  consumedFrom,
+  relayLinkSql,
+  toKey,
+  toRegistration,
+  toRelayLink,
+  toRevoked,
+} from './sqlite.js';
 import type { ApiKeyRecord, EnvironmentRecord, RegistryStore, RelayLinkRecord, RelayNodeRecord } from './types.js';
 
 export interface PostgresStoreOptions {
@@ -302,7 +311,8 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
                 AND harness_public_key = $5 AND used_at IS NULL AND expires_at > $1
                 AND (a.minted_by_key_id IS NULL OR EXISTS (SELECT 1 FROM api_keys k
                   WHERE k.id = a.minted_by_key_id AND k.revoked_at IS NULL))
-                RETURNING connect_request_id`,
+                RETURNING connect_request_id, minted_by_key_id,
+                  (SELECT k.role FROM api_keys k WHERE k.id = a.minted_by_key_id) AS minted_by_role`,
               values,
             }
           : {
@@ -313,12 +323,13 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
                   AND r.registration_id = a.registration_id AND r.api_key_id = $6)
                 AND (a.minted_by_key_id IS NULL OR EXISTS (SELECT 1 FROM api_keys k
                   WHERE k.id = a.minted_by_key_id AND k.revoked_at IS NULL))
-                RETURNING connect_request_id`,
+                RETURNING connect_request_id, minted_by_key_id,
+                  (SELECT k.role FROM api_keys k WHERE k.id = a.minted_by_key_id) AS minted_by_role`,
               values: [...values, c.apiKeyId],
             },
       );
-      const row = result.rows[0] as { connect_request_id: string | null } | undefined;
-      return result.rowCount === 1 && row ? { connectRequestId: row.connect_request_id } : null;
+      const row = result.rows[0] as ConsumedRow | undefined;
+      return result.rowCount === 1 && row ? consumedFrom(row) : null;
     },
     async pruneAuthorizations(before) {
       const result = await pool.query('DELETE FROM authorizations WHERE expires_at < $1', [before]);

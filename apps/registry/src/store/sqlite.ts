@@ -7,6 +7,7 @@ import { SQLITE_MIGRATIONS } from './migrations.js';
 import type {
   ApiKeyRecord,
   AuthorizationClaim,
+  ConsumedAuthorization,
   EnvironmentRecord,
   NewApiKey,
   NewAuthorization,
@@ -53,6 +54,19 @@ export const toKey = (row: KeyRow): ApiKeyRecord => ({
   createdAt: Number(row.created_at),
   revokedAt: row.revoked_at === null ? null : Number(row.revoked_at),
   relayUrl: row.relay_url ?? null,
+});
+
+/** What consuming an authorization returns (both engines). */
+export interface ConsumedRow {
+  connect_request_id: string | null;
+  minted_by_key_id: string | null;
+  minted_by_role: string | null;
+}
+
+export const consumedFrom = (row: ConsumedRow): ConsumedAuthorization => ({
+  connectRequestId: row.connect_request_id,
+  mintedByKeyId: row.minted_by_key_id,
+  mintedByRole: row.minted_by_role as Role | null,
 });
 
 export const toRegistration = (row: RegistrationRow): RegistrationRecord => ({
@@ -238,7 +252,8 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
        AND harness_public_key = ? AND used_at IS NULL AND expires_at > ?
        AND (minted_by_key_id IS NULL OR EXISTS (SELECT 1 FROM api_keys k
          WHERE k.id = authorizations.minted_by_key_id AND k.revoked_at IS NULL))
-       RETURNING connect_request_id`,
+       RETURNING connect_request_id, minted_by_key_id,
+         (SELECT k.role FROM api_keys k WHERE k.id = authorizations.minted_by_key_id) AS minted_by_role`,
     ),
     consumeOwnedAuth: db.prepare(
       `DELETE FROM authorizations WHERE token_hash = ? AND environment_id = ? AND registration_id = ?
@@ -247,7 +262,8 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
          AND r.registration_id = authorizations.registration_id AND r.api_key_id = ?)
        AND (minted_by_key_id IS NULL OR EXISTS (SELECT 1 FROM api_keys k
          WHERE k.id = authorizations.minted_by_key_id AND k.revoked_at IS NULL))
-       RETURNING connect_request_id`,
+       RETURNING connect_request_id, minted_by_key_id,
+         (SELECT k.role FROM api_keys k WHERE k.id = authorizations.minted_by_key_id) AS minted_by_role`,
     ),
     pruneAuth: db.prepare('DELETE FROM authorizations WHERE expires_at < ?'),
     insertGrant: db.prepare(
@@ -529,8 +545,8 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
       return write(() => {
         const row = (
           c.apiKeyId === undefined ? stmt.consumeAuth.get(...args) : stmt.consumeOwnedAuth.get(...args, c.apiKeyId)
-        ) as { connect_request_id: string | null } | undefined;
-        return row ? { connectRequestId: row.connect_request_id } : null;
+        ) as ConsumedRow | undefined;
+        return row ? consumedFrom(row) : null;
       });
     },
     async pruneAuthorizations(before) {

@@ -205,16 +205,24 @@ describe.each([sqlite, postgres])('RegistryStore on $name', (engine) => {
     await store.createAuthorization(authorization('t2'));
     expect(await store.consumeAuthorization({ ...authorization('t1'), now: 5_000 })).toEqual({
       connectRequestId: 'req-connect-1',
+      mintedByKeyId: null,
+      mintedByRole: null,
     });
     expect(await store.consumeAuthorization({ ...authorization('t2'), now: 5_000 })).toEqual({
       connectRequestId: null,
+      mintedByKeyId: null,
+      mintedByRole: null,
     });
     await executorKey(store);
     await store.putRegistration(registration('dev-1', 'reg-1'));
     const current = { tokenHash: 't3', environmentId: 'dev-1', harnessPublicKey: '{"harness":1}', expiresAt: 10_000 };
     await store.createAuthorizationForCurrent({ ...current, connectRequestId: 'req-connect-3' });
     const claim = { ...authorization('t3'), now: 5_000, apiKeyId: 'key-1' };
-    expect(await store.consumeAuthorization(claim)).toEqual({ connectRequestId: 'req-connect-3' });
+    expect(await store.consumeAuthorization(claim)).toEqual({
+      connectRequestId: 'req-connect-3',
+      mintedByKeyId: null,
+      mintedByRole: null,
+    });
   });
 
   it('an authorization minted with a key that has since been revoked is refused; one from an active key is not', async () => {
@@ -230,6 +238,32 @@ describe.each([sqlite, postgres])('RegistryStore on $name', (engine) => {
     expect(await store.consumeAuthorization({ ...authorization('t1'), now: 5_000 })).toBeNull();
     expect(await store.consumeAuthorization({ ...authorization('t3'), now: 5_000, apiKeyId: 'key-1' })).toBeNull();
     expect(await store.consumeAuthorization({ ...authorization('t2'), now: 5_000 })).not.toBeNull();
+  });
+
+  it('gives back the key that minted a consumed authorization and its role', async () => {
+    await store.createApiKey({ ...key({ id: 'harness-1' }), role: 'harness' });
+    await store.createApiKey({ ...key({ id: 'admin-1' }), role: 'admin' });
+    await store.createAuthorization({ ...authorization('t1'), mintedByKeyId: 'harness-1', connectRequestId: 'c1' });
+    await store.createAuthorization({ ...authorization('t2'), mintedByKeyId: 'admin-1' });
+    await executorKey(store);
+    await store.putRegistration(registration('dev-1', 'reg-1'));
+    const current = { tokenHash: 't3', environmentId: 'dev-1', harnessPublicKey: '{"harness":1}', expiresAt: 10_000 };
+    await store.createAuthorizationForCurrent({ ...current, mintedByKeyId: 'harness-1' });
+    expect(await store.consumeAuthorization({ ...authorization('t1'), now: 5_000 })).toEqual({
+      connectRequestId: 'c1',
+      mintedByKeyId: 'harness-1',
+      mintedByRole: 'harness',
+    });
+    expect(await store.consumeAuthorization({ ...authorization('t2'), now: 5_000 })).toEqual({
+      connectRequestId: null,
+      mintedByKeyId: 'admin-1',
+      mintedByRole: 'admin',
+    });
+    expect(await store.consumeAuthorization({ ...authorization('t3'), now: 5_000, apiKeyId: 'key-1' })).toEqual({
+      connectRequestId: null,
+      mintedByKeyId: 'harness-1',
+      mintedByRole: 'harness',
+    });
   });
 
   it('prunes expired authorizations', async () => {
@@ -562,7 +596,7 @@ describe('SQLite group commit', () => {
         (i % 2 ? db.store : other).consumeAuthorization({ ...authorization(`t${i}`), now: 5_000 }),
       ),
     );
-    expect(claims).toEqual(Array(6).fill({ connectRequestId: null }));
+    expect(claims).toEqual(Array(6).fill({ connectRequestId: null, mintedByKeyId: null, mintedByRole: null }));
   });
 
   it('close commits a pending batch', async () => {

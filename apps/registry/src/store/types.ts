@@ -83,9 +83,13 @@ export interface NewAuthorization {
   mintedByKeyId?: string | null;
 }
 
-/** What a consumed authorization still tells: the `/connect` it came from. */
+/** What a consumed authorization still tells: the `/connect` it came from, and the key that minted it. */
 export interface ConsumedAuthorization {
   connectRequestId: string | null;
+  /** The API key that minted it (`NewAuthorization.mintedByKeyId`); null for one stored before that was recorded. */
+  mintedByKeyId: string | null;
+  /** That key's role, read when the authorization is consumed; null when there is no such key. */
+  mintedByRole: Role | null;
 }
 
 export interface AuthorizationClaim extends Omit<NewAuthorization, 'expiresAt' | 'connectRequestId' | 'mintedByKeyId'> {

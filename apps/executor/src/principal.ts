@@ -1,0 +1,55 @@
+/**
+ * Who a session acts for, and the one rule of who may reach a detached process (docs/security.md, "Process
+ * visibility"). Every check of a detached process goes through `mayAccess`; nothing else decides it.
+ *
+ * - `key`: a harness that came through the relay, named by the registry's `/validate` answer: the API key
+ *   that minted its authorization (a harness key, an admin key, or the key behind a browser session) and
+ *   that key's role.
+ * - `unattributed`: a harness through the relay whose registry named no key (Codex's registry, or an
+ *   authorization minted before the registry recorded its key). They are one principal among themselves, as
+ *   every harness was before processes had owners; they reach no process of a named key.
+ * - `local`: stdio and the `--listen` WebSocket. One principal: whoever reaches them runs commands as the
+ *   executor's user, so hiding a process from them would hide nothing (`ps` on the host shows it).
+ */
+export type Principal =
+  | { readonly kind: 'key'; readonly keyId: string; readonly role: KeyRole }
+  | { readonly kind: 'unattributed' }
+  | { readonly kind: 'local' };
+
+/** The roles of API keys that may `/connect` (and so own processes). */
+export type KeyRole = 'harness' | 'admin';
+
+/**
+ * What is asked of a process: `list` (see it in `process/list`), `attach` (follow or read its output), `control`
+ * (write its stdin, close it, resize, signal or terminate it). Sharing (a later issue) will grant some of
+ * these to other keys; today an owner has all three and other keys none.
+ */
+export type ProcessAction = 'list' | 'attach' | 'control';
+
+export const LOCAL_PRINCIPAL: Principal = Object.freeze({ kind: 'local' });
+export const UNATTRIBUTED_PRINCIPAL: Principal = Object.freeze({ kind: 'unattributed' });
+
+export function keyPrincipal(keyId: string, role: KeyRole): Principal {
+  return Object.freeze({ kind: 'key', keyId, role });
+}
+
+/** Whether two principals are the same one (a session may be resumed only by the principal that made it). */
+export function samePrincipal(a: Principal, b: Principal): boolean {
+  if (a.kind !== b.kind) return false;
+  return a.kind !== 'key' || (b.kind === 'key' && a.keyId === b.keyId && a.role === b.role);
+}
+
+/**
+ * Whether `who` may do `action` to a detached process started by `owner`.
+ *
+ * - The owner may do everything.
+ * - `local` (stdio, `--listen`) may do everything: it is the executor's own user.
+ * - An `admin` key may do everything to every process, as a cluster admin with kubectl may list, attach to
+ *   and delete any pod: an admin who sees a runaway process must be able to stop it.
+ * - Nobody else may do anything, and what they may not list they must not be able to tell from an unknown id.
+ */
+export function mayAccess(owner: Principal, who: Principal, _action: ProcessAction): boolean {
+  if (who.kind === 'local') return true;
+  if (who.kind === 'key' && who.role === 'admin') return true;
+  return samePrincipal(owner, who);
+}

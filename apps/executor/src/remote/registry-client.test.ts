@@ -1,0 +1,36 @@
+import { describe, expect, it } from 'vitest';
+import { keyPrincipal, UNATTRIBUTED_PRINCIPAL } from '../principal.js';
+import { HARNESS_KEY_ID_HEADER, HARNESS_KEY_ROLE_HEADER, principalFromHeaders } from './registry-client.js';
+
+const headers = (id: string | null, role: string | null) => {
+  const h = new Headers();
+  if (id !== null) h.set(HARNESS_KEY_ID_HEADER, id);
+  if (role !== null) h.set(HARNESS_KEY_ROLE_HEADER, role);
+  return h;
+};
+
+describe('principalFromHeaders: who a /validate yes says the harness acts for', () => {
+  it('names the key and its role (the id percent-encoded)', () => {
+    expect(principalFromHeaders(headers('key_0123abcd', 'harness'))).toEqual(keyPrincipal('key_0123abcd', 'harness'));
+    expect(principalFromHeaders(headers('key_root', 'admin'))).toEqual(keyPrincipal('key_root', 'admin'));
+    expect(principalFromHeaders(headers(encodeURIComponent('a key/é'), 'harness'))).toEqual(
+      keyPrincipal('a key/é', 'harness'),
+    );
+  });
+
+  it('is unattributed without both headers, or with a role that cannot /connect, or an id that does not decode', () => {
+    for (const [id, role] of [
+      [null, null],
+      ['key_a', null],
+      [null, 'harness'],
+      ['key_a', 'executor'],
+      ['key_a', 'relay'],
+      ['key_a', 'Admin'],
+      ['', 'harness'],
+      ['%E0%A4%A', 'harness'],
+      ['x'.repeat(257), 'harness'],
+    ] as const) {
+      expect(principalFromHeaders(headers(id, role))).toBe(UNATTRIBUTED_PRINCIPAL);
+    }
+  });
+});
