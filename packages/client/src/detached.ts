@@ -2,22 +2,23 @@
  * Detached processes (capability `processDetach`, exec-protocol's detached.ts): processes that belong to
  * the executor instead of the session that started them. They outlive every session, until they exit
  * (then they stay readable for the executor's retention, 10 minutes by default), within the executor's
- * `--max-detached-processes`. Any session can list them, attach to them (several at once), write to their
- * stdin, resize their terminal and signal them.
+ * `--max-detached-processes`. Sessions of the API key that started one (and admin keys) can list it, attach
+ * to it (several at once), write to its stdin, resize its terminal and signal it; to other keys it does not
+ * exist.
  *
  * Environment's `spawnDetached`, `listProcesses`, `attach` and `kill` are thin members over this file.
  */
-import { randomBytes, randomUUID } from 'node:crypto';
+import { randomBytes, } from 'node:crypto';
 import {
   detachedProcessIdProblem,
   Method,
   PROCESS_DETACH_CAPABILITY,
   type ProcessAttachResult,
 } from '@tether/exec-protocol';
-import type { OutputStream, ProcessEvent, SignalName, WriteStatus } from './backend.js';
+import type { ProcessEvent, SignalName, } from './backend.js';
 import { TetherError } from './errors.js';
 import { type ExecServerClient, processStartParams } from './exec-client.js';
-import type { ProcessResult } from './process.js';
+import { LOW_WATER_FRACTION, ProcessEvents } from './process-events.js';
 
 /** One process as `process/list` shows it. */
 export interface ProcessInfo {
@@ -190,59 +191,32 @@ export async function attachProcess(
 }
 
 /**
- * An attachment to a detached process: the same surface as a spawned ProcessHandle (events in seq order,
- * `completion`, stdin, resize, signals). Events come as pushed notifications while they continue the
- * sequence and the consumer keeps up; otherwise, and for the replay, they are read (`process/read`), so
+ * An attachment to a detached process: the same surface as a spawned ProcessHandle (ProcessEvents: events in
+ * seq order, `completion`, stdin, resize, signals). Events come as pushed notifications while they continue
+ * the sequence and the consumer keeps up; otherwise, and for the replay, they are read (`process/read`), so
  * memory stays bounded by the high-water mark and one read. Output the executor dropped before it could be
  * read is skipped (`onGap`), since a detached process never waits for its readers.
  */
-export class AttachedProcess implements AsyncIterable<ProcessEvent> {
-  readonly completion: Promise<ProcessResult>;
+export class AttachedProcess extends ProcessEvents {
   /** The process when it was attached (null until then). */
   info: ProcessInfo | null = null;
   /** Seqs skipped because the executor no longer retained them. */
   lostSeqs = 0;
-  /** Highest seq delivered (or skipped). */
-  private cursor = 0;
-  private readonly queue: ProcessEvent[] = [];
-  private queuedBytes = 0;
-  private readonly highWater: number;
-  private exitCode: number | null = null;
-  private ended = false;
-  private settled = false;
-  private iterating = false;
-  private abandoned = false;
-  private failure: Error | null = null;
   private began = false;
   /** A read loop runs; pushed events are kept aside meanwhile (bounded), to continue after it. */
   private reading = false;
   private readAgain = false;
-  private aside: ProcessEvent[] = [];
-  private asideBytes = 0;
-  private asideOverflowed = false;
   private idleTimer: NodeJS.Timeout | null = null;
   private idleDelay = IDLE_READ_FIRST_MS;
   /** Something was pushed since the idle timer was set: no read is due yet. */
   private active = false;
-  private wakeConsumer: (() => void) | null = null;
-  private wakeReader: (() => void) | null = null;
-  private resolveCompletion!: (result: ProcessResult) => void;
-  private rejectCompletion!: (error: Error) => void;
-  private readonly unsubscribe: Array<() => void> = [];
-  private readonly writePrefix = randomUUID();
-  private writeCounter = 0;
 
   constructor(
-    readonly processId: string,
+    processId: string,
     private readonly client: ExecServerClient,
     private readonly options: AttachOptions = {},
   ) {
-    this.highWater = options.highWaterBytes ?? DEFAULT_HIGH_WATER_BYTES;
-    this.completion = new Promise<ProcessResult>((resolve, reject) => {
-      this.resolveCompletion = resolve;
-      this.rejectCompletion = reject;
-    });
-    this.completion.catch(() => undefined);
+    super(processId, client, options.highWaterBytes ?? DEFAULT_HIGH_WATER_BYTES);
     this.unsubscribe.push(
       client.subscribe((event) => {
         if (event.processId === this.processId) this.onPushed(event);
@@ -259,76 +233,6 @@ export class AttachedProcess implements AsyncIterable<ProcessEvent> {
     this.began = true;
     if (!replay) this.cursor = Math.max(0, info.nextSeq - 1);
     this.read();
-  }
-
-  get bufferedBytes(): number {
-    return this.queuedBytes;
-  }
-
-  /** Writes to the process's stdin (a tty, or a process started with `stdin`). */
-  write(data: string | Buffer): Promise<WriteStatus> {
-    const chunk = typeof data === 'string' ? Buffer.from(data) : data;
-    return this.client.write(this.processId, chunk, `${this.writePrefix}-${++this.writeCounter}`);
-  }
-
-  closeStdin(): Promise<WriteStatus> {
-    return this.client.closeStdin(this.processId);
-  }
-
-  signal(signal: SignalName = 'interrupt'): Promise<void> {
-    return this.client.signal(this.processId, signal);
-  }
-
-  terminate(): Promise<void> {
-    return this.client.terminate(this.processId);
-  }
-
-  resize(rows: number, cols: number): Promise<void> {
-    return this.client.resize(this.processId, rows, cols);
-  }
-
-  [Symbol.asyncIterator](): AsyncIterator<ProcessEvent> {
-    if (this.iterating)
-      throw new TetherError('invalid_state', `the events of ${this.processId} are already being read`);
-    this.iterating = true;
-    return {
-      next: () => this.next(),
-      return: async () => {
-        this.abandon();
-        return { done: true, value: undefined };
-      },
-    };
-  }
-
-  /** Resolves with the exit status; output nobody iterates is read and discarded. */
-  wait(): Promise<ProcessResult> {
-    if (!this.iterating) {
-      this.iterating = true;
-      this.abandon();
-    }
-    return this.completion;
-  }
-
-  /** Consumes everything; resolves with the exit code and the output by stream. */
-  async collect(): Promise<ProcessResult & { stdout: Buffer; stderr: Buffer; pty: Buffer }> {
-    const parts: Record<OutputStream, Buffer[]> = { stdout: [], stderr: [], pty: [] };
-    for await (const event of this) if (event.kind === 'output') parts[event.stream].push(event.chunk);
-    const result = await this.completion;
-    return {
-      ...result,
-      stdout: Buffer.concat(parts.stdout),
-      stderr: Buffer.concat(parts.stderr),
-      pty: Buffer.concat(parts.pty),
-    };
-  }
-
-  /**
-   * Stops following (the process keeps running; completion rejects if still pending). The executor keeps
-   * sending this session's notifications for it until the session ends; they are ignored.
-   */
-  dispose(): void {
-    this.stopListening();
-    if (!this.settled) this.fail(new TetherError('closed', `stopped following process ${this.processId}`));
   }
 
   // Delivery ---------------------------------------------------------------------------------------
@@ -350,34 +254,8 @@ export class AttachedProcess implements AsyncIterable<ProcessEvent> {
       this.keepAside(event);
       return;
     }
-    this.deliver(event);
+    this.enqueue(event);
     this.active = true;
-  }
-
-  private keepAside(event: ProcessEvent): void {
-    const size = event.kind === 'output' ? event.chunk.byteLength : 0;
-    if (this.asideBytes + size > this.highWater) {
-      this.aside = [];
-      this.asideBytes = 0;
-      this.asideOverflowed = true;
-      return;
-    }
-    this.aside.push(event);
-    this.asideBytes += size;
-  }
-
-  private deliver(event: ProcessEvent): void {
-    this.cursor = event.seq;
-    if (event.kind === 'exited') this.exitCode = event.exitCode;
-    this.queue.push(event);
-    if (event.kind === 'output') this.queuedBytes += event.chunk.byteLength;
-    if (event.kind === 'closed') {
-      this.ended = true;
-      this.stopListening();
-    }
-    const wake = this.wakeConsumer;
-    this.wakeConsumer = null;
-    wake?.();
   }
 
   private skip(first: number, last: number): void {
@@ -415,28 +293,21 @@ export class AttachedProcess implements AsyncIterable<ProcessEvent> {
 
   private async readLoop(): Promise<void> {
     for (;;) {
-      while (this.queuedBytes > this.highWater / 4 && !this.abandoned && !this.settled) {
-        await new Promise<void>((resolve) => {
-          this.wakeReader = resolve;
-        });
-      }
+      await this.waitForRoom();
       if (this.ended || this.settled) return;
       this.readAgain = false;
       const answer = await this.client.read(this.processId, this.cursor, { maxBytes: READ_MAX_BYTES, waitMs: 0 });
       if (this.ended || this.settled) return;
-      if (!Array.isArray(answer.chunks) || !Number.isSafeInteger(answer.nextSeq)) {
-        throw new TetherError('protocol', `the executor's process/read answer for ${this.processId} is malformed`);
-      }
       for (const chunk of answer.chunks) {
-        if (!Number.isSafeInteger(chunk.seq) || chunk.seq <= this.cursor) continue;
+        if (chunk.seq <= this.cursor) continue;
         const gap = chunk.seq - this.cursor - 1;
         if (gap === 1 && answer.exited && this.exitCode === null && answer.exitCode !== null) {
           // Output after the exit (a descendant held the pipe): the one missing seq is the exit itself.
-          this.deliver({ kind: 'exited', processId: this.processId, seq: this.cursor + 1, exitCode: answer.exitCode });
+          this.enqueue({ kind: 'exited', processId: this.processId, seq: this.cursor + 1, exitCode: answer.exitCode });
         } else if (gap > 0) {
           this.skip(this.cursor + 1, chunk.seq - 1);
         }
-        this.deliver({
+        this.enqueue({
           kind: 'output',
           processId: this.processId,
           seq: chunk.seq,
@@ -452,21 +323,20 @@ export class AttachedProcess implements AsyncIterable<ProcessEvent> {
           if (answer.exitCode === null)
             throw new TetherError('protocol', `process ${this.processId} closed without an exit status`);
           if (closeSeq - 1 > this.cursor + 1) this.skip(this.cursor + 1, closeSeq - 2);
-          this.deliver({
+          this.enqueue({
             kind: 'exited',
             processId: this.processId,
             seq: Math.max(this.cursor + 1, closeSeq - 1),
             exitCode: answer.exitCode,
           });
         }
-        this.deliver({ kind: 'closed', processId: this.processId, seq: Math.max(this.cursor + 1, closeSeq) });
+        this.enqueue({ kind: 'closed', processId: this.processId, seq: Math.max(this.cursor + 1, closeSeq) });
         return;
       }
       // Caught up with what is retained: continue with what was pushed meanwhile, if it follows on.
       const pending = this.aside.filter((event) => event.seq > this.cursor).sort((a, b) => a.seq - b.seq);
       const overflowed = this.asideOverflowed;
-      this.aside = [];
-      this.asideBytes = 0;
+      this.clearAside();
       this.asideOverflowed = false;
       if (overflowed) continue;
       for (const event of pending) {
@@ -474,7 +344,7 @@ export class AttachedProcess implements AsyncIterable<ProcessEvent> {
           this.readAgain = true;
           break;
         }
-        this.deliver(event);
+        this.enqueue(event);
         if (this.ended) return;
       }
       if (!this.readAgain) return;
@@ -499,81 +369,15 @@ export class AttachedProcess implements AsyncIterable<ProcessEvent> {
     (this.idleTimer as { unref?: () => void }).unref?.();
   }
 
-  private async next(): Promise<IteratorResult<ProcessEvent>> {
-    for (;;) {
-      if (this.abandoned) return { done: true, value: undefined };
-      const event = this.queue.shift();
-      if (event) {
-        if (event.kind === 'output') this.queuedBytes -= event.chunk.byteLength;
-        this.consumed();
-        if (event.kind === 'closed') this.settle();
-        return { done: false, value: event };
-      }
-      if (this.failure) throw this.failure;
-      if (this.settled) return { done: true, value: undefined };
-      await new Promise<void>((resolve) => {
-        this.wakeConsumer = resolve;
-      });
-    }
+  /** The consumer made room: a reader waiting for it goes on, and what was left for later is read. */
+  protected override roomMade(): void {
+    super.roomMade();
+    if (this.queuedBytes <= this.highWater * LOW_WATER_FRACTION && this.readAgain && !this.reading) this.read();
   }
 
-  /** The consumer took something: a reader waiting for room goes on, and what was left for later is read. */
-  private consumed(): void {
-    if (this.queuedBytes > this.highWater / 4) return;
-    const wake = this.wakeReader;
-    this.wakeReader = null;
-    wake?.();
-    if (this.readAgain && !this.reading) this.read();
-  }
-
-  private abandon(): void {
-    if (this.abandoned) return;
-    this.abandoned = true;
-    this.queue.length = 0;
-    this.queuedBytes = 0;
-    if (this.ended) {
-      this.settle();
-      return;
-    }
-    const drain = () => {
-      this.queue.length = 0;
-      this.queuedBytes = 0;
-      if (this.ended) this.settle();
-      else this.wakeConsumer = drain;
-      this.consumed();
-    };
-    this.wakeConsumer = drain;
-    this.consumed();
-  }
-
-  private stopListening(): void {
-    for (const off of this.unsubscribe.splice(0)) off();
+  protected override stopListening(): void {
+    super.stopListening();
     if (this.idleTimer !== null) clearTimeout(this.idleTimer);
     this.idleTimer = null;
-  }
-
-  private settle(): void {
-    if (this.settled) return;
-    this.settled = true;
-    this.stopListening();
-    if (this.exitCode === null) {
-      this.rejectCompletion(new TetherError('protocol', `process ${this.processId} closed without an exit status`));
-    } else {
-      this.resolveCompletion({ exitCode: this.exitCode });
-    }
-  }
-
-  private fail(error: Error): void {
-    if (this.settled) return;
-    this.failure = error;
-    this.settled = true;
-    this.stopListening();
-    this.rejectCompletion(error);
-    const wake = this.wakeConsumer;
-    this.wakeConsumer = null;
-    wake?.();
-    const reader = this.wakeReader;
-    this.wakeReader = null;
-    reader?.();
   }
 }

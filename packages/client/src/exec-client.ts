@@ -28,7 +28,6 @@ import {
 } from '@tether/jsonrpc';
 import type { NoiseIdentity, NoisePublicKey } from '@tether/noise';
 import type {
-  OutputStream,
   ProcessBackend,
   ProcessEvent,
   ReadAnswer,

@@ -1,23 +1,19 @@
-import { randomUUID } from 'node:crypto';
 import { ReceiveCredit } from '@tether/exec-protocol';
-import type { OutputStream, ProcessBackend, ProcessEvent, SignalName, StartedProcess, WriteStatus } from './backend.js';
+import type { ProcessBackend, ProcessEvent, StartedProcess } from './backend.js';
 import { TetherError } from './errors.js';
+import { ProcessEvents } from './process-events.js';
+
+export type { ProcessResult } from './process-events.js';
 
 /**
  * Above this many undelivered bytes a handle stops taking pushed events and pulls at its consumer's pace.
  * Half of what an executor retains per process by default (1 MiB), so that pulling can still find it.
  */
 export const DEFAULT_HIGH_WATER_BYTES = 512 * 1024;
-/** Pulling resumes once the consumer has brought the queue below this. */
-const LOW_WATER_FRACTION = 0.25;
 /** Bytes asked per `process/read` while pulling. */
 const PULL_MAX_BYTES = 1024 * 1024;
 /** Long-poll of a pull that found nothing new (short: with one request lane it holds up other calls). */
 const PULL_WAIT_MS = 100;
-
-export interface ProcessResult {
-  exitCode: number;
-}
 
 export interface ProcessHandleOptions {
   /** Without flow control: above this many undelivered bytes the handle pulls at its consumer's pace. */
@@ -47,35 +43,10 @@ type Mode = 'push' | 'pull';
  * in which case the rest are drained internally): a caller that awaits it never misses the exit status
  * that follows buffered output.
  */
-export class ProcessHandle implements AsyncIterable<ProcessEvent> {
-  readonly completion: Promise<ProcessResult>;
+export class ProcessHandle extends ProcessEvents {
   private mode: Mode = 'push';
-  /** Highest seq delivered into the queue. */
-  private lastSeq = 0;
-  private readonly queue: ProcessEvent[] = [];
-  private queuedBytes = 0;
-  private readonly highWater: number;
-  private exitCode: number | null = null;
-  /** The closed event is in the queue (nothing more will be added). */
-  private ended = false;
-  /** The consumer has taken the closed event, or gave up the iterator. */
-  private settled = false;
-  private iterating = false;
-  private abandoned = false;
-  private failure: Error | null = null;
-  private wakeConsumer: (() => void) | null = null;
-  private wakePuller: (() => void) | null = null;
-  /** Pushed events received while pulling (see keepAside). */
-  private aside: ProcessEvent[] = [];
-  private asideBytes = 0;
-  private asideOverflowed = false;
   private switches = 0;
   private reads = 0;
-  private resolveCompletion!: (result: ProcessResult) => void;
-  private rejectCompletion!: (error: Error) => void;
-  private readonly unsubscribe: Array<() => void> = [];
-  private writeCounter = 0;
-  private readonly writePrefix = randomUUID();
   /** Flow control: what the consumer took since the last acknowledgement; null without flow control. */
   private credit: ReceiveCredit | null;
   /** Highest seq the consumer has taken (what an acknowledgement names). */
@@ -87,21 +58,11 @@ export class ProcessHandle implements AsyncIterable<ProcessEvent> {
   /** Switched to pulling before the start was answered: the reads begin once it is. */
   private pullWhenStarted = false;
 
-  constructor(
-    readonly processId: string,
-    private readonly backend: ProcessBackend,
-    options: ProcessHandleOptions = {},
-  ) {
-    this.highWater = options.highWaterBytes ?? DEFAULT_HIGH_WATER_BYTES;
+  constructor(processId: string, backend: ProcessBackend, options: ProcessHandleOptions = {}) {
+    super(processId, backend, options.highWaterBytes ?? DEFAULT_HIGH_WATER_BYTES);
     // Until the start is answered, the window asked for (the executor grants it or none).
     const window = options.flowControl === false ? null : backend.flowWindowBytes;
     this.credit = window === null ? null : new ReceiveCredit(window);
-    this.completion = new Promise<ProcessResult>((resolve, reject) => {
-      this.resolveCompletion = resolve;
-      this.rejectCompletion = reject;
-    });
-    // Callers that only want the events must not see an unhandled rejection here.
-    this.completion.catch(() => undefined);
     this.unsubscribe.push(
       backend.subscribe((event) => {
         if (event.processId === this.processId) this.onPushed(event);
@@ -114,11 +75,6 @@ export class ProcessHandle implements AsyncIterable<ProcessEvent> {
       // A backend that is gone can deliver nothing more: fail instead of waiting forever.
       backend.onClosed((error) => this.fail(error)),
     );
-  }
-
-  /** Bytes of events received but not yet consumed. */
-  get bufferedBytes(): number {
-    return this.queuedBytes;
   }
 
   /** The flow window in force, or null when the process is not flow-controlled. */
@@ -136,70 +92,10 @@ export class ProcessHandle implements AsyncIterable<ProcessEvent> {
     return { switchesToPull: this.switches, reads: this.reads };
   }
 
-  /** Writes to stdin (needs `pipeStdin` or a tty); each call has its own idempotency key. */
-  async write(data: string | Buffer): Promise<WriteStatus> {
-    const chunk = typeof data === 'string' ? Buffer.from(data) : data;
-    return this.backend.write(this.processId, chunk, `${this.writePrefix}-${++this.writeCounter}`);
-  }
-
-  closeStdin(): Promise<WriteStatus> {
-    return this.backend.closeStdin(this.processId);
-  }
-
-  signal(signal: SignalName = 'interrupt'): Promise<void> {
-    return this.backend.signal(this.processId, signal);
-  }
-
-  terminate(): Promise<void> {
-    return this.backend.terminate(this.processId);
-  }
-
-  resize(rows: number, cols: number): Promise<void> {
-    return this.backend.resize(this.processId, rows, cols);
-  }
-
-  /** The events, once, in seq order; `break` gives them up (they are then drained internally). */
-  [Symbol.asyncIterator](): AsyncIterator<ProcessEvent> {
-    if (this.iterating)
-      throw new TetherError('invalid_state', `the events of ${this.processId} are already being read`);
-    this.iterating = true;
-    return {
-      next: () => this.next(),
-      return: async () => {
-        this.abandon();
-        return { done: true, value: undefined };
-      },
-    };
-  }
-
-  /** Resolves with the exit status; output nobody iterates is read and discarded. */
-  wait(): Promise<ProcessResult> {
-    if (!this.iterating) {
-      this.iterating = true;
-      this.abandon();
-    }
-    return this.completion;
-  }
-
-  /** Consumes everything; resolves with the exit code and the output by stream. */
-  async collect(): Promise<ProcessResult & { stdout: Buffer; stderr: Buffer; pty: Buffer }> {
-    const parts: Record<OutputStream, Buffer[]> = { stdout: [], stderr: [], pty: [] };
-    for await (const event of this) if (event.kind === 'output') parts[event.stream].push(event.chunk);
-    const result = await this.completion;
-    return {
-      ...result,
-      stdout: Buffer.concat(parts.stdout),
-      stderr: Buffer.concat(parts.stderr),
-      pty: Buffer.concat(parts.pty),
-    };
-  }
-
-  /** Stops following the process (its events are dropped; completion rejects if still pending). */
-  dispose(): void {
-    for (const off of this.unsubscribe.splice(0)) off();
+  override dispose(): void {
     if (this.idleAck !== null) clearImmediate(this.idleAck);
     this.idleAck = null;
-    if (!this.settled) this.fail(new TetherError('closed', `stopped following process ${this.processId}`));
+    super.dispose();
   }
 
   /** @internal The start was answered: the flow window granted (it may be none, or smaller than asked). */
@@ -227,14 +123,14 @@ export class ProcessHandle implements AsyncIterable<ProcessEvent> {
   // Delivery -------------------------------------------------------------------------------------
 
   private onPushed(event: ProcessEvent): void {
-    if (this.ended || event.seq <= this.lastSeq) return;
+    if (this.ended || event.seq <= this.cursor) return;
     if (this.mode === 'pull') {
       this.keepAside(event);
       return;
     }
     // With flow control the executor holds back what the queue cannot take; only a gap needs reading.
     const behind = this.credit === null && this.queuedBytes > this.highWater;
-    if (event.seq !== this.lastSeq + 1 || behind) {
+    if (event.seq !== this.cursor + 1 || behind) {
       // A seq went missing (a dropped stream) or the consumer is behind: read from the server instead.
       this.switchToPull();
       this.keepAside(event);
@@ -243,48 +139,20 @@ export class ProcessHandle implements AsyncIterable<ProcessEvent> {
     this.enqueue(event);
   }
 
-  private enqueue(event: ProcessEvent): void {
-    this.lastSeq = Math.max(this.lastSeq, event.seq);
-    if (event.kind === 'exited') this.exitCode = event.exitCode;
-    if (event.kind === 'closed') {
-      this.ended = true;
-      for (const off of this.unsubscribe.splice(0)) off();
-    }
-    this.queue.push(event);
-    if (event.kind === 'output') this.queuedBytes += event.chunk.byteLength;
-    const wake = this.wakeConsumer;
-    this.wakeConsumer = null;
-    wake?.();
-  }
-
   private switchToPull(): void {
     if (this.mode === 'pull' || this.ended) return;
     this.mode = 'pull';
     this.switches++;
-    this.aside = [];
-    this.asideBytes = 0;
+    this.clearAside();
     // Until the start is answered the process may not exist yet: a start cut by a dropped connection is
     // sent again after the resume, and a read sent before it would be told `unknown process id`.
     if (this.startAnswered) this.pull().catch((err: Error) => this.fail(err));
     else this.pullWhenStarted = true;
   }
 
-  /**
-   * While pulling, pushed events are kept (bounded by the high-water mark) so that the handle can go back to
-   * push once its reads have caught up: the events pushed meanwhile then continue the sequence exactly.
-   */
-  private keepAside(event: ProcessEvent): void {
-    const size = event.kind === 'output' ? event.chunk.byteLength : 0;
-    // Flow control bounds what can be pushed meanwhile by the window.
-    const bound = Math.max(this.highWater, this.credit?.windowBytes ?? 0);
-    if (this.asideBytes + size > bound) {
-      this.aside = [];
-      this.asideBytes = 0;
-      this.asideOverflowed = true;
-      return;
-    }
-    this.aside.push(event);
-    this.asideBytes += size;
+  /** Flow control bounds what can be pushed while pulling by the window. */
+  protected override asideBound(): number {
+    return Math.max(this.highWater, this.credit?.windowBytes ?? 0);
   }
 
   /** After a read found nothing new: back to push if what was kept aside continues the sequence. */
@@ -292,34 +160,28 @@ export class ProcessHandle implements AsyncIterable<ProcessEvent> {
     if (this.abandoned || this.asideOverflowed) {
       // Events were dropped while reading: start keeping them again, and try after the next empty read.
       this.asideOverflowed = false;
-      this.aside = [];
-      this.asideBytes = 0;
+      this.clearAside();
       return false;
     }
-    const pending = this.aside.filter((event) => event.seq > this.lastSeq).sort((a, b) => a.seq - b.seq);
+    const pending = this.aside.filter((event) => event.seq > this.cursor).sort((a, b) => a.seq - b.seq);
     if (pending.length === 0 && ((answer.exited && this.exitCode === null) || answer.closed)) return false;
-    let next = this.lastSeq + 1;
+    let next = this.cursor + 1;
     for (const event of pending) {
       if (event.seq !== next) return false;
       next++;
     }
     this.mode = 'push';
-    this.aside = [];
-    this.asideBytes = 0;
+    this.clearAside();
     for (const event of pending) this.enqueue(event);
     return true;
   }
 
   private async pull(): Promise<void> {
     while (!this.ended && !this.settled) {
-      while (this.queuedBytes > this.highWater * LOW_WATER_FRACTION && !this.abandoned && !this.settled) {
-        await new Promise<void>((resolve) => {
-          this.wakePuller = resolve;
-        });
-      }
+      await this.waitForRoom();
       if (this.settled) return;
       this.reads++;
-      const answer = await this.backend.read(this.processId, this.lastSeq, {
+      const answer = await this.backend.read(this.processId, this.cursor, {
         maxBytes: PULL_MAX_BYTES,
         waitMs: PULL_WAIT_MS,
       });
@@ -327,15 +189,15 @@ export class ProcessHandle implements AsyncIterable<ProcessEvent> {
         throw new TetherError('output_lost', `output of ${this.processId} is no longer retained: ${answer.failure}`);
       }
       for (const chunk of answer.chunks) {
-        if (chunk.seq <= this.lastSeq) continue;
-        const gap = chunk.seq - this.lastSeq - 1;
+        if (chunk.seq <= this.cursor) continue;
+        const gap = chunk.seq - this.cursor - 1;
         if (gap === 1 && answer.exited && this.exitCode === null && answer.exitCode !== null) {
           // Output after exit: the one missing seq is the exit itself.
-          this.enqueue({ kind: 'exited', processId: this.processId, seq: this.lastSeq + 1, exitCode: answer.exitCode });
+          this.enqueue({ kind: 'exited', processId: this.processId, seq: this.cursor + 1, exitCode: answer.exitCode });
         } else if (gap > 0 && !this.abandoned) {
           throw new TetherError(
             'output_lost',
-            `output of ${this.processId} after seq ${this.lastSeq} is no longer retained by the executor (next retained: ${chunk.seq}); the consumer fell too far behind`,
+            `output of ${this.processId} after seq ${this.cursor} is no longer retained by the executor (next retained: ${chunk.seq}); the consumer fell too far behind`,
           );
         }
         this.enqueue({
@@ -354,7 +216,7 @@ export class ProcessHandle implements AsyncIterable<ProcessEvent> {
         this.enqueue({
           kind: 'exited',
           processId: this.processId,
-          seq: Math.max(this.lastSeq + 1, answer.nextSeq - 2),
+          seq: Math.max(this.cursor + 1, answer.nextSeq - 2),
           exitCode: answer.exitCode,
         });
       }
@@ -362,66 +224,14 @@ export class ProcessHandle implements AsyncIterable<ProcessEvent> {
         this.enqueue({
           kind: 'closed',
           processId: this.processId,
-          seq: Math.max(this.lastSeq + 1, answer.nextSeq - 1),
+          seq: Math.max(this.cursor + 1, answer.nextSeq - 1),
         });
       }
     }
   }
 
-  private async next(): Promise<IteratorResult<ProcessEvent>> {
-    for (;;) {
-      if (this.abandoned) return { done: true, value: undefined };
-      const event = this.queue.shift();
-      if (event) {
-        if (event.kind === 'output') this.queuedBytes -= event.chunk.byteLength;
-        this.took(event);
-        if (this.wakePuller && this.queuedBytes <= this.highWater * LOW_WATER_FRACTION) {
-          const wake = this.wakePuller;
-          this.wakePuller = null;
-          wake();
-        }
-        if (event.kind === 'closed') this.settle();
-        return { done: false, value: event };
-      }
-      if (this.failure) throw this.failure;
-      if (this.settled) return { done: true, value: undefined };
-      await new Promise<void>((resolve) => {
-        this.wakeConsumer = resolve;
-      });
-    }
-  }
-
-  /** The consumer gave up: drain what remains without keeping it, then complete. */
-  private abandon(): void {
-    if (this.abandoned) return;
-    this.abandoned = true;
-    for (const event of this.queue) this.took(event);
-    this.queue.length = 0;
-    this.queuedBytes = 0;
-    if (this.ended) {
-      this.settle();
-      return;
-    }
-    const wake = this.wakePuller;
-    this.wakePuller = null;
-    wake?.();
-    // Keep following until the close arrives (pushed, or pulled if already pulling); events are
-    // discarded as they come, and output the executor no longer retains is no longer an error.
-    const drain = () => {
-      for (const event of this.queue) this.took(event);
-      this.queue.length = 0;
-      this.queuedBytes = 0;
-      if (this.ended) this.settle();
-      else this.wakeConsumer = drain;
-      const puller = this.wakePuller;
-      this.wakePuller = null;
-      puller?.();
-    };
-    this.wakeConsumer = drain;
-  }
-
   /** The consumer took `event` (or it was discarded for a consumer that gave up): credit it back. */
-  private took(event: ProcessEvent): void {
+  protected override took(event: ProcessEvent): void {
     this.consumedSeq = Math.max(this.consumedSeq, event.seq);
     const credit = this.credit;
     if (credit === null) return;
@@ -445,27 +255,5 @@ export class ProcessHandle implements AsyncIterable<ProcessEvent> {
     }
     this.credit?.ackSent();
     this.backend.ack(this.processId, this.consumedSeq);
-  }
-
-  private settle(): void {
-    if (this.settled) return;
-    this.settled = true;
-    for (const off of this.unsubscribe.splice(0)) off();
-    if (this.exitCode === null) {
-      this.rejectCompletion(new TetherError('protocol', `process ${this.processId} closed without an exit status`));
-    } else {
-      this.resolveCompletion({ exitCode: this.exitCode });
-    }
-  }
-
-  private fail(error: Error): void {
-    if (this.settled) return;
-    this.failure = error;
-    this.settled = true;
-    for (const off of this.unsubscribe.splice(0)) off();
-    this.rejectCompletion(error);
-    const wake = this.wakeConsumer;
-    this.wakeConsumer = null;
-    wake?.();
   }
 }
