@@ -91,6 +91,7 @@ describe('sandbox: the same allow/deny table on both executors', { timeout: 120_
   let listener: Server;
   let port = 0;
   const tables = new Map<string, Map<string, unknown>>();
+  const globResults = new Map<string, Record<string, unknown>>();
   // Outside /tmp, which workspace-write makes writable: the workspaces and the directories outside them.
   const scratch = mkdtempSync('/var/tmp/tether-sandbox-');
   // Codex's exec-server finds its helper (the codex-linux-sandbox alias) on the command's PATH.
@@ -347,10 +348,145 @@ describe('sandbox: the same allow/deny table on both executors', { timeout: 120_
     expect(readdirSync(root).sort()).toEqual(['.git', 'link-out', 'sub']);
   });
 
+  // Deny globs, differential: the same tree and the same `glob_pattern` deny on both executors, and which
+  // files a workspace-write command can still read. Codex expands the pattern with Rust's globset before launch.
+  const GLOB_TREE = [
+    'x/*.txt',
+    'x/a.txt',
+    'x/a',
+    'x/b',
+    'x/c',
+    'x/d',
+    'x/ab',
+    'x/]',
+    'x/?',
+    'x/[',
+    'x/sub/f',
+    'x/{a,b}',
+    'x/[a',
+    'x/{a,b',
+    'x/a\\',
+    'k.key',
+    'd/k.key',
+    'd/e/k.key',
+    'd/e/f/k.key',
+    'd/.hidden/k.key',
+    '.hidden/k.key',
+    '.env',
+    'a.env',
+    'd/b.env',
+    'q1.txt',
+    'q12.txt',
+    'q.txt',
+  ];
+  /**
+   * Pattern (under the workspace unless it starts with `./`, read against the cwd) → the files ours denies, and
+   * where Codex 0.171.0 denies something else, what it denies. Each such difference is Codex failing open (a
+   * deny entry that denies nothing): ours denies what the pattern names instead.
+   */
+  const GLOB_CASES: Array<[pattern: string, denied: string[], codexFailsOpen?: string[]]> = [
+    ['x/\\*.txt', ['x/*.txt']],
+    ['x/[]a]', ['x/]', 'x/a']],
+    ['x/[!]a]', ['x/?', 'x/[', 'x/b', 'x/c', 'x/d']],
+    ['x/[a-c]', ['x/a', 'x/b', 'x/c']],
+    ['x/\\?', ['x/?']],
+    ['x/\\[', ['x/[']],
+    ['x/[[]', ['x/[']],
+    // An unclosed class is literal on both.
+    ['x/[a', ['x/[a']],
+    ['x/?', ['x/?', 'x/[', 'x/]', 'x/a', 'x/b', 'x/c', 'x/d']],
+    [
+      'x/*',
+      [
+        'x/*.txt',
+        'x/?',
+        'x/[',
+        'x/[a',
+        'x/]',
+        'x/a',
+        'x/a.txt',
+        'x/a\\',
+        'x/ab',
+        'x/b',
+        'x/c',
+        'x/d',
+        'x/{a,b',
+        'x/{a,b}',
+      ],
+    ],
+    ['x/*/f', ['x/sub/f']],
+    ['x/a*', ['x/a', 'x/a.txt', 'x/a\\', 'x/ab']],
+    ['**/k.key', ['.hidden/k.key', 'd/.hidden/k.key', 'd/e/f/k.key', 'd/e/k.key', 'd/k.key', 'k.key']],
+    ['./**/k.key', ['.hidden/k.key', 'd/.hidden/k.key', 'd/e/f/k.key', 'd/e/k.key', 'd/k.key', 'k.key']],
+    ['d/**/k.key', ['d/.hidden/k.key', 'd/e/f/k.key', 'd/e/k.key', 'd/k.key']],
+    ['d/**', ['d/.hidden/k.key', 'd/b.env', 'd/e/f/k.key', 'd/e/k.key', 'd/k.key']],
+    // `**` inside a component is `*` (globset's reading, so ours too).
+    ['d/**k.key', ['d/k.key']],
+    ['*.env', ['.env', 'a.env']],
+    ['**/*.env', ['.env', 'a.env', 'd/b.env']],
+    ['q?.txt', ['q1.txt']],
+    // Codex denies nothing for any pattern with braces, nested or not, across a `/` or not, an empty
+    // alternative, even an unclosed `{` (not even the file of that literal name), nor for a trailing `\`.
+    ['x/{a,b}', ['x/a', 'x/b'], []],
+    ['x/{a,{b,c}}', ['x/a', 'x/b', 'x/c'], []],
+    ['{q,x/a}*.txt', ['q.txt', 'q1.txt', 'q12.txt', 'x/a.txt'], []],
+    ['x/{,a}b', ['x/ab', 'x/b'], []],
+    ['x/{a,b', ['x/{a,b'], []],
+    ['x/a\\', ['x/a\\'], []],
+  ];
+
+  it.each(KIND_CASES)('%s: deny globs', async (_label, kind) => {
+    const { client } = await h.session(kind, 'ws');
+    const results: Record<string, unknown> = {};
+    let n = 0;
+    for (const [pattern] of GLOB_CASES) {
+      const { root } = layout(kind);
+      for (const file of GLOB_TREE) {
+        mkdirSync(join(root, file, '..'), { recursive: true });
+        writeFileSync(join(root, file), 'x');
+      }
+      const profile = workspaceWrite('restricted');
+      profile.file_system.entries.push({
+        path: { type: 'glob_pattern', pattern: pattern.startsWith('./') ? pattern : `${root}/${pattern}` },
+        access: 'deny',
+      } as never);
+      const sandbox = {
+        permissions: profile,
+        cwd: fileUri(root),
+        workspaceRoots: [fileUri(root)],
+        windowsSandboxLevel: 'disabled',
+      };
+      const script = `for f in ${GLOB_TREE.map((f) => `'${f}'`).join(' ')}; do cat -- "$f" >/dev/null 2>&1 || echo "DENIED:$f"; done`;
+      const result = await run(client, `g${++n}`, script, root, {}, sandbox);
+      results[pattern] =
+        'startError' in result
+          ? { startError: result.startError }
+          : result.output
+              .split('\n')
+              .filter((l) => l.startsWith('DENIED:'))
+              .map((l) => l.slice(7))
+              .sort();
+    }
+    globResults.set(kind, results);
+  });
+
   it('the tables agree', () => {
     const codex = tables.get('codex');
     const tether = tables.get('tether');
     expect(codex && tether, 'both tables were made').toBeTruthy();
     expect(Object.fromEntries(tether!)).toEqual(Object.fromEntries(codex!));
+  });
+
+  it('deny globs: ours denies what each pattern names; codex the same, or nothing where it fails open', () => {
+    const ours = Object.fromEntries(GLOB_CASES.map(([pattern, denied]) => [pattern, [...denied].sort()]));
+    const codex = Object.fromEntries(
+      GLOB_CASES.map(([pattern, denied, failsOpen]) => [pattern, [...(failsOpen ?? denied)].sort()]),
+    );
+    expect(globResults.get('tether')).toEqual(ours);
+    expect(globResults.get('codex')).toEqual(codex);
+    // Fail closed: whatever codex denies, ours denies too.
+    for (const [pattern, denied] of Object.entries(globResults.get('codex') as Record<string, string[]>)) {
+      expect(ours[pattern], pattern).toEqual(expect.arrayContaining(denied));
+    }
   });
 });

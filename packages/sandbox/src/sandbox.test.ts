@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { decodeSandboxContext, pathToFileUri, type SandboxContext } from '@tether/exec-protocol';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { likelySandboxDenied } from './denial.js';
-import { expandGlob, MAX_GLOB_MATCHES } from './glob.js';
+import { expandGlob, GlobExpansionError, MAX_GLOB_MATCHES } from './glob.js';
 import { resolvePolicy, SandboxPolicyError } from './policy.js';
 import { Sandboxer } from './sandboxer.js';
 import { seccompProgram, seccompSupported } from './seccomp.js';
@@ -83,11 +83,77 @@ describe('resolvePolicy', () => {
     expect(write.entries).toEqual([]);
   });
 
-  it('expands a glob into at most MAX_GLOB_MATCHES files, as Codex caps it', () => {
+  it('refuses a glob that matches more than MAX_GLOB_MATCHES files (Codex keeps 8192 and leaves the rest readable)', () => {
     const many = join(work, 'many');
     mkdirSync(many, { recursive: true });
-    for (let i = 0; i < MAX_GLOB_MATCHES + 8; i++) writeFileSync(join(many, `f${i}.key`), '');
+    for (let i = 0; i < MAX_GLOB_MATCHES; i++) writeFileSync(join(many, `f${i}.key`), '');
     expect(expandGlob(`${many}/*.key`)).toHaveLength(MAX_GLOB_MATCHES);
+    writeFileSync(join(many, 'one-more.key'), '');
+    expect(() => expandGlob(`${many}/*.key`)).toThrow(GlobExpansionError);
+    expect(() => expandGlob(`${many}/*.key`)).toThrow(/more than 8192 files/);
+    // A pattern whose braces expand past the bound is refused too, never cut short.
+    expect(() => expandGlob(`${many}/${'{a,b}'.repeat(11)}`)).toThrow(/more than 1024 alternatives/);
+  });
+
+  it('matches as Codex matches (globset), and where Codex denies nothing, denies what the pattern names', () => {
+    const root = join(work, 'glob-table');
+    const tree = ['x/*.txt', 'x/a.txt', 'x/a', 'x/b', 'x/c', 'x/ab', 'x/]', 'x/[', 'x/?', 'x/[a', 'x/{a,b', 'x/a\\'];
+    tree.push('x/sub/f', 'x/(a|b)', 'x/!a', 'k.key', 'd/k.key', 'd/e/f/k.key', '.hidden/k.key', '.env', 'd/b.env');
+    for (const file of tree) {
+      mkdirSync(join(root, file, '..'), { recursive: true });
+      writeFileSync(join(root, file), '');
+    }
+    const matches = (glob: string, maxDepth: number | null = null) =>
+      expandGlob(`${root}/${glob}`, maxDepth)
+        .map((path) => path.slice(root.length + 1))
+        .sort();
+    const cases: Array<[string, string[]]> = [
+      // What the hand-written translation turned into expressions that match nothing:
+      ['x/\\*.txt', ['x/*.txt']],
+      ['x/{a,{b,c}}', ['x/a', 'x/b', 'x/c']],
+      ['x/[]a]', ['x/]', 'x/a']],
+      ['x/[!]a]', ['x/?', 'x/[', 'x/b', 'x/c']],
+      ['x/[^]a]', ['x/?', 'x/[', 'x/b', 'x/c']],
+      ['x/\\?', ['x/?']],
+      ['x/[[]', ['x/[']],
+      // Literal, as globset reads them (`(`, `|`, a leading `!` are no syntax there), or as written when
+      // the syntax is unclosed:
+      ['x/(a|b)', ['x/(a|b)']],
+      ['x/!a', ['x/!a']],
+      ['x/[a', ['x/[a']],
+      ['x/{a,b', ['x/{a,b']],
+      ['x/a\\', ['x/a\\']],
+      // `*` and `?` stay in one component and match a leading dot; `**` alone spans components, inside one it is `*`.
+      [
+        'x/*',
+        [
+          'x/!a',
+          'x/(a|b)',
+          'x/*.txt',
+          'x/?',
+          'x/[',
+          'x/[a',
+          'x/]',
+          'x/a',
+          'x/a.txt',
+          'x/a\\',
+          'x/ab',
+          'x/b',
+          'x/c',
+          'x/{a,b',
+        ],
+      ],
+      ['x/?', ['x/?', 'x/[', 'x/]', 'x/a', 'x/b', 'x/c']],
+      ['*.env', ['.env']],
+      ['**/k.key', ['.hidden/k.key', 'd/e/f/k.key', 'd/k.key', 'k.key']],
+      ['d/**', ['d/b.env', 'd/e/f/k.key', 'd/k.key']],
+      ['d/**k.key', ['d/k.key']],
+      ['{x/a,d/b}*', ['d/b.env', 'x/a', 'x/a.txt', 'x/a\\', 'x/ab']],
+    ];
+    for (const [glob, expected] of cases) expect(matches(glob), glob).toEqual(expected);
+    // glob_scan_max_depth: 1 is the static directory's own files.
+    expect(matches('**/k.key', 1)).toEqual(['k.key']);
+    expect(matches('**/k.key', 2)).toEqual(['.hidden/k.key', 'd/k.key', 'k.key']);
   });
 
   it('leaves unrestricted profiles unconfined', () => {
