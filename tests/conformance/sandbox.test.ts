@@ -470,6 +470,68 @@ describe('sandbox: the same allow/deny table on both executors', { timeout: 120_
     globResults.set(kind, results);
   });
 
+  // Repositories nested in the workspace: a hook planted in one would run at the next unconfined `git` there.
+  const NESTED_TARGETS = [
+    '.git/hooks/pre-commit',
+    'sub/.git/hooks/pre-commit',
+    'sub/.git/config',
+    'a/b/c/.git/hooks/pre-commit',
+    'sub/.codex/config.toml',
+    'sub/.agents/notes',
+  ];
+  const nestedResults = new Map<string, Record<string, unknown>>();
+
+  it.each(KIND_CASES)('%s: nested .git, .codex and .agents under workspace-write', async (_label, kind) => {
+    const { client } = await h.session(kind, 'ws');
+    const { root } = layout(kind);
+    for (const file of NESTED_TARGETS) {
+      mkdirSync(join(root, file, '..'), { recursive: true });
+      writeFileSync(join(root, file), 'original\n');
+    }
+    const script = [
+      ...NESTED_TARGETS.map((f) => `echo planted >> '${f}' 2>/dev/null && echo "WROTE:${f}" || echo "REFUSED:${f}"`),
+      `mkdir sub/.git/hooks/new 2>/dev/null && echo "WROTE:sub/.git/hooks/new" || echo "REFUSED:sub/.git/hooks/new"`,
+      `touch sub/other && echo "WROTE:sub/other" || echo "REFUSED:sub/other"`,
+    ].join('; ');
+    const result = await run(client, 'nested', script, root, {}, workspaceWriteAt(root));
+    if ('startError' in result) throw new Error(JSON.stringify(result.startError));
+    const outcome: Record<string, unknown> = {};
+    for (const line of result.output.split('\n')) {
+      const [verdict, file] = line.split(':');
+      if ((verdict === 'WROTE' || verdict === 'REFUSED') && file) outcome[file] = verdict;
+    }
+    for (const file of NESTED_TARGETS) {
+      outcome[`host ${file}`] = readFileSync(join(root, file), 'utf8');
+    }
+    nestedResults.set(kind, outcome);
+  });
+
+  it('nested protected names: ours keeps them read-only; codex only the top-level ones', () => {
+    const refused = (file: string) => [file, 'REFUSED'];
+    const original = (file: string) => [`host ${file}`, 'original\n'];
+    expect(nestedResults.get('tether')).toEqual(
+      Object.fromEntries([
+        ...NESTED_TARGETS.map(refused),
+        refused('sub/.git/hooks/new'),
+        ['sub/other', 'WROTE'],
+        ...NESTED_TARGETS.map(original),
+      ]),
+    );
+    // Codex 0.171.0 protects `.git`, `.codex` and `.agents` at the top of each writable root only: a nested
+    // repository's hooks and config, and nested `.codex`/`.agents`, take the planted lines.
+    const nested = NESTED_TARGETS.filter((f) => f.includes('/.'));
+    expect(nestedResults.get('codex')).toEqual(
+      Object.fromEntries([
+        refused('.git/hooks/pre-commit'),
+        ...nested.map((f) => [f, 'WROTE']),
+        ['sub/.git/hooks/new', 'WROTE'],
+        ['sub/other', 'WROTE'],
+        original('.git/hooks/pre-commit'),
+        ...nested.map((f) => [`host ${f}`, 'original\nplanted\n']),
+      ]),
+    );
+  });
+
   it('the tables agree', () => {
     const codex = tables.get('codex');
     const tether = tables.get('tether');

@@ -1,11 +1,21 @@
 import { spawnSync } from 'node:child_process';
-import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  closeSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import { decodeSandboxContext, pathToFileUri, type SandboxContext } from '@tether/exec-protocol';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { likelySandboxDenied } from './denial.js';
 import { expandGlob, GlobExpansionError, MAX_GLOB_MATCHES } from './glob.js';
-import { resolvePolicy, SandboxPolicyError } from './policy.js';
+import { findNestedProtected, resolvePolicy, SandboxPolicyError } from './policy.js';
 import { Sandboxer } from './sandboxer.js';
 import { seccompProgram, seccompSupported } from './seccomp.js';
 
@@ -156,6 +166,38 @@ describe('resolvePolicy', () => {
     expect(matches('**/k.key', 2)).toEqual(['.hidden/k.key', 'd/k.key', 'k.key']);
   });
 
+  it('keeps nested .git, .codex and .agents read-only too, found by a bounded walk that fails closed', () => {
+    const root = join(work, 'nested');
+    for (const dir of [
+      'sub/.git/hooks',
+      'a/b/c/.codex',
+      'a/.agents',
+      'denied/.git',
+      'sub/.git/modules/x/.git',
+      'plain',
+    ])
+      mkdirSync(join(root, dir), { recursive: true });
+    const profile = context(
+      [
+        { path: special('root'), access: 'read' },
+        { path: special('project_roots'), access: 'write' },
+        { path: special('project_roots', { subpath: 'denied' }), access: 'deny' },
+      ],
+      [root],
+    );
+    const policy = resolvePolicy(profile);
+    const nested = policy.protectedPaths.filter((p) => p.startsWith(`${root}/`)).map((p) => p.slice(root.length + 1));
+    // The top-level names (missing or not), every nested one that exists, not what is under a protected
+    // directory (it is read-only whole) nor under a denied one.
+    expect(nested.sort()).toEqual(['.agents', '.aws', '.codex', '.git', 'a/.agents', 'a/b/c/.codex', 'sub/.git']);
+    const byPath = new Map(policy.entries.map((e) => [e.path, e]));
+    expect(() => findNestedProtected(root, byPath, { directories: 3, entries: 1000 })).toThrow(
+      /more than 3 directories to search/,
+    );
+    expect(() => findNestedProtected(root, byPath, { directories: 1000, entries: 3 })).toThrow(/more than 3 entries/);
+    expect(() => findNestedProtected(root, byPath, { directories: 3, entries: 1000 })).toThrow(SandboxPolicyError);
+  });
+
   it('leaves unrestricted profiles unconfined', () => {
     const disabled = decodeSandboxContext({ permissions: { type: 'disabled' }, windowsSandboxLevel: 'disabled' })!;
     expect(resolvePolicy(disabled)).toMatchObject({ restrictsFileSystem: false, network: 'enabled' });
@@ -228,6 +270,8 @@ describe('Sandboxer', () => {
     const root = join(work, 'r2');
     const outside = join(work, 'outside2');
     mkdirSync(join(root, '.git'), { recursive: true });
+    mkdirSync(join(root, 'sub', '.git', 'hooks'), { recursive: true });
+    writeFileSync(join(root, 'sub', '.git', 'hooks', 'pre-commit'), '#!/bin/sh\n');
     mkdirSync(outside, { recursive: true });
     writeFileSync(join(root, 'secret'), 'x');
     const prepared = sandbox.prepare(
@@ -244,12 +288,16 @@ describe('Sandboxer', () => {
     const result = run(
       prepared,
       `touch in && echo in-ok; touch ${outside}/x; touch .git/x; cat secret; mkdir .codex/y; ls -a; ` +
+        'echo evil >> sub/.git/hooks/pre-commit; touch sub/in && echo sub-in-ok; ' +
         `(setsid sleep 1234 &); python3 -c 'import socket; socket.socket(socket.AF_INET)' 2>&1 | tail -1`,
     );
     prepared.release();
     expect(result.output).toContain('in-ok');
     expect(result.output).toContain(`touch: cannot touch '${outside}/x': Read-only file system`);
     expect(result.output).toContain("touch: cannot touch '.git/x': Read-only file system");
+    expect(result.output).toContain('sub/.git/hooks/pre-commit: Read-only file system');
+    expect(result.output).toContain('sub-in-ok');
+    expect(readFileSync(join(root, 'sub', '.git', 'hooks', 'pre-commit'), 'utf8')).toBe('#!/bin/sh\n');
     expect(result.output).toContain('cat: secret: Permission denied');
     expect(result.output).toMatch(/mkdir: cannot create directory .\.codex\/y.: Read-only file system/);
     expect(result.output).toContain('PermissionError: [Errno 1] Operation not permitted');
@@ -257,7 +305,7 @@ describe('Sandboxer', () => {
     expect(spawnSync('pgrep', ['-f', 'sleep 1234']).status).toBe(1);
     expect(readdirSync(outside)).toEqual([]);
     // The empty read-only directories made for the missing protected names are gone again.
-    expect(readdirSync(root).sort()).toEqual(['.git', 'in', 'secret']);
+    expect(readdirSync(root).sort()).toEqual(['.git', 'in', 'secret', 'sub']);
     expect(existsSync(join(root, '.codex'))).toBe(false);
   });
 });
