@@ -472,6 +472,38 @@ describe('sandbox: the same allow/deny table on both executors', { timeout: 120_
     globResults.set(kind, results);
   });
 
+  it.each(KIND_CASES)(
+    '%s: a deny glob matching more than 8192 files is refused, not cut short',
+    async (_label, kind) => {
+      const { client } = await h.session(kind, 'ws');
+      const { root } = layout(kind);
+      mkdirSync(join(root, 'm'));
+      for (let i = 0; i <= 8192; i++) writeFileSync(join(root, 'm', `f${i}.key`), 'x');
+      const profile = workspaceWrite('restricted');
+      profile.file_system.entries.push({
+        path: { type: 'glob_pattern', pattern: `${root}/m/*.key` },
+        access: 'deny',
+      } as never);
+      const sandbox = {
+        permissions: profile,
+        cwd: fileUri(root),
+        workspaceRoots: [fileUri(root)],
+        windowsSandboxLevel: 'disabled',
+      };
+      const result = await run(client, 'many', 'cat m/f0.key m/f8192.key && echo READ', root, {}, sandbox);
+      if (kind === 'codex') {
+        // Codex starts the process, whose sandbox helper then fails before running the command.
+        expect(result).toMatchObject({ exitCode: 1, sandboxDenied: true });
+        expect((result as { output: string }).output).toMatch(/glob expansion for .* matched more than 8192 paths/);
+      } else {
+        expect(result).toEqual({
+          startError: expect.objectContaining({ code: -32602, message: expect.stringMatching(/more than 8192 files/) }),
+        });
+      }
+    },
+    120_000,
+  );
+
   // Repositories nested in the workspace: a hook planted in one would run at the next unconfined `git` there.
   const NESTED_TARGETS = [
     '.git/hooks/pre-commit',

@@ -18,8 +18,9 @@
  * alternation denies what each alternative matches, and an unclosed `{` or a trailing `\` the file so named. Bounds:
  * a pattern without a static directory (`/**\/*.key`) is refused (it would walk the whole disk), and so is one that
  * matches more than MAX_GLOB_MATCHES files, whose braces expand to more than MAX_GLOB_ALTERNATIVES patterns, or
- * whose walk looks at more than MAX_GLOB_VISITS directory entries (Codex keeps the first 8192 and silently leaves
- * the rest readable); a directory under the walk that cannot be listed and may hold a match is denied whole.
+ * whose walk looks at more than MAX_GLOB_VISITS directory entries (Codex also refuses more than 8192 matches,
+ * failing the process it started; the hand-written walk kept the first 8192 and left the rest readable); a directory
+ * under the walk that cannot be listed and may hold a match is denied whole.
  */
 import { type Dirent, readdirSync } from 'node:fs';
 import { join, sep } from 'node:path';
