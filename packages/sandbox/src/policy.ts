@@ -64,6 +64,11 @@ export interface SandboxPolicy {
   writable: string[];
   /** Protected names under writable roots: read-only if present, an empty read-only directory if not. */
   protectedPaths: string[];
+  /**
+   * Those of protectedPaths found below a root's top level (findNestedProtected): bound `--ro-bind-try`, so
+   * one removed between the walk and bubblewrap's start (by another process) does not fail the launch.
+   */
+  nestedProtectedPaths: string[];
 }
 
 export interface ResolveOptions {
@@ -167,7 +172,15 @@ export function resolvePolicy(context: SandboxContext, options: ResolveOptions =
   const restricted = restrictsFileSystem(context);
   const permissions = context.permissions;
   if (!restricted || permissions.type !== 'managed' || permissions.fileSystem.type !== 'restricted') {
-    return { restrictsFileSystem: false, network, fullRead: true, entries: [], writable: [], protectedPaths: [] };
+    return {
+      restrictsFileSystem: false,
+      network,
+      fullRead: true,
+      entries: [],
+      writable: [],
+      protectedPaths: [],
+      nestedProtectedPaths: [],
+    };
   }
   const roots = context.workspaceRoots.map((uri) => native(uri, 'workspace root'));
   const temporary =
@@ -230,15 +243,18 @@ export function resolvePolicy(context: SandboxContext, options: ResolveOptions =
   const entries = [...byPath.values()].sort((a, b) => depth(a.path) - depth(b.path));
   const fullRead = byPath.get('/') !== undefined && byPath.get('/')!.access !== 'deny';
   const writable = entries.filter((e) => e.access === 'write').map((e) => e.path);
-  const protectedPaths = [
-    ...new Set(
-      entries
-        .filter((e) => e.access === 'write')
-        .flatMap((root) => [
-          ...PROTECTED_NAMES.map((name) => join(root.path, name)),
-          ...findNestedProtected(root.path, byPath),
-        ]),
-    ),
-  ];
-  return { restrictsFileSystem: true, network, fullRead, entries, writable, protectedPaths };
+  const writableRoots = entries.filter((e) => e.access === 'write');
+  const topLevel = new Set(writableRoots.flatMap((root) => PROTECTED_NAMES.map((name) => join(root.path, name))));
+  const nested = new Set(
+    writableRoots.flatMap((root) => findNestedProtected(root.path, byPath)).filter((p) => !topLevel.has(p)),
+  );
+  return {
+    restrictsFileSystem: true,
+    network,
+    fullRead,
+    entries,
+    writable,
+    protectedPaths: [...topLevel, ...nested],
+    nestedProtectedPaths: [...nested],
+  };
 }

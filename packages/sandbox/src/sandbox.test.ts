@@ -13,6 +13,7 @@ import {
 import { join } from 'node:path';
 import { decodeSandboxContext, pathToFileUri, type SandboxContext } from '@tether/exec-protocol';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { bwrapArgs } from './bwrap.js';
 import { likelySandboxDenied } from './denial.js';
 import { expandGlob, GlobExpansionError, MAX_GLOB_MATCHES } from './glob.js';
 import { findNestedProtected, resolvePolicy, SandboxPolicyError } from './policy.js';
@@ -190,6 +191,18 @@ describe('resolvePolicy', () => {
     // The top-level names (missing or not), every nested one that exists, not what is under a protected
     // directory (it is read-only whole) nor under a denied one.
     expect(nested.sort()).toEqual(['.agents', '.aws', '.codex', '.git', 'a/.agents', 'a/b/c/.codex', 'sub/.git']);
+    expect(policy.nestedProtectedPaths.map((p) => p.slice(root.length + 1)).sort()).toEqual([
+      'a/.agents',
+      'a/b/c/.codex',
+      'sub/.git',
+    ]);
+    // Bound read-only; one removed before bubblewrap starts (`-try`) fails nothing.
+    const sources = { deniedDirectory: '/d', deniedFile: '/f', emptyReadOnlyDirectory: '/e' };
+    const { args } = bwrapArgs(policy, sources, { cwd: root, seccompFd: null });
+    const sub = join(root, 'sub', '.git');
+    expect(args.join(' ')).toContain(`--ro-bind-try ${sub} ${sub}`);
+    // The top-level one, missing here, is an empty read-only directory (strict: a failed mount fails the launch).
+    expect(args.join(' ')).toContain(`--ro-bind /e ${join(root, '.git')}`);
     const byPath = new Map(policy.entries.map((e) => [e.path, e]));
     expect(() => findNestedProtected(root, byPath, { directories: 3, entries: 1000 })).toThrow(
       /more than 3 directories to search/,
