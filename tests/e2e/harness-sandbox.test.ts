@@ -67,16 +67,18 @@ describe.each(['tether', 'codex'] as PeerKind[])('harness exec --sandbox → %s 
     TETHER_HARNESS_API_KEY: stack.keys.harness,
   });
 
-  it('workspace-write: the workspace and /tmp take writes, .git and everything else do not, no network', async () => {
+  it('workspace-write: the workspace and /tmp take writes, .git (nested too, on ours) and everything else do not, no network', async () => {
     const workspace = join(work, `${kind}-workspace`);
     const outside = join(work, `${kind}-outside`);
     mkdirSync(join(workspace, '.git'), { recursive: true });
+    mkdirSync(join(workspace, 'vendor', 'lib', '.git', 'hooks'), { recursive: true });
     mkdirSync(outside, { recursive: true });
     const script = [
       'touch inside && echo inside-ok',
       't=$(mktemp /tmp/tether-sbx-XXXXXX) && rm "$t" && echo tmp-ok',
       `touch ${outside}/x`,
       'touch .git/hooks-x',
+      'touch vendor/lib/.git/hooks/pre-commit && echo nested-hook-written',
       `exec 3<>/dev/tcp/127.0.0.1/${port} && echo net-ok`,
     ].join('; ');
     const run = await harness(
@@ -99,6 +101,13 @@ describe.each(['tether', 'codex'] as PeerKind[])('harness exec --sandbox → %s 
     expect(out).toContain('tmp-ok');
     expect(out).toContain(`touch: cannot touch '${outside}/x': Read-only file system`);
     expect(out).toContain("touch: cannot touch '.git/hooks-x': Read-only file system");
+    // A nested repository's hooks: read-only on ours; Codex 0.171.0 protects only the top-level .git.
+    if (kind === 'tether') {
+      expect(out).toContain("touch: cannot touch 'vendor/lib/.git/hooks/pre-commit': Read-only file system");
+      expect(existsSync(join(workspace, 'vendor', 'lib', '.git', 'hooks', 'pre-commit'))).toBe(false);
+    } else {
+      expect(out).toContain('nested-hook-written');
+    }
     expect(out).toContain('socket: Operation not permitted');
     expect(out).not.toContain('net-ok');
     expect(readdirSync(outside)).toEqual([]);

@@ -3,7 +3,8 @@
  *
  * - a mount namespace built from the policy: the whole disk read-only (`--ro-bind / /`) or, when reads are
  *   restricted, an empty root with only the readable entries bound in; writable roots bound writable over
- *   that; read-only entries, `.git`/`.agents`/`.codex` and denied paths mounted over those, deepest last. A
+ *   that; read-only entries, `.git`/`.agents`/`.codex`/`.aws` (at the top of each writable root and nested
+ *   below it) and denied paths mounted over those, deepest last. A
  *   write outside the writable roots fails with EROFS whatever path reaches it (a symlink, `/proc/self/root`,
  *   `..`): the check is the kernel's, on the mount, not a prefix test on a path;
  * - a user namespace with every capability dropped (`--cap-drop ALL`): no mount, no chroot, no raw sockets,
@@ -109,11 +110,15 @@ export function bwrapArgs(policy: SandboxPolicy, sources: MountSources, options:
         mounts.push({ path, apply: () => args.push('--ro-bind', source, path) });
       }
     }
+    const nested = new Set(policy.nestedProtectedPaths);
     for (const path of policy.protectedPaths) {
       // Only an explicit write opens a protected name; a read of it (Codex's `.git` entries) is this.
       if (explicit.get(path)?.access === 'write') continue;
       const found = kind(path);
-      if (found !== 'missing') {
+      if (nested.has(path)) {
+        // Found by the walk: gone by the time bubblewrap starts, it has nothing left to keep.
+        mounts.push({ path, apply: () => args.push('--ro-bind-try', path, path) });
+      } else if (found !== 'missing') {
         mounts.push({ path, apply: () => args.push('--ro-bind', path, path) });
       } else if (existsSync(dirname(path))) {
         mounts.push({

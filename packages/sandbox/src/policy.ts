@@ -5,9 +5,10 @@
  * `tmpdir` the client's `temporaryDirectories`, else the process's `TMPDIR`; `slash_tmp` `/tmp` when it is a
  * directory; `unknown` nothing. The most specific entry wins, and at equal depth deny beats write beats read.
  * Inside every writable root (`/tmp` too) `.git`, `.agents`, `.codex` and `.aws` stay read-only, missing or
- * not (a missing one is an empty read-only directory while the sandbox runs).
+ * not (a missing one is an empty read-only directory while the sandbox runs), and so do those nested at any
+ * depth below it that exist at launch (findNestedProtected; Codex protects only the top level).
  */
-import { statSync } from 'node:fs';
+import { type Dirent, readdirSync, statSync } from 'node:fs';
 import { isAbsolute, join, normalize, sep } from 'node:path';
 import {
   type FileAccess,
@@ -31,8 +32,14 @@ export const PLATFORM_READ_ROOTS = [
   '/nix/store',
   '/run/current-system/sw',
 ];
-/** Names kept read-only inside every writable root. */
+/** Names kept read-only inside every writable root, at its top and (those that exist) at any depth below. */
 export const PROTECTED_NAMES = ['.git', '.agents', '.codex', '.aws'];
+/**
+ * Directories a launch-time search of one writable root for nested protected names may list, and entries it
+ * may look at; past either the profile is refused (SandboxPolicyError), never run with the rest unsearched.
+ */
+export const MAX_PROTECTED_SCAN_DIRECTORIES = 50_000;
+export const MAX_PROTECTED_SCAN_ENTRIES = 1_000_000;
 
 /** A request the policy cannot be built from (a path URI of another host, a glob); the message says which. */
 export class SandboxPolicyError extends Error {
@@ -57,6 +64,11 @@ export interface SandboxPolicy {
   writable: string[];
   /** Protected names under writable roots: read-only if present, an empty read-only directory if not. */
   protectedPaths: string[];
+  /**
+   * Those of protectedPaths found below a root's top level (findNestedProtected): bound `--ro-bind-try`, so
+   * one removed between the walk and bubblewrap's start (by another process) does not fail the launch.
+   */
+  nestedProtectedPaths: string[];
 }
 
 export interface ResolveOptions {
@@ -100,12 +112,75 @@ export function depth(path: string): number {
 
 const ACCESS_RANK: Record<FileAccess, number> = { read: 0, write: 1, deny: 2 };
 
+/**
+ * The protected names that exist below `root` (not its own top level), found by walking it: links are not
+ * followed, a protected directory is not entered, nor is a path with an entry of its own that is not a write
+ * (read-only or denied already). A repository nested in a workspace (`sub/.git/hooks`) would otherwise be
+ * writable, and a later unconfined `git` there would run what the command planted. Bounded (the constants
+ * above): past a bound the profile is refused.
+ */
+export function findNestedProtected(
+  root: string,
+  entries: Map<string, ResolvedEntry>,
+  limits = { directories: MAX_PROTECTED_SCAN_DIRECTORIES, entries: MAX_PROTECTED_SCAN_ENTRIES },
+): string[] {
+  const found: string[] = [];
+  let directories = 0;
+  let looked = 0;
+  const pending = [root];
+  while (pending.length > 0) {
+    const dir = pending.pop()!;
+    if (++directories > limits.directories) {
+      throw new SandboxPolicyError(
+        `the writable root ${root} has more than ${limits.directories} directories to search for nested ${PROTECTED_NAMES.join('/')} (which are kept read-only); make a smaller directory writable`,
+      );
+    }
+    let listing: Dirent[];
+    try {
+      listing = readdirSync(dir, { withFileTypes: true });
+    } catch (err) {
+      // Gone: nothing to keep. Not listable (a mode 311 directory): what it holds cannot be known, but a
+      // command that knows the names can still reach them, so the whole directory is kept read-only.
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code !== 'ENOENT' && code !== 'ENOTDIR' && dir !== root) found.push(dir);
+      continue;
+    }
+    looked += listing.length;
+    if (looked > limits.entries) {
+      throw new SandboxPolicyError(
+        `the writable root ${root} has more than ${limits.entries} entries to search for nested ${PROTECTED_NAMES.join('/')} (which are kept read-only); make a smaller directory writable`,
+      );
+    }
+    for (const entry of listing) {
+      const path = join(dir, entry.name);
+      if (PROTECTED_NAMES.includes(entry.name)) {
+        if (dir !== root) found.push(path);
+        continue;
+      }
+      if (!entry.isDirectory()) continue;
+      const own = entries.get(path);
+      if (own !== undefined && own.access !== 'write') continue;
+      // Another writable root: searched as itself.
+      if (own === undefined) pending.push(path);
+    }
+  }
+  return found;
+}
+
 export function resolvePolicy(context: SandboxContext, options: ResolveOptions = {}): SandboxPolicy {
   const network = sandboxNetwork(context);
   const restricted = restrictsFileSystem(context);
   const permissions = context.permissions;
   if (!restricted || permissions.type !== 'managed' || permissions.fileSystem.type !== 'restricted') {
-    return { restrictsFileSystem: false, network, fullRead: true, entries: [], writable: [], protectedPaths: [] };
+    return {
+      restrictsFileSystem: false,
+      network,
+      fullRead: true,
+      entries: [],
+      writable: [],
+      protectedPaths: [],
+      nestedProtectedPaths: [],
+    };
   }
   const roots = context.workspaceRoots.map((uri) => native(uri, 'workspace root'));
   const temporary =
@@ -168,8 +243,18 @@ export function resolvePolicy(context: SandboxContext, options: ResolveOptions =
   const entries = [...byPath.values()].sort((a, b) => depth(a.path) - depth(b.path));
   const fullRead = byPath.get('/') !== undefined && byPath.get('/')!.access !== 'deny';
   const writable = entries.filter((e) => e.access === 'write').map((e) => e.path);
-  const protectedPaths = entries
-    .filter((e) => e.access === 'write')
-    .flatMap((root) => PROTECTED_NAMES.map((name) => join(root.path, name)));
-  return { restrictsFileSystem: true, network, fullRead, entries, writable, protectedPaths };
+  const writableRoots = entries.filter((e) => e.access === 'write');
+  const topLevel = new Set(writableRoots.flatMap((root) => PROTECTED_NAMES.map((name) => join(root.path, name))));
+  const nested = new Set(
+    writableRoots.flatMap((root) => findNestedProtected(root.path, byPath)).filter((p) => !topLevel.has(p)),
+  );
+  return {
+    restrictsFileSystem: true,
+    network,
+    fullRead,
+    entries,
+    writable,
+    protectedPaths: [...topLevel, ...nested],
+    nestedProtectedPaths: [...nested],
+  };
 }

@@ -1,11 +1,22 @@
 import { spawnSync } from 'node:child_process';
-import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  closeSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import { decodeSandboxContext, pathToFileUri, type SandboxContext } from '@tether/exec-protocol';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { bwrapArgs } from './bwrap.js';
 import { likelySandboxDenied } from './denial.js';
-import { expandGlob, MAX_GLOB_MATCHES } from './glob.js';
-import { resolvePolicy, SandboxPolicyError } from './policy.js';
+import { expandGlob, GlobExpansionError, MAX_GLOB_MATCHES } from './glob.js';
+import { findNestedProtected, resolvePolicy, SandboxPolicyError } from './policy.js';
 import { Sandboxer } from './sandboxer.js';
 import { seccompProgram, seccompSupported } from './seccomp.js';
 
@@ -83,11 +94,121 @@ describe('resolvePolicy', () => {
     expect(write.entries).toEqual([]);
   });
 
-  it('expands a glob into at most MAX_GLOB_MATCHES files, as Codex caps it', () => {
+  it('refuses a glob that matches more than MAX_GLOB_MATCHES files (as Codex refuses it), never cut short', () => {
     const many = join(work, 'many');
     mkdirSync(many, { recursive: true });
-    for (let i = 0; i < MAX_GLOB_MATCHES + 8; i++) writeFileSync(join(many, `f${i}.key`), '');
+    for (let i = 0; i < MAX_GLOB_MATCHES; i++) writeFileSync(join(many, `f${i}.key`), '');
     expect(expandGlob(`${many}/*.key`)).toHaveLength(MAX_GLOB_MATCHES);
+    writeFileSync(join(many, 'one-more.key'), '');
+    expect(() => expandGlob(`${many}/*.key`)).toThrow(GlobExpansionError);
+    expect(() => expandGlob(`${many}/*.key`)).toThrow(/more than 8192 files/);
+    // A pattern whose braces expand past the bound is refused too, never cut short.
+    expect(() => expandGlob(`${many}/${'{a,b}'.repeat(11)}`)).toThrow(/more than 1024 alternatives/);
+  });
+
+  it('matches as Codex matches (globset), and where Codex denies nothing, denies what the pattern names', () => {
+    const root = join(work, 'glob-table');
+    const tree = ['x/*.txt', 'x/a.txt', 'x/a', 'x/b', 'x/c', 'x/ab', 'x/]', 'x/[', 'x/?', 'x/[a', 'x/{a,b', 'x/a\\'];
+    tree.push('x/sub/f', 'x/(a|b)', 'x/!a', 'k.key', 'd/k.key', 'd/e/f/k.key', '.hidden/k.key', '.env', 'd/b.env');
+    for (const file of tree) {
+      mkdirSync(join(root, file, '..'), { recursive: true });
+      writeFileSync(join(root, file), '');
+    }
+    const matches = (glob: string, maxDepth: number | null = null) =>
+      expandGlob(`${root}/${glob}`, maxDepth)
+        .map((path) => path.slice(root.length + 1))
+        .sort();
+    const cases: Array<[string, string[]]> = [
+      // What the hand-written translation turned into expressions that match nothing:
+      ['x/\\*.txt', ['x/*.txt']],
+      ['x/{a,{b,c}}', ['x/a', 'x/b', 'x/c']],
+      ['x/[]a]', ['x/]', 'x/a']],
+      ['x/[!]a]', ['x/?', 'x/[', 'x/b', 'x/c']],
+      ['x/[^]a]', ['x/?', 'x/[', 'x/b', 'x/c']],
+      ['x/\\?', ['x/?']],
+      ['x/[[]', ['x/[']],
+      // Literal, as globset reads them (`(`, `|`, a leading `!` are no syntax there), or as written when
+      // the syntax is unclosed:
+      ['x/(a|b)', ['x/(a|b)']],
+      ['x/!a', ['x/!a']],
+      ['x/[a', ['x/[a']],
+      ['x/{a,b', ['x/{a,b']],
+      ['x/a\\', ['x/a\\']],
+      // `*` and `?` stay in one component and match a leading dot; `**` alone spans components, inside one it is `*`.
+      [
+        'x/*',
+        [
+          'x/!a',
+          'x/(a|b)',
+          'x/*.txt',
+          'x/?',
+          'x/[',
+          'x/[a',
+          'x/]',
+          'x/a',
+          'x/a.txt',
+          'x/a\\',
+          'x/ab',
+          'x/b',
+          'x/c',
+          'x/{a,b',
+        ],
+      ],
+      ['x/?', ['x/?', 'x/[', 'x/]', 'x/a', 'x/b', 'x/c']],
+      ['*.env', ['.env']],
+      ['**/k.key', ['.hidden/k.key', 'd/e/f/k.key', 'd/k.key', 'k.key']],
+      ['d/**', ['d/b.env', 'd/e/f/k.key', 'd/k.key']],
+      ['d/**k.key', ['d/k.key']],
+      ['{x/a,d/b}*', ['d/b.env', 'x/a', 'x/a.txt', 'x/a\\', 'x/ab']],
+    ];
+    for (const [glob, expected] of cases) expect(matches(glob), glob).toEqual(expected);
+    // glob_scan_max_depth: 1 is the static directory's own files.
+    expect(matches('**/k.key', 1)).toEqual(['k.key']);
+    expect(matches('**/k.key', 2)).toEqual(['.hidden/k.key', 'd/k.key', 'k.key']);
+  });
+
+  it('keeps nested .git, .codex and .agents read-only too, found by a bounded walk that fails closed', () => {
+    const root = join(work, 'nested');
+    for (const dir of [
+      'sub/.git/hooks',
+      'a/b/c/.codex',
+      'a/.agents',
+      'denied/.git',
+      'sub/.git/modules/x/.git',
+      'plain',
+    ])
+      mkdirSync(join(root, dir), { recursive: true });
+    const profile = context(
+      [
+        { path: special('root'), access: 'read' },
+        { path: special('project_roots'), access: 'write' },
+        { path: special('project_roots', { subpath: 'denied' }), access: 'deny' },
+      ],
+      [root],
+    );
+    const policy = resolvePolicy(profile);
+    const nested = policy.protectedPaths.filter((p) => p.startsWith(`${root}/`)).map((p) => p.slice(root.length + 1));
+    // The top-level names (missing or not), every nested one that exists, not what is under a protected
+    // directory (it is read-only whole) nor under a denied one.
+    expect(nested.sort()).toEqual(['.agents', '.aws', '.codex', '.git', 'a/.agents', 'a/b/c/.codex', 'sub/.git']);
+    expect(policy.nestedProtectedPaths.map((p) => p.slice(root.length + 1)).sort()).toEqual([
+      'a/.agents',
+      'a/b/c/.codex',
+      'sub/.git',
+    ]);
+    // Bound read-only; one removed before bubblewrap starts (`-try`) fails nothing.
+    const sources = { deniedDirectory: '/d', deniedFile: '/f', emptyReadOnlyDirectory: '/e' };
+    const { args } = bwrapArgs(policy, sources, { cwd: root, seccompFd: null });
+    const sub = join(root, 'sub', '.git');
+    expect(args.join(' ')).toContain(`--ro-bind-try ${sub} ${sub}`);
+    // The top-level one, missing here, is an empty read-only directory (strict: a failed mount fails the launch).
+    expect(args.join(' ')).toContain(`--ro-bind /e ${join(root, '.git')}`);
+    const byPath = new Map(policy.entries.map((e) => [e.path, e]));
+    expect(() => findNestedProtected(root, byPath, { directories: 3, entries: 1000 })).toThrow(
+      /more than 3 directories to search/,
+    );
+    expect(() => findNestedProtected(root, byPath, { directories: 1000, entries: 3 })).toThrow(/more than 3 entries/);
+    expect(() => findNestedProtected(root, byPath, { directories: 3, entries: 1000 })).toThrow(SandboxPolicyError);
   });
 
   it('leaves unrestricted profiles unconfined', () => {
@@ -162,6 +283,8 @@ describe('Sandboxer', () => {
     const root = join(work, 'r2');
     const outside = join(work, 'outside2');
     mkdirSync(join(root, '.git'), { recursive: true });
+    mkdirSync(join(root, 'sub', '.git', 'hooks'), { recursive: true });
+    writeFileSync(join(root, 'sub', '.git', 'hooks', 'pre-commit'), '#!/bin/sh\n');
     mkdirSync(outside, { recursive: true });
     writeFileSync(join(root, 'secret'), 'x');
     const prepared = sandbox.prepare(
@@ -178,12 +301,16 @@ describe('Sandboxer', () => {
     const result = run(
       prepared,
       `touch in && echo in-ok; touch ${outside}/x; touch .git/x; cat secret; mkdir .codex/y; ls -a; ` +
+        'echo evil >> sub/.git/hooks/pre-commit; touch sub/in && echo sub-in-ok; ' +
         `(setsid sleep 1234 &); python3 -c 'import socket; socket.socket(socket.AF_INET)' 2>&1 | tail -1`,
     );
     prepared.release();
     expect(result.output).toContain('in-ok');
     expect(result.output).toContain(`touch: cannot touch '${outside}/x': Read-only file system`);
     expect(result.output).toContain("touch: cannot touch '.git/x': Read-only file system");
+    expect(result.output).toContain('sub/.git/hooks/pre-commit: Read-only file system');
+    expect(result.output).toContain('sub-in-ok');
+    expect(readFileSync(join(root, 'sub', '.git', 'hooks', 'pre-commit'), 'utf8')).toBe('#!/bin/sh\n');
     expect(result.output).toContain('cat: secret: Permission denied');
     expect(result.output).toMatch(/mkdir: cannot create directory .\.codex\/y.: Read-only file system/);
     expect(result.output).toContain('PermissionError: [Errno 1] Operation not permitted');
@@ -191,7 +318,7 @@ describe('Sandboxer', () => {
     expect(spawnSync('pgrep', ['-f', 'sleep 1234']).status).toBe(1);
     expect(readdirSync(outside)).toEqual([]);
     // The empty read-only directories made for the missing protected names are gone again.
-    expect(readdirSync(root).sort()).toEqual(['.git', 'in', 'secret']);
+    expect(readdirSync(root).sort()).toEqual(['.git', 'in', 'secret', 'sub']);
     expect(existsSync(join(root, '.codex'))).toBe(false);
   });
 });

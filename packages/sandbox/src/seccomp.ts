@@ -7,9 +7,13 @@
  *   and `accept` on any socket: the unshared network namespace already has only a loopback of its own, but
  *   no socket at all means no netlink, no raw packets, no connecting to a host's UNIX socket (a container
  *   runtime's, an agent's), and the same answer Codex gives (`Operation not permitted`), which its agent
- *   reads as a sandbox denial. `getpeername` is refused as Codex refuses it (bash, which asks it of its stdin,
- *   then reads ~/.bashrc as under sshd, as it does under Codex); other calls on sockets already made (send,
- *   getsockname, …) stay allowed: libuv asks getsockname of a stdio socket to learn what it is, and Node
+ *   reads as a sandbox denial. `sendto` with a destination address and `sendmmsg` are refused too: an
+ *   unconnected AF_UNIX datagram socket would otherwise send to a host's datagram socket by path (journald's,
+ *   `/dev/log`). `sendmsg` cannot be: its address is behind a pointer the filter cannot read, and
+ *   descriptor passing over a socketpair needs it (Codex allows it too; SECURITY.md says what it leaves).
+ *   `getpeername` is refused as Codex refuses it (bash, which asks it of its stdin, then reads ~/.bashrc as
+ *   under sshd, as it does under Codex); other calls on sockets already made (send, getsockname, …) stay
+ *   allowed, where Codex refuses them: libuv asks getsockname of a stdio socket to learn what it is, and Node
  *   prints nothing when that fails;
  * - with the network restricted, `ptrace` and `process_vm_readv/writev`: reading or steering another
  *   process of the sandbox (Codex blocks them in the same mode).
@@ -36,6 +40,9 @@ const AF_UNIX = 1;
 const NR = 0;
 const ARCH = 4;
 const ARG0_LOW = 16;
+/** `sendto`'s destination address: args[4]. */
+const ARG4_LOW = 16 + 4 * 8;
+const ARG4_HIGH = ARG4_LOW + 4;
 
 interface Table {
   audit: number;
@@ -112,6 +119,7 @@ const NETWORK_RESTRICTED = [
   'ptrace',
   'process_vm_readv',
   'process_vm_writev',
+  'sendmmsg',
 ];
 /** Allowed for AF_UNIX only (first argument). */
 const UNIX_ONLY = ['socket', 'socketpair'];
@@ -148,13 +156,20 @@ export function seccompProgram(network: 'restricted' | 'enabled', machine: strin
   }
   if (network === 'restricted') {
     for (const name of UNIX_ONLY) {
-      // nr == call: load the domain; AF_UNIX is allowed, anything else denied; then reload nr.
+      // nr == call: load the domain; AF_UNIX is allowed, anything else denied (A still holds nr otherwise).
       program.push([BPF_JEQ_K, 0, 4, table.calls[name]!]);
       program.push([BPF_LD_W_ABS, 0, 0, ARG0_LOW]);
       program.push([BPF_JEQ_K, 0, 1, AF_UNIX]);
       program.push([BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW]);
       program.push([BPF_RET_K, 0, 0, deny]);
     }
+    // sendto: allowed without a destination address (send on a connected socket or a socketpair), else denied.
+    program.push([BPF_JEQ_K, 0, 5, table.calls.sendto!]);
+    program.push([BPF_LD_W_ABS, 0, 0, ARG4_LOW]);
+    program.push([BPF_JEQ_K, 0, 2, 0]);
+    program.push([BPF_LD_W_ABS, 0, 0, ARG4_HIGH]);
+    program.push([BPF_JEQ_K, 1, 0, 0]);
+    program.push([BPF_RET_K, 0, 0, deny]);
   }
   program.push([BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW]);
   const out = Buffer.alloc(program.length * 8);
