@@ -8,14 +8,14 @@
  *
  * Environment's `spawnDetached`, `listProcesses`, `attach` and `kill` are thin members over this file.
  */
-import { randomBytes, } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import {
   detachedProcessIdProblem,
   Method,
   PROCESS_DETACH_CAPABILITY,
   type ProcessAttachResult,
 } from '@tether/exec-protocol';
-import type { ProcessEvent, SignalName, } from './backend.js';
+import type { ProcessEvent, SignalName } from './backend.js';
 import { TetherError } from './errors.js';
 import { type ExecServerClient, processStartParams } from './exec-client.js';
 import { LOW_WATER_FRACTION, ProcessEvents } from './process-events.js';

@@ -13,9 +13,11 @@ import {
 } from './detached.js';
 import { TetherError } from './errors.js';
 import { ExecServerClient, type ExecServerClientOptions, type RendezvousOptions } from './exec-client.js';
-import { type EnvironmentFs, LocalFs, RemoteFs } from './fs.js';
+import type { EnvironmentFs } from './fs.js';
 import { LocalBackend } from './local-backend.js';
+import { LocalFs } from './local-fs.js';
 import { ProcessHandle, type ProcessHandleOptions } from './process.js';
+import { RemoteFs } from './remote-fs.js';
 import { type ConnectTcpOptions, connectLocalTcp } from './tcp.js';
 
 export interface SpawnOptions extends ProcessHandleOptions {

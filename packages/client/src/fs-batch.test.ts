@@ -7,7 +7,8 @@ import { mkdtempSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { LocalFs, RemoteFs } from './fs.js';
+import { LocalFs } from './local-fs.js';
+import { RemoteFs } from './remote-fs.js';
 
 let dir: string;
 beforeEach(() => {

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { finished } from 'node:stream/promises';
 import { afterAll, describe, expect, it } from 'vitest';
 import { decodeAnswer } from './exec-client.js';
-import { type FsCaller, RemoteFs } from './fs.js';
+import { type FsCaller, RemoteFs } from './remote-fs.js';
 
 const work = mkdtempSync(join(tmpdir(), 'tether-client-hostile-'));
 afterAll(() => rmSync(work, { recursive: true, force: true }));
@@ -92,7 +92,7 @@ describe('RemoteFs treats what an executor answers as untrusted', () => {
 
 describe('LocalFs write streams with noFollow', () => {
   it('refuse to write through a symbolic link at the path and leave its target alone', async () => {
-    const { LocalFs } = await import('./fs.js');
+    const { LocalFs } = await import('./local-fs.js');
     const outside = join(work, 'outside.txt');
     writeFileSync(outside, 'untouched');
     const link = join(work, 'planted');

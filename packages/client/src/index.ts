@@ -54,14 +54,11 @@ export {
   entryNameProblem,
   type FileMetadata,
   type HandleDigest,
-  handleDigestOf,
-  LocalFs,
-  RemoteFs,
   type StreamOptions,
   toFileUri,
-  writeBlockEncoder,
 } from './fs.js';
 export { LocalBackend } from './local-backend.js';
+export { LocalFs } from './local-fs.js';
 export { DEFAULT_HIGH_WATER_BYTES, ProcessHandle, type ProcessResult } from './process.js';
 export {
   checkEnvironmentId,
@@ -70,6 +67,7 @@ export {
   type RegistryOptions,
   type RendezvousBundle,
 } from './registry.js';
+export { type FsCaller, handleDigestOf, RemoteFs, writeBlockEncoder } from './remote-fs.js';
 export { type SandboxMode, type SandboxProfileOptions, sandboxProfile } from './sandbox.js';
 export {
   MAX_SOCKET_MESSAGE_BYTES,
