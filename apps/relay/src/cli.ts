@@ -19,6 +19,7 @@ import { createRelay } from './app.js';
 import { TrustedProxies, TrustProxyError } from './client-address.js';
 import { DEFAULT_LIMITS, type RelayLimits } from './limits.js';
 import { relayTelemetryOptions } from './metrics.js';
+import { PushSources } from './push-sources.js';
 
 export interface CliIo {
   stdout: { write(text: string): unknown };
@@ -38,6 +39,8 @@ export interface ServeOptions extends Partial<Record<LimitOption, number>> {
   /** Milliseconds. */
   heartbeatInterval: number;
   trustProxy: string[];
+  /** IPs and CIDR blocks revocation pushes are taken from; empty: `--registry`'s addresses, or any without it. */
+  revocationPushFrom: string[];
   logLevel: string;
   logFormat: LogFormat;
 }
@@ -103,6 +106,9 @@ type LimitOption =
   | 'maxMessageBytes'
   | 'maxStreamsPerEnvironment'
   | 'maxConnectionsPerIp'
+  | 'maxConnections'
+  | 'maxSocketsPerUrl'
+  | 'maxUnclaimedPerUrl'
   | 'maxHandshakeFrames'
   | 'handshakeTimeout'
   | 'idleTimeout'
@@ -120,6 +126,13 @@ const LIMIT_FLAGS: Array<[keyof RelayLimits, string, string]> = [
   ['maxMessageBytes', 'max-message-bytes', 'largest WebSocket message; larger → close 1009'],
   ['maxStreamsPerEnvironment', 'max-streams-per-environment', 'streams per environment; beyond → Reset stream_limit'],
   ['maxConnectionsPerIp', 'max-connections-per-ip', 'open sockets per source IP; beyond → HTTP 429'],
+  ['maxConnections', 'max-connections', 'open sockets in all, both roles; beyond → HTTP 503 (connection_limit)'],
+  ['maxSocketsPerUrl', 'max-sockets-per-url', 'open sockets per signed harness URL; beyond → HTTP 429 (url_limit)'],
+  [
+    'maxUnclaimedPerUrl',
+    'max-unclaimed-per-url',
+    'sockets of one harness URL without a Resume yet; beyond → HTTP 429 (url_unclaimed_limit)',
+  ],
   ['maxHandshakeFrames', 'max-handshake-frames', 'harness frames before the environment answers; beyond → Reset'],
   ['handshakeTimeoutMs', 'handshake-timeout', 'the environment must answer a stream within this (handshake_timeout)'],
   ['idleTimeoutMs', 'idle-timeout', 'a stream silent both ways this long is reset (idle_timeout)'],
@@ -185,6 +198,7 @@ export async function runServe(options: ServeOptions, io: CliIo, logger?: Logger
     const value = options[limitOption(flag)];
     if (value !== undefined) limits[key] = value;
   }
+  const pushSources = await revocationPushSources(options, log);
   let telemetry: TelemetryOptions;
   try {
     telemetry = relayTelemetryOptions(io.env, (err) => log.warn({ err: err.message }, 'metrics export failed'));
@@ -201,6 +215,7 @@ export async function runServe(options: ServeOptions, io: CliIo, logger?: Logger
     logger: log,
     telemetry,
     trustProxy: TrustedProxies.parse(options.trustProxy),
+    pushSources,
     ...(options.registry && options.registryToken
       ? {
           heartbeat: {
@@ -228,6 +243,32 @@ export async function runServe(options: ServeOptions, io: CliIo, logger?: Logger
   log.info('shutting down');
   await relay.close();
   return 0;
+}
+
+/**
+ * Where revocation pushes are taken from: `--revocation-push-from`; else the addresses `--registry`'s host resolves
+ * to (a push from another address is refused 403); else, the registry's address being unknown, any address.
+ */
+async function revocationPushSources(options: ServeOptions, log: Logger): Promise<PushSources> {
+  if (options.revocationPushFrom.length > 0) {
+    log.info({ from: options.revocationPushFrom }, 'revocation pushes taken from these addresses only');
+    return PushSources.fixed(options.revocationPushFrom);
+  }
+  if (!options.registry) {
+    log.info('revocation pushes taken from any address (no --registry or --revocation-push-from)');
+    return PushSources.any();
+  }
+  const { sources, ready } = PushSources.ofRegistry(options.registry);
+  const resolved = await ready;
+  if (resolved instanceof Error) {
+    log.warn(
+      { err: resolved.message },
+      'cannot resolve the registry’s host: revocation pushes are refused until it resolves (heartbeats still carry revocations)',
+    );
+  } else {
+    log.info({ from: resolved }, 'revocation pushes taken from the registry’s addresses only');
+  }
+  return sources;
 }
 
 /** The option attribute of a limit's flag (`idle-timeout` → idleTimeout). */
@@ -292,6 +333,15 @@ export function buildCli(io: CliIo, exit: (code: number) => void): Command {
     )
       .argParser(trustProxyEntries)
       .default([], 'none'),
+  );
+  serve.addOption(
+    new Option(
+      '--revocation-push-from <cidr>',
+      'take revocation pushes (POST /v1/revocations) only from these IPs or CIDR blocks; repeatable or ' +
+        'comma-separated (for registries whose outgoing address is not the one --registry names)',
+    )
+      .argParser(trustProxyEntries)
+      .default([], 'the addresses of --registry’s host; any without --registry'),
   );
   for (const option of logOptions()) serve.addOption(option);
   serve.addHelpText(
