@@ -98,7 +98,7 @@ describe('relay CLI (in-process)', () => {
       '--max-connections <n>',
       '--max-sockets-per-url <n>',
       '--max-unclaimed-per-url <n>',
-      '--revocation-push-from <cidr>',
+      '--revocation-push-from <address>',
     ]) {
       expect(res.stdout).toContain(flag);
     }

@@ -39,7 +39,7 @@ export interface ServeOptions extends Partial<Record<LimitOption, number>> {
   /** Milliseconds. */
   heartbeatInterval: number;
   trustProxy: string[];
-  /** IPs and CIDR blocks revocation pushes are taken from; empty: `--registry`'s addresses, or any without it. */
+  /** IPs, CIDR blocks and host names pushes are taken from; empty: `--registry`'s addresses, or any without it. */
   revocationPushFrom: string[];
   logLevel: string;
   logFormat: LogFormat;
@@ -87,6 +87,18 @@ function trustProxyEntries(value: string, previous: string[] | undefined): strin
   const entries = value.split(',').filter((entry) => entry.trim() !== '');
   try {
     TrustedProxies.parse(entries);
+  } catch (err) {
+    if (err instanceof TrustProxyError) throw new InvalidArgumentError(err.message);
+    throw err;
+  }
+  return [...(previous ?? []), ...entries];
+}
+
+/** `--revocation-push-from`: IPs, CIDR blocks or host names, repeatable or comma-separated. */
+function pushFromEntries(value: string, previous: string[] | undefined): string[] {
+  const entries = value.split(',').filter((entry) => entry.trim() !== '');
+  try {
+    PushSources.validate(entries);
   } catch (err) {
     if (err instanceof TrustProxyError) throw new InvalidArgumentError(err.message);
     throw err;
@@ -250,20 +262,19 @@ export async function runServe(options: ServeOptions, io: CliIo, logger?: Logger
  * to (a push from another address is refused 403); else, the registry's address being unknown, any address.
  */
 async function revocationPushSources(options: ServeOptions, log: Logger): Promise<PushSources> {
-  if (options.revocationPushFrom.length > 0) {
-    log.info({ from: options.revocationPushFrom }, 'revocation pushes taken from these addresses only');
-    return PushSources.fixed(options.revocationPushFrom);
-  }
-  if (!options.registry) {
+  if (options.revocationPushFrom.length === 0 && !options.registry) {
     log.info('revocation pushes taken from any address (no --registry or --revocation-push-from)');
     return PushSources.any();
   }
-  const { sources, ready } = PushSources.ofRegistry(options.registry);
+  const { sources, ready } =
+    options.revocationPushFrom.length > 0
+      ? PushSources.of(options.revocationPushFrom)
+      : PushSources.ofRegistry(options.registry as string);
   const resolved = await ready;
   if (resolved instanceof Error) {
     log.warn(
-      { err: resolved.message },
-      'cannot resolve the registry’s host: revocation pushes are refused until it resolves (heartbeats still carry revocations)',
+      { err: resolved.message, from: options.revocationPushFrom },
+      'cannot resolve where revocation pushes come from: they are refused until it resolves (heartbeats still carry revocations)',
     );
   } else {
     log.info({ from: resolved }, 'revocation pushes taken from the registry’s addresses only');
@@ -336,11 +347,12 @@ export function buildCli(io: CliIo, exit: (code: number) => void): Command {
   );
   serve.addOption(
     new Option(
-      '--revocation-push-from <cidr>',
-      'take revocation pushes (POST /v1/revocations) only from these IPs or CIDR blocks; repeatable or ' +
-        'comma-separated (for registries whose outgoing address is not the one --registry names)',
+      '--revocation-push-from <address>',
+      'take revocation pushes (POST /v1/revocations) only from these IPs, CIDR blocks or host names (resolved, ' +
+        'again on a miss); repeatable or comma-separated. For registries whose outgoing address is not the one ' +
+        '--registry names (a load balancer, a Kubernetes Service: name its headless service instead)',
     )
-      .argParser(trustProxyEntries)
+      .argParser(pushFromEntries)
       .default([], 'the addresses of --registry’s host; any without --registry'),
   );
   for (const option of logOptions()) serve.addOption(option);

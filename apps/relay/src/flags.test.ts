@@ -232,6 +232,10 @@ describe('relay flags and variables', () => {
     const listed = await serve([...common, '--revocation-push-from', '127.0.0.2'], {}).url;
     expect(await push(listed, '127.0.0.1')).toBe(403);
     expect(await push(listed, '127.0.0.2')).toBe(401);
+    // A host name is resolved (a Kubernetes headless service naming the registry's pods, here loopback).
+    const named = await serve([...common, '--revocation-push-from', 'localhost'], {}).url;
+    expect(await push(named, '127.0.0.2')).toBe(403);
+    expect(await push(named, '127.0.0.1')).toBe(401);
     const unknown = await serve(common, {}).url;
     expect(await push(unknown, '127.0.0.2')).toBe(401);
   });

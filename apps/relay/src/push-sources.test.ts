@@ -72,3 +72,18 @@ describe('PushSources: where revocation pushes are taken from', () => {
     expect(sources.allows('192.0.2.1')).toBe(true);
   });
 });
+
+describe('PushSources.of: --revocation-push-from’s IPs, blocks and host names', () => {
+  it('takes the blocks at once and the host names’ addresses once resolved; refuses anything else', async () => {
+    const { sources, ready } = PushSources.of(['10.0.0.0/8', 'registry-pods'], {
+      resolver: async (host) => (host === 'registry-pods' ? ['10.1.0.7', '192.0.2.7'] : []),
+    });
+    expect(await ready).toEqual(['10.0.0.0/8', '10.1.0.7', '192.0.2.7']);
+    expect(sources.allows('10.9.9.9')).toBe(true);
+    expect(sources.allows('192.0.2.7')).toBe(true);
+    expect(sources.allows('192.0.2.8')).toBe(false);
+    expect(() => PushSources.validate(['registry pods'])).toThrow(/not an IP address, CIDR block or host name/);
+    expect(() => PushSources.validate(['10.0.0.0/40'])).toThrow(/not an IP address or CIDR block/);
+    expect(() => PushSources.validate(['registry.internal', 'localhost', '::1', '2001:db8::/32'])).not.toThrow();
+  });
+});
