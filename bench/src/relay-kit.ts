@@ -10,7 +10,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { type SigningKey, signRelayUrl } from '@tether/relay-auth';
+import { nonceForGrant, type SigningKey, signRelayUrl } from '@tether/relay-auth';
 import { dataFrame, decodeFrame, encodeFrame, handshakeFrame, resumeFrame } from '@tether/relay-frames';
 import { WebSocket } from 'ws';
 import { onCleanup, type ServiceProcess, startService } from './services.js';
@@ -38,7 +38,10 @@ export function signedUrl(
   environmentId: string,
 ): string {
   const expiresAt = Math.floor(Date.now() / 1000) + 3600;
-  return signRelayUrl(base, { role, environmentId, registrationId: 'reg-bench', epoch: 1, expiresAt }, key);
+  // A harness URL is one bundle's, with a nonce of its own, as the registry signs it: the relay bounds the sockets
+  // of one URL (--max-sockets-per-url).
+  const nonce = role === 'harness' ? { nonce: nonceForGrant() } : {};
+  return signRelayUrl(base, { role, environmentId, registrationId: 'reg-bench', epoch: 1, expiresAt, ...nonce }, key);
 }
 
 export async function dial(target: string): Promise<WebSocket> {
@@ -69,6 +72,9 @@ export async function startRelay(
       pem,
       '--max-connections-per-ip',
       String(options.maxConnectionsPerIp),
+      // All from one address: the relay-wide cap (20 000 by default) must not be what a large run meets first.
+      '--max-connections',
+      String(Math.max(20_000, options.maxConnectionsPerIp)),
       '--log-level',
       'warn',
     ],

@@ -572,4 +572,18 @@ describe('registration epochs and URL lifetimes', () => {
     expect(verifyRelayUrl(bundle.url, signingKey.publicKey, clock / 1000 + 31)).toBeNull();
     expect(verifyRelayUrl(reg.url, signingKey.publicKey, clock / 1000)?.expiresAt).toBe(clock / 1000 + 24 * 3600);
   });
+
+  it('each harness bundle is a grant of its own (a signed nonce), even within one second; environment URLs carry none', async () => {
+    await start();
+    const reg = (await register()).json();
+    // The clock stands still: every bundle below is issued in the same second, with the same expiry.
+    const urls = await Promise.all(Array.from({ length: 8 }, async () => (await connect()).json().url as string));
+    expect(new Set(urls).size).toBe(8);
+    const grants = urls.map((url) => verifyRelayUrl(url, signingKey.publicKey, clock / 1000));
+    expect(new Set(grants.map((g) => g?.nonce)).size).toBe(8);
+    for (const grant of grants) expect(grant?.nonce).toMatch(/^[A-Za-z0-9_-]{22}$/);
+    expect(new Set(grants.map((g) => g?.expiresAt)).size).toBe(1);
+    expect(verifyRelayUrl(reg.url, signingKey.publicKey, clock / 1000)).not.toHaveProperty('nonce');
+    expect(reg.url).not.toContain('nonce=');
+  });
 });

@@ -10,7 +10,7 @@ import {
 } from '@tether/relay-frames';
 import { describe, expect, it } from 'vitest';
 import { Endpoint, metric, refusal, signedUrl, startRelay } from './__tests__/support.js';
-import { CLOSE } from './limits.js';
+import { CLOSE, DEFAULT_LIMITS } from './limits.js';
 
 const isReset = (streamId: string, reason?: string) => (f: Frame) =>
   f.kind === 'reset' && f.streamId === streamId && (reason === undefined || f.reason === reason);
@@ -314,6 +314,84 @@ describe('limits', () => {
       })
       .toBe('open');
     expect(metric(relay, 'relay_upgrades_refused_total{reason="ip_limit"}')).toBeGreaterThanOrEqual(2);
+  });
+
+  it('bounds the sockets one harness URL holds (4, of which 2 unclaimed) with HTTP 429; other URLs still connect', async () => {
+    const { url, relay } = await startRelay({ maxConnectionsPerIp: 64 });
+    const env = await Endpoint.open(signedUrl(url, 'environment', 'env-1'));
+    const replayed = signedUrl(url, 'harness', 'env-1');
+    const opened = [await Endpoint.open(replayed), await Endpoint.open(replayed)];
+    expect(await refusal(replayed)).toEqual({ status: 429, body: 'url_unclaimed_limit\n' });
+    // Claimed sockets leave the unclaimed count, not the URL's.
+    for (const socket of opened) {
+      const streamId = randomUUID();
+      socket.send(resumeFrame(streamId, 0));
+      await env.next((f) => f.kind === 'resume' && f.streamId === streamId, 'the Resume');
+    }
+    opened.push(await Endpoint.open(replayed), await Endpoint.open(replayed));
+    expect(await refusal(replayed)).toEqual({ status: 429, body: 'url_limit\n' });
+    // The grant is what counts, not the URL's text: an extra parameter spells the same grant.
+    expect((await refusal(`${replayed}&again=1`)).status).toBe(429);
+    // Another bundle of the same registration (its own nonce) is another grant.
+    await pairedHarness(url, env);
+    // An unclaimed socket of the URL closes: the URL may open one again (a retry while an older socket lingers).
+    const gone = opened[2] as Endpoint;
+    gone.ws.close(1000);
+    await gone.closed;
+    await expect
+      .poll(async () =>
+        Endpoint.open(replayed).then(
+          () => 'open',
+          () => 'refused',
+        ),
+      )
+      .toBe('open');
+    expect(metric(relay, 'relay_upgrades_refused_total{reason="url_unclaimed_limit"}')).toBeGreaterThanOrEqual(1);
+    expect(metric(relay, 'relay_upgrades_refused_total{reason="url_limit"}')).toBe(2);
+  });
+
+  it('bounds a harness URL signed without a nonce (an older registry’s) the same way', async () => {
+    const { url, relay } = await startRelay({ maxSocketsPerUrl: 2, maxUnclaimedPerUrl: 2 });
+    const legacy = signedUrl(url, 'harness', 'env-1', { nonce: null });
+    await Endpoint.open(legacy);
+    await Endpoint.open(legacy);
+    expect(await refusal(legacy)).toEqual({ status: 429, body: 'url_limit\n' });
+    // Environment URLs are not bounded per URL (one socket per environment replaces the other).
+    const environment = signedUrl(url, 'environment', 'env-1');
+    const first = await Endpoint.open(environment);
+    await Endpoint.open(environment);
+    expect((await first.closed).code).toBe(CLOSE.REPLACED_SAME_REGISTRATION);
+    expect(metric(relay, 'relay_upgrades_refused_total{reason="url_limit"}')).toBe(1);
+  });
+
+  it('caps the sockets of the whole relay with HTTP 503 (connection_limit), both roles, and frees a place on close', async () => {
+    const { url, relay } = await startRelay({ maxConnections: 3 });
+    const env = await Endpoint.open(signedUrl(url, 'environment', 'env-1'));
+    const { harness } = await pairedHarness(url, env);
+    await Endpoint.open(signedUrl(url, 'harness', 'env-1'));
+    expect(await refusal(signedUrl(url, 'harness', 'env-1'))).toEqual({ status: 503, body: 'connection_limit\n' });
+    expect((await refusal(signedUrl(url, 'environment', 'env-2'))).status).toBe(503);
+    harness.ws.close(1000);
+    await harness.closed;
+    await expect
+      .poll(async () =>
+        Endpoint.open(signedUrl(url, 'environment', 'env-2')).then(
+          () => 'open',
+          () => 'refused',
+        ),
+      )
+      .toBe('open');
+    expect(metric(relay, 'relay_upgrades_refused_total{reason="connection_limit"}')).toBeGreaterThanOrEqual(2);
+  });
+
+  it('defaults: 4 sockets and 2 unclaimed per harness URL, 20 000 sockets in all, a 3 s claim window', () => {
+    expect(DEFAULT_LIMITS).toMatchObject({
+      maxSocketsPerUrl: 4,
+      maxUnclaimedPerUrl: 2,
+      maxConnections: 20_000,
+      maxConnectionsPerIp: 1024,
+      claimTimeoutMs: 3_000,
+    });
   });
 
   it('limits handshake-stage frames before the environment answers', async () => {

@@ -3,6 +3,7 @@ import { once } from 'node:events';
 import { createServer, type IncomingMessage, type Server, type ServerResponse, STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
 import {
+  grantIdentity,
   REVOCATIONS_SIGNATURE_HEADER,
   type RelayGrant,
   verifyRelayRequest,
@@ -27,10 +28,13 @@ import {
   type RevocationSource,
 } from './metrics.js';
 import { peekHeaderParts, streamKey } from './peek.js';
+import { PushSources } from './push-sources.js';
 import {
   isRevocationsPath,
   MAX_CONCURRENT_PUSHES,
+  MAX_PUSHES_PER_SOURCE,
   MAX_REVOCATION_BODY_BYTES,
+  PUSH_BODY_TIMEOUT_MS,
   parseRevocationPush,
   type Revocation,
   readRequestLimited,
@@ -54,6 +58,11 @@ export interface RelayOptions {
   heartbeat?: HeartbeatConfig;
   /** Proxies whose `X-Forwarded-For` names the client (`--trust-proxy`); default none: the socket's peer. */
   trustProxy?: TrustedProxies;
+  /**
+   * The addresses revocation pushes are taken from (the registry's: `--revocation-push-from`, else `--registry`'s
+   * host resolved); default any address.
+   */
+  pushSources?: PushSources;
   /** Observer of every forwarded WebSocket message (capture, debugging); must not keep the buffer mutable. */
   tap?: (direction: Direction, data: Buffer) => void;
   /**
@@ -122,8 +131,22 @@ interface EnvironmentPeer {
   lastSeen: number;
 }
 
+/** The open sockets of one harness grant (one signed URL), counted from the upgrade to the socket's close. */
+interface GrantSockets {
+  readonly id: string;
+  open: number;
+  unclaimed: number;
+}
+
+/** One harness socket's place in its grant's counts; `unclaimed` until its stream is claimed or it starts closing. */
+interface GrantHold {
+  readonly grant: GrantSockets;
+  unclaimed: boolean;
+}
+
 interface HarnessPeer {
   readonly ws: WebSocket;
+  readonly hold: GrantHold;
   readonly environmentId: string;
   readonly registrationId: string;
   readonly createdAt: number;
@@ -155,6 +178,7 @@ export function createRelay(options: RelayOptions): Relay {
   const now = options.now ?? Date.now;
   const tap = options.tap;
   const trustProxy = options.trustProxy ?? TrustedProxies.none();
+  const pushSources = options.pushSources ?? PushSources.any();
   const metrics = new RelayMetrics();
   // The counters are plain numbers from here on; the Telemetry reads them (and stats()) when it collects.
   const given = options.telemetry;
@@ -184,14 +208,19 @@ export function createRelay(options: RelayOptions): Relay {
   const environments = new Map<string, EnvironmentPeer>();
   const harnesses = new Set<HarnessPeer>();
   const connectionsByIp = new Map<string, number>();
+  /** Open sockets of each harness grant with at least one (`maxSocketsPerUrl`, `maxUnclaimedPerUrl`). */
+  const socketsByGrant = new Map<string, GrantSockets>();
+  /** Every upgraded socket until it closes, both roles (`maxConnections`). */
+  let openSockets = 0;
   // Highest environment-socket epoch seen per environment, kept after the socket leaves so a stale executor cannot
   // take the place of a briefly disconnected current one. A URL with a lower epoch was minted before the newer
   // registration existed, so it has expired once the entry has (urlLifetimeMs after it was last seen).
   const epochs = new ExpiringMap<number>(limits.maxRememberedRegistrations, limits.urlLifetimeMs);
   // Revoked registrations (revocationKey), refused until every URL naming them could have expired anyway.
   const revoked = new ExpiringMap<true>(limits.maxRememberedRegistrations, limits.urlLifetimeMs);
-  /** Revocation pushes whose body is being read now (at most MAX_CONCURRENT_PUSHES). */
-  let pushesReading = 0;
+  /** Revocation pushes whose body is being read now, by source address (at most MAX_CONCURRENT_PUSHES in all). */
+  const pushesReading = new Map<string, number>();
+  let pushesReadingTotal = 0;
   let closing = false;
   let listening = false;
   let heartbeat: Heartbeat | null = null;
@@ -254,33 +283,53 @@ export function createRelay(options: RelayOptions): Relay {
 
   /**
    * The registry's push: a signed list of revoked registrations. The signature (by the key the relay verifies URLs
-   * with) is checked over the exact body bytes before anything in it is parsed.
+   * with) is checked over the exact body bytes before anything in it is parsed. Before a byte of the body is read:
+   * the source must be one of the registry's addresses (when known), the signature header must be shaped like one,
+   * and the source must not have a push being read already, nor may MAX_CONCURRENT_PUSHES be; the body must then
+   * arrive within PUSH_BODY_TIMEOUT_MS.
    */
   async function onRevocationPush(req: IncomingMessage, res: ServerResponse) {
-    // Both refusals come before any body byte is read: the body is not wanted, so the socket ends with the answer.
+    // Every refusal before the body: it is not wanted, so the socket ends with the answer.
+    const refuseUnread = (result: PushResult, status: number, message: string) => {
+      pushes(result);
+      res.once('finish', () => req.destroy());
+      if (status === 503) res.setHeader('retry-after', '1');
+      fail(res, status, result, message);
+    };
+    const source = trustProxy.clientAddress(req.socket.remoteAddress, req.headers['x-forwarded-for']);
+    if (!pushSources.allows(source)) {
+      return refuseUnread('forbidden_source', 403, 'revocations are taken from the registry’s addresses only');
+    }
     const signature = req.headers[REVOCATIONS_SIGNATURE_HEADER];
     if (!wellFormedSignature(signature)) {
-      pushes('bad_signature');
-      res.once('finish', () => req.destroy());
-      return fail(
-        res,
-        401,
+      return refuseUnread(
         'bad_signature',
+        401,
         `${REVOCATIONS_SIGNATURE_HEADER} header required: a base64url Ed25519 signature (86 characters)`,
       );
     }
-    if (pushesReading >= MAX_CONCURRENT_PUSHES) {
-      pushes('busy');
-      res.once('finish', () => req.destroy());
-      res.setHeader('retry-after', '1');
-      return fail(res, 503, 'busy', `at most ${MAX_CONCURRENT_PUSHES} revocation pushes are read at once`);
+    const fromSource = pushesReading.get(source) ?? 0;
+    if (fromSource >= MAX_PUSHES_PER_SOURCE) {
+      return refuseUnread('source_busy', 503, `at most ${MAX_PUSHES_PER_SOURCE} revocation push per address at once`);
     }
-    pushesReading += 1;
-    let body: Buffer | null;
+    if (pushesReadingTotal >= MAX_CONCURRENT_PUSHES) {
+      return refuseUnread('busy', 503, `at most ${MAX_CONCURRENT_PUSHES} revocation pushes are read at once`);
+    }
+    pushesReading.set(source, fromSource + 1);
+    pushesReadingTotal += 1;
+    let body: Buffer | null | 'timeout';
     try {
-      body = await readRequestLimited(req, MAX_REVOCATION_BODY_BYTES);
+      body = await readRequestLimited(req, MAX_REVOCATION_BODY_BYTES, PUSH_BODY_TIMEOUT_MS);
     } finally {
-      pushesReading -= 1;
+      pushesReadingTotal -= 1;
+      const left = (pushesReading.get(source) ?? 1) - 1;
+      if (left <= 0) pushesReading.delete(source);
+      else pushesReading.set(source, left);
+    }
+    if (body === 'timeout') {
+      pushes('timeout');
+      res.once('finish', () => req.destroy());
+      return fail(res, 408, 'timeout', `a revocation body must arrive within ${PUSH_BODY_TIMEOUT_MS} ms`);
     }
     if (body === null) {
       pushes('too_large');
@@ -322,6 +371,7 @@ export function createRelay(options: RelayOptions): Relay {
 
   function onUpgrade(req: IncomingMessage, socket: Socket, head: Buffer) {
     if (closing) return refuse(socket, 503, 'shutting_down');
+    if (openSockets >= limits.maxConnections) return refuse(socket, 503, 'connection_limit');
     // The per-IP limit counts the client behind a trusted proxy, not the proxy.
     const ip = trustProxy.clientAddress(socket.remoteAddress, req.headers['x-forwarded-for']);
     const count = connectionsByIp.get(ip) ?? 0;
@@ -331,13 +381,34 @@ export function createRelay(options: RelayOptions): Relay {
     // ws completes this upgrade synchronously (no verifyClient), so nothing can change between here and attach.
     const standing = refusalFor(verdict.grant);
     if (standing) return refuse(socket, standing.status, standing.reason);
+    const grant = verdict.grant;
+    // A harness grant (one signed URL, told apart by its signed fields, nonce included) holds a few sockets at most,
+    // so one URL replayed cannot fill this IP's allowance or the relay.
+    let hold: GrantHold | null = null;
+    if (grant.role === 'harness') {
+      const id = grantIdentity(grant);
+      const held = socketsByGrant.get(id);
+      if (held && held.open >= limits.maxSocketsPerUrl) return refuse(socket, 429, 'url_limit');
+      if (held && held.unclaimed >= limits.maxUnclaimedPerUrl) return refuse(socket, 429, 'url_unclaimed_limit');
+      const sockets = held ?? { id, open: 0, unclaimed: 0 };
+      if (!held) socketsByGrant.set(id, sockets);
+      sockets.open += 1;
+      sockets.unclaimed += 1;
+      hold = { grant: sockets, unclaimed: true };
+    }
+    openSockets += 1;
     connectionsByIp.set(ip, count + 1);
     socket.once('close', () => {
+      openSockets -= 1;
       const left = (connectionsByIp.get(ip) ?? 1) - 1;
       if (left <= 0) connectionsByIp.delete(ip);
       else connectionsByIp.set(ip, left);
+      if (hold) {
+        releaseUnclaimed(hold);
+        hold.grant.open -= 1;
+        if (hold.grant.open <= 0) socketsByGrant.delete(hold.grant.id);
+      }
     });
-    const grant = verdict.grant;
     wss.handleUpgrade(req, socket, head, (ws) => {
       if (closing) {
         ws.close(CLOSE.GOING_AWAY, 'relay shutting down');
@@ -345,8 +416,15 @@ export function createRelay(options: RelayOptions): Relay {
       }
       metrics.counter('relay_connections_total', { role: grant.role }).inc();
       if (grant.role === 'environment') attachEnvironment(ws, socket, grant);
-      else attachHarness(ws, grant);
+      else attachHarness(ws, grant, hold as GrantHold);
     });
+  }
+
+  /** The socket no longer counts as its grant's unclaimed one (it claimed its stream, or it is closing). */
+  function releaseUnclaimed(hold: GrantHold) {
+    if (!hold.unclaimed) return;
+    hold.unclaimed = false;
+    hold.grant.unclaimed -= 1;
   }
 
   /** Why a grant whose signature verified is still refused: its registration was revoked, or superseded. */
@@ -472,10 +550,11 @@ export function createRelay(options: RelayOptions): Relay {
 
   // Harness sockets -----------------------------------------------------------------------------
 
-  function attachHarness(ws: WebSocket, grant: RelayGrant) {
+  function attachHarness(ws: WebSocket, grant: RelayGrant, hold: GrantHold) {
     const at = Date.now();
     const harness: HarnessPeer = {
       ws,
+      hold,
       environmentId: grant.environmentId,
       registrationId: grant.registrationId,
       createdAt: at,
@@ -567,6 +646,7 @@ export function createRelay(options: RelayOptions): Relay {
       return refuseStream(harness, 'stream_limit', CLOSE.STREAM_LIMIT);
     }
     env.streams.set(key, harness);
+    releaseUnclaimed(harness.hold);
     harness.key = key;
     harness.env = env;
     harness.handshakeFrames = 1;
@@ -616,6 +696,7 @@ export function createRelay(options: RelayOptions): Relay {
   function closeHarness(harness: HarnessPeer, code: number, reason: string) {
     if (harness.closing) return;
     harness.closing = true;
+    releaseUnclaimed(harness.hold);
     unclaim(harness);
     if (harness.ws.readyState === OPEN) harness.ws.close(code, reason);
     // A peer that does not read never completes the close handshake; free its buffers after a grace.

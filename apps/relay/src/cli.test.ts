@@ -95,6 +95,10 @@ describe('relay CLI (in-process)', () => {
       '--handshake-timeout <duration>',
       '--url-lifetime <duration>',
       '--max-remembered-registrations',
+      '--max-connections <n>',
+      '--max-sockets-per-url <n>',
+      '--max-unclaimed-per-url <n>',
+      '--revocation-push-from <address>',
     ]) {
       expect(res.stdout).toContain(flag);
     }

@@ -19,6 +19,7 @@ import { createRelay } from './app.js';
 import { TrustedProxies, TrustProxyError } from './client-address.js';
 import { DEFAULT_LIMITS, type RelayLimits } from './limits.js';
 import { relayTelemetryOptions } from './metrics.js';
+import { PushSources } from './push-sources.js';
 
 export interface CliIo {
   stdout: { write(text: string): unknown };
@@ -38,6 +39,8 @@ export interface ServeOptions extends Partial<Record<LimitOption, number>> {
   /** Milliseconds. */
   heartbeatInterval: number;
   trustProxy: string[];
+  /** IPs, CIDR blocks and host names pushes are taken from; empty: `--registry`'s addresses, or any without it. */
+  revocationPushFrom: string[];
   logLevel: string;
   logFormat: LogFormat;
 }
@@ -91,6 +94,18 @@ function trustProxyEntries(value: string, previous: string[] | undefined): strin
   return [...(previous ?? []), ...entries];
 }
 
+/** `--revocation-push-from`: IPs, CIDR blocks or host names, repeatable or comma-separated. */
+function pushFromEntries(value: string, previous: string[] | undefined): string[] {
+  const entries = value.split(',').filter((entry) => entry.trim() !== '');
+  try {
+    PushSources.validate(entries);
+  } catch (err) {
+    if (err instanceof TrustProxyError) throw new InvalidArgumentError(err.message);
+    throw err;
+  }
+  return [...(previous ?? []), ...entries];
+}
+
 function positiveInteger(value: string): number {
   if (!/^\d+$/.test(value) || Number(value) < 1 || !Number.isSafeInteger(Number(value))) {
     throw new InvalidArgumentError('expected a positive integer');
@@ -103,6 +118,9 @@ type LimitOption =
   | 'maxMessageBytes'
   | 'maxStreamsPerEnvironment'
   | 'maxConnectionsPerIp'
+  | 'maxConnections'
+  | 'maxSocketsPerUrl'
+  | 'maxUnclaimedPerUrl'
   | 'maxHandshakeFrames'
   | 'handshakeTimeout'
   | 'idleTimeout'
@@ -120,6 +138,13 @@ const LIMIT_FLAGS: Array<[keyof RelayLimits, string, string]> = [
   ['maxMessageBytes', 'max-message-bytes', 'largest WebSocket message; larger → close 1009'],
   ['maxStreamsPerEnvironment', 'max-streams-per-environment', 'streams per environment; beyond → Reset stream_limit'],
   ['maxConnectionsPerIp', 'max-connections-per-ip', 'open sockets per source IP; beyond → HTTP 429'],
+  ['maxConnections', 'max-connections', 'open sockets in all, both roles; beyond → HTTP 503 (connection_limit)'],
+  ['maxSocketsPerUrl', 'max-sockets-per-url', 'open sockets per signed harness URL; beyond → HTTP 429 (url_limit)'],
+  [
+    'maxUnclaimedPerUrl',
+    'max-unclaimed-per-url',
+    'sockets of one harness URL without a Resume yet; beyond → HTTP 429 (url_unclaimed_limit)',
+  ],
   ['maxHandshakeFrames', 'max-handshake-frames', 'harness frames before the environment answers; beyond → Reset'],
   ['handshakeTimeoutMs', 'handshake-timeout', 'the environment must answer a stream within this (handshake_timeout)'],
   ['idleTimeoutMs', 'idle-timeout', 'a stream silent both ways this long is reset (idle_timeout)'],
@@ -185,6 +210,7 @@ export async function runServe(options: ServeOptions, io: CliIo, logger?: Logger
     const value = options[limitOption(flag)];
     if (value !== undefined) limits[key] = value;
   }
+  const pushSources = await revocationPushSources(options, log);
   let telemetry: TelemetryOptions;
   try {
     telemetry = relayTelemetryOptions(io.env, (err) => log.warn({ err: err.message }, 'metrics export failed'));
@@ -201,6 +227,7 @@ export async function runServe(options: ServeOptions, io: CliIo, logger?: Logger
     logger: log,
     telemetry,
     trustProxy: TrustedProxies.parse(options.trustProxy),
+    pushSources,
     ...(options.registry && options.registryToken
       ? {
           heartbeat: {
@@ -228,6 +255,31 @@ export async function runServe(options: ServeOptions, io: CliIo, logger?: Logger
   log.info('shutting down');
   await relay.close();
   return 0;
+}
+
+/**
+ * Where revocation pushes are taken from: `--revocation-push-from`; else the addresses `--registry`'s host resolves
+ * to (a push from another address is refused 403); else, the registry's address being unknown, any address.
+ */
+async function revocationPushSources(options: ServeOptions, log: Logger): Promise<PushSources> {
+  if (options.revocationPushFrom.length === 0 && !options.registry) {
+    log.info('revocation pushes taken from any address (no --registry or --revocation-push-from)');
+    return PushSources.any();
+  }
+  const { sources, ready } =
+    options.revocationPushFrom.length > 0
+      ? PushSources.of(options.revocationPushFrom)
+      : PushSources.ofRegistry(options.registry as string);
+  const resolved = await ready;
+  if (resolved instanceof Error) {
+    log.warn(
+      { err: resolved.message, from: options.revocationPushFrom },
+      'cannot resolve where revocation pushes come from: they are refused until it resolves (heartbeats still carry revocations)',
+    );
+  } else {
+    log.info({ from: resolved }, 'revocation pushes taken from the registry’s addresses only');
+  }
+  return sources;
 }
 
 /** The option attribute of a limit's flag (`idle-timeout` → idleTimeout). */
@@ -292,6 +344,16 @@ export function buildCli(io: CliIo, exit: (code: number) => void): Command {
     )
       .argParser(trustProxyEntries)
       .default([], 'none'),
+  );
+  serve.addOption(
+    new Option(
+      '--revocation-push-from <address>',
+      'take revocation pushes (POST /v1/revocations) only from these IPs, CIDR blocks or host names (resolved, ' +
+        'again on a miss); repeatable or comma-separated. For registries whose outgoing address is not the one ' +
+        '--registry names (a load balancer, a Kubernetes Service: name its headless service instead)',
+    )
+      .argParser(pushFromEntries)
+      .default([], 'the addresses of --registry’s host; any without --registry'),
   );
   for (const option of logOptions()) serve.addOption(option);
   serve.addHelpText(

@@ -6,6 +6,7 @@
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { request as httpRequest } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { envVarName, flagRows } from '@tether/telemetry/cli';
@@ -76,6 +77,26 @@ async function upgrade(url: string, forwardedFor: string): Promise<number> {
     ws.once('open', () => resolve(101));
     ws.once('unexpected-response', (_req, res) => resolve(res.statusCode ?? 0));
     ws.once('error', reject);
+  });
+}
+
+/** POSTs a small body from `localAddress` with this signature header; the HTTP status. */
+function request(url: string, localAddress: string, signature: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(
+      url,
+      {
+        method: 'POST',
+        localAddress,
+        headers: { 'content-type': 'application/json', 'x-tether-signature': signature },
+      },
+      (res) => {
+        res.resume();
+        resolve(res.statusCode ?? 0);
+      },
+    );
+    req.on('error', reject);
+    req.end('{"revoked_registrations":[],"issued_at":1}');
   });
 }
 
@@ -197,6 +218,26 @@ describe('relay flags and variables', () => {
     const elsewhere = await serve([...common, '--trust-proxy', '10.0.0.0/8'], {}).url;
     expect(await upgrade(elsewhere, '198.51.100.1')).toBe(101);
     expect(await upgrade(elsewhere, '198.51.100.2')).toBe(429);
+  });
+
+  it('revocation pushes: from --registry’s addresses only, or --revocation-push-from’s, or any without either', async () => {
+    const common = ['--listen', '127.0.0.1:0', '--registry-key-file', keyFile()];
+    // The status of a push (a well-shaped signature that does not verify) sent from `from`.
+    const push = (url: string, from: string) =>
+      request(`${url.replace('ws:', 'http:')}/v1/revocations`, from, 'A'.repeat(86));
+    // The registry's port does not matter: its host names the addresses pushes are taken from.
+    const known = await serve([...common, '--registry', 'http://localhost:9'], {}).url;
+    expect(await push(known, '127.0.0.2')).toBe(403);
+    expect(await push(known, '127.0.0.1')).toBe(401);
+    const listed = await serve([...common, '--revocation-push-from', '127.0.0.2'], {}).url;
+    expect(await push(listed, '127.0.0.1')).toBe(403);
+    expect(await push(listed, '127.0.0.2')).toBe(401);
+    // A host name is resolved (a Kubernetes headless service naming the registry's pods, here loopback).
+    const named = await serve([...common, '--revocation-push-from', 'localhost'], {}).url;
+    expect(await push(named, '127.0.0.2')).toBe(403);
+    expect(await push(named, '127.0.0.1')).toBe(401);
+    const unknown = await serve(common, {}).url;
+    expect(await push(unknown, '127.0.0.2')).toBe(401);
   });
 
   it('refuses a --trust-proxy entry that is not an IP or CIDR block, naming it', () => {

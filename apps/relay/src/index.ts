@@ -9,3 +9,4 @@ export {
 export { CLOSE, DEFAULT_LIMITS, type RelayLimits } from './limits.js';
 export { DROP_REASONS, REFUSAL_REASONS, RESET_REASONS } from './metrics.js';
 export { peekHeader, streamKey } from './peek.js';
+export { PushSources, type Resolver } from './push-sources.js';

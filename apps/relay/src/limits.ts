@@ -8,6 +8,16 @@ export interface RelayLimits {
   maxStreamsPerEnvironment: number;
   /** Open sockets (both roles) per source IP; beyond → HTTP 429 at the upgrade. */
   maxConnectionsPerIp: number;
+  /** Open WebSocket sockets in all (both roles, every source); beyond → HTTP 503 at the upgrade (`connection_limit`). */
+  maxConnections: number;
+  /**
+   * Open sockets per harness grant (one signed harness URL: each `/connect` bundle is its own, by its nonce); beyond →
+   * HTTP 429 at the upgrade (`url_limit`). A client uses one socket per bundle; the spare ones cover a retry while an
+   * earlier socket of the same URL is still closing.
+   */
+  maxSocketsPerUrl: number;
+  /** Of those, sockets that have not claimed a stream yet (no `Resume`); beyond → HTTP 429 (`url_unclaimed_limit`). */
+  maxUnclaimedPerUrl: number;
   /** Frames a harness may send before the environment answers its stream; beyond → Reset `handshake_limit`. */
   maxHandshakeFrames: number;
   /**
@@ -43,10 +53,13 @@ export const DEFAULT_LIMITS: Readonly<RelayLimits> = Object.freeze({
   maxMessageBytes: MAX_FRAME_BYTES,
   maxStreamsPerEnvironment: 128,
   maxConnectionsPerIp: 1024,
+  maxConnections: 20_000,
+  maxSocketsPerUrl: 4,
+  maxUnclaimedPerUrl: 2,
   maxHandshakeFrames: 8,
   handshakeTimeoutMs: 10_000,
   idleTimeoutMs: 30 * 60_000,
-  claimTimeoutMs: 10_000,
+  claimTimeoutMs: 3_000,
   pingIntervalMs: 30_000,
   pongTimeoutMs: 60_000,
   environmentHighWaterBytes: 1024 * 1024,

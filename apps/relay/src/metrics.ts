@@ -54,6 +54,9 @@ export const REFUSAL_REASONS = [
   'registration_revoked',
   'stale_registration',
   'ip_limit',
+  'connection_limit',
+  'url_limit',
+  'url_unclaimed_limit',
   'shutting_down',
 ] as const;
 export type RefusalReason = (typeof REFUSAL_REASONS)[number];
@@ -63,7 +66,16 @@ export const REVOCATION_SOURCES = ['heartbeat', 'push'] as const;
 export type RevocationSource = (typeof REVOCATION_SOURCES)[number];
 
 /** What became of a `POST /v1/revocations`. */
-export const PUSH_RESULTS = ['ok', 'bad_signature', 'malformed', 'too_large', 'busy'] as const;
+export const PUSH_RESULTS = [
+  'ok',
+  'bad_signature',
+  'malformed',
+  'too_large',
+  'busy',
+  'source_busy',
+  'timeout',
+  'forbidden_source',
+] as const;
 export type PushResult = (typeof PUSH_RESULTS)[number];
 
 /** The relay's bounded memories: an entry forgotten to stay within `maxRememberedRegistrations`. */

@@ -17,7 +17,8 @@ import {
 } from './__tests__/support.js';
 import { HEADERS_TIMEOUT_MS, REQUEST_TIMEOUT_MS } from './app.js';
 import { CLOSE } from './limits.js';
-import { MAX_CONCURRENT_PUSHES } from './revocations.js';
+import { PushSources } from './push-sources.js';
+import { MAX_CONCURRENT_PUSHES, PUSH_BODY_TIMEOUT_MS } from './revocations.js';
 
 const isReset = (streamId: string, reason?: string) => (f: Frame) =>
   f.kind === 'reset' && f.streamId === streamId && (reason === undefined || f.reason === reason);
@@ -201,10 +202,16 @@ describe('revocation learned from the heartbeat answer', () => {
   });
 });
 
-/** A raw client socket, for requests fetch cannot make (headers without their body, half-sent headers). */
-async function rawSocket(relayUrl: string): Promise<{ socket: Socket; received: () => string; closed: Promise<void> }> {
+/**
+ * A raw client socket, for requests fetch cannot make (headers without their body, half-sent headers), from
+ * `localAddress` (another loopback address, 127.0.0.2…, is another source).
+ */
+async function rawSocket(
+  relayUrl: string,
+  localAddress?: string,
+): Promise<{ socket: Socket; received: () => string; closed: Promise<void> }> {
   const { hostname, port } = new URL(relayUrl);
-  const socket = connect(Number(port), hostname);
+  const socket = connect({ port: Number(port), host: hostname, ...(localAddress ? { localAddress } : {}) });
   let text = '';
   socket.setEncoding('utf8');
   socket.on('data', (chunk: string) => {
@@ -246,8 +253,9 @@ describe('revocation push endpoint under abuse', () => {
     const body = revocationBody([['env-1', 'reg-1']]);
     const signature = signRevocations(body, signingKey);
     const slow = [];
+    // Each from a source of its own (one source has one push read at once: below).
     for (let i = 0; i < MAX_CONCURRENT_PUSHES; i++) {
-      const raw = await rawSocket(url);
+      const raw = await rawSocket(url, `127.0.0.${i + 2}`);
       // Node answers 100 Continue as it hands the request to the handler: from then on, it is being read.
       raw.socket.write(pushHead(signature, Buffer.byteLength(body), 'Expect: 100-continue\r\n'));
       await expect.poll(() => raw.received()).toContain('100 Continue');
@@ -262,6 +270,64 @@ describe('revocation push endpoint under abuse', () => {
     await expect.poll(() => first.received()).toMatch(/HTTP\/1\.1 200 /);
     expect((await env.closed).code).toBe(CLOSE.REGISTRATION_REVOKED);
     expect((await pushRevocations(url, revocationBody([['env-2', 'reg-2']]))).status).toBe(200);
+  });
+
+  it('reads one push per source address at once: a second is 503 source_busy unread, another source gets a slot', async () => {
+    const { url, relay } = await startRelay();
+    const env = await Endpoint.open(signedUrl(url, 'environment', 'env-1', { registrationId: 'reg-1' }));
+    const body = revocationBody([['env-1', 'reg-1']]);
+    const signature = signRevocations(body, signingKey);
+    // A shaped signature and a large body announced, sent slowly (here: not at all).
+    const hog = await rawSocket(url, '127.0.0.2');
+    hog.socket.write(pushHead('A'.repeat(86), 1024 * 1024, 'Expect: 100-continue\r\n'));
+    await expect.poll(() => hog.received()).toContain('100 Continue');
+    const again = await rawSocket(url, '127.0.0.2');
+    again.socket.write(pushHead(signature, 1024 * 1024));
+    await expect.poll(() => again.received()).toMatch(/^HTTP\/1\.1 503 [\s\S]*"source_busy"/);
+    await again.closed;
+    // The registry, from its own address, is read and acted on at once.
+    expect(await pushRevocations(url, body)).toMatchObject({ status: 200 });
+    expect((await env.closed).code).toBe(CLOSE.REGISTRATION_REVOKED);
+    expect(metric(relay, 'relay_revocation_pushes_total{result="source_busy"}')).toBe(1);
+  });
+
+  it('cuts a push whose body has not arrived within 2 s of its headers (408) and frees its slot', {
+    timeout: 15_000,
+  }, async () => {
+    expect(PUSH_BODY_TIMEOUT_MS).toBe(2_000);
+    const { url, relay } = await startRelay();
+    const env = await Endpoint.open(signedUrl(url, 'environment', 'env-1', { registrationId: 'reg-1' }));
+    const body = revocationBody([['env-1', 'reg-1']]);
+    const slow = await rawSocket(url, '127.0.0.2');
+    slow.socket.write(pushHead(signRevocations(body, signingKey), Buffer.byteLength(body)));
+    slow.socket.write(body.slice(0, 10));
+    // No deadline asserted: the request timeout (30 s) would cut it too, after the test's own.
+    await expect.poll(() => slow.received(), { timeout: 10_000 }).toMatch(/^HTTP\/1\.1 408 [\s\S]*"timeout"/);
+    await slow.closed;
+    expect(metric(relay, 'relay_revocation_pushes_total{result="timeout"}')).toBe(1);
+    expect(env.ws.readyState).toBe(env.ws.OPEN);
+    // The same source has its slot back.
+    const next = await rawSocket(url, '127.0.0.2');
+    next.socket.write(pushHead(signRevocations(body, signingKey), Buffer.byteLength(body)) + body);
+    await expect.poll(() => next.received()).toMatch(/^HTTP\/1\.1 200 /);
+    expect((await env.closed).code).toBe(CLOSE.REGISTRATION_REVOKED);
+  });
+
+  it('takes pushes only from the registry’s addresses when they are known: another is 403 forbidden_source unread', async () => {
+    const { url, relay } = await startRelay({}, { pushSources: PushSources.fixed(['127.0.0.1']) });
+    const env = await Endpoint.open(signedUrl(url, 'environment', 'env-1', { registrationId: 'reg-1' }));
+    const body = revocationBody([['env-1', 'reg-1']]);
+    const signature = signRevocations(body, signingKey);
+    // A genuine push, replayed from elsewhere: refused before its body is read (1 MiB announced, never sent).
+    const stranger = await rawSocket(url, '127.0.0.2');
+    stranger.socket.write(pushHead(signature, 1024 * 1024));
+    await expect.poll(() => stranger.received()).toMatch(/^HTTP\/1\.1 403 [\s\S]*"forbidden_source"/);
+    await stranger.closed;
+    expect(env.ws.readyState).toBe(env.ws.OPEN);
+    expect(metric(relay, 'relay_revocation_pushes_total{result="forbidden_source"}')).toBe(1);
+    // From the registry's address it is taken.
+    expect(await pushRevocations(url, body)).toMatchObject({ status: 200 });
+    expect((await env.closed).code).toBe(CLOSE.REGISTRATION_REVOKED);
   });
 
   it('takes pushes under the node URL’s path prefix, as upgrades are', async () => {

@@ -75,7 +75,7 @@ describe('revocation lists (untrusted input)', () => {
   });
 
   it('reads a request body up to its limit, refusing a longer declared or sent one', async () => {
-    const seen: Array<Buffer | null> = [];
+    const seen: Array<Buffer | null | 'timeout'> = [];
     const server = createServer(async (req: IncomingMessage, res) => {
       seen.push(await readRequestLimited(req, 8));
       res.once('finish', () => req.destroy());
@@ -98,6 +98,33 @@ describe('revocation lists (untrusted input)', () => {
       await fetch(url, { method: 'POST', body: chunked, duplex: 'half' } as RequestInit).catch(() => {});
       await expect.poll(() => seen.length).toBe(3);
       expect(seen.map((b) => b?.toString() ?? null)).toEqual(['12345678', null, null]);
+    } finally {
+      server.closeAllConnections();
+      await new Promise((resolve) => server.close(resolve));
+    }
+  });
+
+  it('gives up on a request body that has not all arrived by its deadline', async () => {
+    const seen: Array<Buffer | null | 'timeout'> = [];
+    const server = createServer(async (req: IncomingMessage, res) => {
+      seen.push(await readRequestLimited(req, 1024, 50));
+      res.once('finish', () => req.destroy());
+      res.end();
+    });
+    server.listen(0, '127.0.0.1');
+    await new Promise((resolve) => server.once('listening', resolve));
+    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/`;
+    try {
+      await fetch(url, { method: 'POST', body: 'on time' });
+      // Half a body, and the rest never.
+      const stalled = new ReadableStream<Uint8Array>({
+        start(controller) {
+          controller.enqueue(Buffer.from('12345'));
+        },
+      });
+      await fetch(url, { method: 'POST', body: stalled, duplex: 'half' } as RequestInit).catch(() => {});
+      await expect.poll(() => seen.length).toBe(2);
+      expect(seen.map((b) => (Buffer.isBuffer(b) ? b.toString() : b))).toEqual(['on time', 'timeout']);
     } finally {
       server.closeAllConnections();
       await new Promise((resolve) => server.close(resolve));

@@ -20,6 +20,19 @@ export const MAX_REVOCATION_BODY_BYTES = 1024 * 1024;
  */
 export const MAX_CONCURRENT_PUSHES = 4;
 
+/**
+ * Pushes one source address may have read at once: one. A second push from an address whose first is still being
+ * read is answered 503 unread, so one sender cannot take every slot (the registry retries it on its next poll, 2 s).
+ */
+export const MAX_PUSHES_PER_SOURCE = 1;
+
+/**
+ * A push's body must have arrived this long after its headers; else 408 and the socket is closed. The registry
+ * sends a body of at most a few hundred KiB at once (its own request timeout is 2 s), so only a sender that dribbles
+ * its body is cut.
+ */
+export const PUSH_BODY_TIMEOUT_MS = 2_000;
+
 // An Ed25519 signature (64 bytes) in unpadded base64url, as the registry sends it (relay-auth signRevocations).
 const SIGNATURE_SHAPE = /^[A-Za-z0-9_-]{86}$/;
 
@@ -117,28 +130,41 @@ export async function readResponseLimited(
 
 /**
  * An HTTP request body up to `max` bytes; null when it is declared or turns out longer, or the client goes away
- * first. Reading stops at the limit, so an oversized body is never held.
+ * first; `'timeout'` when it has not all arrived within `timeoutMs` (when given). Reading stops at the limit or the
+ * deadline, so an oversized or dribbled body is never held.
  */
-export function readRequestLimited(req: IncomingMessage, max: number): Promise<Buffer | null> {
+export function readRequestLimited(
+  req: IncomingMessage,
+  max: number,
+  timeoutMs?: number,
+): Promise<Buffer | null | 'timeout'> {
   return new Promise((resolve) => {
     if (Number(req.headers['content-length'] ?? 0) > max) return resolve(null);
     const chunks: Buffer[] = [];
     let size = 0;
+    let timer: NodeJS.Timeout | undefined;
+    const stop = (result: Buffer | null | 'timeout') => {
+      clearTimeout(timer);
+      req.off('data', onData);
+      if (result === null || result === 'timeout') {
+        req.pause();
+        chunks.length = 0;
+      }
+      resolve(result);
+    };
     const onData = (chunk: Buffer) => {
       size += chunk.byteLength;
       if (size <= max) {
         chunks.push(chunk);
         return;
       }
-      req.off('data', onData);
-      req.pause();
-      chunks.length = 0;
-      resolve(null);
+      stop(null);
     };
+    if (timeoutMs !== undefined) timer = setTimeout(() => stop('timeout'), timeoutMs);
     req.on('data', onData);
-    req.once('end', () => resolve(Buffer.concat(chunks)));
+    req.once('end', () => stop(Buffer.concat(chunks)));
     // A client that disconnects mid-body: 'close' without 'end' (resolving twice is a no-op).
-    req.once('close', () => resolve(null));
-    req.once('error', () => resolve(null));
+    req.once('close', () => stop(null));
+    req.once('error', () => stop(null));
   });
 }

@@ -8,8 +8,11 @@ export {
   verifyRevocations,
 } from './revocations.js';
 export {
+  grantIdentity,
   grantMessage,
   loadOrCreateSigningKey,
+  NONCE_PATTERN,
+  nonceForGrant,
   publicKeyFromPem,
   type RelayGrant,
   type RelayRole,

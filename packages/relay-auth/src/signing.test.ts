@@ -4,7 +4,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import {
+  grantIdentity,
+  grantMessage,
   loadOrCreateSigningKey,
+  NONCE_PATTERN,
+  nonceForGrant,
   publicKeyFromPem,
   relayNodeOf,
   SIGNING_KEY_FILE,
@@ -52,6 +56,46 @@ describe('relay signing key', () => {
     expect(verifyRelayUrl(url.replace('registration=r1', 'registration=r2'), key.publicKey, 1)).toBeNull();
     expect(verifyRelayUrl(url.replace('expires=2000', 'expires=3000'), key.publicKey, 1)).toBeNull();
     expect(verifyRelayUrl(url.replace('epoch=7', 'epoch=8'), key.publicKey, 1)).toBeNull();
+  });
+
+  it('signs a harness grant’s nonce too, under its own domain tag; each nonce is fresh', () => {
+    const key = tempKey();
+    const nonce = nonceForGrant();
+    expect(nonce).toMatch(NONCE_PATTERN);
+    expect(nonceForGrant()).not.toBe(nonce);
+    const grant = { role: 'harness' as const, environmentId: 'e1', registrationId: 'r1', epoch: 7, expiresAt: 2_000 };
+    const url = signRelayUrl('wss://relay.example', { ...grant, nonce }, key);
+    expect(url).toContain(`&expires=2000&nonce=${nonce}&sig=`);
+    expect(verifyRelayUrl(url, key.publicKey, 1)).toEqual({ ...grant, nonce });
+    // Another nonce, none, or the signature of the same grant without one: all refused.
+    expect(verifyRelayUrl(url.replace(nonce, nonceForGrant()), key.publicKey, 1)).toBeNull();
+    expect(verifyRelayUrl(url.replace(`&nonce=${nonce}`, ''), key.publicKey, 1)).toBeNull();
+    const without = new URL(signRelayUrl('wss://relay.example', grant, key));
+    const withOtherSig = new URL(url);
+    withOtherSig.searchParams.set('sig', without.searchParams.get('sig') as string);
+    expect(verifyRelayUrl(withOtherSig.toString(), key.publicKey, 1)).toBeNull();
+    expect(grantMessage({ ...grant, nonce }).toString()).toBe(
+      `tether-relay-url-v3\nharness\ne1\nr1\n7\n2000\n${nonce}`,
+    );
+    expect(grantMessage(grant).toString()).toBe('tether-relay-url-v2\nharness\ne1\nr1\n7\n2000');
+    // Two bundles of one registration in the same second are two grants.
+    expect(grantIdentity({ ...grant, nonce })).not.toBe(grantIdentity({ ...grant, nonce: nonceForGrant() }));
+    expect(grantIdentity({ ...grant, nonce })).not.toBe(grantIdentity(grant));
+  });
+
+  it('refuses to sign a nonce that is not 16 bytes of base64url', () => {
+    const key = tempKey();
+    for (const nonce of ['', 'short', `${'A'.repeat(21)}=`, 'A'.repeat(23), `${'A'.repeat(21)}\n`]) {
+      const grant = {
+        role: 'harness' as const,
+        environmentId: 'e1',
+        registrationId: 'r1',
+        epoch: 1,
+        expiresAt: 9,
+        nonce,
+      };
+      expect(() => signRelayUrl('ws://127.0.0.1:1', grant, key)).toThrow(RangeError);
+    }
   });
 
   it('refuses to sign an epoch that is not a safe integer ≥ 0', () => {
@@ -115,6 +159,27 @@ describe('verifyRelayRequest (what the relay checks at the upgrade)', () => {
     ['an unknown role', path.replace('role=environment', 'role=admin'), 403, 'forbidden_role'],
   ])('refuses %s', (_what, candidate, status, reason) => {
     expect(verifyRelayRequest(candidate, key.publicKey, 1)).toEqual({ ok: false, status, reason });
+  });
+
+  it.each([
+    ['an empty nonce', ''],
+    ['a short nonce', 'abc'],
+    ['a long nonce', 'A'.repeat(23)],
+    ['a nonce with padding', `${'A'.repeat(21)}=`],
+  ])('refuses a URL with %s (missing_signature), never reading it as no nonce', (_what, nonce) => {
+    expect(verifyRelayRequest(`${path}&nonce=${encodeURIComponent(nonce)}`, key.publicKey, 1)).toEqual({
+      ok: false,
+      status: 401,
+      reason: 'missing_signature',
+    });
+  });
+
+  it('refuses a nonce added to a URL signed without one', () => {
+    expect(verifyRelayRequest(`${path}&nonce=${nonceForGrant()}`, key.publicKey, 1)).toEqual({
+      ok: false,
+      status: 401,
+      reason: 'bad_signature',
+    });
   });
 
   it('refuses an expired grant and a signature by another key', () => {

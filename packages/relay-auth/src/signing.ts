@@ -22,18 +22,51 @@ export interface RelayGrant {
   epoch: number;
   /** Epoch seconds. */
   expiresAt: number;
+  /**
+   * A random value the registry puts in each harness grant (`nonceForGrant`), so that two bundles issued in the same
+   * second are two grants: a relay bounds the sockets one grant may hold (`--max-sockets-per-url`). Environment
+   * grants carry none. Signed when present (under its own domain tag, so a URL without one cannot gain one).
+   */
+  nonce?: string;
 }
 
 export const SIGNING_KEY_FILE = 'relay-signing-key.pem';
 const DOMAIN = 'tether-relay-url-v2';
+/** A grant with a nonce is signed under its own tag: no grant without one signs the same bytes. */
+const DOMAIN_WITH_NONCE = 'tether-relay-url-v3';
 
-/** The exact bytes signed: a domain tag and the five grant fields, newline-separated (none may contain one). */
+/** A grant's nonce: 16 random bytes in unpadded base64url (22 characters), nothing else. */
+export const NONCE_PATTERN = /^[A-Za-z0-9_-]{22}$/;
+
+/** A fresh nonce for a harness grant (16 random bytes, base64url). */
+export function nonceForGrant(): string {
+  return randomBytes(16).toString('base64url');
+}
+
+/**
+ * The exact bytes signed: a domain tag and the five grant fields, newline-separated (none may contain one); a grant
+ * with a nonce is tagged `tether-relay-url-v3` and its nonce follows as a sixth field.
+ */
 export function grantMessage(grant: RelayGrant): Buffer {
-  return Buffer.from(
-    [DOMAIN, grant.role, grant.environmentId, grant.registrationId, String(grant.epoch), String(grant.expiresAt)].join(
-      '\n',
-    ),
-  );
+  const fields = [grant.role, grant.environmentId, grant.registrationId, String(grant.epoch), String(grant.expiresAt)];
+  if (grant.nonce === undefined) return Buffer.from([DOMAIN, ...fields].join('\n'));
+  return Buffer.from([DOMAIN_WITH_NONCE, ...fields, grant.nonce].join('\n'));
+}
+
+/**
+ * What identifies one grant (one signed URL) whatever else its query carries: its signed fields. A relay counts
+ * sockets by it; the URL's text would not do (an extra parameter, or other spare bits of the base64url signature,
+ * spell the same grant differently).
+ */
+export function grantIdentity(grant: RelayGrant): string {
+  return [
+    grant.role,
+    grant.environmentId,
+    grant.registrationId,
+    String(grant.epoch),
+    String(grant.expiresAt),
+    grant.nonce ?? '',
+  ].join('\n');
 }
 
 /**
@@ -69,18 +102,22 @@ export function loadOrCreateSigningKey(dataDir: string): SigningKey {
 }
 
 /**
- * `BASE/ws/environment/ID?role=…&registration=…&epoch=…&expires=…&sig=…` (sig: base64url Ed25519 over
+ * `BASE/ws/environment/ID?role=…&registration=…&epoch=…&expires=…[&nonce=…]&sig=…` (sig: base64url Ed25519 over
  * grantMessage).
  */
 export function signRelayUrl(base: string, grant: RelayGrant, key: SigningKey): string {
   if (!Number.isSafeInteger(grant.epoch) || grant.epoch < 0)
     throw new RangeError('grant epoch must be a safe integer ≥ 0');
+  if (grant.nonce !== undefined && !NONCE_PATTERN.test(grant.nonce)) {
+    throw new RangeError('grant nonce must be 16 bytes in unpadded base64url (nonceForGrant)');
+  }
   const sig = sign(null, grantMessage(grant), key.privateKey).toString('base64url');
   const url = new URL(`${base.replace(/\/+$/, '')}/ws/environment/${grant.environmentId}`);
   url.searchParams.set('role', grant.role);
   url.searchParams.set('registration', grant.registrationId);
   url.searchParams.set('epoch', String(grant.epoch));
   url.searchParams.set('expires', String(grant.expiresAt));
+  if (grant.nonce !== undefined) url.searchParams.set('nonce', grant.nonce);
   url.searchParams.set('sig', sig);
   return url.toString();
 }
@@ -115,7 +152,7 @@ const PATH = /\/ws\/environment\/([A-Za-z0-9_-]{1,128})$/;
 
 /**
  * What a relay does with an upgrade request's path and query
- * (`/…/ws/environment/ID?role=…&registration=…&epoch=…&expires=…&sig=…`):
+ * (`/…/ws/environment/ID?role=…&registration=…&epoch=…&expires=…[&nonce=…]&sig=…`):
  * the grant when the signature verifies under `publicKey` and `expires` is after `nowSeconds`, else why not.
  */
 export function verifyRelayRequest(pathAndQuery: string, publicKey: KeyObject, nowSeconds: number): VerifyResult {
@@ -131,6 +168,7 @@ export function verifyRelayRequest(pathAndQuery: string, publicKey: KeyObject, n
   const epochText = parsed.searchParams.get('epoch');
   const expiresText = parsed.searchParams.get('expires');
   const sig = parsed.searchParams.get('sig');
+  const nonce = parsed.searchParams.get('nonce');
   if (!match || !role || !registrationId || !epochText || !expiresText || !sig)
     return { ok: false, status: 401, reason: 'missing_signature' };
   if (role !== 'environment' && role !== 'harness') return { ok: false, status: 403, reason: 'forbidden_role' };
@@ -141,7 +179,10 @@ export function verifyRelayRequest(pathAndQuery: string, publicKey: KeyObject, n
   if (!/^\d{1,15}$/.test(expiresText) || !/^\d{1,15}$/.test(epochText)) {
     return { ok: false, status: 401, reason: 'missing_signature' };
   }
+  // Present means well formed: an empty or odd nonce is refused, never read as none.
+  if (nonce !== null && !NONCE_PATTERN.test(nonce)) return { ok: false, status: 401, reason: 'missing_signature' };
   const grant: RelayGrant = { role, environmentId: match[1] as string, registrationId, epoch, expiresAt: expires };
+  if (nonce !== null) grant.nonce = nonce;
   const signature = Buffer.from(sig, 'base64url');
   if (signature.byteLength !== 64 || !verify(null, grantMessage(grant), publicKey, signature)) {
     return { ok: false, status: 401, reason: 'bad_signature' };

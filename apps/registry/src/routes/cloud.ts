@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { type NoisePublicKeyJson, parsePublicKey, publicKeyToJson, SECURITY_PROFILE_HYBRID_IK_V1 } from '@tether/noise';
-import { type RelayRole, signRelayUrl } from '@tether/relay-auth';
+import { nonceForGrant, type RelayRole, signRelayUrl } from '@tether/relay-auth';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { CONNECT_REQUEST_ID_HEADER, HARNESS_KEY_ID_HEADER, HARNESS_KEY_ROLE_HEADER, requireRole } from '../app.js';
 import { BoundedCache } from '../cache.js';
@@ -75,8 +75,9 @@ function canonicalKeyMemo() {
 export async function cloudRoutes(app: FastifyInstance) {
   const { store, config, signingKey, now } = app.registry;
   const canonicalKey = canonicalKeyMemo();
-  // Ed25519 signatures are deterministic, so a grant signed again within the same second (expiry has 1 s
-  // resolution) is the same URL: reuse it rather than sign again.
+  // Ed25519 signatures are deterministic, so an environment grant signed again within the same second (expiry has
+  // 1 s resolution) is the same URL: reuse it rather than sign again. Harness URLs are never reused (each carries a
+  // nonce of its own, below).
   const signedUrls = new BoundedCache<string, string>(1024);
   // The stored executor key, parsed once per distinct value (the response serializer only reads it).
   const parsedKeys = new BoundedCache<string, NoisePublicKeyJson>(512);
@@ -105,7 +106,8 @@ export async function cloudRoutes(app: FastifyInstance) {
   /**
    * A signed relay URL for `registration` on node `base`. The executor's lives relayUrlTtlMs (it holds its socket
    * for long); a harness's lives as long as the authorization issued with it (rounded up to the second), so a
-   * leaked harness URL is worthless soon after.
+   * leaked harness URL is worthless soon after. Each harness URL is a grant of its own (a fresh nonce): a relay
+   * bounds the sockets one grant may hold, so two bundles issued in the same second must not share one.
    */
   const relayUrl = (
     base: string,
@@ -117,6 +119,13 @@ export async function cloudRoutes(app: FastifyInstance) {
         ? Math.ceil((now() + config.authorizationTtlMs) / 1000)
         : Math.floor((now() + config.relayUrlTtlMs) / 1000);
     const { environmentId, registrationId, epoch } = registration;
+    if (role === 'harness') {
+      return signRelayUrl(
+        base,
+        { role, environmentId, registrationId, epoch, expiresAt, nonce: nonceForGrant() },
+        signingKey,
+      );
+    }
     const memoKey = `${base}\n${role}\n${environmentId}\n${registrationId}\n${epoch}\n${expiresAt}`;
     let url = signedUrls.get(memoKey);
     if (url === undefined) {

@@ -2,7 +2,7 @@ import { generateKeyPairSync } from 'node:crypto';
 import { once } from 'node:events';
 import { createServer, type IncomingHttpHeaders } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { type RelayRole, type SigningKey, signRelayUrl, signRevocations } from '@tether/relay-auth';
+import { nonceForGrant, type RelayRole, type SigningKey, signRelayUrl, signRevocations } from '@tether/relay-auth';
 import { decodeFrame, encodeFrame, type Frame } from '@tether/relay-frames';
 import { afterEach } from 'vitest';
 import { WebSocket } from 'ws';
@@ -34,12 +34,23 @@ export async function startRelay(
   return { relay, url };
 }
 
+/**
+ * A URL signed as the registry signs it: a harness URL carries a fresh nonce (each bundle is its own grant) unless
+ * `nonce` says otherwise (`null`: none, as an older registry's).
+ */
 export function signedUrl(
   base: string,
   role: RelayRole,
   environmentId: string,
-  options: { registrationId?: string; epoch?: number; expiresAt?: number; key?: SigningKey } = {},
+  options: {
+    registrationId?: string;
+    epoch?: number;
+    expiresAt?: number;
+    key?: SigningKey;
+    nonce?: string | null;
+  } = {},
 ): string {
+  const nonce = options.nonce === undefined ? (role === 'harness' ? nonceForGrant() : null) : options.nonce;
   return signRelayUrl(
     base,
     {
@@ -48,6 +59,7 @@ export function signedUrl(
       registrationId: options.registrationId ?? 'reg-1',
       epoch: options.epoch ?? 1,
       expiresAt: options.expiresAt ?? Math.floor(Date.now() / 1000) + 3600,
+      ...(nonce === null ? {} : { nonce }),
     },
     options.key ?? signingKey,
   );
