@@ -17,8 +17,9 @@ import {
 } from '@tether/exec-protocol';
 import type { ProcessEvent, SignalName } from './backend.js';
 import { TetherError } from './errors.js';
-import { type ExecServerClient, processStartParams } from './exec-client.js';
+import type { ExecServerClient } from './exec-client.js';
 import { LOW_WATER_FRACTION, ProcessEvents } from './process-events.js';
+import { processStartParams } from './start-params.js';
 
 /** One process as `process/list` shows it. */
 export interface ProcessInfo {

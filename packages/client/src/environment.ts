@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Duplex } from 'node:stream';
 import type { ProcessBackend, SignalName } from './backend.js';
+import type { ExecServerClientOptions } from './client-options.js';
 import {
   type AttachedProcess,
   type AttachOptions,
@@ -12,12 +13,13 @@ import {
   spawnDetached,
 } from './detached.js';
 import { TetherError } from './errors.js';
-import { ExecServerClient, type ExecServerClientOptions, type RendezvousOptions } from './exec-client.js';
+import { ExecServerClient } from './exec-client.js';
 import type { EnvironmentFs } from './fs.js';
 import { LocalBackend } from './local-backend.js';
 import { LocalFs } from './local-fs.js';
 import { ProcessHandle, type ProcessHandleOptions } from './process.js';
 import { RemoteFs } from './remote-fs.js';
+import type { RendezvousOptions } from './rendezvous-dialer.js';
 import { type ConnectTcpOptions, connectLocalTcp } from './tcp.js';
 
 export interface SpawnOptions extends ProcessHandleOptions {

@@ -7,9 +7,10 @@ import { SecureStreamError } from '@tether/secure-stream';
 import { type PeerHandle, startPeer } from '@tether/test-kit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
+import type { ConnectProgress } from './client-options.js';
 import { Environment } from './environment.js';
 import { TetherError } from './errors.js';
-import { type ConnectProgress, ExecServerClient } from './exec-client.js';
+import { ExecServerClient } from './exec-client.js';
 
 const work = mkdtempSync(join(tmpdir(), 'tether-exec-client-'));
 afterAll(() => rmSync(work, { recursive: true, force: true }));

@@ -1,32 +1,24 @@
-import { type ChildProcess, spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import {
   clampFlowWindow,
   DEFAULT_FLOW_WINDOW_BYTES,
-  DecodeError,
-  decodeResult,
   ErrorCode,
   type InitializeResult,
-  isNotification,
   Method,
   type MethodParams,
   type MethodResult,
   Notification,
-  type ProcessStartParams,
   type RequestMethod,
   RpcError,
 } from '@tether/exec-protocol';
 import {
-  attachmentOf,
   type CallOptions,
   ConnectionClosedError,
   encodeWithAttachment,
-  type MessageTransport,
   RpcClient,
   RpcConnection,
   RpcTimeoutError,
-  StdioTransport,
 } from '@tether/jsonrpc';
-import type { NoiseIdentity, NoisePublicKey } from '@tether/noise';
 import type {
   ProcessBackend,
   ProcessEvent,
@@ -36,18 +28,16 @@ import type {
   StartOptions,
   WriteStatus,
 } from './backend.js';
-import type { DialPhase, RendezvousPlatform } from './dial.js';
-import { secureStreamFailureMayPass } from './dial-error.js';
-import { ExecutorKeyChangedError, TetherError, type TetherErrorCode } from './errors.js';
-import { checkRegistryUrl, type RegistryOptions, type RendezvousBundle } from './registry.js';
+import type { ExecServerClientOptions } from './client-options.js';
+import type { DialPhase } from './dial.js';
+import { FINAL_ON_RESUME, lastCode, mayPass } from './dial-error.js';
+import { decodeAnswer, processEventOf } from './edge.js';
+import { TetherError } from './errors.js';
+import { checkRegistryUrl } from './registry.js';
+import { channelOrDirect, loadDialing, type RendezvousOptions, rendezvousDialer } from './rendezvous-dialer.js';
+import { processStartParams } from './start-params.js';
+import { stdioDialer } from './stdio-dialer.js';
 import { TcpForwarder } from './tcp.js';
-
-/**
- * The dialing machinery (WebSocket, relay frames, the secure stream, Noise key generation) is loaded on the
- * first dial: a command whose channel comes from a connection master (`channelSource`) never needs it, and
- * its start-up does not pay for loading it.
- */
-const loadDialing = () => import('./dial.js');
 
 /** Calls that may be sent again after a reconnect without changing their effect. */
 const IDEMPOTENT: ReadonlySet<string> = new Set<RequestMethod>([
@@ -61,155 +51,12 @@ const IDEMPOTENT: ReadonlySet<string> = new Set<RequestMethod>([
   Method.fsCanonicalize,
 ]);
 
-/**
- * Opens a fresh transport to the executor (a new socket, or a new bundle + stream + handshake). `onPhase`,
- * when given, is told as each step of the dial begins.
- */
-export type Dialer = (signal: AbortSignal, onPhase?: (phase: DialPhase) => void) => Promise<MessageTransport>;
-
-/**
- * One step of setting a connection up (`ExecServerClientOptions.onProgress`), reported as it begins: a dial's
- * steps, then `initialize`; `backoff` is the pause before another attempt; `connected` and `failed` end it.
- */
-export interface ConnectProgress {
-  /** The first connect, or a resume of the session after its transport dropped. */
-  kind: 'connect' | 'resume';
-  phase: DialPhase | 'initialize' | 'backoff' | 'connected' | 'failed';
-  /** 1 for the first attempt of this connect or resume. */
-  attempt: number;
-  /** `backoff`: how long the pause is (ms). */
-  delayMs?: number;
-  /** `failed`, or `backoff`: why the attempt failed (never a credential). */
-  error?: string;
-}
-
-export interface ReconnectOptions {
-  /**
-   * Give up after this long without a resumed session (default 25 s, inside the executor's 30 s TTL); an
-   * attempt still under way then is given up wherever it is.
-   */
-  timeoutMs?: number;
-}
-
-export interface ConnectRetryOptions {
-  /**
-   * Stop trying to set the connection up after this long (default 20 s): an attempt still under way then is
-   * given up wherever it is (its dial's signal is aborted; one begun at the very end gets 1 s).
-   */
-  timeoutMs?: number;
-}
-
 /** First pause between set-up attempts, and the longest. */
 const CONNECT_RETRY_FIRST_MS = 100;
 const CONNECT_RETRY_MAX_MS = 2_000;
 const DEFAULT_CONNECT_TIMEOUT_MS = 20_000;
 /** The least time an attempt gets before it is given up: one begun right at the deadline still has a chance. */
 const MIN_ATTEMPT_MS = 1_000;
-
-export interface ExecServerClientOptions {
-  dial: Dialer;
-  /**
-   * Set-up (dial, handshake, initialize) is tried again with backoff after a failure that may pass (a
-   * refused or cut socket, a handshake cut short, a connection closed before initialize answered), within
-   * this bound (default 20 s). A refusal (authorization, unknown environment, protocol) is final at once.
-   * `false`: one attempt.
-   */
-  connectRetry?: ConnectRetryOptions | false;
-  clientName?: string;
-  /** Default timeout of one call (default 60 s; reads with waitMs get that on top). */
-  callTimeoutMs?: number;
-  /** Re-dial and resume the session when the transport drops (default on). `false` disables. */
-  reconnect?: ReconnectOptions | false;
-  /** Logs transport drops and reconnects. */
-  onStatus?: (status: 'disconnected' | 'reconnected' | 'lost', detail: string) => void;
-  /**
-   * Told as each step of a connect or resume begins (registry call, relay upgrade, handshake, initialize,
-   * backoff), for a caller that wants to show or log where a slow connect is. Never called when absent.
-   */
-  onProgress?: (progress: ConnectProgress) => void;
-}
-
-/** How to reach an environment through the registry and relay. */
-export interface RendezvousOptions extends RegistryOptions {
-  environmentId: string;
-  /** The harness's Noise identity, kept for the whole session (default: a fresh one). */
-  identity?: NoiseIdentity;
-  /**
-   * The executor key to trust, pinned up front (e.g. printed by the executor's operator): a bundle naming
-   * another key is refused before anything is sent. Without it the key of the session's first successful
-   * handshake is pinned, and a reconnect whose bundle names another key fails with ExecutorKeyChangedError.
-   */
-  executorPublicKey?: NoisePublicKey;
-  handshakeTimeoutMs?: number;
-  /**
-   * Where a connection may come from before a direct one is dialed: e.g. a local connection master holding
-   * channels it already set up (`ChannelSource`). Each (re)connect asks it first; null means dial directly.
-   */
-  channelSource?: ChannelSource;
-  /**
-   * Where Node's socket and crypto are not there (a web page): how the relay socket is opened, and the
-   * handshake's primitives. Default: `ws` and node:crypto.
-   */
-  platform?: RendezvousPlatform;
-}
-
-/** A secure channel to the environment that someone else set up (registry, relay, handshake) and hands over. */
-export interface OpenedChannel {
-  /** Plaintext JSON-RPC messages of the channel; the executor has not seen `initialize` on it yet. */
-  transport: MessageTransport;
-  /** The key the executor proved in the channel's handshake: checked against the session's pin. */
-  executorPublicKey: NoisePublicKey;
-}
-
-/** A source of ready channels (`RendezvousOptions.channelSource`). */
-export interface ChannelSource {
-  /** A channel, or null to dial directly (no source, or it is broken); a throw fails this attempt. */
-  open(signal: AbortSignal): Promise<OpenedChannel | null>;
-}
-
-/** Dials an environment through registry and relay, with one key pin across every dial (`rendezvousDialer`). */
-export interface RendezvousDialer {
-  readonly dial: Dialer;
-  readonly pin: {
-    /** Throws ExecutorKeyChangedError unless `key` is the pinned one (or nothing is pinned yet). */
-    checkKey(key: NoisePublicKey): void;
-    /** `key` completed a handshake: pinned from now on if nothing was. */
-    trustKey(key: NoisePublicKey): void;
-    /** The pinned key, if any. */
-    readonly key: NoisePublicKey | null;
-  };
-}
-
-/**
- * The direct dial of `connectRendezvous`: a fresh bundle, relay socket and handshake per call, one harness
- * identity (generated on the first dial unless given) and one executor key pin for all of them.
- */
-export function rendezvousDialer(options: RendezvousOptions): RendezvousDialer {
-  checkRegistryUrl(options.registryUrl, options.allowInsecureRegistry);
-  let identity = options.identity ?? null;
-  const pin = new ExecutorKeyPin(options.environmentId, options.executorPublicKey ?? null);
-  return {
-    dial: async (signal, onPhase) => {
-      const dial = await loadDialing();
-      const platform = options.platform;
-      identity ??= dial.generateIdentity({
-        ...(platform?.provider ? { provider: platform.provider } : {}),
-        ...(platform?.kem ? { kem: platform.kem } : {}),
-      });
-      return dial.dialRendezvous(
-        options,
-        options.environmentId,
-        identity,
-        pin,
-        signal,
-        options.handshakeTimeoutMs,
-        platform,
-        onPhase,
-      );
-    },
-    pin,
-  };
-}
 
 /** The executor's `initialize` answer, decoded. */
 export type InitializeInfo = InitializeResult;
@@ -218,27 +65,6 @@ export type InitializeInfo = InitializeResult;
 export interface ClientCallOptions {
   timeoutMs?: number;
   encode?: CallOptions['encode'];
-}
-
-/**
- * `answer` as `method`'s result, or a `protocol` TetherError naming the method and what is wrong: every answer is
- * checked against the protocol's schema before any of it is used (an executor is untrusted input).
- */
-export function decodeAnswer<M extends RequestMethod>(method: M, answer: unknown): MethodResult<M> {
-  try {
-    return decodeResult(method, answer);
-  } catch (err) {
-    if (err instanceof DecodeError) {
-      throw new TetherError(
-        'protocol',
-        `the executor answered ${method} with something that is not its result: ${err.message}`,
-        {
-          cause: err,
-        },
-      );
-    }
-    throw err;
-  }
 }
 
 /**
@@ -319,36 +145,20 @@ export class ExecServerClient implements ProcessBackend {
     command: string[],
     options: Omit<ExecServerClientOptions, 'dial' | 'reconnect'> & { env?: NodeJS.ProcessEnv; cwd?: string } = {},
   ): Promise<ExecServerClient> {
-    if (command.length === 0) throw new TetherError('invalid_argument', 'connectStdio needs a command');
-    let child: ChildProcess | null = null;
+    const stdio = stdioDialer(command, options);
     return ExecServerClient.connect({
       ...options,
       reconnect: false,
       // Each attempt would start another executor.
       connectRetry: false,
-      dial: async () => {
-        const spawned = spawn(command[0]!, command.slice(1), {
-          stdio: ['pipe', 'pipe', 'inherit'],
-          ...(options.env ? { env: options.env } : {}),
-          ...(options.cwd ? { cwd: options.cwd } : {}),
-        });
-        child = spawned;
-        await new Promise<void>((resolve, reject) => {
-          spawned.once('spawn', resolve);
-          spawned.once('error', (err) =>
-            reject(new TetherError('connect_failed', `cannot start ${command[0]}: ${err.message}`, { cause: err })),
-          );
-        });
-        return new StdioTransport({ input: spawned.stdout!, output: spawned.stdin!, label: `stdio ${command[0]}` });
-      },
+      dial: stdio.dial,
     }).then(
       (client) => {
-        client.ownedChild = child;
+        client.ownedChild = stdio.child();
         return client;
       },
       (err: unknown) => {
-        const started = child as ChildProcess | null;
-        if (started && started.exitCode === null && started.signalCode === null) started.kill('SIGKILL');
+        stdio.kill();
         throw err;
       },
     );
@@ -366,24 +176,7 @@ export class ExecServerClient implements ProcessBackend {
     checkRegistryUrl(options.registryUrl, options.allowInsecureRegistry);
     const direct = rendezvousDialer(options);
     const source = options.channelSource;
-    if (!source) return ExecServerClient.connect({ ...options, dial: direct.dial });
-    return ExecServerClient.connect({
-      ...options,
-      // A channel from the source when it has one (the session's key pin applies to it too), else direct.
-      dial: async (signal, onPhase) => {
-        onPhase?.('channel');
-        const channel = await source.open(signal);
-        if (channel === null) return direct.dial(signal, onPhase);
-        try {
-          direct.pin.checkKey(channel.executorPublicKey);
-        } catch (err) {
-          channel.transport.close(1000, 'executor key not trusted');
-          throw err;
-        }
-        direct.pin.trustKey(channel.executorPublicKey);
-        return channel.transport;
-      },
-    });
+    return ExecServerClient.connect({ ...options, dial: source ? channelOrDirect(source, direct) : direct.dial });
   }
 
   get sessionId(): string {
@@ -789,138 +582,11 @@ export class ExecServerClient implements ProcessBackend {
       this.tcpForwarder?.onNotification(method, params);
       return;
     }
-    // A malformed notification is dropped: a process handle finds any gap it leaves and reads it (process/read).
-    let event: ProcessEvent;
-    switch (method) {
-      case Notification.processOutput: {
-        if (!isNotification(Notification.processOutput, params)) return;
-        // Raw bytes (`binaryOutput`) are the attachment, which is this client's to keep; else base64.
-        const chunk = attachmentOf(params) ?? (params.chunk === undefined ? null : Buffer.from(params.chunk, 'base64'));
-        if (chunk === null) return;
-        event = { kind: 'output', processId: params.processId, seq: params.seq, stream: params.stream, chunk };
-        break;
-      }
-      case Notification.processExited:
-        if (!isNotification(Notification.processExited, params)) return;
-        event = { kind: 'exited', processId: params.processId, seq: params.seq, exitCode: params.exitCode };
-        break;
-      case Notification.processClosed:
-        if (!isNotification(Notification.processClosed, params)) return;
-        event = { kind: 'closed', processId: params.processId, seq: params.seq };
-        break;
-      default:
-        return;
-    }
+    const event = processEventOf(method, params);
+    if (event === null) return;
     for (const listener of this.listeners) listener(event);
   }
 }
 
-/**
- * The code a connect given up at its deadline reports: that of what its last attempt failed with when that is
- * a TetherError (`registry` for a registry that cannot be reached, say: the thing to look at), else
- * `connect_failed`.
- */
-function lastCode(err: unknown): TetherErrorCode {
-  let inner = err;
-  while (inner instanceof TetherError && inner.code === 'connect_failed' && inner.cause instanceof TetherError) {
-    inner = inner.cause;
-  }
-  return inner instanceof TetherError ? inner.code : 'connect_failed';
-}
-
-/** Failures of a resume that another attempt cannot get past: the session is given up at once. */
-const FINAL_ON_RESUME: ReadonlySet<string> = new Set(['protocol', 'unauthorized', 'revoked', 'executor_key_changed']);
-
 /** How often a `process/start` cut by a dropped connection is sent again on the resumed session. */
 const START_RETRIES = 5;
-
-/** A set-up failure that trying again may get past (the transport, not the peer, said no). */
-function mayPass(err: unknown): boolean {
-  if (err instanceof ConnectionClosedError || err instanceof RpcTimeoutError) return true;
-  if (!(err instanceof TetherError)) return false;
-  // The registry could not be reached (no answer at all: refused, reset, timed out); an answer is final.
-  if (err.code === 'registry') return err.status === undefined && err.cause instanceof Error;
-  if (err.code === 'connect_failed') {
-    // An HTTP answer at the upgrade is the relay's word (an expired URL gets one fresh bundle already).
-    return err.status === undefined || err.status === 429 || err.status >= 500;
-  }
-  if (err.code === 'handshake_failed') return secureStreamFailureMayPass(err.cause);
-  // The connection closed during initialize (the caller checks that the client itself was not closed).
-  return err.code === 'closed';
-}
-
-/** The Codex `process/start` params of a start (what every start sends; extensions are added by the caller). */
-export function processStartParams(options: Omit<StartOptions, 'flowWindowBytes'>): ProcessStartParams {
-  return {
-    processId: options.processId,
-    argv: options.argv,
-    cwd: pathToUri(options.cwd),
-    env: options.inheritEnv ? {} : options.env,
-    ...(options.inheritEnv
-      ? // The executor's default excludes (*KEY*, *SECRET*, *TOKEN*) stay on: its secrets are not the child's.
-        {
-          envPolicy: { inherit: 'all', ignoreDefaultExcludes: false, exclude: [], set: options.env, includeOnly: [] },
-        }
-      : {}),
-    tty: options.tty,
-    pipeStdin: options.pipeStdin,
-    arg0: options.arg0 ?? null,
-    ...(options.size ? { size: options.size } : {}),
-    ...(options.sandbox ? { sandbox: options.sandbox } : {}),
-  };
-}
-
-function pathToUri(path: string): string {
-  if (!path.startsWith('/')) throw new TetherError('invalid_argument', `cwd must be an absolute path: ${path}`);
-  return new URL(`file://${path.split('/').map(encodeURIComponent).join('/')}`).href;
-}
-
-/** Byte-wise equality of two public keys, suite included. */
-function sameKey(a: NoisePublicKey, b: NoisePublicKey): boolean {
-  return (
-    a.suite === b.suite &&
-    Buffer.from(a.x25519).equals(Buffer.from(b.x25519)) &&
-    Buffer.from(a.mlkem768).equals(Buffer.from(b.mlkem768))
-  );
-}
-
-/**
- * The executor key one session trusts. The registry vouches for the key in each bundle, and a fresh bundle
- * is fetched for every physical connection; without a pin, a registry (or whoever holds its database) could
- * swap the executor between two connections of one session and the harness would resume with the new peer.
- * The first key that completed a handshake (or the one given up front) is the session's; every later
- * bundle must name exactly it, checked before the relay socket is opened.
- */
-class ExecutorKeyPin {
-  private readonly givenUpFront: boolean;
-
-  constructor(
-    private readonly environmentId: string,
-    public key: NoisePublicKey | null,
-  ) {
-    this.givenUpFront = key !== null;
-  }
-
-  /** Throws ExecutorKeyChangedError when the bundle names another key than the pinned one. */
-  check(bundle: RendezvousBundle): void {
-    this.checkKey(bundle.executorPublicKey);
-  }
-
-  checkKey(key: NoisePublicKey): void {
-    if (this.key === null || sameKey(this.key, key)) return;
-    throw new ExecutorKeyChangedError(
-      this.givenUpFront
-        ? `the registry named an executor key for ${this.environmentId} that is not the pinned one (executorPublicKey); not trusting it`
-        : `the executor's key changed during the session with ${this.environmentId}; not trusting it`,
-    );
-  }
-
-  /** Called once a handshake with the bundle's key succeeded: that key is the session's from now on. */
-  trust(bundle: RendezvousBundle): void {
-    this.trustKey(bundle.executorPublicKey);
-  }
-
-  trustKey(key: NoisePublicKey): void {
-    this.key ??= key;
-  }
-}

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { finished } from 'node:stream/promises';
 import { afterAll, describe, expect, it } from 'vitest';
-import { decodeAnswer } from './exec-client.js';
+import { decodeAnswer } from './edge.js';
 import { type FsCaller, RemoteFs } from './remote-fs.js';
 
 const work = mkdtempSync(join(tmpdir(), 'tether-client-hostile-'));

@@ -18,6 +18,7 @@ export type {
   StartOptions,
   WriteStatus,
 } from './backend.js';
+export type { ConnectProgress, Dialer, ExecServerClientOptions } from './client-options.js';
 export {
   AttachedProcess,
   type AttachOptions,
@@ -34,18 +35,7 @@ export {
   TetherError,
   type TetherErrorCode,
 } from './errors.js';
-export {
-  type ChannelSource,
-  type ConnectProgress,
-  type Dialer,
-  ExecServerClient,
-  type ExecServerClientOptions,
-  type InitializeInfo,
-  type OpenedChannel,
-  type RendezvousDialer,
-  type RendezvousOptions,
-  rendezvousDialer,
-} from './exec-client.js';
+export { ExecServerClient, type InitializeInfo } from './exec-client.js';
 export {
   DEFAULT_BLOCK_SIZE,
   DEFAULT_READ_DEPTH,
@@ -68,6 +58,13 @@ export {
   type RendezvousBundle,
 } from './registry.js';
 export { type FsCaller, handleDigestOf, RemoteFs, writeBlockEncoder } from './remote-fs.js';
+export {
+  type ChannelSource,
+  type OpenedChannel,
+  type RendezvousDialer,
+  type RendezvousOptions,
+  rendezvousDialer,
+} from './rendezvous-dialer.js';
 export { type SandboxMode, type SandboxProfileOptions, sandboxProfile } from './sandbox.js';
 export {
   MAX_SOCKET_MESSAGE_BYTES,
