@@ -17,7 +17,14 @@ import {
 } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
-import { type DirectoryEntry, type Environment, type EnvironmentFs, LocalFs, RemoteFs } from '@tether/client';
+import {
+  type DirectoryEntry,
+  decodeAnswer,
+  type Environment,
+  type EnvironmentFs,
+  LocalFs,
+  RemoteFs,
+} from '@tether/client';
 import { type HostileTree, hostileFsAnswers } from '@tether/test-kit';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { copy, type Endpoint, MAX_TREE_DEPTH, SHA256SUM_OUTPUT_BYTES, sha256Of } from './copy.js';
@@ -27,10 +34,11 @@ function remoteFs(tree: HostileTree, deep = false): RemoteFs {
   const answer = hostileFsAnswers(() => tree, { deep });
   return new RemoteFs({
     capabilities: () => new Set(),
-    call: async <T>(method: string, params?: unknown) => {
+    // Decoded at the edge, as the SDK's ExecServerClient decodes what a real executor answers.
+    call: async (method, params) => {
       const result = answer(method, (params ?? {}) as Record<string, unknown>);
       if (result === null) throw new Error(`the stand-in does not answer ${method}`);
-      return result as T;
+      return decodeAnswer(method, result);
     },
   });
 }
@@ -51,33 +59,34 @@ function batchFs(tree: HostileTree, lie?: ReadFilesLie, deep = false): RemoteFs 
   };
   return new RemoteFs({
     capabilities: () => new Set(['fileBatch', 'fileMetadata']),
-    call: async <T>(method: string, params?: unknown) => {
-      const p = (params ?? {}) as Record<string, unknown>;
-      if (method === 'fs/readFiles') {
-        const honest = {
-          files: (p.paths as string[]).map((uri) => {
-            const file = fileAt(pathOf(uri));
-            if (file === undefined)
-              return { error: { code: -32004, message: 'No such file or directory (os error 2)' } };
-            return {
-              dataBase64: Buffer.from(file).toString('base64'),
-              sha256: createHash('sha256').update(file).digest('hex'),
-              mode: 0o640,
-              modifiedAtMs: 1_000_000_000_000,
-              accessedAtMs: 1_000_000_000_000,
-            };
-          }),
-        };
-        return (lie ? lie(honest, p) : honest) as T;
-      }
-      if (method === 'fs/getMetadata' && p.unix === true) {
-        return { ...(answer(method, p) as object), mode: 0o750, accessedAtMs: 0 } as T;
-      }
-      const result = answer(method, p);
-      if (result === null) throw new Error(`the stand-in does not answer ${method}`);
-      return result as T;
-    },
+    call: async (method, params) => decodeAnswer(method, await batchAnswer(method, params)),
   });
+
+  async function batchAnswer(method: string, params: unknown): Promise<unknown> {
+    const p = (params ?? {}) as Record<string, unknown>;
+    if (method === 'fs/readFiles') {
+      const honest = {
+        files: (p.paths as string[]).map((uri) => {
+          const file = fileAt(pathOf(uri));
+          if (file === undefined) return { error: { code: -32004, message: 'No such file or directory (os error 2)' } };
+          return {
+            dataBase64: Buffer.from(file).toString('base64'),
+            sha256: createHash('sha256').update(file).digest('hex'),
+            mode: 0o640,
+            modifiedAtMs: 1_000_000_000_000,
+            accessedAtMs: 1_000_000_000_000,
+          };
+        }),
+      };
+      return lie ? lie(honest, p) : honest;
+    }
+    if (method === 'fs/getMetadata' && p.unix === true) {
+      return { ...(answer(method, p) as object), mode: 0o750, accessedAtMs: 0 };
+    }
+    const result = answer(method, p);
+    if (result === null) throw new Error(`the stand-in does not answer ${method}`);
+    return result;
+  }
 }
 
 /** An EnvironmentFs that hands listings through unchecked: the copy's own checks must hold alone. */
@@ -305,7 +314,8 @@ describe('cp -r from a hostile executor with fileBatch (many small files per req
     [
       'sends a mode that is not permission bits',
       (honest) => ({ files: honest.files.map((entry) => ({ ...entry, mode: 0o170777 })) }),
-      'mode is not permission bits',
+      // Checked against the fs/readFiles result schema at the SDK's edge (modes are 0..0o7777).
+      'the executor answered fs/readFiles with something that is not its result',
     ],
     [
       'answers without base64',

@@ -27,6 +27,7 @@ export {
   type SpawnDetachedOptions,
 } from './detached.js';
 export type { DialPhase, RelayLink, RelayLinkOpener, RendezvousPlatform } from './dial.js';
+export { decodeAnswer } from './edge.js';
 export { Environment, type SpawnOptions } from './environment.js';
 export {
   CONNECTION_ERROR_CODES,
