@@ -282,62 +282,80 @@ export abstract class HandshakeState {
 export type ClassicIKOptions = Omit<HandshakeStateOptions, 'kem' | 'sKem' | 'rsKem' | 'protocolName' | 'cipher'>;
 
 /**
+ * One message of a pattern as Noise writes it: its tokens in order (the Noise spec's notation; `skem` and
+ * `ekem` are the KEM's static and ephemeral parts of the hybrid pattern), then the payload.
+ */
+type Token = 'e' | 's' | 'ee' | 'es' | 'se' | 'ss' | 'skem' | 'ekem';
+
+/** An IK pattern: its two messages' tokens, run by one writer and one reader for every pattern. */
+abstract class PatternHandshake extends HandshakeState {
+  protected abstract readonly message1: readonly Token[];
+  protected abstract readonly message2: readonly Token[];
+
+  writeMessage1(payload: Uint8Array): Uint8Array {
+    return this.runStep('message1', 'initiator', true, () => this.writeTokens(this.message1, payload));
+  }
+
+  readMessage1(message: Uint8Array): Uint8Array {
+    return this.runStep('message1', 'initiator', false, () => this.readTokens(this.message1, message));
+  }
+
+  writeMessage2(payload: Uint8Array): Uint8Array {
+    return this.runStep('message2', 'responder', true, () => this.writeTokens(this.message2, payload));
+  }
+
+  readMessage2(message: Uint8Array): Uint8Array {
+    return this.runStep('message2', 'responder', false, () => this.readTokens(this.message2, message));
+  }
+
+  private writeTokens(tokens: readonly Token[], payload: Uint8Array): Uint8Array {
+    const out: Uint8Array[] = [];
+    for (const token of tokens) {
+      if (token === 'e') this.writeE(out);
+      else if (token === 's') this.writeS(out);
+      else if (token === 'skem') this.writeSkem(out);
+      else if (token === 'ekem') this.writeEkem(out);
+      else this.mixDh(token);
+    }
+    this.writePayload(out, payload);
+    return this.finishOutgoing(out);
+  }
+
+  private readTokens(tokens: readonly Token[], message: Uint8Array): Uint8Array {
+    this.checkIncomingLength(message);
+    const reader = new MessageReader(message);
+    for (const token of tokens) {
+      if (token === 'e') this.readE(reader);
+      else if (token === 's') this.readS(reader);
+      else if (token === 'skem') this.readSkem(reader);
+      else if (token === 'ekem') this.readEkem(reader);
+      else this.mixDh(token);
+    }
+    return this.readPayload(reader);
+  }
+
+  private mixDh(token: 'ee' | 'es' | 'se' | 'ss'): void {
+    if (token === 'ee') this.ee();
+    else if (token === 'es') this.es();
+    else if (token === 'se') this.se();
+    else this.ss();
+  }
+}
+
+/**
  * Noise_IK_25519_ChaChaPoly_SHA256 (Noise spec §7.5):
  *   <- s
  *   ...
  *   -> e, es, s, ss
  *   <- e, ee, se
  */
-export class ClassicIKHandshake extends HandshakeState {
+export class ClassicIKHandshake extends PatternHandshake {
+  protected readonly message1: readonly Token[] = ['e', 'es', 's', 'ss'];
+  protected readonly message2: readonly Token[] = ['e', 'ee', 'se'];
+
   constructor(options: ClassicIKOptions & { protocolName: string; cipher: CipherName }) {
     super(options);
     this.mixResponderStatic();
-  }
-
-  writeMessage1(payload: Uint8Array): Uint8Array {
-    return this.runStep('message1', 'initiator', true, () => {
-      const out: Uint8Array[] = [];
-      this.writeE(out);
-      this.es();
-      this.writeS(out);
-      this.ss();
-      this.writePayload(out, payload);
-      return this.finishOutgoing(out);
-    });
-  }
-
-  readMessage1(message: Uint8Array): Uint8Array {
-    return this.runStep('message1', 'initiator', false, () => {
-      this.checkIncomingLength(message);
-      const reader = new MessageReader(message);
-      this.readE(reader);
-      this.es();
-      this.readS(reader);
-      this.ss();
-      return this.readPayload(reader);
-    });
-  }
-
-  writeMessage2(payload: Uint8Array): Uint8Array {
-    return this.runStep('message2', 'responder', true, () => {
-      const out: Uint8Array[] = [];
-      this.writeE(out);
-      this.ee();
-      this.se();
-      this.writePayload(out, payload);
-      return this.finishOutgoing(out);
-    });
-  }
-
-  readMessage2(message: Uint8Array): Uint8Array {
-    return this.runStep('message2', 'responder', false, () => {
-      this.checkIncomingLength(message);
-      const reader = new MessageReader(message);
-      this.readE(reader);
-      this.ee();
-      this.se();
-      return this.readPayload(reader);
-    });
   }
 }
 
@@ -352,61 +370,12 @@ export type HybridIKOptions = Omit<HandshakeStateOptions, 'kem'> & { kem: Kem };
  *   <- ekem, skem, e, ee, se            3424 bytes (empty payload)
  * Clatter ≤ 2.1.0-rc.1 ordered message 2 as `e, ee, se, ekem, skem`: same length, different bytes.
  */
-export class HybridIKHandshake extends HandshakeState {
+export class HybridIKHandshake extends PatternHandshake {
+  protected readonly message1: readonly Token[] = ['skem', 'e', 'es', 's', 'ss'];
+  protected readonly message2: readonly Token[] = ['ekem', 'skem', 'e', 'ee', 'se'];
+
   constructor(options: HybridIKOptions) {
     super(options);
     this.mixResponderStatic();
-  }
-
-  writeMessage1(payload: Uint8Array): Uint8Array {
-    return this.runStep('message1', 'initiator', true, () => {
-      const out: Uint8Array[] = [];
-      this.writeSkem(out);
-      this.writeE(out);
-      this.es();
-      this.writeS(out);
-      this.ss();
-      this.writePayload(out, payload);
-      return this.finishOutgoing(out);
-    });
-  }
-
-  readMessage1(message: Uint8Array): Uint8Array {
-    return this.runStep('message1', 'initiator', false, () => {
-      this.checkIncomingLength(message);
-      const reader = new MessageReader(message);
-      this.readSkem(reader);
-      this.readE(reader);
-      this.es();
-      this.readS(reader);
-      this.ss();
-      return this.readPayload(reader);
-    });
-  }
-
-  writeMessage2(payload: Uint8Array): Uint8Array {
-    return this.runStep('message2', 'responder', true, () => {
-      const out: Uint8Array[] = [];
-      this.writeEkem(out);
-      this.writeSkem(out);
-      this.writeE(out);
-      this.ee();
-      this.se();
-      this.writePayload(out, payload);
-      return this.finishOutgoing(out);
-    });
-  }
-
-  readMessage2(message: Uint8Array): Uint8Array {
-    return this.runStep('message2', 'responder', false, () => {
-      this.checkIncomingLength(message);
-      const reader = new MessageReader(message);
-      this.readEkem(reader);
-      this.readSkem(reader);
-      this.readE(reader);
-      this.ee();
-      this.se();
-      return this.readPayload(reader);
-    });
   }
 }
