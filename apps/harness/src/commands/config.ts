@@ -124,11 +124,7 @@ Examples:
     .argument('<name>', 'an existing context')
     .action(
       action((file, name: string) => {
-        const loaded = loadConfig(file);
-        if (loaded.contexts[name] === undefined) {
-          throw new TetherError('invalid_argument', `no context ${JSON.stringify(name)} in ${file}`);
-        }
-        saveConfig(file, { ...loaded, currentContext: name });
+        saveConfig(file, { ...loadWithContext(file, name), currentContext: name });
         io.stdout.write(`Switched to context "${printable(name)}".\n`);
         return 0;
       }),
@@ -170,10 +166,7 @@ Examples:
     .argument('<name>', 'an existing context')
     .action(
       action((file, name: string) => {
-        const loaded = loadConfig(file);
-        if (loaded.contexts[name] === undefined) {
-          throw new TetherError('invalid_argument', `no context ${JSON.stringify(name)} in ${file}`);
-        }
+        const loaded = loadWithContext(file, name);
         const { [name]: _removed, ...contexts } = loaded.contexts;
         const next: Config = { contexts };
         if (loaded.currentContext !== undefined && loaded.currentContext !== name) {
@@ -221,4 +214,13 @@ function checkedUrl(value: string, protocols: string[], flag: string): string {
     );
   }
   return value;
+}
+
+/** The config in `file`, which must hold a context `name`. */
+function loadWithContext(file: string, name: string): Config {
+  const loaded = loadConfig(file);
+  if (loaded.contexts[name] === undefined) {
+    throw new TetherError('invalid_argument', `no context ${JSON.stringify(name)} in ${file}`);
+  }
+  return loaded;
 }

@@ -16,6 +16,7 @@ import {
 import type { ConnectFlags } from '../target.js';
 import { startDetached } from './processes.js';
 import { forwardInput } from './stdin.js';
+import { followWindowSize } from './window-size.js';
 
 export function registerExec(program: Command, io: CliIo, setExit: SetExit): void {
   connectOptions(
@@ -202,36 +203,6 @@ export async function runRemote(env: Environment, argv: string[], options: ExecF
 /** `process/resize` is Tether's (advertised); Codex's executor keeps the size the process started with. */
 function resizeSupported(env: Environment): boolean {
   return env.client === null || env.client.capabilities.has('processResize');
-}
-
-/**
- * Sends the window's size to the process's terminal whenever it changes (the terminal's SIGWINCH is the
- * stream's 'resize'). One resize is in flight at a time; sizes that arrive meanwhile collapse into the
- * latest. A failed resize (the process ended) stops nothing else. Answers the cleanup.
- */
-function followWindowSize(handle: ProcessHandle, io: CliIo): () => void {
-  let sent = `${io.stdout.rows}x${io.stdout.columns}`;
-  let inFlight = false;
-  let stopped = false;
-  const send = () => {
-    const rows = io.stdout.rows;
-    const cols = io.stdout.columns;
-    if (stopped || inFlight || !rows || !cols || `${rows}x${cols}` === sent) return;
-    sent = `${rows}x${cols}`;
-    inFlight = true;
-    handle
-      .resize(rows, cols)
-      .catch(() => undefined)
-      .finally(() => {
-        inFlight = false;
-        send();
-      });
-  };
-  io.stdout.on('resize', send);
-  return () => {
-    stopped = true;
-    io.stdout.off('resize', send);
-  };
 }
 
 /**

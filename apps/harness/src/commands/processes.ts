@@ -1,4 +1,4 @@
-import { type AttachedProcess, type Environment, type ProcessInfo, type SignalName, TetherError } from '@tether/client';
+import { type Environment, type ProcessInfo, type SignalName, TetherError } from '@tether/client';
 import { type Command, InvalidArgumentError } from 'commander';
 import {
   type CliIo,
@@ -12,6 +12,7 @@ import {
 } from '../common.js';
 import { type ConnectFlags, targetName } from '../target.js';
 import { forwardInput } from './stdin.js';
+import { followWindowSize } from './window-size.js';
 
 /** `ps`, `attach` and `kill`: the executor's detached processes (`harness exec -d`). */
 export function registerProcesses(program: Command, io: CliIo, setExit: SetExit): void {
@@ -353,34 +354,4 @@ async function attachCommand(env: Environment, id: string, options: AttachFlags,
   } finally {
     for (const cleanup of cleanups) cleanup();
   }
-}
-
-/**
- * The process's terminal follows this window: set to its size now (`now`: an attacher's window wins over
- * the size the process had), then on every change, one resize in flight at a time. Answers the cleanup.
- */
-function followWindowSize(attached: AttachedProcess, io: CliIo, now: boolean): () => void {
-  let sent = now ? '' : `${io.stdout.rows}x${io.stdout.columns}`;
-  let inFlight = false;
-  let stopped = false;
-  const send = () => {
-    const rows = io.stdout.rows;
-    const cols = io.stdout.columns;
-    if (stopped || inFlight || !rows || !cols || `${rows}x${cols}` === sent) return;
-    sent = `${rows}x${cols}`;
-    inFlight = true;
-    attached
-      .resize(rows, cols)
-      .catch(() => undefined)
-      .finally(() => {
-        inFlight = false;
-        send();
-      });
-  };
-  io.stdout.on('resize', send);
-  send();
-  return () => {
-    stopped = true;
-    io.stdout.off('resize', send);
-  };
 }
