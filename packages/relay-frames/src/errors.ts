@@ -1,6 +1,16 @@
 // Error family of this package. Callers match on `name` and `code` (stable strings), never on the message:
 // `name` survives duplicate package copies where `instanceof` does not.
 
+/** An error with a stable `code` (the family's classes below differ only in their codes and names). */
+abstract class CodedError<Code extends string> extends Error {
+  readonly code: Code;
+
+  constructor(code: Code, message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.code = code;
+  }
+}
+
 /** Why a relay frame was refused, by the decoder or by a constructor/encoder. */
 export type FrameErrorCode =
   | 'too_large'
@@ -14,29 +24,17 @@ export type FrameErrorCode =
   | 'invalid_resume'
   | 'invalid_header';
 
-export class FrameError extends Error {
+export class FrameError extends CodedError<FrameErrorCode> {
   static readonly NAME = 'FrameError';
   override readonly name = FrameError.NAME;
-  readonly code: FrameErrorCode;
-
-  constructor(code: FrameErrorCode, message: string, options?: ErrorOptions) {
-    super(message, options);
-    this.code = code;
-  }
 }
 
 /** Why the length-prefixed JSON message framing inside the Noise channel failed (the stream must end). */
 export type MessageFramingErrorCode = 'empty_message' | 'message_too_large' | 'record_too_large' | 'failed';
 
-export class MessageFramingError extends Error {
+export class MessageFramingError extends CodedError<MessageFramingErrorCode> {
   static readonly NAME = 'MessageFramingError';
   override readonly name = MessageFramingError.NAME;
-  readonly code: MessageFramingErrorCode;
-
-  constructor(code: MessageFramingErrorCode, message: string, options?: ErrorOptions) {
-    super(message, options);
-    this.code = code;
-  }
 }
 
 /** Why record sequencing failed (receive window overflow or u32 exhaustion); the stream must end. */
@@ -48,13 +46,7 @@ export type SequenceErrorCode =
   | 'invalid_seq'
   | 'failed';
 
-export class SequenceError extends Error {
+export class SequenceError extends CodedError<SequenceErrorCode> {
   static readonly NAME = 'SequenceError';
   override readonly name = SequenceError.NAME;
-  readonly code: SequenceErrorCode;
-
-  constructor(code: SequenceErrorCode, message: string, options?: ErrorOptions) {
-    super(message, options);
-    this.code = code;
-  }
 }
