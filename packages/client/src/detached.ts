@@ -14,6 +14,7 @@ import {
   Method,
   PROCESS_DETACH_CAPABILITY,
   type ProcessAttachResult,
+  type ProcessListEntry,
 } from '@tether/exec-protocol';
 import type { ProcessEvent, SignalName } from './backend.js';
 import { TetherError } from './errors.js';
@@ -21,37 +22,34 @@ import type { ExecServerClient } from './exec-client.js';
 import { LOW_WATER_FRACTION, ProcessEvents } from './process-events.js';
 import { processStartParams } from './start-params.js';
 
-/** One process as `process/list` shows it. */
-export interface ProcessInfo {
-  processId: string;
-  state: 'starting' | 'running' | 'exited' | 'closed';
-  /** OS pid on the executor's host (null while starting). */
-  pid: number | null;
-  argv: string[];
-  tty: boolean;
-  exitCode: number | null;
-  /** The next seq the process will use (what was produced so far, output and events). */
-  nextSeq: number;
-  startedAtMs: number;
+/** One process as `process/list` shows it (exec-protocol's entry; `detached` always said). */
+export type ProcessInfo = Omit<ProcessListEntry, 'detached'> & {
   /** Belongs to the executor (started detached) rather than to this session. */
   detached: boolean;
-}
+};
 
-export interface SpawnDetachedOptions {
-  /** Absolute path on the executor; default `/`. */
+/** How a command is started, spawned or detached (Environment's `spawn` adds its own options to these). */
+export interface CommandOptions {
+  /** Absolute path; default: the environment's default directory (local: process.cwd(); remote: `/`). */
   cwd?: string;
   /** Variables added over the executor's own environment, or the exact environment with `inheritEnv: false`. */
   env?: Record<string, string>;
   inheritEnv?: boolean;
   tty?: boolean;
-  /** Keep stdin open, for `attach` to write to later (always true with a tty). */
+  /** Keep stdin open for writes, now or by a later `attach` (always true with a tty). */
   stdin?: boolean;
+  /** Process-visible argv[0]. */
   arg0?: string;
   /** Terminal size at start (tty only). */
   size?: { rows: number; cols: number };
-  /** 1–64 of A-Z a-z 0-9 . _ - ; unique on the executor. Default: 8 random hex digits. */
+  /**
+   * Spawned: any string, default a random UUID. Detached: 1–64 of A-Z a-z 0-9 . _ - , unique on the executor,
+   * default 8 random hex digits.
+   */
   processId?: string;
 }
+
+export type SpawnDetachedOptions = CommandOptions;
 
 export interface AttachOptions {
   /**

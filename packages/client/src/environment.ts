@@ -6,6 +6,7 @@ import {
   type AttachedProcess,
   type AttachOptions,
   attachProcess,
+  type CommandOptions,
   killProcess,
   listProcesses,
   type ProcessInfo,
@@ -22,21 +23,7 @@ import { RemoteFs } from './remote-fs.js';
 import type { RendezvousOptions } from './rendezvous-dialer.js';
 import { type ConnectTcpOptions, connectLocalTcp } from './tcp.js';
 
-export interface SpawnOptions extends ProcessHandleOptions {
-  /** Absolute path; default: the environment's default directory (local: process.cwd(); remote: `/`). */
-  cwd?: string;
-  /** Variables added over the executor's own environment, or the exact environment with `inheritEnv: false`. */
-  env?: Record<string, string>;
-  inheritEnv?: boolean;
-  tty?: boolean;
-  /** Keep stdin open for writes (always true with a tty). */
-  stdin?: boolean;
-  /** Process-visible argv[0]. */
-  arg0?: string;
-  /** Terminal size at start (tty only). */
-  size?: { rows: number; cols: number };
-  /** Default: a random UUID. */
-  processId?: string;
+export interface SpawnOptions extends CommandOptions, ProcessHandleOptions {
   /** Run confined (sandboxProfile; the executor must advertise `processSandbox`). */
   sandbox?: Record<string, unknown>;
 }

@@ -22,6 +22,7 @@ export type { ConnectProgress, Dialer, ExecServerClientOptions } from './client-
 export {
   AttachedProcess,
   type AttachOptions,
+  type CommandOptions,
   type ProcessInfo,
   requireDetach,
   type SpawnDetachedOptions,

@@ -199,6 +199,7 @@ export const ProcessListEntry = Type.Object({
   /** Capability `processDetach`: the process belongs to the executor, not to this session. */
   detached: Type.Optional(Type.Boolean()),
 });
+export type ProcessListEntry = Static<typeof ProcessListEntry>;
 export const ProcessListResult = Type.Object({ processes: Type.Array(ProcessListEntry) });
 export type ProcessListResult = Static<typeof ProcessListResult>;
 
