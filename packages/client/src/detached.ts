@@ -19,7 +19,7 @@ import {
 import type { ProcessEvent, SignalName } from './backend.js';
 import { TetherError } from './errors.js';
 import type { ExecServerClient } from './exec-client.js';
-import { LOW_WATER_FRACTION, ProcessEvents } from './process-events.js';
+import { DEFAULT_HIGH_WATER_BYTES, LOW_WATER_FRACTION, ProcessEvents } from './process-events.js';
 import { processStartParams } from './start-params.js';
 
 /** One process as `process/list` shows it (exec-protocol's entry; `detached` always said). */
@@ -71,7 +71,6 @@ export interface AttachOptions {
 const MAX_LISTED_PROCESSES = 100_000;
 /** Bytes asked per `process/read`. */
 const READ_MAX_BYTES = 1024 * 1024;
-const DEFAULT_HIGH_WATER_BYTES = 512 * 1024;
 /**
  * A quiet attachment reads once in a while: a notification dropped while the connection was congested, with
  * nothing after it, would otherwise go unnoticed. From 1 s, doubling to 8 s while nothing comes.

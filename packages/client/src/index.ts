@@ -51,7 +51,8 @@ export {
 } from './fs.js';
 export { LocalBackend } from './local-backend.js';
 export { LocalFs } from './local-fs.js';
-export { DEFAULT_HIGH_WATER_BYTES, ProcessHandle, type ProcessResult } from './process.js';
+export { ProcessHandle } from './process.js';
+export { DEFAULT_HIGH_WATER_BYTES, type ProcessResult } from './process-events.js';
 export {
   checkEnvironmentId,
   checkRegistryUrl,

@@ -1,15 +1,10 @@
 import { ReceiveCredit } from '@tether/exec-protocol';
 import type { ProcessBackend, ProcessEvent, StartedProcess } from './backend.js';
 import { TetherError } from './errors.js';
-import { ProcessEvents } from './process-events.js';
+import { DEFAULT_HIGH_WATER_BYTES, ProcessEvents } from './process-events.js';
 
 export type { ProcessResult } from './process-events.js';
 
-/**
- * Above this many undelivered bytes a handle stops taking pushed events and pulls at its consumer's pace.
- * Half of what an executor retains per process by default (1 MiB), so that pulling can still find it.
- */
-export const DEFAULT_HIGH_WATER_BYTES = 512 * 1024;
 /** Bytes asked per `process/read` while pulling. */
 const PULL_MAX_BYTES = 1024 * 1024;
 /** Long-poll of a pull that found nothing new (short: with one request lane it holds up other calls). */
