@@ -6,10 +6,9 @@
 
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { once } from 'node:events';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { repoRoot } from '@tether/test-kit';
+import { repoRoot, runToEnd } from '@tether/test-kit';
 import pg from 'pg';
 
 // Cleanup ------------------------------------------------------------------------------------------------
@@ -149,18 +148,10 @@ export function cpuSecondsOf(pid: number): number | null {
 
 /** Runs a bin to completion (`registry keys create …`); resolves with its stdout, rejects on a non-zero exit. */
 export async function runBin(app: 'registry' | 'relay', args: string[]): Promise<string> {
-  const child = spawn(process.execPath, [join(repoRoot(), 'apps', app, 'dist', 'main.js'), ...args], {
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (d: Buffer) => {
-    stdout += d;
-  });
-  child.stderr.on('data', (d: Buffer) => {
-    stderr += d;
-  });
-  const [code] = (await once(child, 'exit')) as [number | null];
+  const { code, stdout, stderr } = await runToEnd(process.execPath, [
+    join(repoRoot(), 'apps', app, 'dist', 'main.js'),
+    ...args,
+  ]);
   if (code !== 0) throw new Error(`${app} ${args.slice(0, 2).join(' ')} exited ${code}: ${stderr.slice(-2000)}`);
   return stdout;
 }

@@ -1,11 +1,5 @@
-/**
- * What the install tests ask of a harness binary that is not the workspace's (the npm-installed one, the
- * single executable): a command's output and exit code pass through, and a large output piped on arrives
- * whole. Each runs the binary as a user would, pointed at a stack by the harness's TETHER_* variables.
- */
-import { spawn } from 'node:child_process';
 import { join } from 'node:path';
-import { patternCommand, patternSha256, peerMarkerEnv, type Stack } from '@tether/test-kit';
+import { patternCommand, patternSha256, peerMarkerEnv, runToEnd, type Stack } from '@tether/test-kit';
 import { expect } from 'vitest';
 
 export interface Outcome {
@@ -25,8 +19,8 @@ export interface HarnessTarget {
 }
 
 /** Runs `command args` to its end (stdin closed) with the harness variables naming `target`. */
-export function runWithTarget(command: string, args: string[], target: HarnessTarget): Promise<Outcome> {
-  const child = spawn(command, args, {
+export async function runWithTarget(command: string, args: string[], target: HarnessTarget): Promise<Outcome> {
+  const { code, stdout, stderr } = await runToEnd(command, args, {
     env: {
       ...process.env,
       TETHER_HARNESS_REGISTRY: target.stack.registryUrl,
@@ -37,20 +31,8 @@ export function runWithTarget(command: string, args: string[], target: HarnessTa
       ...peerMarkerEnv(),
       ...target.env,
     },
-    stdio: ['ignore', 'pipe', 'pipe'],
   });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (d: Buffer) => {
-    stdout += d;
-  });
-  child.stderr.on('data', (d: Buffer) => {
-    stderr += d;
-  });
-  return new Promise((resolve, reject) => {
-    child.once('error', reject);
-    child.once('close', (code) => resolve({ code, stdout, stderr }));
-  });
+  return { code, stdout, stderr };
 }
 
 /** `harness exec -- sh -c 'echo hi; exit 3'` prints hi and exits 3. */

@@ -1,16 +1,9 @@
-/**
- * The harness's errors and exit codes, through the whole product path (the harness bin → registry bin →
- * relay bin → executor in remote mode), against our executor and against the real `codex exec-server`
- * where the behaviour is the harness's: a command that cannot start exits 126/127 and names what was wrong,
- * as a shell does; a connection that fails exits 255, as ssh does; the command's own codes pass through.
- */
-import { spawn } from 'node:child_process';
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { generateIdentity, publicKeyToJson } from '@tether/noise';
-import { findProcesses, type PeerKind, repoRoot, type Stack, startStack } from '@tether/test-kit';
+import { findProcesses, type PeerKind, repoRoot, runToEnd, type Stack, startStack } from '@tether/test-kit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 interface Outcome {
@@ -20,34 +13,26 @@ interface Outcome {
 }
 
 /** Runs the harness bin to its end (stdin closed). */
-function harness(args: string[], env: NodeJS.ProcessEnv): Promise<Outcome> {
-  const child = spawn(process.execPath, [join(repoRoot(), 'apps', 'harness', 'dist', 'main.js'), ...args], {
-    env: {
-      ...process.env,
-      TETHER_HARNESS_REGISTRY: '',
-      TETHER_HARNESS_ENVIRONMENT_ID: '',
-      TETHER_HARNESS_API_KEY: '',
-      TETHER_REGISTRY_URL: '',
-      TETHER_ENVIRONMENT_ID: '',
-      TETHER_API_KEY: '',
-      // Never the user's config file.
-      TETHER_CONFIG: join(work, 'no-config.toml'),
-      ...env,
+async function harness(args: string[], env: NodeJS.ProcessEnv): Promise<Outcome> {
+  const { code, stdout, stderr } = await runToEnd(
+    process.execPath,
+    [join(repoRoot(), 'apps', 'harness', 'dist', 'main.js'), ...args],
+    {
+      env: {
+        ...process.env,
+        TETHER_HARNESS_REGISTRY: '',
+        TETHER_HARNESS_ENVIRONMENT_ID: '',
+        TETHER_HARNESS_API_KEY: '',
+        TETHER_REGISTRY_URL: '',
+        TETHER_ENVIRONMENT_ID: '',
+        TETHER_API_KEY: '',
+        // Never the user's config file.
+        TETHER_CONFIG: join(work, 'no-config.toml'),
+        ...env,
+      },
     },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (d: Buffer) => {
-    stdout += d;
-  });
-  child.stderr.on('data', (d: Buffer) => {
-    stderr += d;
-  });
-  return new Promise((resolve, reject) => {
-    child.once('error', reject);
-    child.once('close', (code) => resolve({ code, stdout, stderr }));
-  });
+  );
+  return { code, stdout, stderr };
 }
 
 /** A loopback port that nothing listens on (bound, then closed). */

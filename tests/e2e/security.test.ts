@@ -15,7 +15,7 @@ import { join } from 'node:path';
 import { Environment } from '@tether/client';
 import { generateIdentity, publicKeyToJson } from '@tether/noise';
 import { encodeFrame, resumeFrame } from '@tether/relay-frames';
-import { repoRoot, type Stack, startStack, waitUntil } from '@tether/test-kit';
+import { repoRoot, runToEnd, type Stack, startStack, waitUntil } from '@tether/test-kit';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
 
@@ -33,7 +33,7 @@ afterAll(async () => {
 
 /** The harness CLI against the stack: exit code, stdout and stderr. */
 async function harness(environmentId: string, args: string[]) {
-  const child = spawn(process.execPath, [HARNESS, ...args], {
+  const { code, stdout, stderr } = await runToEnd(process.execPath, [HARNESS, ...args], {
     env: {
       ...process.env,
       TETHER_HARNESS_REGISTRY: stack.registryUrl,
@@ -41,17 +41,7 @@ async function harness(environmentId: string, args: string[]) {
       TETHER_HARNESS_ENVIRONMENT_ID: environmentId,
       TETHER_HARNESS_CONNECT_TIMEOUT: '10',
     },
-    stdio: ['ignore', 'pipe', 'pipe'],
   });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (d: Buffer) => {
-    stdout += d;
-  });
-  child.stderr.on('data', (d: Buffer) => {
-    stderr += d;
-  });
-  const [code] = (await once(child, 'exit')) as [number | null];
   return { code, stdout, stderr };
 }
 
