@@ -1,11 +1,3 @@
-/**
- * Many small files through the whole product path, every part a real process: `harness cp -r` (the CLI
- * bin) → registry bin → relay bin → our executor in remote mode (and the real `codex exec-server`, which
- * has no `fileBatch` and no `fileMetadata`). A tree of 2000 small files in nested directories, empty files
- * among them, goes up and comes back down; every file's bytes are compared, and with `-p` every file's
- * and directory's mode and modification time. Neither the harness nor the executor may grow with the tree.
- */
-import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import {
   chmodSync,
@@ -21,8 +13,9 @@ import {
 } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { type PeerHandle, repoRoot, type Stack, startStack } from '@tether/test-kit';
+import { type PeerHandle, type Stack, startStack } from '@tether/test-kit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { harnessWithPeakRss, peakRssMib } from './harness-memory.js';
 
 const ENVIRONMENT = 'env-cp-many';
 const CODEX_ENVIRONMENT = 'env-cp-many-codex';
@@ -30,41 +23,7 @@ const FILES = 2000;
 /** Far below what holding every file's bytes and bookkeeping at once would take with the tree 16× larger. */
 const RSS_BOUND_MIB = 200;
 
-/** Peak resident set (VmHWM) of a live process, in MiB. */
-function peakRssMib(pid: number): number {
-  try {
-    const match = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
-    return match ? Number(match[1]) / 1024 : 0;
-  } catch {
-    return 0;
-  }
-}
-
-/** Runs the harness bin; tracks its peak RSS while it runs. */
-function harness(
-  args: string[],
-  env: NodeJS.ProcessEnv,
-): Promise<{ code: number | null; stderr: string; peakMib: number }> {
-  const child = spawn(process.execPath, [join(repoRoot(), 'apps', 'harness', 'dist', 'main.js'), ...args], {
-    env: { ...process.env, ...env },
-    stdio: ['ignore', 'ignore', 'pipe'],
-  });
-  let stderr = '';
-  child.stderr.on('data', (d: Buffer) => {
-    stderr += d;
-  });
-  let peakMib = 0;
-  const sampler = setInterval(() => {
-    peakMib = Math.max(peakMib, peakRssMib(child.pid!));
-  }, 20);
-  return new Promise((resolve, reject) => {
-    child.once('error', reject);
-    child.once('exit', (code) => {
-      clearInterval(sampler);
-      resolve({ code, stderr, peakMib });
-    });
-  });
-}
+const harness = harnessWithPeakRss;
 
 /**
  * The source tree: FILES files spread over nested directories (three levels, up to 40 files each), sizes

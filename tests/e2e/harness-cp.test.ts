@@ -7,26 +7,17 @@
  */
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { createReadStream, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createReadStream, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { type PeerHandle, repoRoot, type Stack, startStack } from '@tether/test-kit';
+import { type PeerHandle, type Stack, startStack } from '@tether/test-kit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { harnessWithPeakRss, peakRssMib } from './harness-memory.js';
 
 const ENVIRONMENT = 'env-cp-e2e';
 const SIZE_MIB = 96;
 /** Half the file: a client or executor that buffered it would grow past this over a small copy's peak. */
 const RSS_GROWTH_BOUND_MIB = SIZE_MIB / 2;
-
-/** Peak resident set (VmHWM) of a live process, in MiB. */
-function peakRssMib(pid: number): number {
-  try {
-    const match = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
-    return match ? Number(match[1]) / 1024 : 0;
-  } catch {
-    return 0;
-  }
-}
 
 async function sha256File(path: string): Promise<string> {
   const hash = createHash('sha256');
@@ -34,31 +25,7 @@ async function sha256File(path: string): Promise<string> {
   return hash.digest('hex');
 }
 
-/** Runs the harness bin; tracks its peak RSS while it runs. */
-function harness(
-  args: string[],
-  env: NodeJS.ProcessEnv,
-): Promise<{ code: number | null; stderr: string; peakMib: number }> {
-  const child = spawn(process.execPath, [join(repoRoot(), 'apps', 'harness', 'dist', 'main.js'), ...args], {
-    env: { ...process.env, ...env },
-    stdio: ['ignore', 'ignore', 'pipe'],
-  });
-  let stderr = '';
-  child.stderr.on('data', (d: Buffer) => {
-    stderr += d;
-  });
-  let peakMib = 0;
-  const sampler = setInterval(() => {
-    peakMib = Math.max(peakMib, peakRssMib(child.pid!));
-  }, 20);
-  return new Promise((resolve, reject) => {
-    child.once('error', reject);
-    child.once('exit', (code) => {
-      clearInterval(sampler);
-      resolve({ code, stderr, peakMib });
-    });
-  });
-}
+const harness = harnessWithPeakRss;
 
 describe('harness cp through registry, relay and executor', () => {
   let stack: Stack;
