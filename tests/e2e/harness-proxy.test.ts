@@ -1,15 +1,16 @@
-/**
- * The harness behind an HTTP proxy (HTTP_PROXY, HTTPS_PROXY, NO_PROXY, as Codex reads them): its `/connect`
- * goes to the proxy, its relay socket goes through a CONNECT tunnel, and the output arrives whole. A proxy that
- * is down is a connection failure (255) that names the proxy but not its credentials; a malformed proxy
- * variable is a usage error (2).
- */
-import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { type HttpProxy, NO_AMBIENT_PROXY, repoRoot, type Stack, startHttpProxy, startStack } from '@tether/test-kit';
+import {
+  type HttpProxy,
+  NO_AMBIENT_PROXY,
+  repoRoot,
+  runToEndBytes,
+  type Stack,
+  startHttpProxy,
+  startStack,
+} from '@tether/test-kit';
 import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
 
 const work = mkdtempSync(join(tmpdir(), 'tether-harness-proxy-'));
@@ -30,32 +31,26 @@ afterAll(async () => {
   rmSync(work, { recursive: true, force: true });
 });
 
-function harness(
+async function harness(
   args: string[],
   env: NodeJS.ProcessEnv,
 ): Promise<{ code: number | null; stdout: Buffer; stderr: string }> {
-  const child = spawn(process.execPath, [join(repoRoot(), 'apps', 'harness', 'bin', 'harness.js'), ...args], {
-    env: {
-      ...process.env,
-      ...NO_AMBIENT_PROXY,
-      TETHER_CONFIG: join(work, 'no-config.toml'),
-      TETHER_HARNESS_REGISTRY: stack.registryUrl,
-      TETHER_HARNESS_ENVIRONMENT_ID: 'proxy-env',
-      TETHER_HARNESS_API_KEY: stack.keys.harness,
-      ...env,
+  const { code, stdout, stderr } = await runToEndBytes(
+    process.execPath,
+    [join(repoRoot(), 'apps', 'harness', 'bin', 'harness.js'), ...args],
+    {
+      env: {
+        ...process.env,
+        ...NO_AMBIENT_PROXY,
+        TETHER_CONFIG: join(work, 'no-config.toml'),
+        TETHER_HARNESS_REGISTRY: stack.registryUrl,
+        TETHER_HARNESS_ENVIRONMENT_ID: 'proxy-env',
+        TETHER_HARNESS_API_KEY: stack.keys.harness,
+        ...env,
+      },
     },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  const out: Buffer[] = [];
-  let stderr = '';
-  child.stdout.on('data', (d: Buffer) => out.push(d));
-  child.stderr.on('data', (d: Buffer) => {
-    stderr += d;
-  });
-  return new Promise((resolve, reject) => {
-    child.once('error', reject);
-    child.once('close', (code) => resolve({ code, stdout: Buffer.concat(out), stderr }));
-  });
+  );
+  return { code, stdout, stderr };
 }
 
 it('harness exec goes through HTTP_PROXY: /connect in absolute form, the relay through CONNECT, every byte', async () => {

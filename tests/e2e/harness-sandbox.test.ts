@@ -1,15 +1,8 @@
-/**
- * `harness exec --sandbox` through the whole product path (the harness bin → registry bin → relay bin →
- * executor in remote mode), against our executor and the real `codex exec-server`: a person gets the
- * confinement Codex's agent gets. Writes land only in the workspace (and /tmp), .git stays read-only, there
- * is no network unless asked, the output is whole, and bad flags are usage errors before anything connects.
- */
-import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { join } from 'node:path';
-import { findProcesses, type PeerKind, repoRoot, type Stack, startStack } from '@tether/test-kit';
+import { findProcesses, type PeerKind, repoRoot, runToEndBytes, type Stack, startStack } from '@tether/test-kit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 interface Outcome {
@@ -24,21 +17,15 @@ let stack: Stack;
 let listener: Server;
 let port = 0;
 
-function harness(args: string[], env: NodeJS.ProcessEnv = {}): Promise<Outcome> {
-  const child = spawn(process.execPath, [join(repoRoot(), 'apps', 'harness', 'dist', 'main.js'), ...args], {
-    env: { ...process.env, TETHER_CONFIG: join(work, 'no-config.toml'), ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  const out: Buffer[] = [];
-  let stderr = '';
-  child.stdout.on('data', (d: Buffer) => out.push(d));
-  child.stderr.on('data', (d: Buffer) => {
-    stderr += d;
-  });
-  return new Promise((resolve, reject) => {
-    child.once('error', reject);
-    child.once('close', (code) => resolve({ code, stdout: Buffer.concat(out), stderr }));
-  });
+async function harness(args: string[], env: NodeJS.ProcessEnv = {}): Promise<Outcome> {
+  const { code, stdout, stderr } = await runToEndBytes(
+    process.execPath,
+    [join(repoRoot(), 'apps', 'harness', 'dist', 'main.js'), ...args],
+    {
+      env: { ...process.env, TETHER_CONFIG: join(work, 'no-config.toml'), ...env },
+    },
+  );
+  return { code, stdout, stderr };
 }
 
 beforeAll(async () => {

@@ -152,7 +152,7 @@ export {
   startTestRendezvous,
   type TestRendezvous,
 } from './rendezvous.js';
-export { type RunOptions, type RunResult, runToEnd } from './run.js';
+export { type RunOptions, type RunResult, runToEnd, runToEndBytes } from './run.js';
 export {
   type Service,
   type ServiceName,

@@ -19,22 +19,22 @@ export interface RunOptions {
 
 /**
  * Runs a command to its end and gives back its exit code and all it printed: the shape every black-box test
- * of a CLI needs. Output is kept as text, whole (for commands that print little).
+ * of a CLI needs. Output is kept whole (for commands that print little); stdout as bytes.
  */
-export function runToEnd(command: string, args: readonly string[], options: RunOptions = {}): Promise<RunResult> {
+export function runToEndBytes(
+  command: string,
+  args: readonly string[],
+  options: RunOptions = {},
+): Promise<Omit<RunResult, 'stdout'> & { stdout: Buffer }> {
   const child = spawn(command, args, {
     cwd: options.cwd,
     env: options.env ?? process.env,
     stdio: [options.input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
   });
-  let stdout = '';
-  let stderr = '';
-  child.stdout?.on('data', (d: Buffer) => {
-    stdout += d;
-  });
-  child.stderr?.on('data', (d: Buffer) => {
-    stderr += d;
-  });
+  const stdout: Buffer[] = [];
+  const stderr: Buffer[] = [];
+  child.stdout?.on('data', (d: Buffer) => stdout.push(d));
+  child.stderr?.on('data', (d: Buffer) => stderr.push(d));
   if (options.input !== undefined) child.stdin?.end(options.input);
   const timer = setTimeout(() => child.kill('SIGKILL'), options.timeoutMs ?? 60_000);
   return new Promise((resolve, reject) => {
@@ -44,7 +44,13 @@ export function runToEnd(command: string, args: readonly string[], options: RunO
     });
     child.once('close', (code, signal) => {
       clearTimeout(timer);
-      resolve({ code, signal, stdout, stderr });
+      resolve({ code, signal, stdout: Buffer.concat(stdout), stderr: Buffer.concat(stderr).toString() });
     });
   });
+}
+
+/** `runToEndBytes` with stdout as text. */
+export async function runToEnd(command: string, args: readonly string[], options: RunOptions = {}): Promise<RunResult> {
+  const result = await runToEndBytes(command, args, options);
+  return { ...result, stdout: result.stdout.toString() };
 }
