@@ -9,7 +9,7 @@ import {
   verifyRelayRequest,
   verifyRevocations,
 } from '@tether/relay-auth';
-import { decodeFrame, encodeFrame, type Frame, resetFrame } from '@tether/relay-frames';
+import { decodeFrame, encodeFrame, type Frame, peekHeaderParts, resetFrame, streamKey } from '@tether/relay-frames';
 import { PROMETHEUS_CONTENT_TYPE, Telemetry, type TelemetryOptions } from '@tether/telemetry';
 import { joinParts } from '@tether/user-read/websocket';
 import pino, { type Logger } from 'pino';
@@ -27,7 +27,6 @@ import {
   type ResetReason,
   type RevocationSource,
 } from './metrics.js';
-import { peekHeaderParts, streamKey } from './peek.js';
 import { PushSources } from './push-sources.js';
 import {
   isRevocationsPath,
