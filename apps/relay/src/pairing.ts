@@ -110,6 +110,7 @@ export class PairingTable {
   readonly #log: Logger;
   readonly #metrics: RelayMetrics;
   readonly #tap: PairingOptions['tap'];
+  readonly #fastPath: PeerContext['fastPath'];
   readonly #options: PairingOptions;
   readonly #resets: Record<ResetReason, { inc(): void }>;
   readonly #drops: Record<DropReason, { inc(): void }>;
@@ -127,6 +128,7 @@ export class PairingTable {
     this.#log = options.log;
     this.#metrics = metrics;
     this.#tap = options.tap;
+    this.#fastPath = options.peers.fastPath;
     this.#epochs = new ExpiringMap(limits.maxRememberedRegistrations, limits.urlLifetimeMs);
     this.#revoked = new ExpiringMap(limits.maxRememberedRegistrations, limits.urlLifetimeMs);
     const by = <K extends string>(keys: readonly K[], series: (key: K) => { inc(by?: number): void }) =>
@@ -253,7 +255,7 @@ export class PairingTable {
     stream.lastActivity = at;
     const ws = harness.peer.ws;
     if (this.#tap) this.#tap('to_harness', joinParts(parts, length));
-    this.#options.peers.fastPath.sendParts(ws, parts, length);
+    this.#fastPath.sendParts(ws, parts, length);
     this.#framesTo.to_harness.inc();
     this.#bytesTo.to_harness.inc(length);
     if (header.kind === 'reset') {
@@ -312,7 +314,7 @@ export class PairingTable {
     const ws = env.peer.ws;
     if (!env.peer.open) return; // the environment is going: its close event resets this stream
     if (this.#tap) this.#tap('to_environment', joinParts(parts, length));
-    this.#options.peers.fastPath.sendParts(ws, parts, length);
+    this.#fastPath.sendParts(ws, parts, length);
     this.#framesTo.to_environment.inc();
     this.#bytesTo.to_environment.inc(length);
     if (ws.bufferedAmount > this.#limits.environmentHighWaterBytes && !harness.peer.paused) {

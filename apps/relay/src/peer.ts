@@ -31,8 +31,8 @@ export class Peer {
   lastSeen: number;
   /** Not being read: paused by the socket it writes to, until that one drains. */
   #paused = false;
-  /** Writers paused because this socket is above its high-water mark. */
-  readonly #throttled = new Set<Peer>();
+  /** Writers paused because this socket is above its high-water mark (made on the first: most sockets have none). */
+  #throttled: Set<Peer> | null = null;
   #drainHooked = false;
   #graceTimer: NodeJS.Timeout | undefined;
 
@@ -113,38 +113,40 @@ export class Peer {
 
   /** Writers paused on this socket now. */
   get throttled(): number {
-    return this.#throttled.size;
+    return this.#throttled?.size ?? 0;
   }
 
   /** Stops reading `writer` until this socket drains (the write that crossed the mark will emit 'drain'). */
   throttle(writer: Peer): void {
     writer.#paused = true;
     writer.ws.pause();
-    this.#throttled.add(writer);
+    this.#throttled ??= new Set();
+    const throttled = this.#throttled;
+    throttled.add(writer);
     if (this.#drainHooked) return;
     this.#drainHooked = true;
     this.socket.once('drain', () => {
       this.#drainHooked = false;
-      for (const paused of this.#throttled) paused.#unpause();
-      this.#throttled.clear();
+      for (const paused of throttled) paused.#unpause();
+      throttled.clear();
     });
   }
 
   /** Reads `writer` again now (a closing socket must be able to receive its peer's close frame). */
   release(writer: Peer): void {
     if (!writer.#paused) return;
-    this.#throttled.delete(writer);
+    this.#throttled?.delete(writer);
     writer.#unpause();
   }
 
   /** This socket is done with its writers (they are closing or gone): none is resumed by its drain. */
   releaseAll(): void {
-    this.#throttled.clear();
+    this.#throttled?.clear();
   }
 
   /** Shutdown: every paused writer is read again, so that it can take its close frame. */
   resumeThrottled(): void {
-    for (const paused of this.#throttled) paused.ws.resume();
+    for (const paused of this.#throttled ?? []) paused.ws.resume();
   }
 
   #unpause(): void {
