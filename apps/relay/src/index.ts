@@ -1,3 +1,4 @@
+export { peekHeader, streamKey } from '@tether/relay-frames';
 export {
   createRelay,
   type Direction,
@@ -8,5 +9,4 @@ export {
 } from './app.js';
 export { CLOSE, DEFAULT_LIMITS, type RelayLimits } from './limits.js';
 export { DROP_REASONS, REFUSAL_REASONS, RESET_REASONS } from './metrics.js';
-export { peekHeader, streamKey } from './peek.js';
 export { PushSources, type Resolver } from './push-sources.js';

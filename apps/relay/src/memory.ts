@@ -51,3 +51,22 @@ export class ExpiringMap<V> {
     }
   }
 }
+
+/** A count per key (open sockets per IP, pushes being read per source): a key whose count reaches 0 is dropped. */
+export class Counts {
+  readonly #counts = new Map<string, number>();
+
+  get(key: string): number {
+    return this.#counts.get(key) ?? 0;
+  }
+
+  add(key: string): void {
+    this.#counts.set(key, this.get(key) + 1);
+  }
+
+  remove(key: string): void {
+    const left = this.get(key) - 1;
+    if (left <= 0) this.#counts.delete(key);
+    else this.#counts.set(key, left);
+  }
+}

@@ -1,6 +1,7 @@
 import { lookup } from 'node:dns/promises';
 import { isIP } from 'node:net';
 import { TrustedProxies, TrustProxyError } from './client-address.js';
+import { type Clock, systemClock } from './clock.js';
 
 /** Resolves a host name to every address it has (both families). */
 export type Resolver = (host: string) => Promise<string[]>;
@@ -45,7 +46,7 @@ export class PushSources {
     hosts: readonly string[],
     readonly known: boolean,
     private readonly resolver: Resolver,
-    private readonly clock: () => number,
+    private readonly clock: Clock,
   ) {
     this.#blocks = TrustedProxies.parse(blocks);
     this.#hosts = hosts;
@@ -53,7 +54,7 @@ export class PushSources {
 
   /** Every address (the registry's addresses are not known). */
   static any(): PushSources {
-    return new PushSources([], [], false, systemResolver, Date.now);
+    return new PushSources([], [], false, systemResolver, systemClock);
   }
 
   /** Throws TrustProxyError naming an entry that is no IP address, CIDR block or host name. */
@@ -68,12 +69,18 @@ export class PushSources {
    */
   static of(
     entries: readonly string[],
-    options: { resolver?: Resolver; now?: () => number } = {},
+    options: { resolver?: Resolver; now?: Clock } = {},
   ): { sources: PushSources; ready: Promise<string[] | Error> } {
     const blocks: string[] = [];
     const hosts: string[] = [];
     for (const entry of entries) (classify(entry) === 'block' ? blocks : hosts).push(entry.trim());
-    const sources = new PushSources(blocks, hosts, true, options.resolver ?? systemResolver, options.now ?? Date.now);
+    const sources = new PushSources(
+      blocks,
+      hosts,
+      true,
+      options.resolver ?? systemResolver,
+      options.now ?? systemClock,
+    );
     const ready =
       hosts.length === 0
         ? Promise.resolve([...blocks])
@@ -84,7 +91,7 @@ export class PushSources {
   /** The addresses of `registryUrl`'s host (an IP literal as it is). */
   static ofRegistry(
     registryUrl: string,
-    options: { resolver?: Resolver; now?: () => number } = {},
+    options: { resolver?: Resolver; now?: Clock } = {},
   ): { sources: PushSources; ready: Promise<string[] | Error> } {
     const host = new URL(registryUrl).hostname.replace(/^\[(.*)\]$/, '$1');
     return PushSources.of([host], options);

@@ -1,7 +1,7 @@
 import { create, fromBinary, type MessageInitShape, toBinary } from '@bufbuild/protobuf';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { DataFrameEncoder, decodeFrame, encodeFrame, encodeFrameGeneric, peekStreamId } from './codec.js';
+import { DataFrameEncoder, decodeFrame, encodeFrame, encodeFrameGeneric } from './codec.js';
 import { FrameError, type FrameErrorCode } from './errors.js';
 import {
   ackFrame,
@@ -15,6 +15,7 @@ import {
 } from './frame.js';
 import { RelayMessageFrameSchema } from './gen/relay.v1_pb.js';
 import { MAX_FRAME_BYTES } from './limits.js';
+import { peekHeader, streamIdOfKey } from './peek.js';
 
 const hex = (bytes: Uint8Array): string => Buffer.from(bytes).toString('hex');
 const unhex = (text: string): Uint8Array => new Uint8Array(Buffer.from(text.replace(/\s+/g, ''), 'hex'));
@@ -255,7 +256,7 @@ describe('decodeFrame validation (spec §3.3)', () => {
   it('checks the size before parsing: a 10 MiB buffer of garbage is too_large, not malformed', () => {
     const huge = new Uint8Array(10 * 1024 * 1024).fill(0xff);
     expectFrameError(() => decodeFrame(huge), 'too_large');
-    expect(peekStreamId(huge)).toBeNull();
+    expect(peekStreamId(huge)).toBeNull(); // not a well-formed message either
   });
 
   it('honours maxBytes exactly', () => {
@@ -268,7 +269,13 @@ describe('decodeFrame validation (spec §3.3)', () => {
   });
 });
 
-describe('peekStreamId', () => {
+/** The stream id the one header peek (peek.ts) routes by, as text; null when it names none. */
+function peekStreamId(bytes: Uint8Array): string | null {
+  const peeked = peekHeader(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength));
+  return peeked === null ? null : streamIdOfKey(peeked.streamKey);
+}
+
+describe('peekHeader against the codec', () => {
   it('reads the stream id of every body kind without decoding the body', () => {
     const id = 'b6a0f7c2-0b9e-4c55-9a1e-3f1d2c4b5a69';
     for (const frame of [
@@ -303,9 +310,15 @@ describe('peekStreamId', () => {
     expect(peekStreamId(unhex('ffffffffffffffffffff'))).toBeNull();
     expect(peekStreamId(unhex('0f'))).toBeNull(); // wire type 7
     expect(peekStreamId(unhex('0801 4a00'))).toBeNull(); // no stream id
-    expect(peekStreamId(unhex('1202 2073 4a00'))).toBeNull(); // " s": surrounding whitespace
-    expect(peekStreamId(unhex('1202 c328'))).toBeNull(); // invalid UTF-8
-    expect(peekStreamId(bytes, { maxBytes: bytes.byteLength - 1 })).toBeNull();
+  });
+
+  it("routes by the exact id bytes and leaves the id's rules to the endpoint (the relay forwards verbatim)", () => {
+    // " s" (surrounding whitespace) and invalid UTF-8 are refused by decodeFrame at the endpoint, not by the peek.
+    expect(peekHeader(Buffer.from(unhex('1202 2073 4a00')))).toEqual({ streamKey: ' s', kind: 'heartbeat' });
+    expect(peekHeader(Buffer.from(unhex('1202 c328')))).toEqual({ streamKey: '\u00c3(', kind: null });
+    // Size is the socket's limit (maxPayload), not the peek's: a frame of any length is read.
+    const big = encodeFrame(dataFrame('s', 0, new Uint8Array(MAX_FRAME_BYTES - 16)));
+    expect(peekHeader(Buffer.from(big))).toEqual({ streamKey: 's', kind: 'data' });
   });
 });
 

@@ -6,8 +6,6 @@ import { isValidStreamId, validateFrame } from './frame.js';
 import { MAX_FRAME_BYTES, MAX_SEQ, MAX_STREAM_ID_BYTES, RELAY_PROTOCOL_VERSION } from './limits.js';
 import { type RelayBody, type RelayMessage, readRelayMessage, writeRelayMessage } from './message.js';
 
-/** Field number of `RelayMessageFrame.stream_id`, the only field the relay reads. */
-const STREAM_ID_FIELD = 2;
 /** Field numbers of the `body` oneof (data … handshake). */
 const FIRST_BODY_FIELD = 5;
 const LAST_BODY_FIELD = 10;
@@ -426,25 +424,4 @@ function decodeGeneric(bytes: Uint8Array, copyPayload: boolean): Frame {
     case undefined:
       throw new FrameError('missing_body', 'frame has no body');
   }
-}
-
-/**
- * The relay's cheap routing read: the `stream_id` of an encoded frame, without decoding bodies or
- * copying payloads (the wire reader skips them). Like a full decode, the last occurrence of the field
- * wins. Returns null when the bytes are over `maxBytes`, are not a well-formed protobuf message, or
- * carry no valid stream id; it never throws.
- */
-export function peekStreamId(bytes: Uint8Array, options: CodecOptions = {}): string | null {
-  if (bytes.byteLength > (options.maxBytes ?? MAX_FRAME_BYTES)) return null;
-  let streamId: string | null = null;
-  try {
-    walkFields(bytes, (fieldNo, wireType, reader) => {
-      if (fieldNo !== STREAM_ID_FIELD || wireType !== WireType.LengthDelimited) return false;
-      streamId = reader.string(true); // strict: invalid UTF-8 throws, as in decodeFrame
-      return true;
-    });
-  } catch {
-    return null;
-  }
-  return streamId !== null && isValidStreamId(streamId) ? streamId : null;
 }

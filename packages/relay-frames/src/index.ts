@@ -4,7 +4,6 @@ export {
   type DecodeOptions,
   decodeFrame,
   encodeFrame,
-  peekStreamId,
 } from './codec.js';
 export { copyBytes } from './copy.js';
 export {
@@ -51,5 +50,6 @@ export {
   RELAY_PROTOCOL_VERSION,
 } from './limits.js';
 export { OrderedReceiveWindow, type OrderedReceiveWindowOptions, SendSequence } from './ordered-window.js';
+export { type FrameHeaderPeek, peekHeader, peekHeaderParts, streamIdOfKey, streamKey } from './peek.js';
 export { frameMessage, frameMessageParts, MessageReassembler } from './record-framing.js';
 export { relaySocketMask } from './socket-mask.js';

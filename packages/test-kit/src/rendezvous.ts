@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
-import { encodeFrame, peekStreamId, resetFrame } from '@tether/relay-frames';
+import { encodeFrame, peekHeader, resetFrame, streamIdOfKey } from '@tether/relay-frames';
 import { type WebSocket, WebSocketServer } from 'ws';
 
 /**
@@ -270,10 +270,8 @@ export async function startTestRendezvous(): Promise<TestRendezvous> {
   };
 }
 
+/** The frame's stream id by the relay's own header peek (null: it names none, so the relay would not route it). */
 function safePeek(data: Buffer): string | null {
-  try {
-    return peekStreamId(data) || null;
-  } catch {
-    return null;
-  }
+  const header = peekHeader(data);
+  return header === null ? null : streamIdOfKey(header.streamKey);
 }

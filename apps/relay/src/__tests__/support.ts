@@ -3,12 +3,11 @@ import { once } from 'node:events';
 import { createServer, type IncomingHttpHeaders } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { nonceForGrant, type RelayRole, type SigningKey, signRelayUrl, signRevocations } from '@tether/relay-auth';
-import { decodeFrame, encodeFrame, type Frame } from '@tether/relay-frames';
+import { decodeFrame, encodeFrame, type Frame, peekHeader } from '@tether/relay-frames';
 import { afterEach } from 'vitest';
 import { WebSocket } from 'ws';
 import { createRelay, type Relay, type RelayOptions } from '../app.js';
 import type { RelayLimits } from '../limits.js';
-import { peekHeader } from '../peek.js';
 
 const pair = generateKeyPairSync('ed25519');
 export const signingKey: SigningKey = { privateKey: pair.privateKey, publicKey: pair.publicKey };

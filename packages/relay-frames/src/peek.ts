@@ -1,4 +1,5 @@
-import type { FrameKind } from '@tether/relay-frames';
+import type { FrameKind } from './frame.js';
+import { MAX_STREAM_ID_BYTES } from './limits.js';
 
 /** `RelayMessageFrame` body fields 5…10, in field order (rendezvous.md §3.3). */
 const BODY_KINDS: readonly FrameKind[] = ['data', 'ack', 'resume', 'reset', 'heartbeat', 'handshake'];
@@ -19,8 +20,13 @@ export function streamKey(streamId: string): string {
   return Buffer.from(streamId, 'utf8').toString('latin1');
 }
 
+/** The stream id a routing key was read from, as text (invalid UTF-8 becomes U+FFFD: the endpoint refuses it). */
+export function streamIdOfKey(key: string): string {
+  return Buffer.from(key, 'latin1').toString('utf8');
+}
+
 /**
- * The relay's only look inside a frame: walks the top-level protobuf fields of one `RelayMessageFrame`
+ * The one look inside a frame short of decoding it, the relay's (and test-kit's rendezvous double's): walks the top-level protobuf fields of one `RelayMessageFrame`
  * for `stream_id` (last occurrence wins, as in a full decode) and the body kind, skipping every value
  * without copying it. Returns null for bytes that are not a well-formed message or carry no stream id;
  * never throws. Bodies are not validated: the endpoints do that, and the relay forwards verbatim.
@@ -126,6 +132,6 @@ function peek(
         return null; // groups (3/4) and reserved wire types: not something codex or we send
     }
   }
-  if (idStart < 0 || idEnd === idStart || idEnd - idStart > 128) return null;
+  if (idStart < 0 || idEnd === idStart || idEnd - idStart > MAX_STREAM_ID_BYTES) return null;
   return { streamKey: slice(idStart, idEnd), kind };
 }

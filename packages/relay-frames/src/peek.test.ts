@@ -1,14 +1,15 @@
+import { describe, expect, it } from 'vitest';
 import {
   ackFrame,
   dataFrame,
   encodeFrame,
   handshakeFrame,
   heartbeatFrame,
+  peekHeader,
   resetFrame,
   resumeFrame,
-} from '@tether/relay-frames';
-import { describe, expect, it } from 'vitest';
-import { peekHeader, streamKey } from './peek.js';
+  streamKey,
+} from './index.js';
 
 const id = 'c0ffee00-1111-4222-8333-444455556666';
 const buf = (bytes: Uint8Array) => Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);

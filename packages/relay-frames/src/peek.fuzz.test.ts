@@ -1,3 +1,5 @@
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
 import {
   ackFrame,
   dataFrame,
@@ -7,12 +9,12 @@ import {
   handshakeFrame,
   heartbeatFrame,
   isValidStreamId,
+  peekHeader,
+  peekHeaderParts,
   resetFrame,
   resumeFrame,
-} from '@tether/relay-frames';
-import fc from 'fast-check';
-import { describe, expect, it } from 'vitest';
-import { peekHeader, peekHeaderParts, streamKey } from './peek.js';
+  streamKey,
+} from './index.js';
 
 // The relay's header peek against hostile frames (issue 16): it never throws, reads the same header from a
 // message in any number of parts, and never routes a frame by a stream id other than the one the endpoint
