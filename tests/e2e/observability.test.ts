@@ -10,9 +10,9 @@ import {
   type PeerHandle,
   parsePrometheusText,
   prometheusSample,
-  type ServiceStack,
+  type Stack,
   startOtlpCollector,
-  startServiceStack,
+  startStack,
   waitUntil,
 } from '@tether/test-kit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -20,7 +20,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 const ENVIRONMENT_ID = 'env-observability';
 
 let collector: OtlpCollector;
-let stack: ServiceStack;
+let stack: Stack;
 let executor: PeerHandle;
 let executorBase: string;
 
@@ -39,7 +39,7 @@ function otelEnv(): Record<string, string> {
 
 beforeAll(async () => {
   collector = await startOtlpCollector();
-  stack = await startServiceStack({ env: otelEnv() });
+  stack = await startStack({ env: otelEnv() });
   executor = await stack.startExecutor('tether', ENVIRONMENT_ID, {
     args: ['--listen', 'ws://127.0.0.1:0'],
     env: { ...otelEnv(), OTEL_SERVICE_NAME: 'executor-observability' },

@@ -6,7 +6,7 @@
  * only other acceptable end is the explicit error, and only after an outage longer than the detach TTL.
  */
 import type { Environment } from '@tether/client';
-import { type ChaosPolicy, type ChaosProxy, type PeerHandle, type ServiceStack, waitUntil } from '@tether/test-kit';
+import { type ChaosPolicy, type ChaosProxy, type PeerHandle, type Stack, waitUntil } from '@tether/test-kit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   type Check,
@@ -59,7 +59,7 @@ const CONNECT_CHAOS: Record<'harness' | 'environment', ChaosPolicy> = {
 };
 
 describe('chaos: cuts and resets on both relay legs (seeded proxy)', () => {
-  let stack: ServiceStack;
+  let stack: Stack;
   let proxy: ChaosProxy;
   let executor: PeerHandle;
   let beforeStack: LocalResources;

@@ -6,14 +6,7 @@
  */
 import type { Environment } from '@tether/client';
 import { TetherError } from '@tether/client';
-import {
-  descendantPids,
-  isAlive,
-  type PeerHandle,
-  type ServiceStack,
-  startServiceStack,
-  waitUntil,
-} from '@tether/test-kit';
+import { descendantPids, isAlive, type PeerHandle, type Stack, startStack, waitUntil } from '@tether/test-kit';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import {
   type Check,
@@ -56,7 +49,7 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 describe('kills: SIGKILL of relay, registry and executor mid-stream', () => {
   let beforeAllResources: LocalResources;
-  let stack: ServiceStack | undefined;
+  let stack: Stack | undefined;
   const envs: Environment[] = [];
 
   beforeAll(() => {
@@ -77,8 +70,8 @@ describe('kills: SIGKILL of relay, registry and executor mid-stream', () => {
     environmentId: string,
     homeFiles?: Record<string, string>,
     reconnectTimeoutMs?: number,
-  ): Promise<{ stack: ServiceStack; executor: PeerHandle; env: Environment; log: LinkLog }> {
-    stack = await startServiceStack();
+  ): Promise<{ stack: Stack; executor: PeerHandle; env: Environment; log: LinkLog }> {
+    stack = await startStack();
     const executor = await stack.startExecutor('tether', environmentId, homeFiles ? { homeFiles } : {});
     const log = new LinkLog();
     const env = await connect({ stack, environmentId, log, ...(reconnectTimeoutMs ? { reconnectTimeoutMs } : {}) });

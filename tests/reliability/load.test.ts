@@ -6,14 +6,7 @@
  * extra socket. Prints aggregate MB/s and the executor's peak RSS.
  */
 import type { Environment } from '@tether/client';
-import {
-  cpuSeconds,
-  type PeerHandle,
-  peakRssMib,
-  rssMib,
-  type ServiceStack,
-  startServiceStack,
-} from '@tether/test-kit';
+import { cpuSeconds, type PeerHandle, peakRssMib, rssMib, type Stack, startStack } from '@tether/test-kit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   type Check,
@@ -48,7 +41,7 @@ const RUN_DEADLINE_MS = 150_000 * SCALE;
 const RSS_TARGET_MB = 300;
 
 describe(`load: ${CONNECTIONS} harness connections × ${PROCESSES_PER_CONNECTION} processes × ${BYTES_PER_PROCESS / KIB} KiB through one relay to one executor`, () => {
-  let stack: ServiceStack;
+  let stack: Stack;
   let executor: PeerHandle;
   let beforeStack: LocalResources;
   let idleLocal: LocalResources;
@@ -60,7 +53,7 @@ describe(`load: ${CONNECTIONS} harness connections × ${PROCESSES_PER_CONNECTION
 
   beforeAll(async () => {
     beforeStack = localResources();
-    stack = await startServiceStack();
+    stack = await startStack();
     executor = await stack.startExecutor('tether', ENVIRONMENT);
     idleLocal = localResources();
     idleExecutor = executorResources(executor.pid, stack.registry.port);

@@ -11,14 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Environment } from '@tether/client';
 import { pickRelayNode } from '@tether/registry';
-import {
-  type ClusterStack,
-  patternCommand,
-  patternSha256,
-  repoRoot,
-  startClusterStack,
-  waitUntil,
-} from '@tether/test-kit';
+import { patternCommand, patternSha256, repoRoot, type Stack, startStack, waitUntil } from '@tether/test-kit';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import {
   type Check,
@@ -47,7 +40,7 @@ const SETTLE_MS = 120_000 * SCALE;
 
 describe('relay nodes: failover and joining, three nodes and two registry replicas on PostgreSQL', () => {
   let before: LocalResources;
-  let cluster: ClusterStack | undefined;
+  let cluster: Stack | undefined;
   const envs: Environment[] = [];
 
   beforeAll(() => {
@@ -68,7 +61,7 @@ describe('relay nodes: failover and joining, three nodes and two registry replic
    * `harness exec` (the CLI, no connection reuse) through registry replica `registry`: its stdout hashed as it
    * streams, and how many bytes have come so far.
    */
-  const harnessExec = (stack: ClusterStack, environmentId: string, registry: number, argv: string[]) => {
+  const harnessExec = (stack: Stack, environmentId: string, registry: number, argv: string[]) => {
     const home = mkdtempSync(join(tmpdir(), 'tether-failover-harness-'));
     const child = spawn(
       process.execPath,
@@ -104,7 +97,7 @@ describe('relay nodes: failover and joining, three nodes and two registry replic
     return { bytes: () => bytes, done, kill: () => child.kill('SIGKILL') };
   };
 
-  const connect = (stack: ClusterStack, environmentId: string, registry: number, log?: LinkLog) =>
+  const connect = (stack: Stack, environmentId: string, registry: number, log?: LinkLog) =>
     Environment.connectRendezvous({
       registryUrl: (stack.registries[registry] as { url: string }).url,
       apiKey: stack.keys.harness,
@@ -116,7 +109,7 @@ describe('relay nodes: failover and joining, three nodes and two registry replic
   it(`the node carrying an environment is SIGKILLed mid-stream → its executor is on a live node within ${FAILOVER_BOUND_MS / 1000} s, the harness resumes the same session there, and every stream arrives complete and exactly once`, {
     timeout: SETTLE_MS + 120_000,
   }, async () => {
-    cluster = await startClusterStack({ relays: 3, spareRelays: 0, registries: 2 });
+    cluster = await startStack({ relays: 3, spareRelays: 0, registries: 2 });
     // The executor registers through one replica; the harness connects through the other.
     await cluster.startExecutor('tether', 'env-failover', { registry: 0 });
     const first = await cluster.carrier('env-failover');
@@ -179,7 +172,7 @@ describe('relay nodes: failover and joining, three nodes and two registry replic
   it('a node joins → environments already linked stay on their node, harnesses keep working there, and executors that register from then on are spread over it too', {
     timeout: 180_000,
   }, async () => {
-    cluster = await startClusterStack({ relays: 3, spareRelays: 1, registries: 2 });
+    cluster = await startStack({ relays: 3, spareRelays: 1, registries: 2 });
     const stack = cluster;
     const spare = stack.relays[3]!;
     const all = stack.relays.map((r) => r.url);

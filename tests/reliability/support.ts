@@ -14,11 +14,11 @@ import {
   patternBytes,
   patternCommand,
   patternSha256,
-  type ServiceStack,
-  type ServiceStackOptions,
+  type Stack,
+  type StackOptions,
   socketPeers,
   startChaosProxy,
-  startServiceStack,
+  startStack,
   waitUntil,
 } from '@tether/test-kit';
 
@@ -47,13 +47,13 @@ export function relayLeg(head: Buffer): string {
   return 'other';
 }
 
-/** A service stack whose registry hands out a chaos proxy's URL: both relay legs go through it. */
+/** A stack whose registry hands out a chaos proxy's URL: both relay legs go through it. */
 export async function startChaosStack(
-  options: Omit<ServiceStackOptions, 'relayPublicUrl'> = {},
-): Promise<{ stack: ServiceStack; proxy: ChaosProxy }> {
+  options: Omit<StackOptions, 'relayPublicUrl'> = {},
+): Promise<{ stack: Stack; proxy: ChaosProxy }> {
   let proxy: ChaosProxy | undefined;
   try {
-    const stack = await startServiceStack({
+    const stack = await startStack({
       ...options,
       relayPublicUrl: async (relay) => {
         proxy = await startChaosProxy({ target: { host: relay.host, port: relay.port }, classify: relayLeg });
@@ -130,7 +130,7 @@ export class LinkLog {
 }
 
 export interface ConnectOptions {
-  stack: ServiceStack;
+  stack: Stack;
   environmentId: string;
   log?: LinkLog;
   reconnectTimeoutMs?: number;
@@ -408,7 +408,7 @@ export async function expectLocalResourcesBack(baseline: LocalResources, timeout
 }
 
 /** Waits (bounded) until the relay counts no stream and no harness socket. */
-export async function expectRelayIdle(stack: ServiceStack, timeoutMs = 10_000): Promise<void> {
+export async function expectRelayIdle(stack: Stack, timeoutMs = 10_000): Promise<void> {
   let state = { streams: -1, harnessSockets: -1 };
   try {
     await waitUntil(

@@ -110,7 +110,10 @@ export interface ConnectionProcessorOptions {
  */
 export class ConnectionProcessor implements SessionAttachment {
   private readonly connection: RpcConnection;
-  private readonly options: ConnectionProcessorOptions;
+  /** The sessions this connection creates or resumes, for `principal`; ended or detached with it. */
+  private readonly registry: SessionRegistry;
+  private readonly principal: Principal;
+  private readonly endSessionOnClose: boolean;
   private readonly lanes: RequestLanes;
   private readonly handlers: HandlerTable;
   private readonly logger: Logger;
@@ -141,7 +144,9 @@ export class ConnectionProcessor implements SessionAttachment {
 
   constructor(connection: RpcConnection, options: ConnectionProcessorOptions) {
     this.connection = connection;
-    this.options = options;
+    this.registry = options.registry;
+    this.principal = options.principal ?? LOCAL_PRINCIPAL;
+    this.endSessionOnClose = options.endSessionOnClose ?? false;
     this.logger = options.logger;
     this.metrics = options.metrics ?? new ExecutorMetrics();
     this.ownsBuffers = options.buffers === undefined;
@@ -209,8 +214,8 @@ export class ConnectionProcessor implements SessionAttachment {
       files: this.files,
       http: this.http,
       blocks: this.buffers.blocks,
-      maxReadFileBytes: this.options.maxReadFileBytes ?? DEFAULT_MAX_READ_FILE_BYTES,
-      sandbox: this.options.sandbox ?? Sandboxer.none('this connection was served without a sandbox'),
+      maxReadFileBytes: options.maxReadFileBytes ?? DEFAULT_MAX_READ_FILE_BYTES,
+      sandbox: options.sandbox ?? Sandboxer.none('this connection was served without a sandbox'),
     };
   }
 
@@ -419,10 +424,9 @@ export class ConnectionProcessor implements SessionAttachment {
   private initialize(raw: unknown): InitializeResult {
     try {
       const params = decode(InitializeParams, raw);
-      const principal = this.options.principal ?? LOCAL_PRINCIPAL;
       const session = params.resumeSessionId
-        ? this.options.registry.resume(params.resumeSessionId, this, principal)
-        : this.options.registry.create(this, principal);
+        ? this.registry.resume(params.resumeSessionId, this, this.principal)
+        : this.registry.create(this, this.principal);
       this.sessionValue = session;
       this.handshake = 'initialized-pending';
       this.logger.debug({ sessionId: session.id, resumed: Boolean(params.resumeSessionId) }, 'initialized');
@@ -456,8 +460,8 @@ export class ConnectionProcessor implements SessionAttachment {
     this.sessionValue = null;
     const finish = async () => {
       if (session) {
-        if (this.options.endSessionOnClose) await this.options.registry.end(session);
-        else this.options.registry.detach(session, this);
+        if (this.endSessionOnClose) await this.registry.end(session);
+        else this.registry.detach(session, this);
       }
       await files; // `done` means every descriptor of this connection is closed
       this.resolveDone();

@@ -47,7 +47,8 @@ export interface DetachedProcessesOptions {
 export class DetachedProcesses {
   readonly table: ProcessTable;
   readonly maxProcesses: number;
-  private readonly options: DetachedProcessesOptions;
+  private readonly usedBySession: (processId: string) => boolean;
+  private readonly logger: Logger;
   private readonly metrics: ExecutorMetrics;
   /** Sessions following each process, until its close (bounded by the sessions of the executor). */
   private readonly watchers = new Map<string, Set<DetachedWatcher>>();
@@ -60,7 +61,8 @@ export class DetachedProcesses {
   private readonly owners = new Map<string, Principal>();
 
   constructor(options: DetachedProcessesOptions) {
-    this.options = options;
+    this.usedBySession = options.usedBySession;
+    this.logger = options.logger;
     this.metrics = options.metrics ?? new ExecutorMetrics();
     this.maxProcesses = options.maxProcesses ?? DEFAULT_MAX_DETACHED_PROCESSES;
     this.table = new ProcessTable({
@@ -99,7 +101,7 @@ export class DetachedProcesses {
     const problem = detachedProcessIdProblem(processId);
     if (problem !== null) throw new ProcessError('invalid_argument', problem);
     // Checked and reserved in one turn (ProcessTable.start reserves synchronously): no start can slip between.
-    if (this.table.has(processId) || this.options.usedBySession(processId)) {
+    if (this.table.has(processId) || this.usedBySession(processId)) {
       throw new ProcessError('already_exists', `process ${processId} already exists`);
     }
     if (this.table.size >= this.maxProcesses) {
@@ -114,7 +116,7 @@ export class DetachedProcesses {
     this.running.set(processId, performance.now());
     try {
       const started = await this.table.start({ ...request, flowWindowBytes: null });
-      this.options.logger.info({ processId, pid: started.pid }, 'detached process started');
+      this.logger.info({ processId, pid: started.pid }, 'detached process started');
       return started;
     } catch (err) {
       if (this.running.delete(processId)) this.metrics.processStartFailed();
@@ -179,7 +181,7 @@ export class DetachedProcesses {
         this.running.delete(event.processId);
         this.metrics.processFinished(event.exitCode === 0 ? 'success' : 'error', secondsSince(startedAt));
       }
-      this.options.logger.info({ processId: event.processId, exitCode: event.exitCode }, 'detached process exited');
+      this.logger.info({ processId: event.processId, exitCode: event.exitCode }, 'detached process exited');
     }
     const set = this.watchers.get(event.processId);
     if (set !== undefined) for (const watcher of set) watcher.deliverDetached(event);

@@ -81,6 +81,18 @@ export function currentCommandLine(): Reexec {
   return { execPath: process.execPath, args: [...process.execArgv, ...process.argv.slice(1)], env: process.env };
 }
 
+/** What the executor needs from the platform to re-execute itself and guard its process (tests give stand-ins). */
+export interface ExecutorPlatform {
+  exec: ExecSupport;
+  /** The command line to re-execute. */
+  commandLine: () => Reexec;
+}
+
+/** This process's: the native addon or Node's execve, and its own command line. */
+export function currentPlatform(): ExecutorPlatform {
+  return { exec: platformExecSupport(), commandLine: currentCommandLine };
+}
+
 /** The environment without any API key variable (and without undefined values, which execve cannot take). */
 export function environmentWithoutKeys(env: NodeJS.ProcessEnv): Record<string, string> {
   const clean: Record<string, string> = {};

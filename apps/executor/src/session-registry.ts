@@ -253,7 +253,11 @@ export interface SessionRegistryOptions {
  */
 export class SessionRegistry {
   private readonly sessions = new Map<string, Session>();
-  private readonly options: SessionRegistryOptions;
+  private readonly detachedTtlMs: number;
+  private readonly maxSessions: number;
+  /** Every session's process table is made with these (the detached table with some of them). */
+  private readonly tableOptions: Omit<ProcessTableOptions, 'onEvent'>;
+  private readonly logger: Logger;
   private readonly now: () => number;
   private readonly metrics: ExecutorMetrics;
   private closed = false;
@@ -261,7 +265,10 @@ export class SessionRegistry {
   readonly detached: DetachedProcesses;
 
   constructor(options: SessionRegistryOptions) {
-    this.options = options;
+    this.detachedTtlMs = options.detachedTtlMs;
+    this.maxSessions = options.maxSessions;
+    this.tableOptions = options.tableOptions;
+    this.logger = options.logger;
     this.now = options.now ?? Date.now;
     this.metrics = options.metrics ?? new ExecutorMetrics();
     const {
@@ -292,17 +299,10 @@ export class SessionRegistry {
   /** A new session acting for `principal` (default: the local one, stdio and `--listen`). */
   create(attachment: SessionAttachment, principal: Principal = LOCAL_PRINCIPAL): Session {
     if (this.closed) throw RpcError.invalidRequest('exec-server is shutting down');
-    if (this.sessions.size >= this.options.maxSessions) {
-      throw RpcError.invalidRequest(`too many sessions: limit is ${this.options.maxSessions}`);
+    if (this.sessions.size >= this.maxSessions) {
+      throw RpcError.invalidRequest(`too many sessions: limit is ${this.maxSessions}`);
     }
-    const session = new Session(
-      randomUUID(),
-      attachment,
-      this.options.tableOptions,
-      this.metrics,
-      this.detached,
-      principal,
-    );
+    const session = new Session(randomUUID(), attachment, this.tableOptions, this.metrics, this.detached, principal);
     this.sessions.set(session.id, session);
     return session;
   }
@@ -321,22 +321,22 @@ export class SessionRegistry {
       throw new RpcError(ErrorCode.sessionAlreadyAttached, `session ${id} is already attached to another connection`);
     }
     const since = session.detachedSince ?? 0;
-    if (this.now() - since >= this.options.detachedTtlMs) {
+    if (this.now() - since >= this.detachedTtlMs) {
       this.expire(session);
       throw RpcError.invalidRequest(`unknown session id ${id}`);
     }
     session.setState({ kind: 'attached', attachment });
-    this.options.logger.debug({ sessionId: id }, 'session resumed');
+    this.logger.debug({ sessionId: id }, 'session resumed');
     return session;
   }
 
   /** The connection went away: keep the session for the TTL, then kill its processes. */
   detach(session: Session, attachment: SessionAttachment): void {
     if (!session.isAttachedTo(attachment)) return;
-    const timer = setTimeout(() => this.expire(session), this.options.detachedTtlMs);
+    const timer = setTimeout(() => this.expire(session), this.detachedTtlMs);
     timer.unref();
     session.setState({ kind: 'detached', since: this.now(), timer });
-    this.options.logger.debug({ sessionId: session.id }, 'session detached');
+    this.logger.debug({ sessionId: session.id }, 'session detached');
   }
 
   /** Ends a session now (stdio connection end, expiry). */
@@ -350,7 +350,7 @@ export class SessionRegistry {
 
   private expire(session: Session): void {
     if (session.state !== 'detached') return;
-    this.options.logger.info({ sessionId: session.id }, 'detached session expired; killing its processes');
+    this.logger.info({ sessionId: session.id }, 'detached session expired; killing its processes');
     void this.end(session);
   }
 

@@ -42,13 +42,6 @@ export {
   type TestClient,
 } from './client.js';
 export {
-  type ClusterOptions,
-  type ClusterRelay,
-  type ClusterStack,
-  type EnvironmentView,
-  startClusterStack,
-} from './cluster-stack.js';
-export {
   b64,
   type CollectEventsOptions,
   type CollectedOutput,
@@ -153,14 +146,14 @@ export {
   type TestRendezvous,
 } from './rendezvous.js';
 export { type RunOptions, type RunResult, runToEnd, runToEndBytes } from './run.js';
+export type { Service, ServiceName } from './service.js';
 export {
-  type Service,
-  type ServiceName,
-  type ServiceStack,
-  type ServiceStackOptions,
+  type EnvironmentView,
+  type Stack,
+  type StackKeyRole,
+  type StackOptions,
+  type StackRelay,
   type StartExecutorOptions,
-  startServiceStack,
-  stopService,
-} from './service-stack.js';
-export { type Stack, type StackOptions, startStack } from './stack.js';
+  startStack,
+} from './stack.js';
 export { hasTmux, startTmux, type Tmux, type TmuxOptions } from './tmux.js';

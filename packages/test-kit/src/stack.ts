@@ -1,184 +1,367 @@
-import { type ChildProcess, spawn } from 'node:child_process';
-import { generateKeyPairSync } from 'node:crypto';
-import { once } from 'node:events';
+import { generateKeyPairSync, randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { waitUntil } from './helpers.js';
-import {
-  apiKeyEnv,
-  type PeerHandle,
-  type PeerKind,
-  registryArgs,
-  repoRoot,
-  type StartPeerOptions,
-  startPeer,
-} from './peer.js';
+import pg from 'pg';
+import { freePort, waitUntil } from './helpers.js';
+import { apiKeyEnv, type PeerHandle, type PeerKind, registryArgs, type StartPeerOptions, startPeer } from './peer.js';
 import type { RelayTap } from './relay-tap.js';
-import { keyCreateArgs, STACK_KEY_ROLES } from './stack-keys.js';
+import { launch, type Service, startService, stopService } from './service.js';
 
 /**
- * The product stack as real processes, for black-box tests: the built `registry` (SQLite in a scratch
- * directory) and `relay` bins sharing one signing key, API keys for each role, and executors (ours or
- * codex) started in remote mode against them.
+ * The product stack as real processes, for black-box tests: the built `registry` and `relay` bins sharing one
+ * signing key, API keys for each role, and executors (ours or codex) started in remote mode against them.
+ *
+ * One node by default: a registry on SQLite in a scratch directory and one relay. Several relay nodes or registry
+ * replicas make a cluster: the replicas share a fresh PostgreSQL database (dropped at close), and every node
+ * heartbeats presence to them with a `relay` key bound to its URL; spare nodes are configured everywhere but
+ * started later (a node that joins). A cluster's relay ports are chosen before anything starts, because every
+ * registry must be configured with every node's URL and each node with its key; a bind can race another process
+ * for that port, which startService retries.
+ *
+ * Every process listens on 127.0.0.1, port 0 (or the port chosen for it), carries the test-kit peer marker (a
+ * run's leak check finds any that outlives it), and can be killed and restarted on its port.
  */
-export interface Stack extends AsyncDisposable {
-  readonly registryUrl: string;
-  /** The relay's own (bound) URL: its metrics, and a connection that bypasses `relayVia`. */
-  readonly relayUrl: string;
-  /** The relay URL the registry hands out: `relayVia`'s when given, else `relayUrl`. */
-  readonly relayPublicUrl: string;
-  readonly keys: Readonly<Record<'admin' | 'executor' | 'harness', string>>;
-  /** Starts an executor serving `environmentId` and waits until it is on the relay. */
-  startExecutor(
-    kind: PeerKind,
-    environmentId: string,
-    options?: Partial<Omit<StartPeerOptions, 'kind' | 'transport'>>,
-  ): Promise<PeerHandle>;
-  /** The relay's Prometheus text. */
-  relayMetrics(): Promise<string>;
-  /**
-   * Makes another API key of `role` in the registry's database, acting on the environments `glob` matches (an admin
-   * key with environments may `/connect` to them).
-   */
-  createKey(role: 'executor' | 'harness' | 'admin', glob: string): Promise<string>;
-  close(): Promise<void>;
-}
-
-async function runBin(
-  children: ChildProcess[],
-  app: 'registry' | 'relay',
-  args: string[],
-  env: Record<string, string> = {},
-): Promise<{ line: string; child: ChildProcess }> {
-  const child = spawn(process.execPath, [join(repoRoot(), 'apps', app, 'dist', 'main.js'), ...args], {
-    stdio: ['ignore', 'pipe', 'pipe'],
-    env: { ...process.env, TETHER_REGISTRY_LOG_LEVEL: 'warn', TETHER_RELAY_LOG_LEVEL: 'warn', ...env },
-  });
-  children.push(child);
-  let stdout = '';
-  let stderr = '';
-  child.stderr?.on('data', (d: Buffer) => {
-    if (stderr.length < 64 * 1024) stderr += d;
-  });
-  const line = await new Promise<string>((resolve, reject) => {
-    child.stdout?.on('data', (d: Buffer) => {
-      stdout += d;
-      if (stdout.includes('\n')) resolve(stdout.split('\n')[0] as string);
-    });
-    child.once('exit', (code) => reject(new Error(`${app} ${args[0]} exited ${code}: ${stderr}`)));
-  });
-  return { line, child };
-}
 
 export interface StackOptions {
+  /** Relay nodes started at once (default 1). */
+  relays?: number;
+  /** Relay nodes configured in every registry but started only by `StackRelay.start` (default 0). */
+  spareRelays?: number;
+  /** Registry replicas (default 1). More than one node or replica makes a cluster, on PostgreSQL. */
+  registries?: number;
+  /** A cluster's PostgreSQL URL whose user may CREATE DATABASE (default `TETHER_TEST_POSTGRES_URL` or the local server). */
+  postgresAdminUrl?: string;
+  /** A cluster's relay presence heartbeat interval (default 1 000 ms). */
+  heartbeatIntervalMs?: number;
   /** Extra `relay serve` arguments (limits). */
   relayArgs?: string[];
   /** Extra `registry serve` arguments (e.g. `--ui-dir DIR`). */
   registryArgs?: string[];
+  /** Extra environment of the registry and relay processes (OTEL_* variables, …). */
+  env?: Record<string, string>;
   /**
-   * Puts every relay connection through this tap: the registry hands out its URL (`--relay-url`), the relay
-   * announces it (`--public-url`), and the tap forwards to the relay (its target is set here). The signed URLs
-   * bind no host, so they verify at the relay unchanged.
+   * One node only: puts every relay connection through this tap: the registry hands out its URL (`--relay-url`),
+   * the relay announces it (`--public-url`), and the tap forwards to the relay (its target is set here). The signed
+   * URLs bind no host, so they verify at the relay unchanged.
    */
   relayVia?: RelayTap;
+  /**
+   * One node only: the relay URL the registry hands to executors and harnesses, given the relay's own (e.g. a chaos
+   * proxy started in front of it). Called once, before the registry starts. Default: the relay's own URL.
+   */
+  relayPublicUrl?: (relay: { url: string; host: string; port: number }) => string | Promise<string>;
+}
+
+export interface StartExecutorOptions extends Partial<Omit<StartPeerOptions, 'kind' | 'transport'>> {
+  /** Wait until the relay carries this executor (default true; false when it cannot get through). */
+  waitForRelay?: boolean;
+  /** The registry replica it registers with (default 0). */
+  registry?: number;
+}
+
+/** One relay node of a stack. */
+export interface StackRelay {
+  /** The node's URL (a cluster's every registry is configured with it). */
+  readonly url: string;
+  readonly port: number;
+  /** The running process, once started. */
+  readonly service: Service | null;
+  alive(): boolean;
+  /** Starts it (a spare joining, or a killed node coming back on its port). */
+  start(): Promise<void>;
+  kill(signal?: NodeJS.Signals): Promise<void>;
+  /** Its Prometheus text. */
+  metrics(): Promise<string>;
+  /** One sample of its Prometheus metrics (`relay_streams`, `relay_sockets{role="harness"}`); 0 when absent. */
+  metric(series: string): Promise<number>;
+}
+
+/** One environment as the registry's admin view (`GET /v1/environments`) shows it. */
+export interface EnvironmentView {
+  environment_id: string;
+  registered: boolean;
+  executor_registration_id: string | null;
+  epoch: number | null;
+  relay_node: string | null;
+  relay_link: 'up' | 'down' | 'unknown';
+}
+
+export type StackKeyRole = 'admin' | 'executor' | 'harness';
+
+export interface Stack extends AsyncDisposable {
+  readonly registries: readonly Service[];
+  readonly relays: readonly StackRelay[];
+  /** The first registry replica (the only one of a single node). */
+  readonly registry: Service;
+  /** The first relay node's process (the only one of a single node). */
+  readonly relay: Service;
+  /** The first registry's base URL (clients and executors use it directly). */
+  readonly registryUrl: string;
+  /** The first relay's own (bound) URL: its metrics, and a connection that bypasses `relayVia`. */
+  readonly relayUrl: string;
+  /** The relay URL the registry hands out: `relayVia`'s or `relayPublicUrl`'s when given, else `relayUrl`. */
+  readonly relayPublicUrl: string;
+  readonly keys: Readonly<Record<StackKeyRole, string>>;
+  /** The registry's database: `sqlite:…`, or a cluster's PostgreSQL URL. */
+  readonly database: string;
+  /** Starts an executor serving `environmentId` and waits until the relay carries it. */
+  startExecutor(kind: PeerKind, environmentId: string, options?: StartExecutorOptions): Promise<PeerHandle>;
+  /** The first relay's Prometheus text, straight from the relay (never through a proxy). */
+  relayMetrics(): Promise<string>;
+  /** One sample of the first relay's metrics; 0 when absent. */
+  relayMetric(series: string): Promise<number>;
+  /**
+   * Makes another API key of `role` in the registry's database, acting on the environments `glob` matches (an admin
+   * key with environments may `/connect` to them).
+   */
+  createKey(role: StackKeyRole, glob: string): Promise<string>;
+  /** The admin view of one environment, from replica `registry` (default 0). */
+  environment(environmentId: string, registry?: number): Promise<EnvironmentView | undefined>;
+  /** Resolves with the node carrying the environment once a registry reports its link up there. */
+  carrier(environmentId: string, options?: { not?: string; timeoutMs?: number }): Promise<StackRelay>;
+  close(): Promise<void>;
+}
+
+const DEFAULT_POSTGRES = 'postgres://postgres@127.0.0.1:5432/test';
+const KEY_ROLES = ['admin', 'executor', 'harness'] as const;
+
+/**
+ * `registry keys create` arguments for a key of `role` in `database`. A key acts on no environment unless given
+ * some, and these tests use many environment ids: the executor and harness keys get `'*'`. An admin key gets
+ * environments only when they are given (to `/connect`: an admin sees every key's detached processes).
+ */
+function keyCreateArgs(database: string, role: StackKeyRole, environments?: string): string[] {
+  const scope = role === 'admin' && environments === undefined ? [] : ['--environments', environments ?? '*'];
+  return ['keys', 'create', '--database', database, '--role', role, ...scope];
+}
+
+/** Runs `registry keys create …` to its end; its line is the key. */
+async function createKeyWith(args: string[]): Promise<string> {
+  const { running, line } = await launch('registry', args);
+  await running.exited;
+  return line.trim();
+}
+
+async function postgres(adminUrl: string, sql: string): Promise<void> {
+  const client = new pg.Client({ connectionString: adminUrl });
+  await client.connect();
+  try {
+    await client.query(sql);
+  } finally {
+    await client.end();
+  }
+}
+
+async function prometheusText(url: string): Promise<string> {
+  const response = await fetch(`${url.replace('ws:', 'http:')}/metrics`, { signal: AbortSignal.timeout(5_000) });
+  return response.text();
+}
+
+function sample(text: string, series: string): number {
+  const line = text.split('\n').find((l) => l.startsWith(`${series} `));
+  return Number(line?.split(' ')[1] ?? 0);
 }
 
 export async function startStack(options: StackOptions = {}): Promise<Stack> {
-  const dir = mkdtempSync(join(tmpdir(), 'tether-stack-'));
-  const children: ChildProcess[] = [];
+  const relayCount = options.relays ?? 1;
+  const nodeCount = relayCount + (options.spareRelays ?? 0);
+  const cluster = nodeCount > 1 || (options.registries ?? 1) > 1;
+  if (cluster && (options.relayVia || options.relayPublicUrl)) {
+    throw new Error('startStack: relayVia and relayPublicUrl are for one relay node');
+  }
+  const adminUrl = options.postgresAdminUrl ?? process.env.TETHER_TEST_POSTGRES_URL ?? DEFAULT_POSTGRES;
+  const dbName = `tether_cluster_${randomBytes(6).toString('hex')}`;
+  const dir = mkdtempSync(join(tmpdir(), cluster ? 'tether-cluster-' : 'tether-stack-'));
   const executors: PeerHandle[] = [];
   const served = new WeakMap<PeerHandle, string>();
-  const close = async () => {
-    for (const peer of executors.splice(0)) await peer.close();
-    for (const child of children.splice(0).reverse()) {
-      if (child.exitCode === null && child.signalCode === null) {
-        child.kill('SIGTERM');
-        await once(child, 'exit');
-      }
-    }
-    rmSync(dir, { recursive: true, force: true });
+  const services: Service[] = [];
+  let created = false;
+  let closed: Promise<void> | null = null;
+  const close = () => {
+    closed ??= (async () => {
+      for (const peer of executors.splice(0)) await peer.close();
+      for (const service of services.splice(0).reverse()) await stopService(service);
+      if (created) await postgres(adminUrl, `DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`).catch(() => {});
+      rmSync(dir, { recursive: true, force: true });
+    })();
+    return closed;
   };
   try {
+    let database = `sqlite:${join(dir, 'registry.db')}`;
+    if (cluster) {
+      await postgres(adminUrl, `CREATE DATABASE ${dbName}`);
+      created = true;
+      const url = new URL(adminUrl);
+      url.pathname = `/${dbName}`;
+      database = url.toString();
+    }
     const keyFile = join(dir, 'signing.pem');
     writeFileSync(keyFile, generateKeyPairSync('ed25519').privateKey.export({ type: 'pkcs8', format: 'pem' }), {
       mode: 0o600,
     });
-    const database = `sqlite:${join(dir, 'registry.db')}`;
     const keys = { admin: '', executor: '', harness: '' };
-    const createKey = async (role: (typeof STACK_KEY_ROLES)[number]) => {
-      const { line, child } = await runBin(children, 'registry', keyCreateArgs(database, role));
-      keys[role] = line;
-      if (child.exitCode === null) await once(child, 'exit');
+    // The first key makes the database; the others then go in together (the store waits on the lock).
+    const createKeys = async () => {
+      const [first, ...rest] = KEY_ROLES;
+      keys[first] = await createKeyWith(keyCreateArgs(database, first));
+      await Promise.all(rest.map(async (role) => (keys[role] = await createKeyWith(keyCreateArgs(database, role)))));
     };
-    // The relay starts while the keys are made; the first key makes the database, the others then go in
-    // together (the store waits on SQLite's lock: busy_timeout). About 2 s a stack instead of 4 here.
-    const [first, ...rest] = STACK_KEY_ROLES;
-    const [relayLine] = await Promise.all([
-      runBin(children, 'relay', [
-        'serve',
-        '--listen',
-        '127.0.0.1:0',
-        '--registry-key-file',
-        keyFile,
-        ...(options.relayVia ? ['--public-url', options.relayVia.url] : []),
+
+    // A cluster's nodes are on ports chosen now (every registry names them all); one node binds port 0.
+    const ports: number[] = [];
+    if (cluster) for (let i = 0; i < nodeCount; i++) ports.push(await freePort());
+    const plannedUrls = ports.map((port) => `ws://127.0.0.1:${port}`);
+    const relayTokens: string[] = [];
+    const registries: Service[] = [];
+    const relayArgs = (i: number, port: number): string[] => {
+      const own = ['serve', '--listen', `127.0.0.1:${port}`, '--registry-key-file', keyFile];
+      if (!cluster) {
+        return [
+          ...own,
+          ...(options.relayVia ? ['--public-url', options.relayVia.url] : []),
+          ...(options.relayArgs ?? []),
+        ];
+      }
+      return [
+        ...own,
+        '--public-url',
+        plannedUrls[i] as string,
+        // Each node reports to one replica: presence is shared through the database.
+        '--registry',
+        (registries[i % registries.length] as Service).url,
+        '--registry-token',
+        relayTokens[i] as string,
+        '--heartbeat-interval',
+        `${options.heartbeatIntervalMs ?? 1_000}ms`,
         ...(options.relayArgs ?? []),
-      ]),
-      createKey(first).then(() => Promise.all(rest.map(createKey))),
-    ]);
-    const relayUrl = relayLine.line;
-    options.relayVia?.setTarget(relayUrl);
-    const relayPublicUrl = options.relayVia?.url ?? relayUrl;
-    const registryUrl = (
-      await runBin(children, 'registry', [
-        'serve',
-        '--listen',
-        '127.0.0.1:0',
-        '--database',
-        database,
-        '--signing-key-file',
-        keyFile,
-        '--relay-url',
-        relayPublicUrl,
-        ...(options.registryArgs ?? []),
-      ])
-    ).line;
-    const relayMetrics = async () => (await fetch(`${relayUrl.replace('ws:', 'http:')}/metrics`)).text();
+      ];
+    };
+    const relays = Array.from({ length: nodeCount }, (_, i) =>
+      relayNode(i, ports[i], relayArgs, options.env, services),
+    );
+
+    if (cluster) {
+      await createKeys();
+      for (const url of plannedUrls) {
+        relayTokens.push(
+          await createKeyWith(['keys', 'create', '--database', database, '--role', 'relay', '--relay-url', url]),
+        );
+      }
+    } else {
+      // The relay starts while the keys are made: about 2 s a stack instead of 4.
+      await Promise.all([(relays[0] as StackRelay).start(), createKeys()]);
+    }
+    const first = relays[0] as StackRelay;
+    let relayPublicUrl = plannedUrls.join(',');
+    if (!cluster) {
+      options.relayVia?.setTarget(first.url);
+      relayPublicUrl =
+        options.relayVia?.url ??
+        (options.relayPublicUrl
+          ? await options.relayPublicUrl({ url: first.url, host: '127.0.0.1', port: first.port })
+          : first.url);
+    }
+    for (let i = 0; i < (options.registries ?? 1); i++) {
+      const registry = await startService(
+        'registry',
+        (port) => [
+          'serve',
+          '--listen',
+          `127.0.0.1:${port}`,
+          '--database',
+          database,
+          '--signing-key-file',
+          keyFile,
+          '--relay-url',
+          relayPublicUrl,
+          ...(options.registryArgs ?? []),
+        ],
+        options.env,
+      );
+      services.push(registry);
+      registries.push(registry);
+    }
+    if (cluster) for (const relay of relays.slice(0, relayCount)) await relay.start();
+
+    const environment = async (environmentId: string, registry = 0) => {
+      const response = await fetch(`${(registries[registry] as Service).url}/v1/environments`, {
+        headers: { authorization: `Bearer ${keys.admin}` },
+        signal: AbortSignal.timeout(5_000),
+      });
+      if (!response.ok) throw new Error(`GET /v1/environments: HTTP ${response.status}`);
+      const body = (await response.json()) as { environments: EnvironmentView[] };
+      return body.environments.find((e) => e.environment_id === environmentId);
+    };
+    const carrier = async (
+      environmentId: string,
+      { not, timeoutMs = 30_000 }: { not?: string; timeoutMs?: number } = {},
+    ) => {
+      let found: StackRelay | undefined;
+      await waitUntil(
+        async () => {
+          const view = await environment(environmentId).catch(() => undefined);
+          found =
+            view?.relay_link === 'up' && view.relay_node !== not
+              ? relays.find((r) => r.url === view.relay_node)
+              : undefined;
+          return found !== undefined;
+        },
+        `a registry to report ${environmentId}'s executor linked${not ? ` elsewhere than ${not}` : ''}`,
+        timeoutMs,
+        50,
+      );
+      return found as StackRelay;
+    };
+    /** One node: every environment with an executor still running is on the relay once this one is. */
+    const onTheRelay = async (environmentId: string) => {
+      const expected = new Set(executors.filter((p) => p.exitStatus() === undefined).map((p) => served.get(p))).size;
+      await waitUntil(
+        async () => (await first.metric('relay_sockets{role="environment"}')) >= expected,
+        `${environmentId} to join the relay`,
+        20_000,
+        50,
+      );
+    };
+
     return {
-      registryUrl,
-      relayUrl,
+      registries,
+      relays,
+      registry: registries[0] as Service,
+      get relay() {
+        return first.service as Service;
+      },
+      registryUrl: (registries[0] as Service).url,
+      relayUrl: first.url,
       relayPublicUrl,
       keys,
-      relayMetrics,
-      async createKey(role, glob) {
-        const { line, child } = await runBin(children, 'registry', keyCreateArgs(database, role, glob));
-        if (child.exitCode === null) await once(child, 'exit');
-        return line;
-      },
-      async startExecutor(kind, environmentId, options = {}) {
+      database,
+      relayMetrics: () => first.metrics(),
+      relayMetric: (series) => first.metric(series),
+      createKey: (role, glob) => createKeyWith(keyCreateArgs(database, role, glob)),
+      environment,
+      carrier,
+      async startExecutor(kind, environmentId, executorOptions = {}) {
+        const { waitForRelay = true, registry = 0, ...peerOptions } = executorOptions;
         const peer = await startPeer({
-          ...options,
+          ...peerOptions,
           kind,
           transport: 'remote',
-          args: [...registryArgs(kind, registryUrl, environmentId), ...(options.args ?? [])],
-          env: { ...apiKeyEnv(kind, keys.executor), ...options.env },
+          args: [
+            ...registryArgs(kind, (registries[registry] as Service).url, environmentId),
+            ...(peerOptions.args ?? []),
+          ],
+          env: { ...apiKeyEnv(kind, keys.executor), ...peerOptions.env },
         });
         executors.push(peer);
         served.set(peer, environmentId);
-        // Every environment of this stack with an executor still running is on the relay once this one is
-        // (one socket per environment: a second executor of one takes the first's place).
-        const expected = new Set(executors.filter((p) => p.exitStatus() === undefined).map((p) => served.get(p))).size;
-        await waitUntil(
-          async () => {
-            const line = (await relayMetrics())
-              .split('\n')
-              .find((l) => l.startsWith('relay_sockets{role="environment"}'));
-            return Number(line?.split(' ')[1] ?? 0) >= expected;
-          },
-          `${environmentId} to join the relay`,
-          20_000,
-          50,
-        );
+        if (!waitForRelay) return peer;
+        try {
+          if (cluster) await carrier(environmentId, { timeoutMs: 20_000 });
+          else await onTheRelay(environmentId);
+        } catch (err) {
+          throw new Error(`${(err as Error).message}; executor stderr:\n${peer.stderr()}`);
+        }
         return peer;
       },
       close,
@@ -188,4 +371,49 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     await close();
     throw err;
   }
+}
+
+/**
+ * Relay node `i`: on `port` when chosen beforehand (a cluster), else on port 0 the first time and the bound port on
+ * every restart. Its arguments are asked for when it starts, once the stack knows them.
+ */
+function relayNode(
+  i: number,
+  port: number | undefined,
+  args: (i: number, port: number) => string[],
+  env: Record<string, string> | undefined,
+  services: Service[],
+): StackRelay {
+  let service: Service | null = null;
+  const planned = port === undefined ? undefined : `ws://127.0.0.1:${port}`;
+  const url = () => service?.url ?? planned ?? '';
+  const node: StackRelay = {
+    get url() {
+      return url();
+    },
+    get port() {
+      return service?.port ?? port ?? 0;
+    },
+    get service() {
+      return service;
+    },
+    alive: () => service?.alive() ?? false,
+    async start() {
+      if (service) {
+        await service.restart();
+        return;
+      }
+      service = await startService('relay', (bound) => args(i, port ?? bound), env);
+      services.push(service);
+      if (planned !== undefined && service.url !== planned) {
+        throw new Error(`relay came up on ${service.url}, not ${planned}`);
+      }
+    },
+    async kill(signal: NodeJS.Signals = 'SIGKILL') {
+      await service?.kill(signal);
+    },
+    metrics: () => prometheusText(url()),
+    metric: async (series) => sample(await prometheusText(url()), series),
+  };
+  return node;
 }

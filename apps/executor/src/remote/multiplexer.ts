@@ -134,10 +134,26 @@ export class RelayMultiplexer {
   /** Unknown stream ids already answered with a Reset (bounded). */
   private readonly resetUnknown = new Set<string>();
 
+  private readonly environmentId: string;
+  private readonly registrationId: string;
+  private readonly identity: NoiseIdentity;
+  /** The registry's `/validate` (MultiplexerOptions.authorize). */
+  private readonly validate: MultiplexerOptions['authorize'];
+  private readonly serveStream: MultiplexerOptions['onStream'];
+  private readonly logger: Logger;
+  private readonly metrics: ExecutorMetrics | undefined;
+
   constructor(
     private readonly ws: WebSocket,
-    private readonly options: MultiplexerOptions,
+    options: MultiplexerOptions,
   ) {
+    this.environmentId = options.environmentId;
+    this.registrationId = options.registrationId;
+    this.identity = options.identity;
+    this.validate = options.authorize;
+    this.serveStream = options.onStream;
+    this.logger = options.logger;
+    this.metrics = options.metrics;
     this.limits = { ...DEFAULT_MULTIPLEXER_LIMITS, ...options.limits };
     const clock = options.clock ?? monotonicClock;
     this.handshakeBudget = new TokenBucket(
@@ -156,7 +172,7 @@ export class RelayMultiplexer {
       onFrame: (frame) => this.onFrame(frame),
       onInvalid: (err) => {
         this.dropped('invalid');
-        this.options.logger.debug({ err: err.message }, 'dropped an invalid relay frame');
+        this.logger.debug({ err: err.message }, 'dropped an invalid relay frame');
       },
       onText: () => {
         this.dropped('text'); // text messages are dropped by the executor (§3.1)
@@ -166,7 +182,7 @@ export class RelayMultiplexer {
 
   private dropped(reason: RelayFrameDropReason): void {
     this.droppedFrames++;
-    this.options.metrics?.relayFrameDropped(reason);
+    this.metrics?.relayFrameDropped(reason);
   }
 
   get stats(): MultiplexerStats {
@@ -202,19 +218,19 @@ export class RelayMultiplexer {
   ): Promise<boolean> {
     if (!this.validationBudgets.take(harnessKeyId(request.remoteStatic))) {
       this.rateLimitedValidations++;
-      this.options.logger.debug(
+      this.logger.debug(
         { rateLimitedValidations: this.rateLimitedValidations },
         'refusing a handshake: its harness key is over its /validate budget',
       );
       return false;
     }
-    const answer = await this.validateInTurn(() => this.options.authorize(request));
+    const answer = await this.validateInTurn(() => this.validate(request));
     if (answer === false) return false;
     // The harness's /connect request id, as the registry logged it with the connect and this validation.
     const connectRequestId = answer === true ? null : answer.connectRequestId;
     const principal = answer === true ? UNATTRIBUTED_PRINCIPAL : answer.principal;
     granted(principal);
-    this.options.logger.info(
+    this.logger.info(
       { streamId, connectRequestId, harnessKeyId: principal.kind === 'key' ? principal.keyId : null },
       'harness validated',
     );
@@ -287,7 +303,7 @@ export class RelayMultiplexer {
         this.resetUnknown.add(frame.streamId);
         // Once per stream id, as the Reset: a stream this socket never had (or a frame read as the wrong
         // stream's) stalls its sender, which must show; a stream that just ended may also get here.
-        this.options.logger.warn(
+        this.logger.warn(
           { streamId: frame.streamId, streams: this.links.size, droppedFrames: this.droppedFrames },
           'dropped relay data for a stream this socket does not know; resetting it',
         );
@@ -299,7 +315,7 @@ export class RelayMultiplexer {
   private open(frame: HandshakeFrame): void {
     const { streamId } = frame;
     if (this.links.size >= this.limits.maxStreams) {
-      this.options.logger.warn(
+      this.logger.warn(
         { streams: this.links.size, pendingValidations: this.pendingValidations },
         'refusing a stream: relay socket at its stream limit',
       );
@@ -323,9 +339,9 @@ export class RelayMultiplexer {
     SecureStream.accept({
       link,
       streamId,
-      environmentId: this.options.environmentId,
-      registrationId: this.options.registrationId,
-      staticKeys: this.options.identity,
+      environmentId: this.environmentId,
+      registrationId: this.registrationId,
+      staticKeys: this.identity,
       message1: frame.payload,
       authorize: (request) =>
         this.authorize(request, streamId, (granted) => {
@@ -334,8 +350,8 @@ export class RelayMultiplexer {
     }).then(
       ({ stream }) => {
         if (this.closed) return stream.close();
-        this.options.logger.info({ streamId }, 'harness stream opened');
-        this.options.onStream(new BoundedTransport(stream, this.limits.maxMessageBytes, link.meter), principal);
+        this.logger.info({ streamId }, 'harness stream opened');
+        this.serveStream(new BoundedTransport(stream, this.limits.maxMessageBytes, link.meter), principal);
       },
       (err: Error) => {
         this.forget(link);
@@ -343,12 +359,12 @@ export class RelayMultiplexer {
         // Only a message 1 that does not decrypt or parse spends the failed-handshake budget; a harness that
         // gave up, a refusal or an unreachable registry is not garbage on the socket.
         if (!(err instanceof SecureStreamError) || err.code !== 'handshake_failed') {
-          this.options.logger.info({ streamId, reason: err.message }, 'harness handshake ended');
+          this.logger.info({ streamId, reason: err.message }, 'harness handshake ended');
           return;
         }
         this.failedHandshakes++;
         this.handshakeBudget.take();
-        this.options.logger.warn({ streamId, reason: err.message }, 'harness handshake failed');
+        this.logger.warn({ streamId, reason: err.message }, 'harness handshake failed');
       },
     );
   }
@@ -363,7 +379,7 @@ export class RelayMultiplexer {
     this.refusedHandshakes++;
     if (!this.handshakeBudgetSpent) {
       this.handshakeBudgetSpent = true;
-      this.options.logger.warn(
+      this.logger.warn(
         { failedHandshakes: this.failedHandshakes, refillMs: this.limits.failedHandshakeRefillMs },
         'too many failed handshakes on this relay socket: refusing new streams until the budget refills',
       );

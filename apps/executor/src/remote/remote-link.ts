@@ -82,7 +82,17 @@ export type RemoteLinkState = 'registering' | 'connecting' | 'connected' | 'back
  */
 export class RemoteLink {
   readonly identity: NoiseIdentity;
+  private readonly environmentId: string;
   private readonly registry: RegistryClient;
+  private readonly serveStream: RemoteLinkOptions['onStream'];
+  /** The multiplexer's limits: its defaults under `limits`, under `maxMessageBytes`. */
+  private readonly limits: Partial<MultiplexerLimits>;
+  private readonly clock: Clock | undefined;
+  private readonly proxy: ProxySettings;
+  private readonly connectTimeoutMs: number;
+  private readonly pingIntervalMs: number;
+  private readonly minBackoffMs: number;
+  private readonly maxBackoffMs: number;
   private readonly logger: Logger;
   private readonly metrics: ExecutorMetrics;
   private registration: Registration | null = null;
@@ -103,15 +113,27 @@ export class RemoteLink {
     this.fail = resolve;
   });
 
-  constructor(private readonly options: RemoteLinkOptions) {
+  constructor(options: RemoteLinkOptions) {
     this.identity = options.identity ?? generateIdentity();
+    this.environmentId = options.environmentId;
+    this.serveStream = options.onStream;
+    this.limits = {
+      ...options.limits,
+      ...(options.maxMessageBytes !== undefined ? { maxMessageBytes: options.maxMessageBytes } : {}),
+    };
+    this.clock = options.clock;
+    this.proxy = options.proxy ?? DIRECT;
+    this.connectTimeoutMs = options.connectTimeoutMs ?? RELAY_CONNECT_TIMEOUT_MS;
+    this.pingIntervalMs = options.pingIntervalMs ?? RELAY_PING_INTERVAL_MS;
+    this.minBackoffMs = options.minBackoffMs ?? 1000;
+    this.maxBackoffMs = options.maxBackoffMs ?? 30_000;
     this.logger = options.logger;
     this.metrics = options.metrics ?? new ExecutorMetrics();
     this.metrics.remoteModeStarted();
     this.registry = new RegistryClient({
       baseUrl: options.registryUrl,
       apiKey: options.apiKey,
-      fetch: options.fetch ?? outboundFetch(options.proxy ?? DIRECT),
+      fetch: options.fetch ?? outboundFetch(this.proxy),
     });
   }
 
@@ -165,20 +187,16 @@ export class RemoteLink {
 
   private async register(initial: boolean, unreachableRelay?: string): Promise<Registration> {
     this.stateValue = 'registering';
-    let delay = this.options.minBackoffMs ?? 1000;
+    let delay = this.minBackoffMs;
     let unreachable = 0;
     for (;;) {
       const attemptAt = performance.now();
       try {
-        this.registration = await this.registry.register(
-          this.options.environmentId,
-          this.identity.publicKey,
-          unreachableRelay,
-        );
+        this.registration = await this.registry.register(this.environmentId, this.identity.publicKey, unreachableRelay);
         this.metrics.registration('success', secondsSince(attemptAt));
         this.logger.info(
           {
-            environmentId: this.options.environmentId,
+            environmentId: this.environmentId,
             registrationId: this.registration.registrationId,
             relayNode: relayNodeOf(this.registration.url),
           },
@@ -199,13 +217,13 @@ export class RemoteLink {
         this.logger.warn({ err: err.message, retryInMs: delay }, 'registration failed; retrying');
         await this.sleep(jitter(delay));
         if (this.stopping) throw err;
-        delay = Math.min(delay * 2, this.options.maxBackoffMs ?? 30_000);
+        delay = Math.min(delay * 2, this.maxBackoffMs);
       }
     }
   }
 
   private async run(): Promise<void> {
-    let delay = this.options.minBackoffMs ?? 1000;
+    let delay = this.minBackoffMs;
     // Dials of the current registration's node that failed in a row, and the node to leave when registering again.
     let failedDials = 0;
     let leaving: string | undefined;
@@ -229,7 +247,7 @@ export class RemoteLink {
       );
       if (outcome === 'superseded') {
         this.logger.error(
-          { environmentId: this.options.environmentId },
+          { environmentId: this.environmentId },
           'another executor registered this environment and took its relay socket: giving up',
         );
         this.fail(
@@ -243,7 +261,7 @@ export class RemoteLink {
         this.stateValue = 'closed';
         return;
       }
-      if (outcome === 'connected') delay = this.options.minBackoffMs ?? 1000;
+      if (outcome === 'connected') delay = this.minBackoffMs;
       if (outcome === 'rejected') this.registration = null;
       failedDials = outcome === 'timed_out' ? FAILOVER_AFTER_FAILED_DIALS : outcome === 'failed' ? failedDials + 1 : 0;
       if (failedDials >= FAILOVER_AFTER_FAILED_DIALS && this.registration) {
@@ -252,13 +270,13 @@ export class RemoteLink {
         this.logger.warn({ relayNode: leaving, failedDials }, 'relay node unreachable; registering again to move');
         this.registration = null;
         failedDials = 0;
-        delay = this.options.minBackoffMs ?? 1000;
+        delay = this.minBackoffMs;
         continue;
       }
       this.stateValue = 'backoff';
       this.logger.info({ retryInMs: delay }, 'relay link down; reconnecting');
       await this.sleep(jitter(delay));
-      delay = Math.min(delay * 2, this.options.maxBackoffMs ?? 30_000);
+      delay = Math.min(delay * 2, this.maxBackoffMs);
     }
   }
 
@@ -276,7 +294,7 @@ export class RemoteLink {
     let agent: Agent | undefined;
     try {
       // A CONNECT tunnel when a proxy applies to the relay (undefined: ws dials directly).
-      agent = await webSocketAgent(new URL(registration.url), this.options.proxy ?? DIRECT);
+      agent = await webSocketAgent(new URL(registration.url), this.proxy);
     } catch {
       return unusableUrl();
     }
@@ -292,7 +310,7 @@ export class RemoteLink {
           maxPayload: MAX_FRAME_BYTES, // one relay frame per WebSocket message (rendezvous.md §3.1)
           perMessageDeflate: false,
           generateMask: relaySocketMask, // frames are ciphertext: no mask needed (relay-frames/socket-mask.ts)
-          handshakeTimeout: this.options.connectTimeoutMs ?? RELAY_CONNECT_TIMEOUT_MS,
+          handshakeTimeout: this.connectTimeoutMs,
           agent,
         });
       } catch {
@@ -336,16 +354,13 @@ export class RemoteLink {
               harnessKey: remoteStatic,
               authorization,
             }),
-          onStream: this.options.onStream,
+          onStream: this.serveStream,
           logger: this.logger,
           metrics: this.metrics,
-          limits: {
-            ...this.options.limits,
-            ...(this.options.maxMessageBytes !== undefined ? { maxMessageBytes: this.options.maxMessageBytes } : {}),
-          },
-          ...(this.options.clock ? { clock: this.options.clock } : {}),
+          limits: this.limits,
+          ...(this.clock ? { clock: this.clock } : {}),
         });
-        const interval = this.options.pingIntervalMs ?? RELAY_PING_INTERVAL_MS;
+        const interval = this.pingIntervalMs;
         pingTimer =
           interval <= 0
             ? null
