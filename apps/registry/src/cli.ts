@@ -22,11 +22,12 @@ import {
   SchemeCommand,
 } from '@tether/telemetry/cli';
 import { type Command, InvalidArgumentError, Option } from 'commander';
-import { buildRegistry, RATE_LIMIT_DEFAULTS, SERVER_LIMIT_DEFAULTS } from './app.js';
+import { buildRegistry, SERVER_LIMIT_DEFAULTS } from './app.js';
 import { registryTelemetryOptions } from './metrics.js';
+import { RATE_LIMIT_DEFAULTS } from './plugins/rate-limit.js';
+import { defaultUiDir } from './routes/ui.js';
 import { openStore, ROLES, type Role } from './store/index.js';
 import { ENVIRONMENT_ID_PATTERN, generateToken, hashToken } from './tokens.js';
-import { defaultUiDir } from './ui.js';
 
 export interface CliIo {
   stdout: { write(text: string): unknown };

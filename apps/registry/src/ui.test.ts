@@ -9,8 +9,8 @@ import { join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { buildRegistry } from './app.js';
+import { defaultUiCandidates, defaultUiDir, uiContentSecurityPolicy } from './routes/ui.js';
 import { openSqliteStore, type RegistryStore } from './store/index.js';
-import { defaultUiCandidates, defaultUiDir, uiContentSecurityPolicy } from './ui.js';
 
 const RELAYS = ['ws://127.0.0.1:1234', 'wss://relay.example:443/base', 'ws://127.0.0.1:1234/other'];
 const CSP =

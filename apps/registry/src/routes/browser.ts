@@ -1,13 +1,12 @@
 import { type Static, Type } from '@sinclair/typebox';
-import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { requireRole } from '../app.js';
+import type { FastifyInstance } from 'fastify';
 import { RegistryError } from '../errors.js';
+import { SESSION_PREFIX } from '../plugins/auth.js';
 import { authErrors, ErrorResponse } from '../schemas.js';
 import { ENVIRONMENT_ID_PATTERN, generateToken, hashToken, matchesEnvironmentGlob } from '../tokens.js';
 
-/** Prefix of a browser grant (one-time, minutes) and of the session token it is exchanged for (`/connect` only). */
+/** Prefix of a browser grant (one-time, minutes); the session token it is exchanged for has SESSION_PREFIX. */
 export const GRANT_PREFIX = 'tbgr';
-export const SESSION_PREFIX = 'tbws';
 export const GRANT_TTL_DEFAULT_S = 300;
 export const GRANT_TTL_MAX_S = 900;
 
@@ -39,16 +38,16 @@ const ExchangeResponse = Type.Object({
 /**
  * Browser grants (issue 21), under `/cloud/browser-grants`: a harness key mints a one-time grant for one
  * environment (`POST /`), which a page exchanges, unauthenticated, for a session token (`POST /exchange`) that
- * acts as that key on that environment's `/connect` only (see sessionOrHarnessKey). Grants and tokens are
- * never logged.
+ * acts as that key on that environment's `/connect` only (requireHarnessOrSession, plugins/auth.ts). Grants and
+ * tokens are never logged.
  */
 export async function browserGrantRoutes(app: FastifyInstance, options: { sessionTtlMs: number }) {
-  const { store, now } = app.registry;
+  const { store, now } = app;
 
   app.post<{ Body: GrantBody }>(
     '/',
     {
-      onRequest: requireRole(app, 'harness'),
+      onRequest: app.requireRole('harness'),
       schema: { body: GrantBody, response: { 201: GrantResponse, ...authErrors } },
     },
     async (request, reply) => {
@@ -95,32 +94,4 @@ export async function browserGrantRoutes(app: FastifyInstance, options: { sessio
       return { token, environment_id: session.environmentId, expires_at: expiresAt };
     },
   );
-}
-
-/**
- * The onRequest hook of `/connect`: a browser session token acts as the harness key that minted its grant, scoped
- * to exactly its environment (the scope check then refuses any other one); anything else must be a harness or
- * an admin key.
- * Every other route looks tokens up as API keys only, so a session token is refused there (401).
- */
-export function sessionOrHarnessKey(app: FastifyInstance) {
-  // An admin key may /connect too (it may list and stop every key's detached processes; docs/security.md).
-  const harnessKey = requireRole(app, ['harness', 'admin']);
-  return async (request: FastifyRequest) => {
-    const header = request.headers.authorization;
-    const token = typeof header === 'string' ? /^Bearer (tbws_[A-Za-z0-9_-]{1,100})$/.exec(header)?.[1] : undefined;
-    if (token === undefined) return harnessKey(request);
-    const session = await app.registry.store.findBrowserSession(hashToken(token), app.registry.now());
-    if (!session) throw new RegistryError('unauthorized');
-    // Environment ids hold no glob character, so the id as a glob matches exactly itself.
-    request.apiKey = {
-      id: session.apiKeyId,
-      role: 'harness',
-      environments: session.environmentId,
-      label: 'browser session',
-      createdAt: 0,
-      revokedAt: null,
-      relayUrl: null,
-    };
-  };
 }

@@ -1,11 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import { type NoisePublicKeyJson, parsePublicKey, publicKeyToJson, SECURITY_PROFILE_HYBRID_IK_V1 } from '@tether/noise';
-import { nonceForGrant, type RelayRole, signRelayUrl } from '@tether/relay-auth';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { CONNECT_REQUEST_ID_HEADER, HARNESS_KEY_ID_HEADER, HARNESS_KEY_ROLE_HEADER, requireRole } from '../app.js';
 import { BoundedCache } from '../cache.js';
 import { RegistryError } from '../errors.js';
-import { pickRegistrationNode } from '../routing.js';
 import {
   authErrors,
   ConnectBody,
@@ -18,7 +15,17 @@ import {
   ValidateResponse,
 } from '../schemas.js';
 import { generateToken, hashToken, matchesEnvironmentGlob } from '../tokens.js';
-import { sessionOrHarnessKey } from './browser.js';
+
+/** On a `/validate` answer: the request id of the `/connect` that issued the authorization it consumed. */
+export const CONNECT_REQUEST_ID_HEADER = 'x-tether-connect-request-id';
+
+/**
+ * On a `/validate` answer that says yes: the API key that minted the authorization at `/connect` (its id,
+ * percent-encoded, and its role), so the executor knows whose the harness's detached processes are. Headers, not
+ * body fields: Codex's executor ignores them (and its strict body decoding would not ignore a new field).
+ */
+export const HARNESS_KEY_ID_HEADER = 'x-tether-harness-key-id';
+export const HARNESS_KEY_ROLE_HEADER = 'x-tether-harness-key-role';
 
 /** Canonical JSON of a NoiseChannelPublicKey (strict codec, fixed field order), or null when invalid. */
 function parseCanonicalKey(value: unknown): string | null {
@@ -73,12 +80,8 @@ function canonicalKeyMemo() {
 
 /** The Codex registry contract (rendezvous.md §1): register, connect, validate. */
 export async function cloudRoutes(app: FastifyInstance) {
-  const { store, config, signingKey, now } = app.registry;
+  const { store, config, now } = app;
   const canonicalKey = canonicalKeyMemo();
-  // Ed25519 signatures are deterministic, so an environment grant signed again within the same second (expiry has
-  // 1 s resolution) is the same URL: reuse it rather than sign again. Harness URLs are never reused (each carries a
-  // nonce of its own, below).
-  const signedUrls = new BoundedCache<string, string>(1024);
   // The stored executor key, parsed once per distinct value (the response serializer only reads it).
   const parsedKeys = new BoundedCache<string, NoisePublicKeyJson>(512);
   const parsedKey = (json: string) => {
@@ -96,45 +99,6 @@ export async function cloudRoutes(app: FastifyInstance) {
     }
   };
 
-  /** The node a registering executor is sent to (rendezvous hashing over the live nodes, minus the one it left). */
-  const registrationNode = async (environmentId: string, unreachable: string | undefined) => {
-    const base = pickRegistrationNode(await app.liveRelayNodes(), environmentId, unreachable);
-    if (!base) throw new RegistryError('no_relay_available');
-    return base;
-  };
-
-  /**
-   * A signed relay URL for `registration` on node `base`. The executor's lives relayUrlTtlMs (it holds its socket
-   * for long); a harness's lives as long as the authorization issued with it (rounded up to the second), so a
-   * leaked harness URL is worthless soon after. Each harness URL is a grant of its own (a fresh nonce): a relay
-   * bounds the sockets one grant may hold, so two bundles issued in the same second must not share one.
-   */
-  const relayUrl = (
-    base: string,
-    role: RelayRole,
-    registration: { environmentId: string; registrationId: string; epoch: number },
-  ) => {
-    const expiresAt =
-      role === 'harness'
-        ? Math.ceil((now() + config.authorizationTtlMs) / 1000)
-        : Math.floor((now() + config.relayUrlTtlMs) / 1000);
-    const { environmentId, registrationId, epoch } = registration;
-    if (role === 'harness') {
-      return signRelayUrl(
-        base,
-        { role, environmentId, registrationId, epoch, expiresAt, nonce: nonceForGrant() },
-        signingKey,
-      );
-    }
-    const memoKey = `${base}\n${role}\n${environmentId}\n${registrationId}\n${epoch}\n${expiresAt}`;
-    let url = signedUrls.get(memoKey);
-    if (url === undefined) {
-      url = signRelayUrl(base, { role, environmentId, registrationId, epoch, expiresAt }, signingKey);
-      signedUrls.set(memoKey, url);
-    }
-    return url;
-  };
-
   /** Why an environment has no current registration: revoked (the executor must re-register) or never registered. */
   const noRegistration = async (environmentId: string) =>
     new RegistryError(
@@ -142,7 +106,7 @@ export async function cloudRoutes(app: FastifyInstance) {
     );
 
   await app.register(async (executor) => {
-    executor.addHook('onRequest', requireRole(app, 'executor'));
+    executor.addHook('onRequest', app.requireRole('executor'));
     executor.addHook('preHandler', inScope);
 
     executor.post<{ Params: EnvironmentParams; Body: RegisterBody }>(
@@ -164,7 +128,7 @@ export async function cloudRoutes(app: FastifyInstance) {
         const registrationId = `reg_${randomBytes(16).toString('base64url')}`;
         // Picked first: with no relay to send the executor to, nothing is stored. An executor failing over names
         // the node it could not reach (Tether's field; Codex sends none).
-        const base = await registrationNode(environmentId, request.body.unreachable_relay_url);
+        const base = await app.registrationNode(environmentId, request.body.unreachable_relay_url);
         // The ownership check, the key's liveness and the epoch are one store step with the replacement.
         const stored = await store.putRegistration({
           environmentId,
@@ -179,7 +143,7 @@ export async function cloudRoutes(app: FastifyInstance) {
           request.log.warn({ environmentId, reason: stored.reason }, 'registration refused');
           throw new RegistryError(stored.reason === 'environment_owned' ? 'environment_owned' : 'unauthorized');
         }
-        const url = relayUrl(base, 'environment', { environmentId, registrationId, epoch: stored.epoch });
+        const url = app.relayUrl(base, 'environment', { environmentId, registrationId, epoch: stored.epoch });
         app.metrics.inc('registry_registrations_total');
         request.log.info(
           { environmentId, registrationId, epoch: stored.epoch, relayNode: base },
@@ -235,8 +199,8 @@ export async function cloudRoutes(app: FastifyInstance) {
   });
 
   await app.register(async (harness) => {
-    // A harness key, or a browser session token for exactly this environment (browser.ts).
-    harness.addHook('onRequest', sessionOrHarnessKey(app));
+    // A harness or admin key, or a browser session token for exactly this environment (browser.ts).
+    harness.addHook('onRequest', app.requireHarnessOrSession());
     harness.addHook('preHandler', inScope);
 
     harness.post<{ Params: EnvironmentParams; Body: ConnectBody }>(
@@ -276,7 +240,7 @@ export async function cloudRoutes(app: FastifyInstance) {
         // authorization just made expires unused.
         const route = await app.relayRoute(current);
         if (route.status === 'down' || route.node === null) throw new RegistryError('environment_offline');
-        const url = relayUrl(route.node, 'harness', current);
+        const url = app.relayUrl(route.node, 'harness', current);
         app.metrics.inc('registry_bundles_total');
         request.log.info({ environmentId, registrationId: current.registrationId }, 'harness bundle issued');
         return {

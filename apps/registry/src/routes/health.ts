@@ -9,7 +9,7 @@ export async function healthRoutes(app: FastifyInstance) {
   app.get('/livez', { schema: { response: { 200: StatusResponse } } }, async () => ({ status: 'ok' }));
   app.get('/readyz', { schema: { response: { 200: StatusResponse, 503: ErrorResponse } } }, async (request, reply) => {
     try {
-      await app.registry.store.ping();
+      await app.store.ping();
       return { status: 'ok' };
     } catch (err) {
       request.log.warn({ err }, 'store unreachable');
@@ -19,11 +19,11 @@ export async function healthRoutes(app: FastifyInstance) {
   // Read when the metrics are collected: by a scrape here, or by an OTLP export.
   const environments = sharedScan(
     async () => {
-      const all = await app.registry.store.listEnvironments();
+      const all = await app.store.listEnvironments();
       return { known: all.length, registered: all.filter((e) => e.registration !== null).length };
     },
-    app.registry.config.metricsCacheMs,
-    app.registry.now,
+    app.config.metricsCacheMs,
+    app.now,
   );
   app.metrics.observeGauges(async () => {
     const [counts, live] = await Promise.all([environments(), app.liveRelayNodes()]);

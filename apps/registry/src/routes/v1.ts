@@ -1,6 +1,5 @@
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
-import { requireRole } from '../app.js';
 import { RegistryError } from '../errors.js';
 import { REVOCATION_LIST_CAP, revocationWindowMs } from '../revocations.js';
 import { authErrors, ErrorResponse, StatusResponse } from '../schemas.js';
@@ -43,7 +42,7 @@ const OwnerBody = Type.Object(
 
 /** Our own API beside Codex's: the relay signing key (public), and admin views and actions. */
 export async function v1Routes(app: FastifyInstance) {
-  const { store, config, signingKey, now } = app.registry;
+  const { store, config, signingKey, now } = app;
 
   app.get(
     '/relay-signing-key',
@@ -67,7 +66,7 @@ export async function v1Routes(app: FastifyInstance) {
 
   // Relay nodes heartbeat with a relay key bound to their URL (or, as before, an admin key).
   await app.register(async (relay) => {
-    relay.addHook('onRequest', requireRole(app, ['relay', 'admin']));
+    relay.addHook('onRequest', app.requireRole(['relay', 'admin']));
 
     relay.post<{ Body: { url: string; environments?: string[] } }>(
       '/relay/heartbeat',
@@ -103,7 +102,7 @@ export async function v1Routes(app: FastifyInstance) {
   });
 
   await app.register(async (admin) => {
-    admin.addHook('onRequest', requireRole(app, 'admin'));
+    admin.addHook('onRequest', app.requireRole('admin'));
 
     admin.get(
       '/environments',

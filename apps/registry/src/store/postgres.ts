@@ -2,16 +2,19 @@ import pg from 'pg';
 import { BoundedCache } from '../cache.js';
 import { POSTGRES_MIGRATIONS } from './migrations.js';
 import {
+  authorizationValues,
   CACHE_ENTRIES,
   type ConsumedRow,
   consumedFrom,
+  type EnvironmentRow,
   relayLinkSql,
+  toEnvironment,
   toKey,
   toRegistration,
   toRelayLink,
   toRevoked,
-} from './sqlite.js';
-import type { ApiKeyRecord, EnvironmentRecord, RegistryStore, RelayLinkRecord, RelayNodeRecord } from './types.js';
+} from './rows.js';
+import type { ApiKeyRecord, RegistryStore, RelayLinkRecord, RelayNodeRecord } from './types.js';
 
 export interface PostgresStoreOptions {
   /** `postgres://…` connection string. */
@@ -252,29 +255,14 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
         `SELECT e.id, e.created_at AS env_created_at, e.owner_key_id, r.* FROM environments e
          LEFT JOIN registrations r ON r.environment_id = e.id ORDER BY e.id`,
       );
-      return rows.map(
-        (row): EnvironmentRecord => ({
-          environmentId: row.id,
-          createdAt: Number(row.env_created_at),
-          ownerKeyId: row.owner_key_id,
-          registration: row.registration_id === null ? null : toRegistration(row),
-        }),
-      );
+      return (rows as EnvironmentRow[]).map(toEnvironment);
     },
     async createAuthorization(a) {
       await pool.query({
         name: 'registry_create_authorization',
         text: `INSERT INTO authorizations (token_hash, environment_id, registration_id, harness_public_key, expires_at,
           connect_request_id, minted_by_key_id) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
-        values: [
-          a.tokenHash,
-          a.environmentId,
-          a.registrationId,
-          a.harnessPublicKey,
-          a.expiresAt,
-          a.connectRequestId ?? null,
-          a.mintedByKeyId ?? null,
-        ],
+        values: [...authorizationValues(a, a.registrationId)],
       });
     },
     async createAuthorizationForCurrent(a) {

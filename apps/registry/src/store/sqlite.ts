@@ -4,11 +4,26 @@ import Database from 'better-sqlite3';
 import { BoundedCache } from '../cache.js';
 import { type Checkpointer, startCheckpointer } from './checkpointer.js';
 import { SQLITE_MIGRATIONS } from './migrations.js';
+import {
+  authorizationValues,
+  CACHE_ENTRIES,
+  type ConsumedRow,
+  consumedFrom,
+  type EnvironmentRow,
+  type KeyRow,
+  type RegistrationRow,
+  type RelayLinkRow,
+  type RevokedRow,
+  relayLinkSql,
+  toEnvironment,
+  toKey,
+  toRegistration,
+  toRelayLink,
+  toRevoked,
+} from './rows.js';
 import type {
   ApiKeyRecord,
   AuthorizationClaim,
-  ConsumedAuthorization,
-  EnvironmentRecord,
   NewApiKey,
   NewAuthorization,
   NewRegistration,
@@ -18,96 +33,7 @@ import type {
   RelayLinkRecord,
   RelayNodeRecord,
   RevokedRegistrationRecord,
-  Role,
 } from './types.js';
-
-interface KeyRow {
-  id: string;
-  role: string;
-  environments: string;
-  label: string;
-  created_at: number;
-  revoked_at: number | null;
-  relay_url: string | null;
-}
-interface RegistrationRow {
-  environment_id: string;
-  registration_id: string;
-  security_profile: string;
-  executor_public_key: string;
-  api_key_id: string;
-  created_at: number;
-  epoch: number;
-  relay_url: string | null;
-}
-interface RevokedRow {
-  environment_id: string;
-  registration_id: string;
-  revoked_at: number;
-}
-
-export const toKey = (row: KeyRow): ApiKeyRecord => ({
-  id: row.id,
-  role: row.role as Role,
-  environments: row.environments,
-  label: row.label,
-  createdAt: Number(row.created_at),
-  revokedAt: row.revoked_at === null ? null : Number(row.revoked_at),
-  relayUrl: row.relay_url ?? null,
-});
-
-/** What consuming an authorization returns (both engines). */
-export interface ConsumedRow {
-  connect_request_id: string | null;
-  minted_by_key_id: string | null;
-  minted_by_role: string | null;
-}
-
-export const consumedFrom = (row: ConsumedRow): ConsumedAuthorization => ({
-  connectRequestId: row.connect_request_id,
-  mintedByKeyId: row.minted_by_key_id,
-  mintedByRole: row.minted_by_role as Role | null,
-});
-
-export const toRegistration = (row: RegistrationRow): RegistrationRecord => ({
-  environmentId: row.environment_id,
-  registrationId: row.registration_id,
-  securityProfile: row.security_profile,
-  executorPublicKey: row.executor_public_key,
-  apiKeyId: row.api_key_id,
-  createdAt: Number(row.created_at),
-  epoch: Number(row.epoch),
-  relayUrl: row.relay_url ?? null,
-});
-
-export const toRevoked = (row: RevokedRow): RevokedRegistrationRecord => ({
-  environmentId: row.environment_id,
-  registrationId: row.registration_id,
-  revokedAt: Number(row.revoked_at),
-});
-
-interface RelayLinkRow {
-  environment_id: string;
-  relay_url: string;
-  last_seen: number | string;
-  node_last_seen: number | string;
-}
-
-/**
- * An environment's link and its node's last heartbeat, in one statement (`param` is the engine's placeholder for
- * the environment id): a heartbeat writes both rows at once, so a single read sees them agree or both moved.
- */
-export const relayLinkSql = (param: string) => `
-  SELECT l.environment_id, l.relay_url, l.last_seen, COALESCE(n.last_seen, l.last_seen) AS node_last_seen
-  FROM relay_links l LEFT JOIN relay_nodes n ON n.url = l.relay_url
-  WHERE l.environment_id = ${param}`;
-
-export const toRelayLink = (row: RelayLinkRow): RelayLinkRecord => ({
-  environmentId: row.environment_id,
-  relayUrl: row.relay_url,
-  lastSeen: Number(row.last_seen),
-  nodeLastSeen: Number(row.node_last_seen),
-});
 
 /** The per-connection pragmas of a SQLite store's connection (for tests: `synchronous` is not stored in the file). */
 const connections = new WeakMap<RegistryStore, Database.Database>();
@@ -116,9 +42,6 @@ export function sqlitePragma(store: RegistryStore, name: 'synchronous' | 'journa
   if (!db) throw new Error('not a SQLite store');
   return db.pragma(name, { simple: true });
 }
-
-/** Bound on each read cache (API keys, registrations, relay links); past it the oldest entries go. */
-export const CACHE_ENTRIES = 10_000;
 
 /**
  * Commits of the SQLite stores in this process that have a group commit open. A store commits the others' before
@@ -493,50 +416,15 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
       return write(() => setOwner(environmentId, apiKeyId, at));
     },
     async listEnvironments() {
-      const rows = stmt.listEnvs.all() as Array<
-        RegistrationRow & {
-          id: string;
-          env_created_at: number;
-          owner_key_id: string | null;
-          registration_id: string | null;
-        }
-      >;
-      return rows.map(
-        (row): EnvironmentRecord => ({
-          environmentId: row.id,
-          createdAt: Number(row.env_created_at),
-          ownerKeyId: row.owner_key_id,
-          registration: row.registration_id === null ? null : toRegistration(row),
-        }),
-      );
+      return (stmt.listEnvs.all() as EnvironmentRow[]).map(toEnvironment);
     },
     async createAuthorization(a: NewAuthorization) {
-      await write(() =>
-        stmt.insertAuth.run(
-          a.tokenHash,
-          a.environmentId,
-          a.registrationId,
-          a.harnessPublicKey,
-          a.expiresAt,
-          a.connectRequestId ?? null,
-          a.mintedByKeyId ?? null,
-        ),
-      );
+      await write(() => stmt.insertAuth.run(...authorizationValues(a, a.registrationId)));
     },
     async createAuthorizationForCurrent(a) {
       return write(() => {
         const current = currentRegistration(a.environmentId);
-        if (current) {
-          stmt.insertAuth.run(
-            a.tokenHash,
-            a.environmentId,
-            current.registrationId,
-            a.harnessPublicKey,
-            a.expiresAt,
-            a.connectRequestId ?? null,
-            a.mintedByKeyId ?? null,
-          );
-        }
+        if (current) stmt.insertAuth.run(...authorizationValues(a, current.registrationId));
         return current;
       });
     },

@@ -1,5 +1,6 @@
 import type { FastifyInstance } from 'fastify';
-import { errorBody } from './errors.js';
+import fp from 'fastify-plugin';
+import { errorBody } from '../errors.js';
 
 /**
  * The routes a browser page hosted elsewhere (`--ui-origin`) may call cross-origin: the harness's /connect and
@@ -12,9 +13,10 @@ const ALLOWED_HEADERS = 'authorization, content-type, x-request-id';
 /**
  * CORS for CORS_ROUTES and exactly `origins`: preflights (OPTIONS) answered 204, and `access-control-allow-origin`
  * on their answers (errors included, so the page can read them). Any other origin gets no CORS header, and its
- * preflight the 404 every OPTIONS got before. With no origins nothing is registered.
+ * preflight the 404 every OPTIONS got before. With no origins nothing is registered. On the root (fastify-plugin),
+ * registered before the routes, so that its onSend hook sees them.
  */
-export async function corsRoutes(app: FastifyInstance, options: { origins: readonly string[] }) {
+async function cors(app: FastifyInstance, options: { origins: readonly string[] }) {
   const allowed = new Set(options.origins);
   if (allowed.size === 0) return;
   const routes = new Set<string>(CORS_ROUTES);
@@ -49,3 +51,5 @@ export async function corsRoutes(app: FastifyInstance, options: { origins: reado
     return payload;
   });
 }
+
+export default fp(cors, { name: 'cors' });

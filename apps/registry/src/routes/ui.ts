@@ -3,7 +3,7 @@ import { readFile, realpath, stat } from 'node:fs/promises';
 import { dirname, extname, join, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { FastifyInstance, FastifyReply } from 'fastify';
-import { errorBody } from './errors.js';
+import { errorBody } from '../errors.js';
 
 /**
  * The browser terminal's static page under `/ui` (issue 21): a small hand-written handler rather than
@@ -62,8 +62,8 @@ export function defaultUiCandidates(): string[] {
   } catch {
     // not a dependency (yet): the monorepo layout below
   }
-  // apps/registry/{src,dist}/ui.(ts|js) → packages/web/dist
-  candidates.push(fileURLToPath(new URL('../../../packages/web/dist', import.meta.url)));
+  // apps/registry/{src,dist}/routes/ui.(ts|js) → packages/web/dist
+  candidates.push(fileURLToPath(new URL('../../../../packages/web/dist', import.meta.url)));
   return candidates;
 }
 
