@@ -1,3 +1,4 @@
+import { BufferPool } from '@tether/bytes';
 import {
   type Allocate,
   CONTROL_LANE_METHODS,
@@ -16,7 +17,6 @@ import {
   RpcError,
 } from '@tether/exec-protocol';
 import {
-  BufferPool,
   encodeWithAttachment,
   type InboundMessage,
   MALFORMED_MESSAGE_ID,

@@ -1,6 +1,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { Readable, Writable } from 'node:stream';
+import { ReadBufferPool } from '@tether/bytes';
 import { type EnvironmentInfo, ErrorCode } from '@tether/exec-protocol';
 import {
   MALFORMED_MESSAGE_ID,
@@ -9,7 +10,7 @@ import {
   StdioTransport,
   WebSocketTransport,
 } from '@tether/jsonrpc';
-import { createReaper, OutputBudget, ReadBufferPool, type Reaper } from '@tether/local-process';
+import { createReaper, OutputBudget, type Reaper } from '@tether/local-process';
 import type { ProxySettings } from '@tether/outbound';
 import { MAX_RECORD_PLAINTEXT_BYTES, MESSAGE_LENGTH_PREFIX_BYTES } from '@tether/relay-frames';
 import { Sandboxer } from '@tether/sandbox';

@@ -2,7 +2,9 @@
  * Files of an environment, the same methods whether it is this machine (local-fs.ts) or a remote executor
  * (remote-fs.ts): the interface, its types and the rules both sides share.
  */
+
 import type { Readable, Writable } from 'node:stream';
+import { MAX_BLOCK_BYTES } from '@tether/bytes';
 import { TetherError } from './errors.js';
 
 export interface FileMetadata {
@@ -146,12 +148,10 @@ export interface EnvironmentFs {
 }
 
 /** Default block for streamed reads and writes. */
-export const DEFAULT_BLOCK_SIZE = 1024 * 1024;
+export const DEFAULT_BLOCK_SIZE = MAX_BLOCK_BYTES;
 
 /** Reads in flight by default: 3 × 1 MiB stays under the relay's 4 MiB backlog limit per harness. */
 export const DEFAULT_READ_DEPTH = 3;
-/** Largest block either executor accepts for `fs/readBlock` and `fs/writeBlock`. */
-export const MAX_BLOCK_BYTES = 1024 * 1024;
 export function toFileUri(path: string): string {
   if (path.startsWith('file:')) return path;
   if (!path.startsWith('/')) throw new TetherError('invalid_argument', `remote paths must be absolute: ${path}`);

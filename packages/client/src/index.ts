@@ -3,6 +3,8 @@
  * hashed): a block that came over a relay stream in one message was assembled in a pooled buffer, which then
  * serves a later one. Any other buffer is left to the collector.
  */
+
+export { DEFAULT_HIGH_WATER_BYTES } from '@tether/bytes';
 export { giveBack } from '@tether/jsonrpc';
 /** An executor's public key (`NoiseChannelPublicKey`), for `executorPublicKey`: parsed from its JSON. */
 // From the modules themselves, not the package's index: a command that never dials (served by a connection
@@ -59,7 +61,7 @@ export {
 } from './fs.js';
 export { LocalBackend } from './local-backend.js';
 export { LocalFs } from './local-fs.js';
-export { DEFAULT_HIGH_WATER_BYTES, ProcessHandle, type ProcessResult } from './process.js';
+export { ProcessHandle, type ProcessResult } from './process.js';
 export {
   checkEnvironmentId,
   checkRegistryUrl,

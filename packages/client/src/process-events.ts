@@ -1,9 +1,7 @@
 import { randomUUID } from 'node:crypto';
+import { LOW_WATER_FRACTION } from '@tether/bytes';
 import type { OutputStream, ProcessBackend, ProcessEvent, SignalName, WriteStatus } from './backend.js';
 import { TetherError } from './errors.js';
-
-/** Reading resumes once the consumer has brought the queue below this fraction of the high-water mark. */
-export const LOW_WATER_FRACTION = 0.25;
 
 export interface ProcessResult {
   exitCode: number;

@@ -1,6 +1,7 @@
 /** A remote executor's files over `fs/*` (exec-protocol §3.9), as an EnvironmentFs. */
 import { randomUUID } from 'node:crypto';
 import { Readable, Writable } from 'node:stream';
+import { MAX_BLOCK_BYTES } from '@tether/bytes';
 import {
   DIRECTORY_LINKS_CAPABILITY,
   decodeBase64,
@@ -24,7 +25,6 @@ import {
   entryNameProblem,
   type FileMetadata,
   type HandleDigest,
-  MAX_BLOCK_BYTES,
   type ReadFilesLimits,
   type SmallFileRead,
   type SmallFileWrite,

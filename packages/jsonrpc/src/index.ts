@@ -6,7 +6,6 @@ export {
   hasAttachmentMarker,
   splitAttachment,
 } from './attachment.js';
-export { type BufferLease, BufferPool, type BufferPoolOptions, giveBack, lendBuffer } from './buffer-pool.js';
 export { type CallOptions, RpcClient, type RpcClientOptions, RpcTimeoutError } from './client.js';
 export {
   ConnectionClosedError,
@@ -16,6 +15,7 @@ export {
   RpcConnection,
 } from './connection.js';
 export { type Lane, type LanesOptions, MAX_CONCURRENT_REQUESTS, RequestLanes } from './lanes.js';
+export { giveBack, lendBuffer } from './lent.js';
 export {
   classifyMessage,
   type InboundMessage,
@@ -29,11 +29,8 @@ export {
   serializeResponse,
 } from './message.js';
 export {
-  DEFAULT_HIGH_WATER_MARK,
-  DEFAULT_LOW_WATER_MARK,
   DEFAULT_MAX_MESSAGE_BYTES,
   type MessageTransport,
-  releasingCallback,
   type TransportHandlers,
   type TransportKind,
 } from './transport.js';

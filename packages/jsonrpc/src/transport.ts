@@ -37,24 +37,5 @@ export interface MessageTransport {
   close(code?: number, reason?: string): void;
 }
 
-/** Outbound buffer thresholds shared by the transports. */
-export const DEFAULT_HIGH_WATER_MARK = 4 * 1024 * 1024;
-export const DEFAULT_LOW_WATER_MARK = 1024 * 1024;
-
 /** Default limit of one inbound message; larger ones are refused (WebSocket close 1009, stdio error). */
 export const DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024;
-
-/**
- * The write callback for a message sent with a `release` (`MessageTransport.send`): gives the buffer back,
- * then runs the transport's own `afterWrite`. Without a release, `afterWrite` itself.
- */
-export function releasingCallback(
-  release: (() => void) | undefined,
-  afterWrite: (err?: Error) => void,
-): (err?: Error) => void {
-  if (!release) return afterWrite;
-  return (err?: Error) => {
-    release();
-    afterWrite(err);
-  };
-}

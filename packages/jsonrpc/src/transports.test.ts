@@ -1,12 +1,13 @@
 import { once } from 'node:events';
 import { PassThrough } from 'node:stream';
+import { BufferPool } from '@tether/bytes';
 import { wsSocket } from '@tether/user-read';
 import { afterEach, describe, expect, it } from 'vitest';
 import { WebSocket, WebSocketServer } from 'ws';
 import { attachmentOf, encodeWithAttachment } from './attachment.js';
-import { BufferPool, giveBack } from './buffer-pool.js';
 import { RpcClient } from './client.js';
 import { ConnectionClosedError, RpcConnection } from './connection.js';
+import { giveBack } from './lent.js';
 import type { InboundMessage } from './message.js';
 import { createMemoryTransportPair } from './transports/memory.js';
 import { StdioTransport } from './transports/stdio.js';

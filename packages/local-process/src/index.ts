@@ -8,7 +8,6 @@ export {
   DEFAULT_WRITE_ID_MEMORY,
   ProcessTable,
 } from './process-table.js';
-export { READ_BUFFER_BYTES, ReadBufferPool } from './read-pool.js';
 export { createReaper, type ProcessReaper, type ReaperOptions } from './reaper.js';
 export { DEFAULT_PTY_SIZE, pipeStdio } from './spawn.js';
 export { DEFAULT_STDIN_QUEUE_BYTES } from './stdin-writer.js';

@@ -4,10 +4,11 @@
  * `running`, `exited` (exit known) and `closed` (exit known and every output stream ended), as its
  * OutputLog says. A closed entry stays readable for `exitedRetentionMs`, then its id is free again.
  */
+
+import type { ReadBufferPool } from '@tether/bytes';
 import { ProcessError } from './errors.js';
 import type { OutputBudget } from './output-budget.js';
 import { OutputLog } from './output-log.js';
-import type { ReadBufferPool } from './read-pool.js';
 import { checkSize, type ProcessSink, type SpawnedProcess, spawnProcess } from './spawn.js';
 import { StdinWriter } from './stdin-writer.js';
 import type {

@@ -21,13 +21,14 @@ import { constants as osConstants, userInfo } from 'node:os';
 import path from 'node:path';
 import type { Readable } from 'node:stream';
 import { Writable } from 'node:stream';
+import type { ReadBufferPool } from '@tether/bytes';
 import { loadNativePipe, type NativePipe, nativePipeUnavailableReason } from '@tether/native-pipe';
 import { ptyMasterFd, ptySocket } from '@tether/user-read';
 import type { IPty } from 'node-pty';
 import { ProcessError } from './errors.js';
 import { forgetOwnChild, markOwnChild } from './orphans.js';
 import { descendantsOf } from './proc.js';
-import { type ReadBufferPool, readIntoPool } from './read-pool.js';
+import { readIntoPool } from './read-pool.js';
 import type { OutputStream, ProcessWrap, PtySize } from './types.js';
 
 export const DEFAULT_PTY_SIZE: Readonly<PtySize> = { rows: 24, cols: 80 };

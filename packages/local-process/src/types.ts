@@ -1,5 +1,5 @@
+import type { ReadBufferPool } from '@tether/bytes';
 import type { OutputBudget } from './output-budget.js';
-import type { ReadBufferPool } from './read-pool.js';
 /**
  * Public contract of the process engine. The executor (one ProcessTable per session) and the SDK's
  * local backend use only what is exported from index.ts.

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import { BufferPool, giveBack, RpcClient, RpcConnection } from '@tether/jsonrpc';
+import { BufferPool } from '@tether/bytes';
+import { giveBack, RpcClient, RpcConnection } from '@tether/jsonrpc';
 import {
   type AesGcmSubtle,
   type CryptoProvider,

@@ -1,12 +1,5 @@
-import {
-  BufferPool,
-  DEFAULT_HIGH_WATER_MARK,
-  DEFAULT_LOW_WATER_MARK,
-  giveBack,
-  lendBuffer,
-  type MessageTransport,
-  type TransportHandlers,
-} from '@tether/jsonrpc';
+import { BufferPool, DEFAULT_HIGH_WATER_MARK, DEFAULT_LOW_WATER_MARK } from '@tether/bytes';
+import { giveBack, lendBuffer, type MessageTransport, type TransportHandlers } from '@tether/jsonrpc';
 import {
   buildRelayPrologue,
   type CryptoProvider,

@@ -1,3 +1,4 @@
+import { type BufferLease, MAX_BLOCK_BYTES } from '@tether/bytes';
 import {
   decode,
   decodeBase64Codex,
@@ -26,10 +27,9 @@ import {
   Method,
   RpcError,
 } from '@tether/exec-protocol';
-import { attachmentOf, type BufferLease, encodeWithAttachment, giveBack } from '@tether/jsonrpc';
+import { attachmentOf, encodeWithAttachment, giveBack } from '@tether/jsonrpc';
 import { type FileToWrite, readFiles, setMetadata, unixMetadata, writeFiles } from '../fs/batch.js';
 import { confinement, runConfined } from '../fs/confined.js';
-import { MAX_BLOCK_BYTES } from '../fs/file-handles.js';
 import type { FileIdentity } from '../fs/file-kind.js';
 import {
   canonicalize,

@@ -1,5 +1,5 @@
+import type { BufferPool } from '@tether/bytes';
 import type { Allocate } from '@tether/exec-protocol';
-import type { BufferPool } from '@tether/jsonrpc';
 import type { Sandboxer } from '@tether/sandbox';
 import type { FileHandleTable } from '../fs/file-handles.js';
 import type { HttpRequests } from '../http/http-requests.js';

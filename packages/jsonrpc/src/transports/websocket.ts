@@ -1,14 +1,9 @@
+import { BufferPool, DEFAULT_HIGH_WATER_MARK, DEFAULT_LOW_WATER_MARK, releasingCallback } from '@tether/bytes';
 import { installFastMessages, joinParts } from '@tether/user-read/websocket';
 import type { WebSocket } from 'ws';
 import { hasAttachmentMarker } from '../attachment.js';
-import { BufferPool, giveBack, lendBuffer } from '../buffer-pool.js';
-import {
-  DEFAULT_HIGH_WATER_MARK,
-  DEFAULT_LOW_WATER_MARK,
-  type MessageTransport,
-  releasingCallback,
-  type TransportHandlers,
-} from '../transport.js';
+import { giveBack, lendBuffer } from '../lent.js';
+import type { MessageTransport, TransportHandlers } from '../transport.js';
 
 export interface WebSocketTransportOptions {
   /** Sent as `exec-server websocket <peer>` in errors. */
