@@ -1,14 +1,14 @@
 import { createHash, type Hash } from 'node:crypto';
 import { lstat, open } from 'node:fs/promises';
 import path, { basename, posix } from 'node:path';
-import type { Readable, Writable } from 'node:stream';
+import type { Writable } from 'node:stream';
 import { finished } from 'node:stream/promises';
 import {
   type DirectoryEntry,
   type Environment,
   type EnvironmentFs,
   entryNameProblem,
-  giveBack,
+  type FileReadStream,
   type HandleDigest,
   TetherError,
 } from '@tether/client';
@@ -691,17 +691,17 @@ async function pumpLocalFile(path: string, sink: Writable, onChunk: (chunk: Buff
 }
 
 /**
- * Streams a remote file's chunks into `sink` and gives each back once written (`giveBack`): the
- * read stream keeps fetching ahead meanwhile, and the blocks' buffers serve the next ones.
+ * Streams a remote file's chunks into `sink` and gives each back to its stream once written (`giveBack`):
+ * the read stream keeps fetching ahead meanwhile, and the blocks' buffers serve the next ones.
  */
-async function pumpRemoteFile(chunks: Readable, sink: Writable, onChunk: (chunk: Buffer) => void): Promise<void> {
+async function pumpRemoteFile(chunks: FileReadStream, sink: Writable, onChunk: (chunk: Buffer) => void): Promise<void> {
   await fill(
     sink,
     async () => {
       for await (const chunk of chunks) {
         onChunk(chunk as Buffer);
         await write(sink, chunk as Buffer);
-        giveBack(chunk as Buffer); // the sink called back: it holds no reference to it
+        chunks.giveBack?.(chunk as Buffer); // the sink called back: it holds no reference to it
       }
     },
     () => chunks.destroy(),

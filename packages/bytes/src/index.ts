@@ -6,5 +6,5 @@
  */
 export * from './batch.js';
 export * from './bounds.js';
-export { type BufferLease, BufferPool, type BufferPoolOptions, releasingCallback } from './pool.js';
+export { type BufferLease, BufferPool, type BufferPoolOptions, HandedChunks, releasingCallback } from './pool.js';
 export { KEEP_READ_AT_BYTES, READ_BUFFER_BYTES, ReadBufferPool } from './read-pool.js';

@@ -119,3 +119,25 @@ export function releasingCallback(
     afterWrite(err);
   };
 }
+
+/**
+ * Chunks a stream handed on (pushed to a Readable, emitted as 'data') with the release of the pooled buffer
+ * each sits in, until their consumer gives one back (`giveBack`, with any view of it). Owned by that stream
+ * and gone with it: keys are held weakly, so a chunk never given back is collected with its entry, and an
+ * entry is deleted before its release runs, so a second `giveBack` does nothing.
+ */
+export class HandedChunks {
+  readonly #releases = new WeakMap<ArrayBufferLike, () => void>();
+
+  hand(chunk: Uint8Array, release: () => void): void {
+    this.#releases.set(chunk.buffer, release);
+  }
+
+  /** The consumer is the bytes' last user: the buffer serves another message next. Others are ignored. */
+  giveBack(view: Uint8Array): void {
+    const release = this.#releases.get(view.buffer);
+    if (!release) return;
+    this.#releases.delete(view.buffer);
+    release();
+  }
+}

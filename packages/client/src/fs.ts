@@ -118,7 +118,7 @@ export interface EnvironmentFs {
   remove(path: string, options?: { recursive?: boolean; force?: boolean }): Promise<void>;
   copy(source: string, destination: string, options?: { recursive?: boolean }): Promise<void>;
   /** Streams a file in blocks (never whole in memory). */
-  createReadStream(path: string, options?: StreamOptions): Readable;
+  createReadStream(path: string, options?: StreamOptions): FileReadStream;
   /**
    * Streams into a file without holding it in memory where the executor can. The file is created, or
    * overwritten in place and cut to the length written when the stream finishes or fails (scp's way;
@@ -145,6 +145,15 @@ export interface EnvironmentFs {
    * `setMetadata` needs (`unixMetadata`). `noFollow` as for `setMetadata` (local only).
    */
   setMode(path: string, mode: number, options?: { noFollow?: boolean }): Promise<void>;
+}
+
+/**
+ * A file's read stream. A chunk may sit in a pooled buffer of the connection (a block that came in one
+ * message): `giveBack(chunk)` once nothing reads it any more, and the buffer serves a later block. Optional:
+ * a chunk never given back is garbage like any other, and other chunks are ignored.
+ */
+export interface FileReadStream extends Readable {
+  giveBack?(chunk: Uint8Array): void;
 }
 
 /** Default block for streamed reads and writes. */

@@ -5,7 +5,6 @@
  */
 
 export { DEFAULT_HIGH_WATER_BYTES } from '@tether/bytes';
-export { giveBack } from '@tether/jsonrpc';
 /** An executor's public key (`NoiseChannelPublicKey`), for `executorPublicKey`: parsed from its JSON. */
 // From the modules themselves, not the package's index: a command that never dials (served by a connection
 // master) then loads no handshake code.
@@ -55,6 +54,7 @@ export {
   type EnvironmentFs,
   entryNameProblem,
   type FileMetadata,
+  type FileReadStream,
   type HandleDigest,
   type StreamOptions,
   toFileUri,
@@ -81,5 +81,6 @@ export {
   TCP_FORWARD_CAPABILITY,
   TcpConnectError,
   TcpConnection,
+  type TcpDuplex,
   TcpForwarder,
 } from './tcp.js';

@@ -4,7 +4,9 @@ export {
   attachmentOf,
   encodeWithAttachment,
   hasAttachmentMarker,
+  releaseAttachment,
   splitAttachment,
+  takeAttachmentRelease,
 } from './attachment.js';
 export { type CallOptions, RpcClient, type RpcClientOptions, RpcTimeoutError } from './client.js';
 export {
@@ -15,7 +17,6 @@ export {
   RpcConnection,
 } from './connection.js';
 export { type Lane, type LanesOptions, MAX_CONCURRENT_REQUESTS, RequestLanes } from './lanes.js';
-export { giveBack, lendBuffer } from './lent.js';
 export {
   classifyMessage,
   type InboundMessage,

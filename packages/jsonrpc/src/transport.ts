@@ -5,7 +5,12 @@
 export type TransportKind = 'stdio' | 'websocket' | 'relay';
 
 export interface TransportHandlers {
-  onMessage(data: string | Buffer): void;
+  /**
+   * One message. `release`, when given, says its bytes sit in a pooled buffer of the transport's: whoever
+   * holds them last calls it (once) when nothing reads them any more, and the buffer serves a later message.
+   * Never called, the buffer is simply garbage.
+   */
+  onMessage(data: string | Buffer, release?: () => void): void;
   /** Called once when the transport is gone, for whatever reason. */
   onClose(reason: string): void;
   /** The outbound buffer fell back below the low-water mark. */

@@ -27,7 +27,7 @@ import {
   Method,
   RpcError,
 } from '@tether/exec-protocol';
-import { attachmentOf, encodeWithAttachment, giveBack } from '@tether/jsonrpc';
+import { attachmentOf, encodeWithAttachment, releaseAttachment } from '@tether/jsonrpc';
 import { type FileToWrite, readFiles, setMetadata, unixMetadata, writeFiles } from '../fs/batch.js';
 import { confinement, runConfined } from '../fs/confined.js';
 import type { FileIdentity } from '../fs/file-kind.js';
@@ -290,9 +290,9 @@ export const fsHandlers: HandlerTable = whileAttached({
       await ctx.files.writeBlock(params.handleId, params.offset, data);
     } finally {
       // Written (and hashed, when digested) by now: nothing refers to the block any more. An attachment
-      // assembled in a lent buffer (a relay stream's large message) goes back to its pool.
+      // in a pooled buffer (a relay stream's or a socket's large message) goes back through its message.
       (block as BufferLease | null)?.release();
-      if (attachment) giveBack(attachment);
+      if (attachment) releaseAttachment(raw);
     }
     return {};
   },
