@@ -25,7 +25,7 @@ import {
   RequestLanes,
   type RpcConnection,
 } from '@tether/jsonrpc';
-import type { ProcessEvent } from '@tether/local-process';
+import type { ChildLedger, ProcessEvent } from '@tether/local-process';
 import type { ProxySettings } from '@tether/outbound';
 import { Sandboxer } from '@tether/sandbox';
 import { readEnvironmentConfig } from './environment-config.js';
@@ -96,6 +96,8 @@ export interface ConnectionProcessorOptions {
   proxy?: ProxySettings;
   /** The executor's sandbox (its owner closes it); default: none, every restricting profile refused. */
   sandbox?: Sandboxer;
+  /** Where the sandboxed fs helpers are noted as the executor's own children (its orphan adopter); default none. */
+  adopter?: ChildLedger | null;
   /**
    * Who this connection acts for (principal.ts): the key the registry named for a relay stream; default the
    * local principal (stdio, `--listen`).
@@ -211,6 +213,7 @@ export class ConnectionProcessor implements SessionAttachment {
       blocks: this.buffers.blocks,
       maxReadFileBytes: this.options.maxReadFileBytes ?? DEFAULT_MAX_READ_FILE_BYTES,
       sandbox: this.options.sandbox ?? Sandboxer.none('this connection was served without a sandbox'),
+      adopter: this.options.adopter ?? null,
     };
   }
 

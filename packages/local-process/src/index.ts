@@ -1,5 +1,6 @@
 export { buildChildEnv, type EnvPolicy } from './env.js';
 export { ProcessError } from './errors.js';
+export { type ChildLedger, noteChildProcess } from './orphans.js';
 export { DEFAULT_OUTPUT_BUDGET_BYTES, OutputBudget } from './output-budget.js';
 export { DEFAULT_RETAINED_OUTPUT_BYTES, DEFAULT_RETAINED_OUTPUT_CHUNKS } from './output-log.js';
 export {

@@ -7,6 +7,7 @@
 
 import type { ReadBufferPool } from '@tether/bytes';
 import { ProcessError } from './errors.js';
+import type { ChildLedger } from './orphans.js';
 import type { OutputBudget } from './output-budget.js';
 import { OutputLog } from './output-log.js';
 import { checkSize, type ProcessSink, type SpawnedProcess, spawnProcess } from './spawn.js';
@@ -87,6 +88,7 @@ export class ProcessTable {
   readonly #stdinQueueBytes: number | undefined;
   readonly #reaper: Reaper | null;
   readonly #readBuffers: ReadBufferPool | null;
+  readonly #adopter: ChildLedger | null;
   readonly #outputBudget: OutputBudget | null;
   readonly #stopWatchingBudget: (() => void) | null;
   #shutdown: Promise<void> | null = null;
@@ -105,6 +107,7 @@ export class ProcessTable {
     this.#stdinQueueBytes = options.stdinQueueBytes;
     this.#reaper = options.reaper ?? null;
     this.#readBuffers = options.readBuffers ?? null;
+    this.#adopter = options.adopter ?? null;
     this.#outputBudget = options.outputBudget ?? null;
     // Another table's process closed: shares grew, so this table's paused processes may go on.
     this.#stopWatchingBudget =
@@ -404,6 +407,7 @@ export class ProcessTable {
           serverPath: process.env.PATH,
           readBuffers: this.#readBuffers,
           wrap: request.wrap ?? null,
+          adopter: this.#adopter,
         },
         sink,
       );

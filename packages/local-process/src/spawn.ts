@@ -26,7 +26,7 @@ import { loadNativePipe, type NativePipe, nativePipeUnavailableReason } from '@t
 import { ptyMasterFd, ptySocket } from '@tether/user-read';
 import type { IPty } from 'node-pty';
 import { ProcessError } from './errors.js';
-import { forgetOwnChild, markOwnChild } from './orphans.js';
+import { type ChildLedger, noteChildProcess } from './orphans.js';
 import { descendantsOf } from './proc.js';
 import { readIntoPool } from './read-pool.js';
 import type { OutputStream, ProcessWrap, PtySize } from './types.js';
@@ -54,6 +54,8 @@ export interface SpawnOptions {
   readBuffers?: ReadBufferPool | null | undefined;
   /** The program the command runs inside (a sandbox), or none. */
   wrap?: ProcessWrap | null | undefined;
+  /** Where the child is noted as this process's own (the orphan adopter, see ProcessTableOptions.adopter). */
+  adopter?: ChildLedger | null | undefined;
 }
 
 /** Where a running child reports. Calls happen in the order the OS delivered the events. */
@@ -343,6 +345,7 @@ function spawnPipes(
       // setsid(): the child leads a new session and process group, so pgid = pid.
       detached: true,
     });
+    noteChildProcess(options.adopter, child);
   } catch (err) {
     if (pipes !== null) for (const fd of pipeEnds(pipes, 'parent')) closeSync(fd);
     return Promise.reject(spawnError(err));
@@ -523,8 +526,8 @@ async function spawnPty(file: string, options: SpawnOptions, sink: ProcessSink):
     throw spawnError(err);
   }
   const pid = term.pid;
-  // Not child_process's: noted so that a subreaper's sweep does not take it for an orphan (orphans.ts).
-  markOwnChild(pid);
+  // Noted so that a subreaper's sweep does not take it for an orphan (orphans.ts).
+  options.adopter?.markOwnChild(pid);
   // node-pty's master fd and socket are not in its typings: user-read checks them (privates.ts). Without
   // the fd, input goes through node-pty's own write, and no last output is drained on destroy.
   const masterFd = ptyMasterFd(term);
@@ -546,7 +549,7 @@ async function spawnPty(file: string, options: SpawnOptions, sink: ProcessSink):
   const exited = new Promise<void>((done) => {
     term.onExit(({ exitCode, signal }) => {
       exitedFired = true;
-      forgetOwnChild(pid);
+      options.adopter?.forgetOwnChild(pid);
       endStream();
       // portable-pty (Codex) reports exit code 1 for a PTY child killed by a signal.
       sink.exit(signal ? 1 : exitCode);
