@@ -9,7 +9,8 @@ export {
   DEFAULT_WRITE_ID_MEMORY,
   ProcessTable,
 } from './process-table.js';
+export { DEFAULT_PTY_SIZE } from './pty.js';
 export { createReaper, type ProcessReaper, type ReaperOptions } from './reaper.js';
-export { DEFAULT_PTY_SIZE, pipeStdio } from './spawn.js';
+export { pipeStdio } from './spawn.js';
 export { DEFAULT_STDIN_QUEUE_BYTES } from './stdin-writer.js';
 export type * from './types.js';

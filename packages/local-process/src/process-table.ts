@@ -10,7 +10,8 @@ import { ProcessError } from './errors.js';
 import type { ChildLedger } from './orphans.js';
 import type { OutputBudget } from './output-budget.js';
 import { OutputLog } from './output-log.js';
-import { checkSize, type ProcessSink, type SpawnedProcess, spawnProcess } from './spawn.js';
+import { type ProcessSink, type SpawnedProcess, spawnProcess } from './spawn.js';
+import { checkSize } from './spawn-checks.js';
 import { StdinWriter } from './stdin-writer.js';
 import type {
   OutputStream,
