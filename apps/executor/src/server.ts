@@ -34,7 +34,8 @@ export interface ExecServerOptions {
   /**
    * Also adopt and kill descendants that escape their process group (setsid): the process becomes a child
    * subreaper (local-process's createReaper). For the executor bin only, whose every spawner (process
-   * tables, the sandboxed fs helpers) is handed the adopter to note its children; one per process, so an embedding (tests, the SDK) leaves it off (default false).
+   * tables, the sandboxed fs helpers) is handed the adopter to note its children; one per process, so an
+   * embedding (tests, the SDK) leaves it off (default false).
    */
   subreaper?: boolean;
   /** Where the exec-server metrics go (default: nowhere). */

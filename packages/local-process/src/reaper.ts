@@ -19,7 +19,8 @@ export interface ReaperOptions {
    * descendants: reaped as they exit, killed with the owner (even SIGKILLed, once a sweep saw them), at
    * `close()`, and with the teardown of the process whose session they are in. Only for a process that
    * notes every child it spawns in `adopter` (the executor: its tables and fs helpers are given it): any
-   * other child of it would be taken for an orphan. Default false (the SDK's local backend runs inside someone's program).
+   * other child of it would be taken for an orphan. Default false (the SDK's local backend runs inside
+   * someone's program).
    */
   subreaper?: boolean;
 }

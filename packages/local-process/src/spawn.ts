@@ -1,8 +1,9 @@
 /**
  * Starting one child: pipes (Node `child_process`, over pipes from @tether/native-pipe where it is built)
- * or a PTY (pty.ts); the checks before either are spawn-checks.ts, the signals and kills signals.ts. The child always leads its own session
- * and process group (pgid = pid), so signals and kills go to the whole group. Output is delivered in the
- * chunks the OS read gives (up to 64 KiB for libuv), without re-slicing, straight to a `ProcessSink`.
+ * or a PTY (pty.ts); the checks before either are in spawn-checks.ts, the signals and kills in signals.ts.
+ * The child always leads its own session and process group (pgid = pid), so signals and kills go to the
+ * whole group. Output is delivered in the chunks the OS read gives (up to 64 KiB for libuv), without
+ * re-slicing, straight to a `ProcessSink`.
  */
 import { spawn as spawnChild } from 'node:child_process';
 import { closeSync, constants as fsConstants, openSync } from 'node:fs';

@@ -33,9 +33,9 @@ import type { FrameLink } from './link.js';
  * A stream's pools. `frames`: wire buffers of outbound Data frames (a fresh ~60 KiB buffer per record was
  * external memory for V8 and brought a full collection every few dozen megabytes sent). `messages`:
  * inbound messages of at least LENT_MESSAGE_BYTES (a 1 MiB file block, say) are assembled in buffers leased
- * from it, each handed on with its message's `release`, which the executor calls once a block is written, sparing V8 a megabyte of fresh external
- * memory per block. They belong to the stream (ARCHITECTURE.md, "One owner per buffer"): given by its
- * creator, which closes them, or else the stream's own, closed when it ends.
+ * from it, each handed on with its message's `release`, which the executor calls once a block is written,
+ * sparing V8 a megabyte of fresh external memory per block. They belong to the stream (ARCHITECTURE.md, "One
+ * owner per buffer"): given by its creator, which closes them, or else the stream's own, closed when it ends.
  */
 export interface SecureStreamPools {
   frames: BufferPool;
@@ -53,9 +53,10 @@ function ownPools(): SecureStreamPools {
 
 /**
  * Messages from this size on are assembled in buffers leased from the stream's message pool, which go with
- * the message (TransportHandlers.onMessage's `release`) to their last user: a forwarded connection's data (about 60 KiB a message) then reuses a few slabs
- * instead of one fresh ArrayBuffer per message, whose external memory made V8 run a full mark-compact every
- * few dozen megabytes (a fifth of the harness's CPU in a port-forward download).
+ * the message (TransportHandlers.onMessage's `release`) to their last user: a forwarded connection's data
+ * (about 60 KiB a message) then reuses a few slabs instead of one fresh ArrayBuffer per message, whose
+ * external memory made V8 run a full mark-compact every few dozen megabytes (a fifth of the harness's CPU in
+ * a port-forward download).
  */
 const LENT_MESSAGE_BYTES = 32 * 1024;
 
