@@ -4,6 +4,7 @@ import path, { basename, posix } from 'node:path';
 import type { Writable } from 'node:stream';
 import { finished } from 'node:stream/promises';
 import {
+  DEFAULT_BLOCK_SIZE,
   type DirectoryEntry,
   type Environment,
   type EnvironmentFs,
@@ -658,7 +659,7 @@ async function copyFile(
 }
 
 /** Bytes per read of a local source: the block a remote write sends. */
-const LOCAL_READ_BYTES = 1024 * 1024;
+const LOCAL_READ_BYTES = DEFAULT_BLOCK_SIZE;
 
 /**
  * Streams a local file into `sink` through two buffers used in turn: one is read into while the other's
