@@ -12,7 +12,8 @@ import { closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writ
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { BufferPool, parseMessage } from '@tether/jsonrpc';
+import { BufferPool } from '@tether/bytes';
+import { parseMessage } from '@tether/jsonrpc';
 import { type PeerKind, repoRoot, startPeer } from '@tether/test-kit';
 import { installFastMessages, joinParts } from '@tether/user-read/websocket';
 import { WebSocket } from 'ws';

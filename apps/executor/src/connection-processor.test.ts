@@ -1,5 +1,6 @@
+import { BufferPool } from '@tether/bytes';
 import { METHOD_TABLE, Method } from '@tether/exec-protocol';
-import { BufferPool, createMemoryTransportPair, RpcConnection } from '@tether/jsonrpc';
+import { createMemoryTransportPair, RpcConnection } from '@tether/jsonrpc';
 import { afterEach, describe, expect, it } from 'vitest';
 import { ConnectionProcessor, connectionBuffers } from './connection-processor.js';
 import { environmentInfo } from './environment-info.js';

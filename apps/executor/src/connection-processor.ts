@@ -1,3 +1,4 @@
+import { BufferPool } from '@tether/bytes';
 import {
   type Allocate,
   CONTROL_LANE_METHODS,
@@ -16,7 +17,6 @@ import {
   RpcError,
 } from '@tether/exec-protocol';
 import {
-  BufferPool,
   encodeWithAttachment,
   type InboundMessage,
   MALFORMED_MESSAGE_ID,
@@ -25,7 +25,7 @@ import {
   RequestLanes,
   type RpcConnection,
 } from '@tether/jsonrpc';
-import type { ProcessEvent } from '@tether/local-process';
+import type { ChildLedger, ProcessEvent } from '@tether/local-process';
 import type { ProxySettings } from '@tether/outbound';
 import { Sandboxer } from '@tether/sandbox';
 import { readEnvironmentConfig } from './environment-config.js';
@@ -96,6 +96,8 @@ export interface ConnectionProcessorOptions {
   proxy?: ProxySettings;
   /** The executor's sandbox (its owner closes it); default: none, every restricting profile refused. */
   sandbox?: Sandboxer;
+  /** Where the sandboxed fs helpers are noted as the executor's own children (its orphan adopter); default none. */
+  adopter?: ChildLedger | null;
   /**
    * Who this connection acts for (principal.ts): the key the registry named for a relay stream; default the
    * local principal (stdio, `--listen`).
@@ -216,6 +218,7 @@ export class ConnectionProcessor implements SessionAttachment {
       blocks: this.buffers.blocks,
       maxReadFileBytes: options.maxReadFileBytes ?? DEFAULT_MAX_READ_FILE_BYTES,
       sandbox: options.sandbox ?? Sandboxer.none('this connection was served without a sandbox'),
+      adopter: options.adopter ?? null,
     };
   }
 

@@ -1,6 +1,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { Readable, Writable } from 'node:stream';
+import { ReadBufferPool } from '@tether/bytes';
 import { type EnvironmentInfo, ErrorCode } from '@tether/exec-protocol';
 import {
   MALFORMED_MESSAGE_ID,
@@ -9,7 +10,7 @@ import {
   StdioTransport,
   WebSocketTransport,
 } from '@tether/jsonrpc';
-import { createReaper, OutputBudget, ReadBufferPool, type Reaper } from '@tether/local-process';
+import { createReaper, OutputBudget, type ProcessReaper } from '@tether/local-process';
 import type { ProxySettings } from '@tether/outbound';
 import { MAX_RECORD_PLAINTEXT_BYTES, MESSAGE_LENGTH_PREFIX_BYTES } from '@tether/relay-frames';
 import { Sandboxer } from '@tether/sandbox';
@@ -32,8 +33,9 @@ export interface ExecServerOptions {
   reaper?: boolean;
   /**
    * Also adopt and kill descendants that escape their process group (setsid): the process becomes a child
-   * subreaper (local-process's createReaper). For the executor bin only, which spawns nothing but through
-   * local-process; one per process, so an embedding (tests, the SDK) leaves it off (default false).
+   * subreaper (local-process's createReaper). For the executor bin only, whose every spawner (process
+   * tables, the sandboxed fs helpers) is handed the adopter to note its children; one per process, so an
+   * embedding (tests, the SDK) leaves it off (default false).
    */
   subreaper?: boolean;
   /** Where the exec-server metrics go (default: nowhere). */
@@ -61,7 +63,7 @@ export class ExecServer {
   /** Forwarding's policy and bounds, parsed once from the config (every connection shares them). */
   private readonly forward: ForwardOptions;
   private readonly proxy: ProxySettings | undefined;
-  private readonly reaper: Reaper | null;
+  private readonly reaper: ProcessReaper | null;
   /** bubblewrap and the seccomp filter for `sandbox` profiles (closed after the last process). */
   readonly sandbox: Sandboxer;
   private readonly ownsSandbox: boolean;
@@ -105,6 +107,8 @@ export class ExecServer {
         exitedRetentionMs: this.config.exitedRetentionMs,
         maxProcesses: this.config.maxProcessesPerSession,
         reaper: this.reaper,
+        // With a subreaper, every child is noted as ours, so that adoption never takes one for an orphan.
+        adopter: this.reaper?.adopter ?? null,
         // Output chunks are encoded as soon as they are emitted or read (ConnectionProcessor, process/read),
         // so their read buffers can be recycled when retention drops them.
         // A chunk read fits one secure-stream record with its process/output header (a 64 KiB read took
@@ -135,6 +139,7 @@ export class ExecServer {
       metrics: this.metrics,
       forward: this.forward,
       sandbox: this.sandbox,
+      adopter: this.reaper?.adopter ?? null,
       ...(this.proxy ? { proxy: this.proxy } : {}),
     });
     this.processors.add(processor);

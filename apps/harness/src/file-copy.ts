@@ -1,9 +1,9 @@
 /** One file copied (streamed, hashed on both sides), and the SHA-256 of a file wherever it is. */
 import { createHash, type Hash } from 'node:crypto';
 import { open } from 'node:fs/promises';
-import type { Readable, Writable } from 'node:stream';
+import type { Writable } from 'node:stream';
 import { finished } from 'node:stream/promises';
-import { type Environment, giveBack, type HandleDigest } from '@tether/client';
+import { DEFAULT_BLOCK_SIZE, type Environment, type FileReadStream, type HandleDigest } from '@tether/client';
 import { type CopyOptions, type CopyStats, type Endpoint, integrityError } from './copy-types.js';
 import { pathError } from './fs-errors.js';
 
@@ -70,7 +70,7 @@ export async function copyFile(
 }
 
 /** Bytes per read of a local source: the block a remote write sends. */
-const LOCAL_READ_BYTES = 1024 * 1024;
+const LOCAL_READ_BYTES = DEFAULT_BLOCK_SIZE;
 
 /**
  * Streams a local file into `sink` through two buffers used in turn: one is read into while the other's
@@ -103,17 +103,17 @@ async function pumpLocalFile(path: string, sink: Writable, onChunk: (chunk: Buff
 }
 
 /**
- * Streams a remote file's chunks into `sink` and gives each back once written (`giveBack`): the
- * read stream keeps fetching ahead meanwhile, and the blocks' buffers serve the next ones.
+ * Streams a remote file's chunks into `sink` and gives each back to its stream once written (`giveBack`):
+ * the read stream keeps fetching ahead meanwhile, and the blocks' buffers serve the next ones.
  */
-async function pumpRemoteFile(chunks: Readable, sink: Writable, onChunk: (chunk: Buffer) => void): Promise<void> {
+async function pumpRemoteFile(chunks: FileReadStream, sink: Writable, onChunk: (chunk: Buffer) => void): Promise<void> {
   await fill(
     sink,
     async () => {
       for await (const chunk of chunks) {
         onChunk(chunk as Buffer);
         await write(sink, chunk as Buffer);
-        giveBack(chunk as Buffer); // the sink called back: it holds no reference to it
+        chunks.giveBack?.(chunk as Buffer); // the sink called back: it holds no reference to it
       }
     },
     () => chunks.destroy(),

@@ -1,6 +1,6 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import type { Socket } from 'node:net';
-import { BufferPool } from '@tether/jsonrpc';
+import { BufferPool } from '@tether/bytes';
 import { dataFrame, encodeFrame, handshakeFrame, resumeFrame } from '@tether/relay-frames';
 import { wsSocket } from '@tether/user-read';
 import { describe, expect, it } from 'vitest';

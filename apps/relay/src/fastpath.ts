@@ -1,5 +1,4 @@
-import type { Socket } from 'node:net';
-import { BufferPool } from '@tether/jsonrpc';
+import { BufferPool, WriteBatch } from '@tether/bytes';
 import { wsSocket } from '@tether/user-read';
 import { frameHeader, installFastMessages, READ_BUFFER_BYTES, type Slab } from '@tether/user-read/websocket';
 import type { WebSocket } from 'ws';
@@ -30,27 +29,13 @@ export class FastPath {
   /** What every switched socket of this relay reads into (each read is consumed before the next). */
   readonly #readBuffer = Buffer.allocUnsafeSlow(READ_BUFFER_BYTES);
   /** Destination sockets corked while one read is handled: its frames leave in one writev per socket. */
-  #corked: Socket[] | null = null;
+  readonly #batch = new WriteBatch();
   /** The slab of the message being handled, until a `sendParts` of it takes it over. */
   #lease: Slab | null = null;
 
   constructor(options: FastPathOptions = {}) {
     this.pool = options.pool ?? new BufferPool({ step: 16 * 1024, maxPooledBytes: 8 * 1024 * 1024 });
   }
-
-  readonly #aroundRead = (handle: () => boolean): boolean => {
-    const outer = this.#corked === null;
-    if (outer) this.#corked = [];
-    try {
-      return handle();
-    } finally {
-      if (outer) {
-        const sockets = this.#corked as Socket[];
-        this.#corked = null;
-        for (const out of sockets) out.uncork();
-      }
-    }
-  };
 
   /** Installs the fast path on a freshly upgraded server-side `ws` socket (before any data was read). */
   install(ws: WebSocket, maxPayload: number, onFast: FastHandler, pooled: boolean): void {
@@ -60,7 +45,7 @@ export class FastPath {
       lease: (size) => this.pool.lease(size),
       userReads: pooled,
       readBuffer: this.#readBuffer,
-      aroundRead: this.#aroundRead,
+      aroundRead: this.#batch.around,
       onMessage: (parts, length, slab) => {
         this.#lease = slab;
         try {
@@ -83,12 +68,7 @@ export class FastPath {
       return;
     }
     const head = frameHeader(0x2, length);
-    const batch = this.#corked;
-    if (batch === null) socket.cork();
-    else if (!batch.includes(socket)) {
-      socket.cork();
-      batch.push(socket);
-    }
+    const batched = this.#batch.join(socket);
     socket.write(head);
     const only = parts.length === 1 ? (parts[0] as Buffer) : null;
     const lease = this.#lease;
@@ -98,7 +78,7 @@ export class FastPath {
     } else {
       for (const part of parts) socket.write(part);
     }
-    if (batch === null) socket.uncork();
+    if (!batched) socket.uncork();
   }
 
   /** The relay is closing: its free slabs go, and slabs still in flight are dropped when they come back. */

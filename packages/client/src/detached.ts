@@ -8,7 +8,9 @@
  *
  * Environment's `spawnDetached`, `listProcesses`, `attach` and `kill` are thin members over this file.
  */
+
 import { randomBytes } from 'node:crypto';
+import { DEFAULT_HIGH_WATER_BYTES, LOW_WATER_FRACTION, PROCESS_READ_MAX_BYTES } from '@tether/bytes';
 import {
   detachedProcessIdProblem,
   Method,
@@ -19,7 +21,7 @@ import {
 import type { ProcessEvent, SignalName } from './backend.js';
 import { TetherError } from './errors.js';
 import type { ExecServerClient } from './exec-client.js';
-import { DEFAULT_HIGH_WATER_BYTES, LOW_WATER_FRACTION, ProcessEvents } from './process-events.js';
+import { ProcessEvents } from './process-events.js';
 import { processStartParams } from './start-params.js';
 
 /** One process as `process/list` shows it (exec-protocol's entry; `detached` always said). */
@@ -69,8 +71,6 @@ export interface AttachOptions {
 
 /** Most entries a `process/list` answer may have (the executor's limits are far below). */
 const MAX_LISTED_PROCESSES = 100_000;
-/** Bytes asked per `process/read`. */
-const READ_MAX_BYTES = 1024 * 1024;
 /**
  * A quiet attachment reads once in a while: a notification dropped while the connection was congested, with
  * nothing after it, would otherwise go unnoticed. From 1 s, doubling to 8 s while nothing comes.
@@ -294,7 +294,10 @@ export class AttachedProcess extends ProcessEvents {
       await this.waitForRoom();
       if (this.ended || this.settled) return;
       this.readAgain = false;
-      const answer = await this.client.read(this.processId, this.cursor, { maxBytes: READ_MAX_BYTES, waitMs: 0 });
+      const answer = await this.client.read(this.processId, this.cursor, {
+        maxBytes: PROCESS_READ_MAX_BYTES,
+        waitMs: 0,
+      });
       if (this.ended || this.settled) return;
       for (const chunk of answer.chunks) {
         if (chunk.seq <= this.cursor) continue;

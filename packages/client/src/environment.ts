@@ -1,5 +1,4 @@
 import { randomUUID } from 'node:crypto';
-import type { Duplex } from 'node:stream';
 import type { ProcessBackend, SignalName } from './backend.js';
 import type { ExecServerClientOptions } from './client-options.js';
 import {
@@ -21,7 +20,7 @@ import { LocalFs } from './local-fs.js';
 import { ProcessHandle, type ProcessHandleOptions } from './process.js';
 import { RemoteFs } from './remote-fs.js';
 import type { RendezvousOptions } from './rendezvous-dialer.js';
-import { type ConnectTcpOptions, connectLocalTcp } from './tcp.js';
+import { type ConnectTcpOptions, connectLocalTcp, type TcpDuplex } from './tcp.js';
 
 export interface SpawnOptions extends CommandOptions, ProcessHandleOptions {
   /** Run confined (sandboxProfile; the executor must advertise `processSandbox`). */
@@ -125,9 +124,10 @@ export class Environment {
   /**
    * A TCP connection to `host:port` as seen from the environment (ssh -L's one connection): remote, it is
    * carried inside the encrypted session (capability `tcpForward`; a TcpConnectError says why one was
-   * refused); local, it is a plain socket. A Duplex with backpressure; `end()` half-closes.
+   * refused); local, it is a plain socket. A Duplex with backpressure; `end()` half-closes. A remote one's
+   * chunks may sit in pooled buffers of the connection: `giveBack(chunk)` once written out.
    */
-  async connectTcp(host: string, port: number, options: ConnectTcpOptions = {}): Promise<Duplex> {
+  async connectTcp(host: string, port: number, options: ConnectTcpOptions = {}): Promise<TcpDuplex> {
     if (this.closed) throw new TetherError('closed', 'the environment is closed');
     return this.client ? this.client.tcp.connect(host, port, options) : connectLocalTcp(host, port);
   }

@@ -2,7 +2,9 @@
  * Files of an environment, the same methods whether it is this machine (local-fs.ts) or a remote executor
  * (remote-fs.ts): the interface, its types and the rules both sides share.
  */
+
 import type { Readable, Writable } from 'node:stream';
+import { MAX_BLOCK_BYTES } from '@tether/bytes';
 import { TetherError } from './errors.js';
 
 export interface FileMetadata {
@@ -116,7 +118,7 @@ export interface EnvironmentFs {
   remove(path: string, options?: { recursive?: boolean; force?: boolean }): Promise<void>;
   copy(source: string, destination: string, options?: { recursive?: boolean }): Promise<void>;
   /** Streams a file in blocks (never whole in memory). */
-  createReadStream(path: string, options?: StreamOptions): Readable;
+  createReadStream(path: string, options?: StreamOptions): FileReadStream;
   /**
    * Streams into a file without holding it in memory where the executor can. The file is created, or
    * overwritten in place and cut to the length written when the stream finishes or fails (scp's way;
@@ -145,13 +147,20 @@ export interface EnvironmentFs {
   setMode(path: string, mode: number, options?: { noFollow?: boolean }): Promise<void>;
 }
 
+/**
+ * A file's read stream. A chunk may sit in a pooled buffer of the connection (a block that came in one
+ * message): `giveBack(chunk)` once nothing reads it any more, and the buffer serves a later block. Optional:
+ * a chunk never given back is garbage like any other, and other chunks are ignored.
+ */
+export interface FileReadStream extends Readable {
+  giveBack?(chunk: Uint8Array): void;
+}
+
 /** Default block for streamed reads and writes. */
-export const DEFAULT_BLOCK_SIZE = 1024 * 1024;
+export const DEFAULT_BLOCK_SIZE = MAX_BLOCK_BYTES;
 
 /** Reads in flight by default: 3 × 1 MiB stays under the relay's 4 MiB backlog limit per harness. */
 export const DEFAULT_READ_DEPTH = 3;
-/** Largest block either executor accepts for `fs/readBlock` and `fs/writeBlock`. */
-export const MAX_BLOCK_BYTES = 1024 * 1024;
 export function toFileUri(path: string): string {
   if (path.startsWith('file:')) return path;
   if (!path.startsWith('/')) throw new TetherError('invalid_argument', `remote paths must be absolute: ${path}`);

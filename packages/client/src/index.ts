@@ -3,7 +3,8 @@
  * hashed): a block that came over a relay stream in one message was assembled in a pooled buffer, which then
  * serves a later one. Any other buffer is left to the collector.
  */
-export { giveBack } from '@tether/jsonrpc';
+
+export { DEFAULT_HIGH_WATER_BYTES } from '@tether/bytes';
 /** An executor's public key (`NoiseChannelPublicKey`), for `executorPublicKey`: parsed from its JSON. */
 // From the modules themselves, not the package's index: a command that never dials (served by a connection
 // master) then loads no handshake code.
@@ -45,6 +46,7 @@ export {
   type EnvironmentFs,
   entryNameProblem,
   type FileMetadata,
+  type FileReadStream,
   type HandleDigest,
   type StreamOptions,
   toFileUri,
@@ -52,7 +54,7 @@ export {
 export { LocalBackend } from './local-backend.js';
 export { LocalFs } from './local-fs.js';
 export { ProcessHandle } from './process.js';
-export { DEFAULT_HIGH_WATER_BYTES, type ProcessResult } from './process-events.js';
+export type { ProcessResult } from './process-events.js';
 export {
   checkEnvironmentId,
   checkRegistryUrl,
@@ -79,5 +81,6 @@ export {
   TCP_FORWARD_CAPABILITY,
   TcpConnectError,
   TcpConnection,
+  type TcpDuplex,
   TcpForwarder,
 } from './tcp.js';

@@ -1,7 +1,7 @@
 /** This machine's files through node:fs, as an EnvironmentFs. */
 import { type BigIntStats, createReadStream, constants as fsConstants } from 'node:fs';
 import * as fsp from 'node:fs/promises';
-import type { Readable, Writable } from 'node:stream';
+import type { Writable } from 'node:stream';
 import { MODE_BITS } from '@tether/exec-protocol';
 import { TetherError } from './errors.js';
 import { InPlaceFileWriter } from './file-writer.js';
@@ -10,6 +10,7 @@ import {
   type DirectoryEntry,
   type EnvironmentFs,
   type FileMetadata,
+  type FileReadStream,
   type ReadFilesLimits,
   type SmallFileRead,
   type SmallFileWrite,
@@ -273,8 +274,11 @@ export class LocalFs implements EnvironmentFs {
   copy(source: string, destination: string, options: { recursive?: boolean } = {}): Promise<void> {
     return local(source, () => fsp.cp(source, destination, { recursive: options.recursive ?? false }));
   }
-  createReadStream(path: string, options: StreamOptions = {}): Readable {
-    return createReadStream(path, { highWaterMark: options.blockSize ?? DEFAULT_BLOCK_SIZE });
+  createReadStream(path: string, options: StreamOptions = {}): FileReadStream {
+    // Node's own buffers: nothing to give back.
+    return Object.assign(createReadStream(path, { highWaterMark: options.blockSize ?? DEFAULT_BLOCK_SIZE }), {
+      giveBack: () => {},
+    });
   }
   createWriteStream(path: string, options: StreamOptions = {}): Writable {
     return new InPlaceFileWriter(path, { noFollow: options.noFollow ?? false });

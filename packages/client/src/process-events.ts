@@ -1,15 +1,7 @@
 import { randomUUID } from 'node:crypto';
+import { LOW_WATER_FRACTION } from '@tether/bytes';
 import type { OutputStream, ProcessBackend, ProcessEvent, SignalName, WriteStatus } from './backend.js';
 import { TetherError } from './errors.js';
-
-/**
- * Above this many undelivered bytes a process's events stop being taken as pushed and are read at the
- * consumer's pace. Half of what an executor retains per process by default (1 MiB), so that reading can
- * still find them.
- */
-export const DEFAULT_HIGH_WATER_BYTES = 512 * 1024;
-/** Reading resumes once the consumer has brought the queue below this fraction of the high-water mark. */
-export const LOW_WATER_FRACTION = 0.25;
 
 export interface ProcessResult {
   exitCode: number;

@@ -1,12 +1,11 @@
+import { DEFAULT_HIGH_WATER_BYTES, PROCESS_READ_MAX_BYTES } from '@tether/bytes';
 import { ReceiveCredit } from '@tether/exec-protocol';
 import type { ProcessBackend, ProcessEvent, StartedProcess } from './backend.js';
 import { TetherError } from './errors.js';
-import { DEFAULT_HIGH_WATER_BYTES, ProcessEvents } from './process-events.js';
+import { ProcessEvents } from './process-events.js';
 
 export type { ProcessResult } from './process-events.js';
 
-/** Bytes asked per `process/read` while pulling. */
-const PULL_MAX_BYTES = 1024 * 1024;
 /** Long-poll of a pull that found nothing new (short: with one request lane it holds up other calls). */
 const PULL_WAIT_MS = 100;
 
@@ -177,7 +176,7 @@ export class ProcessHandle extends ProcessEvents {
       if (this.settled) return;
       this.reads++;
       const answer = await this.backend.read(this.processId, this.cursor, {
-        maxBytes: PULL_MAX_BYTES,
+        maxBytes: PROCESS_READ_MAX_BYTES,
         waitMs: PULL_WAIT_MS,
       });
       if (answer.failure) {

@@ -1,6 +1,7 @@
 /** A remote executor's files over `fs/*` (exec-protocol §3.9), as an EnvironmentFs. */
 import { randomUUID } from 'node:crypto';
 import { Readable, Writable } from 'node:stream';
+import { HandedChunks, MAX_BLOCK_BYTES } from '@tether/bytes';
 import {
   DIRECTORY_LINKS_CAPABILITY,
   decodeBase64,
@@ -14,7 +15,7 @@ import {
   MODE_BITS,
   type RequestMethod,
 } from '@tether/exec-protocol';
-import { attachmentOf, encodeWithAttachment } from '@tether/jsonrpc';
+import { attachmentOf, encodeWithAttachment, takeAttachmentRelease } from '@tether/jsonrpc';
 import { TetherError } from './errors.js';
 import {
   DEFAULT_BLOCK_SIZE,
@@ -23,8 +24,8 @@ import {
   type EnvironmentFs,
   entryNameProblem,
   type FileMetadata,
+  type FileReadStream,
   type HandleDigest,
-  MAX_BLOCK_BYTES,
   type ReadFilesLimits,
   type SmallFileRead,
   type SmallFileWrite,
@@ -287,7 +288,7 @@ export class RemoteFs implements EnvironmentFs {
    * answers in flight (3 MiB) under the relay's backlog limit per harness (4 MiB by default), past which
    * the relay resets a harness that reads more slowly than the executor answers.
    */
-  createReadStream(path: string, options: StreamOptions = {}): Readable {
+  createReadStream(path: string, options: StreamOptions = {}): FileReadStream {
     let blockSize = Math.min(Math.max(1, options.blockSize ?? DEFAULT_BLOCK_SIZE), MAX_BLOCK_BYTES);
     const depth = Math.max(1, options.depth ?? DEFAULT_READ_DEPTH);
     const handleId = this.nextHandleId('r');
@@ -325,7 +326,9 @@ export class RemoteFs implements EnvironmentFs {
       answer.catch(() => undefined); // awaited in order below
       inflight.push({ offset, len, answer });
     };
-    return new Readable({
+    /** Blocks pushed in pooled buffers (a whole block in one relay message), until the consumer gives them back. */
+    const handed = new HandedChunks();
+    const stream = new Readable({
       highWaterMark: blockSize,
       async read() {
         if (finished) return;
@@ -354,6 +357,11 @@ export class RemoteFs implements EnvironmentFs {
           }
           const answer = await block.answer;
           const bytes = attachmentOf(answer) ?? Buffer.from(answer.chunk ?? '', 'base64');
+          const release = takeAttachmentRelease(answer);
+          if (release) {
+            if (bytes.byteLength > 0 && bytes.byteLength <= block.len) handed.hand(bytes, release);
+            else release(); // not pushed: nobody else reads it
+          }
           // Untrusted sizes: a block longer than asked would shift every later offset.
           if (bytes.byteLength > block.len) {
             throw new TetherError(
@@ -392,6 +400,7 @@ export class RemoteFs implements EnvironmentFs {
         );
       },
     });
+    return Object.assign(stream, { giveBack: (chunk: Uint8Array) => handed.giveBack(chunk) });
   }
 
   /**

@@ -1,5 +1,6 @@
 import type { Socket } from 'node:net';
-import { DEFAULT_HIGH_WATER_MARK, type MessageTransport, type TransportHandlers } from '@tether/jsonrpc';
+import { DEFAULT_HIGH_WATER_MARK } from '@tether/bytes';
+import type { MessageTransport, TransportHandlers } from '@tether/jsonrpc';
 
 /** Bytes of the length prefix before every message. */
 const PREFIX_BYTES = 4;

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { createConnection } from 'node:net';
 import { Duplex } from 'node:stream';
+import { HandedChunks } from '@tether/bytes';
 import {
   clampTcpWindow,
   DEFAULT_TCP_WINDOW_BYTES,
@@ -17,7 +18,7 @@ import {
   SendCredit,
   TCP_RECEIVED_REPORT_BYTES,
 } from '@tether/exec-protocol';
-import { attachmentOf } from '@tether/jsonrpc';
+import { attachmentOf, takeAttachmentRelease } from '@tether/jsonrpc';
 import { MAX_RECORD_PLAINTEXT_BYTES, MESSAGE_LENGTH_PREFIX_BYTES } from '@tether/relay-frames/limits';
 import { TetherError } from './errors.js';
 
@@ -156,7 +157,7 @@ export class TcpForwarder {
       method === Notification.tcpData
         ? chunk === null
           ? 'a tcp/data without valid data'
-          : stream.onData(chunk)
+          : stream.onData(chunk, takeAttachmentRelease(params))
         : stream.onNotification(method, params);
     this.#reportReceived();
     if (problem !== null)
@@ -201,6 +202,12 @@ export class TcpForwarder {
 type State = 'opening' | 'open' | 'closed';
 
 /** One forwarded connection: a Duplex over `tcp/*` messages (see TcpForwarder). */
+/**
+ * A TCP connection as `Environment.connectTcp` gives it. `giveBack(chunk)` (a remote one's): the consumer
+ * is done with a chunk, which may sit in a pooled buffer of the connection; other chunks are ignored.
+ */
+export type TcpDuplex = Duplex & { giveBack?(chunk: Uint8Array): void };
+
 export class TcpConnection extends Duplex {
   readonly streamId: string;
   /** What was asked for. */
@@ -224,6 +231,8 @@ export class TcpConnection extends Duplex {
   /** Bytes pushed to the consumer but not yet counted as consumed (the readable buffer was full). */
   #uncounted = 0;
   #wakeWriter: (() => void) | null = null;
+  /** Chunks pushed in pooled buffers of the connection, until the consumer gives them back. */
+  readonly #handed = new HandedChunks();
 
   constructor(
     streamId: string,
@@ -245,6 +254,14 @@ export class TcpConnection extends Duplex {
     this.#receive = new ReceiveCredit(windowBytes);
   }
 
+  /**
+   * The consumer is done with `chunk` (written out, say): a chunk that came in a pooled buffer of the
+   * connection goes back, and the buffer serves a later message. Optional; other chunks are ignored.
+   */
+  giveBack(chunk: Uint8Array): void {
+    this.#handed.giveBack(chunk);
+  }
+
   /** The executor answered `tcp/connect`. */
   opened(windowBytes: number, address: string, port: number): void {
     if (this.#state !== 'opening') return;
@@ -261,14 +278,18 @@ export class TcpConnection extends Duplex {
 
   // From the executor -----------------------------------------------------------------------------
 
-  /** `tcp/data`'s bytes. Returns a protocol problem, else null. */
-  onData(chunk: Buffer): string | null {
+  /**
+   * `tcp/data`'s bytes, with the release of the pooled buffer they sit in (if they do), which goes with the
+   * chunk to its consumer (`giveBack`). Returns a protocol problem, else null.
+   */
+  onData(chunk: Buffer, release?: () => void): string | null {
     if (chunk.byteLength > MAX_TCP_CHUNK_BYTES) return 'a tcp/data chunk above the limit';
     if (this.readableEnded || this.#state === 'closed') return null;
     this.#receivedTotal += chunk.byteLength;
     if (this.#receivedTotal - this.#ackReported > this.#windowBytes + MAX_TCP_CHUNK_BYTES) {
       return 'data beyond the window';
     }
+    if (release) this.#handed.hand(chunk, release);
     const more = this.push(chunk);
     this.#uncounted += chunk.byteLength;
     if (more) this.#flushConsumed();

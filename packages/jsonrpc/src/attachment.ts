@@ -22,6 +22,8 @@ export const ATTACHMENT_MARKER = 0x01;
 export const ATTACHMENT_PREFIX_BYTES = 5;
 /** Where a parsed message keeps its attachment (on `params` or `result`). */
 export const ATTACHMENT: unique symbol = Symbol('tether.attachment');
+/** Where it keeps the release of the pooled buffer the attachment sits in, when it does. */
+const RELEASE: unique symbol = Symbol('tether.release');
 
 /** True when `data` is an attachment message (not JSON text). */
 export function hasAttachmentMarker(data: string | Buffer): boolean {
@@ -32,6 +34,33 @@ export function hasAttachmentMarker(data: string | Buffer): boolean {
 export function attachmentOf(value: unknown): Buffer | undefined {
   if (typeof value !== 'object' || value === null) return undefined;
   return (value as { [ATTACHMENT]?: Buffer })[ATTACHMENT];
+}
+
+/**
+ * Gives back the pooled buffer the attachment of `value` (params or result) sits in, if it does; nothing
+ * otherwise, and nothing on a second call. The caller must be the bytes' last user: the memory serves
+ * another message next.
+ */
+export function releaseAttachment(value: unknown): void {
+  takeAttachmentRelease(value)?.();
+}
+
+/**
+ * Takes the release of the attachment of `value` over (later calls find none): for a holder that hands the
+ * attachment on to a consumer of its own, with its release (the SDK's read streams and forwarded sockets).
+ */
+export function takeAttachmentRelease(value: unknown): (() => void) | undefined {
+  if (typeof value !== 'object' || value === null) return undefined;
+  const holder = value as { [RELEASE]?: (() => void) | undefined };
+  const release = holder[RELEASE];
+  if (release) holder[RELEASE] = undefined;
+  return release;
+}
+
+/** Puts `attachment` on `holder` (non-enumerable: JSON never sees it), with the release of its buffer. */
+export function attach(holder: object, attachment: Buffer, release: (() => void) | undefined): void {
+  Object.defineProperty(holder, ATTACHMENT, { value: attachment, enumerable: false });
+  if (release) Object.defineProperty(holder, RELEASE, { value: release, enumerable: false, writable: true });
 }
 
 /**

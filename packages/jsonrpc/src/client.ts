@@ -1,5 +1,5 @@
+import { BufferPool } from '@tether/bytes';
 import { RpcError } from '@tether/exec-protocol';
-import { BufferPool } from './buffer-pool.js';
 import { ConnectionClosedError, type RpcConnection } from './connection.js';
 import type { InboundMessage, RequestId } from './message.js';
 

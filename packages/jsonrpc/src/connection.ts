@@ -69,8 +69,9 @@ export class RpcConnection {
     this.handlers = handlers;
     this.statusValue = 'open';
     this.transport.start({
-      onMessage: (data) => {
-        if (this.statusValue === 'open') this.handlers?.onMessage(parseMessage(data));
+      onMessage: (data, release) => {
+        if (this.statusValue === 'open') this.handlers?.onMessage(parseMessage(data, release));
+        else release?.();
       },
       onClose: (reason) => this.finish(reason),
       onDrain: () => this.handlers?.onDrain?.(),

@@ -4,9 +4,10 @@ export {
   attachmentOf,
   encodeWithAttachment,
   hasAttachmentMarker,
+  releaseAttachment,
   splitAttachment,
+  takeAttachmentRelease,
 } from './attachment.js';
-export { type BufferLease, BufferPool, type BufferPoolOptions, giveBack, lendBuffer } from './buffer-pool.js';
 export { type CallOptions, RpcClient, type RpcClientOptions, RpcTimeoutError } from './client.js';
 export {
   ConnectionClosedError,
@@ -29,11 +30,8 @@ export {
   serializeResponse,
 } from './message.js';
 export {
-  DEFAULT_HIGH_WATER_MARK,
-  DEFAULT_LOW_WATER_MARK,
   DEFAULT_MAX_MESSAGE_BYTES,
   type MessageTransport,
-  releasingCallback,
   type TransportHandlers,
   type TransportKind,
 } from './transport.js';

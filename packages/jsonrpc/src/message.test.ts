@@ -1,4 +1,5 @@
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
+import { attachmentOf, encodeWithAttachment, releaseAttachment } from './attachment.js';
 import {
   classifyMessage,
   type InboundMessage,
@@ -67,6 +68,31 @@ describe('parseMessage', () => {
     const message = parseMessage('not-json');
     expect(message.kind).toBe('malformed');
     expect(message.kind === 'malformed' && message.reason.length).toBeGreaterThan(0);
+  });
+
+  it('a pooled message: text goes back once parsed; an attachment carries the release to its last user', () => {
+    const text = vi.fn();
+    expect(parseMessage(Buffer.from('{"method":"m","params":{"a":1}}'), text).kind).toBe('notification');
+    expect(text).toHaveBeenCalledTimes(1);
+    const bad = vi.fn();
+    expect(parseMessage(Buffer.from('{'), bad).kind).toBe('malformed');
+    expect(bad).toHaveBeenCalledTimes(1);
+
+    const held = vi.fn();
+    const message = parseMessage(encodeWithAttachment('{"method":"m","params":{}}', Buffer.alloc(4, 7)), held);
+    const params = message.kind === 'notification' ? message.params : null;
+    expect([...(attachmentOf(params) ?? [])]).toEqual([7, 7, 7, 7]);
+    expect(held).not.toHaveBeenCalled();
+    releaseAttachment(params);
+    releaseAttachment(params);
+    expect(held).toHaveBeenCalledTimes(1);
+    expect(JSON.stringify(params)).toBe('{}');
+
+    const refused = vi.fn();
+    expect(parseMessage(encodeWithAttachment('{"method":"m","params":[]}', Buffer.alloc(4)), refused).kind).toBe(
+      'malformed',
+    );
+    expect(refused).toHaveBeenCalledTimes(1);
   });
 });
 

@@ -1,5 +1,5 @@
 import { isAscii } from 'node:buffer';
-import { ATTACHMENT, hasAttachmentMarker, splitAttachment } from './attachment.js';
+import { attach, hasAttachmentMarker, splitAttachment } from './attachment.js';
 
 /**
  * JSON-RPC messages in the Codex dialect (spec/exec-protocol.md §1.5): the `jsonrpc` member is omitted
@@ -59,10 +59,20 @@ export function classifyMessage(value: unknown): InboundMessage {
 
 /**
  * Parses one transport message (text, UTF-8 bytes, or a message with a binary attachment, which is
- * then on `params` or `result` under `ATTACHMENT`). Never throws.
+ * then on `params` or `result` under `ATTACHMENT`). Never throws. `release` gives back the pooled buffer
+ * `data` sits in (TransportHandlers.onMessage): an attachment is a view of it, so the release goes with the
+ * attachment (`releaseAttachment`) to its last user; anything else is parsed into copies, so the buffer goes
+ * back at once.
  */
-export function parseMessage(data: string | Buffer): InboundMessage {
-  if (hasAttachmentMarker(data)) return parseWithAttachment(data as Buffer);
+export function parseMessage(data: string | Buffer, release?: () => void): InboundMessage {
+  if (hasAttachmentMarker(data)) return parseWithAttachment(data as Buffer, release);
+  if (!release) return parseText(data);
+  const message = parseText(data);
+  release();
+  return message;
+}
+
+function parseText(data: string | Buffer): InboundMessage {
   if (typeof data !== 'string' && data.length >= LARGE_MESSAGE_BYTES) {
     const value = parseLargeMessage(data);
     if (value !== undefined) return classifyMessage(value);
@@ -76,16 +86,23 @@ export function parseMessage(data: string | Buffer): InboundMessage {
   return classifyMessage(value);
 }
 
-function parseWithAttachment(data: Buffer): InboundMessage {
+function parseWithAttachment(data: Buffer, release: (() => void) | undefined): InboundMessage {
   const parts = splitAttachment(data);
-  if (typeof parts === 'string') return { kind: 'malformed', reason: parts };
+  if (typeof parts === 'string') {
+    release?.();
+    return { kind: 'malformed', reason: parts };
+  }
   let message: InboundMessage;
   try {
     message = classifyMessage(JSON.parse(parts.json));
   } catch (err) {
+    release?.();
     return { kind: 'malformed', reason: (err as Error).message };
   }
-  if (message.kind === 'malformed') return message;
+  if (message.kind === 'malformed') {
+    release?.();
+    return message;
+  }
   const holder =
     message.kind === 'request' || message.kind === 'notification'
       ? message.params
@@ -93,9 +110,10 @@ function parseWithAttachment(data: Buffer): InboundMessage {
         ? message.result
         : undefined;
   if (typeof holder !== 'object' || holder === null || Array.isArray(holder)) {
+    release?.();
     return { kind: 'malformed', reason: 'a binary attachment needs an object as params or result' };
   }
-  Object.defineProperty(holder, ATTACHMENT, { value: parts.attachment, enumerable: false });
+  attach(holder, parts.attachment, release);
   return message;
 }
 

@@ -5,7 +5,12 @@
 export type TransportKind = 'stdio' | 'websocket' | 'relay';
 
 export interface TransportHandlers {
-  onMessage(data: string | Buffer): void;
+  /**
+   * One message. `release`, when given, says its bytes sit in a pooled buffer of the transport's: whoever
+   * holds them last calls it (once) when nothing reads them any more, and the buffer serves a later message.
+   * Never called, the buffer is simply garbage.
+   */
+  onMessage(data: string | Buffer, release?: () => void): void;
   /** Called once when the transport is gone, for whatever reason. */
   onClose(reason: string): void;
   /** The outbound buffer fell back below the low-water mark. */
@@ -37,24 +42,5 @@ export interface MessageTransport {
   close(code?: number, reason?: string): void;
 }
 
-/** Outbound buffer thresholds shared by the transports. */
-export const DEFAULT_HIGH_WATER_MARK = 4 * 1024 * 1024;
-export const DEFAULT_LOW_WATER_MARK = 1024 * 1024;
-
 /** Default limit of one inbound message; larger ones are refused (WebSocket close 1009, stdio error). */
 export const DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024;
-
-/**
- * The write callback for a message sent with a `release` (`MessageTransport.send`): gives the buffer back,
- * then runs the transport's own `afterWrite`. Without a release, `afterWrite` itself.
- */
-export function releasingCallback(
-  release: (() => void) | undefined,
-  afterWrite: (err?: Error) => void,
-): (err?: Error) => void {
-  if (!release) return afterWrite;
-  return (err?: Error) => {
-    release();
-    afterWrite(err);
-  };
-}

@@ -1,10 +1,10 @@
 import { once } from 'node:events';
 import { PassThrough } from 'node:stream';
+import { BufferPool } from '@tether/bytes';
 import { wsSocket } from '@tether/user-read';
 import { afterEach, describe, expect, it } from 'vitest';
 import { WebSocket, WebSocketServer } from 'ws';
-import { attachmentOf, encodeWithAttachment } from './attachment.js';
-import { BufferPool, giveBack } from './buffer-pool.js';
+import { attachmentOf, encodeWithAttachment, releaseAttachment } from './attachment.js';
 import { RpcClient } from './client.js';
 import { ConnectionClosedError, RpcConnection } from './connection.js';
 import type { InboundMessage } from './message.js';
@@ -224,8 +224,9 @@ describe('WebSocketTransport and RpcClient', () => {
     ]);
   });
 
-  it('fastReceive: an attachment given back serves the next message of its size; one held does not', async () => {
+  it('fastReceive: an attachment released through its message serves the next message of its size; one held does not', async () => {
     const attachments: Buffer[] = [];
+    const holders: unknown[] = [];
     const wss = new WebSocketServer({ host: '127.0.0.1', port: 0, maxPayload: 1 << 20 });
     await once(wss, 'listening');
     wss.on('connection', (ws) => {
@@ -236,7 +237,10 @@ describe('WebSocketTransport and RpcClient', () => {
       new RpcConnection(transport).start({
         onMessage: (m) => {
           const attachment = m.kind === 'notification' ? attachmentOf(m.params) : undefined;
-          if (attachment) attachments.push(attachment);
+          if (attachment && m.kind === 'notification') {
+            attachments.push(attachment);
+            holders.push(m.params);
+          }
         },
       });
     });
@@ -256,7 +260,8 @@ describe('WebSocketTransport and RpcClient', () => {
     const first = await send(1);
     const second = await send(2); // the first is still held: a slab of its own
     expect(second.buffer === first.buffer).toBe(false); // (not toBe on the buffers: a failure would print them)
-    giveBack(first);
+    releaseAttachment(holders[0]);
+    releaseAttachment(holders[0]); // a second release does nothing
     const third = await send(3);
     expect(third.buffer === first.buffer).toBe(true);
     expect(third.every((b) => b === 3) && second.every((b) => b === 2)).toBe(true);

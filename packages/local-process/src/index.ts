@@ -1,5 +1,6 @@
 export { buildChildEnv, type EnvPolicy } from './env.js';
 export { ProcessError } from './errors.js';
+export { type ChildLedger, noteChildProcess } from './orphans.js';
 export { DEFAULT_OUTPUT_BUDGET_BYTES, OutputBudget } from './output-budget.js';
 export { DEFAULT_RETAINED_OUTPUT_BYTES, DEFAULT_RETAINED_OUTPUT_CHUNKS } from './output-log.js';
 export {
@@ -8,8 +9,8 @@ export {
   DEFAULT_WRITE_ID_MEMORY,
   ProcessTable,
 } from './process-table.js';
-export { READ_BUFFER_BYTES, ReadBufferPool } from './read-pool.js';
+export { DEFAULT_PTY_SIZE } from './pty.js';
 export { createReaper, type ProcessReaper, type ReaperOptions } from './reaper.js';
-export { DEFAULT_PTY_SIZE, pipeStdio } from './spawn.js';
+export { pipeStdio } from './spawn.js';
 export { DEFAULT_STDIN_QUEUE_BYTES } from './stdin-writer.js';
 export type * from './types.js';

@@ -7,17 +7,16 @@
  * killed when the owner closes its reaper or tears down the process whose session they are in.
  *
  * Finding them: every child of this process that it did not spawn itself is adopted. "Spawned itself"
- * means through `child_process` (ChildProcess.prototype.spawn is wrapped to note each pid), node-pty in
- * spawn.ts (`markOwnChild`), or before adoption started (a subreaper adopts nothing before it is one).
- * A child made any other way (another addon's fork, a worker thread's child_process) would be taken for
- * an orphan, killed at close and reaped behind its owner's back: only the executor, which spawns nothing
- * else, turns adoption on.
+ * means noted in the adopter's ledger by whoever spawned it (`markOwnChild`: the process table's children,
+ * pipes or PTY, and the executor's sandboxed fs helpers, each given the adopter by the one who made it), or
+ * before adoption started (a subreaper adopts nothing before it is one). Nothing is patched: a child made
+ * any other way would be taken for an orphan, killed at close and reaped behind its owner's back, so only
+ * the executor, which hands the adopter to everything of it that spawns, turns adoption on.
  *
  * Cost: a sweep reads this process's children (one small /proc file per thread) and does one
  * `waitpid(WNOHANG)` per adopted orphan; it runs on SIGCHLD (coalesced), every ADOPTION_SWEEP_MS while
  * adoption is on, and at teardown.
  */
-import { ChildProcess } from 'node:child_process';
 import { loadNativePipe, type NativePipe } from '@tether/native-pipe';
 import { childrenOf, procStat } from './proc.js';
 
@@ -30,45 +29,29 @@ export const ADOPTION_SWEEP_MS = 1_000;
 /** At close, how long to keep killing and reaping orphans before leaving what is left to init. */
 const CLOSE_REAP_MS = 2_000;
 
-/** Children this process spawned itself; their own handles (libuv, node-pty) reap them. */
-const ownChildren = new Set<number>();
-
-/** A child that node-pty (or anything but child_process) spawned: not an orphan. */
-export function markOwnChild(pid: number): void {
-  ownChildren.add(pid);
-}
-
-/** The child was reaped by its owner. */
-export function forgetOwnChild(pid: number): void {
-  ownChildren.delete(pid);
-}
-
-let spawnsRecorded = false;
 /** At most one adopter per process: two would each take the other's orphans for theirs. */
 let active: OrphanAdopter | null = null;
 
 /**
- * Notes the pid of every child_process child from now on (ChildProcess.prototype.spawn is what spawn,
- * exec, execFile and fork call). False when Node has no such method, and adoption is then refused.
+ * Where a spawner notes the children it made, so that adoption never takes one for an orphan: given by
+ * whoever owns the adopter (the executor's server) to what spawns (process tables, the fs helpers).
  */
-function recordChildProcessSpawns(): boolean {
-  if (spawnsRecorded) return true;
-  const prototype = ChildProcess.prototype as unknown as {
-    spawn?: (this: ChildProcess, ...args: unknown[]) => unknown;
-  };
-  const original = prototype.spawn;
-  if (typeof original !== 'function') return false;
-  prototype.spawn = function spawn(this: ChildProcess, ...args: unknown[]) {
-    const result = original.apply(this, args);
-    const pid = this.pid;
-    if (pid !== undefined) {
-      ownChildren.add(pid);
-      this.once('exit', () => ownChildren.delete(pid));
-    }
-    return result;
-  };
-  spawnsRecorded = true;
-  return true;
+export interface ChildLedger {
+  /** `pid` is a child this process spawned; its own handle (libuv, node-pty) reaps it. */
+  markOwnChild(pid: number): void;
+  /** The child was reaped by its owner. */
+  forgetOwnChild(pid: number): void;
+}
+
+/** Notes `child` in `ledger` (if any) until it exits: for a child_process child. */
+export function noteChildProcess(
+  ledger: ChildLedger | null | undefined,
+  child: { pid?: number | undefined; once(event: 'exit', listener: () => void): unknown },
+): void {
+  const pid = child.pid;
+  if (!ledger || pid === undefined) return;
+  ledger.markOwnChild(pid);
+  child.once('exit', () => ledger.forgetOwnChild(pid));
 }
 
 /** Where adopted orphans and their groups are registered: the watchdog (reaper.ts). */
@@ -85,8 +68,10 @@ interface Adopted {
   sid: number;
 }
 
-export class OrphanAdopter {
+export class OrphanAdopter implements ChildLedger {
   readonly #native: NativePipe;
+  /** Children this process spawned itself (noted by their spawners); their own handles reap them. */
+  readonly #ownChildren = new Set<number>();
   readonly #groups: GroupRegistry;
   /** This process's own group, never killed or registered (a misfiled child of ours could be in it). */
   readonly #ownGroup: number;
@@ -103,11 +88,12 @@ export class OrphanAdopter {
    */
   static start(groups: GroupRegistry): OrphanAdopter | null {
     const native = loadNativePipe();
-    if (active !== null || native === null || !recordChildProcessSpawns()) return null;
+    if (active !== null || native === null) return null;
     // Everything that is our child before we are a subreaper was spawned by us.
-    for (const pid of childrenOf(process.pid)) ownChildren.add(pid);
+    const before = childrenOf(process.pid);
     if (!native.setChildSubreaper()) return null;
     active = new OrphanAdopter(native, groups);
+    for (const pid of before) active.markOwnChild(pid);
     return active;
   }
 
@@ -120,6 +106,14 @@ export class OrphanAdopter {
     this.#timer.unref();
   }
 
+  markOwnChild(pid: number): void {
+    this.#ownChildren.add(pid);
+  }
+
+  forgetOwnChild(pid: number): void {
+    this.#ownChildren.delete(pid);
+  }
+
   /** Pids adopted and not yet reaped. */
   get adopted(): number[] {
     return [...this.#adopted.keys()];
@@ -130,9 +124,9 @@ export class OrphanAdopter {
     const children = childrenOf(process.pid);
     const current = new Set(children);
     // An own child no longer listed was reaped by its owner; its pid may come back as an orphan's.
-    for (const pid of ownChildren) if (!current.has(pid)) ownChildren.delete(pid);
+    for (const pid of this.#ownChildren) if (!current.has(pid)) this.#ownChildren.delete(pid);
     for (const pid of children) {
-      if (ownChildren.has(pid) || this.#adopted.has(pid)) continue;
+      if (this.#ownChildren.has(pid) || this.#adopted.has(pid)) continue;
       const stat = procStat(pid);
       if (stat === null || stat.ppid !== process.pid) continue;
       this.#adopted.set(pid, { pgid: stat.pgid, sid: stat.sid });

@@ -4,11 +4,14 @@
  * `running`, `exited` (exit known) and `closed` (exit known and every output stream ended), as its
  * OutputLog says. A closed entry stays readable for `exitedRetentionMs`, then its id is free again.
  */
+
+import type { ReadBufferPool } from '@tether/bytes';
 import { ProcessError } from './errors.js';
+import type { ChildLedger } from './orphans.js';
 import type { OutputBudget } from './output-budget.js';
 import { OutputLog } from './output-log.js';
-import type { ReadBufferPool } from './read-pool.js';
-import { checkSize, type ProcessSink, type SpawnedProcess, spawnProcess } from './spawn.js';
+import { type ProcessSink, type SpawnedProcess, spawnProcess } from './spawn.js';
+import { checkSize } from './spawn-checks.js';
 import { StdinWriter } from './stdin-writer.js';
 import type {
   OutputStream,
@@ -86,6 +89,7 @@ export class ProcessTable {
   readonly #stdinQueueBytes: number | undefined;
   readonly #reaper: Reaper | null;
   readonly #readBuffers: ReadBufferPool | null;
+  readonly #adopter: ChildLedger | null;
   readonly #outputBudget: OutputBudget | null;
   readonly #stopWatchingBudget: (() => void) | null;
   #shutdown: Promise<void> | null = null;
@@ -104,6 +108,7 @@ export class ProcessTable {
     this.#stdinQueueBytes = options.stdinQueueBytes;
     this.#reaper = options.reaper ?? null;
     this.#readBuffers = options.readBuffers ?? null;
+    this.#adopter = options.adopter ?? null;
     this.#outputBudget = options.outputBudget ?? null;
     // Another table's process closed: shares grew, so this table's paused processes may go on.
     this.#stopWatchingBudget =
@@ -403,6 +408,7 @@ export class ProcessTable {
           serverPath: process.env.PATH,
           readBuffers: this.#readBuffers,
           wrap: request.wrap ?? null,
+          adopter: this.#adopter,
         },
         sink,
       );

@@ -1,51 +1,9 @@
 import { createHash } from 'node:crypto';
+import { READ_BUFFER_BYTES, ReadBufferPool } from '@tether/bytes';
 import { afterEach, describe, expect, it } from 'vitest';
 import { waitFor } from './__tests__/helpers.js';
 import { ProcessTable } from './process-table.js';
-import { READ_BUFFER_BYTES, ReadBufferPool } from './read-pool.js';
 import type { ProcessEvent, ProcessTableOptions } from './types.js';
-
-describe('ReadBufferPool', () => {
-  it('hands a long read over as a view and copies a short one, reusing its buffer at once', () => {
-    const pool = new ReadBufferPool();
-    const buffer = pool.acquire();
-    expect(buffer.length).toBe(READ_BUFFER_BYTES);
-    const long = pool.chunkOf(buffer, 40 * 1024);
-    expect(long.buffer).toBe(buffer.buffer);
-    expect(long.length).toBe(40 * 1024);
-
-    const other = pool.acquire();
-    other.fill(7, 0, 10);
-    const short = pool.chunkOf(other, 10);
-    expect(short.buffer).not.toBe(other.buffer);
-    expect([...short]).toEqual(Array(10).fill(7));
-    expect(pool.freeBuffers).toBe(1); // `other` came back
-    expect(pool.acquire().buffer).toBe(other.buffer);
-  });
-
-  it('keeps at most 64 free buffers (4 MiB); one released past that is dropped', () => {
-    const pool = new ReadBufferPool();
-    const buffers = Array.from({ length: 65 }, () => pool.acquire());
-    for (const buffer of buffers) pool.release(buffer);
-    expect(pool.freeBuffers).toBe(64);
-    pool.release(buffers[64] as Buffer); // dropped, so no longer the pool's: still 64
-    expect(pool.freeBuffers).toBe(64);
-  });
-
-  it('takes back only its own buffers, and each once', () => {
-    const pool = new ReadBufferPool();
-    pool.release(Buffer.alloc(READ_BUFFER_BYTES));
-    expect(pool.freeBuffers).toBe(0);
-    const chunk = pool.chunkOf(pool.acquire(), READ_BUFFER_BYTES);
-    pool.release(chunk);
-    pool.release(chunk);
-    expect(pool.freeBuffers).toBe(1);
-    const a = pool.acquire();
-    const b = pool.acquire();
-    expect(a.buffer).not.toBe(b.buffer);
-    expect(pool.createdBuffers).toBe(2);
-  });
-});
 
 /** 4-byte big-endian word i at offset 4i: any byte out of place or overwritten shows in the hash. */
 const PATTERN_SCRIPT =

@@ -10,7 +10,7 @@
  */
 import { spawn } from 'node:child_process';
 import type { Socket } from 'node:net';
-import { OrphanAdopter } from './orphans.js';
+import { type ChildLedger, OrphanAdopter } from './orphans.js';
 import type { Reaper } from './types.js';
 
 export interface ReaperOptions {
@@ -18,8 +18,9 @@ export interface ReaperOptions {
    * Make the owner a child subreaper (Linux, with @tether/native-pipe built) and adopt orphaned
    * descendants: reaped as they exit, killed with the owner (even SIGKILLed, once a sweep saw them), at
    * `close()`, and with the teardown of the process whose session they are in. Only for a process that
-   * spawns children through child_process and this package alone (the executor): any other child of it
-   * would be taken for an orphan. Default false (the SDK's local backend runs inside someone's program).
+   * notes every child it spawns in `adopter` (the executor: its tables and fs helpers are given it): any
+   * other child of it would be taken for an orphan. Default false (the SDK's local backend runs inside
+   * someone's program).
    */
   subreaper?: boolean;
 }
@@ -31,6 +32,11 @@ export interface ProcessReaper extends Reaper {
   readonly subreaper: boolean;
   /** Adopted orphans not yet reaped (empty without `subreaper`). */
   readonly adopted: readonly number[];
+  /**
+   * The orphan adopter (null without `subreaper`): its owner hands it to everything that spawns (a
+   * ProcessTable's `adopter`, any other child it starts) to note its own children, which are not orphans.
+   */
+  readonly adopter: ChildLedger | null;
 }
 
 /**
@@ -108,6 +114,7 @@ export function createReaper(options: ReaperOptions = {}): ProcessReaper {
     get adopted() {
       return adopter?.adopted ?? [];
     },
+    adopter,
     track,
     untrack,
     killSession: (sid) => adopter?.killSession(sid),

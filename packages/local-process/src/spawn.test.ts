@@ -11,10 +11,10 @@ import {
 } from 'node:fs';
 import { tmpdir, userInfo } from 'node:os';
 import path from 'node:path';
+import { ReadBufferPool } from '@tether/bytes';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { CHILD_PATH, collectUntilClosed, isAlive, readUntil, request, sh, waitFor } from './__tests__/helpers.js';
 import { ProcessTable } from './process-table.js';
-import { ReadBufferPool } from './read-pool.js';
 import { pipeStdio, type SpawnedProcess, type SpawnOptions, spawnProcess } from './spawn.js';
 import type { OutputStream } from './types.js';
 

@@ -1,5 +1,6 @@
+import type { ReadBufferPool } from '@tether/bytes';
+import type { ChildLedger } from './orphans.js';
 import type { OutputBudget } from './output-budget.js';
-import type { ReadBufferPool } from './read-pool.js';
 /**
  * Public contract of the process engine. The executor (one ProcessTable per session) and the SDK's
  * local backend use only what is exported from index.ts.
@@ -128,6 +129,12 @@ export interface ProcessTableOptions {
   maxProcesses?: number;
   /** Kills registered process groups when the owning process dies, even by SIGKILL. */
   reaper?: Reaper | null;
+  /**
+   * The orphan adopter of the process (`createReaper({ subreaper: true }).adopter`), from whoever creates
+   * the table: every child is noted in it as this process's own, so that adoption never takes one for an
+   * orphan. Default none (nothing adopts).
+   */
+  adopter?: ChildLedger | null;
   /**
    * Read children's pipes into these reusable buffers (shared by every table that gets the same pool).
    * Output chunks are then recycled once retention drops them: every chunk of an event or a read result

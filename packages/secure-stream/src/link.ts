@@ -1,4 +1,4 @@
-import { BufferPool, releasingCallback } from '@tether/jsonrpc';
+import { BufferPool, DEFAULT_HIGH_WATER_MARK, DEFAULT_LOW_WATER_MARK, releasingCallback } from '@tether/bytes';
 import {
   decodeFrame,
   encodeFrame,
@@ -109,8 +109,6 @@ export interface FrameLink {
   close(reason: string): void;
 }
 
-const HIGH_WATER_MARK = 4 * 1024 * 1024;
-const LOW_WATER_MARK = 1024 * 1024;
 const BINARY = { binary: true } as const;
 const NO_COPY = { copyPayload: false } as const;
 
@@ -214,7 +212,7 @@ export class WebSocketFrameLink implements FrameLink {
       return false;
     }
     this.ws.send(encodeFrame(frame), BINARY, releasingCallback(release, this.afterWrite));
-    if (this.ws.bufferedAmount > HIGH_WATER_MARK) this.needsDrain = true;
+    if (this.ws.bufferedAmount > DEFAULT_HIGH_WATER_MARK) this.needsDrain = true;
     return !this.needsDrain;
   }
 
@@ -232,7 +230,7 @@ export class WebSocketFrameLink implements FrameLink {
   }
 
   private readonly afterWrite = (err?: Error): void => {
-    if (!err && this.needsDrain && this.ws.bufferedAmount <= LOW_WATER_MARK) {
+    if (!err && this.needsDrain && this.ws.bufferedAmount <= DEFAULT_LOW_WATER_MARK) {
       this.needsDrain = false;
       this.handlers?.onDrain();
     }

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import { BufferPool, giveBack, RpcClient, RpcConnection } from '@tether/jsonrpc';
+import { BufferPool } from '@tether/bytes';
+import { RpcClient, RpcConnection } from '@tether/jsonrpc';
 import {
   type AesGcmSubtle,
   type CryptoProvider,
@@ -191,20 +192,29 @@ describe('SecureStream', () => {
     executorStream.close();
   });
 
-  it('opens a one-record message into a lent buffer that comes back with giveBack and serves the next', async () => {
+  it('opens a one-record message into a pooled buffer whose release comes with the message and serves the next', async () => {
     const { initiated, accepted } = await pair();
     const [harnessStream, { stream: executorStream }] = await Promise.all([initiated, accepted]);
     const received: Buffer[] = [];
-    harnessStream.start({ onMessage: (m) => received.push(m as Buffer), onClose: () => {}, onDrain: () => {} });
+    const releases: Array<(() => void) | undefined> = [];
+    harnessStream.start({
+      onMessage: (m, release) => {
+        received.push(m as Buffer);
+        releases.push(release);
+      },
+      onClose: () => {},
+      onDrain: () => {},
+    });
     executorStream.start({ onMessage: () => {}, onClose: () => {}, onDrain: () => {} });
-    // ~40 KB each: one record a message, over the size from which messages are lent.
+    // ~40 KB each: one record a message, over the size from which messages are pooled.
     const texts = ['a', 'b', 'c'].map((c) => JSON.stringify({ method: 'n', params: { text: c.repeat(40_000) } }));
     for (const text of texts) {
       executorStream.send(text);
       await new Promise((r) => setTimeout(r, 5));
       const message = received.at(-1)!;
       expect(message.toString()).toBe(text);
-      giveBack(message); // its last user: the slab goes back to the stream's message pool
+      expect(releases.at(-1)).toBeTypeOf('function');
+      releases.at(-1)?.(); // its last user: the slab goes back to the stream's message pool
       expect(harnessStream.bufferPools.messages.pooledBytes).toBeGreaterThan(0);
     }
     // Each message reused the slab the one before it gave back.

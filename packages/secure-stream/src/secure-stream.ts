@@ -1,12 +1,5 @@
-import {
-  BufferPool,
-  DEFAULT_HIGH_WATER_MARK,
-  DEFAULT_LOW_WATER_MARK,
-  giveBack,
-  lendBuffer,
-  type MessageTransport,
-  type TransportHandlers,
-} from '@tether/jsonrpc';
+import { type BufferLease, BufferPool, DEFAULT_HIGH_WATER_MARK, DEFAULT_LOW_WATER_MARK } from '@tether/bytes';
+import type { MessageTransport, TransportHandlers } from '@tether/jsonrpc';
 import {
   buildRelayPrologue,
   type CryptoProvider,
@@ -39,10 +32,10 @@ import type { FrameLink } from './link.js';
 /**
  * A stream's pools. `frames`: wire buffers of outbound Data frames (a fresh ~60 KiB buffer per record was
  * external memory for V8 and brought a full collection every few dozen megabytes sent). `messages`:
- * inbound messages of at least LENT_MESSAGE_BYTES (a 1 MiB file block, say) are assembled in lent buffers
- * from it, which the executor gives back once a block is written, sparing V8 a megabyte of fresh external
- * memory per block. They belong to the stream (ARCHITECTURE.md, "One owner per buffer"): given by its
- * creator, which closes them, or else the stream's own, closed when it ends.
+ * inbound messages of at least LENT_MESSAGE_BYTES (a 1 MiB file block, say) are assembled in buffers leased
+ * from it, each handed on with its message's `release`, which the executor calls once a block is written,
+ * sparing V8 a megabyte of fresh external memory per block. They belong to the stream (ARCHITECTURE.md, "One
+ * owner per buffer"): given by its creator, which closes them, or else the stream's own, closed when it ends.
  */
 export interface SecureStreamPools {
   frames: BufferPool;
@@ -53,16 +46,17 @@ export interface SecureStreamPools {
 function ownPools(): SecureStreamPools {
   return {
     frames: new BufferPool({ maxPooledBytes: 2 * 1024 * 1024 }),
-    // 16 KiB steps: a one-record message (up to 60 KiB, from LENT_MESSAGE_BYTES on) is lent, not plain.
+    // 16 KiB steps: a one-record message (up to 60 KiB, from LENT_MESSAGE_BYTES on) is pooled, not plain.
     messages: new BufferPool({ step: 16 * 1024, maxPooledBytes: 8 * 1024 * 1024 }),
   };
 }
 
 /**
- * Messages from this size on are assembled in buffers lent from the stream's message pool, which their last
- * user may give back: a forwarded connection's data (about 60 KiB a message) then reuses a few slabs
- * instead of one fresh ArrayBuffer per message, whose external memory made V8 run a full mark-compact every
- * few dozen megabytes (a fifth of the harness's CPU in a port-forward download).
+ * Messages from this size on are assembled in buffers leased from the stream's message pool, which go with
+ * the message (TransportHandlers.onMessage's `release`) to their last user: a forwarded connection's data
+ * (about 60 KiB a message) then reuses a few slabs instead of one fresh ArrayBuffer per message, whose
+ * external memory made V8 run a full mark-compact every few dozen megabytes (a fifth of the harness's CPU in
+ * a port-forward download).
  */
 const LENT_MESSAGE_BYTES = 32 * 1024;
 
@@ -114,11 +108,16 @@ export class SecureStream implements MessageTransport {
    */
   private opened: Uint8Array | null = null;
   // A record that continues a message is opened straight into that message's buffer; any other into
-  // `opened`, which the reassembler copies from. A large message is assembled in a lent buffer, which its
-  // last user may give back (`giveBack`).
+  // `opened`, which the reassembler copies from. A large message is assembled in a leased buffer, whose
+  // release goes with the message.
   private readonly reassembler = new MessageReassembler({
-    allocate: (size) => (size >= LENT_MESSAGE_BYTES ? lendBuffer(this.pools.messages, size) : Buffer.allocUnsafe(size)),
+    allocate: (size) => (size >= LENT_MESSAGE_BYTES ? this.leaseMessage(size) : Buffer.allocUnsafe(size)),
   });
+  /**
+   * Leases of messages being assembled (or opened whole) in pooled buffers, in the order they were taken,
+   * which is the order their messages complete: `deliver` hands each on with its message.
+   */
+  private readonly leased: BufferLease[] = [];
   /** Records being sealed asynchronously, in seq (nonce) order; `flushSealed` sends them in turn. */
   private sealing: Array<{ seq: number; sealed: Promise<Uint8Array>; length: number }> = [];
   private sealingBytes = 0;
@@ -135,7 +134,7 @@ export class SecureStream implements MessageTransport {
   private readonly sequence = new SendSequence();
   private readonly dataFrames: DataFrameEncoder;
   /** Messages that arrived between the handshake and `start()`. */
-  private early: Buffer[] | null = [];
+  private early: Array<{ bytes: Buffer; release: (() => void) | undefined }> | null = [];
   private handshakeListener: ((frame: Frame) => void) | null = null;
   private failHandshake: ((error: SecureStreamError) => void) | null = null;
   /**
@@ -191,7 +190,7 @@ export class SecureStream implements MessageTransport {
     this.handlers = handlers;
     const early = this.early ?? [];
     this.early = null;
-    for (const message of early) handlers.onMessage(message);
+    for (const message of early) handlers.onMessage(message.bytes, message.release);
     if (this.state === 'closed') handlers.onClose(this.closeReason);
   }
 
@@ -495,13 +494,15 @@ export class SecureStream implements MessageTransport {
           messages = this.reassembler.commitRoom(length);
         } else if (length >= LENT_MESSAGE_BYTES && this.reassembler.atMessageStart) {
           // A large record at a message start (a forwarded connection's or a file's data: one message a
-          // record) opens into a lent buffer, and the message is a view of it: no copy out of `opened`.
-          const owned = this.transport!.decryptInto(record, lendBuffer(this.pools.messages, length));
-          const whole = this.reassembler.wholeMessage(owned);
-          if (whole) messages = [whole];
-          else {
-            messages = this.reassembler.push(owned);
-            giveBack(owned); // push copied out what it keeps
+          // record) opens into a leased buffer, and the message is a view of it: no copy out of `opened`.
+          const lease = this.pools.messages.lease(length);
+          const whole = this.reassembler.wholeMessage(this.transport!.decryptInto(record, lease.buffer));
+          if (whole) {
+            this.leased.push(lease);
+            messages = [whole];
+          } else {
+            messages = this.reassembler.push(lease.buffer);
+            lease.release(); // push copied out what it keeps
           }
         } else {
           this.opened ??= new Uint8Array(MAX_TRANSPORT_PLAINTEXT);
@@ -549,11 +550,22 @@ export class SecureStream implements MessageTransport {
   private deliver(messages: Uint8Array[]): boolean {
     for (const message of messages) {
       const bytes = Buffer.from(message.buffer, message.byteOffset, message.byteLength);
-      if (this.early) this.early.push(bytes);
-      else this.handlers?.onMessage(bytes);
+      // A message in a leased buffer is the oldest lease's (messages complete in the order they were leased).
+      const head = this.leased[0];
+      const release =
+        head !== undefined && head.buffer.buffer === message.buffer ? this.leased.shift()!.release : undefined;
+      if (this.early) this.early.push({ bytes, release });
+      else this.handlers?.onMessage(bytes, release);
       if (this.state !== 'open') return false;
     }
     return true;
+  }
+
+  /** A pooled buffer for a message being assembled; its release goes with the message (`deliver`). */
+  private leaseMessage(size: number): Buffer {
+    const lease = this.pools.messages.lease(size);
+    this.leased.push(lease);
+    return lease.buffer;
   }
 
   /** Resets the stream with the generic reason (never details) and closes it. */
@@ -578,6 +590,7 @@ export class SecureStream implements MessageTransport {
     this.closeReason = reason;
     this.transport = null;
     // Frames still in the link's queue and blocks still being written come back to nothing.
+    this.leased.length = 0;
     if (this.ownsPools) {
       this.pools.frames.close();
       this.pools.messages.close();

@@ -1,6 +1,7 @@
 import { once } from 'node:events';
 import { createServer, type IncomingMessage } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
+import { DEFAULT_HIGH_WATER_MARK } from '@tether/bytes';
 import { WebSocket, WebSocketServer } from 'ws';
 
 /** One WebSocket message as it crossed the tap: `up` from a client (harness, executor) to the relay, `down` back. */
@@ -57,8 +58,6 @@ function mirrorClose(to: WebSocket, code: number, reason: Buffer): void {
   else to.close();
 }
 
-const HIGH_WATER = 4 * 1024 * 1024;
-
 /**
  * A recording WebSocket proxy in front of a relay, for tests that check what the relay sees. It accepts any
  * upgrade on 127.0.0.1:0, opens one to the target relay with the same path and query (the signed URL binds no
@@ -85,9 +84,9 @@ export async function startRelayTap(): Promise<RelayTap> {
       seen += data.byteLength;
       if (to.readyState !== WebSocket.OPEN) return;
       to.send(data, { binary }, () => {
-        if (from.isPaused && to.bufferedAmount < HIGH_WATER) from.resume();
+        if (from.isPaused && to.bufferedAmount < DEFAULT_HIGH_WATER_MARK) from.resume();
       });
-      if (to.bufferedAmount >= HIGH_WATER) from.pause();
+      if (to.bufferedAmount >= DEFAULT_HIGH_WATER_MARK) from.pause();
     });
     from.on('close', (code: number, reason: Buffer) => mirrorClose(to, code, reason));
   };

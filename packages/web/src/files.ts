@@ -1,3 +1,4 @@
+import { MAX_BLOCK_BYTES } from '@tether/bytes/bounds';
 import {
   type Environment,
   type ExecServerClient,
@@ -21,7 +22,6 @@ import { formatBytes, formatRate, Sha256 } from './sha256.js';
  */
 
 /** Bytes per block: the most either executor takes. */
-const BLOCK_BYTES = 1024 * 1024;
 /** Writes in flight (as RemoteFs's write stream). */
 const WRITE_DEPTH = 4;
 /** Reads in flight: 3 × 1 MiB stays under the relay's 4 MiB backlog per harness (as RemoteFs's read stream). */
@@ -104,14 +104,14 @@ export async function uploadFile(
   let acknowledged = 0;
   let closed = false;
   try {
-    let next: Promise<ArrayBuffer> | null = file.size > 0 ? file.slice(0, BLOCK_BYTES).arrayBuffer() : null;
+    let next: Promise<ArrayBuffer> | null = file.size > 0 ? file.slice(0, MAX_BLOCK_BYTES).arrayBuffer() : null;
     let offset = 0;
     while (next !== null) {
       const block = Buffer.from(await next);
       const at = offset;
       offset += block.byteLength;
       // The next slice is read from disk while this one is sent.
-      next = offset < file.size ? file.slice(offset, offset + BLOCK_BYTES).arrayBuffer() : null;
+      next = offset < file.size ? file.slice(offset, offset + MAX_BLOCK_BYTES).arrayBuffer() : null;
       hash.update(block);
       const request = client
         .call(Method.fsWriteBlock, { handleId: id, offset: at }, { encode: writeBlockEncoder(id, at, block, binary) })
@@ -164,7 +164,7 @@ export async function downloadFile(
   await client.call(Method.fsOpen, { handleId: id, path: toFileUri(path), ...(digest ? { digest: true } : {}) });
   const gathered = new ByteGatherer(sizeHint);
   let inflight: Array<{ offset: number; len: number; answer: Promise<MethodResult<typeof Method.fsReadBlock>> }> = [];
-  let blockSize = BLOCK_BYTES;
+  let blockSize = MAX_BLOCK_BYTES;
   let nextOffset = 0;
   let eof = false;
   let closed = false;

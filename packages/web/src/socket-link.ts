@@ -1,9 +1,7 @@
+import { DEFAULT_HIGH_WATER_MARK, DEFAULT_LOW_WATER_MARK } from '@tether/bytes/bounds';
 import { decodeFrame, encodeFrame, type Frame, FrameError } from '@tether/relay-frames';
 import type { FrameLink, FrameLinkHandlers } from '@tether/secure-stream';
 
-/** Above this many bytes queued in the browser's socket, `send` says so and `onDrain` follows. */
-const HIGH_WATER_MARK = 4 * 1024 * 1024;
-const LOW_WATER_MARK = 1024 * 1024;
 /** A browser WebSocket has no drain event: the queue is looked at this often while above the mark. */
 const DRAIN_POLL_MS = 5;
 /** `WebSocket.OPEN` and `CONNECTING` (the constants, so the link needs no global WebSocket to load). */
@@ -77,7 +75,7 @@ export class BrowserSocketFrameLink implements FrameLink {
     } finally {
       release?.();
     }
-    if (this.socket.bufferedAmount <= HIGH_WATER_MARK) return this.drainTimer === null;
+    if (this.socket.bufferedAmount <= DEFAULT_HIGH_WATER_MARK) return this.drainTimer === null;
     this.watchDrain();
     return false;
   }
@@ -96,7 +94,7 @@ export class BrowserSocketFrameLink implements FrameLink {
     const check = () => {
       this.drainTimer = null;
       if (this.closed) return;
-      if (this.socket.bufferedAmount > LOW_WATER_MARK) {
+      if (this.socket.bufferedAmount > DEFAULT_LOW_WATER_MARK) {
         this.drainTimer = setTimeout(check, DRAIN_POLL_MS);
         return;
       }

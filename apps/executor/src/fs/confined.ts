@@ -17,6 +17,7 @@ import {
   restrictsFileSystem,
   type SandboxContext,
 } from '@tether/exec-protocol';
+import { type ChildLedger, noteChildProcess } from '@tether/local-process';
 import {
   PLATFORM_READ_ROOTS,
   type PreparedSandbox,
@@ -101,12 +102,12 @@ function helperCwd(context: SandboxContext): string {
 
 /** Runs `op` in the helper under `context`; resolves with its answer or rejects with its RpcError. */
 export async function runConfined<K extends ConfinedOp>(
-  sandbox: Sandboxer,
+  ctx: { sandbox: Sandboxer; adopter: ChildLedger | null; signal?: AbortSignal | undefined },
   context: SandboxContext,
   op: K,
   args: ConfinedOps[K],
-  signal?: AbortSignal,
 ): Promise<unknown> {
+  const { sandbox, signal } = ctx;
   const cwd = helperCwd(context);
   let prepared: PreparedSandbox;
   try {
@@ -137,6 +138,7 @@ export async function runConfined<K extends ConfinedOp>(
         stdio: ['pipe', 'pipe', 'pipe', fd3 ?? 'ignore'],
         ...(signal ? { signal } : {}),
       });
+      noteChildProcess(ctx.adopter, child); // the executor's own, not an orphan to adopt
       if (fd3 !== null) closeSync(fd3);
       fd3 = null;
       const out: Buffer[] = [];

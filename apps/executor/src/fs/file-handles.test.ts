@@ -3,8 +3,9 @@ import { createHash } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, statSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { MAX_BLOCK_BYTES } from '@tether/bytes';
 import { afterEach, describe, expect, it } from 'vitest';
-import { FileHandleTable, MAX_BLOCK_BYTES } from './file-handles.js';
+import { FileHandleTable } from './file-handles.js';
 import { writeWholeFile } from './operations.js';
 import { walk } from './walk.js';
 

@@ -1,12 +1,12 @@
 import { createHash, type Hash } from 'node:crypto';
 import { constants as fsConstants } from 'node:fs';
 import { type FileHandle, open, stat } from 'node:fs/promises';
+import { MAX_BLOCK_BYTES } from '@tether/bytes';
 import { ErrorCode, type FsOpenMode, RpcError } from '@tether/exec-protocol';
 import { type FileIdentity, isFifo, notAFile } from './file-kind.js';
 import { fsError, osCall } from './os-error.js';
 
 /** Codex's limits (`file_read.rs`): block length, handles per connection, handle id length. */
-export const MAX_BLOCK_BYTES = 1024 * 1024;
 export const DEFAULT_MAX_FILE_HANDLES = 128;
 export const MAX_HANDLE_ID_BYTES = 32;
 

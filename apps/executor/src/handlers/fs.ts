@@ -1,3 +1,4 @@
+import { type BufferLease, MAX_BLOCK_BYTES } from '@tether/bytes';
 import {
   decode,
   decodeBase64Codex,
@@ -26,10 +27,9 @@ import {
   Method,
   RpcError,
 } from '@tether/exec-protocol';
-import { attachmentOf, type BufferLease, encodeWithAttachment, giveBack } from '@tether/jsonrpc';
+import { attachmentOf, encodeWithAttachment, releaseAttachment } from '@tether/jsonrpc';
 import { type FileToWrite, readFiles, setMetadata, unixMetadata, writeFiles } from '../fs/batch.js';
 import { confinement, runConfined } from '../fs/confined.js';
-import { MAX_BLOCK_BYTES } from '../fs/file-handles.js';
 import type { FileIdentity } from '../fs/file-kind.js';
 import {
   canonicalize,
@@ -80,7 +80,7 @@ export const fsHandlers: HandlerTable = whileAttached({
     const confined = confinement(params.sandbox);
     const path = nativePath(params.path);
     const limit = Math.min(params.maxBytes ?? Number.POSITIVE_INFINITY, ctx.maxReadFileBytes);
-    if (confined) return runConfined(ctx.sandbox, confined, 'readFile', { path, limit }, ctx.signal);
+    if (confined) return runConfined(ctx, confined, 'readFile', { path, limit });
     const data = await readWholeFile(path, limit);
     return new EncodedResult((id, allocate) => encodeBase64Response(id, 'dataBase64', data, {}, allocate));
   },
@@ -97,7 +97,7 @@ export const fsHandlers: HandlerTable = whileAttached({
     }
     if (confined) {
       const dataBase64 = data.toString('base64');
-      return runConfined(ctx.sandbox, confined, 'writeFile', { path, dataBase64 }, ctx.signal);
+      return runConfined(ctx, confined, 'writeFile', { path, dataBase64 });
     }
     await writeWholeFile(path, data);
     return {};
@@ -108,7 +108,7 @@ export const fsHandlers: HandlerTable = whileAttached({
     const confined = confinement(params.sandbox);
     const path = nativePath(params.path);
     const recursive = params.recursive ?? true;
-    if (confined) return runConfined(ctx.sandbox, confined, 'createDirectory', { path, recursive }, ctx.signal);
+    if (confined) return runConfined(ctx, confined, 'createDirectory', { path, recursive });
     await createDirectory(path, recursive);
     return {};
   },
@@ -117,8 +117,7 @@ export const fsHandlers: HandlerTable = whileAttached({
     const params = decode(FsGetMetadataParams, raw);
     const confined = confinement(params.sandbox);
     const path = nativePath(params.path);
-    if (confined)
-      return runConfined(ctx.sandbox, confined, 'getMetadata', { path, unix: params.unix === true }, ctx.signal);
+    if (confined) return runConfined(ctx, confined, 'getMetadata', { path, unix: params.unix === true });
     const answer = await metadata(path);
     // fileMetadata: only a client that asks gets more than Codex answers.
     if (params.unix !== true) return answer;
@@ -133,7 +132,7 @@ export const fsHandlers: HandlerTable = whileAttached({
     const path = nativePath(params.path);
     if (confined) {
       const { sandbox: _, path: __, ...change } = params;
-      return runConfined(ctx.sandbox, confined, 'setMetadata', { path, change }, ctx.signal);
+      return runConfined(ctx, confined, 'setMetadata', { path, change });
     }
     await setMetadata(path, params);
     return {};
@@ -174,7 +173,7 @@ export const fsHandlers: HandlerTable = whileAttached({
     const params = decode(FsPathParams, raw);
     const confined = confinement(params.sandbox);
     const path = nativePath(params.path);
-    if (confined) return runConfined(ctx.sandbox, confined, 'canonicalize', { path }, ctx.signal);
+    if (confined) return runConfined(ctx, confined, 'canonicalize', { path });
     return { path: await canonicalize(path) };
   },
 
@@ -183,7 +182,7 @@ export const fsHandlers: HandlerTable = whileAttached({
     const confined = confinement(params.sandbox);
     const path = nativePath(params.path);
     // Confined, the listing is Codex's (no link marks): the sandboxed helper lists as Codex does.
-    if (confined) return runConfined(ctx.sandbox, confined, 'readDirectory', { path }, ctx.signal);
+    if (confined) return runConfined(ctx, confined, 'readDirectory', { path });
     return { entries: await readDirectory(path, params.links === true) };
   },
 
@@ -193,7 +192,7 @@ export const fsHandlers: HandlerTable = whileAttached({
     const path = nativePath(params.path);
     const recursive = params.recursive ?? true;
     const force = params.force ?? true;
-    if (confined) return runConfined(ctx.sandbox, confined, 'remove', { path, recursive, force }, ctx.signal);
+    if (confined) return runConfined(ctx, confined, 'remove', { path, recursive, force });
     await remove(path, recursive, force);
     return {};
   },
@@ -205,7 +204,7 @@ export const fsHandlers: HandlerTable = whileAttached({
     const destination = nativePath(params.destinationPath);
     if (confined) {
       const args = { source, destination, recursive: params.recursive };
-      return runConfined(ctx.sandbox, confined, 'copy', args, ctx.signal);
+      return runConfined(ctx, confined, 'copy', args);
     }
     await copy(source, destination, params.recursive);
     return {};
@@ -220,13 +219,7 @@ export const fsHandlers: HandlerTable = whileAttached({
       // Opened (and for `replace` truncated) inside the sandbox; the executor's own descriptor must then be
       // of the very file the sandbox opened, or the path changed in between and nothing is kept.
       ctx.files.checkOpenable(params.handleId);
-      const identity = (await runConfined(
-        ctx.sandbox,
-        confined,
-        'openCheck',
-        { path, mode },
-        ctx.signal,
-      )) as FileIdentity;
+      const identity = (await runConfined(ctx, confined, 'openCheck', { path, mode })) as FileIdentity;
       await ctx.files.open(params.handleId, path, mode, params.digest === true, identity);
       return { handleId: params.handleId };
     }
@@ -290,9 +283,9 @@ export const fsHandlers: HandlerTable = whileAttached({
       await ctx.files.writeBlock(params.handleId, params.offset, data);
     } finally {
       // Written (and hashed, when digested) by now: nothing refers to the block any more. An attachment
-      // assembled in a lent buffer (a relay stream's large message) goes back to its pool.
+      // in a pooled buffer (a relay stream's or a socket's large message) goes back through its message.
       (block as BufferLease | null)?.release();
-      if (attachment) giveBack(attachment);
+      if (attachment) releaseAttachment(raw);
     }
     return {};
   },
@@ -307,7 +300,7 @@ export const fsHandlers: HandlerTable = whileAttached({
     const params = decode(FsWalkParams, raw);
     const confined = confinement(params.sandbox);
     const path = nativePath(params.path);
-    if (confined) return runConfined(ctx.sandbox, confined, 'walk', { path, options: params.options }, ctx.signal);
+    if (confined) return runConfined(ctx, confined, 'walk', { path, options: params.options });
     return walk(path, params.options);
   },
 });

@@ -1,5 +1,6 @@
+import type { BufferPool } from '@tether/bytes';
 import type { Allocate } from '@tether/exec-protocol';
-import type { BufferPool } from '@tether/jsonrpc';
+import type { ChildLedger } from '@tether/local-process';
 import type { Sandboxer } from '@tether/sandbox';
 import type { FileHandleTable } from '../fs/file-handles.js';
 import type { HttpRequests } from '../http/http-requests.js';
@@ -22,6 +23,8 @@ export interface RequestContext {
   maxReadFileBytes: number;
   /** The executor's sandbox (the same for every connection). */
   sandbox: Sandboxer;
+  /** The executor's orphan adopter, where a sandboxed fs helper is noted as its own child; null: none. */
+  adopter: ChildLedger | null;
 }
 
 export type Handler = (params: unknown, ctx: RequestContext) => Promise<unknown> | unknown;

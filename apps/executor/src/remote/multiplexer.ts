@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
-import { DEFAULT_MAX_MESSAGE_BYTES, type MessageTransport, releasingCallback } from '@tether/jsonrpc';
+import { DEFAULT_HIGH_WATER_MARK, DEFAULT_LOW_WATER_MARK, releasingCallback } from '@tether/bytes';
+import { DEFAULT_MAX_MESSAGE_BYTES, type MessageTransport } from '@tether/jsonrpc';
 import type { NoiseIdentity, NoisePublicKey } from '@tether/noise';
 import {
   copyBytes,
@@ -66,8 +67,6 @@ export const DEFAULT_MULTIPLEXER_LIMITS: MultiplexerLimits = {
   maxMessageBytes: DEFAULT_MAX_MESSAGE_BYTES,
 };
 
-const HIGH_WATER_MARK = 4 * 1024 * 1024;
-const LOW_WATER_MARK = 1024 * 1024;
 const BINARY = { binary: true } as const;
 export const LIMIT_RESET = 'executor_stream_limit';
 export const BACKPRESSURE_RESET = 'executor_backpressure';
@@ -262,7 +261,7 @@ export class RelayMultiplexer {
       return false;
     }
     this.ws.send(encodeFrame(frame), BINARY, releasingCallback(release, this.afterWrite));
-    if (this.ws.bufferedAmount > HIGH_WATER_MARK) this.needsDrain = true;
+    if (this.ws.bufferedAmount > DEFAULT_HIGH_WATER_MARK) this.needsDrain = true;
     return !this.needsDrain;
   }
 
@@ -277,7 +276,7 @@ export class RelayMultiplexer {
   }
 
   private readonly afterWrite = (err?: Error): void => {
-    if (err || !this.needsDrain || this.ws.bufferedAmount > LOW_WATER_MARK) return;
+    if (err || !this.needsDrain || this.ws.bufferedAmount > DEFAULT_LOW_WATER_MARK) return;
     this.needsDrain = false;
     for (const link of this.links.values()) link.drained();
   };

@@ -1,6 +1,6 @@
 import { createServer, isIP, type Server, type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
-import { type Environment, giveBack, TCP_FORWARD_CAPABILITY, TetherError } from '@tether/client';
+import { type Environment, TCP_FORWARD_CAPABILITY, TetherError } from '@tether/client';
 import { type Command, InvalidArgumentError } from 'commander';
 import {
   type CliIo,
@@ -236,7 +236,7 @@ function accept(env: Environment, spec: ForwardSpec, local: Socket, pairs: Set<P
       // What comes from the executor may sit in a pooled buffer of the connection's: it goes back once the
       // local socket has written it.
       remote.on('data', (chunk: Buffer) => {
-        if (!local.write(chunk, () => giveBack(chunk))) remote.pause();
+        if (!local.write(chunk, () => remote.giveBack?.(chunk))) remote.pause();
       });
       local.on('drain', () => remote.resume());
       remote.once('end', () => local.end());

@@ -10,7 +10,6 @@
 import { chmodSync, unlinkSync } from 'node:fs';
 import { createConnection, createServer, type Server, type Socket } from 'node:net';
 import {
-  giveBack,
   type OpenedChannel,
   publicKeyToJson,
   type RendezvousDialer,
@@ -55,7 +54,7 @@ const FINAL_CODES: ReadonlySet<string> = new Set(['unauthorized', 'revoked', 'ex
 interface Channel {
   transport: MessageTransport;
   openedAt: number;
-  sink: { onMessage(data: string | Buffer): void; onClose(reason: string): void; onDrain(): void };
+  sink: Parameters<MessageTransport['start']>[0];
   ageTimer: NodeJS.Timeout | null;
 }
 
@@ -177,13 +176,16 @@ export class Master {
       ageTimer: null,
       // While pooled: the executor speaks only when spoken to, so any message is a broken channel.
       sink: {
-        onMessage: () => this.dropChannel(channel, 'unexpected message on an idle channel'),
+        onMessage: (_data, release) => {
+          release?.();
+          this.dropChannel(channel, 'unexpected message on an idle channel');
+        },
         onClose: () => this.dropChannel(channel, 'closed while idle'),
         onDrain: () => undefined,
       },
     };
     transport.start({
-      onMessage: (data) => channel.sink.onMessage(data),
+      onMessage: (data, release) => channel.sink.onMessage(data, release),
       onClose: (reason) => channel.sink.onClose(reason),
       onDrain: () => channel.sink.onDrain(),
     });
@@ -204,7 +206,7 @@ export class Master {
     const index = this.pool.indexOf(channel);
     if (index >= 0) this.pool.splice(index, 1);
     this.inUse.delete(channel);
-    channel.sink = { onMessage: () => undefined, onClose: () => undefined, onDrain: () => undefined };
+    channel.sink = { onMessage: (_data, release) => release?.(), onClose: () => undefined, onDrain: () => undefined };
     channel.transport.close(1000, reason);
     if (index >= 0 && this.state === 'running') this.fill();
   }
@@ -345,10 +347,9 @@ export class Master {
       this.dropChannel(channel, reason);
     };
     channel.sink = {
-      onMessage: (data) => {
-        // A large message may sit in a lent buffer of the secure stream: back once the socket wrote it.
-        const buffer = typeof data === 'string' ? null : data;
-        if (!client.send(data, buffer ? () => giveBack(buffer) : undefined)) upstream.pause();
+      onMessage: (data, release) => {
+        // A large message may sit in a pooled buffer of the secure stream: back once the socket wrote it.
+        if (!client.send(data, release)) upstream.pause();
       },
       onClose: (reason) => end(`channel closed: ${reason}`),
       onDrain: () => client.resume(),

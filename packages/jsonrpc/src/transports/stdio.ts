@@ -1,12 +1,7 @@
 import type { Readable, Writable } from 'node:stream';
+import { DEFAULT_HIGH_WATER_MARK, DEFAULT_LOW_WATER_MARK } from '@tether/bytes';
 import { hasAttachmentMarker } from '../attachment.js';
-import {
-  DEFAULT_HIGH_WATER_MARK,
-  DEFAULT_LOW_WATER_MARK,
-  DEFAULT_MAX_MESSAGE_BYTES,
-  type MessageTransport,
-  type TransportHandlers,
-} from '../transport.js';
+import { DEFAULT_MAX_MESSAGE_BYTES, type MessageTransport, type TransportHandlers } from '../transport.js';
 
 export interface StdioTransportOptions {
   input: Readable;

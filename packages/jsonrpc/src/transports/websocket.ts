@@ -1,14 +1,8 @@
+import { BufferPool, DEFAULT_HIGH_WATER_MARK, DEFAULT_LOW_WATER_MARK, releasingCallback } from '@tether/bytes';
 import { installFastMessages, joinParts } from '@tether/user-read/websocket';
 import type { WebSocket } from 'ws';
 import { hasAttachmentMarker } from '../attachment.js';
-import { BufferPool, giveBack, lendBuffer } from '../buffer-pool.js';
-import {
-  DEFAULT_HIGH_WATER_MARK,
-  DEFAULT_LOW_WATER_MARK,
-  type MessageTransport,
-  releasingCallback,
-  type TransportHandlers,
-} from '../transport.js';
+import type { MessageTransport, TransportHandlers } from '../transport.js';
 
 export interface WebSocketTransportOptions {
   /** Sent as `exec-server websocket <peer>` in errors. */
@@ -93,16 +87,12 @@ export class WebSocketTransport implements MessageTransport {
         ...this.fastReceive,
         ...(this.readBuffer ? { readBuffer: this.readBuffer } : {}),
         text: true,
-        // Lent: whoever holds a binary message's attachment last may `giveBack` it (the executor once a
-        // block is written, harness cp once it wrote a block out), as on relay streams.
-        lease: (size) => {
-          const buffer = lendBuffer(inbound, size);
-          return { buffer, release: () => giveBack(buffer) };
-        },
-        onMessage: (parts, length, _slab, isBinary) => {
-          handlers.onMessage(joinParts(parts, length));
+        lease: (size) => inbound.lease(size),
+        onMessage: (parts, length, slab, isBinary) => {
           // Text is parsed into copies by now: its slab goes back. A binary message's attachment is a view
-          // its handler may hold across awaits: that slab stays lent (given back, or left to the collector).
+          // its handler may hold across awaits: that slab goes with the message, whose last holder releases
+          // it (the executor once a block is written, harness cp once it wrote a block out).
+          handlers.onMessage(joinParts(parts, length), isBinary && slab ? slab.release : undefined);
           return isBinary;
         },
       });
@@ -171,7 +161,7 @@ export class WebSocketTransport implements MessageTransport {
     this.closed = true;
     if (this.pingTimer) clearInterval(this.pingTimer);
     this.pingTimer = null;
-    // Lent slabs still held (an attachment being written) are dropped when given back.
+    // Slabs still held by messages (an attachment being written) are dropped when released.
     if (this.ownsPool) this.inbound.close();
     this.handlers?.onClose(reason);
   }

@@ -19,13 +19,18 @@
  */
 import { spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
-import { createReaper, ProcessTable } from '@tether/local-process';
+import { createReaper, noteChildProcess, ProcessTable } from '@tether/local-process';
 
 const mode = process.argv[2];
 const subreaper = mode === 'escaped' || mode === 'escaped-close' || mode === 'session';
 const foreign = subreaper ? [spawn('sleep', ['1000'], { stdio: 'ignore' })] : [];
 const reaper = createReaper({ subreaper });
-if (subreaper) foreign.push(spawn('sleep', ['1000'], { stdio: 'ignore' }));
+if (subreaper) {
+  // Spawned after adoption began: noted as the owner's own, as every spawner of such a process must.
+  const late = spawn('sleep', ['1000'], { stdio: 'ignore' });
+  noteChildProcess(reaper.adopter, late);
+  foreign.push(late);
+}
 const base = { cwd: '/', env: { PATH: '/usr/local/bin:/usr/bin:/bin' }, pipeStdin: false, tty: false };
 
 /** Reads a process's output until it holds a line. */
@@ -56,7 +61,7 @@ function parentOf(pid: number): number {
 }
 
 if (mode === 'escaped' || mode === 'escaped-close') {
-  const table = new ProcessTable({ reaper });
+  const table = new ProcessTable({ reaper, adopter: reaper.adopter });
   const quiet = '>/dev/null 2>&1';
   await table.start({ ...base, processId: 'exits', argv: ['/bin/sh', '-c', `setsid sleep 1000 ${quiet} & echo $!`] });
   await table.start({
@@ -84,7 +89,7 @@ if (mode === 'escaped' || mode === 'escaped-close') {
     process.stdout.write(`${JSON.stringify({ left: escaped.filter((pid) => existsSync(`/proc/${pid}`)) })}\n`);
   }
 } else if (mode === 'session') {
-  const table = new ProcessTable({ reaper });
+  const table = new ProcessTable({ reaper, adopter: reaper.adopter });
   const script = `(perl -e 'setpgrp(0, 0); sleep 1000' >/dev/null 2>&1 & echo $!); exec sleep 1000`;
   await table.start({ ...base, processId: 'shell', argv: ['/bin/sh', '-c', script] });
   const stray = Number(await firstLine(table, 'shell'));

@@ -1,0 +1,81 @@
+/** Read buffer size: what libuv asks for per read of a pipe. */
+export const READ_BUFFER_BYTES = 64 * 1024;
+/** A read shorter than this is copied into a buffer of its own size (so a kept buffer is at least half used). */
+export const KEEP_READ_AT_BYTES = 32 * 1024;
+/** Free read buffers kept per pool (4 MiB). */
+const MAX_FREE_BUFFERS = 64;
+
+/**
+ * Read buffers for child output pipes, reused instead of allocated per read.
+ *
+ * Node allocates a fresh ArrayBuffer for every read of a pipe, and V8 counts each as external memory:
+ * streaming a child's output at hundreds of MB/s then costs a full mark-compact for roughly every 64 MiB.
+ * With a pool, a long read keeps its buffer as the chunk (a view of it), and the buffer comes back when the
+ * chunk is no longer needed (`release`, called when retention drops the chunk); a short read is copied to a
+ * buffer of its own size so a small chunk never pins 64 KiB.
+ *
+ * Contract for users of recycled chunks: a chunk may be overwritten by a later read once it is released,
+ * so whoever holds a chunk must be done with it before releasing it (the executor encodes each chunk
+ * synchronously when it is emitted or read, and releases it only when retention drops it).
+ */
+export class ReadBufferPool {
+  readonly #free: Buffer[] = [];
+  /** ArrayBuffers this pool handed out (only those are taken back). */
+  readonly #owned = new WeakSet<ArrayBufferLike>();
+  /** ArrayBuffers sitting in `#free`: a second release of the same chunk must not list it twice. */
+  readonly #idle = new WeakSet<ArrayBufferLike>();
+
+  #created = 0;
+  /** Bytes of each buffer (one read at most). */
+  readonly bufferBytes: number;
+
+  /**
+   * `bufferBytes` (default READ_BUFFER_BYTES) bounds one read: a consumer that frames each chunk into a
+   * record of its own (the executor, for the relay's secure stream) sizes it so a chunk and its header fit.
+   */
+  constructor(options: { bufferBytes?: number } = {}) {
+    this.bufferBytes = options.bufferBytes ?? READ_BUFFER_BYTES;
+  }
+
+  /** Free buffers held for reuse. */
+  get freeBuffers(): number {
+    return this.#free.length;
+  }
+
+  /** Buffers allocated so far (each read that found no free one allocated one). */
+  get createdBuffers(): number {
+    return this.#created;
+  }
+
+  acquire(): Buffer {
+    const buffer = this.#free.pop();
+    if (buffer) {
+      this.#idle.delete(buffer.buffer);
+      return buffer;
+    }
+    const fresh = Buffer.allocUnsafeSlow(this.bufferBytes);
+    this.#owned.add(fresh.buffer);
+    this.#created++;
+    return fresh;
+  }
+
+  /** Gives back the buffer under `chunk` if it is one of this pool's; anything else is ignored. */
+  release(chunk: Buffer): void {
+    const arrayBuffer = chunk.buffer;
+    if (!this.#owned.has(arrayBuffer) || this.#idle.has(arrayBuffer)) return;
+    if (this.#free.length >= MAX_FREE_BUFFERS) {
+      this.#owned.delete(arrayBuffer); // dropped: the garbage collector frees it
+      return;
+    }
+    this.#idle.add(arrayBuffer);
+    this.#free.push(Buffer.from(arrayBuffer, 0, this.bufferBytes));
+  }
+
+  /** The chunk for `length` bytes just read into `buffer`: a view of it, or a copy of a short read. */
+  chunkOf(buffer: Buffer, length: number): Buffer {
+    if (length >= KEEP_READ_AT_BYTES) return buffer.subarray(0, length);
+    const copy = Buffer.from(buffer.subarray(0, length));
+    this.release(buffer);
+    return copy;
+  }
+}
