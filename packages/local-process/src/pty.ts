@@ -11,9 +11,8 @@ import { ptyMasterFd, ptySocket } from '@tether/user-read';
 import type { IPty } from 'node-pty';
 import { ProcessError } from './errors.js';
 import { killGroupAndStrays, signalGroup } from './signals.js';
-import type { ProcessSink, SpawnedProcess, SpawnOptions } from './spawn.js';
 import { checkSize, FALLBACK_PATH, resolveProgram, spawnError } from './spawn-checks.js';
-import type { PtySize } from './types.js';
+import type { ProcessSink, PtySize, SpawnedProcess, SpawnOptions } from './types.js';
 
 export const DEFAULT_PTY_SIZE: Readonly<PtySize> = { rows: 24, cols: 80 };
 /** Longest pause between retries of a PTY input write the kernel refused with EAGAIN (its buffer is ~4 KiB). */

@@ -15,8 +15,7 @@ import {
 import { constants as osConstants } from 'node:os';
 import path from 'node:path';
 import { ProcessError } from './errors.js';
-import type { SpawnOptions } from './spawn.js';
-import type { PtySize } from './types.js';
+import type { PtySize, SpawnOptions } from './types.js';
 
 /** Used when neither the child env nor the server has a PATH (what a login shell would start from). */
 export const FALLBACK_PATH = '/usr/local/bin:/usr/bin:/bin';

@@ -9,68 +9,17 @@ import { spawn as spawnChild } from 'node:child_process';
 import { closeSync, constants as fsConstants, openSync } from 'node:fs';
 import { Socket } from 'node:net';
 import { constants as osConstants } from 'node:os';
-import type { Readable, Writable } from 'node:stream';
-import type { ReadBufferPool } from '@tether/bytes';
+import type { Readable } from 'node:stream';
 import { loadNativePipe, type NativePipe, nativePipeUnavailableReason } from '@tether/native-pipe';
 import { ProcessError } from './errors.js';
-import { type ChildLedger, noteChildProcess } from './orphans.js';
+import { noteChildProcess } from './orphans.js';
 import { spawnPty } from './pty.js';
 import { readIntoPool } from './read-pool.js';
 import { killGroupAndStrays, signalGroup } from './signals.js';
 import { checkCwd, checkExecFormat, FALLBACK_PATH, resolveProgram, spawnError, validate } from './spawn-checks.js';
-import type { OutputStream, ProcessWrap, PtySize } from './types.js';
+import type { OutputStream, ProcessSink, SpawnedProcess, SpawnOptions } from './types.js';
 
-export interface SpawnOptions {
-  argv: readonly string[];
-  cwd: string;
-  env: Readonly<Record<string, string>>;
-  tty: boolean;
-  pipeStdin: boolean;
-  arg0?: string | null | undefined;
-  size?: PtySize | null | undefined;
-  /** The server's PATH, searched for argv[0] when the child env has none. */
-  serverPath: string | undefined;
-  /** Read stdout and stderr into these reusable buffers (pipes only; see ProcessTableOptions). */
-  readBuffers?: ReadBufferPool | null | undefined;
-  /** The program the command runs inside (a sandbox), or none. */
-  wrap?: ProcessWrap | null | undefined;
-  /** Where the child is noted as this process's own (the orphan adopter, see ProcessTableOptions.adopter). */
-  adopter?: ChildLedger | null | undefined;
-}
-
-/** Where a running child reports. Calls happen in the order the OS delivered the events. */
-export interface ProcessSink {
-  output(stream: OutputStream, chunk: Buffer): void;
-  /** The stream reached EOF or was destroyed; no more output on it. */
-  streamEnd(stream: OutputStream): void;
-  /**
-   * The direct child was reaped: its exit code; after a signal death 128 + signal for pipes and 1 for a
-   * PTY, as Codex reports them.
-   */
-  exit(exitCode: number): void;
-}
-
-export interface SpawnedProcess {
-  readonly pid: number;
-  /** The output streams the sink will see end: `stdout`+`stderr`, or `pty`. */
-  readonly streams: readonly OutputStream[];
-  /** Child stdin (the PTY master for a tty); null when stdin is /dev/null. */
-  readonly stdin: Writable | null;
-  /** Settles when the direct child has been reaped. */
-  readonly exited: Promise<void>;
-  /** Sends `signal` to the child's process group; a group that is already gone is not an error. */
-  signalGroup(signal: NodeJS.Signals): void;
-  /** SIGKILL to the whole group and to the direct child. */
-  kill(): void;
-  resize(size: PtySize): void;
-  /**
-   * Stops (true) or restarts (false) reading output: while paused, the OS buffers fill and the child
-   * blocks on its next write. Exit is still observed.
-   */
-  pauseOutput(paused: boolean): void;
-  /** Stops reading output (used at shutdown when a descendant that left the group still holds the pipes). */
-  destroyStreams(): void;
-}
+export type { ProcessSink, SpawnedProcess, SpawnOptions } from './types.js';
 
 /** Checks cwd and argv[0], then starts the child. Rejects with a `ProcessError` before spawning when it cannot run. */
 export async function spawnProcess(options: SpawnOptions, sink: ProcessSink): Promise<SpawnedProcess> {
