@@ -49,7 +49,7 @@ import { DEFAULT_FORWARD_ALLOW, type ForwardOptions, ForwardPolicy } from './tcp
 export const SESSION_TAKEN_OVER = 'session has been resumed by another connection';
 
 /**
- * The buffer pools of one connection (ARCHITECTURE.md, "One owner per buffer"): `output` for
+ * The buffer pools of one connection (ARCHITECTURE.md, "Who owns what"): `output` for
  * `process/output` notifications and large base64 responses, each handed back by the transport once
  * written; `blocks` for `fs/readBlock` reads and decoded `fs/writeBlock` chunks (≤ 1 MiB each). Reused
  * because a fresh megabyte per message is external memory that brings V8's full collections every few

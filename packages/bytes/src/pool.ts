@@ -7,7 +7,7 @@
  * memory, and V8 starts a full mark-compact for roughly every 64 MiB of it. Streaming output at hundreds of
  * MB/s through fresh buffers spent most of the executor's GC time on those collections.
  *
- * A pool belongs to the connection or component that made it (ARCHITECTURE.md, "One owner per buffer"),
+ * A pool belongs to the connection or component that made it (ARCHITECTURE.md, "Who owns what"),
  * which hands it to what it builds and closes it when it closes: never a module-level singleton, so two
  * connections never share free slabs, and a closed owner holds no memory.
  */

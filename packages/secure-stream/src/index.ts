@@ -1,3 +1,4 @@
+export { CLOSED_RESET, DEFAULT_HANDSHAKE_TIMEOUT_MS, PROTOCOL_ERROR_RESET, SecureStreamError } from './errors.js';
 export {
   createMemoryLinkPair,
   type ForeignFrame,
@@ -9,14 +10,5 @@ export {
   WebSocketFrameLink,
   type WebSocketFrameLinkOptions,
 } from './link.js';
-export {
-  type AcceptedStream,
-  type AcceptOptions,
-  CLOSED_RESET,
-  DEFAULT_HANDSHAKE_TIMEOUT_MS,
-  type InitiateOptions,
-  PROTOCOL_ERROR_RESET,
-  SecureStream,
-  SecureStreamError,
-  type SecureStreamPools,
-} from './secure-stream.js';
+export type { AcceptOptions, InitiateOptions, SecureStreamPools } from './options.js';
+export { type AcceptedStream, SecureStream } from './secure-stream.js';

@@ -9,8 +9,9 @@ import {
 } from '@tether/relay-frames';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import { PROTOCOL_ERROR_RESET } from './errors.js';
 import type { FrameLink, FrameLinkHandlers } from './link.js';
-import { PROTOCOL_ERROR_RESET, SecureStream } from './secure-stream.js';
+import { SecureStream } from './secure-stream.js';
 
 // Record decoding of an open secure stream against an authenticated but hostile peer (issue 16): whatever
 // records it seals (any length prefixes, any cut, any seq), the stream delivers whole messages or resets

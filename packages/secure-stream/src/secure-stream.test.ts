@@ -11,8 +11,10 @@ import {
 } from '@tether/noise';
 import { dataFrame, type Frame, handshakeFrame, resetFrame } from '@tether/relay-frames';
 import { describe, expect, it } from 'vitest';
+import { PROTOCOL_ERROR_RESET, SecureStreamError } from './errors.js';
 import { createMemoryLinkPair, type FrameLink } from './link.js';
-import { PROTOCOL_ERROR_RESET, SecureStream, SecureStreamError, type SecureStreamPools } from './secure-stream.js';
+import type { SecureStreamPools } from './options.js';
+import { SecureStream } from './secure-stream.js';
 
 const ids = { environmentId: 'env-1', registrationId: 'reg-1' };
 

@@ -2,16 +2,12 @@ import { type BufferLease, BufferPool, DEFAULT_HIGH_WATER_MARK, DEFAULT_LOW_WATE
 import type { MessageTransport, TransportHandlers } from '@tether/jsonrpc';
 import {
   buildRelayPrologue,
-  type CryptoProvider,
   createInitiator,
   createResponder,
-  type Kem,
   MAX_HANDSHAKE_PAYLOAD,
   MAX_TRANSPORT_PLAINTEXT,
   type NoiseIdentity,
   type NoisePublicKey,
-  type StaticKeys,
-  type Suite,
   TAG_LENGTH_BYTES,
   type Transport,
 } from '@tether/noise';
@@ -27,20 +23,9 @@ import {
   resumeFrame,
   SendSequence,
 } from '@tether/relay-frames';
+import { CLOSED_RESET, DEFAULT_HANDSHAKE_TIMEOUT_MS, PROTOCOL_ERROR_RESET, SecureStreamError } from './errors.js';
 import type { FrameLink } from './link.js';
-
-/**
- * A stream's pools. `frames`: wire buffers of outbound Data frames (a fresh ~60 KiB buffer per record was
- * external memory for V8 and brought a full collection every few dozen megabytes sent). `messages`:
- * inbound messages of at least LENT_MESSAGE_BYTES (a 1 MiB file block, say) are assembled in buffers leased
- * from it, each handed on with its message's `release`, which the executor calls once a block is written,
- * sparing V8 a megabyte of fresh external memory per block. They belong to the stream (ARCHITECTURE.md, "One
- * owner per buffer"): given by its creator, which closes them, or else the stream's own, closed when it ends.
- */
-export interface SecureStreamPools {
-  frames: BufferPool;
-  messages: BufferPool;
-}
+import type { AcceptOptions, InitiateOptions, SecureStreamPools } from './options.js';
 
 /** A stream's own pools when its creator gives none: a stream's worth of frames in flight and of blocks. */
 function ownPools(): SecureStreamPools {
@@ -59,28 +44,6 @@ function ownPools(): SecureStreamPools {
  * a port-forward download).
  */
 const LENT_MESSAGE_BYTES = 32 * 1024;
-
-/** Reset reason sent on any failure; opaque to the peer (Codex's newest text). */
-export const PROTOCOL_ERROR_RESET = 'noise_relay_protocol_error';
-/** Reset reason sent when this side closes the stream normally. */
-export const CLOSED_RESET = 'stream_closed';
-/** How long a handshake may take before the stream is given up. */
-export const DEFAULT_HANDSHAKE_TIMEOUT_MS = 10_000;
-
-export class SecureStreamError extends Error {
-  static readonly NAME = 'SecureStreamError';
-  override readonly name = SecureStreamError.NAME;
-  /** With code `reset`: the reason the Reset frame carried (the relay's, or the peer's opaque one). */
-  readonly resetReason: string | undefined;
-  constructor(
-    readonly code: 'reset' | 'handshake_failed' | 'unauthorized' | 'timeout' | 'protocol' | 'closed',
-    message: string,
-    options?: { cause?: unknown; resetReason?: string },
-  ) {
-    super(message, options);
-    this.resetReason = options?.resetReason;
-  }
-}
 
 type State = 'handshaking' | 'open' | 'closed';
 
@@ -598,37 +561,6 @@ export class SecureStream implements MessageTransport {
     if (closeLink) this.link.close(reason);
     if (!this.early) this.handlers?.onClose(reason);
   }
-}
-
-interface CommonOptions {
-  link: FrameLink;
-  streamId: string;
-  environmentId: string;
-  registrationId: string;
-  /** This side's static keys (a NoiseIdentity). */
-  staticKeys: StaticKeys;
-  provider?: CryptoProvider;
-  kem?: Kem;
-  /** The stream's pools, from its creator, which closes them. Default: the stream's own. */
-  pools?: SecureStreamPools;
-}
-
-export interface InitiateOptions extends CommonOptions {
-  /** The executor key pinned from the rendezvous bundle. */
-  remoteStatic: NoisePublicKey;
-  /** `harness_key_authorization` from the bundle; the payload of message 1. */
-  authorization: string;
-  timeoutMs?: number;
-  signal?: AbortSignal;
-}
-
-export interface AcceptOptions extends CommonOptions {
-  /** Defaults to the suite of `staticKeys` when it is a NoiseIdentity, else Codex's AES-GCM suite. */
-  suite?: Suite;
-  /** The payload of the harness's first Handshake frame. */
-  message1: Uint8Array;
-  /** The registry's `/validate` in production: may this harness key in with this authorization? */
-  authorize(request: { remoteStatic: NoisePublicKey; authorization: string }): Promise<boolean>;
 }
 
 export interface AcceptedStream {

@@ -2,8 +2,7 @@ import { Socket } from 'node:net';
 import type { Readable, Writable } from 'node:stream';
 
 /**
- * The one place Tether touches private fields of Node, `ws` and node-pty (ARCHITECTURE.md, "One owner
- * per buffer"). Every field is listed in PRIVATE_FIELDS with the version it was checked against, read only
+ * The one place Tether touches private fields of Node, `ws` and node-pty (this package's README). Every field is listed in PRIVATE_FIELDS with the version it was checked against, read only
  * through an accessor below that checks its shape first and answers null when it is not as expected, so the
  * caller takes the public API instead; `privates.test.ts` has one contract test per field, which fails on
  * an upgrade that changes one. ws and node-pty are pinned exactly in every package.json that hands their
