@@ -40,3 +40,29 @@ export function useFreshTable() {
     },
   };
 }
+
+/**
+ * A test file's process tables: `table(options)` makes one, and every one made is shut down after each test,
+ * with the temporary directories `tempDir()` made. Call once at the top of a file.
+ */
+export function useTables() {
+  let tables: ProcessTable[] = [];
+  const tempDirs: string[] = [];
+  afterEach(async () => {
+    await Promise.all(tables.map((created) => created.shutdown()));
+    tables = [];
+    for (const dir of tempDirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+  });
+  return {
+    table(options: ProcessTableOptions = {}): ProcessTable {
+      const created = new ProcessTable(options);
+      tables.push(created);
+      return created;
+    },
+    tempDir(): string {
+      const dir = mkdtempSync(path.join(tmpdir(), 'local-process-'));
+      tempDirs.push(dir);
+      return dir;
+    },
+  };
+}

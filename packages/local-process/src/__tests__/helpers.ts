@@ -2,7 +2,7 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import { isAlive, waitUntil } from '@tether/test-kit';
 import type { ProcessTable } from '../process-table.js';
-import type { ReadResult, StartRequest } from '../types.js';
+import type { ProcessEvent, ReadResult, StartRequest } from '../types.js';
 
 /** Liveness (zombies count as gone) and bounded polling come from the shared test kit. */
 export { isAlive, waitUntil as waitFor };
@@ -76,4 +76,33 @@ export async function readUntil(table: ProcessTable, processId: string, marker: 
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${JSON.stringify(marker)}: ${output}`);
   }
   return output;
+}
+
+/** Whether `pid` leads its own session and process group (Linux /proc/<pid>/stat: pgid and sid). */
+export function leadsOwnSession(pid: number): boolean {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const [, , pgid, sid] = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return Number(pgid) === pid && Number(sid) === pid;
+}
+
+/** Event snapshots as the seed compares them. */
+export function snapshot(event: ProcessEvent): unknown {
+  if (event.kind === 'output') return { seq: event.seq, stream: event.stream, text: event.chunk.toString() };
+  if (event.kind === 'exited') return { seq: event.seq, exitCode: event.exitCode };
+  return { seq: event.seq, closed: true };
+}
+
+export function eventsUntilClosed(): { onEvent: (event: ProcessEvent) => void; closed: Promise<ProcessEvent[]> } {
+  const events: ProcessEvent[] = [];
+  let resolve!: (events: ProcessEvent[]) => void;
+  const closed = new Promise<ProcessEvent[]>((done) => {
+    resolve = done;
+  });
+  return {
+    onEvent: (event) => {
+      events.push(event);
+      if (event.kind === 'closed') resolve(events);
+    },
+    closed,
+  };
 }
