@@ -69,14 +69,17 @@ export class BoundedTransport implements MessageTransport {
     }
     this.inner.start({
       ...handlers,
-      onMessage: (data) => {
+      // The message's release (a pooled buffer's, from the secure stream) goes on with it: dropping it here left
+      // every 1 MiB block of an upload to the collector instead of its pool.
+      onMessage: (data, release) => {
         this.meter?.messageDelivered();
         const bytes = typeof data === 'string' ? Buffer.byteLength(data) : data.byteLength;
         if (bytes > this.maxMessageBytes) {
+          release?.();
           this.refuse(`message of ${bytes} bytes exceeds the limit of ${this.maxMessageBytes} bytes`);
           return;
         }
-        handlers.onMessage(data);
+        handlers.onMessage(data, release);
       },
     });
   }
