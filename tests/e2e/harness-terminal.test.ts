@@ -185,8 +185,17 @@ describe('harness shell', { timeout: 60_000 }, () => {
     await tmux.send(['shopt -q login_shell && echo "login=yes $(stty size) [$TERM]"', 'Enter']);
     await tmux.waitFor(/login=yes 25 90 \[(screen|tmux)/);
     await tmux.resize(110, 35);
-    await tmux.send(['echo "now $(stty size)"', 'Enter']);
-    await tmux.waitFor('now 35 110');
+    // The resize travels harness → relay → executor while the next line is typed, as over ssh: a line typed
+    // at once may still see the old size, so ask until the new one is there.
+    for (let attempt = 1; ; attempt++) {
+      await tmux.send(['echo "now $(stty size)"', 'Enter']);
+      const seen = await tmux.waitFor('now 35 110', 2_000).then(
+        () => true,
+        () => false,
+      );
+      if (seen) break;
+      if (attempt === 8) await tmux.waitFor('now 35 110', 1);
+    }
     await tmux.send(['exit 5', 'Enter']);
     expect(await exitCode(tmux)).toBe(5);
   });
