@@ -4,17 +4,7 @@ import { TetherError } from '@tether/client';
 import type { CopyOptions, CopyStats, Endpoint } from './copy-types.js';
 import { TreeCopy } from './tree-copy.js';
 
-export {
-  BATCH_BYTES,
-  BATCH_FILES,
-  BYTES_IN_FLIGHT,
-  type CopyOptions,
-  type CopyStats,
-  type Endpoint,
-  FILES_IN_FLIGHT,
-  MAX_TREE_DEPTH,
-  SMALL_FILE_BYTES,
-} from './copy-types.js';
+export { type CopyOptions, type CopyStats, type Endpoint, MAX_TREE_DEPTH } from './copy-types.js';
 export { SHA256SUM_OUTPUT_BYTES, sha256Of } from './file-copy.js';
 
 /**
