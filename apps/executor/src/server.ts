@@ -68,6 +68,8 @@ export class ExecServer {
   readonly sandbox: Sandboxer;
   private readonly ownsSandbox: boolean;
   private readonly processors = new Set<ConnectionProcessor>();
+  /** Read buffers for every process's output pipes (closed with the server, after the last process). */
+  private readonly readBuffers: ReadBufferPool;
   private http: Server | null = null;
   private wss: WebSocketServer | null = null;
   private closing: Promise<void> | null = null;
@@ -94,6 +96,7 @@ export class ExecServer {
       },
     };
     this.reaper = options.reaper === false ? null : createReaper({ subreaper: options.subreaper === true });
+    this.readBuffers = new ReadBufferPool({ bufferBytes: OUTPUT_READ_BYTES });
     this.registry = new SessionRegistry({
       detachedTtlMs: this.config.detachedTtlMs,
       maxSessions: this.config.maxSessions,
@@ -113,7 +116,7 @@ export class ExecServer {
         // so their read buffers can be recycled when retention drops them.
         // A chunk read fits one secure-stream record with its process/output header (a 64 KiB read took
         // a full record and a 4 KiB one: twice the records to seal, forward and open per chunk).
-        readBuffers: new ReadBufferPool({ bufferBytes: OUTPUT_READ_BYTES }),
+        readBuffers: this.readBuffers,
         // One budget for every session's flow-controlled processes: memory stays bounded however many
         // harnesses stream at once, while one busy stream still gets its whole window.
         outputBudget: new OutputBudget(this.config.flowOutputBudgetBytes),
@@ -269,6 +272,7 @@ export class ExecServer {
     this.wss?.close();
     await Promise.all([...this.processors].map((processor) => processor.done));
     await this.reaper?.close();
+    this.readBuffers.close();
     if (this.ownsSandbox) this.sandbox.close();
     this.logger.info('exec-server shutdown complete');
   }

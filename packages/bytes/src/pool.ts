@@ -33,6 +33,7 @@ export class BufferPool {
   /** Free slabs by size. */
   readonly #free = new Map<number, Buffer[]>();
   #pooledBytes = 0;
+  #createdSlabs = 0;
   #closed = false;
 
   constructor(options: BufferPoolOptions = {}) {
@@ -43,6 +44,11 @@ export class BufferPool {
   /** Bytes of free slabs held for reuse. */
   get pooledBytes(): number {
     return this.#pooledBytes;
+  }
+
+  /** Slabs allocated so far (each lease that found no free slab of its size allocated one). */
+  get createdSlabs(): number {
+    return this.#createdSlabs;
   }
 
   /** True once the owner closed the pool. */
@@ -66,7 +72,10 @@ export class BufferPool {
     const slabSize = Math.ceil(size / this.#step) * this.#step;
     let slab = this.#free.get(slabSize)?.pop();
     if (slab) this.#pooledBytes -= slabSize;
-    else slab = Buffer.allocUnsafeSlow(slabSize);
+    else {
+      slab = Buffer.allocUnsafeSlow(slabSize);
+      this.#createdSlabs++;
+    }
     let held = true;
     const owned = slab;
     return {

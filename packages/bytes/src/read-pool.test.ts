@@ -42,3 +42,17 @@ describe('ReadBufferPool', () => {
     expect(pool.createdBuffers).toBe(2);
   });
 });
+
+describe('ReadBufferPool.close', () => {
+  it('drops its free buffers and takes nothing back once closed, while reads still get buffers', () => {
+    const pool = new ReadBufferPool({ bufferBytes: 1024 });
+    const out = pool.acquire();
+    pool.release(pool.acquire());
+    expect(pool.freeBuffers).toBe(1);
+    pool.close();
+    expect(pool.freeBuffers).toBe(0);
+    pool.release(out);
+    expect(pool.freeBuffers).toBe(0);
+    expect(pool.acquire().length).toBe(1024);
+  });
+});

@@ -1,8 +1,10 @@
+import { BufferPool, HandedChunks } from './pool.js';
+
 /** Read buffer size: what libuv asks for per read of a pipe. */
 export const READ_BUFFER_BYTES = 64 * 1024;
 /** A read shorter than this is copied into a buffer of its own size (so a kept buffer is at least half used). */
 export const KEEP_READ_AT_BYTES = 32 * 1024;
-/** Free read buffers kept per pool (4 MiB). */
+/** Free read buffers kept per pool (4 MiB at the default size). */
 const MAX_FREE_BUFFERS = 64;
 
 /**
@@ -14,18 +16,17 @@ const MAX_FREE_BUFFERS = 64;
  * chunk is no longer needed (`release`, called when retention drops the chunk); a short read is copied to a
  * buffer of its own size so a small chunk never pins 64 KiB.
  *
+ * The same release rule as every other pooled buffer: each read buffer is a `BufferPool` lease, released
+ * at most once, and a closed pool takes nothing back. A chunk travels on its own (the process table keeps
+ * chunks, not leases), so the lease's release is found again by the chunk's memory (`HandedChunks`).
+ *
  * Contract for users of recycled chunks: a chunk may be overwritten by a later read once it is released,
  * so whoever holds a chunk must be done with it before releasing it (the executor encodes each chunk
  * synchronously when it is emitted or read, and releases it only when retention drops it).
  */
 export class ReadBufferPool {
-  readonly #free: Buffer[] = [];
-  /** ArrayBuffers this pool handed out (only those are taken back). */
-  readonly #owned = new WeakSet<ArrayBufferLike>();
-  /** ArrayBuffers sitting in `#free`: a second release of the same chunk must not list it twice. */
-  readonly #idle = new WeakSet<ArrayBufferLike>();
-
-  #created = 0;
+  readonly #pool: BufferPool;
+  readonly #handed = new HandedChunks();
   /** Bytes of each buffer (one read at most). */
   readonly bufferBytes: number;
 
@@ -35,40 +36,33 @@ export class ReadBufferPool {
    */
   constructor(options: { bufferBytes?: number } = {}) {
     this.bufferBytes = options.bufferBytes ?? READ_BUFFER_BYTES;
+    this.#pool = new BufferPool({ step: this.bufferBytes, maxPooledBytes: MAX_FREE_BUFFERS * this.bufferBytes });
   }
 
   /** Free buffers held for reuse. */
   get freeBuffers(): number {
-    return this.#free.length;
+    return this.#pool.pooledBytes / this.bufferBytes;
   }
 
   /** Buffers allocated so far (each read that found no free one allocated one). */
   get createdBuffers(): number {
-    return this.#created;
+    return this.#pool.createdSlabs;
   }
 
   acquire(): Buffer {
-    const buffer = this.#free.pop();
-    if (buffer) {
-      this.#idle.delete(buffer.buffer);
-      return buffer;
-    }
-    const fresh = Buffer.allocUnsafeSlow(this.bufferBytes);
-    this.#owned.add(fresh.buffer);
-    this.#created++;
-    return fresh;
+    const lease = this.#pool.lease(this.bufferBytes);
+    this.#handed.hand(lease.buffer, lease.release);
+    return lease.buffer;
   }
 
-  /** Gives back the buffer under `chunk` if it is one of this pool's; anything else is ignored. */
+  /** Gives back the buffer under `chunk` if it is one of this pool's and still out; anything else is ignored. */
   release(chunk: Buffer): void {
-    const arrayBuffer = chunk.buffer;
-    if (!this.#owned.has(arrayBuffer) || this.#idle.has(arrayBuffer)) return;
-    if (this.#free.length >= MAX_FREE_BUFFERS) {
-      this.#owned.delete(arrayBuffer); // dropped: the garbage collector frees it
-      return;
-    }
-    this.#idle.add(arrayBuffer);
-    this.#free.push(Buffer.from(arrayBuffer, 0, this.bufferBytes));
+    this.#handed.giveBack(chunk);
+  }
+
+  /** The owner is done: free buffers are dropped, and those still out are dropped when they come back. */
+  close(): void {
+    this.#pool.close();
   }
 
   /** The chunk for `length` bytes just read into `buffer`: a view of it, or a copy of a short read. */
