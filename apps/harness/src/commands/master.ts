@@ -15,6 +15,7 @@ import {
 } from '../reuse/client.js';
 import { MAX_POOL, Master } from '../reuse/master.js';
 import { masterPaths } from '../reuse/paths.js';
+import type { ControlReply } from '../reuse/protocol.js';
 import { type ConnectFlags, openEnvironment } from '../target.js';
 
 /** A master's log (its stderr, a file in the runtime dir) stops growing here. */
@@ -119,58 +120,66 @@ Examples:
     }
   });
 
-  connectOptions(
-    master
-      .command('status')
-      .description('show whether a master runs for the environment (exit 1 when none)')
-      .argument('[env]', 'environment id (default: --environment-id or its variable)'),
-  ).action(async (environmentId: string | undefined, flags: ConnectFlags) => {
-    try {
-      const target = await resolveTarget(flags, io.env, environmentId);
-      const { socket } = masterPaths(target, io.env);
-      const reply = await controlRequest(socket, 'status');
-      if (!reply?.ok || reply.op !== 'status') {
-        io.stderr.write(`harness: no master runs for ${target.environmentId} (${socket})\n`);
-        setExit(1);
-        return;
+  /**
+   * `status` and `stop`: one control request to the environment's master; no master there is exit 1 with
+   * the socket named, and `done` writes what the reply means.
+   */
+  const controlCommand = (
+    op: 'status' | 'stop',
+    description: string,
+    done: (
+      reply: Extract<ControlReply, { ok: true }>,
+      target: RendezvousConnectOptions,
+      socket: string,
+    ) => Promise<void>,
+  ) =>
+    connectOptions(
+      master
+        .command(op)
+        .description(description)
+        .argument('[env]', 'environment id (default: --environment-id or its variable)'),
+    ).action(async (environmentId: string | undefined, flags: ConnectFlags) => {
+      try {
+        const target = await resolveTarget(flags, io.env, environmentId);
+        const { socket } = masterPaths(target, io.env);
+        const reply = await controlRequest(socket, op);
+        if (!reply?.ok || reply.op !== op) {
+          io.stderr.write(`harness: no master runs for ${target.environmentId} (${socket})\n`);
+          setExit(1);
+          return;
+        }
+        await done(reply, target, socket);
+        setExit(0);
+      } catch (err) {
+        setExit(report(io, err));
       }
+    });
+
+  controlCommand(
+    'status',
+    'show whether a master runs for the environment (exit 1 when none)',
+    async (reply, _t, socket) => {
+      if (reply.op !== 'status') return;
       const s = reply.status;
       io.stdout.write(
         `master pid ${s.pid} for ${s.environmentId} at ${s.registry}: ${s.ready} channel(s) ready, ${s.inUse} in use, ` +
           `${s.persistSeconds ? `exits after ${s.persistSeconds} s idle` : 'no idle timeout'}, since ${s.startedAt}\n` +
           `socket ${socket}\n`,
       );
-      setExit(0);
-    } catch (err) {
-      setExit(report(io, err));
-    }
-  });
+    },
+  );
 
-  connectOptions(
-    master
-      .command('stop')
-      .description('stop the master for the environment (commands using it carry on over direct connections)')
-      .argument('[env]', 'environment id (default: --environment-id or its variable)'),
-  ).action(async (environmentId: string | undefined, flags: ConnectFlags) => {
-    try {
-      const target = await resolveTarget(flags, io.env, environmentId);
-      const { socket } = masterPaths(target, io.env);
-      const reply = await controlRequest(socket, 'stop');
-      if (!reply?.ok) {
-        io.stderr.write(`harness: no master runs for ${target.environmentId} (${socket})\n`);
-        setExit(1);
-        return;
-      }
+  controlCommand(
+    'stop',
+    'stop the master for the environment (commands using it carry on over direct connections)',
+    async (_reply, target, socket) => {
       // Gone once its socket is: wait for that (bounded), so a following `start` finds the place free.
       for (let i = 0; i < 100 && (await controlRequest(socket, 'status').catch(() => null)); i++) {
         await new Promise((resolve) => setTimeout(resolve, 50));
       }
       io.stdout.write(`stopped the master for ${target.environmentId}\n`);
-      setExit(0);
-    } catch (err) {
-      setExit(report(io, err));
-    }
-  });
+    },
+  );
 
   master
     .command('serve', { hidden: true })
