@@ -9,7 +9,6 @@
  * Environment's `spawnDetached`, `listProcesses`, `attach` and `kill` are thin members over this file.
  */
 
-import { randomBytes } from 'node:crypto';
 import { DEFAULT_HIGH_WATER_BYTES, LOW_WATER_FRACTION, PROCESS_READ_MAX_BYTES } from '@tether/bytes';
 import {
   detachedProcessIdProblem,
@@ -100,7 +99,7 @@ export async function spawnDetached(
 ): Promise<{ processId: string }> {
   const executor = requireDetach(client);
   if (argv.length === 0) throw new TetherError('invalid_argument', 'argv must not be empty');
-  const processId = options.processId ?? randomBytes(4).toString('hex');
+  const processId = options.processId ?? Buffer.from(crypto.getRandomValues(new Uint8Array(4))).toString('hex');
   const problem = detachedProcessIdProblem(processId);
   if (problem !== null) throw new TetherError('invalid_argument', problem);
   const params = {

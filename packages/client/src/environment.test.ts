@@ -12,7 +12,7 @@ import {
 } from '@tether/test-kit';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { ProcessEvent } from './backend.js';
-import { Environment } from './environment.js';
+import { Environment } from './environment-node.js';
 import { TetherError } from './errors.js';
 
 const work = mkdtempSync(join(tmpdir(), 'tether-client-'));

@@ -8,9 +8,9 @@ import { type PeerHandle, startPeer } from '@tether/test-kit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
 import type { ConnectProgress } from './client-options.js';
-import { Environment } from './environment.js';
+import { Environment } from './environment-node.js';
 import { TetherError } from './errors.js';
-import { ExecServerClient } from './exec-client.js';
+import { ExecServerClient } from './exec-client-node.js';
 
 const work = mkdtempSync(join(tmpdir(), 'tether-exec-client-'));
 afterAll(() => rmSync(work, { recursive: true, force: true }));

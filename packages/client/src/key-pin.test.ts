@@ -5,7 +5,7 @@ import { generateIdentity, parsePublicKey, publicKeyToJson, SECURITY_PROFILE_HYB
 import { type PeerHandle, startPeer, startTestRendezvous, type TestRendezvous } from '@tether/test-kit';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocketServer } from 'ws';
-import { Environment } from './environment.js';
+import { Environment } from './environment-node.js';
 import { ExecutorKeyChangedError, TetherError } from './errors.js';
 
 /** A WebSocket server on 127.0.0.1:0 standing in for "the new peer": it only counts who dials it. */

@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto';
 import { LOW_WATER_FRACTION } from '@tether/bytes';
 import type { OutputStream, ProcessBackend, ProcessEvent, SignalName, WriteStatus } from './backend.js';
 import { TetherError } from './errors.js';
@@ -39,7 +38,7 @@ export abstract class ProcessEvents implements AsyncIterable<ProcessEvent> {
   private wakeReader: (() => void) | null = null;
   private resolveCompletion!: (result: ProcessResult) => void;
   private rejectCompletion!: (error: Error) => void;
-  private readonly writePrefix = randomUUID();
+  private readonly writePrefix = crypto.randomUUID();
   private writeCounter = 0;
 
   constructor(
