@@ -5,6 +5,7 @@ import {
   type AttachOptions,
   attachProcess,
   type CommandOptions,
+  commandStart,
   killProcess,
   listProcesses,
   type ProcessInfo,
@@ -69,13 +70,7 @@ export class Environment {
       const started = await this.backend.start({
         processId,
         argv,
-        cwd: options.cwd ?? this.defaultCwd,
-        env: options.env ?? {},
-        inheritEnv: options.inheritEnv ?? true,
-        tty: options.tty ?? false,
-        pipeStdin: options.stdin ?? false,
-        arg0: options.arg0 ?? null,
-        size: options.size ?? null,
+        ...commandStart(options, this.defaultCwd),
         flowWindowBytes: handle.flowWindowBytes,
         sandbox: options.sandbox ?? null,
       });
