@@ -1,18 +1,9 @@
 /** The registry's `/connect` from Node: over node:http(s) through the configured proxies (`nodeRoute`). */
 import type { IncomingMessage } from 'node:http';
-import type { NoisePublicKey } from '@tether/noise/keys';
 import { describeProxy, outboundRequest, type ProxySettings } from '@tether/outbound';
 import { TetherError } from './errors.js';
 import { proxyForCredentials, proxySettings } from './proxy.js';
-import {
-  type Answer,
-  fetchBundleVia,
-  fetchPost,
-  type Post,
-  type RegistryOptions,
-  type RegistryRoute,
-  type RendezvousBundle,
-} from './registry.js';
+import { type Answer, bundleFetcher, fetchPost, type Post, type RegistryRoute } from './registry.js';
 
 /** A `/connect` answer is a few hundred bytes; anything past this is not one. */
 const MAX_ANSWER_BYTES = 256 * 1024;
@@ -76,11 +67,4 @@ export const nodeRoute: RegistryRoute = (options, base) => {
  * registries are retried (up to 4 times within the overall deadline); answers are not. Redirects are never
  * followed.
  */
-export function fetchBundle(
-  options: RegistryOptions,
-  environmentId: string,
-  harnessKey: NoisePublicKey,
-  signal?: AbortSignal,
-): Promise<RendezvousBundle> {
-  return fetchBundleVia(nodeRoute, options, environmentId, harnessKey, signal);
-}
+export const fetchBundle = bundleFetcher(nodeRoute);

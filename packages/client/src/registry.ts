@@ -107,18 +107,24 @@ export function checkRegistryUrl(registryUrl: string, allowInsecureRegistry = fa
   return base;
 }
 
-/**
- * Fetches a fresh rendezvous bundle for this harness key. Timeouts and unreachable registries are
- * retried (up to 4 times within the overall deadline); answers are not. Redirects are never followed.
- */
-export function fetchBundle(
+/** `fetchBundleVia` on one route: each entry's `fetchBundle`. */
+export function bundleFetcher(
+  route: RegistryRoute,
+): (
   options: RegistryOptions,
   environmentId: string,
   harnessKey: NoisePublicKey,
   signal?: AbortSignal,
-): Promise<RendezvousBundle> {
-  return fetchBundleVia(fetchRoute, options, environmentId, harnessKey, signal);
+) => Promise<RendezvousBundle> {
+  return (options, environmentId, harnessKey, signal) =>
+    fetchBundleVia(route, options, environmentId, harnessKey, signal);
 }
+
+/**
+ * Fetches a fresh rendezvous bundle for this harness key, over `fetch`. Timeouts and unreachable registries are
+ * retried (up to 4 times within the overall deadline); answers are not. Redirects are never followed.
+ */
+export const fetchBundle = bundleFetcher(fetchRoute);
 
 /** `fetchBundle` with `/connect` sent the way `route` says (default `fetchRoute`). */
 export async function fetchBundleVia(
