@@ -9,7 +9,6 @@
  * Environment's `spawnDetached`, `listProcesses`, `attach` and `kill` are thin members over this file.
  */
 
-import { randomBytes } from 'node:crypto';
 import { DEFAULT_HIGH_WATER_BYTES, LOW_WATER_FRACTION, PROCESS_READ_MAX_BYTES } from '@tether/bytes';
 import {
   detachedProcessIdProblem,
@@ -92,6 +91,19 @@ export function requireDetach(client: ExecServerClient | null): ExecServerClient
   return client;
 }
 
+/** What `CommandOptions` ask of `process/start`, each default filled in (`defaultCwd` where no `cwd`). */
+export function commandStart(options: CommandOptions, defaultCwd: string) {
+  return {
+    cwd: options.cwd ?? defaultCwd,
+    env: options.env ?? {},
+    inheritEnv: options.inheritEnv ?? true,
+    tty: options.tty ?? false,
+    pipeStdin: options.stdin ?? false,
+    arg0: options.arg0 ?? null,
+    size: options.size ?? null,
+  };
+}
+
 /** Starts a detached process; resolves with its id once it runs. */
 export async function spawnDetached(
   client: ExecServerClient | null,
@@ -100,21 +112,11 @@ export async function spawnDetached(
 ): Promise<{ processId: string }> {
   const executor = requireDetach(client);
   if (argv.length === 0) throw new TetherError('invalid_argument', 'argv must not be empty');
-  const processId = options.processId ?? randomBytes(4).toString('hex');
+  const processId = options.processId ?? Buffer.from(crypto.getRandomValues(new Uint8Array(4))).toString('hex');
   const problem = detachedProcessIdProblem(processId);
   if (problem !== null) throw new TetherError('invalid_argument', problem);
   const params = {
-    ...processStartParams({
-      processId,
-      argv,
-      cwd: options.cwd ?? '/',
-      env: options.env ?? {},
-      inheritEnv: options.inheritEnv ?? true,
-      tty: options.tty ?? false,
-      pipeStdin: options.stdin ?? false,
-      arg0: options.arg0 ?? null,
-      size: options.size ?? null,
-    }),
+    ...processStartParams({ processId, argv, ...commandStart(options, '/') }),
     detached: true,
   };
   const answer = await executor.call(Method.processStart, params);
@@ -308,13 +310,7 @@ export class AttachedProcess extends ProcessEvents {
         } else if (gap > 0) {
           this.skip(this.cursor + 1, chunk.seq - 1);
         }
-        this.enqueue({
-          kind: 'output',
-          processId: this.processId,
-          seq: chunk.seq,
-          stream: chunk.stream,
-          chunk: chunk.chunk,
-        });
+        this.enqueueOutput(chunk);
       }
       if (answer.chunks.length > 0) continue;
       if (answer.closed) {

@@ -1,20 +1,16 @@
 /**
- * Dialing an executor: a plain WebSocket, or the rendezvous (a bundle from the registry, the relay socket,
- * the hybrid Noise handshake). Loaded on first use by `exec-client.ts` (`loadDialing`): ws, the relay
+ * Dialing an executor through the rendezvous: a bundle from the registry, the relay socket (the platform's),
+ * the hybrid Noise handshake. Loaded on first use by `rendezvous-dialer.ts` (`loadDialing`): the relay
  * frames' protobuf codec, the secure stream and Noise key generation are a good part of the harness CLI's
- * start-up, which a command served by a connection master does without.
+ * start-up, which a command served by a connection master does without. Node's sockets (`ws`, proxies) are
+ * dial-node.ts's.
  */
-import { randomUUID } from 'node:crypto';
-import { type MessageTransport, WebSocketTransport } from '@tether/jsonrpc';
+import type { MessageTransport } from '@tether/jsonrpc';
 import type { CryptoProvider, Kem, NoiseIdentity } from '@tether/noise';
-import { type ProxySettings, tunnelAgent } from '@tether/outbound';
-import { MAX_FRAME_BYTES, relaySocketMask } from '@tether/relay-frames';
-import { type FrameLink, SecureStream, SecureStreamError, WebSocketFrameLink } from '@tether/secure-stream';
-import { WebSocket } from 'ws';
+import { type FrameLink, SecureStream, SecureStreamError } from '@tether/secure-stream';
 import { PASSING_RESETS } from './dial-error.js';
 import { TetherError } from './errors.js';
-import { proxyForCredentials, proxySettings } from './proxy.js';
-import { fetchBundle, type RegistryOptions, type RendezvousBundle } from './registry.js';
+import { fetchBundleVia, type RegistryOptions, type RegistryRoute, type RendezvousBundle } from './registry.js';
 
 export { generateIdentity } from '@tether/noise';
 
@@ -45,66 +41,6 @@ function resetExplanation(reason: string | undefined): string {
     : `the stream was reset (${shown})`;
 }
 
-export async function dialWebSocket(url: string, signal: AbortSignal): Promise<MessageTransport> {
-  const maxPayload = 256 * 1024 * 1024;
-  const ws = new WebSocket(url, { perMessageDeflate: false, maxPayload });
-  await openSocket(ws, url, signal);
-  // Messages assembled in pooled slabs off one shared read buffer (jsonrpc's `fastReceive`).
-  return new WebSocketTransport(ws, { peer: url, fastReceive: { server: false, maxPayload } });
-}
-
-async function openSocket(ws: WebSocket, what: string, signal: AbortSignal, timeoutMs = 10_000): Promise<void> {
-  const onAbort = () => ws.terminate();
-  signal.addEventListener('abort', onAbort, { once: true });
-  const timer = setTimeout(() => ws.terminate(), timeoutMs);
-  try {
-    await new Promise<void>((resolve, reject) => {
-      ws.once('open', () => resolve());
-      ws.once('unexpected-response', (_req, res) => {
-        res.resume();
-        reject(
-          new TetherError('connect_failed', `${what} refused the connection with HTTP ${res.statusCode}`, {
-            status: res.statusCode,
-          }),
-        );
-      });
-      ws.once('error', (err) =>
-        reject(new TetherError('connect_failed', `cannot connect: ${err.message}`, { cause: err })),
-      );
-      ws.once('close', () => reject(new TetherError('connect_failed', `${what}: connection closed while opening`)));
-    });
-  } finally {
-    clearTimeout(timer);
-    signal.removeEventListener('abort', onAbort);
-  }
-}
-
-/** The relay socket for a signed URL; the URL is a credential, so no error repeats it. */
-async function relaySocket(url: string, proxies: ProxySettings, allowInsecure: boolean): Promise<WebSocket> {
-  let target: URL;
-  try {
-    target = new URL(url);
-  } catch {
-    throw new TetherError('registry', 'the relay URL in the bundle is not a valid WebSocket URL');
-  }
-  const proxy = proxyForCredentials(target, proxies, allowInsecure, {
-    target: 'open the plain ws:// relay socket',
-    secret: 'its signed URL',
-    secure: 'a wss:// relay',
-  });
-  const agent = proxy ? await tunnelAgent(proxy) : undefined;
-  try {
-    return new WebSocket(url, {
-      perMessageDeflate: false,
-      maxPayload: MAX_FRAME_BYTES,
-      generateMask: relaySocketMask,
-      ...(agent ? { agent } : {}),
-    });
-  } catch {
-    throw new TetherError('registry', 'the relay URL in the bundle is not a valid WebSocket URL');
-  }
-}
-
 /** A fresh bundle whose executor key the session trusts. */
 async function pinnedBundle(
   registry: RegistryOptions,
@@ -112,8 +48,9 @@ async function pinnedBundle(
   identity: NoiseIdentity,
   pin: BundlePin,
   signal: AbortSignal,
+  route: RegistryRoute | undefined,
 ): Promise<RendezvousBundle> {
-  const bundle = await fetchBundle(registry, environmentId, identity.publicKey, signal);
+  const bundle = await fetchBundleVia(route, registry, environmentId, identity.publicKey, signal);
   pin.check(bundle);
   return bundle;
 }
@@ -128,25 +65,18 @@ export interface RelayLink {
 /**
  * Opens the relay socket for a bundle's signed URL as a frame link for `streamId`. A refusal with an HTTP
  * status is a TetherError carrying it (a 401 makes the dial fetch one fresh bundle and try once more).
- * Node's is `ws` (`nodeRelayLinks`); a web page gives one over the browser's WebSocket.
+ * Node's is `ws` (`nodeRelayLinks`, dial-node.ts); a web page gives one over the browser's WebSocket.
  */
 export type RelayLinkOpener = (url: string, streamId: string, signal: AbortSignal) => Promise<RelayLink>;
 
-/** The relay socket as Node opens it: `ws`, through the configured proxies, zero-key masking. */
-function nodeRelayLinks(registry: RegistryOptions): RelayLinkOpener {
-  const proxies = proxySettings(registry);
-  const allowInsecure = registry.allowInsecureRegistry === true;
-  return async (url, streamId, signal) => {
-    const ws = await relaySocket(url, proxies, allowInsecure);
-    await openSocket(ws, 'the relay', signal);
-    ws.on('error', () => undefined);
-    return { link: new WebSocketFrameLink(ws, streamId), terminate: () => ws.terminate() };
-  };
-}
-
-/** What runs a rendezvous dial where Node's defaults do not (a browser): its socket and its crypto. */
+/**
+ * What runs a rendezvous dial: its socket, its registry calls and its crypto. Node's (`ws` through the
+ * proxies, node:http, node:crypto) is the default of the Node entry (rendezvous-node.ts); a page gives its own.
+ */
 export interface RendezvousPlatform {
   openRelayLink: RelayLinkOpener;
+  /** How the registry's `/connect` is sent (default: the options' `fetch`, else the global one). */
+  registryRoute?: RegistryRoute;
   /** The handshake's primitives (default: node:crypto's). */
   provider?: CryptoProvider;
   /** The handshake's ML-KEM-768 (default: node:crypto's where Node has it, else noble's). */
@@ -159,14 +89,15 @@ export async function dialRendezvous(
   identity: NoiseIdentity,
   pin: BundlePin,
   signal: AbortSignal,
-  handshakeTimeoutMs = 10_000,
-  platform?: RendezvousPlatform,
+  handshakeTimeoutMs: number | undefined,
+  platform: RendezvousPlatform,
   onPhase?: (phase: DialPhase) => void,
 ): Promise<MessageTransport> {
+  const route = platform.registryRoute;
   onPhase?.('registry');
-  let bundle = await pinnedBundle(registry, environmentId, identity, pin, signal);
-  const openLink = platform?.openRelayLink ?? nodeRelayLinks(registry);
-  const streamId = randomUUID();
+  let bundle = await pinnedBundle(registry, environmentId, identity, pin, signal, route);
+  const openLink = platform.openRelayLink;
+  const streamId = crypto.randomUUID();
   let relay: RelayLink;
   try {
     onPhase?.('relay');
@@ -175,7 +106,7 @@ export async function dialRendezvous(
     // A 401 means the bundle went stale: fetch one fresh bundle and try once more (rendezvous.md §3.1).
     if (!(err instanceof TetherError) || err.status !== 401) throw err;
     onPhase?.('registry');
-    bundle = await pinnedBundle(registry, environmentId, identity, pin, signal);
+    bundle = await pinnedBundle(registry, environmentId, identity, pin, signal, route);
     onPhase?.('relay');
     relay = await openLink(bundle.url, streamId, signal);
   }
@@ -189,10 +120,10 @@ export async function dialRendezvous(
       staticKeys: identity,
       remoteStatic: bundle.executorPublicKey,
       authorization: bundle.authorization,
-      timeoutMs: handshakeTimeoutMs,
+      timeoutMs: handshakeTimeoutMs ?? 10_000,
       signal,
-      ...(platform?.provider ? { provider: platform.provider } : {}),
-      ...(platform?.kem ? { kem: platform.kem } : {}),
+      ...(platform.provider ? { provider: platform.provider } : {}),
+      ...(platform.kem ? { kem: platform.kem } : {}),
     });
     pin.trust(bundle);
     return stream;

@@ -1,18 +1,11 @@
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import {
-  type PeerHandle,
-  type Stack,
-  startPeer,
-  startStack,
-  startTestRendezvous,
-  type TestRendezvous,
-  tetherMainPath,
-} from '@tether/test-kit';
+import { type PeerHandle, type Stack, startPeer, startStack, tetherMainPath } from '@tether/test-kit';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { executorOnRendezvous } from './__tests__/rendezvous-executor.js';
 import type { ProcessEvent } from './backend.js';
-import { Environment } from './environment.js';
+import { Environment } from './environment-node.js';
 import { TetherError } from './errors.js';
 
 const work = mkdtempSync(join(tmpdir(), 'tether-client-'));
@@ -275,22 +268,7 @@ describe.each<Backend>(['local', 'remote (ws)', 'remote (rendezvous)', 'remote (
 });
 
 describe('Environment over the rendezvous: recovery', () => {
-  let rig: TestRendezvous;
-  let peer: PeerHandle;
-  beforeAll(async () => {
-    rig = await startTestRendezvous();
-    peer = await startPeer({
-      kind: 'tether',
-      transport: 'remote',
-      args: ['--registry', rig.registryUrl, '--environment-id', 'env-recover'],
-      env: { TETHER_EXECUTOR_API_KEY: rig.apiKey },
-    });
-    await rig.environmentOnline('env-recover');
-  });
-  afterAll(async () => {
-    await peer?.close();
-    await rig?.close();
-  });
+  const stack = executorOnRendezvous('env-recover');
   const opened: Environment[] = [];
   afterEach(async () => {
     for (const env of opened.splice(0)) await env.close();
@@ -299,8 +277,8 @@ describe('Environment over the rendezvous: recovery', () => {
   it('resumes the session after the relay socket drops and loses no output', async () => {
     const statuses: string[] = [];
     const env = await Environment.connectRendezvous({
-      registryUrl: rig.registryUrl,
-      apiKey: rig.apiKey,
+      registryUrl: stack.rig.registryUrl,
+      apiKey: stack.rig.apiKey,
       environmentId: 'env-recover',
       onStatus: (status) => statuses.push(status),
     });
@@ -316,7 +294,7 @@ describe('Environment over the rendezvous: recovery', () => {
       lines.push(event.chunk.toString());
       if (!dropped && lines.join('').includes('line-5\n')) {
         dropped = true;
-        rig.dropHarnessSockets('env-recover');
+        stack.rig.dropHarnessSockets('env-recover');
       }
     }
     expect(dropped).toBe(true);
@@ -331,13 +309,21 @@ describe('Environment over the rendezvous: recovery', () => {
 
   it('reports a refused harness key as unauthorized', async () => {
     await expect(
-      Environment.connectRendezvous({ registryUrl: rig.registryUrl, apiKey: 'wrong', environmentId: 'env-recover' }),
+      Environment.connectRendezvous({
+        registryUrl: stack.rig.registryUrl,
+        apiKey: 'wrong',
+        environmentId: 'env-recover',
+      }),
     ).rejects.toMatchObject({ name: 'TetherError', code: 'unauthorized' });
   });
 
   it('reports an unknown environment as not found', async () => {
     await expect(
-      Environment.connectRendezvous({ registryUrl: rig.registryUrl, apiKey: rig.apiKey, environmentId: 'env-nobody' }),
+      Environment.connectRendezvous({
+        registryUrl: stack.rig.registryUrl,
+        apiKey: stack.rig.apiKey,
+        environmentId: 'env-nobody',
+      }),
     ).rejects.toMatchObject({ code: 'not_found' });
   });
 });

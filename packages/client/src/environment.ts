@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto';
 import type { ProcessBackend, SignalName } from './backend.js';
 import type { ExecServerClientOptions } from './client-options.js';
 import {
@@ -6,6 +5,7 @@ import {
   type AttachOptions,
   attachProcess,
   type CommandOptions,
+  commandStart,
   killProcess,
   listProcesses,
   type ProcessInfo,
@@ -14,13 +14,10 @@ import {
 } from './detached.js';
 import { TetherError } from './errors.js';
 import { ExecServerClient } from './exec-client.js';
-import type { EnvironmentFs } from './fs.js';
-import { LocalBackend } from './local-backend.js';
-import { LocalFs } from './local-fs.js';
+import type { PortableFs } from './fs.js';
 import { ProcessHandle, type ProcessHandleOptions } from './process.js';
-import { RemoteFs } from './remote-fs.js';
+import { type FsCaller, RemoteFs } from './remote-fs.js';
 import type { RendezvousOptions } from './rendezvous-dialer.js';
-import { type ConnectTcpOptions, connectLocalTcp, type TcpDuplex } from './tcp.js';
 
 export interface SpawnOptions extends CommandOptions, ProcessHandleOptions {
   /** Run confined (sandboxProfile; the executor must advertise `processSandbox`). */
@@ -28,27 +25,23 @@ export interface SpawnOptions extends CommandOptions, ProcessHandleOptions {
 }
 
 /**
- * Where processes run and files live: this machine (`Environment.local()`) or a remote executor
- * (`Environment.connect…`). Both offer the same `spawn`/`exec` and `fs`.
+ * Where processes run and files live: a remote executor (`Environment.connect…`, `Environment.remote`), and in
+ * the Node entry this machine too (environment-node.ts: `Environment.local()`, stdio and WebSocket executors,
+ * TCP, and `fs` with streams). This class is the platform-free part, the browser entry's `Environment`.
  */
 export class Environment {
   private readonly handles = new Set<ProcessHandle>();
   private readonly attachments = new Set<AttachedProcess>();
-  private closed = false;
+  protected closed = false;
 
-  private constructor(
+  protected constructor(
     private readonly backend: ProcessBackend,
-    readonly fs: EnvironmentFs,
+    readonly fs: PortableFs,
     private readonly defaultCwd: string,
-    private onClose: () => Promise<void>,
+    protected onClose: () => Promise<void>,
     /** The executor client when remote (for raw calls), else null. */
     readonly client: ExecServerClient | null,
   ) {}
-
-  static local(): Environment {
-    const backend = new LocalBackend();
-    return new Environment(backend, new LocalFs(), process.cwd(), () => backend.close(), null);
-  }
 
   /** A remote executor reached through the registry and relay (end-to-end encrypted). */
   static async connectRendezvous(
@@ -57,41 +50,15 @@ export class Environment {
     return Environment.remote(await ExecServerClient.connectRendezvous(options));
   }
 
-  /** An executor listening on a WebSocket (`executor --listen ws://…`). */
-  static async connectWebSocket(
-    url: string,
-    options: Omit<ExecServerClientOptions, 'dial'> = {},
-  ): Promise<Environment> {
-    return Environment.remote(await ExecServerClient.connectWebSocket(url, options));
-  }
-
-  /** An executor this environment starts and owns, over its stdio (e.g. `['executor', '--listen', 'stdio']`). */
-  static async connectStdio(
-    command: string[],
-    options: Parameters<typeof ExecServerClient.connectStdio>[1] = {},
-  ): Promise<Environment> {
-    const client = await ExecServerClient.connectStdio(command, options);
-    const env = Environment.remote(client);
-    const close = env.onClose;
-    env.onClose = async () => {
-      await close();
-      await client.whenChildExited();
-    };
-    return env;
-  }
-
   static remote(client: ExecServerClient): Environment {
-    // Read per call: a resumed connection may advertise differently.
-    const capabilities = () => client.capabilities;
-    const fs = new RemoteFs({ call: (method, params, options) => client.call(method, params, options), capabilities });
-    return new Environment(client, fs, '/', async () => client.close(), client);
+    return new Environment(client, new RemoteFs(fsCaller(client)), '/', async () => client.close(), client);
   }
 
   /** Starts a process; its events, stdin and signals are on the handle. */
   async spawn(argv: string[], options: SpawnOptions = {}): Promise<ProcessHandle> {
     if (this.closed) throw new TetherError('closed', 'the environment is closed');
     if (argv.length === 0) throw new TetherError('invalid_argument', 'argv must not be empty');
-    const processId = options.processId ?? randomUUID();
+    const processId = options.processId ?? crypto.randomUUID();
     // Subscribe before starting: the first events can arrive before the start is answered.
     const handle = new ProcessHandle(processId, this.backend, options);
     this.handles.add(handle);
@@ -103,13 +70,7 @@ export class Environment {
       const started = await this.backend.start({
         processId,
         argv,
-        cwd: options.cwd ?? this.defaultCwd,
-        env: options.env ?? {},
-        inheritEnv: options.inheritEnv ?? true,
-        tty: options.tty ?? false,
-        pipeStdin: options.stdin ?? false,
-        arg0: options.arg0 ?? null,
-        size: options.size ?? null,
+        ...commandStart(options, this.defaultCwd),
         flowWindowBytes: handle.flowWindowBytes,
         sandbox: options.sandbox ?? null,
       });
@@ -119,17 +80,6 @@ export class Environment {
       throw err;
     }
     return handle;
-  }
-
-  /**
-   * A TCP connection to `host:port` as seen from the environment (ssh -L's one connection): remote, it is
-   * carried inside the encrypted session (capability `tcpForward`; a TcpConnectError says why one was
-   * refused); local, it is a plain socket. A Duplex with backpressure; `end()` half-closes. A remote one's
-   * chunks may sit in pooled buffers of the connection: `giveBack(chunk)` once written out.
-   */
-  async connectTcp(host: string, port: number, options: ConnectTcpOptions = {}): Promise<TcpDuplex> {
-    if (this.closed) throw new TetherError('closed', 'the environment is closed');
-    return this.client ? this.client.tcp.connect(host, port, options) : connectLocalTcp(host, port);
   }
 
   /** Runs to completion; resolves with the exit code and the collected output. */
@@ -180,4 +130,12 @@ export class Environment {
   async [Symbol.asyncDispose](): Promise<void> {
     await this.close();
   }
+}
+
+/** The fs calls of a remote environment, on its client; capabilities read per call (a resume may change them). */
+export function fsCaller(client: ExecServerClient): FsCaller {
+  return {
+    call: (method, params, options) => client.call(method, params, options),
+    capabilities: () => client.capabilities,
+  };
 }

@@ -8,12 +8,28 @@ import { type PeerHandle, startPeer } from '@tether/test-kit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
 import type { ConnectProgress } from './client-options.js';
-import { Environment } from './environment.js';
+import { Environment } from './environment-node.js';
 import { TetherError } from './errors.js';
-import { ExecServerClient } from './exec-client.js';
+import { ExecServerClient } from './exec-client-node.js';
 
 const work = mkdtempSync(join(tmpdir(), 'tether-exec-client-'));
 afterAll(() => rmSync(work, { recursive: true, force: true }));
+
+/** Connects with a dial that always throws `failure()`: what the connect rejects with, and how many dials it made. */
+async function connectFailing(
+  failure: () => Error,
+  options: { connectRetry?: { timeoutMs: number } } = {},
+): Promise<{ error: unknown; attempts: number }> {
+  let attempts = 0;
+  const error = await ExecServerClient.connect({
+    ...options,
+    dial: async () => {
+      attempts++;
+      throw failure();
+    },
+  }).catch((err: unknown) => err);
+  return { error, attempts };
+}
 
 describe('ExecServerClient: connection set-up retries', () => {
   let peer: PeerHandle;
@@ -71,38 +87,24 @@ describe('ExecServerClient: connection set-up retries', () => {
     client.close();
     expect(attempts).toBe(2);
 
-    attempts = 0;
-    const refused = await ExecServerClient.connect({
-      dial: async () => {
-        attempts++;
-        throw reset('noise_relay_protocol_error');
-      },
-    }).catch((err: unknown) => err);
-    expect(refused).toMatchObject({ code: 'handshake_failed' });
-    expect(attempts).toBe(1);
+    const refused = await connectFailing(() => reset('noise_relay_protocol_error'));
+    expect(refused.error).toMatchObject({ code: 'handshake_failed' });
+    expect(refused.attempts).toBe(1);
   });
 
   it('a refusal is final at once', async () => {
-    let attempts = 0;
-    const error = await ExecServerClient.connect({
-      dial: async () => {
-        attempts++;
-        throw new TetherError('unauthorized', 'the registry refused the harness API key (HTTP 401)');
-      },
-    }).catch((err: unknown) => err);
+    const { error, attempts } = await connectFailing(
+      () => new TetherError('unauthorized', 'the registry refused the harness API key (HTTP 401)'),
+    );
     expect(error).toMatchObject({ code: 'unauthorized' });
     expect(attempts).toBe(1);
   });
 
   it('gives up at its bound with a clear error naming the attempts and the last failure', async () => {
-    let attempts = 0;
-    const error = await ExecServerClient.connect({
-      connectRetry: { timeoutMs: 400 },
-      dial: async () => {
-        attempts++;
-        throw new TetherError('connect_failed', 'cannot connect: ECONNREFUSED');
-      },
-    }).catch((err: unknown) => err);
+    const { error, attempts } = await connectFailing(
+      () => new TetherError('connect_failed', 'cannot connect: ECONNREFUSED'),
+      { connectRetry: { timeoutMs: 400 } },
+    );
     expect(error).toBeInstanceOf(TetherError);
     expect((error as TetherError).code).toBe('connect_failed');
     expect((error as Error).message).toMatch(

@@ -1,4 +1,3 @@
-import type { ChildProcess } from 'node:child_process';
 import {
   clampFlowWindow,
   DEFAULT_FLOW_WINDOW_BYTES,
@@ -34,10 +33,8 @@ import { FINAL_ON_RESUME, lastCode, mayPass } from './dial-error.js';
 import { decodeAnswer, processEventOf } from './edge.js';
 import { TetherError } from './errors.js';
 import { checkRegistryUrl } from './registry.js';
-import { channelOrDirect, loadDialing, type RendezvousOptions, rendezvousDialer } from './rendezvous-dialer.js';
+import { channelOrDirect, type RendezvousOptions, rendezvousDialer } from './rendezvous-dialer.js';
 import { processStartParams } from './start-params.js';
-import { stdioDialer } from './stdio-dialer.js';
-import { TcpForwarder } from './tcp.js';
 
 /** Calls that may be sent again after a reconnect without changing their effect. */
 const IDEMPOTENT: ReadonlySet<string> = new Set<RequestMethod>([
@@ -71,13 +68,14 @@ export interface ClientCallOptions {
  * A JSON-RPC client of one executor session, over any transport. When the transport drops it dials
  * again and resumes the same session (`resumeSessionId`); process handles then recover what they
  * missed by seq. Calls made while reconnecting wait for the new connection.
+ *
+ * This class is the platform-free core (the browser entry's `ExecServerClient`); exec-client-node.ts extends
+ * it with what needs Node: WebSocket and stdio executors, and TCP forwarding.
  */
 export class ExecServerClient implements ProcessBackend {
   private rpc: RpcClient | null = null;
   /** The connection under `rpc` (for `tcp/data` with a binary attachment). */
-  private connection: RpcConnection | null = null;
-  /** Forwarded TCP connections (`tcp/*`), made on first use; they end with the connection they were made on. */
-  private tcpForwarder: TcpForwarder | null = null;
+  protected connection: RpcConnection | null = null;
   private info: InitializeInfo | null = null;
   private readonly listeners = new Set<(event: ProcessEvent) => void>();
   private readonly reconnectListeners = new Set<() => void>();
@@ -85,13 +83,17 @@ export class ExecServerClient implements ProcessBackend {
   private closed = false;
   private reconnecting: Promise<void> | null = null;
   private readonly abort = new AbortController();
-  /** The executor process this client started (`connectStdio`), ended on close. */
-  private ownedChild: ChildProcess | null = null;
 
-  private constructor(private readonly options: ExecServerClientOptions) {}
+  protected constructor(private readonly options: ExecServerClientOptions) {}
+
+  /** A new, unconnected client of this class (a subclass's statics make their own). */
+  protected static create(options: ExecServerClientOptions): ExecServerClient {
+    return new ExecServerClient(options);
+  }
 
   static async connect(options: ExecServerClientOptions): Promise<ExecServerClient> {
-    const client = new ExecServerClient(options);
+    // biome-ignore lint/complexity/noThisInStatic: the subclass's statics make its own clients (`create`)
+    const client = this.create(options);
     const retry = options.connectRetry;
     const report = options.onProgress;
     const timeoutMs = (retry === false ? undefined : retry?.timeoutMs) ?? DEFAULT_CONNECT_TIMEOUT_MS;
@@ -125,45 +127,6 @@ export class ExecServerClient implements ProcessBackend {
     }
   }
 
-  /** A plain WebSocket executor (`executor --listen ws://…`, `codex exec-server --listen ws://…`). */
-  static connectWebSocket(url: string, options: Omit<ExecServerClientOptions, 'dial'> = {}): Promise<ExecServerClient> {
-    return ExecServerClient.connect({
-      ...options,
-      dial: async (signal, onPhase) => {
-        onPhase?.('websocket');
-        return (await loadDialing()).dialWebSocket(url, signal);
-      },
-    });
-  }
-
-  /**
-   * An executor started as a child process speaking JSON-RPC on its stdin/stdout (`executor --listen stdio`,
-   * `codex exec-server --listen stdio`). The child is this client's: `close()` ends its stdin and, if it
-   * lingers, kills it. A stdio session cannot be resumed, so there is no reconnect.
-   */
-  static connectStdio(
-    command: string[],
-    options: Omit<ExecServerClientOptions, 'dial' | 'reconnect'> & { env?: NodeJS.ProcessEnv; cwd?: string } = {},
-  ): Promise<ExecServerClient> {
-    const stdio = stdioDialer(command, options);
-    return ExecServerClient.connect({
-      ...options,
-      reconnect: false,
-      // Each attempt would start another executor.
-      connectRetry: false,
-      dial: stdio.dial,
-    }).then(
-      (client) => {
-        client.ownedChild = stdio.child();
-        return client;
-      },
-      (err: unknown) => {
-        stdio.kill();
-        throw err;
-      },
-    );
-  }
-
   /**
    * An environment through the rendezvous: a bundle from the registry, the relay socket, the Noise IK
    * handshake with the executor key the registry vouches for. Every (re)connect uses a fresh bundle
@@ -176,7 +139,8 @@ export class ExecServerClient implements ProcessBackend {
     checkRegistryUrl(options.registryUrl, options.allowInsecureRegistry);
     const direct = rendezvousDialer(options);
     const source = options.channelSource;
-    return ExecServerClient.connect({ ...options, dial: source ? channelOrDirect(source, direct) : direct.dial });
+    // biome-ignore lint/complexity/noThisInStatic: the subclass's statics make its own clients (`create`)
+    return this.connect({ ...options, dial: source ? channelOrDirect(source, direct) : direct.dial });
   }
 
   get sessionId(): string {
@@ -208,7 +172,7 @@ export class ExecServerClient implements ProcessBackend {
     );
   }
 
-  private capability(name: string): boolean {
+  protected capability(name: string): boolean {
     return this.capabilities.has(name);
   }
 
@@ -265,24 +229,19 @@ export class ExecServerClient implements ProcessBackend {
     this.abort.abort(new TetherError('closed', reason));
     this.rpc?.close(reason);
     const error = new TetherError('closed', `the connection to the executor is gone: ${reason}`);
-    this.tcpForwarder?.failAll(error);
+    this.connectionGone(error);
     for (const listener of [...this.closedListeners]) listener(error);
     this.closedListeners.clear();
-    const child = this.ownedChild;
-    if (child && child.exitCode === null && child.signalCode === null) {
-      child.stdin?.end();
-      const timer = setTimeout(() => child.kill('SIGKILL'), 5_000);
-      timer.unref();
-      child.once('exit', () => clearTimeout(timer));
-    }
   }
 
-  /** Resolves when the child started by `connectStdio` has exited (at once for other transports). */
-  async whenChildExited(): Promise<void> {
-    const child = this.ownedChild;
-    if (!child || child.exitCode !== null || child.signalCode !== null) return;
-    await new Promise((resolve) => child.once('exit', resolve));
-  }
+  /**
+   * The connection is gone (`error` says why): for what lives and dies with one connection, such as forwarded
+   * TCP streams (exec-client-node.ts). The core has nothing of the kind.
+   */
+  protected connectionGone(_error: Error): void {}
+
+  /** A `tcp/*` notification (TCP forwarding lives in exec-client-node.ts; the core drops them). */
+  protected onTcpNotification(_method: string, _params: unknown): void {}
 
   // ProcessBackend ------------------------------------------------------------------------------
 
@@ -513,28 +472,10 @@ export class ExecServerClient implements ProcessBackend {
     report?.({ kind, phase: 'connected', attempt });
   }
 
-  /** TCP forwarding (capability `tcpForward`): `tcp.connect(host, port)` opens a Duplex to host:port there. */
-  get tcp(): TcpForwarder {
-    this.tcpForwarder ??= new TcpForwarder({
-      call: (method, params) => this.call(method, params),
-      notify: (method, params) => this.notify(method, params),
-      capabilities: () => this.capabilities,
-      sendData: (streamId, chunk) => {
-        if (this.capability('binaryInput') && this.connection?.carriesAttachments) {
-          const head = JSON.stringify({ method: Notification.tcpData, params: { streamId } });
-          this.connection.sendRaw(encodeWithAttachment(head, chunk));
-        } else {
-          this.notify(Notification.tcpData, { streamId, dataBase64: chunk.toString('base64') });
-        }
-      },
-    });
-    return this.tcpForwarder;
-  }
-
   private onTransportClosed(rpc: RpcClient): void {
     if (this.closed || this.rpc !== rpc || this.reconnecting) return;
     // The executor ends a connection's forwarded TCP streams with it; a resumed session has none.
-    this.tcpForwarder?.failAll(new Error('the connection to the executor dropped'));
+    this.connectionGone(new Error('the connection to the executor dropped'));
     if (this.options.reconnect === false) {
       this.options.onStatus?.('lost', 'transport closed');
       this.close('the transport closed');
@@ -579,7 +520,7 @@ export class ExecServerClient implements ProcessBackend {
 
   private onNotification(method: string, params: unknown): void {
     if (method.startsWith('tcp/')) {
-      this.tcpForwarder?.onNotification(method, params);
+      this.onTcpNotification(method, params);
       return;
     }
     const event = processEventOf(method, params);

@@ -4,7 +4,8 @@ import { join } from 'node:path';
 import { finished } from 'node:stream/promises';
 import { afterAll, describe, expect, it } from 'vitest';
 import { decodeAnswer } from './edge.js';
-import { type FsCaller, RemoteFs } from './remote-fs.js';
+import type { FsCaller } from './remote-fs.js';
+import { RemoteFs } from './remote-fs-node.js';
 
 const work = mkdtempSync(join(tmpdir(), 'tether-client-hostile-'));
 afterAll(() => rmSync(work, { recursive: true, force: true }));

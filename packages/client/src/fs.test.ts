@@ -6,9 +6,9 @@ import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { type PeerHandle, type PeerKind, startPeer } from '@tether/test-kit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Environment } from './environment.js';
+import { Environment } from './environment-node.js';
 import { DEFAULT_READ_DEPTH, type EnvironmentFs } from './fs.js';
-import { RemoteFs } from './remote-fs.js';
+import { RemoteFs } from './remote-fs-node.js';
 
 const work = mkdtempSync(join(tmpdir(), 'tether-client-fs-'));
 afterAll(() => rmSync(work, { recursive: true, force: true }));

@@ -147,6 +147,9 @@ export interface EnvironmentFs {
   setMode(path: string, mode: number, options?: { noFollow?: boolean }): Promise<void>;
 }
 
+/** An environment's files without Node streams: what the browser entry's `Environment.fs` offers. */
+export type PortableFs = Omit<EnvironmentFs, 'createReadStream' | 'createWriteStream'>;
+
 /**
  * A file's read stream. A chunk may sit in a pooled buffer of the connection (a block that came in one
  * message): `giveBack(chunk)` once nothing reads it any more, and the buffer serves a later block. Optional:

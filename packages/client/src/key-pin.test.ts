@@ -2,10 +2,10 @@ import { once } from 'node:events';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { generateIdentity, parsePublicKey, publicKeyToJson, SECURITY_PROFILE_HYBRID_IK_V1 } from '@tether/noise';
-import { type PeerHandle, startPeer, startTestRendezvous, type TestRendezvous } from '@tether/test-kit';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { WebSocketServer } from 'ws';
-import { Environment } from './environment.js';
+import { executorOnRendezvous } from './__tests__/rendezvous-executor.js';
+import { Environment } from './environment-node.js';
 import { ExecutorKeyChangedError, TetherError } from './errors.js';
 
 /** A WebSocket server on 127.0.0.1:0 standing in for "the new peer": it only counts who dials it. */
@@ -76,28 +76,13 @@ describe('executor key pinning: a key given up front', () => {
 });
 
 describe('executor key pinning over a real executor', () => {
-  let rig: TestRendezvous;
-  let peer: PeerHandle;
-  beforeAll(async () => {
-    rig = await startTestRendezvous();
-    peer = await startPeer({
-      kind: 'tether',
-      transport: 'remote',
-      args: ['--registry', rig.registryUrl, '--environment-id', 'env-pin-real'],
-      env: { TETHER_EXECUTOR_API_KEY: rig.apiKey },
-    });
-    await rig.environmentOnline('env-pin-real');
-  });
-  afterAll(async () => {
-    await peer?.close();
-    await rig?.close();
-  });
+  const stack = executorOnRendezvous('env-pin-real');
 
   it('connects when the key given up front is the registered one', async () => {
-    const registered = parsePublicKey((await rig.registration('env-pin-real')).publicKey);
+    const registered = parsePublicKey((await stack.rig.registration('env-pin-real')).publicKey);
     const env = await Environment.connectRendezvous({
-      registryUrl: rig.registryUrl,
-      apiKey: rig.apiKey,
+      registryUrl: stack.rig.registryUrl,
+      apiKey: stack.rig.apiKey,
       environmentId: 'env-pin-real',
       executorPublicKey: registered,
     });
@@ -125,8 +110,8 @@ describe('executor key pinning over a real executor', () => {
       lost = resolve;
     });
     const env = await Environment.connectRendezvous({
-      registryUrl: rig.registryUrl,
-      apiKey: rig.apiKey,
+      registryUrl: stack.rig.registryUrl,
+      apiKey: stack.rig.apiKey,
       environmentId: 'env-pin-real',
       fetch: tampering,
       onStatus: (status, detail) => {
@@ -137,7 +122,7 @@ describe('executor key pinning over a real executor', () => {
     cleanups.push(() => env.close());
     await expect(env.exec(['echo', 'before'])).resolves.toMatchObject({ exitCode: 0 });
 
-    rig.dropHarnessSockets('env-pin-real');
+    stack.rig.dropHarnessSockets('env-pin-real');
     await gone;
     expect(statuses.map(([status]) => status)).toEqual(['disconnected', 'lost']);
     expect(statuses[1]?.[1]).toContain(

@@ -1,6 +1,5 @@
-import { randomUUID } from 'node:crypto';
 import { LOW_WATER_FRACTION } from '@tether/bytes';
-import type { OutputStream, ProcessBackend, ProcessEvent, SignalName, WriteStatus } from './backend.js';
+import type { OutputStream, ProcessBackend, ProcessEvent, ReadChunk, SignalName, WriteStatus } from './backend.js';
 import { TetherError } from './errors.js';
 
 export interface ProcessResult {
@@ -39,7 +38,7 @@ export abstract class ProcessEvents implements AsyncIterable<ProcessEvent> {
   private wakeReader: (() => void) | null = null;
   private resolveCompletion!: (result: ProcessResult) => void;
   private rejectCompletion!: (error: Error) => void;
-  private readonly writePrefix = randomUUID();
+  private readonly writePrefix = crypto.randomUUID();
   private writeCounter = 0;
 
   constructor(
@@ -126,6 +125,17 @@ export abstract class ProcessEvents implements AsyncIterable<ProcessEvent> {
   }
 
   // For the delivery of subclasses --------------------------------------------------------------------
+
+  /** Queues a chunk that `process/read` answered as the output event it is. */
+  protected enqueueOutput(chunk: ReadChunk): void {
+    this.enqueue({
+      kind: 'output',
+      processId: this.processId,
+      seq: chunk.seq,
+      stream: chunk.stream,
+      chunk: chunk.chunk,
+    });
+  }
 
   /** Queues `event` (the next seq) for the consumer. */
   protected enqueue(event: ProcessEvent): void {

@@ -194,13 +194,7 @@ export class ProcessHandle extends ProcessEvents {
             `output of ${this.processId} after seq ${this.cursor} is no longer retained by the executor (next retained: ${chunk.seq}); the consumer fell too far behind`,
           );
         }
-        this.enqueue({
-          kind: 'output',
-          processId: this.processId,
-          seq: chunk.seq,
-          stream: chunk.stream,
-          chunk: chunk.chunk,
-        });
+        this.enqueueOutput(chunk);
       }
       if (answer.chunks.length > 0) continue;
       if (this.resumePush(answer)) return;

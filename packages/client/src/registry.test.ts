@@ -6,7 +6,9 @@ import { proxySettingsFromEnv } from '@tether/outbound';
 import { afterEach, describe, expect, it } from 'vitest';
 import { dialRendezvous } from './dial.js';
 import { TetherError } from './errors.js';
-import { checkRegistryUrl, fetchBundle } from './registry.js';
+import { checkRegistryUrl } from './registry.js';
+import { fetchBundle } from './registry-node.js';
+import { withNodePlatform } from './rendezvous-node.js';
 
 const executor = generateIdentity();
 const harness = generateIdentity();
@@ -95,12 +97,15 @@ describe('fetchBundle through a proxy', () => {
     const rig = await registry(reply(200, bundle({ url: 'ws://localhost:9/ws/environment/env-1?sig=secret' })));
     const proxy = proxySettingsFromEnv({ HTTP_PROXY: 'http://proxy.invalid:3128', NO_PROXY: '127.0.0.1' });
     const pin = { check: () => undefined, trust: () => undefined };
+    const options = { registryUrl: rig.url, apiKey: 'key-1', proxy, environmentId: 'env-1' };
     const dialed = dialRendezvous(
-      { registryUrl: rig.url, apiKey: 'key-1', proxy },
+      options,
       'env-1',
       harness,
       pin,
       AbortSignal.timeout(5_000),
+      undefined,
+      withNodePlatform(options).platform,
     );
     await expect(dialed).rejects.toThrow(
       /refusing to open the plain ws:\/\/ relay socket through the proxy http:\/\/proxy\.invalid:3128/,

@@ -1,5 +1,3 @@
-import { randomUUID } from 'node:crypto';
-import type { IncomingMessage } from 'node:http';
 import {
   environmentIdProblem,
   isEnvironmentId,
@@ -9,9 +7,8 @@ import {
 } from '@tether/exec-protocol';
 import { type NoisePublicKey, parsePublicKey, publicKeyToJson } from '@tether/noise/keys';
 import { SECURITY_PROFILE_HYBRID_IK_V1 } from '@tether/noise/suite';
-import { describeProxy, outboundRequest, type ProxySettings } from '@tether/outbound';
+import type { ProxySettings } from '@tether/outbound';
 import { TetherError } from './errors.js';
-import { proxyForCredentials, proxySettings } from './proxy.js';
 
 /** What `/connect` returns (rendezvous.md §1.3). `url` and `authorization` are credentials. */
 export interface RendezvousBundle {
@@ -32,7 +29,7 @@ export interface RegistryOptions {
   /** Per attempt (default 6 s) and overall (default 14 s), as codex's harness. */
   attemptTimeoutMs?: number;
   totalTimeoutMs?: number;
-  /** Replaces the built-in HTTP client (node:http), e.g. in tests. */
+  /** Replaces the built-in HTTP client (node:http on Node; in the browser entry, the global `fetch`), e.g. in tests. */
   fetch?: typeof fetch;
   /**
    * The proxies for the registry and relay connections; default: from HTTPS_PROXY, HTTP_PROXY, ALL_PROXY and
@@ -53,59 +50,32 @@ export interface RegistryOptions {
 }
 
 const MAX_RETRIES = 4;
-/** A `/connect` answer is a few hundred bytes; anything past this is not one. */
-const MAX_ANSWER_BYTES = 256 * 1024;
-
-interface Answer {
+export interface Answer {
   status: number;
   text: string;
 }
 
-type Post = (url: string, headers: Record<string, string>, body: string, signal: AbortSignal) => Promise<Answer>;
+export type Post = (url: string, headers: Record<string, string>, body: string, signal: AbortSignal) => Promise<Answer>;
 
 /**
- * One POST over node:http(s), no redirects followed, no connection kept. Not `fetch`: Node 20's fetch
- * (undici) loads and compiles its WebAssembly HTTP parser on first use, which costs a short-lived CLI like
- * `harness cp` about 50 ms of start and ~100 ms at exit, where V8 finishes optimising that WebAssembly.
+ * How `/connect` is sent for these options and the registry's base URL: the POST, and for messages the proxy it
+ * goes through (`via`, e.g. " through the proxy http://…"). Node's (registry-node.ts) honours the proxy
+ * settings; `fetchRoute` is the browser entry's.
  */
-const nodePost =
-  (settings: ProxySettings): Post =>
-  (url, headers, body, signal) =>
-    new Promise<Answer>((resolve, reject) => {
-      const payload = Buffer.from(body);
-      outboundRequest(
-        new URL(url),
-        { method: 'POST', agent: false, headers: { ...headers, 'content-length': String(payload.byteLength) }, signal },
-        settings,
-      ).then((req) => {
-        req.once('error', reject);
-        req.once('response', (res: IncomingMessage) => {
-          const chunks: Buffer[] = [];
-          let size = 0;
-          res.on('data', (chunk: Buffer) => {
-            size += chunk.byteLength;
-            if (size > MAX_ANSWER_BYTES) {
-              res.destroy();
-              reject(
-                new TetherError('registry', `the registry's answer to /connect is over ${MAX_ANSWER_BYTES} bytes`),
-              );
-              return;
-            }
-            chunks.push(chunk);
-          });
-          res.once('error', reject);
-          res.once('end', () => resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') }));
-        });
-        req.end(payload);
-      }, reject);
-    });
+export type RegistryRoute = (options: RegistryOptions, base: string) => { post: Post; via: string };
 
-function fetchPost(doFetch: typeof fetch): Post {
+export function fetchPost(doFetch: typeof fetch): Post {
   return async (url, headers, body, signal) => {
     const response = await doFetch(url, { method: 'POST', redirect: 'manual', headers, body, signal });
     return { status: response.status, text: await response.text() };
   };
 }
+
+/** `/connect` over the options' `fetch`, else the global one (a page's: the browser applies its own proxies). */
+export const fetchRoute: RegistryRoute = (options) => ({
+  post: fetchPost(options.fetch ?? globalThis.fetch.bind(globalThis)),
+  via: '',
+});
 
 export function checkEnvironmentId(environmentId: string): void {
   if (!isEnvironmentId(environmentId)) throw new TetherError('invalid_argument', environmentIdProblem(environmentId));
@@ -137,11 +107,28 @@ export function checkRegistryUrl(registryUrl: string, allowInsecureRegistry = fa
   return base;
 }
 
+/** `fetchBundleVia` on one route: each entry's `fetchBundle`. */
+export function bundleFetcher(
+  route: RegistryRoute,
+): (
+  options: RegistryOptions,
+  environmentId: string,
+  harnessKey: NoisePublicKey,
+  signal?: AbortSignal,
+) => Promise<RendezvousBundle> {
+  return (options, environmentId, harnessKey, signal) =>
+    fetchBundleVia(route, options, environmentId, harnessKey, signal);
+}
+
 /**
- * Fetches a fresh rendezvous bundle for this harness key. Timeouts and unreachable registries are
+ * Fetches a fresh rendezvous bundle for this harness key, over `fetch`. Timeouts and unreachable registries are
  * retried (up to 4 times within the overall deadline); answers are not. Redirects are never followed.
  */
-export async function fetchBundle(
+export const fetchBundle = bundleFetcher(fetchRoute);
+
+/** `fetchBundle` with `/connect` sent the way `route` says (default `fetchRoute`). */
+export async function fetchBundleVia(
+  route: RegistryRoute | undefined,
   options: RegistryOptions,
   environmentId: string,
   harnessKey: NoisePublicKey,
@@ -149,15 +136,8 @@ export async function fetchBundle(
 ): Promise<RendezvousBundle> {
   checkEnvironmentId(environmentId);
   const base = checkRegistryUrl(options.registryUrl, options.allowInsecureRegistry);
-  const proxies = proxySettings(options);
-  const proxy = proxyForCredentials(new URL(base), proxies, options.allowInsecureRegistry === true, {
-    target: `send the API key to the plain http:// registry at ${new URL(base).host}`,
-    secret: 'it',
-    secure: 'https://',
-  });
-  const via = proxy ? ` through the proxy ${describeProxy(proxy)}` : '';
-  const post = options.fetch ? fetchPost(options.fetch) : nodePost(proxies);
-  const requestId = options.requestId ?? randomUUID();
+  const { post, via } = (route ?? fetchRoute)(options, base);
+  const requestId = options.requestId ?? crypto.randomUUID();
   const deadline = Date.now() + (options.totalTimeoutMs ?? 14_000);
   let lastError: TetherError | null = null;
   for (let attempt = 0; attempt <= MAX_RETRIES; attempt++) {

@@ -7,7 +7,7 @@ import type { MessageTransport } from '@tether/jsonrpc';
 import type { NoiseIdentity, NoisePublicKey } from '@tether/noise';
 import type { Dialer } from './client-options.js';
 import type { RendezvousPlatform } from './dial.js';
-import { ExecutorKeyChangedError } from './errors.js';
+import { ExecutorKeyChangedError, TetherError } from './errors.js';
 import { checkRegistryUrl, type RegistryOptions, type RendezvousBundle } from './registry.js';
 
 /**
@@ -35,8 +35,9 @@ export interface RendezvousOptions extends RegistryOptions {
    */
   channelSource?: ChannelSource;
   /**
-   * Where Node's socket and crypto are not there (a web page): how the relay socket is opened, and the
-   * handshake's primitives. Default: `ws` and node:crypto.
+   * How the relay socket is opened, the registry called, and the handshake's primitives. The Node entry's
+   * default is `ws`, node:http and node:crypto (rendezvous-node.ts); the browser entry has none, a page gives
+   * its own.
    */
   platform?: RendezvousPlatform;
 }
@@ -75,14 +76,15 @@ export interface RendezvousDialer {
 export function rendezvousDialer(options: RendezvousOptions): RendezvousDialer {
   checkRegistryUrl(options.registryUrl, options.allowInsecureRegistry);
   let identity = options.identity ?? null;
+  const platform = options.platform;
+  if (!platform) throw new TetherError('invalid_argument', 'a rendezvous needs a platform here (its relay socket)');
   const pin = new ExecutorKeyPin(options.environmentId, options.executorPublicKey ?? null);
   return {
     dial: async (signal, onPhase) => {
       const dial = await loadDialing();
-      const platform = options.platform;
       identity ??= dial.generateIdentity({
-        ...(platform?.provider ? { provider: platform.provider } : {}),
-        ...(platform?.kem ? { kem: platform.kem } : {}),
+        ...(platform.provider ? { provider: platform.provider } : {}),
+        ...(platform.kem ? { kem: platform.kem } : {}),
       });
       return dial.dialRendezvous(
         options,

@@ -1,40 +1,4 @@
-export {
-  ATTACHMENT,
-  ATTACHMENT_MARKER,
-  attachmentOf,
-  encodeWithAttachment,
-  hasAttachmentMarker,
-  releaseAttachment,
-  splitAttachment,
-  takeAttachmentRelease,
-} from './attachment.js';
-export { type CallOptions, RpcClient, type RpcClientOptions, RpcTimeoutError } from './client.js';
-export {
-  ConnectionClosedError,
-  type ConnectionHandlers,
-  type ConnectionStatus,
-  malformedMessageText,
-  RpcConnection,
-} from './connection.js';
-export { type Lane, type LanesOptions, MAX_CONCURRENT_REQUESTS, RequestLanes } from './lanes.js';
-export {
-  classifyMessage,
-  type InboundMessage,
-  MALFORMED_MESSAGE_ID,
-  parseMessage,
-  type RequestId,
-  type RpcErrorObject,
-  serializeError,
-  serializeNotification,
-  serializeRequest,
-  serializeResponse,
-} from './message.js';
-export {
-  DEFAULT_MAX_MESSAGE_BYTES,
-  type MessageTransport,
-  type TransportHandlers,
-  type TransportKind,
-} from './transport.js';
-export { createMemoryTransportPair, MemoryTransport } from './transports/memory.js';
+/** The package on Node: the browser entry, plus the stdio and `ws` WebSocket transports. */
+export * from './browser.js';
 export { StdioTransport, type StdioTransportOptions } from './transports/stdio.js';
 export { WebSocketTransport, type WebSocketTransportOptions } from './transports/websocket.js';

@@ -1,4 +1,4 @@
-import { isAscii } from 'node:buffer';
+import { isAscii } from '#platform';
 import { attach, hasAttachmentMarker, splitAttachment } from './attachment.js';
 
 /**

@@ -3,14 +3,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { PROVIDERS, seededRandom, toHex } from './__tests__/helpers.js';
-import {
-  generateIdentity,
-  IDENTITY_FILE_MODE,
-  identityFromFileJson,
-  identityToFileJson,
-  loadIdentity,
-  saveIdentity,
-} from './identity.js';
+import { generateIdentity, identityFromFileJson, identityToFileJson } from './identity.js';
+import { IDENTITY_FILE_MODE, loadIdentity, saveIdentity } from './identity-file.js';
 import { createMlKem768 } from './kem/ml-kem-768.js';
 import { SUITE_HYBRID_AESGCM, SUITE_HYBRID_CHACHAPOLY, type Suite } from './suite.js';
 

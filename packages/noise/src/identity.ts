@@ -1,6 +1,5 @@
-import { chmod, readFile, rename, stat, writeFile } from 'node:fs/promises';
+import { defaultProvider } from '#platform';
 import { decodeBase64Strict, encodeBase64 } from './base64.js';
-import { createNodeProvider } from './crypto/node.js';
 import { type CryptoProvider, equalBytes, type Kem, type KeyPair, X25519_KEY_LENGTH } from './crypto.js';
 import { NoiseError } from './errors.js';
 import { createMlKem768, MLKEM768_SECRET_KEY_LENGTH, mlKem768PublicKeyOf } from './kem/ml-kem-768.js';
@@ -59,7 +58,7 @@ export interface GenerateIdentityOptions {
 
 /** A fresh identity from the provider's and KEM's randomness (inject seeded ones for tests). */
 export function generateIdentity(options: GenerateIdentityOptions = {}): NoiseIdentity {
-  const provider = options.provider ?? createNodeProvider();
+  const provider = options.provider ?? defaultProvider();
   const kem = options.kem ?? createMlKem768();
   return new NoiseIdentity(options.suite ?? DEFAULT_SUITE, provider.generateKeyPair(), kem.generateKeyPair());
 }
@@ -91,12 +90,12 @@ export function identityToFileJson(identity: NoiseIdentity): NoiseIdentityFileJs
   };
 }
 
-function invalidIdentity(message: string, cause?: unknown): NoiseError {
+export function invalidIdentity(message: string, cause?: unknown): NoiseError {
   return new NoiseError('invalid_identity', message, cause === undefined ? undefined : { cause });
 }
 
 /** Parses the file form; checks that each private key matches its public key. */
-export function identityFromFileJson(value: unknown, provider: CryptoProvider = createNodeProvider()): NoiseIdentity {
+export function identityFromFileJson(value: unknown, provider: CryptoProvider = defaultProvider()): NoiseIdentity {
   if (typeof value !== 'object' || value === null || Array.isArray(value)) {
     throw invalidIdentity('identity must be a JSON object');
   }
@@ -131,34 +130,4 @@ export function identityFromFileJson(value: unknown, provider: CryptoProvider = 
     { publicKey: publicKey.x25519, secretKey: x25519Secret },
     { publicKey: publicKey.mlkem768, secretKey: mlkemSecret },
   );
-}
-
-/** Owner read/write only: the file holds private keys. */
-export const IDENTITY_FILE_MODE = 0o600;
-
-/** Writes the identity atomically (temp file + rename), readable by the owner only. */
-export async function saveIdentity(path: string, identity: NoiseIdentity): Promise<void> {
-  const temp = `${path}.${process.pid}.tmp`;
-  await writeFile(temp, `${JSON.stringify(identityToFileJson(identity), null, 2)}\n`, {
-    mode: IDENTITY_FILE_MODE,
-    flag: 'wx',
-  });
-  // The umask may have narrowed the mode further, never widened it; set it exactly.
-  await chmod(temp, IDENTITY_FILE_MODE);
-  await rename(temp, path);
-}
-
-/** Reads an identity file; refuses one that group or others can access, as ssh does for private keys. */
-export async function loadIdentity(path: string, provider?: CryptoProvider): Promise<NoiseIdentity> {
-  if (((await stat(path)).mode & 0o077) !== 0) {
-    throw invalidIdentity('identity file must not be accessible by group or others (chmod 600)');
-  }
-  const text = await readFile(path, 'utf8');
-  let value: unknown;
-  try {
-    value = JSON.parse(text);
-  } catch (cause) {
-    throw invalidIdentity('identity file is not valid JSON', cause);
-  }
-  return identityFromFileJson(value, provider);
 }

@@ -1,4 +1,4 @@
-import { createNodeProvider } from './crypto/node.js';
+import { defaultProvider } from '#platform';
 import { type CryptoProvider, type Kem, type KemEphemeral, type KeyPair, X25519_KEY_LENGTH } from './crypto.js';
 import { NoiseError } from './errors.js';
 import { HybridIKHandshake } from './handshake-state.js';
@@ -87,7 +87,7 @@ export function createInitiator(options: InitiatorOptions): Initiator {
     throw new NoiseError('payload_too_large', `handshake payload is too large (max ${MAX_HANDSHAKE_PAYLOAD} bytes)`);
   }
   const handshake = new HybridIKHandshake({
-    provider: options.provider ?? createNodeProvider(),
+    provider: options.provider ?? defaultProvider(),
     kem: options.kem ?? createMlKem768(),
     cipher: info.cipher,
     protocolName: info.protocolName,
@@ -120,7 +120,7 @@ export function createResponder(options: ResponderOptions): Responder {
   const info = suiteInfo(options.suite ?? DEFAULT_SUITE);
   checkStaticKeys(options.staticKeys);
   const handshake = new HybridIKHandshake({
-    provider: options.provider ?? createNodeProvider(),
+    provider: options.provider ?? defaultProvider(),
     kem: options.kem ?? createMlKem768(),
     cipher: info.cipher,
     protocolName: info.protocolName,

@@ -4,7 +4,8 @@ import { BufferPool } from '@tether/bytes';
 import { dataFrame, encodeFrame, type Frame, handshakeFrame, resumeFrame } from '@tether/relay-frames';
 import { afterEach, describe, expect, it } from 'vitest';
 import { WebSocket, WebSocketServer } from 'ws';
-import { type ForeignFrame, receiveRelayFrames, WebSocketFrameLink } from './link.js';
+import type { ForeignFrame } from './link.js';
+import { receiveRelayFrames, WebSocketFrameLink } from './ws-link.js';
 
 const cleanups: Array<() => Promise<void>> = [];
 afterEach(async () => {

@@ -1,4 +1,4 @@
-import type { Environment } from '@tether/client';
+import type { Environment } from '@tether/client/browser';
 import { connectFromBrowser } from './connect.js';
 import { element } from './dom.js';
 import { type FilesPanel, mountFiles } from './files.js';

@@ -5,7 +5,7 @@ import {
   type RendezvousPlatform,
   rendezvousDialer,
   TetherError,
-} from '@tether/client';
+} from '@tether/client/browser';
 import { createMlKem768, createWebCryptoProvider } from '@tether/noise';
 import { BrowserSocketFrameLink } from './socket-link.js';
 

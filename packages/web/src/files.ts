@@ -7,7 +7,7 @@ import {
   TetherError,
   toFileUri,
   writeBlockEncoder,
-} from '@tether/client';
+} from '@tether/client/browser';
 import { Method, type MethodResult } from '@tether/exec-protocol';
 import { attachmentOf } from '@tether/jsonrpc';
 import { element } from './dom.js';

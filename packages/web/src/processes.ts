@@ -1,4 +1,4 @@
-import type { AttachedProcess, Environment, ProcessInfo } from '@tether/client';
+import type { AttachedProcess, Environment, ProcessInfo } from '@tether/client/browser';
 import { element } from './dom.js';
 import { FittedTerminal } from './xterm.js';
 

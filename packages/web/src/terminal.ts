@@ -1,4 +1,4 @@
-import type { Environment, ProcessHandle } from '@tether/client';
+import type { Environment, ProcessHandle } from '@tether/client/browser';
 import { FittedTerminal } from './xterm.js';
 
 /** The login shell a terminal runs when no command is given: the account's shell, as ssh starts it. */
