@@ -72,6 +72,7 @@ describe('NO_PROXY', () => {
   });
 
   it.each<[string, string, boolean]>([
+    // IPv4 and IPv6 addresses and CIDR blocks.
     ['127.0.0.1', 'http://127.0.0.1:8080/', true],
     ['127.0.0.1', 'http://127.0.0.2/', false],
     ['192.168.1.0/24', 'http://192.168.1.42/', true],
@@ -83,22 +84,15 @@ describe('NO_PROXY', () => {
     ['::ffff:10.0.0.0/104', 'http://[::ffff:10.1.2.3]/', true],
     // An address entry is not a domain suffix.
     ['0.0.1', 'http://10.0.0.1/', false],
-  ])('matches IPv4 and IPv6 addresses and CIDR blocks: %s against %s is %s', (list, target, expected) => {
-    expect(matches(list, target)).toBe(expected);
-  });
-
-  it.each<[string, string, boolean]>([
+    // Everything with *, and a port only where an entry names one.
     ['*', 'https://anything.example/', true],
     ['example.com:8443', 'https://example.com:8443/', true],
     ['example.com:8443', 'https://example.com/', false],
     ['127.0.0.1:80', 'http://127.0.0.1/', true],
     ['', 'http://example.com/', false],
-  ])(
-    'matches everything with *, and a port only where an entry names one: %j against %s is %s',
-    (list, target, expected) => {
-      expect(matches(list, target)).toBe(expected);
-    },
-  );
+  ])('matches addresses, CIDR blocks, * and ports: %j against %s is %s', (list, target, expected) => {
+    expect(matches(list, target)).toBe(expected);
+  });
 });
 
 async function origin(): Promise<{ server: Server; base: string; requests: IncomingMessage[] }> {
