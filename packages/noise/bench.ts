@@ -62,18 +62,14 @@ for (const suite of SUITE_NAMES) {
     kem = kems[name]!;
     const { harness, executor } = handshake(suite, provider);
 
+    // The two sides of one handshake between the harness and the executor.
+    const initiate = () =>
+      createInitiator({ suite, provider, kem, staticKeys: harness, remoteStatic: executor.publicKey, prologue });
+    const respond = () => createResponder({ suite, provider, kem, staticKeys: executor, prologue });
+
     // Transport: encrypt on one side, decrypt on the other (implicit nonces, so decrypt follows encrypt).
-    const initiator = createInitiator({
-      suite,
-      provider,
-      kem,
-      staticKeys: harness,
-      remoteStatic: executor.publicKey,
-      prologue,
-    });
-    const pending = createResponder({ suite, provider, kem, staticKeys: executor, prologue }).readMessage1(
-      initiator.message1,
-    );
+    const initiator = initiate();
+    const pending = respond().readMessage1(initiator.message1);
     const { message2, transport: responder } = pending.writeMessage2();
     const sender = initiator.readMessage2(message2);
     const plaintext = provider.randomBytes(RECORD);
@@ -108,17 +104,10 @@ for (const suite of SUITE_NAMES) {
     let count = 0;
     const full = rate(HANDSHAKE_SECONDS, () => {
       let t = process.cpuUsage();
-      const i = createInitiator({
-        suite,
-        provider,
-        kem,
-        staticKeys: harness,
-        remoteStatic: executor.publicKey,
-        prologue,
-      });
+      const i = initiate();
       initiatorCpu += cpuMs(t);
       t = process.cpuUsage();
-      const p = createResponder({ suite, provider, kem, staticKeys: executor, prologue }).readMessage1(i.message1);
+      const p = respond().readMessage1(i.message1);
       const { message2: m2 } = p.writeMessage2();
       responderCpu += cpuMs(t);
       t = process.cpuUsage();

@@ -54,6 +54,13 @@ function options(extra: Partial<ExecutorOptions>): ExecutorOptions {
   return { strictConfig: false, environmentId: 'env-cli', ...extra };
 }
 
+/** `runExecutor` with `options(extra)` in `env`, logging nothing and never re-executing: its exit code and stderr. */
+async function runQuiet(extra: Partial<ExecutorOptions>, env: NodeJS.ProcessEnv = {}) {
+  const run = cliIo(env);
+  const code = await runExecutor(options(extra), run.io, silentLogger(), noExec);
+  return { code, stderr: run.stderr() };
+}
+
 /** A registry answering /register per `answer`, and a relay endpoint refusing upgrades with 403. */
 async function fakeRegistry(answer: (count: number) => number): Promise<{ url: string; registers: number }> {
   const state = { url: '', registers: 0 };
@@ -89,12 +96,10 @@ async function fakeRegistry(answer: (count: number) => number): Promise<{ url: s
 
 describe('executor --registry: registry URL', () => {
   it('refuses an http:// registry on a host that is not loopback unless --allow-insecure-registry', async () => {
-    const refused = cliIo({ TETHER_EXECUTOR_API_KEY: KEY });
-    expect(
-      await runExecutor(options({ registry: 'http://registry.example' }), refused.io, silentLogger(), noExec),
-    ).toBe(2);
-    expect(refused.stderr()).toContain('--registry http://registry.example: plain http to a host that is not loopback');
-    expect(refused.stderr()).toContain('--allow-insecure-registry');
+    const refused = await runQuiet({ registry: 'http://registry.example' }, { TETHER_EXECUTOR_API_KEY: KEY });
+    expect(refused.code).toBe(2);
+    expect(refused.stderr).toContain('--registry http://registry.example: plain http to a host that is not loopback');
+    expect(refused.stderr).toContain('--allow-insecure-registry');
     // Allowed (and loopback hosts): the run gets as far as the API key, which is missing here.
     for (const extra of [
       { registry: 'http://registry.example', allowInsecureRegistry: true },
@@ -104,9 +109,9 @@ describe('executor --registry: registry URL', () => {
       { registry: 'http://[::1]:1' },
       { registry: 'https://registry.example' },
     ]) {
-      const run = cliIo();
-      expect(await runExecutor(options(extra), run.io, silentLogger(), noExec), extra.registry).toBe(2);
-      expect(run.stderr()).toContain('--registry needs an API key: --api-key-file PATH (mode 0600), --api-key-fd N');
+      const run = await runQuiet(extra);
+      expect(run.code, extra.registry).toBe(2);
+      expect(run.stderr).toContain('--registry needs an API key: --api-key-file PATH (mode 0600), --api-key-fd N');
     }
   });
 
@@ -163,24 +168,15 @@ describe('executor --registry: registry URL', () => {
   });
 
   it('the key flags need --registry', async () => {
-    const run = cliIo();
-    expect(
-      await runExecutor(options({ environmentId: undefined, apiKeyFile: '/k' }), run.io, silentLogger(), noExec),
-    ).toBe(2);
-    expect(run.stderr()).toContain('--api-key-file needs --registry');
+    const run = await runQuiet({ environmentId: undefined, apiKeyFile: '/k' });
+    expect(run.code).toBe(2);
+    expect(run.stderr).toContain('--api-key-file needs --registry');
   });
 
   it('--noise-cipher needs --registry', async () => {
-    const run = cliIo();
-    expect(
-      await runExecutor(
-        options({ environmentId: undefined, noiseCipher: 'chachapoly' }),
-        run.io,
-        silentLogger(),
-        noExec,
-      ),
-    ).toBe(2);
-    expect(run.stderr()).toContain('--noise-cipher needs --registry');
+    const run = await runQuiet({ environmentId: undefined, noiseCipher: 'chachapoly' });
+    expect(run.code).toBe(2);
+    expect(run.stderr).toContain('--noise-cipher needs --registry');
   });
 });
 
@@ -258,70 +254,52 @@ describe('executor --registry: the API key never stays in its environment', () =
   });
 
   it('refuses a key in the environment where it cannot re-execute, unless --allow-api-key-env (then warns)', async () => {
-    const refused = cliIo({ TETHER_EXECUTOR_API_KEY: KEY });
-    expect(await runExecutor(options({ registry: 'http://127.0.0.1:1' }), refused.io, silentLogger(), noExec)).toBe(2);
-    expect(refused.stderr()).toContain(
+    const refused = await runQuiet({ registry: 'http://127.0.0.1:1' }, { TETHER_EXECUTOR_API_KEY: KEY });
+    expect(refused.code).toBe(2);
+    expect(refused.stderr).toContain(
       'the API key is in TETHER_EXECUTOR_API_KEY, where every child process can read it',
     );
-    expect(refused.stderr()).toContain('--allow-api-key-env');
-    expect(refused.stderr()).not.toContain(KEY);
+    expect(refused.stderr).toContain('--allow-api-key-env');
+    expect(refused.stderr).not.toContain(KEY);
 
     // A key variable beside the file the key comes from: said to be unused, not to be the key.
-    const beside = cliIo({ TETHER_API_KEY: KEY });
-    expect(
-      await runExecutor(
-        options({ registry: 'http://127.0.0.1:1', apiKeyFile: '/k' }),
-        beside.io,
-        silentLogger(),
-        noExec,
-      ),
-    ).toBe(2);
-    expect(beside.stderr()).toBe(
+    const beside = await runQuiet({ registry: 'http://127.0.0.1:1', apiKeyFile: '/k' }, { TETHER_API_KEY: KEY });
+    expect(beside.code).toBe(2);
+    expect(beside.stderr).toBe(
       `executor: TETHER_API_KEY holds an API key (not the one used: that comes from --api-key-file) that every child process could read from /proc/${process.pid}/environ, and this executor cannot re-execute itself without it (missing: execve (Node < 22.15 and no native addon) and pipes that survive exec (the native addon)). Unset it, or accept the exposure with --allow-api-key-env\n`,
     );
 
     const registry = await fakeRegistry(() => 401);
-    const allowed = cliIo({ TETHER_EXECUTOR_API_KEY: KEY });
-    const code = await runExecutor(
-      options({ registry: registry.url, allowApiKeyEnv: true }),
-      allowed.io,
-      silentLogger(),
-      noExec,
-    );
-    expect(allowed.stderr()).toContain('WARNING: TETHER_EXECUTOR_API_KEY stays readable by every child process');
+    const allowed = await runQuiet({ registry: registry.url, allowApiKeyEnv: true }, { TETHER_EXECUTOR_API_KEY: KEY });
+    expect(allowed.stderr).toContain('WARNING: TETHER_EXECUTOR_API_KEY stays readable by every child process');
     // It went on to use the key: the registry said no, and a 401 at start is final.
-    expect(code).toBe(1);
-    expect(allowed.stderr()).toContain('(the API key was revoked or is wrong)');
-    expect(allowed.stderr()).not.toContain(KEY);
+    expect(allowed.code).toBe(1);
+    expect(allowed.stderr).toContain('(the API key was revoked or is wrong)');
+    expect(allowed.stderr).not.toContain(KEY);
   });
 });
 
 describe('executor --registry: the deprecated shared key variables', () => {
   it('reads TETHER_API_KEY last, with one warning naming TETHER_EXECUTOR_API_KEY, and says so when the key is refused', async () => {
     const registry = await fakeRegistry(() => 403);
-    const run = cliIo({ TETHER_API_KEY: KEY });
-    const code = await runExecutor(
-      options({ registry: registry.url, allowApiKeyEnv: true }),
-      run.io,
-      silentLogger(),
-      noExec,
-    );
-    expect(code).toBe(1);
-    const lines = run.stderr().split('\n');
+    const run = await runQuiet({ registry: registry.url, allowApiKeyEnv: true }, { TETHER_API_KEY: KEY });
+    expect(run.code).toBe(1);
+    const lines = run.stderr.split('\n');
     expect(lines[0]).toBe(
       'executor: warning: TETHER_API_KEY is deprecated; use TETHER_EXECUTOR_API_KEY (the harness reads it too, as its own)',
     );
-    expect(run.stderr()).toContain(
+    expect(run.stderr).toContain(
       "it came from TETHER_API_KEY, which the harness reads as its own key: is it a harness key? Give the executor's key in TETHER_EXECUTOR_API_KEY or --api-key-file",
     );
-    expect(run.stderr()).not.toContain(KEY);
+    expect(run.stderr).not.toContain(KEY);
     // The current names: no warning, no such hint.
-    const current = cliIo({ TETHER_EXECUTOR_API_KEY: KEY, TETHER_API_KEY: 'harness-key' });
-    expect(
-      await runExecutor(options({ registry: registry.url, allowApiKeyEnv: true }), current.io, silentLogger(), noExec),
-    ).toBe(1);
-    expect(current.stderr()).not.toContain('deprecated');
-    expect(current.stderr()).not.toContain('harness key');
+    const current = await runQuiet(
+      { registry: registry.url, allowApiKeyEnv: true },
+      { TETHER_EXECUTOR_API_KEY: KEY, TETHER_API_KEY: 'harness-key' },
+    );
+    expect(current.code).toBe(1);
+    expect(current.stderr).not.toContain('deprecated');
+    expect(current.stderr).not.toContain('harness key');
   });
 
   it('reads TETHER_API_KEY_FILE after the current names, with one warning', async () => {
@@ -329,12 +307,12 @@ describe('executor --registry: the deprecated shared key variables', () => {
     const keyPath = join(dir, 'executor.key');
     writeFileSync(keyPath, `${KEY}\n`, { mode: 0o600 });
     const registry = await fakeRegistry(() => 401);
-    const run = cliIo({ TETHER_API_KEY_FILE: keyPath });
-    expect(await runExecutor(options({ registry: registry.url }), run.io, silentLogger(), noExec)).toBe(1);
-    expect(run.stderr()).toContain(
+    const run = await runQuiet({ registry: registry.url }, { TETHER_API_KEY_FILE: keyPath });
+    expect(run.code).toBe(1);
+    expect(run.stderr).toContain(
       'executor: warning: TETHER_API_KEY_FILE is deprecated; use TETHER_EXECUTOR_API_KEY_FILE (the harness reads it too, as its own)\n',
     );
-    expect(run.stderr()).toContain('(the API key was revoked or is wrong)');
+    expect(run.stderr).toContain('(the API key was revoked or is wrong)');
   });
 
   it('says the parse’s deprecations once: not in an image that re-executes itself for the key, then in the next', async () => {

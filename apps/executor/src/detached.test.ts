@@ -2,7 +2,7 @@ import type { ProcessEvent } from '@tether/local-process';
 import { afterEach, describe, expect, it } from 'vitest';
 import { silentLogger } from './logger.js';
 import { keyPrincipal, LOCAL_PRINCIPAL, UNATTRIBUTED_PRINCIPAL } from './principal.js';
-import { type SessionAttachment, SessionRegistry } from './session-registry.js';
+import { type Session, type SessionAttachment, SessionRegistry } from './session-registry.js';
 
 class Attachment implements SessionAttachment {
   readonly events: ProcessEvent[] = [];
@@ -42,6 +42,12 @@ const start = (processId: string, script: string) => ({
   tty: false,
   pipeStdin: false,
 });
+
+/** All the output `processId` has had so far, as `session` reads it attached. */
+async function outputOf(session: Session, processId: string): Promise<string> {
+  const read = await session.tableFor(processId, 'attach').read(processId, { afterSeq: 0 });
+  return read.chunks.map((c) => c.chunk.toString()).join('');
+}
 
 describe('detached processes', () => {
   it('takes each session’s writes under its own write ids: the same writeId from two sessions is two writes', async () => {
@@ -88,13 +94,7 @@ describe('detached processes', () => {
     expect((await second.tableFor('job-1', 'attach').read('job-1', { afterSeq: 0 })).exitCode).toBe(7);
 
     expect(await second.tableFor('job-2', 'control').write('job-2', Buffer.from('hello\n'), 'w1')).toBe('accepted');
-    await expect
-      .poll(async () =>
-        (await second.tableFor('job-2', 'attach').read('job-2', { afterSeq: 0 })).chunks
-          .map((c) => c.chunk.toString())
-          .join(''),
-      )
-      .toBe('hello\n');
+    await expect.poll(() => outputOf(second, 'job-2')).toBe('hello\n');
     expect(second.terminateProcess('job-2')).toEqual({ running: true });
   });
 
@@ -196,13 +196,7 @@ describe('detached processes belong to the principal that started them', () => {
       ['secret-tty', 'running'],
     ]);
     expect(await own.writeProcess('secret', Buffer.from('mine\n'), 'w1')).toBe('accepted');
-    await expect
-      .poll(async () =>
-        (await own.tableFor('secret', 'attach').read('secret', { afterSeq: 0 })).chunks
-          .map((c) => c.chunk.toString())
-          .join(''),
-      )
-      .toBe('token=s3cr3t\nmine\n');
+    await expect.poll(() => outputOf(own, 'secret')).toBe('token=s3cr3t\nmine\n');
     // Starting another process under its id says it exists, not that it is detached.
     await expect(b.startProcess(start('secret', 'true'))).rejects.toMatchObject({
       code: 'already_exists',

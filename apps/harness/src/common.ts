@@ -1,5 +1,5 @@
 import type { Readable, Writable } from 'node:stream';
-import { type Environment, isConnectionError, LocalFs, TetherError } from '@tether/client';
+import { type Environment, isConnectionError, LocalFs, type ProcessEvent, TetherError } from '@tether/client';
 import { durationArg } from '@tether/telemetry/cli';
 import { type Command, InvalidArgumentError, Option } from 'commander';
 import type { Endpoint } from './copy.js';
@@ -108,6 +108,23 @@ export async function flushOutput(io: CliIo): Promise<void> {
   await new Promise((resolve) => setImmediate(resolve));
   const failure = outputFailure(io);
   if (failure) throw failure;
+}
+
+/**
+ * Writes a process's output to our stdout and stderr as it comes; its exit code once it has ended and all of
+ * it was handed on. Throws OutputClosedError when our output has no reader.
+ */
+export async function printOutput(
+  io: CliIo,
+  events: AsyncIterable<ProcessEvent> & { readonly completion: Promise<{ exitCode: number }> },
+): Promise<number> {
+  for await (const event of events) {
+    if (event.kind !== 'output') continue;
+    await writeOutput(io, event.stream === 'stderr' ? io.stderr : io.stdout, event.chunk);
+  }
+  const { exitCode } = await events.completion;
+  await flushOutput(io);
+  return exitCode;
 }
 
 /** How a command hands its exit code back to `run`. */

@@ -2,6 +2,7 @@
 import { type BigIntStats, createReadStream, constants as fsConstants } from 'node:fs';
 import * as fsp from 'node:fs/promises';
 import type { Writable } from 'node:stream';
+import { mapBounded } from '@tether/bytes';
 import { MODE_BITS } from '@tether/exec-protocol';
 import { TetherError } from './errors.js';
 import { InPlaceFileWriter } from './file-writer.js';
@@ -35,24 +36,6 @@ async function local<T>(path: string, action: () => Promise<T>): Promise<T> {
 
 /** Files one batch works on at once (the libuv pool runs their few syscalls side by side). */
 const BATCH_PARALLELISM = 8;
-
-/** `work` over `items`, at most `parallelism` at once; results in the order of `items`. */
-async function mapBounded<T, R>(
-  items: readonly T[],
-  parallelism: number,
-  work: (item: T, index: number) => Promise<R>,
-): Promise<R[]> {
-  const results = new Array<R>(items.length);
-  let next = 0;
-  const worker = async () => {
-    while (next < items.length) {
-      const index = next++;
-      results[index] = await work(items[index] as T, index);
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(parallelism, items.length) }, worker));
-  return results;
-}
 
 /** Whole milliseconds from nanoseconds (the float milliseconds of a plain stat may fall just below). */
 function unixMetadataOf(stats: BigIntStats): UnixMetadata {

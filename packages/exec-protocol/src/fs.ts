@@ -2,10 +2,9 @@
  * `fs/*` params and results (spec §3.9), shaped after what the Codex 0.171.0 binary accepts (see
  * tests/conformance/CODEX-FINDINGS.md §15). Paths are `file:` URIs. Types derive from the schemas.
  */
-import { type Static, type TSchema, Type } from '@sinclair/typebox';
+import { type Static, Type } from '@sinclair/typebox';
+import { Literals, Nullable, U64 } from './schema-parts.js';
 
-const Nullable = <T extends TSchema>(schema: T) => Type.Union([schema, Type.Null()]);
-const U64 = Type.Integer({ minimum: 0 });
 /** Validated by `parseSandbox`, which words its errors as serde does for Codex's tagged enums. */
 const Sandbox = Type.Optional(Type.Unknown());
 
@@ -92,12 +91,7 @@ export type FsCopyParams = Static<typeof FsCopyParams>;
  * file is cut at the furthest byte written when the handle closes (or its connection ends), so it ends
  * as `replace` would leave it without first freeing the pages of the old contents.
  */
-export const FsOpenMode = Type.Union([
-  Type.Literal('read'),
-  Type.Literal('replace'),
-  Type.Literal('update'),
-  Type.Literal('overwrite'),
-]);
+export const FsOpenMode = Literals('read', 'replace', 'update', 'overwrite');
 export type FsOpenMode = Static<typeof FsOpenMode>;
 
 export const FsOpenParams = Type.Object({
@@ -147,7 +141,7 @@ export type FsWalkParams = Static<typeof FsWalkParams>;
 
 export const FsWalkEntry = Type.Object({
   path: Type.String(),
-  kind: Type.Union([Type.Literal('file'), Type.Literal('directory')]),
+  kind: Literals('file', 'directory'),
 });
 export type FsWalkEntry = Static<typeof FsWalkEntry>;
 export const FsWalkResult = Type.Object({

@@ -1,14 +1,12 @@
 /** `http/request` (spec §3.10): executor-side HTTP, as the Codex 0.171.0 binary shapes it. */
-import { type Static, type TSchema, Type } from '@sinclair/typebox';
-
-const Nullable = <T extends TSchema>(schema: T) => Type.Union([schema, Type.Null()]);
-const U64 = Type.Integer({ minimum: 0 });
+import { type Static, Type } from '@sinclair/typebox';
+import { Literals, Nullable, U64 } from './schema-parts.js';
 
 /** One header line; a list of them keeps order and repeats. */
 export const HttpHeader = Type.Object({ name: Type.String(), value: Type.String() });
 export type HttpHeader = Static<typeof HttpHeader>;
 
-export const HttpRedirectPolicy = Type.Union([Type.Literal('follow'), Type.Literal('stop')]);
+export const HttpRedirectPolicy = Literals('follow', 'stop');
 export type HttpRedirectPolicy = Static<typeof HttpRedirectPolicy>;
 
 export const HttpRequestParams = Type.Object({

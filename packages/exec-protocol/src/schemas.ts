@@ -3,10 +3,8 @@
  * types are derived from them (`Static<>`), never written twice. Unknown members are allowed, as serde
  * ignores them. Field names are camelCase, byte payloads are padded standard base64.
  */
-import { type Static, type TSchema, Type } from '@sinclair/typebox';
-
-const Nullable = <T extends TSchema>(schema: T) => Type.Union([schema, Type.Null()]);
-const U64 = Type.Integer({ minimum: 0 });
+import { type Static, Type } from '@sinclair/typebox';
+import { Literals, Nullable, U64 } from './schema-parts.js';
 
 // §2.1 initialize ------------------------------------------------------------------------------
 export const InitializeParams = Type.Object({
@@ -45,7 +43,7 @@ export type InitializeResult = Static<typeof InitializeResult>;
 
 // §3.1 process/start ----------------------------------------------------------------------------
 export const EnvPolicy = Type.Object({
-  inherit: Type.Union([Type.Literal('all'), Type.Literal('core'), Type.Literal('none')]),
+  inherit: Literals('all', 'core', 'none'),
   ignoreDefaultExcludes: Type.Boolean(),
   exclude: Type.Array(Type.String()),
   set: Type.Record(Type.String(), Type.String()),
@@ -99,7 +97,7 @@ export const ProcessStartResult = Type.Object({
 export type ProcessStartResult = Static<typeof ProcessStartResult>;
 
 // §3.2 process/read -----------------------------------------------------------------------------
-export const OutputStreamName = Type.Union([Type.Literal('stdout'), Type.Literal('stderr'), Type.Literal('pty')]);
+export const OutputStreamName = Literals('stdout', 'stderr', 'pty');
 export type OutputStreamName = Static<typeof OutputStreamName>;
 
 export const ProcessReadParams = Type.Object({
@@ -137,26 +135,13 @@ export type ProcessWriteParams = Static<typeof ProcessWriteParams>;
 export const ProcessWriteBinaryParams = Type.Object({ processId: Type.String(), writeId: Type.String() });
 export type ProcessWriteBinaryParams = Static<typeof ProcessWriteBinaryParams>;
 
-export const WriteStatus = Type.Union([
-  Type.Literal('accepted'),
-  Type.Literal('unknownProcess'),
-  Type.Literal('stdinClosed'),
-  Type.Literal('starting'),
-]);
+export const WriteStatus = Literals('accepted', 'unknownProcess', 'stdinClosed', 'starting');
 export type WriteStatus = Static<typeof WriteStatus>;
 export const ProcessWriteResult = Type.Object({ status: WriteStatus });
 export type ProcessWriteResult = Static<typeof ProcessWriteResult>;
 
 // §3.4–3.5 signal and terminate (signal values beyond `interrupt` are Tether extensions) ---------
-export const SignalName = Type.Union([
-  Type.Literal('interrupt'),
-  Type.Literal('terminate'),
-  Type.Literal('kill'),
-  Type.Literal('hangup'),
-  Type.Literal('quit'),
-  Type.Literal('user1'),
-  Type.Literal('user2'),
-]);
+export const SignalName = Literals('interrupt', 'terminate', 'kill', 'hangup', 'quit', 'user1', 'user2');
 export type SignalName = Static<typeof SignalName>;
 
 export const ProcessSignalParams = Type.Object({ processId: Type.String(), signal: SignalName });
@@ -184,12 +169,7 @@ export const ProcessCloseStdinResult = Type.Object({ status: WriteStatus });
 
 export const ProcessListEntry = Type.Object({
   processId: Type.String(),
-  state: Type.Union([
-    Type.Literal('starting'),
-    Type.Literal('running'),
-    Type.Literal('exited'),
-    Type.Literal('closed'),
-  ]),
+  state: Literals('starting', 'running', 'exited', 'closed'),
   pid: Nullable(Type.Integer()),
   argv: Type.Array(Type.String()),
   tty: Type.Boolean(),

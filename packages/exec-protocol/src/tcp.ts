@@ -26,10 +26,8 @@
  *   ended, or `error` says why); the executor forgets it.
  * Streams belong to the connection: they end with it (a resumed session starts with none).
  */
-import { type Static, type TSchema, Type } from '@sinclair/typebox';
-
-const Nullable = <T extends TSchema>(schema: T) => Type.Union([schema, Type.Null()]);
-const U64 = Type.Integer({ minimum: 0 });
+import { type Static, Type } from '@sinclair/typebox';
+import { Literals, Nullable, U64 } from './schema-parts.js';
 
 /** The window our SDK asks for per forwarded connection (each direction). */
 export const DEFAULT_TCP_WINDOW_BYTES = 4 * 1024 * 1024;
@@ -70,17 +68,17 @@ export const TcpConnectResult = Type.Object({
 export type TcpConnectResult = Static<typeof TcpConnectResult>;
 
 /** `data.kind` of a failed `tcp/connect`. */
-export const TcpConnectErrorKind = Type.Union([
-  Type.Literal('notAllowed'),
-  Type.Literal('refused'),
-  Type.Literal('unresolvable'),
-  Type.Literal('unreachable'),
-  Type.Literal('timeout'),
-  Type.Literal('tooManyStreams'),
-  Type.Literal('duplicateStream'),
-  Type.Literal('disabled'),
-  Type.Literal('failed'),
-]);
+export const TcpConnectErrorKind = Literals(
+  'notAllowed',
+  'refused',
+  'unresolvable',
+  'unreachable',
+  'timeout',
+  'tooManyStreams',
+  'duplicateStream',
+  'disabled',
+  'failed',
+);
 export type TcpConnectErrorKind = Static<typeof TcpConnectErrorKind>;
 
 /** `tcp/data` (bytes as the attachment, or `dataBase64` where the transport carries none). */

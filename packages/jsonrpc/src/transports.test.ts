@@ -71,10 +71,19 @@ describe('WebSocketTransport and RpcClient', () => {
     for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
   });
 
-  async function serve(onConnection: (connection: RpcConnection) => void, pingIntervalMs = 0) {
-    const wss = new WebSocketServer({ host: '127.0.0.1', port: 0, maxPayload: 1024 });
+  /** A server of RpcConnections; with `fastReceiveMaxPayload`, its transports take messages that large fast. */
+  async function serve(
+    onConnection: (connection: RpcConnection) => void,
+    pingIntervalMs = 0,
+    fastReceiveMaxPayload?: number,
+  ) {
+    const maxPayload = fastReceiveMaxPayload ?? 1024;
+    const fastReceive = fastReceiveMaxPayload === undefined ? {} : { fastReceive: { server: true, maxPayload } };
+    const wss = new WebSocketServer({ host: '127.0.0.1', port: 0, maxPayload });
     await once(wss, 'listening');
-    wss.on('connection', (ws) => onConnection(new RpcConnection(new WebSocketTransport(ws, { pingIntervalMs }))));
+    wss.on('connection', (ws) =>
+      onConnection(new RpcConnection(new WebSocketTransport(ws, { pingIntervalMs, ...fastReceive }))),
+    );
     cleanups.push(
       () =>
         new Promise<void>((resolve) => {
@@ -184,31 +193,14 @@ describe('WebSocketTransport and RpcClient', () => {
   it('fastReceive: text and binary messages as without it; an attachment stays intact while held', async () => {
     const held: Array<{ attachment: Buffer; expected: Buffer }> = [];
     const texts: unknown[] = [];
-    const wss = new WebSocketServer({ host: '127.0.0.1', port: 0, maxPayload: 1 << 20 });
-    await once(wss, 'listening');
-    wss.on('connection', (ws) => {
-      const transport = new WebSocketTransport(ws, {
-        pingIntervalMs: 0,
-        fastReceive: { server: true, maxPayload: 1 << 20 },
-      });
-      new RpcConnection(transport).start({
-        onMessage: (m) => {
-          if (m.kind !== 'notification') return;
-          const attachment = attachmentOf(m.params);
-          // Kept past this call, as a handler awaiting a file write keeps its block.
-          if (attachment) held.push({ attachment, expected: Buffer.from((m.params as { hex: string }).hex, 'hex') });
-          else texts.push(m.params);
-        },
-      });
-    });
-    cleanups.push(
-      () =>
-        new Promise<void>((resolve) => {
-          for (const client of wss.clients) client.terminate();
-          wss.close(() => resolve());
-        }),
-    );
-    const ws = await dial(`ws://127.0.0.1:${(wss.address() as { port: number }).port}`);
+    const onMessage = (m: InboundMessage) => {
+      if (m.kind !== 'notification') return;
+      const attachment = attachmentOf(m.params);
+      // Kept past this call, as a handler awaiting a file write keeps its block.
+      if (attachment) held.push({ attachment, expected: Buffer.from((m.params as { hex: string }).hex, 'hex') });
+      else texts.push(m.params);
+    };
+    const ws = await dial(await serve((connection) => connection.start({ onMessage }), 0, 1 << 20));
     for (let i = 0; i < 6; i++) {
       const bytes = Buffer.alloc(100_000 + i, i + 1);
       const json = JSON.stringify({ method: 'n', params: { hex: bytes.subarray(0, 8).toString('hex') } });
@@ -227,31 +219,14 @@ describe('WebSocketTransport and RpcClient', () => {
   it('fastReceive: an attachment released through its message serves the next message of its size; one held does not', async () => {
     const attachments: Buffer[] = [];
     const holders: unknown[] = [];
-    const wss = new WebSocketServer({ host: '127.0.0.1', port: 0, maxPayload: 1 << 20 });
-    await once(wss, 'listening');
-    wss.on('connection', (ws) => {
-      const transport = new WebSocketTransport(ws, {
-        pingIntervalMs: 0,
-        fastReceive: { server: true, maxPayload: 1 << 20 },
-      });
-      new RpcConnection(transport).start({
-        onMessage: (m) => {
-          const attachment = m.kind === 'notification' ? attachmentOf(m.params) : undefined;
-          if (attachment && m.kind === 'notification') {
-            attachments.push(attachment);
-            holders.push(m.params);
-          }
-        },
-      });
-    });
-    cleanups.push(
-      () =>
-        new Promise<void>((resolve) => {
-          for (const client of wss.clients) client.terminate();
-          wss.close(() => resolve());
-        }),
-    );
-    const ws = await dial(`ws://127.0.0.1:${(wss.address() as { port: number }).port}`);
+    const onMessage = (m: InboundMessage) => {
+      const attachment = m.kind === 'notification' ? attachmentOf(m.params) : undefined;
+      if (attachment && m.kind === 'notification') {
+        attachments.push(attachment);
+        holders.push(m.params);
+      }
+    };
+    const ws = await dial(await serve((connection) => connection.start({ onMessage }), 0, 1 << 20));
     const send = async (fill: number) => {
       ws.send(encodeWithAttachment(JSON.stringify({ method: 'n', params: {} }), Buffer.alloc(300_000, fill)));
       await expect.poll(() => attachments.length).toBe(fill);

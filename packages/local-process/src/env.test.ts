@@ -1,14 +1,12 @@
 import { describe, expect, it } from 'vitest';
 import { buildChildEnv, type EnvPolicy } from './env.js';
 
+/** The server's variables a child inherits by default, and those the default excludes (*KEY* *SECRET* *TOKEN*) drop. */
+const ordinary = { PATH: '/usr/bin:/bin', HOME: '/home/u', Lang: 'C.UTF-8', EDITOR: 'vi' };
+const secrets = { AWS_SECRET_ACCESS_KEY: 's', github_token: 't', MY_API_KEY: 'k' };
 const server = {
-  PATH: '/usr/bin:/bin',
-  HOME: '/home/u',
-  Lang: 'C.UTF-8',
-  EDITOR: 'vi',
-  AWS_SECRET_ACCESS_KEY: 's',
-  github_token: 't',
-  MY_API_KEY: 'k',
+  ...ordinary,
+  ...secrets,
   CODEX_EXEC_SERVER_EXIT_ON_STDIN_CLOSE: '1',
   NODE_REPL_AUTH_TOKEN: 'n',
   UNSET: undefined,
@@ -42,24 +40,11 @@ describe('buildChildEnv', () => {
   });
 
   it('inherit all drops *KEY* *SECRET* *TOKEN* by default (case-insensitive)', () => {
-    expect(buildChildEnv({}, policy(), server)).toEqual({
-      PATH: '/usr/bin:/bin',
-      HOME: '/home/u',
-      Lang: 'C.UTF-8',
-      EDITOR: 'vi',
-    });
+    expect(buildChildEnv({}, policy(), server)).toEqual(ordinary);
   });
 
   it('ignoreDefaultExcludes keeps them (the non-inheritable names still go)', () => {
-    expect(buildChildEnv({}, policy({ ignoreDefaultExcludes: true }), server)).toEqual({
-      PATH: '/usr/bin:/bin',
-      HOME: '/home/u',
-      Lang: 'C.UTF-8',
-      EDITOR: 'vi',
-      AWS_SECRET_ACCESS_KEY: 's',
-      github_token: 't',
-      MY_API_KEY: 'k',
-    });
+    expect(buildChildEnv({}, policy({ ignoreDefaultExcludes: true }), server)).toEqual({ ...ordinary, ...secrets });
   });
 
   it('inherit core keeps only core names, matched case-insensitively', () => {

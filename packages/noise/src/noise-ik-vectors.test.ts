@@ -19,23 +19,21 @@ describe.each(cases)('$protocol published vector ($name provider)', ({ name, pro
 
   it('reproduces every handshake and transport ciphertext and the handshake hash', () => {
     const base = PROVIDERS[name]!();
-    const initiator = new ClassicIKHandshake({
-      provider: withFixedEphemerals(base, [hex(vector.init_ephemeral)]),
-      cipher,
-      protocolName: protocol,
-      role: 'initiator',
-      prologue: hex(vector.init_prologue),
-      s: keyPair(base, vector.init_static),
-      rs: hex(vector.init_remote_static),
-    });
-    const responder = new ClassicIKHandshake({
-      provider: withFixedEphemerals(base, [hex(vector.resp_ephemeral)]),
-      cipher,
-      protocolName: protocol,
-      role: 'responder',
-      prologue: hex(vector.resp_prologue),
-      s: keyPair(base, vector.resp_static),
-    });
+    /** One side as the vector sets it up (`init_*` or `resp_*` fields), its ephemeral the vector's. */
+    const side = (role: 'initiator' | 'responder', remoteStatic?: string) => {
+      const of = role === 'initiator' ? 'init' : 'resp';
+      return new ClassicIKHandshake({
+        provider: withFixedEphemerals(base, [hex(vector[`${of}_ephemeral` as const])]),
+        cipher,
+        protocolName: protocol,
+        role,
+        prologue: hex(vector[`${of}_prologue` as const]),
+        s: keyPair(base, vector[`${of}_static` as const]),
+        rs: remoteStatic === undefined ? undefined : hex(remoteStatic),
+      });
+    };
+    const initiator = side('initiator', vector.init_remote_static);
+    const responder = side('responder');
     const [m1, m2, ...transportMessages] = vector.messages;
 
     const message1 = initiator.writeMessage1(hex(m1!.payload));

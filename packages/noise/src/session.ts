@@ -74,6 +74,27 @@ function once<A extends unknown[], R>(what: string, fn: (...args: A) => R): (...
   };
 }
 
+/** One side's hybrid IK handshake; only the initiator knows the remote static key up front. */
+function hybridHandshake(
+  options: CommonOptions,
+  info: SuiteInfo,
+  role: 'initiator' | 'responder',
+  remoteStatic?: NoisePublicKey,
+): HybridIKHandshake {
+  return new HybridIKHandshake({
+    provider: options.provider ?? defaultProvider(),
+    kem: options.kem ?? createMlKem768(),
+    cipher: info.cipher,
+    protocolName: info.protocolName,
+    role,
+    prologue: options.prologue,
+    s: options.staticKeys.x25519,
+    sKem: options.staticKeys.mlkem768,
+    rs: remoteStatic?.x25519,
+    rsKem: remoteStatic?.mlkem768,
+  });
+}
+
 /** Harness side: writes message 1 at once, then turns message 2 into a transport (sends with k1). */
 export function createInitiator(options: InitiatorOptions): Initiator {
   checkPublicKey(options.remoteStatic);
@@ -86,18 +107,7 @@ export function createInitiator(options: InitiatorOptions): Initiator {
   if (payload.length > MAX_HANDSHAKE_PAYLOAD) {
     throw new NoiseError('payload_too_large', `handshake payload is too large (max ${MAX_HANDSHAKE_PAYLOAD} bytes)`);
   }
-  const handshake = new HybridIKHandshake({
-    provider: options.provider ?? defaultProvider(),
-    kem: options.kem ?? createMlKem768(),
-    cipher: info.cipher,
-    protocolName: info.protocolName,
-    role: 'initiator',
-    prologue: options.prologue,
-    s: options.staticKeys.x25519,
-    sKem: options.staticKeys.mlkem768,
-    rs: options.remoteStatic.x25519,
-    rsKem: options.remoteStatic.mlkem768,
-  });
+  const handshake = hybridHandshake(options, info, 'initiator', options.remoteStatic);
   const message1 = handshake.writeMessage1(payload);
   return {
     message1,
@@ -119,16 +129,7 @@ export function createInitiator(options: InitiatorOptions): Initiator {
 export function createResponder(options: ResponderOptions): Responder {
   const info = suiteInfo(options.suite ?? DEFAULT_SUITE);
   checkStaticKeys(options.staticKeys);
-  const handshake = new HybridIKHandshake({
-    provider: options.provider ?? defaultProvider(),
-    kem: options.kem ?? createMlKem768(),
-    cipher: info.cipher,
-    protocolName: info.protocolName,
-    role: 'responder',
-    prologue: options.prologue,
-    s: options.staticKeys.x25519,
-    sKem: options.staticKeys.mlkem768,
-  });
+  const handshake = hybridHandshake(options, info, 'responder');
   return {
     readMessage1: once('readMessage1', (message: Uint8Array): PendingResponder => {
       // Limits before any crypto work: the fixed part must be there, the payload at most 4096 bytes.

@@ -71,26 +71,27 @@ describe('NO_PROXY', () => {
     expect(matches('EXAMPLE.com', 'http://Example.COM/')).toBe(true);
   });
 
-  it('matches IPv4 and IPv6 addresses and CIDR blocks', () => {
-    expect(matches('127.0.0.1', 'http://127.0.0.1:8080/')).toBe(true);
-    expect(matches('127.0.0.1', 'http://127.0.0.2/')).toBe(false);
-    expect(matches('192.168.1.0/24', 'http://192.168.1.42/')).toBe(true);
-    expect(matches('192.168.1.0/24', 'http://192.168.2.1/')).toBe(false);
-    expect(matches('10.0.0.0/8', 'http://10.200.3.4/')).toBe(true);
-    expect(matches('::1', 'http://[::1]:9000/')).toBe(true);
-    expect(matches('fd00::/8', 'http://[fd12:3456::1]/')).toBe(true);
-    expect(matches('fd00::/8', 'http://[fe80::1]/')).toBe(false);
-    expect(matches('::ffff:10.0.0.0/104', 'http://[::ffff:10.1.2.3]/')).toBe(true);
+  it.each<[string, string, boolean]>([
+    // IPv4 and IPv6 addresses and CIDR blocks.
+    ['127.0.0.1', 'http://127.0.0.1:8080/', true],
+    ['127.0.0.1', 'http://127.0.0.2/', false],
+    ['192.168.1.0/24', 'http://192.168.1.42/', true],
+    ['192.168.1.0/24', 'http://192.168.2.1/', false],
+    ['10.0.0.0/8', 'http://10.200.3.4/', true],
+    ['::1', 'http://[::1]:9000/', true],
+    ['fd00::/8', 'http://[fd12:3456::1]/', true],
+    ['fd00::/8', 'http://[fe80::1]/', false],
+    ['::ffff:10.0.0.0/104', 'http://[::ffff:10.1.2.3]/', true],
     // An address entry is not a domain suffix.
-    expect(matches('0.0.1', 'http://10.0.0.1/')).toBe(false);
-  });
-
-  it('matches everything with *, and a port only where an entry names one', () => {
-    expect(matches('*', 'https://anything.example/')).toBe(true);
-    expect(matches('example.com:8443', 'https://example.com:8443/')).toBe(true);
-    expect(matches('example.com:8443', 'https://example.com/')).toBe(false);
-    expect(matches('127.0.0.1:80', 'http://127.0.0.1/')).toBe(true);
-    expect(matches('', 'http://example.com/')).toBe(false);
+    ['0.0.1', 'http://10.0.0.1/', false],
+    // Everything with *, and a port only where an entry names one.
+    ['*', 'https://anything.example/', true],
+    ['example.com:8443', 'https://example.com:8443/', true],
+    ['example.com:8443', 'https://example.com/', false],
+    ['127.0.0.1:80', 'http://127.0.0.1/', true],
+    ['', 'http://example.com/', false],
+  ])('matches addresses, CIDR blocks, * and ports: %j against %s is %s', (list, target, expected) => {
+    expect(matches(list, target)).toBe(expected);
   });
 });
 

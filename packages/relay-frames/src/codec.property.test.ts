@@ -45,6 +45,30 @@ const canonicalData: fc.Arbitrary<Frame> = fc
   .tuple(streamId, fc.oneof(fc.constant(0), fc.integer({ min: 1, max: 300 }), u32), nonEmptyBytes)
   .map(([id, seq, payload]) => dataFrame(id, seq, payload));
 
+/** One mutation of encoded bytes: flip bits of a byte, cut the rest off, or insert a byte. */
+const edit = fc.oneof(
+  fc.record({ op: fc.constant('flip' as const), at: fc.nat(), value: fc.integer({ min: 1, max: 255 }) }),
+  fc.record({ op: fc.constant('cut' as const), at: fc.nat(), value: fc.constant(0) }),
+  fc.record({ op: fc.constant('insert' as const), at: fc.nat(), value: fc.integer({ min: 0, max: 255 }) }),
+);
+type Edit = typeof edit extends fc.Arbitrary<infer E> ? E : never;
+
+/** `encoded` with `edits` applied in turn, each at the index `indexOf` makes of its `at` and the current length. */
+function applyEdits(
+  encoded: Uint8Array,
+  edits: readonly Edit[],
+  indexOf: (at: number, length: number) => number,
+): Uint8Array {
+  let bytes = Array.from(encoded);
+  for (const { op, at, value } of edits) {
+    const i = indexOf(at, bytes.length);
+    if (op === 'flip' && i < bytes.length) bytes[i] = bytes[i]! ^ value;
+    if (op === 'cut') bytes = bytes.slice(0, i);
+    if (op === 'insert') bytes.splice(i, 0, value);
+  }
+  return new Uint8Array(bytes);
+}
+
 function decodeOrError(decode: () => Frame): Frame | FrameError {
   try {
     return decode();
@@ -115,22 +139,11 @@ describe('codec properties', () => {
   });
 
   it('canonical Data frames decode as the generic decoder does, also mutated (flips, cuts, inserts)', () => {
-    const edit = fc.oneof(
-      fc.record({ op: fc.constant('flip' as const), at: fc.nat(), value: fc.integer({ min: 1, max: 255 }) }),
-      fc.record({ op: fc.constant('cut' as const), at: fc.nat(), value: fc.constant(0) }),
-      fc.record({ op: fc.constant('insert' as const), at: fc.nat(), value: fc.integer({ min: 0, max: 255 }) }),
-    );
     fc.assert(
       fc.property(canonicalData, fc.array(edit, { maxLength: 3 }), (f, edits) => {
-        let bytes = Array.from(encodeFrame(f));
         // Mutations land in the header (the first 60 bytes) most of the time, where the parsing is.
-        for (const { op, at, value } of edits) {
-          const i = at % Math.min(bytes.length + 1, at % 4 === 0 ? bytes.length + 1 : 60);
-          if (op === 'flip' && i < bytes.length) bytes[i] = bytes[i]! ^ value;
-          if (op === 'cut') bytes = bytes.slice(0, i);
-          if (op === 'insert') bytes.splice(i, 0, value);
-        }
-        checkAgainstGeneric(new Uint8Array(bytes));
+        const nearHeader = (at: number, length: number) => at % Math.min(length + 1, at % 4 === 0 ? length + 1 : 60);
+        checkAgainstGeneric(applyEdits(encodeFrame(f), edits, nearHeader));
       }),
       { numRuns: 20_000 },
     );
@@ -141,21 +154,9 @@ describe('codec properties', () => {
   });
 
   it('fuzz: mutated valid frames (flips, cuts, inserts) are decoded or refused with FrameError', () => {
-    const edit = fc.oneof(
-      fc.record({ op: fc.constant('flip' as const), at: fc.nat(), value: fc.integer({ min: 1, max: 255 }) }),
-      fc.record({ op: fc.constant('cut' as const), at: fc.nat(), value: fc.constant(0) }),
-      fc.record({ op: fc.constant('insert' as const), at: fc.nat(), value: fc.integer({ min: 0, max: 255 }) }),
-    );
     fc.assert(
       fc.property(frame, fc.array(edit, { minLength: 1, maxLength: 4 }), (f, edits) => {
-        let bytes = Array.from(encodeFrame(f));
-        for (const { op, at, value } of edits) {
-          const i = at % (bytes.length + 1);
-          if (op === 'flip' && i < bytes.length) bytes[i] = bytes[i]! ^ value;
-          if (op === 'cut') bytes = bytes.slice(0, i);
-          if (op === 'insert') bytes.splice(i, 0, value);
-        }
-        checkDecoders(new Uint8Array(bytes));
+        checkDecoders(applyEdits(encodeFrame(f), edits, (at, length) => at % (length + 1)));
       }),
       { numRuns: 10_000 },
     );

@@ -1,6 +1,7 @@
 import { create, fromBinary, type MessageInitShape, toBinary } from '@bufbuild/protobuf';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import { expectCodedError } from './__tests__/coded-error.js';
 import { DataFrameEncoder, decodeFrame, encodeFrame, encodeFrameGeneric } from './codec.js';
 import { FrameError, type FrameErrorCode } from './errors.js';
 import {
@@ -20,17 +21,7 @@ import { peekHeader, streamIdOfKey } from './peek.js';
 const hex = (bytes: Uint8Array): string => Buffer.from(bytes).toString('hex');
 const unhex = (text: string): Uint8Array => new Uint8Array(Buffer.from(text.replace(/\s+/g, ''), 'hex'));
 
-function expectFrameError(fn: () => unknown, code: FrameErrorCode): void {
-  let thrown: unknown;
-  try {
-    fn();
-  } catch (error) {
-    thrown = error;
-  }
-  expect(thrown).toBeInstanceOf(FrameError);
-  expect((thrown as FrameError).name).toBe('FrameError');
-  expect((thrown as FrameError).code).toBe(code);
-}
+const expectFrameError = (fn: () => unknown, code: FrameErrorCode): void => expectCodedError(fn, FrameError, code);
 
 type RawInit = MessageInitShape<typeof RelayMessageFrameSchema>;
 /** Encodes a RelayMessageFrame straight through the schema, bypassing our validation. */

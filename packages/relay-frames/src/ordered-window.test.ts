@@ -1,20 +1,12 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import { expectCodedError } from './__tests__/coded-error.js';
 import { SequenceError, type SequenceErrorCode } from './errors.js';
 import { MAX_REORDER_BYTES, MAX_REORDER_DISTANCE, MAX_SEQ } from './limits.js';
 import { OrderedReceiveWindow, SendSequence } from './ordered-window.js';
 
-function expectSequenceError(fn: () => unknown, code: SequenceErrorCode): void {
-  let thrown: unknown;
-  try {
-    fn();
-  } catch (error) {
-    thrown = error;
-  }
-  expect(thrown).toBeInstanceOf(SequenceError);
-  expect((thrown as SequenceError).name).toBe('SequenceError');
-  expect((thrown as SequenceError).code).toBe(code);
-}
+const expectSequenceError = (fn: () => unknown, code: SequenceErrorCode): void =>
+  expectCodedError(fn, SequenceError, code);
 
 /** A one-byte record tagged with its seq (and a copy number, to tell duplicates apart). */
 const rec = (seq: number, copy = 0): Uint8Array => new Uint8Array([seq & 0xff, (seq >>> 8) & 0xff, copy]);

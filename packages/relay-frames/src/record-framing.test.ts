@@ -1,20 +1,12 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import { expectCodedError } from './__tests__/coded-error.js';
 import { MessageFramingError, type MessageFramingErrorCode } from './errors.js';
 import { MAX_MESSAGE_BYTES, MAX_RECORD_PLAINTEXT_BYTES } from './limits.js';
 import { frameMessage, frameMessageParts, MessageReassembler } from './record-framing.js';
 
-function expectFramingError(fn: () => unknown, code: MessageFramingErrorCode): void {
-  let thrown: unknown;
-  try {
-    fn();
-  } catch (error) {
-    thrown = error;
-  }
-  expect(thrown).toBeInstanceOf(MessageFramingError);
-  expect((thrown as MessageFramingError).name).toBe('MessageFramingError');
-  expect((thrown as MessageFramingError).code).toBe(code);
-}
+const expectFramingError = (fn: () => unknown, code: MessageFramingErrorCode): void =>
+  expectCodedError(fn, MessageFramingError, code);
 
 /** A message of `size` bytes whose content depends on `seed`, so swapped or shifted bytes are noticed. */
 function message(size: number, seed: number): Uint8Array {

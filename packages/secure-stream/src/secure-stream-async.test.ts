@@ -1,7 +1,7 @@
 import { type AesGcmSubtle, createWebCryptoProvider } from '@tether/noise';
 import { dataFrame } from '@tether/relay-frames';
 import { describe, expect, it } from 'vitest';
-import { pair, pairOver } from './__tests__/pairs.js';
+import { pair, pairOver, startStreams } from './__tests__/pairs.js';
 import { createMemoryLinkPair, type FrameLink } from './link.js';
 
 describe('SecureStream', () => {
@@ -34,10 +34,7 @@ describe('SecureStream', () => {
       const { initiated, accepted } = await pair({
         executorProvider: createWebCryptoProvider({ subtle: shuffled.subtle }),
       });
-      const [harnessStream, { stream: executorStream }] = await Promise.all([initiated, accepted]);
-      const received: string[] = [];
-      executorStream.start({ onMessage: (m) => received.push(m.toString()), onClose: () => {}, onDrain: () => {} });
-      harnessStream.start({ onMessage: () => {}, onClose: () => {}, onDrain: () => {} });
+      const { harnessStream, executorStream, received } = await startStreams(initiated, accepted);
       // Tiny messages, one of exactly one whole record, and large ones over many records, interleaved.
       const sent: string[] = [];
       for (let i = 0; i < 40; i++) {
@@ -57,10 +54,7 @@ describe('SecureStream', () => {
       const { initiated, accepted, harnessSent } = await pair({
         harnessProvider: createWebCryptoProvider({ subtle: shuffledSubtle().subtle }),
       });
-      const [harnessStream, { stream: executorStream }] = await Promise.all([initiated, accepted]);
-      const received: string[] = [];
-      executorStream.start({ onMessage: (m) => received.push(m.toString()), onClose: () => {}, onDrain: () => {} });
-      harnessStream.start({ onMessage: () => {}, onClose: () => {}, onDrain: () => {} });
+      const { harnessStream, received } = await startStreams(initiated, accepted);
       const sent: string[] = [];
       for (let i = 0; i < 30; i++) {
         const message = JSON.stringify({ i, pad: 'y'.repeat([5, 200 * 1024, 60 * 1024 - 64][i % 3]!) });
@@ -160,12 +154,7 @@ describe('SecureStream', () => {
           return dataFrame(frame.streamId, frame.seq, payload);
         },
       });
-      const [harnessStream, { stream: executorStream }] = await Promise.all([initiated, accepted]);
-      const received: string[] = [];
-      const closed = new Promise<string>((resolve) =>
-        executorStream.start({ onMessage: (m) => received.push(m.toString()), onClose: resolve, onDrain: () => {} }),
-      );
-      harnessStream.start({ onMessage: () => {}, onClose: () => {}, onDrain: () => {} });
+      const { harnessStream, executorStream, received, closed } = await startStreams(initiated, accepted);
       tamperSeq = 5;
       for (let n = 0; n < 10; n++) harnessStream.send(`{"n":${n}}`);
       await expect(closed).resolves.toMatch(/inbound record rejected/);

@@ -4,7 +4,7 @@ import { RpcClient, RpcConnection } from '@tether/jsonrpc';
 import { generateIdentity, SUITE_HYBRID_CHACHAPOLY } from '@tether/noise';
 import { dataFrame, type Frame, handshakeFrame, resetFrame } from '@tether/relay-frames';
 import { describe, expect, it } from 'vitest';
-import { ids, pair, pairOver } from './__tests__/pairs.js';
+import { ids, pair, pairOver, startStreams } from './__tests__/pairs.js';
 import { PROTOCOL_ERROR_RESET, SecureStreamError } from './errors.js';
 import { createMemoryLinkPair, type FrameLink } from './link.js';
 import { SecureStream } from './secure-stream.js';
@@ -81,10 +81,7 @@ describe('SecureStream', () => {
 
   it('seals records into pooled frame buffers, reused once written, without corrupting anything', async () => {
     const { initiated, accepted, harnessSent } = await pair();
-    const [harnessStream, { stream: executorStream }] = await Promise.all([initiated, accepted]);
-    const received: string[] = [];
-    executorStream.start({ onMessage: (m) => received.push(String(m)), onClose: () => {}, onDrain: () => {} });
-    harnessStream.start({ onMessage: () => {}, onClose: () => {}, onDrain: () => {} });
+    const { harnessStream, executorStream, received } = await startStreams(initiated, accepted);
     const messages = Array.from({ length: 8 }, (_, i) =>
       JSON.stringify({ method: 'n', params: { text: String.fromCharCode(97 + i).repeat(150 * 1024) } }),
     );
@@ -193,12 +190,7 @@ describe('SecureStream', () => {
         return dataFrame(frame.streamId, frame.seq, payload);
       },
     });
-    const [harnessStream, { stream: executorStream }] = await Promise.all([initiated, accepted]);
-    const received: string[] = [];
-    const closed = new Promise<string>((resolve) =>
-      executorStream.start({ onMessage: (m) => received.push(m.toString()), onClose: resolve, onDrain: () => {} }),
-    );
-    harnessStream.start({ onMessage: () => {}, onClose: () => {}, onDrain: () => {} });
+    const { harnessStream, received, closed } = await startStreams(initiated, accepted);
     tamper = true;
     harnessStream.send('{"method":"x"}');
     await expect(closed).resolves.toMatch(/inbound record rejected/);
@@ -209,10 +201,7 @@ describe('SecureStream', () => {
     let held: Frame | null = null;
     let mode: 'pass' | 'duplicate' | 'swap' = 'pass';
     const { initiated, accepted } = await pair();
-    const [harnessStream, { stream: executorStream }] = await Promise.all([initiated, accepted]);
-    const received: string[] = [];
-    executorStream.start({ onMessage: (m) => received.push(m.toString()), onClose: () => {}, onDrain: () => {} });
-    harnessStream.start({ onMessage: () => {}, onClose: () => {}, onDrain: () => {} });
+    const { harnessStream, executorStream, received } = await startStreams(initiated, accepted);
     const link = (harnessStream as unknown as { link: FrameLink }).link;
     const realSend = link.send.bind(link);
     link.send = (frame: Frame) => {
@@ -248,10 +237,7 @@ describe('SecureStream', () => {
   it('copies a record it parks out of order: the buffer it arrived in may be reused at once', async () => {
     let held: Frame | null = null;
     const { initiated, accepted } = await pair();
-    const [harnessStream, { stream: executorStream }] = await Promise.all([initiated, accepted]);
-    const received: string[] = [];
-    executorStream.start({ onMessage: (m) => received.push(m.toString()), onClose: () => {}, onDrain: () => {} });
-    harnessStream.start({ onMessage: () => {}, onClose: () => {}, onDrain: () => {} });
+    const { harnessStream, executorStream, received } = await startStreams(initiated, accepted);
     // The executor's link delivers every Data payload as a view of one Buffer, scribbled over after each
     // frame, as a socket reading into one reused buffer would.
     const inbound = (executorStream as unknown as { link: { handlers: { onFrame(frame: Frame): void } } }).link;

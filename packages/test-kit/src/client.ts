@@ -128,8 +128,17 @@ abstract class BaseClient implements TestClient {
 
   protected abstract write(text: string): void;
   abstract sendRaw(data: string | Buffer): void;
-  abstract close(): Promise<void>;
+  /** Starts closing the transport gracefully; `close()` waits for it, and terminates after 2 s. */
+  protected abstract beginClose(): void;
   abstract terminate(): void;
+
+  async close(): Promise<void> {
+    if (this.isClosed) return;
+    this.beginClose();
+    const timer = setTimeout(() => this.terminate(), 2_000);
+    await this.closed;
+    clearTimeout(timer);
+  }
 
   /**
    * A message as bytes: Tether's binary attachment framing (`0x01 | u32 BE length | JSON | bytes`, from
@@ -307,12 +316,8 @@ class WsClient extends BaseClient {
     this.socket.send(data, { binary: Buffer.isBuffer(data) });
   }
 
-  async close(): Promise<void> {
-    if (this.isClosed) return;
+  protected beginClose(): void {
     this.socket.close();
-    const timer = setTimeout(() => this.socket.terminate(), 2_000);
-    await this.closed;
-    clearTimeout(timer);
   }
 
   terminate(): void {
@@ -351,13 +356,9 @@ class RelayClient extends BaseClient {
     this.stream.send(data);
   }
 
-  async close(): Promise<void> {
-    if (this.isClosed) return;
+  protected beginClose(): void {
     this.stream.close();
     this.socket.close();
-    const timer = setTimeout(() => this.socket.terminate(), 2_000);
-    await this.closed;
-    clearTimeout(timer);
   }
 
   terminate(): void {
@@ -457,12 +458,8 @@ class StdioClient extends BaseClient {
     this.peer.stdin.write(Buffer.concat([Buffer.isBuffer(data) ? data : Buffer.from(data, 'utf8'), Buffer.from('\n')]));
   }
 
-  async close(): Promise<void> {
-    if (this.isClosed) return;
+  protected beginClose(): void {
     this.peer.stdin.end();
-    const timer = setTimeout(() => this.terminate(), 2_000);
-    await this.closed;
-    clearTimeout(timer);
   }
 
   terminate(): void {

@@ -130,7 +130,14 @@ export {
   type SocketPeer,
   socketPeers,
 } from './proc-stats.js';
-export { type FindProcessesOptions, findProcesses, isAlive, type ProcessInfo } from './processes.js';
+export {
+  type FindProcessesOptions,
+  findProcesses,
+  isAlive,
+  type ProcessInfo,
+  procPids,
+  statFields,
+} from './processes.js';
 export {
   type PrometheusFamily,
   type PrometheusSample,

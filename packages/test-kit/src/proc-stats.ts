@@ -1,4 +1,5 @@
 import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
+import { procPids, statFields } from './processes.js';
 
 /**
  * What a live process holds, read from Linux `/proc`, for leak checks and memory figures in black-box tests:
@@ -29,26 +30,12 @@ export function rssMib(pid: number): number {
 /** Parent pid of every live, non-zombie process, read in one `/proc` scan. */
 function parentMap(): Map<number, number[]> {
   const children = new Map<number, number[]>();
-  let entries: string[];
-  try {
-    entries = readdirSync('/proc');
-  } catch {
-    return children;
-  }
-  for (const entry of entries) {
-    if (!/^\d+$/.test(entry)) continue;
-    let stat: string;
-    try {
-      stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
-    } catch {
-      continue;
-    }
-    // `pid (comm) state ppid …`: comm may contain spaces and parentheses, so parse after the last ')'.
-    const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    if (rest[0] === 'Z' || rest[0] === 'X') continue;
-    const ppid = Number(rest[1]);
+  for (const pid of procPids()) {
+    const fields = statFields(pid);
+    if (fields === null || fields[0] === 'Z' || fields[0] === 'X') continue;
+    const ppid = Number(fields[1]);
     const list = children.get(ppid) ?? [];
-    list.push(Number(entry));
+    list.push(pid);
     children.set(ppid, list);
   }
   return children;
@@ -140,12 +127,7 @@ export function socketPeers(pid: number): SocketPeer[] {
 
 /** CPU time (user + system) `pid` has used so far, in seconds; 0 if it is gone. */
 export function cpuSeconds(pid: number | 'self'): number {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    // utime and stime are fields 14 and 15 of stat(5), 11 and 12 after `pid (comm)`; USER_HZ is 100 on Linux.
-    return (Number(fields[11]) + Number(fields[12])) / 100;
-  } catch {
-    return 0;
-  }
+  const fields = statFields(pid);
+  // utime and stime are fields 14 and 15 of stat(5), 11 and 12 after `pid (comm)`; USER_HZ is 100 on Linux.
+  return fields === null ? 0 : (Number(fields[11]) + Number(fields[12])) / 100;
 }

@@ -8,13 +8,34 @@ export function isAlive(pid: number): boolean {
   } catch {
     return false;
   }
+  const state = statFields(pid)?.[0];
+  if (state === undefined) return !existsProc();
+  return state !== 'Z' && state !== 'X';
+}
+
+/** The pids `/proc` lists now; none without `/proc`. */
+export function procPids(): number[] {
+  let entries: string[];
   try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const state = stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
-    return state !== 'Z' && state !== 'X';
+    entries = readdirSync('/proc');
   } catch {
-    return !existsProc();
+    return [];
   }
+  return entries.filter((entry) => /^\d+$/.test(entry)).map(Number);
+}
+
+/**
+ * The fields of `/proc/<pid>/stat` after `pid (comm)`, the state first (stat(5)'s field 3 is [0]); null once
+ * the process is gone. comm may contain spaces and parentheses, so the fields start after the last ')'.
+ */
+export function statFields(pid: number | 'self'): string[] | null {
+  let stat: string;
+  try {
+    stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  } catch {
+    return null;
+  }
+  return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
 }
 
 function existsProc(): boolean {
@@ -65,15 +86,7 @@ function procInfo(pid: number): ProcessInfo | undefined {
 export function findProcesses(options: FindProcessesOptions): ProcessInfo[] {
   const found: ProcessInfo[] = [];
   const marker = `${PEER_MARKER_ENV}=${options.peerMarker ?? peerMarker()}`;
-  let entries: string[];
-  try {
-    entries = readdirSync('/proc');
-  } catch {
-    return found;
-  }
-  for (const entry of entries) {
-    if (!/^\d+$/.test(entry)) continue;
-    const pid = Number(entry);
+  for (const pid of procPids()) {
     if (pid === process.pid || !isAlive(pid)) continue;
     const info = procInfo(pid);
     if (!info) continue;

@@ -4,7 +4,8 @@ import { createRequire } from 'node:module';
 import { type AddressInfo, connect, createServer, Socket } from 'node:net';
 import { Writable } from 'node:stream';
 import { afterEach, describe, expect, it } from 'vitest';
-import { WebSocket, WebSocketServer } from 'ws';
+import { WebSocket } from 'ws';
+import { wsPair as wsPairOf } from './__tests__/ws-pair.js';
 import {
   PRIVATE_FIELDS,
   ptyMasterFd,
@@ -52,23 +53,7 @@ function checked(library: string): string[] {
   return PRIVATE_FIELDS.filter((field) => field.library === library).map((field) => field.checkedAgainst);
 }
 
-/** An open client of a local ws server, and the server's socket for it. */
-async function wsPair(): Promise<{ client: WebSocket; peer: WebSocket }> {
-  const server = new WebSocketServer({ host: '127.0.0.1', port: 0 });
-  await once(server, 'listening');
-  const accepted = once(server, 'connection') as Promise<[WebSocket]>;
-  const client = new WebSocket(`ws://127.0.0.1:${(server.address() as AddressInfo).port}`, {
-    perMessageDeflate: false,
-  });
-  await once(client, 'open');
-  const [peer] = await accepted;
-  cleanups.push(async () => {
-    client.terminate();
-    peer.terminate();
-    await new Promise<void>((resolve) => server.close(() => resolve()));
-  });
-  return { client, peer };
-}
+const wsPair = () => wsPairOf(cleanups);
 
 describe('the versions the private fields were checked against', () => {
   it('are the installed ones (a bump of a pin must re-check the fields and update PRIVATE_FIELDS)', () => {

@@ -2,6 +2,7 @@ import { once } from 'node:events';
 import type { AddressInfo, Socket } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { WebSocket, WebSocketServer } from 'ws';
+import { wsPair } from './__tests__/ws-pair.js';
 import { frameHeader, installFastMessages, type Slab } from './websocket.js';
 
 const cleanups: Array<() => Promise<void> | void> = [];
@@ -18,20 +19,7 @@ function serverFrame(opcode: number, payload: Buffer, fin = true): Buffer {
 
 /** A ws server whose accepted socket the test writes raw frames to, and an open client of it. */
 async function rawPair(): Promise<{ raw: Socket; client: WebSocket }> {
-  const server = new WebSocketServer({ host: '127.0.0.1', port: 0 });
-  await once(server, 'listening');
-  const accepted = once(server, 'connection') as Promise<[WebSocket]>;
-  const client = new WebSocket(`ws://127.0.0.1:${(server.address() as AddressInfo).port}`, {
-    perMessageDeflate: false,
-    maxPayload: 350_000,
-  });
-  await once(client, 'open');
-  const [peer] = await accepted;
-  cleanups.push(async () => {
-    client.terminate();
-    peer.terminate();
-    await new Promise<void>((resolve) => server.close(() => resolve()));
-  });
+  const { client, peer } = await wsPair(cleanups, { maxPayload: 350_000 });
   const raw = (peer as unknown as { _socket: Socket })._socket;
   raw.setNoDelay(true);
   return { raw, client };

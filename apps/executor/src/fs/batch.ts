@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { type BigIntStats, constants as fsConstants } from 'node:fs';
 import { chmod, type FileHandle, open, stat, utimes } from 'node:fs/promises';
+import { mapBounded } from '@tether/bytes';
 import {
   type FsBatchError,
   type FsReadFilesEntry,
@@ -18,24 +19,6 @@ import { fsError, osCall } from './os-error.js';
  * syscalls each, which the libuv pool (4 threads by default) runs side by side.
  */
 export const BATCH_PARALLELISM = 8;
-
-/** Runs `work` over `items` with at most `parallelism` at once; results in the order of `items`. */
-export async function mapBounded<T, R>(
-  items: readonly T[],
-  parallelism: number,
-  work: (item: T, index: number) => Promise<R>,
-): Promise<R[]> {
-  const results = new Array<R>(items.length);
-  let next = 0;
-  const worker = async () => {
-    while (next < items.length) {
-      const index = next++;
-      results[index] = await work(items[index] as T, index);
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(parallelism, items.length) }, worker));
-  return results;
-}
 
 /** The `{code, message}` of a failure, as the single-file method would answer it. */
 export function batchError(err: unknown): { error: FsBatchError } {

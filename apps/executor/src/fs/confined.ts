@@ -8,23 +8,10 @@ import { spawn } from 'node:child_process';
 import { closeSync, existsSync, openSync, realpathSync } from 'node:fs';
 import { dirname, join, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import {
-  DecodeError,
-  decodeSandboxContext,
-  ErrorCode,
-  fileUriToPath,
-  RpcError,
-  restrictsFileSystem,
-  type SandboxContext,
-} from '@tether/exec-protocol';
+import { ErrorCode, fileUriToPath, RpcError, restrictsFileSystem, type SandboxContext } from '@tether/exec-protocol';
 import { type ChildLedger, noteChildProcess } from '@tether/local-process';
-import {
-  PLATFORM_READ_ROOTS,
-  type PreparedSandbox,
-  type Sandboxer,
-  SandboxPolicyError,
-  SandboxUnavailableError,
-} from '@tether/sandbox';
+import { PLATFORM_READ_ROOTS, type Sandboxer } from '@tether/sandbox';
+import { decodeSandbox, prepareSandbox } from '../sandbox-context.js';
 import type { ConfinedOp, ConfinedOps } from './confined-ops.js';
 
 /** The helper's script: the built file beside this one (or, running from source, the package's dist). */
@@ -69,13 +56,7 @@ function findHelperRuntime(): string[] {
 
 /** Decodes a call's `sandbox`; answers it when the call must run confined, null when it runs directly. */
 export function confinement(raw: unknown): SandboxContext | null {
-  let context: SandboxContext | null;
-  try {
-    context = decodeSandboxContext(raw);
-  } catch (err) {
-    if (err instanceof DecodeError) throw RpcError.invalidParams(err.message);
-    throw err;
-  }
+  const context = decodeSandbox(raw);
   return restrictsFileSystem(context) ? context : null;
 }
 
@@ -109,21 +90,13 @@ export async function runConfined<K extends ConfinedOp>(
 ): Promise<unknown> {
   const { sandbox, signal } = ctx;
   const cwd = helperCwd(context);
-  let prepared: PreparedSandbox;
-  try {
-    prepared = sandbox.prepare(context, {
-      cwd,
-      tmpdir: process.env.TMPDIR,
-      forceNetworkRestricted: true,
-      extraReadable: helperRuntime(),
-    });
-  } catch (err) {
-    if (err instanceof SandboxUnavailableError) {
-      throw RpcError.invalidRequest(`filesystem sandbox cannot be enforced on this executor: ${err.message}`);
-    }
-    if (err instanceof SandboxPolicyError) throw RpcError.invalidRequest(err.message);
-    throw err;
-  }
+  const prepared = prepareSandbox(
+    sandbox,
+    context,
+    { cwd, tmpdir: process.env.TMPDIR, forceNetworkRestricted: true, extraReadable: helperRuntime() },
+    'filesystem sandbox',
+    RpcError.invalidRequest,
+  );
   try {
     if (prepared.prefix === null) throw RpcError.internal('a restricted filesystem sandbox came without a command');
     const { file, args: prefix } = prepared.prefix;

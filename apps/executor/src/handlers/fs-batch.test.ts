@@ -4,40 +4,15 @@
  */
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { MAX_BATCH_FILES, pathToFileUri } from '@tether/exec-protocol';
-import { createMemoryTransportPair, RpcClient, RpcConnection } from '@tether/jsonrpc';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
+import { execServers } from '../__tests__/exec-server.js';
 import { BATCH_PARALLELISM } from '../fs/batch.js';
-import { ExecServer } from '../server.js';
 
-const servers: ExecServer[] = [];
-const dirs: string[] = [];
-afterEach(async () => {
-  await Promise.all(servers.splice(0).map((server) => server.close()));
-  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
-});
-
-async function ready(config: ConstructorParameters<typeof ExecServer>[0] = {}) {
-  const server = new ExecServer({ ...config, config: { pingIntervalMs: 0, ...config.config }, reaper: false });
-  servers.push(server);
-  const [serverSide, clientSide] = createMemoryTransportPair();
-  server.serve(new RpcConnection(serverSide));
-  const client = new RpcClient(new RpcConnection(clientSide), { onNotification: () => {}, callTimeoutMs: 10_000 });
-  const init = await client.call<{ environmentInfo?: { capabilities?: Record<string, boolean> } }>('initialize', {
-    clientName: 'test',
-  });
-  client.notify('initialized', {});
-  return { client, capabilities: init.environmentInfo?.capabilities ?? {} };
-}
-
-function box(): string {
-  const dir = mkdtempSync(join(tmpdir(), 'tether-fs-batch-'));
-  dirs.push(dir);
-  return dir;
-}
+const { ready, scratchDir } = execServers();
+const box = () => scratchDir('tether-fs-batch-');
 
 const sha = (data: Buffer | string) => createHash('sha256').update(data).digest('hex');
 const uri = (path: string) => pathToFileUri(path);

@@ -1,45 +1,20 @@
 import { createHash } from 'node:crypto';
-import { mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readdirSync, readFileSync, readlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileUri, RpcError } from '@tether/exec-protocol';
-import {
-  attachmentOf,
-  createMemoryTransportPair,
-  encodeWithAttachment,
-  RpcClient,
-  RpcConnection,
-} from '@tether/jsonrpc';
-import { afterEach, describe, expect, it } from 'vitest';
-import { ExecServer } from '../server.js';
+import { attachmentOf, encodeWithAttachment, type RpcClient } from '@tether/jsonrpc';
+import { describe, expect, it } from 'vitest';
+import { execServers } from '../__tests__/exec-server.js';
 import { whileAttached } from './attached.js';
 import { fsHandlers } from './fs.js';
 import { httpHandlers } from './http.js';
 import type { RequestContext } from './types.js';
 
-const servers: ExecServer[] = [];
-const dirs: string[] = [];
-afterEach(async () => {
-  await Promise.all(servers.splice(0).map((server) => server.close()));
-  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
-});
-
-async function ready(config: ConstructorParameters<typeof ExecServer>[0] = {}) {
-  const server = new ExecServer({ ...config, config: { pingIntervalMs: 0, ...config.config }, reaper: false });
-  servers.push(server);
-  const [serverSide, clientSide] = createMemoryTransportPair();
-  const processor = server.serve(new RpcConnection(serverSide));
-  const connection = new RpcConnection(clientSide);
-  const client = new RpcClient(connection, { onNotification: () => {}, callTimeoutMs: 10_000 });
-  await client.call('initialize', { clientName: 'test' });
-  client.notify('initialized', {});
-  return { server, client, connection, processor };
-}
+const { ready, scratchDir } = execServers();
 
 describe('fs handlers in the server', () => {
   it('apply the configured read limit and handle limit', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'tether-fs-handlers-'));
-    dirs.push(dir);
+    const dir = scratchDir('tether-fs-handlers-');
     writeFileSync(join(dir, 'f'), '0123456789');
     const { client } = await ready({ config: { maxReadFileBytes: 9, maxFileHandles: 1 } });
     const path = pathToFileUri(join(dir, 'f'));
@@ -70,8 +45,7 @@ function openPaths(): string[] {
 
 describe('connection end', () => {
   it('closes every file the connection opened before `done` resolves', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'tether-fs-handlers-'));
-    dirs.push(dir);
+    const dir = scratchDir('tether-fs-handlers-');
     writeFileSync(join(dir, 'r'), 'read me');
     const { client, connection, processor } = await ready();
     await client.call('fs/open', { handleId: 'r', path: pathToFileUri(join(dir, 'r')) });
@@ -117,24 +91,9 @@ describe('whileAttached', () => {
 });
 
 describe('binaryBlocks and fileHandleDigest (Tether extensions)', () => {
-  async function readyOver(kind: 'websocket' | 'stdio') {
-    const server = new ExecServer({ config: { pingIntervalMs: 0 }, reaper: false });
-    servers.push(server);
-    const [serverSide, clientSide] = createMemoryTransportPair(kind);
-    server.serve(new RpcConnection(serverSide));
-    const client = new RpcClient(new RpcConnection(clientSide), { onNotification: () => {}, callTimeoutMs: 10_000 });
-    const init = (await client.call('initialize', { clientName: 'test' })) as {
-      environmentInfo: { capabilities: Record<string, boolean> };
-    };
-    client.notify('initialized', {});
-    return { client, capabilities: init.environmentInfo.capabilities };
-  }
+  const readyOver = (kind: 'websocket' | 'stdio') => ready({}, kind);
   const sha256 = (data: Buffer) => createHash('sha256').update(data).digest('hex');
-  const dir = () => {
-    const d = mkdtempSync(join(tmpdir(), 'tether-fs-binary-'));
-    dirs.push(d);
-    return d;
-  };
+  const dir = () => scratchDir('tether-fs-binary-');
   const writeBlock = (client: RpcClient, handleId: string, offset: number, data: Buffer, extra = {}) =>
     client.call('fs/writeBlock', undefined, {
       encode: (id) =>

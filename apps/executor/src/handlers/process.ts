@@ -3,7 +3,6 @@ import {
   DecodeError,
   decode,
   decodeBase64,
-  decodeSandboxContext,
   ErrorCode,
   FileUriError,
   fileUriToPath,
@@ -18,16 +17,11 @@ import {
   ProcessWriteBinaryParams,
   ProcessWriteParams,
   RpcError,
-  type SandboxContext,
 } from '@tether/exec-protocol';
 import { attachmentOf } from '@tether/jsonrpc';
 import { buildChildEnv, ProcessError, type ProcessErrorCode, type ProcessWrap } from '@tether/local-process';
-import {
-  likelySandboxDenied,
-  type PreparedSandbox,
-  SandboxPolicyError,
-  SandboxUnavailableError,
-} from '@tether/sandbox';
+import { likelySandboxDenied } from '@tether/sandbox';
+import { decodeSandbox, prepareSandbox } from '../sandbox-context.js';
 import type { HandlerTable, RequestContext } from './types.js';
 
 /** The one mapping from process-engine errors to JSON-RPC codes. */
@@ -92,24 +86,15 @@ function startProcess(params: ProcessStartParams) {
  * unconfined: one this host cannot enforce is refused (-32602, saying why and how to fix it).
  */
 function startSandbox(raw: unknown, cwd: string, env: Record<string, string>, ctx: RequestContext): ProcessWrap | null {
-  let context: SandboxContext | null;
-  try {
-    context = decodeSandboxContext(raw);
-  } catch (err) {
-    if (err instanceof DecodeError) throw RpcError.invalidParams(err.message);
-    throw err;
-  }
+  const context = decodeSandbox(raw);
   if (context === null) return null;
-  let prepared: PreparedSandbox;
-  try {
-    prepared = ctx.sandbox.prepare(context, { cwd, tmpdir: env.TMPDIR });
-  } catch (err) {
-    if (err instanceof SandboxUnavailableError) {
-      throw RpcError.invalidParams(`sandbox intent cannot be enforced on this executor: ${err.message}`);
-    }
-    if (err instanceof SandboxPolicyError) throw RpcError.invalidParams(err.message);
-    throw err;
-  }
+  const prepared = prepareSandbox(
+    ctx.sandbox,
+    context,
+    { cwd, tmpdir: env.TMPDIR },
+    'sandbox intent',
+    RpcError.invalidParams,
+  );
   return {
     file: prepared.prefix?.file ?? '',
     args: prepared.prefix?.args ?? [],

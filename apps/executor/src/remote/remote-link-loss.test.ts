@@ -178,25 +178,23 @@ describe('registry client', () => {
     expect(registry.calls()).toBe(1);
   });
 
-  it('rejects an answer for another environment or profile', async () => {
-    const other = await registryAnswering(200, {
-      environment_id: 'someone-else',
+  it.each([
+    [{ environment_id: 'someone-else' }, 'environment_id does not match'],
+    [{ security_profile: 'cleartext' }, 'security_profile is not noise_hybrid_ik_v1'],
+  ])('rejects an answer for another environment or profile (%j)', async (change, refusal) => {
+    const registry = await registryAnswering(200, {
+      environment_id: ENVIRONMENT,
       url: 'ws://127.0.0.1:1/relay',
       security_profile: 'noise_hybrid_ik_v1',
       executor_registration_id: 'reg',
+      ...change,
     });
     await expect(
-      new RegistryClient({ baseUrl: other.url, apiKey: API_KEY }).register(ENVIRONMENT, generateIdentity().publicKey),
-    ).rejects.toThrow('environment_id does not match');
-    const profile = await registryAnswering(200, {
-      environment_id: ENVIRONMENT,
-      url: 'ws://127.0.0.1:1/relay',
-      security_profile: 'cleartext',
-      executor_registration_id: 'reg',
-    });
-    await expect(
-      new RegistryClient({ baseUrl: profile.url, apiKey: API_KEY }).register(ENVIRONMENT, generateIdentity().publicKey),
-    ).rejects.toThrow('security_profile is not noise_hybrid_ik_v1');
+      new RegistryClient({ baseUrl: registry.url, apiKey: API_KEY }).register(
+        ENVIRONMENT,
+        generateIdentity().publicKey,
+      ),
+    ).rejects.toThrow(refusal);
   });
 
   it('gives up at start after a few attempts when the registry cannot be reached', async () => {

@@ -4,14 +4,13 @@ import {
   type CliIo,
   connectOptions,
   EXIT,
-  flushOutput,
   keyValue,
   OutputClosedError,
   printable,
+  printOutput,
   report,
   type SetExit,
   withEnvironment,
-  writeOutput,
 } from '../common.js';
 import type { ConnectFlags } from '../target.js';
 import { startDetached } from './processes.js';
@@ -180,13 +179,7 @@ export async function runRemote(env: Environment, argv: string[], options: ExecF
   process.on('SIGINT', onSigint);
   cleanups.push(() => process.off('SIGINT', onSigint));
   try {
-    for await (const event of handle) {
-      if (event.kind !== 'output') continue;
-      await writeOutput(io, event.stream === 'stderr' ? io.stderr : io.stdout, event.chunk);
-    }
-    const { exitCode } = await handle.completion;
-    await flushOutput(io);
-    return exitCode;
+    return await printOutput(io, handle);
   } catch (err) {
     // Our output has no reader (`| head`): the process is stopped at once, as the one before head in a
     // local pipeline is by SIGPIPE, and the harness exits 141 without a word.

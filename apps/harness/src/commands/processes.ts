@@ -6,6 +6,7 @@ import {
   flushOutput,
   OutputClosedError,
   printable,
+  printOutput,
   type SetExit,
   withEnvironment,
   writeOutput,
@@ -337,13 +338,7 @@ async function attachCommand(env: Environment, id: string, options: AttachFlags,
   cleanups.push(() => process.off('SIGINT', onSigint));
   try {
     try {
-      for await (const event of attached) {
-        if (event.kind !== 'output') continue;
-        await writeOutput(io, event.stream === 'stderr' ? io.stderr : io.stdout, event.chunk);
-      }
-      const { exitCode } = await attached.completion;
-      await flushOutput(io);
-      return exitCode;
+      return await printOutput(io, attached);
     } catch (err) {
       // Our output has no reader (`| head`): detached quietly, as after Ctrl-C; the process goes on.
       if (err instanceof OutputClosedError) attached.dispose();

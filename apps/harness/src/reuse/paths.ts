@@ -71,21 +71,26 @@ function ownershipProblem(path: string, kind: 'directory' | 'socket'): string | 
   return null;
 }
 
+/** Absent → false; this user's private `kind` → true; else a TetherError naming the problem. */
+function checkOwned(path: string, kind: 'directory' | 'socket'): boolean {
+  let problem: string | null;
+  try {
+    problem = ownershipProblem(path, kind);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return false;
+    throw err;
+  }
+  if (problem) throw new TetherError('invalid_argument', `not using the master ${kind}: ${problem}`);
+  return true;
+}
+
 /**
  * Checks the runtime directory: absent → false; this user's with mode 0700 (no group/other bits) → true;
  * anything else (a symbolic link, another owner, open permissions) → a TetherError: a master there could be
  * someone else's, and nothing in it is trusted.
  */
 export function checkPrivateDir(dir: string): boolean {
-  let problem: string | null;
-  try {
-    problem = ownershipProblem(dir, 'directory');
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return false;
-    throw err;
-  }
-  if (problem) throw new TetherError('invalid_argument', `not using the master directory: ${problem}`);
-  return true;
+  return checkOwned(dir, 'directory');
 }
 
 /** Creates the runtime directory 0700 if it is absent, then checks it as `checkPrivateDir` does. */
@@ -106,13 +111,5 @@ export function ensurePrivateDir(dir: string): void {
  * TetherError (not trusted).
  */
 export function checkSocket(path: string): boolean {
-  let problem: string | null;
-  try {
-    problem = ownershipProblem(path, 'socket');
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return false;
-    throw err;
-  }
-  if (problem) throw new TetherError('invalid_argument', `not using the master socket: ${problem}`);
-  return true;
+  return checkOwned(path, 'socket');
 }

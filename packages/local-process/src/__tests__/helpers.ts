@@ -1,6 +1,6 @@
 /** Shared test helpers: bounded waits, liveness checks, and the Rust test client's read loop. */
-import { readdirSync, readFileSync } from 'node:fs';
-import { isAlive, waitUntil } from '@tether/test-kit';
+import { readFileSync } from 'node:fs';
+import { isAlive, procPids, waitUntil } from '@tether/test-kit';
 import type { ProcessTable } from '../process-table.js';
 import type { ProcessEvent, ReadResult, StartRequest } from '../types.js';
 
@@ -22,12 +22,9 @@ export function sh(processId: string, script: string, overrides: Partial<StartRe
 export function livePidsWithEnv(name: string, value: string): number[] {
   const needle = `${name}=${value}`;
   const pids: number[] = [];
-  for (const dir of readdirSync('/proc')) {
-    if (!/^\d+$/.test(dir)) continue;
+  for (const pid of procPids()) {
     try {
-      if (readFileSync(`/proc/${dir}/environ`, 'utf8').split('\0').includes(needle) && isAlive(Number(dir))) {
-        pids.push(Number(dir));
-      }
+      if (readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0').includes(needle) && isAlive(pid)) pids.push(pid);
     } catch {
       // Gone meanwhile, or not ours to read.
     }

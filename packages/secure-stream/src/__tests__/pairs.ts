@@ -90,3 +90,21 @@ export async function pairOver(harnessSide: FrameLink, executorSide: FrameLink, 
   });
   return { initiated, accepted, seen, harness, harnessSent: harnessTap.sent };
 }
+
+/**
+ * Both streams of a pair once the handshake is done, started: the executor's messages are collected as text
+ * in `received`, `closed` resolves with the reason the executor's stream closed, and the harness's stream
+ * ignores what it receives.
+ */
+export async function startStreams(
+  initiated: Promise<SecureStream>,
+  accepted: Promise<Awaited<ReturnType<typeof SecureStream.accept>>>,
+) {
+  const [harnessStream, { stream: executorStream }] = await Promise.all([initiated, accepted]);
+  const received: string[] = [];
+  const closed = new Promise<string>((resolve) =>
+    executorStream.start({ onMessage: (m) => received.push(m.toString()), onClose: resolve, onDrain: () => {} }),
+  );
+  harnessStream.start({ onMessage: () => {}, onClose: () => {}, onDrain: () => {} });
+  return { harnessStream, executorStream, received, closed };
+}
