@@ -1,7 +1,9 @@
 import { generateKeyPairSync } from 'node:crypto';
 import { once } from 'node:events';
+import { writeFileSync } from 'node:fs';
 import { createServer, type IncomingHttpHeaders } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { join } from 'node:path';
 import { nonceForGrant, type RelayRole, type SigningKey, signRelayUrl, signRevocations } from '@tether/relay-auth';
 import { decodeFrame, encodeFrame, type Frame, peekHeader } from '@tether/relay-frames';
 import { afterEach } from 'vitest';
@@ -11,6 +13,13 @@ import type { RelayLimits } from '../limits.js';
 
 const pair = generateKeyPairSync('ed25519');
 export const signingKey: SigningKey = { privateKey: pair.privateKey, publicKey: pair.publicKey };
+
+/** The registry's public key as the PEM file a relay operator is given (`--registry-key-file`), in `dir`. */
+export function publicKeyFile(dir: string): string {
+  const path = join(dir, 'registry.pub.pem');
+  writeFileSync(path, signingKey.publicKey.export({ type: 'spki', format: 'pem' }) as string);
+  return path;
+}
 
 const relays: Relay[] = [];
 const sockets: WebSocket[] = [];
