@@ -1,13 +1,6 @@
 import { InvalidArgumentError } from 'commander';
 import { describe, expect, it } from 'vitest';
-import {
-  durationArg,
-  formatDuration,
-  listArg,
-  parseDuration,
-  parseListenAddress,
-  positiveInteger,
-} from './cli-values.js';
+import { durationArg, formatDuration, parseDuration, parseListenAddress } from './cli-values.js';
 
 describe('durations', () => {
   it('take ms, s, m and h, and a bare number in the flag’s old unit', () => {
@@ -73,28 +66,6 @@ describe('listen addresses', () => {
     );
     for (const bad of ['127.0.0.1', 'ws://127.0.0.1', 'ws://h:1/x', 'h:65536', ':80', 'h:-1', 'ws://user@h:1']) {
       expect(() => parseListenAddress(bad, 'ws'), bad).toThrow(InvalidArgumentError);
-    }
-  });
-});
-
-describe('list and count flags', () => {
-  it('a list takes every occurrence, comma-separated, trimmed, without empty entries, and checks each', () => {
-    const seen: string[] = [];
-    const parse = listArg((entry) => {
-      seen.push(entry);
-      if (entry === 'bad') throw new InvalidArgumentError(`bad entry: ${entry}`);
-    });
-    expect(parse('a, b,,', undefined)).toEqual(['a', 'b']);
-    expect(parse(' c ', ['a', 'b'])).toEqual(['a', 'b', 'c']);
-    expect(seen).toEqual(['a', 'b', 'c']);
-    expect(() => parse('a,bad', [])).toThrow('bad entry: bad');
-  });
-
-  it('a count is a positive safe integer', () => {
-    expect(positiveInteger('1')).toBe(1);
-    expect(positiveInteger('250')).toBe(250);
-    for (const bad of ['0', '-1', '1.5', '1e3', '', ' 1', '9'.repeat(20)]) {
-      expect(() => positiveInteger(bad), bad).toThrow('expected a positive integer');
     }
   });
 });
