@@ -2,39 +2,28 @@ import { existsSync, readFileSync } from 'node:fs';
 import { isIP, isIPv4 } from 'node:net';
 import { dirname, join, resolve } from 'node:path';
 import { loadOrCreateSigningKey, type SigningKey, signingKeyFromPem } from '@tether/relay-auth';
+import { createLogger, DEFAULT_REDACT_PATHS, type Logger } from '@tether/telemetry';
 import {
-  createLogger,
-  DEFAULT_REDACT_PATHS,
-  type Logger,
-  TelemetryConfigError,
-  type TelemetryOptions,
-} from '@tether/telemetry';
-import {
-  durationArg,
+  countOption,
+  durationOption,
   type EnvScheme,
-  formatDuration,
-  type ListenAddress,
   LOG_FORMAT_ALIAS,
-  type LogFormat,
   listArg,
   packageVersion,
-  positiveInteger,
   type ServiceIo,
+  type ServiceServeOptions,
   serviceProgram,
+  serviceTelemetry,
 } from '@tether/telemetry/cli';
 import { type Command, InvalidArgumentError, Option } from 'commander';
 import { buildRegistry, SERVER_LIMIT_DEFAULTS } from './app.js';
-import { registryTelemetryOptions } from './metrics.js';
 import { RATE_LIMIT_DEFAULTS } from './plugins/rate-limit.js';
 import { defaultUiDir } from './routes/ui.js';
 import { openStore, ROLES, type Role } from './store/index.js';
 import { ENVIRONMENT_ID_PATTERN, generateToken, hashToken } from './tokens.js';
 
-export type CliIo = ServiceIo;
-
 /** `serve`'s options; durations in ms. */
-export interface ServeOptions {
-  listen: ListenAddress;
+export interface ServeOptions extends ServiceServeOptions {
   database: string;
   dataDir?: string;
   relayUrl: string[];
@@ -52,8 +41,6 @@ export interface ServeOptions {
   ui: boolean;
   uiOrigin: string[];
   browserSessionTtl: number;
-  logLevel: string;
-  logFormat: LogFormat;
 }
 
 /** The registry's flags and their variables (`TETHER_REGISTRY_<FLAG>`; README "Flags and variables"). */
@@ -119,17 +106,11 @@ function role(value: string): Role {
 }
 
 /** A `--NAME <duration>` flag (500ms, 30s, 5m, 1h; a bare number is seconds), in ms. */
-const durationOption = (flag: string, description: string, defaultMs: number) =>
-  new Option(`${flag} <duration>`, description)
-    .argParser(durationArg({ bare: 's' }))
-    .default(defaultMs, formatDuration(defaultMs));
+const duration = (flag: string, description: string, defaultMs: number) =>
+  durationOption(flag, description, defaultMs, 's');
 
 const databaseOption = () =>
   new Option('--database <url>', 'sqlite:PATH or postgres://…').argParser(databaseUrl).makeOptionMandatory();
-
-/** A `--NAME <n>` flag: a positive integer. */
-const countOption = (flag: string, description: string, defaultValue: number) =>
-  new Option(`${flag} <n>`, description).argParser(positiveInteger).default(defaultValue);
 
 /** `serve`'s options after --listen, in --help's order. */
 const serveOptions = (): Option[] => [
@@ -139,19 +120,15 @@ const serveOptions = (): Option[] => [
     .argParser(relayUrl)
     .default([], DEFAULT_RELAY),
   new Option('--signing-key-file <path>', 'Ed25519 PKCS#8 PEM to sign relay URLs with (shared by replicas)'),
-  durationOption('--authorization-ttl', 'lifetime of a harness authorization', 60_000),
-  durationOption('--connection-timeout', 'close a socket idle this long', SERVER_LIMIT_DEFAULTS.connectionTimeoutMs),
-  durationOption(
-    '--request-timeout',
-    'a request must arrive in full within this',
-    SERVER_LIMIT_DEFAULTS.requestTimeoutMs,
-  ),
-  durationOption(
+  duration('--authorization-ttl', 'lifetime of a harness authorization', 60_000),
+  duration('--connection-timeout', 'close a socket idle this long', SERVER_LIMIT_DEFAULTS.connectionTimeoutMs),
+  duration('--request-timeout', 'a request must arrive in full within this', SERVER_LIMIT_DEFAULTS.requestTimeoutMs),
+  duration(
     '--headers-timeout',
     "a request's headers must arrive within this (cuts slow clients)",
     SERVER_LIMIT_DEFAULTS.headersTimeoutMs,
   ),
-  durationOption(
+  duration(
     '--keep-alive-timeout',
     'close an idle keep-alive connection after this',
     SERVER_LIMIT_DEFAULTS.keepAliveTimeoutMs,
@@ -191,7 +168,7 @@ const serveOptions = (): Option[] => [
   )
     .argParser(uiOrigin)
     .default([], 'none'),
-  durationOption(
+  duration(
     '--browser-session-ttl',
     'lifetime of a browser session (a browser grant exchanged; it may call /connect on its one environment)',
     3600_000,
@@ -208,7 +185,7 @@ function dataDirFor(options: ServeOptions): string {
 }
 
 /** Runs `registry serve` until io.stopSignal; returns the exit code. */
-export async function runServe(options: ServeOptions, io: CliIo, logger?: Logger): Promise<number> {
+export async function runServe(options: ServeOptions, io: ServiceIo, logger?: Logger): Promise<number> {
   const log =
     logger ??
     createLogger({
@@ -226,16 +203,8 @@ export async function runServe(options: ServeOptions, io: CliIo, logger?: Logger
     io.stderr.write(`registry: cannot load the relay signing key: ${(err as Error).message}\n`);
     return 1;
   }
-  let telemetry: TelemetryOptions;
-  try {
-    telemetry = registryTelemetryOptions(io.env, (err) => log.warn({ err: err.message }, 'metrics export failed'));
-  } catch (err) {
-    if (err instanceof TelemetryConfigError) {
-      io.stderr.write(`registry: ${err.message}\n`);
-      return 2;
-    }
-    throw err;
-  }
+  const telemetry = serviceTelemetry('registry', io, log);
+  if (!telemetry) return 2;
   let store: Awaited<ReturnType<typeof openStore>>;
   try {
     // SQLite: WAL checkpoints from a worker thread, off the request path.
@@ -303,7 +272,7 @@ export async function runServe(options: ServeOptions, io: CliIo, logger?: Logger
 }
 
 /** `registry` with `serve` and `keys create|list|revoke`; `exit` receives each action's exit code. */
-export function buildCli(io: CliIo, exit: (code: number) => void): Command {
+export function buildCli(io: ServiceIo, exit: (code: number) => void): Command {
   const program = serviceProgram<ServeOptions>(
     {
       scheme: REGISTRY_ENV,

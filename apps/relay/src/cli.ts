@@ -1,32 +1,27 @@
 import type { KeyObject } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { publicKeyFromPem } from '@tether/relay-auth';
-import { createLogger, type Logger, TelemetryConfigError, type TelemetryOptions } from '@tether/telemetry';
+import { createLogger, type Logger } from '@tether/telemetry';
 import {
-  durationArg,
+  countOption,
+  durationOption,
   type EnvScheme,
-  formatDuration,
-  type ListenAddress,
   LOG_FORMAT_ALIAS,
-  type LogFormat,
   listArg,
   packageVersion,
-  positiveInteger,
   type ServiceIo,
+  type ServiceServeOptions,
   serviceProgram,
+  serviceTelemetry,
 } from '@tether/telemetry/cli';
 import { type Command, InvalidArgumentError, Option } from 'commander';
 import { createRelay } from './app.js';
 import { TrustedProxies, TrustProxyError } from './client-address.js';
 import { DEFAULT_LIMITS, type RelayLimits } from './limits.js';
-import { relayTelemetryOptions } from './metrics.js';
 import { PushSources } from './push-sources.js';
 
-export type CliIo = ServiceIo;
-
 /** `serve`'s options: the limits by their flags' names (`--idle-timeout` → idleTimeout, in ms). */
-export interface ServeOptions extends Partial<Record<LimitOption, number>> {
-  listen: ListenAddress;
+export interface ServeOptions extends ServiceServeOptions, Partial<Record<LimitOption, number>> {
   publicUrl?: string;
   registry?: string;
   registryKeyFile?: string;
@@ -36,8 +31,6 @@ export interface ServeOptions extends Partial<Record<LimitOption, number>> {
   trustProxy: string[];
   /** IPs, CIDR blocks and host names pushes are taken from; empty: `--registry`'s addresses, or any without it. */
   revocationPushFrom: string[];
-  logLevel: string;
-  logFormat: LogFormat;
 }
 
 /** Durations were milliseconds named `-ms`; they take units now (a bare number is still milliseconds). */
@@ -59,9 +52,6 @@ export const RELAY_ENV: EnvScheme = {
   renamedFlags: Object.fromEntries(RENAMED_DURATIONS.map((flag) => [`--${flag}-ms`, `--${flag}`])),
   secrets: ['--registry-token'],
 };
-
-/** A duration flag's value (ms): units as every Tether CLI takes them, a bare number in milliseconds. */
-const duration = durationArg({ bare: 'ms' });
 
 function wsUrl(value: string): string {
   if (!/^wss?:\/\/[^\s]+$/.test(value)) throw new InvalidArgumentError('expected a ws:// or wss:// URL');
@@ -137,7 +127,7 @@ const LIMIT_FLAGS: Array<[keyof RelayLimits, string, string]> = [
 ];
 
 /** Public key from a PEM file, else from the registry's `/v1/relay-signing-key`, retrying until stopped. */
-async function loadPublicKey(options: ServeOptions, io: CliIo, log: Logger): Promise<KeyObject | null> {
+async function loadPublicKey(options: ServeOptions, io: ServiceIo, log: Logger): Promise<KeyObject | null> {
   if (options.registryKeyFile) return publicKeyFromPem(readFileSync(options.registryKeyFile, 'utf8'));
   const endpoint = `${(options.registry as string).replace(/\/+$/, '')}/v1/relay-signing-key`;
   let stopped = false;
@@ -163,7 +153,7 @@ async function loadPublicKey(options: ServeOptions, io: CliIo, log: Logger): Pro
 }
 
 /** Runs `relay serve` until io.stopSignal; returns the exit code. */
-export async function runServe(options: ServeOptions, io: CliIo, logger?: Logger): Promise<number> {
+export async function runServe(options: ServeOptions, io: ServiceIo, logger?: Logger): Promise<number> {
   const log = logger ?? createLogger({ component: 'relay', level: options.logLevel, format: options.logFormat });
   if (!options.registryKeyFile && !options.registry) {
     io.stderr.write('relay: give --registry-key-file or --registry (to fetch the signing key)\n');
@@ -189,16 +179,8 @@ export async function runServe(options: ServeOptions, io: CliIo, logger?: Logger
     if (value !== undefined) limits[key] = value;
   }
   const pushSources = await revocationPushSources(options, log);
-  let telemetry: TelemetryOptions;
-  try {
-    telemetry = relayTelemetryOptions(io.env, (err) => log.warn({ err: err.message }, 'metrics export failed'));
-  } catch (err) {
-    if (err instanceof TelemetryConfigError) {
-      io.stderr.write(`relay: ${err.message}\n`);
-      return 2;
-    }
-    throw err;
-  }
+  const telemetry = serviceTelemetry('relay', io, log);
+  if (!telemetry) return 2;
   const relay = createRelay({
     publicKey,
     limits,
@@ -280,16 +262,14 @@ function serveOptions(): Option[] {
       'API key with the relay role (heartbeats only; an admin key works but is not needed) for presence ' +
         'heartbeats and revocations (prefer the env variable)',
     ),
-    new Option('--heartbeat-interval <duration>', 'presence heartbeat interval')
-      .argParser(duration)
-      .default(10_000, '10s'),
+    // A bare number of a duration flag is milliseconds.
+    durationOption('--heartbeat-interval', 'presence heartbeat interval', 10_000, 'ms'),
   ];
   for (const [key, flag, help] of LIMIT_FLAGS) {
-    const isDuration = key.endsWith('Ms');
-    const option = new Option(`--${flag} <${isDuration ? 'duration' : 'n'}>`, help);
-    if (isDuration) option.argParser(duration).default(DEFAULT_LIMITS[key], formatDuration(DEFAULT_LIMITS[key]));
-    else option.argParser(positiveInteger).default(DEFAULT_LIMITS[key]);
-    options.push(option);
+    const value = DEFAULT_LIMITS[key];
+    options.push(
+      key.endsWith('Ms') ? durationOption(`--${flag}`, help, value, 'ms') : countOption(`--${flag}`, help, value),
+    );
   }
   options.push(
     new Option(
@@ -312,7 +292,7 @@ function serveOptions(): Option[] {
 }
 
 /** `relay serve`; `exit` receives the action's exit code. */
-export function buildCli(io: CliIo, exit: (code: number) => void): Command {
+export function buildCli(io: ServiceIo, exit: (code: number) => void): Command {
   return serviceProgram<ServeOptions>(
     {
       scheme: RELAY_ENV,

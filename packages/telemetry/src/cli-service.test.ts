@@ -1,8 +1,9 @@
-import { runCli } from '@tether/test-kit';
+import { captureIo, runCli } from '@tether/test-kit';
 import { InvalidArgumentError, Option } from 'commander';
 import { describe, expect, it } from 'vitest';
-import { type ServiceIo, serviceProgram } from './cli-service.js';
+import { type ServiceIo, serviceProgram, serviceTelemetry } from './cli-service.js';
 import { listArg, positiveInteger } from './cli-values.js';
+import { silentLogger } from './logger.js';
 
 describe('a service program', () => {
   const served: unknown[] = [];
@@ -50,6 +51,21 @@ describe('a service program', () => {
     expect(bad.code).toBe(1);
     expect(bad.stderr).toContain('expected HOST:PORT or ws://HOST:PORT');
     expect(bad.stderr).toContain('Usage: demo serve');
+  });
+});
+
+describe("a service's telemetry", () => {
+  it('is tether-APP with the process metrics, or undefined with the variable named on stderr', () => {
+    const good = captureIo({ OTEL_RESOURCE_ATTRIBUTES: 'region=eu' });
+    expect(serviceTelemetry('demo', good.io, silentLogger())).toMatchObject({
+      serviceName: 'tether-demo',
+      resourceAttributes: { region: 'eu' },
+      prometheus: true,
+      processMetrics: true,
+    });
+    const bad = captureIo({ OTEL_METRIC_EXPORT_INTERVAL: '0' });
+    expect(serviceTelemetry('demo', bad.io, silentLogger())).toBeUndefined();
+    expect(bad.stderr()).toMatch(/^demo: OTEL_METRIC_EXPORT_INTERVAL=0 is not a whole number.*\n$/);
   });
 });
 

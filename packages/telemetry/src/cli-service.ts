@@ -4,8 +4,18 @@
  * process (SIGTERM/SIGINT stop the server, the exit code, a prompt exit).
  */
 import { type Command, Option } from 'commander';
-import { type EnvScheme, logOptions, SchemeCommand } from './cli-env.js';
-import { parseListenAddress } from './cli-values.js';
+import { type EnvScheme, type LogFormat, logOptions, SchemeCommand } from './cli-env.js';
+import {
+  type BareUnit,
+  durationArg,
+  formatDuration,
+  type ListenAddress,
+  parseListenAddress,
+  positiveInteger,
+} from './cli-values.js';
+import { serviceTelemetryOptions, TelemetryConfigError } from './env.js';
+import type { Logger } from './logger.js';
+import type { TelemetryOptions } from './options.js';
 
 /** What a service CLI runs with: main.ts hands it the process's own. */
 export interface ServiceIo {
@@ -14,6 +24,13 @@ export interface ServiceIo {
   env: NodeJS.ProcessEnv;
   /** Resolves when the server should stop (SIGTERM/SIGINT in runServiceMain). */
   stopSignal: Promise<unknown>;
+}
+
+/** What every service's `serve` is given besides its own options. */
+export interface ServiceServeOptions {
+  listen: ListenAddress;
+  logLevel: string;
+  logFormat: LogFormat;
 }
 
 /** A service's CLI: `exit` receives each action's exit code. */
@@ -66,6 +83,37 @@ export function serviceProgram<O>(
   serve.addHelpText('after', spec.serve.helpAfter);
   serve.action(async (options: O) => exit(await spec.serve.run(options)));
   return program;
+}
+
+/** A `--NAME <duration>` option in ms (a bare number is in `bare`); --help shows the default with its unit. */
+export function durationOption(flag: string, description: string, defaultMs: number, bare: BareUnit): Option {
+  return new Option(`${flag} <duration>`, description)
+    .argParser(durationArg({ bare }))
+    .default(defaultMs, formatDuration(defaultMs));
+}
+
+/** A `--NAME <n>` option: a positive integer. */
+export function countOption(flag: string, description: string, defaultValue: number): Option {
+  return new Option(`${flag} <n>`, description).argParser(positiveInteger).default(defaultValue);
+}
+
+/**
+ * `serve`'s telemetry, `tether-APP`'s, as the OTEL_* variables in io.env say, an export failure logged as a
+ * warning. An unusable variable is a usage error: `APP: …` on stderr and undefined (the caller exits 2).
+ */
+export function serviceTelemetry(app: string, io: ServiceIo, log: Logger): TelemetryOptions | undefined {
+  try {
+    return serviceTelemetryOptions(io.env, {
+      serviceName: `tether-${app}`,
+      onError: (err) => log.warn({ err: err.message }, 'metrics export failed'),
+    });
+  } catch (err) {
+    if (err instanceof TelemetryConfigError) {
+      io.stderr.write(`${app}: ${err.message}\n`);
+      return undefined;
+    }
+    throw err;
+  }
 }
 
 /**
