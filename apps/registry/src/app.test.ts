@@ -5,10 +5,9 @@ import { type RelayGrant, type SigningKey, verifyRelayUrl } from '@tether/relay-
 import type { FastifyInstance } from 'fastify';
 import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { logCapture } from './__tests__/app-fixture.js';
+import { createKey, logCapture } from './__tests__/app-fixture.js';
 import { buildRegistry } from './app.js';
 import { openSqliteStore, type RegistryStore, type Role } from './store/index.js';
-import { generateToken, hashToken } from './tokens.js';
 
 const executorKey = publicKeyToJson(generateIdentity().publicKey);
 const harnessKey = publicKeyToJson(generateIdentity().publicKey);
@@ -22,15 +21,7 @@ let logs: ReturnType<typeof logCapture>;
 let tokens: Record<string, string>;
 
 async function addKey(name: string, role: Role, environments: string) {
-  const token = generateToken();
-  await store.createApiKey({
-    id: name,
-    tokenHash: hashToken(token),
-    role,
-    environments,
-    label: name,
-    createdAt: clock,
-  });
+  const token = await createKey(store, { id: name, role, environments, label: name, createdAt: clock });
   tokens[name] = token;
   return token;
 }

@@ -13,12 +13,11 @@ import { type SigningKey, verifyRelayUrl, verifyRevocations } from '@tether/rela
 import type { FastifyInstance } from 'fastify';
 import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { logCapture } from './__tests__/app-fixture.js';
+import { createKey, logCapture } from './__tests__/app-fixture.js';
 import { buildRegistry, type RegistryConfig } from './app.js';
 import { REVOCATION_LIST_CAP, revocationsEndpoint } from './revocations.js';
 import { pickRelayNode } from './routing.js';
 import { openSqliteStore, type RegistryStore, type Role } from './store/index.js';
-import { generateToken, hashToken } from './tokens.js';
 
 const executorKey = publicKeyToJson(generateIdentity().publicKey);
 const harnessKey = publicKeyToJson(generateIdentity().publicKey);
@@ -33,16 +32,7 @@ const tokens: Record<string, string> = {};
 const cleanups: Array<() => Promise<void> | void> = [];
 
 async function addKey(id: string, role: Role, environments: string, relayUrl: string | null = null) {
-  tokens[id] = generateToken();
-  await store.createApiKey({
-    id,
-    tokenHash: hashToken(tokens[id] as string),
-    role,
-    environments,
-    label: id,
-    createdAt: 0,
-    relayUrl,
-  });
+  tokens[id] = await createKey(store, { id, role, environments, label: id, createdAt: 0, relayUrl });
 }
 
 async function start(config: Partial<RegistryConfig> = {}, storePath = ':memory:') {

@@ -5,7 +5,7 @@ import { generateIdentity, publicKeyToJson } from '@tether/noise';
 import type { SigningKey } from '@tether/relay-auth';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import { buildRegistry, type RegistryConfig, type RegistryDeps } from '../app.js';
-import type { RegistryStore, Role } from '../store/index.js';
+import type { NewApiKey, RegistryStore, Role } from '../store/index.js';
 import { generateToken, hashToken } from '../tokens.js';
 import type { Engine } from './engines.js';
 
@@ -13,6 +13,13 @@ import type { Engine } from './engines.js';
 export function newSigningKey(): SigningKey {
   const pair = generateKeyPairSync('ed25519');
   return { privateKey: pair.privateKey, publicKey: pair.publicKey };
+}
+
+/** Creates the API key `key` in `store` with a new token; the token. */
+export async function createKey(store: RegistryStore, key: Omit<NewApiKey, 'tokenHash'>): Promise<string> {
+  const token = generateToken();
+  await store.createApiKey({ ...key, tokenHash: hashToken(token) });
+  return token;
 }
 
 /** What a logger writes to `stream`, as text. */
@@ -64,15 +71,7 @@ export async function openApp(
     store,
     tokens,
     async addKey(id, role, keyEnvironments) {
-      tokens[id] = generateToken();
-      await store.createApiKey({
-        id,
-        tokenHash: hashToken(tokens[id]),
-        role,
-        environments: keyEnvironments,
-        label: id,
-        createdAt: 1,
-      });
+      tokens[id] = await createKey(store, { id, role, environments: keyEnvironments, label: id, createdAt: 1 });
     },
     call: (method, url, bearer, payload) =>
       app.inject({
