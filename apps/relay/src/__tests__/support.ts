@@ -1,11 +1,11 @@
-import { generateKeyPairSync } from 'node:crypto';
+import { generateKeyPairSync, randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import { writeFileSync } from 'node:fs';
 import { createServer, type IncomingHttpHeaders } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { nonceForGrant, type RelayRole, type SigningKey, signRelayUrl, signRevocations } from '@tether/relay-auth';
-import { decodeFrame, encodeFrame, type Frame, peekHeader } from '@tether/relay-frames';
+import { dataFrame, decodeFrame, encodeFrame, type Frame, peekHeader, resumeFrame } from '@tether/relay-frames';
 import { afterEach } from 'vitest';
 import { WebSocket } from 'ws';
 import { createRelay, type Relay, type RelayOptions } from '../app.js';
@@ -152,6 +152,20 @@ export class Endpoint {
       await new Promise<void>((resolve) => this.waiters.push(resolve));
     }
   }
+}
+
+/** A Reset of `streamId` (with `reason`, when given). */
+export const isReset = (streamId: string, reason?: string) => (f: Frame) =>
+  f.kind === 'reset' && f.streamId === streamId && (reason === undefined || f.reason === reason);
+
+/** `env` (of `registrationId`) serves: a new stream from a harness reaches it, and its data comes back. */
+export async function expectServing(url: string, env: Endpoint, environmentId: string, registrationId: string) {
+  const harness = await Endpoint.open(signedUrl(url, 'harness', environmentId, { registrationId }));
+  const streamId = randomUUID();
+  harness.send(resumeFrame(streamId, 0));
+  await env.next((f) => f.kind === 'resume' && f.streamId === streamId, 'the Resume');
+  env.send(dataFrame(streamId, 0, Buffer.from('served')));
+  await harness.next((f) => f.kind === 'data', 'data');
 }
 
 /** The HTTP status an upgrade to `url` is refused with (throws if it is accepted). */
