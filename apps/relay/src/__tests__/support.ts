@@ -6,6 +6,7 @@ import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { nonceForGrant, type RelayRole, type SigningKey, signRelayUrl, signRevocations } from '@tether/relay-auth';
 import { dataFrame, decodeFrame, encodeFrame, type Frame, peekHeader, resumeFrame } from '@tether/relay-frames';
+import { SecureStream, WebSocketFrameLink } from '@tether/secure-stream';
 import { afterEach } from 'vitest';
 import { WebSocket } from 'ws';
 import { createRelay, type Relay, type RelayOptions } from '../app.js';
@@ -152,6 +153,18 @@ export class Endpoint {
       await new Promise<void>((resolve) => this.waiters.push(resolve));
     }
   }
+}
+
+/** A harness's end-to-end stream through the relay: a socket to `url` (its signed URL), SecureStream.initiate over it. */
+export async function harnessStream(
+  url: string,
+  options: Omit<Parameters<typeof SecureStream.initiate>[0], 'link' | 'streamId'>,
+): Promise<{ streamId: string; secure: SecureStream }> {
+  const ws = new WebSocket(url, { perMessageDeflate: false });
+  await once(ws, 'open');
+  const streamId = randomUUID();
+  const secure = await SecureStream.initiate({ link: new WebSocketFrameLink(ws, streamId), streamId, ...options });
+  return { streamId, secure };
 }
 
 /** A Reset of `streamId` (with `reason`, when given). */
