@@ -97,24 +97,25 @@ describe('relay flags and variables', () => {
   });
 
   it('takes durations with units, --listen as ws://, flags before `serve`, and the old -ms spellings with a warning', async () => {
-    const logged = (stderr: string) =>
-      stderr
-        .split('\n')
-        .filter((line) => line.startsWith('{'))
-        .map((line) => JSON.parse(line) as { msg?: string; limits?: Record<string, number> })
-        .find((line) => line.msg === 'relay listening')?.limits;
+    /** The relay logs these limits (among all) once it listens. */
+    const expectLimits = (relay: { err(): string }, limits: Record<string, number>) =>
+      expect
+        .poll(
+          () =>
+            relay
+              .err()
+              .split('\n')
+              .filter((line) => line.startsWith('{'))
+              .map((line) => JSON.parse(line) as { msg?: string; limits?: Record<string, number> })
+              .find((line) => line.msg === 'relay listening')?.limits,
+        )
+        .toMatchObject(limits);
     const current = spawnRelay(
       ['--listen', 'ws://127.0.0.1:0', '--idle-timeout', '5m', 'serve', '--ping-interval', '1.5s'],
       { TETHER_RELAY_REGISTRY_KEY_FILE: keyFile(), TETHER_RELAY_CLOSE_GRACE: '250' },
     );
     expect(await current.line).toMatch(/^ws:\/\/127\.0\.0\.1:\d+$/);
-    await expect
-      .poll(() => logged(current.err()))
-      .toMatchObject({
-        idleTimeoutMs: 300_000,
-        pingIntervalMs: 1500,
-        closeGraceMs: 250,
-      });
+    await expectLimits(current, { idleTimeoutMs: 300_000, pingIntervalMs: 1500, closeGraceMs: 250 });
     expect(current.err()).not.toContain('deprecated');
 
     const old = spawnRelay(
@@ -126,13 +127,7 @@ describe('relay flags and variables', () => {
       },
     );
     await old.line;
-    await expect
-      .poll(() => logged(old.err()))
-      .toMatchObject({
-        idleTimeoutMs: 60_000,
-        pongTimeoutMs: 120_000,
-        closeGraceMs: 300,
-      });
+    await expectLimits(old, { idleTimeoutMs: 60_000, pongTimeoutMs: 120_000, closeGraceMs: 300 });
     const warnings = old
       .err()
       .split('\n')
