@@ -7,7 +7,6 @@ import {
   countOption,
   durationOption,
   type EnvScheme,
-  LOG_FORMAT_ALIAS,
   listArg,
   packageVersion,
   type ServiceIo,
@@ -46,7 +45,7 @@ export interface ServeOptions extends ServiceServeOptions {
 /** The registry's flags and their variables (`TETHER_REGISTRY_<FLAG>`; README "Flags and variables"). */
 export const REGISTRY_ENV: EnvScheme = {
   app: 'registry',
-  deprecatedVariables: { '--relay-url': ['TETHER_REGISTRY_RELAY_URLS'], '--log-format': [LOG_FORMAT_ALIAS] },
+  deprecatedVariables: { '--relay-url': ['TETHER_REGISTRY_RELAY_URLS'] },
   withoutVariables: {
     'keys create --role': 'one key per run: an argument',
     'keys create --environments': 'one key per run: an argument',

@@ -6,7 +6,6 @@ import {
   countOption,
   durationOption,
   type EnvScheme,
-  LOG_FORMAT_ALIAS,
   listArg,
   packageVersion,
   type ServiceIo,
@@ -48,7 +47,6 @@ const RENAMED_DURATIONS = [
 /** The relay's flags and their variables (`TETHER_RELAY_<FLAG>`; README "Flags and variables"). */
 export const RELAY_ENV: EnvScheme = {
   app: 'relay',
-  deprecatedVariables: { '--log-format': [LOG_FORMAT_ALIAS] },
   renamedFlags: Object.fromEntries(RENAMED_DURATIONS.map((flag) => [`--${flag}-ms`, `--${flag}`])),
   secrets: ['--registry-token'],
 };

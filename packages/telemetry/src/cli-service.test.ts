@@ -33,9 +33,10 @@ describe('a service program', () => {
     const run = await runCli(build, 'demo', ['serve', '--listen', 'ws://[::1]:0'], { TETHER_DEMO_COUNT: '5' });
     expect(run).toEqual({ code: 3, stdout: '', stderr: '' });
     expect(served).toEqual([{ listen: { host: '::1', port: 0 }, count: 5, logLevel: 'info', logFormat: 'auto' }]);
-    const byDefault = await runCli(build, 'demo', ['serve']);
+    const byDefault = await runCli(build, 'demo', ['serve'], { TETHER_LOG_FORMAT: 'json' });
+    expect(byDefault.stderr).toBe('demo: warning: TETHER_LOG_FORMAT is deprecated; use TETHER_DEMO_LOG_FORMAT\n');
     expect(byDefault.code).toBe(3);
-    expect(served[1]).toMatchObject({ listen: { host: '127.0.0.1', port: 9000 }, count: 1 });
+    expect(served[1]).toMatchObject({ listen: { host: '127.0.0.1', port: 9000 }, count: 1, logFormat: 'json' });
   });
 
   it('prints its version and help, and a usage error with the help after it', async () => {

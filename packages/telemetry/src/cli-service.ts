@@ -4,7 +4,7 @@
  * process (SIGTERM/SIGINT stop the server, the exit code, a prompt exit).
  */
 import { type Command, Option } from 'commander';
-import { type EnvScheme, type LogFormat, logOptions, SchemeCommand } from './cli-env.js';
+import { type EnvScheme, LOG_FORMAT_ALIAS, type LogFormat, logOptions, SchemeCommand } from './cli-env.js';
 import {
   type BareUnit,
   durationArg,
@@ -37,7 +37,7 @@ export interface ServiceServeOptions {
 export type ServiceCli = (io: ServiceIo, exit: (code: number) => void) => Command;
 
 export interface ServiceProgramSpec<O> {
-  /** The app's flag scheme; its `app` names the program. */
+  /** The app's flag scheme; its `app` names the program. The program adds TETHER_LOG_FORMAT, read for its log flags. */
   scheme: EnvScheme;
   /** What --version prints (packageVersion of the app). */
   version: string;
@@ -65,7 +65,8 @@ export function serviceProgram<O>(
   io: ServiceIo,
   exit: (code: number) => void,
 ): SchemeCommand {
-  const program = new SchemeCommand(spec.scheme.app, spec.scheme, { env: io.env })
+  const deprecatedVariables = { ...spec.scheme.deprecatedVariables, '--log-format': [LOG_FORMAT_ALIAS] };
+  const program = new SchemeCommand(spec.scheme.app, { ...spec.scheme, deprecatedVariables }, { env: io.env })
     .description(spec.description)
     .version(spec.version)
     .showHelpAfterError()

@@ -155,7 +155,7 @@ export class Endpoint {
   }
 }
 
-/** A harness's end-to-end stream through the relay: a socket to `url` (its signed URL), SecureStream.initiate over it. */
+/** A harness's end-to-end stream through the relay: a socket to its signed `url`, SecureStream.initiate over it. */
 export async function harnessStream(
   url: string,
   options: Omit<Parameters<typeof SecureStream.initiate>[0], 'link' | 'streamId'>,
