@@ -14,7 +14,8 @@
  *
  *   package.json   name, version, description, license, keywords, type, engines, bin from the app's own
  *                  package.json; no `private`, so `npm publish` of the tarball works
- *   bin/NAME.js    the app's launcher (imports ../dist/main.js, as in the workspace)
+ *   bin/NAME.js    the app's launcher (runs ../dist/main.js, as in the workspace), bundled with the Node
+ *                  version check it imports from @tether/telemetry
  *   dist/          the esbuild bundle of the app (apps/APP/scripts/bundle.mjs), third-party libraries inside
  *   node_modules/@tether/native-crypto, native-pipe
  *                  bundled dependencies: each package's JavaScript loader and its addon when it was built
@@ -121,8 +122,15 @@ function packApp(app, dir) {
 
   for (const [name, target] of Object.entries(source.bin)) {
     const file = join(dir, target);
-    mkdirSync(dirname(file), { recursive: true });
-    copyFileSync(join(appDir, target), file);
+    // The launcher with @tether/telemetry's launch.js inside (no workspace package is installed beside it).
+    esbuild.buildSync({
+      entryPoints: [join(appDir, target)],
+      outfile: file,
+      bundle: true,
+      platform: 'node',
+      format: 'esm',
+      logLevel: 'warning',
+    });
     chmodSync(file, 0o755);
     if (!readFileSync(file, 'utf8').startsWith('#!/usr/bin/env node'))
       throw new Error(`${name}: ${target} has no shebang`);

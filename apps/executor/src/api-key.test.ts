@@ -1,8 +1,8 @@
 import { execFileSync } from 'node:child_process';
-import { closeSync, mkdtempSync, rmSync, writeFileSync, writeSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { closeSync, writeFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { loadNativePipe } from '@tether/native-pipe';
+import { scratch } from '@tether/test-kit';
 import { afterEach, describe, expect, it } from 'vitest';
 import {
   ApiKeyError,
@@ -13,15 +13,11 @@ import {
   readApiKeyFile,
 } from './api-key.js';
 
-const dirs: string[] = [];
-afterEach(() => {
-  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
-});
+const test = scratch();
+afterEach(() => test.cleanup());
 
 function keyFile(content: string, mode: number): string {
-  const dir = mkdtempSync(join(tmpdir(), 'executor-key-'));
-  dirs.push(dir);
-  const path = join(dir, 'executor.key');
+  const path = join(test.dir('executor-key-'), 'executor.key');
   writeFileSync(path, content, { mode });
   return path;
 }
@@ -41,8 +37,7 @@ describe('--api-key-file', () => {
   });
 
   it('refuses what is not a regular file, a missing file, an empty key and a multi-line file', () => {
-    const dir = mkdtempSync(join(tmpdir(), 'executor-key-'));
-    dirs.push(dir);
+    const dir = test.dir('executor-key-');
     expect(() => readApiKeyFile(dir)).toThrow('not a regular file');
     const fifo = join(dir, 'fifo');
     execFileSync('mkfifo', ['-m', '600', fifo]);

@@ -1,11 +1,6 @@
 #!/usr/bin/env node
-// Thin launcher so the bin exists before the first build; the program itself is dist/main.js. It names the
-// fix on a Node below Tether's floor instead of failing somewhere inside (a native addon, a newer API).
-const [major, minor] = process.versions.node.split('.').map(Number);
-if (major < 22 || (major === 22 && minor < 14)) {
-  console.error(
-    `harness: Node ${process.versions.node} is below Tether's floor: install Node 22.14 or newer (in a checkout, \`node scripts/node-runtimes.mjs run 24 -- node apps/harness/bin/harness.js …\` runs it on a pinned Node 24 from the npm registry)`,
-  );
-  process.exit(1);
-}
-await import('../dist/main.js');
+// Thin launcher so the bin exists before the first build; the program itself is dist/main.js, run once
+// @tether/telemetry's launch has checked the Node version.
+import { launch } from '@tether/telemetry/launch';
+
+await launch('harness', new URL('../dist/main.js', import.meta.url));

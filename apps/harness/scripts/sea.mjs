@@ -21,21 +21,16 @@ import { chmodSync, copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSy
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { parseArgs } from 'node:util';
 import { build } from 'esbuild';
+import { replaceCall, requiredPath, workspaceSources } from '../../../scripts/bundle-sources.mjs';
 import { builtinsViaRequire, wsAddonsLeftOut } from './plugins.mjs';
 
 const here = new URL('..', import.meta.url);
-const { values } = parseArgs({ options: { out: { type: 'string' } } });
-if (!values.out) {
-  process.stderr.write('usage: node scripts/sea.mjs --out FILE\n');
-  process.exit(2);
-}
+const out = resolve(requiredPath('out', 'node scripts/sea.mjs --out FILE'));
 if (process.platform !== 'linux') {
   process.stderr.write(`sea: builds on Linux only (this is ${process.platform})\n`);
   process.exit(1);
 }
-const out = resolve(values.out);
 
 /** The version of each workspace app, by package name (what packageVersion would find beside the code). */
 function versionOf(name) {
@@ -46,29 +41,19 @@ function versionOf(name) {
   throw new Error(`no workspace app is named ${name}`);
 }
 
-/** `createRequire(import.meta.url)('NAME')`, a library loaded on first use: `require('NAME')` bundles it (or its stub). */
-const LAZY_REQUIRE = /\bcreateRequire\(import\.meta\.url\)\((['"])([^'"./][^'"]*)\1\)/g;
+/** A library loaded on first use is bundled (or its stub: workspaceSources), the version written in, no addons. */
 const PACKAGE_VERSION = /\bpackageVersion\(import\.meta\.url, (['"])(@tether\/[a-z-]+)\1\)/g;
 const NATIVE_LOADER = /[\\/]packages[\\/]native-(crypto|pipe)[\\/]src[\\/]index\.ts$/;
-const NATIVE_REQUIRE = 'createRequire(import.meta.url)(';
-const singleExecutableSources = {
-  name: 'single-executable-sources',
-  setup(build) {
-    build.onLoad({ filter: /[\\/](apps|packages)[\\/][^\\/]+[\\/]src[\\/].*\.ts$/ }, async (args) => {
-      let source = readFileSync(args.path, 'utf8');
-      source = source.replace(PACKAGE_VERSION, (_, _quote, name) => JSON.stringify(versionOf(name)));
-      if (NATIVE_LOADER.test(args.path)) {
-        if (!source.includes(NATIVE_REQUIRE))
-          throw new Error(`${args.path} no longer loads its addon with ${NATIVE_REQUIRE}`);
-        source = source.replace(
-          NATIVE_REQUIRE,
-          "((() => { throw new Error('native addons are not part of the single executable'); }) as (id: string) => never)(",
-        );
-      }
-      return { contents: source.replace(LAZY_REQUIRE, 'require($1$2$1)'), loader: 'ts' };
-    });
-  },
-};
+const singleExecutableSources = workspaceSources('single-executable-sources', (path, text) => {
+  const source = text.replace(PACKAGE_VERSION, (_, _quote, name) => JSON.stringify(versionOf(name)));
+  if (!NATIVE_LOADER.test(path)) return source;
+  return replaceCall(
+    path,
+    source,
+    'createRequire(import.meta.url)(',
+    "((() => { throw new Error('native addons are not part of the single executable'); }) as (id: string) => never)(",
+  );
+});
 
 const work = mkdtempSync(join(tmpdir(), 'tether-sea-'));
 try {

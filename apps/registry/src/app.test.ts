@@ -1,14 +1,13 @@
 import { generateKeyPairSync } from 'node:crypto';
 import { connect as tcpConnect } from 'node:net';
-import { Writable } from 'node:stream';
 import { generateIdentity, publicKeyToJson, SUITE_HYBRID_AESGCM, SUITE_HYBRID_CHACHAPOLY } from '@tether/noise';
 import { type RelayGrant, type SigningKey, verifyRelayUrl } from '@tether/relay-auth';
 import type { FastifyInstance } from 'fastify';
 import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { createKey, logCapture } from './__tests__/app-fixture.js';
 import { buildRegistry } from './app.js';
 import { openSqliteStore, type RegistryStore, type Role } from './store/index.js';
-import { generateToken, hashToken } from './tokens.js';
 
 const executorKey = publicKeyToJson(generateIdentity().publicKey);
 const harnessKey = publicKeyToJson(generateIdentity().publicKey);
@@ -18,19 +17,11 @@ let store: RegistryStore;
 let app: FastifyInstance;
 let signingKey: SigningKey;
 let clock: number;
-let logs: string;
+let logs: ReturnType<typeof logCapture>;
 let tokens: Record<string, string>;
 
 async function addKey(name: string, role: Role, environments: string) {
-  const token = generateToken();
-  await store.createApiKey({
-    id: name,
-    tokenHash: hashToken(token),
-    role,
-    environments,
-    label: name,
-    createdAt: clock,
-  });
+  const token = await createKey(store, { id: name, role, environments, label: name, createdAt: clock });
   tokens[name] = token;
   return token;
 }
@@ -56,17 +47,11 @@ beforeEach(async () => {
   const pair = generateKeyPairSync('ed25519');
   signingKey = { privateKey: pair.privateKey, publicKey: pair.publicKey };
   clock = 1_700_000_000_000;
-  logs = '';
+  logs = logCapture();
   tokens = {};
-  const sink = new Writable({
-    write(chunk, _enc, done) {
-      logs += chunk.toString();
-      done();
-    },
-  });
   app = await buildRegistry(
     { relayUrls: ['ws://relay-a:8081', 'ws://relay-b:8081'] },
-    { store, signingKey, now: () => clock, logger: pino({ level: 'trace' }, sink) },
+    { store, signingKey, now: () => clock, logger: pino({ level: 'trace' }, logs.stream) },
   );
   await addKey('exec', 'executor', 'dev-*');
   await addKey('exec2', 'executor', '*');
@@ -478,14 +463,14 @@ describe('health, unknown routes and logs', () => {
     });
     await register('dev-1', 'harness');
     await validate('dev-1', { executor_registration_id: 'x', harness_public_key: 1, harness_key_authorization: 'y' });
-    expect(logs).toContain('executor registered');
-    expect(logs).toContain('harness key validation');
+    expect(logs.text()).toContain('executor registered');
+    expect(logs.text()).toContain('harness key validation');
     const secrets = [
       ...Object.values(tokens),
       bundle.harness_key_authorization,
       new URL(reg.url).searchParams.get('sig'),
       new URL(bundle.url).searchParams.get('sig'),
     ];
-    for (const secret of secrets) expect(logs).not.toContain(secret);
+    for (const secret of secrets) expect(logs.text()).not.toContain(secret);
   });
 });

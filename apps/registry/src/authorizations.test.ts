@@ -3,36 +3,19 @@
  * minted it (a harness key, or the key behind a browser session), and /validate refuses it once that key is revoked,
  * within the authorization's lifetime.
  */
-import { generateKeyPairSync } from 'node:crypto';
 import { generateIdentity, publicKeyToJson } from '@tether/noise';
-import type { FastifyInstance } from 'fastify';
 import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { type AppFixture, openApp } from './__tests__/app-fixture.js';
 import { ENGINES } from './__tests__/engines.js';
-import { buildRegistry } from './app.js';
-import type { RegistryStore, Role } from './store/index.js';
-import { generateToken, hashToken } from './tokens.js';
 
-const executorKey = publicKeyToJson(generateIdentity().publicKey);
 const harnessKey = publicKeyToJson(generateIdentity().publicKey);
 
 describe.each(ENGINES)('authorizations and the key that minted them ($name)', (engine) => {
-  let store: RegistryStore;
-  let drop: () => Promise<void>;
-  let app: FastifyInstance;
-  const tokens: Record<string, string> = {};
-
-  const addKey = async (id: string, role: Role, environments: string) => {
-    tokens[id] = generateToken();
-    await store.createApiKey({ id, tokenHash: hashToken(tokens[id]), role, environments, label: id, createdAt: 1 });
-  };
-  const call = (method: 'POST' | 'DELETE', url: string, bearer: string | null, payload?: object) =>
-    app.inject({
-      method,
-      url,
-      headers: bearer === null ? {} : { authorization: `Bearer ${bearer}` },
-      ...(payload === undefined ? {} : { payload }),
-    });
+  let registry: AppFixture;
+  let tokens: AppFixture['tokens'];
+  const addKey: AppFixture['addKey'] = (...args) => registry.addKey(...args);
+  const call: AppFixture['call'] = (...args) => registry.call(...args);
   const connect = (bearer: string) =>
     call('POST', '/cloud/environment/dev-1/connect', bearer, { harness_public_key: harnessKey });
   const validate = (bundle: Record<string, string>) =>
@@ -44,32 +27,11 @@ describe.each(ENGINES)('authorizations and the key that minted them ($name)', (e
   const revoke = (id: string) => call('DELETE', `/v1/keys/${id}`, tokens.admin as string);
 
   beforeEach(async () => {
-    ({ store, drop } = await engine.open());
-    const pair = generateKeyPairSync('ed25519');
-    app = await buildRegistry(
-      { relayUrls: ['ws://127.0.0.1:1'] },
-      {
-        store,
-        signingKey: { privateKey: pair.privateKey, publicKey: pair.publicKey },
-        logger: pino({ level: 'silent' }),
-      },
-    );
-    await addKey('exec', 'executor', '*');
-    await addKey('harness', 'harness', 'dev-*');
-    await addKey('other', 'harness', 'dev-*');
-    await addKey('admin', 'admin', '*');
-    const registered = await call('POST', '/cloud/environment/dev-1/register', tokens.exec as string, {
-      security_profile: 'noise_hybrid_ik_v1',
-      executor_public_key: executorKey,
-    });
-    expect(registered.statusCode).toBe(200);
+    registry = await openApp(engine, ['dev-1'], {}, { logger: pino({ level: 'silent' }) });
+    tokens = registry.tokens;
   });
 
-  afterEach(async () => {
-    await app.close();
-    await store.close();
-    await drop();
-  });
+  afterEach(() => registry.close());
 
   it('a harness key revoked after /connect: its authorization no longer validates; another key’s still does', async () => {
     const revokedBundle = (await connect(tokens.harness as string)).json();

@@ -2,40 +2,27 @@
  * Browser grants and sessions (issue 21), on the real app over SQLite and PostgreSQL: minting, one-time exchange,
  * the session's scope (one environment's /connect), expiry, key revocation, pruning, and that logs hold neither.
  */
-import { generateKeyPairSync } from 'node:crypto';
-import { Writable } from 'node:stream';
 import { generateIdentity, publicKeyToJson } from '@tether/noise';
 import type { FastifyInstance } from 'fastify';
 import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { type AppFixture, logCapture, newSigningKey, openApp } from './__tests__/app-fixture.js';
 import { ENGINES } from './__tests__/engines.js';
 import { buildRegistry } from './app.js';
 import { REGISTRY_REDACT } from './cli.js';
-import type { RegistryStore, Role } from './store/index.js';
-import { generateToken, hashToken } from './tokens.js';
+import type { RegistryStore } from './store/index.js';
 
-const executorKey = publicKeyToJson(generateIdentity().publicKey);
 const harnessKey = publicKeyToJson(generateIdentity().publicKey);
 
 describe.each(ENGINES)('browser grants ($name)', (engine) => {
+  let registry: AppFixture;
   let store: RegistryStore;
-  let drop: () => Promise<void>;
   let app: FastifyInstance;
+  let tokens: AppFixture['tokens'];
   let clock: number;
-  let logs: string;
-  const tokens: Record<string, string> = {};
+  let logs: ReturnType<typeof logCapture>;
 
-  const addKey = async (id: string, role: Role, environments: string) => {
-    tokens[id] = generateToken();
-    await store.createApiKey({ id, tokenHash: hashToken(tokens[id]), role, environments, label: id, createdAt: 1 });
-  };
-  const post = (url: string, bearer: string | null, payload: object) =>
-    app.inject({
-      method: 'POST',
-      url,
-      headers: bearer === null ? {} : { authorization: `Bearer ${bearer}` },
-      payload,
-    });
+  const post = (url: string, bearer: string | null, payload: object) => registry.call('POST', url, bearer, payload);
   const mint = (environmentId: string, key = 'harness', extra: object = {}) =>
     post('/cloud/browser-grants', tokens[key] as string, { environment_id: environmentId, ...extra });
   const exchange = (grant: string) => post('/cloud/browser-grants/exchange', null, { grant });
@@ -47,43 +34,21 @@ describe.each(ENGINES)('browser grants ($name)', (engine) => {
   };
 
   beforeEach(async () => {
-    ({ store, drop } = await engine.open());
     clock = 1_700_000_000_000;
-    logs = '';
-    const sink = new Writable({
-      write(chunk, _enc, done) {
-        logs += chunk.toString();
-        done();
-      },
-    });
-    const pair = generateKeyPairSync('ed25519');
-    app = await buildRegistry(
-      { relayUrls: ['ws://127.0.0.1:1'], browserSessionTtlMs: 600_000 },
+    logs = logCapture();
+    registry = await openApp(
+      engine,
+      ['dev-1', 'dev-2'],
+      { browserSessionTtlMs: 600_000 },
       {
-        store,
-        signingKey: { privateKey: pair.privateKey, publicKey: pair.publicKey },
         now: () => clock,
-        logger: pino({ level: 'trace', redact: { paths: [...REGISTRY_REDACT], censor: '[redacted]' } }, sink),
+        logger: pino({ level: 'trace', redact: { paths: [...REGISTRY_REDACT], censor: '[redacted]' } }, logs.stream),
       },
     );
-    await addKey('exec', 'executor', '*');
-    await addKey('harness', 'harness', 'dev-*');
-    await addKey('other', 'harness', 'dev-*');
-    await addKey('admin', 'admin', '*');
-    for (const env of ['dev-1', 'dev-2']) {
-      const registered = await post(`/cloud/environment/${env}/register`, tokens.exec as string, {
-        security_profile: 'noise_hybrid_ik_v1',
-        executor_public_key: executorKey,
-      });
-      expect(registered.statusCode).toBe(200);
-    }
+    ({ app, store, tokens } = registry);
   });
 
-  afterEach(async () => {
-    await app.close();
-    await store.close();
-    await drop();
-  });
+  afterEach(() => registry.close());
 
   it('mints a grant for an environment the key covers, with a /ui link', async () => {
     const response = await mint('dev-1');
@@ -112,10 +77,9 @@ describe.each(ENGINES)('browser grants ($name)', (engine) => {
 
   it('with --trust-proxy, takes X-Forwarded-Proto/Host for the link only from a trusted peer', async () => {
     // Fastify before 5.8.3 (CVE-2026-3635) read these two headers from any peer once trustProxy was set.
-    const pair = generateKeyPairSync('ed25519');
     const proxied = await buildRegistry(
       { relayUrls: ['ws://127.0.0.1:1'], trustProxy: ['10.0.0.0/8'] },
-      { store, signingKey: { privateKey: pair.privateKey, publicKey: pair.publicKey }, now: () => clock },
+      { store, signingKey: newSigningKey(), now: () => clock },
     );
     const linkFrom = async (remoteAddress: string) =>
       (
@@ -201,13 +165,13 @@ describe.each(ENGINES)('browser grants ($name)', (engine) => {
     const token = (await exchange(grant)).json().token as string;
     await exchange(grant);
     await connect('dev-1', token);
-    expect(logs).toContain('browser grant exchanged');
-    expect(logs).toContain('browser grant refused');
+    expect(logs.text()).toContain('browser grant exchanged');
+    expect(logs.text()).toContain('browser grant refused');
     for (const secret of [grant, token, grant.slice(5), token.slice(5), tokens.harness as string]) {
-      expect(logs).not.toContain(secret);
+      expect(logs.text()).not.toContain(secret);
     }
     // A careless `log.info({ grant })` would be redacted too.
     app.log.info({ grant, body: { grant } }, 'probe');
-    expect(logs).not.toContain(grant);
+    expect(logs.text()).not.toContain(grant);
   });
 });

@@ -1,55 +1,20 @@
-import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdtempSync, rmSync, statSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { statSync } from 'node:fs';
 import { join } from 'node:path';
+import { runCli, scratch } from '@tether/test-kit';
 import { afterEach, describe, expect, it } from 'vitest';
 import { buildCli } from './cli.js';
 import { openSqliteStore } from './store/index.js';
 import { hashToken } from './tokens.js';
 
 const APP_DIR = join(import.meta.dirname, '..');
-const dirs: string[] = [];
-const children: ChildProcess[] = [];
+const test = scratch();
+afterEach(() => test.cleanup());
 
-afterEach(() => {
-  for (const child of children.splice(0))
-    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
-  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
-});
-
-function tempDir() {
-  const dir = mkdtempSync(join(tmpdir(), 'registry-cli-'));
-  dirs.push(dir);
-  return dir;
-}
+const tempDir = () => test.dir('registry-cli-');
 
 /** Runs the CLI in-process; resolves with the exit code and both outputs. */
-async function cli(args: string[], env: NodeJS.ProcessEnv = {}) {
-  let stdout = '';
-  let stderr = '';
-  let code = -1;
-  const io = {
-    stdout: { write: (t: string) => (stdout += t) },
-    stderr: { write: (t: string) => (stderr += t) },
-    env,
-    stopSignal: Promise.resolve(),
-  };
-  const program = buildCli(io, (c) => {
-    code = c;
-  });
-  program.exitOverride();
-  for (const sub of program.commands) {
-    sub.exitOverride();
-    for (const leaf of sub.commands) leaf.exitOverride();
-  }
-  try {
-    await program.parseAsync(['node', 'registry', ...args]);
-  } catch (err) {
-    code = (err as { exitCode?: number }).exitCode ?? 1;
-  }
-  return { code, stdout, stderr };
-}
+const cli = (args: string[], env: NodeJS.ProcessEnv = {}) => runCli(buildCli, 'registry', args, env);
 
 describe('registry keys', () => {
   it('create prints the token once; the store keeps only its hash; list and revoke', async () => {
@@ -221,26 +186,11 @@ describe('registry keys', () => {
 });
 
 describe('registry serve (subprocess)', () => {
-  function serve(args: string[], env: NodeJS.ProcessEnv = {}) {
-    const child = spawn(
-      process.execPath,
-      ['--conditions=tether-source', '--import', 'tsx', 'src/main.ts', 'serve', ...args],
-      { cwd: APP_DIR, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] },
-    );
-    children.push(child);
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d) => (stdout += d));
-    child.stderr.on('data', (d) => (stderr += d));
-    const url = new Promise<string>((resolve, reject) => {
-      child.stdout.on('data', () => {
-        if (stdout.includes('\n')) resolve(stdout.split('\n')[0] as string);
-      });
-      child.on('exit', (code) => reject(new Error(`exited ${code}: ${stderr}`)));
+  const serve = (args: string[], env: NodeJS.ProcessEnv = {}) =>
+    test.spawn(process.execPath, ['--conditions=tether-source', '--import', 'tsx', 'src/main.ts', 'serve', ...args], {
+      cwd: APP_DIR,
+      env: { ...process.env, ...env },
     });
-    url.catch(() => {}); // awaited only by tests that expect a URL
-    return { child, url, out: () => stdout, err: () => stderr };
-  }
 
   it('prints only its URL, logs JSON on stderr, creates the signing key 0600 and exits 0 on SIGTERM', async () => {
     const dir = tempDir();
@@ -248,7 +198,7 @@ describe('registry serve (subprocess)', () => {
       TETHER_REGISTRY_DATABASE: `sqlite:${join(dir, 'r.db')}`,
       TETHER_REGISTRY_LOG_LEVEL: 'info',
     });
-    const url = await server.url;
+    const url = await server.line;
     expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
     expect(await (await fetch(`${url}/readyz`)).json()).toEqual({ status: 'ok' });
     const res = await fetch(`${url}/cloud/environment/dev-1/register`, { method: 'POST' });

@@ -2,44 +2,27 @@ import { existsSync, readFileSync } from 'node:fs';
 import { isIP, isIPv4 } from 'node:net';
 import { dirname, join, resolve } from 'node:path';
 import { loadOrCreateSigningKey, type SigningKey, signingKeyFromPem } from '@tether/relay-auth';
+import { createLogger, DEFAULT_REDACT_PATHS, type Logger } from '@tether/telemetry';
 import {
-  createLogger,
-  DEFAULT_REDACT_PATHS,
-  type Logger,
-  TelemetryConfigError,
-  type TelemetryOptions,
-} from '@tether/telemetry';
-import {
-  durationArg,
+  countOption,
+  durationOption,
   type EnvScheme,
-  formatDuration,
-  type ListenAddress,
-  LOG_FORMAT_ALIAS,
-  type LogFormat,
-  logOptions,
+  listArg,
   packageVersion,
-  parseListenAddress,
-  SchemeCommand,
+  type ServiceIo,
+  type ServiceServeOptions,
+  serviceProgram,
+  serviceTelemetry,
 } from '@tether/telemetry/cli';
 import { type Command, InvalidArgumentError, Option } from 'commander';
 import { buildRegistry, SERVER_LIMIT_DEFAULTS } from './app.js';
-import { registryTelemetryOptions } from './metrics.js';
 import { RATE_LIMIT_DEFAULTS } from './plugins/rate-limit.js';
 import { defaultUiDir } from './routes/ui.js';
 import { openStore, ROLES, type Role } from './store/index.js';
 import { ENVIRONMENT_ID_PATTERN, generateToken, hashToken } from './tokens.js';
 
-export interface CliIo {
-  stdout: { write(text: string): unknown };
-  stderr: { write(text: string): unknown };
-  env: NodeJS.ProcessEnv;
-  /** Resolves when the server should stop (SIGTERM/SIGINT in main.ts). */
-  stopSignal: Promise<unknown>;
-}
-
 /** `serve`'s options; durations in ms. */
-export interface ServeOptions {
-  listen: ListenAddress;
+export interface ServeOptions extends ServiceServeOptions {
   database: string;
   dataDir?: string;
   relayUrl: string[];
@@ -57,14 +40,12 @@ export interface ServeOptions {
   ui: boolean;
   uiOrigin: string[];
   browserSessionTtl: number;
-  logLevel: string;
-  logFormat: LogFormat;
 }
 
 /** The registry's flags and their variables (`TETHER_REGISTRY_<FLAG>`; README "Flags and variables"). */
 export const REGISTRY_ENV: EnvScheme = {
   app: 'registry',
-  deprecatedVariables: { '--relay-url': ['TETHER_REGISTRY_RELAY_URLS'], '--log-format': [LOG_FORMAT_ALIAS] },
+  deprecatedVariables: { '--relay-url': ['TETHER_REGISTRY_RELAY_URLS'] },
   withoutVariables: {
     'keys create --role': 'one key per run: an argument',
     'keys create --environments': 'one key per run: an argument',
@@ -78,10 +59,6 @@ const DEFAULT_RELAY = 'ws://127.0.0.1:8081';
 /** Never logged: the defaults (authorization, token, …) and browser grants (routes/browser.ts logs neither). */
 export const REGISTRY_REDACT: readonly string[] = [...DEFAULT_REDACT_PATHS, 'grant', '*.grant'];
 
-function listenAddress(value: string): ListenAddress {
-  return parseListenAddress(value, 'http');
-}
-
 function databaseUrl(value: string): string {
   if (!value.startsWith('sqlite:') && !/^postgres(ql)?:\/\//.test(value)) {
     throw new InvalidArgumentError('expected sqlite:PATH or postgres://…');
@@ -89,53 +66,32 @@ function databaseUrl(value: string): string {
   return value;
 }
 
-function relayUrl(value: string, previous: string[] | undefined): string[] {
-  const urls = value.split(',').filter((u) => u !== '');
-  for (const url of urls) {
-    if (!/^wss?:\/\/[^\s]+$/.test(url)) throw new InvalidArgumentError(`not a ws:// or wss:// URL: ${url}`);
-  }
-  return [...(previous ?? []), ...urls];
-}
+/** `--relay-url`: ws:// or wss:// URLs, repeatable or comma-separated. */
+const relayUrl = listArg((url) => {
+  if (!/^wss?:\/\/[^\s]+$/.test(url)) throw new InvalidArgumentError(`not a ws:// or wss:// URL: ${url}`);
+});
 
 /** `--trust-proxy`: IPs or CIDR blocks (checked by Fastify's proxy-addr when the app is built). */
-function trustProxyEntries(value: string, previous: string[] | undefined): string[] {
-  const entries = value
-    .split(',')
-    .map((entry) => entry.trim())
-    .filter((entry) => entry !== '');
-  for (const entry of entries) {
-    const [ip = '', bits, extra] = entry.split('/');
-    const max = isIPv4(ip) ? 32 : 128;
-    if (!isIP(ip) || extra !== undefined || (bits !== undefined && !(/^\d{1,3}$/.test(bits) && Number(bits) <= max))) {
-      throw new InvalidArgumentError(`not an IP address or CIDR block: ${JSON.stringify(entry)}`);
-    }
+const trustProxyEntries = listArg((entry) => {
+  const [ip = '', bits, extra] = entry.split('/');
+  const max = isIPv4(ip) ? 32 : 128;
+  if (!isIP(ip) || extra !== undefined || (bits !== undefined && !(/^\d{1,3}$/.test(bits) && Number(bits) <= max))) {
+    throw new InvalidArgumentError(`not an IP address or CIDR block: ${JSON.stringify(entry)}`);
   }
-  return [...(previous ?? []), ...entries];
-}
+});
 
 /** `--ui-origin`: an exact `http(s)://host[:port]` origin (no path), as a browser sends it in `Origin`. */
-function uiOrigin(value: string, previous: string[] | undefined): string[] {
-  const origins = value.split(',').filter((o) => o !== '');
-  for (const origin of origins) {
-    let parsed: URL | null = null;
-    try {
-      parsed = new URL(origin);
-    } catch {
-      // reported below
-    }
-    if (!parsed || !/^https?:$/.test(parsed.protocol) || parsed.origin !== origin) {
-      throw new InvalidArgumentError(`not an origin (http(s)://host[:port], no path or trailing slash): ${origin}`);
-    }
+const uiOrigin = listArg((origin) => {
+  let parsed: URL | null = null;
+  try {
+    parsed = new URL(origin);
+  } catch {
+    // reported below
   }
-  return [...(previous ?? []), ...origins];
-}
-
-function positiveInteger(value: string): number {
-  if (!/^\d+$/.test(value) || Number(value) < 1 || !Number.isSafeInteger(Number(value))) {
-    throw new InvalidArgumentError('expected a positive integer');
+  if (!parsed || !/^https?:$/.test(parsed.protocol) || parsed.origin !== origin) {
+    throw new InvalidArgumentError(`not an origin (http(s)://host[:port], no path or trailing slash): ${origin}`);
   }
-  return Number(value);
-}
+});
 
 /** A relay key's node URL: exactly as the relay announces it (`--public-url`) and the registry routes to it. */
 function nodeUrl(value: string): string {
@@ -149,13 +105,74 @@ function role(value: string): Role {
 }
 
 /** A `--NAME <duration>` flag (500ms, 30s, 5m, 1h; a bare number is seconds), in ms. */
-const durationOption = (flag: string, description: string, defaultMs: number) =>
-  new Option(`${flag} <duration>`, description)
-    .argParser(durationArg({ bare: 's' }))
-    .default(defaultMs, formatDuration(defaultMs));
+const duration = (flag: string, description: string, defaultMs: number) =>
+  durationOption(flag, description, defaultMs, 's');
 
 const databaseOption = () =>
   new Option('--database <url>', 'sqlite:PATH or postgres://…').argParser(databaseUrl).makeOptionMandatory();
+
+/** `serve`'s options after --listen, in --help's order. */
+const serveOptions = (): Option[] => [
+  databaseOption(),
+  new Option('--data-dir <dir>', 'where the relay signing key lives (default: beside the SQLite file)'),
+  new Option('--relay-url <url>', 'relay node URL, repeatable or comma-separated')
+    .argParser(relayUrl)
+    .default([], DEFAULT_RELAY),
+  new Option('--signing-key-file <path>', 'Ed25519 PKCS#8 PEM to sign relay URLs with (shared by replicas)'),
+  duration('--authorization-ttl', 'lifetime of a harness authorization', 60_000),
+  duration('--connection-timeout', 'close a socket idle this long', SERVER_LIMIT_DEFAULTS.connectionTimeoutMs),
+  duration('--request-timeout', 'a request must arrive in full within this', SERVER_LIMIT_DEFAULTS.requestTimeoutMs),
+  duration(
+    '--headers-timeout',
+    "a request's headers must arrive within this (cuts slow clients)",
+    SERVER_LIMIT_DEFAULTS.headersTimeoutMs,
+  ),
+  duration(
+    '--keep-alive-timeout',
+    'close an idle keep-alive connection after this',
+    SERVER_LIMIT_DEFAULTS.keepAliveTimeoutMs,
+  ),
+  countOption(
+    '--max-connections',
+    'refuse connections beyond this many open at once',
+    SERVER_LIMIT_DEFAULTS.maxConnections,
+  ),
+  countOption(
+    '--rate-limit-unauthenticated',
+    'requests per minute from one client address without an API key (see --trust-proxy); then 429',
+    RATE_LIMIT_DEFAULTS.unauthenticated,
+  ),
+  countOption(
+    '--rate-limit-per-key',
+    'requests per minute with one API key, from any address; then 429',
+    RATE_LIMIT_DEFAULTS.perKey,
+  ),
+  new Option(
+    '--trust-proxy <cidr>',
+    'take the client address (request logs, rate limits) from X-Forwarded-For, and the scheme and host of browser-grant ' +
+      'links from X-Forwarded-Proto/Host, only when the peer is in one of these IPs or CIDR blocks; ' +
+      'repeatable or comma-separated',
+  )
+    .argParser(trustProxyEntries)
+    .default([], 'none'),
+  new Option(
+    '--ui-dir <dir>',
+    'directory of the browser UI served under /ui (default: the dist directory of the @tether/web package)',
+  ),
+  new Option('--no-ui', 'do not serve the browser UI under /ui'),
+  new Option(
+    '--ui-origin <origin>',
+    'origin of a browser UI hosted elsewhere that may call /connect and the grant exchange (CORS); ' +
+      'repeatable or comma-separated',
+  )
+    .argParser(uiOrigin)
+    .default([], 'none'),
+  duration(
+    '--browser-session-ttl',
+    'lifetime of a browser session (a browser grant exchanged; it may call /connect on its one environment)',
+    3600_000,
+  ),
+];
 
 /** The data directory: explicit, else next to a SQLite database, else ./registry-data. */
 function dataDirFor(options: ServeOptions): string {
@@ -167,7 +184,7 @@ function dataDirFor(options: ServeOptions): string {
 }
 
 /** Runs `registry serve` until io.stopSignal; returns the exit code. */
-export async function runServe(options: ServeOptions, io: CliIo, logger?: Logger): Promise<number> {
+export async function runServe(options: ServeOptions, io: ServiceIo, logger?: Logger): Promise<number> {
   const log =
     logger ??
     createLogger({
@@ -185,16 +202,8 @@ export async function runServe(options: ServeOptions, io: CliIo, logger?: Logger
     io.stderr.write(`registry: cannot load the relay signing key: ${(err as Error).message}\n`);
     return 1;
   }
-  let telemetry: TelemetryOptions;
-  try {
-    telemetry = registryTelemetryOptions(io.env, (err) => log.warn({ err: err.message }, 'metrics export failed'));
-  } catch (err) {
-    if (err instanceof TelemetryConfigError) {
-      io.stderr.write(`registry: ${err.message}\n`);
-      return 2;
-    }
-    throw err;
-  }
+  const telemetry = serviceTelemetry('registry', io, log);
+  if (!telemetry) return 2;
   let store: Awaited<ReturnType<typeof openStore>>;
   try {
     // SQLite: WAL checkpoints from a worker thread, off the request path.
@@ -262,119 +271,25 @@ export async function runServe(options: ServeOptions, io: CliIo, logger?: Logger
 }
 
 /** `registry` with `serve` and `keys create|list|revoke`; `exit` receives each action's exit code. */
-export function buildCli(io: CliIo, exit: (code: number) => void): Command {
-  const program = new SchemeCommand('registry', REGISTRY_ENV, { env: io.env })
-    .description('Tether registry: environments, executor registrations, harness bundles and API keys.')
-    .version(packageVersion(import.meta.url, '@tether/registry'))
-    .showHelpAfterError()
-    .configureOutput({ writeOut: (t) => io.stdout.write(t), writeErr: (t) => io.stderr.write(t) });
-
-  const serve = program
-    .command('serve')
-    .description('serve the registry HTTP API (prints its bound URL on stdout, logs JSON on stderr)')
-    .addOption(
-      new Option('--listen <address>', 'address to listen on: HOST:PORT or http://HOST:PORT (port 0 picks one)')
-        .argParser(listenAddress)
-        .default({ host: '127.0.0.1', port: 8080 }, '127.0.0.1:8080'),
-    )
-    .addOption(databaseOption())
-    .addOption(new Option('--data-dir <dir>', 'where the relay signing key lives (default: beside the SQLite file)'))
-    .addOption(
-      new Option('--relay-url <url>', 'relay node URL, repeatable or comma-separated')
-        .argParser(relayUrl)
-        .default([], DEFAULT_RELAY),
-    )
-    .addOption(
-      new Option('--signing-key-file <path>', 'Ed25519 PKCS#8 PEM to sign relay URLs with (shared by replicas)'),
-    )
-    .addOption(durationOption('--authorization-ttl', 'lifetime of a harness authorization', 60_000))
-    .addOption(
-      durationOption(
-        '--connection-timeout',
-        'close a socket idle this long',
-        SERVER_LIMIT_DEFAULTS.connectionTimeoutMs,
-      ),
-    )
-    .addOption(
-      durationOption(
-        '--request-timeout',
-        'a request must arrive in full within this',
-        SERVER_LIMIT_DEFAULTS.requestTimeoutMs,
-      ),
-    )
-    .addOption(
-      durationOption(
-        '--headers-timeout',
-        "a request's headers must arrive within this (cuts slow clients)",
-        SERVER_LIMIT_DEFAULTS.headersTimeoutMs,
-      ),
-    )
-    .addOption(
-      durationOption(
-        '--keep-alive-timeout',
-        'close an idle keep-alive connection after this',
-        SERVER_LIMIT_DEFAULTS.keepAliveTimeoutMs,
-      ),
-    )
-    .addOption(
-      new Option('--max-connections <n>', 'refuse connections beyond this many open at once')
-        .argParser(positiveInteger)
-        .default(SERVER_LIMIT_DEFAULTS.maxConnections),
-    )
-    .addOption(
-      new Option(
-        '--rate-limit-unauthenticated <n>',
-        'requests per minute from one client address without an API key (see --trust-proxy); then 429',
-      )
-        .argParser(positiveInteger)
-        .default(RATE_LIMIT_DEFAULTS.unauthenticated),
-    )
-    .addOption(
-      new Option('--rate-limit-per-key <n>', 'requests per minute with one API key, from any address; then 429')
-        .argParser(positiveInteger)
-        .default(RATE_LIMIT_DEFAULTS.perKey),
-    )
-    .addOption(
-      new Option(
-        '--trust-proxy <cidr>',
-        'take the client address (request logs, rate limits) from X-Forwarded-For, and the scheme and host of browser-grant ' +
-          'links from X-Forwarded-Proto/Host, only when the peer is in one of these IPs or CIDR blocks; ' +
-          'repeatable or comma-separated',
-      )
-        .argParser(trustProxyEntries)
-        .default([], 'none'),
-    )
-    .addOption(
-      new Option(
-        '--ui-dir <dir>',
-        'directory of the browser UI served under /ui (default: the dist directory of the @tether/web package)',
-      ),
-    )
-    .addOption(new Option('--no-ui', 'do not serve the browser UI under /ui'))
-    .addOption(
-      new Option(
-        '--ui-origin <origin>',
-        'origin of a browser UI hosted elsewhere that may call /connect and the grant exchange (CORS); ' +
-          'repeatable or comma-separated',
-      )
-        .argParser(uiOrigin)
-        .default([], 'none'),
-    )
-    .addOption(
-      durationOption(
-        '--browser-session-ttl',
-        'lifetime of a browser session (a browser grant exchanged; it may call /connect on its one environment)',
-        3600_000,
-      ),
-    );
-  for (const option of logOptions()) serve.addOption(option);
-  serve.addHelpText(
-    'after',
-    `
+export function buildCli(io: ServiceIo, exit: (code: number) => void): Command {
+  const program = serviceProgram<ServeOptions>(
+    {
+      scheme: REGISTRY_ENV,
+      version: packageVersion(import.meta.url, '@tether/registry'),
+      description: 'Tether registry: environments, executor registrations, harness bundles and API keys.',
+      serve: {
+        description: 'serve the registry HTTP API (prints its bound URL on stdout, logs JSON on stderr)',
+        listen: { scheme: 'http', port: 8080 },
+        options: serveOptions(),
+        helpAfter: `
 Durations take a unit: 500ms, 30s, 5m, 1h; a bare number is seconds. Flags may also come before \`serve\`
 (\`registry --database sqlite:r.db serve\`), as before any other command.`,
+        run: (options) => runServe(options, io),
+      },
+    },
+    io,
+    exit,
   );
-  serve.action(async (options: ServeOptions) => exit(await runServe(options, io)));
 
   const keys = program.command('keys').description('manage API keys (admin, against the same database)');
 

@@ -7,9 +7,9 @@ import { verifyRelayUrl } from '@tether/relay-auth';
 import { startPeer } from '@tether/test-kit';
 import type { FastifyInstance } from 'fastify';
 import { afterEach, beforeEach, expect, it } from 'vitest';
+import { createKey } from './__tests__/app-fixture.js';
 import { buildRegistry } from './app.js';
 import { openSqliteStore, type RegistrationRecord, type RegistryStore } from './store/index.js';
-import { generateToken, hashToken } from './tokens.js';
 
 // Black box: the real, unmodified `codex exec-server --remote` against a listening registry.
 let dir: string;
@@ -34,10 +34,8 @@ beforeEach(async () => {
     return payload;
   });
   url = await app.listen({ host: '127.0.0.1', port: 0 });
-  token = generateToken();
-  await store.createApiKey({
+  token = await createKey(store, {
     id: 'codex-exec',
-    tokenHash: hashToken(token),
     role: 'executor',
     environments: 'codex-*',
     label: 'codex',

@@ -1,13 +1,9 @@
-/**
- * CORS for a browser UI hosted elsewhere (--ui-origin): only its exact origins, only /connect and the grant exchange.
- */
-import { generateKeyPairSync } from 'node:crypto';
 import { generateIdentity, publicKeyToJson } from '@tether/noise';
 import type { FastifyInstance } from 'fastify';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { createKey, newSigningKey } from './__tests__/app-fixture.js';
 import { buildRegistry } from './app.js';
 import { openSqliteStore, type RegistryStore } from './store/index.js';
-import { generateToken, hashToken } from './tokens.js';
 
 const UI = 'https://ui.example';
 const harnessKey = publicKeyToJson(generateIdentity().publicKey);
@@ -16,24 +12,12 @@ let app: FastifyInstance;
 let token: string;
 
 async function build(uiOrigins: string[]) {
-  const pair = generateKeyPairSync('ed25519');
-  app = await buildRegistry(
-    { relayUrls: ['ws://127.0.0.1:1'], uiOrigins },
-    { store, signingKey: { privateKey: pair.privateKey, publicKey: pair.publicKey } },
-  );
+  app = await buildRegistry({ relayUrls: ['ws://127.0.0.1:1'], uiOrigins }, { store, signingKey: newSigningKey() });
 }
 
 beforeEach(async () => {
   store = openSqliteStore(':memory:');
-  token = generateToken();
-  await store.createApiKey({
-    id: 'h',
-    tokenHash: hashToken(token),
-    role: 'harness',
-    environments: 'dev-*',
-    label: '',
-    createdAt: 1,
-  });
+  token = await createKey(store, { id: 'h', role: 'harness', environments: 'dev-*', label: '', createdAt: 1 });
 });
 
 afterEach(async () => {

@@ -1,13 +1,13 @@
 /**
  * The flag and variable scheme on the built registry (bin/registry.js → dist), and --trust-proxy.
  */
-import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { generateKeyPairSync } from 'node:crypto';
 import { once } from 'node:events';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { envVarName, flagRows } from '@tether/telemetry/cli';
+import { captureIo, withoutTetherEnv as clean, scratch } from '@tether/test-kit';
 import pino from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
 import { buildRegistry } from './app.js';
@@ -16,33 +16,16 @@ import { openSqliteStore } from './store/index.js';
 
 const APP_DIR = join(import.meta.dirname, '..');
 const BIN = join(APP_DIR, 'bin', 'registry.js');
-const children: ChildProcess[] = [];
-const dirs: string[] = [];
+const test = scratch();
+afterEach(() => test.cleanup());
 
-afterEach(async () => {
-  for (const child of children.splice(0)) {
-    if (child.exitCode === null && child.signalCode === null) {
-      child.kill('SIGKILL');
-      await once(child, 'exit');
-    }
-  }
-  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
-});
-
-function clean(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
-  const env = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith('TETHER_')));
-  return { ...env, ...extra };
-}
+/** The built `registry ARGS` with only these variables of ours. */
+const registry = (args: string[], env: Record<string, string>) =>
+  test.spawn(process.execPath, [BIN, ...args], { env: clean(env) });
 
 describe('registry flags and variables', () => {
   it('every long flag has its TETHER_REGISTRY_ variable, but for the one-key-per-run arguments of keys create', () => {
-    const io = {
-      stdout: { write: () => true },
-      stderr: { write: () => true },
-      env: {},
-      stopSignal: new Promise(() => {}),
-    };
-    const rows = flagRows(buildCli(io, () => {}));
+    const rows = flagRows(buildCli(captureIo().io, () => {}));
     for (const row of rows) {
       const long = /--[a-z0-9-]+/.exec(row.flag)?.[0] as string;
       if (row.commands.join() === 'keys create' && long !== '--database') {
@@ -62,28 +45,22 @@ describe('registry flags and variables', () => {
   });
 
   it('serves with its database, address and log format from variables, logging JSON with component=registry', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'registry-flags-'));
-    dirs.push(dir);
-    const child = spawn(process.execPath, [BIN, 'serve'], {
-      env: clean({
-        TETHER_REGISTRY_DATABASE: `sqlite:${join(dir, 'registry.db')}`,
-        TETHER_REGISTRY_LISTEN: '127.0.0.1:0',
-        // The older names are still read, each with one warning.
-        TETHER_REGISTRY_RELAY_URLS: 'ws://127.0.0.1:9',
-        TETHER_LOG_FORMAT: 'json',
-      }),
-      stdio: ['ignore', 'pipe', 'pipe'],
+    const dir = test.dir('registry-flags-');
+    const server = registry(['serve'], {
+      TETHER_REGISTRY_DATABASE: `sqlite:${join(dir, 'registry.db')}`,
+      TETHER_REGISTRY_LISTEN: '127.0.0.1:0',
+      // The older names are still read, each with one warning.
+      TETHER_REGISTRY_RELAY_URLS: 'ws://127.0.0.1:9',
+      TETHER_LOG_FORMAT: 'json',
     });
-    children.push(child);
-    let stderr = '';
-    child.stderr.on('data', (d) => (stderr += d));
-    const [url] = (await once(child.stdout, 'data')).map(String);
-    expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+\n$/);
+    const url = await server.line;
+    expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
     expect(url).not.toContain(':8080');
-    const answer = await fetch(`${(url as string).trim()}/readyz`, { headers: { 'x-request-id': 'flags-test-1' } });
+    const answer = await fetch(`${url}/readyz`, { headers: { 'x-request-id': 'flags-test-1' } });
     expect(answer.headers.get('x-request-id')).toBe('flags-test-1');
-    child.kill('SIGTERM');
-    await once(child, 'exit');
+    server.child.kill('SIGTERM');
+    await once(server.child, 'exit');
+    const stderr = server.err();
     const listening = stderr
       .split('\n')
       .filter((l) => l.startsWith('{'))
@@ -97,30 +74,15 @@ describe('registry flags and variables', () => {
   });
 
   it('takes its flags before `serve` and --listen as http://HOST:PORT, without a warning', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'registry-flags-'));
-    dirs.push(dir);
-    const child = spawn(
-      process.execPath,
-      [
-        BIN,
-        '--listen',
-        'http://127.0.0.1:0',
-        '--database',
-        `sqlite:${join(dir, 'r.db')}`,
-        'serve',
-        '--keep-alive-timeout',
-        '1500ms',
-      ],
-      { env: clean({ TETHER_REGISTRY_LOG_FORMAT: 'json' }), stdio: ['ignore', 'pipe', 'pipe'] },
+    const database = `sqlite:${join(test.dir('registry-flags-'), 'r.db')}`;
+    const server = registry(
+      ['--listen', 'http://127.0.0.1:0', '--database', database, 'serve', '--keep-alive-timeout', '1500ms'],
+      { TETHER_REGISTRY_LOG_FORMAT: 'json' },
     );
-    children.push(child);
-    let stderr = '';
-    child.stderr.on('data', (d) => (stderr += d));
-    const [url] = (await once(child.stdout, 'data')).map(String);
-    expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+\n$/);
-    child.kill('SIGTERM');
-    await once(child, 'exit');
-    expect(stderr).not.toContain('warning');
+    expect(await server.line).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+    server.child.kill('SIGTERM');
+    await once(server.child, 'exit');
+    expect(server.err()).not.toContain('warning');
     const wrongScheme = spawnSync(process.execPath, [BIN, 'serve', '--listen', 'ws://127.0.0.1:0'], {
       encoding: 'utf8',
       env: clean({ TETHER_REGISTRY_DATABASE: 'sqlite::memory:' }),
@@ -130,20 +92,14 @@ describe('registry flags and variables', () => {
   });
 
   it('TETHER_REGISTRY_RATE_LIMIT_UNAUTHENTICATED: the built bin answers a burst past it 429 with Retry-After', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'registry-flags-'));
-    dirs.push(dir);
-    const child = spawn(process.execPath, [BIN, 'serve'], {
-      env: clean({
-        TETHER_REGISTRY_DATABASE: `sqlite:${join(dir, 'registry.db')}`,
-        TETHER_REGISTRY_LISTEN: '127.0.0.1:0',
-        TETHER_REGISTRY_RELAY_URL: 'ws://127.0.0.1:9',
-        TETHER_REGISTRY_RATE_LIMIT_UNAUTHENTICATED: '3',
-        TETHER_REGISTRY_LOG_LEVEL: 'warn',
-      }),
-      stdio: ['ignore', 'pipe', 'pipe'],
+    const server = registry(['serve'], {
+      TETHER_REGISTRY_DATABASE: `sqlite:${join(test.dir('registry-flags-'), 'registry.db')}`,
+      TETHER_REGISTRY_LISTEN: '127.0.0.1:0',
+      TETHER_REGISTRY_RELAY_URL: 'ws://127.0.0.1:9',
+      TETHER_REGISTRY_RATE_LIMIT_UNAUTHENTICATED: '3',
+      TETHER_REGISTRY_LOG_LEVEL: 'warn',
     });
-    children.push(child);
-    const url = String((await once(child.stdout, 'data'))[0]).trim();
+    const url = await server.line;
     const exchange = () =>
       fetch(`${url}/cloud/browser-grants/exchange`, {
         method: 'POST',
@@ -155,8 +111,8 @@ describe('registry flags and variables', () => {
     expect(refused.status).toBe(429);
     expect(Number(refused.headers.get('retry-after'))).toBeGreaterThan(0);
     expect(((await refused.json()) as { error: { code: string } }).error.code).toBe('rate_limited');
-    child.kill('SIGTERM');
-    await once(child, 'exit');
+    server.child.kill('SIGTERM');
+    await once(server.child, 'exit');
   });
 
   it('--trust-proxy: request.ip is the forwarded client only behind a trusted peer', async () => {

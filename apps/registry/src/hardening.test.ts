@@ -8,17 +8,16 @@ import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Writable } from 'node:stream';
 import { generateIdentity, publicKeyToJson } from '@tether/noise';
 import { type SigningKey, verifyRelayUrl, verifyRevocations } from '@tether/relay-auth';
 import type { FastifyInstance } from 'fastify';
 import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { createKey, logCapture } from './__tests__/app-fixture.js';
 import { buildRegistry, type RegistryConfig } from './app.js';
 import { REVOCATION_LIST_CAP, revocationsEndpoint } from './revocations.js';
 import { pickRelayNode } from './routing.js';
 import { openSqliteStore, type RegistryStore, type Role } from './store/index.js';
-import { generateToken, hashToken } from './tokens.js';
 
 const executorKey = publicKeyToJson(generateIdentity().publicKey);
 const harnessKey = publicKeyToJson(generateIdentity().publicKey);
@@ -28,36 +27,21 @@ const signingKey: SigningKey = { privateKey: pair.privateKey, publicKey: pair.pu
 let store: RegistryStore;
 let app: FastifyInstance;
 let clock: number;
-let logs: string;
+let logs: ReturnType<typeof logCapture>;
 const tokens: Record<string, string> = {};
 const cleanups: Array<() => Promise<void> | void> = [];
 
 async function addKey(id: string, role: Role, environments: string, relayUrl: string | null = null) {
-  tokens[id] = generateToken();
-  await store.createApiKey({
-    id,
-    tokenHash: hashToken(tokens[id] as string),
-    role,
-    environments,
-    label: id,
-    createdAt: 0,
-    relayUrl,
-  });
+  tokens[id] = await createKey(store, { id, role, environments, label: id, createdAt: 0, relayUrl });
 }
 
 async function start(config: Partial<RegistryConfig> = {}, storePath = ':memory:') {
   store = openSqliteStore(storePath);
   clock = 1_700_000_000_000;
-  logs = '';
-  const sink = new Writable({
-    write(chunk, _enc, done) {
-      logs += chunk.toString();
-      done();
-    },
-  });
+  logs = logCapture();
   app = await buildRegistry(
     { relayUrls: ['ws://relay-a:1', 'ws://relay-b:1'], ...config },
-    { store, signingKey, now: () => clock, logger: pino({ level: 'info' }, sink) },
+    { store, signingKey, now: () => clock, logger: pino({ level: 'info' }, logs.stream) },
   );
   await addKey('exec', 'executor', 'dev-*');
   await addKey('exec2', 'executor', '*');
@@ -259,8 +243,8 @@ describe('revocation push to relay nodes', () => {
       issued_at: Math.floor(clock / 1000),
     });
     await app.close(); // waits for the push to the dead node to fail
-    expect(logs).toContain('pushing revocations to a relay failed');
-    expect(logs).not.toContain(signature);
+    expect(logs.text()).toContain('pushing revocations to a relay failed');
+    expect(logs.text()).not.toContain(signature);
   });
 
   it("pushes a key revocation's registrations, and revocations made by another process (the CLI) within a poll", async () => {
@@ -367,8 +351,8 @@ describe('revocation delivery that does not depend on clocks or on one try', () 
     await app.revocations.settled();
     expect(healthy.all.map((r) => entries(r.body))).toEqual([expected]);
     expect(flaky.all).toHaveLength(3);
-    expect(logs.match(/relay refused pushed revocations/g)).toHaveLength(1); // one warning per run of failures
-    expect(logs).toContain('pushing revocations to a relay works again');
+    expect(logs.text().match(/relay refused pushed revocations/g)).toHaveLength(1); // one warning per run of failures
+    expect(logs.text()).toContain('pushing revocations to a relay works again');
   });
 });
 

@@ -1,10 +1,4 @@
-import {
-  type ObservedInstrument,
-  type OtelEnv,
-  serviceTelemetryOptions,
-  Telemetry,
-  type TelemetryOptions,
-} from '@tether/telemetry';
+import { type ObservedInstrument, Telemetry, type TelemetryOptions } from '@tether/telemetry';
 
 type Counter = ReturnType<Telemetry['counter']>;
 
@@ -82,12 +76,4 @@ export class Metrics {
 export async function createRegistryMetrics(telemetry?: Telemetry | TelemetryOptions): Promise<Metrics> {
   if (telemetry instanceof Telemetry) return new Metrics(telemetry, false);
   return new Metrics(await Telemetry.create(telemetry ?? { serviceName: 'tether-registry', prometheus: true }), true);
-}
-
-/**
- * `registry serve`'s telemetry: `/metrics` with the process collectors, OTLP as the OTEL_* variables say (export
- * failures logged as warnings). Throws TelemetryConfigError for an unusable variable.
- */
-export function registryTelemetryOptions(env: OtelEnv, warn: (err: Error) => void): TelemetryOptions {
-  return serviceTelemetryOptions(env, { serviceName: 'tether-registry', onError: warn });
 }

@@ -1,13 +1,9 @@
-/**
- * Issue 33 item 7: rate limits, per client address on routes that take no API key (the browser-grant exchange first)
- * and per API key on the others; a refusal is a 429 with Retry-After, counted in /metrics by route and reason.
- */
-import { generateKeyPairSync } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import { afterEach, describe, expect, it } from 'vitest';
+import { createKey, newSigningKey } from './__tests__/app-fixture.js';
 import { buildRegistry, type RegistryConfig } from './app.js';
 import { openSqliteStore, type RegistryStore } from './store/index.js';
-import { generateToken, hashToken } from './tokens.js';
+import { generateToken } from './tokens.js';
 
 let store: RegistryStore;
 let app: FastifyInstance;
@@ -15,21 +11,9 @@ const tokens: Record<string, string> = {};
 
 async function start(config: Partial<RegistryConfig> = {}) {
   store = openSqliteStore(':memory:');
-  const pair = generateKeyPairSync('ed25519');
-  app = await buildRegistry(
-    { relayUrls: ['ws://127.0.0.1:1'], ...config },
-    { store, signingKey: { privateKey: pair.privateKey, publicKey: pair.publicKey } },
-  );
+  app = await buildRegistry({ relayUrls: ['ws://127.0.0.1:1'], ...config }, { store, signingKey: newSigningKey() });
   for (const id of ['admin', 'admin2']) {
-    tokens[id] = generateToken();
-    await store.createApiKey({
-      id,
-      tokenHash: hashToken(tokens[id]),
-      role: 'admin',
-      environments: '*',
-      label: id,
-      createdAt: 1,
-    });
+    tokens[id] = await createKey(store, { id, role: 'admin', environments: '*', label: id, createdAt: 1 });
   }
 }
 

@@ -1,4 +1,3 @@
-import { generateKeyPairSync } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -6,9 +5,9 @@ import { generateIdentity, publicKeyToJson } from '@tether/noise';
 import fc from 'fast-check';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createKey, newSigningKey } from './__tests__/app-fixture.js';
 import { buildRegistry } from './app.js';
 import { openSqliteStore, type RegistryStore, type Role } from './store/index.js';
-import { generateToken, hashToken } from './tokens.js';
 
 // Hostile requests at the registry (issue 16): any method, path, id, Authorization header and JSON body is
 // answered with a 2xx or a 4xx `{"error":{"code",…}}`, never a 5xx. Runs per property: TETHER_FUZZ_RUNS
@@ -25,23 +24,19 @@ const tokens: Partial<Record<Role, string>> = {};
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'registry-fuzz-'));
   store = openSqliteStore(join(dir, 'registry.db'));
-  const pair = generateKeyPairSync('ed25519');
   app = await buildRegistry(
     // Rate limits lifted: with many runs, every request would otherwise be the same 429 after the first 600.
     { relayUrls: ['ws://relay-a:8081'], rateLimit: { unauthenticated: 1e9, perKey: 1e9 } },
-    { store, signingKey: { privateKey: pair.privateKey, publicKey: pair.publicKey } },
+    { store, signingKey: newSigningKey() },
   );
   for (const role of ['executor', 'harness', 'admin', 'relay'] as const) {
-    const token = generateToken();
-    await store.createApiKey({
+    tokens[role] = await createKey(store, {
       id: `fuzz-${role}`,
-      tokenHash: hashToken(token),
       role,
       environments: '*',
       label: role,
       createdAt: Date.now(),
     });
-    tokens[role] = token;
   }
 });
 

@@ -29,21 +29,21 @@ export const RegisterBody = Type.Object({
 });
 export type RegisterBody = Static<typeof RegisterBody>;
 
-export const RegisterResponse = Type.Object({
+/** What both /register and /connect answer: the environment, its relay URL and the current registration. */
+const REGISTRATION_ROUTE = {
   environment_id: Type.String(),
   url: Type.String(),
   security_profile: Type.String(),
   executor_registration_id: Type.String(),
-});
+};
+
+export const RegisterResponse = Type.Object(REGISTRATION_ROUTE);
 
 export const ConnectBody = Type.Object({ harness_public_key: PublicKeySchema });
 export type ConnectBody = Static<typeof ConnectBody>;
 
 export const ConnectResponse = Type.Object({
-  environment_id: Type.String(),
-  url: Type.String(),
-  security_profile: Type.String(),
-  executor_registration_id: Type.String(),
+  ...REGISTRATION_ROUTE,
   executor_public_key: PublicKeySchema,
   harness_key_authorization: Type.String(),
 });

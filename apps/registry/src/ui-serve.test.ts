@@ -2,22 +2,15 @@
  * `registry serve` with the UI flags, in-process: --ui-dir serves the page with the relay origins in its CSP and
  * CORS for --ui-origin; --no-ui drops /ui; a --ui-dir without index.html and a malformed --ui-origin are refused.
  */
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { scratch } from '@tether/test-kit';
 import { afterEach, describe, expect, it } from 'vitest';
 import { buildCli } from './cli.js';
 
-const dirs: string[] = [];
-afterEach(() => {
-  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
-});
-
-function tempDir() {
-  const dir = mkdtempSync(join(tmpdir(), 'registry-ui-serve-'));
-  dirs.push(dir);
-  return dir;
-}
+const test = scratch();
+afterEach(() => test.cleanup());
+const tempDir = () => test.dir('registry-ui-serve-');
 
 /** Starts `registry serve ARGS`; `url` resolves with its printed URL, `stop()` with its exit code and output. */
 function serve(args: string[]) {

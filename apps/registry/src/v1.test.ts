@@ -28,6 +28,14 @@ const register = (env: string) =>
     headers: as('executor'),
     payload: { security_profile: 'noise_hybrid_ik_v1', executor_public_key: executorKey },
   });
+/** A harness key's /connect to `env`. */
+const connect = (env: string) =>
+  app.inject({
+    method: 'POST',
+    url: `/cloud/environment/${env}/connect`,
+    headers: as('harness'),
+    payload: { harness_public_key: harnessKey },
+  });
 const heartbeat = (url: string, role: Role = 'admin') =>
   app.inject({ method: 'POST', url: '/v1/relay/heartbeat', headers: as(role), payload: { url } });
 
@@ -103,14 +111,9 @@ describe('/v1', () => {
     expect([res.statusCode, res.json()]).toEqual([200, { status: 'revoked' }]);
     const again = await app.inject({ method: 'DELETE', url: path, headers: as('admin') });
     expect([again.statusCode, again.json().error.code]).toEqual([404, 'registration_not_found']);
-    const connect = await app.inject({
-      method: 'POST',
-      url: '/cloud/environment/env-1/connect',
-      headers: as('harness'),
-      payload: { harness_public_key: harnessKey },
-    });
-    expect([connect.statusCode, connect.json().error.code]).toEqual([410, 'registration_revoked']);
-    expect(connect.json().error.message).toMatch(/registration was revoked.*must register again/);
+    const refused = await connect('env-1');
+    expect([refused.statusCode, refused.json().error.code]).toEqual([410, 'registration_revoked']);
+    expect(refused.json().error.message).toMatch(/registration was revoked.*must register again/);
   });
 
   it('routes only to relay nodes with a recent heartbeat, all configured nodes while none reports', async () => {
@@ -136,27 +139,15 @@ describe('/v1', () => {
   });
 
   it('relay heartbeats report environment links: /connect answers 409 environment_offline when down', async () => {
-    const connect = () =>
-      app.inject({
-        method: 'POST',
-        url: '/cloud/environment/env-1/connect',
-        headers: as('harness'),
-        payload: { harness_public_key: harnessKey },
-      });
     const link = async () =>
       (await app.inject({ url: '/v1/environments', headers: as('admin') })).json().environments[0];
     await register('env-1');
-    expect((await connect()).statusCode).toBe(200);
+    expect((await connect('env-1')).statusCode).toBe(200);
     expect((await heartbeat('ws://relay-a:1')).statusCode).toBe(200);
     expect(await link()).toMatchObject({ relay_link: 'down', last_seen: null });
-    const offline = await connect();
+    const offline = await connect('env-1');
     expect([offline.statusCode, offline.json().error.code]).toEqual([409, 'environment_offline']);
-    const unregistered = await app.inject({
-      method: 'POST',
-      url: '/cloud/environment/env-2/connect',
-      headers: as('harness'),
-      payload: { harness_public_key: harnessKey },
-    });
+    const unregistered = await connect('env-2');
     expect([unregistered.statusCode, unregistered.json().error.code]).toEqual([404, 'environment_not_registered']);
     const up = await app.inject({
       method: 'POST',
@@ -166,14 +157,14 @@ describe('/v1', () => {
     });
     expect(up.statusCode).toBe(200);
     expect(await link()).toMatchObject({ relay_link: 'up', last_seen: clock });
-    expect((await connect()).statusCode).toBe(200);
+    expect((await connect('env-1')).statusCode).toBe(200);
     clock += 5_000;
     await heartbeat('ws://relay-a:1'); // the next report no longer lists env-1
     expect(await link()).toMatchObject({ relay_link: 'down', last_seen: clock - 5_000 });
-    expect((await connect()).statusCode).toBe(409);
+    expect((await connect('env-1')).statusCode).toBe(409);
     clock += 31_000; // no live node reports any more: unknown, and /connect is allowed again
     expect(await link()).toMatchObject({ relay_link: 'unknown' });
-    expect((await connect()).statusCode).toBe(200);
+    expect((await connect('env-1')).statusCode).toBe(200);
     const bad = await app.inject({
       method: 'POST',
       url: '/v1/relay/heartbeat',

@@ -1,19 +1,8 @@
 import { createHash, generateKeyPairSync, randomBytes, randomUUID } from 'node:crypto';
-import {
-  dataFrame,
-  encodeFrame,
-  type Frame,
-  handshakeFrame,
-  heartbeatFrame,
-  resetFrame,
-  resumeFrame,
-} from '@tether/relay-frames';
+import { dataFrame, encodeFrame, handshakeFrame, heartbeatFrame, resetFrame, resumeFrame } from '@tether/relay-frames';
 import { describe, expect, it } from 'vitest';
-import { Endpoint, metric, refusal, signedUrl, startRelay } from './__tests__/support.js';
+import { Endpoint, isReset, metric, refusal, signedUrl, startRelay } from './__tests__/support.js';
 import { CLOSE, DEFAULT_LIMITS } from './limits.js';
-
-const isReset = (streamId: string, reason?: string) => (f: Frame) =>
-  f.kind === 'reset' && f.streamId === streamId && (reason === undefined || f.reason === reason);
 
 /** A harness socket that has claimed `streamId` and whose claim reached the environment. */
 async function pairedHarness(url: string, env: Endpoint, environmentId = 'env-1', streamId = randomUUID()) {

@@ -1,12 +1,11 @@
-import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import { RpcClient, RpcConnection } from '@tether/jsonrpc';
 import { generateIdentity } from '@tether/noise';
 import { decodeFrame, encodeFrame, type Frame } from '@tether/relay-frames';
-import { type FrameLink, type FrameLinkHandlers, SecureStream, WebSocketFrameLink } from '@tether/secure-stream';
+import { type FrameLink, type FrameLinkHandlers, SecureStream } from '@tether/secure-stream';
 import { expect, it } from 'vitest';
 import { WebSocket } from 'ws';
-import { signedUrl, startRelay } from './__tests__/support.js';
+import { harnessStream, signedUrl, startRelay } from './__tests__/support.js';
 import type { Direction } from './app.js';
 
 /** The executor's side of one stream on its multiplexed environment socket (what its demultiplexer gives it). */
@@ -87,14 +86,7 @@ it('forwards an encrypted JSON-RPC session without any readable byte crossing it
   });
 
   // Harness side: its own socket, SecureStream.initiate, JSON-RPC client.
-  const harnessWs = new WebSocket(signedUrl(url, 'harness', environmentId, { registrationId }), {
-    perMessageDeflate: false,
-  });
-  await once(harnessWs, 'open');
-  const streamId = randomUUID();
-  const secure = await SecureStream.initiate({
-    link: new WebSocketFrameLink(harnessWs, streamId),
-    streamId,
+  const { streamId, secure } = await harnessStream(signedUrl(url, 'harness', environmentId, { registrationId }), {
     environmentId,
     registrationId,
     staticKeys: harnessIdentity,

@@ -1,83 +1,28 @@
-import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { buildRegistry, generateToken, hashToken, openSqliteStore } from '@tether/registry';
 import { resumeFrame } from '@tether/relay-frames';
+import { runCli, scratch } from '@tether/test-kit';
 import { afterEach, describe, expect, it } from 'vitest';
-import { Endpoint, refusal, signedUrl, signingKey } from './__tests__/support.js';
+import { Endpoint, publicKeyFile, refusal, signedUrl, signingKey } from './__tests__/support.js';
 import { buildCli } from './cli.js';
 
 const APP_DIR = join(import.meta.dirname, '..');
-const dirs: string[] = [];
-const children: ChildProcess[] = [];
-
-afterEach(() => {
-  for (const child of children.splice(0)) {
-    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
-  }
-  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
-});
-
-function tempDir() {
-  const dir = mkdtempSync(join(tmpdir(), 'relay-cli-'));
-  dirs.push(dir);
-  return dir;
-}
+const test = scratch();
+afterEach(() => test.cleanup());
 
 /** The registry's public key as the PEM a relay operator would be given. */
-function publicPemFile(): string {
-  const path = join(tempDir(), 'registry.pub.pem');
-  writeFileSync(path, signingKey.publicKey.export({ type: 'spki', format: 'pem' }) as string);
-  return path;
-}
+const publicPemFile = () => publicKeyFile(test.dir('relay-cli-'));
 
 /** Runs the CLI in-process (nothing listens: stopSignal is already resolved); exit code and outputs. */
-async function cli(args: string[]) {
-  let stdout = '';
-  let stderr = '';
-  let code = -1;
-  const io = {
-    stdout: { write: (t: string) => (stdout += t) },
-    stderr: { write: (t: string) => (stderr += t) },
-    env: {},
-    stopSignal: Promise.resolve(),
-  };
-  const program = buildCli(io, (c) => {
-    code = c;
-  });
-  program.exitOverride();
-  for (const sub of program.commands) sub.exitOverride();
-  try {
-    await program.parseAsync(['node', 'relay', ...args]);
-  } catch (err) {
-    code = (err as { exitCode?: number }).exitCode ?? 1;
-  }
-  return { code, stdout, stderr };
-}
+const cli = (args: string[]) => runCli(buildCli, 'relay', args);
 
 /** `relay serve` as a real process, from sources. */
-function serve(args: string[], env: NodeJS.ProcessEnv = {}) {
-  const child = spawn(
-    process.execPath,
-    ['--conditions=tether-source', '--import', 'tsx', 'src/main.ts', 'serve', ...args],
-    { cwd: APP_DIR, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] },
-  );
-  children.push(child);
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (d) => (stdout += d));
-  child.stderr.on('data', (d) => (stderr += d));
-  const url = new Promise<string>((resolve, reject) => {
-    child.stdout.on('data', () => {
-      if (stdout.includes('\n')) resolve(stdout.split('\n')[0] as string);
-    });
-    child.on('exit', (code) => reject(new Error(`exited ${code}: ${stderr}`)));
+const serve = (args: string[], env: NodeJS.ProcessEnv = {}) =>
+  test.spawn(process.execPath, ['--conditions=tether-source', '--import', 'tsx', 'src/main.ts', 'serve', ...args], {
+    cwd: APP_DIR,
+    env: { ...process.env, ...env },
   });
-  url.catch(() => {});
-  return { child, url, out: () => stdout, err: () => stderr };
-}
 
 describe('relay CLI (in-process)', () => {
   it.each([[[]], [['serve']]])('--help for %j', async (path) => {
@@ -127,7 +72,7 @@ describe('relay serve (subprocess)', () => {
       ['--listen', '127.0.0.1:0', '--registry-key-file', publicPemFile(), '--handshake-timeout', '4321'],
       { TETHER_RELAY_LOG_LEVEL: 'debug' },
     );
-    const url = await server.url;
+    const url = await server.line;
     expect(url).toMatch(/^ws:\/\/127\.0\.0\.1:\d+$/);
     expect(await (await fetch(`${url.replace('ws:', 'http:')}/readyz`)).json()).toEqual({ status: 'ready' });
     const envUrl = signedUrl(url, 'environment', 'env-cli');
@@ -151,7 +96,7 @@ describe('relay serve (subprocess)', () => {
   });
 
   it('takes every flag from TETHER_RELAY_* and fetches the key from the registry, then heartbeats to it with a relay-role key', async () => {
-    const dir = tempDir();
+    const dir = test.dir('relay-cli-');
     const store = openSqliteStore(join(dir, 'r.db'));
     const publicUrl = 'ws://relay-node.test:8081';
     const registry = await buildRegistry({ relayUrls: [publicUrl] }, { store, signingKey });
@@ -203,7 +148,7 @@ describe('relay serve (subprocess)', () => {
         TETHER_RELAY_HEARTBEAT_INTERVAL: '200ms',
         TETHER_RELAY_MAX_STREAMS_PER_ENVIRONMENT: '1',
       });
-      const url = await server.url;
+      const url = await server.line;
       const env = await Endpoint.open(signedUrl(url, 'environment', 'env-cli'));
       const first = await Endpoint.open(signedUrl(url, 'harness', 'env-cli'));
       first.send(resumeFrame('s1', 0));

@@ -1,37 +1,26 @@
 import type { KeyObject } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { publicKeyFromPem } from '@tether/relay-auth';
-import { createLogger, type Logger, TelemetryConfigError, type TelemetryOptions } from '@tether/telemetry';
+import { createLogger, type Logger } from '@tether/telemetry';
 import {
-  durationArg,
+  countOption,
+  durationOption,
   type EnvScheme,
-  formatDuration,
-  type ListenAddress,
-  LOG_FORMAT_ALIAS,
-  type LogFormat,
-  logOptions,
+  listArg,
   packageVersion,
-  parseListenAddress,
-  SchemeCommand,
+  type ServiceIo,
+  type ServiceServeOptions,
+  serviceProgram,
+  serviceTelemetry,
 } from '@tether/telemetry/cli';
 import { type Command, InvalidArgumentError, Option } from 'commander';
 import { createRelay } from './app.js';
 import { TrustedProxies, TrustProxyError } from './client-address.js';
 import { DEFAULT_LIMITS, type RelayLimits } from './limits.js';
-import { relayTelemetryOptions } from './metrics.js';
 import { PushSources } from './push-sources.js';
 
-export interface CliIo {
-  stdout: { write(text: string): unknown };
-  stderr: { write(text: string): unknown };
-  env: NodeJS.ProcessEnv;
-  /** Resolves when the relay should stop (SIGTERM/SIGINT in main.ts). */
-  stopSignal: Promise<unknown>;
-}
-
 /** `serve`'s options: the limits by their flags' names (`--idle-timeout` → idleTimeout, in ms). */
-export interface ServeOptions extends Partial<Record<LimitOption, number>> {
-  listen: ListenAddress;
+export interface ServeOptions extends ServiceServeOptions, Partial<Record<LimitOption, number>> {
   publicUrl?: string;
   registry?: string;
   registryKeyFile?: string;
@@ -41,8 +30,6 @@ export interface ServeOptions extends Partial<Record<LimitOption, number>> {
   trustProxy: string[];
   /** IPs, CIDR blocks and host names pushes are taken from; empty: `--registry`'s addresses, or any without it. */
   revocationPushFrom: string[];
-  logLevel: string;
-  logFormat: LogFormat;
 }
 
 /** Durations were milliseconds named `-ms`; they take units now (a bare number is still milliseconds). */
@@ -60,17 +47,9 @@ const RENAMED_DURATIONS = [
 /** The relay's flags and their variables (`TETHER_RELAY_<FLAG>`; README "Flags and variables"). */
 export const RELAY_ENV: EnvScheme = {
   app: 'relay',
-  deprecatedVariables: { '--log-format': [LOG_FORMAT_ALIAS] },
   renamedFlags: Object.fromEntries(RENAMED_DURATIONS.map((flag) => [`--${flag}-ms`, `--${flag}`])),
   secrets: ['--registry-token'],
 };
-
-function listenAddress(value: string): ListenAddress {
-  return parseListenAddress(value, 'ws');
-}
-
-/** A duration flag's value (ms): units as every Tether CLI takes them, a bare number in milliseconds. */
-const duration = durationArg({ bare: 'ms' });
 
 function wsUrl(value: string): string {
   if (!/^wss?:\/\/[^\s]+$/.test(value)) throw new InvalidArgumentError('expected a ws:// or wss:// URL');
@@ -82,36 +61,23 @@ function httpUrl(value: string): string {
   return value;
 }
 
-/** `--trust-proxy`: IPs or CIDR blocks, repeatable or comma-separated. */
-function trustProxyEntries(value: string, previous: string[] | undefined): string[] {
-  const entries = value.split(',').filter((entry) => entry.trim() !== '');
-  try {
-    TrustedProxies.parse(entries);
-  } catch (err) {
-    if (err instanceof TrustProxyError) throw new InvalidArgumentError(err.message);
-    throw err;
-  }
-  return [...(previous ?? []), ...entries];
+/** A list flag whose entries `check` parses, throwing TrustProxyError: commander's usage error instead. */
+function addressList(check: (entries: string[]) => unknown) {
+  return listArg((entry) => {
+    try {
+      check([entry]);
+    } catch (err) {
+      if (err instanceof TrustProxyError) throw new InvalidArgumentError(err.message);
+      throw err;
+    }
+  });
 }
+
+/** `--trust-proxy`: IPs or CIDR blocks, repeatable or comma-separated. */
+const trustProxyEntries = addressList((entries) => TrustedProxies.parse(entries));
 
 /** `--revocation-push-from`: IPs, CIDR blocks or host names, repeatable or comma-separated. */
-function pushFromEntries(value: string, previous: string[] | undefined): string[] {
-  const entries = value.split(',').filter((entry) => entry.trim() !== '');
-  try {
-    PushSources.validate(entries);
-  } catch (err) {
-    if (err instanceof TrustProxyError) throw new InvalidArgumentError(err.message);
-    throw err;
-  }
-  return [...(previous ?? []), ...entries];
-}
-
-function positiveInteger(value: string): number {
-  if (!/^\d+$/.test(value) || Number(value) < 1 || !Number.isSafeInteger(Number(value))) {
-    throw new InvalidArgumentError('expected a positive integer');
-  }
-  return Number(value);
-}
+const pushFromEntries = addressList((entries) => PushSources.validate(entries));
 
 /** The attribute of a limit's flag: `idleTimeout` for `--idle-timeout`. */
 type LimitOption =
@@ -159,7 +125,7 @@ const LIMIT_FLAGS: Array<[keyof RelayLimits, string, string]> = [
 ];
 
 /** Public key from a PEM file, else from the registry's `/v1/relay-signing-key`, retrying until stopped. */
-async function loadPublicKey(options: ServeOptions, io: CliIo, log: Logger): Promise<KeyObject | null> {
+async function loadPublicKey(options: ServeOptions, io: ServiceIo, log: Logger): Promise<KeyObject | null> {
   if (options.registryKeyFile) return publicKeyFromPem(readFileSync(options.registryKeyFile, 'utf8'));
   const endpoint = `${(options.registry as string).replace(/\/+$/, '')}/v1/relay-signing-key`;
   let stopped = false;
@@ -185,7 +151,7 @@ async function loadPublicKey(options: ServeOptions, io: CliIo, log: Logger): Pro
 }
 
 /** Runs `relay serve` until io.stopSignal; returns the exit code. */
-export async function runServe(options: ServeOptions, io: CliIo, logger?: Logger): Promise<number> {
+export async function runServe(options: ServeOptions, io: ServiceIo, logger?: Logger): Promise<number> {
   const log = logger ?? createLogger({ component: 'relay', level: options.logLevel, format: options.logFormat });
   if (!options.registryKeyFile && !options.registry) {
     io.stderr.write('relay: give --registry-key-file or --registry (to fetch the signing key)\n');
@@ -211,16 +177,8 @@ export async function runServe(options: ServeOptions, io: CliIo, logger?: Logger
     if (value !== undefined) limits[key] = value;
   }
   const pushSources = await revocationPushSources(options, log);
-  let telemetry: TelemetryOptions;
-  try {
-    telemetry = relayTelemetryOptions(io.env, (err) => log.warn({ err: err.message }, 'metrics export failed'));
-  } catch (err) {
-    if (err instanceof TelemetryConfigError) {
-      io.stderr.write(`relay: ${err.message}\n`);
-      return 2;
-    }
-    throw err;
-  }
+  const telemetry = serviceTelemetry('relay', io, log);
+  if (!telemetry) return 2;
   const relay = createRelay({
     publicKey,
     limits,
@@ -287,56 +245,31 @@ function limitOption(flag: string): LimitOption {
   return flag.replace(/-([a-z])/g, (_, letter: string) => letter.toUpperCase()) as LimitOption;
 }
 
-/** `relay serve`; `exit` receives the action's exit code. */
-export function buildCli(io: CliIo, exit: (code: number) => void): Command {
-  const program = new SchemeCommand('relay', RELAY_ENV, { env: io.env })
-    .description('Tether relay: pairs harness and environment WebSockets and forwards frames it cannot read.')
-    .version(packageVersion(import.meta.url, '@tether/relay'))
-    .showHelpAfterError()
-    .configureOutput({ writeOut: (t) => io.stdout.write(t), writeErr: (t) => io.stderr.write(t) });
-
-  const serve = program
-    .command('serve')
-    .description('serve relay WebSockets (prints its bound URL on stdout, logs JSON on stderr)')
-    .addOption(
-      new Option('--listen <address>', 'address to listen on: HOST:PORT or ws://HOST:PORT (port 0 picks one)')
-        .argParser(listenAddress)
-        .default({ host: '127.0.0.1', port: 8081 }, '127.0.0.1:8081'),
-    )
-    .addOption(
-      new Option('--public-url <url>', 'this node’s URL as the registry knows it (default: the bound URL)').argParser(
-        wsUrl,
-      ),
-    )
-    .addOption(
-      new Option(
-        '--registry <url>',
-        'registry base URL: signing key (unless a file is given) and heartbeats',
-      ).argParser(httpUrl),
-    )
-    .addOption(
-      new Option('--registry-key-file <path>', 'the registry’s Ed25519 key as PEM (public SPKI or private PKCS#8)'),
-    )
-    .addOption(
-      new Option(
-        '--registry-token <token>',
-        'API key with the relay role (heartbeats only; an admin key works but is not needed) for presence ' +
-          'heartbeats and revocations (prefer the env variable)',
-      ),
-    )
-    .addOption(
-      new Option('--heartbeat-interval <duration>', 'presence heartbeat interval')
-        .argParser(duration)
-        .default(10_000, '10s'),
-    );
+/** `serve`'s options after --listen, in --help's order: the registry, then each bound, then who is trusted. */
+function serveOptions(): Option[] {
+  const options = [
+    new Option('--public-url <url>', 'this node’s URL as the registry knows it (default: the bound URL)').argParser(
+      wsUrl,
+    ),
+    new Option('--registry <url>', 'registry base URL: signing key (unless a file is given) and heartbeats').argParser(
+      httpUrl,
+    ),
+    new Option('--registry-key-file <path>', 'the registry’s Ed25519 key as PEM (public SPKI or private PKCS#8)'),
+    new Option(
+      '--registry-token <token>',
+      'API key with the relay role (heartbeats only; an admin key works but is not needed) for presence ' +
+        'heartbeats and revocations (prefer the env variable)',
+    ),
+    // A bare number of a duration flag is milliseconds.
+    durationOption('--heartbeat-interval', 'presence heartbeat interval', 10_000, 'ms'),
+  ];
   for (const [key, flag, help] of LIMIT_FLAGS) {
-    const isDuration = key.endsWith('Ms');
-    const option = new Option(`--${flag} <${isDuration ? 'duration' : 'n'}>`, help);
-    if (isDuration) option.argParser(duration).default(DEFAULT_LIMITS[key], formatDuration(DEFAULT_LIMITS[key]));
-    else option.argParser(positiveInteger).default(DEFAULT_LIMITS[key]);
-    serve.addOption(option);
+    const value = DEFAULT_LIMITS[key];
+    options.push(
+      key.endsWith('Ms') ? durationOption(`--${flag}`, help, value, 'ms') : countOption(`--${flag}`, help, value),
+    );
   }
-  serve.addOption(
+  options.push(
     new Option(
       '--trust-proxy <cidr>',
       'take the client address from X-Forwarded-For (the rightmost hop not trusted) only when the peer is in ' +
@@ -344,8 +277,6 @@ export function buildCli(io: CliIo, exit: (code: number) => void): Command {
     )
       .argParser(trustProxyEntries)
       .default([], 'none'),
-  );
-  serve.addOption(
     new Option(
       '--revocation-push-from <address>',
       'take revocation pushes (POST /v1/revocations) only from these IPs, CIDR blocks or host names (resolved, ' +
@@ -355,13 +286,27 @@ export function buildCli(io: CliIo, exit: (code: number) => void): Command {
       .argParser(pushFromEntries)
       .default([], 'the addresses of --registry’s host; any without --registry'),
   );
-  for (const option of logOptions()) serve.addOption(option);
-  serve.addHelpText(
-    'after',
-    `
+  return options;
+}
+
+/** `relay serve`; `exit` receives the action's exit code. */
+export function buildCli(io: ServiceIo, exit: (code: number) => void): Command {
+  return serviceProgram<ServeOptions>(
+    {
+      scheme: RELAY_ENV,
+      version: packageVersion(import.meta.url, '@tether/relay'),
+      description: 'Tether relay: pairs harness and environment WebSockets and forwards frames it cannot read.',
+      serve: {
+        description: 'serve relay WebSockets (prints its bound URL on stdout, logs JSON on stderr)',
+        listen: { scheme: 'ws', port: 8081 },
+        options: serveOptions(),
+        helpAfter: `
 Durations take a unit: 500ms, 30s, 5m, 1h; a bare number is milliseconds (the -ms flags they replace, such
 as --idle-timeout-ms, are still accepted for now, with a warning). Flags may also come before \`serve\`.`,
+        run: (options) => runServe(options, io),
+      },
+    },
+    io,
+    exit,
   );
-  serve.action(async (options: ServeOptions) => exit(await runServe(options, io)));
-  return program;
 }

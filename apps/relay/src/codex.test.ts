@@ -1,13 +1,9 @@
-import { randomUUID } from 'node:crypto';
-import { once } from 'node:events';
 import { RpcClient, RpcConnection } from '@tether/jsonrpc';
 import { generateIdentity, parsePublicKey, publicKeyToJson } from '@tether/noise';
-import { SecureStream, WebSocketFrameLink } from '@tether/secure-stream';
 import { startPeer } from '@tether/test-kit';
 import { expect, it } from 'vitest';
-import { WebSocket } from 'ws';
 import { startRig } from './__tests__/rig.js';
-import { metric } from './__tests__/support.js';
+import { harnessStream, metric } from './__tests__/support.js';
 
 // Black box: the real, unmodified `codex exec-server --remote` registers with our registry, joins our relay as
 // the environment, and our harness-side code reaches it through the relay with a bundle from /connect.
@@ -39,12 +35,7 @@ it('carries the real codex executor: handshake, initialize and an RPC through th
   const bundle = connect.body;
   expect(bundle.url.startsWith(`${rig.relays[0]!.url}/ws/environment/${environmentId}?role=harness`)).toBe(true);
 
-  const ws = new WebSocket(bundle.url, { perMessageDeflate: false });
-  await once(ws, 'open');
-  const streamId = randomUUID();
-  const secure = await SecureStream.initiate({
-    link: new WebSocketFrameLink(ws, streamId),
-    streamId,
+  const { secure } = await harnessStream(bundle.url, {
     environmentId,
     registrationId: bundle.executor_registration_id,
     staticKeys: identity,

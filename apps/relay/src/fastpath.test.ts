@@ -41,43 +41,52 @@ async function pairedStream(url: string) {
   return { env, harness, streamId, socket };
 }
 
+/**
+ * Writes `wire` to the harness socket in pieces, the n-th (from 1) `step(n)` bytes long, yielding to the event
+ * loop after every `tickEvery` writes; then the environment must have received exactly `messages`, verbatim.
+ */
+async function expectForwardedInPieces(
+  stream: Awaited<ReturnType<typeof pairedStream>>,
+  wire: Buffer,
+  step: (n: number) => number,
+  tickEvery: number,
+  messages: Buffer[],
+) {
+  for (let pos = 0, n = 1; pos < wire.length; n++) {
+    const size = step(n);
+    stream.socket.write(wire.subarray(pos, pos + size));
+    pos += size;
+    if (n % tickEvery === 0) await tick();
+  }
+  await stream.env.dataCount(messages.length);
+  const received = stream.env.raw.filter((_, i) => stream.env.frames[i]?.kind === 'data');
+  expect(received.map((b) => b.toString('hex'))).toEqual(messages.map((m) => m.toString('hex')));
+}
+
 describe('data path framing', () => {
   it('forwards frames of every length split at arbitrary byte boundaries, verbatim and in order', async () => {
     const { url } = await startRelay();
-    const { env, streamId, socket } = await pairedStream(url);
+    const stream = await pairedStream(url);
     const sizes = [1, 3, 100, 125, 126, 1000, 65_535, 65_536, 70_000, 200_000];
-    const messages = sizes.map((size, i) => Buffer.from(encodeFrame(dataFrame(streamId, i + 1, randomBytes(size)))));
+    const messages = sizes.map((size, i) =>
+      Buffer.from(encodeFrame(dataFrame(stream.streamId, i + 1, randomBytes(size)))),
+    );
     const wire = Buffer.concat(messages.map((m) => clientFrame(2, m)));
     // Pieces of 1…40 bytes around every header, larger ones elsewhere, each its own write and read.
-    let pos = 0;
-    let n = 0;
-    while (pos < wire.length) {
-      const step = n++ % 3 === 0 ? 1 + (n % 40) : 1 + ((n * 7919) % 50_000);
-      socket.write(wire.subarray(pos, pos + step));
-      pos += step;
-      if (n % 4 === 0) await tick();
-    }
-    await env.dataCount(messages.length);
-    const received = env.raw.filter((_, i) => env.frames[i]?.kind === 'data');
-    expect(received.map((b) => b.toString('hex'))).toEqual(messages.map((m) => m.toString('hex')));
+    const step = (n: number) => ((n - 1) % 3 === 0 ? 1 + (n % 40) : 1 + ((n * 7919) % 50_000));
+    await expectForwardedInPieces(stream, wire, step, 4, messages);
   });
 
   it('forwards frames masked with zeros (Tether clients) and with random keys alike', async () => {
     const { url } = await startRelay();
-    const { env, streamId, socket } = await pairedStream(url);
+    const stream = await pairedStream(url);
     const sizes = [10, 200, 65_536, 100_000, 61_000, 5];
-    const messages = sizes.map((size, i) => Buffer.from(encodeFrame(dataFrame(streamId, i + 1, randomBytes(size)))));
+    const messages = sizes.map((size, i) =>
+      Buffer.from(encodeFrame(dataFrame(stream.streamId, i + 1, randomBytes(size)))),
+    );
     const zero = Buffer.alloc(4);
     const wire = Buffer.concat(messages.map((m, i) => clientFrame(2, m, true, i % 2 === 0 ? zero : randomBytes(4))));
-    for (let pos = 0, n = 1; pos < wire.length; n++) {
-      const step = 1 + ((n * 7919) % 30_000);
-      socket.write(wire.subarray(pos, pos + step));
-      pos += step;
-      if (n % 3 === 0) await tick();
-    }
-    await env.dataCount(messages.length);
-    const received = env.raw.filter((_, i) => env.frames[i]?.kind === 'data');
-    expect(received.map((b) => b.toString('hex'))).toEqual(messages.map((m) => m.toString('hex')));
+    await expectForwardedInPieces(stream, wire, (n) => 1 + ((n * 7919) % 30_000), 3, messages);
   });
 
   it('hands fragmented messages and interleaved control frames to ws, and keeps forwarding after them', async () => {

@@ -3,68 +3,35 @@
  * TETHER_RELAY_ variable, a variable is honoured, --version is package.json's, and --trust-proxy decides
  * whether the per-IP limit counts the X-Forwarded-For address or the socket's.
  */
-import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
-import { once } from 'node:events';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { envVarName, flagRows } from '@tether/telemetry/cli';
+import { captureIo, scratch, withoutTetherEnv } from '@tether/test-kit';
 import { afterEach, describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
-import { signedUrl, signingKey } from './__tests__/support.js';
+import { publicKeyFile, signedUrl } from './__tests__/support.js';
 import { buildCli, RELAY_ENV } from './cli.js';
 
 const APP_DIR = join(import.meta.dirname, '..');
 const BIN = join(APP_DIR, 'bin', 'relay.js');
-const children: ChildProcess[] = [];
+const test = scratch();
 const sockets: WebSocket[] = [];
-const dirs: string[] = [];
 
 afterEach(async () => {
   for (const ws of sockets.splice(0)) ws.terminate();
-  for (const child of children.splice(0)) {
-    if (child.exitCode === null && child.signalCode === null) {
-      child.kill('SIGKILL');
-      await once(child, 'exit');
-    }
-  }
-  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+  await test.cleanup();
 });
 
-function keyFile(): string {
-  const dir = mkdtempSync(join(tmpdir(), 'relay-flags-'));
-  dirs.push(dir);
-  const path = join(dir, 'registry.pub.pem');
-  writeFileSync(path, signingKey.publicKey.export({ type: 'spki', format: 'pem' }) as string);
-  return path;
-}
+const keyFile = () => publicKeyFile(test.dir('relay-flags-'));
 
-/** `relay serve ARGS` built, with only these variables of ours; resolves with its printed URL. */
-function serve(args: string[], env: Record<string, string>) {
-  return spawnRelay(['serve', ...args], env);
-}
+/** The built relay with these arguments and only these variables of ours; `line` is its printed URL. */
+const spawnRelay = (args: string[], env: Record<string, string>) =>
+  test.spawn(process.execPath, [BIN, ...args], { env: withoutTetherEnv(env) });
 
-/** The built relay with these arguments and only these variables of ours. */
-function spawnRelay(args: string[], env: Record<string, string>) {
-  const clean = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith('TETHER_')));
-  const child = spawn(process.execPath, [BIN, ...args], {
-    env: { ...clean, ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  children.push(child);
-  let stdout = '';
-  let stderr = '';
-  child.stderr.on('data', (d) => (stderr += d));
-  const url = new Promise<string>((resolve, reject) => {
-    child.stdout.on('data', (d) => {
-      stdout += d;
-      if (stdout.includes('\n')) resolve(stdout.split('\n')[0] as string);
-    });
-    child.once('exit', (code) => reject(new Error(`relay exited ${code}: ${stderr}`)));
-  });
-  return { child, url, err: () => stderr };
-}
+/** `relay serve ARGS` built, with only these variables of ours. */
+const serve = (args: string[], env: Record<string, string>) => spawnRelay(['serve', ...args], env);
 
 /** Opens a harness socket with this X-Forwarded-For; the HTTP status it was refused with, or 101. */
 async function upgrade(url: string, forwardedFor: string): Promise<number> {
@@ -102,13 +69,7 @@ function request(url: string, localAddress: string, signature: string): Promise<
 
 describe('relay flags and variables', () => {
   it('every long flag has its TETHER_RELAY_ variable', () => {
-    const io = {
-      stdout: { write: () => true },
-      stderr: { write: () => true },
-      env: {},
-      stopSignal: new Promise(() => {}),
-    };
-    const rows = flagRows(buildCli(io, () => {}));
+    const rows = flagRows(buildCli(captureIo().io, () => {}));
     expect(rows.length).toBeGreaterThan(20);
     for (const row of rows) {
       const long = /--[a-z0-9-]+/.exec(row.flag)?.[0] as string;
@@ -125,35 +86,36 @@ describe('relay flags and variables', () => {
 
   it('honours a variable (listen address and key file from the environment), and a flag beats it', async () => {
     const fromEnv = serve([], { TETHER_RELAY_LISTEN: '127.0.0.1:0', TETHER_RELAY_REGISTRY_KEY_FILE: keyFile() });
-    const url = await fromEnv.url;
+    const url = await fromEnv.line;
     expect(url).toMatch(/^ws:\/\/127\.0\.0\.1:\d+$/);
     expect(url).not.toBe('ws://127.0.0.1:8081');
     const flagWins = serve(['--listen', '127.0.0.1:0'], {
       TETHER_RELAY_LISTEN: 'not-an-address',
       TETHER_RELAY_REGISTRY_KEY_FILE: keyFile(),
     });
-    expect(await flagWins.url).toMatch(/^ws:\/\/127\.0\.0\.1:\d+$/);
+    expect(await flagWins.line).toMatch(/^ws:\/\/127\.0\.0\.1:\d+$/);
   });
 
   it('takes durations with units, --listen as ws://, flags before `serve`, and the old -ms spellings with a warning', async () => {
-    const logged = (stderr: string) =>
-      stderr
-        .split('\n')
-        .filter((line) => line.startsWith('{'))
-        .map((line) => JSON.parse(line) as { msg?: string; limits?: Record<string, number> })
-        .find((line) => line.msg === 'relay listening')?.limits;
+    /** The relay logs these limits (among all) once it listens. */
+    const expectLimits = (relay: { err(): string }, limits: Record<string, number>) =>
+      expect
+        .poll(
+          () =>
+            relay
+              .err()
+              .split('\n')
+              .filter((line) => line.startsWith('{'))
+              .map((line) => JSON.parse(line) as { msg?: string; limits?: Record<string, number> })
+              .find((line) => line.msg === 'relay listening')?.limits,
+        )
+        .toMatchObject(limits);
     const current = spawnRelay(
       ['--listen', 'ws://127.0.0.1:0', '--idle-timeout', '5m', 'serve', '--ping-interval', '1.5s'],
       { TETHER_RELAY_REGISTRY_KEY_FILE: keyFile(), TETHER_RELAY_CLOSE_GRACE: '250' },
     );
-    expect(await current.url).toMatch(/^ws:\/\/127\.0\.0\.1:\d+$/);
-    await expect
-      .poll(() => logged(current.err()))
-      .toMatchObject({
-        idleTimeoutMs: 300_000,
-        pingIntervalMs: 1500,
-        closeGraceMs: 250,
-      });
+    expect(await current.line).toMatch(/^ws:\/\/127\.0\.0\.1:\d+$/);
+    await expectLimits(current, { idleTimeoutMs: 300_000, pingIntervalMs: 1500, closeGraceMs: 250 });
     expect(current.err()).not.toContain('deprecated');
 
     const old = spawnRelay(
@@ -164,14 +126,8 @@ describe('relay flags and variables', () => {
         TETHER_LOG_FORMAT: 'json',
       },
     );
-    await old.url;
-    await expect
-      .poll(() => logged(old.err()))
-      .toMatchObject({
-        idleTimeoutMs: 60_000,
-        pongTimeoutMs: 120_000,
-        closeGraceMs: 300,
-      });
+    await old.line;
+    await expectLimits(old, { idleTimeoutMs: 60_000, pongTimeoutMs: 120_000, closeGraceMs: 300 });
     const warnings = old
       .err()
       .split('\n')
@@ -203,19 +159,19 @@ describe('relay flags and variables', () => {
 
   it('--trust-proxy: the per-IP limit counts the forwarded address only behind a trusted peer', async () => {
     const common = ['--listen', '127.0.0.1:0', '--registry-key-file', keyFile(), '--max-connections-per-ip', '1'];
-    const trusting = await serve([...common, '--trust-proxy', '127.0.0.1/32'], {}).url;
+    const trusting = await serve([...common, '--trust-proxy', '127.0.0.1/32'], {}).line;
     expect(await upgrade(trusting, '198.51.100.1')).toBe(101);
     expect(await upgrade(trusting, '198.51.100.2')).toBe(101);
     // The same forwarded client twice is one IP.
     expect(await upgrade(trusting, '198.51.100.2')).toBe(429);
 
-    const plain = await serve(common, {}).url;
+    const plain = await serve(common, {}).line;
     expect(await upgrade(plain, '198.51.100.1')).toBe(101);
     // Not trusted: both are 127.0.0.1, whatever the header says.
     expect(await upgrade(plain, '198.51.100.2')).toBe(429);
 
     // A trusted range the peer is not in: the header is ignored too.
-    const elsewhere = await serve([...common, '--trust-proxy', '10.0.0.0/8'], {}).url;
+    const elsewhere = await serve([...common, '--trust-proxy', '10.0.0.0/8'], {}).line;
     expect(await upgrade(elsewhere, '198.51.100.1')).toBe(101);
     expect(await upgrade(elsewhere, '198.51.100.2')).toBe(429);
   });
@@ -226,17 +182,17 @@ describe('relay flags and variables', () => {
     const push = (url: string, from: string) =>
       request(`${url.replace('ws:', 'http:')}/v1/revocations`, from, 'A'.repeat(86));
     // The registry's port does not matter: its host names the addresses pushes are taken from.
-    const known = await serve([...common, '--registry', 'http://localhost:9'], {}).url;
+    const known = await serve([...common, '--registry', 'http://localhost:9'], {}).line;
     expect(await push(known, '127.0.0.2')).toBe(403);
     expect(await push(known, '127.0.0.1')).toBe(401);
-    const listed = await serve([...common, '--revocation-push-from', '127.0.0.2'], {}).url;
+    const listed = await serve([...common, '--revocation-push-from', '127.0.0.2'], {}).line;
     expect(await push(listed, '127.0.0.1')).toBe(403);
     expect(await push(listed, '127.0.0.2')).toBe(401);
     // A host name is resolved (a Kubernetes headless service naming the registry's pods, here loopback).
-    const named = await serve([...common, '--revocation-push-from', 'localhost'], {}).url;
+    const named = await serve([...common, '--revocation-push-from', 'localhost'], {}).line;
     expect(await push(named, '127.0.0.2')).toBe(403);
     expect(await push(named, '127.0.0.1')).toBe(401);
-    const unknown = await serve(common, {}).url;
+    const unknown = await serve(common, {}).line;
     expect(await push(unknown, '127.0.0.2')).toBe(401);
   });
 

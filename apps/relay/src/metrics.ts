@@ -1,18 +1,4 @@
-import {
-  type ObservedInstrument,
-  type OtelEnv,
-  serviceTelemetryOptions,
-  type Telemetry,
-  type TelemetryOptions,
-} from '@tether/telemetry';
-
-/**
- * `relay serve`'s telemetry: `/metrics` with the process collectors, OTLP as the OTEL_* variables say (export
- * failures logged as warnings). Throws TelemetryConfigError for an unusable variable.
- */
-export function relayTelemetryOptions(env: OtelEnv, warn: (err: Error) => void): TelemetryOptions {
-  return serviceTelemetryOptions(env, { serviceName: 'tether-relay', onError: warn });
-}
+import type { ObservedInstrument, Telemetry } from '@tether/telemetry';
 
 /** Why a stream was reset by the relay (sent as `Reset.reason`; all ≤ 256 bytes, non-empty). */
 export const RESET_REASONS = [

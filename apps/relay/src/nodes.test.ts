@@ -10,6 +10,14 @@ it('two relay nodes behind one registry: each environment is served entirely by 
   const key = publicKeyToJson(generateIdentity().publicKey);
   const ids = Array.from({ length: 16 }, (_, i) => `env-${i}`);
   const environments = new Map<string, { env: Endpoint; node: string }>();
+  /** The registry's environment list, as an admin reads it. */
+  const listed = async () =>
+    (await rig.call('GET', '/v1/environments', rig.tokens.admin)).body.environments as Array<{
+      relay_link: string;
+      relay_node: string;
+      environment_id: string;
+    }>;
+  const poll = { timeout: 10_000, interval: 100 };
   for (const id of ids) {
     const registered = await rig.call('POST', `/cloud/environment/${id}/register`, rig.tokens.executor, {
       security_profile: 'noise_hybrid_ik_v1',
@@ -29,15 +37,11 @@ it('two relay nodes behind one registry: each environment is served entirely by 
   expect(b.relay.environments().sort()).toEqual(onB.sort());
   await expect
     .poll(
-      async () => {
-        const list = (await rig.call('GET', '/v1/environments', rig.tokens.admin)).body.environments as Array<{
-          relay_link: string;
-          relay_node: string;
-          environment_id: string;
-        }>;
-        return list.every((e) => e.relay_link === 'up' && e.relay_node === environments.get(e.environment_id)?.node);
-      },
-      { timeout: 10_000, interval: 100 },
+      async () =>
+        (await listed()).every(
+          (e) => e.relay_link === 'up' && e.relay_node === environments.get(e.environment_id)?.node,
+        ),
+      poll,
     )
     .toBe(true);
 
@@ -64,15 +68,6 @@ it('two relay nodes behind one registry: each environment is served entirely by 
   const leaving = onA[0] as string;
   environments.get(leaving)?.env.ws.close(1000);
   await expect
-    .poll(
-      async () => {
-        const list = (await rig.call('GET', '/v1/environments', rig.tokens.admin)).body.environments as Array<{
-          relay_link: string;
-          environment_id: string;
-        }>;
-        return list.find((e) => e.environment_id === leaving)?.relay_link;
-      },
-      { timeout: 10_000, interval: 100 },
-    )
+    .poll(async () => (await listed()).find((e) => e.environment_id === leaving)?.relay_link, poll)
     .toBe('down');
 });

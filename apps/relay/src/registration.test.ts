@@ -1,28 +1,16 @@
-import { randomUUID } from 'node:crypto';
-import { dataFrame, resumeFrame } from '@tether/relay-frames';
 import { describe, expect, it } from 'vitest';
-import { Endpoint, metric, refusal, signedUrl, startRelay } from './__tests__/support.js';
+import { Endpoint, expectServing, metric, refusal, signedUrl, startRelay } from './__tests__/support.js';
 import { CLOSE } from './limits.js';
-
-/** A stream from a harness of `registrationId` reaches `env` and its answer comes back. */
-async function expectServing(url: string, env: Endpoint, registrationId: string) {
-  const harness = await Endpoint.open(signedUrl(url, 'harness', 'env-1', { registrationId }));
-  const streamId = randomUUID();
-  harness.send(resumeFrame(streamId, 0));
-  await env.next((f) => f.kind === 'resume' && f.streamId === streamId, 'the Resume');
-  env.send(dataFrame(streamId, 0, Buffer.from('current')));
-  await harness.next((f) => f.kind === 'data', 'data');
-}
 
 describe('registration epochs', () => {
   it('refuses an environment socket with an older epoch (HTTP 409 stale_registration); the current one stays', async () => {
     const { url, relay } = await startRelay();
     const current = await Endpoint.open(signedUrl(url, 'environment', 'env-1', { registrationId: 'reg-5', epoch: 5 }));
-    await expectServing(url, current, 'reg-5');
+    await expectServing(url, current, 'env-1', 'reg-5');
     const stale = await refusal(signedUrl(url, 'environment', 'env-1', { registrationId: 'reg-4', epoch: 4 }));
     expect(stale).toEqual({ status: 409, body: 'stale_registration\n' });
     expect(current.ws.readyState).toBe(current.ws.OPEN);
-    await expectServing(url, current, 'reg-5');
+    await expectServing(url, current, 'env-1', 'reg-5');
     expect(metric(relay, 'relay_upgrades_refused_total{reason="stale_registration"}')).toBe(1);
   });
 
@@ -34,7 +22,7 @@ describe('registration epochs', () => {
     expect((await first.closed).code).toBe(CLOSE.REPLACED_SAME_REGISTRATION);
     const newer = await Endpoint.open(signedUrl(url, 'environment', 'env-1', { registrationId: 'reg-6', epoch: 6 }));
     expect((await replay.closed).code).toBe(CLOSE.REPLACED);
-    await expectServing(url, newer, 'reg-6');
+    await expectServing(url, newer, 'env-1', 'reg-6');
   });
 
   it('remembers the newest epoch after its socket leaves, so a stale executor cannot take a reconnecting one’s place', async () => {
@@ -47,10 +35,10 @@ describe('registration epochs', () => {
     );
     // The current executor reconnects with its own URL; a newer registration then displaces it, as before.
     const back = await Endpoint.open(signedUrl(url, 'environment', 'env-1', { registrationId: 'reg-5', epoch: 5 }));
-    await expectServing(url, back, 'reg-5');
+    await expectServing(url, back, 'env-1', 'reg-5');
     const newer = await Endpoint.open(signedUrl(url, 'environment', 'env-1', { registrationId: 'reg-6', epoch: 6 }));
     expect((await back.closed).code).toBe(CLOSE.REPLACED);
-    await expectServing(url, newer, 'reg-6');
+    await expectServing(url, newer, 'env-1', 'reg-6');
     expect((await refusal(signedUrl(url, 'environment', 'env-1', { registrationId: 'reg-5', epoch: 5 }))).status).toBe(
       409,
     );
@@ -65,7 +53,7 @@ describe('registration epochs', () => {
     expect((await refusal(signedUrl(url, 'environment', 'env-1', { registrationId: 'reg-4', epoch: 4 }))).status).toBe(
       409,
     );
-    await expectServing(url, current, 'reg-5');
+    await expectServing(url, current, 'env-1', 'reg-5');
   });
 
   it('forgets an epoch once every URL older than it has expired (the URL lifetime)', async () => {

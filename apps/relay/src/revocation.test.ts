@@ -2,10 +2,12 @@ import { generateKeyPairSync, randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import { connect, type Socket } from 'node:net';
 import { signRevocations } from '@tether/relay-auth';
-import { dataFrame, type Frame, handshakeFrame, resumeFrame } from '@tether/relay-frames';
+import { handshakeFrame, resumeFrame } from '@tether/relay-frames';
 import { afterEach, describe, expect, it } from 'vitest';
 import {
   Endpoint,
+  expectServing,
+  isReset,
   metric,
   pushRevocations,
   refusal,
@@ -20,9 +22,6 @@ import { CLOSE } from './limits.js';
 import { PushSources } from './push-sources.js';
 import { MAX_CONCURRENT_PUSHES, PUSH_BODY_TIMEOUT_MS } from './revocations.js';
 
-const isReset = (streamId: string, reason?: string) => (f: Frame) =>
-  f.kind === 'reset' && f.streamId === streamId && (reason === undefined || f.reason === reason);
-
 /** An environment socket of `registrationId` with one answered stream and one harness socket that has not claimed. */
 async function environmentWithHarnesses(url: string, environmentId: string, registrationId: string) {
   const env = await Endpoint.open(signedUrl(url, 'environment', environmentId, { registrationId }));
@@ -34,16 +33,6 @@ async function environmentWithHarnesses(url: string, environmentId: string, regi
   await harness.next((f) => f.kind === 'handshake', 'the answer');
   const unclaimed = await Endpoint.open(signedUrl(url, 'harness', environmentId, { registrationId }));
   return { env, harness, streamId, unclaimed };
-}
-
-/** The other registration stays fully usable: a new stream pairs and carries data. */
-async function expectUsable(url: string, env: Endpoint, environmentId: string, registrationId: string) {
-  const harness = await Endpoint.open(signedUrl(url, 'harness', environmentId, { registrationId }));
-  const streamId = randomUUID();
-  harness.send(resumeFrame(streamId, 0));
-  await env.next((f) => f.kind === 'resume' && f.streamId === streamId, 'the Resume');
-  env.send(dataFrame(streamId, 0, Buffer.from('still here')));
-  await harness.next((f) => f.kind === 'data', 'data');
 }
 
 describe('revocation pushed by the registry (POST /v1/revocations)', () => {
@@ -61,7 +50,7 @@ describe('revocation pushed by the registry (POST /v1/revocations)', () => {
     expect(await revoked.env.closed).toEqual({ code: CLOSE.REGISTRATION_REVOKED, reason: 'registration_revoked' });
     expect((await revoked.unclaimed.closed).code).toBe(CLOSE.REGISTRATION_REVOKED);
     expect(relay.environments()).toEqual(['env-2']);
-    await expectUsable(url, other, 'env-2', 'reg-9');
+    await expectServing(url, other, 'env-2', 'reg-9');
     expect(metric(relay, 'relay_revocations_total{source="push"}')).toBe(1);
     expect(metric(relay, 'relay_revoked_sockets_total{role="environment"}')).toBe(1);
     expect(metric(relay, 'relay_revoked_sockets_total{role="harness"}')).toBe(2);
@@ -82,7 +71,7 @@ describe('revocation pushed by the registry (POST /v1/revocations)', () => {
     await Endpoint.open(signedUrl(url, 'environment', 'env-2', { registrationId: 'reg-1' }));
     // The environment's next registration (a new key, a new id) connects.
     const next = await Endpoint.open(signedUrl(url, 'environment', 'env-1', { registrationId: 'reg-2', epoch: 2 }));
-    await expectUsable(url, next, 'env-1', 'reg-2');
+    await expectServing(url, next, 'env-1', 'reg-2');
     expect(metric(relay, 'relay_upgrades_refused_total{reason="registration_revoked"}')).toBe(2);
   });
 
@@ -175,7 +164,7 @@ describe('revocation learned from the heartbeat answer', () => {
     expect(await revoked.env.closed).toEqual({ code: CLOSE.REGISTRATION_REVOKED, reason: 'registration_revoked' });
     expect((await revoked.unclaimed.closed).code).toBe(CLOSE.REGISTRATION_REVOKED);
     expect((await refusal(signedUrl(url, 'harness', 'env-1', { registrationId: 'reg-1' }))).status).toBe(401);
-    await expectUsable(url, other, 'env-2', 'reg-9');
+    await expectServing(url, other, 'env-2', 'reg-9');
     // Later answers repeat the revocation: it is counted once.
     const beats = metric(relay, 'relay_heartbeats_total{result="ok"}');
     await expect.poll(() => metric(relay, 'relay_heartbeats_total{result="ok"}')).toBeGreaterThan(beats + 1);
@@ -366,6 +355,6 @@ describe('revocation push endpoint under abuse', () => {
     await stalled.closed;
     // The environment socket, older than both, outlived their deadlines and still carries streams.
     expect(env.ws.readyState).toBe(env.ws.OPEN);
-    await expectUsable(url, env, 'env-1', 'reg-1');
+    await expectServing(url, env, 'env-1', 'reg-1');
   });
 });

@@ -74,17 +74,30 @@ describe('revocation lists (untrusted input)', () => {
     expect((await readResponseLimited(null, 4))?.byteLength).toBe(0);
   });
 
-  it('reads a request body up to its limit, refusing a longer declared or sent one', async () => {
+  /** A server that reads each request's body with readRequestLimited(…, limit, timeoutMs) into `seen`. */
+  async function readingServer(
+    limit: number,
+    timeoutMs: number | undefined,
+    send: (url: string, seen: Array<Buffer | null | 'timeout'>) => Promise<void>,
+  ) {
     const seen: Array<Buffer | null | 'timeout'> = [];
     const server = createServer(async (req: IncomingMessage, res) => {
-      seen.push(await readRequestLimited(req, 8));
+      seen.push(await readRequestLimited(req, limit, timeoutMs));
       res.once('finish', () => req.destroy());
       res.end();
     });
     server.listen(0, '127.0.0.1');
     await new Promise((resolve) => server.once('listening', resolve));
-    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/`;
     try {
+      await send(`http://127.0.0.1:${(server.address() as AddressInfo).port}/`, seen);
+    } finally {
+      server.closeAllConnections();
+      await new Promise((resolve) => server.close(resolve));
+    }
+  }
+
+  it('reads a request body up to its limit, refusing a longer declared or sent one', async () => {
+    await readingServer(8, undefined, async (url, seen) => {
       await fetch(url, { method: 'POST', body: '12345678' });
       await fetch(url, { method: 'POST', body: '123456789' });
       // Chunked (no content-length): the limit applies to what arrives.
@@ -98,23 +111,11 @@ describe('revocation lists (untrusted input)', () => {
       await fetch(url, { method: 'POST', body: chunked, duplex: 'half' } as RequestInit).catch(() => {});
       await expect.poll(() => seen.length).toBe(3);
       expect(seen.map((b) => b?.toString() ?? null)).toEqual(['12345678', null, null]);
-    } finally {
-      server.closeAllConnections();
-      await new Promise((resolve) => server.close(resolve));
-    }
+    });
   });
 
   it('gives up on a request body that has not all arrived by its deadline', async () => {
-    const seen: Array<Buffer | null | 'timeout'> = [];
-    const server = createServer(async (req: IncomingMessage, res) => {
-      seen.push(await readRequestLimited(req, 1024, 50));
-      res.once('finish', () => req.destroy());
-      res.end();
-    });
-    server.listen(0, '127.0.0.1');
-    await new Promise((resolve) => server.once('listening', resolve));
-    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/`;
-    try {
+    await readingServer(1024, 50, async (url, seen) => {
       await fetch(url, { method: 'POST', body: 'on time' });
       // Half a body, and the rest never.
       const stalled = new ReadableStream<Uint8Array>({
@@ -125,9 +126,6 @@ describe('revocation lists (untrusted input)', () => {
       await fetch(url, { method: 'POST', body: stalled, duplex: 'half' } as RequestInit).catch(() => {});
       await expect.poll(() => seen.length).toBe(2);
       expect(seen.map((b) => (Buffer.isBuffer(b) ? b.toString() : b))).toEqual(['on time', 'timeout']);
-    } finally {
-      server.closeAllConnections();
-      await new Promise((resolve) => server.close(resolve));
-    }
+    });
   });
 });

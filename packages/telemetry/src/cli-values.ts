@@ -87,3 +87,27 @@ export function parseListenAddress(text: string, scheme: 'ws' | 'http'): ListenA
   if (!match || port > 65_535) throw new InvalidArgumentError(expected);
   return { host: (match[1] as string).replace(/^\[|\]$/g, ''), port };
 }
+
+/** A commander argParser for a count: a positive (safe) integer. */
+export function positiveInteger(value: string): number {
+  if (!/^\d+$/.test(value) || Number(value) < 1 || !Number.isSafeInteger(Number(value))) {
+    throw new InvalidArgumentError('expected a positive integer');
+  }
+  return Number(value);
+}
+
+/**
+ * A commander argParser for a repeatable flag that also takes a comma-separated list: the entries of every
+ * occurrence in order, each trimmed, empty ones dropped. `check` throws an InvalidArgumentError naming a bad
+ * entry.
+ */
+export function listArg(check: (entry: string) => void): (value: string, previous: string[] | undefined) => string[] {
+  return (value, previous) => {
+    const entries = value
+      .split(',')
+      .map((entry) => entry.trim())
+      .filter((entry) => entry !== '');
+    for (const entry of entries) check(entry);
+    return [...(previous ?? []), ...entries];
+  };
+}

@@ -23,6 +23,16 @@ export {
   startChaosProxy,
 } from './chaos-proxy.js';
 export {
+  type CapturedIo,
+  type CliProgram,
+  captureIo,
+  type LineChild,
+  runCli,
+  type Scratch,
+  scratch,
+  withoutTetherEnv,
+} from './cli-runs.js';
+export {
   type ConnectRemoteOptions,
   type ConnectWsOptions,
   connect,

@@ -11,8 +11,6 @@ import {
   consumedFrom,
   type EnvironmentRow,
   type KeyRow,
-  type RegistrationRow,
-  type RelayLinkRow,
   type RevokedRow,
   relayLinkSql,
   toEnvironment,
@@ -298,16 +296,24 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
     for (const id of environmentIds) stmt.upsertLink.run(url, at, id, url);
   });
 
-  const currentRegistration = (environmentId: string): RegistrationRecord | undefined => {
+  /** An environment's row of `query`, converted, read through `cache` (which keeps a miss as null); a copy. */
+  const cachedRow = <Row, T extends object>(
+    cache: BoundedCache<string, T | null>,
+    query: Database.Statement,
+    convert: (row: Row) => T,
+    environmentId: string,
+  ): T | undefined => {
     fresh();
-    let registration = registrations.get(environmentId);
-    if (registration === undefined) {
-      const row = stmt.currentReg.get(environmentId) as RegistrationRow | undefined;
-      registration = row ? toRegistration(row) : null;
-      registrations.set(environmentId, registration);
+    let value = cache.get(environmentId);
+    if (value === undefined) {
+      const row = query.get(environmentId) as Row | undefined;
+      value = row ? convert(row) : null;
+      cache.set(environmentId, value);
     }
-    return registration ? { ...registration } : undefined;
+    return value ? { ...value } : undefined;
   };
+  const currentRegistration = (environmentId: string): RegistrationRecord | undefined =>
+    cachedRow(registrations, stmt.currentReg, toRegistration, environmentId);
 
   let batch: Array<{ resolve: () => void; reject: (err: unknown) => void }> | null = null;
   const failBatch = (waiting: NonNullable<typeof batch>, err: unknown) => {
@@ -463,14 +469,7 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
       });
     },
     async relayLink(environmentId) {
-      fresh();
-      let link = links.get(environmentId);
-      if (link === undefined) {
-        const row = stmt.link.get(environmentId) as RelayLinkRow | undefined;
-        link = row ? toRelayLink(row) : null;
-        links.set(environmentId, link);
-      }
-      return link ? { ...link } : undefined;
+      return cachedRow(links, stmt.link, toRelayLink, environmentId);
     },
     async liveRelayNodes(since) {
       fresh();

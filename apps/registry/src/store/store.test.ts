@@ -10,6 +10,17 @@ import {
 } from '../__tests__/store-fixtures.js';
 import type { RegistryStore } from './index.js';
 
+/**
+ * The relay link of `environmentId` as the store answers it: reported by `relayUrl` at `lastSeen`, that node last
+ * heard from at `nodeLastSeen`.
+ */
+const link = (environmentId: string, relayUrl: string, lastSeen: number, nodeLastSeen: number) => ({
+  environmentId,
+  relayUrl,
+  lastSeen,
+  nodeLastSeen,
+});
+
 describe.each([sqlite, postgres])('RegistryStore on $name', (engine) => {
   let store: RegistryStore;
   let extra: RegistryStore[];
@@ -346,18 +357,8 @@ describe.each([sqlite, postgres])('RegistryStore on $name', (engine) => {
     await store.heartbeatRelayNode('ws://b', 2_000, ['dev-2', 'dev-1']);
     await store.heartbeatRelayNode('ws://a', 3_000, []);
     // ws://a's last heartbeat (3 000) no longer listed dev-1; ws://b's last one listed dev-2.
-    expect(await store.relayLink('dev-1')).toEqual({
-      environmentId: 'dev-1',
-      relayUrl: 'ws://a',
-      lastSeen: 1_000,
-      nodeLastSeen: 3_000,
-    });
-    expect(await store.relayLink('dev-2')).toEqual({
-      environmentId: 'dev-2',
-      relayUrl: 'ws://b',
-      lastSeen: 2_000,
-      nodeLastSeen: 2_000,
-    });
+    expect(await store.relayLink('dev-1')).toEqual(link('dev-1', 'ws://a', 1_000, 3_000));
+    expect(await store.relayLink('dev-2')).toEqual(link('dev-2', 'ws://b', 2_000, 2_000));
     expect(await store.relayLink('dev-unregistered')).toBeUndefined();
     expect(await store.liveRelayNodes(0)).toEqual([
       { url: 'ws://a', lastSeen: 3_000 },
@@ -367,12 +368,7 @@ describe.each([sqlite, postgres])('RegistryStore on $name', (engine) => {
     await store.putRegistration({ ...registration('dev-1', 'reg-3'), relayUrl: 'ws://b' });
     expect((await store.currentRegistration('dev-1'))?.relayUrl).toBe('ws://b');
     await store.heartbeatRelayNode('ws://b', 4_000, ['dev-1']);
-    expect(await store.relayLink('dev-1')).toEqual({
-      environmentId: 'dev-1',
-      relayUrl: 'ws://b',
-      lastSeen: 4_000,
-      nodeLastSeen: 4_000,
-    });
+    expect(await store.relayLink('dev-1')).toEqual(link('dev-1', 'ws://b', 4_000, 4_000));
   });
 
   it('a registration that names no node (made before the registry recorded one) is linked wherever reported', async () => {
@@ -381,11 +377,6 @@ describe.each([sqlite, postgres])('RegistryStore on $name', (engine) => {
     expect((await store.currentRegistration('dev-1'))?.relayUrl).toBeNull();
     await store.heartbeatRelayNode('ws://a', 1_000, ['dev-1']);
     await store.heartbeatRelayNode('ws://b', 2_000, ['dev-1']);
-    expect(await store.relayLink('dev-1')).toEqual({
-      environmentId: 'dev-1',
-      relayUrl: 'ws://b',
-      lastSeen: 2_000,
-      nodeLastSeen: 2_000,
-    });
+    expect(await store.relayLink('dev-1')).toEqual(link('dev-1', 'ws://b', 2_000, 2_000));
   });
 });

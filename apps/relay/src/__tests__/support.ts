@@ -1,9 +1,12 @@
-import { generateKeyPairSync } from 'node:crypto';
+import { generateKeyPairSync, randomUUID } from 'node:crypto';
 import { once } from 'node:events';
+import { writeFileSync } from 'node:fs';
 import { createServer, type IncomingHttpHeaders } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { join } from 'node:path';
 import { nonceForGrant, type RelayRole, type SigningKey, signRelayUrl, signRevocations } from '@tether/relay-auth';
-import { decodeFrame, encodeFrame, type Frame, peekHeader } from '@tether/relay-frames';
+import { dataFrame, decodeFrame, encodeFrame, type Frame, peekHeader, resumeFrame } from '@tether/relay-frames';
+import { SecureStream, WebSocketFrameLink } from '@tether/secure-stream';
 import { afterEach } from 'vitest';
 import { WebSocket } from 'ws';
 import { createRelay, type Relay, type RelayOptions } from '../app.js';
@@ -11,6 +14,13 @@ import type { RelayLimits } from '../limits.js';
 
 const pair = generateKeyPairSync('ed25519');
 export const signingKey: SigningKey = { privateKey: pair.privateKey, publicKey: pair.publicKey };
+
+/** The registry's public key as the PEM file a relay operator is given (`--registry-key-file`), in `dir`. */
+export function publicKeyFile(dir: string): string {
+  const path = join(dir, 'registry.pub.pem');
+  writeFileSync(path, signingKey.publicKey.export({ type: 'spki', format: 'pem' }) as string);
+  return path;
+}
 
 const relays: Relay[] = [];
 const sockets: WebSocket[] = [];
@@ -143,6 +153,32 @@ export class Endpoint {
       await new Promise<void>((resolve) => this.waiters.push(resolve));
     }
   }
+}
+
+/** A harness's end-to-end stream through the relay: a socket to its signed `url`, SecureStream.initiate over it. */
+export async function harnessStream(
+  url: string,
+  options: Omit<Parameters<typeof SecureStream.initiate>[0], 'link' | 'streamId'>,
+): Promise<{ streamId: string; secure: SecureStream }> {
+  const ws = new WebSocket(url, { perMessageDeflate: false });
+  await once(ws, 'open');
+  const streamId = randomUUID();
+  const secure = await SecureStream.initiate({ link: new WebSocketFrameLink(ws, streamId), streamId, ...options });
+  return { streamId, secure };
+}
+
+/** A Reset of `streamId` (with `reason`, when given). */
+export const isReset = (streamId: string, reason?: string) => (f: Frame) =>
+  f.kind === 'reset' && f.streamId === streamId && (reason === undefined || f.reason === reason);
+
+/** `env` (of `registrationId`) serves: a new stream from a harness reaches it, and its data comes back. */
+export async function expectServing(url: string, env: Endpoint, environmentId: string, registrationId: string) {
+  const harness = await Endpoint.open(signedUrl(url, 'harness', environmentId, { registrationId }));
+  const streamId = randomUUID();
+  harness.send(resumeFrame(streamId, 0));
+  await env.next((f) => f.kind === 'resume' && f.streamId === streamId, 'the Resume');
+  env.send(dataFrame(streamId, 0, Buffer.from('served')));
+  await harness.next((f) => f.kind === 'data', 'data');
 }
 
 /** The HTTP status an upgrade to `url` is refused with (throws if it is accepted). */
