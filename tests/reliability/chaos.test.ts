@@ -8,6 +8,7 @@
 import type { Environment } from '@tether/client';
 import { type ChaosPolicy, type ChaosProxy, type Stack, waitUntil } from '@tether/test-kit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { SuiteStack } from './stacks.ts';
 import {
   type Check,
   CUTS_EVERY_100_TO_600_MS,
@@ -16,7 +17,6 @@ import {
   MIB,
   type Outcome,
   SCALE,
-  SuiteStack,
   scaledBytes,
   settleChecks,
   startChaosStack,

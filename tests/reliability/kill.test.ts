@@ -8,6 +8,7 @@ import type { Environment } from '@tether/client';
 import { TetherError } from '@tether/client';
 import { descendantPids, isAlive, type PeerHandle, type Stack, waitUntil } from '@tether/test-kit';
 import { describe, expect, it } from 'vitest';
+import { useStackPerTest } from './stacks.ts';
 import {
   allOk,
   connect,
@@ -18,7 +19,6 @@ import {
   scaledBytes,
   settleChecks,
   streamsUnderWay,
-  useStackPerTest,
   withDeadline,
 } from './support.ts';
 

@@ -8,6 +8,7 @@
 import type { Environment } from '@tether/client';
 import { cpuSeconds, type PeerHandle, peakRssMib, rssMib, type Stack, startStack } from '@tether/test-kit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { SuiteStack } from './stacks.ts';
 import {
   type Check,
   describeError,
@@ -16,7 +17,6 @@ import {
   MIB,
   type Outcome,
   SCALE,
-  SuiteStack,
   scaledBytes,
   settleChecks,
   startOutputCheck,

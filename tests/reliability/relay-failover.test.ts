@@ -13,6 +13,7 @@ import { Environment } from '@tether/client';
 import { pickRelayNode } from '@tether/registry';
 import { patternCommand, patternSha256, repoRoot, type Stack, waitUntil } from '@tether/test-kit';
 import { describe, expect, it } from 'vitest';
+import { useStackPerTest } from './stacks.ts';
 import {
   LinkLog,
   MIB,
@@ -22,7 +23,6 @@ import {
   settleChecks,
   startOutputCheck,
   streamsUnderWay,
-  useStackPerTest,
   withDeadline,
 } from './support.ts';
 
