@@ -4,6 +4,7 @@
  */
 import { spawn } from 'node:child_process';
 import { mkdirSync, symlinkSync, writeFileSync } from 'node:fs';
+import { cpus, loadavg } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { repoRoot, type Stack } from '@tether/test-kit';
@@ -112,6 +113,16 @@ export function shell(command: string, env: NodeJS.ProcessEnv, options: ShellOpt
 }
 
 /** Writes `bench/results/<name>` (JSON), where every bench section leaves its figures. */
+/** Where figures were taken: the date, Node's version, the cores, and the load average at `loadAtStart` and now. */
+export function machine(loadAtStart: number[]) {
+  return {
+    date: new Date().toISOString(),
+    node: process.version,
+    cpus: cpus().length,
+    loadAverage: { atStart: loadAtStart, atEnd: loadavg() },
+  };
+}
+
 export function writeResults(name: string, data: unknown): string {
   const out = join(repoRoot(), 'bench', 'results');
   mkdirSync(out, { recursive: true });

@@ -1,26 +1,3 @@
-/**
- * `pnpm bench` (full-path section; alone: `pnpm --filter @tether/bench bench:path`): commands as a user
- * types them, through our harness CLI, the registry and relay bins, Noise end to end and our executor
- * (`executor --registry`), side by side with the same commands over OpenSSH to a private sshd on loopback,
- * multiplexed over a ControlMaster connection started once (a user with ControlMaster set up pays no key
- * exchange per command, so neither does the benchmark). Each row runs as a whole command under `sh -c`,
- * tether and ssh alternating pair by pair (who goes first alternates too) after one unmeasured, verified run
- * of each; every run's bytes are checked and a row with a wrong count or hash is FAILED whatever its speed.
- * Then one more run of each side per row with the CPU time of every process involved, and the 50 × 20 load:
- * 50 SDK connections in one process, 20 processes at once on each, each printing its own 256 KiB slice of
- * the seeded file, sha256 checked per process, with the executor's peak RSS. Prints tables and writes
- * bench/results/path-latest.json.
- *
- *   BENCH_PATH_REPEATS=3 pnpm --filter @tether/bench bench:path
- *
- * Knobs: BENCH_PATH_REPEATS (3), BENCH_PATH_MIB (256), BENCH_PATH_FILE (/tmp/bench-path-<MIB>M.bin, created
- * once from a seeded generator and reused while its hash matches), BENCH_PATH_SSH_CIPHERS (unset: ssh's
- * default), BENCH_PATH_LOAD_CONNECTIONS (50), BENCH_PATH_LOAD_PROCESSES (20 per connection),
- * BENCH_PATH_LOAD_KIB (256 per process), BENCH_PATH_ONLY=load (just the load row).
- *
- * Needs `sshd` (Debian: openssh-server); without it the ssh column is reported as unavailable.
- */
-import { spawn } from 'node:child_process';
 import { createCipheriv, createHash } from 'node:crypto';
 import {
   closeSync,
@@ -38,7 +15,7 @@ import {
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { descendantPids, peakRssMib, rssMib, startStack } from '@tether/test-kit';
+import { descendantPids, peakRssMib, rssMib, runToEnd, startStack } from '@tether/test-kit';
 import { harnessBinDir, harnessEnv, median, type ShellRun, shell, writeResults } from './commands.js';
 import type { LoadPlan, LoadResult } from './path-load.js';
 import { type SshMaster, startSshd, startSshMaster } from './sshd.js';
@@ -453,28 +430,10 @@ try {
   };
   // Plain node + tsx (no tether-source condition): the load script runs the built SDK and its built deps.
   const loadScript = fileURLToPath(new URL('./path-load.ts', import.meta.url));
-  const loadRun = await new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', loadScript, planFile], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d: Buffer) => {
-      stdout += d;
-    });
-    child.stderr.on('data', (d: Buffer) => {
-      if (stderr.length < 64 * 1024) stderr += d;
-    });
-    child.once('error', reject);
-    const timer = setTimeout(() => {
-      stderr += `\n(killed after ${LOAD_TIMEOUT_MS / 1000} s)`;
-      child.kill('SIGKILL');
-    }, LOAD_TIMEOUT_MS);
-    child.once('close', (code) => {
-      clearTimeout(timer);
-      resolve({ code, stdout, stderr });
-    });
+  const loadRun = await runToEnd(process.execPath, ['--import', 'tsx', loadScript, planFile], {
+    timeoutMs: LOAD_TIMEOUT_MS,
   });
+  if (loadRun.signal === 'SIGKILL') loadRun.stderr += `\n(killed after ${LOAD_TIMEOUT_MS / 1000} s)`;
   const executorAfter = procTimes(loadExecutor.pid);
   const load = {
     executorPeakRssMiB: peakRssMib(loadExecutor.pid),

@@ -20,13 +20,13 @@
  */
 
 import { generateKeyPairSync } from 'node:crypto';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { Agent, request } from 'node:http';
-import { cpus, loadavg, tmpdir } from 'node:os';
+import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { generateIdentity, publicKeyToJson } from '@tether/noise';
-import { repoRoot } from '@tether/test-kit';
+import { machine, writeResults } from './commands.js';
 import {
   backendPids,
   cpuSecondsOf,
@@ -375,22 +375,10 @@ await runBench(async () => {
       ),
     ].join('\n'),
   );
-  const dir = join(repoRoot(), 'bench', 'results');
-  mkdirSync(dir, { recursive: true });
-  writeFileSync(
-    join(dir, 'registry-replicas-latest.json'),
-    `${JSON.stringify(
-      {
-        date: new Date().toISOString(),
-        node: process.version,
-        cpus: cpus().length,
-        loadAverage: { atStart: loadAtStart, atEnd: loadavg() },
-        seconds: SECONDS,
-        warmupSeconds: WARMUP_SECONDS,
-        rows,
-      },
-      null,
-      2,
-    )}\n`,
-  );
+  writeResults('registry-replicas-latest.json', {
+    ...machine(loadAtStart),
+    seconds: SECONDS,
+    warmupSeconds: WARMUP_SECONDS,
+    rows,
+  });
 });

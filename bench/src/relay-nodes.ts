@@ -19,13 +19,11 @@
 
 import { type ChildProcess, fork } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdirSync, writeFileSync } from 'node:fs';
-import { cpus, loadavg } from 'node:os';
-import { join } from 'node:path';
+import { loadavg } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
-import { repoRoot } from '@tether/test-kit';
 import type { WebSocket } from 'ws';
+import { machine, writeResults } from './commands.js';
 import { benchSigningKey, openEnvironments, openIdleStreams, relayStreams, sleep, startRelay } from './relay-kit.js';
 import type { LoadAnswer, LoadRequest } from './relay-load.js';
 import { median, onCleanup, runBench, type ServiceProcess } from './services.js';
@@ -258,23 +256,11 @@ await runBench(async () => {
       ),
     ].join('\n'),
   );
-  const dir = join(repoRoot(), 'bench', 'results');
-  mkdirSync(dir, { recursive: true });
-  writeFileSync(
-    join(dir, 'relay-nodes-latest.json'),
-    `${JSON.stringify(
-      {
-        date: new Date().toISOString(),
-        node: process.version,
-        cpus: cpus().length,
-        loadAverage: { atStart: loadAtStart, atEnd: loadavg() },
-        idleStreams: IDLE_STREAMS,
-        mibPerNode: MIB,
-        idle,
-        forward,
-      },
-      null,
-      2,
-    )}\n`,
-  );
+  writeResults('relay-nodes-latest.json', {
+    ...machine(loadAtStart),
+    idleStreams: IDLE_STREAMS,
+    mibPerNode: MIB,
+    idle,
+    forward,
+  });
 });

@@ -8,13 +8,11 @@
 
 import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
-import { mkdirSync, writeFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
-import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { dataFrame, decodeFrame, encodeFrame } from '@tether/relay-frames';
-import { repoRoot } from '@tether/test-kit';
 import { type WebSocket, WebSocketServer } from 'ws';
+import { writeResults } from './commands.js';
 import {
   benchSigningKey,
   dial,
@@ -242,10 +240,13 @@ await runBench(async () => {
       ...rows.map((r) => `| ${r.join(' | ')} |`),
     ].join('\n'),
   );
-  const dir = join(repoRoot(), 'bench', 'results');
-  mkdirSync(dir, { recursive: true });
-  writeFileSync(
-    join(dir, 'relay-latest.json'),
-    `${JSON.stringify({ date: new Date().toISOString(), totalMiB: TOTAL_MIB, rounds: ROUNDS, figures, addedP50, addedP99, idle }, null, 2)}\n`,
-  );
+  writeResults('relay-latest.json', {
+    date: new Date().toISOString(),
+    totalMiB: TOTAL_MIB,
+    rounds: ROUNDS,
+    figures,
+    addedP50,
+    addedP99,
+    idle,
+  });
 });

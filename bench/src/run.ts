@@ -8,15 +8,16 @@
 
 import { randomFillSync } from 'node:crypto';
 import { once } from 'node:events';
-import { closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync, writeSync } from 'node:fs';
+import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { BufferPool } from '@tether/bytes';
 import { parseMessage } from '@tether/jsonrpc';
-import { type PeerKind, repoRoot, startPeer } from '@tether/test-kit';
+import { type PeerKind, startPeer } from '@tether/test-kit';
 import { installFastMessages, joinParts } from '@tether/user-read/websocket';
 import { WebSocket } from 'ws';
+import { writeResults } from './commands.js';
 
 const INBOUND = new BufferPool({ step: 64 * 1024 });
 
@@ -441,9 +442,11 @@ const lines = [
   ),
 ];
 console.log(lines.join('\n'));
-const dir = join(repoRoot(), 'bench', 'results');
-mkdirSync(dir, { recursive: true });
-writeFileSync(
-  join(dir, 'latest.json'),
-  `${JSON.stringify({ date: new Date().toISOString(), streamMiB: STREAM_MIB, fsMiB: FS_MIB, iterations: ITERATIONS, codex, tether }, null, 2)}\n`,
-);
+writeResults('latest.json', {
+  date: new Date().toISOString(),
+  streamMiB: STREAM_MIB,
+  fsMiB: FS_MIB,
+  iterations: ITERATIONS,
+  codex,
+  tether,
+});

@@ -8,7 +8,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { repoRoot, runToEnd } from '@tether/test-kit';
+import { postgres, repoRoot, runToEnd } from '@tether/test-kit';
 import pg from 'pg';
 
 // Cleanup ------------------------------------------------------------------------------------------------
@@ -169,15 +169,7 @@ export async function createPostgresDatabase(
   settings: Record<string, string> = {},
 ): Promise<{ url: string; name: string; drop(): Promise<void> }> {
   const name = `bench_${randomBytes(6).toString('hex')}`;
-  const admin = async (sql: string) => {
-    const client = new pg.Client({ connectionString: POSTGRES_ADMIN_URL });
-    await client.connect();
-    try {
-      await client.query(sql);
-    } finally {
-      await client.end();
-    }
-  };
+  const admin = (sql: string) => postgres(POSTGRES_ADMIN_URL, sql);
   await admin(`CREATE DATABASE ${name}`);
   const drop = onCleanup(() => admin(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`));
   // Defaults for every session opened on it later (e.g. synchronous_commit); names and values are the bench's own.

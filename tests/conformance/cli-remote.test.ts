@@ -1,52 +1,24 @@
 // Remote-mode CLI behaviours of codex-rs/cli/tests/exec_server.rs, run against codex
 // (`codex exec-server --remote`) and tether (`executor --remote`, Codex's spelling of its `--registry`) behind a
 // test registry and relay. Both read the key from CODEX_API_KEY.
-import { runPeer, startPeer, startTestRendezvous, type TestRendezvous, waitUntil } from '@tether/test-kit';
-import { afterEach, describe, expect, it } from 'vitest';
-import { KIND_CASES, sh, useHarness } from './support.ts';
+import { runPeer, startPeer, startTestRendezvous, waitUntil } from '@tether/test-kit';
+import { describe, expect, it } from 'vitest';
+import { closedAfterEach, expectStopOnStdinClose, KIND_CASES, startParentLifetime, useHarness } from './support.ts';
 
 describe.each(KIND_CASES)('cli remote: %s', (_label, kind) => {
   const h = useHarness();
-  const rigs: TestRendezvous[] = [];
-  afterEach(async () => {
-    await Promise.all(rigs.splice(0).map((rig) => rig.close()));
-  });
-
-  async function rig(): Promise<TestRendezvous> {
-    const started = await startTestRendezvous();
-    rigs.push(started);
-    return started;
-  }
+  /** The test registry and relay a test registers with. */
+  const rig = closedAfterEach(startTestRendezvous);
 
   it('gracefully stops when its parent closes stdin, and children never see the switch', async () => {
-    const peer = await h.startRemote(kind, { env: { CODEX_EXEC_SERVER_EXIT_ON_STDIN_CLOSE: 'true' } });
-    const client = await h.connect(peer);
-    await client.call('initialize', { clientName: 'parent-lifetime-test' });
-    client.notify('initialized', {});
-    // Exits at once (status 1) if the switch leaked into its environment; else sleeps until killed.
-    await client.call(
-      'process/start',
-      h.startParams(
-        'parent-lifetime',
-        // biome-ignore lint/suspicious/noTemplateCurlyInString: a shell parameter expansion, not a template
-        sh('[ -z "${CODEX_EXEC_SERVER_EXIT_ON_STDIN_CLOSE+present}" ] && exec /bin/sleep 60'),
-        {
-          env: {},
-          envPolicy: { inherit: 'all', ignoreDefaultExcludes: false, exclude: [], set: {}, includeOnly: [] },
-        },
-      ),
-    );
+    const { peer, client } = await startParentLifetime(h, kind, 'parent-lifetime');
     const running = await client.call<{ exited: boolean; closed: boolean }>('process/read', {
       processId: 'parent-lifetime',
       waitMs: 300,
     });
     expect(running).toMatchObject({ exited: false, closed: false });
     expect(peer.exitStatus()).toBeUndefined();
-
-    peer.stdin.end();
-    const exit = await peer.exited;
-    expect(exit, peer.stderr()).toEqual({ code: 0, signal: null });
-    await waitUntil(() => client.isClosed, 'the relay stream to end with the executor');
+    await expectStopOnStdinClose(peer, client);
   });
 
   it('keeps running while stdin stays open', async () => {

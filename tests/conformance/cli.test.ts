@@ -24,26 +24,26 @@ function readyz(url: string): Promise<number> {
 describe.each(KIND_CASES)('cli: %s', (_label, kind) => {
   const h = useHarness();
 
-  it('--strict-config rejects unknown config fields', async () => {
+  /** A peer with `--strict-config` and this `config.toml`, which must end it with an error (not a timeout). */
+  async function strictConfigRefuses(listen: string, config: string) {
     const run = await runPeer({
       kind,
-      args: ['--strict-config', '--listen', 'ws://127.0.0.1:0'],
-      homeFiles: { 'config.toml': 'foo = "bar"\n' },
+      args: ['--strict-config', '--listen', listen],
+      homeFiles: { 'config.toml': config },
     });
     expect(run.timedOut).toBe(false);
     expect(run.code).not.toBe(0);
+    return run;
+  }
+
+  it('--strict-config rejects unknown config fields', async () => {
+    const run = await strictConfigRefuses('ws://127.0.0.1:0', 'foo = "bar"\n');
     expect(run.stderr).toContain('unknown configuration field');
     expect(run.stdout).toBe('');
   });
 
   it('--strict-config rejects invalid TOML', async () => {
-    const run = await runPeer({
-      kind,
-      args: ['--strict-config', '--listen', 'stdio'],
-      homeFiles: { 'config.toml': 'not valid toml = [\n' },
-    });
-    expect(run.timedOut).toBe(false);
-    expect(run.code).not.toBe(0);
+    const run = await strictConfigRefuses('stdio', 'not valid toml = [\n');
     // codex: `Error: <home>/config.toml:1:5: key with no value, expected \`=\``
     expect(run.stderr).toContain(`${run.home}/config.toml`);
   });

@@ -15,7 +15,7 @@ import {
   waitUntil,
 } from '@tether/test-kit';
 import { describe, expect, it } from 'vitest';
-import { CASES_WITH_REMOTE, sh, useHarness } from './support.ts';
+import { CASES_WITH_REMOTE, type StartParamsExtra, sh, useHarness } from './support.ts';
 
 describe.each(CASES_WITH_REMOTE)('exec_process: %s', (_label, { kind, transport }) => {
   const h = useHarness();
@@ -161,18 +161,33 @@ describe.each(CASES_WITH_REMOTE)('exec_process: %s', (_label, { kind, transport 
     expect([all.output, all.exitCode, all.closed]).toEqual(['late output after exit\n', 0, true]);
   });
 
-  it('write_then_read (tty)', async () => {
-    const { client } = await h.session(kind, transport);
-    await client.call(
-      'process/start',
-      h.startParams('proc-stdin', sh('IFS= read line; printf \'from-stdin:%s\\n\' "$line"'), { tty: true }),
-    );
+  /** Starts `script` as `processId` (with `extra`), writes `text` to it once, and answers the write's status. */
+  async function startThenWrite(
+    client: TestClient,
+    processId: string,
+    script: string,
+    extra: StartParamsExtra,
+    text: string,
+  ): Promise<string> {
+    await client.call('process/start', h.startParams(processId, sh(script), extra));
     const write = await client.call<{ status: string }>('process/write', {
-      processId: 'proc-stdin',
-      chunk: b64('hello\n'),
+      processId,
+      chunk: b64(text),
       writeId: 'write-1',
     });
-    expect(write.status).toBe('accepted');
+    return write.status;
+  }
+
+  it('write_then_read (tty)', async () => {
+    const { client } = await h.session(kind, transport);
+    const status = await startThenWrite(
+      client,
+      'proc-stdin',
+      'IFS= read line; printf \'from-stdin:%s\\n\' "$line"',
+      { tty: true },
+      'hello\n',
+    );
+    expect(status).toBe('accepted');
     const collected = await collectUntilClosed(client, 'proc-stdin');
     expect(collected.output).toContain('from-stdin:hello');
     expect(collected.chunks.every((c) => c.stream === 'pty')).toBe(true);
@@ -182,35 +197,28 @@ describe.each(CASES_WITH_REMOTE)('exec_process: %s', (_label, { kind, transport 
 
   it('write_then_read_without_tty', async () => {
     const { client } = await h.session(kind, transport);
-    await client.call(
-      'process/start',
-      h.startParams('proc-stdin-pipe', sh('IFS= read line; printf \'from-stdin:%s\\n\' "$line"'), { pipeStdin: true }),
+    const status = await startThenWrite(
+      client,
+      'proc-stdin-pipe',
+      'IFS= read line; printf \'from-stdin:%s\\n\' "$line"',
+      { pipeStdin: true },
+      'hello\n',
     );
-    const write = await client.call<{ status: string }>('process/write', {
-      processId: 'proc-stdin-pipe',
-      chunk: b64('hello\n'),
-      writeId: 'write-1',
-    });
-    expect(write.status).toBe('accepted');
+    expect(status).toBe('accepted');
     const collected = await collectUntilClosed(client, 'proc-stdin-pipe');
     expect([collected.output, collected.exitCode, collected.closed]).toEqual(['from-stdin:hello\n', 0, true]);
   });
 
   it('rejects_write_without_pipe_stdin', async () => {
     const { client } = await h.session(kind, transport);
-    await client.call(
-      'process/start',
-      h.startParams(
-        'proc-stdin-closed',
-        sh("sleep 0.3; if IFS= read -r line; then printf 'read:%s\\n' \"$line\"; else printf 'eof\\n'; fi"),
-      ),
+    const status = await startThenWrite(
+      client,
+      'proc-stdin-closed',
+      "sleep 0.3; if IFS= read -r line; then printf 'read:%s\\n' \"$line\"; else printf 'eof\\n'; fi",
+      {},
+      'ignored\n',
     );
-    const write = await client.call<{ status: string }>('process/write', {
-      processId: 'proc-stdin-closed',
-      chunk: b64('ignored\n'),
-      writeId: 'write-1',
-    });
-    expect(write.status).toBe('stdinClosed');
+    expect(status).toBe('stdinClosed');
     const collected = await collectUntilClosed(client, 'proc-stdin-closed');
     expect([collected.output, collected.exitCode, collected.closed]).toEqual(['eof\n', 0, true]);
   });

@@ -160,25 +160,35 @@ describe.each(CASES)('fs handles, walks: %s', (label, { kind, transport }) => {
     });
   });
 
-  it('Tether extension: fs/open mode overwrite writes in place and cuts at close (Codex refuses the mode)', async () => {
-    const dir = scratch();
+  /**
+   * fs/open of `file` in the Tether-only `mode`: Codex refuses the mode (it advertises no `capability`, answers
+   * serde's error and leaves the file as it was), and then answers null; ours advertises `capability` and opens
+   * the file as `handleId`, and answers the client.
+   */
+  async function openInTetherMode(mode: 'overwrite' | 'update', capability: string, handleId: string, file: string) {
     const { client, initializeResult } = await h.session(kind, transport);
     const capabilities = (initializeResult.environmentInfo as { capabilities: Record<string, boolean> }).capabilities;
-    const file = join(dir, 'target');
-    writeFileSync(file, 'the previous contents of this file');
-    const path = fileUri(file);
-    const response = await client.request('fs/open', { handleId: 'o', path, mode: 'overwrite' });
+    const before = readFileSync(file, 'utf8');
+    const response = await client.request('fs/open', { handleId, path: fileUri(file), mode });
     if (kind === 'codex') {
-      expect(capabilities.fileWriteOverwrite).toBeUndefined();
+      expect(capabilities[capability]).toBeUndefined();
       expect(response.error).toEqual({
         code: -32602,
-        message: 'unknown variant `overwrite`, expected `read` or `replace`',
+        message: `unknown variant \`${mode}\`, expected \`read\` or \`replace\``,
       });
-      expect(readFileSync(file, 'utf8')).toBe('the previous contents of this file');
-      return;
+      expect(readFileSync(file, 'utf8')).toBe(before);
+      return null;
     }
-    expect(capabilities.fileWriteOverwrite).toBe(true);
-    expect(response.result).toEqual({ handleId: 'o' });
+    expect(capabilities[capability]).toBe(true);
+    expect(response.result).toEqual({ handleId });
+    return client;
+  }
+
+  it('Tether extension: fs/open mode overwrite writes in place and cuts at close (Codex refuses the mode)', async () => {
+    const file = join(scratch(), 'target');
+    writeFileSync(file, 'the previous contents of this file');
+    const client = await openInTetherMode('overwrite', 'fileWriteOverwrite', 'o', file);
+    if (!client) return;
     await client.call('fs/writeBlock', { handleId: 'o', offset: 0, chunk: b64('new') });
     expect(readFileSync(file, 'utf8')).toBe('new previous contents of this file');
     expect(await client.call('fs/close', { handleId: 'o' })).toEqual({});
@@ -187,22 +197,10 @@ describe.each(CASES)('fs handles, walks: %s', (label, { kind, transport }) => {
 
   it('Tether extension: fs/open mode update resumes a write without truncating (Codex refuses the mode)', async () => {
     const dir = scratch();
-    const { client, initializeResult } = await h.session(kind, transport);
-    const capabilities = (initializeResult.environmentInfo as { capabilities: Record<string, boolean> }).capabilities;
     writeFileSync(join(dir, 'partial'), 'first half|');
     const path = fileUri(join(dir, 'partial'));
-    const response = await client.request('fs/open', { handleId: 'u', path, mode: 'update' });
-    if (kind === 'codex') {
-      expect(capabilities.fileWriteUpdate).toBeUndefined();
-      expect(response.error).toEqual({
-        code: -32602,
-        message: 'unknown variant `update`, expected `read` or `replace`',
-      });
-      expect(readFileSync(join(dir, 'partial'), 'utf8')).toBe('first half|');
-      return;
-    }
-    expect(capabilities.fileWriteUpdate).toBe(true);
-    expect(response.result).toEqual({ handleId: 'u' });
+    const client = await openInTetherMode('update', 'fileWriteUpdate', 'u', join(dir, 'partial'));
+    if (!client) return;
     const { size } = await client.call<{ size: number }>('fs/getMetadata', { path });
     await client.call('fs/writeBlock', { handleId: 'u', offset: size, chunk: b64('second half') });
     await client.call('fs/close', { handleId: 'u' });

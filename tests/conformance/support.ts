@@ -178,6 +178,59 @@ export function useHarness() {
 
 export type Harness = ReturnType<typeof useHarness>;
 
+/** `start` for one test: what it started is closed after the test that started it. */
+export function closedAfterEach<T extends { close(): Promise<unknown> }>(start: () => Promise<T>): () => Promise<T> {
+  const started: T[] = [];
+  afterEach(async () => {
+    await Promise.all(started.splice(0).map((it) => it.close()));
+  });
+  return async () => {
+    const it = await start();
+    started.push(it);
+    return it;
+  };
+}
+
+/**
+ * The seed's parent-lifetime scenario (`remote_exec_server_gracefully_stops_when_parent_stdin_closes`): a remote
+ * peer started with CODEX_EXEC_SERVER_EXIT_ON_STDIN_CLOSE=true (and `options`), an initialized client of it, and
+ * a process `processId` that exits at once (status 1) if the switch leaked into its environment, else sleeps.
+ */
+export async function startParentLifetime(
+  h: Harness,
+  kind: PeerKind,
+  processId: string,
+  options: Partial<StartPeerOptions> = {},
+): Promise<{ peer: PeerHandle; client: TestClient }> {
+  const peer = await h.startRemote(kind, {
+    ...options,
+    env: { ...options.env, CODEX_EXEC_SERVER_EXIT_ON_STDIN_CLOSE: 'true' },
+  });
+  const client = await h.connect(peer);
+  await client.call('initialize', { clientName: 'parent-lifetime-test' });
+  client.notify('initialized', {});
+  await client.call(
+    'process/start',
+    h.startParams(
+      processId,
+      // biome-ignore lint/suspicious/noTemplateCurlyInString: a shell parameter expansion, not a template
+      sh('[ -z "${CODEX_EXEC_SERVER_EXIT_ON_STDIN_CLOSE+present}" ] && exec /bin/sleep 60'),
+      {
+        env: {},
+        envPolicy: { inherit: 'all', ignoreDefaultExcludes: false, exclude: [], set: {}, includeOnly: [] },
+      },
+    ),
+  );
+  return { peer, client };
+}
+
+/** Closes the stdin of a parent-lifetime `peer`: it must exit 0, and its relay stream end with it. */
+export async function expectStopOnStdinClose(peer: PeerHandle, client: TestClient): Promise<void> {
+  peer.stdin.end();
+  expect(await peer.exited, peer.stderr()).toEqual({ code: 0, signal: null });
+  await waitUntil(() => client.isClosed, 'the relay stream to end with the executor');
+}
+
 /** `sh -c SCRIPT` argv. */
 export function sh(script: string): string[] {
   return ['/bin/sh', '-c', script];

@@ -10,10 +10,9 @@ import {
   metricPoints,
   type OtlpCollector,
   startOtlpCollector,
-  waitUntil,
 } from '@tether/test-kit';
-import { afterEach, describe, expect, it } from 'vitest';
-import { KIND_CASES, sh, useHarness } from './support.ts';
+import { describe, expect, it } from 'vitest';
+import { closedAfterEach, expectStopOnStdinClose, KIND_CASES, startParentLifetime, useHarness } from './support.ts';
 
 /** The seed's config.toml, with `[analytics] enabled` as given. */
 function telemetryConfig(metricsUrl: string, analytics = true): string {
@@ -31,16 +30,7 @@ const NO_PROXY = { NO_PROXY: '127.0.0.1,localhost', no_proxy: '127.0.0.1,localho
 
 describe.each(KIND_CASES)('telemetry: %s', (_label, kind) => {
   const h = useHarness();
-  const collectors: OtlpCollector[] = [];
-  afterEach(async () => {
-    await Promise.all(collectors.splice(0).map((c) => c.close()));
-  });
-
-  async function collector(): Promise<OtlpCollector> {
-    const started = await startOtlpCollector();
-    collectors.push(started);
-    return started;
-  }
+  const collector = closedAfterEach(() => startOtlpCollector());
 
   /** The seed's assert_metric_point over everything the collector received. */
   function expectPoint(c: OtlpCollector, name: string, attributes: Record<string, string>, value?: number) {
@@ -51,17 +41,23 @@ describe.each(KIND_CASES)('telemetry: %s', (_label, kind) => {
     ).toBe(true);
   }
 
+  /** A peer over `transport` exporting its metrics to `metricsUrl`, and an initialized client of it. */
+  async function exportingSession(transport: 'stdio' | 'ws', metricsUrl: string, analytics = true) {
+    const peer = await h.start(kind, transport, {
+      homeFiles: { 'config.toml': telemetryConfig(metricsUrl, analytics) },
+      env: NO_PROXY,
+    });
+    const client = await h.connect(peer);
+    await initialize(client, { clientName: 'otel-test', resumeSessionId: null });
+    return { peer, client };
+  }
+
   /**
    * stdio session: initialize, a process that exits 0 on its own, the seed's `sleep 60`, then stdin
    * closes. Returns the exit status.
    */
   async function stdioRun(c: OtlpCollector, analytics: boolean) {
-    const peer = await h.start(kind, 'stdio', {
-      homeFiles: { 'config.toml': telemetryConfig(c.metricsUrl, analytics) },
-      env: NO_PROXY,
-    });
-    const client = await h.connect(peer);
-    await initialize(client, { clientName: 'otel-test', resumeSessionId: null });
+    const { peer, client } = await exportingSession('stdio', c.metricsUrl, analytics);
     await client.call('process/start', h.startParams('otel-short', ['/bin/true']));
     const short = await collectUntilClosed(client, 'otel-short');
     expect(short.exitCode).toBe(0);
@@ -113,12 +109,7 @@ describe.each(KIND_CASES)('telemetry: %s', (_label, kind) => {
   it('a collector that refuses connections does not change the exit status', async () => {
     const gone = await startOtlpCollector();
     await gone.close();
-    const peer = await h.start(kind, 'stdio', {
-      homeFiles: { 'config.toml': telemetryConfig(gone.metricsUrl) },
-      env: NO_PROXY,
-    });
-    const client = await h.connect(peer);
-    await initialize(client, { clientName: 'otel-test', resumeSessionId: null });
+    const { peer, client } = await exportingSession('stdio', gone.metricsUrl);
     await client.call('process/start', h.startParams('otel-process', ['/bin/sleep', '60']));
     peer.stdin.end();
     expect(await peer.exited, peer.stderr()).toEqual({ code: 0, signal: null });
@@ -126,12 +117,7 @@ describe.each(KIND_CASES)('telemetry: %s', (_label, kind) => {
 
   it('an unknown method is counted under `unknown`, its error as `error`', async () => {
     const c = await collector();
-    const peer = await h.start(kind, 'stdio', {
-      homeFiles: { 'config.toml': telemetryConfig(c.metricsUrl) },
-      env: NO_PROXY,
-    });
-    const client = await h.connect(peer);
-    await initialize(client, { clientName: 'otel-test', resumeSessionId: null });
+    const { peer, client } = await exportingSession('stdio', c.metricsUrl);
     const response = await client.request('no-such/method-with-a-long-name', {});
     expect(response.error?.code).toBe(-32601);
     peer.stdin.end();
@@ -142,12 +128,7 @@ describe.each(KIND_CASES)('telemetry: %s', (_label, kind) => {
 
   it('SIGTERM on a WebSocket server: exit 0 after the metrics are flushed', async () => {
     const c = await collector();
-    const peer = await h.start(kind, 'ws', {
-      homeFiles: { 'config.toml': telemetryConfig(c.metricsUrl) },
-      env: NO_PROXY,
-    });
-    const client = await h.connect(peer);
-    await initialize(client, { clientName: 'otel-test', resumeSessionId: null });
+    const { peer, client } = await exportingSession('ws', c.metricsUrl);
     await client.call('process/start', h.startParams('otel-sigterm', ['/bin/sleep', '60']));
     peer.kill('SIGTERM');
     expect(await peer.exited, peer.stderr()).toEqual({ code: 0, signal: null });
@@ -172,32 +153,13 @@ describe.each(KIND_CASES)('telemetry: %s', (_label, kind) => {
 
   it('remote: stops when its parent closes stdin and flushes the process metrics first', async () => {
     const c = await collector();
-    const peer = await h.startRemote(kind, {
+    const { peer, client } = await startParentLifetime(h, kind, 'parent-lifetime-process', {
       homeFiles: { 'config.toml': telemetryConfig(c.metricsUrl) },
-      env: { ...NO_PROXY, CODEX_EXEC_SERVER_EXIT_ON_STDIN_CLOSE: 'true' },
+      env: NO_PROXY,
       args: ['--concurrent-requests', '2'],
     });
-    const client = await h.connect(peer);
-    await client.call('initialize', { clientName: 'parent-lifetime-test' });
-    client.notify('initialized', {});
-    await client.call(
-      'process/start',
-      h.startParams(
-        'parent-lifetime-process',
-        // biome-ignore lint/suspicious/noTemplateCurlyInString: a shell parameter expansion, not a template
-        sh('[ -z "${CODEX_EXEC_SERVER_EXIT_ON_STDIN_CLOSE+present}" ] && exec /bin/sleep 60'),
-        {
-          env: {},
-          envPolicy: { inherit: 'all', ignoreDefaultExcludes: false, exclude: [], set: {}, includeOnly: [] },
-        },
-      ),
-    );
     expect(peer.exitStatus()).toBeUndefined();
-
-    peer.stdin.end();
-    const exit = await peer.exited;
-    expect(exit, peer.stderr()).toEqual({ code: 0, signal: null });
-    await waitUntil(() => client.isClosed, 'the relay stream to end with the executor');
+    await expectStopOnStdinClose(peer, client);
 
     expectPoint(c, 'exec_server_processes_active', {}, 0);
     expectPoint(c, 'exec_server_processes_finished_total', { result: 'terminated' }, 1);

@@ -42,6 +42,11 @@ async function startSleepers(client: TestClient, startParams: Record<string, unk
 describe.each(CASES)('transport: %s', (_label, { kind, transport }) => {
   const h = useHarness();
   const sleepers = (processId: string) => h.startParams(processId, sh('sleep 1000 & echo "$! $$"; wait'));
+  /** Sleepers under `${prefix}1` on pipes and `${prefix}2` on a terminal: the pids of both shells and sleeps. */
+  const pipeAndTtySleepers = async (client: TestClient, prefix: string) => [
+    ...(await startSleepers(client, sleepers(`${prefix}1`))),
+    ...(await startSleepers(client, { ...sleepers(`${prefix}2`), tty: true })),
+  ];
 
   if (transport === 'ws') {
     describe('websocket listener', () => {
@@ -135,10 +140,7 @@ describe.each(CASES)('transport: %s', (_label, { kind, transport }) => {
 
       it('SIGTERM → exit code 0 and every child (process groups included) is killed', async () => {
         const { peer, client } = await h.session(kind, transport);
-        const pids = [
-          ...(await startSleepers(client, sleepers('s1'))),
-          ...(await startSleepers(client, { ...sleepers('s2'), tty: true })),
-        ];
+        const pids = await pipeAndTtySleepers(client, 's');
         peer.kill('SIGTERM');
         expect(await peer.exited).toEqual({ code: 0, signal: null });
         await client.closed;
@@ -150,10 +152,7 @@ describe.each(CASES)('transport: %s', (_label, { kind, transport }) => {
       if (kind === 'tether') {
         it('SIGKILL of the executor still kills every child, grandchildren and ttys included', async () => {
           const { peer, client } = await h.session(kind, transport);
-          const pids = [
-            ...(await startSleepers(client, sleepers('k1'))),
-            ...(await startSleepers(client, { ...sleepers('k2'), tty: true })),
-          ];
+          const pids = await pipeAndTtySleepers(client, 'k');
           peer.kill('SIGKILL');
           expect(await peer.exited).toEqual({ code: null, signal: 'SIGKILL' });
           for (const pid of pids) await waitUntil(() => !isAlive(pid), `pid ${pid} to die`);
@@ -166,10 +165,7 @@ describe.each(CASES)('transport: %s', (_label, { kind, transport }) => {
     describe('stdio lifecycle', () => {
       it('stdin EOF → exit code 0 and every child is killed', async () => {
         const { peer, client } = await h.session(kind, transport);
-        const pids = [
-          ...(await startSleepers(client, sleepers('s1'))),
-          ...(await startSleepers(client, { ...sleepers('s2'), tty: true })),
-        ];
+        const pids = await pipeAndTtySleepers(client, 's');
         peer.stdin.end();
         expect(await peer.exited).toEqual({ code: 0, signal: null });
         for (const pid of pids) await waitUntil(() => !isAlive(pid), `pid ${pid} to die`);

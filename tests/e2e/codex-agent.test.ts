@@ -139,6 +139,24 @@ describe.each(CASES)('codex exec agent → %s', (_label, { kind, path }) => {
     return { seen: () => seen, stop: () => clearInterval(timer) };
   }
 
+  /**
+   * The agent under `-s policy` runs `cmd` (which sleeps `seconds`, for watchForSleep) and ends: it must exit 0,
+   * and the command must have run under the exec server. Answers the run.
+   */
+  async function runSandboxed(policy: string, cmd: string, seconds: string): Promise<AgentRun> {
+    const watch = watchForSleep(seconds);
+    const run = await runAgent(
+      [
+        { type: 'call', name: 'exec_command', arguments: { cmd } },
+        { type: 'message', text: `${policy} done` },
+      ],
+      ['-s', policy],
+    ).finally(watch.stop);
+    expect(run.code, run.stderr).toBe(0);
+    expect(watch.seen(), 'the command ran under the exec server').toBe(true);
+    return run;
+  }
+
   /** The pid a command printed as `PPID=N` is the exec server's or a descendant's. */
   function expectRanOnExecutor(output: string | undefined) {
     const match = /PPID=(\d+)/.exec(output ?? '');
@@ -163,21 +181,12 @@ describe.each(CASES)('codex exec agent → %s', (_label, { kind, path }) => {
   it('under -s workspace-write: writes in the workspace land, writes elsewhere fail with a read-only file system', async () => {
     // Outside /tmp, which the policy makes writable.
     const outside = mkdtempSync('/var/tmp/tether-codex-agent-outside-');
-    const watch = watchForSleep('0.731');
     try {
-      const run = await runAgent(
-        [
-          {
-            type: 'call',
-            name: 'exec_command',
-            arguments: { cmd: `touch written-here && echo inside-ok; touch ${outside}/x; sleep 0.731; exit 0` },
-          },
-          { type: 'message', text: 'sandboxed done' },
-        ],
-        ['-s', 'workspace-write'],
-      ).finally(watch.stop);
-      expect(run.code, run.stderr).toBe(0);
-      expect(watch.seen(), 'the command ran under the exec server').toBe(true);
+      const run = await runSandboxed(
+        'workspace-write',
+        `touch written-here && echo inside-ok; touch ${outside}/x; sleep 0.731; exit 0`,
+        '0.731',
+      );
       expect(run.outputs[0]).toContain('inside-ok');
       expect(run.outputs[0]).toContain(`touch: cannot touch '${outside}/x': Read-only file system`);
       expect(existsSync(join(work, 'written-here'))).toBe(true);
@@ -188,20 +197,11 @@ describe.each(CASES)('codex exec agent → %s', (_label, { kind, path }) => {
   });
 
   it('under -s read-only: nothing is writable, not even the workspace, and there is no network', async () => {
-    const watch = watchForSleep('0.732');
-    const run = await runAgent(
-      [
-        {
-          type: 'call',
-          name: 'exec_command',
-          arguments: { cmd: 'touch read-only-attempt; sleep 0.732; exec 3<>/dev/tcp/127.0.0.1/9; exit 0' },
-        },
-        { type: 'message', text: 'read-only done' },
-      ],
-      ['-s', 'read-only'],
-    ).finally(watch.stop);
-    expect(run.code, run.stderr).toBe(0);
-    expect(watch.seen(), 'the command ran under the exec server').toBe(true);
+    const run = await runSandboxed(
+      'read-only',
+      'touch read-only-attempt; sleep 0.732; exec 3<>/dev/tcp/127.0.0.1/9; exit 0',
+      '0.732',
+    );
     expect(run.outputs[0]).toContain("touch: cannot touch 'read-only-attempt': Read-only file system");
     expect(run.outputs[0]).toContain('socket: Operation not permitted');
     expect(existsSync(join(work, 'read-only-attempt'))).toBe(false);

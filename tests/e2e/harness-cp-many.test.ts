@@ -3,19 +3,16 @@ import {
   chmodSync,
   lstatSync,
   mkdirSync,
-  mkdtempSync,
   readdirSync,
   readFileSync,
-  rmSync,
   statSync,
   utimesSync,
   writeFileSync,
 } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { type PeerHandle, type Stack, startStack } from '@tether/test-kit';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { harnessWithPeakRss, peakRssMib } from './harness-memory.js';
+import { useExecutorStack } from './stack-suite.ts';
 
 const ENVIRONMENT = 'env-cp-many';
 const CODEX_ENVIRONMENT = 'env-cp-many-codex';
@@ -72,41 +69,32 @@ function expectSameBytes(source: string, copy: string): void {
 }
 
 describe('harness cp -r of many small files through registry, relay and executor', () => {
-  let stack: Stack;
-  let executor: PeerHandle;
-  let dir: string;
+  const suite = useExecutorStack(ENVIRONMENT, { dirPrefix: 'tether-cp-many-e2e-' });
   let source: string;
-  let env: NodeJS.ProcessEnv;
 
-  beforeAll(async () => {
-    dir = mkdtempSync(join(tmpdir(), 'tether-cp-many-e2e-'));
-    source = join(dir, 'tree');
+  beforeAll(() => {
+    source = join(suite.dir, 'tree');
     makeTree(source, FILES);
-    stack = await startStack();
-    executor = await stack.startExecutor('tether', ENVIRONMENT);
-    env = { TETHER_HARNESS_REGISTRY: stack.registryUrl, TETHER_HARNESS_API_KEY: stack.keys.harness };
-  }, 120_000);
-
-  afterAll(async () => {
-    await stack?.close();
-    if (dir) rmSync(dir, { recursive: true, force: true });
   });
 
   it(`moves ${FILES} files up and back, every byte equal, with bounded memory`, { timeout: 300_000 }, async () => {
     let executorPeak = 0;
     const sampler = setInterval(() => {
-      executorPeak = Math.max(executorPeak, peakRssMib(executor.pid));
+      executorPeak = Math.max(executorPeak, peakRssMib(suite.executor.pid));
     }, 20);
     try {
-      const up = await harness(['cp', '-r', source, `${ENVIRONMENT}:${dir}/up`], env);
+      const up = await harness(['cp', '-r', source, `${ENVIRONMENT}:${suite.dir}/up`], suite.env);
       expect(up.stderr).toMatch(/^copied 2000 file\(s\) in \d+ dir\(s\), .* sha256 verified\n$/);
       expect(up.code).toBe(0);
-      expectSameBytes(source, join(dir, 'up'));
+      expectSameBytes(source, join(suite.dir, 'up'));
 
-      const down = await harness(['cp', '-q', '-r', `${ENVIRONMENT}:${dir}/up`, join(dir, 'down')], env);
+      const down = await harness(
+        ['cp', '-q', '-r', `${ENVIRONMENT}:${suite.dir}/up`, join(suite.dir, 'down')],
+        suite.env,
+      );
       expect(down.stderr).toBe('');
       expect(down.code).toBe(0);
-      expectSameBytes(source, join(dir, 'down'));
+      expectSameBytes(source, join(suite.dir, 'down'));
 
       expect(up.peakMib, 'harness peak RSS uploading (MiB)').toBeLessThan(RSS_BOUND_MIB);
       expect(down.peakMib, 'harness peak RSS downloading (MiB)').toBeLessThan(RSS_BOUND_MIB);
@@ -125,49 +113,55 @@ describe('harness cp -r of many small files through registry, relay and executor
     const file = 'a2/b0/f2.bin';
     const atimeMs = (root: string) => statSync(join(root, file), { bigint: true }).atimeNs / 1_000_000n;
     const sourceAtime = atimeMs(source);
-    const up = await harness(['cp', '-q', '-r', '-p', source, `${ENVIRONMENT}:${dir}/up-p`], env);
+    const up = await harness(['cp', '-q', '-r', '-p', source, `${ENVIRONMENT}:${suite.dir}/up-p`], suite.env);
     expect(up.stderr).toBe('');
     expect(up.code).toBe(0);
-    expect(describeTree(join(dir, 'up-p'), true)).toEqual(describeTree(source, true));
-    const upAtime = atimeMs(join(dir, 'up-p'));
+    expect(describeTree(join(suite.dir, 'up-p'), true)).toEqual(describeTree(source, true));
+    const upAtime = atimeMs(join(suite.dir, 'up-p'));
     expect(upAtime).toBe(sourceAtime);
 
-    const down = await harness(['cp', '-q', '-r', '-p', `${ENVIRONMENT}:${dir}/up-p`, join(dir, 'down-p')], env);
+    const down = await harness(
+      ['cp', '-q', '-r', '-p', `${ENVIRONMENT}:${suite.dir}/up-p`, join(suite.dir, 'down-p')],
+      suite.env,
+    );
     expect(down.stderr).toBe('');
     expect(down.code).toBe(0);
-    expect(describeTree(join(dir, 'down-p'), true)).toEqual(describeTree(source, true));
-    expect(atimeMs(join(dir, 'down-p'))).toBe(upAtime);
-    expectSameBytes(source, join(dir, 'up-p'));
-    expectSameBytes(source, join(dir, 'down-p'));
+    expect(describeTree(join(suite.dir, 'down-p'), true)).toEqual(describeTree(source, true));
+    expect(atimeMs(join(suite.dir, 'down-p'))).toBe(upAtime);
+    expectSameBytes(source, join(suite.dir, 'up-p'));
+    expectSameBytes(source, join(suite.dir, 'down-p'));
 
     // Without -p the times are the copy's own.
-    const plain = await harness(['cp', '-q', '-r', source, `${ENVIRONMENT}:${dir}/plain`], env);
+    const plain = await harness(['cp', '-q', '-r', source, `${ENVIRONMENT}:${suite.dir}/plain`], suite.env);
     expect(plain.code).toBe(0);
-    expect(statSync(join(dir, 'plain', file)).mtimeMs).toBeGreaterThan(Date.now() - 3_600_000);
+    expect(statSync(join(suite.dir, 'plain', file)).mtimeMs).toBeGreaterThan(Date.now() - 3_600_000);
   });
 
   it('against codex exec-server (no fileBatch): still copies file by file; -p is refused with a clear error', {
     timeout: 300_000,
   }, async () => {
-    await stack.startExecutor('codex', CODEX_ENVIRONMENT);
-    const small = join(dir, 'small');
+    await suite.stack.startExecutor('codex', CODEX_ENVIRONMENT);
+    const small = join(suite.dir, 'small');
     makeTree(small, 120);
-    const up = await harness(['cp', '-q', '-r', small, `${CODEX_ENVIRONMENT}:${dir}/codex-up`], env);
+    const up = await harness(['cp', '-q', '-r', small, `${CODEX_ENVIRONMENT}:${suite.dir}/codex-up`], suite.env);
     expect(up.stderr).toBe('');
     expect(up.code).toBe(0);
-    expectSameBytes(small, join(dir, 'codex-up'));
+    expectSameBytes(small, join(suite.dir, 'codex-up'));
     const down = await harness(
-      ['cp', '-q', '-r', `${CODEX_ENVIRONMENT}:${dir}/codex-up`, join(dir, 'codex-down')],
-      env,
+      ['cp', '-q', '-r', `${CODEX_ENVIRONMENT}:${suite.dir}/codex-up`, join(suite.dir, 'codex-down')],
+      suite.env,
     );
     expect(down.stderr).toBe('');
     expect(down.code).toBe(0);
-    expectSameBytes(small, join(dir, 'codex-down'));
+    expectSameBytes(small, join(suite.dir, 'codex-down'));
 
-    const refused = await harness(['cp', '-q', '-r', '-p', small, `${CODEX_ENVIRONMENT}:${dir}/codex-p`], env);
+    const refused = await harness(
+      ['cp', '-q', '-r', '-p', small, `${CODEX_ENVIRONMENT}:${suite.dir}/codex-p`],
+      suite.env,
+    );
     expect(refused.code).not.toBe(0);
     expect(refused.stderr).toContain(
-      `-p needs file modes and times from both sides, and ${CODEX_ENVIRONMENT}:${dir}/codex-p is on an executor without Tether's fileMetadata`,
+      `-p needs file modes and times from both sides, and ${CODEX_ENVIRONMENT}:${suite.dir}/codex-p is on an executor without Tether's fileMetadata`,
     );
   });
 });

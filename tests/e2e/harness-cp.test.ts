@@ -7,12 +7,11 @@
  */
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { createReadStream, mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { createReadStream } from 'node:fs';
 import { join } from 'node:path';
-import { type PeerHandle, type Stack, startStack } from '@tether/test-kit';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { harnessWithPeakRss, peakRssMib } from './harness-memory.js';
+import { useExecutorStack } from './stack-suite.ts';
 
 const ENVIRONMENT = 'env-cp-e2e';
 const SIZE_MIB = 96;
@@ -28,37 +27,25 @@ async function sha256File(path: string): Promise<string> {
 const harness = harnessWithPeakRss;
 
 describe('harness cp through registry, relay and executor', () => {
-  let stack: Stack;
-  let executor: PeerHandle;
-  let dir: string;
-  let env: NodeJS.ProcessEnv;
-
-  beforeAll(async () => {
-    dir = mkdtempSync(join(tmpdir(), 'tether-cp-e2e-'));
-    stack = await startStack();
-    executor = await stack.startExecutor('tether', ENVIRONMENT);
-    env = { TETHER_HARNESS_REGISTRY: stack.registryUrl, TETHER_HARNESS_API_KEY: stack.keys.harness };
-  });
-
-  afterAll(async () => {
-    await stack?.close();
-    if (dir) rmSync(dir, { recursive: true, force: true });
-  });
+  const suite = useExecutorStack(ENVIRONMENT, { dirPrefix: 'tether-cp-e2e-' });
 
   /** Up and back down, each copy's sha256 checked; the harness's peak RSS each way. */
   async function roundTrip(name: string, mib: number): Promise<{ up: number; down: number }> {
-    const source = join(dir, `${name}.bin`);
+    const source = join(suite.dir, `${name}.bin`);
     const make = spawn('/bin/sh', ['-c', `head -c ${mib * 1024 * 1024} /dev/urandom > '${source}'`]);
     await new Promise((resolve) => make.once('exit', resolve));
     const expected = await sha256File(source);
-    const up = await harness(['cp', '-q', source, `${ENVIRONMENT}:${dir}/${name}.remote`], env);
+    const up = await harness(['cp', '-q', source, `${ENVIRONMENT}:${suite.dir}/${name}.remote`], suite.env);
     expect(up.stderr).toBe('');
     expect(up.code).toBe(0);
-    expect(await sha256File(join(dir, `${name}.remote`))).toBe(expected);
-    const down = await harness(['cp', '-q', `${ENVIRONMENT}:${dir}/${name}.remote`, join(dir, `${name}.back`)], env);
+    expect(await sha256File(join(suite.dir, `${name}.remote`))).toBe(expected);
+    const down = await harness(
+      ['cp', '-q', `${ENVIRONMENT}:${suite.dir}/${name}.remote`, join(suite.dir, `${name}.back`)],
+      suite.env,
+    );
     expect(down.stderr).toBe('');
     expect(down.code).toBe(0);
-    expect(await sha256File(join(dir, `${name}.back`))).toBe(expected);
+    expect(await sha256File(join(suite.dir, `${name}.back`))).toBe(expected);
     expect(up.peakMib).toBeGreaterThan(0);
     expect(down.peakMib).toBeGreaterThan(0);
     return { up: up.peakMib, down: down.peakMib };
@@ -66,10 +53,10 @@ describe('harness cp through registry, relay and executor', () => {
 
   it(`moves ${SIZE_MIB} MiB up and back with equal sha256 and bounded memory`, { timeout: 300_000 }, async () => {
     const small = await roundTrip('small', 1);
-    const executorBase = peakRssMib(executor.pid);
+    const executorBase = peakRssMib(suite.executor.pid);
     expect(executorBase).toBeGreaterThan(0);
     const big = await roundTrip('big', SIZE_MIB);
-    const executorPeak = peakRssMib(executor.pid);
+    const executorPeak = peakRssMib(suite.executor.pid);
     console.log(
       `harness cp peak RSS (MiB): harness up ${small.up.toFixed(0)} → ${big.up.toFixed(0)}, down ${small.down.toFixed(0)} → ${big.down.toFixed(0)}; executor ${executorBase.toFixed(0)} → ${executorPeak.toFixed(0)}`,
     );

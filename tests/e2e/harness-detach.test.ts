@@ -6,16 +6,15 @@
  * several at once, detach keys); `kill` signals it. Every error has its exit code.
  */
 import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { existsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { findProcesses, repoRoot, type Stack, startStack, startTmux, type Tmux } from '@tether/test-kit';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { repoRoot, type Stack, startStack, type Tmux } from '@tether/test-kit';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { quote, useTerminals, useWork } from './stack-suite.ts';
 
 const ENVIRONMENT = 'detach-e2e';
 const LIMITED = 'detach-limit-e2e';
 const CODEX = 'detach-codex-e2e';
-const work = mkdtempSync(join(tmpdir(), 'tether-harness-detach-'));
 /**
  * The executor's `[sessions] detached_ttl_sec`, short here (the default is 30 s): a session ends that long after
  * its connection did, and a detached process must outlive it.
@@ -23,9 +22,9 @@ const work = mkdtempSync(join(tmpdir(), 'tether-harness-detach-'));
 const DETACHED_TTL_SECONDS = 2;
 const bin = join(repoRoot(), 'apps', 'harness', 'dist', 'main.js');
 let stack: Stack;
-const terminals: Tmux[] = [];
-
-const quote = (word: string) => `'${word.replace(/'/g, `'\\''`)}'`;
+// Every detached process runs with --cwd work: the executors' shutdown must end them all.
+const work = useWork('tether-harness-detach-', () => stack);
+const startTerminal = useTerminals();
 
 function harnessEnv(environment: string, apiKey = stack.keys.harness): Record<string, string> {
   return {
@@ -74,14 +73,12 @@ async function startDetached(script: string, flags: string[] = [], environment =
 
 /** The harness bin in a fresh tmux window (startTmux shows its exit status when it ends). */
 async function terminal(args: string[], size = { cols: 100, rows: 30 }): Promise<Tmux> {
-  const tmux = await startTmux({
+  return startTerminal({
     command: [process.execPath, bin, ...args].map(quote).join(' '),
     cwd: work,
     ...size,
     env: harnessEnv(ENVIRONMENT),
   });
-  terminals.push(tmux);
-  return tmux;
 }
 
 /** The harness's exit status in `tmux`. */
@@ -105,17 +102,6 @@ beforeAll(async () => {
   await stack.startExecutor('tether', LIMITED, { args: ['--max-detached-processes', '1'] });
   await stack.startExecutor('codex', CODEX);
 }, 120_000);
-
-afterEach(async () => {
-  for (const tmux of terminals.splice(0)) await tmux.close();
-});
-
-afterAll(async () => {
-  await stack?.close();
-  // Every detached process ran with --cwd work: the executors' shutdown must have ended them all.
-  expect(findProcesses({ cwdUnder: work })).toEqual([]);
-  rmSync(work, { recursive: true, force: true });
-});
 
 describe('harness exec -d, ps, attach', () => {
   it(`a detached process outlives its session (twice the ${DETACHED_TTL_SECONDS} s detach TTL with no harness connected); attach then shows its later output and exit code`, {

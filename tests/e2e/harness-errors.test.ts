@@ -1,10 +1,10 @@
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { generateIdentity, publicKeyToJson } from '@tether/noise';
-import { findProcesses, type PeerKind, repoRoot, runToEnd, type Stack, startStack } from '@tether/test-kit';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type PeerKind, repoRoot, runToEnd, type Stack, startStack } from '@tether/test-kit';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { useWork } from './stack-suite.ts';
 
 interface Outcome {
   code: number | null;
@@ -44,8 +44,9 @@ async function closedPort(): Promise<number> {
   return port;
 }
 
-const work = mkdtempSync(join(tmpdir(), 'tether-harness-errors-'));
 let stack: Stack;
+// Every remote command runs in `work`: none may be left.
+const work = useWork('tether-harness-errors-', () => stack);
 
 beforeAll(async () => {
   stack = await startStack();
@@ -58,13 +59,6 @@ beforeAll(async () => {
   writeFileSync(join(work, 'bin', 'data-on-path'), 'echo ran\n');
   chmodSync(join(work, 'bin', 'data-on-path'), 0o755);
 }, 120_000);
-
-afterAll(async () => {
-  await stack?.close();
-  // Every remote command ran in `work`: none may be left.
-  expect(findProcesses({ cwdUnder: work })).toEqual([]);
-  rmSync(work, { recursive: true, force: true });
-});
 
 const envFor = (id: string): NodeJS.ProcessEnv => ({
   TETHER_HARNESS_REGISTRY: stack.registryUrl,

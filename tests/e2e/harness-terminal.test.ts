@@ -1,27 +1,17 @@
-/**
- * The harness at a real terminal (a private tmux server), through the whole product path: the harness bin
- * → registry bin → relay bin → our executor in remote mode. The window's size follows tmux's resize, the
- * terminal's TERM reaches the remote side, Ctrl-C reaches the remote process, `harness shell` is a login
- * shell, and exit codes come back.
- */
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { findProcesses, repoRoot, type Stack, startStack, startTmux, type Tmux } from '@tether/test-kit';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { findProcesses, repoRoot, type Stack, startStack, type Tmux } from '@tether/test-kit';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { quote, useTerminals, useWork } from './stack-suite.ts';
 
 const ENVIRONMENT = 'terminal-e2e';
-const work = mkdtempSync(join(tmpdir(), 'tether-harness-terminal-'));
 const bin = join(repoRoot(), 'apps', 'harness', 'dist', 'main.js');
 let stack: Stack;
-const terminals: Tmux[] = [];
-
-/** A shell word (single-quoted). */
-const quote = (word: string) => `'${word.replace(/'/g, `'\\''`)}'`;
+const work = useWork('tether-harness-terminal-', () => stack);
+const startTerminal = useTerminals();
 
 /** The harness bin with `args`, in a fresh tmux window of cols x rows, run from `work`. */
 async function terminal(args: string[], size = { cols: 100, rows: 30 }, after = ''): Promise<Tmux> {
-  const tmux = await startTmux({
+  return startTerminal({
     // startTmux shows the command's exit status; `after` runs once the harness has ended and keeps its
     // status (`(exit N)`). The shell ignores Ctrl-C's SIGINT (so that it lives to report); the harness
     // installs its own handler. The tests look for output the remote side repeats or prints on a key,
@@ -36,9 +26,11 @@ async function terminal(args: string[], size = { cols: 100, rows: 30 }, after = 
       TETHER_CONFIG: join(work, 'no-config.toml'),
     },
   });
-  terminals.push(tmux);
-  return tmux;
 }
+
+/** `harness exec` (with `flags`, e.g. `-t`) of `/bin/sh -c script` in `work`, at a fresh terminal. */
+const execAtTerminal = (flags: string[], script: string) =>
+  terminal(['exec', ...flags, '--cwd', work, '--', '/bin/sh', '-c', script]);
 
 /**
  * The harness's exit status, once startTmux shows it. A timeout says which processes were still running in
@@ -86,29 +78,12 @@ beforeAll(async () => {
   await stack.startExecutor('tether', ENVIRONMENT, { env: { SHELL: '/bin/bash' } });
 }, 120_000);
 
-afterEach(async () => {
-  for (const tmux of terminals.splice(0)) await tmux.close();
-});
-
-afterAll(async () => {
-  await stack?.close();
-  // The harnesses ran in `work` and so did every remote command (--cwd): none may be left.
-  expect(findProcesses({ cwdUnder: work })).toEqual([]);
-  rmSync(work, { recursive: true, force: true });
-});
-
 describe('harness exec -t at a terminal', { timeout: 60_000 }, () => {
   it('the remote terminal follows the window: stty size changes after tmux resizes it', async () => {
-    const tmux = await terminal([
-      'exec',
-      '-t',
-      '--cwd',
-      work,
-      '--',
-      '/bin/sh',
-      '-c',
+    const tmux = await execAtTerminal(
+      ['-t'],
       'stty size | sed s/^/size=/; while read line; do stty size | sed s/^/size=/; done',
-    ]);
+    );
     await tmux.waitFor('size=30 100');
     await tmux.resize(132, 41);
     await untilSize(tmux, 41, 132);
@@ -135,16 +110,10 @@ describe('harness exec -t at a terminal', { timeout: 60_000 }, () => {
   });
 
   it('Ctrl-C reaches the remote process through its terminal', async () => {
-    const tmux = await terminal([
-      'exec',
-      '-t',
-      '--cwd',
-      work,
-      '--',
-      '/bin/sh',
-      '-c',
+    const tmux = await execAtTerminal(
+      ['-t'],
       'trap "echo interrupted; exit 7" INT; while :; do echo ready; sleep 0.2; done',
-    ]);
+    );
     await tmux.waitFor('ready');
     await tmux.send('C-c');
     await tmux.waitFor('interrupted');
@@ -152,7 +121,7 @@ describe('harness exec -t at a terminal', { timeout: 60_000 }, () => {
   });
 
   it("the remote command's exit code is the harness's", async () => {
-    const tmux = await terminal(['exec', '-t', '--cwd', work, '--', '/bin/sh', '-c', 'exit 42']);
+    const tmux = await execAtTerminal(['-t'], 'exit 42');
     expect(await exitCode(tmux)).toBe(42);
   });
 
@@ -164,15 +133,7 @@ describe('harness exec -t at a terminal', { timeout: 60_000 }, () => {
 
 describe('harness exec without -t at a terminal', { timeout: 60_000 }, () => {
   it('Ctrl-C interrupts the remote process and the harness exits 130, as ssh does', async () => {
-    const tmux = await terminal([
-      'exec',
-      '--cwd',
-      work,
-      '--',
-      '/bin/sh',
-      '-c',
-      'while :; do echo ready; sleep 0.2; done',
-    ]);
+    const tmux = await execAtTerminal([], 'while :; do echo ready; sleep 0.2; done');
     await tmux.waitFor('ready');
     await tmux.send('C-c');
     expect(await exitCode(tmux)).toBe(130);

@@ -22,33 +22,24 @@ import {
   mkdtempSync,
   readdirSync,
   readFileSync,
-  rmSync,
   statSync,
   symlinkSync,
   writeFileSync,
 } from 'node:fs';
 import { createServer as createHttpServer } from 'node:http';
 import { createServer, type Server, type Socket } from 'node:net';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { generateIdentity, publicKeyToJson, SECURITY_PROFILE_HYBRID_IK_V1 } from '@tether/noise';
-import {
-  findProcesses,
-  peerMarkerEnv,
-  repoRoot,
-  type Stack,
-  startStack,
-  startTmux,
-  type Tmux,
-  waitUntil,
-} from '@tether/test-kit';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { findProcesses, peerMarkerEnv, repoRoot, type Stack, startStack, type Tmux, waitUntil } from '@tether/test-kit';
+import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocketServer } from 'ws';
+import { quote, useTerminals, useWork } from './stack-suite.ts';
 
 const ENVIRONMENT = 'unix-e2e';
-const work = mkdtempSync(join(tmpdir(), 'tether-harness-unix-'));
 const bin = join(repoRoot(), 'apps', 'harness', 'dist', 'main.js');
 let stack: Stack;
+// Every remote command of these tests runs in `work`: none may be left.
+const work = useWork('tether-harness-unix-', () => stack);
 
 interface Outcome {
   code: number | null;
@@ -112,12 +103,6 @@ beforeAll(async () => {
   for (let i = 0; i < 2000; i++)
     writeFileSync(join(work, 'many', `${String(i).padStart(4, '0')}-${'x'.repeat(60)}`), '');
 }, 120_000);
-
-afterAll(async () => {
-  await stack?.close();
-  expect(runningIn(work)).toEqual([]);
-  rmSync(work, { recursive: true, force: true });
-});
 
 describe('a closed stdout ends the command at once and quietly, with 141 (128+SIGPIPE)', { timeout: 60_000 }, () => {
   it('harness exec -- seq 1 1000000 | head -2', async () => {
@@ -183,18 +168,13 @@ describe('stdin that is not a terminal is forwarded, as ssh forwards it', { time
 });
 
 describe('at a terminal', { timeout: 60_000 }, () => {
-  const terminals: Tmux[] = [];
-  afterEach(async () => {
-    for (const tmux of terminals.splice(0)) await tmux.close();
-  });
-
-  const quote = (word: string) => `'${word.replace(/'/g, `'\\''`)}'`;
+  const startTerminal = useTerminals();
   let scripts = 0;
   /** `line` run by bash in a fresh tmux window, with `h` as the harness bin and the stack's variables. */
   async function terminal(line: string): Promise<Tmux> {
     const script = join(work, `terminal-${++scripts}.sh`);
     writeFileSync(script, `h() { ${quote(process.execPath)} ${quote(bin)} "$@"; }\n${line}\n`);
-    const tmux = await startTmux({
+    return startTerminal({
       command: `bash ${quote(script)}`,
       cwd: work,
       env: {
@@ -205,8 +185,6 @@ describe('at a terminal', { timeout: 60_000 }, () => {
         TETHER_REUSE: 'no',
       },
     });
-    terminals.push(tmux);
-    return tmux;
   }
 
   it('a terminal on stdin is not forwarded without -t or -i: exec -- cat ends by itself, as before', async () => {

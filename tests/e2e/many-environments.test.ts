@@ -7,12 +7,10 @@
  * the same size (full 60 KiB records), so that slabs are reused between streams all the time.
  */
 import { createHash } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Environment, type ProcessHandle } from '@tether/client';
-import { type Stack, startStack } from '@tether/test-kit';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
+import { useExecutorStack } from './stack-suite.ts';
 
 const ENVIRONMENT = 'env-many-e2e';
 const STREAM_BYTES = 4 * 1024 * 1024;
@@ -117,26 +115,14 @@ async function streamPattern(
 }
 
 describe('many environments in one process, through registry, relay and executor bins', () => {
-  let stack: Stack;
-  let dir: string;
-
-  beforeAll(async () => {
-    dir = mkdtempSync(join(tmpdir(), 'tether-many-e2e-'));
-    stack = await startStack();
-    await stack.startExecutor('tether', ENVIRONMENT);
-  }, 120_000); // a registry, a relay and an executor starting on a busy machine
-
-  afterAll(async () => {
-    await stack?.close();
-    if (dir) rmSync(dir, { recursive: true, force: true });
-  }, 120_000);
+  const suite = useExecutorStack(ENVIRONMENT, { dirPrefix: 'tether-many-e2e-' });
 
   async function connectAll(count: number): Promise<Environment[]> {
     const envs = await Promise.allSettled(
       Array.from({ length: count }, () =>
         Environment.connectRendezvous({
-          registryUrl: stack.registryUrl,
-          apiKey: stack.keys.harness,
+          registryUrl: suite.stack.registryUrl,
+          apiKey: suite.stack.keys.harness,
           environmentId: ENVIRONMENT,
           clientName: 'tether-many-e2e',
         }),
@@ -161,7 +147,7 @@ describe('many environments in one process, through registry, relay and executor
           const tag = String(i).padStart(4, '0');
           const expected = pattern(tag, STREAM_BYTES);
           const progress: StreamProgress = { bytes: 0, handle: null, exited: false };
-          const path = join(dir, `n${count}-env${i}.bin`);
+          const path = join(suite.dir, `n${count}-env${i}.bin`);
           // Distinct contents per environment: a block delivered to the wrong stream cannot pass.
           const data = Buffer.alloc(FILE_BYTES);
           for (let at = 0; at < FILE_BYTES; at += 4) data.writeUInt32BE((i << 24) ^ at, at);
@@ -169,7 +155,7 @@ describe('many environments in one process, through registry, relay and executor
             within(
               120_000,
               `environment ${i} of ${count}: streaming`,
-              streamPattern(env, dir, tag, expected, progress),
+              streamPattern(env, suite.dir, tag, expected, progress),
               () => describeProgress(progress),
             ),
             within(

@@ -3,27 +3,22 @@
  * bins: a bundle from `/connect`, the relay, the hybrid Noise handshake, then processes and files.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Environment } from '@tether/client';
-import { type Stack, startStack } from '@tether/test-kit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { useExecutorStack } from './stack-suite.ts';
 
 const ENVIRONMENT = 'env-sdk-codex';
 
 describe('harness SDK → registry → relay → codex exec-server --remote', () => {
-  let stack: Stack;
-  let dir: string;
+  const suite = useExecutorStack(ENVIRONMENT, { kind: 'codex', dirPrefix: 'tether-sdk-codex-' });
   let env: Environment;
 
   beforeAll(async () => {
-    dir = mkdtempSync(join(tmpdir(), 'tether-sdk-codex-'));
-    stack = await startStack();
-    await stack.startExecutor('codex', ENVIRONMENT);
     env = await Environment.connectRendezvous({
-      registryUrl: stack.registryUrl,
-      apiKey: stack.keys.harness,
+      registryUrl: suite.stack.registryUrl,
+      apiKey: suite.stack.keys.harness,
       environmentId: ENVIRONMENT,
       clientName: 'tether-e2e',
     });
@@ -31,12 +26,12 @@ describe('harness SDK → registry → relay → codex exec-server --remote', ()
 
   afterAll(async () => {
     await env?.close();
-    await stack?.close();
-    if (dir) rmSync(dir, { recursive: true, force: true });
   });
 
   it('runs a process and collects its output and exit code', async () => {
-    const result = await env.exec(['/bin/sh', '-c', 'printf codex-out; printf codex-err >&2; exit 6'], { cwd: dir });
+    const result = await env.exec(['/bin/sh', '-c', 'printf codex-out; printf codex-err >&2; exit 6'], {
+      cwd: suite.dir,
+    });
     expect(result).toMatchObject({ exitCode: 6 });
     expect(result.stdout.toString()).toBe('codex-out');
     expect(result.stderr.toString()).toBe('codex-err');
@@ -46,41 +41,26 @@ describe('harness SDK → registry → relay → codex exec-server --remote', ()
     const data = randomBytes(3 * 1024 * 1024 + 5);
     const { pipeline } = await import('node:stream/promises');
     const { Readable } = await import('node:stream');
-    await pipeline(Readable.from([data]), env.fs.createWriteStream(join(dir, 'up.bin')));
-    expect(readFileSync(join(dir, 'up.bin')).equals(data)).toBe(true);
-    writeFileSync(join(dir, 'down.bin'), data);
+    await pipeline(Readable.from([data]), env.fs.createWriteStream(join(suite.dir, 'up.bin')));
+    expect(readFileSync(join(suite.dir, 'up.bin')).equals(data)).toBe(true);
+    writeFileSync(join(suite.dir, 'down.bin'), data);
     const parts: Buffer[] = [];
-    for await (const chunk of env.fs.createReadStream(join(dir, 'down.bin'))) parts.push(chunk as Buffer);
+    for await (const chunk of env.fs.createReadStream(join(suite.dir, 'down.bin'))) parts.push(chunk as Buffer);
     expect(Buffer.concat(parts).equals(data)).toBe(true);
   });
 
-  it('a harness key the registry does not know is refused', async () => {
+  it.each([
+    ['a harness key the registry does not know is refused', () => 'not-a-key', ENVIRONMENT, 'unauthorized'],
+    ['an executor API key cannot fetch a harness bundle', () => suite.stack.keys.executor, ENVIRONMENT, 'unauthorized'],
+    [
+      'an environment with no executor is reported as not found',
+      () => suite.stack.keys.harness,
+      'env-nobody',
+      'not_found',
+    ],
+  ])('%s', async (_name, apiKey, environmentId, code) => {
     await expect(
-      Environment.connectRendezvous({
-        registryUrl: stack.registryUrl,
-        apiKey: 'not-a-key',
-        environmentId: ENVIRONMENT,
-      }),
-    ).rejects.toMatchObject({ code: 'unauthorized' });
-  });
-
-  it('an executor API key cannot fetch a harness bundle', async () => {
-    await expect(
-      Environment.connectRendezvous({
-        registryUrl: stack.registryUrl,
-        apiKey: stack.keys.executor,
-        environmentId: ENVIRONMENT,
-      }),
-    ).rejects.toMatchObject({ code: 'unauthorized' });
-  });
-
-  it('an environment with no executor is reported as not found', async () => {
-    await expect(
-      Environment.connectRendezvous({
-        registryUrl: stack.registryUrl,
-        apiKey: stack.keys.harness,
-        environmentId: 'env-nobody',
-      }),
-    ).rejects.toMatchObject({ code: 'not_found' });
+      Environment.connectRendezvous({ registryUrl: suite.stack.registryUrl, apiKey: apiKey(), environmentId }),
+    ).rejects.toMatchObject({ code });
   });
 });

@@ -46,16 +46,15 @@ afterAll(async () => {
   expect(left.map(({ cmdline }) => cmdline)).toEqual([]);
 });
 
-function harness(args: string[], env: NodeJS.ProcessEnv): Promise<{ code: number | null; stdout: string }> {
-  const child = spawn(process.execPath, [join(repoRoot(), 'apps', 'harness', 'bin', 'harness.js'), ...args], {
-    env: { ...process.env, ...env },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  let stdout = '';
-  child.stdout.on('data', (d: Buffer) => {
-    stdout += d;
-  });
-  return new Promise((resolve) => child.once('exit', (code) => resolve({ code, stdout })));
+/** Runs the harness bin to its end: its exit code and stdout (its stderr goes to the test's). */
+async function harness(args: string[], env: NodeJS.ProcessEnv): Promise<{ code: number | null; stdout: string }> {
+  const { code, stdout, stderr } = await runToEnd(
+    process.execPath,
+    [join(repoRoot(), 'apps', 'harness', 'bin', 'harness.js'), ...args],
+    { env: { ...process.env, ...env } },
+  );
+  process.stderr.write(stderr);
+  return { code, stdout };
 }
 
 /** Runs `scripts/SCRIPT` with `args` to its end (it is expected to end quickly). */

@@ -7,8 +7,9 @@
  */
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { type PeerHandle, repoRoot, type Stack, startStack } from '@tether/test-kit';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { repoRoot, runToEnd } from '@tether/test-kit';
+import { describe, expect, it } from 'vitest';
+import { useExecutorStack } from './stack-suite.ts';
 
 const ENVIRONMENT = 'env-stream-e2e';
 const MiB = 1024 * 1024;
@@ -89,19 +90,7 @@ function harnessExec(
 }
 
 describe('streaming through registry, relay and executor (harness CLI)', () => {
-  let stack: Stack;
-  let executor: PeerHandle;
-  let env: NodeJS.ProcessEnv;
-
-  beforeAll(async () => {
-    stack = await startStack();
-    executor = await stack.startExecutor('tether', ENVIRONMENT);
-    env = { TETHER_HARNESS_REGISTRY: stack.registryUrl, TETHER_HARNESS_API_KEY: stack.keys.harness };
-  });
-
-  afterAll(async () => {
-    await stack?.close();
-  });
+  const suite = useExecutorStack(ENVIRONMENT);
 
   const cases = [
     { name: '48 MiB through pipes to a fast consumer', total: 48 * MiB, mode: 'bin', tty: false },
@@ -113,21 +102,11 @@ describe('streaming through registry, relay and executor (harness CLI)', () => {
   it('64 MiB of stdin through `harness exec -i`: exit 0, byte-exact', { timeout: 240_000 }, async () => {
     const input = Buffer.alloc(64 * MiB);
     for (let i = 0; i < input.length; i += 4) input.writeUInt32BE(i / 4, i);
-    const child = spawn(
+    const { code, stdout, stderr } = await runToEnd(
       process.execPath,
       [`${repoRoot()}/apps/harness/dist/main.js`, 'exec', '-i', '--', 'sha256sum'],
-      { env: { ...process.env, ...env, TETHER_HARNESS_ENVIRONMENT_ID: ENVIRONMENT }, stdio: ['pipe', 'pipe', 'pipe'] },
+      { env: { ...process.env, ...suite.env, TETHER_HARNESS_ENVIRONMENT_ID: ENVIRONMENT }, input, timeoutMs: 240_000 },
     );
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d: Buffer) => {
-      stdout += d;
-    });
-    child.stderr.on('data', (d: Buffer) => {
-      stderr += d;
-    });
-    child.stdin.end(input);
-    const code = await new Promise<number | null>((resolve) => child.once('close', resolve));
     expect(stderr).toBe('');
     expect(code).toBe(0);
     expect(stdout.split(' ')[0]).toBe(createHash('sha256').update(input).digest('hex'));
@@ -135,12 +114,12 @@ describe('streaming through registry, relay and executor (harness CLI)', () => {
 
   for (const c of cases) {
     it(`${c.name}: exit 0, byte-exact`, { timeout: 240_000 }, async () => {
-      const run = await harnessExec(env, c);
+      const run = await harnessExec(suite.env, c);
       expect(run.stderr).toBe('');
       expect(run.code).toBe(0);
       expect(run.bytes).toBe(c.total);
       expect(run.sha256).toBe(expectedSha256(c.total, c.mode));
-      expect(executor.exitStatus()).toBeUndefined();
+      expect(suite.executor.exitStatus()).toBeUndefined();
     });
   }
 });

@@ -6,21 +6,14 @@
  * only other acceptable end is the explicit error, and only after an outage longer than the detach TTL.
  */
 import type { Environment } from '@tether/client';
-import { type ChaosPolicy, type ChaosProxy, type PeerHandle, type Stack, waitUntil } from '@tether/test-kit';
+import { type ChaosPolicy, type ChaosProxy, type Stack, waitUntil } from '@tether/test-kit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { SuiteStack } from './stacks.ts';
 import {
   type Check,
   CUTS_EVERY_100_TO_600_MS,
-  connect,
   describeError,
-  type ExecutorResources,
-  executorResources,
-  expectExecutorBack,
-  expectLocalResourcesBack,
-  expectRelayIdle,
   LinkLog,
-  type LocalResources,
-  localResources,
   MIB,
   type Outcome,
   SCALE,
@@ -59,22 +52,10 @@ const CONNECT_CHAOS: Record<'harness' | 'environment', ChaosPolicy> = {
 };
 
 describe('chaos: cuts and resets on both relay legs (seeded proxy)', () => {
+  const suite = new SuiteStack();
   let stack: Stack;
   let proxy: ChaosProxy;
-  let executor: PeerHandle;
-  let beforeStack: LocalResources;
-  let idleLocal: LocalResources;
-  let idleExecutor: ExecutorResources;
-  const envs: Environment[] = [];
-  const pending: Array<Promise<Environment>> = [];
-
-  const track = (attempt: Promise<Environment>) => {
-    pending.push(attempt);
-    return attempt.then((env) => {
-      envs.push(env);
-      return env;
-    });
-  };
+  const envs = suite.envs;
 
   /** Back to calm, and the executor on the relay again (it may be in its reconnect backoff). */
   const calmAndRejoin = async () => {
@@ -88,26 +69,19 @@ describe('chaos: cuts and resets on both relay legs (seeded proxy)', () => {
   };
 
   beforeAll(async () => {
-    beforeStack = localResources();
-    ({ stack, proxy } = await startChaosStack());
-    executor = await stack.startExecutor('tether', ENVIRONMENT);
-    idleLocal = localResources();
-    idleExecutor = executorResources(executor.pid, stack.registry.port);
+    await suite.start(ENVIRONMENT, async () => {
+      ({ stack, proxy } = await startChaosStack());
+      return stack;
+    });
   });
 
   afterAll(async () => {
     proxy?.calm();
-    const late = await Promise.race([
-      Promise.allSettled(pending),
-      new Promise<PromiseSettledResult<Environment>[]>((resolve) => setTimeout(() => resolve([]), 30_000)),
-    ]);
-    for (const result of late)
-      if (result.status === 'fulfilled' && !envs.includes(result.value)) envs.push(result.value);
-    for (const env of envs.splice(0)) await env.close();
-    if (proxy) console.log(`chaos: proxy totals ${JSON.stringify(proxy.stats())}`);
-    await stack?.close();
-    await proxy?.close();
-    await expectLocalResourcesBack(beforeStack);
+    await suite.close(async () => {
+      if (proxy) console.log(`chaos: proxy totals ${JSON.stringify(proxy.stats())}`);
+      await stack?.close();
+      await proxy?.close();
+    });
   });
 
   it(`connecting while both legs are cut and reset, also mid-upgrade and mid-handshake: each of ${CONNECT_ATTEMPTS} connects gets through within ${CONNECT_DEADLINE_MS / 1000} s and runs a process`, {
@@ -123,7 +97,7 @@ describe('chaos: cuts and resets on both relay legs (seeded proxy)', () => {
         let env: Environment;
         try {
           env = await withDeadline(
-            track(connect({ stack, environmentId: ENVIRONMENT, label: `connect ${i + 1}` })),
+            suite.connect({ environmentId: ENVIRONMENT, label: `connect ${i + 1}` }),
             CONNECT_DEADLINE_MS,
             () => `connect ${i + 1}`,
           );
@@ -169,7 +143,7 @@ describe('chaos: cuts and resets on both relay legs (seeded proxy)', () => {
   }, async () => {
     const log = new LinkLog();
     const env = await withDeadline(
-      track(connect({ stack, environmentId: ENVIRONMENT, log, label: 'the calm connect before the chaos' })),
+      suite.connect({ environmentId: ENVIRONMENT, log, label: 'the calm connect before the chaos' }),
       CONNECT_DEADLINE_MS,
       () => 'the calm connect before the chaos',
     );
@@ -211,19 +185,13 @@ describe('chaos: cuts and resets on both relay legs (seeded proxy)', () => {
 
   it('after the chaos, a session still works and nothing is left: relay without streams, executor at its idle baseline, no extra socket here', async () => {
     const env = await withDeadline(
-      track(connect({ stack, environmentId: ENVIRONMENT, label: 'a calm connect after the chaos' })),
+      suite.connect({ environmentId: ENVIRONMENT, label: 'a calm connect after the chaos' }),
       CONNECT_DEADLINE_MS,
       () => 'a calm connect after the chaos',
     );
     const result = await withDeadline(env.exec(['echo', 'still here']), 15_000, () => 'echo after the chaos');
     expect(result.stdout.toString()).toBe('still here\n');
-    for (const e of envs.splice(0)) await e.close();
-    await expectRelayIdle(stack);
     // The executor's processes of a session the harness left while detached are ended by the TTL at the latest.
-    const after = await expectExecutorBack(executor.pid, stack.registry.port, idleExecutor, {
-      timeoutMs: DETACH_TTL_MS + 15_000,
-    });
-    console.log(`chaos: executor idle ${JSON.stringify(idleExecutor)}, after ${JSON.stringify(after)}`);
-    await expectLocalResourcesBack(idleLocal);
+    await suite.expectIdle('chaos', DETACH_TTL_MS + 15_000);
   });
 });

@@ -6,32 +6,24 @@
  */
 import type { Environment } from '@tether/client';
 import { TetherError } from '@tether/client';
-import { descendantPids, isAlive, type PeerHandle, type Stack, startStack, waitUntil } from '@tether/test-kit';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { descendantPids, isAlive, type PeerHandle, type Stack, waitUntil } from '@tether/test-kit';
+import { describe, expect, it } from 'vitest';
+import { useStackPerTest } from './stacks.ts';
 import {
-  type Check,
+  allOk,
   connect,
   describeError,
-  expectLocalResourcesBack,
-  KIB,
   LinkLog,
-  type LocalResources,
-  localResources,
   MIB,
-  type Outcome,
   SCALE,
   scaledBytes,
   settleChecks,
-  startOutputCheck,
-  startStdinCheck,
+  streamsUnderWay,
   withDeadline,
 } from './support.ts';
 
-const FAST_BYTES = scaledBytes(16 * MIB);
-const STDIN_BYTES = scaledBytes(8 * MIB);
-/** ~320 KiB/s: 2 MiB take about 6 s, so a kill 1 s in lands mid-stream. */
+/** At SLOW_PACE 2 MiB take about 6 s, so a kill 1 s in lands mid-stream. */
 const SLOW_BYTES = scaledBytes(2 * MIB);
-const SLOW_PACE = { everyBytes: 32 * KIB, sleepSeconds: 0.1 };
 /** How long the killed relay stays down before it is restarted. */
 const RELAY_DOWN_MS = 1_500;
 const SETTLE_MS = 90_000 * SCALE;
@@ -48,30 +40,14 @@ const REGISTRY_DOWN_CONNECT_MS = 8_000;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 describe('kills: SIGKILL of relay, registry and executor mid-stream', () => {
-  let beforeAllResources: LocalResources;
-  let stack: Stack | undefined;
-  const envs: Environment[] = [];
-
-  beforeAll(() => {
-    beforeAllResources = localResources();
-  });
-
-  afterEach(async () => {
-    for (const env of envs.splice(0)) await env.close();
-    await stack?.close();
-    stack = undefined;
-  });
-
-  afterAll(async () => {
-    await expectLocalResourcesBack(beforeAllResources);
-  });
+  const { start, envs } = useStackPerTest();
 
   async function setUp(
     environmentId: string,
     homeFiles?: Record<string, string>,
     reconnectTimeoutMs?: number,
   ): Promise<{ stack: Stack; executor: PeerHandle; env: Environment; log: LinkLog }> {
-    stack = await startStack();
+    const stack = await start();
     const executor = await stack.startExecutor('tether', environmentId, homeFiles ? { homeFiles } : {});
     const log = new LinkLog();
     const env = await connect({ stack, environmentId, log, ...(reconnectTimeoutMs ? { reconnectTimeoutMs } : {}) });
@@ -79,30 +55,12 @@ describe('kills: SIGKILL of relay, registry and executor mid-stream', () => {
     return { stack, executor, env, log };
   }
 
-  /** Waits until every check has made some progress and the fast one at least 1 MiB: "mid-stream". */
-  async function midStream(checks: Check[]): Promise<string> {
-    await waitUntil(
-      () => checks.every((c) => c.bytes() > 0) && (checks.find((c) => c.name === 'FAST')?.bytes() ?? MIB) >= MIB,
-      'every stream to be under way',
-      30_000,
-      20,
-    );
-    return checks.map((c) => `${c.name} at ${(c.bytes() / MIB).toFixed(2)} MiB`).join(', ');
-  }
-
-  const allOk = (outcomes: Outcome[]) => outcomes.map((o) => ({ name: o.name, result: 'ok' }));
-
   it('relay SIGKILLed mid-stream and restarted on its port → the harness resumes the same session; every output and the stdin arrive complete and exactly once, exit 0', {
     timeout: SETTLE_MS + 90_000,
   }, async () => {
     const { stack, env, log } = await setUp('env-kill-relay');
     const sessionBefore = env.client?.sessionId;
-    const checks = [
-      await startOutputCheck(env, 'SLOW', SLOW_BYTES, { pace: SLOW_PACE }),
-      await startOutputCheck(env, 'FAST', FAST_BYTES),
-      await startStdinCheck(env, 'STDI', STDIN_BYTES),
-    ];
-    const at = await midStream(checks);
+    const { checks, at } = await streamsUnderWay(env, { slowBytes: SLOW_BYTES, stdin: true });
     await stack.relay.kill('SIGKILL');
     console.log(`kill relay: SIGKILL with ${at}; down for ${RELAY_DOWN_MS} ms`);
     await sleep(RELAY_DOWN_MS);
@@ -120,12 +78,7 @@ describe('kills: SIGKILL of relay, registry and executor mid-stream', () => {
     timeout: SETTLE_MS + 90_000,
   }, async () => {
     const { stack, env, log } = await setUp('env-kill-registry');
-    const checks = [
-      await startOutputCheck(env, 'SLOW', SLOW_BYTES, { pace: SLOW_PACE }),
-      await startOutputCheck(env, 'FAST', FAST_BYTES),
-      await startStdinCheck(env, 'STDI', STDIN_BYTES),
-    ];
-    const at = await midStream(checks);
+    const { checks, at } = await streamsUnderWay(env, { slowBytes: SLOW_BYTES, stdin: true });
     await stack.registry.kill('SIGKILL');
     console.log(`kill registry: SIGKILL with ${at}`);
 
@@ -174,11 +127,7 @@ describe('kills: SIGKILL of relay, registry and executor mid-stream', () => {
     timeout: EXECUTOR_GONE_BOUND_MS + 120_000,
   }, async () => {
     const { stack, executor, env, log } = await setUp('env-kill-executor', undefined, EXECUTOR_GONE_RESUME_MS);
-    const checks = [
-      await startOutputCheck(env, 'SLOW', SLOW_BYTES, { pace: SLOW_PACE }),
-      await startOutputCheck(env, 'FAST', FAST_BYTES),
-    ];
-    const at = await midStream(checks);
+    const { checks, at } = await streamsUnderWay(env, { slowBytes: SLOW_BYTES, stdin: false });
     const children = descendantPids(executor.pid);
     executor.kill('SIGKILL');
     const killedAt = Date.now();
@@ -235,11 +184,7 @@ describe('kills: SIGKILL of relay, registry and executor mid-stream', () => {
     const { stack, env, log } = await setUp('env-kill-relay-ttl', {
       'config.toml': `[sessions]\ndetached_ttl_sec = ${SHORT_TTL_SECONDS}\n`,
     });
-    const checks = [
-      await startOutputCheck(env, 'SLOW', SLOW_BYTES, { pace: SLOW_PACE }),
-      await startOutputCheck(env, 'FAST', FAST_BYTES),
-    ];
-    const at = await midStream(checks);
+    const { checks, at } = await streamsUnderWay(env, { slowBytes: SLOW_BYTES, stdin: false });
     await stack.relay.kill('SIGKILL');
     const downMs = SHORT_TTL_SECONDS * 1000 + 3_000;
     console.log(`kill relay past the TTL: SIGKILL with ${at}; down for ${downMs} ms`);

@@ -8,19 +8,12 @@
 import type { Environment } from '@tether/client';
 import { cpuSeconds, type PeerHandle, peakRssMib, rssMib, type Stack, startStack } from '@tether/test-kit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { SuiteStack } from './stacks.ts';
 import {
   type Check,
-  connect,
   describeError,
-  type ExecutorResources,
-  executorResources,
-  expectExecutorBack,
   expectedHashes,
-  expectLocalResourcesBack,
-  expectRelayIdle,
   KIB,
-  type LocalResources,
-  localResources,
   MIB,
   type Outcome,
   SCALE,
@@ -41,46 +34,26 @@ const RUN_DEADLINE_MS = 150_000 * SCALE;
 const RSS_TARGET_MB = 300;
 
 describe(`load: ${CONNECTIONS} harness connections × ${PROCESSES_PER_CONNECTION} processes × ${BYTES_PER_PROCESS / KIB} KiB through one relay to one executor`, () => {
+  const suite = new SuiteStack();
   let stack: Stack;
   let executor: PeerHandle;
-  let beforeStack: LocalResources;
-  let idleLocal: LocalResources;
-  let idleExecutor: ExecutorResources;
-  const envs: Environment[] = [];
-  /** Connects still under way when a deadline passed: closed once they settle, so none leaks. */
-  const pending: Array<Promise<Environment>> = [];
+  const envs = suite.envs;
   let figures: Record<string, number> | null = null;
 
   beforeAll(async () => {
-    beforeStack = localResources();
-    stack = await startStack();
-    executor = await stack.startExecutor('tether', ENVIRONMENT);
-    idleLocal = localResources();
-    idleExecutor = executorResources(executor.pid, stack.registry.port);
+    await suite.start(ENVIRONMENT, () => startStack());
+    ({ stack, executor } = suite);
   });
 
   afterAll(async () => {
-    const late = await Promise.race([
-      Promise.allSettled(pending),
-      new Promise<PromiseSettledResult<Environment>[]>((resolve) => setTimeout(() => resolve([]), 30_000)),
-    ]);
-    for (const result of late)
-      if (result.status === 'fulfilled' && !envs.includes(result.value)) envs.push(result.value);
-    for (const env of envs.splice(0)) await env.close();
-    await stack?.close();
-    if (figures) console.log(`load figures: ${JSON.stringify(figures)}`);
-    await expectLocalResourcesBack(beforeStack);
+    await suite.close(async () => {
+      await stack?.close();
+      if (figures) console.log(`load figures: ${JSON.stringify(figures)}`);
+    });
   });
 
   /** Connects one more Environment (tracked, so that one arriving after a deadline is still closed). */
-  const connectOne = (): Promise<Environment> => {
-    const attempt = connect({ stack, environmentId: ENVIRONMENT });
-    pending.push(attempt);
-    return attempt.then((env) => {
-      envs.push(env);
-      return env;
-    });
-  };
+  const connectOne = (): Promise<Environment> => suite.connect({ environmentId: ENVIRONMENT });
 
   it(`${CONNECTIONS} harnesses connecting at the same moment all get in (none refused) within ${CONNECT_DEADLINE_MS / 1000} s`, {
     timeout: CONNECT_DEADLINE_MS + 30_000,
@@ -189,13 +162,6 @@ describe(`load: ${CONNECTIONS} harness connections × ${PROCESSES_PER_CONNECTION
   });
 
   it('afterwards nothing leaks: the relay counts no stream, the executor is back to its idle processes and descriptors, this process holds no extra socket', async () => {
-    for (const env of envs.splice(0)) await env.close();
-    await expectRelayIdle(stack);
-    const after = await expectExecutorBack(executor.pid, stack.registry.port, idleExecutor);
-    console.log(
-      `load: executor idle ${JSON.stringify(idleExecutor)}, after ${JSON.stringify(after)} ` +
-        `(${after.registrySockets} idle keep-alive connections to the registry, not counted)`,
-    );
-    await expectLocalResourcesBack(idleLocal);
+    await suite.expectIdle('load');
   });
 });

@@ -11,51 +11,29 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Environment } from '@tether/client';
 import { pickRelayNode } from '@tether/registry';
-import { patternCommand, patternSha256, repoRoot, type Stack, startStack, waitUntil } from '@tether/test-kit';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { patternCommand, patternSha256, repoRoot, type Stack, waitUntil } from '@tether/test-kit';
+import { describe, expect, it } from 'vitest';
+import { useStackPerTest } from './stacks.ts';
 import {
-  type Check,
-  expectLocalResourcesBack,
-  KIB,
   LinkLog,
-  type LocalResources,
-  localResources,
   MIB,
   SCALE,
+  SLOW_PACE,
   scaledBytes,
   settleChecks,
   startOutputCheck,
-  startStdinCheck,
+  streamsUnderWay,
   withDeadline,
 } from './support.ts';
 
 /** The failover bound docs/relay.md states for a node whose process dies. */
 const FAILOVER_BOUND_MS = 30_000;
-const FAST_BYTES = scaledBytes(16 * MIB);
-const STDIN_BYTES = scaledBytes(8 * MIB);
-/** ~320 KiB/s: still running well after the kill. */
+/** At SLOW_PACE: still running well after the kill. */
 const SLOW_BYTES = scaledBytes(3 * MIB);
-const SLOW_PACE = { everyBytes: 32 * KIB, sleepSeconds: 0.1 };
 const SETTLE_MS = 120_000 * SCALE;
 
 describe('relay nodes: failover and joining, three nodes and two registry replicas on PostgreSQL', () => {
-  let before: LocalResources;
-  let cluster: Stack | undefined;
-  const envs: Environment[] = [];
-
-  beforeAll(() => {
-    before = localResources();
-  });
-
-  afterEach(async () => {
-    for (const env of envs.splice(0)) await env.close();
-    await cluster?.close();
-    cluster = undefined;
-  });
-
-  afterAll(async () => {
-    await expectLocalResourcesBack(before);
-  });
+  const { start, envs } = useStackPerTest();
 
   /**
    * `harness exec` (the CLI, no connection reuse) through registry replica `registry`: its stdout hashed as it
@@ -109,7 +87,7 @@ describe('relay nodes: failover and joining, three nodes and two registry replic
   it(`the node carrying an environment is SIGKILLed mid-stream → its executor is on a live node within ${FAILOVER_BOUND_MS / 1000} s, the harness resumes the same session there, and every stream arrives complete and exactly once`, {
     timeout: SETTLE_MS + 120_000,
   }, async () => {
-    cluster = await startStack({ relays: 3, spareRelays: 0, registries: 2 });
+    const cluster = await start({ relays: 3, spareRelays: 0, registries: 2 });
     // The executor registers through one replica; the harness connects through the other.
     await cluster.startExecutor('tether', 'env-failover', { registry: 0 });
     const first = await cluster.carrier('env-failover');
@@ -119,19 +97,13 @@ describe('relay nodes: failover and joining, three nodes and two registry replic
     envs.push(env);
     const session = env.client?.sessionId;
 
-    const checks: Check[] = [
-      await startOutputCheck(env, 'SLOW', SLOW_BYTES, { pace: SLOW_PACE }),
-      await startOutputCheck(env, 'FAST', FAST_BYTES),
-      await startStdinCheck(env, 'STDI', STDIN_BYTES),
-    ];
     // The CLI too, as a person would use it: `harness exec … | sha256sum` across the kill.
     const cli = harnessExec(cluster, 'env-failover', 1, patternCommand('CLIE', SLOW_BYTES, { pace: SLOW_PACE }));
-    await waitUntil(
-      () => cli.bytes() > 0 && checks.every((c) => c.bytes() > 0) && (checks[1]?.bytes() ?? 0) >= MIB,
-      'every stream to be under way',
-      30_000,
-      20,
-    );
+    const { checks } = await streamsUnderWay(env, {
+      slowBytes: SLOW_BYTES,
+      stdin: true,
+      alsoUnderWay: () => cli.bytes() > 0,
+    });
     const streamsOnOthers = await Promise.all(others.map((r) => r.metric('relay_streams')));
     expect(streamsOnOthers, 'the streams go through the executor’s node only').toEqual(others.map(() => 0));
 
@@ -172,8 +144,7 @@ describe('relay nodes: failover and joining, three nodes and two registry replic
   it('a node joins → environments already linked stay on their node, harnesses keep working there, and executors that register from then on are spread over it too', {
     timeout: 180_000,
   }, async () => {
-    cluster = await startStack({ relays: 3, spareRelays: 1, registries: 2 });
-    const stack = cluster;
+    const stack = await start({ relays: 3, spareRelays: 1, registries: 2 });
     const spare = stack.relays[3]!;
     const all = stack.relays.map((r) => r.url);
     // Environments the hash would send to the new node once it is live: the ones a hash-routed registry would

@@ -338,6 +338,36 @@ export async function startStdinCheck(
   return { name: tag, bytes: () => written, done };
 }
 
+/** The pace of a slow producer: about 320 KiB/s, slower than the network, so still running when a fault comes. */
+export const SLOW_PACE = { everyBytes: 32 * KIB, sleepSeconds: 0.1 };
+
+/**
+ * The streams a fault is meant to land in: SLOW (`slowBytes` of output at SLOW_PACE), FAST (16 MiB, which outruns
+ * any retention budget while a link is down) and, with `stdin`, STDI (8 MiB of stdin into sha256sum). Waits until
+ * each has made some progress, FAST at least 1 MiB, and `alsoUnderWay` holds: "mid-stream". Answers the checks
+ * and how far each got.
+ */
+export async function streamsUnderWay(
+  env: Environment,
+  { slowBytes, stdin, alsoUnderWay = () => true }: { slowBytes: number; stdin: boolean; alsoUnderWay?: () => boolean },
+): Promise<{ checks: Check[]; at: string }> {
+  const checks: Check[] = [
+    await startOutputCheck(env, 'SLOW', slowBytes, { pace: SLOW_PACE }),
+    await startOutputCheck(env, 'FAST', scaledBytes(16 * MIB)),
+    ...(stdin ? [await startStdinCheck(env, 'STDI', scaledBytes(8 * MIB))] : []),
+  ];
+  await waitUntil(
+    () =>
+      alsoUnderWay() &&
+      checks.every((c) => c.bytes() > 0) &&
+      (checks.find((c) => c.name === 'FAST')?.bytes() ?? 0) >= MIB,
+    'every stream to be under way',
+    30_000,
+    20,
+  );
+  return { checks, at: checks.map((c) => `${c.name} at ${(c.bytes() / MIB).toFixed(2)} MiB`).join(', ') };
+}
+
 /** Waits for every check, but at most `ms`: a hang becomes a row saying how far each one got. */
 export async function settleChecks(checks: Check[], ms: number): Promise<Outcome[]> {
   const outcomes = new Map<string, Outcome>();

@@ -13,7 +13,7 @@
  * written or literally. Options: `dot` (globset's `*` matches dotfiles), `nonegate`/`noext`/`nocomment`
  * (globset has no `!pat`, `+(…)` or `#`: literal characters), case-sensitive.
  *
- * Where Codex fails open we fail closed (tests/conformance/sandbox.test.ts › "deny globs"): Codex 0.171.0 denies
+ * Where Codex fails open we fail closed (tests/conformance/sandbox-globs.test.ts › "deny globs"): Codex 0.171.0 denies
  * nothing for any pattern with `{…}` (alternation, nested or not, or an unclosed `{`) or a trailing `\`; here an
  * alternation denies what each alternative matches, and an unclosed `{` or a trailing `\` the file so named. Bounds:
  * a pattern without a static directory (`/**\/*.key`) is refused (it would walk the whole disk), and so is one that

@@ -166,6 +166,7 @@ export { type RunOptions, type RunResult, runToEnd, runToEndBytes } from './run.
 export type { Service, ServiceName } from './service.js';
 export {
   type EnvironmentView,
+  postgres,
   type Stack,
   type StackKeyRole,
   type StackOptions,

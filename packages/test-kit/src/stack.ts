@@ -143,7 +143,8 @@ async function createKeyWith(args: string[]): Promise<string> {
   return line.trim();
 }
 
-async function postgres(adminUrl: string, sql: string): Promise<void> {
+/** Runs one SQL statement on the PostgreSQL server at `adminUrl`, on a connection of its own. */
+export async function postgres(adminUrl: string, sql: string): Promise<void> {
   const client = new pg.Client({ connectionString: adminUrl });
   await client.connect();
   try {

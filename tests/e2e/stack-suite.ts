@@ -1,0 +1,87 @@
+/** The setting most end-to-end suites run in: the real registry and relay bins, one executor, a scratch directory. */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import {
+  findProcesses,
+  type PeerHandle,
+  type PeerKind,
+  type Stack,
+  startStack,
+  startTmux,
+  type Tmux,
+  type TmuxOptions,
+} from '@tether/test-kit';
+import { afterAll, afterEach, beforeAll, expect } from 'vitest';
+
+/** The variables that point the harness bin at `stack`, with its harness key. */
+export function harnessEnv(stack: Stack): NodeJS.ProcessEnv {
+  return { TETHER_HARNESS_REGISTRY: stack.registryUrl, TETHER_HARNESS_API_KEY: stack.keys.harness };
+}
+
+/** What `useExecutorStack` starts; set once the suite's first `beforeAll` has run. */
+export interface ExecutorStack {
+  stack: Stack;
+  /** The executor (of `kind`) serving the suite's environment. */
+  executor: PeerHandle;
+  /** `harnessEnv(stack)`. */
+  env: NodeJS.ProcessEnv;
+  /** The scratch directory (`dirPrefix` given), removed after the suite; else ''. */
+  dir: string;
+}
+
+/**
+ * Before the suite: a scratch directory (with `dirPrefix`), the stack, and an executor of `kind` (default ours)
+ * for `environmentId`. After it (and after the suite's own afterAll hooks, which may still use them): the stack
+ * closed and the directory removed.
+ */
+export function useExecutorStack(
+  environmentId: string,
+  { kind = 'tether', dirPrefix }: { kind?: PeerKind; dirPrefix?: string } = {},
+): ExecutorStack {
+  const suite = { dir: '' } as ExecutorStack;
+  // A registry, a relay and an executor starting on a busy machine.
+  beforeAll(async () => {
+    if (dirPrefix) suite.dir = mkdtempSync(join(tmpdir(), dirPrefix));
+    suite.stack = await startStack();
+    suite.executor = await suite.stack.startExecutor(kind, environmentId);
+    suite.env = harnessEnv(suite.stack);
+  }, 120_000);
+  afterAll(async () => {
+    await suite.stack?.close();
+    if (suite.dir) rmSync(suite.dir, { recursive: true, force: true });
+  }, 120_000);
+  return suite;
+}
+
+/**
+ * A file's working directory, made now under the temp directory (`prefix`), where its harnesses and remote
+ * commands run. After the file, and after its own afterAll hooks: the file's stack (`stack()`) closed, which
+ * ends its executors and so their processes; then no process may be left with its cwd under the directory,
+ * and it is removed.
+ */
+export function useWork(prefix: string, stack: () => Stack | undefined): string {
+  const work = mkdtempSync(join(tmpdir(), prefix));
+  afterAll(async () => {
+    await stack()?.close();
+    expect(findProcesses({ cwdUnder: work })).toEqual([]);
+    rmSync(work, { recursive: true, force: true });
+  });
+  return work;
+}
+
+/** `startTmux` for the tests of a file or suite: each terminal is closed after the test that opened it. */
+export function useTerminals(): (options: TmuxOptions) => Promise<Tmux> {
+  const terminals: Tmux[] = [];
+  afterEach(async () => {
+    for (const tmux of terminals.splice(0)) await tmux.close();
+  });
+  return async (options) => {
+    const tmux = await startTmux(options);
+    terminals.push(tmux);
+    return tmux;
+  };
+}
+
+/** A shell word: `word` single-quoted. */
+export const quote = (word: string) => `'${word.replace(/'/g, `'\\''`)}'`;
