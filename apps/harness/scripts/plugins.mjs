@@ -40,11 +40,15 @@ export const builtinsViaRequire = {
         "export const stripVTControlCharacters = (text) => process.getBuiltinModule('node:util').stripVTControlCharacters(text);",
       loader: 'js',
     }));
-    build.onResolve({ filter: /^[a-z_/:]+$/ }, (args) =>
-      args.path.startsWith('node:') || bareBuiltins.has(args.path)
-        ? { path: args.path, namespace: 'builtin' }
-        : undefined,
-    );
+    build.onResolve({ filter: /^[a-z_/:]+$/ }, (args) => {
+      if (!args.path.startsWith('node:') && !bareBuiltins.has(args.path)) return undefined;
+      const esm = args.kind === 'import-statement' && !LAZY_BUILTINS.has(args.path.replace(/^node:/, ''));
+      return { path: args.path, namespace: esm ? 'builtin-esm' : 'builtin' };
+    });
+    build.onLoad({ filter: /.*/, namespace: 'builtin-esm' }, (args) => ({
+      contents: esmBuiltin(args.path),
+      loader: 'js',
+    }));
     build.onLoad({ filter: /.*/, namespace: 'builtin' }, (args) => ({
       contents: LAZY_BUILTINS.has(args.path.replace(/^node:/, ''))
         ? lazyBuiltin(args.path)
@@ -53,6 +57,31 @@ export const builtinsViaRequire = {
     }));
   },
 };
+
+/**
+ * A built-in as an ES module, for `import` statements: the module object as its default export and each of its
+ * plain (data) properties as a named export, read once. Through the CommonJS wrapper every importing module got
+ * its own copy of all the exports (esbuild's `__toESM`: 49 copies at the harness's start, node:fs's ~100
+ * exports 14 times); this way each built-in is one module for the whole bundle. Accessors (lazy exports such as
+ * `fs.promises`) are left out, so they are not triggered at start; importing one by name fails the build.
+ * Names are those of the building Node's module; one the running Node lacks is undefined, as a property would be.
+ */
+function esmBuiltin(id) {
+  const module = process.getBuiltinModule(id);
+  const names = Object.getOwnPropertyNames(module).filter((name) => {
+    if (name === 'default' || !/^[A-Za-z_$][\w$]*$/.test(name)) return false;
+    if (!('value' in Object.getOwnPropertyDescriptor(module, name))) return false;
+    try {
+      new Function(`let ${name};`);
+      return true;
+    } catch {
+      return false; // a reserved word
+    }
+  });
+  return `const m = process.getBuiltinModule(${JSON.stringify(id)});
+export default m;
+export const { ${names.join(', ')} } = m;`;
+}
 
 /**
  * Built-ins that a dependency requires at its top but uses only on some paths: ws requires node:tls and
