@@ -158,9 +158,14 @@ function portFree(port: number): Promise<boolean> {
   });
 }
 
-/** No service of the stack left, and both its ports free. */
+/** Nothing of the stack left: no service, no script naming its data directory, and both its ports free. */
 async function gone(stack: Stack): Promise<boolean> {
-  return services(stack).length === 0 && (await portFree(stack.registryPort)) && (await portFree(stack.relayPort));
+  return (
+    services(stack).length === 0 &&
+    findProcesses({ commandIncludes: [stack.data] }).length === 0 &&
+    (await portFree(stack.registryPort)) &&
+    (await portFree(stack.relayPort))
+  );
 }
 
 /** Resolves with the exit code, or the signal that ended it. */
