@@ -2,14 +2,14 @@ import { PassThrough } from 'node:stream';
 import type { WriteStatus } from '@tether/client';
 import { describe, expect, it } from 'vitest';
 import type { CliIo } from '../common.js';
-import { forwardInput, STDIN_UNANSWERED_BYTES } from './stdin.js';
+import { forwardInput, STDIN_UNANSWERED_BYTES, STDIN_WRITE_BYTES } from './stdin.js';
 
 /** A stdin stand-in and a target whose writes are answered when the test says. */
-function setup() {
+function setup(isTTY = true) {
   const stdin = new PassThrough();
   const rawModes: boolean[] = [];
   const io = {
-    stdin: Object.assign(stdin, { isTTY: true, setRawMode: (raw: boolean) => rawModes.push(raw) }),
+    stdin: Object.assign(stdin, { isTTY, setRawMode: (raw: boolean) => rawModes.push(raw) }),
     stdout: new PassThrough(),
     stderr: new PassThrough(),
     env: {},
@@ -57,6 +57,69 @@ describe('forwardInput', () => {
     await turn();
     expect(stdin.isPaused()).toBe(true);
     answers[0]!('accepted');
+    await turn();
+    expect(stdin.isPaused()).toBe(false);
+    cleanup();
+  });
+
+  it('sends keystrokes at once, each its own write, while others are unanswered', async () => {
+    const { stdin, io, target, written } = setup(true);
+    const cleanup = forwardInput(target, io, { closeAtEnd: false, rawMode: true });
+    for (const key of ['l', 's', '\r']) {
+      stdin.write(Buffer.from(key));
+      await turn();
+    }
+    expect(written.map(String)).toEqual(['l', 's', '\r']);
+    cleanup();
+  });
+
+  it('coalesces piped input: the first piece at once, the next ones held until an answer or the write size', async () => {
+    const { stdin, io, target, answers, written } = setup(false);
+    forwardInput(target, io, { closeAtEnd: true, rawMode: false });
+    stdin.write(Buffer.from('a'));
+    await turn();
+    stdin.write(Buffer.from('b'));
+    await turn();
+    stdin.write(Buffer.from('c'));
+    await turn();
+    // 'b' and 'c' wait for the answer to 'a', then go as one write.
+    expect(written.map(String)).toEqual(['a']);
+    answers[0]!('accepted');
+    await turn();
+    expect(written.map(String)).toEqual(['a', 'bc']);
+    // With a write unanswered, held pieces go as soon as they make the write size, in order.
+    const piece = Buffer.alloc(STDIN_WRITE_BYTES / 4, 1);
+    for (let i = 0; i < 5; i++) {
+      stdin.write(piece);
+      await turn();
+    }
+    expect(written.map((w) => w.length)).toEqual([1, 2, STDIN_WRITE_BYTES]);
+    // The end sends what is still held; the close follows the last answer.
+    stdin.end(Buffer.from('z'));
+    await turn();
+    expect(written.map((w) => w.length)).toEqual([1, 2, STDIN_WRITE_BYTES, STDIN_WRITE_BYTES / 4 + 1]);
+    for (const answer of answers.slice(1)) answer('accepted');
+    await turn();
+    await turn();
+    expect(Buffer.concat(written).toString('latin1')).toBe(
+      `abc${Buffer.alloc(STDIN_WRITE_BYTES + STDIN_WRITE_BYTES / 4, 1).toString('latin1')}z`,
+    );
+  });
+
+  it('counts held input against the window: piped stdin pauses while a MiB is unanswered or held', async () => {
+    const { stdin, io, target, answers } = setup(false);
+    const cleanup = forwardInput(target, io, { closeAtEnd: false, rawMode: false });
+    const piece = Buffer.alloc(STDIN_WRITE_BYTES - 1);
+    let pieces = 0;
+    while (!stdin.isPaused() && pieces < 20) {
+      stdin.write(piece);
+      pieces++;
+      await turn();
+    }
+    expect(stdin.isPaused()).toBe(true);
+    expect(pieces * piece.length).toBeGreaterThanOrEqual(STDIN_UNANSWERED_BYTES);
+    expect((pieces - 1) * piece.length).toBeLessThan(STDIN_UNANSWERED_BYTES);
+    for (const answer of answers) answer('accepted');
     await turn();
     expect(stdin.isPaused()).toBe(false);
     cleanup();
