@@ -104,6 +104,37 @@ describe('WebSocketFrameLink', () => {
     }
   });
 
+  it('sends a burst of frames in one socket write, in order, each released once written', async () => {
+    const { server, client } = await pair();
+    const link = new WebSocketFrameLink(client, 'stream-a');
+    link.start({ onFrame: () => {}, onClose: () => {}, onDrain: () => {} });
+    type Writev = (chunks: unknown[], cb: unknown) => unknown;
+    const socket = (client as unknown as { _socket: { _writev: Writev } })._socket;
+    const writevCalls: number[] = [];
+    const writev = socket._writev.bind(socket);
+    socket._writev = (chunks, cb) => {
+      writevCalls.push(chunks.length);
+      return writev(chunks, cb);
+    };
+    const received: string[] = [];
+    server.on('message', (data: Buffer) => received.push(data.toString('hex')));
+    const frames = [1, 2, 3, 4, 5].map((seq) => dataFrame('stream-a', seq, fill(20_000 + seq, seq)));
+    let released = 0;
+    for (const frame of frames) link.send(frame, () => released++);
+    // Nothing leaves during the burst; it all goes when the burst's turn ends, as one write.
+    expect(writevCalls).toEqual([]);
+    await waitFor(() => received.length === frames.length && released === frames.length);
+    expect(received).toEqual(frames.map((frame) => Buffer.from(encodeFrame(frame)).toString('hex')));
+    expect(writevCalls).toHaveLength(1);
+    expect(writevCalls[0]).toBeGreaterThanOrEqual(frames.length);
+    // A later burst is written on its own.
+    link.send(frames[0]!);
+    link.send(frames[1]!);
+    await waitFor(() => received.length === frames.length + 2);
+    expect(writevCalls).toHaveLength(2);
+    link.close('done');
+  });
+
   it('gives each link its own inbound pool, closed with the link; a given pool stays open for its giver', async () => {
     const handlers = { onFrame: () => {}, onClose: () => {}, onDrain: () => {} };
     const a = new WebSocketFrameLink((await pair()).client, 'stream-a');
