@@ -93,10 +93,18 @@ export function outputFailed(io: CliIo): Promise<never> {
  * OutputClosedError once the reader has gone away (so a command stops at the write after it, as a tool that
  * SIGPIPE ends), or the stream's other write failure.
  */
-export async function writeOutput(io: CliIo, sink: CliIo['stdout'] | CliIo['stderr'], chunk: Buffer | string) {
+export async function writeOutput(
+  io: CliIo,
+  sink: CliIo['stdout'] | CliIo['stderr'],
+  chunk: Buffer | string,
+  release?: () => void,
+) {
   const failure = outputFailure(io);
   if (failure) throw failure;
-  if (sink.write(chunk)) return;
+  // A chunk in pooled memory goes back once our stdout has written it (its callback), which only a stream
+  // on a file descriptor guarantees: a PassThrough, say, still holds the chunk after the callback.
+  const written = release !== undefined && typeof (sink as { fd?: unknown }).fd === 'number' ? release : undefined;
+  if (written ? sink.write(chunk, () => written()) : sink.write(chunk)) return;
   await Promise.race([new Promise((resolve) => sink.once('drain', resolve)), outputFailed(io)]);
 }
 
@@ -120,7 +128,7 @@ export async function printOutput(
 ): Promise<number> {
   for await (const event of events) {
     if (event.kind !== 'output') continue;
-    await writeOutput(io, event.stream === 'stderr' ? io.stderr : io.stdout, event.chunk);
+    await writeOutput(io, event.stream === 'stderr' ? io.stderr : io.stdout, event.chunk, event.release);
   }
   const { exitCode } = await events.completion;
   await flushOutput(io);

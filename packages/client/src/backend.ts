@@ -6,7 +6,20 @@ export type OutputStream = OutputStreamName;
 
 /** One event of a process, numbered by the executor's per-process seq (output, exit and close share it). */
 export type ProcessEvent =
-  | { kind: 'output'; processId: string; seq: number; stream: OutputStream; chunk: Buffer }
+  | {
+      kind: 'output';
+      processId: string;
+      seq: number;
+      stream: OutputStream;
+      chunk: Buffer;
+      /**
+       * Present when `chunk` sits in a pooled buffer (raw output over an encrypted connection): the event's
+       * consumer may call it once it no longer reads `chunk` (e.g. in the write callback of the stdout it
+       * copied the chunk to), and the memory serves a later message instead of becoming garbage. Never call
+       * it while anything may still read `chunk`; not calling it is always safe.
+       */
+      release?: () => void;
+    }
   | { kind: 'exited'; processId: string; seq: number; exitCode: number }
   | { kind: 'closed'; processId: string; seq: number };
 

@@ -10,7 +10,7 @@ import {
   Notification,
   type RequestMethod,
 } from '@tether/exec-protocol';
-import { attachmentOf } from '@tether/jsonrpc';
+import { attachmentOf, takeAttachmentRelease } from '@tether/jsonrpc';
 import type { ProcessEvent } from './backend.js';
 import { TetherError } from './errors.js';
 
@@ -43,10 +43,19 @@ export function processEventOf(method: string, params: unknown): ProcessEvent | 
   switch (method) {
     case Notification.processOutput: {
       if (!isNotification(Notification.processOutput, params)) return null;
-      // Raw bytes (`binaryOutput`) are the attachment, which is this client's to keep; else base64.
-      const chunk = attachmentOf(params) ?? (params.chunk === undefined ? null : Buffer.from(params.chunk, 'base64'));
+      // Raw bytes (`binaryOutput`) are the attachment, handed on with its release (ProcessEvent); else base64.
+      const attachment = attachmentOf(params);
+      const chunk = attachment ?? (params.chunk === undefined ? null : Buffer.from(params.chunk, 'base64'));
       if (chunk === null) return null;
-      return { kind: 'output', processId: params.processId, seq: params.seq, stream: params.stream, chunk };
+      const release = attachment === undefined ? undefined : takeAttachmentRelease(params);
+      return {
+        kind: 'output',
+        processId: params.processId,
+        seq: params.seq,
+        stream: params.stream,
+        chunk,
+        ...(release === undefined ? {} : { release }),
+      };
     }
     case Notification.processExited:
       if (!isNotification(Notification.processExited, params)) return null;

@@ -1,0 +1,60 @@
+import { closeSync, createWriteStream, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { PassThrough } from 'node:stream';
+import type { ProcessEvent } from '@tether/client';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { CliIo } from './common.js';
+import { printOutput } from './common.js';
+
+const dirs: string[] = [];
+afterEach(() => {
+  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+});
+
+/** Output events with a release each, as the client hands pooled raw output on; and what was released when. */
+function outputs(texts: string[]) {
+  const log: string[] = [];
+  const events: ProcessEvent[] = texts.map((text, i) => ({
+    kind: 'output',
+    processId: 'p',
+    seq: i + 1,
+    stream: 'stdout',
+    chunk: Buffer.from(text),
+    release: () => log.push(`released ${text}`),
+  }));
+  const iterable = {
+    completion: Promise.resolve({ exitCode: 0 }),
+    async *[Symbol.asyncIterator]() {
+      yield* events;
+    },
+  };
+  return { iterable, log };
+}
+
+describe('printOutput', () => {
+  it('gives a pooled chunk back once stdout on a file descriptor has written it', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'harness-output-'));
+    dirs.push(dir);
+    const file = join(dir, 'out');
+    const fd = openSync(file, 'w');
+    // A stream on the descriptor, as process.stdout is for `> file`.
+    const stdout = createWriteStream('', { fd, autoClose: false });
+    const io = { stdout, stderr: new PassThrough(), stdin: new PassThrough(), env: {} } as unknown as CliIo;
+    const { iterable, log } = outputs(['one ', 'two']);
+    expect(await printOutput(io, iterable)).toBe(0);
+    await new Promise((resolve) => stdout.end(resolve));
+    closeSync(fd);
+    expect(readFileSync(file, 'utf8')).toBe('one two');
+    expect(log).toEqual(['released one ', 'released two']);
+  });
+
+  it('keeps a chunk out of the pool when stdout is a stream that may still hold it (no descriptor)', async () => {
+    const stdout = new PassThrough();
+    const io = { stdout, stderr: new PassThrough(), stdin: new PassThrough(), env: {} } as unknown as CliIo;
+    const { iterable, log } = outputs(['one ', 'two']);
+    expect(await printOutput(io, iterable)).toBe(0);
+    expect(stdout.read().toString()).toBe('one two');
+    expect(log).toEqual([]);
+  });
+});
