@@ -1,8 +1,7 @@
 /** Relay frames on a `ws` socket (Node): reading them off any relay socket, and a harness's link of one stream. */
 import { BufferPool, DEFAULT_HIGH_WATER_MARK, DEFAULT_LOW_WATER_MARK, releasingCallback } from '@tether/bytes';
 import { decodeFrame, encodeFrame, type Frame, FrameError, MAX_FRAME_BYTES } from '@tether/relay-frames';
-import { wsSocket } from '@tether/user-read';
-import { installFastMessages, joinParts } from '@tether/user-read/websocket';
+import { burstWrites, installFastMessages, joinParts } from '@tether/user-read/websocket';
 import type { WebSocket } from 'ws';
 import { type ForeignFrame, type FrameLink, type FrameLinkHandlers, NO_COPY } from './link.js';
 
@@ -102,12 +101,12 @@ export class WebSocketFrameLink implements FrameLink {
   private handlers: FrameLinkHandlers | null = null;
   private needsDrain = false;
   private closed = false;
-  /** The socket is corked for the current burst of sends (`batchWrites`). */
-  private corked = false;
   private foreign = 0;
   private readonly onForeignFrame: (frame: ForeignFrame) => void;
   private readonly inbound: BufferPool;
   private readonly ownsPool: boolean;
+  /** Frames sent in one burst leave in one write (`burstWrites`). */
+  private readonly burst: () => void;
 
   constructor(
     private readonly ws: WebSocket,
@@ -117,6 +116,7 @@ export class WebSocketFrameLink implements FrameLink {
     this.onForeignFrame = options.onForeignFrame ?? warnOnceOfForeignFrames();
     this.ownsPool = options.pool === undefined;
     this.inbound = options.pool ?? new BufferPool(INBOUND_POOL_OPTIONS);
+    this.burst = burstWrites(ws);
   }
 
   /** The pool inbound messages are assembled in (the creator's, or the link's own). */
@@ -171,28 +171,10 @@ export class WebSocketFrameLink implements FrameLink {
       release?.();
       return false;
     }
-    this.batchWrites();
+    this.burst();
     this.ws.send(encodeFrame(frame), BINARY, releasingCallback(release, this.afterWrite));
     if (this.ws.bufferedAmount > DEFAULT_HIGH_WATER_MARK) this.needsDrain = true;
     return !this.needsDrain;
-  }
-
-  /**
-   * Frames sent in one synchronous burst (the records of a large message, several answers) leave in one
-   * write: the socket is corked at the burst's first frame and uncorked when it ends (before the event loop
-   * polls again, so nothing waits). `ws` writes each message at once otherwise, a system call each, which on
-   * loopback also carries the receiver's wake-up: an upload's 256 KiB writes were 5 calls each.
-   */
-  private batchWrites(): void {
-    if (this.corked) return;
-    const socket = wsSocket(this.ws);
-    if (socket === null) return;
-    this.corked = true;
-    socket.cork();
-    process.nextTick(() => {
-      this.corked = false;
-      socket.uncork();
-    });
   }
 
   pause(): void {

@@ -306,6 +306,28 @@ export function installFastMessages(ws: WebSocket, options: FastMessageOptions):
   return switched;
 }
 
+/**
+ * What to call before each `ws.send` so that the messages sent in one synchronous burst (the records of a
+ * large message, several answers) leave in one socket write: the socket is corked at the burst's first
+ * send and uncorked when the burst ends (a `process.nextTick`, before the event loop polls again, so nothing
+ * waits). `ws` writes each message at once otherwise, a system call each, which on loopback also carries the
+ * receiver's wake-up. Where the socket cannot be reached, it does nothing (each message its own write).
+ */
+export function burstWrites(ws: WebSocket): () => void {
+  let corked = false;
+  return () => {
+    if (corked) return;
+    const socket = wsSocket(ws);
+    if (socket === null) return;
+    corked = true;
+    socket.cork();
+    process.nextTick(() => {
+      corked = false;
+      socket.uncork();
+    });
+  };
+}
+
 /** One contiguous buffer of a message's parts (the part itself, not a copy, when there is one). */
 export function joinParts(parts: readonly Buffer[], length: number): Buffer {
   return parts.length === 1 ? (parts[0] as Buffer) : Buffer.concat(parts as Buffer[], length);

@@ -17,6 +17,7 @@ import {
   SecureStream,
   SecureStreamError,
 } from '@tether/secure-stream';
+import { burstWrites } from '@tether/user-read/websocket';
 import type { WebSocket } from 'ws';
 import type { Logger } from '../logger.js';
 import type { ExecutorMetrics, RelayFrameDropReason } from '../metrics.js';
@@ -130,6 +131,8 @@ export class RelayMultiplexer {
   private droppedFrames = 0;
   private needsDrain = false;
   private closed = false;
+  /** Frames sent in one burst (a large message's records, answers to a burst of requests) leave in one write. */
+  private readonly burst: () => void;
   /** Unknown stream ids already answered with a Reset (bounded). */
   private readonly resetUnknown = new Set<string>();
 
@@ -154,6 +157,7 @@ export class RelayMultiplexer {
     this.logger = options.logger;
     this.metrics = options.metrics;
     this.limits = { ...DEFAULT_MULTIPLEXER_LIMITS, ...options.limits };
+    this.burst = burstWrites(ws);
     const clock = options.clock ?? monotonicClock;
     this.handshakeBudget = new TokenBucket(
       { burst: this.limits.failedHandshakeBurst, refillMs: this.limits.failedHandshakeRefillMs },
@@ -260,6 +264,7 @@ export class RelayMultiplexer {
       release?.();
       return false;
     }
+    this.burst();
     this.ws.send(encodeFrame(frame), BINARY, releasingCallback(release, this.afterWrite));
     if (this.ws.bufferedAmount > DEFAULT_HIGH_WATER_MARK) this.needsDrain = true;
     return !this.needsDrain;
