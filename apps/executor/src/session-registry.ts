@@ -142,9 +142,9 @@ export class Session implements DetachedWatcher {
    * session, so its write ids are this session's own (a resumed session keeps its id, so a retried write is
    * still recognised); another session's `writeId` of the same text is another write.
    */
-  writeProcess(processId: string, chunk: Buffer, writeId: string) {
+  writeProcess(processId: string, chunk: Buffer, writeId: string, release?: () => void) {
     const table = this.tableFor(processId, 'control');
-    return table.write(processId, chunk, table === this.table ? writeId : `${this.id}\u0000${writeId}`);
+    return table.write(processId, chunk, table === this.table ? writeId : `${this.id}\u0000${writeId}`, release);
   }
 
   /** `process/list`: this session's processes, then the executor's detached ones this principal may list. */

@@ -8,18 +8,21 @@ import type { ProcessTable } from './process-table.js';
 const { table } = useTables();
 
 describe('write', () => {
-  it('follows the decision order: empty writeId, unknown, starting, stdinClosed', async () => {
+  it('follows the decision order: empty writeId, unknown, starting, stdinClosed; a refused chunk is given back', async () => {
     const processes = table();
-    await expect(processes.write('x', Buffer.from('a'), '')).rejects.toMatchObject({
+    let released = 0;
+    const release = () => void released++;
+    await expect(processes.write('x', Buffer.from('a'), '', release)).rejects.toMatchObject({
       code: 'invalid_argument',
       message: 'writeId must not be empty',
     });
-    expect(await processes.write('x', Buffer.from('a'), 'w')).toBe('unknownProcess');
+    expect(await processes.write('x', Buffer.from('a'), 'w', release)).toBe('unknownProcess');
     const starting = processes.start(request('cat', ['cat'], { pipeStdin: true }));
-    expect(await processes.write('cat', Buffer.from('a'), 'w')).toBe('starting');
+    expect(await processes.write('cat', Buffer.from('a'), 'w', release)).toBe('starting');
     await starting;
     await processes.start(request('no-stdin', ['sleep', '1000']));
-    expect(await processes.write('no-stdin', Buffer.from('a'), 'w')).toBe('stdinClosed');
+    expect(await processes.write('no-stdin', Buffer.from('a'), 'w', release)).toBe('stdinClosed');
+    expect(released).toBe(4);
   });
 
   it('dedupes writeIds, remembering the last writeIdMemory of them (FIFO); a missing writeId is never deduped', async () => {

@@ -165,24 +165,37 @@ export class ProcessTable {
   /**
    * `process/write` in the spec §5 decision order. `writeId` null/undefined is tolerated and not
    * deduplicated. Resolves `accepted` once the bytes are queued to the child (see StdinWriter for the
-   * bound); rejects with `write_failed` when the child's stdin is gone.
+   * bound); rejects with `write_failed` when the child's stdin is gone. `release` (the chunk's pooled memory)
+   * is called once nothing reads the chunk any more: written, refused or dropped.
    */
-  async write(processId: string, chunk: Buffer, writeId?: string | null): Promise<WriteStatus> {
-    if (writeId === '') throw new ProcessError('invalid_argument', 'writeId must not be empty');
+  async write(processId: string, chunk: Buffer, writeId?: string | null, release?: () => void): Promise<WriteStatus> {
+    const status = this.#refusal(processId, writeId);
+    if (status !== null) {
+      release?.();
+      if (status instanceof ProcessError) throw status;
+      return status;
+    }
+    const entry = this.#entries.get(processId)!;
+    if (writeId != null) this.#rememberWriteId(entry, writeId);
+    try {
+      await entry.stdin!.write(chunk, release);
+    } catch (err) {
+      if (writeId != null) entry.writeIds.delete(writeId);
+      throw err;
+    }
+    return 'accepted';
+  }
+
+  /** Why a write to `processId` is not made (the spec's decision order up to the write), or null: make it. */
+  #refusal(processId: string, writeId: string | null | undefined): WriteStatus | ProcessError | null {
+    if (writeId === '') return new ProcessError('invalid_argument', 'writeId must not be empty');
     const entry = this.#entries.get(processId);
     if (entry === undefined) return 'unknownProcess';
     if (entry.handle === null) return 'starting';
     if (entry.stdin === null) return 'stdinClosed';
     if (writeId != null && entry.writeIds.has(writeId)) return 'accepted';
     if (entry.stdin.ending) return 'stdinClosed';
-    if (writeId != null) this.#rememberWriteId(entry, writeId);
-    try {
-      await entry.stdin.write(chunk);
-    } catch (err) {
-      if (writeId != null) entry.writeIds.delete(writeId);
-      throw err;
-    }
-    return 'accepted';
+    return null;
   }
 
   /** Closes a pipe child's stdin once queued writes are handed over; later writes report `stdinClosed`. */

@@ -230,7 +230,9 @@ class PtyWriteInput extends Writable {
   }
 
   override _write(chunk: Buffer, _encoding: BufferEncoding, callback: (err?: Error | null) => void): void {
-    this.#term.write(chunk);
+    // node-pty may keep what it is given until its socket writes it; the callback says this stream is done
+    // with `chunk` (whose memory may then serve another request), so node-pty gets a copy.
+    this.#term.write(Buffer.from(chunk));
     callback();
   }
 }

@@ -107,6 +107,33 @@ describe('StdinWriter', () => {
     expect(await settledState(waiting)).toBe('pending');
   });
 
+  it("gives each chunk's memory back once the sink has taken it, or at once when the write is refused or dropped", async () => {
+    const sink = new ManualSink();
+    const writer = new StdinWriter(sink, 4);
+    const released: string[] = [];
+    const write = (text: string) => writer.write(Buffer.from(text), () => released.push(text)).catch(() => undefined);
+    await write('abcd');
+    const waiting = write('ef');
+    void write('ghi'); // the waiting line is full: refused, given back at once
+    expect(released).toEqual(['ghi']);
+    await sink.flushOne(); // 'abcd' written: given back; 'ef' goes to the sink
+    expect(released).toEqual(['ghi', 'abcd']);
+    await waiting;
+    expect(released).toEqual(['ghi', 'abcd']);
+    await sink.flushOne();
+    expect(released).toEqual(['ghi', 'abcd', 'ef']);
+    // A write left waiting when the stream breaks is dropped, and given back.
+    await write('1234');
+    const dropped = write('5');
+    sink.destroy(Object.assign(new Error('write EPIPE'), { code: 'EPIPE' }));
+    await dropped;
+    expect(released.slice(3)).toEqual(['5']);
+    await sink.flushOne(); // the in-flight write completes (a socket reports it failed): given back
+    expect(released.slice(3)).toEqual(['5', '1234']);
+    await write('late');
+    expect(released.at(-1)).toBe('late');
+  });
+
   it('fails waiting and later writes when the stream breaks', async () => {
     const sink = new ManualSink();
     const writer = new StdinWriter(sink, 2);

@@ -8,6 +8,7 @@ const WRITE_FAILED = 'failed to write to process stdin';
 
 interface WaitingWrite {
   chunk: Buffer;
+  release: (() => void) | undefined;
   resolve: () => void;
   reject: (err: ProcessError) => void;
 }
@@ -23,6 +24,10 @@ interface WaitingWrite {
  *
  * When the stream breaks (EPIPE, the child exited and Node closed the pipe, the PTY closed), waiting
  * writes and all later ones fail with `write_failed` ("failed to write to process stdin").
+ *
+ * A write may come with the `release` of the memory its chunk sits in (a pooled request buffer): it is
+ * called once nothing reads the chunk any more, when the stream has written it (its write callback) or when
+ * the write is refused or dropped.
  */
 export class StdinWriter {
   readonly #sink: Writable;
@@ -52,13 +57,17 @@ export class StdinWriter {
   }
 
   /** Resolves once `chunk` is handed to the stream (queued, not necessarily consumed). */
-  write(chunk: Buffer): Promise<void> {
-    if (this.#broken !== null || this.#ending) return Promise.reject(this.#failure());
+  write(chunk: Buffer, release?: () => void): Promise<void> {
+    if (this.#broken !== null || this.#ending) {
+      release?.();
+      return Promise.reject(this.#failure());
+    }
     if (this.#waiting.length === 0 && this.#fits(chunk.length)) {
-      this.#send(chunk);
+      this.#send(chunk, release);
       return Promise.resolve();
     }
     if (this.#waitingBytes > 0 && this.#waitingBytes + chunk.length > this.#limit) {
+      release?.();
       return Promise.reject(
         new ProcessError(
           'write_failed',
@@ -67,7 +76,7 @@ export class StdinWriter {
       );
     }
     return new Promise<void>((resolve, reject) => {
-      this.#waiting.push({ chunk, resolve, reject });
+      this.#waiting.push({ chunk, release, resolve, reject });
       this.#waitingBytes += chunk.length;
     });
   }
@@ -88,10 +97,14 @@ export class StdinWriter {
     return this.#inFlight === 0 || this.#inFlight + length <= this.#limit;
   }
 
-  #send(chunk: Buffer): void {
-    if (chunk.length === 0) return;
+  #send(chunk: Buffer, release: (() => void) | undefined): void {
+    if (chunk.length === 0) {
+      release?.();
+      return;
+    }
     this.#inFlight += chunk.length;
     this.#sink.write(chunk, (err) => {
+      release?.();
       this.#inFlight -= chunk.length;
       // Node completes a write with no error when the stream was destroyed before the write finished
       // (stream_base_commons' onWriteComplete), so a destroyed sink is a failure too: nothing more is sent
@@ -106,7 +119,7 @@ export class StdinWriter {
     while (this.#waiting.length > 0 && this.#fits(this.#waiting[0]!.chunk.length)) {
       const next = this.#waiting.shift()!;
       this.#waitingBytes -= next.chunk.length;
-      this.#send(next.chunk);
+      this.#send(next.chunk, next.release);
       next.resolve();
     }
     if (this.#ending && !this.#endCalled && this.#waiting.length === 0) {
@@ -119,7 +132,10 @@ export class StdinWriter {
     if (this.#broken !== null) return;
     this.#broken = err;
     const failure = this.#failure();
-    for (const waiting of this.#waiting.splice(0)) waiting.reject(failure);
+    for (const waiting of this.#waiting.splice(0)) {
+      waiting.release?.();
+      waiting.reject(failure);
+    }
     this.#waitingBytes = 0;
   }
 

@@ -18,7 +18,7 @@ import {
   ProcessWriteParams,
   RpcError,
 } from '@tether/exec-protocol';
-import { attachmentOf } from '@tether/jsonrpc';
+import { attachmentOf, takeAttachmentRelease } from '@tether/jsonrpc';
 import { buildChildEnv, ProcessError, type ProcessErrorCode, type ProcessWrap } from '@tether/local-process';
 import { likelySandboxDenied } from '@tether/sandbox';
 import { decodeSandbox, prepareSandbox } from '../sandbox-context.js';
@@ -174,8 +174,8 @@ export const processHandlers: HandlerTable = {
     let params: ProcessWriteBinaryParams;
     let data: Buffer;
     if (attachment) {
-      // binaryInput: the bytes are the request's attachment (this handler's to keep until the child has
-      // them); a `chunk` as well would be ambiguous.
+      // binaryInput: the bytes are the request's attachment (given back below once the child has them); a
+      // `chunk` as well would be ambiguous.
       params = decode(ProcessWriteBinaryParams, raw);
       if ('chunk' in params) throw RpcError.invalidParams('`chunk` and a binary attachment are exclusive');
       data = attachment;
@@ -189,7 +189,9 @@ export const processHandlers: HandlerTable = {
       }
     }
     if (params.writeId.length === 0) throw RpcError.invalidParams('writeId must not be empty');
-    const status = await ctx.session().writeProcess(params.processId, data, params.writeId);
+    // A pooled attachment goes back once the child's stdin has written it (or the write was refused).
+    const release = attachment ? takeAttachmentRelease(raw) : undefined;
+    const status = await ctx.session().writeProcess(params.processId, data, params.writeId, release);
     return { status };
   },
 
