@@ -1,8 +1,12 @@
+import { createHash, randomBytes } from 'node:crypto';
+import { closeSync, mkdtempSync, openSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { PassThrough } from 'node:stream';
 import type { WriteStatus } from '@tether/client';
 import { describe, expect, it } from 'vitest';
 import type { CliIo } from '../common.js';
-import { forwardInput, STDIN_UNANSWERED_BYTES, STDIN_WRITE_BYTES } from './stdin.js';
+import { FileStdin, forwardInput, STDIN_UNANSWERED_BYTES, STDIN_WRITE_BYTES } from './stdin.js';
 
 /** A stdin stand-in and a target whose writes are answered when the test says. */
 function setup(isTTY = true) {
@@ -150,5 +154,48 @@ describe('forwardInput', () => {
     await turn();
     expect(Buffer.concat(keyed.written).toString()).toBe('a');
     expect(detached).toBe(1);
+  });
+});
+
+describe('FileStdin', () => {
+  it('forwards a file byte for byte in reused buffers: no more than the window holds, none reused while unanswered', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'harness-file-stdin-'));
+    const file = join(dir, 'input');
+    const content = randomBytes(20 * STDIN_WRITE_BYTES + 12_345);
+    writeFileSync(file, content);
+    const fd = openSync(file, 'r');
+    try {
+      const stdin = new FileStdin(fd);
+      const io = { stdin, stdout: new PassThrough(), stderr: new PassThrough(), env: {} } as unknown as CliIo;
+      const hash = createHash('sha256');
+      const memories = new Set<ArrayBufferLike>();
+      let closed = false;
+      const target = {
+        processId: 'p1',
+        // Answered a little later, as over a network; the bytes must be what was read until then.
+        write: (chunk: Buffer) => {
+          memories.add(chunk.buffer);
+          const copy = Buffer.from(chunk);
+          return new Promise<WriteStatus>((resolve) =>
+            setTimeout(() => {
+              expect(chunk.equals(copy)).toBe(true);
+              hash.update(copy);
+              resolve('accepted');
+            }, 2),
+          );
+        },
+        closeStdin: async () => {
+          closed = true;
+          return 'accepted' as WriteStatus;
+        },
+      };
+      forwardInput(target, io, { closeAtEnd: true, rawMode: false });
+      while (!closed) await new Promise((resolve) => setTimeout(resolve, 5));
+      expect(hash.digest('hex')).toBe(createHash('sha256').update(content).digest('hex'));
+      expect(memories.size).toBeLessThanOrEqual(STDIN_UNANSWERED_BYTES / STDIN_WRITE_BYTES + 2);
+    } finally {
+      closeSync(fd);
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
