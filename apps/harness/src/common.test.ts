@@ -1,11 +1,11 @@
 import { closeSync, createWriteStream, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { PassThrough } from 'node:stream';
+import { PassThrough, Writable } from 'node:stream';
 import type { ProcessEvent } from '@tether/client';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { CliIo } from './common.js';
-import { printOutput } from './common.js';
+import { printOutput, watchOutput, writeOutput } from './common.js';
 
 const dirs: string[] = [];
 afterEach(() => {
@@ -56,5 +56,38 @@ describe('printOutput', () => {
     expect(await printOutput(io, iterable)).toBe(0);
     expect(stdout.read().toString()).toBe('one two');
     expect(log).toEqual([]);
+  });
+});
+
+describe('writeOutput', () => {
+  it('lets a MiB wait for a slow reader before it waits for the drain', async () => {
+    const done: Array<() => void> = [];
+    const stdout = new Writable({
+      highWaterMark: 16 * 1024,
+      write(_chunk, _encoding, callback) {
+        done.push(callback);
+      },
+    });
+    const io = { stdout, stderr: new PassThrough(), stdin: new PassThrough(), env: {} } as unknown as CliIo;
+    watchOutput(io);
+    const chunk = Buffer.alloc(64 * 1024);
+    let returned = 0;
+    for (let i = 0; i < 16; i++) {
+      await writeOutput(io, stdout, chunk);
+      returned++;
+    }
+    expect(returned).toBe(16);
+    let waited = false;
+    const seventeenth = writeOutput(io, stdout, chunk).then(() => {
+      waited = true;
+    });
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(waited).toBe(false);
+    while (done.length > 0) {
+      done.shift()!();
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    await seventeenth;
+    expect(waited).toBe(true);
   });
 });

@@ -89,6 +89,13 @@ export function outputFailed(io: CliIo): Promise<never> {
 }
 
 /**
+ * What may wait in our stdout's buffer for a slow reader before the command waits for it (per write, Node's
+ * streams ask for a 'drain' past 16-64 KiB: one output chunk). A reader slower than the output (`| sha256sum`)
+ * then takes each chunk from a full buffer instead of the command going round the event loop per chunk.
+ */
+const OUTPUT_BUFFER_BYTES = 1024 * 1024;
+
+/**
  * Writes to stdout or stderr with backpressure: waits for 'drain' when the stream asks for it. Throws
  * OutputClosedError once the reader has gone away (so a command stops at the write after it, as a tool that
  * SIGPIPE ends), or the stream's other write failure.
@@ -105,6 +112,7 @@ export async function writeOutput(
   // on a file descriptor guarantees: a PassThrough, say, still holds the chunk after the callback.
   const written = release !== undefined && typeof (sink as { fd?: unknown }).fd === 'number' ? release : undefined;
   if (written ? sink.write(chunk, () => written()) : sink.write(chunk)) return;
+  if (sink.writableLength <= OUTPUT_BUFFER_BYTES) return;
   await Promise.race([new Promise((resolve) => sink.once('drain', resolve)), outputFailed(io)]);
 }
 
