@@ -1,5 +1,5 @@
 import { BufferPool, DEFAULT_HIGH_WATER_MARK, DEFAULT_LOW_WATER_MARK, releasingCallback } from '@tether/bytes';
-import { installFastMessages, joinParts } from '@tether/user-read/websocket';
+import { burstWrites, installFastMessages, joinParts } from '@tether/user-read/websocket';
 import type { WebSocket } from 'ws';
 import { hasAttachmentMarker } from '../attachment.js';
 import type { MessageTransport, TransportHandlers } from '../transport.js';
@@ -51,6 +51,8 @@ export class WebSocketTransport implements MessageTransport {
   /** The pool is the transport's own (no `pool` option): it closes it when it closes. */
   private readonly ownsPool: boolean;
   private readonly readBuffer: Buffer | undefined;
+  /** Messages sent in one burst (output notifications of one turn, several answers) leave in one write. */
+  private readonly burst: () => void;
   private handlers: TransportHandlers | null = null;
   private pingTimer: NodeJS.Timeout | null = null;
   private awaitingPong = false;
@@ -67,6 +69,7 @@ export class WebSocketTransport implements MessageTransport {
     this.ownsPool = options.pool === undefined;
     this.inbound = options.pool ?? new BufferPool(INBOUND_POOL_OPTIONS);
     this.readBuffer = options.readBuffer;
+    this.burst = burstWrites(ws);
   }
 
   /** The pool inbound messages are assembled in (the creator's, or the transport's own). */
@@ -119,6 +122,7 @@ export class WebSocketTransport implements MessageTransport {
     // binary attachment (never valid UTF-8 JSON) needs a binary frame. ws frames a server's message
     // without copying it and calls back once the socket has written it (or failed to).
     const frame = hasAttachmentMarker(message) ? BINARY_FRAME : TEXT_FRAME;
+    this.burst();
     this.ws.send(message, frame, releasingCallback(release, this.afterWrite));
     if (this.ws.bufferedAmount > this.highWaterMark) this.needsDrain = true;
     return !this.needsDrain;
