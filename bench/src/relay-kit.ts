@@ -223,10 +223,11 @@ export interface ActiveRun {
 
 /**
  * Every stream at once, each sending 64 KiB Data frames as fast as its own window lets it, for `seconds`. The
- * window is the receiver's, as in a real stream: the receiver answers each frame with an `Ack` on the same stream
- * (back through the relay, or over the direct socket), and a sender keeps at most `windowBytes` of frames not yet
- * acknowledged. A stream's rate is what it delivered between `settleSeconds` and the end (every stream runs
- * throughout that interval), so the rates say how the streams shared the path. Then sending stops and the run
+ * window is the receiver's, as in a real stream: the receiver answers every quarter window of frames with an `Ack`
+ * on the same stream (back through the relay, or over the direct socket; Tether's SDK returns flow-control credit
+ * every quarter window too), and a sender keeps at most `windowBytes` of frames not yet acknowledged, sending a
+ * quarter window at a time. A stream's rate is what it delivered between `settleSeconds` and the end (every stream
+ * runs throughout that interval), so the rates say how the streams shared the path. Then sending stops and the run
  * waits for every frame and every Ack in flight: each stream must have received exactly the frames it sent, each
  * one its own (its length, its first 64 bytes (field tags and stream id) and its last byte (the stream's fill
  * byte) compared), or the run throws. `atEnd` runs when the interval ends.
@@ -234,7 +235,7 @@ export interface ActiveRun {
  * Why Acks and not the sender counting what the receiver got (as `transfer` does): both ends live in this one
  * process, and a sender woken by its receiver's message sends within the read of the receiver's socket, which
  * libuv goes on reading (up to 32 reads a turn) while the turnaround refills it. The streams read last in a turn
- * then made several round trips to the others' one (slowest ÷ fastest ≈ 0.3 through the relay, every frame
+ * then made several round trips to the others' one (slowest ÷ fastest ≈ 0.3 through the relay, with every frame
  * already delivered and waiting in the bench's sockets): the bench, not the path, picked the fast streams. An
  * Ack reaches the sender on another socket, as it would in another process.
  */
@@ -242,17 +243,19 @@ export async function activeTransfer(
   p: Pairing,
   options: { seconds: number; settleSeconds: number; windowBytes: number; atEnd?: () => void },
 ): Promise<ActiveRun> {
-  /** Per stream: its frames, its sender, its window in frames, frames sent, received and acknowledged so far. */
+  /** Per stream: its frames, its ends, its window and Ack interval in frames, frames sent, received and acked. */
   const streams = p.receivers.map((receiver, i) => {
     const frame = p.frames[i] as Buffer;
     const streamId = decodeFrame(frame).streamId;
+    const window = Math.max(4, Math.round(options.windowBytes / frame.length));
     return {
       frame,
       ack: Buffer.from(encodeFrame(ackFrame(streamId))),
       key: streamKey(streamId),
       sender: p.senders[i] as WebSocket,
       receiver,
-      window: Math.max(1, Math.floor(options.windowBytes / frame.length)),
+      window,
+      ackEvery: Math.floor(window / 4),
       sent: 0,
       received: 0,
       acked: 0,
@@ -265,11 +268,12 @@ export async function activeTransfer(
   let drained: (() => void) | null = null;
   /** Frames sent and not yet acknowledged, all streams. */
   let unacked = 0;
+  /** Sends whole Ack intervals while the window has room for one, so that every frame sent is acknowledged. */
   const pump = (s: Stream) => {
-    while (sending && s.sent - s.acked < s.window) {
-      s.sender.send(s.frame, { binary: true });
-      s.sent++;
-      unacked++;
+    while (sending && s.sent - s.acked + s.ackEvery <= s.window) {
+      for (let n = 0; n < s.ackEvery; n++) s.sender.send(s.frame, { binary: true });
+      s.sent += s.ackEvery;
+      unacked += s.ackEvery;
     }
   };
   for (const [i, s] of streams.entries()) {
@@ -282,8 +286,7 @@ export async function activeTransfer(
       ) {
         failure ??= new Error(`stream ${i} received a frame that is not its own (${data.length} bytes)`);
       }
-      s.received++;
-      receiver.send(s.ack, { binary: true });
+      if (++s.received % s.ackEvery === 0) receiver.send(s.ack, { binary: true });
     });
   }
   for (const sender of new Set(streams.map((s) => s.sender))) {
@@ -294,8 +297,8 @@ export async function activeTransfer(
         failure ??= new Error('a sender received something other than an Ack of one of its streams');
         return;
       }
-      s.acked++;
-      unacked--;
+      s.acked += s.ackEvery;
+      unacked -= s.ackEvery;
       if (sending) pump(s);
       else if (unacked === 0) drained?.();
     });

@@ -5,7 +5,7 @@
  * what idle paired streams cost the node. Prints a table and writes bench/results/relay-latest.json.
  *
  *   BENCH_RELAY_MIB=256 BENCH_RELAY_ROUNDS=2000 BENCH_RELAY_IDLE_STREAMS=10000 BENCH_RELAY_REPEATS=5 \
- *   BENCH_RELAY_ACTIVE_STREAMS=100 BENCH_RELAY_ACTIVE_ENVIRONMENTS=100 BENCH_RELAY_ACTIVE_SECONDS=4 pnpm bench
+ *   BENCH_RELAY_ACTIVE_STREAMS=100 BENCH_RELAY_ACTIVE_ENVIRONMENTS=100 BENCH_RELAY_ACTIVE_SECONDS=5 pnpm bench
  */
 
 import { randomUUID } from 'node:crypto';
@@ -43,7 +43,7 @@ const REPEATS = Number(process.env.BENCH_RELAY_REPEATS ?? 5);
 const ACTIVE_STREAMS = Number(process.env.BENCH_RELAY_ACTIVE_STREAMS ?? 100);
 /** Each active stream on an environment socket of its own by default: independent sessions, as a node carries. */
 const ACTIVE_ENVIRONMENTS = Number(process.env.BENCH_RELAY_ACTIVE_ENVIRONMENTS ?? ACTIVE_STREAMS);
-const ACTIVE_SECONDS = Number(process.env.BENCH_RELAY_ACTIVE_SECONDS ?? 4);
+const ACTIVE_SECONDS = Number(process.env.BENCH_RELAY_ACTIVE_SECONDS ?? 5);
 /** The first second of an active run is not measured: every stream has reached its pace by then. */
 const ACTIVE_SETTLE_SECONDS = 1;
 /** In flight per active stream (8 frames): the streams' windows add up to 50 MiB at 100 streams. */
