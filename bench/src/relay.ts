@@ -273,7 +273,9 @@ await runBench(async () => {
       relayed >= 0.8 * directly ? 'yes' : 'NO',
     ] as const;
   const streamsOn =
-    ACTIVE_ENVIRONMENTS === ACTIVE_STREAMS ? 'each on its own environment' : `on ${ACTIVE_ENVIRONMENTS} environments`;
+    ACTIVE_ENVIRONMENTS === ACTIVE_STREAMS
+      ? 'each on its own environment'
+      : `on ${ACTIVE_ENVIRONMENTS} environment${ACTIVE_ENVIRONMENTS === 1 ? '' : 's'}`;
   const rows: Array<readonly [string, string, string, string, string, string, string]> = [
     [
       '64 KiB Data frames, 1 stream (MB/s)',
