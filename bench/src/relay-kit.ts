@@ -11,7 +11,16 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { nonceForGrant, type SigningKey, signRelayUrl } from '@tether/relay-auth';
-import { dataFrame, decodeFrame, encodeFrame, handshakeFrame, resumeFrame } from '@tether/relay-frames';
+import {
+  ackFrame,
+  dataFrame,
+  decodeFrame,
+  encodeFrame,
+  handshakeFrame,
+  peekHeader,
+  resumeFrame,
+  streamKey,
+} from '@tether/relay-frames';
 import { WebSocket } from 'ws';
 import { onCleanup, type ServiceProcess, startService } from './services.js';
 
@@ -108,36 +117,46 @@ export interface Pairing {
   close(): Promise<void>;
 }
 
-/** One environment socket and `streams` harness sockets on it, each stream claimed and answered. */
-export async function viaRelay(key: SigningKey, relayUrl: string, streams: number): Promise<Pairing> {
-  const environmentId = `bench-${randomUUID().slice(0, 8)}`;
-  const env = await dial(signedUrl(key, relayUrl, 'environment', environmentId));
+/**
+ * `environments` environment sockets (default one) and `streams` harness sockets spread over them (stream i on
+ * environment i mod `environments`), each stream claimed and answered.
+ */
+export async function viaRelay(key: SigningKey, relayUrl: string, streams: number, environments = 1): Promise<Pairing> {
+  const label = `bench-${randomUUID().slice(0, 8)}`;
+  const envs: WebSocket[] = [];
+  let claims = 0;
+  for (let e = 0; e < environments; e++) {
+    const env = await dial(signedUrl(key, relayUrl, 'environment', `${label}-${e}`));
+    // The environment sees each claim (Resume) before any traffic.
+    env.on('message', () => claims++);
+    envs.push(env);
+  }
+  const senders: WebSocket[] = [];
   const receivers: WebSocket[] = [];
   const frames: Buffer[] = [];
-  const claimed = new Set<string>();
-  env.on('message', (data: Buffer) => {
-    // The environment sees each claim (Resume) before any traffic; remember the stream ids.
-    claimed.add(data.toString('latin1'));
-  });
   for (let i = 0; i < streams; i++) {
     const streamId = randomUUID();
-    const harness = await dial(signedUrl(key, relayUrl, 'harness', environmentId));
+    const harness = await dial(signedUrl(key, relayUrl, 'harness', `${label}-${i % environments}`));
     harness.send(encodeFrame(resumeFrame(streamId, 0)));
+    senders.push(envs[i % environments] as WebSocket);
     receivers.push(harness);
     frames.push(Buffer.from(encodeFrame(dataFrame(streamId, 1, Buffer.alloc(FRAME_BYTES, i)))));
   }
-  while (claimed.size < streams) await tick();
-  env.removeAllListeners('message');
+  while (claims < streams) await tick();
+  for (const env of envs) env.removeAllListeners('message');
   // Answer every handshake so the streams are past the handshake stage, as in a real session.
-  for (const frame of frames) env.send(encodeFrame(handshakeFrame(decodeFrame(frame).streamId, Buffer.from('m2'))));
+  for (const [i, frame] of frames.entries()) {
+    (senders[i] as WebSocket).send(encodeFrame(handshakeFrame(decodeFrame(frame).streamId, Buffer.from('m2'))));
+  }
   await Promise.all(receivers.map((r) => once(r, 'message')));
   return {
-    senders: receivers.map(() => env),
+    senders,
     receivers,
     frames,
     close: async () => {
-      for (const ws of [env, ...receivers]) ws.close();
-      await Promise.all([env, ...receivers].map((ws) => (ws.readyState === 3 ? null : once(ws, 'close'))));
+      const all = [...envs, ...receivers];
+      for (const ws of all) ws.close();
+      await Promise.all(all.map((ws) => (ws.readyState === 3 ? null : once(ws, 'close'))));
     },
   };
 }
@@ -190,6 +209,131 @@ export async function transfer(p: Pairing, totalMiB: number): Promise<{ bytes: n
 export async function throughput(p: Pairing, totalMiB: number): Promise<number> {
   const { bytes, seconds } = await transfer(p, totalMiB);
   return bytes / 1e6 / seconds;
+}
+
+/** What each stream of an `activeTransfer` delivered. */
+export interface ActiveRun {
+  /** MB/s of each stream (in stream order) over the measured interval. */
+  rates: number[];
+  /** Their sum (MB/s). */
+  aggregate: number;
+  /** Bytes delivered in the whole run (measured interval, the settling before it and the drain after it). */
+  bytes: number;
+}
+
+/**
+ * Every stream at once, each sending 64 KiB Data frames as fast as its own window lets it, for `seconds`. The
+ * window is the receiver's, as in a real stream: the receiver answers every quarter window of frames with an `Ack`
+ * on the same stream (back through the relay, or over the direct socket; Tether's SDK returns flow-control credit
+ * every quarter window too), and a sender keeps at most `windowBytes` of frames not yet acknowledged, sending a
+ * quarter window at a time. A stream's rate is what it delivered between `settleSeconds` and the end (every stream
+ * runs throughout that interval), so the rates say how the streams shared the path. Then sending stops and the run
+ * waits for every frame and every Ack in flight: each stream must have received exactly the frames it sent, each
+ * one its own (its length, its first 64 bytes (field tags and stream id) and its last byte (the stream's fill
+ * byte) compared), or the run throws. `atEnd` runs when the interval ends.
+ *
+ * Why Acks and not the sender counting what the receiver got (as `transfer` does): both ends live in this one
+ * process, and a sender woken by its receiver's message sends within the read of the receiver's socket, which
+ * libuv goes on reading (up to 32 reads a turn) while the turnaround refills it. The streams read last in a turn
+ * then made several round trips to the others' one (slowest ÷ fastest ≈ 0.3 through the relay, with every frame
+ * already delivered and waiting in the bench's sockets): the bench, not the path, picked the fast streams. An
+ * Ack reaches the sender on another socket, as it would in another process.
+ */
+export async function activeTransfer(
+  p: Pairing,
+  options: { seconds: number; settleSeconds: number; windowBytes: number; atEnd?: () => void },
+): Promise<ActiveRun> {
+  /** Per stream: its frames, its ends, its window and Ack interval in frames, frames sent, received and acked. */
+  const streams = p.receivers.map((receiver, i) => {
+    const frame = p.frames[i] as Buffer;
+    const streamId = decodeFrame(frame).streamId;
+    const window = Math.max(4, Math.round(options.windowBytes / frame.length));
+    return {
+      frame,
+      ack: Buffer.from(encodeFrame(ackFrame(streamId))),
+      key: streamKey(streamId),
+      sender: p.senders[i] as WebSocket,
+      receiver,
+      window,
+      ackEvery: Math.floor(window / 4),
+      sent: 0,
+      received: 0,
+      acked: 0,
+    };
+  });
+  type Stream = (typeof streams)[number];
+  const byKey = new Map(streams.map((s) => [s.key, s]));
+  let sending = true;
+  let failure: Error | null = null;
+  let drained: (() => void) | null = null;
+  /** Frames sent and not yet acknowledged, all streams. */
+  let unacked = 0;
+  /** Sends whole Ack intervals while the window has room for one, so that every frame sent is acknowledged. */
+  const pump = (s: Stream) => {
+    while (sending && s.sent - s.acked + s.ackEvery <= s.window) {
+      for (let n = 0; n < s.ackEvery; n++) s.sender.send(s.frame, { binary: true });
+      s.sent += s.ackEvery;
+      unacked += s.ackEvery;
+    }
+  };
+  for (const [i, s] of streams.entries()) {
+    const { frame, receiver } = s;
+    receiver.on('message', (data: Buffer) => {
+      if (
+        data.length !== frame.length ||
+        data[data.length - 1] !== frame[frame.length - 1] ||
+        data.compare(frame, 0, 64, 0, 64) !== 0
+      ) {
+        failure ??= new Error(`stream ${i} received a frame that is not its own (${data.length} bytes)`);
+      }
+      if (++s.received % s.ackEvery === 0) receiver.send(s.ack, { binary: true });
+    });
+  }
+  for (const sender of new Set(streams.map((s) => s.sender))) {
+    sender.on('message', (data: Buffer) => {
+      const header = peekHeader(data);
+      const s = header ? byKey.get(header.streamKey) : undefined;
+      if (!s || header?.kind !== 'ack') {
+        failure ??= new Error('a sender received something other than an Ack of one of its streams');
+        return;
+      }
+      s.acked += s.ackEvery;
+      unacked -= s.ackEvery;
+      if (sending) pump(s);
+      else if (unacked === 0) drained?.();
+    });
+  }
+  for (const s of streams) pump(s);
+  await sleep(options.settleSeconds * 1000);
+  const from = streams.map((s) => s.received);
+  const t0 = performance.now();
+  await sleep((options.seconds - options.settleSeconds) * 1000);
+  const to = streams.map((s) => s.received);
+  const t1 = performance.now();
+  options.atEnd?.();
+  sending = false;
+  if (unacked > 0) {
+    // Every frame in flight must arrive and be acknowledged; one that is not within a minute fails the run below.
+    const timeout = setTimeout(() => drained?.(), 60_000);
+    await new Promise<void>((resolve) => {
+      drained = resolve;
+    });
+    clearTimeout(timeout);
+  }
+  for (const s of streams) {
+    s.receiver.removeAllListeners('message');
+    s.sender.removeAllListeners('message');
+  }
+  if (failure) throw failure;
+  for (const [i, s] of streams.entries()) {
+    if (s.received !== s.sent || s.acked !== s.sent) {
+      throw new Error(`stream ${i}: ${s.sent} frames sent, ${s.received} received, ${s.acked} acknowledged`);
+    }
+  }
+  const seconds = (t1 - t0) / 1000;
+  const rates = streams.map((s, i) => (((to[i] as number) - (from[i] as number)) * s.frame.length) / 1e6 / seconds);
+  const bytes = streams.reduce((sum, s) => sum + s.received * s.frame.length, 0);
+  return { rates, aggregate: rates.reduce((a, b) => a + b, 0), bytes };
 }
 
 /**

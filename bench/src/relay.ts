@@ -1,19 +1,24 @@
 /**
  * `pnpm bench` (relay section; alone: `pnpm --filter @tether/bench bench:relay`): the relay (its built bin, in
- * its own process) side by side with a direct WebSocket between the same two endpoints, same run. Prints a
- * table and writes bench/results/relay-latest.json.
+ * its own process) side by side with a direct WebSocket between the same two endpoints, same run: one stream,
+ * 32 streams, 100 streams all active at once (aggregate and how evenly they share the node), round trips, and
+ * what idle paired streams cost the node. Prints a table and writes bench/results/relay-latest.json.
  *
- *   BENCH_RELAY_MIB=256 BENCH_RELAY_ROUNDS=2000 BENCH_RELAY_IDLE_STREAMS=10000 BENCH_RELAY_REPEATS=5 pnpm bench
+ *   BENCH_RELAY_MIB=256 BENCH_RELAY_ROUNDS=2000 BENCH_RELAY_IDLE_STREAMS=10000 BENCH_RELAY_REPEATS=5 \
+ *   BENCH_RELAY_ACTIVE_STREAMS=100 BENCH_RELAY_ACTIVE_ENVIRONMENTS=100 BENCH_RELAY_ACTIVE_SECONDS=5 pnpm bench
  */
 
 import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import type { AddressInfo } from 'node:net';
+import { loadavg } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { dataFrame, decodeFrame, encodeFrame } from '@tether/relay-frames';
 import { type WebSocket, WebSocketServer } from 'ws';
-import { writeResults } from './commands.js';
+import { machine, writeResults } from './commands.js';
 import {
+  type ActiveRun,
+  activeTransfer,
   benchSigningKey,
   dial,
   FRAME_BYTES,
@@ -35,6 +40,14 @@ const IDLE_STREAMS = Number(process.env.BENCH_RELAY_IDLE_STREAMS ?? 10_000);
 const IDLE_ENVIRONMENTS = 100;
 const FANOUT = 32;
 const REPEATS = Number(process.env.BENCH_RELAY_REPEATS ?? 5);
+const ACTIVE_STREAMS = Number(process.env.BENCH_RELAY_ACTIVE_STREAMS ?? 100);
+/** Each active stream on an environment socket of its own by default: independent sessions, as a node carries. */
+const ACTIVE_ENVIRONMENTS = Number(process.env.BENCH_RELAY_ACTIVE_ENVIRONMENTS ?? ACTIVE_STREAMS);
+const ACTIVE_SECONDS = Number(process.env.BENCH_RELAY_ACTIVE_SECONDS ?? 5);
+/** The first second of an active run is not measured: every stream has reached its pace by then. */
+const ACTIVE_SETTLE_SECONDS = 1;
+/** In flight per active stream (8 frames): the streams' windows add up to 50 MiB at 100 streams. */
+const ACTIVE_WINDOW_BYTES = 512 * 1024;
 
 const key = benchSigningKey();
 const startRelayProcess = () =>
@@ -93,6 +106,37 @@ async function roundTrips(p: Pairing): Promise<number[]> {
   return times;
 }
 
+// Many active streams at once ------------------------------------------------------------------------------
+
+/** One active run in brief: the aggregate and the spread of the per-stream rates (MB/s). */
+interface ActiveSummary {
+  aggregate: number;
+  min: number;
+  median: number;
+  max: number;
+  /** Slowest ÷ fastest stream. */
+  spread: number;
+}
+
+function summarize(run: ActiveRun): ActiveSummary {
+  const sorted = [...run.rates].sort((a, b) => a - b);
+  const min = sorted[0] as number;
+  const max = sorted[sorted.length - 1] as number;
+  return { aggregate: run.aggregate, min, median: median(sorted), max, spread: max > 0 ? min / max : 0 };
+}
+
+/** The median of each figure over the runs. */
+function medianSummary(runs: ActiveSummary[]): ActiveSummary {
+  const of = (field: keyof ActiveSummary) => median(runs.map((run) => run[field]));
+  return { aggregate: of('aggregate'), min: of('min'), median: of('median'), max: of('max'), spread: of('spread') };
+}
+
+const activeOptions = {
+  seconds: ACTIVE_SECONDS,
+  settleSeconds: ACTIVE_SETTLE_SECONDS,
+  windowBytes: ACTIVE_WINDOW_BYTES,
+};
+
 // Memory per idle paired stream ---------------------------------------------------------------------------
 
 async function idleMemory(): Promise<{ perStreamKiB: number; baselineMiB: number; loadedMiB: number }> {
@@ -127,6 +171,7 @@ async function idleMemory(): Promise<{ perStreamKiB: number; baselineMiB: number
 // Run ----------------------------------------------------------------------------------------------------
 
 await runBench(async () => {
+  const loadAtStart = loadavg();
   process.stderr.write(
     `relay bench: ${TOTAL_MIB} MiB per throughput run, ${ROUNDS} round trips, median of ${REPEATS}\n`,
   );
@@ -134,7 +179,11 @@ await runBench(async () => {
   const figures = {
     direct: { one: 0, fanout: 0, p50: 0, p99: 0 },
     relay: { one: 0, fanout: 0, p50: 0, p99: 0 },
+    /** The relay's CPU-seconds per GB forwarded (median of the runs). */
+    relayCpuPerGB: { one: 0, fanout: 0, active: 0 },
   };
+  const active = { direct: [] as ActiveSummary[], relay: [] as ActiveSummary[], relayRssMiB: [] as number[] };
+  const cpuPerGB = (seconds: number, bytes: number) => seconds / (bytes / 1e9);
   try {
     // One uncounted run each way first: the endpoints' and the relay's code paths are compiled before either
     // column is measured (the first run of a fresh process was up to twice as slow).
@@ -159,15 +208,37 @@ await runBench(async () => {
         const v = await viaRelay(key, relay.url, streams);
         const cpuBefore = relay.cpuSeconds();
         relayRuns.push(await throughput(v));
-        relayCpuPerGB.push(((relay.cpuSeconds() - cpuBefore) / (TOTAL_MIB * 1.048576)) * 1000);
+        relayCpuPerGB.push(cpuPerGB(relay.cpuSeconds() - cpuBefore, TOTAL_MIB * 1024 * 1024));
         await v.close();
       }
       figures.direct[name] = median(directRuns);
       figures.relay[name] = median(relayRuns);
+      figures.relayCpuPerGB[name] = median(relayCpuPerGB);
       process.stderr.write(
         `  ${streams} stream(s): direct ${directRuns.map((x) => x.toFixed(0))} relay ${relayRuns.map((x) => x.toFixed(0))} MB/s; relay CPU ${relayCpuPerGB.map((x) => x.toFixed(2))} s/GB\n`,
       );
     }
+    const activeCpu: number[] = [];
+    for (let r = 0; r < REPEATS; r++) {
+      const d = await direct(ACTIVE_STREAMS);
+      active.direct.push(summarize(await activeTransfer(d, activeOptions)));
+      await d.close();
+      const v = await viaRelay(key, relay.url, ACTIVE_STREAMS, ACTIVE_ENVIRONMENTS);
+      const cpuBefore = relay.cpuSeconds();
+      const run = await activeTransfer(v, {
+        ...activeOptions,
+        atEnd: () => active.relayRssMiB.push(relay.rssKiB() / 1024),
+      });
+      activeCpu.push(cpuPerGB(relay.cpuSeconds() - cpuBefore, run.bytes));
+      active.relay.push(summarize(run));
+      await v.close();
+    }
+    figures.relayCpuPerGB.active = median(activeCpu);
+    const brief = (runs: ActiveSummary[]) =>
+      runs.map((x) => `${x.aggregate.toFixed(0)} (${x.min.toFixed(1)}–${x.max.toFixed(1)})`).join(', ');
+    process.stderr.write(
+      `  ${ACTIVE_STREAMS} active streams, aggregate (slowest–fastest stream) MB/s: direct ${brief(active.direct)}; relay ${brief(active.relay)}; relay CPU ${activeCpu.map((x) => x.toFixed(2))} s/GB\n`,
+    );
     const d = await direct(1);
     const directTimes = await roundTrips(d);
     await d.close();
@@ -187,39 +258,81 @@ await runBench(async () => {
   // A round trip crosses the relay twice: the added latency per frame is half the difference.
   const addedP50 = (figures.relay.p50 - figures.direct.p50) / 2;
   const addedP99 = (figures.relay.p99 - figures.direct.p99) / 2;
+  const activeDirect = medianSummary(active.direct);
+  const activeRelay = medianSummary(active.relay);
   const fmt = (n: number) => (Math.abs(n) >= 100 ? n.toFixed(0) : Math.abs(n) >= 10 ? n.toFixed(1) : n.toFixed(3));
-  const rows: Array<[string, string, string, string, string, string]> = [
+  const cpu = (n: number) => n.toFixed(2);
+  const spread = (x: ActiveSummary) => `${fmt(x.min)} / ${fmt(x.median)} / ${fmt(x.max)}`;
+  const vsDirect = (relayed: number, directly: number, cpuPerGB: number) =>
+    [
+      fmt(directly),
+      fmt(relayed),
+      `${(relayed / directly).toFixed(2)}×`,
+      cpu(cpuPerGB),
+      '≥ 0.8× direct',
+      relayed >= 0.8 * directly ? 'yes' : 'NO',
+    ] as const;
+  const streamsOn =
+    ACTIVE_ENVIRONMENTS === ACTIVE_STREAMS
+      ? 'each on its own environment'
+      : `on ${ACTIVE_ENVIRONMENTS} environment${ACTIVE_ENVIRONMENTS === 1 ? '' : 's'}`;
+  const rows: Array<readonly [string, string, string, string, string, string, string]> = [
     [
       '64 KiB Data frames, 1 stream (MB/s)',
-      fmt(figures.direct.one),
-      fmt(figures.relay.one),
-      `${(figures.relay.one / figures.direct.one).toFixed(2)}×`,
-      '≥ 0.7× direct',
-      figures.relay.one >= 0.7 * figures.direct.one ? 'yes' : 'NO',
+      ...vsDirect(figures.relay.one, figures.direct.one, figures.relayCpuPerGB.one),
     ],
     [
       `64 KiB Data frames, ${FANOUT} streams aggregate (MB/s)`,
-      fmt(figures.direct.fanout),
-      fmt(figures.relay.fanout),
-      `${(figures.relay.fanout / figures.direct.fanout).toFixed(2)}×`,
-      '≥ 0.7× direct',
-      figures.relay.fanout >= 0.7 * figures.direct.fanout ? 'yes' : 'NO',
+      ...vsDirect(figures.relay.fanout, figures.direct.fanout, figures.relayCpuPerGB.fanout),
     ],
-    ['small frame round trip p50 (ms)', fmt(figures.direct.p50), fmt(figures.relay.p50), '', '', ''],
-    ['small frame round trip p99 (ms)', fmt(figures.direct.p99), fmt(figures.relay.p99), '', '', ''],
+    [
+      `${ACTIVE_STREAMS} active streams at once (${streamsOn}), aggregate (MB/s)`,
+      ...vsDirect(activeRelay.aggregate, activeDirect.aggregate, figures.relayCpuPerGB.active),
+    ],
+    [
+      `${ACTIVE_STREAMS} active streams: slowest ÷ fastest stream`,
+      activeDirect.spread.toFixed(2),
+      activeRelay.spread.toFixed(2),
+      '',
+      '',
+      '≥ 0.5',
+      activeRelay.spread >= 0.5 ? 'yes' : 'NO',
+    ],
+    [
+      `${ACTIVE_STREAMS} active streams: per-stream min / median / max (MB/s)`,
+      spread(activeDirect),
+      spread(activeRelay),
+      '',
+      '',
+      '',
+      '',
+    ],
+    [
+      `relay RSS while forwarding the ${ACTIVE_STREAMS} active streams (MiB)`,
+      '',
+      fmt(median(active.relayRssMiB)),
+      '',
+      '',
+      '',
+      '',
+    ],
+    ['small frame round trip p50 (ms)', fmt(figures.direct.p50), fmt(figures.relay.p50), '', '', '', ''],
+    ['small frame round trip p99 (ms)', fmt(figures.direct.p99), fmt(figures.relay.p99), '', '', '', ''],
     [
       'added per frame p50 (ms, half the RTT difference)',
       '',
       fmt(addedP50),
       '',
+      '',
       '≤ 0.2 ms',
       addedP50 <= 0.2 ? 'yes' : 'NO',
     ],
-    ['added per frame p99 (ms)', '', fmt(addedP99), '', '', ''],
+    ['added per frame p99 (ms)', '', fmt(addedP99), '', '', '', ''],
     [
       `relay RSS per idle paired stream, ${IDLE_STREAMS} on ${IDLE_ENVIRONMENTS} envs (KiB)`,
       '',
       fmt(idle.perStreamKiB),
+      '',
       '',
       '≤ 20 KiB',
       idle.perStreamKiB <= 20 ? 'yes' : 'NO',
@@ -231,20 +344,29 @@ await runBench(async () => {
       '',
       '',
       '',
+      '',
     ],
   ];
   console.log(
     [
-      '| metric | direct | relay | relay/direct | target | met |',
-      '|---|---:|---:|---:|---|---|',
+      '| metric | direct | relay | relay/direct | relay CPU (s/GB) | target | met |',
+      '|---|---:|---:|---:|---:|---|---|',
       ...rows.map((r) => `| ${r.join(' | ')} |`),
     ].join('\n'),
   );
   writeResults('relay-latest.json', {
-    date: new Date().toISOString(),
+    ...machine(loadAtStart),
     totalMiB: TOTAL_MIB,
     rounds: ROUNDS,
     figures,
+    active: {
+      streams: ACTIVE_STREAMS,
+      environments: ACTIVE_ENVIRONMENTS,
+      seconds: ACTIVE_SECONDS,
+      windowBytes: ACTIVE_WINDOW_BYTES,
+      direct: { median: activeDirect, runs: active.direct },
+      relay: { median: activeRelay, runs: active.relay, rssMiB: active.relayRssMiB },
+    },
     addedP50,
     addedP99,
     idle,
