@@ -19,7 +19,7 @@ import { existsSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { join, relative, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { build } from 'esbuild';
-import { builtinsViaRequire, wsAddonsLeftOut } from './plugins.mjs';
+import { builtinsViaRequire, lazyModules, wsAddonsLeftOut } from './plugins.mjs';
 
 const here = new URL('..', import.meta.url);
 const { values } = parseArgs({ options: { outdir: { type: 'string' } } });
@@ -43,7 +43,7 @@ const result = await build({
   banner: {
     js: "const require = process.getBuiltinModule('node:module').createRequire(import.meta.url);",
   },
-  plugins: [builtinsViaRequire, wsAddonsLeftOut],
+  plugins: [builtinsViaRequire, lazyModules, wsAddonsLeftOut],
   legalComments: 'none',
   logLevel: 'warning',
   metafile: true,
