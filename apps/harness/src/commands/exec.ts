@@ -12,6 +12,7 @@ import {
   type SetExit,
   withEnvironment,
 } from '../common.js';
+import { randomUuid } from '../random-id.js';
 import type { ConnectFlags } from '../target.js';
 import { startDetached } from './processes.js';
 import { forwardInput } from './stdin.js';
@@ -151,6 +152,7 @@ export async function runRemote(env: Environment, argv: string[], options: ExecF
   let handle: ProcessHandle;
   try {
     handle = await env.spawn(argv, {
+      processId: randomUuid(),
       ...(options.cwd ? { cwd: options.cwd } : {}),
       // As ssh does with a pty: the remote side learns what this terminal is (a -e TERM=… still wins).
       env: options.tty && io.env.TERM ? { TERM: io.env.TERM, ...options.env } : options.env,
