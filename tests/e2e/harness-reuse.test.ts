@@ -161,6 +161,25 @@ describe('harness connection master (reuse) through registry, relay and executor
     expect(logText()).not.toContain(stack.keys.harness);
   });
 
+  it('sets up more channels than the executor lets one harness key handshake', { timeout: 120_000 }, async () => {
+    // The executor starts 16 handshakes at once per harness key, one more a second: the pool (8) and three
+    // rounds of 8 commands, each round's channels set up again before the next, go well beyond that, so the
+    // master's channels must not share one key (else its refills are refused and commands connect directly).
+    await startMaster(['--pool', '8']);
+    const ready = async () => /8 channel\(s\) ready/.test((await harness(['master', 'status'], env)).stdout.toString());
+    for (let round = 0; round < 3; round++) {
+      await waitFor('the pool to be full', ready, 30_000);
+      const runs = await Promise.all(
+        Array.from({ length: 8 }, (_, i) => harness(['exec', '--', 'sh', '-c', `echo ${i}`], env)),
+      );
+      expect(runs.map((run) => [run.code, run.stdout.toString(), run.stderr])).toEqual(
+        runs.map((_, i) => [0, `${i}\n`, '']),
+      );
+      expect(handouts()).toBe(8 * (round + 1));
+    }
+    expect(logText()).not.toContain('set-up failed');
+  });
+
   it('removes a stale socket and connects directly', { timeout: 120_000 }, async () => {
     const { socket, pid } = await startMaster();
     process.kill(pid, 'SIGKILL');
