@@ -180,6 +180,25 @@ describe('harness connection master (reuse) through registry, relay and executor
     expect(logText()).not.toContain('set-up failed');
   });
 
+  it('replaces a channel once its command is done while another is ready, at once when none is', {
+    timeout: 120_000,
+  }, async () => {
+    await startMaster(['--pool', '2']);
+    const status = async () => (await harness(['master', 'status'], env)).stdout.toString();
+    const running = harness(['exec', '--', 'sh', '-c', 'sleep 3; echo done'], env);
+    await waitFor('the command to take a channel', () => handouts() === 1);
+    // The set-up of its replacement would have been over long before this.
+    await new Promise((resolve) => setTimeout(resolve, 1_000));
+    expect(await status()).toContain('1 channel(s) ready, 1 in use');
+    // The last ready one taken: both are set up again at once, the first command still running.
+    const second = harness(['exec', '--', 'sh', '-c', 'sleep 3; echo also'], env);
+    await waitFor('two channels ready beside two in use', async () =>
+      (await status()).includes('2 channel(s) ready, 2 in use'),
+    );
+    expect((await running).stdout.toString()).toBe('done\n');
+    expect((await second).stdout.toString()).toBe('also\n');
+  });
+
   it('removes a stale socket and connects directly', { timeout: 120_000 }, async () => {
     const { socket, pid } = await startMaster();
     process.kill(pid, 'SIGKILL');
