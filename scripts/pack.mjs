@@ -236,7 +236,7 @@ function checkImports(app, dist, allowed) {
     for (const entry of readdirSync(dir, { withFileTypes: true })) {
       const file = join(dir, entry.name);
       if (entry.isDirectory()) walk(file);
-      else if (entry.name.endsWith('.js')) {
+      else if (/\.c?js$/.test(entry.name)) {
         const text = readFileSync(file, 'utf8');
         for (const pattern of patterns) for (const match of text.matchAll(pattern)) seen.add(match[1]);
       }

@@ -146,7 +146,7 @@ try {
       row: 'whole `exec -- true`, connection reuse',
       tether: m(times.harnessReuse),
       ssh: m(times.sshReuse),
-      target: 1.0,
+      target: 0.9,
       tetherCommand: `${commands.harnessReuse} (after harness master start)`,
       sshCommand: 'ssh host true (ControlMaster, ControlPersist)',
     },

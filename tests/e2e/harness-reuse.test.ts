@@ -161,6 +161,44 @@ describe('harness connection master (reuse) through registry, relay and executor
     expect(logText()).not.toContain(stack.keys.harness);
   });
 
+  it('sets up more channels than the executor lets one harness key handshake', { timeout: 120_000 }, async () => {
+    // The executor starts 16 handshakes at once per harness key, one more a second: the pool (8) and three
+    // rounds of 8 commands, each round's channels set up again before the next, go well beyond that, so the
+    // master's channels must not share one key (else its refills are refused and commands connect directly).
+    await startMaster(['--pool', '8']);
+    const ready = async () => /8 channel\(s\) ready/.test((await harness(['master', 'status'], env)).stdout.toString());
+    for (let round = 0; round < 3; round++) {
+      await waitFor('the pool to be full', ready, 30_000);
+      const runs = await Promise.all(
+        Array.from({ length: 8 }, (_, i) => harness(['exec', '--', 'sh', '-c', `echo ${i}`], env)),
+      );
+      expect(runs.map((run) => [run.code, run.stdout.toString(), run.stderr])).toEqual(
+        runs.map((_, i) => [0, `${i}\n`, '']),
+      );
+      expect(handouts()).toBe(8 * (round + 1));
+    }
+    expect(logText()).not.toContain('set-up failed');
+  });
+
+  it('replaces a channel once its command is done while another is ready, at once when none is', {
+    timeout: 120_000,
+  }, async () => {
+    await startMaster(['--pool', '2']);
+    const status = async () => (await harness(['master', 'status'], env)).stdout.toString();
+    const running = harness(['exec', '--', 'sh', '-c', 'sleep 3; echo done'], env);
+    await waitFor('the command to take a channel', () => handouts() === 1);
+    // The set-up of its replacement would have been over long before this.
+    await new Promise((resolve) => setTimeout(resolve, 1_000));
+    expect(await status()).toContain('1 channel(s) ready, 1 in use');
+    // The last ready one taken: both are set up again at once, the first command still running.
+    const second = harness(['exec', '--', 'sh', '-c', 'sleep 3; echo also'], env);
+    await waitFor('two channels ready beside two in use', async () =>
+      (await status()).includes('2 channel(s) ready, 2 in use'),
+    );
+    expect((await running).stdout.toString()).toBe('done\n');
+    expect((await second).stdout.toString()).toBe('also\n');
+  });
+
   it('removes a stale socket and connects directly', { timeout: 120_000 }, async () => {
     const { socket, pid } = await startMaster();
     process.kill(pid, 'SIGKILL');

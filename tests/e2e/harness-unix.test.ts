@@ -159,6 +159,16 @@ describe('stdin that is not a terminal is forwarded, as ssh forwards it', { time
     expect(through).toMatchObject({ code: 0, stdout: `${digest}  -\n`, stderr: '' });
   });
 
+  it('< /dev/null gives the process an open stdin at its end (not the null device), as any empty stdin', async () => {
+    const run = 'h exec --cwd "$W" -- sh -c \'cat; test -c /dev/stdin || echo ended\'';
+    expect(await sh(`${run} < /dev/null`)).toMatchObject({ code: 0, stdout: 'ended\n', stderr: '' });
+    expect(await sh(`: | ${run}`)).toMatchObject({ code: 0, stdout: 'ended\n', stderr: '' });
+    expect(await sh(`h exec -n --cwd "$W" -- sh -c 'test -c /dev/stdin && echo null' < /dev/null`)).toMatchObject({
+      code: 0,
+      stdout: 'null\n',
+    });
+  });
+
   it('-n keeps it closed (as ssh -n); -n with -i is bad usage', async () => {
     expect(await sh('h exec -n --cwd "$W" -- cat < "$W/big"')).toMatchObject({ code: 0, stdout: '', stderr: '' });
     const both = await sh('h exec -n -i --cwd "$W" -- cat < "$W/big"');

@@ -23,7 +23,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { build } from 'esbuild';
 import { replaceCall, requiredPath, workspaceSources } from '../../../scripts/bundle-sources.mjs';
-import { builtinsViaRequire, wsAddonsLeftOut } from './plugins.mjs';
+import { builtinsViaRequire, lazyModules, wsAddonsLeftOut } from './plugins.mjs';
 
 const here = new URL('..', import.meta.url);
 const out = resolve(requiredPath('out', 'node scripts/sea.mjs --out FILE'));
@@ -81,7 +81,7 @@ run(args, { stdin: process.stdin, stdout: process.stdout, stderr: process.stderr
     format: 'cjs',
     target: 'node22',
     conditions: ['tether-source'],
-    plugins: [singleExecutableSources, builtinsViaRequire, wsAddonsLeftOut],
+    plugins: [singleExecutableSources, builtinsViaRequire, lazyModules, wsAddonsLeftOut],
     // Code that still reads import.meta would get an empty object in CommonJS: fail the build instead.
     logOverride: { 'empty-import-meta': 'error' },
     legalComments: 'none',

@@ -38,7 +38,8 @@ export abstract class ProcessEvents implements AsyncIterable<ProcessEvent> {
   private wakeReader: (() => void) | null = null;
   private resolveCompletion!: (result: ProcessResult) => void;
   private rejectCompletion!: (error: Error) => void;
-  private readonly writePrefix = crypto.randomUUID();
+  /** Made on the first write: a process that is never written to does not load the global `crypto` for it. */
+  private writePrefix: string | null = null;
   private writeCounter = 0;
 
   constructor(
@@ -63,6 +64,7 @@ export abstract class ProcessEvents implements AsyncIterable<ProcessEvent> {
   /** Writes to stdin (a tty, or a process started with its stdin open); each call has its own idempotency key. */
   write(data: string | Buffer): Promise<WriteStatus> {
     const chunk = typeof data === 'string' ? Buffer.from(data) : data;
+    this.writePrefix ??= crypto.randomUUID();
     return this.backend.write(this.processId, chunk, `${this.writePrefix}-${++this.writeCounter}`);
   }
 

@@ -1,6 +1,6 @@
 /**
  * Schema decoding at the edge. A schema may carry `serde: 'Name'` to name its Rust type in messages
- * (`expected struct WalkOptions`, `expected usize`). The fast path is a compiled TypeBox check; on failure we describe the
+ * (`expected struct WalkOptions`, `expected usize`). The fast path is a TypeBox check (`check` below); on failure we describe the
  * first problem the way serde does (Codex answers `-32602` with serde's text, e.g. "missing field `cwd`"),
  * so our errors read the same as the reference implementation's.
  */
@@ -10,21 +10,56 @@ import { Value } from '@sinclair/typebox/value';
 
 type Check = { Check(value: unknown): boolean };
 
-const compiled = new WeakMap<TSchema, Check>();
-
 /**
  * TypeBox compiles a check with `new Function`, which a web page's Content-Security-Policy forbids (the
  * browser terminal's has no 'unsafe-eval'): outside Node the schema is checked by TypeBox's interpreter.
  */
 const canCompile = typeof process !== 'undefined' && typeof process.versions?.node === 'string';
 
-function checker(schema: TSchema): Check {
-  let check = compiled.get(schema);
-  if (!check) {
-    check = canCompile ? TypeCompiler.Compile(schema) : { Check: (value) => Value.Check(schema, value) };
-    compiled.set(schema, check);
+/**
+ * A schema is checked by TypeBox's interpreter (`Value.Check`, the same answers) until it has been used
+ * INTERPRETED_CHECKS times or its checks took INTERPRETED_MS in all, and compiled then. Compiling costs 2-16 ms
+ * per schema (code generation and `new Function`) against 4-12 µs per interpreted check of a small message
+ * (measured on Node 24): a command that decodes each answer a few times (`harness exec -- true`: initialize,
+ * process/start, three notifications) paid about 10 ms of its start for checks it used once, while a stream
+ * of thousands of messages is compiled after its first few, and a large answer (a long listing) soon is.
+ */
+export const INTERPRETED_CHECKS = 64;
+const INTERPRETED_MS = 2;
+
+interface Checker {
+  compiled: Check | null;
+  uses: number;
+  interpretedMs: number;
+}
+
+const checkers = new WeakMap<TSchema, Checker>();
+
+/** Milliseconds, for the interpreter's budget: process.hrtime, as the global `performance` loads perf_hooks (2-3 ms). */
+const now = () => Number(process.hrtime.bigint()) / 1e6;
+
+function check(schema: TSchema, value: unknown): boolean {
+  if (!canCompile) return Value.Check(schema, value);
+  let checker = checkers.get(schema);
+  if (!checker) {
+    checker = { compiled: null, uses: 0, interpretedMs: 0 };
+    checkers.set(schema, checker);
   }
-  return check;
+  if (checker.compiled) return checker.compiled.Check(value);
+  if (checker.uses >= INTERPRETED_CHECKS || checker.interpretedMs >= INTERPRETED_MS) {
+    checker.compiled = TypeCompiler.Compile(schema);
+    return checker.compiled.Check(value);
+  }
+  checker.uses++;
+  const started = now();
+  const ok = Value.Check(schema, value);
+  checker.interpretedMs += now() - started;
+  return ok;
+}
+
+/** Whether `schema`'s check is compiled by now (tests). */
+export function isCompiled(schema: TSchema): boolean {
+  return checkers.get(schema)?.compiled != null;
 }
 
 export class DecodeError extends Error {
@@ -33,13 +68,13 @@ export class DecodeError extends Error {
 
 /** Returns `value` typed by `schema`, or throws DecodeError with a serde-style message. */
 export function decode<T extends TSchema>(schema: T, value: unknown): Static<T> {
-  if (checker(schema).Check(value)) return value as Static<T>;
+  if (check(schema, value)) return value as Static<T>;
   throw new DecodeError(describeMismatch(schema, value) ?? 'invalid params');
 }
 
-/** True when `value` matches `schema` (compiled, cached). */
+/** True when `value` matches `schema` (interpreted, then compiled once used often). */
 export function matches<T extends TSchema>(schema: T, value: unknown): value is Static<T> {
-  return checker(schema).Check(value);
+  return check(schema, value);
 }
 
 function unexpected(value: unknown): string {

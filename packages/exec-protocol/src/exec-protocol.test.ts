@@ -1,4 +1,6 @@
+import { Type } from '@sinclair/typebox';
 import { describe, expect, it } from 'vitest';
+import { INTERPRETED_CHECKS, isCompiled } from './decode.js';
 import {
   DecodeError,
   decode,
@@ -49,6 +51,18 @@ describe('decode', () => {
     expect(() => decode(ProcessSignalParams, { processId: 'p', signal: 'explode' })).toThrow(
       /unknown variant `explode`, expected one of `interrupt`, `terminate`/,
     );
+  });
+
+  it('answers the same while interpreted and once compiled', () => {
+    const schema = Type.Object({ n: Type.Integer({ minimum: 0 }), s: Type.Optional(Type.String()) });
+    expect(decode(schema, { n: 0 }).n).toBe(0);
+    expect(isCompiled(schema)).toBe(false);
+    for (let i = 0; i < INTERPRETED_CHECKS; i++) {
+      expect(decode(schema, { n: i, s: 'x', extra: true }).n).toBe(i);
+      expect(() => decode(schema, { n: -1 })).toThrow('invalid number');
+      expect(() => decode(schema, { s: 'x' })).toThrow('missing field `n`');
+    }
+    expect(isCompiled(schema)).toBe(true);
   });
 
   it('reports null params as a type error', () => {

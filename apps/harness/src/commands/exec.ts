@@ -1,3 +1,4 @@
+import { fstatSync, statSync } from 'node:fs';
 import { type Environment, type ProcessHandle, type SandboxMode, sandboxProfile, TetherError } from '@tether/client';
 import { type Command, Option } from 'commander';
 import {
@@ -12,6 +13,7 @@ import {
   type SetExit,
   withEnvironment,
 } from '../common.js';
+import { randomUuid } from '../random-id.js';
 import type { ConnectFlags } from '../target.js';
 import { startDetached } from './processes.js';
 import { forwardInput } from './stdin.js';
@@ -151,6 +153,7 @@ export async function runRemote(env: Environment, argv: string[], options: ExecF
   let handle: ProcessHandle;
   try {
     handle = await env.spawn(argv, {
+      processId: randomUuid(),
       ...(options.cwd ? { cwd: options.cwd } : {}),
       // As ssh does with a pty: the remote side learns what this terminal is (a -e TERM=… still wins).
       env: options.tty && io.env.TERM ? { TERM: io.env.TERM, ...options.env } : options.env,
@@ -169,7 +172,10 @@ export async function runRemote(env: Environment, argv: string[], options: ExecF
   if (forwardStdin) {
     const rawMode = options.tty && io.stdin.isTTY === true;
     if (rawMode) io.stdin.setRawMode?.(true);
-    cleanups.push(forwardInput(handle, io, { closeAtEnd: true, rawMode }));
+    // /dev/null has nothing to read: its end is sent at once. Read, it waited for a thread of the pool, and
+    // the command's exit for that read (a few ms of `harness exec -- true < /dev/null`, more under load).
+    if (isDevNull(io.stdin)) void handle.closeStdin().catch(() => undefined);
+    else cleanups.push(forwardInput(handle, io, { closeAtEnd: true, rawMode }));
   }
   if (options.tty && io.stdout.isTTY && resizeSupported(env)) cleanups.push(followWindowSize(handle, io));
   // Without a terminal in raw mode, Ctrl-C is our SIGINT: it goes to the process (with a pty in raw mode it
@@ -190,6 +196,18 @@ export async function runRemote(env: Environment, argv: string[], options: ExecF
     throw err;
   } finally {
     for (const cleanup of cleanups) cleanup();
+  }
+}
+
+/** Whether `stream` reads the null device (`< /dev/null`, a service's stdin), by its descriptor. */
+function isDevNull(stream: CliIo['stdin']): boolean {
+  const fd = (stream as { fd?: unknown }).fd;
+  if (typeof fd !== 'number') return false;
+  try {
+    const stat = fstatSync(fd);
+    return stat.isCharacterDevice() && stat.rdev === statSync('/dev/null').rdev;
+  } catch {
+    return false;
   }
 }
 

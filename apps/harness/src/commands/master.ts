@@ -1,5 +1,11 @@
 import { createWriteStream } from 'node:fs';
-import { parsePublicKeyJson, rendezvousDialer, TetherError } from '@tether/client';
+import {
+  parsePublicKeyJson,
+  type RendezvousDialer,
+  type RendezvousOptions,
+  rendezvousDialer,
+  TetherError,
+} from '@tether/client';
 import { durationArg, formatDuration } from '@tether/telemetry/cli';
 import { type Command, InvalidArgumentError, Option } from 'commander';
 import { type CliIo, connectOptions, report, type SetExit } from '../common.js';
@@ -205,6 +211,25 @@ function readSpec(env: NodeJS.ProcessEnv): MasterSpec {
   return spec;
 }
 
+/**
+ * The master's dialer: each channel with a Noise identity of its own, as each command that connects directly
+ * has one. The executor lets one harness key start 16 handshakes at once and one more a second (its `/validate`
+ * budget), so with one identity for every channel the master could hand out one channel a second, and commands
+ * beyond that (a script's loop) were refused a channel and connected directly. The executor key the first
+ * handshake pinned (or the one given) holds for every channel.
+ */
+function channelDialer(options: RendezvousOptions): RendezvousDialer {
+  const first = rendezvousDialer(options);
+  return {
+    pin: first.pin,
+    dial: (signal, onPhase) => {
+      const key = first.pin.key;
+      const dialer = key === null ? first : rendezvousDialer({ ...options, executorPublicKey: key });
+      return dialer.dial(signal, onPhase);
+    },
+  };
+}
+
 async function serve(io: CliIo, readyFd: number | undefined): Promise<number> {
   const ready = readyFd === undefined ? io.stdout : createWriteStream('', { fd: readyFd });
   const tell = (value: unknown) =>
@@ -237,7 +262,7 @@ async function serve(io: CliIo, readyFd: number | undefined): Promise<number> {
   try {
     const { socket } = masterPaths(spec, io.env);
     master = await Master.start({
-      dialer: rendezvousDialer({
+      dialer: channelDialer({
         registryUrl: spec.registryUrl,
         apiKey: spec.apiKey,
         environmentId: spec.environmentId,
