@@ -1,68 +1,40 @@
 /**
- * The harness bundle loads at every command's start only what every command needs: the relay's frame codec
- * (relay-frames' RelayMessageFrame reader), the Noise handshake and the WebSocket client sit in chunks loaded when a command dials, so a
- * command served by a connection master (and `--help`, `config`, `completion`) never compiles them. The
- * test follows the static imports from dist/main.js (import() is lazy) and looks for each piece's marker.
+ * The harness bin's shape: dist/main.js is a small starter that loads the native packages and runs the one
+ * CommonJS bundle it names (dist/cli-HASH.cjs) through a V8 code cache written after a command ran, so that
+ * what a command compiles is cached as a whole (apps/harness/src/bundle-runner.ts). The starter holds none of
+ * the CLI; the bundle holds all of it (commander, the relay frame codec, the Noise handshake) and not
+ * protobuf-es's reflection runtime, whose descriptor registry boots when loaded (the frame codec reads and
+ * writes the message with the wire reader and writer alone: relay-frames message.ts).
  */
-import { readFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { repoRoot } from '@tether/test-kit';
 import { describe, expect, it } from 'vitest';
 
 const dist = join(repoRoot(), 'apps', 'harness', 'dist');
 
-/** `starts` and every chunk they reach through static imports, each with its text. */
-function staticClosure(...starts: string[]): Map<string, string> {
-  const files = new Map<string, string>();
-  const visit = (file: string) => {
-    if (files.has(file)) return;
-    const text = readFileSync(file, 'utf8');
-    files.set(file, text);
-    // esbuild writes static imports of chunks as `from "./chunks/…"` / `from "./chunk-…"`; import() as import("…").
-    for (const match of text.matchAll(/(?:^|[\s;])(?:import|export)\s[^"'()]*?from\s*"(\.[^"]+)"/g)) {
-      visit(join(dirname(file), match[1] as string));
-    }
-    for (const match of text.matchAll(/^import\s*"(\.[^"]+)";/gm)) visit(join(dirname(file), match[1] as string));
-  };
-  for (const start of starts) visit(start);
-  return files;
-}
-
-/**
- * The files loaded at every command's start: main.js, the CLI chunk it imports at once (after turning on
- * Node's compile cache), and every chunk those reach through static imports.
- */
-function eagerFiles(): Map<string, string> {
-  const cli = /await import\("(\.\/chunks\/cli-[^"]+)"\)/.exec(readFileSync(join(dist, 'main.js'), 'utf8'));
-  return staticClosure(join(dist, 'main.js'), ...(cli ? [join(dist, cli[1] as string)] : []));
+/** The bundle main.js runs, and its text. */
+function bundle(): { name: string; text: string } {
+  const named = /"(cli-[A-Z0-9]+\.cjs)"/.exec(readFileSync(join(dist, 'main.js'), 'utf8'));
+  expect(named, 'main.js names its bundle').not.toBeNull();
+  const name = named![1] as string;
+  expect(existsSync(join(dist, name)), `${name} is built`).toBe(true);
+  return { name, text: readFileSync(join(dist, name), 'utf8') };
 }
 
 describe('the harness bundle', () => {
-  const markers = {
-    'the relay frame codec': 'function readRelayMessage',
-    'the Noise handshake': 'var HandshakeState',
-  };
-
-  it('follows static imports and finds the shared chunks (the check can see what it looks for)', () => {
-    const files = eagerFiles();
-    expect(files.size).toBeGreaterThan(1);
-    const all = [...files.values()].join('\n');
-    // The dial chunk is loaded with import(): it and the chunks it imports (shared with the other lazy dial
-    // chunk, Node's sockets) hold both markers.
-    const cli = [...files.keys()].find((file) => /\/chunks\/cli-[^/]+\.js$/.test(file));
-    expect(cli).toBeDefined();
-    const lazy = /import\("(\.\/dial-[^"]+)"\)/.exec(files.get(cli as string) as string);
-    expect(lazy).not.toBeNull();
-    const dial = [...staticClosure(join(dist, 'chunks', lazy?.[1] as string)).values()].join('\n');
-    for (const marker of Object.values(markers)) expect(dial).toContain(marker);
-    // protobuf-es's reflection runtime (its descriptor registry boots when loaded) is in neither: the frame
-    // codec reads and writes the message with the wire reader and writer alone (relay-frames message.ts).
-    expect(`${all}\n${dial}`).not.toContain('bootFieldDescriptorProto');
-    expect(all).toContain('CommanderError'); // commander, which every command needs, is loaded at once
+  it('main.js is a starter that names one bundle, and holds none of the CLI', () => {
+    const main = readFileSync(join(dist, 'main.js'), 'utf8');
+    expect(bundle().name).toMatch(/^cli-/);
+    for (const marker of ['CommanderError', 'function readRelayMessage', 'HandshakeState']) {
+      expect(main).not.toContain(marker);
+    }
   });
 
-  it.each(Object.entries(markers))('does not load %s at start', (_name, marker) => {
-    const eager = [...eagerFiles()].filter(([, text]) => text.includes(marker)).map(([file]) => file);
-    expect(eager).toEqual([]);
+  it('the bundle holds the whole CLI, and not the protobuf reflection runtime', () => {
+    const { text } = bundle();
+    for (const marker of ['CommanderError', 'function readRelayMessage', 'HandshakeState'])
+      expect(text).toContain(marker);
+    expect(text).not.toContain('bootFieldDescriptorProto');
   });
 });
