@@ -7,7 +7,6 @@
  */
 import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { once } from 'node:events';
 import { closeSync, mkdtempSync, openSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -127,23 +126,15 @@ describe('streaming through registry, relay and executor (harness CLI)', () => {
     writeFileSync(file, input);
     const fd = openSync(file, 'r');
     try {
-      const child = spawn(
+      const { code, stdout, stderr } = await runToEnd(
         process.execPath,
         [`${repoRoot()}/apps/harness/dist/main.js`, 'exec', '-i', '--', 'sh', '-c', 'sleep 1; sha256sum'],
         {
           env: { ...process.env, ...suite.env, TETHER_HARNESS_ENVIRONMENT_ID: ENVIRONMENT },
-          stdio: [fd, 'pipe', 'pipe'],
+          stdinFd: fd,
+          timeoutMs: 240_000,
         },
       );
-      let stdout = '';
-      let stderr = '';
-      child.stdout.on('data', (d: Buffer) => {
-        stdout += d;
-      });
-      child.stderr.on('data', (d: Buffer) => {
-        stderr += d;
-      });
-      const [code] = (await once(child, 'close')) as [number | null];
       expect(stderr).toBe('');
       expect(code).toBe(0);
       expect(stdout.split(' ')[0]).toBe(createHash('sha256').update(input).digest('hex'));

@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { pathToFileURL } from 'node:url';
 import type { RpcNotification, TestClient } from './client.js';
@@ -245,6 +246,37 @@ export async function waitUntil(
     if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
     await new Promise((resolve) => setTimeout(resolve, intervalMs));
   }
+}
+
+/**
+ * A free 127.0.0.1 port for a listener that binds it later and is named before then (a cluster's relay nodes,
+ * which every registry is configured with): chosen below the kernel's ephemeral range, so that no outgoing
+ * connection is given it as its local port in between (`freePort`'s ports come from that range: a spare relay
+ * once failed to start with EADDRINUSE). Falls back to `freePort` where the range leaves no room below it.
+ */
+export async function plannedPort(): Promise<number> {
+  let low = 32768;
+  try {
+    low = Number(readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0]) || low;
+  } catch {
+    // Not Linux: the usual default.
+  }
+  const floor = 10_000;
+  if (low - floor < 1000) return freePort();
+  for (let attempt = 0; attempt < 20; attempt++) {
+    const port = floor + Math.floor(Math.random() * (low - floor));
+    if (await canListen(port)) return port;
+  }
+  return freePort();
+}
+
+/** Whether 127.0.0.1:`port` can be listened on now. */
+function canListen(port: number): Promise<boolean> {
+  const server = createServer();
+  return new Promise((resolve) => {
+    server.once('error', () => resolve(false));
+    server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)));
+  });
 }
 
 /**

@@ -11,8 +11,10 @@ export interface RunResult {
 export interface RunOptions {
   cwd?: string;
   env?: NodeJS.ProcessEnv;
-  /** Written to its stdin, which is then closed; without it stdin is closed from the start. */
+  /** Written to its stdin, which is then closed; without it (or `stdinFd`) stdin is closed from the start. */
   input?: string | Buffer;
+  /** A descriptor of ours the command gets as its stdin, as a shell's `< file` gives it (not with `input`). */
+  stdinFd?: number;
   /** SIGKILL after this long (the result then shows the signal). Default 60 s. */
   timeoutMs?: number;
 }
@@ -29,7 +31,7 @@ export function runToEndBytes(
   const child = spawn(command, args, {
     cwd: options.cwd,
     env: options.env ?? process.env,
-    stdio: [options.input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
+    stdio: [options.stdinFd ?? (options.input === undefined ? 'ignore' : 'pipe'), 'pipe', 'pipe'],
   });
   const stdout: Buffer[] = [];
   const stderr: Buffer[] = [];

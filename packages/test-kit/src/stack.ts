@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
-import { freePort, waitUntil } from './helpers.js';
+import { plannedPort, waitUntil } from './helpers.js';
 import { apiKeyEnv, type PeerHandle, type PeerKind, registryArgs, type StartPeerOptions, startPeer } from './peer.js';
 import type { RelayTap } from './relay-tap.js';
 import { launch, type Service, startService, stopService } from './service.js';
@@ -211,7 +211,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
 
     // A cluster's nodes are on ports chosen now (every registry names them all); one node binds port 0.
     const ports: number[] = [];
-    if (cluster) for (let i = 0; i < nodeCount; i++) ports.push(await freePort());
+    if (cluster) for (let i = 0; i < nodeCount; i++) ports.push(await plannedPort());
     const plannedUrls = ports.map((port) => `ws://127.0.0.1:${port}`);
     const relayTokens: string[] = [];
     const registries: Service[] = [];
