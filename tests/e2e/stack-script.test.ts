@@ -11,7 +11,7 @@ import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, 
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
-import { findProcesses, freePort, repoRoot, runToEnd, waitUntil } from '@tether/test-kit';
+import { findProcesses, freePort, portFree, repoRoot, runToEnd, waitUntil } from '@tether/test-kit';
 import { afterAll, expect, it } from 'vitest';
 
 const dir = mkdtempSync(join(tmpdir(), 'tether-stack-script-'));
@@ -147,15 +147,6 @@ function services(stack: Stack) {
   return findProcesses({ commandIncludes: [`127.0.0.1:${stack.registryPort}`] }).filter(
     ({ cmdline }) => registry.test(cmdline) && /(registry|relay|executor)[/]dist[/]main[.]js/.test(cmdline),
   );
-}
-
-/** Whether 127.0.0.1:`port` can be listened on now. */
-function portFree(port: number): Promise<boolean> {
-  const server = createServer();
-  return new Promise((resolve) => {
-    server.once('error', () => resolve(false));
-    server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)));
-  });
 }
 
 /** Nothing of the stack left: no service, no script naming its data directory, and both its ports free. */

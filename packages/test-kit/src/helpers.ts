@@ -265,13 +265,13 @@ export async function plannedPort(): Promise<number> {
   if (low - floor < 1000) return freePort();
   for (let attempt = 0; attempt < 20; attempt++) {
     const port = floor + Math.floor(Math.random() * (low - floor));
-    if (await canListen(port)) return port;
+    if (await portFree(port)) return port;
   }
   return freePort();
 }
 
 /** Whether 127.0.0.1:`port` can be listened on now. */
-function canListen(port: number): Promise<boolean> {
+export function portFree(port: number): Promise<boolean> {
   const server = createServer();
   return new Promise((resolve) => {
     server.once('error', () => resolve(false));

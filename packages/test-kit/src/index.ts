@@ -65,6 +65,8 @@ export {
   freePort,
   type OutputStream,
   type ProcessEvent,
+  plannedPort,
+  portFree,
   type ReadChunk,
   type ReadParams,
   type ReadResult,
