@@ -177,6 +177,26 @@ describe('stdin that is not a terminal is forwarded, as ssh forwards it', { time
   });
 });
 
+describe('a pipe on stdout is raised to 1 MiB once bulk output comes, so a slower reader finds more waiting', {
+  timeout: 60_000,
+}, () => {
+  // The reader's side asks the kernel for its stdin pipe's capacity (F_GETPIPE_SZ, through the addon's
+  // growPipe with 0, which changes nothing) after the first output has arrived.
+  const nativePipe = join(repoRoot(), 'packages', 'native-pipe', 'dist', 'index.js');
+  const capacity = `"$NODE" --input-type=module -e "import { loadNativePipe } from '${nativePipe}'; console.log(loadNativePipe().growPipe(0, 0))"`;
+
+  it('harness exec -- head -c 4M /dev/zero | reader: 1 MiB, and every byte arrives', async () => {
+    const reader = `{ head -c 65536 > /dev/null; ${capacity}; wc -c; }`;
+    const result = await sh(`h exec --cwd "$W" -- head -c 4194304 /dev/zero | ${reader}${FIRST_STATUS}`);
+    expect(result).toMatchObject({ code: 0, stdout: `${1024 * 1024}\n${4 * 1024 * 1024 - 65536}\n`, stderr: '' });
+  });
+
+  it('small output leaves the pipe as it was', async () => {
+    const result = await sh(`h exec --cwd "$W" -- echo hi | { cat; ${capacity}; }${FIRST_STATUS}`);
+    expect(result).toMatchObject({ code: 0, stdout: `hi\n${64 * 1024}\n`, stderr: '' });
+  });
+});
+
 describe('at a terminal', { timeout: 60_000 }, () => {
   const startTerminal = useTerminals();
   let scripts = 0;

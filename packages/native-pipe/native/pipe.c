@@ -12,6 +12,9 @@
  *   reapChild(pid) -> 1 | 0 | -errno   waitpid(pid, WNOHANG): reaped, still running, or not our child
  *   setCloexecAbove(fd) -> n | -errno  every open fd above fd becomes close-on-exec (none is closed); n is
  *                                      how many lacked it
+ *   growPipe(fd, bytes) -> n | -errno  a pipe's capacity raised to at least bytes where the user's pipe limits
+ *                                      allow (F_SETPIPE_SZ); n is the capacity after, 0 when fd is not a pipe
+ *                                      or pipes cannot be resized here (not Linux)
  *
  * Pipes: close-on-exec is set atomically (pipe2): a child spawned by another thread between the pipe's
  * creation and a separate fcntl would otherwise keep an end open, and a write end held by a stranger means
@@ -31,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <node_api.h>
@@ -470,6 +474,39 @@ static napi_value set_cloexec_above(napi_env env, napi_callback_info info) {
   return int_result(env, error ? error : changed);
 }
 
+/*
+ * Raises a pipe's capacity (Linux: 64 KiB by default) to at least `bytes`; never lowers it. Over the user's
+ * limits (pipe-max-size, pipe-user-pages-*) the kernel refuses with EPERM: the pipe keeps its capacity, which
+ * is returned, as a pipe that could not grow still works.
+ */
+static napi_value grow_pipe(napi_env env, napi_callback_info info) {
+  size_t argc = 2;
+  napi_value argv[2];
+  napi_valuetype types[2];
+  int32_t fd, bytes;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc != 2 ||
+      napi_typeof(env, argv[0], &types[0]) != napi_ok || napi_typeof(env, argv[1], &types[1]) != napi_ok ||
+      types[0] != napi_number || types[1] != napi_number || napi_get_value_int32(env, argv[0], &fd) != napi_ok ||
+      napi_get_value_int32(env, argv[1], &bytes) != napi_ok || fd < 0 || bytes < 0) {
+    return type_error(env, "growPipe(fd, bytes) takes an fd and a byte count, non-negative integers");
+  }
+#if defined(__linux__) && defined(F_SETPIPE_SZ) && defined(F_GETPIPE_SZ)
+  struct stat info_;
+  if (fstat(fd, &info_) != 0) return int_result(env, -errno);
+  if (!S_ISFIFO(info_.st_mode)) return int_result(env, 0);
+  int current = fcntl(fd, F_GETPIPE_SZ);
+  if (current < 0) return int_result(env, -errno);
+  if (current >= bytes) return int_result(env, current);
+  int grown = fcntl(fd, F_SETPIPE_SZ, bytes);
+  if (grown >= 0) return int_result(env, grown);
+  return int_result(env, errno == EPERM ? current : -errno);
+#else
+  (void)fd;
+  (void)bytes;
+  return int_result(env, 0);
+#endif
+}
+
 NAPI_MODULE_INIT() {
   napi_property_descriptor methods[] = {
       {"pipe", NULL, new_pipe, NULL, NULL, NULL, napi_default, NULL},
@@ -481,6 +518,7 @@ NAPI_MODULE_INIT() {
       {"isDumpable", NULL, is_dumpable, NULL, NULL, NULL, napi_default, NULL},
       {"reapChild", NULL, reap_child, NULL, NULL, NULL, napi_default, NULL},
       {"setCloexecAbove", NULL, set_cloexec_above, NULL, NULL, NULL, napi_default, NULL},
+      {"growPipe", NULL, grow_pipe, NULL, NULL, NULL, napi_default, NULL},
   };
   if (napi_define_properties(env, exports, sizeof methods / sizeof methods[0], methods) != napi_ok) return NULL;
   return exports;

@@ -122,10 +122,11 @@ describe('native pipe', () => {
  * returns its first JSON line and the rest of its stdout. The child has fd 20 open and not close-on-exec,
  * which nobody asks to keep (Node marks its lowest inherited fds close-on-exec, not that one).
  */
-function runFixture(mode: string) {
+function runFixture(mode: string, wrapper: string[] = []) {
   const leak = openSync('/dev/null', 'r');
   opened.push(leak);
-  const result = spawnSync(process.execPath, ['--import', 'tsx', FIXTURE, mode], {
+  const command = [...wrapper, process.execPath, '--import', 'tsx', FIXTURE, mode];
+  const result = spawnSync(command[0]!, command.slice(1), {
     cwd: new URL('..', import.meta.url).pathname,
     encoding: 'utf8',
     stdio: ['ignore', 'pipe', 'pipe', ...Array<'ignore'>(17).fill('ignore'), leak],
@@ -200,6 +201,40 @@ describe('setCloexecAbove', () => {
       stdio: (report.before as { stdio: boolean[] }).stdio,
     });
     expect(report.badArg).toMatchObject({ name: 'TypeError' });
+  });
+});
+
+describe('growPipe', () => {
+  it('raises a pipe to at least the size asked, from either end, never lowers it, and keeps what it holds', () => {
+    const [readFd, writeFd] = pipe();
+    expect(native!.growPipe(readFd, 0)).toBe(64 * 1024);
+    expect(writeSync(writeFd, 'held while it grows')).toBe(19);
+    // The kernel rounds up to a power-of-two number of pages.
+    expect(native!.growPipe(writeFd, 100_000)).toBe(128 * 1024);
+    expect(native!.growPipe(readFd, 1024 * 1024)).toBe(1024 * 1024);
+    expect(native!.growPipe(writeFd, 4096)).toBe(1024 * 1024);
+    const buffer = Buffer.alloc(64);
+    expect(buffer.toString('utf8', 0, readSync(readFd, buffer))).toBe('held while it grows');
+  });
+
+  it('answers 0 for what is not a pipe, an errno error for a closed fd, a TypeError for bad arguments', () => {
+    const file = openSync('/dev/null', 'r');
+    opened.push(file);
+    expect(native!.growPipe(file, 1024 * 1024)).toBe(0);
+    const [readFd] = pipe();
+    closeSync(readFd);
+    expect(() => native!.growPipe(readFd, 1024 * 1024)).toThrow(expect.objectContaining({ code: 'EBADF' }));
+    expect(() => native!.growPipe(-1, 1)).toThrow(TypeError);
+    expect(() => native!.growPipe(0, 2 ** 31)).toThrow(TypeError);
+    expect(() => native!.growPipe(0, 1.5)).toThrow(TypeError);
+  });
+
+  it('past the system limit, without the privilege for it, keeps the capacity it had and raises nothing', () => {
+    // Run without CAP_SYS_RESOURCE (root's way past pipe-max-size) by setpriv; a non-root test is so already.
+    const asRoot = process.getuid?.() === 0;
+    const { report, status } = runFixture('grow-over-max', asRoot ? ['setpriv', '--bounding-set=-sys_resource'] : []);
+    expect(status).toBe(0);
+    expect(report).toEqual({ before: 64 * 1024, after: 64 * 1024, again: 64 * 1024, written: 12 });
   });
 });
 

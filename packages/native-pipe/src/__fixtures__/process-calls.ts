@@ -14,11 +14,13 @@
  * - `subreaper`: sets it, starts `sleep` in the background of a shell that exits, and reports the
  *   orphan's parent, then kills and reaps it.
  * - `dumpable`: clears the flag and reports the getter before and after.
+ * - `grow-over-max`: growPipe past /proc/sys/fs/pipe-max-size, which only CAP_SYS_RESOURCE may (the test
+ *   runs it without): the pipe keeps its capacity and still carries bytes.
  * - `cloexec`: the fds a child shell has before and after setCloexecAbove(2), what it returned (twice),
  *   and the close-on-exec flag of 0-2 and of fd 20 before and after.
  */
 import { spawnSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeSync } from 'node:fs';
 import { loadNativePipe } from '../index.js';
 
 const native = loadNativePipe();
@@ -137,4 +139,11 @@ else if (mode === 'cloexec') {
     after: { child: childFds(), leak: closeOnExec(LEAK), stdio: [0, 1, 2].map(closeOnExec) },
     badArg: thrown(() => native.setCloexecAbove(-1)),
   });
+}
+else if (mode === 'grow-over-max') {
+  const max = Number(readFileSync('/proc/sys/fs/pipe-max-size', 'utf8'));
+  const [readFd, writeFd] = native.pipe();
+  const before = native.growPipe(writeFd, 0);
+  const after = native.growPipe(writeFd, max * 2);
+  print({ before, after, again: native.growPipe(readFd, 0), written: writeSync(writeFd, 'still a pipe') });
 }
