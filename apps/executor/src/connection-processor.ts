@@ -41,8 +41,9 @@ import { EncodedResult, type HandlerTable, type RequestContext } from './handler
 import { HttpRequests } from './http/http-requests.js';
 import type { Logger } from './logger.js';
 import { ExecutorMetrics, type RequestResult, secondsSince } from './metrics.js';
-import { LOCAL_PRINCIPAL, type Principal } from './principal.js';
+import { LOCAL_PRINCIPAL, type Principal, principalKey } from './principal.js';
 import type { Session, SessionAttachment, SessionRegistry } from './session-registry.js';
+import { ShellSnapshots } from './shell-snapshot.js';
 import { TcpForwards } from './tcp/forwards.js';
 import { DEFAULT_FORWARD_ALLOW, type ForwardOptions, ForwardPolicy } from './tcp/policy.js';
 
@@ -98,6 +99,8 @@ export interface ConnectionProcessorOptions {
   sandbox?: Sandboxer;
   /** Where the sandboxed fs helpers are noted as the executor's own children (its orphan adopter); default none. */
   adopter?: ChildLedger | null;
+  /** The executor's login-shell snapshots (its owner closes them); default: a set of this connection's own. */
+  shellSnapshots?: ShellSnapshots;
   /**
    * Who this connection acts for (principal.ts): the key the registry named for a relay stream; default the
    * local principal (stdio, `--listen`).
@@ -115,6 +118,8 @@ export class ConnectionProcessor implements SessionAttachment {
   /** The sessions this connection creates or resumes, for `principal`; ended or detached with it. */
   private readonly registry: SessionRegistry;
   private readonly principal: Principal;
+  /** Snapshots of this connection alone, where the server gave it none to share (closed with it). */
+  private readonly ownSnapshots = new ShellSnapshots();
   private readonly endSessionOnClose: boolean;
   private readonly lanes: RequestLanes;
   private readonly handlers: HandlerTable;
@@ -219,6 +224,7 @@ export class ConnectionProcessor implements SessionAttachment {
       maxReadFileBytes: options.maxReadFileBytes ?? DEFAULT_MAX_READ_FILE_BYTES,
       sandbox: options.sandbox ?? Sandboxer.none('this connection was served without a sandbox'),
       adopter: options.adopter ?? null,
+      shellSnapshots: (options.shellSnapshots ?? this.ownSnapshots).scope(principalKey(this.principal)),
     };
   }
 
@@ -451,6 +457,7 @@ export class ConnectionProcessor implements SessionAttachment {
     this.lifetime.abort(RpcError.invalidRequest(`connection closed: ${reason}`));
     this.http.closeAll();
     this.tcp.closeAll();
+    this.ownSnapshots.close();
     this.missingWatch.close();
     this.releaseDrainWaiters();
     // Messages still queued in the transport and blocks still being read or written come back to nothing.

@@ -15,6 +15,9 @@ export const CAPABILITIES = {
   fileWriteStreaming: true,
   // Codex's: `fs/watchMissing` and its `fs/missingChanged` notification (fs/watch-missing.ts).
   fsWatchMissing: true,
+  // Codex's: `process/start {shellSnapshot: {scopeId, shell}}`, a login shell's profile evaluated once per
+  // scope (shell-snapshot.ts).
+  shellSnapshotV2: true,
   // Codex's: `environmentConfig/read`, the Codex config layers of this machine (environment-config.ts).
   environmentConfigRead: true,
   // Tether: `fs/open {mode: "update"}` (write without truncating, to resume an upload).

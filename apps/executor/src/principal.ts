@@ -33,6 +33,11 @@ export function keyPrincipal(keyId: string, role: KeyRole): Principal {
   return Object.freeze({ kind: 'key', keyId, role });
 }
 
+/** A string naming the principal, the same for the same one (a key of per-principal state). */
+export function principalKey(principal: Principal): string {
+  return principal.kind === 'key' ? `key:${principal.role}:${principal.keyId}` : principal.kind;
+}
+
 /** Whether two principals are the same one (a session may be resumed only by the principal that made it). */
 export function samePrincipal(a: Principal, b: Principal): boolean {
   if (a.kind !== b.kind) return false;

@@ -24,6 +24,7 @@ import { type Logger, silentLogger } from './logger.js';
 import { ExecutorMetrics } from './metrics.js';
 import type { Principal } from './principal.js';
 import { SessionRegistry } from './session-registry.js';
+import { ShellSnapshots } from './shell-snapshot.js';
 import { type ForwardOptions, forwardOptions } from './tcp/policy.js';
 
 export interface ExecServerOptions {
@@ -70,6 +71,8 @@ export class ExecServer {
   private readonly processors = new Set<ConnectionProcessor>();
   /** Read buffers for every process's output pipes (closed with the server, after the last process). */
   private readonly readBuffers: ReadBufferPool;
+  /** Login-shell snapshots of every connection's principal (`shellSnapshotV2`; closed with the server). */
+  private readonly shellSnapshots = new ShellSnapshots();
   private http: Server | null = null;
   private wss: WebSocketServer | null = null;
   private closing: Promise<void> | null = null;
@@ -143,6 +146,7 @@ export class ExecServer {
       forward: this.forward,
       sandbox: this.sandbox,
       adopter: this.reaper?.adopter ?? null,
+      shellSnapshots: this.shellSnapshots,
       ...(this.proxy ? { proxy: this.proxy } : {}),
     });
     this.processors.add(processor);
@@ -265,6 +269,7 @@ export class ExecServer {
     const http = this.http;
     const stopped = http ? new Promise<void>((resolve) => http.close(() => resolve())) : Promise.resolve();
     for (const processor of this.processors) processor.close();
+    this.shellSnapshots.close();
     await this.registry.shutdown();
     for (const client of this.wss?.clients ?? []) client.terminate();
     http?.closeAllConnections();

@@ -57,6 +57,13 @@ export const PtySize = Type.Object({
 });
 export type PtySize = Static<typeof PtySize>;
 
+/** Capability `shellSnapshotV2`: the scope whose login-shell snapshot a `[shell.path, "-lc", …]` start restores. */
+export const ShellSnapshot = Type.Object({
+  scopeId: Type.String(),
+  shell: Type.Object({ name: Type.String(), path: Type.String() }),
+});
+export type ShellSnapshot = Static<typeof ShellSnapshot>;
+
 export const ProcessStartParams = Type.Object({
   processId: Type.String(),
   argv: Type.Array(Type.String()),
@@ -70,7 +77,7 @@ export const ProcessStartParams = Type.Object({
   enforceManagedNetwork: Type.Optional(Type.Boolean()),
   managedNetwork: Type.Optional(Type.Unknown()),
   networkProxy: Type.Optional(Type.Unknown()),
-  shellSnapshot: Type.Optional(Type.Unknown()),
+  shellSnapshot: Type.Optional(Nullable(ShellSnapshot)),
   metadata: Type.Optional(Type.Unknown()),
   /** Tether extension: PTY size at start. */
   size: Type.Optional(Nullable(PtySize)),

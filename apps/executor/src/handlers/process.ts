@@ -51,7 +51,7 @@ export function toRpcError(err: unknown): RpcError {
 }
 
 /** Fields Tether does not implement; a request that sets them fails closed rather than running unconfined. */
-const UNSUPPORTED_START_FIELDS = ['managedNetwork', 'networkProxy', 'shellSnapshot'] as const;
+const UNSUPPORTED_START_FIELDS = ['managedNetwork', 'networkProxy'] as const;
 
 function startProcess(params: ProcessStartParams) {
   if (params.argv.length === 0) throw RpcError.invalidParams('argv must not be empty');
@@ -108,12 +108,19 @@ function startSandbox(raw: unknown, cwd: string, env: Record<string, string>, ct
 export const processHandlers: HandlerTable = {
   [Method.processStart]: async (raw, ctx) => {
     const params = decode(ProcessStartParams, raw);
-    const { cwd, env } = startProcess(params);
-    const wrap = startSandbox(params.sandbox, cwd, env, ctx);
+    const started = startProcess(params);
+    const wrap = startSandbox(params.sandbox, started.cwd, started.env, ctx);
     const sandboxType = wrap === null ? 'none' : 'linuxSeccomp';
+    // A login shell of a snapshot's scope restores the snapshot instead of reading its profile (capability
+    // `shellSnapshotV2`, shell-snapshot.ts). Not inside a sandbox: the capture would run its profile outside.
+    const snapshot = params.shellSnapshot;
+    const { argv, cwd, env } =
+      snapshot && wrap === null
+        ? await ctx.shellSnapshots.apply(snapshot, { argv: params.argv, cwd: started.cwd, env: started.env })
+        : { argv: params.argv, ...started };
     const request = {
       processId: params.processId,
-      argv: params.argv,
+      argv,
       cwd,
       env,
       tty: params.tty,

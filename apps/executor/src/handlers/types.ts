@@ -5,6 +5,7 @@ import type { Sandboxer } from '@tether/sandbox';
 import type { FileHandleTable } from '../fs/file-handles.js';
 import type { HttpRequests } from '../http/http-requests.js';
 import type { Session } from '../session-registry.js';
+import type { ShellSnapshotScope } from '../shell-snapshot.js';
 
 export interface RequestContext {
   /** The session this connection is attached to; throws the takeover error if it was resumed elsewhere. */
@@ -23,6 +24,8 @@ export interface RequestContext {
   maxReadFileBytes: number;
   /** The executor's sandbox (the same for every connection). */
   sandbox: Sandboxer;
+  /** The login-shell snapshots this connection's principal may use (`process/start {shellSnapshot}`). */
+  shellSnapshots: ShellSnapshotScope;
   /** The executor's orphan adopter, where a sandboxed fs helper is noted as its own child; null: none. */
   adopter: ChildLedger | null;
 }
