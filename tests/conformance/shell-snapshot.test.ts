@@ -1,11 +1,12 @@
 // Shell snapshots (capability `shellSnapshotV2`), the same requests against codex's exec-server and ours over
 // every transport, the rendezvous included (CODEX-FINDINGS.md §22): a `[shell.path, "-lc", script]` start of a
 // scope restores the login profile's functions, options, aliases and variables, captured once per scope.
-import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { collectUntilClosed, type TestClient } from '@tether/test-kit';
 import { describe, expect, it } from 'vitest';
-import { CASES_WITH_REMOTE, useHarness } from './support.ts';
+import { useSandboxScratch, workspaceWriteAt } from './sandbox-support.ts';
+import { CASES_WITH_REMOTE, KIND_CASES, useHarness } from './support.ts';
 
 const BASH = { name: 'bash', path: '/bin/bash' };
 
@@ -173,5 +174,38 @@ describe.each(CASES_WITH_REMOTE)('shell snapshots: %s', (_label, { kind, transpo
       );
       expect(answer.error?.code).toBe(-32602);
     }
+  });
+});
+
+describe.each(KIND_CASES)('shell snapshots in a sandbox: %s', (kind) => {
+  const h = useHarness();
+  const scratch = useSandboxScratch();
+
+  it('a sandboxed start’s profile is captured inside the sandbox: its state arrives, its writes outside do not', async () => {
+    const { client } = await h.session(kind, 'ws');
+    const { root, outside } = scratch.layout(kind);
+    const home = join(outside, 'home');
+    mkdirSync(home);
+    const runs = join(home, 'runs');
+    writeFileSync(
+      join(home, '.bash_profile'),
+      [
+        `{ echo profile >> '${runs}'; } 2>/dev/null`,
+        `touch '${outside}/written-by-profile' 2>/dev/null`,
+        'export FROM_PROFILE=1',
+        'greet() { echo "hello from a profile function"; }',
+      ].join('\n'),
+    );
+    writeFileSync(join(home, '.bashrc'), 'rcfn() { echo "from bashrc"; }\n');
+    const script = 'echo "[$FROM_PROFILE]"; greet; rcfn';
+    const params = scratch.startParams('boxed', ['/bin/bash', '-lc', script], root, workspaceWriteAt(root), {
+      HOME: home,
+    });
+    await client.call('process/start', { ...params, shellSnapshot: { scopeId: 'boxed', shell: BASH } });
+    const collected = await collectUntilClosed(client, 'boxed');
+    expect(collected).toMatchObject({ stdout: '[1]\nhello from a profile function\nfrom bashrc\n', exitCode: 0 });
+    // The profile ran (its state arrived) but could not write outside the workspace, nor count its run.
+    expect(existsSync(join(outside, 'written-by-profile'))).toBe(false);
+    expect(existsSync(runs)).toBe(false);
   });
 });

@@ -59,15 +59,37 @@ describe.each(CASES)('codex exec agent → %s', (_label, { kind, path }) => {
   let agentEnv: Record<string, string>;
   const agents = new Set<ChildProcess>();
 
+  /**
+   * The executor's HOME, whose login profile the agent's commands see (the agent takes a command's environment
+   * from the executor's): it leaves a variable and a function (~/.bashrc another) and counts its runs where it
+   * may write (a read-only sandbox silently stops the count).
+   */
+  let profileHome: string;
+  const profileRuns = () => {
+    const runs = join(profileHome, 'runs');
+    return existsSync(runs) ? readFileSync(runs, 'utf8').split('\n').filter(Boolean) : [];
+  };
+
   beforeAll(async () => {
     work = mkdtempSync(join(tmpdir(), 'tether-codex-agent-'));
+    profileHome = mkdtempSync(join(tmpdir(), 'tether-codex-agent-profile-'));
+    const runs = join(profileHome, 'runs');
+    writeFileSync(
+      join(profileHome, '.bash_profile'),
+      `{ echo profile >> '${runs}'; } 2>/dev/null\nexport FROM_PROFILE=exported\ngreet() { echo "greeting from the profile"; }\n`,
+    );
+    writeFileSync(
+      join(profileHome, '.bashrc'),
+      `{ echo rc >> '${runs}'; } 2>/dev/null\nrcfn() { echo "from bashrc"; }\n`,
+    );
+    const executorEnv = { env: { HOME: profileHome } };
     const environmentId = `env-agent-${kind}`;
     if (path === 'ws') {
-      peer = await startPeer({ kind, transport: 'ws' });
+      peer = await startPeer({ kind, transport: 'ws', ...executorEnv });
       agentEnv = { CODEX_EXEC_SERVER_URL: peer.url as string };
     } else {
       stack = await startStack();
-      peer = await stack.startExecutor(kind, environmentId);
+      peer = await stack.startExecutor(kind, environmentId, executorEnv);
       agentEnv = {
         CODEX_EXEC_SERVER_NOISE_REGISTRY_URL: stack.registryUrl,
         CODEX_EXEC_SERVER_NOISE_ENVIRONMENT_ID: environmentId,
@@ -84,6 +106,7 @@ describe.each(CASES)('codex exec agent → %s', (_label, { kind, path }) => {
       expect(findProcesses({ cwdUnder: work })).toEqual([]);
       rmSync(work, { recursive: true, force: true });
     }
+    if (profileHome) rmSync(profileHome, { recursive: true, force: true });
   });
 
   /** Runs `codex exec` once with the script as its model; resolves when the agent exits. */
@@ -251,6 +274,28 @@ describe.each(CASES)('codex exec agent → %s', (_label, { kind, path }) => {
     expectRanOnExecutor(`${started}${polled}`);
     expect(written).toContain('Process exited with code 0');
     expect(written).toContain('got:hello-stdin\r\n');
+  });
+
+  it('with shell_snapshot_v2: the login profile, evaluated once, reaches every command (its functions and ~/.bashrc too)', async () => {
+    const before = profileRuns();
+    const cmd =
+      'echo PPID=$PPID; echo "FROM_PROFILE=$FROM_PROFILE"; greet; rcfn; shopt -q login_shell || echo no-login';
+    const run = await runAgent(
+      [
+        { type: 'call', name: 'exec_command', arguments: { cmd } },
+        { type: 'call', name: 'exec_command', arguments: { cmd } },
+        { type: 'message', text: 'snapshot done' },
+      ],
+      ['--enable', 'shell_snapshot_v2', '-s', 'danger-full-access'],
+    );
+    expect(run.code, run.stderr).toBe(0);
+    expect(run.outputs).toHaveLength(2);
+    for (const output of run.outputs) {
+      expectRanOnExecutor(output);
+      expect(output).toMatch(/FROM_PROFILE=exported\ngreeting from the profile\nfrom bashrc\nno-login\n$/);
+    }
+    // Two commands, one evaluation of the profile (and of ~/.bashrc, which a login shell alone would skip).
+    expect(profileRuns().slice(before.length)).toEqual(['profile', 'rc']);
   });
 
   it('gives the model the head, the tail and the full size of an output larger than the retention', async () => {

@@ -1,4 +1,5 @@
 import { type ChildProcess, spawn } from 'node:child_process';
+import { closeSync, openSync } from 'node:fs';
 import { basename } from 'node:path';
 
 /**
@@ -18,6 +19,7 @@ import { basename } from 'node:path';
  *   OLDPWD, under the start's own environment (the start's variables win).
  * - One capture per scope, shell and cwd (Codex recaptures when the cwd changes), failures included, shared
  *   by concurrent starts, and per principal: one key's profile state never reaches another's commands.
+ * - A sandboxed start's capture runs in that start's sandbox (bubblewrap and seccomp), never outside it.
  *
  * The snapshot travels in an environment variable that the restoring shell unsets before the command runs
  * (Codex uses an inherited pipe for bash): it works alike through a PTY and pipes, and needs no file. A
@@ -28,6 +30,17 @@ import { basename } from 'node:path';
 export interface ShellSnapshotParams {
   scopeId: string;
   shell: { name: string; path: string };
+}
+
+/**
+ * The sandbox a start runs in (its ProcessWrap's program, arguments and seccomp file): the capture runs its
+ * profile inside the same sandbox, never outside it.
+ */
+export interface SnapshotConfinement {
+  file: string;
+  args: readonly string[];
+  fd3File: string | null;
+  unwrapped?: boolean;
 }
 
 /** A start's program and environment, before and after the snapshot is applied. */
@@ -105,7 +118,11 @@ function dialectOf(shell: ShellSnapshotParams['shell']): Dialect | null {
 
 /** The snapshots one principal may use (a connection's view; the request context holds it). */
 export interface ShellSnapshotScope {
-  apply(params: ShellSnapshotParams, start: SnapshotStart): Promise<SnapshotStart>;
+  apply(
+    params: ShellSnapshotParams,
+    start: SnapshotStart,
+    confinement?: SnapshotConfinement | null,
+  ): Promise<SnapshotStart>;
 }
 
 export interface ShellSnapshotOptions {
@@ -133,14 +150,19 @@ export class ShellSnapshots {
    * The start as it should run: rewritten to restore the scope's snapshot where one applies (capturing it
    * first if this is the scope's first such start), else unchanged. `owner` separates principals.
    */
-  async apply(owner: string, params: ShellSnapshotParams, start: SnapshotStart): Promise<SnapshotStart> {
+  async apply(
+    owner: string,
+    params: ShellSnapshotParams,
+    start: SnapshotStart,
+    confinement: SnapshotConfinement | null = null,
+  ): Promise<SnapshotStart> {
     const dialect = dialectOf(params.shell);
     const [program, flag, script, ...args] = start.argv;
     if (dialect === null || program !== params.shell.path || flag !== '-lc' || script === undefined) return start;
     const key = JSON.stringify([owner, params.scopeId, params.shell.path, start.cwd]);
     let snapshot = this.#snapshots.get(key);
     if (snapshot === undefined) {
-      snapshot = this.#capture(dialect, program, start);
+      snapshot = this.#capture(dialect, program, start, confinement);
       this.#remember(key, snapshot);
     } else {
       // Most recently used last: the map's order is the eviction order.
@@ -158,7 +180,7 @@ export class ShellSnapshots {
 
   /** The view of one principal (`owner` names it; principals never share a snapshot). */
   scope(owner: string): ShellSnapshotScope {
-    return { apply: (params, start) => this.apply(owner, params, start) };
+    return { apply: (params, start, confinement) => this.apply(owner, params, start, confinement) };
   }
 
   /** How many snapshots are kept (for tests and metrics). */
@@ -181,21 +203,34 @@ export class ShellSnapshots {
     }
   }
 
-  #capture(dialect: Dialect, shell: string, start: SnapshotStart): Promise<Snapshot | null> {
+  #capture(
+    dialect: Dialect,
+    shell: string,
+    start: SnapshotStart,
+    confinement: SnapshotConfinement | null,
+  ): Promise<Snapshot | null> {
     if (this.#closed) return Promise.resolve(null);
+    const command = [shell, '-lc', CAPTURE[dialect]];
+    const confined = confinement !== null && confinement.unwrapped !== true;
+    const [file, ...args] = confined ? [confinement.file, ...confinement.args, ...command] : command;
     return new Promise((resolve) => {
       let child: ChildProcess;
+      let fd3: number | null = null;
       try {
+        // The seccomp filter goes to bubblewrap as fd 3, as for the start itself (@tether/local-process).
+        if (confined && confinement.fd3File !== null) fd3 = openSync(confinement.fd3File, 'r');
         // Its own process group, so that a timeout takes whatever the profile started with it.
-        child = spawn(shell, ['-lc', CAPTURE[dialect]], {
+        child = spawn(file!, args, {
           cwd: start.cwd,
           env: start.env,
-          stdio: ['ignore', 'pipe', 'ignore'],
+          stdio: fd3 === null ? ['ignore', 'pipe', 'ignore'] : ['ignore', 'pipe', 'ignore', fd3],
           detached: true,
         });
       } catch {
         resolve(null);
         return;
+      } finally {
+        if (fd3 !== null) closeSync(fd3);
       }
       this.#capturing.add(child);
       const chunks: Buffer[] = [];

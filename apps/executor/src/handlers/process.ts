@@ -112,12 +112,18 @@ export const processHandlers: HandlerTable = {
     const wrap = startSandbox(params.sandbox, started.cwd, started.env, ctx);
     const sandboxType = wrap === null ? 'none' : 'linuxSeccomp';
     // A login shell of a snapshot's scope restores the snapshot instead of reading its profile (capability
-    // `shellSnapshotV2`, shell-snapshot.ts). Not inside a sandbox: the capture would run its profile outside.
+    // `shellSnapshotV2`, shell-snapshot.ts); a sandboxed start's profile is captured in its sandbox.
     const snapshot = params.shellSnapshot;
-    const { argv, cwd, env } =
-      snapshot && wrap === null
-        ? await ctx.shellSnapshots.apply(snapshot, { argv: params.argv, cwd: started.cwd, env: started.env })
+    let applied: { argv: string[]; cwd: string; env: Record<string, string> };
+    try {
+      applied = snapshot
+        ? await ctx.shellSnapshots.apply(snapshot, { argv: params.argv, ...started }, wrap)
         : { argv: params.argv, ...started };
+    } catch (err) {
+      wrap?.released();
+      throw err;
+    }
+    const { argv, cwd, env } = applied;
     const request = {
       processId: params.processId,
       argv,
