@@ -96,6 +96,10 @@ export class ExecServer {
         ...info.capabilities,
         ...(this.forward.policy === null ? { tcpForward: false } : {}),
         processSandbox: this.sandbox.status.available,
+        // Codex's: a writable `/` keeps the profile's denials and a working /dev (@tether/sandbox bwrap.ts,
+        // policy.ts); promises about sandboxed starts, so only where the sandbox works.
+        linuxRootWritePreservesDevices: this.sandbox.status.available,
+        linuxApprovedRootWritePreservesRestrictions: this.sandbox.status.available,
       },
     };
     this.reaper = options.reaper === false ? null : createReaper({ subreaper: options.subreaper === true });

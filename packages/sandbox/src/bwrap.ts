@@ -133,6 +133,10 @@ export function bwrapArgs(policy: SandboxPolicy, sources: MountSources, options:
     // Shallowest first, so each mount lands over the ones that hold it (a stable sort keeps entries first).
     mounts.sort((a, b) => depth(a.path) - depth(b.path));
     for (const mount of mounts) mount.apply();
+    // A writable `/` (an approved escalation that keeps the profile's denials) is bound over the fresh /dev
+    // and /proc, and devices on a bind in a user namespace do not open (/dev/null: Permission denied). They go
+    // back on top, as Codex keeps them (its `linuxRootWritePreservesDevices`).
+    if (explicit.get('/')?.access === 'write') args.push('--dev', '/dev', '--proc', '/proc');
   }
   args.push('--cap-drop', 'ALL', '--chdir', options.cwd);
   if (options.seccompFd !== null) args.push('--seccomp', String(options.seccompFd));

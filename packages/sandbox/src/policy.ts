@@ -6,7 +6,8 @@
  * directory; `unknown` nothing. The most specific entry wins, and at equal depth deny beats write beats read.
  * Inside every writable root (`/tmp` too) `.git`, `.agents`, `.codex` and `.aws` stay read-only, missing or
  * not (a missing one is an empty read-only directory while the sandbox runs), and so do those nested at any
- * depth below it that exist at launch (findNestedProtected; Codex protects only the top level).
+ * depth below it that exist at launch (findNestedProtected; Codex protects only the top level) — except in a
+ * writable `/` (an approved escalation), where, as in Codex, only the top level is.
  */
 import { type Dirent, readdirSync, statSync } from 'node:fs';
 import { isAbsolute, join, normalize, sep } from 'node:path';
@@ -245,8 +246,14 @@ export function resolvePolicy(context: SandboxContext, options: ResolveOptions =
   const writable = entries.filter((e) => e.access === 'write').map((e) => e.path);
   const writableRoots = entries.filter((e) => e.access === 'write');
   const topLevel = new Set(writableRoots.flatMap((root) => PROTECTED_NAMES.map((name) => join(root.path, name))));
+  // A writable `/` is an approved escalation that keeps the profile's denials (Codex's
+  // `linuxApprovedRootWritePreservesRestrictions`): the whole disk was granted, so, as Codex, only its top
+  // level's protected names are kept (a search of every directory would refuse it on any real machine).
   const nested = new Set(
-    writableRoots.flatMap((root) => findNestedProtected(root.path, byPath)).filter((p) => !topLevel.has(p)),
+    writableRoots
+      .filter((root) => root.path !== '/')
+      .flatMap((root) => findNestedProtected(root.path, byPath))
+      .filter((p) => !topLevel.has(p)),
   );
   return {
     restrictsFileSystem: true,

@@ -211,6 +211,24 @@ describe('resolvePolicy', () => {
     expect(() => findNestedProtected(root, byPath, { directories: 3, entries: 1000 })).toThrow(SandboxPolicyError);
   });
 
+  it('a writable / that keeps a denial: only its top level is protected, and /dev and /proc go back over it', () => {
+    const secret = join(work, 'root-write-secret');
+    writeFileSync(secret, 'x');
+    const denied = { path: { type: 'glob_pattern', pattern: secret }, access: 'deny' };
+    const policy = resolvePolicy(context([{ path: special('root'), access: 'write' }, denied]));
+    expect(policy.restrictsFileSystem).toBe(true);
+    // No search of the whole disk (it would refuse the profile on any real machine).
+    expect(policy.nestedProtectedPaths).toEqual([]);
+    expect(policy.protectedPaths.sort()).toEqual(['/.agents', '/.aws', '/.codex', '/.git']);
+    const sources = { deniedDirectory: '/d', deniedFile: '/f', emptyReadOnlyDirectory: '/e' };
+    const args = bwrapArgs(policy, sources, { cwd: work, seccompFd: null }).args.join(' ');
+    // The writable / is bound over the fresh /dev and /proc; they are mounted again after it, the denial kept.
+    const rootBind = args.indexOf('--bind-try / /');
+    expect(rootBind).toBeGreaterThan(-1);
+    expect(args.indexOf('--dev /dev --proc /proc', rootBind)).toBeGreaterThan(rootBind);
+    expect(args).toContain(`--ro-bind /f ${secret}`);
+  });
+
   it('leaves unrestricted profiles unconfined', () => {
     const disabled = decodeSandboxContext({ permissions: { type: 'disabled' }, windowsSandboxLevel: 'disabled' })!;
     expect(resolvePolicy(disabled)).toMatchObject({ restrictsFileSystem: false, network: 'enabled' });
