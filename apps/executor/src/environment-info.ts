@@ -17,6 +17,9 @@ export const CAPABILITIES = {
   fsWatchMissing: true,
   // Codex's: `environmentConfig/read`, the Codex config layers of this machine (environment-config.ts).
   environmentConfigRead: true,
+  // Codex's: `http/request` headers `{name, value, valueEnvVar}`, the value of a variable of the executor's own
+  // environment appended to `value` (http/http-requests.ts), so a token never crosses the connection.
+  httpHeaderEnvVars: true,
   // Tether: `fs/open {mode: "update"}` (write without truncating, to resume an upload).
   fileWriteUpdate: true,
   // Tether: `fs/open {mode: "overwrite"}` (write in place, cut to length at close, as scp does).
