@@ -39,6 +39,9 @@ export const CAPABILITIES = {
   tcpForward: true,
   // Tether: `process/start {detached: true}`, `process/attach`, detached ids everywhere (exec-protocol's detached.ts).
   processDetach: true,
+  // (Codex's `sandboxedFileStreaming`, `fs/open` + `fs/readBlock`/`fs/writeBlock` confined by a `sandbox`, is
+  // added by the server with `processSandbox`: it needs bubblewrap, and the descriptor passing of
+  // @tether/native-pipe, to work here (fs/confined.ts); where they do not, a confined `fs/open` is refused.)
   // (`binaryBlocks`, raw bytes instead of base64 in fs/readBlock and fs/writeBlock, is added per connection
   // where the transport carries binary attachments: connection-processor.ts.)
 } as const;
