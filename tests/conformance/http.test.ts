@@ -1,5 +1,6 @@
 // http/request against both executors (every peer × transport), with a node:http server on
 // 127.0.0.1:0 in the test process. Expectations are what Codex 0.171.0 answers (CODEX-FINDINGS.md §16).
+import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { b64, decodeB64, type TestClient } from '@tether/test-kit';
@@ -152,6 +153,70 @@ describe.each(CASES)('http: %s', (_label, { kind, transport }) => {
     expect(result.headers.map((header) => header.name)).toContain('date');
   });
 
+  it("httpHeaderEnvVars: valueEnvVar appends a variable of the executor's environment to value", async () => {
+    // Both executors get the same environment from their launcher; the token never crosses the connection.
+    const token = `token-${randomUUID()}`;
+    const { client, initializeResult } = await h.session(kind, transport, {
+      env: { CONFORMANCE_HTTP_TOKEN: token, CONFORMANCE_HTTP_EMPTY: '', CONFORMANCE_HTTP_NEWLINE: 'a\nb' },
+    });
+    const info = initializeResult.environmentInfo as { capabilities: Record<string, unknown> };
+    expect(info.capabilities.httpHeaderEnvVars).toBe(true);
+    const result = await client.call<HttpResult>('http/request', {
+      method: 'GET',
+      url: `${base}/echo`,
+      headers: [
+        { name: 'Authorization', value: 'Bearer ', valueEnvVar: 'CONFORMANCE_HTTP_TOKEN' },
+        { name: 'x-raw', value: '', valueEnvVar: 'CONFORMANCE_HTTP_TOKEN' },
+        { name: 'x-plain', value: 'p', valueEnvVar: null },
+      ],
+      requestId: 'env',
+    });
+    const echo = JSON.parse(decodeB64(result.bodyBase64).toString()) as Echo;
+    expect(sentHeaders(echo).slice(0, 3)).toEqual([
+      ['authorization', `Bearer ${token}`],
+      ['x-raw', token],
+      ['x-plain', 'p'],
+    ]);
+    const error = async (headers: unknown[]) =>
+      (await client.request('http/request', { method: 'GET', url: `${base}/echo`, requestId: 'e', headers })).error;
+    const unset = (name: string) => ({
+      code: -32602,
+      message: `http/request header Authorization requires executor environment variable ${name}`,
+    });
+    for (const name of ['CONFORMANCE_HTTP_UNSET', '', 'CONFORMANCE_HTTP_TOKEN\0X', 'A=B']) {
+      expect(await error([{ name: 'Authorization', value: 'Bearer ', valueEnvVar: name }])).toEqual(unset(name));
+    }
+    expect(await error([{ name: 'Authorization', value: 'x', valueEnvVar: 'CONFORMANCE_HTTP_EMPTY' }])).toEqual({
+      code: -32602,
+      message:
+        'http/request header Authorization requires a non-empty executor environment variable CONFORMANCE_HTTP_EMPTY',
+    });
+    // The value with the variable's is checked; the message names the header, never the value.
+    expect(await error([{ name: 'x-nl', value: '', valueEnvVar: 'CONFORMANCE_HTTP_NEWLINE' }])).toEqual({
+      code: -32602,
+      message: 'http/request header value is invalid for x-nl: failed to parse header value',
+    });
+    expect(await error([{ name: 'x', valueEnvVar: 'CONFORMANCE_HTTP_TOKEN' }])).toEqual({
+      code: -32602,
+      message: 'missing field `value`',
+    });
+    expect(await error([{ name: 'x', value: null, valueEnvVar: 'CONFORMANCE_HTTP_TOKEN' }])).toEqual({
+      code: -32602,
+      message: 'invalid type: null, expected a string',
+    });
+    // Header by header, in order: the name, then the variable, then the value.
+    expect(await error([{ name: 'bad name', value: '', valueEnvVar: 'CONFORMANCE_HTTP_UNSET' }])).toEqual({
+      code: -32602,
+      message: 'http/request header name is invalid: invalid HTTP header name',
+    });
+    expect(
+      await error([
+        { name: 'Authorization', value: 'x\n', valueEnvVar: 'CONFORMANCE_HTTP_UNSET' },
+        { name: 'bad name', value: '' },
+      ]),
+    ).toEqual(unset('CONFORMANCE_HTTP_UNSET'));
+  });
+
   it('follows redirects (with a referer) unless redirectPolicy is stop', async () => {
     const { client } = await h.session(kind, transport);
     const followed = await client.call<HttpResult>('http/request', {
@@ -279,6 +344,10 @@ describe.each(CASES)('http: %s', (_label, { kind, transport }) => {
     expect(await error({ headers: [{ name: 'bad name', value: 'x' }] })).toEqual({
       code: -32602,
       message: 'http/request header name is invalid: invalid HTTP header name',
+    });
+    expect(await error({ headers: [{ name: 'x-v', value: 'a\nb' }] })).toEqual({
+      code: -32602,
+      message: 'http/request header value is invalid for x-v: failed to parse header value',
     });
     expect(await error({ bodyBase64: '!!' })).toEqual({ code: -32602, message: 'Invalid symbol 33, offset 0.' });
     expect(await error({ redirectPolicy: 'x' })).toEqual({

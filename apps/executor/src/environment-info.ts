@@ -20,6 +20,9 @@ export const CAPABILITIES = {
   shellSnapshotV2: true,
   // Codex's: `environmentConfig/read`, the Codex config layers of this machine (environment-config.ts).
   environmentConfigRead: true,
+  // Codex's: `http/request` headers `{name, value, valueEnvVar}`, the value of a variable of the executor's own
+  // environment appended to `value` (http/http-requests.ts), so a token never crosses the connection.
+  httpHeaderEnvVars: true,
   // Tether: `fs/open {mode: "update"}` (write without truncating, to resume an upload).
   fileWriteUpdate: true,
   // Tether: `fs/open {mode: "overwrite"}` (write in place, cut to length at close, as scp does).
@@ -39,6 +42,9 @@ export const CAPABILITIES = {
   tcpForward: true,
   // Tether: `process/start {detached: true}`, `process/attach`, detached ids everywhere (exec-protocol's detached.ts).
   processDetach: true,
+  // (Codex's `sandboxedFileStreaming`, `fs/open` + `fs/readBlock`/`fs/writeBlock` confined by a `sandbox`, is
+  // added by the server with `processSandbox`: it needs bubblewrap, and the descriptor passing of
+  // @tether/native-pipe, to work here (fs/confined.ts); where they do not, a confined `fs/open` is refused.)
   // (`binaryBlocks`, raw bytes instead of base64 in fs/readBlock and fs/writeBlock, is added per connection
   // where the transport carries binary attachments: connection-processor.ts.)
 } as const;

@@ -399,7 +399,16 @@ describe('sandbox refusals', () => {
     const server = new ExecServer({ config: { pingIntervalMs: 0 }, sandbox });
     servers.push(server);
     const { client, environmentInfo } = await ready(server);
-    expect((environmentInfo.capabilities as Record<string, unknown>).processSandbox).toBe(false);
+    expect(environmentInfo.capabilities).toMatchObject({ processSandbox: false, sandboxedFileStreaming: false });
+    const opened = client.call('fs/open', {
+      handleId: 'h',
+      path: pathToFileUri('/etc/hostname'),
+      sandbox: restricted(),
+    });
+    expect(await refusal(opened)).toMatchObject({
+      code: -32600,
+      message: expect.stringMatching(/^filesystem sandbox cannot be enforced/),
+    });
     expect(await refusal(start(client, 'p', ['true'], { sandbox: restricted() }))).toEqual({
       code: -32602,
       message:

@@ -19,6 +19,7 @@ import { WebSocketServer } from 'ws';
 import { DEFAULT_CONFIG, type ExecutorConfig } from './config.js';
 import { ConnectionProcessor } from './connection-processor.js';
 import { environmentInfo } from './environment-info.js';
+import { confinedOpenAvailable } from './fs/confined.js';
 import { formatWebSocketUrl } from './listen-url.js';
 import { type Logger, silentLogger } from './logger.js';
 import { ExecutorMetrics } from './metrics.js';
@@ -89,7 +90,7 @@ export class ExecServer {
     this.sandbox = options.sandbox ?? Sandboxer.open();
     const info = environmentInfo(process.env, { prependPathDirs: this.config.prependPathDirs });
     // `tcpForward` only where this executor forwards (not with --no-forward); `processSandbox` where
-    // bubblewrap works here.
+    // bubblewrap works here; `sandboxedFileStreaming` where, besides, the sandbox can hand back what it opened.
     this.info = {
       ...info,
       capabilities: {
@@ -100,6 +101,7 @@ export class ExecServer {
         // policy.ts); promises about sandboxed starts, so only where the sandbox works.
         linuxRootWritePreservesDevices: this.sandbox.status.available,
         linuxApprovedRootWritePreservesRestrictions: this.sandbox.status.available,
+        sandboxedFileStreaming: confinedOpenAvailable(this.sandbox),
       },
     };
     this.reaper = options.reaper === false ? null : createReaper({ subreaper: options.subreaper === true });

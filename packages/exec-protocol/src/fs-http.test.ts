@@ -174,5 +174,13 @@ describe('fs and http schemas', () => {
       decode(HttpRequestParams, { method: 'GET', url: 'http://x/', requestId: 'r', redirectPolicy: 'x' }),
     ).toThrow('unknown variant `x`, expected `follow` or `stop`');
     expect(() => decode(HttpRequestParams, { method: 'GET', url: 'http://x/' })).toThrow('missing field `requestId`');
+    // httpHeaderEnvVars: `value` stays required (the variable's value is appended to it).
+    const header = (h: Record<string, unknown>) => () =>
+      decode(HttpRequestParams, { method: 'GET', url: 'http://x/', requestId: 'r', headers: [{ name: 'a', ...h }] });
+    expect(header({ valueEnvVar: 'T' })).toThrow('missing field `value`');
+    expect(header({ value: null, valueEnvVar: 'T' })).toThrow('invalid type: null, expected a string');
+    expect(header({ value: '', valueEnvVar: 5 })).toThrow('invalid type: number, expected a string');
+    expect(header({ value: 'Bearer ', valueEnvVar: 'T' })).not.toThrow();
+    expect(header({ value: 'v', valueEnvVar: null })).not.toThrow();
   });
 });

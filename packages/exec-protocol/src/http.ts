@@ -6,13 +6,25 @@ import { Literals, Nullable, U64 } from './schema-parts.js';
 export const HttpHeader = Type.Object({ name: Type.String(), value: Type.String() });
 export type HttpHeader = Static<typeof HttpHeader>;
 
+/**
+ * A request header line. With `valueEnvVar` (Codex's, capability `httpHeaderEnvVars`) the executor appends the
+ * value of that variable of its own environment to `value` (`value: "Bearer "` for a bearer token), so a
+ * secret the executor holds never crosses the connection; `value` is still required.
+ */
+export const HttpRequestHeader = Type.Object({
+  name: Type.String(),
+  value: Type.String(),
+  valueEnvVar: Type.Optional(Nullable(Type.String())),
+});
+export type HttpRequestHeader = Static<typeof HttpRequestHeader>;
+
 export const HttpRedirectPolicy = Literals('follow', 'stop');
 export type HttpRedirectPolicy = Static<typeof HttpRedirectPolicy>;
 
 export const HttpRequestParams = Type.Object({
   method: Type.String(),
   url: Type.String(),
-  headers: Type.Optional(Nullable(Type.Array(HttpHeader))),
+  headers: Type.Optional(Nullable(Type.Array(HttpRequestHeader))),
   bodyBase64: Type.Optional(Nullable(Type.String())),
   /** Whole-request deadline, body included; absent or null = none. */
   timeoutMs: Type.Optional(Nullable(U64)),

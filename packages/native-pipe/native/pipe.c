@@ -15,6 +15,11 @@
  *   growPipe(fd, bytes) -> n | -errno  a pipe's capacity raised to at least bytes where the user's pipe limits
  *                                      allow (F_SETPIPE_SZ); n is the capacity after, 0 when fd is not a pipe
  *                                      or pipes cannot be resized here (not Linux)
+ *   socketPair() -> [fd, fd] | -errno  a connected AF_UNIX stream pair, both ends close-on-exec and blocking
+ *   sendFd(socket, fd) -> 0 | -errno   sends fd over the socket (SCM_RIGHTS, with one byte)
+ *   receiveFd(socket) -> fd | -errno   the one descriptor waiting on the socket, close-on-exec; never blocks:
+ *                                      -EAGAIN when nothing is waiting, -ENODATA when the peer closed or sent
+ *                                      a byte without one, -EBADMSG (all closed) when it sent several
  *
  * Pipes: close-on-exec is set atomically (pipe2): a child spawned by another thread between the pipe's
  * creation and a separate fcntl would otherwise keep an end open, and a write end held by a stranger means
@@ -34,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -65,6 +71,19 @@ static int make_pipe(int fds[2]) {
 #endif
 }
 
+/* A pair of fds as `[first, second]`; both closed when the array cannot be made (nobody would learn them). */
+static napi_value fd_pair_result(napi_env env, int fds[2]) {
+  napi_value result, first, second;
+  if (napi_create_array_with_length(env, 2, &result) != napi_ok || napi_create_int32(env, fds[0], &first) != napi_ok ||
+      napi_create_int32(env, fds[1], &second) != napi_ok || napi_set_element(env, result, 0, first) != napi_ok ||
+      napi_set_element(env, result, 1, second) != napi_ok) {
+    close(fds[0]);
+    close(fds[1]);
+    return NULL;
+  }
+  return result;
+}
+
 static napi_value new_pipe(napi_env env, napi_callback_info info) {
   (void)info;
   int fds[2];
@@ -73,16 +92,7 @@ static napi_value new_pipe(napi_env env, napi_callback_info info) {
     if (napi_create_int32(env, -errno, &result) != napi_ok) return NULL;
     return result;
   }
-  napi_value read_end, write_end;
-  if (napi_create_array_with_length(env, 2, &result) != napi_ok || napi_create_int32(env, fds[0], &read_end) != napi_ok ||
-      napi_create_int32(env, fds[1], &write_end) != napi_ok || napi_set_element(env, result, 0, read_end) != napi_ok ||
-      napi_set_element(env, result, 1, write_end) != napi_ok) {
-    /* Nobody would ever learn these numbers: close them rather than leak them. */
-    close(fds[0]);
-    close(fds[1]);
-    return NULL;
-  }
-  return result;
+  return fd_pair_result(env, fds);
 }
 
 static napi_value int_result(napi_env env, int32_t value) {
@@ -110,6 +120,21 @@ static int int_argument(napi_env env, napi_callback_info info, const char *usage
   if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc != 1 ||
       napi_typeof(env, argv[0], &type) != napi_ok || type != napi_number ||
       napi_get_value_int32(env, argv[0], value) != napi_ok || *value < 0) {
+    type_error(env, usage);
+    return 0;
+  }
+  return 1;
+}
+
+/* Two non-negative int32 arguments (fds, a byte count), or a TypeError. */
+static int two_int_arguments(napi_env env, napi_callback_info info, const char *usage, int32_t *a, int32_t *b) {
+  size_t argc = 2;
+  napi_value argv[2];
+  napi_valuetype types[2];
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc != 2 ||
+      napi_typeof(env, argv[0], &types[0]) != napi_ok || napi_typeof(env, argv[1], &types[1]) != napi_ok ||
+      types[0] != napi_number || types[1] != napi_number || napi_get_value_int32(env, argv[0], a) != napi_ok ||
+      napi_get_value_int32(env, argv[1], b) != napi_ok || *a < 0 || *b < 0) {
     type_error(env, usage);
     return 0;
   }
@@ -480,15 +505,10 @@ static napi_value set_cloexec_above(napi_env env, napi_callback_info info) {
  * is returned, as a pipe that could not grow still works.
  */
 static napi_value grow_pipe(napi_env env, napi_callback_info info) {
-  size_t argc = 2;
-  napi_value argv[2];
-  napi_valuetype types[2];
   int32_t fd, bytes;
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc != 2 ||
-      napi_typeof(env, argv[0], &types[0]) != napi_ok || napi_typeof(env, argv[1], &types[1]) != napi_ok ||
-      types[0] != napi_number || types[1] != napi_number || napi_get_value_int32(env, argv[0], &fd) != napi_ok ||
-      napi_get_value_int32(env, argv[1], &bytes) != napi_ok || fd < 0 || bytes < 0) {
-    return type_error(env, "growPipe(fd, bytes) takes an fd and a byte count, non-negative integers");
+  if (!two_int_arguments(env, info, "growPipe(fd, bytes) takes an fd and a byte count, non-negative integers", &fd,
+                         &bytes)) {
+    return NULL;
   }
 #if defined(__linux__) && defined(F_SETPIPE_SZ) && defined(F_GETPIPE_SZ)
   struct stat info_;
@@ -507,6 +527,101 @@ static napi_value grow_pipe(napi_env env, napi_callback_info info) {
 #endif
 }
 
+/*
+ * Descriptor passing (SCM_RIGHTS): how a helper that opened a file inside a sandbox hands the open file back,
+ * so that its parent never opens the path itself (a path can be swapped between two opens; a descriptor
+ * cannot). The pair is close-on-exec, set atomically where the system can (as pipes are); the child's end is
+ * handed over through a child's stdio array, which dup2s it into place without the flag.
+ */
+static napi_value socket_pair(napi_env env, napi_callback_info info) {
+  (void)info;
+  int fds[2];
+#ifdef SOCK_CLOEXEC
+  int made = socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds);
+#else
+  int made = socketpair(AF_UNIX, SOCK_STREAM, 0, fds);
+  if (made == 0 && (fcntl(fds[0], F_SETFD, FD_CLOEXEC) != 0 || fcntl(fds[1], F_SETFD, FD_CLOEXEC) != 0)) {
+    int saved = errno;
+    close(fds[0]);
+    close(fds[1]);
+    errno = saved;
+    made = -1;
+  }
+#endif
+  if (made != 0) return int_result(env, -errno);
+  return fd_pair_result(env, fds);
+}
+
+static napi_value send_fd(napi_env env, napi_callback_info info) {
+  int32_t sock, fd;
+  if (!two_int_arguments(env, info, "sendFd(socket, fd) takes two fds, non-negative integers", &sock, &fd)) return NULL;
+  char byte = 0;
+  struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+  union {
+    struct cmsghdr header;
+    char space[CMSG_SPACE(sizeof(int))];
+  } control;
+  memset(&control, 0, sizeof control);
+  struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.space, .msg_controllen = sizeof control.space};
+  struct cmsghdr *cmsg = CMSG_FIRSTHDR(&msg);
+  cmsg->cmsg_level = SOL_SOCKET;
+  cmsg->cmsg_type = SCM_RIGHTS;
+  cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(cmsg), &fd, sizeof fd);
+#ifdef MSG_NOSIGNAL
+  int flags = MSG_NOSIGNAL;
+#else
+  int flags = 0;
+#endif
+  ssize_t sent;
+  do sent = sendmsg(sock, &msg, flags);
+  while (sent < 0 && errno == EINTR);
+  if (sent < 0) return int_result(env, -errno);
+  return int_result(env, sent == 1 ? 0 : -EIO);
+}
+
+static napi_value receive_fd(napi_env env, napi_callback_info info) {
+  int32_t sock;
+  if (!int_argument(env, info, "receiveFd(socket) takes one fd, a non-negative integer", &sock)) return NULL;
+  char byte;
+  struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+  /* Room for a few: a peer that sends more than one gets none accepted, and none leaks. */
+  union {
+    struct cmsghdr header;
+    char space[CMSG_SPACE(sizeof(int) * 8)];
+  } control;
+  memset(&control, 0, sizeof control);
+  struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.space, .msg_controllen = sizeof control.space};
+  int flags = MSG_DONTWAIT;
+#ifdef MSG_CMSG_CLOEXEC
+  flags |= MSG_CMSG_CLOEXEC;
+#endif
+  ssize_t got;
+  do got = recvmsg(sock, &msg, flags);
+  while (got < 0 && errno == EINTR);
+  if (got < 0) return int_result(env, -errno);
+  int received = -1, count = 0;
+  for (struct cmsghdr *cmsg = CMSG_FIRSTHDR(&msg); cmsg; cmsg = CMSG_NXTHDR(&msg, cmsg)) {
+    if (cmsg->cmsg_level != SOL_SOCKET || cmsg->cmsg_type != SCM_RIGHTS) continue;
+    size_t n = (cmsg->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < n; i++) {
+      int fd;
+      memcpy(&fd, CMSG_DATA(cmsg) + i * sizeof(int), sizeof fd);
+      if (count++ == 0) received = fd;
+      else close(fd);
+    }
+  }
+  if (count > 1 || (msg.msg_flags & MSG_CTRUNC)) {
+    if (received >= 0) close(received);
+    return int_result(env, -EBADMSG);
+  }
+  if (received < 0) return int_result(env, -ENODATA);
+#ifndef MSG_CMSG_CLOEXEC
+  fcntl(received, F_SETFD, FD_CLOEXEC);
+#endif
+  return int_result(env, received);
+}
+
 NAPI_MODULE_INIT() {
   napi_property_descriptor methods[] = {
       {"pipe", NULL, new_pipe, NULL, NULL, NULL, napi_default, NULL},
@@ -519,6 +634,9 @@ NAPI_MODULE_INIT() {
       {"reapChild", NULL, reap_child, NULL, NULL, NULL, napi_default, NULL},
       {"setCloexecAbove", NULL, set_cloexec_above, NULL, NULL, NULL, napi_default, NULL},
       {"growPipe", NULL, grow_pipe, NULL, NULL, NULL, napi_default, NULL},
+      {"socketPair", NULL, socket_pair, NULL, NULL, NULL, napi_default, NULL},
+      {"sendFd", NULL, send_fd, NULL, NULL, NULL, napi_default, NULL},
+      {"receiveFd", NULL, receive_fd, NULL, NULL, NULL, napi_default, NULL},
   };
   if (napi_define_properties(env, exports, sizeof methods / sizeof methods[0], methods) != napi_ok) return NULL;
   return exports;

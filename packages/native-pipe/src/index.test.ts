@@ -1,5 +1,17 @@
 import { spawnSync } from 'node:child_process';
-import { closeSync, fstatSync, openSync, readFileSync, readSync, writeSync } from 'node:fs';
+import {
+  closeSync,
+  fstatSync,
+  mkdtempSync,
+  openSync,
+  readFileSync,
+  readSync,
+  rmSync,
+  writeFileSync,
+  writeSync,
+} from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { loadNativePipe, nativePipeUnavailableReason } from './index.js';
@@ -235,6 +247,58 @@ describe('growPipe', () => {
     const { report, status } = runFixture('grow-over-max', asRoot ? ['setpriv', '--bounding-set=-sys_resource'] : []);
     expect(status).toBe(0);
     expect(report).toEqual({ before: 64 * 1024, after: 64 * 1024, again: 64 * 1024, written: 12 });
+  });
+});
+
+describe('descriptor passing', () => {
+  function socketPair(): [number, number] {
+    const fds = native!.socketPair();
+    opened.push(...fds);
+    return fds;
+  }
+
+  it('socketPair makes a connected pair of sockets, both close-on-exec and blocking', () => {
+    const [a, b] = socketPair();
+    for (const fd of [a, b]) {
+      expect(fstatSync(fd).isSocket()).toBe(true);
+      expect(flagsOf(fd) & O_CLOEXEC).toBe(O_CLOEXEC);
+      expect(flagsOf(fd) & O_NONBLOCK).toBe(0);
+    }
+  });
+
+  it('sendFd hands over the open file itself: the received descriptor is close-on-exec and shares its offset', () => {
+    const [a, b] = socketPair();
+    const path = join(mkdtempSync(join(tmpdir(), 'native-pipe-')), 'passed');
+    writeFileSync(path, 'abcdef');
+    const file = openSync(path, 'r');
+    opened.push(file);
+    expect(native!.receiveFd(b)).toBeNull(); // nothing sent yet: it does not block
+    native!.sendFd(a, file);
+    const received = native!.receiveFd(b)!;
+    opened.push(received);
+    expect(received).not.toBe(file);
+    expect(flagsOf(received) & O_CLOEXEC).toBe(O_CLOEXEC);
+    expect(fstatSync(received).ino).toBe(fstatSync(file).ino);
+    // One open file, two descriptors: a read through one moves the offset of the other.
+    const buffer = Buffer.alloc(3);
+    readSync(file, buffer);
+    expect(readSync(received, buffer)).toBe(3);
+    expect(buffer.toString()).toBe('def');
+    rmSync(dirname(path), { recursive: true });
+  });
+
+  it('receiveFd answers null when the peer closed without sending; errno errors and TypeErrors otherwise', () => {
+    const [a, b] = socketPair();
+    closeSync(a);
+    expect(native!.receiveFd(b)).toBeNull();
+    const [c] = socketPair();
+    closeSync(c);
+    expect(() => native!.receiveFd(c)).toThrow(expect.objectContaining({ code: 'EBADF', syscall: 'recvmsg' }));
+    const file = openSync('/dev/null', 'r');
+    opened.push(file);
+    expect(() => native!.sendFd(b, file)).toThrow(expect.objectContaining({ code: 'EPIPE', syscall: 'sendmsg' }));
+    expect(() => native!.sendFd(-1, file)).toThrow(TypeError);
+    expect(() => native!.receiveFd(1.5)).toThrow(TypeError);
   });
 });
 

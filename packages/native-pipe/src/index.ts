@@ -74,6 +74,24 @@ export interface NativePipe {
    * errno error (`EBADF`; syscall `fcntl`) for a closed fd.
    */
   growPipe(fd: number, bytes: number): number;
+  /**
+   * A connected pair of AF_UNIX stream sockets, `[fd, fd]`, both close-on-exec and blocking, to pass a
+   * descriptor to or from a child (`sendFd`, `receiveFd`): hand one end over in the child's stdio array and
+   * close it here. The caller owns both fds. Throws an errno error (`EMFILE`; syscall `socketpair`).
+   */
+  socketPair(): [number, number];
+  /**
+   * Sends `fd` (one byte with it, SCM_RIGHTS) over `socket`, an end of `socketPair()`; the receiver gets its
+   * own descriptor of the same open file. Blocks while the socket is full. Throws an errno error (`EBADF`,
+   * `EPIPE` when the other end is closed; syscall `sendmsg`).
+   */
+  sendFd(socket: number, fd: number): void;
+  /**
+   * The descriptor waiting on `socket` (sent by `sendFd`), close-on-exec and owned by the caller; null when
+   * none is: nothing sent yet (it never blocks), or the peer closed or sent a byte without a descriptor. Throws
+   * an errno error (`EBADMSG` when several came in one message, all then closed; syscall `recvmsg`).
+   */
+  receiveFd(socket: number): number | null;
 }
 
 interface Binding {
@@ -95,6 +113,12 @@ interface Binding {
   setCloexecAbove(fd: number): number;
   /** The capacity after, 0 when not a pipe, or -errno. */
   growPipe(fd: number, bytes: number): number;
+  /** The two fds, or -errno. */
+  socketPair(): [number, number] | number;
+  /** 0 or -errno. */
+  sendFd(socket: number, fd: number): number;
+  /** The fd, or -errno (-EAGAIN: nothing waiting; -ENODATA: none came). */
+  receiveFd(socket: number): number;
 }
 
 let loaded: { native: NativePipe | null; error: string | null } | undefined;
@@ -152,18 +176,40 @@ function load(): { native: NativePipe | null; error: string | null } {
         return check(binding.reapChild(pid), 'waitpid') === 1;
       },
       setCloexecAbove(fd) {
-        if (!Number.isSafeInteger(fd) || fd < 0) throw new TypeError(`setCloexecAbove: not an fd: ${fd}`);
+        fdArgument('setCloexecAbove', fd);
         return check(binding.setCloexecAbove(fd), 'fcntl');
       },
       growPipe(fd, bytes) {
-        if (!Number.isSafeInteger(fd) || fd < 0) throw new TypeError(`growPipe: not an fd: ${fd}`);
+        fdArgument('growPipe', fd);
         if (!Number.isSafeInteger(bytes) || bytes < 0 || bytes > 0x7fffffff) {
           throw new TypeError(`growPipe: not a byte count: ${bytes}`);
         }
         return check(binding.growPipe(fd, bytes), 'fcntl');
       },
+      socketPair() {
+        const fds = binding.socketPair();
+        if (typeof fds === 'number') throw errnoError(fds, 'socketpair');
+        return fds;
+      },
+      sendFd(socket, fd) {
+        fdArgument('sendFd', socket);
+        fdArgument('sendFd', fd);
+        check(binding.sendFd(socket, fd), 'sendmsg');
+      },
+      receiveFd(socket) {
+        fdArgument('receiveFd', socket);
+        const fd = binding.receiveFd(socket);
+        if (fd === -ERRNO.EAGAIN || fd === -ERRNO.ENODATA) return null;
+        return check(fd, 'recvmsg');
+      },
     },
   };
+}
+
+const ERRNO = process.getBuiltinModule('node:os').constants.errno;
+
+function fdArgument(method: string, fd: unknown): void {
+  if (!Number.isSafeInteger(fd) || (fd as number) < 0) throw new TypeError(`${method}: not an fd: ${String(fd)}`);
 }
 
 /** libuv's map lacks some (ECHILD): the name from os.constants. */

@@ -10,7 +10,7 @@
  * writable `/` (an approved escalation), where, as in Codex, only the top level is.
  */
 import { type Dirent, readdirSync, statSync } from 'node:fs';
-import { isAbsolute, join, normalize, sep } from 'node:path';
+import { dirname, isAbsolute, join, normalize, sep } from 'node:path';
 import {
   type FileAccess,
   FileUriError,
@@ -120,6 +120,19 @@ const ACCESS_RANK: Record<FileAccess, number> = { read: 0, write: 1, deny: 2 };
  * writable, and a later unconfined `git` there would run what the command planted. Bounded (the constants
  * above): past a bound the profile is refused.
  */
+/** Linux's PATH_MAX: bubblewrap cannot name a longer path (`File name too long`), nor can a command. */
+const PATH_MAX = 4096;
+
+/**
+ * `path`, or where it is too long for bubblewrap to mount (a tree nested past PATH_MAX, which a command can
+ * still reach by relative steps), its deepest ancestor that is not: kept read-only whole, the launch works.
+ */
+function nameable(path: string): string {
+  let kept = path;
+  while (Buffer.byteLength(kept) >= PATH_MAX) kept = dirname(kept);
+  return kept;
+}
+
 export function findNestedProtected(
   root: string,
   entries: Map<string, ResolvedEntry>,
@@ -143,7 +156,7 @@ export function findNestedProtected(
       // Gone: nothing to keep. Not listable (a mode 311 directory): what it holds cannot be known, but a
       // command that knows the names can still reach them, so the whole directory is kept read-only.
       const code = (err as NodeJS.ErrnoException).code;
-      if (code !== 'ENOENT' && code !== 'ENOTDIR' && dir !== root) found.push(dir);
+      if (code !== 'ENOENT' && code !== 'ENOTDIR' && dir !== root) found.push(nameable(dir));
       continue;
     }
     looked += listing.length;
@@ -155,7 +168,7 @@ export function findNestedProtected(
     for (const entry of listing) {
       const path = join(dir, entry.name);
       if (PROTECTED_NAMES.includes(entry.name)) {
-        if (dir !== root) found.push(path);
+        if (dir !== root) found.push(nameable(path));
         continue;
       }
       if (!entry.isDirectory()) continue;

@@ -1,4 +1,4 @@
-import { spawnSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import {
   closeSync,
   existsSync,
@@ -209,6 +209,22 @@ describe('resolvePolicy', () => {
     );
     expect(() => findNestedProtected(root, byPath, { directories: 1000, entries: 3 })).toThrow(/more than 3 entries/);
     expect(() => findNestedProtected(root, byPath, { directories: 3, entries: 1000 })).toThrow(SandboxPolicyError);
+  });
+
+  it('keeps a tree nested past PATH_MAX read-only through its deepest ancestor that bubblewrap can name', () => {
+    const root = join(work, 'deep');
+    mkdirSync(root);
+    // 25 levels of 200 bytes: past Linux's 4096 (made by relative steps, as an absolute path that long is refused).
+    const level = 'd'.repeat(200);
+    execFileSync('bash', [
+      '-c',
+      `cd '${root}' && for i in $(seq 25); do mkdir ${level} && cd ${level}; done && mkdir .git`,
+    ]);
+    const byPath = new Map([[root, { path: root, access: 'write' as const, skipMissing: false }]]);
+    const found = findNestedProtected(root, byPath);
+    expect(found).toHaveLength(1);
+    expect(Buffer.byteLength(found[0]!)).toBeLessThan(4096);
+    expect(found[0]!.startsWith(`${root}/${level}/`)).toBe(true);
   });
 
   it('a writable / that keeps a denial: only its top level is protected, and /dev and /proc go back over it', () => {

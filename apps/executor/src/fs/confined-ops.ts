@@ -1,14 +1,15 @@
 /**
  * The `fs/*` operations a restricted sandbox runs inside bubblewrap (sandbox-helper.ts), by name, on plain
  * JSON arguments: the same functions the executor runs directly, so a confined call answers exactly as an
- * unconfined one would where the policy allows it. `openCheck` opens a path as `fs/open` would and answers
- * the file's identity, which the executor then checks its own descriptor against (confined.ts).
+ * unconfined one would where the policy allows it. `open` opens a path as `fs/open` would and hands the open
+ * file to the executor over the socket at `PASS_FD` (confined.ts), so the executor never opens the path.
  */
 import { constants as fsConstants } from 'node:fs';
-import { open, stat } from 'node:fs/promises';
+import { open } from 'node:fs/promises';
 import { type FsOpenMode, type FsWalkOptions, RpcError } from '@tether/exec-protocol';
+import { loadNativePipe, nativePipeUnavailableReason } from '@tether/native-pipe';
 import { setMetadata, unixMetadata } from './batch.js';
-import { type FileIdentity, isFifo, notAFile } from './file-kind.js';
+import { isFifo, notAFile } from './file-kind.js';
 import {
   canonicalize,
   copy,
@@ -33,7 +34,7 @@ export interface ConfinedOps {
   copy: { source: string; destination: string; recursive: boolean };
   walk: { path: string; options: FsWalkOptions };
   setMetadata: { path: string; change: Parameters<typeof setMetadata>[1] };
-  openCheck: { path: string; mode: FsOpenMode };
+  open: { path: string; mode: FsOpenMode };
 }
 export type ConfinedOp = keyof ConfinedOps;
 
@@ -68,7 +69,7 @@ const OPS: { [K in ConfinedOp]: (args: ConfinedOps[K]) => Promise<unknown> } = {
     await setMetadata(path, change);
     return {};
   },
-  openCheck: ({ path, mode }) => openCheck(path, mode),
+  open: ({ path, mode }) => openAndPass(path, mode),
 };
 
 export function runConfinedOp<K extends ConfinedOp>(op: K, args: ConfinedOps[K]): Promise<unknown> {
@@ -78,24 +79,31 @@ export function runConfinedOp<K extends ConfinedOp>(op: K, args: ConfinedOps[K])
   return run(args);
 }
 
+/** The helper's descriptor of the socket `open` hands its file back through (confined.ts puts it there). */
+export const PASS_FD = 4;
+
 /**
- * Opens `path` as `fs/open` would in `mode` (a `replace` truncates and creates it here, inside the sandbox),
- * and answers what it opened.
+ * Opens `path` as `fs/open` would in `mode` (a `replace` truncates and creates it here, inside the sandbox) and
+ * sends the open file over `PASS_FD`. Non-blocking, so a FIFO put in the path's place cannot hold the helper;
+ * only a regular file is sent.
  */
-async function openCheck(path: string, mode: FsOpenMode): Promise<FileIdentity> {
-  if (mode === 'read' && !(await osCall(() => stat(path))).isFile()) throw notAFile(path);
+async function openAndPass(path: string, mode: FsOpenMode): Promise<Record<string, never>> {
+  const native = loadNativePipe();
+  if (native === null) {
+    throw RpcError.internal(`the fs sandbox helper cannot pass a descriptor: ${nativePipeUnavailableReason()}`);
+  }
   if (mode !== 'read' && (await isFifo(path))) throw notAFile(path);
-  const flags =
+  const access =
     mode === 'read'
       ? fsConstants.O_RDONLY
       : mode === 'replace'
         ? fsConstants.O_WRONLY | fsConstants.O_CREAT | fsConstants.O_TRUNC
         : fsConstants.O_WRONLY | fsConstants.O_CREAT;
-  const file = await osCall(() => open(path, flags, 0o666));
+  const file = await osCall(() => open(path, access | fsConstants.O_NONBLOCK, 0o666));
   try {
-    const info = await osCall(() => file.stat());
-    if (!info.isFile()) throw notAFile(path);
-    return { dev: info.dev, ino: info.ino };
+    if (!(await osCall(() => file.stat())).isFile()) throw notAFile(path);
+    native.sendFd(PASS_FD, file.fd);
+    return {};
   } finally {
     await file.close();
   }

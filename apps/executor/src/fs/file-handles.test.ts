@@ -1,6 +1,17 @@
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync, statSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
+import {
+  constants,
+  fstatSync,
+  mkdtempSync,
+  openSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  unlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { MAX_BLOCK_BYTES } from '@tether/bytes';
@@ -176,6 +187,35 @@ describe('FileHandleTable', () => {
     // Bounds are checked before any I/O and leave the handle alone.
     await expect(files.readBlock('r', 0, 0)).rejects.toMatchObject({ code: -32600 });
     expect(files.size).toBe(1);
+  });
+
+  it('with a descriptor the sandbox opened, uses that file, not the path, and closes the descriptor', async () => {
+    const dir = scratch();
+    const [opened, other] = ['opened', 'named'].map((name) => join(dir, name)) as [string, string];
+    writeFileSync(opened, 'the sandbox opened this');
+    writeFileSync(other, 'the path names this now');
+    const files = table();
+    const fd = openSync(opened, 'r');
+    await files.open('r', other, 'read', false, fd);
+    expect(() => fstatSync(fd)).toThrow(expect.objectContaining({ code: 'EBADF' }));
+    expect((await files.readBlock('r', 0, 64)).chunk.toString()).toBe('the sandbox opened this');
+    // A write handle writes through it too, and the path's file is left alone; a refused open closes it as well.
+    const writable = openSync(opened, 'w');
+    await files.open('w', other, 'replace', false, writable);
+    await files.writeBlock('w', 0, Buffer.from('written'));
+    await files.close('w');
+    expect([readFileSync(opened, 'utf8'), readFileSync(other, 'utf8')]).toEqual(['written', 'the path names this now']);
+    const again = openSync(opened, 'r');
+    await expect(files.open('r', other, 'read', false, again)).rejects.toMatchObject({ code: -32600 });
+    expect(() => fstatSync(again)).toThrow(expect.objectContaining({ code: 'EBADF' }));
+    // Only a regular file is kept, and nothing sent can block the open: a FIFO with no writer is refused at once.
+    const fifo = join(dir, 'fifo');
+    execFileSync('mkfifo', [fifo]);
+    const pipeEnd = openSync(fifo, constants.O_RDONLY | constants.O_NONBLOCK);
+    await expect(files.open('p', fifo, 'read', false, pipeEnd)).rejects.toMatchObject({
+      code: -32600,
+      message: `path \`${fifo}\` is not a file`,
+    });
   });
 
   it('overwrite writes in place and cuts the file at the furthest byte written when it closes', async () => {

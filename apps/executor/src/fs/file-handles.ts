@@ -1,9 +1,9 @@
 import { createHash, type Hash } from 'node:crypto';
-import { constants as fsConstants } from 'node:fs';
+import { closeSync, constants as fsConstants } from 'node:fs';
 import { type FileHandle, open, stat } from 'node:fs/promises';
 import { MAX_BLOCK_BYTES } from '@tether/bytes';
 import { ErrorCode, type FsOpenMode, RpcError } from '@tether/exec-protocol';
-import { type FileIdentity, isFifo, notAFile } from './file-kind.js';
+import { isFifo, notAFile } from './file-kind.js';
 import { fsError, osCall } from './os-error.js';
 
 /** Codex's limits (`file_read.rs`): block length, handles per connection, handle id length. */
@@ -96,15 +96,28 @@ export class FileHandleTable {
   }
 
   /**
-   * Opens `path` as handle `id`. With `expect` (a sandboxed open, already made and checked inside the
-   * sandbox: confined.ts) nothing is created or truncated here, and the descriptor must be of that file.
+   * Opens `path` as handle `id`. With `opened` (a sandboxed open: the descriptor the sandbox opened the path
+   * with, and for `replace` truncated it, confined.ts) the path is not opened here: that very file is, through
+   * the descriptor, which this closes whatever happens.
    */
-  async open(id: string, path: string, mode: FsOpenMode, digest = false, expect?: FileIdentity): Promise<void> {
-    this.checkOpenable(id);
+  async open(id: string, path: string, mode: FsOpenMode, digest = false, opened?: number): Promise<void> {
+    try {
+      this.checkOpenable(id);
+    } catch (err) {
+      if (opened !== undefined) closeSync(opened);
+      throw err;
+    }
     this.opening.add(id);
     let file: FileHandle | undefined;
     try {
-      if (mode === 'read') {
+      if (opened !== undefined) {
+        // The open file itself, not a name that could now lead elsewhere; with no more access than it has, and
+        // non-blocking, so that what the helper sent cannot park a worker even if it were a FIFO (a regular
+        // file ignores the flag).
+        const access = mode === 'read' ? fsConstants.O_RDONLY : fsConstants.O_WRONLY;
+        file = await osCall(() => open(`/proc/self/fd/${opened}`, access | fsConstants.O_NONBLOCK));
+        if (!(await osCall(() => file!.stat())).isFile()) throw notAFile(path);
+      } else if (mode === 'read') {
         // Checked before opening: opening a FIFO for reading would block until a writer appears.
         if (!(await osCall(() => stat(path))).isFile()) throw notAFile(path);
         file = await osCall(() => open(path, 'r'));
@@ -112,8 +125,6 @@ export class FileHandleTable {
       } else if (await isFifo(path)) {
         // Opening a FIFO for writing blocks (a libuv worker) until a reader appears: refuse it.
         throw notAFile(path);
-      } else if (expect !== undefined) {
-        file = await osCall(() => open(path, fsConstants.O_WRONLY));
       } else if (mode === 'replace') {
         file = await osCall(() => open(path, 'w'));
       } else {
@@ -122,12 +133,6 @@ export class FileHandleTable {
         // and faulting in new ones (scp writes the same way); the file is cut to length at close.
         file = await osCall(() => open(path, fsConstants.O_WRONLY | fsConstants.O_CREAT, 0o666));
         if (!(await osCall(() => file!.stat())).isFile()) throw notAFile(path);
-      }
-      if (expect !== undefined) {
-        const info = await osCall(() => file!.stat());
-        if (info.dev !== expect.dev || info.ino !== expect.ino) {
-          throw RpcError.invalidRequest(`${path} changed while it was being opened under the sandbox`);
-        }
       }
       if (this.closed) throw RpcError.invalidRequest('connection is closing');
       this.files.set(id, {
@@ -142,6 +147,7 @@ export class FileHandleTable {
       throw err;
     } finally {
       this.opening.delete(id);
+      if (opened !== undefined) closeSync(opened);
     }
   }
 

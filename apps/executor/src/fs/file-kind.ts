@@ -2,12 +2,6 @@
 import { stat } from 'node:fs/promises';
 import { RpcError } from '@tether/exec-protocol';
 
-/** A file's identity: the same device and inode is the same file, whatever path reached it. */
-export interface FileIdentity {
-  dev: number;
-  ino: number;
-}
-
 /** True when `path` names a FIFO (following symlinks); false when absent or anything else. */
 export async function isFifo(path: string): Promise<boolean> {
   return (await stat(path).catch(() => null))?.isFIFO() ?? false;

@@ -29,8 +29,7 @@ import {
 } from '@tether/exec-protocol';
 import { attachmentOf, encodeWithAttachment, releaseAttachment } from '@tether/jsonrpc';
 import { type FileToWrite, readFiles, setMetadata, unixMetadata, writeFiles } from '../fs/batch.js';
-import { confinement, runConfined } from '../fs/confined.js';
-import type { FileIdentity } from '../fs/file-kind.js';
+import { confinement, openConfined, runConfined } from '../fs/confined.js';
 import {
   canonicalize,
   copy,
@@ -216,11 +215,11 @@ export const fsHandlers: HandlerTable = whileAttached({
     const path = nativePath(params.path);
     const mode = params.mode ?? 'read';
     if (confined) {
-      // Opened (and for `replace` truncated) inside the sandbox; the executor's own descriptor must then be
-      // of the very file the sandbox opened, or the path changed in between and nothing is kept.
+      // Opened (and for `replace` truncated) inside the sandbox, which hands the open file back: the handle is
+      // that file for its whole life, whatever becomes of the path (sandboxedFileStreaming).
       ctx.files.checkOpenable(params.handleId);
-      const identity = (await runConfined(ctx, confined, 'openCheck', { path, mode })) as FileIdentity;
-      await ctx.files.open(params.handleId, path, mode, params.digest === true, identity);
+      const opened = await openConfined(ctx, confined, path, mode);
+      await ctx.files.open(params.handleId, path, mode, params.digest === true, opened);
       return { handleId: params.handleId };
     }
     await ctx.files.open(params.handleId, path, mode, params.digest === true);

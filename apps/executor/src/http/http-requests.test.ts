@@ -21,6 +21,8 @@ beforeAll(async () => {
         res.writeHead(Number(url.searchParams.get('code')), { location: '/echo' }).end();
       } else if (url.pathname === '/echo') {
         res.end(JSON.stringify({ method: req.method, body: Buffer.concat(chunks).toString() }));
+      } else if (url.pathname === '/headers') {
+        res.end(JSON.stringify(req.rawHeaders));
       } else if (url.pathname === '/big') {
         // Eight 64 KiB chunks, written as fast as the socket takes them.
         for (let i = 0; i < 8; i++) res.write(Buffer.alloc(65536, i));
@@ -121,5 +123,55 @@ describe('HttpRequests', () => {
       code: -32603,
       message: 'http/request failed: response body exceeds 1000 bytes; use streamResponse',
     });
+  });
+
+  it("appends a header's valueEnvVar from the executor's environment (httpHeaderEnvVars), never quoting it", async () => {
+    const env = { TOKEN: 's3cr3t', EMPTY: '', A: 'a-value', NL: 'x\ny' };
+    const requests = new HttpRequests({ sendDelta: () => true, writable: async () => {}, env });
+    const sent = async (headers: unknown[]) => {
+      const result = await requests.request(get(`${base}/headers`, { headers }));
+      return (JSON.parse(Buffer.from(result.bodyBase64, 'base64').toString()) as string[]).slice(0, 4);
+    };
+    expect(
+      await sent([
+        { name: 'Authorization', value: 'Bearer ', valueEnvVar: 'TOKEN' },
+        { name: 'x-plain', value: 'p', valueEnvVar: null },
+      ]),
+    ).toEqual(['authorization', 'Bearer s3cr3t', 'x-plain', 'p']);
+    const refused = (headers: unknown[]) =>
+      requests.request(get(`${base}/headers`, { headers })).then(
+        () => null,
+        (err: { code: number; message: string }) => ({ code: err.code, message: err.message }),
+      );
+    const unset = (name: string) => ({
+      code: -32602,
+      message: `http/request header h requires executor environment variable ${name}`,
+    });
+    expect(await refused([{ name: 'h', value: '', valueEnvVar: 'UNSET' }])).toEqual(unset('UNSET'));
+    // Names getenv cannot look up are unset: Node's process.env would read `A\0B` as `A`.
+    for (const name of ['A\0B', 'A=B', '', '__proto__', 'toString']) {
+      expect(await refused([{ name: 'h', value: '', valueEnvVar: name }])).toEqual(unset(name));
+    }
+    expect(await refused([{ name: 'h', value: 'x', valueEnvVar: 'EMPTY' }])).toEqual({
+      code: -32602,
+      message: 'http/request header h requires a non-empty executor environment variable EMPTY',
+    });
+    // An invalid value names the header, not the value (it may hold the secret).
+    const invalid = await refused([{ name: 'h', value: '', valueEnvVar: 'NL' }]);
+    expect(invalid).toEqual({
+      code: -32602,
+      message: 'http/request header value is invalid for h: failed to parse header value',
+    });
+    // Header by header: name, variable, value.
+    expect(await refused([{ name: 'bad name', value: 'x\n', valueEnvVar: 'UNSET' }])).toMatchObject({
+      message: 'http/request header name is invalid: invalid HTTP header name',
+    });
+    expect(await refused([{ name: 'h', value: 'x\n', valueEnvVar: 'UNSET' }])).toEqual(unset('UNSET'));
+    expect(
+      await refused([
+        { name: 'h', value: '', valueEnvVar: 'UNSET' },
+        { name: 'bad name', value: '' },
+      ]),
+    ).toEqual(unset('UNSET'));
   });
 });

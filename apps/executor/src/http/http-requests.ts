@@ -31,6 +31,8 @@ export interface HttpRequestsOptions {
   maxActiveStreams?: number;
   /** The proxies requests go through (HTTPS_PROXY/HTTP_PROXY/NO_PROXY, as Codex's reqwest); default none. */
   proxy?: ProxySettings;
+  /** The executor's own environment, where a header's `valueEnvVar` is looked up; default `process.env`. */
+  env?: NodeJS.ProcessEnv;
 }
 
 interface Prepared {
@@ -54,11 +56,13 @@ export class HttpRequests {
   private readonly maxBufferedBodyBytes: number;
   private readonly maxActiveStreams: number;
   private readonly proxy: ProxySettings;
+  private readonly env: NodeJS.ProcessEnv;
 
   constructor(private readonly options: HttpRequestsOptions) {
     this.maxBufferedBodyBytes = options.maxBufferedBodyBytes ?? DEFAULT_MAX_BUFFERED_BODY_BYTES;
     this.maxActiveStreams = options.maxActiveStreams ?? MAX_ACTIVE_STREAMS;
     this.proxy = options.proxy ?? DIRECT;
+    this.env = options.env ?? process.env;
   }
 
   get activeStreams(): number {
@@ -66,7 +70,7 @@ export class HttpRequests {
   }
 
   async request(params: HttpRequestParams): Promise<HttpRequestResult> {
-    const prepared = prepare(params);
+    const prepared = prepare(params, this.env);
     const streaming = params.streamResponse ?? false;
     if (streaming) {
       if (this.streams.has(params.requestId)) {
@@ -177,7 +181,7 @@ export class HttpRequests {
   }
 }
 
-function prepare(params: HttpRequestParams): Prepared {
+function prepare(params: HttpRequestParams, env: NodeJS.ProcessEnv): Prepared {
   let url: URL;
   try {
     url = new URL(params.url);
@@ -189,19 +193,19 @@ function prepare(params: HttpRequestParams): Prepared {
     throw RpcError.invalidParams(`http/request only supports http and https URLs, got ${url.protocol.slice(0, -1)}`);
   }
   if (!TOKEN.test(params.method)) throw RpcError.invalidParams('http/request method is invalid: invalid HTTP method');
-  // Values go out as their UTF-8 bytes (Node writes header strings as latin1, one byte per char).
-  const headers = (params.headers ?? []).map((h) => ({
-    name: h.name,
-    value: Buffer.from(h.value, 'utf8').toString('latin1'),
-  }));
-  for (const header of headers) {
-    if (!TOKEN.test(header.name)) {
+  // One header at a time, as Codex checks them: its name, its variable, then its value.
+  const headers = (params.headers ?? []).map(({ name, value, valueEnvVar }) => {
+    if (!TOKEN.test(name))
       throw RpcError.invalidParams('http/request header name is invalid: invalid HTTP header name');
+    const full = valueEnvVar === undefined || valueEnvVar === null ? value : value + envValue(env, name, valueEnvVar);
+    // Values go out as their UTF-8 bytes (Node writes header strings as latin1, one byte per char).
+    const bytes = Buffer.from(full, 'utf8').toString('latin1');
+    // The value is not quoted: it may hold the variable's secret.
+    if (!FIELD_VALUE.test(bytes)) {
+      throw RpcError.invalidParams(`http/request header value is invalid for ${name}: failed to parse header value`);
     }
-    if (!FIELD_VALUE.test(header.value)) {
-      throw RpcError.invalidParams('http/request header value is invalid: failed to parse header value');
-    }
-  }
+    return { name, value: bytes };
+  });
   let body: Buffer | null = null;
   if (params.bodyBase64 !== undefined && params.bodyBase64 !== null) {
     try {
@@ -211,6 +215,24 @@ function prepare(params: HttpRequestParams): Prepared {
     }
   }
   return { url, method: params.method, headers, body };
+}
+
+/**
+ * The value of the executor's variable `variable` for header `header` (`httpHeaderEnvVars`), with Codex's errors
+ * when it is unset or empty; never the value in a message. A name Rust's `env::var` cannot look up (empty, with
+ * `=` or NUL) is unset: Node would read `A\0B` as `A`.
+ */
+function envValue(env: NodeJS.ProcessEnv, header: string, variable: string): string {
+  const value = /^[^=\0]+$/.test(variable) && Object.hasOwn(env, variable) ? env[variable] : undefined;
+  if (typeof value !== 'string') {
+    throw RpcError.invalidParams(`http/request header ${header} requires executor environment variable ${variable}`);
+  }
+  if (value === '') {
+    throw RpcError.invalidParams(
+      `http/request header ${header} requires a non-empty executor environment variable ${variable}`,
+    );
+  }
+  return value;
 }
 
 function responseHeaders(response: IncomingMessage): HttpHeader[] {
