@@ -11,7 +11,9 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
@@ -29,6 +31,75 @@ import {
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 type Path = 'ws' | 'rendezvous';
+
+/** Known only to the executor's environment and the MCP server. */
+const MCP_TOKEN = 'mcp-token-only-the-executor-knows';
+
+interface McpServer {
+  url: string;
+  /** What each POST carried: its JSON-RPC method and Authorization header. */
+  requests: { method: string; authorization: string | undefined }[];
+  close(): Promise<void>;
+}
+
+/**
+ * A minimal MCP server over streamable HTTP on 127.0.0.1 (JSON answers, no SSE): initialize, tools/list with one
+ * `echo` tool, tools/call; it keeps what each request carried.
+ */
+async function startMcpServer(): Promise<McpServer> {
+  const requests: McpServer['requests'] = [];
+  const server = createServer((req, res) => {
+    let body = '';
+    req.on('data', (chunk: Buffer) => {
+      body += chunk;
+    });
+    req.on('end', () => {
+      if (req.method !== 'POST') {
+        res.writeHead(405).end();
+        return;
+      }
+      const message = JSON.parse(body || '{}') as { id?: number; method?: string; params?: Record<string, unknown> };
+      requests.push({ method: String(message.method), authorization: req.headers.authorization });
+      if (message.id === undefined) {
+        res.writeHead(202).end();
+        return;
+      }
+      const result =
+        message.method === 'initialize'
+          ? {
+              protocolVersion: message.params?.protocolVersion,
+              capabilities: { tools: {} },
+              serverInfo: { name: 'probe', version: '1' },
+            }
+          : message.method === 'tools/list'
+            ? {
+                tools: [
+                  {
+                    name: 'echo',
+                    description: 'echoes its text',
+                    inputSchema: { type: 'object', properties: { text: { type: 'string' } } },
+                  },
+                ],
+              }
+            : { content: [{ type: 'text', text: 'echoed' }] };
+      res
+        .writeHead(200, { 'content-type': 'application/json' })
+        .end(JSON.stringify({ jsonrpc: '2.0', id: message.id, result }));
+    });
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}/mcp`,
+    requests,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}
 const CASES = (['codex', 'tether'] as PeerKind[]).flatMap((kind) =>
   (['ws', 'rendezvous'] as Path[]).map((path) => [`${kind} executor over ${path}`, { kind, path }] as const),
 );
@@ -44,6 +115,8 @@ interface AgentRun {
   /** The `function_call_output` of each tool call, as the agent sent it to the model. */
   outputs: string[];
   offeredTools: string[];
+  /** The tool namespaces (MCP servers) the first request offered, with their tools' names. */
+  offeredNamespaces: { name: string; tools: string[] }[];
 }
 
 const sessionIdOf = (output: string | undefined) => {
@@ -65,6 +138,7 @@ describe.each(CASES)('codex exec agent → %s', (_label, { kind, path }) => {
    * may write (a read-only sandbox silently stops the count).
    */
   let profileHome: string;
+  let mcp: McpServer;
   const profileRuns = () => {
     const runs = join(profileHome, 'runs');
     return existsSync(runs) ? readFileSync(runs, 'utf8').split('\n').filter(Boolean) : [];
@@ -82,7 +156,15 @@ describe.each(CASES)('codex exec agent → %s', (_label, { kind, path }) => {
       join(profileHome, '.bashrc'),
       `{ echo rc >> '${runs}'; } 2>/dev/null\nrcfn() { echo "from bashrc"; }\n`,
     );
-    const executorEnv = { env: { HOME: profileHome } };
+    // An MCP server configured on the executor's side, its token in the executor's environment only.
+    mcp = await startMcpServer();
+    const executorCodexHome = join(profileHome, 'codex-home');
+    mkdirSync(executorCodexHome);
+    writeFileSync(
+      join(executorCodexHome, 'config.toml'),
+      `[mcp_servers.probe]\nurl = "${mcp.url}"\nbearer_token_env_var = "PROBE_MCP_TOKEN"\n`,
+    );
+    const executorEnv = { env: { HOME: profileHome, CODEX_HOME: executorCodexHome, PROBE_MCP_TOKEN: MCP_TOKEN } };
     const environmentId = `env-agent-${kind}`;
     if (path === 'ws') {
       peer = await startPeer({ kind, transport: 'ws', ...executorEnv });
@@ -107,6 +189,7 @@ describe.each(CASES)('codex exec agent → %s', (_label, { kind, path }) => {
       rmSync(work, { recursive: true, force: true });
     }
     if (profileHome) rmSync(profileHome, { recursive: true, force: true });
+    await mcp?.close();
   });
 
   /** Runs `codex exec` once with the script as its model; resolves when the agent exits. */
@@ -137,7 +220,22 @@ describe.each(CASES)('codex exec agent → %s', (_label, { kind, path }) => {
       const [code] = (await once(agent, 'exit')) as [number | null];
       clearTimeout(timer);
       agents.delete(agent);
-      return { code, stdout, stderr, outputs: model.toolOutputs(), offeredTools: model.offeredTools() };
+      const tools = (model.requests[0]?.body.tools ?? []) as {
+        type?: string;
+        name?: string;
+        tools?: { name: string }[];
+      }[];
+      const offeredNamespaces = tools
+        .filter((t) => t.type === 'namespace')
+        .map((t) => ({ name: String(t.name), tools: (t.tools ?? []).map((f) => f.name) }));
+      return {
+        code,
+        stdout,
+        stderr,
+        outputs: model.toolOutputs(),
+        offeredTools: model.offeredTools(),
+        offeredNamespaces,
+      };
     } finally {
       await model.close();
       rmSync(home, { recursive: true, force: true });
@@ -296,6 +394,19 @@ describe.each(CASES)('codex exec agent → %s', (_label, { kind, path }) => {
     }
     // Two commands, one evaluation of the profile (and of ~/.bashrc, which a login shell alone would skip).
     expect(profileRuns().slice(before.length)).toEqual(['profile', 'rc']);
+  });
+
+  it('an MCP server configured on the executor reaches the model; its bearer token is added by the executor and never crosses', async () => {
+    mcp.requests.length = 0;
+    const run = await runAgent([{ type: 'message', text: 'mcp done' }]);
+    expect(run.code, run.stderr).toBe(0);
+    // The agent found the server through environmentConfig/read and listed its tools over http/request.
+    const namespaces = run.offeredNamespaces;
+    expect(namespaces).toContainEqual({ name: 'mcp__probe', tools: ['echo'] });
+    expect(mcp.requests.map((r) => r.method)).toEqual(expect.arrayContaining(['initialize', 'tools/list']));
+    // Every call carried the token from the executor's environment (httpHeaderEnvVars); the agent never had it.
+    expect(mcp.requests.every((r) => r.authorization === `Bearer ${MCP_TOKEN}`)).toBe(true);
+    expect(run.stdout + run.stderr).not.toContain(MCP_TOKEN);
   });
 
   it('gives the model the head, the tail and the full size of an output larger than the retention', async () => {
