@@ -306,7 +306,13 @@ export class ManagedProxy {
     req.on('data', (chunk: Buffer) => this.count(chunk.length));
     upstream.on('response', (answer) => {
       answer.on('data', (chunk: Buffer) => this.count(chunk.length));
-      const headers = forwardedHeaders(answer.rawHeaders);
+      // The origin's `Connection` stays where it was, saying close when the client asked to close (as Codex's).
+      const headers: [string, string][] = [];
+      for (let i = 0; i + 1 < answer.rawHeaders.length; i += 2) {
+        const name = answer.rawHeaders[i]!;
+        if (name.toLowerCase() === 'connection' && !res.shouldKeepAlive) headers.push([name, 'close']);
+        else if (!HOP_BY_HOP.has(name.toLowerCase())) headers.push([name, answer.rawHeaders[i + 1]!]);
+      }
       res.removeHeader('connection');
       res.writeHead(answer.statusCode ?? 502, answer.statusMessage, headers.flat());
       answer.pipe(res);
@@ -337,6 +343,8 @@ export class ManagedProxy {
     res.writeHead(403, 'Forbidden', {
       'content-type': 'application/json',
       'x-proxy-error': BLOCKED[reason].header,
+      // Codex answers a client that asked to close with `connection: close`, and names no keep-alive.
+      ...(res.shouldKeepAlive ? {} : { connection: 'close' }),
       'content-length': Buffer.byteLength(body),
       date: httpDate(),
     });
@@ -397,12 +405,13 @@ export class ManagedProxy {
  * The variables Codex gives a command behind its proxy (the HTTP listener at `port`). Tether's proxy has no
  * SOCKS5 listener: ALL_PROXY and FTP_PROXY name the HTTP one, as Codex's do when `enableSocks5` is false.
  */
-export function proxyEnvironment(port: number): Record<string, string> {
+export function proxyEnvironment(port: number, allowLocalBinding: boolean): Record<string, string> {
   const http = `http://127.0.0.1:${port}`;
   const env: Record<string, string> = {
     NODE_USE_ENV_PROXY: '1',
     ELECTRON_GET_USE_PROXY: 'true',
     CODEX_NETWORK_PROXY_ACTIVE: '1',
+    CODEX_NETWORK_ALLOW_LOCAL_BINDING: allowLocalBinding ? '1' : '0',
   };
   for (const key of [
     'ALL_PROXY',

@@ -129,7 +129,7 @@ async function startNetworkProxy(
   const proxy = await ManagedProxy.start(launch.proxy, (decision) =>
     ctx.notify(Notification.networkPolicyDecision, { processId: params.processId, ...decision }),
   );
-  Object.assign(env, proxyEnvironment(proxy.port));
+  Object.assign(env, proxyEnvironment(proxy.port, launch.proxy.allowLocalBinding));
   const base: ProcessWrap = sandbox ?? {
     file: '',
     args: [],
