@@ -224,6 +224,9 @@ export class ConnectionProcessor implements SessionAttachment {
       maxReadFileBytes: options.maxReadFileBytes ?? DEFAULT_MAX_READ_FILE_BYTES,
       sandbox: options.sandbox ?? Sandboxer.none('this connection was served without a sandbox'),
       adopter: options.adopter ?? null,
+      notify: (method, params) => {
+        if (connection.status === 'open') void connection.sendNotification(method, params);
+      },
       shellSnapshots: (options.shellSnapshots ?? this.ownSnapshots).scope(principalKey(this.principal)),
     };
   }

@@ -45,6 +45,8 @@ export const Notification = {
   httpRequestBodyDelta: 'http/request/bodyDelta',
   /** Codex's: the current `fs/watchMissing` watch fired (once). */
   fsMissingChanged: 'fs/missingChanged',
+  /** Codex's (capability `networkProxyLaunch`): a decision of a process's managed network proxy. */
+  networkPolicyDecision: 'network/policyDecision',
   /** Client → server (Tether, capability `flowControl`): output consumed up to a seq; see flow-control.ts. */
   processAck: 'process/ack',
   /** Capability `tcpForward` (tcp.ts): bytes, credit, half-close and reset of a forwarded connection. */

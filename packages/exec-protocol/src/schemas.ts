@@ -64,6 +64,47 @@ export const ShellSnapshot = Type.Object({
 });
 export type ShellSnapshot = Static<typeof ShellSnapshot>;
 
+/** Codex's `RemoteNetworkProxyConfig` (capability `networkProxyLaunch`): the managed proxy a start runs behind. */
+export const NetworkProxyConfig = Type.Object({
+  enabled: Type.Boolean(),
+  enableSocks5: Type.Boolean(),
+  enableSocks5Udp: Type.Boolean(),
+  allowUpstreamProxy: Type.Boolean(),
+  dangerouslyAllowAllUnixSockets: Type.Boolean(),
+  mode: Literals('full', 'limited'),
+  /** Domain pattern (exact, `*.d` subdomains, `**.d` apex and subdomains) to its permission. */
+  domains: Nullable(Type.Record(Type.String(), Literals('none', 'allow', 'deny'))),
+  unixSockets: Nullable(Type.Record(Type.String(), Literals('allow', 'deny'))),
+  allowLocalBinding: Type.Boolean(),
+});
+export type NetworkProxyConfig = Static<typeof NetworkProxyConfig>;
+
+/** Codex's `RemoteNetworkProxyLaunchConfig`: the proxy plus what its decisions are attributed to. */
+export const NetworkProxyLaunch = Type.Object({
+  proxy: NetworkProxyConfig,
+  auditMetadata: Type.Optional(Type.Unknown()),
+  environmentId: Type.Optional(Nullable(Type.String())),
+  executionId: Type.Optional(Nullable(Type.String())),
+});
+export type NetworkProxyLaunch = Static<typeof NetworkProxyLaunch>;
+
+/** `network/policyDecision`: one decision of a process's managed proxy, to the connection that started it. */
+export const NetworkPolicyDecisionNotification = Type.Object({
+  processId: Type.String(),
+  timestamp: Type.String(),
+  scope: Literals('domain', 'non_domain'),
+  decision: Literals('allow', 'deny'),
+  source: Literals('baseline_policy', 'mode_guard'),
+  reason: Type.String(),
+  protocol: Literals('http', 'https_connect'),
+  host: Type.String(),
+  port: Type.Integer(),
+  method: Type.String(),
+  client: Type.String(),
+  policyOverride: Type.Boolean(),
+});
+export type NetworkPolicyDecisionNotification = Static<typeof NetworkPolicyDecisionNotification>;
+
 export const ProcessStartParams = Type.Object({
   processId: Type.String(),
   argv: Type.Array(Type.String()),
@@ -76,7 +117,7 @@ export const ProcessStartParams = Type.Object({
   sandbox: Type.Optional(Type.Unknown()),
   enforceManagedNetwork: Type.Optional(Type.Boolean()),
   managedNetwork: Type.Optional(Type.Unknown()),
-  networkProxy: Type.Optional(Type.Unknown()),
+  networkProxy: Type.Optional(Nullable(NetworkProxyLaunch)),
   shellSnapshot: Type.Optional(Nullable(ShellSnapshot)),
   metadata: Type.Optional(Type.Unknown()),
   /** Tether extension: PTY size at start. */

@@ -7,6 +7,7 @@ import {
   FileUriError,
   fileUriToPath,
   Method,
+  Notification,
   ProcessAttachParams,
   ProcessIdParams,
   ProcessReadParams,
@@ -21,6 +22,7 @@ import {
 import { attachmentOf, takeAttachmentRelease } from '@tether/jsonrpc';
 import { buildChildEnv, ProcessError, type ProcessErrorCode, type ProcessWrap } from '@tether/local-process';
 import { likelySandboxDenied } from '@tether/sandbox';
+import { ManagedProxy, proxyEnvironment } from '../network-proxy.js';
 import { decodeSandbox, prepareSandbox } from '../sandbox-context.js';
 import type { HandlerTable, RequestContext } from './types.js';
 
@@ -50,18 +52,24 @@ export function toRpcError(err: unknown): RpcError {
   return RpcError.internal(err instanceof Error ? err.message : String(err));
 }
 
-/** Fields Tether does not implement; a request that sets them fails closed rather than running unconfined. */
-const UNSUPPORTED_START_FIELDS = ['managedNetwork', 'networkProxy'] as const;
-
 function startProcess(params: ProcessStartParams) {
   if (params.argv.length === 0) throw RpcError.invalidParams('argv must not be empty');
-  for (const field of UNSUPPORTED_START_FIELDS) {
-    if (params[field] !== undefined && params[field] !== null) {
-      throw RpcError.invalidParams(`\`${field}\` is not supported by this exec-server`);
-    }
+  // Fields Tether does not implement fail closed rather than running unconfined.
+  if (params.managedNetwork !== undefined && params.managedNetwork !== null) {
+    throw RpcError.invalidParams('`managedNetwork` is not supported by this exec-server');
   }
-  if (params.enforceManagedNetwork) {
-    throw RpcError.invalidParams('managed network enforcement is not supported by this exec-server');
+  if (params.networkProxy && !params.networkProxy.proxy.enabled) {
+    throw RpcError.invalidParams(
+      'invalid network proxy config: executor-local network proxy launch requires an enabled proxy',
+    );
+  }
+  // Codex keeps direct egress from a sandboxed command by a bridge into its network namespace (loopback
+  // listeners relaying to the proxy); Tether's bubblewrap wrapper has none yet, so it refuses.
+  if (params.enforceManagedNetwork && params.sandbox != null) {
+    throw RpcError.invalidParams(
+      'managed network enforcement inside a sandbox is not supported by this exec-server: it cannot reach the ' +
+        "proxy from the sandbox's network namespace",
+    );
   }
   let cwd: string;
   try {
@@ -105,19 +113,60 @@ function startSandbox(raw: unknown, cwd: string, env: Record<string, string>, ct
   };
 }
 
+/**
+ * The start's managed proxy (capability `networkProxyLaunch`, network-proxy.ts), null without one: its variables
+ * go into `env`, its decisions to the connection that started the process, and `wrap` closes it with the
+ * process (a wrap that runs the command as usual where there is no sandbox).
+ */
+async function startNetworkProxy(
+  params: ProcessStartParams,
+  env: Record<string, string>,
+  sandbox: ProcessWrap | null,
+  ctx: RequestContext,
+): Promise<ProcessWrap | null> {
+  const launch = params.networkProxy;
+  if (!launch) return sandbox;
+  const proxy = await ManagedProxy.start(launch.proxy, (decision) =>
+    ctx.notify(Notification.networkPolicyDecision, { processId: params.processId, ...decision }),
+  );
+  Object.assign(env, proxyEnvironment(proxy.port, launch.proxy.allowLocalBinding));
+  const base: ProcessWrap = sandbox ?? {
+    file: '',
+    args: [],
+    fd3File: null,
+    unwrapped: true,
+    classifyExit: () => false,
+    released: () => undefined,
+  };
+  return {
+    ...base,
+    released: () => {
+      proxy.close();
+      base.released();
+    },
+  };
+}
+
 export const processHandlers: HandlerTable = {
   [Method.processStart]: async (raw, ctx) => {
     const params = decode(ProcessStartParams, raw);
     const started = startProcess(params);
-    const wrap = startSandbox(params.sandbox, started.cwd, started.env, ctx);
-    const sandboxType = wrap === null ? 'none' : 'linuxSeccomp';
+    const sandboxWrap = startSandbox(params.sandbox, started.cwd, started.env, ctx);
+    const sandboxType = sandboxWrap === null ? 'none' : 'linuxSeccomp';
+    let wrap: ProcessWrap | null;
+    try {
+      wrap = await startNetworkProxy(params, started.env, sandboxWrap, ctx);
+    } catch (err) {
+      sandboxWrap?.released();
+      throw err;
+    }
     // A login shell of a snapshot's scope restores the snapshot instead of reading its profile (capability
     // `shellSnapshotV2`, shell-snapshot.ts); a sandboxed start's profile is captured in its sandbox.
     const snapshot = params.shellSnapshot;
     let applied: { argv: string[]; cwd: string; env: Record<string, string> };
     try {
       applied = snapshot
-        ? await ctx.shellSnapshots.apply(snapshot, { argv: params.argv, ...started }, wrap)
+        ? await ctx.shellSnapshots.apply(snapshot, { argv: params.argv, ...started }, sandboxWrap)
         : { argv: params.argv, ...started };
     } catch (err) {
       wrap?.released();

@@ -26,6 +26,8 @@ export interface RequestContext {
   sandbox: Sandboxer;
   /** The login-shell snapshots this connection's principal may use (`process/start {shellSnapshot}`). */
   shellSnapshots: ShellSnapshotScope;
+  /** Sends a notification to this connection (dropped once it has closed). */
+  notify(method: string, params: unknown): void;
   /** The executor's orphan adopter, where a sandboxed fs helper is noted as its own child; null: none. */
   adopter: ChildLedger | null;
 }

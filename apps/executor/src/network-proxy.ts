@@ -1,0 +1,449 @@
+// Codex's managed network proxy (capability `networkProxyLaunch`; CODEX-FINDINGS, findings-network-proxy.md):
+// a `process/start` with `networkProxy` runs behind an HTTP proxy of its own on 127.0.0.1, started before the
+// command and closed with it. Every request (absolute-form, origin-form with Host, CONNECT) is decided by
+// domain as Codex decides it, answered with Codex's 403s when denied, and reported as `network/policyDecision`.
+
+import { lookup } from 'node:dns/promises';
+import {
+  createServer,
+  request as httpRequest,
+  type IncomingMessage,
+  type Server,
+  type ServerResponse,
+} from 'node:http';
+import { BlockList, isIP, type Socket, connect as tcpConnect } from 'node:net';
+import type { Duplex } from 'node:stream';
+import type { NetworkPolicyDecisionNotification, NetworkProxyConfig } from '@tether/exec-protocol';
+
+export type PolicyDecision = Omit<NetworkPolicyDecisionNotification, 'processId'>;
+
+export interface ManagedProxyLimits {
+  /** Connections open at once (clients and tunnels); more are refused. */
+  maxConnections: number;
+  /** Bytes relayed in both directions over the proxy's life; past it every connection is cut. */
+  maxBytes: number;
+  /** A connection with nothing relayed for this long is closed. */
+  idleMs: number;
+}
+
+export const DEFAULT_PROXY_LIMITS: ManagedProxyLimits = {
+  maxConnections: 128,
+  maxBytes: 8 * 1024 * 1024 * 1024,
+  idleMs: 5 * 60_000,
+};
+
+type Reason = 'allow' | 'denied' | 'not_allowed' | 'not_allowed_local' | 'method_not_allowed' | 'mitm_required';
+
+const BLOCKED: Record<Exclude<Reason, 'allow'>, { header: string; message: string }> = {
+  denied: { header: 'blocked-by-denylist', message: 'Domain denied by the sandbox policy.' },
+  not_allowed: { header: 'blocked-by-allowlist', message: 'Domain not in allowlist.' },
+  not_allowed_local: {
+    header: 'blocked-by-allowlist',
+    message: 'Sandbox policy blocks local/private network addresses.',
+  },
+  method_not_allowed: { header: 'blocked-by-method-policy', message: 'Method not allowed in limited mode.' },
+  mitm_required: { header: 'blocked-by-mitm-required', message: 'MITM required for limited HTTPS.' },
+};
+
+/** Loopback, private, link-local, CGNAT and unspecified ranges: what Codex calls local/private addresses. */
+const LOCAL = new BlockList();
+for (const [net, prefix] of [
+  ['0.0.0.0', 8],
+  ['10.0.0.0', 8],
+  ['100.64.0.0', 10],
+  ['127.0.0.0', 8],
+  ['169.254.0.0', 16],
+  ['172.16.0.0', 12],
+  ['192.168.0.0', 16],
+] as const) {
+  LOCAL.addSubnet(net, prefix, 'ipv4');
+}
+for (const [net, prefix] of [
+  ['::', 128],
+  ['::1', 128],
+  ['fc00::', 7],
+  ['fe80::', 10],
+] as const) {
+  LOCAL.addSubnet(net, prefix, 'ipv6');
+}
+
+function isLocalAddress(address: string): boolean {
+  const family = isIP(address);
+  if (family === 0) return false;
+  const mapped = family === 6 && /^::ffff:\d+\.\d+\.\d+\.\d+$/i.test(address) ? address.slice(7) : null;
+  if (mapped !== null) return LOCAL.check(mapped, 'ipv4');
+  return LOCAL.check(address, family === 4 ? 'ipv4' : 'ipv6');
+}
+
+const isLocalName = (host: string) => host === 'localhost' || host.endsWith('.localhost') || isLocalAddress(host);
+
+/** `pattern` matches `host` (both lowercase): exact, `*.d` a subdomain of d, `**.d` d or a subdomain. */
+function matches(pattern: string, host: string): boolean {
+  if (pattern.startsWith('**.')) {
+    const apex = pattern.slice(3);
+    return host === apex || host.endsWith(`.${apex}`);
+  }
+  if (pattern.startsWith('*.')) return host.endsWith(pattern.slice(1));
+  return pattern === host;
+}
+
+/** What a host's check came to: the verdict, and the address to connect to when it is allowed. */
+interface Verdict {
+  reason: Reason;
+  /** Local and allowLocalBinding: forwarded without a decision, as Codex does. */
+  silent: boolean;
+  address: string | null;
+}
+
+export class DomainPolicy {
+  private readonly allow: string[] = [];
+  private readonly deny: string[] = [];
+
+  constructor(private readonly config: NetworkProxyConfig) {
+    for (const [pattern, permission] of Object.entries(config.domains ?? {})) {
+      const lower = pattern.toLowerCase();
+      if (permission === 'deny') this.deny.push(lower);
+      else if (permission === 'allow') this.allow.push(lower);
+    }
+  }
+
+  get limited(): boolean {
+    return this.config.mode === 'limited';
+  }
+
+  /** The verdict on `host` (lowercase, no brackets), resolving a name the lists allow. */
+  async check(host: string): Promise<Verdict> {
+    if (isLocalName(host)) {
+      if (this.config.allowLocalBinding) return { reason: 'allow', silent: true, address: literalOrNull(host) };
+      const named = this.allow.includes(host) && !this.deny.some((p) => matches(p, host));
+      return { reason: named ? 'allow' : 'not_allowed_local', silent: false, address: literalOrNull(host) };
+    }
+    if (this.deny.some((p) => matches(p, host))) return { reason: 'denied', silent: false, address: null };
+    if (!this.allow.some((p) => matches(p, host))) return { reason: 'not_allowed', silent: false, address: null };
+    if (isIP(host) !== 0) return { reason: 'allow', silent: false, address: host };
+    // An allowed name must resolve, and only to public addresses (nothing local reached through a name).
+    const addresses = await lookup(host, { all: true }).catch(() => []);
+    if (addresses.length === 0 || addresses.some((a) => isLocalAddress(a.address))) {
+      return { reason: 'not_allowed_local', silent: false, address: null };
+    }
+    return { reason: 'allow', silent: false, address: addresses[0]!.address };
+  }
+}
+
+const literalOrNull = (host: string) => (isIP(host) === 0 ? null : host);
+
+const LIMITED_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
+
+/** Request headers a proxy does not pass on (hop-by-hop). */
+const HOP_BY_HOP = new Set([
+  'connection',
+  'proxy-connection',
+  'keep-alive',
+  'proxy-authorization',
+  'proxy-authenticate',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+]);
+
+function forwardedHeaders(raw: string[]): [string, string][] {
+  const out: [string, string][] = [];
+  for (let i = 0; i + 1 < raw.length; i += 2) {
+    if (!HOP_BY_HOP.has(raw[i]!.toLowerCase())) out.push([raw[i]!, raw[i + 1]!]);
+  }
+  return out;
+}
+
+/** Splits `host[:port]` (IPv6 in brackets) into a lowercase host without brackets and a port. */
+function splitAuthority(authority: string, defaultPort: number): { host: string; port: number } | null {
+  const m = /^(?:\[([0-9a-fA-F:.]+)\]|([^:[\]]+))(?::(\d{1,5}))?$/.exec(authority);
+  if (!m) return null;
+  const port = m[3] === undefined ? defaultPort : Number(m[3]);
+  if (port < 1 || port > 65535) return null;
+  return { host: (m[1] ?? m[2]!).toLowerCase(), port };
+}
+
+const httpDate = () => new Date().toUTCString();
+
+/**
+ * One process's proxy: an HTTP listener on 127.0.0.1 (port 0), its decisions reported to `onDecision`.
+ * `close` ends the listener and every connection through it; it is idempotent.
+ */
+export class ManagedProxy {
+  private readonly server: Server;
+  private readonly sockets = new Set<Duplex>();
+  private relayed = 0;
+  private closed = false;
+
+  private constructor(
+    private readonly policy: DomainPolicy,
+    private readonly onDecision: (decision: PolicyDecision) => void,
+    private readonly limits: ManagedProxyLimits,
+  ) {
+    this.server = createServer({ requestTimeout: limits.idleMs, headersTimeout: 30_000 }, (req, res) => {
+      void this.onRequest(req, res).catch((err: unknown) => this.fail(res, err));
+    });
+    this.server.maxConnections = limits.maxConnections;
+    this.server.on('connection', (socket: Socket) => this.track(socket));
+    this.server.on('connect', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+      void this.onConnect(req, socket, head).catch(() => socket.destroy());
+    });
+    this.server.on('clientError', (_err, socket) => socket.destroy());
+  }
+
+  static async start(
+    config: NetworkProxyConfig,
+    onDecision: (decision: PolicyDecision) => void,
+    limits: ManagedProxyLimits = DEFAULT_PROXY_LIMITS,
+  ): Promise<ManagedProxy> {
+    const proxy = new ManagedProxy(new DomainPolicy(config), onDecision, limits);
+    await new Promise<void>((resolve, reject) => {
+      proxy.server.once('error', reject);
+      proxy.server.listen(0, '127.0.0.1', () => {
+        proxy.server.off('error', reject);
+        resolve();
+      });
+    });
+    return proxy;
+  }
+
+  get port(): number {
+    return (this.server.address() as { port: number }).port;
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.server.close();
+    for (const socket of this.sockets) socket.destroy();
+    this.sockets.clear();
+  }
+
+  private track(socket: Duplex): void {
+    if (this.closed) {
+      socket.destroy();
+      return;
+    }
+    this.sockets.add(socket);
+    socket.on('close', () => this.sockets.delete(socket));
+    socket.on('error', () => undefined);
+    if ('setTimeout' in socket) (socket as Socket).setTimeout(this.limits.idleMs, () => socket.destroy());
+  }
+
+  /** Counts relayed bytes; past the proxy's budget every connection goes. */
+  private count(bytes: number): void {
+    this.relayed += bytes;
+    if (this.relayed > this.limits.maxBytes) {
+      for (const socket of this.sockets) socket.destroy();
+    }
+  }
+
+  private report(
+    req: IncomingMessage,
+    protocol: PolicyDecision['protocol'],
+    host: string,
+    port: number,
+    reason: Reason,
+    guard = false,
+  ): void {
+    this.onDecision({
+      timestamp: new Date().toISOString(),
+      scope: guard ? 'non_domain' : 'domain',
+      decision: reason === 'allow' ? 'allow' : 'deny',
+      source: guard ? 'mode_guard' : 'baseline_policy',
+      reason,
+      protocol,
+      host,
+      port,
+      method: req.method ?? '',
+      client: `${req.socket.remoteAddress}:${req.socket.remotePort}`,
+      policyOverride: false,
+    });
+  }
+
+  private async onRequest(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    let target: { host: string; port: number; path: string } | null = null;
+    const url = req.url ?? '';
+    if (/^[a-z][a-z0-9+.-]*:\/\//i.test(url)) {
+      let parsed: URL | null = null;
+      try {
+        parsed = new URL(url);
+      } catch {
+        parsed = null;
+      }
+      if (parsed?.protocol === 'http:') {
+        const authority = splitAuthority(parsed.host, 80);
+        if (authority) target = { ...authority, path: `${parsed.pathname}${parsed.search}` };
+      }
+    } else if (url.startsWith('/') && typeof req.headers.host === 'string') {
+      const authority = splitAuthority(req.headers.host, 80);
+      if (authority) target = { ...authority, path: url };
+    }
+    if (target === null) {
+      res.writeHead(400, { 'content-type': 'text/plain' }).end('invalid proxy request');
+      return;
+    }
+    const verdict = await this.policy.check(target.host);
+    if (!verdict.silent) this.report(req, 'http', target.host, target.port, verdict.reason);
+    if (verdict.reason !== 'allow') return this.deny(req, res, target, verdict.reason);
+    if (this.policy.limited && !LIMITED_METHODS.has(req.method ?? '')) {
+      this.report(req, 'http', target.host, target.port, 'method_not_allowed', true);
+      return this.deny(req, res, target, 'method_not_allowed', 'mode_guard');
+    }
+    const upstream = httpRequest({
+      host: verdict.address ?? target.host,
+      port: target.port,
+      method: req.method,
+      path: target.path,
+      headers: Object.fromEntries(forwardedHeaders(req.rawHeaders)),
+      setHost: false,
+      agent: false,
+    });
+    // As Codex's, the request goes on with the client's headers only (node would add `Connection: close`).
+    upstream.removeHeader('connection');
+    upstream.on('socket', (socket) => this.track(socket));
+    req.on('data', (chunk: Buffer) => this.count(chunk.length));
+    upstream.on('response', (answer) => {
+      answer.on('data', (chunk: Buffer) => this.count(chunk.length));
+      // The origin's `Connection` stays where it was, saying close when the client asked to close (as Codex's).
+      const headers: [string, string][] = [];
+      for (let i = 0; i + 1 < answer.rawHeaders.length; i += 2) {
+        const name = answer.rawHeaders[i]!;
+        if (name.toLowerCase() === 'connection' && !res.shouldKeepAlive) headers.push([name, 'close']);
+        else if (!HOP_BY_HOP.has(name.toLowerCase())) headers.push([name, answer.rawHeaders[i + 1]!]);
+      }
+      res.removeHeader('connection');
+      res.writeHead(answer.statusCode ?? 502, answer.statusMessage, headers.flat());
+      answer.pipe(res);
+    });
+    upstream.on('error', (err) => this.fail(res, err));
+    req.pipe(upstream);
+  }
+
+  private deny(
+    req: IncomingMessage,
+    res: ServerResponse,
+    target: { host: string; port: number },
+    reason: Exclude<Reason, 'allow'>,
+    source: PolicyDecision['source'] = 'baseline_policy',
+  ): void {
+    const body = JSON.stringify({
+      status: 'blocked',
+      host: target.host,
+      reason,
+      decision: 'deny',
+      source,
+      protocol: 'http',
+      port: target.port,
+      message: BLOCKED[reason].message,
+    });
+    req.resume();
+    res.removeHeader('connection');
+    res.writeHead(403, 'Forbidden', {
+      'content-type': 'application/json',
+      'x-proxy-error': BLOCKED[reason].header,
+      // Codex answers a client that asked to close with `connection: close`, and names no keep-alive.
+      ...(res.shouldKeepAlive ? {} : { connection: 'close' }),
+      'content-length': Buffer.byteLength(body),
+      date: httpDate(),
+    });
+    res.end(body);
+  }
+
+  private fail(res: ServerResponse, err: unknown): void {
+    if (res.headersSent) {
+      res.destroy();
+      return;
+    }
+    const message = `upstream connection failed: ${err instanceof Error ? err.message : String(err)}`;
+    res.writeHead(502, { 'content-type': 'text/plain' }).end(message);
+  }
+
+  /** `socket` is the client's connection, tracked since it was accepted. */
+  private async onConnect(req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
+    const target = splitAuthority(req.url ?? '', 443);
+    if (target === null) {
+      socket.end('HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n');
+      return;
+    }
+    const verdict = await this.policy.check(target.host);
+    if (!verdict.silent) this.report(req, 'https_connect', target.host, target.port, verdict.reason);
+    let reason: Reason = verdict.reason;
+    if (reason === 'allow' && this.policy.limited) {
+      // Codex inspects limited HTTPS only by MITM, which a remote executor never does.
+      this.report(req, 'https_connect', target.host, target.port, 'mitm_required', true);
+      reason = 'mitm_required';
+    }
+    if (reason !== 'allow') {
+      const { header, message } = BLOCKED[reason];
+      socket.end(
+        `HTTP/1.1 403 Forbidden\r\ncontent-type: text/plain\r\nx-proxy-error: ${header}\r\n` +
+          `content-length: ${Buffer.byteLength(message)}\r\ndate: ${httpDate()}\r\n\r\n${message}`,
+      );
+      return;
+    }
+    const upstream = tcpConnect(target.port, verdict.address ?? target.host);
+    this.track(upstream);
+    upstream.on('connect', () => {
+      socket.write(`HTTP/1.1 200 OK\r\ndate: ${httpDate()}\r\n\r\n`);
+      if (head.length > 0) upstream.write(head);
+      for (const side of [socket, upstream]) side.on('data', (chunk: Buffer) => this.count(chunk.length));
+      upstream.pipe(socket);
+      socket.pipe(upstream);
+    });
+    upstream.on('error', () => {
+      if (upstream.connecting) socket.end('HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\n\r\n');
+      else socket.destroy();
+    });
+    socket.on('close', () => upstream.destroy());
+    upstream.on('close', () => socket.destroy());
+  }
+}
+
+/**
+ * The variables Codex gives a command behind its proxy (the HTTP listener at `port`). Tether's proxy has no
+ * SOCKS5 listener: ALL_PROXY and FTP_PROXY name the HTTP one, as Codex's do when `enableSocks5` is false.
+ */
+export function proxyEnvironment(port: number, allowLocalBinding: boolean): Record<string, string> {
+  const http = `http://127.0.0.1:${port}`;
+  const env: Record<string, string> = {
+    NODE_USE_ENV_PROXY: '1',
+    ELECTRON_GET_USE_PROXY: 'true',
+    CODEX_NETWORK_PROXY_ACTIVE: '1',
+    CODEX_NETWORK_ALLOW_LOCAL_BINDING: allowLocalBinding ? '1' : '0',
+  };
+  for (const key of [
+    'ALL_PROXY',
+    'all_proxy',
+    'FTP_PROXY',
+    'ftp_proxy',
+    'HTTP_PROXY',
+    'HTTPS_PROXY',
+    'http_proxy',
+    'https_proxy',
+    'WS_PROXY',
+    'WSS_PROXY',
+    'ws_proxy',
+    'wss_proxy',
+    'BUNDLE_HTTP_PROXY',
+    'BUNDLE_HTTPS_PROXY',
+    'DOCKER_HTTP_PROXY',
+    'DOCKER_HTTPS_PROXY',
+    'NPM_CONFIG_HTTP_PROXY',
+    'NPM_CONFIG_HTTPS_PROXY',
+    'NPM_CONFIG_PROXY',
+    'npm_config_http_proxy',
+    'npm_config_https_proxy',
+    'npm_config_proxy',
+    'PIP_PROXY',
+    'YARN_HTTP_PROXY',
+    'YARN_HTTPS_PROXY',
+  ]) {
+    env[key] = http;
+  }
+  for (const key of ['NO_PROXY', 'no_proxy', 'BUNDLE_NO_PROXY', 'NPM_CONFIG_NOPROXY', 'npm_config_noproxy']) {
+    env[key] = '';
+  }
+  return env;
+}

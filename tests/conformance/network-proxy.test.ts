@@ -1,0 +1,180 @@
+// Codex's managed network proxy (`process/start {enforceManagedNetwork, networkProxy}`), differential: the same
+// start against Codex's exec-server and ours, without a sandbox (ours refuses a sandboxed one: no bridge into
+// bubblewrap's network namespace yet). The command talks to its proxy with raw requests to a node:http origin
+// on 127.0.0.1; what it saw (its proxy variables, each answer's status, headers and body), the
+// `network/policyDecision` notifications and what reached the origin must be the same on both
+// (findings-network-proxy.md).
+
+import { writeFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import { join } from 'node:path';
+import { collectUntilClosed } from '@tether/test-kit';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { KIND_CASES, useHarness } from './support.ts';
+
+/** Sends each raw request of argv[2] (a JSON list) to $HTTP_PROXY in turn; prints each whole answer. */
+const CLIENT = `
+const net = require('node:net');
+const proxy = new URL(process.env.HTTP_PROXY);
+const send = (raw) => new Promise((resolve) => {
+  const socket = net.connect(Number(proxy.port), proxy.hostname, () => socket.write(raw));
+  let answer = '';
+  const tunnel = /^HTTP\\/1\\.1 200 OK\\r\\ndate: [^\\r]*\\r\\n\\r\\n/;
+  socket.on('data', (d) => {
+    answer += d;
+    if (tunnel.test(answer) && !answer.includes('/tunnelled')) {
+      if (answer.replace(tunnel, '') === '') return socket.write('GET /tunnelled HTTP/1.1\\r\\nHost: tunnel\\r\\nConnection: close\\r\\n\\r\\n');
+    }
+    const last = answer.replace(tunnel, '');
+    const end = last.indexOf('\\r\\n\\r\\n');
+    const length = /content-length: (\\d+)/i.exec(last.slice(0, end));
+    if (end >= 0 && length && last.length - end - 4 >= Number(length[1])) socket.end();
+  });
+  socket.on('close', () => resolve(answer));
+  socket.on('error', (e) => resolve('ERROR ' + e.code));
+});
+(async () => {
+  for (const raw of JSON.parse(process.argv[2])) console.log(JSON.stringify(await send(raw)));
+})();
+`;
+
+const proxyConfig = (overrides: Record<string, unknown>) => ({
+  proxy: {
+    enabled: true,
+    // Tether's proxy has no SOCKS5 listener; without one Codex's ALL_PROXY names its HTTP listener too.
+    enableSocks5: false,
+    enableSocks5Udp: false,
+    allowUpstreamProxy: true,
+    dangerouslyAllowAllUnixSockets: false,
+    mode: 'full',
+    domains: null,
+    unixSockets: null,
+    allowLocalBinding: false,
+    ...overrides,
+  },
+  auditMetadata: { conversationId: 'conformance', appVersion: '0.171.0', originator: 'codex_exec' },
+  environmentId: 'remote',
+  executionId: 'execution-1',
+});
+
+describe('network proxy: the same proxy on both executors', { timeout: 120_000 }, () => {
+  const h = useHarness();
+  let origin: Server;
+  let port = 0;
+  const reached: string[] = [];
+  const client = join(h.workDir, 'proxy-client.cjs');
+  const outcomes = new Map<string, unknown>();
+
+  beforeAll(async () => {
+    writeFileSync(client, CLIENT);
+    origin = createServer((req, res) => {
+      reached.push(`${req.method} ${req.url} ${JSON.stringify(req.rawHeaders)}`);
+      req.resume();
+      req.on('end', () => {
+        res.setHeader('x-origin', 'yes');
+        res.end('hello from origin\n');
+      });
+    });
+    await new Promise<void>((resolve) => origin.listen(0, '127.0.0.1', resolve));
+    port = (origin.address() as { port: number }).port;
+  });
+  afterAll(async () => {
+    await new Promise((resolve) => origin.close(resolve));
+  });
+
+  /** Runs the raw `requests` behind a proxy of `overrides`; what the command, the client and the origin saw. */
+  async function scenario(
+    kind: 'codex' | 'tether',
+    id: string,
+    overrides: Record<string, unknown>,
+    requests: string[],
+  ) {
+    const { client: rpc } = await h.session(kind, 'ws');
+    reached.length = 0;
+    const script = `env | grep -i -e proxy -e CODEX_NETWORK | sort; node ${client} '${JSON.stringify(requests)}'`;
+    const started = await rpc.request('process/start', {
+      ...h.startParams(id, ['/bin/bash', '-c', script], { env: { PATH: process.env.PATH ?? '/usr/bin:/bin' } }),
+      enforceManagedNetwork: true,
+      networkProxy: proxyConfig(overrides),
+    });
+    expect(started.error).toBeUndefined();
+    const collected = await collectUntilClosed(rpc, id);
+    const proxyPort = /^HTTP_PROXY=http:\/\/127\.0\.0\.1:(\d+)$/m.exec(collected.stdout)?.[1];
+    expect(proxyPort).toBeDefined();
+    const clean = (text: string) =>
+      text
+        .replaceAll(`127.0.0.1:${proxyPort}`, '<proxy>')
+        .replaceAll(String(port), '<origin>')
+        .replace(/date: [^\\]*\\r\\n/gi, 'date: <date>\\r\\n');
+    const decisions = rpc.notifications
+      .filter((n) => n.method === 'network/policyDecision')
+      .map((n) => {
+        const { timestamp, client: from, ...rest } = n.params as Record<string, unknown>;
+        expect(Number.isNaN(Date.parse(String(timestamp)))).toBe(false);
+        expect(from).toMatch(/^127\.0\.0\.1:\d+$/);
+        return { ...rest, port: rest.port === port ? '<origin>' : rest.port };
+      });
+    return {
+      exitCode: collected.exitCode,
+      seen: clean(collected.stdout).split('\n'),
+      decisions,
+      reached: reached.map(clean),
+    };
+  }
+
+  const get = (host: string, path: string) =>
+    `GET http://${host}${path} HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`;
+  const connect = (authority: string) => `CONNECT ${authority} HTTP/1.1\r\nHost: ${authority}\r\n\r\n`;
+
+  it.each(KIND_CASES)('%s: allow and deny lists, plain and CONNECT', async (_label, kind) => {
+    const outcome = await scenario(
+      kind,
+      'lists',
+      { domains: { '127.0.0.1': 'allow', 'denied.test': 'deny', '*.allowed.test': 'allow' } },
+      [
+        get(`127.0.0.1:${port}`, '/allowed?q=1'),
+        `GET /origin-form HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nProxy-Connection: keep-alive\r\nConnection: close\r\n\r\n`,
+        get('denied.test', '/x'),
+        get('other.test', '/y'),
+        get('a.allowed.test', '/unresolvable'),
+        connect('denied.test:443'),
+        connect('other.test:443'),
+        connect(`127.0.0.1:${port}`),
+      ],
+    );
+    expect(outcome.exitCode).toBe(0);
+    // Denied requests never reach the origin; allowed ones do, with the client's headers.
+    expect(outcome.reached).toHaveLength(3);
+    outcomes.set(`lists ${kind}`, outcome);
+    if (outcomes.has('lists codex') && outcomes.has('lists tether')) {
+      expect(outcomes.get('lists tether')).toEqual(outcomes.get('lists codex'));
+    }
+  });
+
+  it.each(KIND_CASES)('%s: local addresses and limited mode', async (_label, kind) => {
+    const outcome = await scenario(kind, 'limited', { mode: 'limited', domains: { localhost: 'allow' } }, [
+      get(`127.0.0.1:${port}`, '/literal-not-named'),
+      get(`localhost:${port}`, '/named'),
+      `POST http://localhost:${port}/post HTTP/1.1\r\nHost: localhost:${port}\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabc`,
+      connect(`localhost:${port}`),
+    ]);
+    expect(outcome.reached).toHaveLength(1);
+    outcomes.set(`limited ${kind}`, outcome);
+    if (outcomes.has('limited codex') && outcomes.has('limited tether')) {
+      expect(outcomes.get('limited tether')).toEqual(outcomes.get('limited codex'));
+    }
+  });
+
+  it.each(KIND_CASES)('%s: a disabled proxy is refused', async (_label, kind) => {
+    const { client: rpc } = await h.session(kind, 'ws');
+    const answer = await rpc.request('process/start', {
+      ...h.startParams('disabled', ['/bin/true']),
+      enforceManagedNetwork: true,
+      networkProxy: proxyConfig({ enabled: false }),
+    });
+    expect(answer.error).toEqual({
+      code: -32602,
+      message: 'invalid network proxy config: executor-local network proxy launch requires an enabled proxy',
+    });
+  });
+});
