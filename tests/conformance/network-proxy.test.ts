@@ -1,6 +1,6 @@
 // Codex's managed network proxy (`process/start {enforceManagedNetwork, networkProxy}`), differential: the same
-// start against Codex's exec-server and ours, without a sandbox (ours refuses a sandboxed one: no bridge into
-// bubblewrap's network namespace yet). The command talks to its proxy with raw requests to a node:http origin
+// start against Codex's exec-server and ours, without a sandbox and under workspace-write (then in a network
+// namespace of its own, the proxy reached through a relay inside, nothing else). The command talks to its proxy with raw requests to a node:http origin
 // on 127.0.0.1; what it saw (its proxy variables, each answer's status, headers and body), the
 // `network/policyDecision` notifications and what reached the origin must be the same on both
 // (findings-network-proxy.md).
@@ -10,6 +10,7 @@ import { createServer, type Server } from 'node:http';
 import { join } from 'node:path';
 import { collectUntilClosed } from '@tether/test-kit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sandboxAt, useSandboxScratch, workspaceWrite } from './sandbox-support.ts';
 import { KIND_CASES, useHarness } from './support.ts';
 
 /** Sends each raw request of argv[2] (a JSON list) to $HTTP_PROXY in turn; prints each whole answer. */
@@ -57,9 +58,27 @@ const proxyConfig = (overrides: Record<string, unknown>) => ({
   executionId: 'execution-1',
 });
 
+/**
+ * Tries argv[2] (a port on the host's 127.0.0.1) directly; prints how it went. (A host's unix socket is not
+ * compared: Codex's filter refuses AF_UNIX sockets there (EPERM), ours lets them through, findings-proxy-sandbox.md.)
+ */
+const DIRECT = `
+const net = require('node:net');
+const attempt = (label, target) => new Promise((resolve) => {
+  const socket = net.connect(target);
+  socket.on('connect', () => { console.log(label + ' connected'); socket.destroy(); resolve(); });
+  socket.on('error', (e) => { console.log(label + ' ' + e.code); resolve(); });
+});
+(async () => {
+  await attempt('direct tcp', { port: Number(process.argv[2]), host: '127.0.0.1' });
+})();
+`;
+
 describe('network proxy: the same proxy on both executors', { timeout: 120_000 }, () => {
   const h = useHarness();
+  const scratch = useSandboxScratch();
   let origin: Server;
+  const direct = join(h.workDir, 'direct.cjs');
   let port = 0;
   const reached: string[] = [];
   const client = join(h.workDir, 'proxy-client.cjs');
@@ -67,6 +86,7 @@ describe('network proxy: the same proxy on both executors', { timeout: 120_000 }
 
   beforeAll(async () => {
     writeFileSync(client, CLIENT);
+    writeFileSync(direct, DIRECT);
     origin = createServer((req, res) => {
       reached.push(`${req.method} ${req.url} ${JSON.stringify(req.rawHeaders)}`);
       req.resume();
@@ -82,18 +102,38 @@ describe('network proxy: the same proxy on both executors', { timeout: 120_000 }
     await new Promise((resolve) => origin.close(resolve));
   });
 
-  /** Runs the raw `requests` behind a proxy of `overrides`; what the command, the client and the origin saw. */
+  /**
+   * Runs the raw `requests` behind a proxy of `overrides` (under workspace-write with the network on when
+   * `sandboxed`, then also trying the origin directly); what the command, the client and the origin saw.
+   */
   async function scenario(
     kind: 'codex' | 'tether',
     id: string,
     overrides: Record<string, unknown>,
     requests: string[],
+    sandboxed = false,
   ) {
     const { client: rpc } = await h.session(kind, 'ws');
     reached.length = 0;
-    const script = `env | grep -i -e proxy -e CODEX_NETWORK | sort; node ${client} '${JSON.stringify(requests)}'`;
+    let script = `env | grep -i -e proxy -e CODEX_NETWORK | sort; node ${client} '${JSON.stringify(requests)}'`;
+    let params = h.startParams(id, ['/bin/bash', '-c', script], { env: { PATH: process.env.PATH ?? '/usr/bin:/bin' } });
+    if (sandboxed) {
+      // Last, a write the sandbox refuses: the exit is still classified as the sandbox's doing. First, a
+      // function of ~/.bashrc: there only when the shell snapshot was captured (in the same sandbox and relay).
+      const { base, root, tmp, outside } = scratch.layout(kind);
+      writeFileSync(join(base, '.bashrc'), 'from_profile() { echo "profile captured"; }\n');
+      script = `from_profile; ${script}; node ${direct} ${port}; touch ${outside}/written 2>&1 | sed 's|${outside}|<outside>|'; exit \${PIPESTATUS[0]}`;
+      params = {
+        ...scratch.startParams(id, ['/bin/bash', '-lc', script], root, sandboxAt(root, workspaceWrite('enabled')), {
+          PATH: `${scratch.path}:${process.env.PATH ?? '/usr/bin:/bin'}`,
+          TMPDIR: tmp,
+          HOME: base,
+        }),
+        shellSnapshot: { scopeId: `proxy-${kind}`, shell: { name: 'bash', path: '/bin/bash' } },
+      };
+    }
     const started = await rpc.request('process/start', {
-      ...h.startParams(id, ['/bin/bash', '-c', script], { env: { PATH: process.env.PATH ?? '/usr/bin:/bin' } }),
+      ...params,
       enforceManagedNetwork: true,
       networkProxy: proxyConfig(overrides),
     });
@@ -114,8 +154,12 @@ describe('network proxy: the same proxy on both executors', { timeout: 120_000 }
         expect(from).toMatch(/^127\.0\.0\.1:\d+$/);
         return { ...rest, port: rest.port === port ? '<origin>' : rest.port };
       });
+    const read = (await rpc.call('process/read', { processId: id, afterSeq: 0, maxBytes: 1 })) as {
+      sandboxDenied: boolean;
+    };
     return {
       exitCode: collected.exitCode,
+      sandboxDenied: read.sandboxDenied,
       seen: clean(collected.stdout).split('\n'),
       decisions,
       reached: reached.map(clean),
@@ -164,6 +208,28 @@ describe('network proxy: the same proxy on both executors', { timeout: 120_000 }
       expect(outcomes.get('limited tether')).toEqual(outcomes.get('limited codex'));
     }
   });
+
+  it.each(KIND_CASES)(
+    '%s: sandboxed (workspace-write, network on): only the proxy is reachable',
+    async (_label, kind) => {
+      const outcome = await scenario(
+        kind,
+        'sandboxed',
+        { domains: { '127.0.0.1': 'allow', 'denied.test': 'deny' } },
+        [get(`127.0.0.1:${port}`, '/through-the-proxy'), get('denied.test', '/x'), connect(`127.0.0.1:${port}`)],
+        true,
+      );
+      // The direct connection fails, the refused write is the sandbox's doing; the proxy reached the origin.
+      expect(outcome.seen).toContain('direct tcp ECONNREFUSED');
+      expect(outcome.seen[0]).toBe('profile captured');
+      expect(outcome).toMatchObject({ exitCode: 1, sandboxDenied: true });
+      expect(outcome.reached).toHaveLength(2);
+      outcomes.set(`sandboxed ${kind}`, outcome);
+      if (outcomes.has('sandboxed codex') && outcomes.has('sandboxed tether')) {
+        expect(outcomes.get('sandboxed tether')).toEqual(outcomes.get('sandboxed codex'));
+      }
+    },
+  );
 
   it.each(KIND_CASES)('%s: a disabled proxy is refused', async (_label, kind) => {
     const { client: rpc } = await h.session(kind, 'ws');

@@ -129,5 +129,5 @@ export function useSandboxScratch() {
     };
   }
 
-  return { layout, startParams, run };
+  return { layout, startParams, run, path };
 }

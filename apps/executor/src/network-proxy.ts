@@ -4,6 +4,7 @@
 // domain as Codex decides it, answered with Codex's 403s when denied, and reported as `network/policyDecision`.
 
 import { lookup } from 'node:dns/promises';
+import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
 import {
   createServer,
   request as httpRequest,
@@ -11,7 +12,16 @@ import {
   type Server,
   type ServerResponse,
 } from 'node:http';
-import { BlockList, isIP, type Socket, connect as tcpConnect } from 'node:net';
+import {
+  BlockList,
+  createServer as createNetServer,
+  isIP,
+  type Server as NetServer,
+  type Socket,
+  connect as tcpConnect,
+} from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import type { Duplex } from 'node:stream';
 import type { NetworkPolicyDecisionNotification, NetworkProxyConfig } from '@tether/exec-protocol';
 
@@ -130,6 +140,17 @@ export class DomainPolicy {
   }
 }
 
+/** `server` listening (by `how`), or the error it could not listen for. */
+function listen<S extends Server | NetServer>(server: S, how: (server: S, done: () => void) => void): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    how(server, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+}
+
 const literalOrNull = (host: string) => (isIP(host) === 0 ? null : host);
 
 const LIMITED_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
@@ -167,11 +188,16 @@ function splitAuthority(authority: string, defaultPort: number): { host: string;
 const httpDate = () => new Date().toUTCString();
 
 /**
- * One process's proxy: an HTTP listener on 127.0.0.1 (port 0), its decisions reported to `onDecision`.
- * `close` ends the listener and every connection through it; it is idempotent.
+ * One process's proxy: an HTTP listener on 127.0.0.1 (port 0), its decisions reported to `onDecision`, and for
+ * a sandboxed command (`unixSocket`) the same proxy on a unix socket in a private 0700 directory, which the
+ * sandbox's relay (proxy-relay.ts) reaches from inside its network namespace. `close` ends the listeners and
+ * every connection through them, and removes the directory; it is idempotent.
  */
 export class ManagedProxy {
   private readonly server: Server;
+  private unixServer: NetServer | null = null;
+  /** The private directory holding `proxy.sock`, when there is one. */
+  socketDirectory: string | null = null;
   private readonly sockets = new Set<Duplex>();
   private relayed = 0;
   private closed = false;
@@ -196,28 +222,53 @@ export class ManagedProxy {
     config: NetworkProxyConfig,
     onDecision: (decision: PolicyDecision) => void,
     limits: ManagedProxyLimits = DEFAULT_PROXY_LIMITS,
+    options: { unixSocket?: boolean } = {},
   ): Promise<ManagedProxy> {
     const proxy = new ManagedProxy(new DomainPolicy(config), onDecision, limits);
-    await new Promise<void>((resolve, reject) => {
-      proxy.server.once('error', reject);
-      proxy.server.listen(0, '127.0.0.1', () => {
-        proxy.server.off('error', reject);
-        resolve();
-      });
-    });
+    try {
+      await listen(proxy.server, (server, done) => server.listen(0, '127.0.0.1', done));
+      if (options.unixSocket === true) await proxy.listenUnix();
+    } catch (err) {
+      proxy.close();
+      throw err;
+    }
     return proxy;
+  }
+
+  /** The same proxy on `<private directory>/proxy.sock`: each connection is served as a TCP one is. */
+  private async listenUnix(): Promise<void> {
+    const directory = mkdtempSync(join(tmpdir(), 'tether-proxy-'));
+    chmodSync(directory, 0o700);
+    this.socketDirectory = directory;
+    const unix = createNetServer({ allowHalfOpen: true }, (socket) => {
+      if (this.sockets.size >= this.limits.maxConnections) {
+        socket.destroy();
+        return;
+      }
+      this.server.emit('connection', socket);
+    });
+    unix.maxConnections = this.limits.maxConnections;
+    this.unixServer = unix;
+    await listen(unix, (server, done) => server.listen(join(directory, 'proxy.sock'), done));
   }
 
   get port(): number {
     return (this.server.address() as { port: number }).port;
   }
 
+  /** The unix socket's path (`unixSocket` proxies), else null. */
+  get socketPath(): string | null {
+    return this.socketDirectory === null ? null : join(this.socketDirectory, 'proxy.sock');
+  }
+
   close(): void {
     if (this.closed) return;
     this.closed = true;
     this.server.close();
+    this.unixServer?.close();
     for (const socket of this.sockets) socket.destroy();
     this.sockets.clear();
+    if (this.socketDirectory !== null) rmSync(this.socketDirectory, { recursive: true, force: true });
   }
 
   private track(socket: Duplex): void {
@@ -257,7 +308,9 @@ export class ManagedProxy {
       host,
       port,
       method: req.method ?? '',
-      client: `${req.socket.remoteAddress}:${req.socket.remotePort}`,
+      // A sandboxed command's connection comes through its relay's unix socket: no address of its own.
+      client:
+        req.socket.remoteAddress === undefined ? '127.0.0.1:0' : `${req.socket.remoteAddress}:${req.socket.remotePort}`,
       policyOverride: false,
     });
   }

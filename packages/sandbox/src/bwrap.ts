@@ -11,7 +11,8 @@
  *   root inside cannot bypass file permissions (a denied path is mode 000);
  * - a PID namespace (`--unshare-pid`) whose init is bubblewrap's: every child, double-forked or setsid, dies
  *   with it, and bubblewrap dies with its parent (`--die-with-parent`), the executor's child;
- * - an IPC namespace, and with the network restricted a network namespace (only a loopback of its own);
+ * - an IPC namespace, and with the network restricted, or managed (`unshareNet`: a proxy reached through a
+ *   relay inside, the only way out), a network namespace (only a loopback of its own);
  * - the seccomp filter (seccomp.ts), given as `--seccomp 3`.
  *
  * No `--new-session`: a pipe child has no controlling terminal (the executor starts it in a session of its
@@ -47,6 +48,10 @@ export interface BwrapOptions {
   seccompFd: number | null;
   /** More paths to make readable (the fs helper's runtime when reads are restricted). */
   extraReadable?: string[];
+  /** A network namespace of its own whatever the profile's network (the managed proxy's enforcement). */
+  unshareNet?: boolean;
+  /** Directories bound read-only over everything else (the managed proxy's socket directory). */
+  bindReadOnly?: string[];
 }
 
 function kind(path: string): 'directory' | 'file' | 'missing' {
@@ -68,7 +73,7 @@ function within(path: string, roots: string[]): boolean {
 
 export function bwrapArgs(policy: SandboxPolicy, sources: MountSources, options: BwrapOptions): BwrapPlan {
   const args = ['--die-with-parent', '--unshare-user', '--unshare-pid', '--unshare-ipc'];
-  if (policy.network === 'restricted') args.push('--unshare-net');
+  if (policy.network === 'restricted' || options.unshareNet === true) args.push('--unshare-net');
   const syntheticTargets: string[] = [];
   if (!policy.restrictsFileSystem) {
     // The filesystem as it is (writable where the host's is), in namespaces of its own.
@@ -138,6 +143,7 @@ export function bwrapArgs(policy: SandboxPolicy, sources: MountSources, options:
     // back on top, as Codex keeps them (its `linuxRootWritePreservesDevices`).
     if (explicit.get('/')?.access === 'write') args.push('--dev', '/dev', '--proc', '/proc');
   }
+  for (const path of options.bindReadOnly ?? []) args.push('--ro-bind', path, path);
   args.push('--cap-drop', 'ALL', '--chdir', options.cwd);
   if (options.seccompFd !== null) args.push('--seccomp', String(options.seccompFd));
   return { args, syntheticTargets };

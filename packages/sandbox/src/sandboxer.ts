@@ -64,6 +64,14 @@ export interface PrepareOptions {
   forceNetworkRestricted?: boolean;
   /** More paths to keep readable when reads are restricted. */
   extraReadable?: string[];
+  /**
+   * Codex's managed network enforcement: the command gets a network namespace of its own (only a loopback)
+   * whatever the profile's network, `socketDirectory` (the proxy's unix socket) is bound in read-only, and
+   * `relay` (argv) runs first, as bubblewrap's command, with the command's after it. The seccomp filter is the
+   * network-enabled one: the command and the relay need AF_INET on the namespace's loopback and AF_UNIX to
+   * the socket, and the namespace has no way out but the relay.
+   */
+  managedNetwork?: { socketDirectory: string; relay: string[] } | null;
 }
 
 /** The sandbox's own cwd (a file URI in the context), when it has one that is valid here. */
@@ -159,24 +167,26 @@ export class Sandboxer {
     if (this.closed) throw new SandboxUnavailableError('the sandbox is closed');
     const policy = resolvePolicy(context, { tmpdir: options.tmpdir, cwd: sandboxCwd(context) ?? options.cwd });
     if (options.forceNetworkRestricted) policy.network = 'restricted';
-    if (!policy.restrictsFileSystem && policy.network === 'enabled') {
+    const managed = options.managedNetwork ?? null;
+    if (!policy.restrictsFileSystem && policy.network === 'enabled' && managed === null) {
       // Nothing to confine (Codex runs these directly too, still reporting its sandbox type).
       return { policy, prefix: null, seccompFile: null, release: () => undefined };
     }
     if (!this.status.available || this.status.bwrap === null) {
       throw new SandboxUnavailableError(`this executor cannot enforce a sandbox: ${this.status.reason}`);
     }
-    const seccompFile = this.seccompFiles?.[policy.network] ?? null;
+    const seccompFile = this.seccompFiles?.[managed === null ? policy.network : 'enabled'] ?? null;
     const plan: BwrapPlan = bwrapArgs(policy, this.sources, {
       cwd: options.cwd,
       seccompFd: seccompFile === null ? null : 3,
       ...(options.extraReadable ? { extraReadable: options.extraReadable } : {}),
+      ...(managed === null ? {} : { unshareNet: true, bindReadOnly: [managed.socketDirectory] }),
     });
     for (const target of plan.syntheticTargets) this.synthetic.set(target, (this.synthetic.get(target) ?? 0) + 1);
     let released = false;
     return {
       policy,
-      prefix: { file: this.status.bwrap, args: [...plan.args, '--'] },
+      prefix: { file: this.status.bwrap, args: [...plan.args, '--', ...(managed?.relay ?? [])] },
       seccompFile,
       release: () => {
         if (released) return;

@@ -1,3 +1,6 @@
+import { existsSync, realpathSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import {
   clampFlowWindow,
   DecodeError,
@@ -21,8 +24,8 @@ import {
 } from '@tether/exec-protocol';
 import { attachmentOf, takeAttachmentRelease } from '@tether/jsonrpc';
 import { buildChildEnv, ProcessError, type ProcessErrorCode, type ProcessWrap } from '@tether/local-process';
-import { likelySandboxDenied } from '@tether/sandbox';
-import { ManagedProxy, proxyEnvironment } from '../network-proxy.js';
+import { likelySandboxDenied, PLATFORM_READ_ROOTS } from '@tether/sandbox';
+import { DEFAULT_PROXY_LIMITS, ManagedProxy, proxyEnvironment } from '../network-proxy.js';
 import { decodeSandbox, prepareSandbox } from '../sandbox-context.js';
 import type { HandlerTable, RequestContext } from './types.js';
 
@@ -63,14 +66,6 @@ function startProcess(params: ProcessStartParams) {
       'invalid network proxy config: executor-local network proxy launch requires an enabled proxy',
     );
   }
-  // Codex keeps direct egress from a sandboxed command by a bridge into its network namespace (loopback
-  // listeners relaying to the proxy); Tether's bubblewrap wrapper has none yet, so it refuses.
-  if (params.enforceManagedNetwork && params.sandbox != null) {
-    throw RpcError.invalidParams(
-      'managed network enforcement inside a sandbox is not supported by this exec-server: it cannot reach the ' +
-        "proxy from the sandbox's network namespace",
-    );
-  }
   let cwd: string;
   try {
     cwd = fileUriToPath(params.cwd);
@@ -88,18 +83,57 @@ function startProcess(params: ProcessStartParams) {
   return { cwd, env };
 }
 
+/** The relay a sandboxed command with managed networking runs behind (proxy-relay.ts, built beside this). */
+function relayScript(): string {
+  const here = dirname(fileURLToPath(import.meta.url));
+  const beside = join(here, '..', 'proxy-relay.js');
+  if (existsSync(beside)) return beside;
+  return join(here, '..', '..', 'dist', 'proxy-relay.js');
+}
+
+/** What the relay needs to read when the policy does not let it read the disk: node and its script. */
+function relayRuntime(script: string): string[] {
+  return [realpathSync(process.execPath), realpathSync(dirname(script)), ...PLATFORM_READ_ROOTS];
+}
+
 /**
  * The sandbox a start asks for (capability `processSandbox`): bubblewrap with the profile's filesystem, its
  * network, and the seccomp filter (@tether/sandbox). Null without one. As Codex's, a profile is never run
- * unconfined: one this host cannot enforce is refused (-32602, saying why and how to fix it).
+ * unconfined: one this host cannot enforce is refused (-32602, saying why and how to fix it). With Codex's
+ * managed network enforced (`proxy`), the command runs in a network namespace of its own behind the relay,
+ * whose loopback port is the only way out (to the proxy's unix socket).
  */
-function startSandbox(raw: unknown, cwd: string, env: Record<string, string>, ctx: RequestContext): ProcessWrap | null {
+function startSandbox(
+  raw: unknown,
+  cwd: string,
+  env: Record<string, string>,
+  ctx: RequestContext,
+  proxy: ManagedProxy | null,
+): ProcessWrap | null {
   const context = decodeSandbox(raw);
   if (context === null) return null;
+  let managedNetwork: { socketDirectory: string; relay: string[] } | null = null;
+  let extraReadable: string[] | undefined;
+  if (proxy !== null && proxy.socketDirectory !== null && proxy.socketPath !== null) {
+    const script = relayScript();
+    extraReadable = relayRuntime(script);
+    managedNetwork = {
+      socketDirectory: proxy.socketDirectory,
+      relay: [
+        process.execPath,
+        '--disable-sigusr1',
+        script,
+        proxy.socketPath,
+        `http://127.0.0.1:${proxy.port}`,
+        String(DEFAULT_PROXY_LIMITS.maxConnections),
+        '--',
+      ],
+    };
+  }
   const prepared = prepareSandbox(
     ctx.sandbox,
     context,
-    { cwd, tmpdir: env.TMPDIR },
+    { cwd, tmpdir: env.TMPDIR, managedNetwork, ...(extraReadable ? { extraReadable } : {}) },
     'sandbox intent',
     RpcError.invalidParams,
   );
@@ -115,21 +149,29 @@ function startSandbox(raw: unknown, cwd: string, env: Record<string, string>, ct
 
 /**
  * The start's managed proxy (capability `networkProxyLaunch`, network-proxy.ts), null without one: its variables
- * go into `env`, its decisions to the connection that started the process, and `wrap` closes it with the
- * process (a wrap that runs the command as usual where there is no sandbox).
+ * go into `env` and its decisions to the connection that started the process. A sandboxed start's proxy also
+ * listens on a unix socket for the sandbox's relay when the network is enforced.
  */
 async function startNetworkProxy(
   params: ProcessStartParams,
   env: Record<string, string>,
-  sandbox: ProcessWrap | null,
   ctx: RequestContext,
-): Promise<ProcessWrap | null> {
+): Promise<ManagedProxy | null> {
   const launch = params.networkProxy;
-  if (!launch) return sandbox;
-  const proxy = await ManagedProxy.start(launch.proxy, (decision) =>
-    ctx.notify(Notification.networkPolicyDecision, { processId: params.processId, ...decision }),
+  if (!launch) return null;
+  const proxy = await ManagedProxy.start(
+    launch.proxy,
+    (decision) => ctx.notify(Notification.networkPolicyDecision, { processId: params.processId, ...decision }),
+    DEFAULT_PROXY_LIMITS,
+    { unixSocket: params.enforceManagedNetwork === true && params.sandbox != null },
   );
   Object.assign(env, proxyEnvironment(proxy.port, launch.proxy.allowLocalBinding));
+  return proxy;
+}
+
+/** `sandbox` (or running as usual without one) that also closes `proxy` once the process is gone. */
+function closingProxy(sandbox: ProcessWrap | null, proxy: ManagedProxy | null): ProcessWrap | null {
+  if (proxy === null) return sandbox;
   const base: ProcessWrap = sandbox ?? {
     file: '',
     args: [],
@@ -151,13 +193,14 @@ export const processHandlers: HandlerTable = {
   [Method.processStart]: async (raw, ctx) => {
     const params = decode(ProcessStartParams, raw);
     const started = startProcess(params);
-    const sandboxWrap = startSandbox(params.sandbox, started.cwd, started.env, ctx);
-    const sandboxType = sandboxWrap === null ? 'none' : 'linuxSeccomp';
+    // A malformed sandbox is refused before a proxy starts.
+    const sandboxType = decodeSandbox(params.sandbox) === null ? 'none' : 'linuxSeccomp';
+    const proxy = await startNetworkProxy(params, started.env, ctx);
     let wrap: ProcessWrap | null;
     try {
-      wrap = await startNetworkProxy(params, started.env, sandboxWrap, ctx);
+      wrap = closingProxy(startSandbox(params.sandbox, started.cwd, started.env, ctx, proxy), proxy);
     } catch (err) {
-      sandboxWrap?.released();
+      proxy?.close();
       throw err;
     }
     // A login shell of a snapshot's scope restores the snapshot instead of reading its profile (capability
@@ -166,7 +209,7 @@ export const processHandlers: HandlerTable = {
     let applied: { argv: string[]; cwd: string; env: Record<string, string> };
     try {
       applied = snapshot
-        ? await ctx.shellSnapshots.apply(snapshot, { argv: params.argv, ...started }, sandboxWrap)
+        ? await ctx.shellSnapshots.apply(snapshot, { argv: params.argv, ...started }, wrap)
         : { argv: params.argv, ...started };
     } catch (err) {
       wrap?.released();
