@@ -207,9 +207,12 @@ export class ManagedProxy {
     private readonly onDecision: (decision: PolicyDecision) => void,
     private readonly limits: ManagedProxyLimits,
   ) {
-    this.server = createServer({ requestTimeout: limits.idleMs, headersTimeout: 30_000 }, (req, res) => {
-      void this.onRequest(req, res).catch((err: unknown) => this.fail(res, err));
-    });
+    this.server = createServer(
+      { requestTimeout: limits.idleMs, headersTimeout: Math.min(30_000, limits.idleMs) },
+      (req, res) => {
+        void this.onRequest(req, res).catch((err: unknown) => this.fail(res, err));
+      },
+    );
     this.server.maxConnections = limits.maxConnections;
     this.server.on('connection', (socket: Socket) => this.track(socket));
     this.server.on('connect', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
@@ -227,6 +230,7 @@ export class ManagedProxy {
     const proxy = new ManagedProxy(new DomainPolicy(config), onDecision, limits);
     try {
       await listen(proxy.server, (server, done) => server.listen(0, '127.0.0.1', done));
+      proxy.listenedPort = (proxy.server.address() as { port: number }).port;
       if (options.unixSocket === true) await proxy.listenUnix();
     } catch (err) {
       proxy.close();
@@ -240,21 +244,17 @@ export class ManagedProxy {
     const directory = mkdtempSync(join(tmpdir(), 'tether-proxy-'));
     chmodSync(directory, 0o700);
     this.socketDirectory = directory;
-    const unix = createNetServer({ allowHalfOpen: true }, (socket) => {
-      if (this.sockets.size >= this.limits.maxConnections) {
-        socket.destroy();
-        return;
-      }
-      this.server.emit('connection', socket);
-    });
+    const unix = createNetServer({ allowHalfOpen: true }, (socket) => this.server.emit('connection', socket));
     unix.maxConnections = this.limits.maxConnections;
     this.unixServer = unix;
     await listen(unix, (server, done) => server.listen(join(directory, 'proxy.sock'), done));
   }
 
+  /** The TCP listener's port (still known once closed). */
   get port(): number {
-    return (this.server.address() as { port: number }).port;
+    return this.listenedPort;
   }
+  private listenedPort = 0;
 
   /** The unix socket's path (`unixSocket` proxies), else null. */
   get socketPath(): string | null {
