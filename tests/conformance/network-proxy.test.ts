@@ -113,7 +113,8 @@ describe('network proxy: the same proxy on both executors', { timeout: 120_000 }
     requests: string[],
     sandboxed = false,
   ) {
-    const { client: rpc } = await h.session(kind, 'ws');
+    const { client: rpc, initializeResult } = await h.session(kind, 'ws');
+    const info = initializeResult.environmentInfo as { capabilities?: Record<string, unknown> } | undefined;
     reached.length = 0;
     let script = `env | grep -i -e proxy -e CODEX_NETWORK | sort; node ${client} '${JSON.stringify(requests)}'`;
     let params = h.startParams(id, ['/bin/bash', '-c', script], { env: { PATH: process.env.PATH ?? '/usr/bin:/bin' } });
@@ -158,6 +159,7 @@ describe('network proxy: the same proxy on both executors', { timeout: 120_000 }
       sandboxDenied: boolean;
     };
     return {
+      networkProxyLaunch: info?.capabilities?.networkProxyLaunch,
       exitCode: collected.exitCode,
       sandboxDenied: read.sandboxDenied,
       seen: clean(collected.stdout).split('\n'),
@@ -222,7 +224,7 @@ describe('network proxy: the same proxy on both executors', { timeout: 120_000 }
       // The direct connection fails, the refused write is the sandbox's doing; the proxy reached the origin.
       expect(outcome.seen).toContain('direct tcp ECONNREFUSED');
       expect(outcome.seen[0]).toBe('profile captured');
-      expect(outcome).toMatchObject({ exitCode: 1, sandboxDenied: true });
+      expect(outcome).toMatchObject({ networkProxyLaunch: true, exitCode: 1, sandboxDenied: true });
       expect(outcome.reached).toHaveLength(2);
       outcomes.set(`sandboxed ${kind}`, outcome);
       if (outcomes.has('sandboxed codex') && outcomes.has('sandboxed tether')) {

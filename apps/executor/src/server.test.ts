@@ -399,7 +399,11 @@ describe('sandbox refusals', () => {
     const server = new ExecServer({ config: { pingIntervalMs: 0 }, sandbox });
     servers.push(server);
     const { client, environmentInfo } = await ready(server);
-    expect(environmentInfo.capabilities).toMatchObject({ processSandbox: false, sandboxedFileStreaming: false });
+    expect(environmentInfo.capabilities).toMatchObject({
+      processSandbox: false,
+      sandboxedFileStreaming: false,
+      networkProxyLaunch: false,
+    });
     const opened = client.call('fs/open', {
       handleId: 'h',
       path: pathToFileUri('/etc/hostname'),

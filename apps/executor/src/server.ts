@@ -90,7 +90,7 @@ export class ExecServer {
     this.sandbox = options.sandbox ?? Sandboxer.open();
     const info = environmentInfo(process.env, { prependPathDirs: this.config.prependPathDirs });
     // `tcpForward` only where this executor forwards (not with --no-forward); `processSandbox` where
-    // bubblewrap works here; `sandboxedFileStreaming` where, besides, the sandbox can hand back what it opened.
+    // bubblewrap works here (`networkProxyLaunch` too); `sandboxedFileStreaming` where, besides, the sandbox can hand back what it opened.
     this.info = {
       ...info,
       capabilities: {
@@ -102,6 +102,9 @@ export class ExecServer {
         linuxRootWritePreservesDevices: this.sandbox.status.available,
         linuxApprovedRootWritePreservesRestrictions: this.sandbox.status.available,
         sandboxedFileStreaming: confinedOpenAvailable(this.sandbox),
+        // Codex's managed network proxy: a sandboxed start that enforces it runs in a network namespace of its
+        // own behind a relay to the proxy (handlers/process.ts), which needs bubblewrap.
+        networkProxyLaunch: this.sandbox.status.available,
       },
     };
     this.reaper = options.reaper === false ? null : createReaper({ subreaper: options.subreaper === true });
