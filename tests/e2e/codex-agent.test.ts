@@ -192,12 +192,12 @@ describe.each(CASES)('codex exec agent → %s', (_label, { kind, path }) => {
     await mcp?.close();
   });
 
-  /** Runs `codex exec` once with the script as its model; resolves when the agent exits. */
-  async function runAgent(script: MockScriptStep[], args: string[] = []): Promise<AgentRun> {
+  /** Runs `codex exec` once with the script as its model (`extraConfig`: more config.toml); resolves when it exits. */
+  async function runAgent(script: MockScriptStep[], args: string[] = [], extraConfig = ''): Promise<AgentRun> {
     const model = await startMockResponses(script);
     const home = mkdtempSync(join(tmpdir(), 'tether-codex-agent-home-'));
     try {
-      writeFileSync(join(home, 'config.toml'), model.codexConfig());
+      writeFileSync(join(home, 'config.toml'), `${model.codexConfig()}\n${extraConfig}`);
       const env: Record<string, string> = {};
       for (const [name, value] of Object.entries(process.env)) {
         if (value !== undefined && !name.startsWith('CODEX_')) env[name] = value;
@@ -435,5 +435,36 @@ describe.each(CASES)('codex exec agent → %s', (_label, { kind, path }) => {
     expect(counted).toBeLessThanOrEqual(Math.ceil(printed / 4));
     expect(output).toMatch(/PPID=\d+\nxxxx/);
     expect(output).toMatch(/xxxx\nEND-MARK\n$/);
+  });
+
+  it('under workspace-write with the managed network proxy: an allowed loopback origin, a denied host, no way around', async () => {
+    const origin = createServer((_req, res) => res.end('origin says hi\n'));
+    await new Promise<void>((resolve) => origin.listen(0, '127.0.0.1', resolve));
+    const port = (origin.address() as { port: number }).port;
+    try {
+      const cmd = [
+        `curl -sS --max-time 20 http://127.0.0.1:${port}/through-proxy`,
+        `curl -s -o /dev/null --max-time 20 -w 'denied=%{http_code}\\n' http://denied.invalid/`,
+        `curl -s --noproxy '*' --max-time 20 http://127.0.0.1:${port}/direct; echo "direct=$?"`,
+      ].join('; ');
+      const run = await runAgent(
+        [
+          { type: 'call', name: 'exec_command', arguments: { cmd } },
+          { type: 'message', text: 'proxy done' },
+        ],
+        ['-s', 'workspace-write'],
+        '[sandbox_workspace_write]\nnetwork_access = true\n\n[features.network_proxy]\nenabled = true\n' +
+          'domains = { "127.0.0.1" = "allow", "denied.invalid" = "deny" }\n',
+      );
+      expect(run.code, run.stderr).toBe(0);
+      expect(run.outputs).toHaveLength(1);
+      const output = run.outputs[0] ?? '';
+      // Through the proxy to the allowed origin; the denied host answered 403 by it; direct egress refused.
+      expect(output).toContain('Process exited with code 0');
+      expect(output).toMatch(/Output:\norigin says hi\ndenied=403\ndirect=7\n$/);
+    } finally {
+      origin.closeAllConnections();
+      await new Promise((resolve) => origin.close(resolve));
+    }
   });
 });
