@@ -17,6 +17,10 @@ export const CAPABILITIES = {
   fsWatchMissing: true,
   // Codex's: `environmentConfig/read`, the Codex config layers of this machine (environment-config.ts).
   environmentConfigRead: true,
+  // Codex's: `capabilities/discoverV2`, this machine's skills (capabilities/discover-skills.ts), and the
+  // `sandbox` it is sent with confining the discovery as it confines fs/* calls.
+  capabilityDiscoveryV2: true,
+  capabilityDiscoverySandbox: true,
   // Tether: `fs/open {mode: "update"}` (write without truncating, to resume an upload).
   fileWriteUpdate: true,
   // Tether: `fs/open {mode: "overwrite"}` (write in place, cut to length at close, as scp does).

@@ -5,6 +5,7 @@
  * schemas the executor is written to), so a method is added in one place and every side sees it.
  */
 import { type Static, type TSchema, Type } from '@sinclair/typebox';
+import { CapabilitiesDiscoverV2Params, CapabilitiesDiscoverV2Result } from './capabilities.js';
 import { decode, matches } from './decode.js';
 import { ProcessAttachParams, ProcessAttachResult } from './detached.js';
 import {
@@ -120,6 +121,11 @@ export const METHOD_TABLE = {
     params: EnvironmentConfigReadParams,
     result: EnvironmentConfigReadResult,
     capability: 'environmentConfigRead',
+  },
+  [Method.capabilitiesDiscoverV2]: {
+    params: CapabilitiesDiscoverV2Params,
+    result: CapabilitiesDiscoverV2Result,
+    capability: 'capabilityDiscoveryV2',
   },
   [Method.fsReadFile]: { params: FsReadFileParams, result: FsReadFileResult },
   [Method.fsWriteFile]: { params: FsWriteFileParams, result: EmptyResult },

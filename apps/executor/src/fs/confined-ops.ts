@@ -7,6 +7,7 @@
 import { constants as fsConstants } from 'node:fs';
 import { open, stat } from 'node:fs/promises';
 import { type FsOpenMode, type FsWalkOptions, RpcError } from '@tether/exec-protocol';
+import { discoverSkills, type SkillRoot } from '../capabilities/discover-skills.js';
 import { setMetadata, unixMetadata } from './batch.js';
 import { type FileIdentity, isFifo, notAFile } from './file-kind.js';
 import {
@@ -34,6 +35,7 @@ export interface ConfinedOps {
   walk: { path: string; options: FsWalkOptions };
   setMetadata: { path: string; change: Parameters<typeof setMetadata>[1] };
   openCheck: { path: string; mode: FsOpenMode };
+  discoverSkills: { roots: SkillRoot[] };
 }
 export type ConfinedOp = keyof ConfinedOps;
 
@@ -69,6 +71,7 @@ const OPS: { [K in ConfinedOp]: (args: ConfinedOps[K]) => Promise<unknown> } = {
     return {};
   },
   openCheck: ({ path, mode }) => openCheck(path, mode),
+  discoverSkills: ({ roots }) => discoverSkills(roots),
 };
 
 export function runConfinedOp<K extends ConfinedOp>(op: K, args: ConfinedOps[K]): Promise<unknown> {

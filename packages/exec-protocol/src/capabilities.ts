@@ -1,0 +1,53 @@
+/**
+ * Capability discovery (Codex 0.171.0's `capabilities/discoverV2`; see
+ * tests/conformance/CODEX-FINDINGS.md, capability discovery): the skills and plugin files installed on the
+ * executor's machine, which Codex's agent lists to the model. Types derive from the schemas.
+ */
+import { type Static, Type } from '@sinclair/typebox';
+import { Nullable } from './schema-parts.js';
+
+/** A FileSystemSandboxContext, validated by `parseSandbox` as for `fs/*`. */
+const Sandbox = Type.Optional(Type.Unknown());
+
+/** `capabilities/discoverV2`: `cwd` must be a URI (not otherwise used); `sandbox` confines the discovery. */
+export const CapabilitiesDiscoverV2Params = Type.Object(
+  { cwd: Type.String(), sandbox: Sandbox },
+  { serde: 'DiscoverV2CapabilitiesRequest' },
+);
+export type CapabilitiesDiscoverV2Params = Static<typeof CapabilitiesDiscoverV2Params>;
+
+export const SkillToolDependency = Type.Object({
+  type: Type.String(),
+  value: Type.String(),
+  description: Nullable(Type.String()),
+  transport: Nullable(Type.String()),
+  command: Nullable(Type.String()),
+  url: Nullable(Type.String()),
+  oauthCallbackPort: Nullable(Type.Integer()),
+});
+export const SkillPolicy = Type.Object({
+  allowImplicitInvocation: Nullable(Type.Boolean()),
+  /** `codex`, `chatgpt`, `atlas`. */
+  products: Type.Array(Type.String()),
+});
+/** One skill: the SKILL.md's URI, its front matter, and its `agents/openai.yaml`. */
+export const ExecutorSkill = Type.Object({
+  /** `<plugin namespace>:<name>` inside a plugin directory. */
+  name: Type.String(),
+  description: Type.String(),
+  shortDescription: Nullable(Type.String()),
+  path: Type.String(),
+  /** `codex-home-skills`, `user-agent-skills` or `system-skills`, and that root's URI. */
+  discoveryRoot: Type.Object({ id: Type.String(), path: Type.String() }),
+  dependencies: Nullable(Type.Object({ tools: Type.Array(SkillToolDependency) })),
+  policy: Nullable(SkillPolicy),
+});
+export type ExecutorSkill = Static<typeof ExecutorSkill>;
+export const CapabilitiesDiscoverV2Result = Type.Object({
+  /** Installed plugins (Codex's `$CODEX_HOME/plugins/cache`); Tether lists none yet. */
+  plugins: Type.Array(Type.Unknown()),
+  skills: Type.Array(ExecutorSkill),
+  /** A sorted set of fixed sentences (a limit reached, something left out). */
+  warnings: Type.Array(Type.String()),
+});
+export type CapabilitiesDiscoverV2Result = Static<typeof CapabilitiesDiscoverV2Result>;
