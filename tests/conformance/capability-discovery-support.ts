@@ -169,3 +169,80 @@ export function writeSkillCorpus(base: string): { codexHome: string; home: strin
   put(home, '.agents/skills/from-agents/SKILL.md', skillMd('name: from-agents\ndescription: in ~/.agents'));
   return { codexHome, home };
 }
+
+/**
+ * Roots for `capabilityRoots/discoverV1` under `base`, by id: plugins whose manifests declare their MCP and
+ * apps configs well, badly or inline, nested plugin manifests, skills with and without openai.yaml, files over
+ * 1 MiB or not UTF-8, a symlinked root, a file root.
+ */
+export function writeRootCorpus(base: string): Record<string, string> {
+  const plugin = (dir: string, manifest: string, files: Record<string, string | Buffer> = {}) => {
+    put(base, `${dir}/.codex-plugin/plugin.json`, manifest);
+    for (const [relative, text] of Object.entries(files)) put(base, `${dir}/${relative}`, text);
+  };
+  const fallbacks = { '.mcp.json': '{"fallback":"mcp"}', '.app.json': '{"fallback":"apps"}' };
+  plugin('declared', '{"name":"p","mcpServers":"./mcp/servers.json","apps":"./apps.json"}', {
+    ...fallbacks,
+    'mcp/servers.json': '{"mcpServers":{}}',
+    'apps.json': '{"apps":{}}',
+    'skills/one/SKILL.md': skillMd('name: one\ndescription: d'),
+    'skills/one/agents/openai.yaml': 'policy: {}\n',
+    'nested/.cursor-plugin/plugin.json': '{"name":"nested"}',
+    'nested/.claude-plugin/plugin.json': '{"name":"second"}',
+    'nested/two/SKILL.md': 'not parsed: no front matter',
+  });
+  plugin('defaults', '{"name":"d"}', fallbacks);
+  plugin('inline', '{"mcpServers":{"a":{}},"apps":{"x":1}}', fallbacks);
+  plugin('declared-missing', '{"mcpServers":"./nope.json","apps":"./dir"}', { ...fallbacks, 'dir/x': '1' });
+  plugin('refused', '{"mcpServers":"../outside.json","apps":"./a/../apps.json"}', { ...fallbacks, 'apps.json': '{}' });
+  plugin('not-strings', '{"mcpServers":5,"apps":["./apps.json"]}', { ...fallbacks, 'apps.json': '{}' });
+  plugin('not-json', 'not json', fallbacks);
+  plugin('big-manifest', JSON.stringify({ name: 'x', pad: 'x'.repeat(1024 * 1024) }));
+  put(base, 'claude-only/.claude-plugin/plugin.json', '{"name":"c"}');
+  put(base, 'claude-only/.mcp.json', '{}');
+  put(base, 'outside.json', '{}');
+  put(base, 'files/a/SKILL.md', skillMd('name: a\ndescription: d'));
+  put(base, 'files/a/agents/openai.yaml', 'x'.repeat(1024 * 1024 + 1));
+  put(base, 'files/b/SKILL.md', 'b');
+  put(base, 'files/b/agents/openai.yaml', Buffer.from([0xc3]));
+  put(base, 'files/c/SKILL.md', Buffer.from([0x61, 0xe2, 0x82]));
+  put(base, 'files/d/SKILL.md', Buffer.from([0x61, 0x62, 0xf0, 0x28, 0x8c, 0x28]));
+  put(base, 'files/e/SKILL.md', 'x'.repeat(1024 * 1024 + 1));
+  put(base, 'files/.hidden/f/SKILL.md', 'hidden');
+  put(base, 'files/1/2/3/4/5/depth-6/SKILL.md', '6');
+  put(base, 'files/1/2/3/4/5/6/depth-7/SKILL.md', '7');
+  put(base, 'elsewhere/linked/SKILL.md', 'linked');
+  symlinkSync(join(base, 'elsewhere/linked'), join(base, 'files/linked'));
+  symlinkSync(join(base, 'files'), join(base, 'files-link'));
+  put(base, 'a-file', 'x');
+  const ids = [
+    'declared',
+    'defaults',
+    'inline',
+    'declared-missing',
+    'refused',
+    'not-strings',
+    'not-json',
+    'big-manifest',
+    'claude-only',
+    'files',
+    'files-link',
+    'a-file',
+    'missing',
+  ];
+  return Object.fromEntries(ids.map((id) => [id, join(base, id)]));
+}
+
+/** A `special` permission path (`root`, `project_roots`, …). */
+export const special = (kind: string) => ({ type: 'special', value: { kind } });
+
+/**
+ * A sandbox context as Codex's agent sends it: a restricted filesystem of `entries`, network cut, for the
+ * workspace `cwd` (null: none).
+ */
+export const restrictedTo = (entries: unknown[], cwd: string | null) => ({
+  permissions: { type: 'managed', file_system: { type: 'restricted', entries }, network: 'restricted' },
+  cwd,
+  workspaceRoots: cwd === null ? [] : [cwd],
+  windowsSandboxLevel: 'disabled',
+});

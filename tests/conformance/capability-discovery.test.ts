@@ -1,4 +1,4 @@
-// Capability discovery (`capabilities/discoverV2`), differential: the same requests, over the same temp
+// Capability discovery (`capabilities/discoverV2`, `capabilityRoots/discoverV1`), differential: the same requests, over the same temp
 // CODEX_HOME, HOME and skill trees, to Codex's exec-server and ours, whose answers must be equal
 // (findings-capability-discovery.md). The trees hold only temp paths both see alike, so nothing is normalised.
 // A few facts of each answer are checked outright too, so that two equally wrong answers do not pass.
@@ -7,7 +7,14 @@ import { mkdirSync, mkdtempSync, rmSync, symlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileUri, type RpcResponse } from '@tether/test-kit';
 import { afterAll, describe, expect, it } from 'vitest';
-import { put, skillMd, writeSkillCorpus } from './capability-discovery-support.ts';
+import {
+  put,
+  restrictedTo,
+  skillMd,
+  special,
+  writeRootCorpus,
+  writeSkillCorpus,
+} from './capability-discovery-support.ts';
 import { PEER_KINDS, TRANSPORTS, useHarness } from './support.ts';
 
 const INCOMPLETE = 'some capability metadata could not be loaded; discovery may be incomplete';
@@ -223,13 +230,7 @@ describe('capabilities/discoverV2: sandbox', { timeout: 120_000 }, () => {
   symlinkSync(join(base, 'outside/linked'), join(skills, 'linked'));
   put(base, 'home/.agents/skills/agent/SKILL.md', skillMd('name: agent\ndescription: d'));
 
-  const special = (kind: string) => ({ type: 'special', value: { kind } });
-  const context = (entries: unknown[]) => ({
-    permissions: { type: 'managed', file_system: { type: 'restricted', entries }, network: 'restricted' },
-    cwd: fileUri(work),
-    workspaceRoots: [fileUri(work)],
-    windowsSandboxLevel: 'disabled',
-  });
+  const context = (entries: unknown[]) => restrictedTo(entries, fileUri(work));
   const readRoot = { path: special('root'), access: 'read' };
   const path = (p: string, access: string) => ({ path: { type: 'path', path: fileUri(p) }, access });
   const PROFILES: Record<string, { sandbox: unknown; skills: string; warned: boolean }> = {
@@ -280,5 +281,147 @@ describe('capabilities/discoverV2: sandbox', { timeout: 120_000 }, () => {
     const names = codex.result!.skills.map((s) => s.name + (s.policy ? '+policy' : ''));
     expect(names.join(' ')).toBe(expected);
     expect(codex.result!.warnings).toEqual(warned ? [INCOMPLETE] : []);
+  });
+});
+
+interface RootAnswer {
+  id: string;
+  path: string;
+  plugin: {
+    manifest: { path: string };
+    mcpConfig: { path: string } | null;
+    appsConfig: { path: string } | null;
+  } | null;
+  skills: { instructions: { path: string; contents: string }; metadata: { path: string } | null }[];
+  namespaceManifests: { path: string }[];
+  warnings: string[];
+  error: string | null;
+}
+
+describe.each(TRANSPORTS)('capabilityRoots/discoverV1 over %s', (transport) => {
+  const h = useHarness();
+  /** `params` on a fresh session of each executor; both answers must be equal. */
+  async function onBoth(params: unknown, env: Record<string, string> = {}) {
+    const answers: Record<string, unknown> = {};
+    for (const kind of PEER_KINDS) {
+      const { client } = await h.session(kind, transport, { env });
+      const { id: _id, ...answer } = await client.request('capabilityRoots/discoverV1', params, { timeoutMs: 60_000 });
+      answers[kind] = answer;
+    }
+    expect(answers.tether, 'our answer against Codex’s').toEqual(answers.codex);
+    return answers.codex as { result?: { roots: RootAnswer[] }; error?: { code: number; message: string } };
+  }
+
+  it('is gated like Codex', async () => {
+    for (const kind of PEER_KINDS) {
+      const client = await h.connect(await h.start(kind, transport));
+      expect((await client.request('capabilityRoots/discoverV1', { roots: [] })).error).toEqual({
+        code: -32600,
+        message: 'client must call initialize before using capability discovery methods',
+      });
+    }
+  });
+
+  it('materializes each root’s plugin files, namespace manifests and skills as Codex does', async () => {
+    const base = join(h.workDir, `roots-${transport}`);
+    const roots = writeRootCorpus(base);
+    const params = { roots: Object.entries(roots).map(([id, path]) => ({ id, path: fileUri(path) })) };
+    params.roots.push({ id: 'declared', path: `${fileUri(roots.declared!)}/` }, { id: 'host', path: 'file://host/x' });
+    const { result } = await onBoth(params);
+    const byId = new Map(result!.roots.map((root) => [root.id, root]));
+    const declared = byId.get('declared')!;
+    expect(declared.plugin?.mcpConfig?.path).toBe(fileUri(join(roots.declared!, 'mcp/servers.json')));
+    expect(declared.namespaceManifests.map((m) => m.path)).toEqual([
+      fileUri(join(roots.declared!, '.codex-plugin/plugin.json')),
+      fileUri(join(roots.declared!, 'nested/.claude-plugin/plugin.json')),
+    ]);
+    expect(declared.skills.map((skill) => skill.instructions.contents)).toContain('not parsed: no front matter');
+    expect(byId.get('refused')?.warnings).toEqual([
+      `ignoring mcpServers in ${fileUri(join(roots.refused!, '.codex-plugin/plugin.json'))}: path must start with \`./\``,
+      `ignoring apps in ${fileUri(join(roots.refused!, '.codex-plugin/plugin.json'))}: path must remain below the capability root`,
+    ]);
+    expect(byId.get('a-file')?.error).toBe(`capability root ${fileUri(roots['a-file']!)} is not a directory`);
+    expect(byId.get('missing')?.error).toBe(
+      `failed to inspect capability root ${fileUri(roots.missing!)}: No such file or directory (os error 2)`,
+    );
+    expect(byId.get('files')?.warnings).toContain(
+      `capability file ${fileUri(join(roots.files!, 'd/SKILL.md'))} is not UTF-8: invalid utf-8 sequence of 1 bytes from index 2`,
+    );
+  });
+
+  it('answers bad params with Codex’s errors', async () => {
+    const many = Array.from({ length: 129 }, (_, i) => ({ id: `r${i}`, path: 'file:///nope' }));
+    expect((await onBoth({ roots: many })).error?.code).toBe(-32600);
+    for (const params of [{}, { roots: [{ path: 'file:///' }] }, { roots: [{ id: 'x', path: 'relative' }] }]) {
+      expect((await onBoth(params)).error?.code, JSON.stringify(params)).toBe(-32602);
+    }
+    const dynamicWithoutCwd = restrictedTo([{ path: special('project_roots'), access: 'read' }], null);
+    const error = await onBoth({ roots: [{ id: 'x', path: fileUri(h.workDir), sandbox: dynamicWithoutCwd }] });
+    expect(error.error?.message).toBe('file system sandbox context with dynamic permissions requires cwd');
+  });
+});
+
+describe('capabilityRoots/discoverV1: bounds and sandboxes', { timeout: 120_000 }, () => {
+  const h = useHarness();
+  const base = mkdtempSync('/var/tmp/tether-roots-');
+  afterAll(() => rmSync(base, { recursive: true, force: true }));
+  const onBoth = async (roots: unknown[]) => {
+    const answers: Record<string, unknown> = {};
+    for (const kind of PEER_KINDS) {
+      const { client } = await h.session(kind, 'ws');
+      answers[kind] = await client.call('capabilityRoots/discoverV1', { roots }, { timeoutMs: 60_000 });
+    }
+    expect(answers.tether, 'our answer against Codex’s').toEqual(answers.codex);
+    return (answers.codex as { roots: RootAnswer[] }).roots;
+  };
+
+  it('walks 2000 directories and materializes 16 MiB of a root, skipping what would pass it', async () => {
+    const mib = 1024 * 1024;
+    for (let i = 0; i < 2001; i++) put(base, `walk/s${i}/SKILL.md`, 'x');
+    put(base, 'bundle/.codex-plugin/plugin.json', '{"name":"b","mcpServers":"./m.json"}');
+    put(base, 'bundle/m.json', '{}');
+    for (let i = 0; i < 16; i++) put(base, `bundle/s${String(i).padStart(2, '0')}/SKILL.md`, 'x'.repeat(mib));
+    put(base, 'bundle/s16/SKILL.md', 'small enough to fit after the one left out');
+    const [walk, bundle] = await onBoth([
+      { id: 'walk', path: fileUri(join(base, 'walk')) },
+      { id: 'bundle', path: fileUri(join(base, 'bundle')) },
+    ]);
+    expect(walk!.skills).toHaveLength(1999);
+    expect(walk!.warnings).toEqual([
+      `capability scan reached its traversal limit (root: ${fileUri(join(base, 'walk'))})`,
+    ]);
+    // The manifest and m.json leave too little for s15; s16 still fits.
+    expect(bundle!.skills.map((skill) => skill.instructions.path.split('/').at(-2))).toEqual([
+      ...Array.from({ length: 15 }, (_, i) => `s${String(i).padStart(2, '0')}`),
+      's16',
+    ]);
+    expect(bundle!.warnings).toEqual(['capability root bundle exceeds the 16777216-byte limit']);
+  });
+
+  it('discovers each root under its own sandbox', async () => {
+    put(base, 'sb/a/SKILL.md', 'a');
+    put(base, 'sb/b/SKILL.md', 'b');
+    put(base, 'sb/b/agents/openai.yaml', 'policy: {}\n');
+    const root = fileUri(join(base, 'sb'));
+    const context = (entries: unknown[]) => restrictedTo(entries, fileUri(base));
+    const readAll = { path: special('root'), access: 'read' };
+    const deny = (p: string) => ({ path: { type: 'path', path: fileUri(join(base, p)) }, access: 'deny' });
+    const answers = await onBoth([
+      { id: 'free', path: root },
+      { id: 'deny-b', path: root, sandbox: context([readAll, deny('sb/b')]) },
+      { id: 'deny-root', path: root, sandbox: context([readAll, deny('sb')]) },
+      { id: 'deny-yaml', path: root, sandbox: context([readAll, deny('sb/b/agents/openai.yaml')]) },
+      { id: 'deny-md', path: root, sandbox: context([readAll, deny('sb/a/SKILL.md')]) },
+      {
+        id: 'hidden',
+        path: root,
+        sandbox: context([{ path: { type: 'path', path: fileUri('/usr') }, access: 'read' }]),
+      },
+    ]);
+    const skills = (id: string) => answers.find((a) => a.id === id)!.skills.map((s) => s.instructions.contents);
+    expect(skills('free')).toEqual(['a', 'b']);
+    expect(skills('deny-b')).toEqual(['a']);
+    expect(skills('deny-root')).toEqual([]);
+    expect(answers.find((a) => a.id === 'hidden')!.error).toMatch(/No such file or directory/);
   });
 });

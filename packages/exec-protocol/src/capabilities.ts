@@ -1,5 +1,5 @@
 /**
- * Capability discovery (Codex 0.171.0's `capabilities/discoverV2`; see
+ * Capability discovery (Codex 0.171.0's `capabilities/discoverV2` and `capabilityRoots/discoverV1`; see
  * tests/conformance/CODEX-FINDINGS.md, capability discovery): the skills and plugin files installed on the
  * executor's machine, which Codex's agent lists to the model. Types derive from the schemas.
  */
@@ -51,3 +51,34 @@ export const CapabilitiesDiscoverV2Result = Type.Object({
   warnings: Type.Array(Type.String()),
 });
 export type CapabilitiesDiscoverV2Result = Static<typeof CapabilitiesDiscoverV2Result>;
+/** Most roots one `capabilityRoots/discoverV1` request may name (Codex's). */
+export const MAX_CAPABILITY_ROOTS = 128;
+export const CapabilityRootRequest = Type.Object({
+  /** The caller's, answered unchanged. */
+  id: Type.String(),
+  path: Type.String(),
+  sandbox: Sandbox,
+});
+export const CapabilityRootsDiscoverV1Params = Type.Object({ roots: Type.Array(CapabilityRootRequest) });
+export type CapabilityRootsDiscoverV1Params = Static<typeof CapabilityRootsDiscoverV1Params>;
+export const CapabilityTextFile = Type.Object({ path: Type.String(), contents: Type.String() });
+export type CapabilityTextFile = Static<typeof CapabilityTextFile>;
+export const CapabilityRootDiscovery = Type.Object({
+  id: Type.String(),
+  path: Type.String(),
+  plugin: Nullable(
+    Type.Object({
+      manifest: CapabilityTextFile,
+      mcpConfig: Nullable(CapabilityTextFile),
+      appsConfig: Nullable(CapabilityTextFile),
+    }),
+  ),
+  skills: Type.Array(Type.Object({ instructions: CapabilityTextFile, metadata: Nullable(CapabilityTextFile) })),
+  namespaceManifests: Type.Array(CapabilityTextFile),
+  warnings: Type.Array(Type.String()),
+  /** Why the root could not be discovered (then nothing else is filled). */
+  error: Nullable(Type.String()),
+});
+export type CapabilityRootDiscovery = Static<typeof CapabilityRootDiscovery>;
+export const CapabilityRootsDiscoverV1Result = Type.Object({ roots: Type.Array(CapabilityRootDiscovery) });
+export type CapabilityRootsDiscoverV1Result = Static<typeof CapabilityRootsDiscoverV1Result>;

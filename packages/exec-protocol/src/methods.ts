@@ -37,6 +37,8 @@ export const Method = {
   environmentConfigRead: 'environmentConfig/read',
   /** Codex's (capability `capabilityDiscoveryV2`): the skills installed on this machine (capabilities.ts). */
   capabilitiesDiscoverV2: 'capabilities/discoverV2',
+  /** Codex's: the skill and plugin files under the roots a client names, unparsed (capabilities.ts). */
+  capabilityRootsDiscoverV1: 'capabilityRoots/discoverV1',
 } as const;
 export type MethodName = (typeof Method)[keyof typeof Method];
 

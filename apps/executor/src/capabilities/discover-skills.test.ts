@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { readBounded } from './bounded-read.js';
+import { utf8Problem } from './discover-roots.js';
 import { discoverSkills, discoverV2Answer } from './discover-skills.js';
 import { manifestNamespace } from './plugin-manifest.js';
 import { parseSkillFrontmatter, repairScalarFields } from './skill-file.js';
@@ -119,5 +120,18 @@ describe('plugin namespaces and skill roots', () => {
       'codex-home-skills',
       'system-skills',
     ]);
+  });
+});
+
+describe('utf8Problem', () => {
+  it('words invalid UTF-8 as Rust’s Utf8Error does', () => {
+    const problem = (bytes: number[]) => utf8Problem(Uint8Array.from(bytes));
+    expect(problem([0x61, 0xc3, 0xa9])).toBeNull();
+    expect(problem([0xc3])).toBe('incomplete utf-8 byte sequence from index 0');
+    expect(problem([0x61, 0xe2, 0x82])).toBe('incomplete utf-8 byte sequence from index 1');
+    expect(problem([0x61, 0x62, 0xf0, 0x28, 0x8c])).toBe('invalid utf-8 sequence of 1 bytes from index 2');
+    expect(problem([0xe2, 0x82, 0x28])).toBe('invalid utf-8 sequence of 2 bytes from index 0');
+    expect(problem([0xed, 0xa0, 0x80])).toBe('invalid utf-8 sequence of 1 bytes from index 0');
+    expect(problem([0xff])).toBe('invalid utf-8 sequence of 1 bytes from index 0');
   });
 });

@@ -7,6 +7,7 @@
 import { constants as fsConstants } from 'node:fs';
 import { open, stat } from 'node:fs/promises';
 import { type FsOpenMode, type FsWalkOptions, RpcError } from '@tether/exec-protocol';
+import { discoverCapabilityRoot } from '../capabilities/discover-roots.js';
 import { discoverSkills, type SkillRoot } from '../capabilities/discover-skills.js';
 import { setMetadata, unixMetadata } from './batch.js';
 import { type FileIdentity, isFifo, notAFile } from './file-kind.js';
@@ -36,6 +37,7 @@ export interface ConfinedOps {
   setMetadata: { path: string; change: Parameters<typeof setMetadata>[1] };
   openCheck: { path: string; mode: FsOpenMode };
   discoverSkills: { roots: SkillRoot[] };
+  discoverRoot: { id: string; uri: string; path: string | null; problem: string };
 }
 export type ConfinedOp = keyof ConfinedOps;
 
@@ -72,6 +74,7 @@ const OPS: { [K in ConfinedOp]: (args: ConfinedOps[K]) => Promise<unknown> } = {
   },
   openCheck: ({ path, mode }) => openCheck(path, mode),
   discoverSkills: ({ roots }) => discoverSkills(roots),
+  discoverRoot: ({ id, uri, path, problem }) => discoverCapabilityRoot(id, uri, path, problem),
 };
 
 export function runConfinedOp<K extends ConfinedOp>(op: K, args: ConfinedOps[K]): Promise<unknown> {

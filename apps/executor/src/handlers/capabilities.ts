@@ -1,17 +1,21 @@
 import {
   CapabilitiesDiscoverV2Params,
+  type CapabilityRootDiscovery,
+  CapabilityRootsDiscoverV1Params,
   decode,
   FileUriError,
   fileUriToPath,
+  MAX_CAPABILITY_ROOTS,
   Method,
   RpcError,
 } from '@tether/exec-protocol';
+import { discoverCapabilityRoot } from '../capabilities/discover-roots.js';
 import { discoverSkills, discoverV2Answer, type SkillsDiscovery } from '../capabilities/discover-skills.js';
 import { skillRoots } from '../capabilities/skill-roots.js';
 import { confinement, runConfined } from '../fs/confined.js';
 import type { HandlerTable } from './types.js';
 
-/** `confinement`, with the name Codex gives the sandbox's struct here (not its fs/* `Wire…` one). */
+/** `confinement`, with the name Codex gives the sandbox's struct in discoverV2 (not its fs/* `Wire…` one). */
 function discoveryConfinement(sandbox: unknown) {
   try {
     return confinement(sandbox);
@@ -24,9 +28,10 @@ function discoveryConfinement(sandbox: unknown) {
 }
 
 /**
- * Codex's capability discovery (capabilities/discover-skills.ts). `capabilities/discoverV2` searches this
- * machine's skill roots, inside the fs sandbox helper when the request's sandbox restricts the disk, so that a
- * root or file the policy hides is not read (CODEX-FINDINGS, capability discovery).
+ * Codex's capability discovery. `capabilities/discoverV2` searches this machine's skill roots
+ * (capabilities/discover-skills.ts), `capabilityRoots/discoverV1` the roots a client names
+ * (capabilities/discover-roots.ts); each inside the fs sandbox helper when its sandbox restricts the disk, so
+ * that what the policy hides is not read (CODEX-FINDINGS, capability discovery).
  */
 export const capabilityHandlers: HandlerTable = {
   [Method.capabilitiesDiscoverV2]: async (raw, ctx) => {
@@ -49,5 +54,34 @@ export const capabilityHandlers: HandlerTable = {
       ? ((await runConfined(ctx, confined, 'discoverSkills', { roots })) as SkillsDiscovery)
       : await discoverSkills(roots);
     return discoverV2Answer(found);
+  },
+
+  // The roots in request order, each under its own sandbox (capabilities/discover-roots.ts).
+  [Method.capabilityRootsDiscoverV1]: async (raw, ctx) => {
+    const params = decode(CapabilityRootsDiscoverV1Params, raw);
+    if (params.roots.length > MAX_CAPABILITY_ROOTS) {
+      throw RpcError.invalidRequest(`capability root discovery accepts at most ${MAX_CAPABILITY_ROOTS} roots`);
+    }
+    const requests = params.roots.map((root) => {
+      let path: string | null = null;
+      let problem = '';
+      try {
+        path = fileUriToPath(root.path);
+      } catch (err) {
+        if (!(err instanceof FileUriError)) throw err;
+        if (err.kind === 'syntax') throw RpcError.invalidParams(err.message);
+        problem = err.message;
+      }
+      return { args: { id: root.id, uri: root.path, path, problem }, confined: confinement(root.sandbox) };
+    });
+    const roots = [];
+    for (const { args, confined } of requests) {
+      roots.push(
+        confined
+          ? ((await runConfined(ctx, confined, 'discoverRoot', args)) as CapabilityRootDiscovery)
+          : await discoverCapabilityRoot(args.id, args.uri, args.path, args.problem),
+      );
+    }
+    return { roots };
   },
 };
