@@ -246,3 +246,45 @@ export const restrictedTo = (entries: unknown[], cwd: string | null) => ({
   workspaceRoots: cwd === null ? [] : [cwd],
   windowsSandboxLevel: 'disabled',
 });
+
+/**
+ * A Codex home's plugin cache (`plugins/cache/<marketplace>/<plugin>/<version>/`): several versions of one
+ * plugin, manifests Codex reads or refuses, declared and conventional MCP/apps configs, nested manifests.
+ */
+export function writePluginCache(codexHome: string): void {
+  const cache = join(codexHome, 'plugins/cache');
+  const plugin = (at: string, manifest: string | null, files: Record<string, string> = {}) => {
+    if (manifest !== null) put(cache, `${at}/.codex-plugin/plugin.json`, manifest);
+    else mkdirSync(join(cache, at), { recursive: true });
+    for (const [relative, text] of Object.entries(files)) put(cache, `${at}/${relative}`, text);
+  };
+  for (const version of ['1.0.0', '1.9.0', '1.10.0', '1.10.0-beta']) {
+    plugin(`market/semver/${version}`, `{"name":"semver","version":"${version}"}`, {
+      [`skills/v${version}/SKILL.md`]: skillMd(`name: at-${version}\ndescription: d`),
+    });
+  }
+  for (const version of ['2.0.0', 'local']) plugin(`market/local/${version}`, '{"name":"local"}');
+  plugin('market/renamed/1', '{"name":"manifest-name","interface":{"displayName":"  Shown   Name "}}', {
+    'skills/a/SKILL.md': skillMd('name: a\ndescription: d'),
+    'elsewhere/b/SKILL.md': skillMd('name: b\ndescription: d'),
+    'sub/.claude-plugin/plugin.json': '{"name":"sub"}',
+    'sub/c/SKILL.md': skillMd('name: c\ndescription: d'),
+    'bad/SKILL.md': 'no front matter',
+  });
+  plugin('market/configs/1', '{"name":"configs","mcpServers":"./mcp.json","apps":"../apps.json"}', {
+    'mcp.json': '{"mcpServers":{}}',
+    '.app.json': '{"apps":{}}',
+  });
+  plugin('market/unnamed/0.1.0', '{"description":"no name"}', { '.mcp.json': '{}' });
+  plugin('market/claude/1', null, { '.claude-plugin/plugin.json': '{"name":"claude"}' });
+  plugin('market/no-manifest/1', null, { 'skills/s/SKILL.md': skillMd('name: s\ndescription: d') });
+  plugin('market/not-json/1', 'not json');
+  plugin('market/array/1', '["array"]');
+  plugin('market/bad-interface/1', '{"name":"x","interface":{"displayName":5}}');
+  plugin('market/newest-broken/1.0.0', '{"name":"ok"}');
+  plugin('market/newest-broken/2.0.0', null);
+  plugin('other-market/second/1', '{"name":"second"}');
+  plugin('.hidden-market/h/1', '{"name":"h"}');
+  plugin('market/.hidden-plugin/1', '{"name":"h"}');
+  put(cache, 'market/a-file', 'x');
+}

@@ -12,6 +12,7 @@ import {
   restrictedTo,
   skillMd,
   special,
+  writePluginCache,
   writeRootCorpus,
   writeSkillCorpus,
 } from './capability-discovery-support.ts';
@@ -104,6 +105,27 @@ describe.each(TRANSPORTS)('capabilities/discoverV2 over %s', (transport) => {
     const paths = result!.skills.filter((s) => s.discoveryRoot.id === 'codex-home-skills').map((s) => s.path);
     expect(paths).toEqual([...paths].sort());
     expect(result!.skills.at(-1)?.name).toBe('from-agents');
+  });
+
+  it('lists the plugins of the Codex home’s plugin cache as Codex does', async () => {
+    const codexHome = join(scenario('plugins'), 'codex-home');
+    writePluginCache(codexHome);
+    const { result } = await discover({ CODEX_HOME: codexHome, HOME: h.workDir });
+    const plugins = result!.plugins as { id: string; version: string; displayName: string; skills: Skill[] }[];
+    expect(plugins.map((p) => [p.id, p.version])).toEqual([
+      ['claude@market', '1'],
+      ['configs@market', '1'],
+      ['local@market', 'local'],
+      ['renamed@market', '1'],
+      ['second@other-market', '1'],
+      ['semver@market', '1.10.0'],
+      ['unnamed@market', '0.1.0'],
+    ]);
+    const renamed = plugins.find((p) => p.id === 'renamed@market')!;
+    expect(renamed.displayName).toBe('Shown   Name');
+    expect(renamed.skills.map((s) => s.name)).toEqual(['manifest-name:b', 'manifest-name:a', 'sub:c']);
+    // One warning for each plugin that was left out or is incomplete.
+    expect(result!.warnings).toEqual(Array(7).fill(INCOMPLETE));
   });
 
   it('reads the disk anew for each request, and a CODEX_HOME given through a symlink canonicalized', async () => {
@@ -210,6 +232,20 @@ describe('capabilities/discoverV2: bounds', { timeout: 120_000 }, () => {
     put(codexHome, 'skills/z/SKILL.md', skillMd('name: tiny\ndescription: d'));
     const result = await onBoth(codexHome);
     expect(result.skills.map((s) => s.name)).toEqual(['n0', 'n1', 'n2', 'n3', 'tiny']);
+    expect(result.warnings).toEqual([SIZE_LIMIT]);
+  });
+
+  it('counts the plugins first against the 4 MiB', async () => {
+    const codexHome = home('answer-budget-plugins');
+    const description = 'd'.repeat(1_000_000);
+    put(codexHome, 'plugins/cache/m/p/1/.codex-plugin/plugin.json', '{"name":"p"}');
+    for (let i = 0; i < 3; i++) {
+      put(codexHome, `plugins/cache/m/p/1/skills/s${i}/SKILL.md`, skillMd(`name: s${i}\ndescription: ${description}`));
+      put(codexHome, `skills/h${i}/SKILL.md`, skillMd(`name: h${i}\ndescription: ${description}`));
+    }
+    const result = await onBoth(codexHome);
+    expect((result.plugins as { skills: unknown[] }[]).map((p) => p.skills.length)).toEqual([3]);
+    expect(result.skills.map((s) => s.name)).toEqual(['h0']);
     expect(result.warnings).toEqual([SIZE_LIMIT]);
   });
 });

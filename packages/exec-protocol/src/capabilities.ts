@@ -43,9 +43,27 @@ export const ExecutorSkill = Type.Object({
   policy: Nullable(SkillPolicy),
 });
 export type ExecutorSkill = Static<typeof ExecutorSkill>;
+export const CapabilityTextFile = Type.Object({ path: Type.String(), contents: Type.String() });
+export type CapabilityTextFile = Static<typeof CapabilityTextFile>;
+/** An installed plugin: its chosen version's files, and its skills (named `<plugin>:<skill>`). */
+export const ExecutorPlugin = Type.Object({
+  /** `<plugin>@<marketplace>`. */
+  id: Type.String(),
+  displayName: Type.String(),
+  remotePluginId: Nullable(Type.String()),
+  version: Type.String(),
+  root: Type.String(),
+  files: Type.Object({
+    manifest: CapabilityTextFile,
+    mcpConfig: Nullable(CapabilityTextFile),
+    appsConfig: Nullable(CapabilityTextFile),
+  }),
+  skills: Type.Array(Type.Omit(ExecutorSkill, ['discoveryRoot'])),
+});
+export type ExecutorPlugin = Static<typeof ExecutorPlugin>;
 export const CapabilitiesDiscoverV2Result = Type.Object({
-  /** Installed plugins (Codex's `$CODEX_HOME/plugins/cache`); Tether lists none yet. */
-  plugins: Type.Array(Type.Unknown()),
+  /** Installed plugins (`$CODEX_HOME/plugins/cache`), by id. */
+  plugins: Type.Array(ExecutorPlugin),
   skills: Type.Array(ExecutorSkill),
   /** A sorted set of fixed sentences (a limit reached, something left out). */
   warnings: Type.Array(Type.String()),
@@ -61,8 +79,6 @@ export const CapabilityRootRequest = Type.Object({
 });
 export const CapabilityRootsDiscoverV1Params = Type.Object({ roots: Type.Array(CapabilityRootRequest) });
 export type CapabilityRootsDiscoverV1Params = Static<typeof CapabilityRootsDiscoverV1Params>;
-export const CapabilityTextFile = Type.Object({ path: Type.String(), contents: Type.String() });
-export type CapabilityTextFile = Static<typeof CapabilityTextFile>;
 export const CapabilityRootDiscovery = Type.Object({
   id: Type.String(),
   path: Type.String(),

@@ -6,6 +6,9 @@
 import { constants } from 'node:fs';
 import { open } from 'node:fs/promises';
 
+/** How Codex walks a skill or capability root (its fs/walk options). */
+export const SKILL_WALK = { maxDepth: 6, maxDirectories: 2000, maxEntries: 20_000, followDirectorySymlinks: true };
+
 /** Largest file discovery reads (Codex's 1 MiB per materialized file). */
 export const MAX_CAPABILITY_FILE_BYTES = 1024 * 1024;
 

@@ -16,8 +16,7 @@ import {
 } from '@tether/exec-protocol';
 import { osErrorText } from '../fs/os-error.js';
 import { walk } from '../fs/walk.js';
-import { MAX_CAPABILITY_FILE_BYTES, readBounded } from './bounded-read.js';
-import { SKILL_WALK } from './discover-skills.js';
+import { MAX_CAPABILITY_FILE_BYTES, readBounded, SKILL_WALK } from './bounded-read.js';
 import { PLUGIN_MANIFEST_DIRS, PLUGIN_MANIFEST_PATHS } from './plugin-manifest.js';
 
 /** Bytes of text one root's answer may carry. */
@@ -105,7 +104,7 @@ function byString(a: string, b: string): number {
  * warning for the root) and smaller later ones still go in; a file read twice (the root's manifest, as its
  * plugin's and as a namespace manifest) is read once. Warnings for what cannot be read.
  */
-class Bundle {
+export class Bundle {
   private left = ROOT_BUNDLE_BYTES;
   private full = false;
   private readonly read = new Map<string, CapabilityTextFile>();

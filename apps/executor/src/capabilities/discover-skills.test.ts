@@ -4,8 +4,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { readBounded } from './bounded-read.js';
+import { discoverInstalled } from './discover-plugins.js';
 import { utf8Problem } from './discover-roots.js';
-import { discoverSkills, discoverV2Answer } from './discover-skills.js';
+import { discoverV2Answer } from './discover-skills.js';
 import { manifestNamespace } from './plugin-manifest.js';
 import { parseSkillFrontmatter, repairScalarFields } from './skill-file.js';
 import { skillRoots } from './skill-roots.js';
@@ -30,7 +31,7 @@ describe('skill discovery on an untrusted disk', () => {
     execFileSync('mkfifo', [join(root, 'piped/agents/openai.yaml'), join(root, 'fifo-skill.md')]);
     mkdirSync(join(root, 'fifo'));
     execFileSync('mv', [join(root, 'fifo-skill.md'), join(root, 'fifo/SKILL.md')]);
-    const found = await discoverSkills([{ id: 'test', path: root }]);
+    const found = await discoverInstalled([{ id: 'test', path: root }], null);
     expect(found.skills.map((s) => [s.name, s.policy])).toEqual([['piped', null]]);
     expect(await readBounded(join(root, 'fifo/SKILL.md'), { followLinks: false })).toEqual({ kind: 'not-a-file' });
   });
@@ -61,12 +62,15 @@ describe('skill discovery on an untrusted disk', () => {
       policy: null,
     });
     const answer = discoverV2Answer({
+      plugins: [],
       skills: [entry('a', big), entry('b', big), entry('c', big), entry('d', 'small')],
-      incomplete: true,
+      incompleteSources: 2,
+      pluginCacheTruncated: false,
     });
     expect(answer.skills.map((s) => s.name)).toEqual(['a', 'b', 'd']);
     expect(answer.warnings).toEqual([
       'capability discovery size limit reached',
+      'some capability metadata could not be loaded; discovery may be incomplete',
       'some capability metadata could not be loaded; discovery may be incomplete',
     ]);
   });
@@ -110,13 +114,13 @@ describe('plugin namespaces and skill roots', () => {
 
   it('lists the Codex home, ~/.agents and /etc/codex skill roots, each path once', () => {
     const home = scratch();
-    expect(skillRoots({ env: { CODEX_HOME: home, HOME: home }, systemDir: '/etc/codex' })).toEqual([
+    expect(skillRoots({ env: { CODEX_HOME: home, HOME: home }, systemDir: '/etc/codex' }).roots).toEqual([
       { id: 'codex-home-skills', path: join(home, 'skills') },
       { id: 'user-agent-skills', path: join(home, '.agents/skills') },
       { id: 'system-skills', path: '/etc/codex/skills' },
     ]);
     mkdirSync(join(home, '.agents'));
-    expect(skillRoots({ env: { CODEX_HOME: join(home, '.agents'), HOME: home } }).map((r) => r.id)).toEqual([
+    expect(skillRoots({ env: { CODEX_HOME: join(home, '.agents'), HOME: home } }).roots.map((r) => r.id)).toEqual([
       'codex-home-skills',
       'system-skills',
     ]);

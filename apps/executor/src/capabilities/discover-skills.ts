@@ -5,9 +5,9 @@
  */
 import { stat } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
-import { fileUriToPath, pathToFileUri } from '@tether/exec-protocol';
+import { type ExecutorPlugin, fileUriToPath, pathToFileUri } from '@tether/exec-protocol';
 import { walk } from '../fs/walk.js';
-import { readBounded, utf8 } from './bounded-read.js';
+import { readBounded, SKILL_WALK, utf8 } from './bounded-read.js';
 import { manifestNamespace, PLUGIN_MANIFEST_DIRS, readPluginManifest } from './plugin-manifest.js';
 import {
   MAX_QUALIFIED_NAME_CHARS,
@@ -34,26 +34,31 @@ export interface DiscoveredSkill extends SkillMetadata {
 }
 
 export interface SkillsDiscovery {
+  plugins: ExecutorPlugin[];
   skills: DiscoveredSkill[];
-  /** Something was left out: a file that is not a skill, could not be read, or a walk cut short. */
-  incomplete: boolean;
+  /**
+   * Roots and plugins that left something out (a file that is not a skill or could not be read, a walk cut
+   * short): Codex warns once for each.
+   */
+  incompleteSources: number;
+  /** The plugin cache held more than Codex would look through. */
+  pluginCacheTruncated: boolean;
 }
 
-/** How Codex walks a skill root (its fs/walk options). */
-export const SKILL_WALK = { maxDepth: 6, maxDirectories: 2000, maxEntries: 20_000, followDirectorySymlinks: true };
 /** Bytes of SKILL.md and openai.yaml one root may read. */
 export const ROOT_READ_BUDGET = 16 * 1024 * 1024;
 
 const NOT_THERE = new Set(['ENOENT', 'ENOTDIR', 'ELOOP']);
 
-/** The skills under `roots`, root by root, each root's sorted by SKILL.md URI. */
-export async function discoverSkills(roots: readonly SkillRoot[]): Promise<SkillsDiscovery> {
-  const out: SkillsDiscovery = { skills: [], incomplete: false };
-  const markIncomplete = () => {
-    out.incomplete = true;
+/** The skills of one root (or plugin), and whether it left something out. */
+export async function discoverSkillRoot(root: SkillRoot): Promise<{ skills: DiscoveredSkill[]; incomplete: boolean }> {
+  const skills: DiscoveredSkill[] = [];
+  let missed = false;
+  const incomplete = () => {
+    missed = true;
   };
-  for (const root of roots) await discoverRoot(root, out.skills, markIncomplete);
-  return out;
+  await discoverRoot(root, skills, incomplete);
+  return { skills, incomplete: missed };
 }
 
 async function discoverRoot(root: SkillRoot, skills: DiscoveredSkill[], incomplete: () => void): Promise<void> {
@@ -149,40 +154,54 @@ async function discoverRoot(root: SkillRoot, skills: DiscoveredSkill[], incomple
 export const MAX_DISCOVERY_ANSWER_BYTES = 4 * 1024 * 1024;
 export const SIZE_LIMIT_WARNING = 'capability discovery size limit reached';
 export const INCOMPLETE_WARNING = 'some capability metadata could not be loaded; discovery may be incomplete';
+export const PLUGIN_CACHE_LIMIT_WARNING = 'plugin cache traversal limit reached';
 
 export interface DiscoverV2Answer {
-  plugins: unknown[];
-  skills: DiscoveredSkill[];
+  plugins: ExecutorPlugin[];
+  skills: ReturnType<typeof skillEntry>[];
   warnings: string[];
 }
 
+/** A skill's entry in the answer, in Codex's key order (plugin skills have no `discoveryRoot`). */
+export function skillEntry(skill: DiscoveredSkill, inPlugin = false) {
+  return {
+    name: skill.name,
+    description: skill.description,
+    shortDescription: skill.shortDescription,
+    path: skill.path,
+    ...(inPlugin ? {} : { discoveryRoot: skill.discoveryRoot }),
+    dependencies: skill.dependencies,
+    policy: skill.policy,
+  };
+}
+
 /**
- * The answer, kept within MAX_DISCOVERY_ANSWER_BYTES as Codex keeps it: a skill whose entry would pass the
- * budget is left out (later smaller ones still go in) and the size warning is added. Warnings are a sorted set.
+ * The answer, kept within MAX_DISCOVERY_ANSWER_BYTES as Codex keeps it: a plugin or skill whose entry would
+ * pass the budget is left out (later smaller ones still go in) and the size warning is added. Warnings: one
+ * per incomplete root or plugin, sorted.
  */
 export function discoverV2Answer(found: SkillsDiscovery): DiscoverV2Answer {
-  const plugins: unknown[] = [];
-  let size = Buffer.byteLength(JSON.stringify({ plugins, skills: [], warnings: [] }));
-  const skills: DiscoveredSkill[] = [];
+  let size = Buffer.byteLength(JSON.stringify({ plugins: [], skills: [], warnings: [] }));
   let limited = false;
-  for (const skill of found.skills) {
-    const entry = {
-      name: skill.name,
-      description: skill.description,
-      shortDescription: skill.shortDescription,
-      path: skill.path,
-      discoveryRoot: skill.discoveryRoot,
-      dependencies: skill.dependencies,
-      policy: skill.policy,
-    };
-    const cost = Buffer.byteLength(JSON.stringify(entry)) + (skills.length > 0 ? 1 : 0);
-    if (size + cost > MAX_DISCOVERY_ANSWER_BYTES) {
-      limited = true;
-      continue;
+  const fit = <T>(entries: T[]): T[] => {
+    const kept: T[] = [];
+    for (const entry of entries) {
+      const cost = Buffer.byteLength(JSON.stringify(entry)) + (kept.length > 0 ? 1 : 0);
+      if (size + cost > MAX_DISCOVERY_ANSWER_BYTES) {
+        limited = true;
+        continue;
+      }
+      size += cost;
+      kept.push(entry);
     }
-    size += cost;
-    skills.push(entry);
-  }
-  const warnings = [...(limited ? [SIZE_LIMIT_WARNING] : []), ...(found.incomplete ? [INCOMPLETE_WARNING] : [])];
+    return kept;
+  };
+  const plugins = fit(found.plugins);
+  const skills = fit(found.skills.map((skill) => skillEntry(skill)));
+  const warnings = [
+    ...(limited ? [SIZE_LIMIT_WARNING] : []),
+    ...(found.pluginCacheTruncated ? [PLUGIN_CACHE_LIMIT_WARNING] : []),
+    ...Array.from({ length: found.incompleteSources }, () => INCOMPLETE_WARNING),
+  ];
   return { plugins, skills, warnings: warnings.sort() };
 }

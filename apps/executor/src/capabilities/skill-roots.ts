@@ -1,7 +1,8 @@
 /**
  * This machine's skill roots, in Codex 0.171.0's order (CODEX-FINDINGS, capability discovery): the Codex
  * home's `skills` (CODEX_HOME canonicalized, else `~/.codex`), `~/.agents/skills`, then `/etc/codex/skills`.
- * A path named twice is searched once, under its first id. The request's cwd plays no part.
+ * A path named twice is searched once, under its first id. The request's cwd plays no part. Installed plugins
+ * are in the Codex home's `plugins/cache`.
  */
 import { realpathSync } from 'node:fs';
 import { homedir } from 'node:os';
@@ -15,7 +16,8 @@ export interface SkillRootOptions {
   systemDir?: string;
 }
 
-export function skillRoots(options: SkillRootOptions = {}): SkillRoot[] {
+/** The skill roots, and the Codex home's plugin cache. */
+export function skillRoots(options: SkillRootOptions = {}): { roots: SkillRoot[]; pluginCache: string } {
   const env = options.env ?? process.env;
   const configured = configuredCodexHome(env);
   const codexHome = configured === null ? join(homedir(), '.codex') : realpathSync(configured);
@@ -26,5 +28,6 @@ export function skillRoots(options: SkillRootOptions = {}): SkillRoot[] {
     { id: 'system-skills', path: join(options.systemDir ?? SYSTEM_CODEX_DIR, 'skills') },
   ];
   const seen = new Set<string>();
-  return candidates.filter((root) => !seen.has(root.path) && seen.add(root.path));
+  const roots = candidates.filter((root) => !seen.has(root.path) && seen.add(root.path));
+  return { roots, pluginCache: join(codexHome, 'plugins', 'cache') };
 }

@@ -7,8 +7,9 @@
 import { constants as fsConstants } from 'node:fs';
 import { open, stat } from 'node:fs/promises';
 import { type FsOpenMode, type FsWalkOptions, RpcError } from '@tether/exec-protocol';
+import { discoverInstalled } from '../capabilities/discover-plugins.js';
 import { discoverCapabilityRoot } from '../capabilities/discover-roots.js';
-import { discoverSkills, type SkillRoot } from '../capabilities/discover-skills.js';
+import type { SkillRoot } from '../capabilities/discover-skills.js';
 import { setMetadata, unixMetadata } from './batch.js';
 import { type FileIdentity, isFifo, notAFile } from './file-kind.js';
 import {
@@ -36,7 +37,7 @@ export interface ConfinedOps {
   walk: { path: string; options: FsWalkOptions };
   setMetadata: { path: string; change: Parameters<typeof setMetadata>[1] };
   openCheck: { path: string; mode: FsOpenMode };
-  discoverSkills: { roots: SkillRoot[] };
+  discoverSkills: { roots: SkillRoot[]; pluginCache: string | null };
   discoverRoot: { id: string; uri: string; path: string | null; problem: string };
 }
 export type ConfinedOp = keyof ConfinedOps;
@@ -73,7 +74,7 @@ const OPS: { [K in ConfinedOp]: (args: ConfinedOps[K]) => Promise<unknown> } = {
     return {};
   },
   openCheck: ({ path, mode }) => openCheck(path, mode),
-  discoverSkills: ({ roots }) => discoverSkills(roots),
+  discoverSkills: ({ roots, pluginCache }) => discoverInstalled(roots, pluginCache),
   discoverRoot: ({ id, uri, path, problem }) => discoverCapabilityRoot(id, uri, path, problem),
 };
 

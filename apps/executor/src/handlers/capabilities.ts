@@ -9,8 +9,9 @@ import {
   Method,
   RpcError,
 } from '@tether/exec-protocol';
+import { discoverInstalled } from '../capabilities/discover-plugins.js';
 import { discoverCapabilityRoot } from '../capabilities/discover-roots.js';
-import { discoverSkills, discoverV2Answer, type SkillsDiscovery } from '../capabilities/discover-skills.js';
+import { discoverV2Answer, type SkillsDiscovery } from '../capabilities/discover-skills.js';
 import { skillRoots } from '../capabilities/skill-roots.js';
 import { confinement, runConfined } from '../fs/confined.js';
 import type { HandlerTable } from './types.js';
@@ -49,10 +50,10 @@ export const capabilityHandlers: HandlerTable = {
       throw RpcError.invalidParams('invalid type: null, expected a string');
     }
     const confined = discoveryConfinement(params.sandbox);
-    const roots = skillRoots();
+    const { roots, pluginCache } = skillRoots();
     const found = confined
-      ? ((await runConfined(ctx, confined, 'discoverSkills', { roots })) as SkillsDiscovery)
-      : await discoverSkills(roots);
+      ? ((await runConfined(ctx, confined, 'discoverSkills', { roots, pluginCache })) as SkillsDiscovery)
+      : await discoverInstalled(roots, pluginCache);
     return discoverV2Answer(found);
   },
 
