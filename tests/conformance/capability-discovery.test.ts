@@ -235,6 +235,20 @@ describe('capabilities/discoverV2: bounds', { timeout: 120_000 }, () => {
     expect(result.warnings).toEqual([SIZE_LIMIT]);
   });
 
+  it('reads at most 512 plugins, the first by id', async () => {
+    const codexHome = home('plugin-limit');
+    for (const market of ['a', 'b']) {
+      for (let i = 0; i < 257; i++) {
+        put(codexHome, `plugins/cache/${market}/p${String(i).padStart(3, '0')}/1/.codex-plugin/plugin.json`, '{}');
+      }
+    }
+    const result = await onBoth(codexHome);
+    const ids = (result.plugins as { id: string }[]).map((p) => p.id);
+    expect(ids).toHaveLength(512);
+    expect(ids.at(-1)).toBe('p255@b');
+    expect(result.warnings).toEqual(['some capability locations could not be resolved; discovery may be incomplete']);
+  });
+
   it('counts the plugins first against the 4 MiB', async () => {
     const codexHome = home('answer-budget-plugins');
     const description = 'd'.repeat(1_000_000);

@@ -20,11 +20,14 @@ export async function discoverInstalled(
   pluginCache: string | null,
 ): Promise<SkillsDiscovery> {
   const installed =
-    pluginCache === null ? { plugins: [], incompleteSources: 0, truncated: false } : await discoverPlugins(pluginCache);
+    pluginCache === null
+      ? { plugins: [], incompleteSources: 0, unresolved: false, truncated: false }
+      : await discoverPlugins(pluginCache);
   const out: SkillsDiscovery = {
     plugins: installed.plugins,
     skills: [],
     incompleteSources: installed.incompleteSources,
+    unresolvedLocations: installed.unresolved,
     pluginCacheTruncated: installed.truncated,
   };
   for (const root of roots) {
@@ -35,49 +38,66 @@ export async function discoverInstalled(
   return out;
 }
 
+/** Plugins Codex reads of the cache, the first by id; more are left out with a warning. */
+export const MAX_PLUGINS = 512;
 /** Directory entries of the cache looked through at most (marketplaces, plugins and versions together). */
-export const MAX_PLUGIN_CACHE_ENTRIES = 20_000;
+export const MAX_PLUGIN_CACHE_ENTRIES = 100_000;
 
-export async function discoverPlugins(
-  cache: string,
-): Promise<{ plugins: ExecutorPlugin[]; incompleteSources: number; truncated: boolean }> {
-  const plugins: ExecutorPlugin[] = [];
-  let incompleteSources = 0;
+const byBytes = (a: string, b: string) => Buffer.compare(Buffer.from(a), Buffer.from(b));
+
+export async function discoverPlugins(cache: string): Promise<{
+  plugins: ExecutorPlugin[];
+  incompleteSources: number;
+  /** More plugins than MAX_PLUGINS. */
+  unresolved: boolean;
+  /** More entries than MAX_PLUGIN_CACHE_ENTRIES. */
+  truncated: boolean;
+}> {
   let budget = MAX_PLUGIN_CACHE_ENTRIES;
-  /** The directories in `dir` (symlinks followed), hidden ones left out unless `hidden`. */
+  /** The directories in `dir` (symlinks followed), hidden ones left out unless `hidden`; null: over budget. */
   const directories = async (dir: string, hidden: boolean): Promise<string[] | null> => {
     const names = await readdir(dir).catch(() => []);
+    budget -= names.length;
+    if (budget < 0) return null;
     const found: string[] = [];
-    for (const name of names.sort()) {
-      if (--budget < 0) return null;
+    for (const name of names.sort(byBytes)) {
       if (!hidden && name.startsWith('.')) continue;
-      if (
-        await stat(join(dir, name)).then(
-          (info) => info.isDirectory(),
-          () => false,
-        )
-      )
-        found.push(name);
+      const isDirectory = await stat(join(dir, name)).then(
+        (info) => info.isDirectory(),
+        () => false,
+      );
+      if (isDirectory) found.push(name);
     }
     return found;
   };
-  const marketplaces = await directories(cache, false);
-  if (marketplaces === null) return { plugins, incompleteSources, truncated: true };
-  for (const marketplace of marketplaces) {
+  const candidates: { id: string; dir: string }[] = [];
+  let truncated = false;
+  for (const marketplace of (await directories(cache, false)) ?? []) {
     const names = await directories(join(cache, marketplace), false);
-    if (names === null) return { plugins, incompleteSources, truncated: true };
-    for (const name of names) {
-      const versions = await directories(join(cache, marketplace, name), true);
-      if (versions === null) return { plugins, incompleteSources, truncated: true };
-      if (versions.length === 0) continue;
-      const version = chooseVersion(versions);
-      const plugin = await readPlugin(`${name}@${marketplace}`, version, join(cache, marketplace, name, version));
-      if (plugin.incomplete) incompleteSources++;
-      if (plugin.plugin !== null) plugins.push(plugin.plugin);
+    if (names === null) {
+      truncated = true;
+      break;
     }
+    for (const name of names) candidates.push({ id: `${name}@${marketplace}`, dir: join(cache, marketplace, name) });
   }
-  plugins.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
-  return { plugins, incompleteSources, truncated: false };
+  if (budget < 0) truncated = true;
+  candidates.sort((a, b) => byBytes(a.id, b.id));
+  const unresolved = candidates.length > MAX_PLUGINS;
+  const plugins: ExecutorPlugin[] = [];
+  let incompleteSources = 0;
+  for (const { id, dir } of candidates.slice(0, MAX_PLUGINS)) {
+    const versions = await directories(dir, true);
+    if (versions === null) {
+      truncated = true;
+      break;
+    }
+    if (versions.length === 0) continue;
+    const version = chooseVersion(versions);
+    const plugin = await readPlugin(id, version, join(dir, version));
+    if (plugin.incomplete) incompleteSources++;
+    if (plugin.plugin !== null) plugins.push(plugin.plugin);
+  }
+  return { plugins, incompleteSources, unresolved, truncated };
 }
 
 async function readPlugin(

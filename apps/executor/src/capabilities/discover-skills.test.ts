@@ -65,6 +65,7 @@ describe('skill discovery on an untrusted disk', () => {
       plugins: [],
       skills: [entry('a', big), entry('b', big), entry('c', big), entry('d', 'small')],
       incompleteSources: 2,
+      unresolvedLocations: false,
       pluginCacheTruncated: false,
     });
     expect(answer.skills.map((s) => s.name)).toEqual(['a', 'b', 'd']);

@@ -41,7 +41,9 @@ export interface SkillsDiscovery {
    * short): Codex warns once for each.
    */
   incompleteSources: number;
-  /** The plugin cache held more than Codex would look through. */
+  /** More plugins were installed than Codex reads (MAX_PLUGINS). */
+  unresolvedLocations: boolean;
+  /** The plugin cache held more entries than we look through (MAX_PLUGIN_CACHE_ENTRIES). */
   pluginCacheTruncated: boolean;
 }
 
@@ -155,6 +157,7 @@ export const MAX_DISCOVERY_ANSWER_BYTES = 4 * 1024 * 1024;
 export const SIZE_LIMIT_WARNING = 'capability discovery size limit reached';
 export const INCOMPLETE_WARNING = 'some capability metadata could not be loaded; discovery may be incomplete';
 export const PLUGIN_CACHE_LIMIT_WARNING = 'plugin cache traversal limit reached';
+export const UNRESOLVED_WARNING = 'some capability locations could not be resolved; discovery may be incomplete';
 
 export interface DiscoverV2Answer {
   plugins: ExecutorPlugin[];
@@ -201,6 +204,7 @@ export function discoverV2Answer(found: SkillsDiscovery): DiscoverV2Answer {
   const warnings = [
     ...(limited ? [SIZE_LIMIT_WARNING] : []),
     ...(found.pluginCacheTruncated ? [PLUGIN_CACHE_LIMIT_WARNING] : []),
+    ...(found.unresolvedLocations ? [UNRESOLVED_WARNING] : []),
     ...Array.from({ length: found.incompleteSources }, () => INCOMPLETE_WARNING),
   ];
   return { plugins, skills, warnings: warnings.sort() };
