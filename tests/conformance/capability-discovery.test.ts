@@ -3,10 +3,11 @@
 // (findings-capability-discovery.md). The trees hold only temp paths both see alike, so nothing is normalised.
 // A few facts of each answer are checked outright too, so that two equally wrong answers do not pass.
 
+import { randomUUID } from 'node:crypto';
 import { mkdirSync, mkdtempSync, rmSync, symlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileUri, type RpcResponse } from '@tether/test-kit';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   put,
   restrictedTo,
@@ -268,17 +269,20 @@ describe('capabilities/discoverV2: bounds', { timeout: 120_000 }, () => {
 // hides is not read. Outside /tmp, as the sandbox suites are.
 describe('capabilities/discoverV2: sandbox', { timeout: 120_000 }, () => {
   const h = useHarness();
-  const base = mkdtempSync('/var/tmp/tether-discovery-');
-  afterAll(() => rmSync(base, { recursive: true, force: true }));
+  // Named now (the profiles name its paths), made before the first test and removed after the last.
+  const base = join('/var/tmp', `tether-discovery-${randomUUID()}`);
   const codexHome = join(base, 'codex-home');
   const skills = join(codexHome, 'skills');
   const work = join(base, 'work');
-  mkdirSync(join(work, '.git'), { recursive: true });
-  for (const name of ['first', 'second']) put(skills, `${name}/SKILL.md`, skillMd(`name: ${name}\ndescription: d`));
-  put(skills, 'second/agents/openai.yaml', 'policy:\n  allow_implicit_invocation: true\n');
-  put(base, 'outside/linked/SKILL.md', skillMd('name: linked\ndescription: d'));
-  symlinkSync(join(base, 'outside/linked'), join(skills, 'linked'));
-  put(base, 'home/.agents/skills/agent/SKILL.md', skillMd('name: agent\ndescription: d'));
+  beforeAll(() => {
+    mkdirSync(join(work, '.git'), { recursive: true });
+    for (const name of ['first', 'second']) put(skills, `${name}/SKILL.md`, skillMd(`name: ${name}\ndescription: d`));
+    put(skills, 'second/agents/openai.yaml', 'policy:\n  allow_implicit_invocation: true\n');
+    put(base, 'outside/linked/SKILL.md', skillMd('name: linked\ndescription: d'));
+    symlinkSync(join(base, 'outside/linked'), join(skills, 'linked'));
+    put(base, 'home/.agents/skills/agent/SKILL.md', skillMd('name: agent\ndescription: d'));
+  });
+  afterAll(() => rmSync(base, { recursive: true, force: true }));
 
   const context = (entries: unknown[]) => restrictedTo(entries, fileUri(work));
   const readRoot = { path: special('root'), access: 'read' };
@@ -413,7 +417,10 @@ describe.each(TRANSPORTS)('capabilityRoots/discoverV1 over %s', (transport) => {
 
 describe('capabilityRoots/discoverV1: bounds and sandboxes', { timeout: 120_000 }, () => {
   const h = useHarness();
-  const base = mkdtempSync('/var/tmp/tether-roots-');
+  let base = '';
+  beforeAll(() => {
+    base = mkdtempSync('/var/tmp/tether-roots-');
+  });
   afterAll(() => rmSync(base, { recursive: true, force: true }));
   const onBoth = async (roots: unknown[]) => {
     const answers: Record<string, unknown> = {};
