@@ -33,6 +33,7 @@ import { DEFAULT_MAX_FILE_HANDLES, FileHandleTable } from './fs/file-handles.js'
 import { DEFAULT_MAX_READ_FILE_BYTES } from './fs/operations.js';
 import { MissingWatch } from './fs/watch-missing.js';
 import { whileAttached } from './handlers/attached.js';
+import { capabilityHandlers } from './handlers/capabilities.js';
 import { fsHandlers } from './handlers/fs.js';
 import { httpHandlers } from './handlers/http.js';
 import { processHandlers, toRpcError } from './handlers/process.js';
@@ -193,6 +194,7 @@ export class ConnectionProcessor implements SessionAttachment {
       }),
       ...fsHandlers,
       ...httpHandlers,
+      ...capabilityHandlers,
       [Method.environmentInfo]: () => this.environmentInfo,
       [Method.environmentStatus]: () => ({ status: 'ready' }),
       [Method.environmentConfigRead]: (raw) => readEnvironmentConfig(decode(EnvironmentConfigReadParams, raw)),

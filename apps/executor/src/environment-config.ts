@@ -91,19 +91,25 @@ export function readEnvironmentConfig(
   };
 }
 
+/**
+ * `$CODEX_HOME` resolved against the cwd (null when unset or empty); -32603 when it does not exist, as Codex
+ * answers (`prefix` leads the message where Codex's does).
+ */
+export function configuredCodexHome(env: NodeJS.ProcessEnv, prefix = ''): string | null {
+  const configured = env.CODEX_HOME;
+  if (!configured) return null;
+  const path = resolve(configured);
+  if (!existsSync(path)) {
+    throw RpcError.internal(
+      `${prefix}CODEX_HOME points to ${JSON.stringify(configured)}, but that path does not exist`,
+    );
+  }
+  return path;
+}
+
 /** `$CODEX_HOME` (which must exist, as Codex requires), else `~/.codex`. */
 function findCodexHome(env: NodeJS.ProcessEnv): string {
-  const configured = env.CODEX_HOME;
-  if (configured) {
-    const path = resolve(configured);
-    if (!existsSync(path)) {
-      throw RpcError.internal(
-        `failed to find Codex home: CODEX_HOME points to ${JSON.stringify(configured)}, but that path does not exist`,
-      );
-    }
-    return path;
-  }
-  return join(homedir(), '.codex');
+  return configuredCodexHome(env, 'failed to find Codex home: ') ?? join(homedir(), '.codex');
 }
 
 /** A TOML file as a table, or null when there is none; a file that does not parse is an error. */

@@ -23,6 +23,10 @@ export const CAPABILITIES = {
   // Codex's: `http/request` headers `{name, value, valueEnvVar}`, the value of a variable of the executor's own
   // environment appended to `value` (http/http-requests.ts), so a token never crosses the connection.
   httpHeaderEnvVars: true,
+  // Codex's: `capabilities/discoverV2`, this machine's skills (capabilities/discover-skills.ts), and the
+  // `sandbox` it is sent with confining the discovery as it confines fs/* calls.
+  capabilityDiscoveryV2: true,
+  capabilityDiscoverySandbox: true,
   // Tether: `fs/open {mode: "update"}` (write without truncating, to resume an upload).
   fileWriteUpdate: true,
   // Tether: `fs/open {mode: "overwrite"}` (write in place, cut to length at close, as scp does).

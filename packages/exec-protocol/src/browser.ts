@@ -3,6 +3,7 @@
  * `file:` URI conversions of host paths, which need node:url. `index.ts` adds them.
  */
 export { base64Problem, decodeBase64, decodeBase64Codex, encodeBase64, isStrictBase64 } from './base64.js';
+export * from './capabilities.js';
 export { DecodeError, decode, matches } from './decode.js';
 export {
   DEFAULT_MAX_DETACHED_PROCESSES,

@@ -5,6 +5,12 @@
  * schemas the executor is written to), so a method is added in one place and every side sees it.
  */
 import { type Static, type TSchema, Type } from '@sinclair/typebox';
+import {
+  CapabilitiesDiscoverV2Params,
+  CapabilitiesDiscoverV2Result,
+  CapabilityRootsDiscoverV1Params,
+  CapabilityRootsDiscoverV1Result,
+} from './capabilities.js';
 import { decode, matches } from './decode.js';
 import { ProcessAttachParams, ProcessAttachResult } from './detached.js';
 import {
@@ -121,6 +127,16 @@ export const METHOD_TABLE = {
     params: EnvironmentConfigReadParams,
     result: EnvironmentConfigReadResult,
     capability: 'environmentConfigRead',
+  },
+  [Method.capabilitiesDiscoverV2]: {
+    params: CapabilitiesDiscoverV2Params,
+    result: CapabilitiesDiscoverV2Result,
+    capability: 'capabilityDiscoveryV2',
+  },
+  // Served by every Codex exec-server, advertised by none.
+  [Method.capabilityRootsDiscoverV1]: {
+    params: CapabilityRootsDiscoverV1Params,
+    result: CapabilityRootsDiscoverV1Result,
   },
   [Method.fsReadFile]: { params: FsReadFileParams, result: FsReadFileResult },
   [Method.fsWriteFile]: { params: FsWriteFileParams, result: EmptyResult },

@@ -35,6 +35,10 @@ export const Method = {
   tcpConnect: 'tcp/connect',
   /** Codex's (capability `environmentConfigRead`): the Codex config layers that apply on this machine. */
   environmentConfigRead: 'environmentConfig/read',
+  /** Codex's (capability `capabilityDiscoveryV2`): the skills installed on this machine (capabilities.ts). */
+  capabilitiesDiscoverV2: 'capabilities/discoverV2',
+  /** Codex's: the skill and plugin files under the roots a client names, unparsed (capabilities.ts). */
+  capabilityRootsDiscoverV1: 'capabilityRoots/discoverV1',
 } as const;
 export type MethodName = (typeof Method)[keyof typeof Method];
 
@@ -71,6 +75,7 @@ export function methodFamily(method: string): string | null {
   if (method === Method.environmentInfo) return 'environment info';
   if (method === Method.environmentStatus) return 'environment status';
   if (method.startsWith('environmentConfig/')) return 'environment config';
+  if (method.startsWith('capabilities/') || method.startsWith('capabilityRoots/')) return 'capability discovery';
   return 'exec';
 }
 

@@ -168,7 +168,9 @@ export function findNestedProtected(
     for (const entry of listing) {
       const path = join(dir, entry.name);
       if (PROTECTED_NAMES.includes(entry.name)) {
-        if (dir !== root) found.push(nameable(path));
+        // A link by that name cannot be mounted over (bubblewrap would fail the launch); what it names is
+        // writable, or not, by its own place.
+        if (dir !== root && !entry.isSymbolicLink()) found.push(nameable(path));
         continue;
       }
       if (!entry.isDirectory()) continue;

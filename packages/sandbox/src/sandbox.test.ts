@@ -8,6 +8,7 @@ import {
   readdirSync,
   readFileSync,
   rmSync,
+  symlinkSync,
   writeFileSync,
 } from 'node:fs';
 import { join } from 'node:path';
@@ -209,6 +210,15 @@ describe('resolvePolicy', () => {
     );
     expect(() => findNestedProtected(root, byPath, { directories: 1000, entries: 3 })).toThrow(/more than 3 entries/);
     expect(() => findNestedProtected(root, byPath, { directories: 3, entries: 1000 })).toThrow(SandboxPolicyError);
+  });
+
+  it('leaves a nested link named .git or .agents alone (a mount over it would fail every launch)', () => {
+    const root = join(work, 'nested-links');
+    mkdirSync(join(root, 'home', '.agents'), { recursive: true });
+    mkdirSync(join(root, 'linked'), { recursive: true });
+    symlinkSync(join(root, 'home', '.agents'), join(root, 'linked', '.agents'));
+    const byPath = new Map([[root, { path: root, access: 'write' as const, skipMissing: false }]]);
+    expect(findNestedProtected(root, byPath)).toEqual([join(root, 'home', '.agents')]);
   });
 
   it('keeps a tree nested past PATH_MAX read-only through its deepest ancestor that bubblewrap can name', () => {

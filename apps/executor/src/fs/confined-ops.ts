@@ -8,6 +8,9 @@ import { constants as fsConstants } from 'node:fs';
 import { open } from 'node:fs/promises';
 import { type FsOpenMode, type FsWalkOptions, RpcError } from '@tether/exec-protocol';
 import { loadNativePipe, nativePipeUnavailableReason } from '@tether/native-pipe';
+import { discoverInstalled } from '../capabilities/discover-plugins.js';
+import { discoverCapabilityRoot } from '../capabilities/discover-roots.js';
+import type { SkillRoot } from '../capabilities/discover-skills.js';
 import { setMetadata, unixMetadata } from './batch.js';
 import { isFifo, notAFile } from './file-kind.js';
 import {
@@ -35,6 +38,8 @@ export interface ConfinedOps {
   walk: { path: string; options: FsWalkOptions };
   setMetadata: { path: string; change: Parameters<typeof setMetadata>[1] };
   open: { path: string; mode: FsOpenMode };
+  discoverSkills: { roots: SkillRoot[]; pluginCache: string | null };
+  discoverRoot: { id: string; uri: string; path: string | null; problem: string };
 }
 export type ConfinedOp = keyof ConfinedOps;
 
@@ -70,6 +75,8 @@ const OPS: { [K in ConfinedOp]: (args: ConfinedOps[K]) => Promise<unknown> } = {
     return {};
   },
   open: ({ path, mode }) => openAndPass(path, mode),
+  discoverSkills: ({ roots, pluginCache }) => discoverInstalled(roots, pluginCache),
+  discoverRoot: ({ id, uri, path, problem }) => discoverCapabilityRoot(id, uri, path, problem),
 };
 
 export function runConfinedOp<K extends ConfinedOp>(op: K, args: ConfinedOps[K]): Promise<unknown> {

@@ -73,8 +73,12 @@ export function confinement(raw: unknown): SandboxContext | null {
   return restrictsFileSystem(context) ? context : null;
 }
 
-/** The helper's working directory: the sandbox's cwd (a file URI), else `/`. */
-function helperCwd(context: SandboxContext): string {
+/**
+ * Checks the sandbox's cwd (a file URI), which the policy's cwd-relative entries resolve against. The helper
+ * itself runs in `/` (it is given absolute paths), as Codex's does: a policy that does not make the cwd
+ * readable must not fail the call.
+ */
+function checkSandboxCwd(context: SandboxContext): void {
   if (context.cwd === null) {
     // As Codex: entries read against a directory need one.
     const permissions = context.permissions;
@@ -85,10 +89,10 @@ function helperCwd(context: SandboxContext): string {
         (e) => e.path.type === 'glob_pattern' || (e.path.type === 'special' && e.path.kind === 'project_roots'),
       );
     if (dynamic) throw RpcError.invalidParams('file system sandbox context with dynamic permissions requires cwd');
-    return '/';
+    return;
   }
   try {
-    return fileUriToPath(context.cwd);
+    fileUriToPath(context.cwd);
   } catch (err) {
     throw RpcError.invalidRequest(`invalid sandbox cwd: ${(err as Error).message}`);
   }
@@ -147,11 +151,11 @@ async function runHelper<K extends ConfinedOp>(
   passing: NativePipe | null,
 ): Promise<{ answer: unknown; received: number | null }> {
   const { sandbox, signal } = ctx;
-  const cwd = helperCwd(context);
+  checkSandboxCwd(context);
   const prepared = prepareSandbox(
     sandbox,
     context,
-    { cwd, tmpdir: process.env.TMPDIR, forceNetworkRestricted: true, extraReadable: helperRuntime() },
+    { cwd: '/', tmpdir: process.env.TMPDIR, forceNetworkRestricted: true, extraReadable: helperRuntime() },
     'filesystem sandbox',
     RpcError.invalidRequest,
   );
