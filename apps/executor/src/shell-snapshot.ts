@@ -80,6 +80,7 @@ const SHELL_STATE_VARIABLES = new Set(['PWD', 'OLDPWD', SNAPSHOT_VARIABLE]);
 const CAPTURE: Record<Dialect, string> = {
   bash: [
     // Codex's capture reads ~/.bashrc as an interactive shell would, unless BASH_ENV names another file.
+    // biome-ignore lint/suspicious/noTemplateCurlyInString: the shell's parameter expansion, for the script
     'if [ -z "${BASH_ENV-}" ] && [ -r "${HOME:-/nonexistent}/.bashrc" ]; then . "$HOME/.bashrc"; fi',
     "builtin printf '\\0tether-shell-snapshot\\0'",
     // The restoring shell starts from no aliases, so that one cannot shadow a function of the same name.

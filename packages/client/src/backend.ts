@@ -1,5 +1,6 @@
 /** What a process handle needs from wherever its process runs: a local table or a remote executor. */
 import type { OutputStreamName, SignalName, WriteStatus } from '@tether/exec-protocol';
+import type { NetworkDecision, NetworkPolicy } from './network.js';
 
 export type { SignalName, WriteStatus };
 export type OutputStream = OutputStreamName;
@@ -39,6 +40,8 @@ export interface StartOptions {
   flowWindowBytes?: number | null;
   /** The wire `sandbox` (sandbox.ts's sandboxProfile), or none. */
   sandbox?: Record<string, unknown> | null;
+  /** Confine the network to named hosts (network.ts; the executor must offer `networkProxyLaunch`). */
+  network?: NetworkPolicy | null;
 }
 
 /** What a started process was granted. */
@@ -84,4 +87,6 @@ export interface ProcessBackend {
   onReconnect(listener: () => void): () => void;
   /** Called once when the backend is gone for good (closed, or its connection lost and not resumed). */
   onClosed(listener: (error: Error) => void): () => void;
+  /** The decisions of `processId`'s managed network proxy, where the backend has one. Returns an unsubscribe. */
+  onNetworkDecision?(processId: string, listener: (decision: NetworkDecision) => void): () => void;
 }

@@ -59,6 +59,7 @@ export {
   type StreamOptions,
   toFileUri,
 } from './fs.js';
+export { checkNetworkHosts, type NetworkDecision, type NetworkPolicy } from './network.js';
 export { ProcessHandle } from './process.js';
 export type { ProcessResult } from './process-events.js';
 export {

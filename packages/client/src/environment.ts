@@ -15,6 +15,7 @@ import {
 import { TetherError } from './errors.js';
 import { ExecServerClient } from './exec-client.js';
 import type { PortableFs } from './fs.js';
+import type { NetworkPolicy } from './network.js';
 import { ProcessHandle, type ProcessHandleOptions } from './process.js';
 import { type FsCaller, RemoteFs } from './remote-fs.js';
 import type { RendezvousOptions } from './rendezvous-dialer.js';
@@ -22,6 +23,8 @@ import type { RendezvousOptions } from './rendezvous-dialer.js';
 export interface SpawnOptions extends CommandOptions, ProcessHandleOptions {
   /** Run confined (sandboxProfile; the executor must advertise `processSandbox`). */
   sandbox?: Record<string, unknown>;
+  /** Confine the network to named hosts (network.ts; the executor must advertise `networkProxyLaunch`). */
+  network?: NetworkPolicy;
 }
 
 /**
@@ -73,6 +76,7 @@ export class Environment {
         ...commandStart(options, this.defaultCwd),
         flowWindowBytes: handle.flowWindowBytes,
         sandbox: options.sandbox ?? null,
+        network: options.network ?? null,
       });
       handle.started(started);
     } catch (err) {

@@ -32,6 +32,7 @@ import type { DialPhase } from './dial.js';
 import { FINAL_ON_RESUME, lastCode, mayPass } from './dial-error.js';
 import { decodeAnswer, processEventOf } from './edge.js';
 import { TetherError } from './errors.js';
+import { type NetworkDecision, networkDecisionOf } from './network.js';
 import { checkRegistryUrl } from './registry.js';
 import { channelOrDirect, type RendezvousOptions, rendezvousDialer } from './rendezvous-dialer.js';
 import { processStartParams } from './start-params.js';
@@ -79,6 +80,8 @@ export class ExecServerClient implements ProcessBackend {
   private info: InitializeInfo | null = null;
   private capabilitiesOf: { info: InitializeInfo | null; names: ReadonlySet<string> } | undefined;
   private readonly listeners = new Set<(event: ProcessEvent) => void>();
+  /** Listeners of each process's `network/policyDecision`s (only processes whose caller asked for them). */
+  private readonly decisionListeners = new Map<string, Set<(decision: NetworkDecision) => void>>();
   private readonly reconnectListeners = new Set<() => void>();
   private readonly closedListeners = new Set<(error: Error) => void>();
   private closed = false;
@@ -253,6 +256,12 @@ export class ExecServerClient implements ProcessBackend {
   // ProcessBackend ------------------------------------------------------------------------------
 
   async start(options: StartOptions): Promise<StartedProcess> {
+    if (options.network && !this.capability('networkProxyLaunch')) {
+      throw new TetherError(
+        'invalid_state',
+        'this executor cannot confine a process to named hosts (it does not offer networkProxyLaunch: a Tether executor needs bubblewrap for it)',
+      );
+    }
     const window = options.flowWindowBytes ?? null;
     const params = {
       ...processStartParams(options),
@@ -354,6 +363,16 @@ export class ExecServerClient implements ProcessBackend {
 
   async resize(processId: string, rows: number, cols: number): Promise<void> {
     await this.call(Method.processResize, { processId, rows, cols });
+  }
+
+  onNetworkDecision(processId: string, listener: (decision: NetworkDecision) => void): () => void {
+    const listeners = this.decisionListeners.get(processId) ?? new Set();
+    this.decisionListeners.set(processId, listeners);
+    listeners.add(listener);
+    return () => {
+      listeners.delete(listener);
+      if (listeners.size === 0) this.decisionListeners.delete(processId);
+    };
   }
 
   subscribe(listener: (event: ProcessEvent) => void): () => void {
@@ -528,6 +547,13 @@ export class ExecServerClient implements ProcessBackend {
   private onNotification(method: string, params: unknown): void {
     if (method.startsWith('tcp/')) {
       this.onTcpNotification(method, params);
+      return;
+    }
+    if (method === Notification.networkPolicyDecision) {
+      // From the executor (untrusted): one that does not decode, or names a process nobody listens for, goes.
+      const decision = networkDecisionOf(params);
+      const listeners = decision === null ? undefined : this.decisionListeners.get(decision.processId);
+      for (const listener of listeners ?? []) listener(decision!);
       return;
     }
     const event = processEventOf(method, params);

@@ -34,10 +34,10 @@ export class LocalBackend implements ProcessBackend {
   }
 
   async start(options: StartOptions): Promise<StartedProcess> {
-    if (options.sandbox) {
+    if (options.sandbox || options.network) {
       throw new TetherError(
         'invalid_argument',
-        'a sandbox needs an executor (Environment.connect…), not a local environment',
+        `${options.sandbox ? 'a sandbox' : 'a confined network'} needs an executor (Environment.connect…), not a local environment`,
       );
     }
     const env = options.inheritEnv ? { ...definedOnly(process.env), ...options.env } : options.env;

@@ -2,6 +2,7 @@ import { DEFAULT_HIGH_WATER_BYTES, PROCESS_READ_MAX_BYTES } from '@tether/bytes'
 import { ReceiveCredit } from '@tether/exec-protocol';
 import type { ProcessBackend, ProcessEvent, StartedProcess } from './backend.js';
 import { TetherError } from './errors.js';
+import type { NetworkDecision } from './network.js';
 import { ProcessEvents } from './process-events.js';
 
 export type { ProcessResult } from './process-events.js';
@@ -18,6 +19,8 @@ export interface ProcessHandleOptions {
    * process; a consumer that falls further behind gets `output_lost`).
    */
   flowControl?: boolean;
+  /** Each decision of the process's managed network proxy (with `network`; network.ts). */
+  onNetworkDecision?: (decision: NetworkDecision) => void;
 }
 
 type Mode = 'push' | 'pull';
@@ -72,6 +75,10 @@ export class ProcessHandle extends ProcessEvents {
       // A backend that is gone can deliver nothing more: fail instead of waiting forever.
       backend.onClosed((error) => this.fail(error)),
     );
+    const onDecision = options.onNetworkDecision;
+    if (onDecision && backend.onNetworkDecision) {
+      this.unsubscribe.push(backend.onNetworkDecision(processId, onDecision));
+    }
   }
 
   /** The flow window in force, or null when the process is not flow-controlled. */

@@ -2,6 +2,7 @@ import type { ProcessStartParams } from '@tether/exec-protocol';
 import type { StartOptions } from './backend.js';
 import { TetherError } from './errors.js';
 import { toFileUri } from './fs.js';
+import { managedNetworkParams } from './network.js';
 
 /** The Codex `process/start` params of a start (what every start sends; extensions are added by the caller). */
 export function processStartParams(options: Omit<StartOptions, 'flowWindowBytes'>): ProcessStartParams {
@@ -20,7 +21,11 @@ export function processStartParams(options: Omit<StartOptions, 'flowWindowBytes'
     pipeStdin: options.pipeStdin,
     arg0: options.arg0 ?? null,
     ...(options.size ? { size: options.size } : {}),
-    ...(options.sandbox ? { sandbox: options.sandbox } : {}),
+    ...(options.network
+      ? managedNetworkParams(options.network, options.processId, options.sandbox)
+      : options.sandbox
+        ? { sandbox: options.sandbox }
+        : {}),
   };
 }
 

@@ -1,5 +1,14 @@
 import { fstatSync, statSync } from 'node:fs';
-import { type Environment, type ProcessHandle, type SandboxMode, sandboxProfile, TetherError } from '@tether/client';
+import {
+  checkNetworkHosts,
+  type Environment,
+  type NetworkDecision,
+  type NetworkPolicy,
+  type ProcessHandle,
+  type SandboxMode,
+  sandboxProfile,
+  TetherError,
+} from '@tether/client';
 import { type Command, Option } from 'commander';
 import {
   type CliIo,
@@ -50,6 +59,8 @@ export function registerExec(program: Command, io: CliIo, setExit: SetExit): voi
           throw new TetherError('invalid_argument', '-n (--no-stdin) and -i (--interactive) contradict each other');
         if (options.detach && options.sandbox)
           throw new TetherError('invalid_argument', '--sandbox does not go with --detach');
+        if (options.detach && networkFor(options))
+          throw new TetherError('invalid_argument', '--network-allow does not go with --detach');
       } catch (err) {
         setExit(report(io, err));
         return;
@@ -75,7 +86,19 @@ export function runOptions(command: Command): Command {
       ).choices(['read-only', 'workspace-write']),
     )
     .option('--writable <dir>', 'with --sandbox workspace-write: another writable directory (repeatable)', collect, [])
-    .option('--network', 'with --sandbox: allow the network', false);
+    .option('--network', 'with --sandbox: allow the network', false)
+    .option(
+      '--network-allow <host>',
+      'confine the network to this host (repeatable; *.example.com for its subdomains, **.example.com for both): the command reaches it only through a proxy on the environment, nothing else',
+      collect,
+      [],
+    )
+    .option(
+      '--network-deny <host>',
+      'with --network-allow: refuse this host even where an allowed pattern covers it (repeatable)',
+      collect,
+      [],
+    );
 }
 
 function collect(value: string, previous: string[]): string[] {
@@ -84,10 +107,12 @@ function collect(value: string, previous: string[]): string[] {
 
 /** The wire sandbox for the flags, or none; a usage error says what is missing. */
 export function sandboxFor(options: ExecFlags): Record<string, unknown> | undefined {
+  const confined = networkFor(options) !== undefined;
   if (options.sandbox === undefined) {
     if ((options.writable ?? []).length > 0 || options.network) {
       throw new TetherError('invalid_argument', '--writable and --network go with --sandbox');
     }
+    // --network-allow alone: the disk as it is, only the network confined (the executor's default then).
     return undefined;
   }
   if (options.sandbox === 'workspace-write' && options.cwd === undefined) {
@@ -106,8 +131,28 @@ export function sandboxFor(options: ExecFlags): Record<string, unknown> | undefi
   return sandboxProfile(options.sandbox, {
     workspace: options.cwd ?? '/',
     writable: options.writable ?? [],
-    network: options.network === true,
+    // The proxy is the network's one way out: the sandbox lets the command use the network to reach it.
+    network: options.network === true || confined,
   });
+}
+
+/** The network confinement for the flags (`--network-allow`, `--network-deny`), or none; bad usage throws. */
+export function networkFor(options: ExecFlags): NetworkPolicy | undefined {
+  const allow = options.networkAllow ?? [];
+  const deny = options.networkDeny ?? [];
+  if (allow.length === 0) {
+    if (deny.length > 0) throw new TetherError('invalid_argument', '--network-deny goes with --network-allow');
+    return undefined;
+  }
+  if (options.network) {
+    throw new TetherError(
+      'invalid_argument',
+      '--network lets the command reach any host, --network-allow only the hosts it names: choose one',
+    );
+  }
+  checkNetworkHosts(allow, '--network-allow');
+  checkNetworkHosts(deny, '--network-deny');
+  return { allow, deny };
 }
 
 export const EXIT_CODES_HELP = `
@@ -137,6 +182,8 @@ export interface ExecFlags {
   sandbox?: SandboxMode;
   writable?: string[];
   network?: boolean;
+  networkAllow?: string[];
+  networkDeny?: string[];
 }
 
 /**
@@ -150,6 +197,7 @@ export async function runRemote(env: Environment, argv: string[], options: ExecF
   // terminal only with -t (raw keys) or -i; never with -n.
   const forwardStdin = options.stdin !== false && (options.interactive || options.tty || io.stdin.isTTY !== true);
   const sandbox = sandboxFor(options);
+  const network = networkFor(options);
   let handle: ProcessHandle;
   try {
     handle = await env.spawn(argv, {
@@ -164,6 +212,7 @@ export async function runRemote(env: Environment, argv: string[], options: ExecF
         ? { size: { rows: io.stdout.rows, cols: io.stdout.columns } }
         : {}),
       ...(sandbox ? { sandbox } : {}),
+      ...(network ? { network, onNetworkDecision: reportDenials(io) } : {}),
     });
   } catch (err) {
     return startFailure(env, err, argv[0] ?? '', options.cwd, io);
@@ -278,4 +327,31 @@ function osError(err: unknown): { errno: number; text: string } | null {
     return { errno: ENOENT, text: 'No such file or directory' };
   }
   return null;
+}
+
+/** What the proxy's reasons mean to the person who typed the flags. */
+const DENIAL_WORDS: Record<string, string> = {
+  not_allowed: 'not named by --network-allow',
+  denied: 'named by --network-deny',
+  not_allowed_local: 'a local or private address (allow it by its exact name or address)',
+  method_not_allowed: 'a method the proxy does not pass',
+  mitm_required: 'not passed by the proxy',
+};
+
+/**
+ * Says on stderr, once per host, port and reason, what the proxy refused the command (it answered the command
+ * 403, which a tool may report in words of its own, or not at all).
+ */
+function reportDenials(io: CliIo): (decision: NetworkDecision) => void {
+  const said = new Set<string>();
+  return (decision) => {
+    if (decision.decision !== 'deny') return;
+    const key = `${decision.host}:${decision.port}:${decision.reason}`;
+    if (said.has(key) || said.size >= 100) return;
+    said.add(key);
+    // The host comes from the executor (untrusted): no control characters reach the terminal.
+    const host = printable(decision.host);
+    const why = DENIAL_WORDS[decision.reason] ?? 'refused';
+    io.stderr.write(`harness: network: refused ${host}:${decision.port}: ${why}\n`);
+  };
 }
