@@ -184,7 +184,8 @@ describe.each(MACHINES)('the seccomp filter on $machine, evaluated', ({ machine,
       const isDenied = named !== undefined && denied.includes(named);
       expect(decide('proxied', nr), `nr ${nr} (${named ?? 'unnamed'})`).toEqual(isDenied ? EPERM : ALLOW);
     }
-    for (const family of [AF_INET, AF_INET6]) expect(decide('proxied', numbers.socket, [family, 1n, 0n])).toEqual(ALLOW);
+    for (const family of [AF_INET, AF_INET6])
+      expect(decide('proxied', numbers.socket, [family, 1n, 0n])).toEqual(ALLOW);
     for (const family of [0n, AF_UNIX, AF_NETLINK, AF_PACKET, 0xffffn]) {
       expect(decide('proxied', numbers.socket, [family, 1n, 0n]), `socket ${family}`).toEqual(EPERM);
     }

@@ -161,7 +161,11 @@ export function seccompProgram(network: SeccompMode, machine: string = arch): Bu
     program.push([BPF_RET_K, 0, 0, SECCOMP_RET_ERRNO | ENOSYS]);
   }
   const denied =
-    network === 'restricted' ? [...ALWAYS, ...NETWORK_RESTRICTED] : network === 'proxied' ? [...ALWAYS, ...PROXIED] : ALWAYS;
+    network === 'restricted'
+      ? [...ALWAYS, ...NETWORK_RESTRICTED]
+      : network === 'proxied'
+        ? [...ALWAYS, ...PROXIED]
+        : ALWAYS;
   for (const name of denied) {
     program.push([BPF_JEQ_K, 0, 1, table.calls[name]!]);
     program.push([BPF_RET_K, 0, 0, deny]);
