@@ -7,6 +7,7 @@
 
 import { writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
+import { createServer as createNetServer, type Server as NetServer } from 'node:net';
 import { join } from 'node:path';
 import { collectUntilClosed } from '@tether/test-kit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -59,8 +60,8 @@ const proxyConfig = (overrides: Record<string, unknown>) => ({
 });
 
 /**
- * Tries argv[2] (a port on the host's 127.0.0.1) directly; prints how it went. (A host's unix socket is not
- * compared: Codex's filter refuses AF_UNIX sockets there (EPERM), ours lets them through, findings-proxy-sandbox.md.)
+ * Tries argv[2] (a port on the host's 127.0.0.1) and argv[3] (a host's unix socket the sandbox can see)
+ * directly; prints how each went. Both executors refuse the AF_UNIX socket itself (EPERM).
  */
 const DIRECT = `
 const net = require('node:net');
@@ -71,6 +72,7 @@ const attempt = (label, target) => new Promise((resolve) => {
 });
 (async () => {
   await attempt('direct tcp', { port: Number(process.argv[2]), host: '127.0.0.1' });
+  await attempt('host unix', { path: process.argv[3] });
 })();
 `;
 
@@ -83,8 +85,13 @@ describe('network proxy: the same proxy on both executors', { timeout: 120_000 }
   const reached: string[] = [];
   const client = join(h.workDir, 'proxy-client.cjs');
   const outcomes = new Map<string, unknown>();
+  // A host's unix socket (a container runtime's, say) in a directory every sandbox here can see.
+  let hostSocket: NetServer;
+  const hostSocketPath = join(scratch.path, '..', 'host.sock');
 
   beforeAll(async () => {
+    hostSocket = createNetServer((socket) => socket.end('host socket reached\n'));
+    await new Promise<void>((resolve) => hostSocket.listen(hostSocketPath, resolve));
     writeFileSync(client, CLIENT);
     writeFileSync(direct, DIRECT);
     origin = createServer((req, res) => {
@@ -100,6 +107,7 @@ describe('network proxy: the same proxy on both executors', { timeout: 120_000 }
   });
   afterAll(async () => {
     await new Promise((resolve) => origin.close(resolve));
+    await new Promise((resolve) => hostSocket.close(resolve));
   });
 
   /**
@@ -112,6 +120,7 @@ describe('network proxy: the same proxy on both executors', { timeout: 120_000 }
     overrides: Record<string, unknown>,
     requests: string[],
     sandboxed = false,
+    tty = false,
   ) {
     const { client: rpc, initializeResult } = await h.session(kind, 'ws');
     const info = initializeResult.environmentInfo as { capabilities?: Record<string, unknown> } | undefined;
@@ -123,7 +132,7 @@ describe('network proxy: the same proxy on both executors', { timeout: 120_000 }
       // function of ~/.bashrc: there only when the shell snapshot was captured (in the same sandbox and relay).
       const { base, root, tmp, outside } = scratch.layout(kind);
       writeFileSync(join(base, '.bashrc'), 'from_profile() { echo "profile captured"; }\n');
-      script = `from_profile; ${script}; node ${direct} ${port}; touch ${outside}/written 2>&1 | sed 's|${outside}|<outside>|'; exit \${PIPESTATUS[0]}`;
+      script = `from_profile; ${script}; node ${direct} ${port} ${hostSocketPath}; touch ${outside}/written 2>&1 | sed 's|${outside}|<outside>|'; exit \${PIPESTATUS[0]}`;
       params = {
         ...scratch.startParams(id, ['/bin/bash', '-lc', script], root, sandboxAt(root, workspaceWrite('enabled')), {
           PATH: `${scratch.path}:${process.env.PATH ?? '/usr/bin:/bin'}`,
@@ -131,6 +140,7 @@ describe('network proxy: the same proxy on both executors', { timeout: 120_000 }
           HOME: base,
         }),
         shellSnapshot: { scopeId: `proxy-${kind}`, shell: { name: 'bash', path: '/bin/bash' } },
+        tty,
       };
     }
     const started = await rpc.request('process/start', {
@@ -144,6 +154,7 @@ describe('network proxy: the same proxy on both executors', { timeout: 120_000 }
     expect(proxyPort).toBeDefined();
     const clean = (text: string) =>
       text
+        .replaceAll('\r\n', '\n')
         .replaceAll(`127.0.0.1:${proxyPort}`, '<proxy>')
         .replaceAll(String(port), '<origin>')
         .replace(/date: [^\\]*\\r\\n/gi, 'date: <date>\\r\\n');
@@ -211,24 +222,27 @@ describe('network proxy: the same proxy on both executors', { timeout: 120_000 }
     }
   });
 
-  it.each(KIND_CASES)(
-    '%s: sandboxed (workspace-write, network on): only the proxy is reachable',
-    async (_label, kind) => {
+  it.each(KIND_CASES.flatMap(([label, kind]) => [false, true].map((tty) => [label, tty, kind] as const)))(
+    '%s: sandboxed (workspace-write, network on; tty %s): only the proxy is reachable, no host unix socket',
+    async (_label, tty, kind) => {
       const outcome = await scenario(
         kind,
-        'sandboxed',
+        `sandboxed-${tty}`,
         { domains: { '127.0.0.1': 'allow', 'denied.test': 'deny' } },
         [get(`127.0.0.1:${port}`, '/through-the-proxy'), get('denied.test', '/x'), connect(`127.0.0.1:${port}`)],
         true,
+        tty,
       );
-      // The direct connection fails, the refused write is the sandbox's doing; the proxy reached the origin.
+      // The direct connection fails, so does an AF_UNIX socket to the host's; the refused write is the
+      // sandbox's doing; the proxy reached the origin.
       expect(outcome.seen).toContain('direct tcp ECONNREFUSED');
+      expect(outcome.seen).toContain('host unix EPERM');
       expect(outcome.seen[0]).toBe('profile captured');
       expect(outcome).toMatchObject({ networkProxyLaunch: true, exitCode: 1, sandboxDenied: true });
       expect(outcome.reached).toHaveLength(2);
-      outcomes.set(`sandboxed ${kind}`, outcome);
-      if (outcomes.has('sandboxed codex') && outcomes.has('sandboxed tether')) {
-        expect(outcomes.get('sandboxed tether')).toEqual(outcomes.get('sandboxed codex'));
+      outcomes.set(`sandboxed ${tty} ${kind}`, outcome);
+      if (outcomes.has(`sandboxed ${tty} codex`) && outcomes.has(`sandboxed ${tty} tether`)) {
+        expect(outcomes.get(`sandboxed ${tty} tether`)).toEqual(outcomes.get(`sandboxed ${tty} codex`));
       }
     },
   );

@@ -1,7 +1,10 @@
-import { existsSync } from 'node:fs';
+import { once } from 'node:events';
+import { closeSync, readdirSync, readlinkSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
-import { connect, type Socket } from 'node:net';
+import { connect, Socket } from 'node:net';
 import type { NetworkProxyConfig } from '@tether/exec-protocol';
+import { loadNativePipe } from '@tether/native-pipe';
+import { waitUntil } from '@tether/test-kit';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import {
   DEFAULT_PROXY_LIMITS,
@@ -46,30 +49,48 @@ afterEach(() => {
 async function proxy(
   overrides: Partial<NetworkProxyConfig>,
   limits: Partial<ManagedProxyLimits> = {},
-  unixSocket = false,
 ): Promise<{ proxy: ManagedProxy; decisions: PolicyDecision[] }> {
   const decisions: PolicyDecision[] = [];
-  const started = await ManagedProxy.start(
-    config(overrides),
-    (d) => decisions.push(d),
-    { ...DEFAULT_PROXY_LIMITS, ...limits },
-    { unixSocket },
-  );
+  const started = await ManagedProxy.start(config(overrides), (d) => decisions.push(d), {
+    ...DEFAULT_PROXY_LIMITS,
+    ...limits,
+  });
   proxies.push(started);
   return { proxy: started, decisions };
 }
 
-/** A connection to the proxy (its TCP port, or its unix socket), what came back, and when it closed. */
-function open(to: ManagedProxy, via: 'tcp' | 'unix' = 'tcp') {
-  const socket: Socket = via === 'tcp' ? connect(to.port, '127.0.0.1') : connect(to.socketPath!);
+const native = loadNativePipe()!;
+
+/**
+ * A connection as the sandbox's relay (proxy-relay.ts) gets one: a byte asked over a fresh channel of the
+ * proxy's, the answer, and the descriptor received; null when the proxy said no.
+ */
+async function relayed(to: ManagedProxy): Promise<Socket | null> {
+  const [controlFd, passFd] = to.openRelayChannel(native);
+  const control = new Socket({ fd: controlFd, readable: true, writable: true });
+  control.write('c');
+  const [answer] = (await once(control, 'data')) as [Buffer];
+  const fd = answer[0] === 0x79 ? native.receiveFd(passFd) : null;
+  control.destroy();
+  closeSync(passFd);
+  return fd === null ? null : new Socket({ fd, readable: true, writable: true });
+}
+
+/** A connection to the proxy (its TCP port, or through a relay channel), what came back, and when it closed. */
+function watch(socket: Socket) {
   let received = '';
   socket.on('data', (d: Buffer) => {
     received += d.toString('latin1');
   });
   socket.on('error', () => undefined);
   const closed = new Promise<void>((resolve) => socket.once('close', () => resolve()));
+  return { socket, closed, received: () => received };
+}
+
+function open(to: ManagedProxy) {
+  const socket = connect(to.port, '127.0.0.1');
   const connected = new Promise<void>((resolve) => socket.once('connect', () => resolve()));
-  return { socket, closed, connected, received: () => received };
+  return { ...watch(socket), connected };
 }
 
 const get = (host: string, path = '/') =>
@@ -106,20 +127,37 @@ describe('DomainPolicy: the order of the checks', () => {
 });
 
 describe('ManagedProxy: limits and lifetime', () => {
-  it.each(['tcp', 'unix'] as const)('refuses connections past maxConnections (%s)', async (via) => {
-    const { proxy: p } = await proxy({}, { maxConnections: 2 }, via === 'unix');
-    const first = open(p, via);
-    const second = open(p, via);
+  it('refuses connections past maxConnections (tcp)', async () => {
+    const { proxy: p } = await proxy({}, { maxConnections: 2 });
+    const first = open(p);
+    const second = open(p);
     await Promise.all([first.connected, second.connected]);
     // The two are served (a denied request answers 403 over each)…
     first.socket.write(`GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n`);
     await new Promise<void>((resolve) => first.socket.once('data', () => resolve()));
     // …a third is closed with nothing said, though it asks the same.
-    const third = open(p, via);
+    const third = open(p);
     third.socket.write(get('a.test'));
     await third.closed;
     expect(third.received()).toBe('');
     expect(first.socket.destroyed).toBe(false);
+  });
+
+  it('a relay channel answers each request with a connection the proxy serves, and no past maxConnections', async () => {
+    const { proxy: p, decisions } = await proxy({}, { maxConnections: 2 });
+    const first = watch((await relayed(p))!);
+    const second = await relayed(p);
+    expect(second).not.toBeNull();
+    first.socket.write(get('a.test'));
+    await first.closed;
+    expect(first.received()).toMatch(/^HTTP\/1\.1 403 Forbidden/);
+    // A connection through the relay has no address of its own, as one through Codex's bridge.
+    expect(decisions.map((d) => [d.host, d.reason, d.client])).toEqual([['a.test', 'not_allowed', '127.0.0.1:0']]);
+    // `second` and another one fill the limit: the next is refused.
+    const third = await relayed(p);
+    expect(third).not.toBeNull();
+    expect(await relayed(p)).toBeNull();
+    for (const socket of [second, third]) socket!.destroy();
   });
 
   it('cuts every connection once maxBytes have been relayed', async () => {
@@ -146,20 +184,44 @@ describe('ManagedProxy: limits and lifetime', () => {
     expect(client.received()).toBe('');
   });
 
-  it('close() ends open tunnels and the listeners, and removes the socket directory', async () => {
-    const { proxy: p, decisions } = await proxy({ domains: { '127.0.0.1': 'allow' } }, {}, true);
-    const tunnel = open(p, 'unix');
+  it('close() ends open tunnels, the listener and the relay channels', async () => {
+    const { proxy: p, decisions } = await proxy({ domains: { '127.0.0.1': 'allow' } });
+    const tunnel = watch((await relayed(p))!);
     tunnel.socket.write(`CONNECT 127.0.0.1:${originPort} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n`);
     await new Promise<void>((resolve) => tunnel.socket.once('data', () => resolve()));
     expect(tunnel.received()).toMatch(/^HTTP\/1\.1 200 OK/);
     expect(decisions.map((d) => [d.protocol, d.reason, d.client])).toEqual([['https_connect', 'allow', '127.0.0.1:0']]);
-    const directory = p.socketDirectory!;
-    expect(existsSync(directory)).toBe(true);
+    const [controlFd, passFd] = p.openRelayChannel(native);
+    const control = watch(new Socket({ fd: controlFd, readable: true, writable: true }));
     p.close();
-    await tunnel.closed;
-    expect(existsSync(directory)).toBe(false);
+    await Promise.all([tunnel.closed, control.closed]);
+    closeSync(passFd);
+    expect(() => p.openRelayChannel(native)).toThrow(/closed/);
     const late = open(p);
     await late.closed;
     expect(late.received()).toBe('');
   });
+
+  it("a relay channel's descriptors here close once the relay's ends are closed", async () => {
+    const { proxy: p } = await proxy({});
+    const sockets = () => ownSockets().length;
+    const before = sockets();
+    const [controlFd, passFd] = p.openRelayChannel(native);
+    expect(sockets()).toBe(before + 4);
+    closeSync(controlFd);
+    closeSync(passFd);
+    await waitUntil(() => sockets() === before, "the channel's two sockets closing");
+  });
 });
+
+/** This process's sockets (`/proc/self/fd`). */
+function ownSockets(): string[] {
+  const out: string[] = [];
+  for (const fd of readdirSync('/proc/self/fd')) {
+    try {
+      const target = readlinkSync(`/proc/self/fd/${fd}`);
+      if (target.startsWith('socket:')) out.push(target);
+    } catch {}
+  }
+  return out;
+}

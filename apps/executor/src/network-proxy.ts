@@ -4,7 +4,7 @@
 // domain as Codex decides it, answered with Codex's 403s when denied, and reported as `network/policyDecision`.
 
 import { lookup } from 'node:dns/promises';
-import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
+import { closeSync } from 'node:fs';
 import {
   createServer,
   request as httpRequest,
@@ -12,18 +12,10 @@ import {
   type Server,
   type ServerResponse,
 } from 'node:http';
-import {
-  BlockList,
-  createServer as createNetServer,
-  isIP,
-  type Server as NetServer,
-  type Socket,
-  connect as tcpConnect,
-} from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { BlockList, isIP, type Server as NetServer, Socket, connect as tcpConnect } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { NetworkPolicyDecisionNotification, NetworkProxyConfig } from '@tether/exec-protocol';
+import type { NativePipe } from '@tether/native-pipe';
 
 export type PolicyDecision = Omit<NetworkPolicyDecisionNotification, 'processId'>;
 
@@ -189,16 +181,15 @@ const httpDate = () => new Date().toUTCString();
 
 /**
  * One process's proxy: an HTTP listener on 127.0.0.1 (port 0), its decisions reported to `onDecision`, and for
- * a sandboxed command (`unixSocket`) the same proxy on a unix socket in a private 0700 directory, which the
- * sandbox's relay (proxy-relay.ts) reaches from inside its network namespace. `close` ends the listeners and
- * every connection through them, and removes the directory; it is idempotent.
+ * a sandboxed command its relay's channels (`openRelayChannel`), over which the relay (proxy-relay.ts) gets
+ * each upstream connection as a descriptor. `close` ends the listener, every connection and every channel;
+ * it is idempotent.
  */
 export class ManagedProxy {
   private readonly server: Server;
-  private unixServer: NetServer | null = null;
-  /** The private directory holding `proxy.sock`, when there is one. */
-  socketDirectory: string | null = null;
   private readonly sockets = new Set<Duplex>();
+  /** The relay channels open: each one's control socket (its pass socket goes with it). */
+  private readonly channels = new Set<Socket>();
   private relayed = 0;
   private closed = false;
 
@@ -225,29 +216,16 @@ export class ManagedProxy {
     config: NetworkProxyConfig,
     onDecision: (decision: PolicyDecision) => void,
     limits: ManagedProxyLimits = DEFAULT_PROXY_LIMITS,
-    options: { unixSocket?: boolean } = {},
   ): Promise<ManagedProxy> {
     const proxy = new ManagedProxy(new DomainPolicy(config), onDecision, limits);
     try {
       await listen(proxy.server, (server, done) => server.listen(0, '127.0.0.1', done));
       proxy.listenedPort = (proxy.server.address() as { port: number }).port;
-      if (options.unixSocket === true) await proxy.listenUnix();
     } catch (err) {
       proxy.close();
       throw err;
     }
     return proxy;
-  }
-
-  /** The same proxy on `<private directory>/proxy.sock`: each connection is served as a TCP one is. */
-  private async listenUnix(): Promise<void> {
-    const directory = mkdtempSync(join(tmpdir(), 'tether-proxy-'));
-    chmodSync(directory, 0o700);
-    this.socketDirectory = directory;
-    const unix = createNetServer({ allowHalfOpen: true }, (socket) => this.server.emit('connection', socket));
-    unix.maxConnections = this.limits.maxConnections;
-    this.unixServer = unix;
-    await listen(unix, (server, done) => server.listen(join(directory, 'proxy.sock'), done));
   }
 
   /** The TCP listener's port (still known once closed). */
@@ -256,19 +234,78 @@ export class ManagedProxy {
   }
   private listenedPort = 0;
 
-  /** The unix socket's path (`unixSocket` proxies), else null. */
-  get socketPath(): string | null {
-    return this.socketDirectory === null ? null : join(this.socketDirectory, 'proxy.sock');
+  /**
+   * A channel for one relay, as Codex's helper gets its upstream connections: two socket pairs, whose relay
+   * ends `[control, pass]` are returned (the caller owns them: it hands them to the relay and closes its
+   * copies). For each byte the relay writes on `control` this answers one byte: `y` once it has sent, on
+   * `pass`, one end of a fresh socket pair whose other end the proxy serves as a connection, `n` when it will
+   * not (closed, or at its connection limit). Our end of `pass` is non-blocking (libuv opens it so), so a
+   * relay that stops taking descriptors cannot stall the executor: the channel closes instead. The channel
+   * closes when the relay's ends are all closed (the relay exited) or the proxy closes.
+   */
+  openRelayChannel(native: NativePipe): [control: number, pass: number] {
+    if (this.closed) throw new Error('the managed proxy is closed');
+    const made: number[] = [];
+    try {
+      made.push(...native.socketPair());
+      made.push(...native.socketPair());
+    } catch (err) {
+      for (const fd of made) closeSync(fd);
+      throw err;
+    }
+    const [controlOurs, controlTheirs, passOurs, passTheirs] = made as [number, number, number, number];
+    const control = new Socket({ fd: controlOurs, readable: true, writable: true });
+    const pass = new Socket({ fd: passOurs, readable: false, writable: false });
+    this.channels.add(control);
+    control.on('data', (requests: Buffer) => {
+      const answers = Buffer.alloc(requests.length);
+      for (let i = 0; i < requests.length; i++) {
+        const granted = this.grant(native, passOurs);
+        // A descriptor could not be sent (the relay takes none, or is gone): nothing more goes over this channel.
+        if (granted === null) return control.destroy();
+        answers[i] = granted ? 0x79 : 0x6e;
+      }
+      control.write(answers);
+    });
+    control.on('error', () => undefined);
+    control.on('close', () => {
+      this.channels.delete(control);
+      pass.destroy();
+    });
+    pass.on('error', () => undefined);
+    return [controlTheirs, passTheirs];
+  }
+
+  /** One connection to the proxy sent over `pass`; false when the proxy takes none now, null when it cannot be sent. */
+  private grant(native: NativePipe, pass: number): boolean | null {
+    if (this.closed || this.sockets.size >= this.limits.maxConnections) return false;
+    let pair: [number, number];
+    try {
+      pair = native.socketPair();
+    } catch {
+      return false;
+    }
+    const [relayEnd, proxyEnd] = pair;
+    try {
+      native.sendFd(pass, relayEnd);
+    } catch {
+      closeSync(proxyEnd);
+      return null;
+    } finally {
+      closeSync(relayEnd);
+    }
+    this.server.emit('connection', new Socket({ fd: proxyEnd, readable: true, writable: true, allowHalfOpen: true }));
+    return true;
   }
 
   close(): void {
     if (this.closed) return;
     this.closed = true;
     this.server.close();
-    this.unixServer?.close();
     for (const socket of this.sockets) socket.destroy();
     this.sockets.clear();
-    if (this.socketDirectory !== null) rmSync(this.socketDirectory, { recursive: true, force: true });
+    for (const channel of this.channels) channel.destroy();
+    this.channels.clear();
   }
 
   private track(socket: Duplex): void {

@@ -1,37 +1,90 @@
 // The managed proxy's relay inside a sandbox (network-proxy.ts, process.ts): bubblewrap's first process when a
 // sandboxed start enforces Codex's managed network. The sandbox has a network namespace of its own (only its
 // loopback), so the command cannot reach the executor's proxy on the host's 127.0.0.1; this listens on a fresh
-// 127.0.0.1 port inside, pipes each connection to the proxy's unix socket (bound into the sandbox), points the
-// command's proxy variables at that port, runs the command, and ends with it (its exit code, or its signal).
+// 127.0.0.1 port inside, points the command's proxy variables at that port, runs the command, and ends with it
+// (its exit code, or its signal). As Codex's helper, it makes no socket to reach the proxy (the sandbox's
+// seccomp filter refuses AF_UNIX sockets): per client it writes a byte on the inherited `control` socket, and
+// the executor answers `y` having sent the upstream connection's descriptor over the inherited `pass` socket,
+// or `n`.
 //
-// argv: <proxy socket> <the host proxy's URL> <max connections> -- <program> [args…]. Only node builtins: it
-// runs from the executor's dist as a plain script.
+// argv: <control fd> <pass fd> <the host proxy's URL> <max connections> -- <program> [args…]. It runs from the
+// executor's dist as a plain script; @tether/native-pipe receives the descriptors.
 
 import { spawn } from 'node:child_process';
-import { connect, createServer, type Socket } from 'node:net';
+import { createServer, Socket } from 'node:net';
 import { constants } from 'node:os';
+import { loadNativePipe, nativePipeUnavailableReason } from '@tether/native-pipe';
 
-const [socketPath, hostUrl, maxText, separator, program, ...args] = process.argv.slice(2);
-if (!socketPath || !hostUrl || separator !== '--' || !program) {
-  process.stderr.write('tether proxy relay: usage: <socket> <proxy url> <max connections> -- <program> [args…]\n');
+const [controlText, passText, hostUrl, maxText, separator, program, ...args] = process.argv.slice(2);
+const controlFd = Number(controlText);
+const passFd = Number(passText);
+if (!Number.isSafeInteger(controlFd) || !Number.isSafeInteger(passFd) || !hostUrl || separator !== '--' || !program) {
+  process.stderr.write(
+    'tether proxy relay: usage: <control fd> <pass fd> <proxy url> <max connections> -- <program> [args…]\n',
+  );
   process.exit(125);
 }
+const native = loadNativePipe();
+if (native === null) {
+  process.stderr.write(`tether proxy relay: cannot receive descriptors: ${nativePipeUnavailableReason()}\n`);
+  process.exit(125);
+}
+// Nothing the relay holds reaches the command: every descriptor above stdio is close-on-exec from here (the
+// channel's two, bubblewrap's, any inherited one).
+native.setCloexecAbove(2);
 
 // The process group's signals reach the command directly; the relay outlives them until the command ends.
 const HELD = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT', 'SIGUSR2', 'SIGPIPE'] as const;
 const hold = () => undefined;
 for (const signal of HELD) process.on(signal, hold);
 
-const server = createServer({ allowHalfOpen: true }, (client: Socket) => {
-  const upstream = connect({ path: socketPath, allowHalfOpen: true });
+/** Clients waiting for their upstream, in the order they asked. */
+const waiting: Socket[] = [];
+const control = new Socket({ fd: controlFd, readable: true, writable: true });
+let controlOpen = true;
+const controlGone = () => {
+  controlOpen = false;
+  for (const client of waiting.splice(0)) client.destroy();
+};
+control.on('error', controlGone).on('close', controlGone);
+control.on('data', (answers: Buffer) => {
+  for (const answer of answers) {
+    const client = waiting.shift();
+    const fd = answer === 0x79 ? native.receiveFd(passFd) : null;
+    if (fd === null) {
+      client?.destroy();
+      continue;
+    }
+    const upstream = new Socket({ fd, readable: true, writable: true, allowHalfOpen: true });
+    if (client === undefined || client.destroyed) {
+      upstream.destroy();
+      continue;
+    }
+    pipeBoth(client, upstream);
+  }
+});
+// The command's end decides when the relay ends, not the channel.
+control.unref();
+
+function pipeBoth(client: Socket, upstream: Socket): void {
   const end = () => {
     client.destroy();
     upstream.destroy();
   };
-  client.on('error', end).on('close', end);
+  client.on('close', end);
   upstream.on('error', end).on('close', end);
   client.pipe(upstream);
   upstream.pipe(client);
+}
+
+const server = createServer({ allowHalfOpen: true }, (client: Socket) => {
+  client.on('error', () => client.destroy());
+  if (!controlOpen) {
+    client.destroy();
+    return;
+  }
+  waiting.push(client);
+  control.write('c');
 });
 server.maxConnections = Math.max(1, Number(maxText) || 1);
 

@@ -11,6 +11,7 @@ import {
   WebSocketTransport,
 } from '@tether/jsonrpc';
 import { createReaper, OutputBudget, type ProcessReaper } from '@tether/local-process';
+import { loadNativePipe } from '@tether/native-pipe';
 import type { ProxySettings } from '@tether/outbound';
 import { MAX_RECORD_PLAINTEXT_BYTES, MESSAGE_LENGTH_PREFIX_BYTES } from '@tether/relay-frames';
 import { Sandboxer } from '@tether/sandbox';
@@ -103,8 +104,9 @@ export class ExecServer {
         linuxApprovedRootWritePreservesRestrictions: this.sandbox.status.available,
         sandboxedFileStreaming: confinedOpenAvailable(this.sandbox),
         // Codex's managed network proxy: a sandboxed start that enforces it runs in a network namespace of its
-        // own behind a relay to the proxy (handlers/process.ts), which needs bubblewrap.
-        networkProxyLaunch: this.sandbox.status.available,
+        // own behind a relay to the proxy (handlers/process.ts), which needs bubblewrap and the native addon that
+        // passes the relay its connections.
+        networkProxyLaunch: this.sandbox.status.available && loadNativePipe() !== null,
       },
     };
     this.reaper = options.reaper === false ? null : createReaper({ subreaper: options.subreaper === true });

@@ -1,6 +1,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { closeSync, openSync } from 'node:fs';
 import { basename } from 'node:path';
+import { placeInheritedFds } from '@tether/local-process';
 
 /**
  * Shell snapshots (capability `shellSnapshotV2`): `process/start {shellSnapshot: {scopeId, shell}}` asks that
@@ -41,6 +42,8 @@ export interface SnapshotConfinement {
   args: readonly string[];
   fd3File: string | null;
   unwrapped?: boolean;
+  /** Descriptors for the wrapper, made for each run (the proxy relay's channel; @tether/local-process). */
+  inheritFds?: (() => number[]) | undefined;
 }
 
 /** A start's program and environment, before and after the snapshot is applied. */
@@ -213,25 +216,35 @@ export class ShellSnapshots {
     if (this.#closed) return Promise.resolve(null);
     const command = [shell, '-lc', CAPTURE[dialect]];
     const confined = confinement !== null && confinement.unwrapped !== true;
-    const [file, ...args] = confined ? [confinement.file, ...confinement.args, ...command] : command;
     return new Promise((resolve) => {
       let child: ChildProcess;
       let fd3: number | null = null;
+      // The wrapper's own descriptors, as for the start itself (@tether/local-process): fds 4, 5, … here.
+      const handed: number[] = [];
       try {
-        // The seccomp filter goes to bubblewrap as fd 3, as for the start itself (@tether/local-process).
+        if (confined) handed.push(...(confinement.inheritFds?.() ?? []));
+        const [file, ...args] = confined
+          ? [
+              confinement.file,
+              ...placeInheritedFds(
+                confinement.args,
+                handed.map((_, i) => 4 + i),
+              ),
+              ...command,
+            ]
+          : command;
+        // The seccomp filter goes to bubblewrap as fd 3, as for the start itself.
         if (confined && confinement.fd3File !== null) fd3 = openSync(confinement.fd3File, 'r');
+        const stdio: Array<'ignore' | 'pipe' | number> = ['ignore', 'pipe', 'ignore'];
+        if (fd3 !== null || handed.length > 0) stdio.push(fd3 ?? 'ignore', ...handed);
         // Its own process group, so that a timeout takes whatever the profile started with it.
-        child = spawn(file!, args, {
-          cwd: start.cwd,
-          env: start.env,
-          stdio: fd3 === null ? ['ignore', 'pipe', 'ignore'] : ['ignore', 'pipe', 'ignore', fd3],
-          detached: true,
-        });
+        child = spawn(file!, args, { cwd: start.cwd, env: start.env, stdio, detached: true });
       } catch {
         resolve(null);
         return;
       } finally {
         if (fd3 !== null) closeSync(fd3);
+        for (const fd of handed) closeSync(fd);
       }
       this.#capturing.add(child);
       const chunks: Buffer[] = [];

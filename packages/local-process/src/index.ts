@@ -14,3 +14,4 @@ export { createReaper, type ProcessReaper, type ReaperOptions } from './reaper.j
 export { pipeStdio } from './spawn.js';
 export { DEFAULT_STDIN_QUEUE_BYTES } from './stdin-writer.js';
 export type * from './types.js';
+export { inheritedFdArg, placeInheritedFds } from './wrap-fds.js';

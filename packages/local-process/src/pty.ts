@@ -3,10 +3,11 @@
  * that restores Codex's env and argv[0], its input written to the master fd, its last output drained when
  * the socket goes.
  */
-import { readSync, writeSync } from 'node:fs';
+import { closeSync, readSync, writeSync } from 'node:fs';
 import { userInfo } from 'node:os';
 import type { Readable } from 'node:stream';
 import { Writable } from 'node:stream';
+import { loadNativePipe, nativePipeUnavailableReason } from '@tether/native-pipe';
 import { ptyMasterFd, ptySocket } from '@tether/user-read';
 import type { IPty } from 'node-pty';
 import { ProcessError } from './errors.js';
@@ -61,8 +62,38 @@ function loadNodePty(): Promise<NodePty> {
  * env and sets the visible argv[0] (`exec {program} argv0, args`). Without perl, node-pty's env and a
  * resolved argv[0] remain, and an explicit `arg0` fails.
  */
-export async function spawnPty(file: string, options: SpawnOptions, sink: ProcessSink): Promise<SpawnedProcess> {
+export async function spawnPty(
+  file: string,
+  options: SpawnOptions,
+  sink: ProcessSink,
+  handed: readonly number[] = [],
+): Promise<SpawnedProcess> {
+  let term: IPty;
+  try {
+    term = await spawnTerm(file, options, handed);
+  } finally {
+    // The child has its copies (node-pty's fork is done), or there is none.
+    for (const fd of handed) closeSync(fd);
+  }
+  return ptyProcess(term, options, sink);
+}
+
+/**
+ * node-pty's child of `file`. `handed` (close-on-exec, as every fd this process makes) are inherited by this
+ * child alone: node-pty's child keeps every descriptor without close-on-exec, so the flag is cleared right
+ * before its spawn, and spawnPty closes them right after it, in the same synchronous run: every child this
+ * process starts is forked on this thread (child_process, node-pty; libuv's threadpool forks none), so no
+ * other fork can happen while the flag is clear.
+ */
+async function spawnTerm(file: string, options: SpawnOptions, handed: readonly number[]): Promise<IPty> {
   const pty = await loadNodePty();
+  const native = handed.length > 0 ? loadNativePipe() : null;
+  if (handed.length > 0 && native === null) {
+    throw new ProcessError(
+      'spawn_failed',
+      `a terminal's wrapper cannot inherit descriptors: ${nativePipeUnavailableReason()}`,
+    );
+  }
   if (perlPath === undefined) {
     try {
       perlPath = resolveProgram('perl', options.serverPath ?? FALLBACK_PATH, '/');
@@ -103,13 +134,16 @@ export async function spawnPty(file: string, options: SpawnOptions, sink: Proces
     throw new ProcessError('spawn_failed', 'arg0 on a tty needs perl, which was not found');
   }
   const size = options.size ?? DEFAULT_PTY_SIZE;
-  let term: IPty;
   try {
+    for (const fd of handed) native!.clearCloexec(fd);
     // encoding null: raw Buffers out, bytes in.
-    term = pty.spawn(ptyFile, ptyArgs, { cols: size.cols, rows: size.rows, cwd: options.cwd, env, encoding: null });
+    return pty.spawn(ptyFile, ptyArgs, { cols: size.cols, rows: size.rows, cwd: options.cwd, env, encoding: null });
   } catch (err) {
     throw spawnError(err);
   }
+}
+
+function ptyProcess(term: IPty, options: SpawnOptions, sink: ProcessSink): SpawnedProcess {
   const pid = term.pid;
   // Noted so that a subreaper's sweep does not take it for an orphan (orphans.ts).
   options.adopter?.markOwnChild(pid);

@@ -18,6 +18,7 @@ import { readIntoPool } from './read-pool.js';
 import { killGroupAndStrays, signalGroup } from './signals.js';
 import { checkCwd, checkExecFormat, FALLBACK_PATH, resolveProgram, spawnError, validate } from './spawn-checks.js';
 import type { OutputStream, ProcessSink, SpawnedProcess, SpawnOptions } from './types.js';
+import { placeInheritedFds } from './wrap-fds.js';
 
 export type { ProcessSink, SpawnedProcess, SpawnOptions } from './types.js';
 
@@ -36,15 +37,31 @@ export async function spawnProcess(options: SpawnOptions, sink: ProcessSink): Pr
     return options.tty ? spawnPty(file, options, sink) : spawnPipes(file, options, sink);
   // bubblewrap 0.8 cannot set the command's argv[0] (its --argv0 came later).
   if (options.arg0 != null) throw new ProcessError('invalid_argument', 'arg0 is not supported for a sandboxed process');
-  const inner = [...wrap.args, file, ...options.argv.slice(1)];
-  if (!options.tty) return spawnPipes(wrap.file, { ...options, argv: [wrap.file, ...inner] }, sink, wrap.fd3File);
-  // A PTY child cannot be given more descriptors: a shell opens the file as fd 3 and becomes the wrapper.
-  if (wrap.fd3File === null) return spawnPty(wrap.file, { ...options, argv: [wrap.file, ...inner] }, sink);
+  // Made for this child alone: spawnPipes and spawnPty own them from here and close them once it has them.
+  const handed = wrap.inheritFds?.() ?? [];
+  let inner: string[];
+  try {
+    // A pipe child has them as 4, 5, … (its stdio array); a PTY child at this process's numbers.
+    const at = options.tty ? handed : handed.map((_, i) => 4 + i);
+    // Node and libuv hold the low numbers from startup: none of ours is ever 0-3 (fd 3 is the wrapper's file).
+    if (handed.some((fd) => fd <= 3)) throw new Error(`cannot hand descriptors ${handed.join(', ')} to a wrapper`);
+    inner = [...placeInheritedFds(wrap.args, at), file, ...options.argv.slice(1)];
+  } catch (err) {
+    for (const fd of handed) closeSync(fd);
+    throw new ProcessError('spawn_failed', (err as Error).message);
+  }
+  if (!options.tty) {
+    return spawnPipes(wrap.file, { ...options, argv: [wrap.file, ...inner] }, sink, wrap.fd3File, handed);
+  }
+  // A PTY child cannot be given descriptors at chosen numbers: a shell opens the file as fd 3 and becomes the
+  // wrapper; inherited ones keep their numbers.
+  if (wrap.fd3File === null) return spawnPty(wrap.file, { ...options, argv: [wrap.file, ...inner] }, sink, handed);
   const sh = '/bin/sh';
   return spawnPty(
     sh,
     { ...options, argv: [sh, '-c', 'exec 3<"$0" && exec "$@"', wrap.fd3File, wrap.file, ...inner] },
     sink,
+    handed,
   );
 }
 
@@ -106,11 +123,16 @@ function pipeEnds(pipes: StdioPipes, side: keyof StdioPipe): number[] {
   return ends;
 }
 
+/**
+ * `handed` (owned from the call, closed once the child has them or the spawn failed) become the child's fds
+ * 4, 5, … beside `fd3File`'s fd 3.
+ */
 function spawnPipes(
   file: string,
   options: SpawnOptions,
   sink: ProcessSink,
   fd3File: string | null = null,
+  handed: readonly number[] = [],
 ): Promise<SpawnedProcess> {
   const native = loadNativePipe();
   if (native === null) warnSocketpairs();
@@ -118,6 +140,7 @@ function spawnPipes(
   try {
     if (native !== null) pipes = openStdioPipes(native, options.pipeStdin);
   } catch (err) {
+    for (const fd of handed) closeSync(fd);
     return Promise.reject(spawnError(err));
   }
   let child: ReturnType<typeof spawnChild>;
@@ -128,7 +151,7 @@ function spawnPipes(
       pipes === null
         ? [options.pipeStdin ? 'pipe' : 'ignore', 'pipe', 'pipe']
         : [pipes.stdin?.child ?? 'ignore', pipes.stdout.child, pipes.stderr.child];
-    if (fd3 !== null) stdio.push(fd3);
+    if (fd3 !== null || handed.length > 0) stdio.push(fd3 ?? 'ignore', ...handed);
     child = spawnChild(file, options.argv.slice(1), {
       argv0: options.arg0 ?? options.argv[0]!,
       cwd: options.cwd,
@@ -144,6 +167,7 @@ function spawnPipes(
     return Promise.reject(spawnError(err));
   } finally {
     if (fd3 !== null) closeSync(fd3);
+    for (const fd of handed) closeSync(fd);
     // The fork has copied them (uv_spawn returns after it), so the child's ends go now, before anything
     // else runs: while this process holds a write end, the reader never sees EOF (stdout and stderr would
     // not end when the child exits, stdin would not end when we close it).

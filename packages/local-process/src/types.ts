@@ -58,6 +58,13 @@ export interface ProcessWrap {
   fd3File: string | null;
   /** Nothing to run inside (the profile restricts nothing here): the command runs as usual, still classified. */
   unwrapped?: boolean;
+  /**
+   * Descriptors made afresh for each spawn of this wrap (the managed proxy's relay channel); `args` names
+   * each by `inheritedFdArg(i)` (wrap-fds.ts), replaced by the number the child has it at. The spawner owns
+   * what this returns from the call: it hands them to that one child only and closes its copies as soon as
+   * the child has them (or the spawn failed).
+   */
+  inheritFds?: (() => number[]) | undefined;
   classifyExit(exitCode: number, output: Iterable<Buffer>): boolean;
   released(): void;
 }

@@ -50,8 +50,6 @@ export interface BwrapOptions {
   extraReadable?: string[];
   /** A network namespace of its own whatever the profile's network (the managed proxy's enforcement). */
   unshareNet?: boolean;
-  /** Directories bound read-only over everything else (the managed proxy's socket directory). */
-  bindReadOnly?: string[];
 }
 
 function kind(path: string): 'directory' | 'file' | 'missing' {
@@ -143,7 +141,6 @@ export function bwrapArgs(policy: SandboxPolicy, sources: MountSources, options:
     // back on top, as Codex keeps them (its `linuxRootWritePreservesDevices`).
     if (explicit.get('/')?.access === 'write') args.push('--dev', '/dev', '--proc', '/proc');
   }
-  for (const path of options.bindReadOnly ?? []) args.push('--ro-bind', path, path);
   args.push('--cap-drop', 'ALL', '--chdir', options.cwd);
   if (options.seccompFd !== null) args.push('--seccomp', String(options.seccompFd));
   return { args, syntheticTargets };

@@ -15,4 +15,4 @@ export {
   type SandboxStatus,
   SandboxUnavailableError,
 } from './sandboxer.js';
-export { seccompProgram, seccompSupported } from './seccomp.js';
+export { type SeccompMode, seccompProgram, seccompSupported } from './seccomp.js';

@@ -22,7 +22,7 @@ import { delimiter, join } from 'node:path';
 import { fileUriToPath, type SandboxContext } from '@tether/exec-protocol';
 import { type BwrapPlan, bwrapArgs, type MountSources } from './bwrap.js';
 import { resolvePolicy, type SandboxPolicy } from './policy.js';
-import { seccompProgram, seccompSupported } from './seccomp.js';
+import { type SeccompMode, seccompProgram, seccompSupported } from './seccomp.js';
 
 /** What this executor can enforce (advertised in `environment/info` and `executor --help`). */
 export interface SandboxStatus {
@@ -66,12 +66,12 @@ export interface PrepareOptions {
   extraReadable?: string[];
   /**
    * Codex's managed network enforcement: the command gets a network namespace of its own (only a loopback)
-   * whatever the profile's network, `socketDirectory` (the proxy's unix socket) is bound in read-only, and
-   * `relay` (argv) runs first, as bubblewrap's command, with the command's after it. The seccomp filter is the
-   * network-enabled one: the command and the relay need AF_INET on the namespace's loopback and AF_UNIX to
-   * the socket, and the namespace has no way out but the relay.
+   * whatever the profile's network, and `relay` (argv) runs first, as bubblewrap's command, with the command's
+   * after it; the relay gets its upstream connections over descriptors it inherits, never by a socket it makes.
+   * The seccomp filter is the `proxied` one: AF_INET and AF_INET6 sockets (the namespace's loopback) but no
+   * AF_UNIX socket, so nothing reaches a host's unix socket that the mounts show, as under Codex.
    */
-  managedNetwork?: { socketDirectory: string; relay: string[] } | null;
+  managedNetwork?: { relay: string[] } | null;
 }
 
 /** The sandbox's own cwd (a file URI in the context), when it has one that is valid here. */
@@ -99,7 +99,7 @@ export class Sandboxer {
   readonly status: SandboxStatus;
   private readonly dir: string | null;
   private readonly sources: MountSources;
-  private readonly seccompFiles: Record<'restricted' | 'enabled', string> | null;
+  private readonly seccompFiles: Record<SeccompMode, string> | null;
   /** Synthetic mount points in use, with how many sandboxes use each. */
   private readonly synthetic = new Map<string, number>();
   private closed = false;
@@ -139,9 +139,15 @@ export class Sandboxer {
     chmodSync(sources.emptyReadOnlyDirectory, 0o555);
     let seccompFiles: Sandboxer['seccompFiles'] = null;
     if (seccompSupported()) {
-      seccompFiles = { restricted: join(dir, 'seccomp-restricted.bpf'), enabled: join(dir, 'seccomp-enabled.bpf') };
-      writeFileSync(seccompFiles.restricted, seccompProgram('restricted'), { mode: 0o400 });
-      writeFileSync(seccompFiles.enabled, seccompProgram('enabled'), { mode: 0o400 });
+      const files: Record<SeccompMode, string> = {
+        restricted: join(dir, 'seccomp-restricted.bpf'),
+        enabled: join(dir, 'seccomp-enabled.bpf'),
+        proxied: join(dir, 'seccomp-proxied.bpf'),
+      };
+      for (const mode of Object.keys(files) as SeccompMode[]) {
+        writeFileSync(files[mode], seccompProgram(mode), { mode: 0o400 });
+      }
+      seccompFiles = files;
     }
     const bwrap = options.bwrapPath ?? findOnPath('bwrap');
     let reason: string | null = null;
@@ -175,12 +181,12 @@ export class Sandboxer {
     if (!this.status.available || this.status.bwrap === null) {
       throw new SandboxUnavailableError(`this executor cannot enforce a sandbox: ${this.status.reason}`);
     }
-    const seccompFile = this.seccompFiles?.[managed === null ? policy.network : 'enabled'] ?? null;
+    const seccompFile = this.seccompFiles?.[managed === null ? policy.network : 'proxied'] ?? null;
     const plan: BwrapPlan = bwrapArgs(policy, this.sources, {
       cwd: options.cwd,
       seccompFd: seccompFile === null ? null : 3,
       ...(options.extraReadable ? { extraReadable: options.extraReadable } : {}),
-      ...(managed === null ? {} : { unshareNet: true, bindReadOnly: [managed.socketDirectory] }),
+      ...(managed === null ? {} : { unshareNet: true }),
     });
     for (const target of plan.syntheticTargets) this.synthetic.set(target, (this.synthetic.get(target) ?? 0) + 1);
     let released = false;

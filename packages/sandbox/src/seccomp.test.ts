@@ -1,7 +1,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { AUDIT_ARCH, type Decision, runSeccomp } from './__tests__/cbpf.js';
-import { seccompProgram } from './seccomp.js';
+import { type SeccompMode, seccompProgram } from './seccomp.js';
 
 /**
  * The calls the filter rules on and a few it must leave alone, by each architecture's numbers, written out
@@ -110,7 +110,7 @@ const AF_PACKET = 17n;
 describe.each(MACHINES)('the seccomp filter on $machine, evaluated', ({ machine, arch, others }) => {
   const numbers = NUMBERS[machine];
   const calls = Object.keys(numbers) as Call[];
-  const decide = (network: 'restricted' | 'enabled', nr: number, args: bigint[] = [], onArch: number = arch) =>
+  const decide = (network: SeccompMode, nr: number, args: bigint[] = [], onArch: number = arch) =>
     runSeccomp(seccompProgram(network, machine), { nr, arch: onArch, args });
 
   it('the numbers here are this host’s, where its headers are installed', () => {
@@ -171,8 +171,31 @@ describe.each(MACHINES)('the seccomp filter on $machine, evaluated', ({ machine,
     expect(decide('enabled', numbers.sendto, [3n, 0x1000n, 1n, 0n, 0x7ffd12345678n, 16n])).toEqual(ALLOW);
   });
 
-  it('another architecture’s ABI is refused with ENOSYS whatever the call, in both modes', () => {
-    for (const network of ['restricted', 'enabled'] as const) {
+  it('proxied (managed network enforced): socket for AF_INET and AF_INET6 only; ptrace, process_vm_* and io_uring refused', () => {
+    const denied: Call[] = [...ALWAYS_DENIED, 'ptrace', 'process_vm_readv', 'process_vm_writev'];
+    for (const call of calls) {
+      if (call === 'socket') continue;
+      // socketpair, connect, bind, sendto… stay allowed, as under Codex.
+      expect(decide('proxied', numbers[call], [AF_UNIX, 1n, 0n]), call).toEqual(denied.includes(call) ? EPERM : ALLOW);
+    }
+    for (let nr = 0; nr < 1024; nr++) {
+      const named = calls.find((call) => numbers[call] === nr);
+      if (named === 'socket') continue;
+      const isDenied = named !== undefined && denied.includes(named);
+      expect(decide('proxied', nr), `nr ${nr} (${named ?? 'unnamed'})`).toEqual(isDenied ? EPERM : ALLOW);
+    }
+    for (const family of [AF_INET, AF_INET6])
+      expect(decide('proxied', numbers.socket, [family, 1n, 0n])).toEqual(ALLOW);
+    for (const family of [0n, AF_UNIX, AF_NETLINK, AF_PACKET, 0xffffn]) {
+      expect(decide('proxied', numbers.socket, [family, 1n, 0n]), `socket ${family}`).toEqual(EPERM);
+    }
+    // The domain is an int: the upper half of the register does not matter.
+    expect(decide('proxied', numbers.socket, [(1n << 32n) | AF_INET])).toEqual(ALLOW);
+    expect(decide('proxied', numbers.socket, [(0xffffffffn << 32n) | AF_UNIX])).toEqual(EPERM);
+  });
+
+  it('another architecture’s ABI is refused with ENOSYS whatever the call, in every mode', () => {
+    for (const network of ['restricted', 'enabled', 'proxied'] as const) {
       for (const [name, other] of Object.entries(others)) {
         for (const nr of [0, 1, 2, 41, 59, 101, 198, 221, 425, 1000]) {
           expect(decide(network, nr, [AF_UNIX], other), `${network} ${name} ${nr}`).toEqual(ENOSYS);
@@ -184,7 +207,7 @@ describe.each(MACHINES)('the seccomp filter on $machine, evaluated', ({ machine,
   });
 
   it(machine === 'x64' ? 'x32 (the 0x40000000 bit) is refused with ENOSYS' : 'has no x32 ABI to refuse', () => {
-    for (const network of ['restricted', 'enabled'] as const) {
+    for (const network of ['restricted', 'enabled', 'proxied'] as const) {
       for (const call of ['read', 'socket', 'connect', 'io_uring_setup'] as const) {
         const x32 = 0x40000000 | numbers[call];
         // aarch64 has no such bit: a number that high is no call, and the kernel answers ENOSYS itself.

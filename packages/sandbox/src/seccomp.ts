@@ -17,6 +17,11 @@
  *   prints nothing when that fails;
  * - with the network restricted, `ptrace` and `process_vm_readv/writev`: reading or steering another
  *   process of the sandbox (Codex blocks them in the same mode).
+ * - `proxied` (Codex's managed network enforced: the command's namespace reaches only the relay to the proxy,
+ *   which gets its upstream connections over inherited descriptors): `socket` for AF_INET and AF_INET6 only
+ *   (the namespace's loopback), so no AF_UNIX socket can reach a host's socket that the mounts show, and no
+ *   netlink; `ptrace` and `process_vm_readv/writev` too. `socketpair` and every call on a socket already made
+ *   stay allowed, as under Codex (probed: CODEX-FINDINGS §25).
  *
  * Everything else is allowed; a call of another architecture's ABI (x32, i386 through int 0x80) is refused
  * with ENOSYS, since its numbers would slip past the rules. Only x86_64 and aarch64 are known; on another
@@ -35,6 +40,8 @@ const SECCOMP_RET_ERRNO = 0x00050000;
 const EPERM = 1;
 const ENOSYS = 38;
 const AF_UNIX = 1;
+const AF_INET = 2;
+const AF_INET6 = 10;
 
 /** Offsets in `struct seccomp_data`: nr, arch, then args[6] (u64, the low half first on little-endian). */
 const NR = 0;
@@ -123,6 +130,10 @@ const NETWORK_RESTRICTED = [
 ];
 /** Allowed for AF_UNIX only (first argument). */
 const UNIX_ONLY = ['socket', 'socketpair'];
+const PROXIED = ['ptrace', 'process_vm_readv', 'process_vm_writev'];
+
+/** What the filter is for: the profile's network, or Codex's managed network enforced (`proxied`). */
+export type SeccompMode = 'restricted' | 'enabled' | 'proxied';
 
 /** Whether this machine's architecture has a filter. */
 export function seccompSupported(machine: string = arch): boolean {
@@ -135,7 +146,7 @@ type Instruction = [code: number, jt: number, jf: number, k: number];
  * The filter for `network`, as bubblewrap reads it: `struct sock_filter` records in host byte order.
  * Throws on an architecture without a table.
  */
-export function seccompProgram(network: 'restricted' | 'enabled', machine: string = arch): Buffer {
+export function seccompProgram(network: SeccompMode, machine: string = arch): Buffer {
   const table = TABLES[machine];
   if (table === undefined) throw new Error(`no seccomp filter for the ${machine} architecture`);
   const program: Instruction[] = [];
@@ -149,7 +160,12 @@ export function seccompProgram(network: 'restricted' | 'enabled', machine: strin
     program.push([BPF_JSET_K, 0, 1, table.x32Bit]);
     program.push([BPF_RET_K, 0, 0, SECCOMP_RET_ERRNO | ENOSYS]);
   }
-  const denied = network === 'restricted' ? [...ALWAYS, ...NETWORK_RESTRICTED] : ALWAYS;
+  const denied =
+    network === 'restricted'
+      ? [...ALWAYS, ...NETWORK_RESTRICTED]
+      : network === 'proxied'
+        ? [...ALWAYS, ...PROXIED]
+        : ALWAYS;
   for (const name of denied) {
     program.push([BPF_JEQ_K, 0, 1, table.calls[name]!]);
     program.push([BPF_RET_K, 0, 0, deny]);
@@ -170,6 +186,15 @@ export function seccompProgram(network: 'restricted' | 'enabled', machine: strin
     program.push([BPF_LD_W_ABS, 0, 0, ARG4_HIGH]);
     program.push([BPF_JEQ_K, 1, 0, 0]);
     program.push([BPF_RET_K, 0, 0, deny]);
+  }
+  if (network === 'proxied') {
+    // socket: AF_INET and AF_INET6 allowed, any other domain denied (A still holds nr otherwise).
+    program.push([BPF_JEQ_K, 0, 5, table.calls.socket!]);
+    program.push([BPF_LD_W_ABS, 0, 0, ARG0_LOW]);
+    program.push([BPF_JEQ_K, 2, 0, AF_INET]);
+    program.push([BPF_JEQ_K, 1, 0, AF_INET6]);
+    program.push([BPF_RET_K, 0, 0, deny]);
+    program.push([BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW]);
   }
   program.push([BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW]);
   const out = Buffer.alloc(program.length * 8);

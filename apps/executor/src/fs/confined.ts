@@ -48,7 +48,7 @@ function commonAncestor(paths: string[]): string {
  * What the helper needs to read when the policy does not let it read the disk: node, the system libraries
  * (Codex's `minimal`), and the executor's installed code (its package and the ones it loads).
  */
-function helperRuntime(): string[] {
+export function helperRuntime(): string[] {
   // The same for every call of this process's life (its install does not move): found once.
   runtime ??= findHelperRuntime();
   return runtime;

@@ -1,4 +1,4 @@
-import { existsSync, realpathSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import {
@@ -23,8 +23,16 @@ import {
   RpcError,
 } from '@tether/exec-protocol';
 import { attachmentOf, takeAttachmentRelease } from '@tether/jsonrpc';
-import { buildChildEnv, ProcessError, type ProcessErrorCode, type ProcessWrap } from '@tether/local-process';
-import { likelySandboxDenied, PLATFORM_READ_ROOTS } from '@tether/sandbox';
+import {
+  buildChildEnv,
+  inheritedFdArg,
+  ProcessError,
+  type ProcessErrorCode,
+  type ProcessWrap,
+} from '@tether/local-process';
+import { loadNativePipe, nativePipeUnavailableReason } from '@tether/native-pipe';
+import { likelySandboxDenied } from '@tether/sandbox';
+import { helperRuntime } from '../fs/confined.js';
 import { DEFAULT_PROXY_LIMITS, ManagedProxy, proxyEnvironment } from '../network-proxy.js';
 import { decodeSandbox, prepareSandbox } from '../sandbox-context.js';
 import type { HandlerTable, RequestContext } from './types.js';
@@ -91,17 +99,12 @@ function relayScript(): string {
   return join(here, '..', '..', 'dist', 'proxy-relay.js');
 }
 
-/** What the relay needs to read when the policy does not let it read the disk: node and its script. */
-function relayRuntime(script: string): string[] {
-  return [realpathSync(process.execPath), realpathSync(dirname(script)), ...PLATFORM_READ_ROOTS];
-}
-
 /**
  * The sandbox a start asks for (capability `processSandbox`): bubblewrap with the profile's filesystem, its
  * network, and the seccomp filter (@tether/sandbox). Null without one. As Codex's, a profile is never run
  * unconfined: one this host cannot enforce is refused (-32602, saying why and how to fix it). With Codex's
  * managed network enforced (`proxy`), the command runs in a network namespace of its own behind the relay,
- * whose loopback port is the only way out (to the proxy's unix socket).
+ * whose loopback port is the only way out (the relay's upstream connections come over its channel).
  */
 function startSandbox(
   raw: unknown,
@@ -112,23 +115,32 @@ function startSandbox(
 ): ProcessWrap | null {
   const context = decodeSandbox(raw);
   if (context === null) return null;
-  let managedNetwork: { socketDirectory: string; relay: string[] } | null = null;
+  let managedNetwork: { relay: string[] } | null = null;
   let extraReadable: string[] | undefined;
-  if (proxy !== null && proxy.socketDirectory !== null && proxy.socketPath !== null) {
-    const script = relayScript();
-    extraReadable = relayRuntime(script);
+  let inheritFds: (() => number[]) | undefined;
+  if (proxy !== null) {
+    const native = loadNativePipe();
+    if (native === null) {
+      throw RpcError.invalidParams(
+        `managed network enforcement cannot be enforced on this executor: ${nativePipeUnavailableReason()}`,
+      );
+    }
+    // The relay and what it loads (node, its script, the descriptor-passing addon) stay readable.
+    extraReadable = helperRuntime();
     managedNetwork = {
-      socketDirectory: proxy.socketDirectory,
       relay: [
         process.execPath,
         '--disable-sigusr1',
-        script,
-        proxy.socketPath,
+        relayScript(),
+        inheritedFdArg(0),
+        inheritedFdArg(1),
         `http://127.0.0.1:${proxy.port}`,
         String(DEFAULT_PROXY_LIMITS.maxConnections),
         '--',
       ],
     };
+    // A channel of its own for each run of the relay (the snapshot's capture, the command).
+    inheritFds = () => proxy.openRelayChannel(native);
   }
   const prepared = prepareSandbox(
     ctx.sandbox,
@@ -144,13 +156,14 @@ function startSandbox(
     unwrapped: prepared.prefix === null,
     classifyExit: likelySandboxDenied,
     released: prepared.release,
+    ...(inheritFds && prepared.prefix !== null ? { inheritFds } : {}),
   };
 }
 
 /**
  * The start's managed proxy (capability `networkProxyLaunch`, network-proxy.ts), null without one: its variables
- * go into `env` and its decisions to the connection that started the process. A sandboxed start's proxy also
- * listens on a unix socket for the sandbox's relay when the network is enforced.
+ * go into `env` and its decisions to the connection that started the process. A sandboxed start that enforces
+ * it reaches it through the sandbox's relay (`openRelayChannel`).
  */
 async function startNetworkProxy(
   params: ProcessStartParams,
@@ -163,7 +176,6 @@ async function startNetworkProxy(
     launch.proxy,
     (decision) => ctx.notify(Notification.networkPolicyDecision, { processId: params.processId, ...decision }),
     DEFAULT_PROXY_LIMITS,
-    { unixSocket: params.enforceManagedNetwork === true && params.sandbox != null },
   );
   Object.assign(env, proxyEnvironment(proxy.port, launch.proxy.allowLocalBinding));
   return proxy;
@@ -198,7 +210,8 @@ export const processHandlers: HandlerTable = {
     const proxy = await startNetworkProxy(params, started.env, ctx);
     let wrap: ProcessWrap | null;
     try {
-      wrap = closingProxy(startSandbox(params.sandbox, started.cwd, started.env, ctx, proxy), proxy);
+      const enforced = params.enforceManagedNetwork === true ? proxy : null;
+      wrap = closingProxy(startSandbox(params.sandbox, started.cwd, started.env, ctx, enforced), proxy);
     } catch (err) {
       proxy?.close();
       throw err;
