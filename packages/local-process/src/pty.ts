@@ -137,10 +137,30 @@ async function spawnTerm(file: string, options: SpawnOptions, handed: readonly n
   try {
     for (const fd of handed) native!.clearCloexec(fd);
     // encoding null: raw Buffers out, bytes in.
-    return pty.spawn(ptyFile, ptyArgs, { cols: size.cols, rows: size.rows, cwd: options.cwd, env, encoding: null });
+    const term = pty.spawn(ptyFile, ptyArgs, {
+      cols: size.cols,
+      rows: size.rows,
+      cwd: options.cwd,
+      env,
+      encoding: null,
+    });
+    closeMasterOnExec(term);
+    return term;
   } catch (err) {
     throw spawnError(err);
   }
+}
+
+/**
+ * node-pty opens the PTY master without close-on-exec, so every child started after it (pipes or PTY, of any
+ * session or key) would inherit another process's terminal and could read and type into it. The flag is set
+ * in the same synchronous run as the spawn: no other fork can come between (every child is forked on this
+ * thread). Without @tether/native-pipe (which pipes need too, and whose absence is warned about) it cannot be
+ * set.
+ */
+function closeMasterOnExec(term: IPty): void {
+  const fd = ptyMasterFd(term);
+  if (fd !== null) loadNativePipe()?.setCloexec(fd);
 }
 
 function ptyProcess(term: IPty, options: SpawnOptions, sink: ProcessSink): SpawnedProcess {

@@ -94,3 +94,20 @@ describe("a wrap's inherited descriptors (the managed proxy's relay channel)", (
     },
   );
 });
+
+describe("a PTY child's terminal", () => {
+  it.each([false, true])(
+    'tty %s: a command started while another runs on a PTY does not inherit that terminal’s master',
+    async (tty) => {
+      const table = fresh();
+      await table.start(request('on-a-pty', ['/bin/sleep', '30'], { tty: true }));
+      await table.start(
+        request('later', ['/bin/bash', '-c', 'for f in /proc/$$/fd/*; do readlink "$f"; done'], { tty }),
+      );
+      const seen = (await collectUntilClosed(table, 'later')).output;
+      expect(seen).toMatch(tty ? /\/dev\/pts\// : /pipe:/);
+      expect(seen).not.toContain('/dev/ptmx');
+      table.terminate('on-a-pty');
+    },
+  );
+});

@@ -3,6 +3,7 @@
  *
  *   pipe() -> [readFd, writeFd]        both ends close-on-exec and blocking; -errno when none can be made
  *   clearCloexec(fd) -> 0 | -errno     keeps fd open across execve (and remembers it: see execve)
+ *   setCloexec(fd) -> 0 | -errno       closes fd at every execve (for an fd another library opened without it)
  *   execve(file, argv, envStrings)     replaces the process; returns -errno only when it cannot
  *   setChildSubreaper(on = true) -> 1 | 0 | -errno   prctl(PR_SET_CHILD_SUBREAPER): 1 when on; 0 when
  *                                      off or unsupported
@@ -176,6 +177,15 @@ static napi_value clear_cloexec(napi_env env, napi_callback_info info) {
   if (flags < 0 || fcntl(fd, F_SETFD, flags & ~FD_CLOEXEC) != 0) return int_result(env, -errno);
   int kept = keep_fd(fd);
   return int_result(env, kept);
+}
+
+/* Sets close-on-exec on an fd another library opened without it (node-pty's PTY master). */
+static napi_value set_cloexec(napi_env env, napi_callback_info info) {
+  int32_t fd;
+  if (!int_argument(env, info, "setCloexec(fd) takes one fd, a non-negative integer", &fd)) return NULL;
+  int flags = fcntl(fd, F_GETFD);
+  if (flags < 0 || fcntl(fd, F_SETFD, flags | FD_CLOEXEC) != 0) return int_result(env, -errno);
+  return int_result(env, 0);
 }
 
 /* The UTF-8 bytes of a string argument, NUL-terminated and checked to hold no NUL of their own. */
@@ -626,6 +636,7 @@ NAPI_MODULE_INIT() {
   napi_property_descriptor methods[] = {
       {"pipe", NULL, new_pipe, NULL, NULL, NULL, napi_default, NULL},
       {"clearCloexec", NULL, clear_cloexec, NULL, NULL, NULL, napi_default, NULL},
+      {"setCloexec", NULL, set_cloexec, NULL, NULL, NULL, napi_default, NULL},
       {"execve", NULL, exec_program, NULL, NULL, NULL, napi_default, NULL},
       {"setChildSubreaper", NULL, set_child_subreaper, NULL, NULL, NULL, napi_default, NULL},
       {"isChildSubreaper", NULL, is_child_subreaper, NULL, NULL, NULL, napi_default, NULL},

@@ -197,6 +197,19 @@ describe('execve', () => {
   });
 });
 
+describe('setCloexec', () => {
+  it('makes an fd close-on-exec, as clearCloexec unmakes it; a closed fd is an errno error', () => {
+    const [readFd] = pipe();
+    native!.clearCloexec(readFd);
+    expect(flagsOf(readFd) & O_CLOEXEC).toBe(0);
+    native!.setCloexec(readFd);
+    expect(flagsOf(readFd) & O_CLOEXEC).toBe(O_CLOEXEC);
+    closeSync(readFd);
+    expect(() => native!.setCloexec(readFd)).toThrow(expect.objectContaining({ code: 'EBADF' }));
+    expect(() => native!.setCloexec(-1)).toThrow(TypeError);
+  });
+});
+
 describe('setCloexecAbove', () => {
   it('makes every fd above the given one close-on-exec, so that a child no longer inherits it; 0-2 stay as they were', () => {
     const { report, status } = runFixture('cloexec');

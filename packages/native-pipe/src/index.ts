@@ -24,6 +24,12 @@ export interface NativePipe {
    */
   clearCloexec(fd: number): void;
   /**
+   * Sets close-on-exec on `fd`, so that no program this process starts later inherits it: for an fd another
+   * library opened without the flag (node-pty's PTY master, which every later child would otherwise get).
+   * Throws an errno error (`EBADF`; syscall `fcntl`).
+   */
+  setCloexec(fd: number): void;
+  /**
    * Replaces this process with `file` (a path, not searched in PATH), `argv` (argv[0] included, at
    * least one) and exactly `env`. Only fds 0-2 and those passed to `clearCloexec` stay open in the new
    * program; every other fd is made close-on-exec first. The new program starts with the signal state of a
@@ -99,6 +105,8 @@ interface Binding {
   pipe(): [number, number] | number;
   /** 0 or -errno. */
   clearCloexec(fd: number): number;
+  /** 0 or -errno. */
+  setCloexec(fd: number): number;
   /** -errno (it returns only on failure). */
   execve(file: string, argv: readonly string[], env: string[]): number;
   /** 1 when on, 0 when off or unsupported, or -errno. */
@@ -153,6 +161,9 @@ function load(): { native: NativePipe | null; error: string | null } {
         const fds = binding.pipe();
         if (typeof fds === 'number') throw errnoError(fds, 'pipe2');
         return fds;
+      },
+      setCloexec(fd) {
+        check(binding.setCloexec(fd), 'fcntl');
       },
       clearCloexec(fd) {
         check(binding.clearCloexec(fd), 'fcntl');
