@@ -43,7 +43,7 @@ const send = (raw) => new Promise((resolve) => {
 const proxyConfig = (overrides: Record<string, unknown>) => ({
   proxy: {
     enabled: true,
-    // Tether's proxy has no SOCKS5 listener; without one Codex's ALL_PROXY names its HTTP listener too.
+    // Without a SOCKS5 listener ALL_PROXY names the HTTP one (the SOCKS5 case turns it on).
     enableSocks5: false,
     enableSocks5Udp: false,
     allowUpstreamProxy: true,
@@ -111,21 +111,23 @@ describe('network proxy: the same proxy on both executors', { timeout: 120_000 }
   });
 
   /**
-   * Runs the raw `requests` behind a proxy of `overrides` (under workspace-write with the network on when
-   * `sandboxed`, then also trying the origin directly); what the command, the client and the origin saw.
+   * Runs the raw `requests` behind a proxy of `overrides` (or `{shell}`, a command line of its own), under
+   * workspace-write with the network on when `sandboxed`, then also trying the origin directly; what the
+   * command, the client and the origin saw.
    */
   async function scenario(
     kind: 'codex' | 'tether',
     id: string,
     overrides: Record<string, unknown>,
-    requests: string[],
+    requests: string[] | { shell: string },
     sandboxed = false,
     tty = false,
   ) {
     const { client: rpc, initializeResult } = await h.session(kind, 'ws');
     const info = initializeResult.environmentInfo as { capabilities?: Record<string, unknown> } | undefined;
     reached.length = 0;
-    let script = `env | grep -i -e proxy -e CODEX_NETWORK | sort; node ${client} '${JSON.stringify(requests)}'`;
+    const run = Array.isArray(requests) ? `node ${client} '${JSON.stringify(requests)}'` : requests.shell;
+    let script = `env | grep -i -e proxy -e CODEX_NETWORK | sort; ${run}`;
     let params = h.startParams(id, ['/bin/bash', '-c', script], { env: { PATH: process.env.PATH ?? '/usr/bin:/bin' } });
     if (sandboxed) {
       // Last, a write the sandbox refuses: the exit is still classified as the sandbox's doing. First, a
@@ -152,10 +154,12 @@ describe('network proxy: the same proxy on both executors', { timeout: 120_000 }
     const collected = await collectUntilClosed(rpc, id);
     const proxyPort = /^HTTP_PROXY=http:\/\/127\.0\.0\.1:(\d+)$/m.exec(collected.stdout)?.[1];
     expect(proxyPort).toBeDefined();
+    const socksPort = /^ALL_PROXY=socks5h:\/\/127\.0\.0\.1:(\d+)$/m.exec(collected.stdout)?.[1];
     const clean = (text: string) =>
       text
         .replaceAll('\r\n', '\n')
         .replaceAll(`127.0.0.1:${proxyPort}`, '<proxy>')
+        .replaceAll(`127.0.0.1:${socksPort ?? proxyPort}`, '<socks>')
         .replaceAll(String(port), '<origin>')
         .replace(/date: [^\\]*\\r\\n/gi, 'date: <date>\\r\\n');
     const decisions = rpc.notifications
@@ -243,6 +247,38 @@ describe('network proxy: the same proxy on both executors', { timeout: 120_000 }
       outcomes.set(`sandboxed ${tty} ${kind}`, outcome);
       if (outcomes.has(`sandboxed ${tty} codex`) && outcomes.has(`sandboxed ${tty} tether`)) {
         expect(outcomes.get(`sandboxed ${tty} tether`)).toEqual(outcomes.get(`sandboxed ${tty} codex`));
+      }
+    },
+  );
+
+  it.each(KIND_CASES)(
+    '%s: SOCKS5 (enableSocks5): ALL_PROXY names it, CONNECT decided as socks5_tcp, refusals are reply 2',
+    async (_label, kind) => {
+      const curl = (url: string) => `curl -sS --max-time 20 --socks5-hostname "$ALL_PROXY" ${url} 2>&1; echo "curl=$?"`;
+      const outcome = await scenario(
+        kind,
+        'socks5',
+        { enableSocks5: true, domains: { '127.0.0.1': 'allow', 'denied.test': 'deny' } },
+        {
+          shell: [
+            curl(`http://127.0.0.1:${port}/through-socks`),
+            curl('http://denied.test/x'),
+            curl('http://other.test/y'),
+            curl(`http://127.0.0.2:${port}/local`),
+            // Allowed, nothing listening there: reply 5.
+            curl('http://127.0.0.1:1/refused'),
+          ].join('; '),
+        },
+      );
+      expect(outcome.seen).toContain('ALL_PROXY=socks5h://<socks>');
+      expect(outcome.seen).toContain('FTP_PROXY=socks5h://<socks>');
+      expect(outcome.seen).toContain('hello from origin');
+      expect(outcome.seen).toContain("curl: (97) Can't complete SOCKS5 connection to denied.test. (2)");
+      expect(outcome.decisions.map((d) => (d as { protocol?: unknown }).protocol)).toEqual(Array(5).fill('socks5_tcp'));
+      expect(outcome.reached).toHaveLength(1);
+      outcomes.set(`socks5 ${kind}`, outcome);
+      if (outcomes.has('socks5 codex') && outcomes.has('socks5 tether')) {
+        expect(outcomes.get('socks5 tether')).toEqual(outcomes.get('socks5 codex'));
       }
     },
   );

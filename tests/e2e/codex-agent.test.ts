@@ -100,6 +100,12 @@ async function startMcpServer(): Promise<McpServer> {
       }),
   };
 }
+/** Skills on the executor's side: under its CODEX_HOME/skills, then under its HOME/.agents/skills. */
+const EXECUTOR_SKILLS = [
+  { name: 'executor-home-skill', description: 'Found only in the executor CODEX_HOME skills' },
+  { name: 'executor-agents-skill', description: 'Found only in the executor user agents skills' },
+] as const;
+
 const CASES = (['codex', 'tether'] as PeerKind[]).flatMap((kind) =>
   (['ws', 'rendezvous'] as Path[]).map((path) => [`${kind} executor over ${path}`, { kind, path }] as const),
 );
@@ -117,6 +123,8 @@ interface AgentRun {
   offeredTools: string[];
   /** The tool namespaces (MCP servers) the first request offered, with their tools' names. */
   offeredNamespaces: { name: string; tools: string[] }[];
+  /** The first request to the model, as sent. */
+  firstRequest: Record<string, unknown>;
 }
 
 const sessionIdOf = (output: string | undefined) => {
@@ -164,6 +172,17 @@ describe.each(CASES)('codex exec agent → %s', (_label, { kind, path }) => {
       join(executorCodexHome, 'config.toml'),
       `[mcp_servers.probe]\nurl = "${mcp.url}"\nbearer_token_env_var = "PROBE_MCP_TOKEN"\n`,
     );
+    // Skills only the executor has: one under its CODEX_HOME, one under its HOME's ~/.agents (capabilities/discoverV2).
+    for (const [root, skill] of [
+      [join(executorCodexHome, 'skills'), EXECUTOR_SKILLS[0]],
+      [join(profileHome, '.agents', 'skills'), EXECUTOR_SKILLS[1]],
+    ] as const) {
+      mkdirSync(join(root, skill.name), { recursive: true });
+      writeFileSync(
+        join(root, skill.name, 'SKILL.md'),
+        `---\nname: ${skill.name}\ndescription: ${skill.description}\n---\n\nSay the skill's name.\n`,
+      );
+    }
     const executorEnv = { env: { HOME: profileHome, CODEX_HOME: executorCodexHome, PROBE_MCP_TOKEN: MCP_TOKEN } };
     const environmentId = `env-agent-${kind}`;
     if (path === 'ws') {
@@ -235,6 +254,7 @@ describe.each(CASES)('codex exec agent → %s', (_label, { kind, path }) => {
         outputs: model.toolOutputs(),
         offeredTools: model.offeredTools(),
         offeredNamespaces,
+        firstRequest: model.requests[0]?.body ?? {},
       };
     } finally {
       await model.close();
@@ -407,6 +427,30 @@ describe.each(CASES)('codex exec agent → %s', (_label, { kind, path }) => {
     // Every call carried the token from the executor's environment (httpHeaderEnvVars); the agent never had it.
     expect(mcp.requests.every((r) => r.authorization === `Bearer ${MCP_TOKEN}`)).toBe(true);
     expect(run.stdout + run.stderr).not.toContain(MCP_TOKEN);
+  });
+
+  it("with executor_capability_discovery_v2: the executor's skills (its CODEX_HOME and ~/.agents roots) reach the model", async () => {
+    const run = await runAgent(
+      [{ type: 'message', text: 'skills done' }],
+      ['--enable', 'executor_capability_discovery_v2'],
+    );
+    expect(run.code, run.stderr).toBe(0);
+    // The agent asked capabilities/discoverV2 and lists what it found in a developer message of its own, each
+    // root under an alias (`skill://<root id><path>`), each skill with its description and package.
+    const texts = ((run.firstRequest.input ?? []) as { content?: { text?: string }[] }[]).flatMap((item) =>
+      (item.content ?? []).map((part) => part.text ?? ''),
+    );
+    const listing = texts.find((text) => text.includes('(executor package: '));
+    expect(listing, JSON.stringify(texts).slice(0, 4000)).toBeDefined();
+    const roots = [
+      `skill://codex-home-skills${join(profileHome, 'codex-home', 'skills')}`,
+      `skill://user-agent-skills${join(profileHome, '.agents', 'skills')}`,
+    ];
+    roots.forEach((root, index) => {
+      expect(listing).toContain(`- \`e${index}\` = \`${root}\``);
+      const skill = EXECUTOR_SKILLS[index];
+      expect(listing).toContain(`- ${skill?.name}: ${skill?.description} (executor package: e${index}/${skill?.name})`);
+    });
   });
 
   it('gives the model the head, the tail and the full size of an output larger than the retention', async () => {

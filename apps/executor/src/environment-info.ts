@@ -55,6 +55,14 @@ export const CAPABILITIES = {
 
 export const EXECUTOR_VERSION = '0.1.0';
 
+/**
+ * `environmentInfo.executorVersion`: the Codex exec-server release whose protocol this executor speaks. Codex's
+ * agent gates features on it, not only on `capabilities`: 0.171.0's asks `capabilities/discoverV2` (and so gives
+ * the model the executor's skills) only from an executor of 0.164.0 or later (probed: 0.163.0 no, 0.164.0 yes).
+ * Our own release is EXECUTOR_VERSION (telemetry, providerId).
+ */
+export const CODEX_PROTOCOL_VERSION = '0.171.0';
+
 function detectShell(env: NodeJS.ProcessEnv): { name: string; path: string } {
   const candidates = [env.SHELL, '/bin/bash', '/bin/sh'].filter((p): p is string => Boolean(p));
   const path = candidates.find((candidate) => existsSync(candidate)) ?? '/bin/sh';
@@ -84,7 +92,7 @@ export function environmentInfo(
   return {
     shell: detectShell(env),
     cwd: pathToFileUri(process.cwd()),
-    executorVersion: EXECUTOR_VERSION,
+    executorVersion: CODEX_PROTOCOL_VERSION,
     userHomeDir: pathToFileUri(homedir()),
     platformOs: platform(),
     tempDir: pathToFileUri(tmpdir()),

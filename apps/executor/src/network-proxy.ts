@@ -12,7 +12,14 @@ import {
   type Server,
   type ServerResponse,
 } from 'node:http';
-import { BlockList, isIP, type Server as NetServer, Socket, connect as tcpConnect } from 'node:net';
+import {
+  BlockList,
+  createServer as createNetServer,
+  isIP,
+  type Server as NetServer,
+  Socket,
+  connect as tcpConnect,
+} from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { NetworkPolicyDecisionNotification, NetworkProxyConfig } from '@tether/exec-protocol';
 import type { NativePipe } from '@tether/native-pipe';
@@ -179,6 +186,13 @@ function splitAuthority(authority: string, defaultPort: number): { host: string;
 
 const httpDate = () => new Date().toUTCString();
 
+/** The 16 bytes of an IPv6 address as text, compressed as node writes it (lowercase, no brackets). */
+function ipv6Text(raw: Buffer): string {
+  const groups: string[] = [];
+  for (let i = 0; i < 16; i += 2) groups.push(raw.readUInt16BE(i).toString(16));
+  return new URL(`http://[${groups.join(':')}]/`).hostname.slice(1, -1);
+}
+
 /**
  * One process's proxy: an HTTP listener on 127.0.0.1 (port 0), its decisions reported to `onDecision`, and for
  * a sandboxed command its relay's channels (`openRelayChannel`), over which the relay (proxy-relay.ts) gets
@@ -187,6 +201,8 @@ const httpDate = () => new Date().toUTCString();
  */
 export class ManagedProxy {
   private readonly server: Server;
+  /** The SOCKS5 listener (`enableSocks5`), null without one. */
+  private readonly socks: NetServer | null;
   private readonly sockets = new Set<Duplex>();
   /** The relay channels open: each one's control socket (its pass socket goes with it). */
   private readonly channels = new Set<Socket>();
@@ -197,6 +213,7 @@ export class ManagedProxy {
     private readonly policy: DomainPolicy,
     private readonly onDecision: (decision: PolicyDecision) => void,
     private readonly limits: ManagedProxyLimits,
+    enableSocks5: boolean,
   ) {
     this.server = createServer(
       { requestTimeout: limits.idleMs, headersTimeout: Math.min(30_000, limits.idleMs) },
@@ -210,6 +227,8 @@ export class ManagedProxy {
       void this.onConnect(req, socket, head).catch(() => socket.destroy());
     });
     this.server.on('clientError', (_err, socket) => socket.destroy());
+    this.socks = enableSocks5 ? createNetServer({ allowHalfOpen: false }, (socket) => this.onSocks(socket)) : null;
+    if (this.socks) this.socks.maxConnections = limits.maxConnections;
   }
 
   static async start(
@@ -217,10 +236,14 @@ export class ManagedProxy {
     onDecision: (decision: PolicyDecision) => void,
     limits: ManagedProxyLimits = DEFAULT_PROXY_LIMITS,
   ): Promise<ManagedProxy> {
-    const proxy = new ManagedProxy(new DomainPolicy(config), onDecision, limits);
+    const proxy = new ManagedProxy(new DomainPolicy(config), onDecision, limits, config.enableSocks5);
     try {
       await listen(proxy.server, (server, done) => server.listen(0, '127.0.0.1', done));
       proxy.listenedPort = (proxy.server.address() as { port: number }).port;
+      if (proxy.socks) {
+        await listen(proxy.socks, (server, done) => server.listen(0, '127.0.0.1', done));
+        proxy.socksListenedPort = (proxy.socks.address() as { port: number }).port;
+      }
     } catch (err) {
       proxy.close();
       throw err;
@@ -233,6 +256,12 @@ export class ManagedProxy {
     return this.listenedPort;
   }
   private listenedPort = 0;
+
+  /** The SOCKS5 listener's port, null without one. */
+  get socksPort(): number | null {
+    return this.socks === null ? null : this.socksListenedPort;
+  }
+  private socksListenedPort = 0;
 
   /**
    * A channel for one relay, as Codex's helper gets its upstream connections: two socket pairs, whose relay
@@ -302,6 +331,7 @@ export class ManagedProxy {
     if (this.closed) return;
     this.closed = true;
     this.server.close();
+    this.socks?.close();
     for (const socket of this.sockets) socket.destroy();
     this.sockets.clear();
     for (const channel of this.channels) channel.destroy();
@@ -335,6 +365,19 @@ export class ManagedProxy {
     reason: Reason,
     guard = false,
   ): void {
+    this.decide(protocol, host, port, reason, guard, req.socket, req.method ?? '');
+  }
+
+  /** One decision on the connection from `from` (its method: none for SOCKS5, as Codex's). */
+  private decide(
+    protocol: PolicyDecision['protocol'],
+    host: string,
+    port: number,
+    reason: Reason,
+    guard: boolean,
+    from: { remoteAddress?: string; remotePort?: number },
+    method?: string,
+  ): void {
     this.onDecision({
       timestamp: new Date().toISOString(),
       scope: guard ? 'non_domain' : 'domain',
@@ -344,10 +387,9 @@ export class ManagedProxy {
       protocol,
       host,
       port,
-      method: req.method ?? '',
+      ...(method === undefined ? {} : { method }),
       // A sandboxed command's connection comes through its relay's unix socket: no address of its own.
-      client:
-        req.socket.remoteAddress === undefined ? '127.0.0.1:0' : `${req.socket.remoteAddress}:${req.socket.remotePort}`,
+      client: from.remoteAddress === undefined ? '127.0.0.1:0' : `${from.remoteAddress}:${from.remotePort}`,
       policyOverride: false,
     });
   }
@@ -489,13 +531,97 @@ export class ManagedProxy {
     socket.on('close', () => upstream.destroy());
     upstream.on('close', () => socket.destroy());
   }
+
+  /**
+   * One SOCKS5 client (RFC 1928), as Codex's listener answers it: no-authentication only (else `05 ff`), CONNECT
+   * only (BIND, UDP ASSOCIATE: reply 07), the target decided as an HTTP one is (`socks5_tcp`, no method; local with
+   * allowLocalBinding silent), a refusal answered 02, an unreachable target 05 (04 unresolvable), success 00 with
+   * the upstream socket's own address. Anything else (SOCKS4, a bad version) resets the connection.
+   */
+  private onSocks(socket: Socket): void {
+    this.track(socket);
+    let buffered = Buffer.alloc(0);
+    let stage: 'greeting' | 'request' | 'deciding' = 'greeting';
+    const reply = (code: number, address = '0.0.0.0', port = 0) => {
+      const v4 = isIP(address) === 4 ? address : '0.0.0.0';
+      const bytes = Buffer.from([5, code, 0, 1, ...v4.split('.').map(Number), port >> 8, port & 0xff]);
+      if (code === 0) socket.write(bytes);
+      else socket.end(bytes);
+    };
+    const onData = (chunk: Buffer) => {
+      buffered = Buffer.concat([buffered, chunk]);
+      // A greeting is at most 257 bytes and a request 262: more before either is complete is not SOCKS5.
+      if (buffered.length > 262) return void socket.resetAndDestroy();
+      if (stage === 'greeting') {
+        if (buffered[0] !== 5) return void socket.resetAndDestroy();
+        if (buffered.length < 2 || buffered.length < 2 + buffered[1]!) return;
+        const methods = buffered.subarray(2, 2 + buffered[1]!);
+        buffered = buffered.subarray(2 + buffered[1]!);
+        if (!methods.includes(0)) return void socket.end(Buffer.from([5, 0xff]));
+        socket.write(Buffer.from([5, 0]));
+        stage = 'request';
+      }
+      if (stage !== 'request' || buffered.length < 5) return;
+      if (buffered[0] !== 5) return void socket.resetAndDestroy();
+      const type = buffered[3];
+      const length = type === 1 ? 4 : type === 4 ? 16 : type === 3 ? 1 + buffered[4]! : -1;
+      if (length < 0) return reply(8);
+      if (buffered.length < 4 + length + 2) return;
+      const command = buffered[1];
+      const raw = buffered.subarray(4, 4 + length);
+      const port = buffered.readUInt16BE(4 + length);
+      const rest = buffered.subarray(4 + length + 2);
+      stage = 'deciding';
+      socket.off('data', onData);
+      socket.pause();
+      if (command !== 1) return reply(7);
+      const host =
+        type === 1 ? [...raw].join('.') : type === 4 ? ipv6Text(raw) : raw.subarray(1).toString('latin1').toLowerCase();
+      void this.socksConnect(socket, host, port, rest, reply).catch(() => socket.destroy());
+    };
+    socket.on('data', onData);
+  }
+
+  private async socksConnect(
+    socket: Socket,
+    host: string,
+    port: number,
+    early: Buffer,
+    reply: (code: number, address?: string, port?: number) => void,
+  ): Promise<void> {
+    const verdict = await this.policy.check(host);
+    if (!verdict.silent) this.decide('socks5_tcp', host, port, verdict.reason, false, socket);
+    if (verdict.reason !== 'allow' || this.closed) return reply(2);
+    const upstream = tcpConnect(port, verdict.address ?? host);
+    this.track(upstream);
+    let connected = false;
+    upstream.on('connect', () => {
+      connected = true;
+      reply(0, upstream.localAddress, upstream.localPort);
+      if (early.length > 0) upstream.write(early);
+      for (const side of [socket, upstream]) side.on('data', (chunk: Buffer) => this.count(chunk.length));
+      upstream.pipe(socket);
+      socket.pipe(upstream);
+      socket.resume();
+    });
+    upstream.on('error', (err: NodeJS.ErrnoException) => {
+      if (connected) return socket.destroy();
+      reply(err.code === 'ENOTFOUND' || err.code === 'EAI_AGAIN' ? 4 : err.code === 'ECONNREFUSED' ? 5 : 1);
+    });
+    socket.on('close', () => upstream.destroy());
+    upstream.on('close', () => socket.destroy());
+  }
 }
 
 /**
- * The variables Codex gives a command behind its proxy (the HTTP listener at `port`). Tether's proxy has no
- * SOCKS5 listener: ALL_PROXY and FTP_PROXY name the HTTP one, as Codex's do when `enableSocks5` is false.
+ * The variables Codex gives a command behind its proxy (the HTTP listener at `port`): ALL_PROXY and FTP_PROXY
+ * name the SOCKS5 listener (`socks5h://`) when there is one (`socksPort`), else the HTTP one, as Codex's.
  */
-export function proxyEnvironment(port: number, allowLocalBinding: boolean): Record<string, string> {
+export function proxyEnvironment(
+  port: number,
+  allowLocalBinding: boolean,
+  socksPort: number | null,
+): Record<string, string> {
   const http = `http://127.0.0.1:${port}`;
   const env: Record<string, string> = {
     NODE_USE_ENV_PROXY: '1',
@@ -531,6 +657,10 @@ export function proxyEnvironment(port: number, allowLocalBinding: boolean): Reco
     'YARN_HTTPS_PROXY',
   ]) {
     env[key] = http;
+  }
+  if (socksPort !== null) {
+    for (const key of ['ALL_PROXY', 'all_proxy', 'FTP_PROXY', 'ftp_proxy'])
+      env[key] = `socks5h://127.0.0.1:${socksPort}`;
   }
   for (const key of ['NO_PROXY', 'no_proxy', 'BUNDLE_NO_PROXY', 'NPM_CONFIG_NOPROXY', 'npm_config_noproxy']) {
     env[key] = '';

@@ -96,10 +96,11 @@ export const NetworkPolicyDecisionNotification = Type.Object({
   decision: Literals('allow', 'deny'),
   source: Literals('baseline_policy', 'mode_guard'),
   reason: Type.String(),
-  protocol: Literals('http', 'https_connect'),
+  protocol: Literals('http', 'https_connect', 'socks5_tcp'),
   host: Type.String(),
   port: Type.Integer(),
-  method: Type.String(),
+  /** Absent for `socks5_tcp` (Codex sends none). */
+  method: Type.Optional(Type.String()),
   client: Type.String(),
   policyOverride: Type.Boolean(),
 });

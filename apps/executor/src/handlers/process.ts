@@ -141,6 +141,11 @@ function startSandbox(
     };
     // A channel of its own for each run of the relay (the snapshot's capture, the command).
     inheritFds = () => proxy.openRelayChannel(native);
+    // The relay carries the HTTP listener only: inside, ALL_PROXY and FTP_PROXY name it, as without SOCKS5.
+    if (proxy.socksPort !== null) {
+      for (const key of ['ALL_PROXY', 'all_proxy', 'FTP_PROXY', 'ftp_proxy'])
+        env[key] = `http://127.0.0.1:${proxy.port}`;
+    }
   }
   const prepared = prepareSandbox(
     ctx.sandbox,
@@ -177,7 +182,7 @@ async function startNetworkProxy(
     (decision) => ctx.notify(Notification.networkPolicyDecision, { processId: params.processId, ...decision }),
     DEFAULT_PROXY_LIMITS,
   );
-  Object.assign(env, proxyEnvironment(proxy.port, launch.proxy.allowLocalBinding));
+  Object.assign(env, proxyEnvironment(proxy.port, launch.proxy.allowLocalBinding, proxy.socksPort));
   return proxy;
 }
 
