@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { collectUntilClosed, type RpcMessage, type TestClient } from '@tether/test-kit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sandboxAt, useSandboxScratch, workspaceWrite } from './sandbox-support.ts';
-import { KIND_CASES, useHarness } from './support.ts';
+import { KIND_CASES, resumeWhenDetached, useHarness } from './support.ts';
 
 /** Sends each raw request of argv[2] (a JSON list) to $HTTP_PROXY in turn; prints each whole answer. */
 const CLIENT = `
@@ -431,6 +431,38 @@ describe('network proxy: a client that decides (networkProxyReviewDomains)', { t
     );
     expect(outcome.asked).toHaveLength(1);
     compare('unanswered', kind, outcome);
+  });
+
+  it.each(KIND_CASES)('%s: a request pending when its connection drops is denied', async (_l, kind) => {
+    const { peer, client: rpc, sessionId } = await h.session(kind, 'ws');
+    const started = await rpc.request('process/start', {
+      ...h.startParams(
+        'dropped',
+        [
+          '/bin/bash',
+          '-c',
+          `node ${client} '${JSON.stringify([get('dropped.invalid', '/a'), get('after.invalid', '/b')])}'`,
+        ],
+        {
+          env: { PATH: process.env.PATH ?? '/usr/bin:/bin' },
+        },
+      ),
+      enforceManagedNetwork: true,
+      networkProxy: proxyConfig({}, { policyDecisionTimeoutMs: 60_000 }),
+    });
+    expect(started.error).toBeUndefined();
+    await rpc.waitForMessage((m) => m.method === 'network/policyRequest', 30_000);
+    rpc.terminate();
+    const resumed = await resumeWhenDetached(h, peer, sessionId, 'tether-conformance');
+    const collected = await collectUntilClosed(resumed, 'dropped', { timeoutMs: 60_000 });
+    // Nothing more is asked of anyone: not the resumed connection either.
+    const outcome = {
+      seen: collected.stdout.replace(/date: [^\\]*\\r\\n/gi, 'date: <date>\\r\\n'),
+      exitCode: collected.exitCode,
+      askedResumed: resumed.messages.filter((m) => m.method === 'network/policyRequest').length,
+    };
+    expect(outcome.seen.match(/403 Forbidden/g)).toHaveLength(2);
+    compare('dropped', kind, outcome);
   });
 
   it.each(KIND_CASES)('%s: the start is refused as Codex refuses it', async (_l, kind) => {
