@@ -481,11 +481,14 @@ describe('network proxy: a client that decides (networkProxyReviewDomains)', { t
       ['bad-pattern', { reviewDomains: ['bad pattern!'] }, {}],
       ['transparent', { transparentTcp: true }, {}],
       ['transparent-type', { transparentTcp: 5 }, {}],
+      ['transparent-sandboxed', { transparentTcp: true }, { sandboxed: true }],
     ] as const) {
+      const { sandboxed, ...rest } = launch as { sandboxed?: boolean };
       const answer = await rpc.request('process/start', {
         ...h.startParams(processId, ['/bin/true']),
+        ...(sandboxed ? { sandbox: sandboxAt(h.workDir, workspaceWrite('enabled')) } : {}),
         enforceManagedNetwork: true,
-        networkProxy: proxyConfig(overrides, launch),
+        networkProxy: proxyConfig(overrides, rest),
       });
       refusals.push(answer.error);
     }

@@ -88,11 +88,15 @@ function checkNetworkProxy(processId: string, launch: NetworkProxyLaunch, sandbo
     }
   }
   if (launch.proxy.transparentTcp === true) {
-    // Tether's proxy has no SOCKS5 listener to route a command's TCP through (networkProxyTransparentTcp).
+    // Codex's refusals first; past them it would route the command's TCP through its SOCKS5 listener, which
+    // Tether's proxy does not have (capability networkProxyTransparentTcp, not advertised).
+    if (sandbox === undefined || sandbox === null) {
+      throw RpcError.invalidParams('transparent TCP requires a managed Linux sandbox');
+    }
     throw RpcError.invalidParams(
-      sandbox === undefined || sandbox === null
-        ? 'transparent TCP requires a managed Linux sandbox'
-        : 'transparent TCP is not supported by this exec-server',
+      launch.proxy.enableSocks5
+        ? 'transparent TCP is not supported by this exec-server'
+        : 'invalid network proxy config: transparent_tcp requires an enabled managed SOCKS5 proxy',
     );
   }
   const timeout = launch.policyDecisionTimeoutMs;
