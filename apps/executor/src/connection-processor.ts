@@ -21,6 +21,7 @@ import {
   type InboundMessage,
   MALFORMED_MESSAGE_ID,
   malformedMessageText,
+  type OutboundAnswer,
   OutboundRequests,
   type RequestId,
   RequestLanes,
@@ -242,7 +243,6 @@ export class ConnectionProcessor implements SessionAttachment {
       notify: (method, params) => {
         if (connection.status === 'open') void connection.sendNotification(method, params);
       },
-      ask: (method, params, timeoutMs) => this.outbound.request(method, params, timeoutMs),
       shellSnapshots: (options.shellSnapshots ?? this.ownSnapshots).scope(principalKey(this.principal)),
     };
   }
@@ -304,6 +304,14 @@ export class ConnectionProcessor implements SessionAttachment {
 
   detached(): void {
     this.lifetime.abort(RpcError.invalidRequest(SESSION_TAKEN_OVER));
+  }
+
+  notify(method: string, params: unknown): void {
+    if (this.connection.status === 'open') void this.connection.sendNotification(method, params);
+  }
+
+  ask(method: string, params: unknown, timeoutMs: number): Promise<OutboundAnswer> {
+    return this.outbound.request(method, params, timeoutMs);
   }
 
   // Inbound ---------------------------------------------------------------------------------------

@@ -218,21 +218,25 @@ async function startNetworkProxy(
   const launch = params.networkProxy;
   if (!launch) return null;
   const timeout = launch.policyDecisionTimeoutMs;
+  // Decisions and questions go to whichever connection the session is attached to then (a resumed one too,
+  // as Codex's); while it is detached, decisions are dropped and a question is answered by nobody (deny).
+  const session = ctx.session();
   // Only a client that set a timeout is ever asked (capability `networkProxyReviewDomains`).
   const decider: Decider | null =
     timeout === undefined || timeout === null
       ? null
       : async (request) =>
           verdictOf(
-            await ctx.ask(
+            (await session.attachment?.ask(
               ServerRequest.networkPolicyRequest,
               { processId: params.processId, request },
               timeout + POLICY_DECISION_GRACE_MS,
-            ),
+            )) ?? { kind: 'none', reason: 'the session is detached' },
           );
   const proxy = await ManagedProxy.start(
     launch.proxy,
-    (decision) => ctx.notify(Notification.networkPolicyDecision, { processId: params.processId, ...decision }),
+    (decision) =>
+      session.attachment?.notify(Notification.networkPolicyDecision, { processId: params.processId, ...decision }),
     DEFAULT_PROXY_LIMITS,
     decider,
   );

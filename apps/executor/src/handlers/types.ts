@@ -1,6 +1,5 @@
 import type { BufferPool } from '@tether/bytes';
 import type { Allocate } from '@tether/exec-protocol';
-import type { OutboundAnswer } from '@tether/jsonrpc';
 import type { ChildLedger } from '@tether/local-process';
 import type { Sandboxer } from '@tether/sandbox';
 import type { FileHandleTable } from '../fs/file-handles.js';
@@ -29,11 +28,6 @@ export interface RequestContext {
   shellSnapshots: ShellSnapshotScope;
   /** Sends a notification to this connection (dropped once it has closed). */
   notify(method: string, params: unknown): void;
-  /**
-   * Sends a request to this connection's client and waits for its answer (at most `timeoutMs`; `none` once
-   * the connection is gone). Only for a client that opted in: older clients treat such a request as fatal.
-   */
-  ask(method: string, params: unknown, timeoutMs: number): Promise<OutboundAnswer>;
   /** The executor's orphan adopter, where a sandboxed fs helper is noted as its own child; null: none. */
   adopter: ChildLedger | null;
 }
