@@ -9,10 +9,10 @@ import { writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import { createServer as createNetServer, type Server as NetServer } from 'node:net';
 import { join } from 'node:path';
-import { collectUntilClosed } from '@tether/test-kit';
+import { collectUntilClosed, type RpcMessage, type TestClient } from '@tether/test-kit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sandboxAt, useSandboxScratch, workspaceWrite } from './sandbox-support.ts';
-import { KIND_CASES, useHarness } from './support.ts';
+import { KIND_CASES, resumeWhenDetached, useHarness } from './support.ts';
 
 /** Sends each raw request of argv[2] (a JSON list) to $HTTP_PROXY in turn; prints each whole answer. */
 const CLIENT = `
@@ -40,7 +40,11 @@ const send = (raw) => new Promise((resolve) => {
 })();
 `;
 
-const proxyConfig = (overrides: Record<string, unknown>) => ({
+const get = (host: string, path: string) =>
+  `GET http://${host}${path} HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`;
+const connect = (authority: string) => `CONNECT ${authority} HTTP/1.1\r\nHost: ${authority}\r\n\r\n`;
+
+const proxyConfig = (overrides: Record<string, unknown>, launch: Record<string, unknown> = {}) => ({
   proxy: {
     enabled: true,
     // Without a SOCKS5 listener ALL_PROXY names the HTTP one (the SOCKS5 case turns it on).
@@ -57,6 +61,7 @@ const proxyConfig = (overrides: Record<string, unknown>) => ({
   auditMetadata: { conversationId: 'conformance', appVersion: '0.171.0', originator: 'codex_exec' },
   environmentId: 'remote',
   executionId: 'execution-1',
+  ...launch,
 });
 
 /**
@@ -183,10 +188,6 @@ describe('network proxy: the same proxy on both executors', { timeout: 120_000 }
     };
   }
 
-  const get = (host: string, path: string) =>
-    `GET http://${host}${path} HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`;
-  const connect = (authority: string) => `CONNECT ${authority} HTTP/1.1\r\nHost: ${authority}\r\n\r\n`;
-
   it.each(KIND_CASES)('%s: allow and deny lists, plain and CONNECT', async (_label, kind) => {
     const outcome = await scenario(
       kind,
@@ -294,5 +295,246 @@ describe('network proxy: the same proxy on both executors', { timeout: 120_000 }
       code: -32602,
       message: 'invalid network proxy config: executor-local network proxy launch requires an enabled proxy',
     });
+  });
+});
+
+describe('network proxy: a client that decides (networkProxyReviewDomains)', { timeout: 120_000 }, () => {
+  const h = useHarness();
+  const client = join(h.workDir, 'review-client.cjs');
+  let origin: Server;
+  let port = 0;
+  const outcomes = new Map<string, unknown>();
+
+  beforeAll(async () => {
+    writeFileSync(client, CLIENT);
+    origin = createServer((_req, res) => res.end('hello from origin\n'));
+    await new Promise<void>((resolve) => origin.listen(0, '127.0.0.1', resolve));
+    port = (origin.address() as { port: number }).port;
+  });
+  afterAll(async () => {
+    await new Promise((resolve) => origin.close(resolve));
+  });
+
+  /**
+   * Answers each `network/policyRequest` on `rpc` with `answers[host]` (a response's `result` or `error`;
+   * absent: no answer; `'close'`: the connection is dropped) until `until` settles; the requests seen.
+   */
+  function answering(rpc: TestClient, answers: Record<string, unknown>, until: Promise<unknown>) {
+    const seen: RpcMessage[] = [];
+    const over = until.then(
+      () => null,
+      () => null,
+    );
+    const loop = (async () => {
+      for (;;) {
+        const next = await Promise.race([
+          rpc
+            .waitForMessage((m) => m.method === 'network/policyRequest' && !seen.includes(m), 110_000)
+            .catch(() => null),
+          over,
+        ]);
+        if (next === null) return;
+        seen.push(next);
+        const answer = answers[(next.params as { request: { host: string } }).request.host];
+        if (answer === 'close') rpc.terminate();
+        else if (answer !== undefined) rpc.sendRaw(JSON.stringify({ id: next.id, ...(answer as object) }));
+      }
+    })();
+    return { seen, loop };
+  }
+
+  /** Runs the raw `requests` behind a proxy of `overrides` and `launch`, answering as `answers` says. */
+  async function scenario(
+    kind: 'codex' | 'tether',
+    id: string,
+    overrides: Record<string, unknown>,
+    launch: Record<string, unknown>,
+    requests: string[],
+    answers: Record<string, unknown>,
+  ) {
+    const { client: rpc, initializeResult } = await h.session(kind, 'ws');
+    const info = initializeResult.environmentInfo as { capabilities?: Record<string, unknown> } | undefined;
+    const started = await rpc.request('process/start', {
+      ...h.startParams(id, ['/bin/bash', '-c', `node ${client} '${JSON.stringify(requests)}'`], {
+        env: { PATH: process.env.PATH ?? '/usr/bin:/bin' },
+      }),
+      enforceManagedNetwork: true,
+      networkProxy: proxyConfig(overrides, launch),
+    });
+    expect(started.error).toBeUndefined();
+    const collecting = collectUntilClosed(rpc, id, { timeoutMs: 60_000 });
+    const { seen, loop } = answering(rpc, answers, collecting);
+    const collected = await collecting;
+    await loop;
+    const clean = (text: string) =>
+      text
+        .replaceAll('\r\n', '\n')
+        .replaceAll(String(port), '<origin>')
+        .replace(/date: [^\\]*\\r\\n/gi, 'date: <date>\\r\\n');
+    return {
+      networkProxyReviewDomains: info?.capabilities?.networkProxyReviewDomains,
+      exitCode: collected.exitCode,
+      asked: seen.map(({ id: requestId, method, params }) => ({ id: requestId, method, params })),
+      decisions: rpc.notifications
+        .filter((n) => n.method === 'network/policyDecision')
+        .map((n) => {
+          const { timestamp: _t, client: _c, ...rest } = n.params as Record<string, unknown>;
+          return { ...rest, port: rest.port === port ? '<origin>' : rest.port };
+        }),
+      seen: clean(collected.stdout).split('\n'),
+    };
+  }
+
+  /** `outcome` of `kind` kept under `name`; once both executors' are in, they must be the same. */
+  function compare(name: string, kind: string, outcome: unknown) {
+    outcomes.set(`${name} ${kind}`, outcome);
+    if (outcomes.has(`${name} codex`) && outcomes.has(`${name} tether`)) {
+      expect(outcomes.get(`${name} tether`)).toEqual(outcomes.get(`${name} codex`));
+    }
+  }
+
+  const deny = (reason?: string | null) => ({
+    result: { decision: reason === undefined ? { type: 'deny' } : { type: 'deny', reason } },
+  });
+
+  it.each(KIND_CASES)(
+    '%s: each host the policy does not allow, or under review, is put to the client',
+    async (_l, kind) => {
+      const outcome = await scenario(
+        kind,
+        'review',
+        {
+          domains: { 'listed.invalid': 'allow', 'reviewed.invalid': 'allow', 'denied.invalid': 'deny' },
+          reviewDomains: ['reviewed.invalid'],
+        },
+        { policyDecisionTimeoutMs: 60_000 },
+        [
+          get('asked-deny.invalid', '/a'),
+          get('asked-reason.invalid', '/b'),
+          get('asked-empty.invalid', '/c'),
+          get('asked-denied.invalid', '/d'),
+          get('asked-allow.invalid', '/e'),
+          connect('asked-allow.invalid:8443'),
+          connect('asked-reason.invalid:443'),
+          get('asked-error.invalid', '/f'),
+          get('asked-garbage.invalid', '/g'),
+          get('asked-control.invalid', '/h'),
+          get('reviewed.invalid', '/i'),
+          get('listed.invalid', '/j'),
+          get('denied.invalid', '/k'),
+          get(`127.0.0.1:${port}`, '/l'),
+        ],
+        {
+          'asked-deny.invalid': deny(),
+          'asked-reason.invalid': deny('not today'),
+          'asked-empty.invalid': deny(''),
+          'asked-denied.invalid': deny('denied'),
+          'asked-allow.invalid': { result: { decision: { type: 'allow' } } },
+          'asked-error.invalid': { error: { code: -32000, message: 'no' } },
+          'asked-garbage.invalid': { result: { decision: 'allow' } },
+          'asked-control.invalid': deny('a\r\nx-injected: y'),
+          'reviewed.invalid': deny(null),
+        },
+      );
+      expect(outcome.exitCode).toBe(0);
+      // Asked about each of the eleven requests but the allowed, denied and local ones, in order.
+      expect(outcome.asked).toHaveLength(11);
+      compare('review', kind, outcome);
+    },
+  );
+
+  it.each(KIND_CASES)('%s: a client that set no timeout is never asked', async (_l, kind) => {
+    const outcome = await scenario(
+      kind,
+      'not-opted-in',
+      { reviewDomains: ['asked-deny.invalid'] },
+      {},
+      [get('asked-deny.invalid', '/a')],
+      { 'asked-deny.invalid': { result: { decision: { type: 'allow' } } } },
+    );
+    expect(outcome.asked).toEqual([]);
+    compare('not opted in', kind, outcome);
+  });
+
+  it.each(KIND_CASES)('%s: a client that does not answer is denied once the wait is over', async (_l, kind) => {
+    const outcome = await scenario(
+      kind,
+      'unanswered',
+      { reviewDomains: [] },
+      { policyDecisionTimeoutMs: 1 },
+      [get('asked-silent.invalid', '/a')],
+      {},
+    );
+    expect(outcome.asked).toHaveLength(1);
+    compare('unanswered', kind, outcome);
+  });
+
+  it.each(KIND_CASES)('%s: a dropped connection answers nothing; a resumed one is asked', async (_l, kind) => {
+    const { peer, client: rpc, sessionId } = await h.session(kind, 'ws');
+    const flag = join(h.workDir, `resumed-${kind}`);
+    const script =
+      `node ${client} '${JSON.stringify([get('dropped.invalid', '/a')])}'; ` +
+      `while [ ! -e ${flag} ]; do sleep 0.05; done; node ${client} '${JSON.stringify([get('after.invalid', '/b')])}'`;
+    const started = await rpc.request('process/start', {
+      ...h.startParams('dropped', ['/bin/bash', '-c', script], { env: { PATH: process.env.PATH ?? '/usr/bin:/bin' } }),
+      enforceManagedNetwork: true,
+      networkProxy: proxyConfig({}, { policyDecisionTimeoutMs: 60_000 }),
+    });
+    expect(started.error).toBeUndefined();
+    await rpc.waitForMessage((m) => m.method === 'network/policyRequest', 30_000);
+    rpc.terminate();
+    const resumed = await resumeWhenDetached(h, peer, sessionId, 'tether-conformance');
+    writeFileSync(flag, '');
+    const collecting = collectUntilClosed(resumed, 'dropped', { timeoutMs: 60_000 });
+    const { seen, loop } = answering(resumed, { 'after.invalid': deny('after resume') }, collecting);
+    const collected = await collecting;
+    await loop;
+    const outcome = {
+      // The first is denied as unanswered once its connection is gone; the second as the resumed client says.
+      seen: collected.stdout.split('\n').map((line) => /"reason\\":\\"([^\\]*)/.exec(line)?.[1] ?? line),
+      exitCode: collected.exitCode,
+      asked: seen.map((m) => (m.params as { request: unknown }).request),
+      decided: resumed.notifications
+        .filter((n) => n.method === 'network/policyDecision' && (n.params as { host: string }).host === 'after.invalid')
+        .map((n) => [(n.params as { source: string }).source, (n.params as { reason: string }).reason]),
+    };
+    expect(outcome.seen.slice(0, 2)).toEqual(['not_allowed', 'after resume']);
+    compare('dropped', kind, outcome);
+  });
+
+  it.each(KIND_CASES)('%s: the start is refused as Codex refuses it', async (_l, kind) => {
+    const { client: rpc } = await h.session(kind, 'ws');
+    const refusals: unknown[] = [];
+    for (const [processId, overrides, launch] of [
+      ['zero', { reviewDomains: ['a.invalid'] }, { policyDecisionTimeoutMs: 0 }],
+      ['', {}, { policyDecisionTimeoutMs: 1000 }],
+      ['x'.repeat(257), {}, { policyDecisionTimeoutMs: 1000 }],
+      ['é'.repeat(129), {}, { policyDecisionTimeoutMs: 1000 }],
+      ['negative', {}, { policyDecisionTimeoutMs: -1 }],
+      ['text', {}, { policyDecisionTimeoutMs: 'x' }],
+      ['null-review', { reviewDomains: null }, {}],
+      ['number-review', { reviewDomains: [5] }, {}],
+      ['empty-pattern', { reviewDomains: [''] }, {}],
+      ['bad-pattern', { reviewDomains: ['bad pattern!'] }, {}],
+      ['transparent', { transparentTcp: true }, {}],
+      ['transparent-type', { transparentTcp: 5 }, {}],
+      ['transparent-sandboxed', { transparentTcp: true }, { sandboxed: true }],
+    ] as const) {
+      const { sandboxed, ...rest } = launch as { sandboxed?: boolean };
+      const answer = await rpc.request('process/start', {
+        ...h.startParams(processId, ['/bin/true']),
+        ...(sandboxed ? { sandbox: sandboxAt(h.workDir, workspaceWrite('enabled')) } : {}),
+        enforceManagedNetwork: true,
+        networkProxy: proxyConfig(overrides, rest),
+      });
+      refusals.push(answer.error);
+    }
+    expect(refusals).not.toContain(undefined);
+    expect(refusals[0]).toEqual({ code: -32602, message: 'network policy decision callback timeout must be nonzero' });
+    expect(refusals[1]).toEqual({
+      code: -32602,
+      message: 'callback-enabled process ID must be non-empty and at most 256 bytes',
+    });
+    compare('refused', kind, refusals);
   });
 });

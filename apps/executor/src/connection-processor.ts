@@ -21,6 +21,8 @@ import {
   type InboundMessage,
   MALFORMED_MESSAGE_ID,
   malformedMessageText,
+  type OutboundAnswer,
+  OutboundRequests,
   type RequestId,
   RequestLanes,
   type RpcConnection,
@@ -47,6 +49,12 @@ import type { Session, SessionAttachment, SessionRegistry } from './session-regi
 import { ShellSnapshots } from './shell-snapshot.js';
 import { TcpForwards } from './tcp/forwards.js';
 import { DEFAULT_FORWARD_ALLOW, type ForwardOptions, ForwardPolicy } from './tcp/policy.js';
+
+/**
+ * Requests to the client awaiting an answer at once (each a proxied connection held until its host is
+ * decided); past it a host is decided as though the client had not answered.
+ */
+const MAX_OUTBOUND_REQUESTS = 64;
 
 export const SESSION_TAKEN_OVER = 'session has been resumed by another connection';
 
@@ -137,6 +145,8 @@ export class ConnectionProcessor implements SessionAttachment {
   private readonly tcp: TcpForwards;
   /** This connection's `fs/watchMissing` watch (one at a time; closed with the connection). */
   private readonly missingWatch: MissingWatch;
+  /** Requests this server sends the client (`network/policyRequest`, to a client that opted in); closed with it. */
+  private readonly outbound: OutboundRequests;
   private drainWaiters: (() => void)[] = [];
   readonly buffers: ConnectionBuffers;
   private readonly ownsBuffers: boolean;
@@ -182,6 +192,10 @@ export class ConnectionProcessor implements SessionAttachment {
       carriesAttachments: connection.carriesAttachments,
       sendRaw: (encode) => this.sendPooled(encode),
       sendNotification: (method, params) => connection.sendNotification(method, params),
+    });
+    this.outbound = new OutboundRequests({
+      maxPending: MAX_OUTBOUND_REQUESTS,
+      send: (id, method, params) => connection.sendRequest(id, method, params),
     });
     this.missingWatch = new MissingWatch((watchId) =>
       connection.sendNotification(Notification.fsMissingChanged, { watchId }),
@@ -292,6 +306,14 @@ export class ConnectionProcessor implements SessionAttachment {
     this.lifetime.abort(RpcError.invalidRequest(SESSION_TAKEN_OVER));
   }
 
+  notify(method: string, params: unknown): void {
+    if (this.connection.status === 'open') void this.connection.sendNotification(method, params);
+  }
+
+  ask(method: string, params: unknown, timeoutMs: number): Promise<OutboundAnswer> {
+    return this.outbound.request(method, params, timeoutMs);
+  }
+
   // Inbound ---------------------------------------------------------------------------------------
 
   private onMessage(message: InboundMessage): void {
@@ -321,7 +343,8 @@ export class ConnectionProcessor implements SessionAttachment {
         return;
       case 'response':
       case 'error':
-        // This server never sends requests, so any response is a protocol error.
+        // An answer to a request this server sent; any other is a protocol error.
+        if (this.outbound.settle(message.id, message)) return;
         this.protocolError(`unexpected ${message.kind} for id ${JSON.stringify(message.id)}`);
         return;
     }
@@ -464,6 +487,7 @@ export class ConnectionProcessor implements SessionAttachment {
     this.tcp.closeAll();
     this.ownSnapshots.close();
     this.missingWatch.close();
+    this.outbound.close(`connection closed: ${reason}`);
     this.releaseDrainWaiters();
     // Messages still queued in the transport and blocks still being read or written come back to nothing.
     if (this.ownsBuffers) {

@@ -12,6 +12,8 @@ import {
   ManagedProxy,
   type ManagedProxyLimits,
   type PolicyDecision,
+  type PolicyQuestion,
+  verdictOf,
 } from './network-proxy.js';
 
 const config = (overrides: Partial<NetworkProxyConfig> = {}): NetworkProxyConfig => ({
@@ -98,7 +100,7 @@ const get = (host: string, path = '/') =>
 
 describe('DomainPolicy: the order of the checks', () => {
   const check = (overrides: Partial<NetworkProxyConfig>, host: string) =>
-    new DomainPolicy(config(overrides)).check(host);
+    new DomainPolicy(config(overrides)).check({ protocol: 'http', host, port: 80 });
 
   it('a local host needs an exact allow entry: a pattern or no entry is not_allowed_local, not not_allowed', async () => {
     expect((await check({ domains: null }, 'localhost')).reason).toBe('not_allowed_local');
@@ -110,6 +112,7 @@ describe('DomainPolicy: the order of the checks', () => {
   it('allowLocalBinding forwards a local host with no decision', async () => {
     expect(await check({ allowLocalBinding: true }, '127.0.0.1')).toEqual({
       reason: 'allow',
+      source: 'baseline_policy',
       silent: true,
       address: '127.0.0.1',
     });
@@ -123,6 +126,62 @@ describe('DomainPolicy: the order of the checks', () => {
     expect((await check({ domains }, 'y.invalid')).reason).toBe('not_allowed');
     expect((await check({ domains }, 'a.y.invalid')).reason).toBe('not_allowed_local');
     expect((await check({ domains: { '8.8.8.8': 'allow' } }, '8.8.8.8')).reason).toBe('allow');
+  });
+});
+
+describe('DomainPolicy: a client that decides (networkProxyReviewDomains)', () => {
+  function asking(overrides: Partial<NetworkProxyConfig>, allow: boolean) {
+    const asked: PolicyQuestion[] = [];
+    const policy = new DomainPolicy(config(overrides), async (question) => {
+      asked.push(question);
+      return allow ? { allow: true } : { allow: false, reason: 'client_says_no' };
+    });
+    const check = (host: string) => policy.check({ protocol: 'https_connect', host, port: 443 });
+    return { asked, check };
+  }
+
+  it('asks about a host the allow list does not allow, or reviewDomains names; never a local or denied one', async () => {
+    const { asked, check } = asking(
+      {
+        domains: { 'ok.test': 'allow', 'reviewed.test': 'allow', 'no.test': 'deny' },
+        reviewDomains: ['reviewed.test'],
+      },
+      false,
+    );
+    expect(await check('other.test')).toMatchObject({ reason: 'client_says_no', source: 'decider' });
+    expect(await check('sub.reviewed.test')).toMatchObject({ reason: 'client_says_no', source: 'decider' });
+    expect(await check('no.test')).toMatchObject({ reason: 'denied', source: 'baseline_policy' });
+    expect(await check('localhost')).toMatchObject({ reason: 'not_allowed_local', source: 'baseline_policy' });
+    // Allowed and not under review: resolved as ever (this one does not resolve).
+    expect(await check('ok.test')).toMatchObject({ reason: 'not_allowed_local', source: 'baseline_policy' });
+    expect(asked).toEqual([
+      { protocol: 'https_connect', host: 'other.test', port: 443 },
+      { protocol: 'https_connect', host: 'sub.reviewed.test', port: 443 },
+    ]);
+  });
+
+  it('an allowed host still has to resolve to a public address; an address is taken as it is', async () => {
+    const { check } = asking({}, true);
+    expect(await check('nowhere.invalid')).toMatchObject({ reason: 'not_allowed_local', source: 'baseline_policy' });
+    expect(await check('8.8.8.8')).toMatchObject({ reason: 'allow', source: 'decider', address: '8.8.8.8' });
+  });
+
+  it('verdictOf reads the answer as Codex does', () => {
+    const result = (decision: unknown) => verdictOf({ kind: 'result', result: { decision } });
+    expect(result({ type: 'allow' })).toEqual({ allow: true });
+    expect(result({ type: 'deny' })).toEqual({ allow: false, reason: 'not_allowed' });
+    expect(result({ type: 'deny', reason: null })).toEqual({ allow: false, reason: 'not_allowed' });
+    expect(result({ type: 'deny', reason: '' })).toEqual({ allow: false, reason: 'policy_denied' });
+    expect(result({ type: 'deny', reason: 'has space é' })).toEqual({ allow: false, reason: 'has space é' });
+    expect(result({ type: 'deny', reason: 'a\r\nx: y' })).toEqual({ allow: false, reason: 'not_allowed' });
+    expect(result({ type: 'deny', reason: 5 })).toEqual({ allow: false, reason: 'not_allowed' });
+    expect(result({ type: 'ask' })).toEqual({ allow: false, reason: 'not_allowed' });
+    expect(result('allow')).toEqual({ allow: false, reason: 'not_allowed' });
+    expect(verdictOf({ kind: 'error', error: { code: 1, message: 'x' } })).toEqual({
+      allow: false,
+      reason: 'not_allowed',
+    });
+    expect(verdictOf({ kind: 'none', reason: 'timed out' })).toEqual({ allow: false, reason: 'not_allowed' });
   });
 });
 

@@ -21,7 +21,15 @@ import {
   connect as tcpConnect,
 } from 'node:net';
 import type { Duplex } from 'node:stream';
-import type { NetworkPolicyDecisionNotification, NetworkProxyConfig } from '@tether/exec-protocol';
+import {
+  DecodeError,
+  decode,
+  type NetworkPolicyDecisionNotification,
+  type NetworkPolicyRequestParams,
+  NetworkPolicyRequestResult,
+  type NetworkProxyConfig,
+} from '@tether/exec-protocol';
+import type { OutboundAnswer } from '@tether/jsonrpc';
 import type { NativePipe } from '@tether/native-pipe';
 
 export type PolicyDecision = Omit<NetworkPolicyDecisionNotification, 'processId'>;
@@ -41,9 +49,7 @@ export const DEFAULT_PROXY_LIMITS: ManagedProxyLimits = {
   idleMs: 5 * 60_000,
 };
 
-type Reason = 'allow' | 'denied' | 'not_allowed' | 'not_allowed_local' | 'method_not_allowed' | 'mitm_required';
-
-const BLOCKED: Record<Exclude<Reason, 'allow'>, { header: string; message: string }> = {
+const BLOCKED: Record<string, { header: string; message: string }> = {
   denied: { header: 'blocked-by-denylist', message: 'Domain denied by the sandbox policy.' },
   not_allowed: { header: 'blocked-by-allowlist', message: 'Domain not in allowlist.' },
   not_allowed_local: {
@@ -53,6 +59,44 @@ const BLOCKED: Record<Exclude<Reason, 'allow'>, { header: string; message: strin
   method_not_allowed: { header: 'blocked-by-method-policy', message: 'Method not allowed in limited mode.' },
   mitm_required: { header: 'blocked-by-mitm-required', message: 'MITM required for limited HTTPS.' },
 };
+
+/** The 403's header and message for `reason`: a reason of the client's own (`network/policyRequest`) is Codex's generic one. */
+const blocked = (reason: string) =>
+  Object.hasOwn(BLOCKED, reason)
+    ? BLOCKED[reason]!
+    : { header: 'blocked-by-policy', message: 'Request blocked by network policy.' };
+
+/** What `network/policyRequest` asks the client about: one destination. */
+export type PolicyQuestion = NetworkPolicyRequestParams['request'];
+
+/** The client's verdict on a host put to it (capability `networkProxyReviewDomains`). */
+export type Decider = (question: PolicyQuestion) => Promise<{ allow: true } | { allow: false; reason: string }>;
+
+/** Longest deny reason of the client's taken as it is (Tether's bound; a longer one is `not_allowed`). */
+const MAX_CLIENT_REASON = 1024;
+
+/**
+ * The verdict in a client's answer to `network/policyRequest`, as Codex reads it: `{decision: {type: "allow"}}`
+ * allows; `{type: "deny", reason}` denies for that reason (empty: `policy_denied`); anything else (an error, no
+ * answer, another shape, a reason with control characters) denies as `not_allowed`.
+ */
+export function verdictOf(answer: OutboundAnswer): { allow: true } | { allow: false; reason: string } {
+  if (answer.kind !== 'result') return { allow: false, reason: 'not_allowed' };
+  let decided: NetworkPolicyRequestResult;
+  try {
+    decided = decode(NetworkPolicyRequestResult, answer.result);
+  } catch (err) {
+    if (err instanceof DecodeError) return { allow: false, reason: 'not_allowed' };
+    throw err;
+  }
+  const decision = decided.decision;
+  if (decision.type === 'allow') return { allow: true };
+  const reason = decision.reason;
+  if (typeof reason !== 'string' || /[\u0000-\u001f\u007f]/.test(reason) || reason.length > MAX_CLIENT_REASON) {
+    return { allow: false, reason: 'not_allowed' };
+  }
+  return { allow: false, reason: reason === '' ? 'policy_denied' : reason };
+}
 
 /** Loopback, private, link-local, CGNAT and unspecified ranges: what Codex calls local/private addresses. */
 const LOCAL = new BlockList();
@@ -98,7 +142,9 @@ function matches(pattern: string, host: string): boolean {
 
 /** What a host's check came to: the verdict, and the address to connect to when it is allowed. */
 interface Verdict {
-  reason: Reason;
+  /** `allow`, one of Codex's reasons, or a deny reason of the client's. */
+  reason: string;
+  source: 'baseline_policy' | 'decider';
   /** Local and allowLocalBinding: forwarded without a decision, as Codex does. */
   silent: boolean;
   address: string | null;
@@ -107,35 +153,59 @@ interface Verdict {
 export class DomainPolicy {
   private readonly allow: string[] = [];
   private readonly deny: string[] = [];
+  private readonly review: string[];
 
-  constructor(private readonly config: NetworkProxyConfig) {
+  /**
+   * `decider`: the client that opted in to `network/policyRequest`, asked about each host the deny list does
+   * not name that the allow list does not allow or `reviewDomains` names (as Codex does); null: none is asked.
+   */
+  constructor(
+    private readonly config: NetworkProxyConfig,
+    private readonly decider: Decider | null = null,
+  ) {
     for (const [pattern, permission] of Object.entries(config.domains ?? {})) {
       const lower = pattern.toLowerCase();
       if (permission === 'deny') this.deny.push(lower);
       else if (permission === 'allow') this.allow.push(lower);
     }
+    this.review = (config.reviewDomains ?? []).map((p) => p.toLowerCase());
   }
 
   get limited(): boolean {
     return this.config.mode === 'limited';
   }
 
-  /** The verdict on `host` (lowercase, no brackets), resolving a name the lists allow. */
-  async check(host: string): Promise<Verdict> {
+  /**
+   * The verdict on `question.host` (lowercase, no brackets), asking the decider where it must and resolving
+   * a name that is allowed.
+   */
+  async check(question: PolicyQuestion): Promise<Verdict> {
+    const host = question.host;
+    const baseline = { source: 'baseline_policy', silent: false } as const;
     if (isLocalName(host)) {
-      if (this.config.allowLocalBinding) return { reason: 'allow', silent: true, address: literalOrNull(host) };
+      if (this.config.allowLocalBinding) {
+        return { ...baseline, reason: 'allow', silent: true, address: literalOrNull(host) };
+      }
       const named = this.allow.includes(host) && !this.deny.some((p) => matches(p, host));
-      return { reason: named ? 'allow' : 'not_allowed_local', silent: false, address: literalOrNull(host) };
+      return { ...baseline, reason: named ? 'allow' : 'not_allowed_local', address: literalOrNull(host) };
     }
-    if (this.deny.some((p) => matches(p, host))) return { reason: 'denied', silent: false, address: null };
-    if (!this.allow.some((p) => matches(p, host))) return { reason: 'not_allowed', silent: false, address: null };
-    if (isIP(host) !== 0) return { reason: 'allow', silent: false, address: host };
+    if (this.deny.some((p) => matches(p, host))) return { ...baseline, reason: 'denied', address: null };
+    const listed = this.allow.some((p) => matches(p, host));
+    let source: Verdict['source'] = 'baseline_policy';
+    if (this.decider !== null && (!listed || this.review.some((p) => matches(p, host)))) {
+      const verdict = await this.decider(question);
+      if (!verdict.allow) return { reason: verdict.reason, source: 'decider', silent: false, address: null };
+      source = 'decider';
+    } else if (!listed) {
+      return { ...baseline, reason: 'not_allowed', address: null };
+    }
+    if (isIP(host) !== 0) return { reason: 'allow', source, silent: false, address: host };
     // An allowed name must resolve, and only to public addresses (nothing local reached through a name).
     const addresses = await lookup(host, { all: true }).catch(() => []);
     if (addresses.length === 0 || addresses.some((a) => isLocalAddress(a.address))) {
-      return { reason: 'not_allowed_local', silent: false, address: null };
+      return { ...baseline, reason: 'not_allowed_local', address: null };
     }
-    return { reason: 'allow', silent: false, address: addresses[0]!.address };
+    return { reason: 'allow', source, silent: false, address: addresses[0]!.address };
   }
 }
 
@@ -235,8 +305,9 @@ export class ManagedProxy {
     config: NetworkProxyConfig,
     onDecision: (decision: PolicyDecision) => void,
     limits: ManagedProxyLimits = DEFAULT_PROXY_LIMITS,
+    decider: Decider | null = null,
   ): Promise<ManagedProxy> {
-    const proxy = new ManagedProxy(new DomainPolicy(config), onDecision, limits, config.enableSocks5);
+    const proxy = new ManagedProxy(new DomainPolicy(config, decider), onDecision, limits, config.enableSocks5);
     try {
       await listen(proxy.server, (server, done) => server.listen(0, '127.0.0.1', done));
       proxy.listenedPort = (proxy.server.address() as { port: number }).port;
@@ -362,10 +433,10 @@ export class ManagedProxy {
     protocol: PolicyDecision['protocol'],
     host: string,
     port: number,
-    reason: Reason,
-    guard = false,
+    reason: string,
+    source: PolicyDecision['source'],
   ): void {
-    this.decide(protocol, host, port, reason, guard, req.socket, req.method ?? '');
+    this.decide(protocol, host, port, reason, source, req.socket, req.method ?? '');
   }
 
   /** One decision on the connection from `from` (its method: none for SOCKS5, as Codex's). */
@@ -373,16 +444,16 @@ export class ManagedProxy {
     protocol: PolicyDecision['protocol'],
     host: string,
     port: number,
-    reason: Reason,
-    guard: boolean,
+    reason: string,
+    source: PolicyDecision['source'],
     from: { remoteAddress?: string; remotePort?: number },
     method?: string,
   ): void {
     this.onDecision({
       timestamp: new Date().toISOString(),
-      scope: guard ? 'non_domain' : 'domain',
+      scope: source === 'mode_guard' ? 'non_domain' : 'domain',
       decision: reason === 'allow' ? 'allow' : 'deny',
-      source: guard ? 'mode_guard' : 'baseline_policy',
+      source,
       reason,
       protocol,
       host,
@@ -416,11 +487,11 @@ export class ManagedProxy {
       res.writeHead(400, { 'content-type': 'text/plain' }).end('invalid proxy request');
       return;
     }
-    const verdict = await this.policy.check(target.host);
-    if (!verdict.silent) this.report(req, 'http', target.host, target.port, verdict.reason);
-    if (verdict.reason !== 'allow') return this.deny(req, res, target, verdict.reason);
+    const verdict = await this.policy.check({ protocol: 'http', host: target.host, port: target.port });
+    if (!verdict.silent) this.report(req, 'http', target.host, target.port, verdict.reason, verdict.source);
+    if (verdict.reason !== 'allow') return this.deny(req, res, target, verdict.reason, verdict.source);
     if (this.policy.limited && !LIMITED_METHODS.has(req.method ?? '')) {
-      this.report(req, 'http', target.host, target.port, 'method_not_allowed', true);
+      this.report(req, 'http', target.host, target.port, 'method_not_allowed', 'mode_guard');
       return this.deny(req, res, target, 'method_not_allowed', 'mode_guard');
     }
     const upstream = httpRequest({
@@ -457,8 +528,8 @@ export class ManagedProxy {
     req: IncomingMessage,
     res: ServerResponse,
     target: { host: string; port: number },
-    reason: Exclude<Reason, 'allow'>,
-    source: PolicyDecision['source'] = 'baseline_policy',
+    reason: string,
+    source: PolicyDecision['source'],
   ): void {
     const body = JSON.stringify({
       status: 'blocked',
@@ -468,13 +539,13 @@ export class ManagedProxy {
       source,
       protocol: 'http',
       port: target.port,
-      message: BLOCKED[reason].message,
+      message: blocked(reason).message,
     });
     req.resume();
     res.removeHeader('connection');
     res.writeHead(403, 'Forbidden', {
       'content-type': 'application/json',
-      'x-proxy-error': BLOCKED[reason].header,
+      'x-proxy-error': blocked(reason).header,
       // Codex answers a client that asked to close with `connection: close`, and names no keep-alive.
       ...(res.shouldKeepAlive ? {} : { connection: 'close' }),
       'content-length': Buffer.byteLength(body),
@@ -499,16 +570,18 @@ export class ManagedProxy {
       socket.end('HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n');
       return;
     }
-    const verdict = await this.policy.check(target.host);
-    if (!verdict.silent) this.report(req, 'https_connect', target.host, target.port, verdict.reason);
-    let reason: Reason = verdict.reason;
+    const verdict = await this.policy.check({ protocol: 'https_connect', host: target.host, port: target.port });
+    if (!verdict.silent) {
+      this.report(req, 'https_connect', target.host, target.port, verdict.reason, verdict.source);
+    }
+    let reason = verdict.reason;
     if (reason === 'allow' && this.policy.limited) {
       // Codex inspects limited HTTPS only by MITM, which a remote executor never does.
-      this.report(req, 'https_connect', target.host, target.port, 'mitm_required', true);
+      this.report(req, 'https_connect', target.host, target.port, 'mitm_required', 'mode_guard');
       reason = 'mitm_required';
     }
     if (reason !== 'allow') {
-      const { header, message } = BLOCKED[reason];
+      const { header, message } = blocked(reason);
       socket.end(
         `HTTP/1.1 403 Forbidden\r\ncontent-type: text/plain\r\nx-proxy-error: ${header}\r\n` +
           `content-length: ${Buffer.byteLength(message)}\r\ndate: ${httpDate()}\r\n\r\n${message}`,
@@ -589,8 +662,8 @@ export class ManagedProxy {
     early: Buffer,
     reply: (code: number, address?: string, port?: number) => void,
   ): Promise<void> {
-    const verdict = await this.policy.check(host);
-    if (!verdict.silent) this.decide('socks5_tcp', host, port, verdict.reason, false, socket);
+    const verdict = await this.policy.check({ protocol: 'socks5_tcp', host, port });
+    if (!verdict.silent) this.decide('socks5_tcp', host, port, verdict.reason, verdict.source, socket);
     if (verdict.reason !== 'allow' || this.closed) return reply(2);
     const upstream = tcpConnect(port, verdict.address ?? host);
     this.track(upstream);

@@ -403,6 +403,7 @@ describe('sandbox refusals', () => {
       processSandbox: false,
       sandboxedFileStreaming: false,
       networkProxyLaunch: false,
+      networkProxyReviewDomains: false,
     });
     const opened = client.call('fs/open', {
       handleId: 'h',

@@ -107,6 +107,8 @@ export class ExecServer {
         // own behind a relay to the proxy (handlers/process.ts), which needs bubblewrap and the native addon that
         // passes the relay its connections.
         networkProxyLaunch: this.sandbox.status.available && loadNativePipe() !== null,
+        // `network/policyRequest` to a client that opts in (`policyDecisionTimeoutMs`): wherever the proxy is.
+        networkProxyReviewDomains: this.sandbox.status.available && loadNativePipe() !== null,
       },
     };
     this.reaper = options.reaper === false ? null : createReaper({ subreaper: options.subreaper === true });

@@ -1,3 +1,4 @@
+import type { OutboundAnswer } from '@tether/jsonrpc';
 import type { ProcessEvent } from '@tether/local-process';
 import { afterEach, describe, expect, it } from 'vitest';
 import { silentLogger } from './logger.js';
@@ -7,6 +8,10 @@ class SlowAttachment implements SessionAttachment {
   readonly events: ProcessEvent[] = [];
   writable = false;
   takenAway = false;
+  notify(): void {}
+  ask(): Promise<OutboundAnswer> {
+    return Promise.resolve({ kind: 'none', reason: 'not connected' });
+  }
   deliver(event: ProcessEvent): boolean {
     this.events.push(event);
     return this.writable;

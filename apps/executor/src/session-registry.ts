@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { ErrorCode, RpcError } from '@tether/exec-protocol';
+import type { OutboundAnswer } from '@tether/jsonrpc';
 import {
   ProcessError,
   type ProcessEvent,
@@ -34,6 +35,13 @@ export interface SessionAttachment {
   deliver(event: ProcessEvent): boolean;
   /** The session was taken away from this attachment (server shutdown or TTL races). */
   detached(): void;
+  /** Sends a notification of the session's (`network/policyDecision`); dropped once the connection is gone. */
+  notify(method: string, params: unknown): void;
+  /**
+   * Asks the client a question of the session's (`network/policyRequest`, to a client that opted in) and waits at
+   * most `timeoutMs` for its answer; `none` once the connection is gone.
+   */
+  ask(method: string, params: unknown, timeoutMs: number): Promise<OutboundAnswer>;
 }
 
 type SessionState =

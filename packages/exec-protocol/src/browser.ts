@@ -39,7 +39,7 @@ export {
   type ReceivedNotification,
   type RequestMethod,
 } from './method-table.js';
-export { CONTROL_LANE_METHODS, Method, type MethodName, methodFamily, Notification } from './methods.js';
+export { CONTROL_LANE_METHODS, Method, type MethodName, methodFamily, Notification, ServerRequest } from './methods.js';
 export {
   ENVIRONMENT_ID_PATTERN,
   environmentIdProblem,

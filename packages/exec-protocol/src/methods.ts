@@ -42,6 +42,12 @@ export const Method = {
 } as const;
 export type MethodName = (typeof Method)[keyof typeof Method];
 
+/** Requests the server sends to the client (only to a client that opted in to each). */
+export const ServerRequest = {
+  /** Codex's (capability `networkProxyReviewDomains`): may a managed-network process reach this host? */
+  networkPolicyRequest: 'network/policyRequest',
+} as const;
+
 export const Notification = {
   processOutput: 'process/output',
   processExited: 'process/exited',

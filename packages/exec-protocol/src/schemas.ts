@@ -76,6 +76,13 @@ export const NetworkProxyConfig = Type.Object({
   domains: Nullable(Type.Record(Type.String(), Literals('none', 'allow', 'deny'))),
   unixSockets: Nullable(Type.Record(Type.String(), Literals('allow', 'deny'))),
   allowLocalBinding: Type.Boolean(),
+  /**
+   * Capability `networkProxyReviewDomains`: patterns (as `domains`') whose hosts are put to the client by
+   * `network/policyRequest` even when the allow list names them; only with `policyDecisionTimeoutMs` set.
+   */
+  reviewDomains: Type.Optional(Type.Array(Type.String())),
+  /** Codex's transparent TCP (capability `networkProxyTransparentTcp`, which Tether does not advertise). */
+  transparentTcp: Type.Optional(Type.Boolean()),
 });
 export type NetworkProxyConfig = Static<typeof NetworkProxyConfig>;
 
@@ -85,6 +92,12 @@ export const NetworkProxyLaunch = Type.Object({
   auditMetadata: Type.Optional(Type.Unknown()),
   environmentId: Type.Optional(Nullable(Type.String())),
   executionId: Type.Optional(Nullable(Type.String())),
+  /**
+   * Capability `networkProxyReviewDomains`: set (nonzero), the client has opted in to `network/policyRequest`
+   * (a request from the server) for each host the policy would not allow, and answers within this many ms
+   * (plus Codex's 5 s grace). Unset: no request is ever sent.
+   */
+  policyDecisionTimeoutMs: Type.Optional(Nullable(U64)),
 });
 export type NetworkProxyLaunch = Static<typeof NetworkProxyLaunch>;
 
@@ -94,7 +107,7 @@ export const NetworkPolicyDecisionNotification = Type.Object({
   timestamp: Type.String(),
   scope: Literals('domain', 'non_domain'),
   decision: Literals('allow', 'deny'),
-  source: Literals('baseline_policy', 'mode_guard'),
+  source: Literals('baseline_policy', 'mode_guard', 'decider'),
   reason: Type.String(),
   protocol: Literals('http', 'https_connect', 'socks5_tcp'),
   host: Type.String(),
@@ -105,6 +118,27 @@ export const NetworkPolicyDecisionNotification = Type.Object({
   policyOverride: Type.Boolean(),
 });
 export type NetworkPolicyDecisionNotification = Static<typeof NetworkPolicyDecisionNotification>;
+
+/** `network/policyRequest` (server → client, capability `networkProxyReviewDomains`): may this host be reached? */
+export const NetworkPolicyRequestParams = Type.Object({
+  processId: Type.String(),
+  // `socks5_tcp`: a SOCKS5 CONNECT put to the client (ours; what Codex sends for one was not probed).
+  request: Type.Object({
+    protocol: Literals('http', 'https_connect', 'socks5_tcp'),
+    host: Type.String(),
+    port: Type.Integer(),
+  }),
+});
+export type NetworkPolicyRequestParams = Static<typeof NetworkPolicyRequestParams>;
+
+/** The client's answer to `network/policyRequest`: `{decision: {type: "allow"} | {type: "deny", reason?}}`. */
+export const NetworkPolicyRequestResult = Type.Object({
+  decision: Type.Union([
+    Type.Object({ type: Type.Literal('allow') }),
+    Type.Object({ type: Type.Literal('deny'), reason: Type.Optional(Nullable(Type.String())) }),
+  ]),
+});
+export type NetworkPolicyRequestResult = Static<typeof NetworkPolicyRequestResult>;
 
 export const ProcessStartParams = Type.Object({
   processId: Type.String(),

@@ -33,6 +33,7 @@ export {
   serializeRequest,
   serializeResponse,
 } from './message.js';
+export { type OutboundAnswer, OutboundRequests, type OutboundRequestsOptions } from './outbound.js';
 export {
   DEFAULT_MAX_MESSAGE_BYTES,
   type MessageTransport,

@@ -10,6 +10,7 @@ import {
   FileUriError,
   fileUriToPath,
   Method,
+  type NetworkProxyLaunch,
   Notification,
   ProcessAttachParams,
   ProcessIdParams,
@@ -21,6 +22,7 @@ import {
   ProcessWriteBinaryParams,
   ProcessWriteParams,
   RpcError,
+  ServerRequest,
 } from '@tether/exec-protocol';
 import { attachmentOf, takeAttachmentRelease } from '@tether/jsonrpc';
 import {
@@ -33,7 +35,7 @@ import {
 import { loadNativePipe, nativePipeUnavailableReason } from '@tether/native-pipe';
 import { likelySandboxDenied } from '@tether/sandbox';
 import { helperRuntime } from '../fs/confined.js';
-import { DEFAULT_PROXY_LIMITS, ManagedProxy, proxyEnvironment } from '../network-proxy.js';
+import { DEFAULT_PROXY_LIMITS, type Decider, ManagedProxy, proxyEnvironment, verdictOf } from '../network-proxy.js';
 import { decodeSandbox, prepareSandbox } from '../sandbox-context.js';
 import type { HandlerTable, RequestContext } from './types.js';
 
@@ -63,17 +65,60 @@ export function toRpcError(err: unknown): RpcError {
   return RpcError.internal(err instanceof Error ? err.message : String(err));
 }
 
+/** Longest process id a start that asks its client about hosts may have (Codex's bound). */
+const MAX_CALLBACK_PROCESS_ID_BYTES = 256;
+
+/** Codex's grace on top of `policyDecisionTimeoutMs`: the client's answer is awaited this much longer. */
+const POLICY_DECISION_GRACE_MS = 5_000;
+
+/** A domain pattern as Codex takes it: a host name or address, `*` / `*.` / `**.` wildcards at its start. */
+const DOMAIN_PATTERN = /^(?:\*|\*\*?\.)?[A-Za-z0-9_.:[\]-]*$/;
+
+/** `networkProxy` refused as Codex refuses it, before anything starts. */
+function checkNetworkProxy(processId: string, launch: NetworkProxyLaunch, sandbox: unknown): void {
+  if (!launch.proxy.enabled) {
+    throw RpcError.invalidParams(
+      'invalid network proxy config: executor-local network proxy launch requires an enabled proxy',
+    );
+  }
+  for (const pattern of launch.proxy.reviewDomains ?? []) {
+    if (pattern === '') throw RpcError.invalidParams('invalid network proxy config: domain pattern is empty');
+    if (!DOMAIN_PATTERN.test(pattern)) {
+      throw RpcError.invalidParams(`invalid network proxy config: unsupported domain pattern syntax: ${pattern}`);
+    }
+  }
+  if (launch.proxy.transparentTcp === true) {
+    // Codex's refusals first; past them it routes the command's raw TCP through its SOCKS5 listener, which
+    // needs a TUN device in the namespace that Tether does not build (networkProxyTransparentTcp, not advertised).
+    if (sandbox === undefined || sandbox === null) {
+      throw RpcError.invalidParams('transparent TCP requires a managed Linux sandbox');
+    }
+    throw RpcError.invalidParams(
+      launch.proxy.enableSocks5
+        ? 'transparent TCP is not supported by this exec-server'
+        : 'invalid network proxy config: transparent_tcp requires an enabled managed SOCKS5 proxy',
+    );
+  }
+  const timeout = launch.policyDecisionTimeoutMs;
+  if (timeout === 0) throw RpcError.invalidParams('network policy decision callback timeout must be nonzero');
+  if (
+    timeout !== undefined &&
+    timeout !== null &&
+    (processId === '' || Buffer.byteLength(processId) > MAX_CALLBACK_PROCESS_ID_BYTES)
+  ) {
+    throw RpcError.invalidParams(
+      `callback-enabled process ID must be non-empty and at most ${MAX_CALLBACK_PROCESS_ID_BYTES} bytes`,
+    );
+  }
+}
+
 function startProcess(params: ProcessStartParams) {
   if (params.argv.length === 0) throw RpcError.invalidParams('argv must not be empty');
   // Fields Tether does not implement fail closed rather than running unconfined.
   if (params.managedNetwork !== undefined && params.managedNetwork !== null) {
     throw RpcError.invalidParams('`managedNetwork` is not supported by this exec-server');
   }
-  if (params.networkProxy && !params.networkProxy.proxy.enabled) {
-    throw RpcError.invalidParams(
-      'invalid network proxy config: executor-local network proxy launch requires an enabled proxy',
-    );
-  }
+  if (params.networkProxy) checkNetworkProxy(params.processId, params.networkProxy, params.sandbox);
   let cwd: string;
   try {
     cwd = fileUriToPath(params.cwd);
@@ -177,10 +222,28 @@ async function startNetworkProxy(
 ): Promise<ManagedProxy | null> {
   const launch = params.networkProxy;
   if (!launch) return null;
+  const timeout = launch.policyDecisionTimeoutMs;
+  // Decisions and questions go to whichever connection the session is attached to then (a resumed one too,
+  // as Codex's); while it is detached, decisions are dropped and a question is answered by nobody (deny).
+  const session = ctx.session();
+  // Only a client that set a timeout is ever asked (capability `networkProxyReviewDomains`).
+  const decider: Decider | null =
+    timeout === undefined || timeout === null
+      ? null
+      : async (request) =>
+          verdictOf(
+            (await session.attachment?.ask(
+              ServerRequest.networkPolicyRequest,
+              { processId: params.processId, request },
+              timeout + POLICY_DECISION_GRACE_MS,
+            )) ?? { kind: 'none', reason: 'the session is detached' },
+          );
   const proxy = await ManagedProxy.start(
     launch.proxy,
-    (decision) => ctx.notify(Notification.networkPolicyDecision, { processId: params.processId, ...decision }),
+    (decision) =>
+      session.attachment?.notify(Notification.networkPolicyDecision, { processId: params.processId, ...decision }),
     DEFAULT_PROXY_LIMITS,
+    decider,
   );
   Object.assign(env, proxyEnvironment(proxy.port, launch.proxy.allowLocalBinding, proxy.socksPort));
   return proxy;
