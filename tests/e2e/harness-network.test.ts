@@ -3,17 +3,14 @@
  * executor in remote mode): the command reaches the hosts named, through the managed proxy the executor runs
  * for it (capability `networkProxyLaunch`), and nothing else; what the proxy refused is said on stderr.
  */
-import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { join } from 'node:path';
-import { peerMarkerEnv, repoRoot, type Stack, startStack } from '@tether/test-kit';
+import { type Stack, startStack } from '@tether/test-kit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { useWork } from './stack-suite.ts';
+import { harnessScript, useWork } from './stack-suite.ts';
 
 const ENVIRONMENT = 'network-e2e';
-const bin = join(repoRoot(), 'apps', 'harness', 'dist', 'main.js');
 let stack: Stack;
 let origin: Server;
 let originPort: number;
@@ -23,34 +20,8 @@ const reached: string[] = [];
 const originUrl = () => `http://127.0.0.1:${originPort}`;
 const work = useWork('tether-harness-network-', () => stack);
 
-/** Runs `script` in bash with `h` as the harness bin pointed at the stack's environment; stdin is /dev/null. */
-async function sh(script: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const child = spawn('bash', ['-c', `h() { "$NODE" "$BIN" "$@"; }\n${script}`], {
-    cwd: work,
-    env: {
-      ...process.env,
-      NODE: process.execPath,
-      BIN: bin,
-      TETHER_HARNESS_REGISTRY: stack.registryUrl,
-      TETHER_HARNESS_ENVIRONMENT_ID: ENVIRONMENT,
-      TETHER_HARNESS_API_KEY: stack.keys.harness,
-      TETHER_CONFIG: join(work, 'no-config.toml'),
-      TETHER_REUSE: 'no',
-      ...peerMarkerEnv(),
-    },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (d: Buffer) => {
-    stdout += d;
-  });
-  child.stderr.on('data', (d: Buffer) => {
-    stderr += d;
-  });
-  const [code] = (await once(child, 'close')) as [number | null];
-  return { code, stdout, stderr };
-}
+/** Runs `script` in bash with `h` as the harness bin (harnessScript, on this file's environment). */
+const sh = (script: string) => harnessScript(stack, ENVIRONMENT, work, script);
 
 beforeAll(async () => {
   origin = createServer((req, res) => {

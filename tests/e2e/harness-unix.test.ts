@@ -13,7 +13,6 @@
  * - `--connect-timeout` bounds every phase of connecting: the registry call, the relay socket, the handshake.
  * - `cp -r` keeps a new file's mode (less the umask), and skips and names each symbolic link both ways.
  */
-import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import {
   chmodSync,
@@ -30,10 +29,10 @@ import { createServer as createHttpServer } from 'node:http';
 import { createServer, type Server, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { generateIdentity, publicKeyToJson, SECURITY_PROFILE_HYBRID_IK_V1 } from '@tether/noise';
-import { findProcesses, peerMarkerEnv, repoRoot, type Stack, startStack, type Tmux, waitUntil } from '@tether/test-kit';
+import { findProcesses, repoRoot, type Stack, startStack, type Tmux, waitUntil } from '@tether/test-kit';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocketServer } from 'ws';
-import { quote, useTerminals, useWork } from './stack-suite.ts';
+import { harnessScript, quote, useTerminals, useWork } from './stack-suite.ts';
 
 const ENVIRONMENT = 'unix-e2e';
 const bin = join(repoRoot(), 'apps', 'harness', 'dist', 'main.js');
@@ -41,50 +40,8 @@ let stack: Stack;
 // Every remote command of these tests runs in `work`: none may be left.
 const work = useWork('tether-harness-unix-', () => stack);
 
-interface Outcome {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-  ms: number;
-}
-
-/**
- * Runs `script` in bash with `h` as the harness bin (pointed at the stack's environment by its variables)
- * and `$W` as the work directory; stdin is /dev/null unless the script redirects it.
- */
-function sh(script: string, env: NodeJS.ProcessEnv = {}): Promise<Outcome> {
-  const started = Date.now();
-  const child = spawn('bash', ['-c', `h() { "$NODE" "$BIN" "$@"; }\n${script}`], {
-    cwd: work,
-    env: {
-      ...process.env,
-      NODE: process.execPath,
-      BIN: bin,
-      W: work,
-      TETHER_HARNESS_REGISTRY: stack.registryUrl,
-      TETHER_HARNESS_ENVIRONMENT_ID: ENVIRONMENT,
-      TETHER_HARNESS_API_KEY: stack.keys.harness,
-      // Never the user's config file, nor a connection master of theirs.
-      TETHER_CONFIG: join(work, 'no-config.toml'),
-      TETHER_REUSE: 'no',
-      ...peerMarkerEnv(),
-      ...env,
-    },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (d: Buffer) => {
-    stdout += d.toString('latin1');
-  });
-  child.stderr.on('data', (d: Buffer) => {
-    stderr += d;
-  });
-  return new Promise((resolve, reject) => {
-    child.once('error', reject);
-    child.once('close', (code) => resolve({ code, stdout, stderr, ms: Date.now() - started }));
-  });
-}
+/** Runs `script` in bash with `h` as the harness bin (harnessScript, on this file's environment). */
+const sh = (script: string, env: NodeJS.ProcessEnv = {}) => harnessScript(stack, ENVIRONMENT, work, script, env);
 
 /** Ends a script with the status of its pipeline's first command (the harness), not head's. */
 // biome-ignore lint/suspicious/noTemplateCurlyInString: bash's parameter expansion, for the script

@@ -1,4 +1,5 @@
 /** The setting most end-to-end suites run in: the real registry and relay bins, one executor, a scratch directory. */
+import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -6,6 +7,8 @@ import {
   findProcesses,
   type PeerHandle,
   type PeerKind,
+  peerMarkerEnv,
+  repoRoot,
   type Stack,
   startStack,
   startTmux,
@@ -85,3 +88,55 @@ export function useTerminals(): (options: TmuxOptions) => Promise<Tmux> {
 
 /** A shell word: `word` single-quoted. */
 export const quote = (word: string) => `'${word.replace(/'/g, `'\\''`)}'`;
+
+export interface ScriptOutcome {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+  ms: number;
+}
+
+/**
+ * Runs `script` in bash from `work` with `h` as the harness bin, pointed at `environment` on `stack` (its
+ * variables, no config file of the user's, no connection master) and `$W` as `work`; stdin is /dev/null unless
+ * the script redirects it. stdout is read as latin1 (bytes stay bytes).
+ */
+export function harnessScript(
+  stack: Stack,
+  environment: string,
+  work: string,
+  script: string,
+  env: NodeJS.ProcessEnv = {},
+): Promise<ScriptOutcome> {
+  const started = Date.now();
+  const child = spawn('bash', ['-c', `h() { "$NODE" "$BIN" "$@"; }\n${script}`], {
+    cwd: work,
+    env: {
+      ...process.env,
+      NODE: process.execPath,
+      BIN: join(repoRoot(), 'apps', 'harness', 'dist', 'main.js'),
+      W: work,
+      TETHER_HARNESS_REGISTRY: stack.registryUrl,
+      TETHER_HARNESS_ENVIRONMENT_ID: environment,
+      TETHER_HARNESS_API_KEY: stack.keys.harness,
+      // Never the user's config file, nor a connection master of theirs.
+      TETHER_CONFIG: join(work, 'no-config.toml'),
+      TETHER_REUSE: 'no',
+      ...peerMarkerEnv(),
+      ...env,
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (d: Buffer) => {
+    stdout += d.toString('latin1');
+  });
+  child.stderr.on('data', (d: Buffer) => {
+    stderr += d;
+  });
+  return new Promise((resolve, reject) => {
+    child.once('error', reject);
+    child.once('close', (code) => resolve({ code, stdout, stderr, ms: Date.now() - started }));
+  });
+}
