@@ -128,7 +128,7 @@ export class ConnectionProcessor implements SessionAttachment {
   private readonly registry: SessionRegistry;
   private readonly principal: Principal;
   /** Snapshots of this connection alone, where the server gave it none to share (closed with it). */
-  private readonly ownSnapshots = new ShellSnapshots();
+  private readonly ownSnapshots: ShellSnapshots | null;
   private readonly endSessionOnClose: boolean;
   private readonly lanes: RequestLanes;
   private readonly handlers: HandlerTable;
@@ -164,6 +164,8 @@ export class ConnectionProcessor implements SessionAttachment {
     this.connection = connection;
     this.registry = options.registry;
     this.principal = options.principal ?? LOCAL_PRINCIPAL;
+    // A set of this connection's own only where the server shares none (a bare processor, in tests).
+    this.ownSnapshots = options.shellSnapshots ? null : new ShellSnapshots();
     this.endSessionOnClose = options.endSessionOnClose ?? false;
     this.logger = options.logger;
     this.metrics = options.metrics ?? new ExecutorMetrics();
@@ -243,7 +245,7 @@ export class ConnectionProcessor implements SessionAttachment {
       notify: (method, params) => {
         if (connection.status === 'open') void connection.sendNotification(method, params);
       },
-      shellSnapshots: (options.shellSnapshots ?? this.ownSnapshots).scope(principalKey(this.principal)),
+      shellSnapshots: (options.shellSnapshots ?? this.ownSnapshots!).scope(principalKey(this.principal)),
     };
   }
 
@@ -485,7 +487,7 @@ export class ConnectionProcessor implements SessionAttachment {
     this.lifetime.abort(RpcError.invalidRequest(`connection closed: ${reason}`));
     this.http.closeAll();
     this.tcp.closeAll();
-    this.ownSnapshots.close();
+    this.ownSnapshots?.close();
     this.missingWatch.close();
     this.outbound.close(`connection closed: ${reason}`);
     this.releaseDrainWaiters();
