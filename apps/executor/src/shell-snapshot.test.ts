@@ -112,6 +112,14 @@ describe('ShellSnapshots', () => {
     expect(set.size).toBe(0);
   });
 
+  it('a capture that prints more than 1 MiB is given up: the start runs as given', async () => {
+    const set = snapshots();
+    const { start, runs } = homeWith("head -c 2000000 /dev/zero | tr '\\0' x\nexport LOUD=1\n", 'echo "[$LOUD]"');
+    const applied = await set.apply('o', { scopeId: 's', shell: BASH }, start);
+    expect(applied).toBe(start);
+    expect(runCount(runs)).toBe(1);
+  });
+
   it('keeps at most maxSnapshots, the least recently used going first', async () => {
     const set = snapshots({ maxSnapshots: 2 });
     const { start, runs } = homeWith('');
