@@ -44,7 +44,9 @@ export class OutputClosedError extends Error {
 interface OutputState {
   failure: Error | null;
   failed: Promise<never>;
-  /** Whether its pipe was raised to OUTPUT_PIPE_BYTES (or found not to be one) at the first bulk chunk. */
+  /** Bytes written so far, until the pipe is sized (then no longer counted). */
+  written: number;
+  /** Whether its pipe was raised to OUTPUT_PIPE_BYTES (or found not to be one) once output became bulk. */
   pipeSized: boolean;
 }
 
@@ -62,7 +64,7 @@ function outputState(stream: CliIo['stdout'] | CliIo['stderr'], name: string): O
     reject = fail;
   });
   failed.catch(() => undefined);
-  const created: OutputState = { failure: null, failed, pipeSized: false };
+  const created: OutputState = { failure: null, failed, written: 0, pipeSized: false };
   stream.on('error', (err: NodeJS.ErrnoException) => {
     if (created.failure) return;
     created.failure =
@@ -106,8 +108,11 @@ const OUTPUT_BUFFER_BYTES = 1024 * 1024;
  * system's pipe limits keeps 64 KiB, which still works.
  */
 const OUTPUT_PIPE_BYTES = 1024 * 1024;
-/** A chunk this large is bulk output: small output (a prompt, a listing) never loads the addon for it. */
-const BULK_CHUNK_BYTES = 32 * 1024;
+/**
+ * Output this large is bulk, in however many chunks it comes (a busy executor may send small ones): small
+ * output (a prompt, a listing) never loads the addon for it.
+ */
+const BULK_OUTPUT_BYTES = 32 * 1024;
 
 function sizePipe(state: OutputState, sink: CliIo['stdout'] | CliIo['stderr']): void {
   state.pipeSized = true;
@@ -133,9 +138,10 @@ export async function writeOutput(
 ) {
   const failure = outputFailure(io);
   if (failure) throw failure;
-  if (chunk.length >= BULK_CHUNK_BYTES) {
-    const state = outputs.get(sink);
-    if (state && !state.pipeSized) sizePipe(state, sink);
+  const state = outputs.get(sink);
+  if (state !== undefined && !state.pipeSized) {
+    state.written += chunk.length;
+    if (state.written >= BULK_OUTPUT_BYTES) sizePipe(state, sink);
   }
   // A chunk in pooled memory goes back once our stdout has written it (its callback), which only a stream
   // on a file descriptor guarantees: a PassThrough, say, still holds the chunk after the callback.
