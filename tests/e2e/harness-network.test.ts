@@ -4,11 +4,13 @@
  * for it (capability `networkProxyLaunch`), and nothing else; what the proxy refused is said on stderr.
  */
 import { once } from 'node:events';
+import { readFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { type Stack, startStack } from '@tether/test-kit';
+import { join } from 'node:path';
+import { repoRoot, type Stack, startStack } from '@tether/test-kit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { harnessScript, useWork } from './stack-suite.ts';
+import { harnessScript, quote, useTerminals, useWork } from './stack-suite.ts';
 
 const ENVIRONMENT = 'network-e2e';
 let stack: Stack;
@@ -74,7 +76,12 @@ describe('harness exec --network-allow', { timeout: 60_000 }, () => {
 
   it('bad usage is exit 2 with one line that names the flags', async () => {
     const cases: Array<[string, string]> = [
-      ['--network-deny x.example', 'harness: --network-deny goes with --network-allow\n'],
+      ['--network-deny x.example', 'harness: --network-deny goes with --network-allow or --network-ask\n'],
+      [
+        '--network-ask -t',
+        'harness: --network-ask reads its answers from the terminal, which -t gives to the command: choose one\n',
+      ],
+      ['-d --network-ask', 'harness: --network-ask does not go with --detach\n'],
       [
         '--sandbox read-only --network --network-allow x.example',
         'harness: --network lets the command reach any host, --network-allow only the hosts it names: choose one\n',
@@ -88,5 +95,54 @@ describe('harness exec --network-allow', { timeout: 60_000 }, () => {
     for (const [flags, stderr] of cases) {
       expect(await sh(`h exec ${flags} -- true`)).toMatchObject({ code: 2, stdout: '', stderr });
     }
+    // Without a controlling terminal (setsid) there is nobody to ask: said before anything runs.
+    expect(await sh('setsid "$NODE" "$BIN" exec --network-ask -- true')).toMatchObject({
+      code: 2,
+      stdout: '',
+      stderr: 'harness: --network-ask asks on the terminal, and there is none (/dev/tty: ENXIO)\n',
+    });
+  });
+});
+
+describe('harness exec --network-ask, at a terminal', { timeout: 60_000 }, () => {
+  const startTerminal = useTerminals();
+
+  it('asks on the terminal about each host not allowed (stdout redirected, still asked); the answer decides', async () => {
+    reached.length = 0;
+    const script = [
+      `curl -sS -m 10 ${originUrl()}/allowed`,
+      'curl -s -m 30 -o /dev/null -D - http://no.invalid/ | tr -d "\\r" | grep -i ^x-proxy-error',
+      'curl -s -m 30 -o /dev/null -D - http://yes.invalid/ | tr -d "\\r" | grep -i ^x-proxy-error',
+    ].join('; ');
+    const harness = [process.execPath, join(repoRoot(), 'apps', 'harness', 'dist', 'main.js')].map(quote).join(' ');
+    const tmux = await startTerminal({
+      command: `${harness} exec --network-ask --network-allow 127.0.0.1 -- bash -c ${quote(script)} > out.txt 2> err.txt`,
+      cwd: work,
+      cols: 120,
+      rows: 20,
+      env: {
+        TETHER_HARNESS_REGISTRY: stack.registryUrl,
+        TETHER_HARNESS_ENVIRONMENT_ID: ENVIRONMENT,
+        TETHER_HARNESS_API_KEY: stack.keys.harness,
+        TETHER_CONFIG: join(work, 'no-config.toml'),
+      },
+    });
+    await tmux.waitFor('harness: network: let the command reach no.invalid:80 (http)? [y/N]');
+    await tmux.send('n', { literal: true });
+    await tmux.send('Enter');
+    await tmux.waitFor('harness: network: let the command reach yes.invalid:80 (http)? [y/N]');
+    await tmux.send('y', { literal: true });
+    await tmux.send('Enter');
+    expect(await tmux.waitForExit(25_000)).toBe(0);
+    // The allowed host was not asked about; "no" is a policy refusal; "yes" let yes.invalid through to the
+    // proxy's own check, where a name that resolves to no public address is refused.
+    expect(await readFile(join(work, 'out.txt'), 'utf8')).toBe(
+      'origin says hi\nx-proxy-error: blocked-by-policy\nx-proxy-error: blocked-by-allowlist\n',
+    );
+    expect(await readFile(join(work, 'err.txt'), 'utf8')).toBe(
+      'harness: network: refused no.invalid:80: you answered no\n' +
+        'harness: network: refused yes.invalid:80: a local or private address (allow it by its exact name or address)\n',
+    );
+    expect(reached).toEqual(['/allowed']);
   });
 });

@@ -59,7 +59,13 @@ export {
   type StreamOptions,
   toFileUri,
 } from './fs.js';
-export { checkNetworkHosts, type NetworkDecision, type NetworkPolicy } from './network.js';
+export {
+  checkNetworkHosts,
+  type NetworkAnswer,
+  type NetworkDecision,
+  type NetworkPolicy,
+  type NetworkQuestion,
+} from './network.js';
 export { ProcessHandle } from './process.js';
 export type { ProcessResult } from './process-events.js';
 export {

@@ -9,6 +9,7 @@ import {
   Notification,
   type RequestMethod,
   RpcError,
+  ServerRequest,
 } from '@tether/exec-protocol';
 import {
   type CallOptions,
@@ -32,7 +33,7 @@ import type { DialPhase } from './dial.js';
 import { FINAL_ON_RESUME, lastCode, mayPass } from './dial-error.js';
 import { decodeAnswer, processEventOf } from './edge.js';
 import { TetherError } from './errors.js';
-import { type NetworkDecision, networkDecisionOf } from './network.js';
+import { answerNetworkQuestion, type NetworkDecision, type NetworkPolicy, networkDecisionOf } from './network.js';
 import { checkRegistryUrl } from './registry.js';
 import { channelOrDirect, type RendezvousOptions, rendezvousDialer } from './rendezvous-dialer.js';
 import { processStartParams } from './start-params.js';
@@ -82,6 +83,8 @@ export class ExecServerClient implements ProcessBackend {
   private readonly listeners = new Set<(event: ProcessEvent) => void>();
   /** Listeners of each process's `network/policyDecision`s (only processes whose caller asked for them). */
   private readonly decisionListeners = new Map<string, Set<(decision: NetworkDecision) => void>>();
+  /** Who answers each process's `network/policyRequest`s (processes started with `network.ask`), until it ends. */
+  private readonly networkAskers = new Map<string, NonNullable<NetworkPolicy['ask']>>();
   private readonly reconnectListeners = new Set<() => void>();
   private readonly closedListeners = new Set<(error: Error) => void>();
   private closed = false;
@@ -262,6 +265,15 @@ export class ExecServerClient implements ProcessBackend {
         'this executor cannot confine a process to named hosts (it does not offer networkProxyLaunch: a Tether executor needs bubblewrap for it)',
       );
     }
+    const ask = options.network?.ask;
+    if (ask && !this.capability('networkProxyReviewDomains')) {
+      throw new TetherError(
+        'invalid_state',
+        'this executor cannot ask about hosts (network.ask): it does not offer networkProxyReviewDomains',
+      );
+    }
+    // Before the start is sent: the command may reach a host before the start is answered.
+    if (ask) this.networkAskers.set(options.processId, ask);
     const window = options.flowWindowBytes ?? null;
     const params = {
       ...processStartParams(options),
@@ -285,7 +297,10 @@ export class ExecServerClient implements ProcessBackend {
         // Started by an earlier request, with the window it asked for (the executor grants any in range).
         if (landed) return { flowWindowBytes: window === null ? null : clampFlowWindow(window) };
         const cut = err instanceof TetherError && err.code === 'closed' && err.cause instanceof ConnectionClosedError;
-        if (!cut || this.closed || attempt >= START_RETRIES) throw err;
+        if (!cut || this.closed || attempt >= START_RETRIES) {
+          this.networkAskers.delete(options.processId);
+          throw err;
+        }
         // Let the transport's close reach this client first: the call then waits for the resumed session
         // (or fails, closed, when there is none).
         await new Promise((resolve) => setImmediate(resolve));
@@ -465,6 +480,7 @@ export class ExecServerClient implements ProcessBackend {
     const connection = new RpcConnection(transport);
     const rpc: RpcClient = new RpcClient(connection, {
       onNotification: (method, params) => this.onNotification(method, params),
+      onRequest: (method, params) => this.onRequest(method, params),
       callTimeoutMs: this.options.callTimeoutMs ?? 60_000,
       onClose: () => this.onTransportClosed(rpc),
     });
@@ -558,7 +574,14 @@ export class ExecServerClient implements ProcessBackend {
     }
     const event = processEventOf(method, params);
     if (event === null) return;
+    if (event.kind === 'closed') this.networkAskers.delete(event.processId);
     for (const listener of this.listeners) listener(event);
+  }
+
+  /** A request from the executor: only `network/policyRequest` is one a client answers. */
+  private onRequest(method: string, params: unknown): Promise<unknown> {
+    if (method !== ServerRequest.networkPolicyRequest) throw RpcError.methodNotFound(method);
+    return answerNetworkQuestion(params, (processId) => this.networkAskers.get(processId));
   }
 }
 

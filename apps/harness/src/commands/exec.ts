@@ -24,6 +24,7 @@ import {
 } from '../common.js';
 import { randomUuid } from '../random-id.js';
 import type { ConnectFlags } from '../target.js';
+import { ASK_TIMEOUT_MS, openTerminal, type TerminalAsker, terminalAsker } from './network-ask.js';
 import { startDetached } from './processes.js';
 import { forwardInput } from './stdin.js';
 import { followWindowSize } from './window-size.js';
@@ -60,7 +61,10 @@ export function registerExec(program: Command, io: CliIo, setExit: SetExit): voi
         if (options.detach && options.sandbox)
           throw new TetherError('invalid_argument', '--sandbox does not go with --detach');
         if (options.detach && networkFor(options))
-          throw new TetherError('invalid_argument', '--network-allow does not go with --detach');
+          throw new TetherError(
+            'invalid_argument',
+            `${options.networkAsk ? '--network-ask' : '--network-allow'} does not go with --detach`,
+          );
       } catch (err) {
         setExit(report(io, err));
         return;
@@ -95,9 +99,14 @@ export function runOptions(command: Command): Command {
     )
     .option(
       '--network-deny <host>',
-      'with --network-allow: refuse this host even where an allowed pattern covers it (repeatable)',
+      'with --network-allow or --network-ask: refuse this host even where an allowed pattern covers it (repeatable)',
       collect,
       [],
+    )
+    .option(
+      '--network-ask',
+      'confine the network, and ask on this terminal (/dev/tty) about each host --network-allow does not name before the command reaches it',
+      false,
     );
 }
 
@@ -140,14 +149,20 @@ export function sandboxFor(options: ExecFlags): Record<string, unknown> | undefi
 export function networkFor(options: ExecFlags): NetworkPolicy | undefined {
   const allow = options.networkAllow ?? [];
   const deny = options.networkDeny ?? [];
-  if (allow.length === 0) {
-    if (deny.length > 0) throw new TetherError('invalid_argument', '--network-deny goes with --network-allow');
+  if (allow.length === 0 && !options.networkAsk) {
+    if (deny.length > 0)
+      throw new TetherError('invalid_argument', '--network-deny goes with --network-allow or --network-ask');
     return undefined;
   }
   if (options.network) {
+    const confining =
+      allow.length > 0 ? '--network-allow only the hosts it names' : '--network-ask only those you allow';
+    throw new TetherError('invalid_argument', `--network lets the command reach any host, ${confining}: choose one`);
+  }
+  if (options.networkAsk && (options.tty || options.interactive)) {
     throw new TetherError(
       'invalid_argument',
-      '--network lets the command reach any host, --network-allow only the hosts it names: choose one',
+      `--network-ask reads its answers from the terminal, which ${options.tty ? '-t' : '-i'} gives to the command: choose one`,
     );
   }
   checkNetworkHosts(allow, '--network-allow');
@@ -184,6 +199,7 @@ export interface ExecFlags {
   network?: boolean;
   networkAllow?: string[];
   networkDeny?: string[];
+  networkAsk?: boolean;
 }
 
 /**
@@ -197,7 +213,18 @@ export async function runRemote(env: Environment, argv: string[], options: ExecF
   // terminal only with -t (raw keys) or -i; never with -n.
   const forwardStdin = options.stdin !== false && (options.interactive || options.tty || io.stdin.isTTY !== true);
   const sandbox = sandboxFor(options);
-  const network = networkFor(options);
+  let network = networkFor(options);
+  const cleanups: Array<() => void> = [];
+  if (network && options.networkAsk) {
+    let asker: TerminalAsker;
+    try {
+      asker = terminalAsker(openTerminal());
+    } catch (err) {
+      return report(io, err);
+    }
+    cleanups.push(() => asker.close());
+    network = { ...network, ask: (question) => asker.ask(question), askTimeoutMs: ASK_TIMEOUT_MS };
+  }
   let handle: ProcessHandle;
   try {
     handle = await env.spawn(argv, {
@@ -215,9 +242,9 @@ export async function runRemote(env: Environment, argv: string[], options: ExecF
       ...(network ? { network, onNetworkDecision: reportDenials(io) } : {}),
     });
   } catch (err) {
+    for (const cleanup of cleanups.splice(0)) cleanup();
     return startFailure(env, err, argv[0] ?? '', options.cwd, io);
   }
-  const cleanups: Array<() => void> = [];
   if (forwardStdin) {
     const rawMode = options.tty && io.stdin.isTTY === true;
     if (rawMode) io.stdin.setRawMode?.(true);
@@ -333,6 +360,7 @@ function osError(err: unknown): { errno: number; text: string } | null {
 const DENIAL_WORDS: Record<string, string> = {
   not_allowed: 'not named by --network-allow',
   denied: 'named by --network-deny',
+  denied_by_user: 'you answered no',
   not_allowed_local: 'a local or private address (allow it by its exact name or address)',
   method_not_allowed: 'a method the proxy does not pass',
   mitm_required: 'not passed by the proxy',
