@@ -8,7 +8,7 @@ import {
   packageVersion,
   SchemeCommand,
 } from '@tether/telemetry/cli';
-import { type Command, InvalidArgumentError } from 'commander';
+import { type Command, InvalidArgumentError, Option } from 'commander';
 import { API_KEY_ENV, API_KEY_FILE_ENV, CODEX_API_KEY_ENV, DEPRECATED_API_KEY_ENV } from './api-key.js';
 import { EXECUTOR_DESCRIPTION, EXECUTOR_HELP } from './cli-help.js';
 import { defaultConfigPath } from './config.js';
@@ -77,6 +77,11 @@ function forwardAllowEntry(value: string, previous: string[] | undefined): strin
   return [...(previous ?? []), value];
 }
 
+function absolutePath(value: string): string {
+  if (!value.startsWith('/')) throw new InvalidArgumentError('expected an absolute path');
+  return value;
+}
+
 function registryUrl(value: string): string {
   try {
     return parseRegistryUrl(value);
@@ -120,6 +125,9 @@ export interface ExecutorOptions {
   forwardAllow?: string[];
   forward?: boolean;
   maxDetachedProcesses?: number;
+  /** `--record-dir`, `--record-failure` (over the config's `[recording]`). */
+  recordDir?: string;
+  recordFailure?: 'open' | 'closed';
   config?: string;
   strictConfig: boolean;
   apiKeyFile?: string;
@@ -200,6 +208,17 @@ export function buildCommand(
       forwardAllowEntry,
     )
     .option('--no-forward', 'refuse TCP forwarding (harness forward) and do not advertise it')
+    .option(
+      '--record-dir <dir>',
+      'record every process session (PTY and pipes) in this directory as signed asciicast v2 files, mode 0600; the recording key is made there on first use and its public half printed (default from config [recording] dir, else none)',
+      absolutePath,
+    )
+    .addOption(
+      new Option(
+        '--record-failure <policy>',
+        'when a recording cannot be written or keep up: open (the process goes on, unrecorded or with a gap noted) or closed (the process is ended, and a start whose recording cannot be opened is refused); default from config, else open',
+      ).choices(['open', 'closed']),
+    )
     .option('--config <path>', `TOML config file (default: ${defaultConfigPath()}, i.e. $TETHER_HOME/config.toml)`)
     .option('--strict-config', 'fail on unknown or invalid config keys instead of ignoring them', false);
   for (const option of logOptions(undefined)) command.addOption(option);

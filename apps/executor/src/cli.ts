@@ -13,6 +13,7 @@ import { DEFAULT_LISTEN_URL, type ListenTarget, parseListenUrl } from './listen-
 import { createLogger, type Logger } from './logger.js';
 import { ExecutorMetrics, executorTelemetryOptions } from './metrics.js';
 import { markInheritedCloseOnExec, protectMemory, reportInherited } from './process-guards.js';
+import { RecordDirError } from './recordings.js';
 import { RegistryError } from './remote/registry-client.js';
 import { RemoteLink } from './remote/remote-link.js';
 import { ExecServer } from './server.js';
@@ -124,7 +125,14 @@ function remoteSettings(
 function loadSettings(
   flags: Pick<
     ExecutorOptions,
-    'config' | 'strictConfig' | 'concurrentRequests' | 'maxDetachedProcesses' | 'forward' | 'forwardAllow'
+    | 'config'
+    | 'strictConfig'
+    | 'concurrentRequests'
+    | 'maxDetachedProcesses'
+    | 'forward'
+    | 'forwardAllow'
+    | 'recordDir'
+    | 'recordFailure'
   >,
   env: NodeJS.ProcessEnv,
 ): Settings | string {
@@ -143,6 +151,8 @@ function loadSettings(
   const forwardProblem = applyForwardFlags(config, flags);
   if (forwardProblem !== null) return forwardProblem;
   if (flags.maxDetachedProcesses !== undefined) config.maxDetachedProcesses = flags.maxDetachedProcesses;
+  if (flags.recordDir !== undefined) config.recordDir = flags.recordDir;
+  if (flags.recordFailure !== undefined) config.recordFailure = flags.recordFailure;
   // Registry calls, the relay socket, `http/request` and OTLP go through the environment's proxies, as
   // Codex's do (HTTPS_PROXY, HTTP_PROXY, ALL_PROXY, NO_PROXY; @tether/outbound).
   try {
@@ -212,7 +222,21 @@ async function serve({ config, proxy, log, io, remote, listen }: ServeOptions): 
   );
   const metrics = new ExecutorMetrics(telemetry);
   // The bin spawns only through local-process, so it may adopt what escapes with setsid (a subreaper).
-  const server = new ExecServer({ config, logger: log, metrics, subreaper: true, proxy });
+  let server: ExecServer;
+  try {
+    server = new ExecServer({ config, logger: log, metrics, subreaper: true, proxy });
+  } catch (err) {
+    if (!(err instanceof RecordDirError)) throw err;
+    io.stderr.write(`executor: ${err.message}\n`);
+    await telemetry.shutdown();
+    return 1;
+  }
+  if (server.recordings) {
+    // Printed for whoever checks the recordings later (harness recording verify --key …); also in the directory.
+    io.stderr.write(
+      `executor: recording every process session in ${server.recordings.options.dir} (key ${server.recordings.publicKey}, failure policy ${server.recordings.options.failurePolicy})\n`,
+    );
+  }
   // Whether `sandbox` profiles (Codex's -s read-only / workspace-write) can be enforced here, and if not why.
   if (server.sandbox.status.available) log.info({ bwrap: server.sandbox.status.bwrap }, 'sandbox available');
   else

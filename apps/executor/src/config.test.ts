@@ -54,6 +54,12 @@ allow = ["loopback", "10.0.0.0/8:5432"]
 max_connections_per_connection = 4
 [environment]
 prepend_path_dirs = ["/opt/tools/bin"]
+[recording]
+dir = "/var/lib/tether/recordings"
+failure = "closed"
+max_file_bytes = 1048576
+max_file_age_sec = 3600
+queue_bytes = 65536
 `);
     expect(loadConfig({ path, strict: true }).config).toEqual({
       detachedTtlMs: 5000,
@@ -78,7 +84,19 @@ prepend_path_dirs = ["/opt/tools/bin"]
       forwardAllow: ['loopback', '10.0.0.0/8:5432'],
       forwardMaxConnections: 4,
       prependPathDirs: ['/opt/tools/bin'],
+      recordDir: '/var/lib/tether/recordings',
+      recordFailure: 'closed',
+      recordMaxFileBytes: 1_048_576,
+      recordMaxFileAgeMs: 3_600_000,
+      recordQueueBytes: 65_536,
     });
+  });
+
+  it('refuses a recording dir that is not absolute and a failure policy that is neither open nor closed', () => {
+    expect(() => loadConfig({ path: file('[recording]\ndir = "rec"\n'), strict: true })).toThrow(/dir.*absolute path/);
+    expect(() => loadConfig({ path: file('[recording]\nfailure = "maybe"\n'), strict: true })).toThrow(
+      /failure.*"open" or "closed"/,
+    );
   });
 
   it('refuses prepend_path_dirs that are not absolute paths', () => {

@@ -57,6 +57,16 @@ export interface ExecutorConfig {
    * does not gate exec-server metrics (`metrics_exporter` alone does).
    */
   analyticsEnabled: boolean;
+  /** `--record-dir`, `[recording] dir`: every process session is recorded there (recordings.ts); null: none. */
+  recordDir: string | null;
+  /** `--record-failure`, `[recording] failure`: what a recording that cannot be written does to its process. */
+  recordFailure: 'open' | 'closed';
+  /** `[recording] max_file_bytes`: a recording past it goes on in its next part. */
+  recordMaxFileBytes: number;
+  /** `[recording] max_file_age_sec`: …or past this age. */
+  recordMaxFileAgeMs: number;
+  /** `[recording] queue_bytes`: events queued per recording before the failure policy applies. */
+  recordQueueBytes: number;
 }
 
 /** `metrics_exporter = { otlp-http = { endpoint = "URL", protocol = "json" | "binary", headers = {…} } }` */
@@ -89,6 +99,11 @@ export const DEFAULT_CONFIG: ExecutorConfig = {
   otelEnvironment: 'dev',
   metricsExporter: null,
   analyticsEnabled: true,
+  recordDir: null,
+  recordFailure: 'open',
+  recordMaxFileBytes: 256 * 1024 * 1024,
+  recordMaxFileAgeMs: 24 * 3600 * 1000,
+  recordQueueBytes: 8 * 1024 * 1024,
 };
 
 /** A value the config cannot take, with the reason. */
@@ -217,6 +232,20 @@ const SCHEMA: Record<string, Record<string, KeySpec>> = {
           ? value
           : new Invalid(`must be one of ${LOG_LEVELS.join(', ')}`),
     },
+  },
+  recording: {
+    dir: {
+      key: 'recordDir',
+      read: (value) =>
+        typeof value === 'string' && value.startsWith('/') ? value : new Invalid('must be an absolute path'),
+    },
+    failure: {
+      key: 'recordFailure',
+      read: (value) => (value === 'open' || value === 'closed' ? value : new Invalid('must be "open" or "closed"')),
+    },
+    max_file_bytes: { key: 'recordMaxFileBytes', read: positiveInt(1, 2 ** 53 - 1) },
+    max_file_age_sec: { key: 'recordMaxFileAgeMs', read: positiveInt(1000, 365 * 24 * 3600 * 1000) },
+    queue_bytes: { key: 'recordQueueBytes', read: positiveInt(1, 1024 ** 3) },
   },
   // Codex's telemetry keys (`config.toml` in CODEX_HOME has the same shape).
   otel: {

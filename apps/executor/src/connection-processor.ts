@@ -45,6 +45,7 @@ import { HttpRequests } from './http/http-requests.js';
 import type { Logger } from './logger.js';
 import { ExecutorMetrics, type RequestResult, secondsSince } from './metrics.js';
 import { LOCAL_PRINCIPAL, type Principal, principalKey } from './principal.js';
+import type { Recordings } from './recordings.js';
 import type { Session, SessionAttachment, SessionRegistry } from './session-registry.js';
 import { ShellSnapshots } from './shell-snapshot.js';
 import { TcpForwards } from './tcp/forwards.js';
@@ -110,6 +111,8 @@ export interface ConnectionProcessorOptions {
   adopter?: ChildLedger | null;
   /** The executor's login-shell snapshots (its owner closes them); default: a set of this connection's own. */
   shellSnapshots?: ShellSnapshots;
+  /** The executor's session recordings (`--record-dir`; its owner closes them); default none. */
+  recordings?: Recordings | null;
   /**
    * Who this connection acts for (principal.ts): the key the registry named for a relay stream; default the
    * local principal (stdio, `--listen`).
@@ -246,6 +249,8 @@ export class ConnectionProcessor implements SessionAttachment {
         if (connection.status === 'open') void connection.sendNotification(method, params);
       },
       shellSnapshots: (options.shellSnapshots ?? this.ownSnapshots!).scope(principalKey(this.principal)),
+      recordings: options.recordings ?? null,
+      principal: principalKey(this.principal),
     };
   }
 

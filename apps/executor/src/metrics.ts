@@ -103,6 +103,10 @@ export class ExecutorMetrics {
   private readonly websocketConnectDuration: Histogram;
   private readonly websocketReconnects: Counter;
   private readonly relayFramesDropped: Counter;
+  private readonly recordingBytes: Counter;
+  private readonly recordingDroppedBytes: Counter;
+  private readonly recordingFailures: Counter;
+  private activeRecordings: () => number = () => 0;
 
   constructor(telemetry: Telemetry = Telemetry.disabled()) {
     this.telemetry = telemetry;
@@ -163,6 +167,36 @@ export class ExecutorMetrics {
       'exec_server_remote_relay_frames_dropped_total',
       'Total number of relay frames the remote exec-server dropped on its relay websocket.',
     );
+    // Tether's own: session recordings (--record-dir, recordings.ts).
+    t.gauge('tether_recordings_active', 'Number of process sessions being recorded.', (report) =>
+      report(this.activeRecordings()),
+    );
+    this.recordingBytes = t.counter('tether_recording_bytes_total', 'Total bytes written to session recordings.');
+    this.recordingDroppedBytes = t.counter(
+      'tether_recording_dropped_bytes_total',
+      'Total bytes of recording events dropped because a recording could not keep up (policy open).',
+    );
+    this.recordingFailures = t.counter(
+      'tether_recording_failures_total',
+      'Total number of recordings that failed (cause: open, write, queue_full), by the failure policy applied.',
+    );
+  }
+
+  /** The number of active recordings, read when /metrics is scraped. */
+  recordingsActive(count: () => number): void {
+    this.activeRecordings = count;
+  }
+
+  recordingWritten(bytes: number): void {
+    this.recordingBytes.add(bytes);
+  }
+
+  recordingDropped(bytes: number): void {
+    this.recordingDroppedBytes.add(bytes);
+  }
+
+  recordingFailed(policy: 'open' | 'closed', cause: 'open' | 'write' | 'queue_full'): void {
+    this.recordingFailures.add(1, { policy, cause });
   }
 
   /**

@@ -25,6 +25,7 @@ import { formatWebSocketUrl } from './listen-url.js';
 import { type Logger, silentLogger } from './logger.js';
 import { ExecutorMetrics } from './metrics.js';
 import type { Principal } from './principal.js';
+import { DEFAULT_RECORDING_OPTIONS, Recordings } from './recordings.js';
 import { SessionRegistry } from './session-registry.js';
 import { ShellSnapshots } from './shell-snapshot.js';
 import { type ForwardOptions, forwardOptions } from './tcp/policy.js';
@@ -73,6 +74,8 @@ export class ExecServer {
   private readonly processors = new Set<ConnectionProcessor>();
   /** Read buffers for every process's output pipes (closed with the server, after the last process). */
   private readonly readBuffers: ReadBufferPool;
+  /** Session recordings (`--record-dir`; closed with the server, after the last process), or null. */
+  readonly recordings: Recordings | null;
   /** Login-shell snapshots of every connection's principal (`shellSnapshotV2`; closed with the server). */
   private readonly shellSnapshots = new ShellSnapshots();
   private http: Server | null = null;
@@ -111,6 +114,21 @@ export class ExecServer {
         networkProxyReviewDomains: this.sandbox.status.available && loadNativePipe() !== null,
       },
     };
+    this.recordings =
+      this.config.recordDir === null
+        ? null
+        : new Recordings(
+            {
+              dir: this.config.recordDir,
+              failurePolicy: this.config.recordFailure,
+              maxFileBytes: this.config.recordMaxFileBytes,
+              maxFileAgeMs: this.config.recordMaxFileAgeMs,
+              queueBytes: this.config.recordQueueBytes,
+              sealEveryMs: DEFAULT_RECORDING_OPTIONS.sealEveryMs,
+            },
+            this.metrics,
+            (message) => this.logger.warn(message),
+          );
     this.reaper = options.reaper === false ? null : createReaper({ subreaper: options.subreaper === true });
     this.readBuffers = new ReadBufferPool({ bufferBytes: OUTPUT_READ_BYTES });
     this.registry = new SessionRegistry({
@@ -160,6 +178,7 @@ export class ExecServer {
       sandbox: this.sandbox,
       adopter: this.reaper?.adopter ?? null,
       shellSnapshots: this.shellSnapshots,
+      recordings: this.recordings,
       ...(this.proxy ? { proxy: this.proxy } : {}),
     });
     this.processors.add(processor);
@@ -290,6 +309,8 @@ export class ExecServer {
     this.wss?.close();
     await Promise.all([...this.processors].map((processor) => processor.done));
     await this.reaper?.close();
+    // After the last process: every recording has its exit and final seal queued.
+    await this.recordings?.close();
     this.readBuffers.close();
     if (this.ownsSandbox) this.sandbox.close();
     this.logger.info('exec-server shutdown complete');

@@ -20,7 +20,7 @@ export interface SessionStartRequest extends StartRequest {
 import { DetachedProcesses, type DetachedWatcher } from './detached.js';
 import type { Logger } from './logger.js';
 import { ExecutorMetrics, secondsSince } from './metrics.js';
-import { LOCAL_PRINCIPAL, type Principal, type ProcessAction, samePrincipal } from './principal.js';
+import { LOCAL_PRINCIPAL, type Principal, type ProcessAction, principalKey, samePrincipal } from './principal.js';
 
 /** A process this session started and has not seen exit yet (for the process metrics). */
 interface RunningProcess {
@@ -152,7 +152,8 @@ export class Session implements DetachedWatcher {
    */
   writeProcess(processId: string, chunk: Buffer, writeId: string, release?: () => void) {
     const table = this.tableFor(processId, 'control');
-    return table.write(processId, chunk, table === this.table ? writeId : `${this.id}\u0000${writeId}`, release);
+    const id = table === this.table ? writeId : `${this.id}\u0000${writeId}`;
+    return table.write(processId, chunk, id, release, principalKey(this.principal));
   }
 
   /** `process/list`: this session's processes, then the executor's detached ones this principal may list. */

@@ -9,6 +9,7 @@ import { registerForward } from './commands/forward.js';
 import { registerLogin } from './commands/login.js';
 import { registerMaster } from './commands/master.js';
 import { registerProcesses } from './commands/processes.js';
+import { registerRecording } from './commands/recording.js';
 import { registerShell } from './commands/shell.js';
 import { type CliIo, EXIT, flushOutput, report, watchOutput } from './common.js';
 import { DEPRECATED_ENV, ENV } from './target.js';
@@ -64,6 +65,7 @@ export const COMMANDS: ReadonlyArray<readonly [readonly string[], Register]> = [
   [['master'], registerMaster],
   [['config'], registerConfig],
   [['login'], registerLogin],
+  [['recording'], registerRecording],
   [[], registerCompletion],
 ];
 

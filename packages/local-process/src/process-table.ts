@@ -21,6 +21,7 @@ import type {
   ReadOptions,
   ReadResult,
   Reaper,
+  RecordingSink,
   SignalName,
   StartRequest,
   StartResult,
@@ -54,6 +55,7 @@ interface Entry {
   readonly tty: boolean;
   readonly startedAtMs: number;
   readonly log: OutputLog;
+  readonly recording: RecordingSink | null;
   /** null while starting. */
   handle: SpawnedProcess | null;
   /** null when stdin is /dev/null. */
@@ -168,7 +170,13 @@ export class ProcessTable {
    * bound); rejects with `write_failed` when the child's stdin is gone. `release` (the chunk's pooled memory)
    * is called once nothing reads the chunk any more: written, refused or dropped.
    */
-  async write(processId: string, chunk: Buffer, writeId?: string | null, release?: () => void): Promise<WriteStatus> {
+  async write(
+    processId: string,
+    chunk: Buffer,
+    writeId?: string | null,
+    release?: () => void,
+    from = 'local',
+  ): Promise<WriteStatus> {
     const status = this.#refusal(processId, writeId);
     if (status !== null) {
       release?.();
@@ -177,6 +185,8 @@ export class ProcessTable {
     }
     const entry = this.#entries.get(processId)!;
     if (writeId != null) this.#rememberWriteId(entry, writeId);
+    // Recorded as accepted (before the child has read it: the recording's order is the order it was given).
+    entry.recording?.input(chunk, from);
     try {
       await entry.stdin!.write(chunk, release);
     } catch (err) {
@@ -245,6 +255,7 @@ export class ProcessTable {
     if (!entry.tty) throw new ProcessError('invalid_argument', `process ${processId} is not a tty`);
     checkSize({ rows, cols });
     entry.handle!.resize({ rows, cols });
+    entry.recording?.resize(rows, cols);
   }
 
   /** Whether `processId` names an entry, in any state (starting, running, or closed and still retained). */
@@ -345,6 +356,7 @@ export class ProcessTable {
       argv: [...request.argv],
       tty: request.tty,
       startedAtMs: Date.now(),
+      recording: request.recording ?? null,
       log: new OutputLog({
         processId: request.processId,
         streams: request.tty ? ['pty'] : ['stdout', 'stderr'],
@@ -373,6 +385,7 @@ export class ProcessTable {
     const sink: ProcessSink = {
       output: (stream: OutputStream, chunk: Buffer) => {
         if (entry.cancelled) return;
+        entry.recording?.output(stream, chunk);
         entry.log.append(stream, chunk);
         if (!entry.flowPaused && this.#flowBlocked(entry)) {
           entry.flowPaused = true;
@@ -428,6 +441,7 @@ export class ProcessTable {
     } catch (err) {
       if (this.#entries.get(entry.processId) === entry) this.#entries.delete(entry.processId);
       request.wrap?.released();
+      entry.recording?.close();
       throw err;
     }
 
@@ -439,6 +453,7 @@ export class ProcessTable {
     this.#track(handle.pid);
     void handle.exited.then(() => this.#live.delete(handle));
     if (entry.cancelled) {
+      entry.recording?.close();
       this.#kill(handle, true);
       void handle.exited.then(() => this.#untrack(handle.pid));
       throw new ProcessError('start_cancelled', `process ${entry.processId} start was cancelled`);
@@ -488,6 +503,9 @@ export class ProcessTable {
   /** Called after exit or a stream end: a newly closed entry starts its retention clock (spec §4.2). */
   #afterChange(entry: Entry): void {
     if (!entry.log.closed || entry.handle === null || entry.evictionTimer !== undefined) return;
+    // The exit is recorded after the last output (streams may end after the exit itself).
+    entry.recording?.exit(entry.log.exitCode ?? -1);
+    entry.recording?.close();
     entry.markClosed();
     // Closed: nothing more will be read, so its share goes to the others.
     this.#leaveBudget(entry);

@@ -20,6 +20,19 @@ export interface PtySize {
   cols: number;
 }
 
+/**
+ * Where a process's session is recorded (the executor's `--record-dir`): what the child printed, the input that
+ * reached it and who sent it, its resizes and its exit, in that order. Called synchronously on the paths it
+ * records, so it must only queue (never block, never throw); `close` once the process is gone from the table.
+ */
+export interface RecordingSink {
+  output(stream: OutputStream, chunk: Buffer): void;
+  input(chunk: Buffer, from: string): void;
+  resize(rows: number, cols: number): void;
+  exit(exitCode: number): void;
+  close(): void;
+}
+
 export interface StartRequest {
   /** Caller-chosen key, unique within the table. */
   processId: string;
@@ -42,6 +55,8 @@ export interface StartRequest {
    * The caller clamps it (exec-protocol's clampFlowWindow).
    */
   flowWindowBytes?: number | null;
+  /** Records the session (the table calls it as things happen, and closes it with the process). */
+  recording?: RecordingSink | null;
   /** Runs the command inside another program (a sandbox); see ProcessWrap. */
   wrap?: ProcessWrap | null;
 }

@@ -36,6 +36,8 @@ import { loadNativePipe, nativePipeUnavailableReason } from '@tether/native-pipe
 import { likelySandboxDenied } from '@tether/sandbox';
 import { helperRuntime } from '../fs/confined.js';
 import { DEFAULT_PROXY_LIMITS, type Decider, ManagedProxy, proxyEnvironment, verdictOf } from '../network-proxy.js';
+import type { ProcessRecording } from '../recordings.js';
+import { RecordingUnavailableError } from '../recordings.js';
 import { decodeSandbox, prepareSandbox } from '../sandbox-context.js';
 import type { HandlerTable, RequestContext } from './types.js';
 
@@ -297,6 +299,24 @@ export const processHandlers: HandlerTable = {
       throw err;
     }
     const { argv, cwd, env } = applied;
+    // `--record-dir`: the session is recorded from its first byte (recordings.ts); with the policy `closed`, a
+    // recording that cannot be opened refuses the start.
+    let recording: ProcessRecording | null = null;
+    try {
+      recording =
+        (await ctx.recordings?.begin({
+          processId: params.processId,
+          argv: params.argv,
+          tty: params.tty,
+          size: params.size ?? null,
+          startedBy: ctx.principal,
+          detached: params.detached === true,
+        })) ?? null;
+    } catch (err) {
+      wrap?.released();
+      if (err instanceof RecordingUnavailableError) throw RpcError.internal(err.message);
+      throw err;
+    }
     const request = {
       processId: params.processId,
       argv,
@@ -307,6 +327,7 @@ export const processHandlers: HandlerTable = {
       arg0: params.arg0 ?? null,
       size: params.size ?? null,
       wrap,
+      recording,
     };
     const flowWindowBytes = params.flowControl ? clampFlowWindow(params.flowControl.windowBytes) : null;
     // Raw bytes need a transport that carries attachments (not stdio); elsewhere the output stays base64.
@@ -317,10 +338,20 @@ export const processHandlers: HandlerTable = {
       if (params.detached === true) await ctx.session().startDetached(request);
       else await ctx.session().startProcess({ ...request, flowWindowBytes, binaryOutput });
     } catch (err) {
-      // Refused before it ran (a known id, a limit): the sandbox's mount points go (releasing twice is harmless).
+      // Refused before it ran (a known id, a limit): the sandbox's mount points go (releasing twice is harmless),
+      // and the recording ends with what it has (closing twice is harmless).
       wrap?.released();
+      recording?.close();
       throw err;
     }
+    // With the policy `closed`, a process whose recording fails is ended (as a terminate).
+    recording?.onFailClosed(() => {
+      try {
+        ctx.session().terminateProcess(params.processId);
+      } catch {
+        // Its connection is gone or it is gone: nothing more to end.
+      }
+    });
     if (params.detached === true) return { processId: params.processId, sandboxType, detached: true };
     return {
       processId: params.processId,

@@ -4,6 +4,7 @@ import type { ChildLedger } from '@tether/local-process';
 import type { Sandboxer } from '@tether/sandbox';
 import type { FileHandleTable } from '../fs/file-handles.js';
 import type { HttpRequests } from '../http/http-requests.js';
+import type { Recordings } from '../recordings.js';
 import type { Session } from '../session-registry.js';
 import type { ShellSnapshotScope } from '../shell-snapshot.js';
 
@@ -26,6 +27,10 @@ export interface RequestContext {
   sandbox: Sandboxer;
   /** The login-shell snapshots this connection's principal may use (`process/start {shellSnapshot}`). */
   shellSnapshots: ShellSnapshotScope;
+  /** The executor's session recordings (`--record-dir`), or null. */
+  recordings: Recordings | null;
+  /** Who this connection acts for, as recordings name who sent input (`key:harness:ID`, `local`). */
+  principal: string;
   /** Sends a notification to this connection (dropped once it has closed). */
   notify(method: string, params: unknown): void;
   /** The executor's orphan adopter, where a sandboxed fs helper is noted as its own child; null: none. */

@@ -1,0 +1,131 @@
+/**
+ * Writes one process session as asciicast v2 (a JSON header line, then `[seconds, type, data]` lines): `o`
+ * output, `i` input, `r` resize (`COLSxROWS`), and Tether's own types, which players skip: `tether.from` (who sent
+ * the input that follows), `tether.exit`, `tether.gap` (bytes a recording had to drop) and `tether.seal`
+ * (chain.ts). The writer only makes text; its owner writes it where it goes, in order.
+ */
+import type { KeyObject } from 'node:crypto';
+import { StringDecoder } from 'node:string_decoder';
+import { firstLink, makeSeal, nextLink, SEAL_TYPE } from './chain.js';
+
+export interface CastHeader {
+  version: 2;
+  width: number;
+  height: number;
+  /** Unix seconds of the start. */
+  timestamp: number;
+  command: string;
+  title?: string;
+  env?: Record<string, string>;
+  /** Tether's own fields (asciicast players ignore the header fields they do not know). */
+  tether: Record<string, unknown>;
+}
+
+export const FROM_TYPE = 'tether.from';
+export const EXIT_TYPE = 'tether.exit';
+export const GAP_TYPE = 'tether.gap';
+
+export class CastWriter {
+  readonly #key: KeyObject;
+  readonly #startMs: number;
+  readonly #now: () => number;
+  readonly #decoders = new Map<string, StringDecoder>();
+  #link: Buffer;
+  #events = 0;
+  #unsealed: Buffer[] = [];
+  #lastFrom: string | null = null;
+
+  /** `now` is milliseconds (Date.now, or a test's clock); the header's own line is `headerLine`. */
+  constructor(
+    readonly header: CastHeader,
+    key: KeyObject,
+    now: () => number = Date.now,
+  ) {
+    this.#key = key;
+    this.#now = now;
+    this.#startMs = now();
+    this.headerLine = JSON.stringify(header);
+    this.#link = firstLink(this.headerLine);
+  }
+
+  readonly headerLine: string;
+
+  /** Events written so far (seals not counted). */
+  get events(): number {
+    return this.#events;
+  }
+
+  /** Events since the last seal. */
+  get unsealed(): number {
+    return this.#unsealed.length;
+  }
+
+  /** The chain's head (link of the last event), as a later part's header names it. */
+  get head(): string {
+    return this.#link.toString('base64');
+  }
+
+  /**
+   * Output of `stream` (a pty, stdout, stderr): decoded as UTF-8 across chunks (a character cut between two
+   * reads is written whole with the second; invalid bytes become U+FFFD). '' when nothing is complete yet.
+   */
+  output(stream: string, chunk: Buffer): string {
+    let decoder = this.#decoders.get(stream);
+    if (decoder === undefined) {
+      decoder = new StringDecoder('utf8');
+      this.#decoders.set(stream, decoder);
+    }
+    const text = decoder.write(chunk);
+    return text === '' ? '' : this.#line('o', text);
+  }
+
+  /** Input that reached the process, and who sent it (a line of its own when the sender changes). */
+  input(chunk: Buffer, from: string): string {
+    let text = '';
+    if (from !== this.#lastFrom) {
+      this.#lastFrom = from;
+      text += this.#line(FROM_TYPE, from);
+    }
+    return text + this.#line('i', chunk.toString('utf8'));
+  }
+
+  resize(cols: number, rows: number): string {
+    return this.#line('r', `${cols}x${rows}`);
+  }
+
+  /** What a bounded queue could not keep: `bytes` of events dropped here. */
+  gap(bytes: number): string {
+    return this.#line(GAP_TYPE, String(bytes));
+  }
+
+  /** The exit, after whatever output the decoders still held. */
+  exit(code: number): string {
+    let text = '';
+    for (const decoder of this.#decoders.values()) {
+      const rest = decoder.end();
+      if (rest !== '') text += this.#line('o', rest);
+    }
+    this.#decoders.clear();
+    return text + this.#line(EXIT_TYPE, String(code));
+  }
+
+  /** A seal of everything so far; '' when nothing is unsealed. */
+  seal(): string {
+    if (this.#unsealed.length === 0) return '';
+    const seal = makeSeal(this.#events, this.#link, this.#unsealed, this.#key);
+    this.#unsealed = [];
+    return `${JSON.stringify([this.#seconds(), SEAL_TYPE, JSON.stringify(seal)])}\n`;
+  }
+
+  #seconds(): number {
+    return Math.max(0, Math.round(this.#now() - this.#startMs)) / 1000;
+  }
+
+  #line(type: string, data: string): string {
+    const line = JSON.stringify([this.#seconds(), type, data]);
+    this.#link = nextLink(this.#link, line);
+    this.#events++;
+    this.#unsealed.push(this.#link);
+    return `${line}\n`;
+  }
+}
