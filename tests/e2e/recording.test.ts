@@ -103,6 +103,11 @@ describe('executor --record-dir, through the registry and relay', { timeout: 60_
     const played = harness(['recording', 'play', '--speed', '100', file!]);
     expect(played.code).toBe(0);
     expect(played.stdout).toContain('got:secret-free input');
+    // asciinema itself plays it (Tether's own event types are skipped, as the format lets players do).
+    const asciinema = spawnSync('asciinema', ['play', '--speed', '100', file!], { encoding: 'utf8', timeout: 30_000 });
+    expect(asciinema.stderr).toBe('');
+    expect(asciinema.status).toBe(0);
+    expect(asciinema.stdout).toContain('got:secret-free input');
 
     // One byte of the input event changed, in a copy beside the original (so its key is found the same way).
     const at = lines.findIndex((line) => line.includes('"i"'));
