@@ -7,8 +7,10 @@
  *   (`ed25519:BASE64`), which `harness recording verify` trusts when it finds it beside a recording.
  * - Files: DIR/<UTC start>-<process id>.cast, mode 0600; a session past `maxFileBytes` or `maxFileAgeMs` goes on
  *   in `….part2.cast` (its header names the part before and that part's chain head).
- * - Never slows a process: events are queued (at most `queueBytes` per recording) and written by one loop per
- *   recording. Seals every `sealEveryMs` while there is something new, and at the end.
+ * - Never slows a process: the executor's thread copies each event's bytes and posts them, in batches, to one
+ *   recording worker thread, which makes the lines, hashes, seals and writes them (recording-file.ts); at most
+ *   `queueBytes` per recording are on their way at once. Seals every `sealEveryMs` while there is something new,
+ *   and at the end.
  * - When the disk is full, failing or slower than the output: `failurePolicy` `open` keeps the process running,
  *   drops what does not fit (a `tether.gap` event says how much, once there is room) or stops recording it after
  *   a write error; `closed` ends the process (SIGKILL of its group, as a terminate) and refuses new starts whose
@@ -16,11 +18,14 @@
  */
 import { createPrivateKey, createPublicKey, generateKeyPairSync, type KeyObject } from 'node:crypto';
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { type FileHandle, open, unlink } from 'node:fs/promises';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Worker } from 'node:worker_threads';
 import type { OutputStream, RecordingSink } from '@tether/local-process';
-import { CastWriter, publicKeyText } from '@tether/recording';
+import { publicKeyText } from '@tether/recording';
 import type { ExecutorMetrics } from './metrics.js';
+import type { RecordingEvent } from './recording-file.js';
+import type { FromWorker, RecordingWorkerData, ToWorker } from './recording-worker.js';
 
 export type RecordingFailurePolicy = 'open' | 'closed';
 
@@ -64,14 +69,20 @@ export class RecordingUnavailableError extends Error {}
 export class Recordings {
   readonly options: RecordingOptions;
   readonly publicKey: string;
-  readonly #key: KeyObject;
   readonly #metrics: ExecutorMetrics | null;
-  readonly #active = new Set<ProcessRecording>();
-  readonly #sealTimer: NodeJS.Timeout;
   readonly #onProblem: (message: string) => void;
-  #closed = false;
+  readonly #worker: Worker;
+  readonly #active = new Map<number, ProcessRecording>();
+  readonly #opening = new Map<number, { resolve: (path: string) => void; reject: (err: Error) => void }>();
+  #nextId = 1;
+  /** Events posted at the end of this turn, in one message (a stream's chunks come many per turn). */
+  #batch: Array<[number, RecordingEvent]> = [];
+  #transfer: ArrayBuffer[] = [];
+  #flushScheduled = false;
+  #closed: Promise<void> | null = null;
+  #workerGone = false;
 
-  /** Opens (or makes) DIR and its key; throws naming DIR when it cannot. */
+  /** Opens (or makes) DIR and its key, and starts the worker; throws RecordDirError naming DIR when it cannot. */
   constructor(
     options: RecordingOptions,
     metrics: ExecutorMetrics | null = null,
@@ -80,50 +91,160 @@ export class Recordings {
     this.options = options;
     this.#metrics = metrics;
     this.#onProblem = onProblem;
+    let key: KeyObject;
     try {
       mkdirSync(options.dir, { recursive: true, mode: 0o700 });
-      this.#key = loadOrMakeKey(options.dir);
+      key = loadOrMakeKey(options.dir);
     } catch (err) {
       throw new RecordDirError(`--record-dir ${options.dir}: ${(err as Error).message}`);
     }
-    this.publicKey = publicKeyText(createPublicKey(this.#key));
-    this.#sealTimer = setInterval(() => {
-      for (const recording of this.#active) recording.sealIfDue();
-    }, options.sealEveryMs);
-    this.#sealTimer.unref();
+    this.publicKey = publicKeyText(createPublicKey(key));
+    const workerData: RecordingWorkerData = {
+      dir: options.dir,
+      keyPem: key.export({ format: 'pem', type: 'pkcs8' }).toString(),
+      publicKey: this.publicKey,
+      maxFileBytes: options.maxFileBytes,
+      maxFileAgeMs: options.maxFileAgeMs,
+      sealEveryMs: options.sealEveryMs,
+    };
+    // The built worker, also when the executor runs from its sources (tests): a worker gets no TypeScript loader,
+    // and none of the executor's flags (its source condition among them).
+    this.#worker = new Worker(workerScript(), { workerData, execArgv: [] });
+    this.#worker.on('message', (message: FromWorker) => this.#onWorker(message));
+    // A worker gone (an error, or killed) writes nothing more: every recording follows the policy, and none is
+    // waited for.
+    const gone = (why: string) => {
+      if (this.#workerGone) return;
+      this.#workerGone = true;
+      if (this.#closed === null) this.#onProblem(why);
+      for (const recording of this.#active.values()) {
+        recording.workerFailed(why);
+        recording.closedByWorker();
+      }
+      this.#active.clear();
+      for (const opening of this.#opening.values()) opening.reject(new Error(why));
+      this.#opening.clear();
+      this.#refresh();
+    };
+    this.#worker.on('error', (err) => gone(`the recording worker failed: ${err.message}`));
+    this.#worker.on('exit', () => gone('the recording worker exited'));
+    this.#worker.unref();
     metrics?.recordingsActive(() => this.#active.size);
   }
 
   /**
-   * A recording for a process about to start. Its file is opened as the first event is written; a file that
-   * cannot be opened follows the policy (`closed`: this throws RecordingUnavailableError).
+   * A recording for a process about to start, its file open. A file that cannot be opened follows the policy
+   * (`closed`: this throws RecordingUnavailableError; `open`: the process runs unrecorded).
    */
   async begin(start: RecordingStart): Promise<ProcessRecording> {
     if (this.#closed) throw new RecordingUnavailableError('the executor is shutting down');
-    const recording = new ProcessRecording(start, this.#key, this.publicKey, this.options, {
+    const id = this.#nextId++;
+    const recording = new ProcessRecording(id, start, this.options, {
+      post: (event, transfer) => this.#post(id, event, transfer),
+      close: () => this.#send({ kind: 'close', id }),
       metrics: this.#metrics,
       problem: (message) => this.#onProblem(message),
-      gone: (done) => this.#active.delete(done),
     });
+    if (this.#workerGone) {
+      this.#metrics?.recordingFailed(this.options.failurePolicy, 'open');
+      if (this.options.failurePolicy === 'closed') throw new RecordingUnavailableError('the recording worker is gone');
+      recording.disable();
+      return recording;
+    }
+    const opened = new Promise<string>((resolve, reject) => this.#opening.set(id, { resolve, reject }));
+    this.#refresh();
+    this.#send({ kind: 'open', id, start: { ...start, startedAtMs: Date.now() } });
     try {
-      await recording.openFirst();
+      recording.path = await opened;
+      this.#active.set(id, recording);
+      this.#refresh();
     } catch (err) {
+      this.#refresh();
       this.#metrics?.recordingFailed(this.options.failurePolicy, 'open');
       const why = `cannot record process ${start.processId} in ${this.options.dir}: ${(err as Error).message}`;
       this.#onProblem(why);
       if (this.options.failurePolicy === 'closed') throw new RecordingUnavailableError(why);
       recording.disable();
     }
-    this.#active.add(recording);
     return recording;
   }
 
-  /** Seals and writes what every recording holds (after the last process: nothing new comes). */
-  async close(): Promise<void> {
-    this.#closed = true;
-    clearInterval(this.#sealTimer);
-    await Promise.all([...this.#active].map((recording) => recording.finished()));
+  /** Seals and writes what every recording holds (after the last process: nothing new comes), then stops the worker. */
+  close(): Promise<void> {
+    this.#closed ??= this.#shutdown();
+    return this.#closed;
   }
+
+  async #shutdown(): Promise<void> {
+    for (const recording of this.#active.values()) recording.close();
+    this.#flush();
+    await Promise.all([...this.#active.values()].map((recording) => recording.finished()));
+    await this.#worker.terminate();
+  }
+
+  /** The worker keeps the executor alive only while it has recordings to finish (an idle one never does). */
+  #refresh(): void {
+    if (this.#active.size > 0 || this.#opening.size > 0) this.#worker.ref();
+    else this.#worker.unref();
+  }
+
+  #post(id: number, event: RecordingEvent, transfer: ArrayBuffer | null): void {
+    this.#batch.push([id, event]);
+    if (transfer) this.#transfer.push(transfer);
+    if (!this.#flushScheduled) {
+      this.#flushScheduled = true;
+      setImmediate(() => this.#flush());
+    }
+  }
+
+  #flush(): void {
+    this.#flushScheduled = false;
+    if (this.#batch.length === 0) return;
+    const message: ToWorker = { kind: 'events', batch: this.#batch };
+    const transfer = this.#transfer;
+    this.#batch = [];
+    this.#transfer = [];
+    this.#worker.postMessage(message, transfer);
+  }
+
+  #send(message: ToWorker): void {
+    // In order after the events posted before it.
+    this.#flush();
+    this.#worker.postMessage(message);
+  }
+
+  #onWorker(message: FromWorker): void {
+    switch (message.kind) {
+      case 'opened':
+        this.#opening.get(message.id)?.resolve(message.path);
+        this.#opening.delete(message.id);
+        return;
+      case 'openFailed':
+        this.#opening.get(message.id)?.reject(new Error(message.message));
+        this.#opening.delete(message.id);
+        return;
+      case 'written':
+        this.#metrics?.recordingWritten(message.bytes);
+        this.#active.get(message.id)?.written(message.cost);
+        return;
+      case 'failed':
+        this.#active.get(message.id)?.workerFailed(message.why);
+        return;
+      case 'closed':
+        this.#active.get(message.id)?.closedByWorker();
+        this.#active.delete(message.id);
+        this.#refresh();
+        return;
+    }
+  }
+}
+
+/** The built worker script: beside this file in dist, or the dist's when this runs from the sources. */
+function workerScript(): string {
+  const here = dirname(fileURLToPath(import.meta.url));
+  const beside = join(here, 'recording-worker.js');
+  if (existsSync(beside)) return beside;
+  return join(here, '..', 'dist', 'recording-worker.js');
 }
 
 function loadOrMakeKey(dir: string): KeyObject {
@@ -141,56 +262,45 @@ function loadOrMakeKey(dir: string): KeyObject {
 }
 
 interface RecordingHooks {
+  post(event: RecordingEvent, transfer: ArrayBuffer | null): void;
+  close(): void;
   metrics: ExecutorMetrics | null;
   problem: (message: string) => void;
-  gone: (recording: ProcessRecording) => void;
 }
 
-/** One process's recording: the table calls it (RecordingSink); one write loop owns its file. */
+/** An event's line beyond its payload (time, type, quotes, brackets), as counted against the queue bound. */
+const EVENT_FRAMING_BYTES = 64;
+
+/**
+ * One process's recording, on the executor's thread: what the process table calls (RecordingSink). Each event's
+ * bytes are copied (the table's buffers are pooled) and posted to the worker; at most `queueBytes` are on their
+ * way at once, and what does not fit follows the failure policy.
+ */
 export class ProcessRecording implements RecordingSink {
   readonly #start: RecordingStart;
-  readonly #key: KeyObject;
-  readonly #publicKey: string;
   readonly #options: RecordingOptions;
   readonly #hooks: RecordingHooks;
-  readonly #startedAt = new Date();
-  #writer!: CastWriter;
-  #file: FileHandle | null = null;
-  #fileName = '';
-  #part = 1;
-  /** Characters of events made for the current part, and when it began. */
-  #partBytes = 0;
-  #partStartedMs = 0;
-  #size: { rows: number; cols: number };
-  /** Lines to write, in order, and where a new part's file begins. */
-  #queue: Array<string | { fileName: string }> = [];
-  #queuedBytes = 0;
+  /** The recording's file (once open). */
+  path = '';
+  #inFlight = 0;
   #droppedBytes = 0;
-  #writing: Promise<void> | null = null;
   #disabled = false;
   #closed = false;
   #kill: (() => void) | null = null;
-  /** Set by close: the last writes, the file closed. */
-  #done: Promise<void> | null = null;
+  #resolveDone!: () => void;
+  readonly #done = new Promise<void>((resolve) => {
+    this.#resolveDone = resolve;
+  });
 
   constructor(
+    readonly id: number,
     start: RecordingStart,
-    key: KeyObject,
-    publicKey: string,
     options: RecordingOptions,
     hooks: RecordingHooks,
   ) {
     this.#start = start;
-    this.#key = key;
-    this.#publicKey = publicKey;
     this.#options = options;
     this.#hooks = hooks;
-    this.#size = start.size ?? { rows: 24, cols: 80 };
-  }
-
-  /** The file being written (for logs and tests). */
-  get path(): string {
-    return join(this.#options.dir, this.#fileName);
   }
 
   /** With policy `closed`: how to end the process when its recording fails. */
@@ -198,91 +308,87 @@ export class ProcessRecording implements RecordingSink {
     this.#kill = kill;
   }
 
-  async openFirst(): Promise<void> {
-    const fileName = this.#newWriter(null);
-    this.#file = await open(join(this.#options.dir, fileName), 'wx', 0o600);
-    this.#push(`${this.#writer.headerLine}\n`);
-  }
-
-  disable(): void {
-    this.#disabled = true;
-    this.#queue = [];
-    this.#queuedBytes = 0;
-  }
-
   /** Whether the recording stopped (its file could not be opened or written). */
   get disabled(): boolean {
     return this.#disabled;
   }
 
+  disable(): void {
+    if (this.#disabled) return;
+    this.#disabled = true;
+    if (this.path === '') this.#resolveDone();
+  }
+
   output(stream: OutputStream, chunk: Buffer): void {
-    if (this.#admit(chunk.length)) this.#enqueue(this.#writer.output(stream, chunk));
+    if (!this.#admit(chunk.length)) return;
+    const data = copy(chunk);
+    const cost = chunk.length + EVENT_FRAMING_BYTES;
+    this.#hooks.post({ kind: 'output', at: Date.now(), stream, data, cost }, data.buffer as ArrayBuffer);
   }
 
   input(chunk: Buffer, from: string): void {
-    if (this.#admit(chunk.length)) this.#enqueue(this.#writer.input(chunk, from));
+    if (!this.#admit(chunk.length)) return;
+    const data = copy(chunk);
+    const cost = chunk.length + EVENT_FRAMING_BYTES;
+    this.#hooks.post({ kind: 'input', at: Date.now(), from, data, cost }, data.buffer as ArrayBuffer);
   }
 
   resize(rows: number, cols: number): void {
-    this.#size = { rows, cols };
-    if (this.#admit(0)) this.#enqueue(this.#writer.resize(cols, rows));
+    if (this.#admit(0))
+      this.#hooks.post({ kind: 'resize', at: Date.now(), rows, cols, cost: EVENT_FRAMING_BYTES }, null);
   }
 
   /** Always recorded (a few bytes past the bound at most): a recording says how its process ended. */
   exit(exitCode: number): void {
-    if (this.#admit(0, true)) this.#enqueue(this.#writer.exit(exitCode));
+    if (this.#admit(0, true))
+      this.#hooks.post({ kind: 'exit', at: Date.now(), code: exitCode, cost: EVENT_FRAMING_BYTES }, null);
   }
 
   close(): void {
     if (this.#closed) return;
     this.#closed = true;
-    if (!this.#disabled) this.#push(this.#writer.seal());
-    this.#done = this.#finish();
-    void this.#done.then(() => this.#hooks.gone(this));
+    // A recording never opened has nothing to close; one that failed still closes its file.
+    if (this.path === '') this.#resolveDone();
+    else this.#hooks.close();
   }
 
-  /** The periodic seal (Recordings' timer), when something new is unsealed and nothing is being dropped. */
-  sealIfDue(): void {
-    if (this.#closed || this.#disabled || this.#writer.unsealed === 0) return;
-    this.#push(this.#writer.seal());
-  }
-
-  /** Resolves once everything queued is written and, once closed, the file is closed. */
+  /** Resolves once the recording's last line is written and its file closed. */
   finished(): Promise<void> {
-    return this.#done ?? this.#flushed();
+    return this.#done;
   }
 
-  async #flushed(): Promise<void> {
-    while (this.#writing) await this.#writing;
+  /** The worker wrote events of this cost: room for more. */
+  written(cost: number): void {
+    this.#inFlight = Math.max(0, this.#inFlight - cost);
   }
 
-  async #finish(): Promise<void> {
-    await this.#flushed();
-    const file = this.#file;
-    this.#file = null;
-    await file?.close().catch(() => undefined);
-    // A process that never ran (its start refused or failed) leaves no recording.
-    if (this.#writer.events === 0 && this.#part === 1) await unlink(this.path).catch(() => undefined);
+  closedByWorker(): void {
+    this.#resolveDone();
+  }
+
+  /** The worker could not write the file: the policy decides what happens to the process. */
+  workerFailed(why: string): void {
+    this.#fail(why, 'write');
   }
 
   /**
-   * Whether an event of `payloadBytes` fits the queue, decided before the event is made (a made event is a link
-   * of the chain, which a dropped one must not be). What does not fit follows the policy: dropped and counted
-   * (a `tether.gap` event says how much once there is room), or the process ended.
+   * Whether an event of `payloadBytes` fits the queue bound. What does not fit follows the policy: dropped and
+   * counted (a `tether.gap` event says how much once there is room), or the process ended.
    */
   #admit(payloadBytes: number, always = false): boolean {
     if (this.#closed || this.#disabled) return false;
-    // An event's line: its payload JSON-escaped (UTF-8 text mostly as is) and some 60 bytes of framing.
-    const estimate = payloadBytes + 64;
-    if (always || this.#queuedBytes + estimate <= this.#options.queueBytes) {
+    const cost = payloadBytes + EVENT_FRAMING_BYTES;
+    if (always || this.#inFlight + cost <= this.#options.queueBytes) {
       if (this.#droppedBytes > 0) {
-        const dropped = this.#droppedBytes;
+        const bytes = this.#droppedBytes;
         this.#droppedBytes = 0;
-        this.#enqueue(this.#writer.gap(dropped));
+        this.#inFlight += EVENT_FRAMING_BYTES;
+        this.#hooks.post({ kind: 'gap', at: Date.now(), bytes, cost: EVENT_FRAMING_BYTES }, null);
       }
+      this.#inFlight += cost;
       return true;
     }
-    // The disk is slower than the process: never wait for it.
+    // The disk (or the worker) is slower than the process: never wait for it.
     this.#hooks.metrics?.recordingDropped(payloadBytes);
     if (this.#options.failurePolicy === 'closed') {
       this.#fail('the recording could not keep up (its queue is full)', 'queue_full');
@@ -292,92 +398,9 @@ export class ProcessRecording implements RecordingSink {
     return false;
   }
 
-  #enqueue(text: string): void {
-    this.#push(text);
-    // Decided as events are made (not as they are written), so that every line of a part is its chain's.
-    if (
-      this.#partBytes >= this.#options.maxFileBytes ||
-      Date.now() - this.#partStartedMs >= this.#options.maxFileAgeMs
-    ) {
-      this.#nextPart();
-    }
-  }
-
-  #push(text: string): void {
-    if (text === '') return;
-    this.#queue.push(text);
-    this.#queuedBytes += text.length;
-    this.#partBytes += text.length;
-    this.#writing ??= this.#drain();
-  }
-
-  /** Seals this part and starts the next, whose header names this part and its chain head. */
-  #nextPart(): void {
-    this.#push(this.#writer.seal());
-    const previous = { file: this.#fileName, head: this.#writer.head };
-    this.#part++;
-    const fileName = this.#newWriter(previous);
-    this.#queue.push({ fileName });
-    this.#push(`${this.#writer.headerLine}\n`);
-  }
-
-  async #drain(): Promise<void> {
-    try {
-      while (this.#queue.length > 0 && !this.#disabled) {
-        const at = this.#queue.findIndex((item) => typeof item !== 'string');
-        const texts = (at < 0 ? this.#queue.splice(0) : this.#queue.splice(0, at)) as string[];
-        if (texts.length > 0) {
-          const bytes = Buffer.from(texts.join(''));
-          this.#queuedBytes = Math.max(0, this.#queuedBytes - bytes.length);
-          await this.#file!.write(bytes);
-          this.#hooks.metrics?.recordingWritten(bytes.length);
-          continue;
-        }
-        const { fileName } = this.#queue.shift() as { fileName: string };
-        await this.#file!.close();
-        this.#file = await open(join(this.#options.dir, fileName), 'wx', 0o600);
-      }
-    } catch (err) {
-      this.#fail(`writing ${this.path} failed: ${(err as Error).message}`, 'write');
-    } finally {
-      this.#writing = null;
-      if (this.#queue.length > 0 && !this.#disabled) this.#writing = this.#drain();
-    }
-  }
-
-  /** A writer for the next part (its name becomes the current one); the file is opened by the write loop. */
-  #newWriter(previous: { file: string; head: string } | null): string {
-    const stamp = this.#startedAt.toISOString().replace(/[:.]/g, '-');
-    const safeId = this.#start.processId.replace(/[^A-Za-z0-9_-]/g, '_').slice(0, 100);
-    this.#fileName = `${stamp}-${safeId}${this.#part > 1 ? `.part${this.#part}` : ''}.cast`;
-    this.#partStartedMs = Date.now();
-    this.#partBytes = 0;
-    this.#writer = new CastWriter(
-      {
-        version: 2,
-        width: this.#size.cols,
-        height: this.#size.rows,
-        timestamp: Math.floor(Date.now() / 1000),
-        command: this.#start.argv.join(' '),
-        tether: {
-          key: this.#publicKey,
-          processId: this.#start.processId,
-          argv: this.#start.argv,
-          tty: this.#start.tty,
-          detached: this.#start.detached,
-          startedBy: this.#start.startedBy,
-          part: this.#part,
-          ...(previous ? { previous } : {}),
-        },
-      },
-      this.#key,
-    );
-    return this.#fileName;
-  }
-
   #fail(why: string, cause: 'write' | 'queue_full'): void {
     if (this.#disabled) return;
-    this.disable();
+    this.#disabled = true;
     this.#hooks.metrics?.recordingFailed(this.#options.failurePolicy, cause);
     if (this.#options.failurePolicy === 'closed') {
       this.#hooks.problem(`${why}: process ${this.#start.processId} is ended (--record-failure closed)`);
@@ -386,4 +409,11 @@ export class ProcessRecording implements RecordingSink {
       this.#hooks.problem(`${why}: process ${this.#start.processId} goes on unrecorded (--record-failure open)`);
     }
   }
+}
+
+/** The bytes in an ArrayBuffer of their own, to be transferred to the worker (a pooled chunk is reused). */
+function copy(chunk: Buffer): Uint8Array {
+  const data = new Uint8Array(chunk.length);
+  data.set(chunk);
+  return data;
 }

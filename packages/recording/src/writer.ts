@@ -35,15 +35,20 @@ export class CastWriter {
   #unsealed: Buffer[] = [];
   #lastFrom: string | null = null;
 
-  /** `now` is milliseconds (Date.now, or a test's clock); the header's own line is `headerLine`. */
+  /**
+   * `now` is milliseconds (Date.now, or a test's clock); the header's own line is `headerLine`. Events may be
+   * given the time they happened (`at`, ms of the same clock), when they are written later; `startMs` is the
+   * session's start on that clock (default: now).
+   */
   constructor(
     readonly header: CastHeader,
     key: KeyObject,
     now: () => number = Date.now,
+    startMs: number = now(),
   ) {
     this.#key = key;
     this.#now = now;
-    this.#startMs = now();
+    this.#startMs = startMs;
     this.headerLine = JSON.stringify(header);
     this.#link = firstLink(this.headerLine);
   }
@@ -69,44 +74,44 @@ export class CastWriter {
    * Output of `stream` (a pty, stdout, stderr): decoded as UTF-8 across chunks (a character cut between two
    * reads is written whole with the second; invalid bytes become U+FFFD). '' when nothing is complete yet.
    */
-  output(stream: string, chunk: Buffer): string {
+  output(stream: string, chunk: Buffer, at?: number): string {
     let decoder = this.#decoders.get(stream);
     if (decoder === undefined) {
       decoder = new StringDecoder('utf8');
       this.#decoders.set(stream, decoder);
     }
     const text = decoder.write(chunk);
-    return text === '' ? '' : this.#line('o', text);
+    return text === '' ? '' : this.#line('o', text, at);
   }
 
   /** Input that reached the process, and who sent it (a line of its own when the sender changes). */
-  input(chunk: Buffer, from: string): string {
+  input(chunk: Buffer, from: string, at?: number): string {
     let text = '';
     if (from !== this.#lastFrom) {
       this.#lastFrom = from;
-      text += this.#line(FROM_TYPE, from);
+      text += this.#line(FROM_TYPE, from, at);
     }
-    return text + this.#line('i', chunk.toString('utf8'));
+    return text + this.#line('i', chunk.toString('utf8'), at);
   }
 
-  resize(cols: number, rows: number): string {
-    return this.#line('r', `${cols}x${rows}`);
+  resize(cols: number, rows: number, at?: number): string {
+    return this.#line('r', `${cols}x${rows}`, at);
   }
 
   /** What a bounded queue could not keep: `bytes` of events dropped here. */
-  gap(bytes: number): string {
-    return this.#line(GAP_TYPE, String(bytes));
+  gap(bytes: number, at?: number): string {
+    return this.#line(GAP_TYPE, String(bytes), at);
   }
 
   /** The exit, after whatever output the decoders still held. */
-  exit(code: number): string {
+  exit(code: number, at?: number): string {
     let text = '';
     for (const decoder of this.#decoders.values()) {
       const rest = decoder.end();
-      if (rest !== '') text += this.#line('o', rest);
+      if (rest !== '') text += this.#line('o', rest, at);
     }
     this.#decoders.clear();
-    return text + this.#line(EXIT_TYPE, String(code));
+    return text + this.#line(EXIT_TYPE, String(code), at);
   }
 
   /** A seal of everything so far; '' when nothing is unsealed. */
@@ -117,12 +122,16 @@ export class CastWriter {
     return `${JSON.stringify([this.#seconds(), SEAL_TYPE, JSON.stringify(seal)])}\n`;
   }
 
-  #seconds(): number {
-    return Math.max(0, Math.round(this.#now() - this.#startMs)) / 1000;
+  /** Seconds since the start, in ms steps, never going back (an event made at `at`, ms of the same clock). */
+  #seconds(at = this.#now()): number {
+    this.#lastMs = Math.max(this.#lastMs, Math.round(at - this.#startMs));
+    return this.#lastMs / 1000;
   }
 
-  #line(type: string, data: string): string {
-    const line = JSON.stringify([this.#seconds(), type, data]);
+  #lastMs = 0;
+
+  #line(type: string, data: string, at?: number): string {
+    const line = JSON.stringify([this.#seconds(at), type, data]);
     this.#link = nextLink(this.#link, line);
     this.#events++;
     this.#unsealed.push(this.#link);
