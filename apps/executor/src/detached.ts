@@ -1,4 +1,5 @@
-import { DEFAULT_MAX_DETACHED_PROCESSES, detachedProcessIdProblem } from '@tether/exec-protocol';
+import { createHash, randomBytes } from 'node:crypto';
+import { DEFAULT_MAX_DETACHED_PROCESSES, detachedProcessIdProblem, type ShareAccess } from '@tether/exec-protocol';
 import {
   ProcessError,
   type ProcessEvent,
@@ -11,12 +12,33 @@ import {
 import { DEFAULT_DETACHED_EXITED_RETENTION_MS } from './config.js';
 import type { Logger } from './logger.js';
 import { ExecutorMetrics, secondsSince } from './metrics.js';
-import { mayAccess, type Principal, type ProcessAction } from './principal.js';
+import { mayAccess, type Principal, type ProcessAction, principalKey } from './principal.js';
 
 /** A session that follows detached processes (`process/attach`). */
 export interface DetachedWatcher {
   /** One event of a watched process; best effort (dropped while the watcher's connection is congested or gone). */
   deliverDetached(event: ProcessEvent): void;
+  /** A share it followed `processId` by was revoked or expired: the process is gone to it. */
+  accessRevoked(processId: string): void;
+}
+
+/** Live shares per process, and in all (each a token's hash and a few fields). */
+const MAX_SHARES_PER_PROCESS = 16;
+const MAX_SHARES = 1024;
+
+interface Share {
+  readonly shareId: string;
+  readonly processId: string;
+  readonly access: ShareAccess;
+  readonly expiresAtMs: number;
+  /** Revoked, or swept once expired. */
+  ended: boolean;
+}
+
+/** What a principal that came in by a share may do: its share decides (it ends with it). */
+interface Grant {
+  readonly share: Share;
+  readonly who: Principal;
 }
 
 export interface DetachedProcessesOptions {
@@ -30,6 +52,8 @@ export interface DetachedProcessesOptions {
   usedBySession: (processId: string) => boolean;
   logger: Logger;
   metrics?: ExecutorMetrics;
+  /** The clock shares expire by; default Date.now. */
+  now?: () => number;
 }
 
 /**
@@ -50,8 +74,14 @@ export class DetachedProcesses {
   private readonly usedBySession: (processId: string) => boolean;
   private readonly logger: Logger;
   private readonly metrics: ExecutorMetrics;
-  /** Sessions following each process, until its close (bounded by the sessions of the executor). */
-  private readonly watchers = new Map<string, Set<DetachedWatcher>>();
+  /** Sessions following each process, until its close (bounded by the sessions of the executor), by principal. */
+  private readonly watchers = new Map<string, Map<DetachedWatcher, Principal>>();
+  /** Live shares by the SHA-256 of their token (the token itself is never kept). */
+  private readonly shares = new Map<string, Share>();
+  /** Per process, the principals a share let in (by principalKey), until the share ends. */
+  private readonly grants = new Map<string, Map<string, Grant>>();
+  /** The clock shares expire by (tests may turn it). */
+  private readonly now: () => number;
   /** Start times of the processes not yet exited (process metrics). */
   private readonly running = new Map<string, number>();
   /**
@@ -65,6 +95,7 @@ export class DetachedProcesses {
     this.logger = options.logger;
     this.metrics = options.metrics ?? new ExecutorMetrics();
     this.maxProcesses = options.maxProcesses ?? DEFAULT_MAX_DETACHED_PROCESSES;
+    this.now = options.now ?? Date.now;
     this.table = new ProcessTable({
       ...options.tableOptions,
       maxProcesses: this.maxProcesses,
@@ -85,7 +116,128 @@ export class DetachedProcesses {
   allows(processId: string, who: Principal, action: ProcessAction): boolean {
     if (!this.table.has(processId)) return false;
     const owner = this.owners.get(processId);
-    return owner !== undefined && mayAccess(owner, who, action);
+    if (owner !== undefined && mayAccess(owner, who, action)) return true;
+    const grant = this.grants.get(processId)?.get(principalKey(who));
+    if (grant === undefined || !this.live(grant.share)) return false;
+    return grant.share.access === 'control' || action !== 'control';
+  }
+
+  /**
+   * `process/share`: a token that lets another principal attach to `processId` with `access`, until `ttlMs` is
+   * over or the share is revoked. Only who may reach the process by ownership shares it (owner, local, admin),
+   * never who came in by a share.
+   */
+  share(
+    processId: string,
+    who: Principal,
+    access: ShareAccess,
+    ttlMs: number,
+  ): { token: string; shareId: string; expiresAtMs: number } {
+    const owner = this.owners.get(processId);
+    if (!this.table.has(processId) || owner === undefined || !mayAccess(owner, who, 'control')) {
+      throw new ProcessError('unknown_process', `unknown process id ${processId}`);
+    }
+    this.sweepShares();
+    const ofProcess = [...this.shares.values()].filter((share) => share.processId === processId).length;
+    if (ofProcess >= MAX_SHARES_PER_PROCESS || this.shares.size >= MAX_SHARES) {
+      throw new ProcessError(
+        'too_many_processes',
+        `too many shares: at most ${MAX_SHARES_PER_PROCESS} per process and ${MAX_SHARES} in all (revoke some with process/unshare)`,
+      );
+    }
+    const token = `tsh_${randomBytes(32).toString('base64url')}`;
+    const hash = tokenHash(token);
+    const share: Share = {
+      shareId: hash.slice(0, 12),
+      processId,
+      access,
+      expiresAtMs: this.now() + ttlMs,
+      ended: false,
+    };
+    this.shares.set(hash, share);
+    return { token, shareId: share.shareId, expiresAtMs: share.expiresAtMs };
+  }
+
+  /**
+   * `process/unshare`: revokes `shareId` (every share of the process without it). The sessions that followed
+   * the process by it stop at once and are told. Answers how many shares ended.
+   */
+  unshare(processId: string, who: Principal, shareId?: string): number {
+    const owner = this.owners.get(processId);
+    if (!this.table.has(processId) || owner === undefined || !mayAccess(owner, who, 'control')) {
+      throw new ProcessError('unknown_process', `unknown process id ${processId}`);
+    }
+    let revoked = 0;
+    for (const [hash, share] of this.shares) {
+      if (share.processId !== processId || (shareId !== undefined && share.shareId !== shareId)) continue;
+      this.endShare(hash, share);
+      revoked++;
+    }
+    return revoked;
+  }
+
+  /** `process/attach {shareToken}`: `who` may reach the process as the share says (a bad token: unknown id). */
+  redeem(processId: string, token: string, who: Principal): void {
+    const share = this.shares.get(tokenHash(token));
+    if (share === undefined || share.processId !== processId || !this.live(share) || !this.table.has(processId)) {
+      throw new ProcessError('unknown_process', `unknown process id ${processId}`);
+    }
+    let grants = this.grants.get(processId);
+    if (grants === undefined) {
+      grants = new Map();
+      this.grants.set(processId, grants);
+    }
+    const key = principalKey(who);
+    const held = grants.get(key);
+    // A second token never lowers what a principal holds (control stays control).
+    if (held === undefined || !this.live(held.share) || held.share.access === 'view') grants.set(key, { share, who });
+  }
+
+  /** The live shares of `processId`, with how many sessions follow it by each (its owner's `process/list`). */
+  sharesOf(processId: string): Array<{ shareId: string; access: ShareAccess; expiresAtMs: number; attached: number }> {
+    this.sweepShares();
+    const grants = [...(this.grants.get(processId)?.values() ?? [])];
+    const watching = [...(this.watchers.get(processId)?.values() ?? [])].map(principalKey);
+    return [...this.shares.values()]
+      .filter((share) => share.processId === processId)
+      .map((share) => ({
+        shareId: share.shareId,
+        access: share.access,
+        expiresAtMs: share.expiresAtMs,
+        attached: watching.filter((key) =>
+          grants.some((grant) => grant.share === share && principalKey(grant.who) === key),
+        ).length,
+      }));
+  }
+
+  private live(share: Share): boolean {
+    return !share.ended && share.expiresAtMs > this.now();
+  }
+
+  /** Ends the shares past their time (their sessions told), and those of processes gone. */
+  private sweepShares(): void {
+    for (const [hash, share] of this.shares) {
+      if (share.expiresAtMs <= this.now() || !this.table.has(share.processId)) this.endShare(hash, share);
+    }
+  }
+
+  private endShare(hash: string, share: Share): void {
+    share.ended = true;
+    this.shares.delete(hash);
+    const grants = this.grants.get(share.processId);
+    if (grants === undefined) return;
+    for (const [key, grant] of grants) {
+      if (grant.share !== share) continue;
+      grants.delete(key);
+      // Its sessions lose the process (unless they may reach it otherwise).
+      const watchers = this.watchers.get(share.processId);
+      for (const [watcher, who] of watchers ?? []) {
+        if (principalKey(who) !== key || this.allows(share.processId, who, 'attach')) continue;
+        watchers!.delete(watcher);
+        watcher.accessRevoked(share.processId);
+      }
+    }
+    if (grants.size === 0) this.grants.delete(share.processId);
   }
 
   get size(): number {
@@ -139,10 +291,10 @@ export class DetachedProcesses {
     if (summary.state !== 'closed') {
       let set = this.watchers.get(processId);
       if (set === undefined) {
-        set = new Set();
+        set = new Map();
         this.watchers.set(processId, set);
       }
-      set.add(watcher);
+      set.set(watcher, who);
     }
     return { ...summary, detached: true };
   }
@@ -156,11 +308,16 @@ export class DetachedProcesses {
   }
 
   /** The detached processes `who` may list. */
-  list(who: Principal): Array<ProcessSummary & { detached: true }> {
+  list(who: Principal): Array<ProcessSummary & { detached: true; shares?: ReturnType<DetachedProcesses['sharesOf']> }> {
     return this.table
       .list()
       .filter((entry) => this.allows(entry.processId, who, 'list'))
-      .map((entry) => ({ ...entry, detached: true as const }));
+      .map((entry) => {
+        const owner = this.owners.get(entry.processId);
+        // Its shares, to whoever may share it.
+        const shares = owner !== undefined && mayAccess(owner, who, 'control') ? this.sharesOf(entry.processId) : [];
+        return { ...entry, detached: true as const, ...(shares.length > 0 ? { shares } : {}) };
+      });
   }
 
   /** `process/terminate` of a detached process. */
@@ -171,6 +328,8 @@ export class DetachedProcesses {
   /** Kills every detached process and waits until they are gone (executor shutdown). Idempotent. */
   async shutdown(): Promise<void> {
     this.watchers.clear();
+    this.shares.clear();
+    this.grants.clear();
     await this.table.shutdown();
   }
 
@@ -184,7 +343,12 @@ export class DetachedProcesses {
       this.logger.info({ processId: event.processId, exitCode: event.exitCode }, 'detached process exited');
     }
     const set = this.watchers.get(event.processId);
-    if (set !== undefined) for (const watcher of set) watcher.deliverDetached(event);
+    if (set !== undefined) for (const watcher of set.keys()) watcher.deliverDetached(event);
     if (event.kind === 'closed') this.watchers.delete(event.processId);
   }
+}
+
+/** A token's SHA-256 (hex): what is kept of it. */
+function tokenHash(token: string): string {
+  return createHash('sha256').update(token).digest('hex');
 }

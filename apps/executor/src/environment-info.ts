@@ -46,6 +46,7 @@ export const CAPABILITIES = {
   tcpForward: true,
   // Tether: `process/start {detached: true}`, `process/attach`, detached ids everywhere (exec-protocol's detached.ts).
   processDetach: true,
+  processShare: true,
   // (Codex's `sandboxedFileStreaming`, `fs/open` + `fs/readBlock`/`fs/writeBlock` confined by a `sandbox`, is
   // added by the server with `processSandbox`: it needs bubblewrap, and the descriptor passing of
   // @tether/native-pipe, to work here (fs/confined.ts); where they do not, a confined `fs/open` is refused.)

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { ErrorCode, RpcError } from '@tether/exec-protocol';
+import { ErrorCode, Notification, RpcError, type ShareAccess } from '@tether/exec-protocol';
 import type { OutboundAnswer } from '@tether/jsonrpc';
 import {
   ProcessError,
@@ -125,12 +125,33 @@ export class Session implements DetachedWatcher {
     return this.detached.start(request, this.principal);
   }
 
-  /** `process/attach`: this session gets a detached process's notifications from now on. */
-  attachDetached(processId: string): ProcessSummary & { detached: true } {
+  /**
+   * `process/attach`: this session gets a detached process's notifications from now on. With a share's token
+   * (capability `processShare`) a principal that does not own the process comes in as the share says.
+   */
+  attachDetached(processId: string, shareToken?: string): ProcessSummary & { detached: true } {
     if (this.table.has(processId)) {
       throw new ProcessError('invalid_argument', `process ${processId} belongs to this session; it is not detached`);
     }
+    if (shareToken !== undefined) this.detached.redeem(processId, shareToken, this.principal);
     return this.detached.watch(processId, this, this.principal);
+  }
+
+  /** `process/share` of a detached process this session's principal owns (or may reach as local or admin). */
+  shareDetached(processId: string, access: ShareAccess, ttlMs: number) {
+    return this.detached.share(processId, this.principal, access, ttlMs);
+  }
+
+  /** `process/unshare`: revokes one share of the process, or all of them. */
+  unshareDetached(processId: string, shareId?: string): number {
+    return this.detached.unshare(processId, this.principal, shareId);
+  }
+
+  /** A share this session followed `processId` by ended: its client is told (the process is gone to it). */
+  accessRevoked(processId: string): void {
+    if (this.stateValue.kind === 'attached') {
+      this.stateValue.attachment.notify(Notification.processAccessRevoked, { processId });
+    }
   }
 
   /**

@@ -33,6 +33,7 @@ export {
   type CommandOptions,
   type ProcessInfo,
   requireDetach,
+  type ShareOptions,
   type SpawnDetachedOptions,
 } from './detached.js';
 export type { DialPhase, RelayLink, RelayLinkOpener, RendezvousPlatform } from './dial.js';

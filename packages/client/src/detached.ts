@@ -4,7 +4,8 @@
  * (then they stay readable for the executor's retention, 10 minutes by default), within the executor's
  * `--max-detached-processes`. Sessions of the API key that started one (and admin keys) can list it, attach
  * to it (several at once), write to its stdin, resize its terminal and signal it; to other keys it does not
- * exist.
+ * exist, unless its owner shares it (`shareProcess`: a token another key attaches with, for `view` or `control`,
+ * until it expires or `unshareProcess` revokes it).
  *
  * Environment's `spawnDetached`, `listProcesses`, `attach` and `kill` are thin members over this file.
  */
@@ -14,8 +15,11 @@ import {
   detachedProcessIdProblem,
   Method,
   PROCESS_DETACH_CAPABILITY,
+  PROCESS_SHARE_CAPABILITY,
   type ProcessAttachResult,
   type ProcessListEntry,
+  type ProcessShareResult,
+  type ShareAccess,
 } from '@tether/exec-protocol';
 import type { ProcessEvent, SignalName } from './backend.js';
 import { TetherError } from './errors.js';
@@ -66,6 +70,11 @@ export interface AttachOptions {
   onGap?: (first: number, last: number) => void;
   /** Undelivered bytes above which pushed output is left to be read at the consumer's pace. Default 512 KiB. */
   highWaterBytes?: number;
+  /**
+   * A token from the owner's `share` (capability `processShare`): attach to a process another key owns, with
+   * the access the share gives (`view`: output only; `control`: stdin, resize and signals too).
+   */
+  shareToken?: string;
 }
 
 /** Most entries a `process/list` answer may have (the executor's limits are far below). */
@@ -171,7 +180,16 @@ export async function attachProcess(
   try {
     let info: ProcessAttachResult;
     try {
-      info = await executor.call(Method.processAttach, { processId });
+      if (options.shareToken !== undefined && !executor.capabilities.has(PROCESS_SHARE_CAPABILITY)) {
+        throw new TetherError(
+          'invalid_state',
+          `this executor does not offer shared processes (capability ${PROCESS_SHARE_CAPABILITY})`,
+        );
+      }
+      info = await executor.call(Method.processAttach, {
+        processId,
+        ...(options.shareToken === undefined ? {} : { shareToken: options.shareToken }),
+      });
     } catch (err) {
       // The executor's message says which id (unknown process id …).
       throw err instanceof TetherError && err.code === 'rpc'
@@ -224,6 +242,10 @@ export class AttachedProcess extends ProcessEvents {
       // Notifications were lost with the connection: read what was missed.
       client.onReconnect(() => this.read()),
       client.onClosed((error) => this.fail(error)),
+      // The share it came in by was revoked (or expired): the process is gone to this session.
+      client.onAccessRevoked(processId, () =>
+        this.fail(new TetherError('invalid_state', `access to process ${processId} was revoked by its owner`)),
+      ),
     );
   }
 
@@ -377,4 +399,50 @@ export class AttachedProcess extends ProcessEvents {
     if (this.idleTimer !== null) clearTimeout(this.idleTimer);
     this.idleTimer = null;
   }
+}
+
+export interface ShareOptions {
+  /** `view` (output only; the default) or `control` (stdin, resize, signals and terminate too). */
+  access?: ShareAccess;
+  /** How long the share lasts, in seconds (default an hour, at most a week). */
+  ttlSec?: number;
+}
+
+/** Shares a detached process this key owns: a secret token for `attach(processId, {shareToken})`. */
+export async function shareProcess(
+  client: ExecServerClient | null,
+  processId: string,
+  options: ShareOptions = {},
+): Promise<ProcessShareResult> {
+  const executor = requireShare(client);
+  return executor.call(Method.processShare, {
+    processId,
+    access: options.access ?? 'view',
+    ...(options.ttlSec === undefined ? {} : { ttlSec: options.ttlSec }),
+  });
+}
+
+/** Revokes one share of the process (`shareId`), or all of them; answers how many ended. */
+export async function unshareProcess(
+  client: ExecServerClient | null,
+  processId: string,
+  shareId?: string,
+): Promise<number> {
+  const executor = requireShare(client);
+  const { revoked } = await executor.call(Method.processUnshare, {
+    processId,
+    ...(shareId === undefined ? {} : { shareId }),
+  });
+  return revoked;
+}
+
+function requireShare(client: ExecServerClient | null): ExecServerClient {
+  const executor = requireDetach(client);
+  if (!executor.capabilities.has(PROCESS_SHARE_CAPABILITY)) {
+    throw new TetherError(
+      'invalid_state',
+      `this executor does not offer shared processes (capability ${PROCESS_SHARE_CAPABILITY})`,
+    );
+  }
+  return executor;
 }

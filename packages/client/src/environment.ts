@@ -1,3 +1,4 @@
+import type { ProcessShareResult } from '@tether/exec-protocol';
 import type { ProcessBackend, SignalName } from './backend.js';
 import type { ExecServerClientOptions } from './client-options.js';
 import {
@@ -9,8 +10,11 @@ import {
   killProcess,
   listProcesses,
   type ProcessInfo,
+  type ShareOptions,
   type SpawnDetachedOptions,
+  shareProcess,
   spawnDetached,
+  unshareProcess,
 } from './detached.js';
 import { TetherError } from './errors.js';
 import { ExecServerClient } from './exec-client.js';
@@ -107,6 +111,18 @@ export class Environment {
   }
 
   /** Follows a detached process (replay, then live, to its end); several environments may attach at once. */
+  /** Shares a detached process this key owns (capability `processShare`): a token for another's `attach`. */
+  async share(processId: string, options: ShareOptions = {}): Promise<ProcessShareResult> {
+    if (this.closed) throw new TetherError('closed', 'the environment is closed');
+    return shareProcess(this.client, processId, options);
+  }
+
+  /** Revokes a share (`shareId`), or every share of the process; whoever came in by it loses it at once. */
+  async unshare(processId: string, shareId?: string): Promise<number> {
+    if (this.closed) throw new TetherError('closed', 'the environment is closed');
+    return unshareProcess(this.client, processId, shareId);
+  }
+
   async attach(processId: string, options: AttachOptions = {}): Promise<AttachedProcess> {
     if (this.closed) throw new TetherError('closed', 'the environment is closed');
     const attached = await attachProcess(this.client, processId, options);

@@ -83,6 +83,8 @@ export class ExecServerClient implements ProcessBackend {
   private readonly listeners = new Set<(event: ProcessEvent) => void>();
   /** Listeners of each process's `network/policyDecision`s (only processes whose caller asked for them). */
   private readonly decisionListeners = new Map<string, Set<(decision: NetworkDecision) => void>>();
+  /** Who is told that this session lost a process it followed by a share (`process/accessRevoked`). */
+  private readonly revokedListeners = new Map<string, Set<() => void>>();
   /** Who answers each process's `network/policyRequest`s (processes started with `network.ask`), until it ends. */
   private readonly networkAskers = new Map<string, NonNullable<NetworkPolicy['ask']>>();
   private readonly reconnectListeners = new Set<() => void>();
@@ -390,6 +392,17 @@ export class ExecServerClient implements ProcessBackend {
     };
   }
 
+  /** Called when a share this session followed `processId` by is revoked or expires. Returns an unsubscribe. */
+  onAccessRevoked(processId: string, listener: () => void): () => void {
+    const listeners = this.revokedListeners.get(processId) ?? new Set();
+    this.revokedListeners.set(processId, listeners);
+    listeners.add(listener);
+    return () => {
+      listeners.delete(listener);
+      if (listeners.size === 0) this.revokedListeners.delete(processId);
+    };
+  }
+
   subscribe(listener: (event: ProcessEvent) => void): () => void {
     this.listeners.add(listener);
     return () => this.listeners.delete(listener);
@@ -570,6 +583,13 @@ export class ExecServerClient implements ProcessBackend {
       const decision = networkDecisionOf(params);
       const listeners = decision === null ? undefined : this.decisionListeners.get(decision.processId);
       for (const listener of listeners ?? []) listener(decision!);
+      return;
+    }
+    if (method === Notification.processAccessRevoked) {
+      // From the executor (untrusted): only a process somebody follows is looked up.
+      const processId = (params as { processId?: unknown } | null)?.processId;
+      if (typeof processId !== 'string') return;
+      for (const listener of [...(this.revokedListeners.get(processId) ?? [])]) listener();
       return;
     }
     const event = processEventOf(method, params);

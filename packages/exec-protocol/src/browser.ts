@@ -7,11 +7,20 @@ export * from './capabilities.js';
 export { DecodeError, decode, matches } from './decode.js';
 export {
   DEFAULT_MAX_DETACHED_PROCESSES,
+  DEFAULT_SHARE_TTL_SEC,
   DETACHED_PROCESS_ID_PATTERN,
   detachedProcessIdProblem,
+  MAX_SHARE_TTL_SEC,
   PROCESS_DETACH_CAPABILITY,
+  PROCESS_SHARE_CAPABILITY,
+  ProcessAccessRevokedNotification,
   ProcessAttachParams,
   ProcessAttachResult,
+  ProcessShareParams,
+  ProcessShareResult,
+  ProcessUnshareParams,
+  ProcessUnshareResult,
+  ShareAccess,
 } from './detached.js';
 export { ErrorCode, type ErrorCodeName, RpcError } from './error-codes.js';
 export {

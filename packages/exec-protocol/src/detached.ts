@@ -15,6 +15,16 @@
  *   or dropped, is read with `process/read`, as for any process. Answered with the process's list entry.
  * - `process/read`, `process/write`, `process/closeStdin`, `process/resize`, `process/signal` and
  *   `process/terminate` accept a detached process's id from any session.
+ *
+ * Sharing (capability `processShare`): the principal that owns a detached process (or the executor's local
+ * user, or an admin key) may share it with another principal, who may not reach it otherwise.
+ * - `process/share {processId, access: "view" | "control", ttlSec?}` answers `{token, shareId, expiresAtMs}`:
+ *   the token is a secret, said once; whoever presents it in `process/attach {processId, shareToken}` may from
+ *   then on attach and read the process (`view`), and also write, resize, signal and terminate it (`control`),
+ *   until the share expires or is revoked. Several sessions may follow one process at once, each with its role.
+ * - `process/unshare {processId, shareId?}` revokes one share (all of the process's without `shareId`): the
+ *   sessions that came in by it lose the process at once and get `process/accessRevoked {processId}`.
+ * - The owner's `process/list` entries carry `shares` (id, access, expiry, how many sessions follow by it).
  */
 import { type Static, Type } from '@sinclair/typebox';
 import { ProcessListEntry } from './schemas.js';
@@ -36,9 +46,51 @@ export function detachedProcessIdProblem(processId: string): string | null {
   return `a detached process id must be 1 to 64 characters of A-Z a-z 0-9 . _ - (starting with a letter or digit), got ${JSON.stringify(processId.slice(0, 80))}`;
 }
 
-export const ProcessAttachParams = Type.Object({ processId: Type.String() });
+export const PROCESS_SHARE_CAPABILITY = 'processShare';
+
+/** The longest a share may live (a week); the default is an hour. */
+export const MAX_SHARE_TTL_SEC = 7 * 24 * 3600;
+export const DEFAULT_SHARE_TTL_SEC = 3600;
+
+export const ShareAccess = Type.Union([Type.Literal('view'), Type.Literal('control')]);
+export type ShareAccess = Static<typeof ShareAccess>;
+
+export const ProcessAttachParams = Type.Object({
+  processId: Type.String(),
+  /** Capability `processShare`: a token from the owner's `process/share`. */
+  shareToken: Type.Optional(Type.String({ maxLength: 256 })),
+});
 export type ProcessAttachParams = Static<typeof ProcessAttachParams>;
 
 /** The attached process, as `process/list` shows it. */
 export const ProcessAttachResult = ProcessListEntry;
 export type ProcessAttachResult = Static<typeof ProcessAttachResult>;
+
+export const ProcessShareParams = Type.Object({
+  processId: Type.String(),
+  access: ShareAccess,
+  ttlSec: Type.Optional(Type.Integer({ minimum: 1, maximum: MAX_SHARE_TTL_SEC })),
+});
+export type ProcessShareParams = Static<typeof ProcessShareParams>;
+
+export const ProcessShareResult = Type.Object({
+  /** The secret, said once. */
+  token: Type.String(),
+  /** The share's public name (to list and revoke it). */
+  shareId: Type.String(),
+  expiresAtMs: Type.Integer(),
+});
+export type ProcessShareResult = Static<typeof ProcessShareResult>;
+
+export const ProcessUnshareParams = Type.Object({
+  processId: Type.String(),
+  shareId: Type.Optional(Type.String({ maxLength: 64 })),
+});
+export type ProcessUnshareParams = Static<typeof ProcessUnshareParams>;
+
+export const ProcessUnshareResult = Type.Object({ revoked: Type.Integer({ minimum: 0 }) });
+export type ProcessUnshareResult = Static<typeof ProcessUnshareResult>;
+
+/** `process/accessRevoked`: a share this session came in by was revoked (or expired); the process is gone to it. */
+export const ProcessAccessRevokedNotification = Type.Object({ processId: Type.String() });
+export type ProcessAccessRevokedNotification = Static<typeof ProcessAccessRevokedNotification>;

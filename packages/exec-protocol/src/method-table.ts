@@ -12,7 +12,14 @@ import {
   CapabilityRootsDiscoverV1Result,
 } from './capabilities.js';
 import { decode, matches } from './decode.js';
-import { ProcessAttachParams, ProcessAttachResult } from './detached.js';
+import {
+  ProcessAttachParams,
+  ProcessAttachResult,
+  ProcessShareParams,
+  ProcessShareResult,
+  ProcessUnshareParams,
+  ProcessUnshareResult,
+} from './detached.js';
 import {
   FsCanonicalizeResult,
   FsCloseParams,
@@ -121,6 +128,8 @@ export const METHOD_TABLE = {
   },
   [Method.processList]: { params: EmptyResult, result: ProcessListResult, capability: 'processList' },
   [Method.processAttach]: { params: ProcessAttachParams, result: ProcessAttachResult, capability: 'processDetach' },
+  [Method.processShare]: { params: ProcessShareParams, result: ProcessShareResult, capability: 'processShare' },
+  [Method.processUnshare]: { params: ProcessUnshareParams, result: ProcessUnshareResult, capability: 'processShare' },
   [Method.environmentInfo]: { params: EmptyResult, result: EnvironmentInfo },
   [Method.environmentStatus]: { params: EmptyResult, result: EnvironmentStatusResult },
   [Method.environmentConfigRead]: {

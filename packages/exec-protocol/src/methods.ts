@@ -31,6 +31,9 @@ export const Method = {
   processList: 'process/list',
   /** Capability `processDetach` (detached.ts): follow a detached process's notifications. */
   processAttach: 'process/attach',
+  /** Capability `processShare` (detached.ts): share a detached process with another principal, or stop. */
+  processShare: 'process/share',
+  processUnshare: 'process/unshare',
   /** Capability `tcpForward` (tcp.ts): open a forwarded TCP connection. */
   tcpConnect: 'tcp/connect',
   /** Codex's (capability `environmentConfigRead`): the Codex config layers that apply on this machine. */
@@ -57,6 +60,8 @@ export const Notification = {
   fsMissingChanged: 'fs/missingChanged',
   /** Codex's (capability `networkProxyLaunch`): a decision of a process's managed network proxy. */
   networkPolicyDecision: 'network/policyDecision',
+  /** Tether (capability `processShare`): a share this session followed a process by was revoked or expired. */
+  processAccessRevoked: 'process/accessRevoked',
   /** Client → server (Tether, capability `flowControl`): output consumed up to a seq; see flow-control.ts. */
   processAck: 'process/ack',
   /** Capability `tcpForward` (tcp.ts): bytes, credit, half-close and reset of a forwarded connection. */

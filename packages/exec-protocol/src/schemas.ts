@@ -261,6 +261,18 @@ export const ProcessListEntry = Type.Object({
   startedAtMs: Type.Integer(),
   /** Capability `processDetach`: the process belongs to the executor, not to this session. */
   detached: Type.Optional(Type.Boolean()),
+  /** Capability `processShare`, to whoever may share it: its live shares (detached.ts). */
+  shares: Type.Optional(
+    Type.Array(
+      Type.Object({
+        shareId: Type.String(),
+        access: Literals('view', 'control'),
+        expiresAtMs: Type.Integer(),
+        /** Sessions following the process by this share now. */
+        attached: Type.Integer({ minimum: 0 }),
+      }),
+    ),
+  ),
 });
 export type ProcessListEntry = Static<typeof ProcessListEntry>;
 export const ProcessListResult = Type.Object({ processes: Type.Array(ProcessListEntry) });

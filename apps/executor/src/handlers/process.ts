@@ -3,6 +3,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import {
   clampFlowWindow,
+  DEFAULT_SHARE_TTL_SEC,
   DecodeError,
   decode,
   decodeBase64,
@@ -17,8 +18,10 @@ import {
   ProcessReadParams,
   type ProcessReadResult,
   ProcessResizeParams,
+  ProcessShareParams,
   ProcessSignalParams,
   ProcessStartParams,
+  ProcessUnshareParams,
   ProcessWriteBinaryParams,
   ProcessWriteParams,
   RpcError,
@@ -442,6 +445,18 @@ export const processHandlers: HandlerTable = {
 
   [Method.processAttach]: async (raw, ctx) => {
     const params = decode(ProcessAttachParams, raw);
-    return ctx.session().attachDetached(params.processId);
+    return ctx.session().attachDetached(params.processId, params.shareToken);
+  },
+
+  [Method.processShare]: async (raw, ctx) => {
+    const params = decode(ProcessShareParams, raw);
+    return ctx
+      .session()
+      .shareDetached(params.processId, params.access, (params.ttlSec ?? DEFAULT_SHARE_TTL_SEC) * 1000);
+  },
+
+  [Method.processUnshare]: async (raw, ctx) => {
+    const params = decode(ProcessUnshareParams, raw);
+    return { revoked: ctx.session().unshareDetached(params.processId, params.shareId) };
   },
 };

@@ -1,0 +1,154 @@
+/**
+ * Shared processes (capability `processShare`) through the real registry, relay and `executor --registry`: the
+ * key that started a detached process shares it with another key by a token, for `view` (output only) or
+ * `control`; both follow the same terminal at once; only a controller's keystrokes arrive (and the recording
+ * names who sent them); a revoked share stops the other side at once; without a token the process does not exist
+ * for another key.
+ */
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { type AttachedProcess, Environment } from '@tether/client';
+import { findProcesses, type Stack, startStack } from '@tether/test-kit';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+
+const ENVIRONMENT = 'shared-e2e';
+const work = mkdtempSync(join(tmpdir(), 'tether-shared-'));
+const recordDir = join(work, 'recordings');
+let stack: Stack;
+let otherKey: string;
+
+const connect = (apiKey: string) =>
+  Environment.connectRendezvous({
+    registryUrl: stack.registryUrl,
+    apiKey,
+    environmentId: ENVIRONMENT,
+    clientName: 'shared-e2e',
+  });
+
+/** Collects an attachment's terminal output; `until` resolves once `text` has shown. */
+function follow(attached: AttachedProcess) {
+  let seen = '';
+  const waiters: Array<{ text: string; resolve: () => void }> = [];
+  const done = (async () => {
+    for await (const event of attached) {
+      if (event.kind !== 'output') continue;
+      seen += event.chunk.toString();
+      for (const waiter of waiters.splice(0)) {
+        if (seen.includes(waiter.text)) waiter.resolve();
+        else waiters.push(waiter);
+      }
+    }
+  })();
+  // Asserted where it matters; a failure before then is not an unhandled rejection.
+  done.catch(() => undefined);
+  return {
+    get seen() {
+      return seen;
+    },
+    done,
+    until: (text: string) =>
+      seen.includes(text) ? Promise.resolve() : new Promise<void>((resolve) => waiters.push({ text, resolve })),
+  };
+}
+
+beforeAll(async () => {
+  stack = await startStack();
+  await stack.startExecutor('tether', ENVIRONMENT, { args: ['--record-dir', recordDir] });
+  otherKey = await stack.createKey('harness', '*');
+}, 120_000);
+
+afterAll(async () => {
+  await stack?.close();
+  expect(findProcesses({ cwdUnder: work })).toEqual([]);
+  rmSync(work, { recursive: true, force: true });
+});
+
+describe('sharing a detached terminal with another key', { timeout: 60_000 }, () => {
+  it('view: both see the same output, only the owner’s keystrokes arrive; revoked, the viewer stops at once', async () => {
+    const owner = await connect(stack.keys.harness);
+    const other = await connect(otherKey);
+    try {
+      const { processId } = await owner.spawnDetached(['/bin/sh', '-c', 'while read line; do echo "got:$line"; done'], {
+        cwd: work,
+        tty: true,
+      });
+      // Another key does not see it, nor reach it, without a token.
+      expect((await other.listProcesses()).map((entry) => entry.processId)).not.toContain(processId);
+      await expect(other.attach(processId)).rejects.toThrow(`unknown process id ${processId}`);
+
+      const share = await owner.share(processId, { access: 'view', ttlSec: 600 });
+      expect(share.token).toMatch(/^tsh_[A-Za-z0-9_-]{43}$/);
+      const mine = await owner.attach(processId);
+      const viewer = await other.attach(processId, { shareToken: share.token });
+      const ownerView = follow(mine);
+      const otherView = follow(viewer);
+
+      await mine.write('from-owner\n');
+      await Promise.all([ownerView.until('got:from-owner'), otherView.until('got:from-owner')]);
+      // A viewer's keystrokes reach nothing: to it the process takes no input.
+      expect(await viewer.write('from-viewer\n')).toBe('unknownProcess');
+      await mine.write('second\n');
+      await otherView.until('got:second');
+      expect(otherView.seen).not.toContain('from-viewer');
+
+      // The owner lists the share, with the viewer following by it.
+      const listed = (await owner.listProcesses()).find((entry) => entry.processId === processId);
+      expect(listed?.shares).toEqual([
+        { shareId: share.shareId, access: 'view', expiresAtMs: share.expiresAtMs, attached: 1 },
+      ]);
+
+      expect(await owner.unshare(processId, share.shareId)).toBe(1);
+      await expect(viewer.completion).rejects.toThrow(`access to process ${processId} was revoked by its owner`);
+      await expect(otherView.done).rejects.toThrow('was revoked');
+      await expect(other.attach(processId, { shareToken: share.token })).rejects.toThrow(
+        `unknown process id ${processId}`,
+      );
+      await owner.kill(processId);
+      await ownerView.done;
+    } finally {
+      await owner.close();
+      await other.close();
+    }
+  });
+
+  it('control: the other key types too, and the recording names who sent each keystroke', async () => {
+    const owner = await connect(stack.keys.harness);
+    const other = await connect(otherKey);
+    try {
+      const { processId } = await owner.spawnDetached(['/bin/sh', '-c', 'while read line; do echo "got:$line"; done'], {
+        cwd: work,
+        tty: true,
+        processId: 'shared-control',
+      });
+      const { token } = await owner.share(processId, { access: 'control' });
+      const controller = await other.attach(processId, { shareToken: token });
+      const seen = follow(controller);
+      await controller.write('from-other\n');
+      await seen.until('got:from-other');
+      const mine = await owner.attach(processId);
+      const ownerSeen = follow(mine);
+      await mine.write('from-owner\n');
+      await seen.until('got:from-owner');
+      // A controller may end it, too.
+      await controller.signal('kill');
+      await Promise.all([seen.done, ownerSeen.done]);
+    } finally {
+      await owner.close();
+      await other.close();
+    }
+    // Two senders, by their keys' ids (the recording is sealed once the process has closed).
+    let cast = '';
+    for (let attempt = 0; attempt < 100 && !/"tether\.exit".*\n.*tether\.seal/s.test(cast); attempt++) {
+      const name = readdirSync(recordDir).find((file) => file.endsWith('-shared-control.cast'));
+      cast = name ? readFileSync(join(recordDir, name), 'utf8') : '';
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    const senders = cast
+      .split('\n')
+      .filter((line) => line.includes('"tether.from"'))
+      .map((line) => JSON.parse(line)[2]);
+    expect(new Set(senders).size).toBe(2);
+    for (const sender of senders) expect(sender).toMatch(/^key:harness:/);
+  });
+});
