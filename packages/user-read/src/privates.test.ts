@@ -189,9 +189,13 @@ describe('node-pty', () => {
     }
   }
 
+  /**
+   * A child that answers every line and stays until killed: one that exits after its first answer closes the
+   * master under a resend (EBADF), and node-pty may drop the last output of a child that exits at once.
+   */
   async function tinyPty() {
     const pty = await import('node-pty');
-    const term = pty.spawn('/bin/sh', ['-c', 'read line; echo "got:$line"'], { cols: 80, rows: 24, encoding: null });
+    const term = pty.spawn('/bin/sh', ['-c', 'while read line; do echo "got:$line"; done'], { cols: 80, rows: 24, encoding: null });
     const exited = new Promise<void>((resolve) => term.onExit(() => resolve()));
     cleanups.push(async () => {
       term.kill('SIGKILL');
