@@ -16,3 +16,11 @@ export {
   SandboxUnavailableError,
 } from './sandboxer.js';
 export { type SeccompMode, seccompProgram, seccompSupported } from './seccomp.js';
+export {
+  probeTransparentTcp,
+  routeTransparentTcp,
+  TRANSPARENT_ROUTES,
+  type TransparentTcpStatus,
+  type TransparentTcpTools,
+  transparentTcpRules,
+} from './transparent-tcp.js';

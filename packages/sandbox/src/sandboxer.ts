@@ -23,6 +23,7 @@ import { fileUriToPath, type SandboxContext } from '@tether/exec-protocol';
 import { type BwrapPlan, bwrapArgs, type MountSources } from './bwrap.js';
 import { resolvePolicy, type SandboxPolicy } from './policy.js';
 import { type SeccompMode, seccompProgram, seccompSupported } from './seccomp.js';
+import { probeTransparentTcp, type TransparentTcpStatus } from './transparent-tcp.js';
 
 /** What this executor can enforce (advertised in `environment/info` and `executor --help`). */
 export interface SandboxStatus {
@@ -97,6 +98,8 @@ function findOnPath(name: string, path = process.env.PATH ?? ''): string | null 
 
 export class Sandboxer {
   readonly status: SandboxStatus;
+  /** Whether a sandbox's TCP can be routed through its relay here (transparent-tcp.ts), and if not why. */
+  readonly transparentTcp: TransparentTcpStatus;
   private readonly dir: string | null;
   private readonly sources: MountSources;
   private readonly seccompFiles: Record<SeccompMode, string> | null;
@@ -109,7 +112,9 @@ export class Sandboxer {
     sources: MountSources,
     seccompFiles: Sandboxer['seccompFiles'],
     status: SandboxStatus,
+    transparentTcp: TransparentTcpStatus = probeTransparentTcp(status.reason),
   ) {
+    this.transparentTcp = transparentTcp;
     this.dir = dir;
     this.sources = sources;
     this.seccompFiles = seccompFiles;
@@ -119,7 +124,13 @@ export class Sandboxer {
   /** A sandbox that enforces nothing: every restricting profile is refused with `reason`. */
   static none(reason: string): Sandboxer {
     const nowhere: MountSources = { deniedDirectory: '', deniedFile: '', emptyReadOnlyDirectory: '' };
-    return new Sandboxer(null, nowhere, null, { available: false, reason, bwrap: null, seccomp: false });
+    return new Sandboxer(
+      null,
+      nowhere,
+      null,
+      { available: false, reason, bwrap: null, seccomp: false },
+      { available: false, reason: `the sandbox is unavailable: ${reason}`, tools: null },
+    );
   }
 
   /** Finds bubblewrap (`bwrap` on PATH, or `bwrapPath`) and checks it works here (one run, a few ms). */

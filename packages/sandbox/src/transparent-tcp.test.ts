@@ -1,0 +1,89 @@
+import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { afterEach, describe, expect, it } from 'vitest';
+import { Sandboxer } from './sandboxer.js';
+import { probeTransparentTcp, routeTransparentTcp, transparentTcpRules } from './transparent-tcp.js';
+
+/**
+ * In a network namespace of its own (as bubblewrap's), listens on 127.0.0.1:<argv[1]>; on each line of stdin,
+ * connects to the `host port` it names and prints `<host> <port> <where the listener saw it arrive>` or the error.
+ */
+const INSIDE = `
+const net = require('node:net');
+const port = Number(process.argv[1]);
+const server = net.createServer((s) => { s.end(s.localAddress + ':' + s.localPort); });
+server.listen(port, '127.0.0.1', () => console.log('listening'));
+require('node:readline').createInterface({ input: process.stdin }).on('line', (line) => {
+  const [host, p] = line.split(' ');
+  const socket = net.connect({ host, port: Number(p) });
+  let got = '';
+  socket.on('data', (d) => { got += d; });
+  socket.on('close', (failed) => { if (!failed) console.log(line + ' ' + got); });
+  socket.on('error', (e) => console.log(line + ' ' + e.code));
+}).on('close', () => server.close());
+`;
+
+describe('transparent TCP', () => {
+  const children: ChildProcessWithoutNullStreams[] = [];
+  afterEach(() => {
+    for (const child of children.splice(0)) child.kill('SIGKILL');
+  });
+
+  it('the rules redirect TCP but the loopback, both families, to the port given; a bad port is refused', () => {
+    const rules = transparentTcpRules(10_123);
+    expect(rules).toContain('ip daddr != 127.0.0.0/8 meta l4proto tcp redirect to :10123');
+    expect(rules).toContain('ip6 daddr != ::1 meta l4proto tcp redirect to :10123');
+    for (const port of [0, 65_536, 1.5]) expect(() => transparentTcpRules(port)).toThrow(RangeError);
+  });
+
+  it('is unavailable, saying why, where the sandbox is', () => {
+    expect(probeTransparentTcp('no bwrap')).toEqual({
+      available: false,
+      reason: 'the sandbox is unavailable: no bwrap',
+      tools: null,
+    });
+    expect(Sandboxer.none('none here').transparentTcp.available).toBe(false);
+  });
+
+  it("routes a namespace's TCP to its loopback port from outside it; a connection to the loopback stays as it is", async () => {
+    // This host runs the executor's own tests as root with ip and nft (CI too): the probe must find it able.
+    const status = probeTransparentTcp(null);
+    expect(status.reason).toBeNull();
+    const child = spawn('unshare', ['--user', '--map-root-user', '--net', process.execPath, '-e', INSIDE, '10123'], {
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    children.push(child);
+    const lines: string[] = [];
+    let waiter: (() => void) | null = null;
+    child.stdout.setEncoding('utf8').on('data', (chunk: string) => {
+      lines.push(...chunk.split('\n').filter(Boolean));
+      waiter?.();
+    });
+    const line = async (n: number) => {
+      while (lines.length < n) await new Promise<void>((resolve) => (waiter = resolve));
+      return lines[n - 1];
+    };
+    expect(await line(1)).toBe('listening');
+    // Before: nothing routes out of the namespace.
+    child.stdin.write('203.0.113.7 80\n');
+    expect(await line(2)).toBe('203.0.113.7 80 ENETUNREACH');
+    await routeTransparentTcp(status.tools!, child.pid!, 10_123);
+    child.stdin.write('203.0.113.7 80\n');
+    expect(await line(3)).toBe('203.0.113.7 80 127.0.0.1:10123');
+    child.stdin.write('2001:db8::7 443\n');
+    // Redirected to ::1, where nothing listens in this namespace.
+    expect(await line(4)).toBe('2001:db8::7 443 ECONNREFUSED');
+    child.stdin.write('127.0.0.1 1\n');
+    expect(await line(5)).toBe('127.0.0.1 1 ECONNREFUSED');
+    child.stdin.end();
+    await once(child, 'exit');
+  });
+
+  it('rejects, saying why, when the namespace is gone', async () => {
+    const status = probeTransparentTcp(null);
+    const child = spawn('true');
+    await once(child, 'exit');
+    await expect(routeTransparentTcp(status.tools!, child.pid!, 10_123)).rejects.toThrow(/in the sandbox failed/);
+    await expect(routeTransparentTcp(status.tools!, 1, 10_123)).rejects.toThrow(RangeError);
+  });
+});

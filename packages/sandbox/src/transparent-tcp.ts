@@ -1,0 +1,142 @@
+/**
+ * Transparent TCP inside a sandbox's network namespace (Codex's `networkProxyTransparentTcp`): the command's own
+ * TCP to any address but the namespace's loopback is redirected to one port of the relay inside (the executor's
+ * proxy-relay.ts), which reads where each connection was headed (`SO_ORIGINAL_DST`) and hands it to the managed
+ * proxy's SOCKS5 policy. Codex builds a TUN device and a resolver for its helper; this uses the kernel's NAT:
+ *
+ * - `ip route add local 0.0.0.0/0 dev lo` (and `::/0`): every address is local, so a connect is not ENETUNREACH;
+ * - an nftables `nat` `output` chain redirecting every TCP connection not to 127.0.0.0/8 or ::1 to the relay's
+ *   port (the command's own loopback stays its own: a direct connect to 127.0.0.1 is refused as before).
+ *
+ * Both need CAP_NET_ADMIN in the sandbox's user namespace, and netlink, which the sandbox's seccomp filter
+ * refuses: the executor, as the user namespace's owner, runs `ip` and `nft` there with `nsenter --user --net
+ * --preserve-credentials` before the relay starts the command. The command has no capability (bubblewrap's
+ * `--cap-drop ALL`) and no netlink socket, so it cannot undo them. A capability survives the exec of `ip` and
+ * `nft` only for uid 0 inside, and bubblewrap maps the executor's own uid: the executor must run as root.
+ */
+import { spawn, spawnSync } from 'node:child_process';
+import { accessSync, constants } from 'node:fs';
+import { delimiter, join } from 'node:path';
+
+/** Whether this host can route a sandbox's TCP through the relay, and with which programs. */
+export interface TransparentTcpStatus {
+  available: boolean;
+  /** Why not, and what to do, when it cannot. */
+  reason: string | null;
+  tools: TransparentTcpTools | null;
+}
+
+export interface TransparentTcpTools {
+  nsenter: string;
+  ip: string;
+  nft: string;
+}
+
+/** The loopback up (bubblewrap has it so) and the routes that make every address local (`ip -batch`). */
+export const TRANSPARENT_ROUTES = [
+  'link set lo up',
+  'route add local 0.0.0.0/0 dev lo', 'route add local ::/0 dev lo'];
+
+/** The nftables ruleset that sends the namespace's TCP, loopback aside, to `port` on its loopback. */
+export function transparentTcpRules(port: number): string {
+  if (!Number.isSafeInteger(port) || port <= 0 || port > 0xffff) throw new RangeError(`not a port: ${port}`);
+  return [
+    'table inet tether_transparent_tcp {',
+    '  chain output {',
+    '    type nat hook output priority -100; policy accept;',
+    `    ip daddr != 127.0.0.0/8 meta l4proto tcp redirect to :${port}`,
+    `    ip6 daddr != ::1 meta l4proto tcp redirect to :${port}`,
+    '  }',
+    '}',
+    '',
+  ].join('\n');
+}
+
+function findProgram(name: string): string | null {
+  const path = process.env.PATH ?? '';
+  for (const dir of [...path.split(delimiter).filter(Boolean), '/usr/sbin', '/sbin', '/usr/bin', '/bin']) {
+    const candidate = join(dir, name);
+    try {
+      accessSync(candidate, constants.X_OK);
+      return candidate;
+    } catch {}
+  }
+  return null;
+}
+
+/**
+ * Checks, once, what transparent TCP needs here: root, `nsenter`, `ip` and `nft`, and a kernel that lets a user
+ * namespace's root add the routes and a NAT chain in a network namespace of its own (one `unshare` run of each,
+ * a few ms). `sandboxReason`: why the sandbox itself is unavailable, if it is.
+ */
+export function probeTransparentTcp(sandboxReason: string | null): TransparentTcpStatus {
+  const unavailable = (reason: string): TransparentTcpStatus => ({ available: false, reason, tools: null });
+  if (sandboxReason !== null) return unavailable(`the sandbox is unavailable: ${sandboxReason}`);
+  if (process.platform !== 'linux') return unavailable('transparent TCP needs Linux');
+  if (process.geteuid?.() !== 0) {
+    return unavailable(
+      'the executor does not run as root: bubblewrap maps its own uid into the sandbox, and only uid 0 there keeps CAP_NET_ADMIN for the ip and nft it runs in the sandbox',
+    );
+  }
+  const tools = { nsenter: findProgram('nsenter'), ip: findProgram('ip'), nft: findProgram('nft') };
+  const missing = Object.entries(tools)
+    .filter(([, path]) => path === null)
+    .map(([name]) => name);
+  if (missing.length > 0) {
+    return unavailable(
+      `${missing.join(', ')} not found on PATH (Debian/Ubuntu: apt-get install util-linux iproute2 nftables)`,
+    );
+  }
+  const unshare = findProgram('unshare');
+  if (unshare === null) return unavailable('unshare not found on PATH (util-linux), needed to check the kernel');
+  const found = tools as TransparentTcpTools;
+  for (const [program, args, input] of [
+    [found.ip, ['-batch', '-'], TRANSPARENT_ROUTES.join('\n')],
+    [found.nft, ['-f', '-'], transparentTcpRules(1)],
+  ] as const) {
+    const run = spawnSync(unshare, ['--user', '--map-root-user', '--net', '--', program, ...args], {
+      input,
+      stdio: ['pipe', 'ignore', 'pipe'],
+      timeout: 10_000,
+    });
+    if (run.error || run.status !== 0) {
+      const stderr = run.stderr?.toString().trim().slice(0, 1000) || run.error?.message || `exit ${run.status}`;
+      return unavailable(
+        `the kernel refused ${program} in a user and network namespace of its own (${stderr}): nftables NAT must be allowed there`,
+      );
+    }
+  }
+  return { available: true, reason: null, tools: found };
+}
+
+/** Runs `program` in the user and network namespaces of `pid`; rejects with its stderr when it fails. */
+function inNamespaces(tools: TransparentTcpTools, pid: number, program: string, args: string[], input: string) {
+  return new Promise<void>((resolve, reject) => {
+    const child = spawn(
+      tools.nsenter,
+      ['--target', String(pid), '--user', '--net', '--preserve-credentials', '--', program, ...args],
+      { stdio: ['pipe', 'ignore', 'pipe'], timeout: 10_000 },
+    );
+    let stderr = '';
+    child.stderr.setEncoding('utf8').on('data', (chunk: string) => {
+      if (stderr.length < 2000) stderr += chunk;
+    });
+    child.stdin.on('error', () => undefined);
+    child.stdin.end(input);
+    child.once('error', reject);
+    child.once('close', (code, signal) => {
+      if (code === 0) resolve();
+      else reject(new Error(`${program} in the sandbox failed (${stderr.trim() || (signal ?? `exit ${code}`)})`));
+    });
+  });
+}
+
+/**
+ * Sends the TCP of the network namespace `pid` is in (a sandbox's, as this process's PID namespace numbers it)
+ * to `port` on that namespace's loopback. Rejects, saying why, when it cannot.
+ */
+export async function routeTransparentTcp(tools: TransparentTcpTools, pid: number, port: number): Promise<void> {
+  if (!Number.isSafeInteger(pid) || pid <= 1) throw new RangeError(`not a sandbox's pid: ${pid}`);
+  await inNamespaces(tools, pid, tools.ip, ['-batch', '-'], TRANSPARENT_ROUTES.join('\n'));
+  await inNamespaces(tools, pid, tools.nft, ['-f', '-'], transparentTcpRules(port));
+}
