@@ -98,7 +98,11 @@ export function verdictOf(answer: OutboundAnswer): { allow: true } | { allow: fa
   return { allow: false, reason: reason === '' ? 'policy_denied' : reason };
 }
 
-/** Loopback, private, link-local, CGNAT and unspecified ranges: what Codex calls local/private addresses. */
+/**
+ * Loopback, private, link-local, CGNAT and unspecified ranges, and the special-purpose ones Codex refuses as
+ * such too (`not_allowed_local`: IETF protocol assignments, documentation, benchmarking, reserved, multicast;
+ * FINDINGS-transparent-tcp.md): what Codex calls local/private addresses.
+ */
 const LOCAL = new BlockList();
 for (const [net, prefix] of [
   ['0.0.0.0', 8],
@@ -107,7 +111,14 @@ for (const [net, prefix] of [
   ['127.0.0.0', 8],
   ['169.254.0.0', 16],
   ['172.16.0.0', 12],
+  ['192.0.0.0', 24],
+  ['192.0.2.0', 24],
   ['192.168.0.0', 16],
+  ['198.18.0.0', 15],
+  ['198.51.100.0', 24],
+  ['203.0.113.0', 24],
+  ['224.0.0.0', 4],
+  ['240.0.0.0', 4],
 ] as const) {
   LOCAL.addSubnet(net, prefix, 'ipv4');
 }
@@ -116,6 +127,8 @@ for (const [net, prefix] of [
   ['::1', 128],
   ['fc00::', 7],
   ['fe80::', 10],
+  ['2001:db8::', 32],
+  ['ff00::', 8],
 ] as const) {
   LOCAL.addSubnet(net, prefix, 'ipv6');
 }
@@ -337,13 +350,19 @@ export class ManagedProxy {
   /**
    * A channel for one relay, as Codex's helper gets its upstream connections: two socket pairs, whose relay
    * ends `[control, pass]` are returned (the caller owns them: it hands them to the relay and closes its
-   * copies). For each byte the relay writes on `control` this answers one byte: `y` once it has sent, on
-   * `pass`, one end of a fresh socket pair whose other end the proxy serves as a connection, `n` when it will
-   * not (closed, or at its connection limit). Our end of `pass` is non-blocking (libuv opens it so), so a
-   * relay that stops taking descriptors cannot stall the executor: the channel closes instead. The channel
-   * closes when the relay's ends are all closed (the relay exited) or the proxy closes.
+   * copies). For each byte the relay writes on `control` this answers one byte, in order: for `c` (the HTTP
+   * listener) and `s` (the SOCKS5 one) `y` once it has sent, on `pass`, one end of a fresh socket pair whose
+   * other end that listener serves as a connection, `n` when it will not (closed, no such listener, or at its
+   * connection limit); for `t` (transparent TCP, before the command starts) it takes the end of the relay's own
+   * socket pair waiting on `pass`, and answers `y` once `route` has redirected the TCP of the namespace of the
+   * pair's maker (its pid), `n` when it could not or there is no `route`. Our end of `pass` is non-blocking
+   * (libuv opens it so), so a relay that stops taking descriptors cannot stall the executor: the channel closes
+   * instead. The channel closes when the relay's ends are all closed (the relay exited) or the proxy closes.
    */
-  openRelayChannel(native: NativePipe): [control: number, pass: number] {
+  openRelayChannel(
+    native: NativePipe,
+    route: ((pid: number) => Promise<boolean>) | null = null,
+  ): [control: number, pass: number] {
     if (this.closed) throw new Error('the managed proxy is closed');
     const made: number[] = [];
     try {
@@ -357,15 +376,21 @@ export class ManagedProxy {
     const control = new Socket({ fd: controlOurs, readable: true, writable: true });
     const pass = new Socket({ fd: passOurs, readable: false, writable: false });
     this.channels.add(control);
+    // Answers go in the order asked; a `t` is answered once its route is in place.
+    let answered = Promise.resolve();
     control.on('data', (requests: Buffer) => {
-      const answers = Buffer.alloc(requests.length);
-      for (let i = 0; i < requests.length; i++) {
-        const granted = this.grant(native, passOurs);
-        // A descriptor could not be sent (the relay takes none, or is gone): nothing more goes over this channel.
-        if (granted === null) return control.destroy();
-        answers[i] = granted ? 0x79 : 0x6e;
+      for (const request of requests) {
+        answered = answered.then(async () => {
+          if (control.destroyed) return;
+          const granted =
+            request === 0x74
+              ? await this.routeFor(native, passOurs, route)
+              : this.grant(native, passOurs, request === 0x73 ? this.socks : this.server);
+          // A descriptor could not be sent (the relay takes none, or is gone): nothing more goes over this channel.
+          if (granted === null) return void control.destroy();
+          control.write(granted ? 'y' : 'n');
+        });
       }
-      control.write(answers);
     });
     control.on('error', () => undefined);
     control.on('close', () => {
@@ -376,9 +401,33 @@ export class ManagedProxy {
     return [controlTheirs, passTheirs];
   }
 
-  /** One connection to the proxy sent over `pass`; false when the proxy takes none now, null when it cannot be sent. */
-  private grant(native: NativePipe, pass: number): boolean | null {
-    if (this.closed || this.sockets.size >= this.limits.maxConnections) return false;
+  /** A relay's `t`: whether `route` redirected the TCP of the relay whose pair waits on `pass`. */
+  private async routeFor(
+    native: NativePipe,
+    pass: number,
+    route: ((pid: number) => Promise<boolean>) | null,
+  ): Promise<boolean | null> {
+    let pid: number;
+    try {
+      const fd = native.receiveFd(pass);
+      if (fd === null) return null;
+      try {
+        pid = native.peerPid(fd);
+      } finally {
+        closeSync(fd);
+      }
+    } catch {
+      return null;
+    }
+    return route !== null && !this.closed && (await route(pid));
+  }
+
+  /**
+   * One connection to `listener` (the HTTP or SOCKS5 one) sent over `pass`; false when the proxy takes none now,
+   * null when it cannot be sent.
+   */
+  private grant(native: NativePipe, pass: number, listener: NetServer | null): boolean | null {
+    if (listener === null || this.closed || this.sockets.size >= this.limits.maxConnections) return false;
     let pair: [number, number];
     try {
       pair = native.socketPair();
@@ -394,7 +443,7 @@ export class ManagedProxy {
     } finally {
       closeSync(relayEnd);
     }
-    this.server.emit('connection', new Socket({ fd: proxyEnd, readable: true, writable: true, allowHalfOpen: true }));
+    listener.emit('connection', new Socket({ fd: proxyEnd, readable: true, writable: true, allowHalfOpen: true }));
     return true;
   }
 

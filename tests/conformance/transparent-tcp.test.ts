@@ -1,0 +1,238 @@
+// Transparent TCP through the managed proxy (`networkProxy.proxy.transparentTcp`, capability
+// `networkProxyTransparentTcp`), differential: the same sandboxed start (workspace-write, network on) against
+// Codex's exec-server and ours. With it, the command's own TCP to any address but its loopback, proxy variables
+// ignored, connects and is decided by the SOCKS5 policy (`socks5_tcp`), a refused one reset; without it the same
+// connects are unreachable; the loopback stays the namespace's own either way; the SOCKS5 listener is reachable
+// inside through ALL_PROXY; the command cannot undo the routing. Only refusals are observable on both (an allowed
+// public address would leave this host): an allowed connection is tested on ours in
+// apps/executor/src/relay-socks.test.ts (CODEX-FINDINGS §28, FINDINGS-transparent-tcp.md).
+
+import { writeFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import { join } from 'node:path';
+import { collectUntilClosed } from '@tether/test-kit';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sandboxAt, useSandboxScratch, workspaceWrite } from './sandbox-support.ts';
+import { KIND_CASES, useHarness } from './support.ts';
+
+/**
+ * Connects to each `host port` of argv[2] (a JSON list) in turn, ignoring the proxy variables, and sends a
+ * request once connected; prints how each went: refused or unreachable, reset, or answered. A reset is one
+ * whether or not node saw the connection established first: the refusal can beat node's own look at the
+ * connect, on both executors.
+ */
+const CONNECTS = `
+const net = require('node:net');
+const attempt = ([host, port]) => new Promise((resolve) => {
+  const socket = net.connect({ host, port });
+  let answer = '';
+  socket.on('connect', () => socket.write('GET /transparent HTTP/1.1\\r\\nHost: x\\r\\nConnection: close\\r\\n\\r\\n'));
+  socket.on('data', (d) => { answer += d; });
+  socket.on('error', (e) => { console.log(host + ' ' + port + ' ' + (e.code === 'ECONNRESET' ? 'reset' : e.code)); resolve(); });
+  socket.on('close', (failed) => { if (!failed) console.log(host + ' ' + port + ' answered ' + JSON.stringify(answer.split('\\r\\n')[0])); resolve(); });
+});
+(async () => { for (const target of JSON.parse(process.argv[2])) await attempt(target); })();
+`;
+
+const proxyConfig = (overrides: Record<string, unknown>) => ({
+  proxy: {
+    enabled: true,
+    enableSocks5: true,
+    enableSocks5Udp: false,
+    allowUpstreamProxy: true,
+    dangerouslyAllowAllUnixSockets: false,
+    mode: 'full',
+    domains: { '127.0.0.1': 'allow', '192.88.99.9': 'deny' },
+    unixSockets: null,
+    allowLocalBinding: false,
+    ...overrides,
+  },
+  auditMetadata: { conversationId: 'conformance', appVersion: '0.171.0', originator: 'codex_exec' },
+  environmentId: 'remote',
+  executionId: 'execution-1',
+});
+
+describe('network proxy: transparent TCP (networkProxyTransparentTcp)', { timeout: 120_000 }, () => {
+  const h = useHarness();
+  const scratch = useSandboxScratch();
+  const script = join(h.workDir, 'connects.cjs');
+  let origin: Server;
+  let port = 0;
+  const reached: string[] = [];
+  const outcomes = new Map<string, unknown>();
+
+  beforeAll(async () => {
+    writeFileSync(script, CONNECTS);
+    origin = createServer((req, res) => {
+      reached.push(`${req.method} ${req.url}`);
+      res.end('hello from origin\n');
+    });
+    await new Promise<void>((resolve) => origin.listen(0, '127.0.0.1', resolve));
+    port = (origin.address() as { port: number }).port;
+  });
+  afterAll(async () => {
+    await new Promise((resolve) => origin.close(resolve));
+  });
+
+  /**
+   * Public addresses no connection is ever made to (refused by the policy: the deprecated 6to4 relay anycast,
+   * the IPv6 discard prefix), private and documentation ones (TEST-NET-3, refused as local), the origin on
+   * either loopback.
+   */
+  const targets = () => [
+    ['192.88.99.7', 80],
+    ['192.88.99.9', 443],
+    ['100::7', 80],
+    ['203.0.113.7', 80],
+    ['10.255.255.7', 80],
+    ['fc00::7', 80],
+    ['127.0.0.1', port],
+    ['::1', port],
+  ];
+
+  /** Runs `shell` sandboxed behind a proxy of `overrides`: what the command printed, the decisions, the origin's. */
+  async function scenario(kind: 'codex' | 'tether', id: string, overrides: Record<string, unknown>, shell: string) {
+    const { client: rpc, initializeResult } = await h.session(kind, 'ws');
+    const info = initializeResult.environmentInfo as { capabilities?: Record<string, unknown> } | undefined;
+    reached.length = 0;
+    const { base, root, tmp } = scratch.layout(kind);
+    const started = await rpc.request('process/start', {
+      ...scratch.startParams(id, ['/bin/bash', '-c', shell], root, sandboxAt(root, workspaceWrite('enabled')), {
+        PATH: `${scratch.path}:${process.env.PATH ?? '/usr/bin:/bin'}`,
+        TMPDIR: tmp,
+        HOME: base,
+      }),
+      enforceManagedNetwork: true,
+      networkProxy: proxyConfig(overrides),
+    });
+    expect(started.error).toBeUndefined();
+    const collected = await collectUntilClosed(rpc, id);
+    const decisions = rpc.notifications
+      .filter((n) => n.method === 'network/policyDecision')
+      .map((n) => {
+        const { timestamp, client: from, ...rest } = n.params as Record<string, unknown>;
+        expect(Number.isNaN(Date.parse(String(timestamp)))).toBe(false);
+        // Ours through the relay reports its own (127.0.0.1:0), Codex's its helper's port.
+        expect(from).toMatch(/^127\.0\.0\.1:\d+$/);
+        return { ...rest, port: rest.port === port ? '<origin>' : rest.port } as Record<string, unknown>;
+      });
+    return {
+      networkProxyTransparentTcp: info?.capabilities?.networkProxyTransparentTcp,
+      exitCode: collected.exitCode,
+      seen: collected.stdout.replaceAll(String(port), '<origin>').split('\n'),
+      decisions,
+      reached: [...reached],
+    };
+  }
+
+  function compare(name: string, kind: string, outcome: unknown) {
+    outcomes.set(`${name} ${kind}`, outcome);
+    if (outcomes.has(`${name} codex`) && outcomes.has(`${name} tether`)) {
+      expect(outcomes.get(`${name} tether`)).toEqual(outcomes.get(`${name} codex`));
+    }
+  }
+
+  it.each(KIND_CASES)(
+    '%s: with transparentTcp, the command’s own TCP connects and is decided as socks5_tcp, refusals reset; the loopback stays its own',
+    async (_label, kind) => {
+      const outcome = await scenario(
+        kind,
+        'transparent',
+        { transparentTcp: true },
+        [
+          `node ${script} '${JSON.stringify(targets())}'`,
+          // The SOCKS5 listener inside, as ALL_PROXY names it (--noproxy: NO_PROXY is not the point here).
+          `curl -sS --max-time 20 --noproxy '' -x "$ALL_PROXY" http://127.0.0.1:${port}/through-socks 2>&1; echo "curl=$?"`,
+          'echo "$ALL_PROXY" | sed -E "s/[0-9]+$/<port>/"',
+        ].join('; '),
+      );
+      expect(outcome.networkProxyTransparentTcp).toBe(true);
+      expect(outcome.seen).toEqual([
+        '192.88.99.7 80 reset',
+        '192.88.99.9 443 reset',
+        '100::7 80 reset',
+        '203.0.113.7 80 reset',
+        '10.255.255.7 80 reset',
+        'fc00::7 80 reset',
+        '127.0.0.1 <origin> ECONNREFUSED',
+        '::1 <origin> ECONNREFUSED',
+        'hello from origin',
+        'curl=0',
+        'socks5h://127.0.0.1:<port>',
+        '',
+      ]);
+      expect(outcome.decisions.map((d) => [d.protocol, d.host, d.port, d.reason])).toEqual([
+        ['socks5_tcp', '192.88.99.7', 80, 'not_allowed'],
+        ['socks5_tcp', '192.88.99.9', 443, 'denied'],
+        ['socks5_tcp', '100::7', 80, 'not_allowed'],
+        ['socks5_tcp', '203.0.113.7', 80, 'not_allowed_local'],
+        ['socks5_tcp', '10.255.255.7', 80, 'not_allowed_local'],
+        ['socks5_tcp', 'fc00::7', 80, 'not_allowed_local'],
+        ['socks5_tcp', '127.0.0.1', '<origin>', 'allow'],
+      ]);
+      expect(outcome.reached).toEqual(['GET /through-socks']);
+      compare('transparent', kind, outcome);
+    },
+  );
+
+  it.each(KIND_CASES)(
+    '%s: without transparentTcp the same connects are unreachable, and nothing is decided',
+    async (_label, kind) => {
+      const outcome = await scenario(kind, 'direct', {}, `node ${script} '${JSON.stringify(targets())}'`);
+      expect(outcome.seen).toEqual([
+        '192.88.99.7 80 ENETUNREACH',
+        '192.88.99.9 443 ENETUNREACH',
+        '100::7 80 ENETUNREACH',
+        '203.0.113.7 80 ENETUNREACH',
+        '10.255.255.7 80 ENETUNREACH',
+        'fc00::7 80 ENETUNREACH',
+        '127.0.0.1 <origin> ECONNREFUSED',
+        '::1 <origin> ECONNREFUSED',
+        '',
+      ]);
+      expect(outcome.decisions).toEqual([]);
+      compare('direct', kind, outcome);
+    },
+  );
+
+  it.each(KIND_CASES)(
+    '%s: the command cannot undo the routing (no CAP_NET_ADMIN, no netlink): its TCP is still decided',
+    async (_label, kind) => {
+      const outcome = await scenario(
+        kind,
+        'undo',
+        { transparentTcp: true },
+        [
+          // Both fail (their exit codes differ: Codex's namespace has no such ruleset or route to remove).
+          'nft flush ruleset 2>/dev/null && echo "nft flushed" || echo "nft failed"',
+          'ip route flush table local 2>/dev/null && echo "routes flushed" || echo "ip failed"',
+          `node ${script} '${JSON.stringify([['192.88.99.7', 80]])}'`,
+        ].join('; '),
+      );
+      expect(outcome.seen).toEqual(['nft failed', 'ip failed', '192.88.99.7 80 reset', '']);
+      expect(outcome.decisions.map((d) => [d.protocol, d.host, d.reason])).toEqual([
+        ['socks5_tcp', '192.88.99.7', 'not_allowed'],
+      ]);
+      compare('undo', kind, outcome);
+    },
+  );
+
+  it.each(KIND_CASES)('%s: refused without a sandbox, and without the SOCKS5 listener', async (_label, kind) => {
+    const { client: rpc } = await h.session(kind, 'ws');
+    const { root } = scratch.layout(kind);
+    const start = (id: string, sandboxed: boolean, overrides: Record<string, unknown>) =>
+      rpc.request('process/start', {
+        ...scratch.startParams(id, ['/bin/true'], root, sandboxed ? sandboxAt(root, workspaceWrite('enabled')) : null),
+        enforceManagedNetwork: true,
+        networkProxy: proxyConfig({ transparentTcp: true, ...overrides }),
+      });
+    expect((await start('unsandboxed', false, {})).error).toEqual({
+      code: -32602,
+      message: 'transparent TCP requires a managed Linux sandbox',
+    });
+    expect((await start('no-socks', true, { enableSocks5: false })).error).toEqual({
+      code: -32602,
+      message: 'invalid network proxy config: transparent_tcp requires an enabled managed SOCKS5 proxy',
+    });
+  });
+});
