@@ -11,6 +11,7 @@ import { createServer as createNetServer, type Server as NetServer } from 'node:
 import { join } from 'node:path';
 import { collectUntilClosed, type RpcMessage, type TestClient } from '@tether/test-kit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { policyDecisions, proxyConfig } from './proxy-support.ts';
 import { sandboxAt, useSandboxScratch, workspaceWrite } from './sandbox-support.ts';
 import { KIND_CASES, resumeWhenDetached, useHarness } from './support.ts';
 
@@ -43,26 +44,6 @@ const send = (raw) => new Promise((resolve) => {
 const get = (host: string, path: string) =>
   `GET http://${host}${path} HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`;
 const connect = (authority: string) => `CONNECT ${authority} HTTP/1.1\r\nHost: ${authority}\r\n\r\n`;
-
-const proxyConfig = (overrides: Record<string, unknown>, launch: Record<string, unknown> = {}) => ({
-  proxy: {
-    enabled: true,
-    // Without a SOCKS5 listener ALL_PROXY names the HTTP one (the SOCKS5 case turns it on).
-    enableSocks5: false,
-    enableSocks5Udp: false,
-    allowUpstreamProxy: true,
-    dangerouslyAllowAllUnixSockets: false,
-    mode: 'full',
-    domains: null,
-    unixSockets: null,
-    allowLocalBinding: false,
-    ...overrides,
-  },
-  auditMetadata: { conversationId: 'conformance', appVersion: '0.171.0', originator: 'codex_exec' },
-  environmentId: 'remote',
-  executionId: 'execution-1',
-  ...launch,
-});
 
 /**
  * Tries argv[2] (a port on the host's 127.0.0.1) and argv[3] (a host's unix socket the sandbox can see)
@@ -167,14 +148,7 @@ describe('network proxy: the same proxy on both executors', { timeout: 120_000 }
         .replaceAll(`127.0.0.1:${socksPort ?? proxyPort}`, '<socks>')
         .replaceAll(String(port), '<origin>')
         .replace(/date: [^\\]*\\r\\n/gi, 'date: <date>\\r\\n');
-    const decisions = rpc.notifications
-      .filter((n) => n.method === 'network/policyDecision')
-      .map((n) => {
-        const { timestamp, client: from, ...rest } = n.params as Record<string, unknown>;
-        expect(Number.isNaN(Date.parse(String(timestamp)))).toBe(false);
-        expect(from).toMatch(/^127\.0\.0\.1:\d+$/);
-        return { ...rest, port: rest.port === port ? '<origin>' : rest.port };
-      });
+    const decisions = policyDecisions(rpc, port);
     const read = (await rpc.call('process/read', { processId: id, afterSeq: 0, maxBytes: 1 })) as {
       sandboxDenied: boolean;
     };

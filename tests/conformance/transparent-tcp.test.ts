@@ -12,6 +12,7 @@ import { createServer, type Server } from 'node:http';
 import { join } from 'node:path';
 import { collectUntilClosed } from '@tether/test-kit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { policyDecisions, proxyConfig } from './proxy-support.ts';
 import { sandboxAt, useSandboxScratch, workspaceWrite } from './sandbox-support.ts';
 import { KIND_CASES, useHarness } from './support.ts';
 
@@ -34,23 +35,9 @@ const attempt = ([host, port]) => new Promise((resolve) => {
 (async () => { for (const target of JSON.parse(process.argv[2])) await attempt(target); })();
 `;
 
-const proxyConfig = (overrides: Record<string, unknown>) => ({
-  proxy: {
-    enabled: true,
-    enableSocks5: true,
-    enableSocks5Udp: false,
-    allowUpstreamProxy: true,
-    dangerouslyAllowAllUnixSockets: false,
-    mode: 'full',
-    domains: { '127.0.0.1': 'allow', '192.88.99.9': 'deny' },
-    unixSockets: null,
-    allowLocalBinding: false,
-    ...overrides,
-  },
-  auditMetadata: { conversationId: 'conformance', appVersion: '0.171.0', originator: 'codex_exec' },
-  environmentId: 'remote',
-  executionId: 'execution-1',
-});
+/** The proxy of these starts: SOCKS5 on, one host allowed (the origin's) and one denied. */
+const transparentProxy = (overrides: Record<string, unknown>) =>
+  proxyConfig({ enableSocks5: true, domains: { '127.0.0.1': 'allow', '192.88.99.9': 'deny' }, ...overrides });
 
 describe('network proxy: transparent TCP (networkProxyTransparentTcp)', { timeout: 120_000 }, () => {
   const h = useHarness();
@@ -103,19 +90,11 @@ describe('network proxy: transparent TCP (networkProxyTransparentTcp)', { timeou
         HOME: base,
       }),
       enforceManagedNetwork: true,
-      networkProxy: proxyConfig(overrides),
+      networkProxy: transparentProxy(overrides),
     });
     expect(started.error).toBeUndefined();
     const collected = await collectUntilClosed(rpc, id);
-    const decisions = rpc.notifications
-      .filter((n) => n.method === 'network/policyDecision')
-      .map((n) => {
-        const { timestamp, client: from, ...rest } = n.params as Record<string, unknown>;
-        expect(Number.isNaN(Date.parse(String(timestamp)))).toBe(false);
-        // Ours through the relay reports its own (127.0.0.1:0), Codex's its helper's port.
-        expect(from).toMatch(/^127\.0\.0\.1:\d+$/);
-        return { ...rest, port: rest.port === port ? '<origin>' : rest.port } as Record<string, unknown>;
-      });
+    const decisions = policyDecisions(rpc, port);
     return {
       networkProxyTransparentTcp: info?.capabilities?.networkProxyTransparentTcp,
       exitCode: collected.exitCode,
@@ -224,7 +203,7 @@ describe('network proxy: transparent TCP (networkProxyTransparentTcp)', { timeou
       rpc.request('process/start', {
         ...scratch.startParams(id, ['/bin/true'], root, sandboxed ? sandboxAt(root, workspaceWrite('enabled')) : null),
         enforceManagedNetwork: true,
-        networkProxy: proxyConfig({ transparentTcp: true, ...overrides }),
+        networkProxy: transparentProxy({ transparentTcp: true, ...overrides }),
       });
     expect((await start('unsandboxed', false, {})).error).toEqual({
       code: -32602,

@@ -6,7 +6,6 @@
  */
 import { spawnSync } from 'node:child_process';
 import {
-  accessSync,
   chmodSync,
   closeSync,
   constants,
@@ -18,10 +17,11 @@ import {
   writeFileSync,
 } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { delimiter, join } from 'node:path';
+import { join } from 'node:path';
 import { fileUriToPath, type SandboxContext } from '@tether/exec-protocol';
 import { type BwrapPlan, bwrapArgs, type MountSources } from './bwrap.js';
 import { resolvePolicy, type SandboxPolicy } from './policy.js';
+import { findProgram } from './programs.js';
 import { type SeccompMode, seccompProgram, seccompSupported } from './seccomp.js';
 import { probeTransparentTcp, type TransparentTcpStatus } from './transparent-tcp.js';
 
@@ -83,17 +83,6 @@ function sandboxCwd(context: SandboxContext): string | null {
   } catch {
     return null;
   }
-}
-
-function findOnPath(name: string, path = process.env.PATH ?? ''): string | null {
-  for (const dir of [...path.split(delimiter).filter(Boolean), '/usr/bin', '/bin']) {
-    const candidate = join(dir, name);
-    try {
-      accessSync(candidate, constants.X_OK);
-      return candidate;
-    } catch {}
-  }
-  return null;
 }
 
 export class Sandboxer {
@@ -160,7 +149,7 @@ export class Sandboxer {
       }
       seccompFiles = files;
     }
-    const bwrap = options.bwrapPath ?? findOnPath('bwrap');
+    const bwrap = options.bwrapPath ?? findProgram('bwrap');
     let reason: string | null = null;
     if (bwrap === null) {
       reason =

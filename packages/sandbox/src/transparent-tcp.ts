@@ -15,8 +15,7 @@
  * `nft` only for uid 0 inside, and bubblewrap maps the executor's own uid: the executor must run as root.
  */
 import { spawn, spawnSync } from 'node:child_process';
-import { accessSync, constants } from 'node:fs';
-import { delimiter, join } from 'node:path';
+import { findProgram, SBIN_DIRS } from './programs.js';
 
 /** Whether this host can route a sandbox's TCP through the relay, and with which programs. */
 export interface TransparentTcpStatus {
@@ -33,9 +32,7 @@ export interface TransparentTcpTools {
 }
 
 /** The loopback up (bubblewrap has it so) and the routes that make every address local (`ip -batch`). */
-export const TRANSPARENT_ROUTES = [
-  'link set lo up',
-  'route add local 0.0.0.0/0 dev lo', 'route add local ::/0 dev lo'];
+export const TRANSPARENT_ROUTES = ['link set lo up', 'route add local 0.0.0.0/0 dev lo', 'route add local ::/0 dev lo'];
 
 /** The nftables ruleset that sends the namespace's TCP, loopback aside, to `port` on its loopback. */
 export function transparentTcpRules(port: number): string {
@@ -52,18 +49,6 @@ export function transparentTcpRules(port: number): string {
   ].join('\n');
 }
 
-function findProgram(name: string): string | null {
-  const path = process.env.PATH ?? '';
-  for (const dir of [...path.split(delimiter).filter(Boolean), '/usr/sbin', '/sbin', '/usr/bin', '/bin']) {
-    const candidate = join(dir, name);
-    try {
-      accessSync(candidate, constants.X_OK);
-      return candidate;
-    } catch {}
-  }
-  return null;
-}
-
 /**
  * Checks, once, what transparent TCP needs here: root, `nsenter`, `ip` and `nft`, and a kernel that lets a user
  * namespace's root add the routes and a NAT chain in a network namespace of its own (one `unshare` run of each,
@@ -78,7 +63,11 @@ export function probeTransparentTcp(sandboxReason: string | null): TransparentTc
       'the executor does not run as root: bubblewrap maps its own uid into the sandbox, and only uid 0 there keeps CAP_NET_ADMIN for the ip and nft it runs in the sandbox',
     );
   }
-  const tools = { nsenter: findProgram('nsenter'), ip: findProgram('ip'), nft: findProgram('nft') };
+  const tools = {
+    nsenter: findProgram('nsenter', SBIN_DIRS),
+    ip: findProgram('ip', SBIN_DIRS),
+    nft: findProgram('nft', SBIN_DIRS),
+  };
   const missing = Object.entries(tools)
     .filter(([, path]) => path === null)
     .map(([name]) => name);
@@ -87,7 +76,7 @@ export function probeTransparentTcp(sandboxReason: string | null): TransparentTc
       `${missing.join(', ')} not found on PATH (Debian/Ubuntu: apt-get install util-linux iproute2 nftables)`,
     );
   }
-  const unshare = findProgram('unshare');
+  const unshare = findProgram('unshare', SBIN_DIRS);
   if (unshare === null) return unavailable('unshare not found on PATH (util-linux), needed to check the kernel');
   const found = tools as TransparentTcpTools;
   for (const [program, args, input] of [
