@@ -258,6 +258,42 @@ describe('network proxy: the same proxy on both executors', { timeout: 120_000 }
     },
   );
 
+  it.each(KIND_CASES)(
+    '%s: allowLocalBinding: a local host is decided as any other (named: allowed, else not_allowed); NO_PROXY lists them',
+    async (_label, kind) => {
+      const curl = (url: string, proxy: string) =>
+        `curl -sS --max-time 20 --noproxy '' -x "${proxy}" -o /dev/null -w '${url} %{http_code}\\n' ${url} 2>/dev/null`;
+      const outcome = await scenario(
+        kind,
+        'local-binding',
+        { allowLocalBinding: true, enableSocks5: true, domains: { '127.0.0.1': 'allow' } },
+        {
+          shell: [
+            curl(`http://127.0.0.1:${port}/named`, '$HTTP_PROXY'),
+            curl(`http://127.0.0.2:${port}/unnamed`, '$HTTP_PROXY'),
+            curl(`http://localhost:${port}/localhost`, '$HTTP_PROXY'),
+            curl(`http://127.0.0.1:${port}/socks-named`, '$ALL_PROXY'),
+            curl(`http://127.0.0.2:${port}/socks-unnamed`, '$ALL_PROXY'),
+          ].join('; '),
+        },
+      );
+      expect(outcome.seen).toContain('NO_PROXY=localhost,127.0.0.1,::1,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16');
+      expect(outcome.seen).toContain('CODEX_NETWORK_ALLOW_LOCAL_BINDING=1');
+      expect(outcome.decisions.map((d) => [d.protocol, d.host, d.reason])).toEqual([
+        ['http', '127.0.0.1', 'allow'],
+        ['http', '127.0.0.2', 'not_allowed'],
+        ['http', 'localhost', 'not_allowed'],
+        ['socks5_tcp', '127.0.0.1', 'allow'],
+        ['socks5_tcp', '127.0.0.2', 'not_allowed'],
+      ]);
+      expect(outcome.reached).toHaveLength(2);
+      outcomes.set(`local-binding ${kind}`, outcome);
+      if (outcomes.has('local-binding codex') && outcomes.has('local-binding tether')) {
+        expect(outcomes.get('local-binding tether')).toEqual(outcomes.get('local-binding codex'));
+      }
+    },
+  );
+
   it.each(KIND_CASES)('%s: a disabled proxy is refused', async (_label, kind) => {
     const { client: rpc } = await h.session(kind, 'ws');
     const answer = await rpc.request('process/start', {

@@ -5,7 +5,7 @@
 // connects are unreachable; the loopback stays the namespace's own either way; the SOCKS5 listener is reachable
 // inside through ALL_PROXY; the command cannot undo the routing. Only refusals are observable on both (an allowed
 // public address would leave this host): an allowed connection is tested on ours in
-// apps/executor/src/relay-socks.test.ts (CODEX-FINDINGS §28, FINDINGS-transparent-tcp.md).
+// apps/executor/src/network-proxy.test.ts (CODEX-FINDINGS §28, FINDINGS-transparent-tcp.md).
 
 import { writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';

@@ -111,13 +111,24 @@ describe('DomainPolicy: the order of the checks', () => {
     expect((await check({ domains: { '127.0.0.1': 'allow' } }, '10.0.0.1')).reason).toBe('not_allowed_local');
   });
 
-  it('allowLocalBinding forwards a local host with no decision', async () => {
-    expect(await check({ allowLocalBinding: true }, '127.0.0.1')).toEqual({
+  it('allowLocalBinding decides a local host as any other: named, allowed with a decision; else not_allowed', async () => {
+    const named = { allowLocalBinding: true, domains: { '127.0.0.1': 'allow', localhost: 'allow' } } as const;
+    expect(await check(named, '127.0.0.1')).toEqual({
       reason: 'allow',
       source: 'baseline_policy',
-      silent: true,
+      silent: false,
       address: '127.0.0.1',
     });
+    expect((await check(named, '127.0.0.2')).reason).toBe('not_allowed');
+    expect((await check(named, '10.0.0.1')).reason).toBe('not_allowed');
+    // A name allowed may then resolve to a local address.
+    expect(await check(named, 'localhost')).toMatchObject({
+      reason: 'allow',
+      address: expect.stringMatching(/^(127\.0\.0\.1|::1)$/),
+    });
+    expect((await check({ allowLocalBinding: true, domains: { '10.0.0.1': 'deny' } }, '10.0.0.1')).reason).toBe(
+      'denied',
+    );
   });
 
   it('deny beats allow, then the allow list, then the name must resolve to a public address', async () => {

@@ -158,7 +158,10 @@ interface Verdict {
   /** `allow`, one of Codex's reasons, or a deny reason of the client's. */
   reason: string;
   source: 'baseline_policy' | 'decider';
-  /** Local and allowLocalBinding: forwarded without a decision, as Codex does. */
+  /**
+   * Forwarded without a decision. Never so since allowLocalBinding was found not to forward local hosts unasked
+   * (FINDINGS-transparent-tcp.md); kept for the call sites until the credential-masking change has landed.
+   */
   silent: boolean;
   address: string | null;
 }
@@ -195,10 +198,9 @@ export class DomainPolicy {
   async check(question: PolicyQuestion): Promise<Verdict> {
     const host = question.host;
     const baseline = { source: 'baseline_policy', silent: false } as const;
-    if (isLocalName(host)) {
-      if (this.config.allowLocalBinding) {
-        return { ...baseline, reason: 'allow', silent: true, address: literalOrNull(host) };
-      }
+    // With allowLocalBinding a local host is decided as any other (named: allowed; else not_allowed), as Codex's.
+    const allowLocal = this.config.allowLocalBinding;
+    if (isLocalName(host) && !allowLocal) {
       const named = this.allow.includes(host) && !this.deny.some((p) => matches(p, host));
       return { ...baseline, reason: named ? 'allow' : 'not_allowed_local', address: literalOrNull(host) };
     }
@@ -213,9 +215,10 @@ export class DomainPolicy {
       return { ...baseline, reason: 'not_allowed', address: null };
     }
     if (isIP(host) !== 0) return { reason: 'allow', source, silent: false, address: host };
-    // An allowed name must resolve, and only to public addresses (nothing local reached through a name).
+    // An allowed name must resolve, and only to public addresses (nothing local reached through a name), unless
+    // local binding is allowed.
     const addresses = await lookup(host, { all: true }).catch(() => []);
-    if (addresses.length === 0 || addresses.some((a) => isLocalAddress(a.address))) {
+    if (addresses.length === 0 || (!allowLocal && addresses.some((a) => isLocalAddress(a.address)))) {
       return { ...baseline, reason: 'not_allowed_local', address: null };
     }
     return { reason: 'allow', source, silent: false, address: addresses[0]!.address };
@@ -735,6 +738,9 @@ export class ManagedProxy {
   }
 }
 
+/** NO_PROXY and its kin where the start allows local binding, as Codex sets them. */
+const LOCAL_NO_PROXY = 'localhost,127.0.0.1,::1,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16';
+
 /**
  * The variables Codex gives a command behind its proxy (the HTTP listener at `port`): ALL_PROXY and FTP_PROXY
  * name the SOCKS5 listener (`socks5h://`) when there is one (`socksPort`), else the HTTP one, as Codex's.
@@ -784,8 +790,9 @@ export function proxyEnvironment(
     for (const key of ['ALL_PROXY', 'all_proxy', 'FTP_PROXY', 'ftp_proxy'])
       env[key] = `socks5h://127.0.0.1:${socksPort}`;
   }
+  // With allowLocalBinding, Codex lets local destinations bypass the proxy (FINDINGS-transparent-tcp.md).
   for (const key of ['NO_PROXY', 'no_proxy', 'BUNDLE_NO_PROXY', 'NPM_CONFIG_NOPROXY', 'npm_config_noproxy']) {
-    env[key] = '';
+    env[key] = allowLocalBinding ? LOCAL_NO_PROXY : '';
   }
   return env;
 }
