@@ -1,5 +1,6 @@
 import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
 import { once } from 'node:events';
+import { readFileSync } from 'node:fs';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Sandboxer } from './sandboxer.js';
 import { probeTransparentTcp, routeTransparentTcp, transparentTcpRules } from './transparent-tcp.js';
@@ -22,6 +23,14 @@ require('node:readline').createInterface({ input: process.stdin }).on('line', (l
   socket.on('error', (e) => console.log(line + ' ' + e.code));
 }).on('close', () => server.close());
 `;
+
+/** Until `pid` runs `program` (unshare has made its namespaces and exec'd it). */
+async function waitForExec(pid: number, program: string): Promise<void> {
+  for (;;) {
+    if (readFileSync(`/proc/${pid}/comm`, 'utf8').trim() === program) return;
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+}
 
 describe('transparent TCP', () => {
   const children: ChildProcessWithoutNullStreams[] = [];
@@ -79,11 +88,23 @@ describe('transparent TCP', () => {
     await once(child, 'exit');
   });
 
-  it('rejects, saying why, when the namespace is gone', async () => {
+  it("refuses, saying why, a process gone or one in the executor's own namespaces (never reroutes the host)", async () => {
     const status = probeTransparentTcp(null);
-    const child = spawn('true');
-    await once(child, 'exit');
-    await expect(routeTransparentTcp(status.tools!, child.pid!, 10_123)).rejects.toThrow(/in the sandbox failed/);
+    const gone = spawn('true');
+    await once(gone, 'exit');
+    await expect(routeTransparentTcp(status.tools!, gone.pid!, 10_123)).rejects.toThrow(
+      /the sandbox's user namespace cannot be opened/,
+    );
+    await expect(routeTransparentTcp(status.tools!, process.pid, 10_123)).rejects.toThrow(
+      `process ${process.pid} is in the executor's own user namespace, not a sandbox's`,
+    );
+    // A user namespace of its own but the host's network: still refused.
+    const userOnly = spawn('unshare', ['--user', '--map-root-user', 'sleep', '30']);
+    children.push(userOnly as ChildProcessWithoutNullStreams);
+    await waitForExec(userOnly.pid!, 'sleep');
+    await expect(routeTransparentTcp(status.tools!, userOnly.pid!, 10_123)).rejects.toThrow(
+      `process ${userOnly.pid} is in the executor's own net namespace, not a sandbox's`,
+    );
     await expect(routeTransparentTcp(status.tools!, 1, 10_123)).rejects.toThrow(RangeError);
   });
 });

@@ -10,11 +10,12 @@
  *
  * Both need CAP_NET_ADMIN in the sandbox's user namespace, and netlink, which the sandbox's seccomp filter
  * refuses: the executor, as the user namespace's owner, runs `ip` and `nft` there with `nsenter --user --net
- * --preserve-credentials` before the relay starts the command. The command has no capability (bubblewrap's
+ * --preserve-credentials` (the namespaces opened once, from the relay's pid) before the relay starts the command. The command has no capability (bubblewrap's
  * `--cap-drop ALL`) and no netlink socket, so it cannot undo them. A capability survives the exec of `ip` and
  * `nft` only for uid 0 inside, and bubblewrap maps the executor's own uid: the executor must run as root.
  */
 import { spawn, spawnSync } from 'node:child_process';
+import { closeSync, fstatSync, openSync, statSync } from 'node:fs';
 import { findProgram, SBIN_DIRS } from './programs.js';
 
 /** Whether this host can route a sandbox's TCP through the relay, and with which programs. */
@@ -98,20 +99,29 @@ export function probeTransparentTcp(sandboxReason: string | null): TransparentTc
   return { available: true, reason: null, tools: found };
 }
 
-/** Runs `program` in the user and network namespaces of `pid`; rejects with its stderr when it fails. */
-function inNamespaces(tools: TransparentTcpTools, pid: number, program: string, args: string[], input: string) {
+/** The user and network namespaces held open (fds 3 and 4 of each nsenter): the ones `ip` and `nft` run in. */
+type Namespaces = [user: number, net: number];
+
+/** Runs `program` in `namespaces`; rejects with its stderr when it fails. */
+function inNamespaces(
+  tools: TransparentTcpTools,
+  namespaces: Namespaces,
+  program: string,
+  args: string[],
+  input: string,
+) {
   return new Promise<void>((resolve, reject) => {
     const child = spawn(
       tools.nsenter,
-      ['--target', String(pid), '--user', '--net', '--preserve-credentials', '--', program, ...args],
-      { stdio: ['pipe', 'ignore', 'pipe'], timeout: 10_000 },
+      ['--user=/proc/self/fd/3', '--net=/proc/self/fd/4', '--preserve-credentials', '--', program, ...args],
+      { stdio: ['pipe', 'ignore', 'pipe', ...namespaces], timeout: 10_000 },
     );
     let stderr = '';
-    child.stderr.setEncoding('utf8').on('data', (chunk: string) => {
+    child.stderr?.setEncoding('utf8').on('data', (chunk: string) => {
       if (stderr.length < 2000) stderr += chunk;
     });
-    child.stdin.on('error', () => undefined);
-    child.stdin.end(input);
+    child.stdin?.on('error', () => undefined);
+    child.stdin?.end(input);
     child.once('error', reject);
     child.once('close', (code, signal) => {
       if (code === 0) resolve();
@@ -122,10 +132,32 @@ function inNamespaces(tools: TransparentTcpTools, pid: number, program: string, 
 
 /**
  * Sends the TCP of the network namespace `pid` is in (a sandbox's, as this process's PID namespace numbers it)
- * to `port` on that namespace's loopback. Rejects, saying why, when it cannot.
+ * to `port` on that namespace's loopback. Its user and network namespaces are opened once and must both differ
+ * from the executor's own (a pid gone and reused by a process of the host's namespaces is refused, never
+ * rerouted); `ip` and `nft` run in those very namespaces. Rejects, saying why, when it cannot.
  */
 export async function routeTransparentTcp(tools: TransparentTcpTools, pid: number, port: number): Promise<void> {
   if (!Number.isSafeInteger(pid) || pid <= 1) throw new RangeError(`not a sandbox's pid: ${pid}`);
-  await inNamespaces(tools, pid, tools.ip, ['-batch', '-'], TRANSPARENT_ROUTES.join('\n'));
-  await inNamespaces(tools, pid, tools.nft, ['-f', '-'], transparentTcpRules(port));
+  const opened: number[] = [];
+  try {
+    for (const kind of ['user', 'net']) {
+      let fd: number;
+      try {
+        fd = openSync(`/proc/${pid}/ns/${kind}`, 'r');
+      } catch (err) {
+        throw new Error(`the sandbox's ${kind} namespace cannot be opened: ${(err as Error).message}`);
+      }
+      opened.push(fd);
+      const theirs = fstatSync(fd);
+      const ours = statSync(`/proc/self/ns/${kind}`);
+      if (theirs.ino === ours.ino && theirs.dev === ours.dev) {
+        throw new Error(`process ${pid} is in the executor's own ${kind} namespace, not a sandbox's`);
+      }
+    }
+    const namespaces = opened as Namespaces;
+    await inNamespaces(tools, namespaces, tools.ip, ['-batch', '-'], TRANSPARENT_ROUTES.join('\n'));
+    await inNamespaces(tools, namespaces, tools.nft, ['-f', '-'], transparentTcpRules(port));
+  } finally {
+    for (const fd of opened) closeSync(fd);
+  }
 }
