@@ -3,7 +3,8 @@
 // Codex's exec-server and ours. With it, the command's own TCP to any address but its loopback, proxy variables
 // ignored, connects and is decided by the SOCKS5 policy (`socks5_tcp`), a refused one reset; without it the same
 // connects are unreachable; the loopback stays the namespace's own either way; the SOCKS5 listener is reachable
-// inside through ALL_PROXY; the command cannot undo the routing. Only refusals are observable on both (an allowed
+// inside through ALL_PROXY; every name resolves to an address standing for it, a connection to which is decided by
+// the name; the command cannot undo the routing. Only refusals are observable on both (an allowed
 // public address would leave this host): an allowed connection is tested on ours in
 // apps/executor/src/network-proxy.test.ts (CODEX-FINDINGS §28, FINDINGS-transparent-tcp.md).
 
@@ -39,10 +40,27 @@ const attempt = ([host, port]) => new Promise((resolve) => {
 const transparentProxy = (overrides: Record<string, unknown>) =>
   proxyConfig({ enableSocks5: true, domains: { '127.0.0.1': 'allow', '192.88.99.9': 'deny' }, ...overrides });
 
+/** Resolves each name of argv (A and AAAA, in turn), then a TTL, an MX and a reverse lookup; prints each answer. */
+const RESOLVES = `
+const dns = require('node:dns').promises;
+const show = async (label, ask) => { try { console.log(label + ' ' + JSON.stringify(await ask())); } catch (e) { console.log(label + ' ' + e.code); } };
+(async () => {
+  for (const name of process.argv.slice(2)) {
+    await show('A ' + name, () => dns.resolve4(name));
+    await show('AAAA ' + name, () => dns.resolve6(name));
+  }
+  const [first] = await dns.resolve4(process.argv[2], { ttl: true });
+  console.log('ttl ' + first.ttl);
+  await show('MX', () => dns.resolveMx(process.argv[2]));
+  try { await dns.reverse('198.18.0.1'); } catch (e) { console.log('PTR ' + e.code); }
+})();
+`;
+
 describe('network proxy: transparent TCP (networkProxyTransparentTcp)', { timeout: 120_000 }, () => {
   const h = useHarness();
   const scratch = useSandboxScratch();
   const script = join(h.workDir, 'connects.cjs');
+  const resolver = join(h.workDir, 'resolves.cjs');
   let origin: Server;
   let port = 0;
   const reached: string[] = [];
@@ -50,6 +68,7 @@ describe('network proxy: transparent TCP (networkProxyTransparentTcp)', { timeou
 
   beforeAll(async () => {
     writeFileSync(script, CONNECTS);
+    writeFileSync(resolver, RESOLVES);
     origin = createServer((req, res) => {
       reached.push(`${req.method} ${req.url}`);
       res.end('hello from origin\n');
@@ -151,6 +170,52 @@ describe('network proxy: transparent TCP (networkProxyTransparentTcp)', { timeou
       ]);
       expect(outcome.reached).toEqual(['GET /through-socks']);
       compare('transparent', kind, outcome);
+    },
+  );
+
+  it.each(KIND_CASES)(
+    '%s: with transparentTcp, every name resolves to an address of its own, and a connection to it is decided by the name',
+    async (_label, kind) => {
+      const outcome = await scenario(
+        kind,
+        'names',
+        { transparentTcp: true, domains: { 'denied.invalid': 'deny', 'allowed.invalid': 'allow' } },
+        [
+          `node ${resolver} denied.invalid Other.Invalid other.invalid allowed.invalid`,
+          `node ${script} '${JSON.stringify([
+            ['denied.invalid', 443],
+            ['other.invalid', 80],
+            ['allowed.invalid', 80],
+            // In the pool, given out to no name: reset, nothing decided.
+            ['198.18.0.200', 80],
+          ])}'`,
+        ].join('; '),
+      );
+      expect(outcome.seen).toEqual([
+        'A denied.invalid ["198.18.0.1"]',
+        'AAAA denied.invalid ["fdc0:de00::1"]',
+        'A Other.Invalid ["198.18.0.2"]',
+        'AAAA Other.Invalid ["fdc0:de00::2"]',
+        'A other.invalid ["198.18.0.2"]',
+        'AAAA other.invalid ["fdc0:de00::2"]',
+        'A allowed.invalid ["198.18.0.3"]',
+        'AAAA allowed.invalid ["fdc0:de00::3"]',
+        'ttl 60',
+        'MX ENODATA',
+        'PTR ENOTFOUND',
+        'denied.invalid 443 reset',
+        'other.invalid 80 reset',
+        'allowed.invalid 80 reset',
+        '198.18.0.200 80 reset',
+        '',
+      ]);
+      expect(outcome.decisions.map((d) => [d.protocol, d.host, d.port, d.reason])).toEqual([
+        ['socks5_tcp', 'denied.invalid', 443, 'denied'],
+        ['socks5_tcp', 'other.invalid', 80, 'not_allowed'],
+        // Allowed, then resolved on the host: an unresolvable name is refused as local.
+        ['socks5_tcp', 'allowed.invalid', 80, 'not_allowed_local'],
+      ]);
+      compare('names', kind, outcome);
     },
   );
 

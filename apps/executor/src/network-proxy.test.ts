@@ -292,13 +292,18 @@ describe('ManagedProxy: limits and lifetime', () => {
 describe("transparent TCP: the relay's SOCKS5 client and the channel's `s` and `t`", () => {
   const socks = { enableSocks5: true, domains: { '127.0.0.1': 'allow', '192.88.99.9': 'deny' } } as const;
 
-  it('writes the greeting and a CONNECT for an IPv4 or IPv6 literal', () => {
+  it('writes the greeting and a CONNECT for an IPv4 or IPv6 literal, or a name', () => {
     expect([...socksConnectRequest('192.88.99.7', 443)]).toEqual([5, 1, 0, 5, 1, 0, 1, 192, 88, 99, 7, 1, 187]);
     expect(socksConnectRequest('2001:db8::7', 80).subarray(6)).toEqual(
       Buffer.from([4, 0x20, 0x01, 0x0d, 0xb8, ...Array(11).fill(0), 7, 0, 80]),
     );
     expect(ipv6Bytes('::ffff:10.0.0.1')).toEqual(Buffer.from([...Array(10).fill(0), 0xff, 0xff, 10, 0, 0, 1]));
     expect(ipv6Bytes('::')).toEqual(Buffer.alloc(16));
+    // A name the relay's resolver gave out goes as a name.
+    expect(socksConnectRequest('a.invalid', 80)).toEqual(
+      Buffer.concat([Buffer.from([5, 1, 0, 5, 1, 0, 3, 9]), Buffer.from('a.invalid'), Buffer.from([0, 80])]),
+    );
+    expect(() => socksConnectRequest('x'.repeat(256), 80)).toThrow(RangeError);
     expect(() => ipv6Bytes('10.0.0.1')).toThrow(TypeError);
   });
 

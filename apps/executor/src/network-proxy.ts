@@ -127,7 +127,6 @@ for (const [net, prefix] of [
   ['::1', 128],
   ['fc00::', 7],
   ['fe80::', 10],
-  ['2001:db8::', 32],
   ['ff00::', 8],
 ] as const) {
   LOCAL.addSubnet(net, prefix, 'ipv6');

@@ -11,17 +11,21 @@
 // 127.0.0.1 and ::1 at `port` and, before the command starts, asks the executor (`t`, having sent one end of a
 // socket pair of its own over `pass`, by which the executor learns its pid) to redirect the namespace's TCP
 // there (@tether/sandbox transparent-tcp.ts). Each redirected connection goes to the SOCKS5 listener as a
-// CONNECT to where it was headed (`SO_ORIGINAL_DST`): decided as `socks5_tcp`, reset when refused.
+// CONNECT to where it was headed (`SO_ORIGINAL_DST`): decided as `socks5_tcp`, reset when refused. DNS to the
+// sandbox's nameservers is redirected to the same port (UDP), where a resolver gives each name an address of its own
+// (relay-dns.ts): a connection to one goes to the SOCKS5 listener as a CONNECT to the name, as under Codex.
 //
 // argv: <control fd> <pass fd> <the host proxy's URL> <max connections> [--socks <the host SOCKS5 URL>]
 // [--transparent <port>] -- <program> [args…]. It runs from the executor's dist as a plain script;
 // @tether/native-pipe passes the descriptors.
 
 import { spawn } from 'node:child_process';
+import { createSocket, type Socket as UdpSocket } from 'node:dgram';
 import { closeSync } from 'node:fs';
 import { createServer, isIPv4, type Server, Socket } from 'node:net';
 import { constants } from 'node:os';
 import { loadNativePipe, type NativePipe, nativePipeUnavailableReason } from '@tether/native-pipe';
+import { FakeResolver } from './relay-dns.js';
 import { socksConnect } from './relay-socks.js';
 
 const USAGE =
@@ -150,15 +154,23 @@ function headedFor(client: Socket): { address: string; port: number } | null {
   }
 }
 
-/** Transparent TCP: each connection goes to the SOCKS5 listener as a CONNECT to where it was headed. */
+/** The names given out to the command (transparent TCP only). */
+const resolver = new FakeResolver();
+
+/**
+ * Transparent TCP: each connection goes to the SOCKS5 listener as a CONNECT to where it was headed, the name for
+ * an address the resolver gave out; one to an address of its pool it never gave out is reset undecided (Codex's).
+ */
 function transparent(): Server {
   return createServer({ allowHalfOpen: true, pauseOnConnect: true }, (client: Socket) => {
     if (!admit(client)) return;
     const target = headedFor(client);
     if (target === null) return void client.resetAndDestroy();
+    const host = resolver.nameFor(target.address) ?? target.address;
+    if (host === target.address && FakeResolver.inPool(host)) return void client.resetAndDestroy();
     upstreamFor('s', (upstream) => {
       if (upstream === null) return void client.resetAndDestroy();
-      void socksConnect(upstream, target.address, target.port).then((early) => {
+      void socksConnect(upstream, host, target.port).then((early) => {
         // Refused (denied, not allowed, unreachable): the command sees its connection reset, as under Codex.
         if (early === null || client.destroyed) {
           upstream.destroy();
@@ -167,6 +179,23 @@ function transparent(): Server {
         if (early.length > 0) client.write(early);
         pipeBoth(client, upstream);
       });
+    });
+  });
+}
+
+/** The resolver's UDP socket on `host`:`port`, where the namespace's DNS is redirected. */
+function resolving(port: number, host: string): Promise<UdpSocket> {
+  const socket = createSocket(host.includes(':') ? 'udp6' : 'udp4');
+  socket.on('message', (query, from) => {
+    const answer = resolver.answer(query);
+    if (answer !== null) socket.send(answer, from.port, from.address);
+  });
+  return new Promise((resolve, reject) => {
+    socket.once('error', reject);
+    socket.bind(port, host, () => {
+      socket.off('error', reject);
+      socket.on('error', () => undefined);
+      resolve(socket);
     });
   });
 }
@@ -202,7 +231,7 @@ function routeTransparent(): Promise<void> {
   });
 }
 
-const servers: Server[] = [];
+const servers: { close(): void }[] = [];
 async function main(): Promise<void> {
   const env: Record<string, string> = { ...(process.env as Record<string, string>) };
   // The transparent listener first: its port is the executor's pick, free in a namespace nothing else uses yet.
@@ -213,6 +242,7 @@ async function main(): Promise<void> {
     const v6 = transparent();
     servers.push(v6);
     await listen(v6, transparentPort, '::1');
+    for (const host of ['127.0.0.1', '::1']) servers.push(await resolving(transparentPort, host));
     await routeTransparent();
   }
   const relayed: [string, 'c' | 's', string][] = [[hostUrl!, 'c', 'http']];

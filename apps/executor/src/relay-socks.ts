@@ -26,11 +26,19 @@ export function ipv6Bytes(text: string): Buffer {
   return bytes;
 }
 
-/** The greeting (no authentication) and CONNECT request for `address` (an IP literal) and `port`. */
+/**
+ * The greeting (no authentication) and CONNECT request for `address` (an IP literal, or a name of at most 255
+ * bytes, sent as one) and `port`.
+ */
 export function socksConnectRequest(address: string, port: number): Buffer {
-  const target = isIPv4(address)
-    ? Buffer.from([1, ...address.split('.').map(Number)])
-    : Buffer.concat([Buffer.from([4]), ipv6Bytes(address)]);
+  let target: Buffer;
+  if (isIPv4(address)) target = Buffer.from([1, ...address.split('.').map(Number)]);
+  else if (isIPv6(address)) target = Buffer.concat([Buffer.from([4]), ipv6Bytes(address)]);
+  else {
+    const name = Buffer.from(address, 'latin1');
+    if (name.length === 0 || name.length > 255) throw new RangeError(`not a SOCKS5 name: ${address}`);
+    target = Buffer.concat([Buffer.from([3, name.length]), name]);
+  }
   return Buffer.concat([Buffer.from([5, 1, 0, 5, 1, 0]), target, Buffer.from([port >> 8, port & 0xff])]);
 }
 
@@ -38,7 +46,7 @@ export function socksConnectRequest(address: string, port: number): Buffer {
 const MAX_ANSWER = 264;
 
 /**
- * Asks the SOCKS5 server at the other end of `upstream` to connect to `address`:`port`. Resolves with the bytes
+ * Asks the SOCKS5 server at the other end of `upstream` to connect to `address` (or a name):`port`. Resolves with the bytes
  * that followed the server's reply (the start of the stream) when it succeeded (reply 0), null when it refused
  * (any other method or reply, a malformed or overlong answer, or the connection's end before it). `upstream` is
  * left paused with no listener of this function's.

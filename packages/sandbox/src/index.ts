@@ -18,6 +18,7 @@ export {
 export { type SeccompMode, seccompProgram, seccompSupported } from './seccomp.js';
 export {
   probeTransparentTcp,
+  resolvConfNameservers,
   routeTransparentTcp,
   TRANSPARENT_ROUTES,
   type TransparentTcpStatus,

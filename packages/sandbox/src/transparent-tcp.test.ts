@@ -3,7 +3,12 @@ import { once } from 'node:events';
 import { readFileSync } from 'node:fs';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Sandboxer } from './sandboxer.js';
-import { probeTransparentTcp, routeTransparentTcp, transparentTcpRules } from './transparent-tcp.js';
+import {
+  probeTransparentTcp,
+  resolvConfNameservers,
+  routeTransparentTcp,
+  transparentTcpRules,
+} from './transparent-tcp.js';
 
 /**
  * In a network namespace of its own (as bubblewrap's), listens on 127.0.0.1:<argv[1]>; on each line of stdin,
@@ -39,10 +44,20 @@ describe('transparent TCP', () => {
   });
 
   it('the rules redirect TCP but the loopback, both families, to the port given; a bad port is refused', () => {
-    const rules = transparentTcpRules(10_123);
+    const rules = transparentTcpRules(10_123, ['127.0.0.53', '10.0.0.2', 'fd00::53']);
     expect(rules).toContain('ip daddr != 127.0.0.0/8 meta l4proto tcp redirect to :10123');
     expect(rules).toContain('ip6 daddr != ::1 meta l4proto tcp redirect to :10123');
-    for (const port of [0, 65_536, 1.5]) expect(() => transparentTcpRules(port)).toThrow(RangeError);
+    expect(rules).toContain('ip daddr { 127.0.0.53, 10.0.0.2 } udp dport 53 redirect to :10123');
+    expect(rules).toContain('ip6 daddr { fd00::53 } udp dport 53 redirect to :10123');
+    expect(transparentTcpRules(1, ['127.0.0.1'])).not.toContain('ip6 daddr {');
+    for (const port of [0, 65_536, 1.5]) expect(() => transparentTcpRules(port, [])).toThrow(RangeError);
+  });
+
+  it("reads resolv.conf's nameservers (IP literals, zones dropped), else glibc's default", () => {
+    const conf =
+      '# c\nnameserver 127.0.0.53\nnameserver fe80::1%eth0\nnameserver bad.example\nsearch x\nnameserver 127.0.0.53\n';
+    expect(resolvConfNameservers(conf)).toEqual(['127.0.0.53', 'fe80::1']);
+    expect(resolvConfNameservers('search x\n')).toEqual(['127.0.0.1']);
   });
 
   it('is unavailable, saying why, where the sandbox is', () => {

@@ -6,7 +6,9 @@
  *
  * - `ip route add local 0.0.0.0/0 dev lo` (and `::/0`): every address is local, so a connect is not ENETUNREACH;
  * - an nftables `nat` `output` chain redirecting every TCP connection not to 127.0.0.0/8 or ::1 to the relay's
- *   port (the command's own loopback stays its own: a direct connect to 127.0.0.1 is refused as before).
+ *   port (the command's own loopback stays its own: a direct connect to 127.0.0.1 is refused as before), and DNS to
+ *   the nameservers of /etc/resolv.conf to the same port, where the relay answers every name with an address of
+ *   its own that stands for it (as Codex's resolver does).
  *
  * Both need CAP_NET_ADMIN in the sandbox's user namespace, and netlink, which the sandbox's seccomp filter
  * refuses: the executor, as the user namespace's owner, runs `ip` and `nft` there with `nsenter --user --net
@@ -15,7 +17,8 @@
  * `nft` only for uid 0 inside, and bubblewrap maps the executor's own uid: the executor must run as root.
  */
 import { spawn, spawnSync } from 'node:child_process';
-import { closeSync, fstatSync, openSync, statSync } from 'node:fs';
+import { closeSync, fstatSync, openSync, readFileSync, statSync } from 'node:fs';
+import { isIP } from 'node:net';
 import { findProgram, SBIN_DIRS } from './programs.js';
 
 /** Whether this host can route a sandbox's TCP through the relay, and with which programs. */
@@ -35,19 +38,47 @@ export interface TransparentTcpTools {
 /** The loopback up (bubblewrap has it so) and the routes that make every address local (`ip -batch`). */
 export const TRANSPARENT_ROUTES = ['link set lo up', 'route add local 0.0.0.0/0 dev lo', 'route add local ::/0 dev lo'];
 
-/** The nftables ruleset that sends the namespace's TCP, loopback aside, to `port` on its loopback. */
-export function transparentTcpRules(port: number): string {
+/**
+ * The nftables ruleset that sends the namespace's TCP, loopback aside, to `port` on its loopback, and its DNS
+ * (UDP port 53 to one of `nameservers`) to the same port (the relay's resolver).
+ */
+export function transparentTcpRules(port: number, nameservers: string[]): string {
   if (!Number.isSafeInteger(port) || port <= 0 || port > 0xffff) throw new RangeError(`not a port: ${port}`);
+  const dns = (family: 4 | 6, match: string) => {
+    const listed = nameservers.filter((address) => isIP(address) === family);
+    return listed.length === 0 ? [] : [`    ${match} daddr { ${listed.join(', ')} } udp dport 53 redirect to :${port}`];
+  };
   return [
     'table inet tether_transparent_tcp {',
     '  chain output {',
     '    type nat hook output priority -100; policy accept;',
     `    ip daddr != 127.0.0.0/8 meta l4proto tcp redirect to :${port}`,
     `    ip6 daddr != ::1 meta l4proto tcp redirect to :${port}`,
+    ...dns(4, 'ip'),
+    ...dns(6, 'ip6'),
     '  }',
     '}',
     '',
   ].join('\n');
+}
+
+/** The nameservers of a resolv.conf's text (IP literals, a zone dropped), else glibc's default, 127.0.0.1. */
+export function resolvConfNameservers(text: string): string[] {
+  const found: string[] = [];
+  for (const line of text.split('\n')) {
+    const m = /^\s*nameserver\s+([0-9A-Fa-f:.]+)(?:%\S*)?\s*$/.exec(line);
+    if (m && isIP(m[1]!) !== 0 && !found.includes(m[1]!) && found.length < 8) found.push(m[1]!);
+  }
+  return found.length === 0 ? ['127.0.0.1'] : found;
+}
+
+/** The nameservers a sandbox's resolver asks (this host's /etc/resolv.conf, which the sandbox shows as it is). */
+function nameservers(): string[] {
+  try {
+    return resolvConfNameservers(readFileSync('/etc/resolv.conf', 'utf8'));
+  } catch {
+    return resolvConfNameservers('');
+  }
 }
 
 /**
@@ -82,7 +113,7 @@ export function probeTransparentTcp(sandboxReason: string | null): TransparentTc
   const found = tools as TransparentTcpTools;
   for (const [program, args, input] of [
     [found.ip, ['-batch', '-'], TRANSPARENT_ROUTES.join('\n')],
-    [found.nft, ['-f', '-'], transparentTcpRules(1)],
+    [found.nft, ['-f', '-'], transparentTcpRules(1, ['127.0.0.53', '::1'])],
   ] as const) {
     const run = spawnSync(unshare, ['--user', '--map-root-user', '--net', '--', program, ...args], {
       input,
@@ -156,7 +187,7 @@ export async function routeTransparentTcp(tools: TransparentTcpTools, pid: numbe
     }
     const namespaces = opened as Namespaces;
     await inNamespaces(tools, namespaces, tools.ip, ['-batch', '-'], TRANSPARENT_ROUTES.join('\n'));
-    await inNamespaces(tools, namespaces, tools.nft, ['-f', '-'], transparentTcpRules(port));
+    await inNamespaces(tools, namespaces, tools.nft, ['-f', '-'], transparentTcpRules(port, nameservers()));
   } finally {
     for (const fd of opened) closeSync(fd);
   }
