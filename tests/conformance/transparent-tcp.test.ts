@@ -96,6 +96,10 @@ describe('network proxy: transparent TCP (networkProxyTransparentTcp)', { timeou
     ['::1', port],
   ];
 
+  /** The SOCKS5 listener inside, as ALL_PROXY names it (--noproxy: NO_PROXY is not the point here). */
+  const throughSocks = () =>
+    `curl -sS --max-time 20 --noproxy '' -x "$ALL_PROXY" http://127.0.0.1:${port}/through-socks 2>&1; echo "curl=$?"`;
+
   /** Runs `shell` sandboxed behind a proxy of `overrides`: what the command printed, the decisions, the origin's. */
   async function scenario(kind: 'codex' | 'tether', id: string, overrides: Record<string, unknown>, shell: string) {
     const { client: rpc, initializeResult } = await h.session(kind, 'ws');
@@ -139,8 +143,7 @@ describe('network proxy: transparent TCP (networkProxyTransparentTcp)', { timeou
         { transparentTcp: true },
         [
           `node ${script} '${JSON.stringify(targets())}'`,
-          // The SOCKS5 listener inside, as ALL_PROXY names it (--noproxy: NO_PROXY is not the point here).
-          `curl -sS --max-time 20 --noproxy '' -x "$ALL_PROXY" http://127.0.0.1:${port}/through-socks 2>&1; echo "curl=$?"`,
+          throughSocks(),
           'echo "$ALL_PROXY" | sed -E "s/[0-9]+$/<port>/"',
         ].join('; '),
       );
@@ -220,9 +223,14 @@ describe('network proxy: transparent TCP (networkProxyTransparentTcp)', { timeou
   );
 
   it.each(KIND_CASES)(
-    '%s: without transparentTcp the same connects are unreachable, and nothing is decided',
+    '%s: without transparentTcp the same connects are unreachable and undecided; SOCKS5 is still relayed inside',
     async (_label, kind) => {
-      const outcome = await scenario(kind, 'direct', {}, `node ${script} '${JSON.stringify(targets())}'`);
+      const outcome = await scenario(
+        kind,
+        'direct',
+        {},
+        `node ${script} '${JSON.stringify(targets())}'; ${throughSocks()}`,
+      );
       expect(outcome.seen).toEqual([
         '192.88.99.7 80 ENETUNREACH',
         '192.88.99.9 443 ENETUNREACH',
@@ -232,9 +240,13 @@ describe('network proxy: transparent TCP (networkProxyTransparentTcp)', { timeou
         'fc00::7 80 ENETUNREACH',
         '127.0.0.1 <origin> ECONNREFUSED',
         '::1 <origin> ECONNREFUSED',
+        'hello from origin',
+        'curl=0',
         '',
       ]);
-      expect(outcome.decisions).toEqual([]);
+      expect(outcome.decisions.map((d) => [d.protocol, d.host, d.reason])).toEqual([
+        ['socks5_tcp', '127.0.0.1', 'allow'],
+      ]);
       compare('direct', kind, outcome);
     },
   );

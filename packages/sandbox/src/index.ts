@@ -17,6 +17,7 @@ export {
 } from './sandboxer.js';
 export { type SeccompMode, seccompProgram, seccompSupported } from './seccomp.js';
 export {
+  type NoteChild,
   probeTransparentTcp,
   resolvConfNameservers,
   routeTransparentTcp,

@@ -16,7 +16,7 @@
  * `--cap-drop ALL`) and no netlink socket, so it cannot undo them. A capability survives the exec of `ip` and
  * `nft` only for uid 0 inside, and bubblewrap maps the executor's own uid: the executor must run as root.
  */
-import { spawn, spawnSync } from 'node:child_process';
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { closeSync, fstatSync, openSync, readFileSync, statSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { findProgram, SBIN_DIRS } from './programs.js';
@@ -133,10 +133,17 @@ export function probeTransparentTcp(sandboxReason: string | null): TransparentTc
 /** The user and network namespaces held open (fds 3 and 4 of each nsenter): the ones `ip` and `nft` run in. */
 type Namespaces = [user: number, net: number];
 
+/**
+ * Notes each child this spawns as the caller's own (an executor that adopts orphans must not reap it in their
+ * stead: its exit would never reach its handle).
+ */
+export type NoteChild = (child: ChildProcess) => void;
+
 /** Runs `program` in `namespaces`; rejects with its stderr when it fails. */
 function inNamespaces(
   tools: TransparentTcpTools,
   namespaces: Namespaces,
+  noteChild: NoteChild,
   program: string,
   args: string[],
   input: string,
@@ -147,6 +154,7 @@ function inNamespaces(
       ['--user=/proc/self/fd/3', '--net=/proc/self/fd/4', '--preserve-credentials', '--', program, ...args],
       { stdio: ['pipe', 'ignore', 'pipe', ...namespaces], timeout: 10_000 },
     );
+    noteChild(child);
     let stderr = '';
     child.stderr?.setEncoding('utf8').on('data', (chunk: string) => {
       if (stderr.length < 2000) stderr += chunk;
@@ -167,7 +175,12 @@ function inNamespaces(
  * from the executor's own (a pid gone and reused by a process of the host's namespaces is refused, never
  * rerouted); `ip` and `nft` run in those very namespaces. Rejects, saying why, when it cannot.
  */
-export async function routeTransparentTcp(tools: TransparentTcpTools, pid: number, port: number): Promise<void> {
+export async function routeTransparentTcp(
+  tools: TransparentTcpTools,
+  pid: number,
+  port: number,
+  noteChild: NoteChild = () => undefined,
+): Promise<void> {
   if (!Number.isSafeInteger(pid) || pid <= 1) throw new RangeError(`not a sandbox's pid: ${pid}`);
   const opened: number[] = [];
   try {
@@ -186,8 +199,9 @@ export async function routeTransparentTcp(tools: TransparentTcpTools, pid: numbe
       }
     }
     const namespaces = opened as Namespaces;
-    await inNamespaces(tools, namespaces, tools.ip, ['-batch', '-'], TRANSPARENT_ROUTES.join('\n'));
-    await inNamespaces(tools, namespaces, tools.nft, ['-f', '-'], transparentTcpRules(port, nameservers()));
+    await inNamespaces(tools, namespaces, noteChild, tools.ip, ['-batch', '-'], TRANSPARENT_ROUTES.join('\n'));
+    const rules = transparentTcpRules(port, nameservers());
+    await inNamespaces(tools, namespaces, noteChild, tools.nft, ['-f', '-'], rules);
   } finally {
     for (const fd of opened) closeSync(fd);
   }

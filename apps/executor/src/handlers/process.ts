@@ -28,6 +28,7 @@ import { attachmentOf, takeAttachmentRelease } from '@tether/jsonrpc';
 import {
   buildChildEnv,
   inheritedFdArg,
+  noteChildProcess,
   ProcessError,
   type ProcessErrorCode,
   type ProcessWrap,
@@ -205,7 +206,7 @@ function startSandbox(
       relay.push('--transparent', String(port));
       // Refused, the relay ends the start (exit 125, saying so on stderr); the probe makes that rare.
       route = (pid) =>
-        routeTransparentTcp(tools, pid, port).then(
+        routeTransparentTcp(tools, pid, port, (child) => noteChildProcess(ctx.adopter, child)).then(
           () => true,
           () => false,
         );
