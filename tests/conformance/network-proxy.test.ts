@@ -11,6 +11,7 @@ import { createServer as createNetServer, type Server as NetServer } from 'node:
 import { join } from 'node:path';
 import { collectUntilClosed, type RpcMessage, type TestClient } from '@tether/test-kit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { policyDecisions, proxyConfig } from './proxy-support.ts';
 import { sandboxAt, useSandboxScratch, workspaceWrite } from './sandbox-support.ts';
 import { KIND_CASES, resumeWhenDetached, useHarness } from './support.ts';
 
@@ -43,26 +44,6 @@ const send = (raw) => new Promise((resolve) => {
 const get = (host: string, path: string) =>
   `GET http://${host}${path} HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`;
 const connect = (authority: string) => `CONNECT ${authority} HTTP/1.1\r\nHost: ${authority}\r\n\r\n`;
-
-const proxyConfig = (overrides: Record<string, unknown>, launch: Record<string, unknown> = {}) => ({
-  proxy: {
-    enabled: true,
-    // Without a SOCKS5 listener ALL_PROXY names the HTTP one (the SOCKS5 case turns it on).
-    enableSocks5: false,
-    enableSocks5Udp: false,
-    allowUpstreamProxy: true,
-    dangerouslyAllowAllUnixSockets: false,
-    mode: 'full',
-    domains: null,
-    unixSockets: null,
-    allowLocalBinding: false,
-    ...overrides,
-  },
-  auditMetadata: { conversationId: 'conformance', appVersion: '0.171.0', originator: 'codex_exec' },
-  environmentId: 'remote',
-  executionId: 'execution-1',
-  ...launch,
-});
 
 /**
  * Tries argv[2] (a port on the host's 127.0.0.1) and argv[3] (a host's unix socket the sandbox can see)
@@ -167,14 +148,7 @@ describe('network proxy: the same proxy on both executors', { timeout: 120_000 }
         .replaceAll(`127.0.0.1:${socksPort ?? proxyPort}`, '<socks>')
         .replaceAll(String(port), '<origin>')
         .replace(/date: [^\\]*\\r\\n/gi, 'date: <date>\\r\\n');
-    const decisions = rpc.notifications
-      .filter((n) => n.method === 'network/policyDecision')
-      .map((n) => {
-        const { timestamp, client: from, ...rest } = n.params as Record<string, unknown>;
-        expect(Number.isNaN(Date.parse(String(timestamp)))).toBe(false);
-        expect(from).toMatch(/^127\.0\.0\.1:\d+$/);
-        return { ...rest, port: rest.port === port ? '<origin>' : rest.port };
-      });
+    const decisions = policyDecisions(rpc, port);
     const read = (await rpc.call('process/read', { processId: id, afterSeq: 0, maxBytes: 1 })) as {
       sandboxDenied: boolean;
     };
@@ -280,6 +254,42 @@ describe('network proxy: the same proxy on both executors', { timeout: 120_000 }
       outcomes.set(`socks5 ${kind}`, outcome);
       if (outcomes.has('socks5 codex') && outcomes.has('socks5 tether')) {
         expect(outcomes.get('socks5 tether')).toEqual(outcomes.get('socks5 codex'));
+      }
+    },
+  );
+
+  it.each(KIND_CASES)(
+    '%s: allowLocalBinding: a local host is decided as any other (named: allowed, else not_allowed); NO_PROXY lists them',
+    async (_label, kind) => {
+      const curl = (url: string, proxy: string) =>
+        `curl -sS --max-time 20 --noproxy '' -x "${proxy}" -o /dev/null -w '${url} %{http_code}\\n' ${url} 2>/dev/null`;
+      const outcome = await scenario(
+        kind,
+        'local-binding',
+        { allowLocalBinding: true, enableSocks5: true, domains: { '127.0.0.1': 'allow' } },
+        {
+          shell: [
+            curl(`http://127.0.0.1:${port}/named`, '$HTTP_PROXY'),
+            curl(`http://127.0.0.2:${port}/unnamed`, '$HTTP_PROXY'),
+            curl(`http://localhost:${port}/localhost`, '$HTTP_PROXY'),
+            curl(`http://127.0.0.1:${port}/socks-named`, '$ALL_PROXY'),
+            curl(`http://127.0.0.2:${port}/socks-unnamed`, '$ALL_PROXY'),
+          ].join('; '),
+        },
+      );
+      expect(outcome.seen).toContain('NO_PROXY=localhost,127.0.0.1,::1,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16');
+      expect(outcome.seen).toContain('CODEX_NETWORK_ALLOW_LOCAL_BINDING=1');
+      expect(outcome.decisions.map((d) => [d.protocol, d.host, d.reason])).toEqual([
+        ['http', '127.0.0.1', 'allow'],
+        ['http', '127.0.0.2', 'not_allowed'],
+        ['http', 'localhost', 'not_allowed'],
+        ['socks5_tcp', '127.0.0.1', 'allow'],
+        ['socks5_tcp', '127.0.0.2', 'not_allowed'],
+      ]);
+      expect(outcome.reached).toHaveLength(2);
+      outcomes.set(`local-binding ${kind}`, outcome);
+      if (outcomes.has('local-binding codex') && outcomes.has('local-binding tether')) {
+        expect(outcomes.get('local-binding tether')).toEqual(outcomes.get('local-binding codex'));
       }
     },
   );

@@ -244,6 +244,12 @@ async function serve({ config, proxy, log, io, remote, listen }: ServeOptions): 
       { reason: server.sandbox.status.reason },
       'sandbox unavailable: restricting sandbox profiles will be refused',
     );
+  if (server.sandbox.status.available && !server.sandbox.transparentTcp.available) {
+    log.info(
+      { reason: server.sandbox.transparentTcp.reason },
+      'transparent TCP unavailable: networkProxy.proxy.transparentTcp will be refused',
+    );
+  }
   const stop = stopOnSignals(log);
   let link: RemoteLink | null = null;
   try {

@@ -15,6 +15,7 @@ import {
   type PolicyQuestion,
   verdictOf,
 } from './network-proxy.js';
+import { ipv6Bytes, socksConnect, socksConnectRequest } from './relay-socks.js';
 
 const config = (overrides: Partial<NetworkProxyConfig> = {}): NetworkProxyConfig => ({
   enabled: true,
@@ -65,12 +66,13 @@ const native = loadNativePipe()!;
 
 /**
  * A connection as the sandbox's relay (proxy-relay.ts) gets one: a byte asked over a fresh channel of the
- * proxy's, the answer, and the descriptor received; null when the proxy said no.
+ * proxy's (`c` for the HTTP listener, `s` for the SOCKS5 one), the answer, and the descriptor received; null when
+ * the proxy said no.
  */
-async function relayed(to: ManagedProxy): Promise<Socket | null> {
+async function relayed(to: ManagedProxy, request: 'c' | 's' = 'c'): Promise<Socket | null> {
   const [controlFd, passFd] = to.openRelayChannel(native);
   const control = new Socket({ fd: controlFd, readable: true, writable: true });
-  control.write('c');
+  control.write(request);
   const [answer] = (await once(control, 'data')) as [Buffer];
   const fd = answer[0] === 0x79 ? native.receiveFd(passFd) : null;
   control.destroy();
@@ -109,13 +111,24 @@ describe('DomainPolicy: the order of the checks', () => {
     expect((await check({ domains: { '127.0.0.1': 'allow' } }, '10.0.0.1')).reason).toBe('not_allowed_local');
   });
 
-  it('allowLocalBinding forwards a local host with no decision', async () => {
-    expect(await check({ allowLocalBinding: true }, '127.0.0.1')).toEqual({
+  it('allowLocalBinding decides a local host as any other: named, allowed with a decision; else not_allowed', async () => {
+    const named = { allowLocalBinding: true, domains: { '127.0.0.1': 'allow', localhost: 'allow' } } as const;
+    expect(await check(named, '127.0.0.1')).toEqual({
       reason: 'allow',
       source: 'baseline_policy',
-      silent: true,
+      silent: false,
       address: '127.0.0.1',
     });
+    expect((await check(named, '127.0.0.2')).reason).toBe('not_allowed');
+    expect((await check(named, '10.0.0.1')).reason).toBe('not_allowed');
+    // A name allowed may then resolve to a local address.
+    expect(await check(named, 'localhost')).toMatchObject({
+      reason: 'allow',
+      address: expect.stringMatching(/^(127\.0\.0\.1|::1)$/),
+    });
+    expect((await check({ allowLocalBinding: true, domains: { '10.0.0.1': 'deny' } }, '10.0.0.1')).reason).toBe(
+      'denied',
+    );
   });
 
   it('deny beats allow, then the allow list, then the name must resolve to a public address', async () => {
@@ -270,6 +283,105 @@ describe('ManagedProxy: limits and lifetime', () => {
     closeSync(controlFd);
     closeSync(passFd);
     await waitUntil(() => sockets() === before, "the channel's two sockets closing");
+  });
+});
+
+// The seam between the relay's transparent TCP (proxy-relay.ts) and the proxy: a redirected connection goes to the
+// SOCKS5 listener over a relay channel (`s`) as a CONNECT to where it was headed (relay-socks.ts). An allowed target
+// cannot be reached alike on Codex's and ours (it would leave the host): allow is tested here, against the origin.
+describe("transparent TCP: the relay's SOCKS5 client and the channel's `s` and `t`", () => {
+  const socks = { enableSocks5: true, domains: { '127.0.0.1': 'allow', '192.88.99.9': 'deny' } } as const;
+
+  it('writes the greeting and a CONNECT for an IPv4 or IPv6 literal, or a name', () => {
+    expect([...socksConnectRequest('192.88.99.7', 443)]).toEqual([5, 1, 0, 5, 1, 0, 1, 192, 88, 99, 7, 1, 187]);
+    expect(socksConnectRequest('2001:db8::7', 80).subarray(6)).toEqual(
+      Buffer.from([4, 0x20, 0x01, 0x0d, 0xb8, ...Array(11).fill(0), 7, 0, 80]),
+    );
+    expect(ipv6Bytes('::ffff:10.0.0.1')).toEqual(Buffer.from([...Array(10).fill(0), 0xff, 0xff, 10, 0, 0, 1]));
+    expect(ipv6Bytes('::')).toEqual(Buffer.alloc(16));
+    // A name the relay's resolver gave out goes as a name.
+    expect(socksConnectRequest('a.invalid', 80)).toEqual(
+      Buffer.concat([Buffer.from([5, 1, 0, 5, 1, 0, 3, 9]), Buffer.from('a.invalid'), Buffer.from([0, 80])]),
+    );
+    expect(() => socksConnectRequest('x'.repeat(256), 80)).toThrow(RangeError);
+    expect(() => ipv6Bytes('10.0.0.1')).toThrow(TypeError);
+  });
+
+  it('an allowed target is connected through the SOCKS5 listener (socks5_tcp allow), then the stream flows', async () => {
+    const { proxy: p, decisions } = await proxy(socks);
+    const upstream = (await relayed(p, 's'))!;
+    expect(await socksConnect(upstream, '127.0.0.1', originPort)).toEqual(Buffer.alloc(0));
+    const stream = watch(upstream);
+    upstream.resume();
+    upstream.write('GET /transparent HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
+    await stream.closed;
+    expect(stream.received()).toMatch(/^HTTP\/1\.1 200 OK\r\n/);
+    expect(stream.received().endsWith(BODY)).toBe(true);
+    expect(decisions.map((d) => [d.protocol, d.host, d.port, d.reason, d.client])).toEqual([
+      ['socks5_tcp', '127.0.0.1', originPort, 'allow', '127.0.0.1:0'],
+    ]);
+  });
+
+  it('a refused target (not allowed, denied, unreachable) resolves null, each decided', async () => {
+    const { proxy: p, decisions } = await proxy(socks);
+    for (const [host, port] of [
+      ['192.88.99.7', 80],
+      ['192.88.99.9', 443],
+      ['127.0.0.1', 1],
+    ] as const) {
+      const upstream = (await relayed(p, 's'))!;
+      expect(await socksConnect(upstream, host, port)).toBeNull();
+      upstream.destroy();
+    }
+    expect(decisions.map((d) => [d.host, d.reason])).toEqual([
+      ['192.88.99.7', 'not_allowed'],
+      ['192.88.99.9', 'denied'],
+      ['127.0.0.1', 'allow'],
+    ]);
+  });
+
+  it('a server that is not SOCKS5, refuses, or closes first resolves null', async () => {
+    for (const answer of [
+      Buffer.from('HTTP/1.1 400 Bad Request\r\n\r\n'),
+      Buffer.from([5, 0, 5, 2, 0, 1, 0, 0, 0, 0, 0, 0]),
+      null,
+    ]) {
+      const [a, b] = native.socketPair();
+      const ours = new Socket({ fd: a, readable: true, writable: true });
+      const theirs = new Socket({ fd: b, readable: true, writable: true });
+      theirs.on('error', () => undefined);
+      if (answer === null) theirs.destroy();
+      else theirs.write(answer);
+      expect(await socksConnect(ours, '192.88.99.7', 80)).toBeNull();
+      ours.destroy();
+      theirs.destroy();
+    }
+  });
+
+  it('`s` is refused without a SOCKS5 listener, `c` still served', async () => {
+    const { proxy: p } = await proxy({});
+    expect(await relayed(p, 's')).toBeNull();
+    const served = await relayed(p, 'c');
+    expect(served).not.toBeNull();
+    served!.destroy();
+  });
+
+  it("`t` routes the namespace of the pair's maker (its pid), answered once routed; refused without a route", async () => {
+    const { proxy: p } = await proxy(socks);
+    const routed: number[] = [];
+    for (const route of [async (pid: number) => routed.push(pid) > 0, null]) {
+      const [controlFd, passFd] = p.openRelayChannel(native, route);
+      const control = new Socket({ fd: controlFd, readable: true, writable: true });
+      const [mine, theirs] = native.socketPair();
+      native.sendFd(passFd, theirs);
+      closeSync(theirs);
+      control.write('t');
+      const [answer] = (await once(control, 'data')) as [Buffer];
+      expect(answer.toString()).toBe(route === null ? 'n' : 'y');
+      control.destroy();
+      for (const fd of [mine, passFd]) closeSync(fd);
+    }
+    expect(routed).toEqual([process.pid]);
   });
 });
 

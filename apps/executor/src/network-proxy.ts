@@ -98,7 +98,11 @@ export function verdictOf(answer: OutboundAnswer): { allow: true } | { allow: fa
   return { allow: false, reason: reason === '' ? 'policy_denied' : reason };
 }
 
-/** Loopback, private, link-local, CGNAT and unspecified ranges: what Codex calls local/private addresses. */
+/**
+ * Loopback, private, link-local, CGNAT and unspecified ranges, and the special-purpose ones Codex refuses as
+ * such too (`not_allowed_local`: IETF protocol assignments, documentation, benchmarking, reserved, multicast;
+ * FINDINGS-transparent-tcp.md): what Codex calls local/private addresses.
+ */
 const LOCAL = new BlockList();
 for (const [net, prefix] of [
   ['0.0.0.0', 8],
@@ -107,7 +111,14 @@ for (const [net, prefix] of [
   ['127.0.0.0', 8],
   ['169.254.0.0', 16],
   ['172.16.0.0', 12],
+  ['192.0.0.0', 24],
+  ['192.0.2.0', 24],
   ['192.168.0.0', 16],
+  ['198.18.0.0', 15],
+  ['198.51.100.0', 24],
+  ['203.0.113.0', 24],
+  ['224.0.0.0', 4],
+  ['240.0.0.0', 4],
 ] as const) {
   LOCAL.addSubnet(net, prefix, 'ipv4');
 }
@@ -116,6 +127,7 @@ for (const [net, prefix] of [
   ['::1', 128],
   ['fc00::', 7],
   ['fe80::', 10],
+  ['ff00::', 8],
 ] as const) {
   LOCAL.addSubnet(net, prefix, 'ipv6');
 }
@@ -145,7 +157,10 @@ interface Verdict {
   /** `allow`, one of Codex's reasons, or a deny reason of the client's. */
   reason: string;
   source: 'baseline_policy' | 'decider';
-  /** Local and allowLocalBinding: forwarded without a decision, as Codex does. */
+  /**
+   * Forwarded without a decision. Never so since allowLocalBinding was found not to forward local hosts unasked
+   * (FINDINGS-transparent-tcp.md); kept for the call sites until the credential-masking change has landed.
+   */
   silent: boolean;
   address: string | null;
 }
@@ -182,10 +197,9 @@ export class DomainPolicy {
   async check(question: PolicyQuestion): Promise<Verdict> {
     const host = question.host;
     const baseline = { source: 'baseline_policy', silent: false } as const;
-    if (isLocalName(host)) {
-      if (this.config.allowLocalBinding) {
-        return { ...baseline, reason: 'allow', silent: true, address: literalOrNull(host) };
-      }
+    // With allowLocalBinding a local host is decided as any other (named: allowed; else not_allowed), as Codex's.
+    const allowLocal = this.config.allowLocalBinding;
+    if (isLocalName(host) && !allowLocal) {
       const named = this.allow.includes(host) && !this.deny.some((p) => matches(p, host));
       return { ...baseline, reason: named ? 'allow' : 'not_allowed_local', address: literalOrNull(host) };
     }
@@ -200,9 +214,10 @@ export class DomainPolicy {
       return { ...baseline, reason: 'not_allowed', address: null };
     }
     if (isIP(host) !== 0) return { reason: 'allow', source, silent: false, address: host };
-    // An allowed name must resolve, and only to public addresses (nothing local reached through a name).
+    // An allowed name must resolve, and only to public addresses (nothing local reached through a name), unless
+    // local binding is allowed.
     const addresses = await lookup(host, { all: true }).catch(() => []);
-    if (addresses.length === 0 || addresses.some((a) => isLocalAddress(a.address))) {
+    if (addresses.length === 0 || (!allowLocal && addresses.some((a) => isLocalAddress(a.address)))) {
       return { ...baseline, reason: 'not_allowed_local', address: null };
     }
     return { reason: 'allow', source, silent: false, address: addresses[0]!.address };
@@ -337,13 +352,19 @@ export class ManagedProxy {
   /**
    * A channel for one relay, as Codex's helper gets its upstream connections: two socket pairs, whose relay
    * ends `[control, pass]` are returned (the caller owns them: it hands them to the relay and closes its
-   * copies). For each byte the relay writes on `control` this answers one byte: `y` once it has sent, on
-   * `pass`, one end of a fresh socket pair whose other end the proxy serves as a connection, `n` when it will
-   * not (closed, or at its connection limit). Our end of `pass` is non-blocking (libuv opens it so), so a
-   * relay that stops taking descriptors cannot stall the executor: the channel closes instead. The channel
-   * closes when the relay's ends are all closed (the relay exited) or the proxy closes.
+   * copies). For each byte the relay writes on `control` this answers one byte, in order: for `c` (the HTTP
+   * listener) and `s` (the SOCKS5 one) `y` once it has sent, on `pass`, one end of a fresh socket pair whose
+   * other end that listener serves as a connection, `n` when it will not (closed, no such listener, or at its
+   * connection limit); for `t` (transparent TCP, before the command starts) it takes the end of the relay's own
+   * socket pair waiting on `pass`, and answers `y` once `route` has redirected the TCP of the namespace of the
+   * pair's maker (its pid), `n` when it could not or there is no `route`. Our end of `pass` is non-blocking
+   * (libuv opens it so), so a relay that stops taking descriptors cannot stall the executor: the channel closes
+   * instead. The channel closes when the relay's ends are all closed (the relay exited) or the proxy closes.
    */
-  openRelayChannel(native: NativePipe): [control: number, pass: number] {
+  openRelayChannel(
+    native: NativePipe,
+    route: ((pid: number) => Promise<boolean>) | null = null,
+  ): [control: number, pass: number] {
     if (this.closed) throw new Error('the managed proxy is closed');
     const made: number[] = [];
     try {
@@ -357,15 +378,21 @@ export class ManagedProxy {
     const control = new Socket({ fd: controlOurs, readable: true, writable: true });
     const pass = new Socket({ fd: passOurs, readable: false, writable: false });
     this.channels.add(control);
+    // Answers go in the order asked; a `t` is answered once its route is in place.
+    let answered = Promise.resolve();
     control.on('data', (requests: Buffer) => {
-      const answers = Buffer.alloc(requests.length);
-      for (let i = 0; i < requests.length; i++) {
-        const granted = this.grant(native, passOurs);
-        // A descriptor could not be sent (the relay takes none, or is gone): nothing more goes over this channel.
-        if (granted === null) return control.destroy();
-        answers[i] = granted ? 0x79 : 0x6e;
+      for (const request of requests) {
+        answered = answered.then(async () => {
+          if (control.destroyed) return;
+          const granted =
+            request === 0x74
+              ? await this.routeFor(native, passOurs, route)
+              : this.grant(native, passOurs, request === 0x73 ? this.socks : this.server);
+          // A descriptor could not be sent (the relay takes none, or is gone): nothing more goes over this channel.
+          if (granted === null) return void control.destroy();
+          control.write(granted ? 'y' : 'n');
+        });
       }
-      control.write(answers);
     });
     control.on('error', () => undefined);
     control.on('close', () => {
@@ -376,9 +403,33 @@ export class ManagedProxy {
     return [controlTheirs, passTheirs];
   }
 
-  /** One connection to the proxy sent over `pass`; false when the proxy takes none now, null when it cannot be sent. */
-  private grant(native: NativePipe, pass: number): boolean | null {
-    if (this.closed || this.sockets.size >= this.limits.maxConnections) return false;
+  /** A relay's `t`: whether `route` redirected the TCP of the relay whose pair waits on `pass`. */
+  private async routeFor(
+    native: NativePipe,
+    pass: number,
+    route: ((pid: number) => Promise<boolean>) | null,
+  ): Promise<boolean | null> {
+    let pid: number;
+    try {
+      const fd = native.receiveFd(pass);
+      if (fd === null) return null;
+      try {
+        pid = native.peerPid(fd);
+      } finally {
+        closeSync(fd);
+      }
+    } catch {
+      return null;
+    }
+    return route !== null && !this.closed && (await route(pid));
+  }
+
+  /**
+   * One connection to `listener` (the HTTP or SOCKS5 one) sent over `pass`; false when the proxy takes none now,
+   * null when it cannot be sent.
+   */
+  private grant(native: NativePipe, pass: number, listener: NetServer | null): boolean | null {
+    if (listener === null || this.closed || this.sockets.size >= this.limits.maxConnections) return false;
     let pair: [number, number];
     try {
       pair = native.socketPair();
@@ -394,7 +445,7 @@ export class ManagedProxy {
     } finally {
       closeSync(relayEnd);
     }
-    this.server.emit('connection', new Socket({ fd: proxyEnd, readable: true, writable: true, allowHalfOpen: true }));
+    listener.emit('connection', new Socket({ fd: proxyEnd, readable: true, writable: true, allowHalfOpen: true }));
     return true;
   }
 
@@ -686,6 +737,9 @@ export class ManagedProxy {
   }
 }
 
+/** NO_PROXY and its kin where the start allows local binding, as Codex sets them. */
+const LOCAL_NO_PROXY = 'localhost,127.0.0.1,::1,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16';
+
 /**
  * The variables Codex gives a command behind its proxy (the HTTP listener at `port`): ALL_PROXY and FTP_PROXY
  * name the SOCKS5 listener (`socks5h://`) when there is one (`socksPort`), else the HTTP one, as Codex's.
@@ -735,8 +789,9 @@ export function proxyEnvironment(
     for (const key of ['ALL_PROXY', 'all_proxy', 'FTP_PROXY', 'ftp_proxy'])
       env[key] = `socks5h://127.0.0.1:${socksPort}`;
   }
+  // With allowLocalBinding, Codex lets local destinations bypass the proxy (FINDINGS-transparent-tcp.md).
   for (const key of ['NO_PROXY', 'no_proxy', 'BUNDLE_NO_PROXY', 'NPM_CONFIG_NOPROXY', 'npm_config_noproxy']) {
-    env[key] = '';
+    env[key] = allowLocalBinding ? LOCAL_NO_PROXY : '';
   }
   return env;
 }

@@ -404,6 +404,7 @@ describe('sandbox refusals', () => {
       sandboxedFileStreaming: false,
       networkProxyLaunch: false,
       networkProxyReviewDomains: false,
+      networkProxyTransparentTcp: false,
     });
     const opened = client.call('fs/open', {
       handleId: 'h',

@@ -112,6 +112,10 @@ export class ExecServer {
         networkProxyLaunch: this.sandbox.status.available && loadNativePipe() !== null,
         // `network/policyRequest` to a client that opts in (`policyDecisionTimeoutMs`): wherever the proxy is.
         networkProxyReviewDomains: this.sandbox.status.available && loadNativePipe() !== null,
+        // The command's own TCP through the SOCKS5 listener: where, besides, the executor can redirect a sandbox
+        // namespace's TCP to the relay (root, ip and nft, NAT in a user namespace: @tether/sandbox transparent-tcp.ts).
+        networkProxyTransparentTcp:
+          this.sandbox.status.available && loadNativePipe() !== null && this.sandbox.transparentTcp.available,
       },
     };
     this.recordings =

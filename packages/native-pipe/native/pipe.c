@@ -21,6 +21,12 @@
  *   receiveFd(socket) -> fd | -errno   the one descriptor waiting on the socket, close-on-exec; never blocks:
  *                                      -EAGAIN when nothing is waiting, -ENODATA when the peer closed or sent
  *                                      a byte without one, -EBADMSG (all closed) when it sent several
+ *   peerPid(socket) -> pid | -errno    SO_PEERCRED: the pid (in this process's PID namespace) of the process
+ *                                      that made the AF_UNIX socket's peer (a socketpair's maker); -ENOSYS off
+ *                                      Linux
+ *   originalDestination(fd) -> [address, port] | -errno   SO_ORIGINAL_DST (IPv4) or IP6T_SO_ORIGINAL_DST
+ *                                      (IPv6): where a connection redirected by the netfilter NAT was headed;
+ *                                      -ENOENT when the connection is not tracked, -ENOSYS off Linux
  *
  * Pipes: close-on-exec is set atomically (pipe2): a child spawned by another thread between the pipe's
  * creation and a separate fcntl would otherwise keep an end open, and a write end held by a stranger means
@@ -46,6 +52,8 @@
 #include <unistd.h>
 #include <node_api.h>
 #ifdef __linux__
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #endif
@@ -632,6 +640,68 @@ static napi_value receive_fd(napi_env env, napi_callback_info info) {
   return int_result(env, received);
 }
 
+/*
+ * Who is at the other end of a socket pair (SO_PEERCRED): a sandbox's helper makes a pair and sends one end,
+ * so that its parent learns the helper's pid as its own PID namespace numbers it (the helper, in a namespace of
+ * its own, cannot say it).
+ */
+static napi_value peer_pid(napi_env env, napi_callback_info info) {
+  int32_t sock;
+  if (!int_argument(env, info, "peerPid(socket) takes one fd, a non-negative integer", &sock)) return NULL;
+#ifdef SO_PEERCRED
+  struct ucred cred;
+  socklen_t length = sizeof cred;
+  if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &length) != 0) return int_result(env, -errno);
+  if (length != sizeof cred || cred.pid <= 0) return int_result(env, -ENODATA);
+  return int_result(env, cred.pid);
+#else
+  return int_result(env, -ENOSYS);
+#endif
+}
+
+/*
+ * Where a connection the netfilter NAT redirected to this listener was headed (the sandbox's transparent TCP):
+ * SO_ORIGINAL_DST for an IPv4 socket, IP6T_SO_ORIGINAL_DST (the same number at SOL_IPV6) for an IPv6 one.
+ */
+static napi_value original_destination(napi_env env, napi_callback_info info) {
+  int32_t fd;
+  if (!int_argument(env, info, "originalDestination(fd) takes one fd, a non-negative integer", &fd)) return NULL;
+#ifdef __linux__
+  struct sockaddr_storage local;
+  socklen_t length = sizeof local;
+  if (getsockname(fd, (struct sockaddr *)&local, &length) != 0) return int_result(env, -errno);
+  struct sockaddr_storage original;
+  memset(&original, 0, sizeof original);
+  length = sizeof original;
+  /* SO_ORIGINAL_DST and IP6T_SO_ORIGINAL_DST are both 80 (linux/netfilter_ipv4.h, netfilter_ipv6/ip6_tables.h). */
+  int level = local.ss_family == AF_INET6 ? SOL_IPV6 : SOL_IP;
+  if (local.ss_family != AF_INET && local.ss_family != AF_INET6) return int_result(env, -EAFNOSUPPORT);
+  if (getsockopt(fd, level, 80, &original, &length) != 0) return int_result(env, -errno);
+  char text[INET6_ADDRSTRLEN];
+  int port;
+  if (original.ss_family == AF_INET) {
+    struct sockaddr_in *v4 = (struct sockaddr_in *)&original;
+    if (!inet_ntop(AF_INET, &v4->sin_addr, text, sizeof text)) return int_result(env, -errno);
+    port = ntohs(v4->sin_port);
+  } else if (original.ss_family == AF_INET6) {
+    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&original;
+    if (!inet_ntop(AF_INET6, &v6->sin6_addr, text, sizeof text)) return int_result(env, -errno);
+    port = ntohs(v6->sin6_port);
+  } else {
+    return int_result(env, -EAFNOSUPPORT);
+  }
+  napi_value result, address, number;
+  if (napi_create_array_with_length(env, 2, &result) != napi_ok ||
+      napi_create_string_utf8(env, text, NAPI_AUTO_LENGTH, &address) != napi_ok ||
+      napi_create_int32(env, port, &number) != napi_ok || napi_set_element(env, result, 0, address) != napi_ok ||
+      napi_set_element(env, result, 1, number) != napi_ok)
+    return NULL;
+  return result;
+#else
+  return int_result(env, -ENOSYS);
+#endif
+}
+
 NAPI_MODULE_INIT() {
   napi_property_descriptor methods[] = {
       {"pipe", NULL, new_pipe, NULL, NULL, NULL, napi_default, NULL},
@@ -648,6 +718,8 @@ NAPI_MODULE_INIT() {
       {"socketPair", NULL, socket_pair, NULL, NULL, NULL, napi_default, NULL},
       {"sendFd", NULL, send_fd, NULL, NULL, NULL, napi_default, NULL},
       {"receiveFd", NULL, receive_fd, NULL, NULL, NULL, napi_default, NULL},
+      {"peerPid", NULL, peer_pid, NULL, NULL, NULL, napi_default, NULL},
+      {"originalDestination", NULL, original_destination, NULL, NULL, NULL, napi_default, NULL},
   };
   if (napi_define_properties(env, exports, sizeof methods / sizeof methods[0], methods) != napi_ok) return NULL;
   return exports;

@@ -315,6 +315,45 @@ describe('descriptor passing', () => {
   });
 });
 
+describe('peerPid and originalDestination', () => {
+  it('peerPid names the maker of the peer: this process for its own pair, the child for a pair it made and sent', () => {
+    const [a, b] = native!.socketPair();
+    opened.push(a, b);
+    expect(native!.peerPid(a)).toBe(process.pid);
+    expect(native!.peerPid(b)).toBe(process.pid);
+    const result = spawnSync(process.execPath, ['--import', 'tsx', FIXTURE, 'send-pair'], {
+      cwd: new URL('..', import.meta.url).pathname,
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'pipe', b],
+    });
+    expect(result.stderr).toBe('');
+    const report = JSON.parse(result.stdout) as { pid: number; mine: number };
+    expect(report).toEqual({ pid: result.pid, mine: result.pid });
+    const received = native!.receiveFd(a)!;
+    opened.push(received);
+    expect(native!.peerPid(received)).toBe(result.pid);
+    const [readFd] = pipe();
+    expect(() => native!.peerPid(readFd)).toThrow(expect.objectContaining({ code: 'ENOTSOCK', syscall: 'getsockopt' }));
+    expect(() => native!.peerPid(-1)).toThrow(TypeError);
+  });
+
+  it('originalDestination reads where a NAT-redirected connection was headed, IPv4 and IPv6', () => {
+    // The redirect needs namespaces of its own (unshare, nft and ip on the host, as transparent TCP does).
+    const { report, status } = runFixture('original-destination', ['unshare', '--user', '--map-root-user', '--net']);
+    expect(status).toBe(0);
+    expect(report).toEqual({
+      seen: [
+        { address: '203.0.113.7', port: 80 },
+        { address: '2001:db8::7', port: 443 },
+        // Not redirected: its own destination.
+        { address: '127.0.0.1', port: 1080 },
+      ],
+      socketPair: expect.objectContaining({ code: 'EAFNOSUPPORT', syscall: 'getsockopt' }),
+    });
+    expect(() => native!.originalDestination(-1)).toThrow(TypeError);
+  });
+});
+
 describe('prctl', () => {
   it('setChildSubreaper makes orphaned descendants children of this process, which reapChild reaps; false turns it off', () => {
     const { pid, report } = runFixture('subreaper');

@@ -98,6 +98,20 @@ export interface NativePipe {
    * an errno error (`EBADMSG` when several came in one message, all then closed; syscall `recvmsg`).
    */
   receiveFd(socket: number): number | null;
+  /**
+   * The pid of the process that made `socket`'s peer (SO_PEERCRED; for an end of `socketPair()`, whoever called
+   * it), as this process's PID namespace numbers it: a sandboxed helper in a PID namespace of its own makes a
+   * pair and sends one end (`sendFd`), so that its parent learns the helper's pid. Throws an errno error
+   * (`ENOTSOCK`, `ENOSYS` off Linux; syscall `getsockopt`).
+   */
+  peerPid(socket: number): number;
+  /**
+   * Where the accepted TCP connection `fd` was headed before the netfilter NAT redirected it to this listener
+   * (`SO_ORIGINAL_DST`, `IP6T_SO_ORIGINAL_DST` for an IPv6 socket): `{address, port}`, the address as
+   * `net.isIP` reads it. A connection that was not redirected gives its own destination. Throws an errno error
+   * (`ENOENT` when conntrack does not track it, `ENOTSOCK`, `ENOSYS` off Linux; syscall `getsockopt`).
+   */
+  originalDestination(fd: number): { address: string; port: number };
 }
 
 interface Binding {
@@ -127,6 +141,10 @@ interface Binding {
   sendFd(socket: number, fd: number): number;
   /** The fd, or -errno (-EAGAIN: nothing waiting; -ENODATA: none came). */
   receiveFd(socket: number): number;
+  /** The pid, or -errno. */
+  peerPid(socket: number): number;
+  /** `[address, port]`, or -errno. */
+  originalDestination(fd: number): [string, number] | number;
 }
 
 let loaded: { native: NativePipe | null; error: string | null } | undefined;
@@ -212,6 +230,16 @@ function load(): { native: NativePipe | null; error: string | null } {
         const fd = binding.receiveFd(socket);
         if (fd === -ERRNO.EAGAIN || fd === -ERRNO.ENODATA) return null;
         return check(fd, 'recvmsg');
+      },
+      peerPid(socket) {
+        fdArgument('peerPid', socket);
+        return check(binding.peerPid(socket), 'getsockopt');
+      },
+      originalDestination(fd) {
+        fdArgument('originalDestination', fd);
+        const found = binding.originalDestination(fd);
+        if (typeof found === 'number') throw errnoError(found, 'getsockopt');
+        return { address: found[0], port: found[1] };
       },
     },
   };

@@ -16,3 +16,13 @@ export {
   SandboxUnavailableError,
 } from './sandboxer.js';
 export { type SeccompMode, seccompProgram, seccompSupported } from './seccomp.js';
+export {
+  type NoteChild,
+  probeTransparentTcp,
+  resolvConfNameservers,
+  routeTransparentTcp,
+  TRANSPARENT_ROUTES,
+  type TransparentTcpStatus,
+  type TransparentTcpTools,
+  transparentTcpRules,
+} from './transparent-tcp.js';

@@ -6,7 +6,6 @@
  */
 import { spawnSync } from 'node:child_process';
 import {
-  accessSync,
   chmodSync,
   closeSync,
   constants,
@@ -18,11 +17,13 @@ import {
   writeFileSync,
 } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { delimiter, join } from 'node:path';
+import { join } from 'node:path';
 import { fileUriToPath, type SandboxContext } from '@tether/exec-protocol';
 import { type BwrapPlan, bwrapArgs, type MountSources } from './bwrap.js';
 import { resolvePolicy, type SandboxPolicy } from './policy.js';
+import { findProgram } from './programs.js';
 import { type SeccompMode, seccompProgram, seccompSupported } from './seccomp.js';
+import { probeTransparentTcp, type TransparentTcpStatus } from './transparent-tcp.js';
 
 /** What this executor can enforce (advertised in `environment/info` and `executor --help`). */
 export interface SandboxStatus {
@@ -84,19 +85,10 @@ function sandboxCwd(context: SandboxContext): string | null {
   }
 }
 
-function findOnPath(name: string, path = process.env.PATH ?? ''): string | null {
-  for (const dir of [...path.split(delimiter).filter(Boolean), '/usr/bin', '/bin']) {
-    const candidate = join(dir, name);
-    try {
-      accessSync(candidate, constants.X_OK);
-      return candidate;
-    } catch {}
-  }
-  return null;
-}
-
 export class Sandboxer {
   readonly status: SandboxStatus;
+  /** Whether a sandbox's TCP can be routed through its relay here (transparent-tcp.ts), and if not why. */
+  readonly transparentTcp: TransparentTcpStatus;
   private readonly dir: string | null;
   private readonly sources: MountSources;
   private readonly seccompFiles: Record<SeccompMode, string> | null;
@@ -109,7 +101,9 @@ export class Sandboxer {
     sources: MountSources,
     seccompFiles: Sandboxer['seccompFiles'],
     status: SandboxStatus,
+    transparentTcp: TransparentTcpStatus = probeTransparentTcp(status.reason),
   ) {
+    this.transparentTcp = transparentTcp;
     this.dir = dir;
     this.sources = sources;
     this.seccompFiles = seccompFiles;
@@ -119,7 +113,13 @@ export class Sandboxer {
   /** A sandbox that enforces nothing: every restricting profile is refused with `reason`. */
   static none(reason: string): Sandboxer {
     const nowhere: MountSources = { deniedDirectory: '', deniedFile: '', emptyReadOnlyDirectory: '' };
-    return new Sandboxer(null, nowhere, null, { available: false, reason, bwrap: null, seccomp: false });
+    return new Sandboxer(
+      null,
+      nowhere,
+      null,
+      { available: false, reason, bwrap: null, seccomp: false },
+      { available: false, reason: `the sandbox is unavailable: ${reason}`, tools: null },
+    );
   }
 
   /** Finds bubblewrap (`bwrap` on PATH, or `bwrapPath`) and checks it works here (one run, a few ms). */
@@ -149,7 +149,7 @@ export class Sandboxer {
       }
       seccompFiles = files;
     }
-    const bwrap = options.bwrapPath ?? findOnPath('bwrap');
+    const bwrap = options.bwrapPath ?? findProgram('bwrap');
     let reason: string | null = null;
     if (bwrap === null) {
       reason =

@@ -31,12 +31,13 @@ import { attachmentOf, takeAttachmentRelease } from '@tether/jsonrpc';
 import {
   buildChildEnv,
   inheritedFdArg,
+  noteChildProcess,
   ProcessError,
   type ProcessErrorCode,
   type ProcessWrap,
 } from '@tether/local-process';
 import { loadNativePipe, nativePipeUnavailableReason } from '@tether/native-pipe';
-import { likelySandboxDenied } from '@tether/sandbox';
+import { likelySandboxDenied, routeTransparentTcp, type Sandboxer } from '@tether/sandbox';
 import { helperRuntime } from '../fs/confined.js';
 import { DEFAULT_PROXY_LIMITS, type Decider, ManagedProxy, proxyEnvironment, verdictOf } from '../network-proxy.js';
 import type { ProcessRecording } from '../recordings.js';
@@ -80,7 +81,12 @@ const POLICY_DECISION_GRACE_MS = 5_000;
 const DOMAIN_PATTERN = /^(?:\*|\*\*?\.)?[A-Za-z0-9_.:[\]-]*$/;
 
 /** `networkProxy` refused as Codex refuses it, before anything starts. */
-function checkNetworkProxy(processId: string, launch: NetworkProxyLaunch, sandbox: unknown): void {
+function checkNetworkProxy(
+  processId: string,
+  launch: NetworkProxyLaunch,
+  sandbox: unknown,
+  sandboxer: Sandboxer,
+): void {
   if (!launch.proxy.enabled) {
     throw RpcError.invalidParams(
       'invalid network proxy config: executor-local network proxy launch requires an enabled proxy',
@@ -93,16 +99,20 @@ function checkNetworkProxy(processId: string, launch: NetworkProxyLaunch, sandbo
     }
   }
   if (launch.proxy.transparentTcp === true) {
-    // Codex's refusals first; past them it routes the command's raw TCP through its SOCKS5 listener, which
-    // needs a TUN device in the namespace that Tether does not build (networkProxyTransparentTcp, not advertised).
+    // Codex's refusals first; past them the command's own TCP goes through the SOCKS5 listener by the sandbox's
+    // relay (capability networkProxyTransparentTcp, where this host can redirect a namespace's TCP).
     if (sandbox === undefined || sandbox === null) {
       throw RpcError.invalidParams('transparent TCP requires a managed Linux sandbox');
     }
-    throw RpcError.invalidParams(
-      launch.proxy.enableSocks5
-        ? 'transparent TCP is not supported by this exec-server'
-        : 'invalid network proxy config: transparent_tcp requires an enabled managed SOCKS5 proxy',
-    );
+    if (!launch.proxy.enableSocks5) {
+      throw RpcError.invalidParams(
+        'invalid network proxy config: transparent_tcp requires an enabled managed SOCKS5 proxy',
+      );
+    }
+    const unavailable = sandboxer.transparentTcp.reason ?? nativePipeUnavailableReason();
+    if (unavailable !== null) {
+      throw RpcError.invalidParams(`transparent TCP is not supported by this exec-server: ${unavailable}`);
+    }
   }
   const timeout = launch.policyDecisionTimeoutMs;
   if (timeout === 0) throw RpcError.invalidParams('network policy decision callback timeout must be nonzero');
@@ -117,13 +127,13 @@ function checkNetworkProxy(processId: string, launch: NetworkProxyLaunch, sandbo
   }
 }
 
-function startProcess(params: ProcessStartParams) {
+function startProcess(params: ProcessStartParams, sandboxer: Sandboxer) {
   if (params.argv.length === 0) throw RpcError.invalidParams('argv must not be empty');
   // Fields Tether does not implement fail closed rather than running unconfined.
   if (params.managedNetwork !== undefined && params.managedNetwork !== null) {
     throw RpcError.invalidParams('`managedNetwork` is not supported by this exec-server');
   }
-  if (params.networkProxy) checkNetworkProxy(params.processId, params.networkProxy, params.sandbox);
+  if (params.networkProxy) checkNetworkProxy(params.processId, params.networkProxy, params.sandbox, sandboxer);
   let cwd: string;
   try {
     cwd = fileUriToPath(params.cwd);
@@ -140,6 +150,10 @@ function startProcess(params: ProcessStartParams) {
   const env = buildChildEnv(params.env, params.envPolicy ?? null, process.env);
   return { cwd, env };
 }
+
+/** The relay's transparent TCP port is picked at random in [base, base + span), below Linux's ephemeral range. */
+const TRANSPARENT_PORT_BASE = 10_000;
+const TRANSPARENT_PORT_SPAN = 20_000;
 
 /** The relay a sandboxed command with managed networking runs behind (proxy-relay.ts, built beside this). */
 function relayScript(): string {
@@ -162,6 +176,7 @@ function startSandbox(
   env: Record<string, string>,
   ctx: RequestContext,
   proxy: ManagedProxy | null,
+  transparentTcp = false,
 ): ProcessWrap | null {
   const context = decodeSandbox(raw);
   if (context === null) return null;
@@ -177,25 +192,33 @@ function startSandbox(
     }
     // The relay and what it loads (node, its script, the descriptor-passing addon) stay readable.
     extraReadable = helperRuntime();
-    managedNetwork = {
-      relay: [
-        process.execPath,
-        '--disable-sigusr1',
-        relayScript(),
-        inheritedFdArg(0),
-        inheritedFdArg(1),
-        `http://127.0.0.1:${proxy.port}`,
-        String(DEFAULT_PROXY_LIMITS.maxConnections),
-        '--',
-      ],
-    };
-    // A channel of its own for each run of the relay (the snapshot's capture, the command).
-    inheritFds = () => proxy.openRelayChannel(native);
-    // The relay carries the HTTP listener only: inside, ALL_PROXY and FTP_PROXY name it, as without SOCKS5.
-    if (proxy.socksPort !== null) {
-      for (const key of ['ALL_PROXY', 'all_proxy', 'FTP_PROXY', 'ftp_proxy'])
-        env[key] = `http://127.0.0.1:${proxy.port}`;
+    // The relay carries both listeners: inside, the variables name its own ports for them.
+    const relay = [
+      process.execPath,
+      '--disable-sigusr1',
+      relayScript(),
+      inheritedFdArg(0),
+      inheritedFdArg(1),
+      `http://127.0.0.1:${proxy.port}`,
+      String(DEFAULT_PROXY_LIMITS.maxConnections),
+    ];
+    if (proxy.socksPort !== null) relay.push('--socks', `socks5h://127.0.0.1:${proxy.socksPort}`);
+    let route: ((pid: number) => Promise<boolean>) | null = null;
+    const tools = ctx.sandbox.transparentTcp.tools;
+    if (transparentTcp && tools !== null) {
+      // The relay's transparent port, in a namespace of its own where nothing else listens yet.
+      const port = TRANSPARENT_PORT_BASE + Math.floor(Math.random() * TRANSPARENT_PORT_SPAN);
+      relay.push('--transparent', String(port));
+      // Refused, the relay ends the start (exit 125, saying so on stderr); the probe makes that rare.
+      route = (pid) =>
+        routeTransparentTcp(tools, pid, port, (child) => noteChildProcess(ctx.adopter, child)).then(
+          () => true,
+          () => false,
+        );
     }
+    managedNetwork = { relay: [...relay, '--'] };
+    // A channel of its own for each run of the relay (the snapshot's capture, the command).
+    inheritFds = () => proxy.openRelayChannel(native, route);
   }
   const prepared = prepareSandbox(
     ctx.sandbox,
@@ -277,14 +300,16 @@ function closingProxy(sandbox: ProcessWrap | null, proxy: ManagedProxy | null): 
 export const processHandlers: HandlerTable = {
   [Method.processStart]: async (raw, ctx) => {
     const params = decode(ProcessStartParams, raw);
-    const started = startProcess(params);
+    const started = startProcess(params, ctx.sandbox);
     // A malformed sandbox is refused before a proxy starts.
     const sandboxType = decodeSandbox(params.sandbox) === null ? 'none' : 'linuxSeccomp';
     const proxy = await startNetworkProxy(params, started.env, ctx);
     let wrap: ProcessWrap | null;
     try {
-      const enforced = params.enforceManagedNetwork === true ? proxy : null;
-      wrap = closingProxy(startSandbox(params.sandbox, started.cwd, started.env, ctx, enforced), proxy);
+      // Transparent TCP implies the sandbox's own network behind the relay, enforced or not (as Codex's).
+      const transparentTcp = params.networkProxy?.proxy.transparentTcp === true;
+      const enforced = params.enforceManagedNetwork === true || transparentTcp ? proxy : null;
+      wrap = closingProxy(startSandbox(params.sandbox, started.cwd, started.env, ctx, enforced, transparentTcp), proxy);
     } catch (err) {
       proxy?.close();
       throw err;

@@ -18,9 +18,12 @@
  *   runs it without): the pipe keeps its capacity and still carries bytes.
  * - `cloexec`: the fds a child shell has before and after setCloexecAbove(2), what it returned (twice),
  *   and the close-on-exec flag of 0-2 and of fd 20 before and after.
+ * - `send-pair`: with a socket as fd 3, sends over it one end of a pair made here (peerPid's other side).
+ * - `original-destination`: as root of namespaces of its own (`unshare -rn`), where NAT-redirected connections
+ *   were headed (originalDestination), IPv4 and IPv6, and a connection that was not redirected.
  */
 import { spawnSync } from 'node:child_process';
-import { readFileSync, writeSync } from 'node:fs';
+import { closeSync, readFileSync, writeSync } from 'node:fs';
 import { loadNativePipe } from '../index.js';
 
 const native = loadNativePipe();
@@ -146,4 +149,67 @@ else if (mode === 'grow-over-max') {
   const before = native.growPipe(writeFd, 0);
   const after = native.growPipe(writeFd, max * 2);
   print({ before, after, again: native.growPipe(readFd, 0), written: writeSync(writeFd, 'still a pipe') });
+}
+else if (mode === 'send-pair') {
+  // Run with an end of the test's socket pair as fd 3: sends it one end of a pair made here, and its pid.
+  const [mine, theirs] = native.socketPair();
+  native.sendFd(3, theirs);
+  print({ pid: process.pid, mine: native.peerPid(mine) });
+}
+else if (mode === 'original-destination') {
+  // Run as root of a user and network namespace of its own (unshare -rn): the loopback up, every address
+  // local, an nftables NAT rule redirecting TCP not to the loopback to port 1080, where this listens (both
+  // families); then where each connection accepted there was headed, one redirected per family and one not.
+  const setup = [
+    ['ip', ['-batch', '-'], 'link set lo up\nroute add local 0.0.0.0/0 dev lo\nroute add local ::/0 dev lo\n'],
+    [
+      'nft',
+      ['-f', '-'],
+      [
+        'table inet t {',
+        'chain out {',
+        'type nat hook output priority -100; policy accept;',
+        'ip daddr != 127.0.0.0/8 meta l4proto tcp redirect to :1080',
+        'ip6 daddr != ::1 meta l4proto tcp redirect to :1080',
+        '}',
+        '}',
+        '',
+      ].join('\n'),
+    ],
+  ] as const;
+  for (const [program, args, input] of setup) {
+    const run = spawnSync(program, args, { input, encoding: 'utf8', stdio: ['pipe', 'inherit', 'pipe'] });
+    if (run.status !== 0) throw new Error(`${program}: ${run.stderr}`);
+  }
+  const { createServer, connect } = await import('node:net');
+  const seen: unknown[] = [];
+  const accept = (socket: import('node:net').Socket) => {
+    const fd = (socket as unknown as { _handle: { fd: number } })._handle.fd;
+    seen.push(native.originalDestination(fd));
+    socket.destroy();
+  };
+  const listeners = await Promise.all(
+    ['127.0.0.1', '::1'].map(
+      (host) =>
+        new Promise<import('node:net').Server>((resolve) => {
+          const server = createServer(accept);
+          server.listen(1080, host, () => resolve(server));
+        }),
+    ),
+  );
+  for (const [host, port] of [
+    ['203.0.113.7', 80],
+    ['2001:db8::7', 443],
+    ['127.0.0.1', 1080],
+  ] as const) {
+    await new Promise<void>((resolve) => {
+      const socket = connect({ host, port });
+      socket.on('close', () => resolve()).on('error', () => undefined);
+    });
+  }
+  for (const server of listeners) server.close();
+  const [a, b] = native.socketPair();
+  print({ seen, socketPair: thrown(() => native.originalDestination(a)) });
+  closeSync(a);
+  closeSync(b);
 }
