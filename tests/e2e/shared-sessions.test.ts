@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { type AttachedProcess, Environment } from '@tether/client';
 import { findProcesses, type Stack, startStack } from '@tether/test-kit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { harnessScript } from './stack-suite.ts';
 
 const ENVIRONMENT = 'shared-e2e';
 const work = mkdtempSync(join(tmpdir(), 'tether-shared-'));
@@ -150,5 +151,44 @@ describe('sharing a detached terminal with another key', { timeout: 60_000 }, ()
       .map((line) => JSON.parse(line)[2]);
     expect(new Set(senders).size).toBe(2);
     for (const sender of senders) expect(sender).toMatch(/^key:harness:/);
+  });
+});
+
+describe('harness share, attach --token, ps', { timeout: 60_000 }, () => {
+  it('the owner shares read-only by a token; the other key follows with it; ps lists the share; revoked, it is refused', async () => {
+    const sh = (script: string, env: Record<string, string> = {}) =>
+      harnessScript(stack, ENVIRONMENT, work, script, { TETHER_HARNESS_SHARE_TOKEN: '', ...env });
+    const started = await sh(
+      `h exec -d --cwd "$W" -- sh -c 'i=0; while [ $i -lt 600 ]; do echo "tick $i"; i=$((i+1)); sleep 0.1; done'`,
+    );
+    expect(started.code, started.stderr).toBe(0);
+    const id = started.stdout.trim();
+    const shared = await sh(`h share --read-only --ttl 10m ${id}`);
+    expect(shared.code, shared.stderr).toBe(0);
+    const token = shared.stdout.trim();
+    expect(token).toMatch(/^tsh_/);
+    expect(shared.stderr).toMatch(
+      new RegExp(`^harness: share \\w+ of ${id} \\(read-only\\) until \\S+Z: harness attach --token TOKEN ${id}\\n$`),
+    );
+
+    // The other key: nothing without the token; with it (from the variable), the output, until | head has enough.
+    const other = { TETHER_HARNESS_API_KEY: otherKey };
+    expect((await sh(`h attach ${id}`, other)).stderr).toBe(
+      `harness: unknown process id ${id} in environment ${ENVIRONMENT}\n`,
+    );
+    const followed = await sh(`h attach ${id} | grep -m1 tick`, { ...other, TETHER_HARNESS_SHARE_TOKEN: token });
+    expect(followed.stdout).toMatch(/^tick \d+\n$/);
+    expect(followed.code).toBe(0);
+
+    const ps = await sh('h ps');
+    expect(ps.stdout.split('\n')[0]).toMatch(/^ID\s+STATE\s+PID\s+STARTED\s+SHARES\s+COMMAND$/);
+    expect(ps.stdout).toMatch(new RegExp(`${id}\\s+running\\s+\\d+\\s+\\S+ \\S+\\s+\\w+:view\\(\\d,10m\\)`));
+
+    expect(await sh(`h share --revoke ${id}`)).toMatchObject({
+      code: 0,
+      stderr: `harness: 1 share of ${id} revoked\n`,
+    });
+    expect((await sh(`h attach ${id}`, { ...other, TETHER_HARNESS_SHARE_TOKEN: token })).code).toBe(1);
+    expect((await sh(`h kill -s KILL ${id}`)).code).toBe(0);
   });
 });

@@ -129,12 +129,16 @@ export class Session implements DetachedWatcher {
    * `process/attach`: this session gets a detached process's notifications from now on. With a share's token
    * (capability `processShare`) a principal that does not own the process comes in as the share says.
    */
-  attachDetached(processId: string, shareToken?: string): ProcessSummary & { detached: true } {
+  attachDetached(
+    processId: string,
+    shareToken?: string,
+  ): ProcessSummary & { detached: true; access: 'view' | 'control' } {
     if (this.table.has(processId)) {
       throw new ProcessError('invalid_argument', `process ${processId} belongs to this session; it is not detached`);
     }
     if (shareToken !== undefined) this.detached.redeem(processId, shareToken, this.principal);
-    return this.detached.watch(processId, this, this.principal);
+    const entry = this.detached.watch(processId, this, this.principal);
+    return { ...entry, access: this.detached.allows(processId, this.principal, 'control') ? 'control' : 'view' };
   }
 
   /** `process/share` of a detached process this session's principal owns (or may reach as local or admin). */

@@ -409,7 +409,8 @@ describe('harness completion', () => {
     const { stdout: script, code } = await harness(['completion', 'bash'], {});
     expect(code).toBe(0);
     expect(spawnSync('bash', ['-n'], { input: script }).status).toBe(0);
-    expect(bashComplete(script, ['harness', 'sh'])).toEqual(['shell']);
+    expect(bashComplete(script, ['harness', 'sh']).sort()).toEqual(['share', 'shell']);
+    expect(bashComplete(script, ['harness', 'she'])).toEqual(['shell']);
     expect(bashComplete(script, ['harness', 'co'])).toEqual(['config', 'completion']);
     expect(bashComplete(script, ['harness', 'exec', '--c']).sort()).toEqual(
       ['--clean-env', '--connect-timeout', '--context', '--cwd'].sort(),

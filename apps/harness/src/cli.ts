@@ -10,6 +10,7 @@ import { registerLogin } from './commands/login.js';
 import { registerMaster } from './commands/master.js';
 import { registerProcesses } from './commands/processes.js';
 import { registerRecording } from './commands/recording.js';
+import { registerShare } from './commands/share.js';
 import { registerShell } from './commands/shell.js';
 import { type CliIo, EXIT, flushOutput, report, watchOutput } from './common.js';
 import { DEPRECATED_ENV, ENV } from './target.js';
@@ -59,6 +60,7 @@ export const COMMANDS: ReadonlyArray<readonly [readonly string[], Register]> = [
   [['exec'], registerExec],
   [['shell'], registerShell],
   [['ps', 'attach', 'kill'], registerProcesses],
+  [['share'], registerShare],
   [['cp'], registerCp],
   [['ls', 'cat'], registerFiles],
   [['forward'], registerForward],

@@ -261,6 +261,8 @@ export const ProcessListEntry = Type.Object({
   startedAtMs: Type.Integer(),
   /** Capability `processDetach`: the process belongs to the executor, not to this session. */
   detached: Type.Optional(Type.Boolean()),
+  /** Capability `processShare`, in `process/attach`'s answer: what this session may do (`view`: read only). */
+  access: Type.Optional(Literals('view', 'control')),
   /** Capability `processShare`, to whoever may share it: its live shares (detached.ts). */
   shares: Type.Optional(
     Type.Array(

@@ -91,6 +91,22 @@ describe('formatProcessTable', () => {
     );
   });
 
+  it('shows a SHARES column once a process is shared: id, access, sessions following, minutes left', () => {
+    const now = Date.UTC(2026, 11, 2, 10, 0, 0);
+    const shares = [
+      { shareId: 'abc', access: 'view' as const, expiresAtMs: now + 90_000, attached: 2 },
+      { shareId: 'def', access: 'control' as const, expiresAtMs: now + 3_600_000, attached: 0 },
+    ];
+    expect(formatProcessTable([entry({ shares }), entry({ processId: 'b2' })], now)).toBe(
+      [
+        'ID  STATE    PID  STARTED               SHARES                             COMMAND',
+        'a1  running  42   2026-12-02 07:45:05Z  abc:view(2,2m),def:control(0,60m)  sleep 60',
+        'b2  running  42   2026-12-02 07:45:05Z  -                                  sleep 60',
+        '',
+      ].join('\n'),
+    );
+  });
+
   it('is a header alone when there is nothing', () => {
     expect(formatProcessTable([])).toBe('ID  STATE  PID  STARTED  COMMAND\n');
   });

@@ -52,6 +52,11 @@ the environment could not be reached.`,
       .option('-i, --interactive', 'forward stdin to a process without a terminal (started with exec -d -i)', false)
       .option('--no-replay', 'skip the output retained so far; follow only what comes next')
       .option(
+        '--token <token>',
+        'a token from the owner\u2019s harness share: follow a process another API key started (or $TETHER_HARNESS_SHARE_TOKEN)',
+      )
+      .option('-r, --read-only', 'only watch: nothing typed here reaches the process', false)
+      .option(
         '--detach-keys <keys>',
         `keys that detach a terminal from the process, leaving it running (default ${DEFAULT_DETACH_KEYS})`,
         parseDetachKeys,
@@ -160,7 +165,9 @@ export async function startDetached(env: Environment, argv: string[], options: D
 /** Most characters of a command shown in `ps` (the executor's argv may be huge). */
 const MAX_COMMAND_CHARS = 4096;
 
-export function formatProcessTable(processes: readonly ProcessInfo[]): string {
+export function formatProcessTable(processes: readonly ProcessInfo[], now = Date.now()): string {
+  // SHARES only where some process is shared (harness share): `ID:view(2)` per share, 2 following by it.
+  const shared = processes.some((p) => (p.shares?.length ?? 0) > 0);
   const rows = [...processes]
     .sort((a, b) => a.startedAtMs - b.startedAtMs || a.processId.localeCompare(b.processId))
     .map((p) => [
@@ -168,19 +175,32 @@ export function formatProcessTable(processes: readonly ProcessInfo[]): string {
       p.state === 'exited' || p.state === 'closed' ? `exited(${p.exitCode ?? '?'})` : p.state,
       p.pid === null ? '-' : String(p.pid),
       formatStarted(p.startedAtMs),
+      ...(shared ? [formatShares(p, now)] : []),
       printable(commandLine(p.argv)),
     ]);
-  const table = [['ID', 'STATE', 'PID', 'STARTED', 'COMMAND'], ...rows];
-  const widths = [0, 1, 2, 3].map((column) => Math.max(...table.map((row) => row[column]!.length)));
+  const table = [['ID', 'STATE', 'PID', 'STARTED', ...(shared ? ['SHARES'] : []), 'COMMAND'], ...rows];
+  const padded = table[0]!.length - 1;
+  const widths = Array.from({ length: padded }, (_, column) => Math.max(...table.map((row) => row[column]!.length)));
   return table
     .map((row) =>
       row
-        .map((cell, column) => (column < 4 ? cell.padEnd(widths[column]!) : cell))
+        .map((cell, column) => (column < padded ? cell.padEnd(widths[column]!) : cell))
         .join('  ')
         .trimEnd(),
     )
     .map((line) => `${line}\n`)
     .join('');
+}
+
+function formatShares(p: ProcessInfo, now: number): string {
+  const shares = p.shares ?? [];
+  if (shares.length === 0) return '-';
+  return shares
+    .map((share) => {
+      const minutes = Math.max(0, Math.ceil((share.expiresAtMs - now) / 60_000));
+      return `${printable(share.shareId)}:${share.access}(${share.attached},${minutes}m)`;
+    })
+    .join(',');
 }
 
 function commandLine(argv: readonly string[]): string {
@@ -223,6 +243,8 @@ interface AttachFlags {
   interactive: boolean;
   replay: boolean;
   detachKeys?: Buffer;
+  token?: string;
+  readOnly?: boolean;
 }
 
 export const DEFAULT_DETACH_KEYS = 'ctrl-p,ctrl-q';
@@ -289,8 +311,11 @@ async function attachCommand(env: Environment, id: string, options: AttachFlags,
   const newline = () => (raw ? '\r\n' : '\n');
   const note = (text: string) => io.stderr.write(`harness: ${printable(text)}${newline()}`);
   let gapNoted = false;
+  // The token is a secret: from the flag, or the variable so that it stays out of the process list.
+  const shareToken = options.token ?? io.env.TETHER_HARNESS_SHARE_TOKEN;
   const attached = await env.attach(id, {
     replay: options.replay,
+    ...(shareToken ? { shareToken } : {}),
     onGap: (first, last) => {
       if (first === 1 && !gapNoted) note(`earlier output of ${id} is no longer retained by the executor`);
       else note(`output of ${id} was lost (seq ${first}..${last}): the executor no longer retained it`);
@@ -299,7 +324,10 @@ async function attachCommand(env: Environment, id: string, options: AttachFlags,
   });
   const info = attached.info!;
   const terminal = info.tty && io.stdin.isTTY === true;
-  const forwardStdin = terminal || options.interactive;
+  // Read-only (asked, or all a share gives): the terminal is not taken (no raw mode), Ctrl-C detaches, nothing
+  // typed is sent, and the window's size stays the controllers'.
+  const watching = options.readOnly === true || info.access === 'view';
+  const forwardStdin = !watching && (terminal || options.interactive);
   const cleanups: Array<() => void> = [];
   let stopped: 'keys' | 'interrupt' | null = null;
   const stop = (why: 'keys' | 'interrupt') => {
@@ -329,7 +357,7 @@ async function attachCommand(env: Environment, id: string, options: AttachFlags,
       }),
     );
   }
-  if (info.tty && io.stdout.isTTY && env.client?.capabilities.has('processResize')) {
+  if (!watching && info.tty && io.stdout.isTTY && env.client?.capabilities.has('processResize')) {
     cleanups.push(followWindowSize(attached, io, true));
   }
   // Ctrl-C (not a raw terminal) detaches: the process goes on; `harness kill` ends it.
