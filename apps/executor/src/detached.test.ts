@@ -27,9 +27,14 @@ afterEach(async () => {
   await Promise.all(registries.splice(0).map((r) => r.shutdown()));
 });
 
-function registry(options: { detachedTtlMs?: number; maxDetachedProcesses?: number } = {}) {
+function registry(
+  options: { detachedTtlMs?: number; maxDetachedProcesses?: number; detachedExitedRetentionMs?: number } = {},
+) {
   const r = new SessionRegistry({
     detachedTtlMs: options.detachedTtlMs ?? 30_000,
+    ...(options.detachedExitedRetentionMs === undefined
+      ? {}
+      : { detachedExitedRetentionMs: options.detachedExitedRetentionMs }),
     maxSessions: 8,
     logger: silentLogger(),
     tableOptions: {},
@@ -263,5 +268,63 @@ describe('detached processes belong to the principal that started them', () => {
       expect(other.terminateProcess('own')).toEqual({ running: false });
     }
     expect(a.terminateProcess('own')).toEqual({ running: true });
+  });
+});
+
+describe('shared detached processes', () => {
+  const alice = keyPrincipal('alice', 'harness');
+  const bob = keyPrincipal('bob', 'harness');
+
+  class Watching extends Attachment {
+    readonly notices: Array<[string, unknown]> = [];
+    override notify(method?: string, params?: unknown): void {
+      if (method) this.notices.push([method, params]);
+    }
+  }
+
+  it('a token lets another key in with its access until it expires; the expiry stops its session at once', async () => {
+    const r = registry();
+    const owner = r.create(new Attachment(), alice);
+    await owner.startDetached({ ...start('shared', 'cat'), pipeStdin: true });
+    const share = owner.shareDetached('shared', 'view', 300);
+    const watching = new Watching();
+    const viewer = r.create(watching, bob);
+    expect(() => viewer.attachDetached('shared')).toThrow('unknown process id shared');
+    expect(() => viewer.attachDetached('shared', 'tsh_wrong')).toThrow('unknown process id shared');
+    expect(viewer.attachDetached('shared', share.token)).toMatchObject({ processId: 'shared', access: 'view' });
+    // View: it reads, but cannot write, resize or signal (its table for control is its own, where the id is unknown).
+    expect(viewer.tableFor('shared', 'attach')).toBe(owner.tableFor('shared', 'attach'));
+    expect(viewer.tableFor('shared', 'control')).not.toBe(owner.tableFor('shared', 'control'));
+    // A bob cannot share it on.
+    expect(() => viewer.shareDetached('shared', 'control', 1000)).toThrow('unknown process id shared');
+    await expect
+      .poll(() => watching.notices, { timeout: 5000 })
+      .toEqual([['process/accessRevoked', { processId: 'shared' }]]);
+    expect(viewer.tableFor('shared', 'attach')).not.toBe(owner.tableFor('shared', 'attach'));
+    expect(() => viewer.attachDetached('shared', share.token)).toThrow('unknown process id shared');
+  });
+
+  it('a control share lets the other key write; a new process under the same id shares nothing of the old one', async () => {
+    const r = registry({ detachedExitedRetentionMs: 10 });
+    const owner = r.create(new Attachment(), alice);
+    await owner.startDetached({ ...start('reused', 'cat'), pipeStdin: true });
+    const { token } = owner.shareDetached('reused', 'control', 60_000);
+    const other = r.create(new Attachment(), bob);
+    other.attachDetached('reused', token);
+    expect(await other.writeProcess('reused', Buffer.from('from bob\n'), 'w1')).toBe('accepted');
+    await expect.poll(() => outputOf(owner, 'reused')).toBe('from bob\n');
+    expect(owner.listProcesses().find((p) => p.processId === 'reused')).toMatchObject({
+      shares: [{ access: 'control', attached: 1 }],
+    });
+    // Another key's list shows no shares, even to the one that came in by one.
+    expect(other.listProcesses().find((p) => p.processId === 'reused')).not.toHaveProperty('shares');
+    // The process ends and is evicted; the owner starts another under its id: the old token's grant is gone.
+    owner.terminateProcess('reused');
+    await expect.poll(() => owner.listProcesses().some((p) => p.processId === 'reused'), { timeout: 5000 }).toBe(false);
+    await owner.startDetached({ ...start('reused', 'cat'), pipeStdin: true });
+    expect(await other.writeProcess('reused', Buffer.from('again\n'), 'w2')).toBe('unknownProcess');
+    expect(() => other.attachDetached('reused', token)).toThrow('unknown process id reused');
+    expect(owner.unshareDetached('reused')).toBe(0);
+    owner.terminateProcess('reused');
   });
 });

@@ -80,6 +80,8 @@ export class DetachedProcesses {
   private readonly shares = new Map<string, Share>();
   /** Per process, the principals a share let in (by principalKey), until the share ends. */
   private readonly grants = new Map<string, Map<string, Grant>>();
+  /** Each live share's expiry timer (cleared when it ends, and at shutdown). */
+  private readonly expiries = new Map<Share, NodeJS.Timeout>();
   /** The clock shares expire by (tests may turn it). */
   private readonly now: () => number;
   /** Start times of the processes not yet exited (process metrics). */
@@ -155,6 +157,12 @@ export class DetachedProcesses {
       ended: false,
     };
     this.shares.set(hash, share);
+    // At its expiry the sessions that came in by it are told at once (not at the next look at the shares).
+    const timer = setTimeout(() => {
+      if (!share.ended) this.endShare(hash, share);
+    }, ttlMs);
+    timer.unref();
+    this.expiries.set(share, timer);
     return { token, shareId: share.shareId, expiresAtMs: share.expiresAtMs };
   }
 
@@ -224,6 +232,8 @@ export class DetachedProcesses {
   private endShare(hash: string, share: Share): void {
     share.ended = true;
     this.shares.delete(hash);
+    clearTimeout(this.expiries.get(share));
+    this.expiries.delete(share);
     const grants = this.grants.get(share.processId);
     if (grants === undefined) return;
     for (const [key, grant] of grants) {
@@ -263,6 +273,8 @@ export class DetachedProcesses {
       );
     }
     for (const id of this.owners.keys()) if (!this.table.has(id)) this.owners.delete(id);
+    // A new process under an id used before: nothing shared of the old one reaches it.
+    for (const [hash, share] of this.shares) if (share.processId === processId) this.endShare(hash, share);
     this.owners.set(processId, owner);
     this.metrics.processStarting();
     this.running.set(processId, performance.now());
@@ -328,6 +340,8 @@ export class DetachedProcesses {
   /** Kills every detached process and waits until they are gone (executor shutdown). Idempotent. */
   async shutdown(): Promise<void> {
     this.watchers.clear();
+    for (const timer of this.expiries.values()) clearTimeout(timer);
+    this.expiries.clear();
     this.shares.clear();
     this.grants.clear();
     await this.table.shutdown();
