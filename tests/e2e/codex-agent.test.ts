@@ -106,6 +106,33 @@ const EXECUTOR_SKILLS = [
   { name: 'executor-agents-skill', description: 'Found only in the executor user agents skills' },
 ] as const;
 
+/**
+ * A command's own TCP, proxy variables ignored (raw `net.connect`): to a TEST-NET address, to a denied name, to
+ * the loopback at the origin's port (argv[2]), then to the address the sandbox's resolver gives `localhost` (its
+ * DNS server asked, not /etc/hosts); sends a request once connected and prints how each went. A reset is one
+ * whether or not node saw the connection established first (the refusal can beat node's look at the connect).
+ */
+const TRANSPARENT_CONNECTS = `
+const net = require('node:net');
+const attempt = (host, port) => new Promise((resolve) => {
+  const socket = net.connect({ host, port });
+  let answer = '';
+  socket.on('connect', () => socket.write('GET /transparent HTTP/1.1\\r\\nHost: x\\r\\nConnection: close\\r\\n\\r\\n'));
+  socket.on('data', (d) => { answer += d; });
+  socket.on('error', (e) => { console.log(host + ' ' + (e.code === 'ECONNRESET' ? 'reset' : e.code)); resolve(); });
+  socket.on('close', (failed) => { if (!failed) console.log(host + ' answered ' + JSON.stringify(answer.split('\\r\\n').pop().trim())); resolve(); });
+});
+(async () => {
+  const port = Number(process.argv[2]);
+  await attempt('203.0.113.7', 80);
+  await attempt('denied.invalid', 80);
+  await attempt('127.0.0.1', port);
+  const [address] = await require('node:dns').promises.resolve4('localhost');
+  console.log('localhost is ' + address);
+  await attempt(address, port);
+})();
+`;
+
 const CASES = (['codex', 'tether'] as PeerKind[]).flatMap((kind) =>
   (['ws', 'rendezvous'] as Path[]).map((path) => [`${kind} executor over ${path}`, { kind, path }] as const),
 );
@@ -507,6 +534,45 @@ describe.each(CASES)('codex exec agent → %s', (_label, { kind, path }) => {
       expect(output).toContain('Process exited with code 0');
       expect(output).toMatch(/Output:\norigin says hi\ndenied=403\ndirect=7\n$/);
     } finally {
+      origin.closeAllConnections();
+      await new Promise((resolve) => origin.close(resolve));
+    }
+  });
+
+  it("with the managed proxy's transparent TCP: a command's own connects, proxy variables ignored, are intercepted and decided", async () => {
+    const reached: string[] = [];
+    const origin = createServer((req, res) => {
+      reached.push(`${req.method} ${req.url}`);
+      res.end('origin says hi\n');
+    });
+    await new Promise<void>((resolve) => origin.listen(0, '127.0.0.1', resolve));
+    const port = (origin.address() as AddressInfo).port;
+    const script = join(work, 'transparent-connects.cjs');
+    writeFileSync(script, TRANSPARENT_CONNECTS);
+    try {
+      const run = await runAgent(
+        [
+          { type: 'call', name: 'exec_command', arguments: { cmd: `node ${script} ${port}` } },
+          { type: 'message', text: 'transparent done' },
+        ],
+        ['-s', 'workspace-write'],
+        '[sandbox_workspace_write]\nnetwork_access = true\n\n[features.network_proxy]\nenabled = true\n' +
+          'enable_socks5 = true\ntransparent_tcp = true\n' +
+          'domains = { "localhost" = "allow", "denied.invalid" = "deny" }\n',
+      );
+      expect(run.code, run.stderr).toBe(0);
+      expect(run.outputs).toHaveLength(1);
+      const output = run.outputs[0] ?? '';
+      expect(output).toContain('Process exited with code 0');
+      // A TEST-NET address and a denied name (given an address of the sandbox's resolver) connect and are reset
+      // by the proxy's refusal (without transparent TCP: ENETUNREACH); the loopback is the sandbox's own; the
+      // allowed name, resolved by the sandbox's resolver to an address standing for it, reaches the host's origin.
+      expect(output).toMatch(
+        /Output:\n203\.0\.113\.7 reset\ndenied\.invalid reset\n127\.0\.0\.1 ECONNREFUSED\nlocalhost is 198\.18\.\d+\.\d+\n198\.18\.\d+\.\d+ answered "origin says hi"\n$/,
+      );
+      expect(reached).toEqual(['GET /transparent']);
+    } finally {
+      rmSync(script, { force: true });
       origin.closeAllConnections();
       await new Promise((resolve) => origin.close(resolve));
     }
