@@ -508,62 +508,66 @@ describe.each(CASES)('codex exec agent → %s', (_label, { kind, path }) => {
     expect(output).toMatch(/xxxx\nEND-MARK\n$/);
   });
 
-  it('under workspace-write with the managed network proxy: an allowed loopback origin, a denied host, no way around', async () => {
-    const origin = createServer((_req, res) => res.end('origin says hi\n'));
-    await new Promise<void>((resolve) => origin.listen(0, '127.0.0.1', resolve));
-    const port = (origin.address() as { port: number }).port;
-    try {
-      const cmd = [
-        `curl -sS --max-time 20 http://127.0.0.1:${port}/through-proxy`,
-        `curl -s -o /dev/null --max-time 20 -w 'denied=%{http_code}\\n' http://denied.invalid/`,
-        `curl -s --noproxy '*' --max-time 20 http://127.0.0.1:${port}/direct; echo "direct=$?"`,
-      ].join('; ');
-      const run = await runAgent(
-        [
-          { type: 'call', name: 'exec_command', arguments: { cmd } },
-          { type: 'message', text: 'proxy done' },
-        ],
-        ['-s', 'workspace-write'],
-        '[sandbox_workspace_write]\nnetwork_access = true\n\n[features.network_proxy]\nenabled = true\n' +
-          'domains = { "127.0.0.1" = "allow", "denied.invalid" = "deny" }\n',
-      );
-      expect(run.code, run.stderr).toBe(0);
-      expect(run.outputs).toHaveLength(1);
-      const output = run.outputs[0] ?? '';
-      // Through the proxy to the allowed origin; the denied host answered 403 by it; direct egress refused.
-      expect(output).toContain('Process exited with code 0');
-      expect(output).toMatch(/Output:\norigin says hi\ndenied=403\ndirect=7\n$/);
-    } finally {
-      origin.closeAllConnections();
-      await new Promise((resolve) => origin.close(resolve));
-    }
-  });
-
-  it("with the managed proxy's transparent TCP: a command's own connects, proxy variables ignored, are intercepted and decided", async () => {
+  /**
+   * Starts an origin on 127.0.0.1 (it answers `origin says hi` and keeps each request's method and path), then has
+   * the agent run the command `cmdFor(port)` under `-s workspace-write` with network access and the managed network
+   * proxy (`proxyToml`: more `[features.network_proxy]` keys). The agent must exit 0 and the command too; answers
+   * the command's output as the model got it, and what reached the origin.
+   */
+  async function runUnderProxy(
+    cmdFor: (port: number) => string,
+    proxyToml: string,
+  ): Promise<{ output: string; reached: string[] }> {
     const reached: string[] = [];
     const origin = createServer((req, res) => {
       reached.push(`${req.method} ${req.url}`);
       res.end('origin says hi\n');
     });
     await new Promise<void>((resolve) => origin.listen(0, '127.0.0.1', resolve));
-    const port = (origin.address() as AddressInfo).port;
-    const script = join(work, 'transparent-connects.cjs');
-    writeFileSync(script, TRANSPARENT_CONNECTS);
     try {
+      const cmd = cmdFor((origin.address() as AddressInfo).port);
       const run = await runAgent(
         [
-          { type: 'call', name: 'exec_command', arguments: { cmd: `node ${script} ${port}` } },
-          { type: 'message', text: 'transparent done' },
+          { type: 'call', name: 'exec_command', arguments: { cmd } },
+          { type: 'message', text: 'proxy done' },
         ],
         ['-s', 'workspace-write'],
-        '[sandbox_workspace_write]\nnetwork_access = true\n\n[features.network_proxy]\nenabled = true\n' +
-          'enable_socks5 = true\ntransparent_tcp = true\n' +
-          'domains = { "localhost" = "allow", "denied.invalid" = "deny" }\n',
+        `[sandbox_workspace_write]\nnetwork_access = true\n\n[features.network_proxy]\nenabled = true\n${proxyToml}`,
       );
       expect(run.code, run.stderr).toBe(0);
       expect(run.outputs).toHaveLength(1);
       const output = run.outputs[0] ?? '';
       expect(output).toContain('Process exited with code 0');
+      return { output, reached };
+    } finally {
+      origin.closeAllConnections();
+      await new Promise((resolve) => origin.close(resolve));
+    }
+  }
+
+  it('under workspace-write with the managed network proxy: an allowed loopback origin, a denied host, no way around', async () => {
+    const { output, reached } = await runUnderProxy(
+      (port) =>
+        [
+          `curl -sS --max-time 20 http://127.0.0.1:${port}/through-proxy`,
+          `curl -s -o /dev/null --max-time 20 -w 'denied=%{http_code}\\n' http://denied.invalid/`,
+          `curl -s --noproxy '*' --max-time 20 http://127.0.0.1:${port}/direct; echo "direct=$?"`,
+        ].join('; '),
+      'domains = { "127.0.0.1" = "allow", "denied.invalid" = "deny" }\n',
+    );
+    // Through the proxy to the allowed origin; the denied host answered 403 by it; direct egress refused.
+    expect(output).toMatch(/Output:\norigin says hi\ndenied=403\ndirect=7\n$/);
+    expect(reached).toEqual(['GET /through-proxy']);
+  });
+
+  it("with the managed proxy's transparent TCP: a command's own connects, proxy variables ignored, are intercepted and decided", async () => {
+    const script = join(work, 'transparent-connects.cjs');
+    writeFileSync(script, TRANSPARENT_CONNECTS);
+    try {
+      const { output, reached } = await runUnderProxy(
+        (port) => `node ${script} ${port}`,
+        'enable_socks5 = true\ntransparent_tcp = true\ndomains = { "localhost" = "allow", "denied.invalid" = "deny" }\n',
+      );
       // A TEST-NET address and a denied name (given an address of the sandbox's resolver) connect and are reset
       // by the proxy's refusal (without transparent TCP: ENETUNREACH); the loopback is the sandbox's own; the
       // allowed name, resolved by the sandbox's resolver to an address standing for it, reaches the host's origin.
@@ -573,8 +577,6 @@ describe.each(CASES)('codex exec agent → %s', (_label, { kind, path }) => {
       expect(reached).toEqual(['GET /transparent']);
     } finally {
       rmSync(script, { force: true });
-      origin.closeAllConnections();
-      await new Promise((resolve) => origin.close(resolve));
     }
   });
 });
