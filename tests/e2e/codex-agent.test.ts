@@ -106,6 +106,33 @@ const EXECUTOR_SKILLS = [
   { name: 'executor-agents-skill', description: 'Found only in the executor user agents skills' },
 ] as const;
 
+/**
+ * A command's own TCP, proxy variables ignored (raw `net.connect`): to a TEST-NET address, to a denied name, to
+ * the loopback at the origin's port (argv[2]), then to the address the sandbox's resolver gives `localhost` (its
+ * DNS server asked, not /etc/hosts); sends a request once connected and prints how each went. A reset is one
+ * whether or not node saw the connection established first (the refusal can beat node's look at the connect).
+ */
+const TRANSPARENT_CONNECTS = `
+const net = require('node:net');
+const attempt = (host, port) => new Promise((resolve) => {
+  const socket = net.connect({ host, port });
+  let answer = '';
+  socket.on('connect', () => socket.write('GET /transparent HTTP/1.1\\r\\nHost: x\\r\\nConnection: close\\r\\n\\r\\n'));
+  socket.on('data', (d) => { answer += d; });
+  socket.on('error', (e) => { console.log(host + ' ' + (e.code === 'ECONNRESET' ? 'reset' : e.code)); resolve(); });
+  socket.on('close', (failed) => { if (!failed) console.log(host + ' answered ' + JSON.stringify(answer.split('\\r\\n').pop().trim())); resolve(); });
+});
+(async () => {
+  const port = Number(process.argv[2]);
+  await attempt('203.0.113.7', 80);
+  await attempt('denied.invalid', 80);
+  await attempt('127.0.0.1', port);
+  const [address] = await require('node:dns').promises.resolve4('localhost');
+  console.log('localhost is ' + address);
+  await attempt(address, port);
+})();
+`;
+
 const CASES = (['codex', 'tether'] as PeerKind[]).flatMap((kind) =>
   (['ws', 'rendezvous'] as Path[]).map((path) => [`${kind} executor over ${path}`, { kind, path }] as const),
 );
@@ -481,34 +508,75 @@ describe.each(CASES)('codex exec agent → %s', (_label, { kind, path }) => {
     expect(output).toMatch(/xxxx\nEND-MARK\n$/);
   });
 
-  it('under workspace-write with the managed network proxy: an allowed loopback origin, a denied host, no way around', async () => {
-    const origin = createServer((_req, res) => res.end('origin says hi\n'));
+  /**
+   * Starts an origin on 127.0.0.1 (it answers `origin says hi` and keeps each request's method and path), then has
+   * the agent run the command `cmdFor(port)` under `-s workspace-write` with network access and the managed network
+   * proxy (`proxyToml`: more `[features.network_proxy]` keys). The agent must exit 0 and the command too; answers
+   * the command's output as the model got it, and what reached the origin.
+   */
+  async function runUnderProxy(
+    cmdFor: (port: number) => string,
+    proxyToml: string,
+  ): Promise<{ output: string; reached: string[] }> {
+    const reached: string[] = [];
+    const origin = createServer((req, res) => {
+      reached.push(`${req.method} ${req.url}`);
+      res.end('origin says hi\n');
+    });
     await new Promise<void>((resolve) => origin.listen(0, '127.0.0.1', resolve));
-    const port = (origin.address() as { port: number }).port;
     try {
-      const cmd = [
-        `curl -sS --max-time 20 http://127.0.0.1:${port}/through-proxy`,
-        `curl -s -o /dev/null --max-time 20 -w 'denied=%{http_code}\\n' http://denied.invalid/`,
-        `curl -s --noproxy '*' --max-time 20 http://127.0.0.1:${port}/direct; echo "direct=$?"`,
-      ].join('; ');
+      const cmd = cmdFor((origin.address() as AddressInfo).port);
       const run = await runAgent(
         [
           { type: 'call', name: 'exec_command', arguments: { cmd } },
           { type: 'message', text: 'proxy done' },
         ],
         ['-s', 'workspace-write'],
-        '[sandbox_workspace_write]\nnetwork_access = true\n\n[features.network_proxy]\nenabled = true\n' +
-          'domains = { "127.0.0.1" = "allow", "denied.invalid" = "deny" }\n',
+        `[sandbox_workspace_write]\nnetwork_access = true\n\n[features.network_proxy]\nenabled = true\n${proxyToml}`,
       );
       expect(run.code, run.stderr).toBe(0);
       expect(run.outputs).toHaveLength(1);
       const output = run.outputs[0] ?? '';
-      // Through the proxy to the allowed origin; the denied host answered 403 by it; direct egress refused.
       expect(output).toContain('Process exited with code 0');
-      expect(output).toMatch(/Output:\norigin says hi\ndenied=403\ndirect=7\n$/);
+      return { output, reached };
     } finally {
       origin.closeAllConnections();
       await new Promise((resolve) => origin.close(resolve));
+    }
+  }
+
+  it('under workspace-write with the managed network proxy: an allowed loopback origin, a denied host, no way around', async () => {
+    const { output, reached } = await runUnderProxy(
+      (port) =>
+        [
+          `curl -sS --max-time 20 http://127.0.0.1:${port}/through-proxy`,
+          `curl -s -o /dev/null --max-time 20 -w 'denied=%{http_code}\\n' http://denied.invalid/`,
+          `curl -s --noproxy '*' --max-time 20 http://127.0.0.1:${port}/direct; echo "direct=$?"`,
+        ].join('; '),
+      'domains = { "127.0.0.1" = "allow", "denied.invalid" = "deny" }\n',
+    );
+    // Through the proxy to the allowed origin; the denied host answered 403 by it; direct egress refused.
+    expect(output).toMatch(/Output:\norigin says hi\ndenied=403\ndirect=7\n$/);
+    expect(reached).toEqual(['GET /through-proxy']);
+  });
+
+  it("with the managed proxy's transparent TCP: a command's own connects, proxy variables ignored, are intercepted and decided", async () => {
+    const script = join(work, 'transparent-connects.cjs');
+    writeFileSync(script, TRANSPARENT_CONNECTS);
+    try {
+      const { output, reached } = await runUnderProxy(
+        (port) => `node ${script} ${port}`,
+        'enable_socks5 = true\ntransparent_tcp = true\ndomains = { "localhost" = "allow", "denied.invalid" = "deny" }\n',
+      );
+      // A TEST-NET address and a denied name (given an address of the sandbox's resolver) connect and are reset
+      // by the proxy's refusal (without transparent TCP: ENETUNREACH); the loopback is the sandbox's own; the
+      // allowed name, resolved by the sandbox's resolver to an address standing for it, reaches the host's origin.
+      expect(output).toMatch(
+        /Output:\n203\.0\.113\.7 reset\ndenied\.invalid reset\n127\.0\.0\.1 ECONNREFUSED\nlocalhost is 198\.18\.\d+\.\d+\n198\.18\.\d+\.\d+ answered "origin says hi"\n$/,
+      );
+      expect(reached).toEqual(['GET /transparent']);
+    } finally {
+      rmSync(script, { force: true });
     }
   });
 });
