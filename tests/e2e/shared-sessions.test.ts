@@ -18,6 +18,7 @@ const work = mkdtempSync(join(tmpdir(), 'tether-shared-'));
 const recordDir = join(work, 'recordings');
 let stack: Stack;
 let otherKey: string;
+let viewKey: string;
 
 const connect = (apiKey: string) =>
   Environment.connectRendezvous({
@@ -57,6 +58,7 @@ beforeAll(async () => {
   stack = await startStack();
   await stack.startExecutor('tether', ENVIRONMENT, { args: ['--record-dir', recordDir] });
   otherKey = await stack.createKey('harness', '*');
+  viewKey = await stack.createKey('harness', '*', { access: 'view' });
 }, 120_000);
 
 afterAll(async () => {
@@ -190,5 +192,39 @@ describe('harness share, attach --token, ps', { timeout: 60_000 }, () => {
     });
     expect((await sh(`h attach ${id}`, { ...other, TETHER_HARNESS_SHARE_TOKEN: token })).code).toBe(1);
     expect((await sh(`h kill -s KILL ${id}`)).code).toBe(0);
+  });
+});
+
+describe('a view-only harness key (registry keys create --access view)', { timeout: 60_000 }, () => {
+  it('starts nothing and writes no file; by a share it follows a process, but even a control share lets it type nothing', async () => {
+    const owner = await connect(stack.keys.harness);
+    const viewer = await connect(viewKey);
+    try {
+      await expect(viewer.exec(['true'])).rejects.toThrow(
+        'this API key is view-only: process/start is refused (it may list processes and follow those shared with it)',
+      );
+      await expect(viewer.fs.writeFile(join(work, 'x'), Buffer.from('x'))).rejects.toThrow('this API key is view-only');
+      const { processId } = await owner.spawnDetached(['/bin/sh', '-c', 'while read line; do echo "got:$line"; done'], {
+        cwd: work,
+        tty: true,
+      });
+      const { token } = await owner.share(processId, { access: 'control' });
+      const attached = await viewer.attach(processId, { shareToken: token });
+      expect(attached.info?.access).toBe('view');
+      const seen = follow(attached);
+      const mine = await owner.attach(processId);
+      const ownerSeen = follow(mine);
+      await expect(attached.write('from-view-key\n')).rejects.toThrow(
+        'this API key is view-only: process/write is refused',
+      );
+      await mine.write('from-owner\n');
+      await seen.until('got:from-owner');
+      expect(seen.seen).not.toContain('from-view-key');
+      await owner.kill(processId, 'kill');
+      await Promise.all([seen.done, ownerSeen.done]);
+    } finally {
+      await owner.close();
+      await viewer.close();
+    }
   });
 });

@@ -120,6 +120,15 @@ export interface ConnectionProcessorOptions {
   principal?: Principal;
 }
 
+/** What a view-only key's harness may call: reading about the environment and following shared processes. */
+const VIEW_ONLY_METHODS: ReadonlySet<string> = new Set([
+  Method.environmentInfo,
+  Method.environmentStatus,
+  Method.processList,
+  Method.processAttach,
+  Method.processRead,
+]);
+
 /**
  * Runs one RpcConnection: gates the handshake, dispatches requests through the lanes, forwards the
  * session's process events as notifications, and detaches the session when the transport goes away.
@@ -410,6 +419,12 @@ export class ConnectionProcessor implements SessionAttachment {
         this.handshake === 'initialized-pending'
           ? `client must send initialized before using ${family} methods`
           : `client must call initialize before using ${family} methods`,
+      );
+    }
+    // A view-only key (`registry keys create --access view`) watches what is shared with it, and nothing else.
+    if (this.principal.kind === 'key' && this.principal.viewOnly && !VIEW_ONLY_METHODS.has(method)) {
+      throw RpcError.invalidRequest(
+        `this API key is view-only: ${method} is refused (it may list processes and follow those shared with it)`,
       );
     }
     return handler(params, this.context);

@@ -121,7 +121,9 @@ export class DetachedProcesses {
     if (owner !== undefined && mayAccess(owner, who, action)) return true;
     const grant = this.grants.get(processId)?.get(principalKey(who));
     if (grant === undefined || !this.live(grant.share)) return false;
-    return grant.share.access === 'control' || action !== 'control';
+    if (action !== 'control') return true;
+    // A view-only key controls nothing, even by a control share.
+    return grant.share.access === 'control' && !(who.kind === 'key' && who.viewOnly === true);
   }
 
   /**

@@ -12,7 +12,7 @@
  *   executor's user, so hiding a process from them would hide nothing (`ps` on the host shows it).
  */
 export type Principal =
-  | { readonly kind: 'key'; readonly keyId: string; readonly role: KeyRole }
+  | { readonly kind: 'key'; readonly keyId: string; readonly role: KeyRole; readonly viewOnly?: boolean }
   | { readonly kind: 'unattributed' }
   | { readonly kind: 'local' };
 
@@ -29,8 +29,9 @@ export type ProcessAction = 'list' | 'attach' | 'control';
 export const LOCAL_PRINCIPAL: Principal = Object.freeze({ kind: 'local' });
 export const UNATTRIBUTED_PRINCIPAL: Principal = Object.freeze({ kind: 'unattributed' });
 
-export function keyPrincipal(keyId: string, role: KeyRole): Principal {
-  return Object.freeze({ kind: 'key', keyId, role });
+/** `viewOnly`: a key created `--access view`, whose harness may only watch processes shared with it. */
+export function keyPrincipal(keyId: string, role: KeyRole, viewOnly = false): Principal {
+  return Object.freeze(viewOnly ? { kind: 'key', keyId, role, viewOnly: true } : { kind: 'key', keyId, role });
 }
 
 /** A string naming the principal, the same for the same one (a key of per-principal state). */
@@ -53,8 +54,10 @@ export function samePrincipal(a: Principal, b: Principal): boolean {
  *   and delete any pod: an admin who sees a runaway process must be able to stop it.
  * - Nobody else may do anything, and what they may not list they must not be able to tell from an unknown id.
  */
-export function mayAccess(owner: Principal, who: Principal, _action: ProcessAction): boolean {
+export function mayAccess(owner: Principal, who: Principal, action: ProcessAction): boolean {
   if (who.kind === 'local') return true;
+  // A view-only key controls nothing, whatever it is shown.
+  if (who.kind === 'key' && who.viewOnly === true && action === 'control') return false;
   if (who.kind === 'key' && who.role === 'admin') return true;
   return samePrincipal(owner, who);
 }

@@ -49,6 +49,7 @@ export const REGISTRY_ENV: EnvScheme = {
   withoutVariables: {
     'keys create --role': 'one key per run: an argument',
     'keys create --environments': 'one key per run: an argument',
+    'keys create --access': 'one key per run: an argument',
     'keys create --relay-url': "one key per run (serve's --relay-url variable must not leak into it)",
     'keys create --label': 'one key per run: an argument',
   },
@@ -310,11 +311,28 @@ Durations take a unit: 500ms, 30s, 5m, 1h; a bare number is seconds. Flags may a
         nodeUrl,
       ),
     )
+    .addOption(
+      new Option(
+        '--access <access>',
+        'for --role harness: full (default) or view (its harnesses may only watch processes shared with them: no start, no input, no files)',
+      ).choices(['full', 'view']),
+    )
     .option('--label <text>', 'a note for `keys list`', '')
     .action(
-      async (options: { database: string; role: Role; environments?: string; relayUrl?: string; label: string }) => {
+      async (options: {
+        database: string;
+        role: Role;
+        environments?: string;
+        relayUrl?: string;
+        access?: 'full' | 'view';
+        label: string;
+      }) => {
         if ((options.role === 'relay') !== (options.relayUrl !== undefined)) {
           io.stderr.write('registry: --relay-url is required for --role relay and accepted for no other role\n');
+          return exit(2);
+        }
+        if (options.access !== undefined && options.role !== 'harness') {
+          io.stderr.write('registry: --access is for --role harness keys only\n');
           return exit(2);
         }
         const scoped = options.role === 'executor' || options.role === 'harness';
@@ -337,6 +355,7 @@ Durations take a unit: 500ms, 30s, 5m, 1h; a bare number is seconds. Flags may a
             label: options.label,
             createdAt: Date.now(),
             relayUrl: options.relayUrl ?? null,
+            access: options.access ?? 'full',
           });
           io.stdout.write(`${token}\n`);
           const scope = options.relayUrl ? `relay node ${options.relayUrl}` : `environments '${environments}'`;

@@ -115,7 +115,7 @@ export interface Stack extends AsyncDisposable {
    * Makes another API key of `role` in the registry's database, acting on the environments `glob` matches (an admin
    * key with environments may `/connect` to them).
    */
-  createKey(role: StackKeyRole, glob: string): Promise<string>;
+  createKey(role: StackKeyRole, glob: string, options?: { access?: 'full' | 'view' }): Promise<string>;
   /** The admin view of one environment, from replica `registry` (default 0). */
   environment(environmentId: string, registry?: number): Promise<EnvironmentView | undefined>;
   /** Resolves with the node carrying the environment once a registry reports its link up there. */
@@ -339,7 +339,11 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       database,
       relayMetrics: () => first.metrics(),
       relayMetric: (series) => first.metric(series),
-      createKey: (role, glob) => createKeyWith(keyCreateArgs(database, role, glob)),
+      createKey: (role, glob, options = {}) =>
+        createKeyWith([
+          ...keyCreateArgs(database, role, glob),
+          ...(options.access ? ['--access', options.access] : []),
+        ]),
       environment,
       carrier,
       async startExecutor(kind, environmentId, executorOptions = {}) {

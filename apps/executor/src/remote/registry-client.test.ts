@@ -1,6 +1,11 @@
 import { describe, expect, it } from 'vitest';
 import { keyPrincipal, UNATTRIBUTED_PRINCIPAL } from '../principal.js';
-import { HARNESS_KEY_ID_HEADER, HARNESS_KEY_ROLE_HEADER, principalFromHeaders } from './registry-client.js';
+import {
+  HARNESS_KEY_ACCESS_HEADER,
+  HARNESS_KEY_ID_HEADER,
+  HARNESS_KEY_ROLE_HEADER,
+  principalFromHeaders,
+} from './registry-client.js';
 
 const headers = (id: string | null, role: string | null) => {
   const h = new Headers();
@@ -16,6 +21,14 @@ describe('principalFromHeaders: who a /validate yes says the harness acts for', 
     expect(principalFromHeaders(headers(encodeURIComponent('a key/é'), 'harness'))).toEqual(
       keyPrincipal('a key/é', 'harness'),
     );
+  });
+
+  it('marks a view-only key (access header `view`; anything else is full access)', () => {
+    const view = headers('key_v', 'harness');
+    view.set(HARNESS_KEY_ACCESS_HEADER, 'view');
+    expect(principalFromHeaders(view)).toEqual({ kind: 'key', keyId: 'key_v', role: 'harness', viewOnly: true });
+    view.set(HARNESS_KEY_ACCESS_HEADER, 'View');
+    expect(principalFromHeaders(view)).toEqual(keyPrincipal('key_v', 'harness'));
   });
 
   it('is unattributed without both headers, or with a role that cannot /connect, or an id that does not decode', () => {

@@ -66,6 +66,8 @@ export const CONNECT_REQUEST_ID_HEADER = 'x-tether-connect-request-id';
  */
 export const HARNESS_KEY_ID_HEADER = 'x-tether-harness-key-id';
 export const HARNESS_KEY_ROLE_HEADER = 'x-tether-harness-key-role';
+/** `view`: that key is view-only (its harness may only watch processes shared with it). */
+export const HARNESS_KEY_ACCESS_HEADER = 'x-tether-harness-key-access';
 
 /**
  * A `/validate` that said yes: the request id of the harness's `/connect` when the registry gave one, and who the
@@ -90,7 +92,8 @@ export function principalFromHeaders(headers: Headers): Principal {
   } catch {
     return UNATTRIBUTED_PRINCIPAL;
   }
-  return keyId.length >= 1 && keyId.length <= 256 ? keyPrincipal(keyId, role) : UNATTRIBUTED_PRINCIPAL;
+  const viewOnly = headers.get(HARNESS_KEY_ACCESS_HEADER) === 'view';
+  return keyId.length >= 1 && keyId.length <= 256 ? keyPrincipal(keyId, role, viewOnly) : UNATTRIBUTED_PRINCIPAL;
 }
 
 /** A request id fit for a log line (the registry's own rule), else null. */

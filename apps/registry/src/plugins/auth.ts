@@ -88,6 +88,8 @@ export default fp(
           createdAt: 0,
           revokedAt: null,
           relayUrl: null,
+          // What the key may do is told at /validate, read from the key itself (its `access`).
+          access: 'full',
         };
       };
     });

@@ -26,6 +26,8 @@ export const CONNECT_REQUEST_ID_HEADER = 'x-tether-connect-request-id';
  */
 export const HARNESS_KEY_ID_HEADER = 'x-tether-harness-key-id';
 export const HARNESS_KEY_ROLE_HEADER = 'x-tether-harness-key-role';
+/** `view` when that key is view-only (`keys create --access view`): the harness may only watch shared processes. */
+export const HARNESS_KEY_ACCESS_HEADER = 'x-tether-harness-key-access';
 
 /** Canonical JSON of a NoiseChannelPublicKey (strict codec, fixed field order), or null when invalid. */
 function parseCanonicalKey(value: unknown): string | null {
@@ -191,6 +193,8 @@ export async function cloudRoutes(app: FastifyInstance) {
         if (mintedBy !== null && (mintedByRole === 'harness' || mintedByRole === 'admin')) {
           reply.header(HARNESS_KEY_ID_HEADER, encodeURIComponent(mintedBy));
           reply.header(HARNESS_KEY_ROLE_HEADER, mintedByRole);
+          // A view-only key's harness may only watch what is shared with it (the executor enforces it).
+          if (valid && consumed.mintedByAccess === 'view') reply.header(HARNESS_KEY_ACCESS_HEADER, 'view');
         }
         request.log.info({ environmentId, valid, connectRequestId, mintedBy }, 'harness key validation');
         return { valid };

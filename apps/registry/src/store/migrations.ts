@@ -133,6 +133,15 @@ const AUTHORIZATION_MINTED_BY: Migration = {
   sql: 'ALTER TABLE authorizations ADD COLUMN minted_by_key_id TEXT;',
 };
 
+/**
+ * Version 8 (issue 37): a harness key may be view-only (`keys create --role harness --access view`): the harnesses it
+ * connects may watch processes shared with them and do nothing else. Existing keys keep full access.
+ */
+const KEY_ACCESS: Migration = {
+  version: 8,
+  sql: "ALTER TABLE api_keys ADD COLUMN access TEXT NOT NULL DEFAULT 'full' CHECK (access IN ('full', 'view'));",
+};
+
 const ROLE_CHECK = "CHECK (role IN ('executor', 'harness', 'admin', 'relay'))";
 
 export const SQLITE_MIGRATIONS: Migration[] = [
@@ -160,6 +169,7 @@ ${ownershipAndRevocations('INTEGER')}`,
   AUTHORIZATION_REQUEST_ID,
   browserGrants('INTEGER'),
   AUTHORIZATION_MINTED_BY,
+  KEY_ACCESS,
 ];
 
 export const POSTGRES_MIGRATIONS: Migration[] = [
@@ -176,4 +186,5 @@ ${ownershipAndRevocations('BIGINT')}`,
   AUTHORIZATION_REQUEST_ID,
   browserGrants('BIGINT'),
   AUTHORIZATION_MINTED_BY,
+  KEY_ACCESS,
 ];

@@ -93,7 +93,7 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
   }
   client.release();
 
-  const keyColumns = 'id, role, environments, label, created_at, revoked_at, relay_url';
+  const keyColumns = 'id, role, environments, label, created_at, revoked_at, relay_url, access';
   const regColumns =
     'environment_id, registration_id, security_profile, executor_public_key, api_key_id, created_at, epoch, relay_url';
   /** Runs `fn` in one transaction on one pooled client. */
@@ -138,9 +138,9 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
     },
     async createApiKey(k) {
       await pool.query(
-        `INSERT INTO api_keys (id, token_hash, role, environments, label, created_at, relay_url)
-         VALUES ($1, $2, $3, $4, $5, $6, $7)`,
-        [k.id, k.tokenHash, k.role, k.environments, k.label, k.createdAt, k.relayUrl ?? null],
+        `INSERT INTO api_keys (id, token_hash, role, environments, label, created_at, relay_url, access)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+        [k.id, k.tokenHash, k.role, k.environments, k.label, k.createdAt, k.relayUrl ?? null, k.access ?? 'full'],
       );
     },
     async findApiKey(tokenHash) {
@@ -300,7 +300,8 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
                 AND (a.minted_by_key_id IS NULL OR EXISTS (SELECT 1 FROM api_keys k
                   WHERE k.id = a.minted_by_key_id AND k.revoked_at IS NULL))
                 RETURNING connect_request_id, minted_by_key_id,
-                  (SELECT k.role FROM api_keys k WHERE k.id = a.minted_by_key_id) AS minted_by_role`,
+                  (SELECT k.role FROM api_keys k WHERE k.id = a.minted_by_key_id) AS minted_by_role,
+                  (SELECT k.access FROM api_keys k WHERE k.id = a.minted_by_key_id) AS minted_by_access`,
               values,
             }
           : {
@@ -312,7 +313,8 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
                 AND (a.minted_by_key_id IS NULL OR EXISTS (SELECT 1 FROM api_keys k
                   WHERE k.id = a.minted_by_key_id AND k.revoked_at IS NULL))
                 RETURNING connect_request_id, minted_by_key_id,
-                  (SELECT k.role FROM api_keys k WHERE k.id = a.minted_by_key_id) AS minted_by_role`,
+                  (SELECT k.role FROM api_keys k WHERE k.id = a.minted_by_key_id) AS minted_by_role,
+                  (SELECT k.access FROM api_keys k WHERE k.id = a.minted_by_key_id) AS minted_by_access`,
               values: [...values, c.apiKeyId],
             },
       );

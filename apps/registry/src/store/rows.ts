@@ -24,6 +24,7 @@ export interface KeyRow {
   created_at: number;
   revoked_at: number | null;
   relay_url: string | null;
+  access: string;
 }
 export interface RegistrationRow {
   environment_id: string;
@@ -49,6 +50,7 @@ export const toKey = (row: KeyRow): ApiKeyRecord => ({
   createdAt: Number(row.created_at),
   revokedAt: row.revoked_at === null ? null : Number(row.revoked_at),
   relayUrl: row.relay_url ?? null,
+  access: row.access === 'view' ? 'view' : 'full',
 });
 
 /** What consuming an authorization returns (both engines). */
@@ -56,12 +58,14 @@ export interface ConsumedRow {
   connect_request_id: string | null;
   minted_by_key_id: string | null;
   minted_by_role: string | null;
+  minted_by_access: string | null;
 }
 
 export const consumedFrom = (row: ConsumedRow): ConsumedAuthorization => ({
   connectRequestId: row.connect_request_id,
   mintedByKeyId: row.minted_by_key_id,
   mintedByRole: row.minted_by_role as Role | null,
+  mintedByAccess: row.minted_by_access === null ? null : row.minted_by_access === 'view' ? 'view' : 'full',
 });
 
 export const toRegistration = (row: RegistrationRow): RegistrationRecord => ({

@@ -109,13 +109,13 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
     }
   }).immediate();
 
-  const keyColumns = 'id, role, environments, label, created_at, revoked_at, relay_url';
+  const keyColumns = 'id, role, environments, label, created_at, revoked_at, relay_url, access';
   const regColumns =
     'environment_id, registration_id, security_profile, executor_public_key, api_key_id, created_at, epoch, relay_url';
   const stmt = {
     insertKey: db.prepare(
-      `INSERT INTO api_keys (id, token_hash, role, environments, label, created_at, relay_url)
-       VALUES (?, ?, ?, ?, ?, ?, ?)`,
+      `INSERT INTO api_keys (id, token_hash, role, environments, label, created_at, relay_url, access)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
     ),
     findKey: db.prepare(`SELECT ${keyColumns} FROM api_keys WHERE token_hash = ? AND revoked_at IS NULL`),
     listKeys: db.prepare(`SELECT ${keyColumns} FROM api_keys ORDER BY created_at, id`),
@@ -174,7 +174,8 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
        AND (minted_by_key_id IS NULL OR EXISTS (SELECT 1 FROM api_keys k
          WHERE k.id = authorizations.minted_by_key_id AND k.revoked_at IS NULL))
        RETURNING connect_request_id, minted_by_key_id,
-         (SELECT k.role FROM api_keys k WHERE k.id = authorizations.minted_by_key_id) AS minted_by_role`,
+         (SELECT k.role FROM api_keys k WHERE k.id = authorizations.minted_by_key_id) AS minted_by_role,
+         (SELECT k.access FROM api_keys k WHERE k.id = authorizations.minted_by_key_id) AS minted_by_access`,
     ),
     consumeOwnedAuth: db.prepare(
       `DELETE FROM authorizations WHERE token_hash = ? AND environment_id = ? AND registration_id = ?
@@ -184,7 +185,8 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
        AND (minted_by_key_id IS NULL OR EXISTS (SELECT 1 FROM api_keys k
          WHERE k.id = authorizations.minted_by_key_id AND k.revoked_at IS NULL))
        RETURNING connect_request_id, minted_by_key_id,
-         (SELECT k.role FROM api_keys k WHERE k.id = authorizations.minted_by_key_id) AS minted_by_role`,
+         (SELECT k.role FROM api_keys k WHERE k.id = authorizations.minted_by_key_id) AS minted_by_role,
+         (SELECT k.access FROM api_keys k WHERE k.id = authorizations.minted_by_key_id) AS minted_by_access`,
     ),
     pruneAuth: db.prepare('DELETE FROM authorizations WHERE expires_at < ?'),
     insertGrant: db.prepare(
@@ -374,7 +376,16 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
     },
     async createApiKey(k: NewApiKey) {
       await write(() =>
-        stmt.insertKey.run(k.id, k.tokenHash, k.role, k.environments, k.label, k.createdAt, k.relayUrl ?? null),
+        stmt.insertKey.run(
+          k.id,
+          k.tokenHash,
+          k.role,
+          k.environments,
+          k.label,
+          k.createdAt,
+          k.relayUrl ?? null,
+          k.access ?? 'full',
+        ),
       );
     },
     async findApiKey(tokenHash) {

@@ -158,7 +158,9 @@ describe('SQLite group commit', () => {
         (i % 2 ? db.store : other).consumeAuthorization({ ...authorization(`t${i}`), now: 5_000 }),
       ),
     );
-    expect(claims).toEqual(Array(6).fill({ connectRequestId: null, mintedByKeyId: null, mintedByRole: null }));
+    expect(claims).toEqual(
+      Array(6).fill({ connectRequestId: null, mintedByKeyId: null, mintedByRole: null, mintedByAccess: null }),
+    );
   });
 
   it('close commits a pending batch', async () => {

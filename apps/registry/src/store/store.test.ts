@@ -60,6 +60,7 @@ describe.each([sqlite, postgres])('RegistryStore on $name', (engine) => {
       createdAt: 1_000,
       revokedAt: null,
       relayUrl: null,
+      access: 'full',
     });
     expect(await store.findApiKey('b'.repeat(64))).toBeUndefined();
     expect(await store.revokeApiKey('k1', 5_000)).toEqual({ registrations: [] });
@@ -151,11 +152,13 @@ describe.each([sqlite, postgres])('RegistryStore on $name', (engine) => {
       connectRequestId: 'req-connect-1',
       mintedByKeyId: null,
       mintedByRole: null,
+      mintedByAccess: null,
     });
     expect(await store.consumeAuthorization({ ...authorization('t2'), now: 5_000 })).toEqual({
       connectRequestId: null,
       mintedByKeyId: null,
       mintedByRole: null,
+      mintedByAccess: null,
     });
     await executorKey(store);
     await store.putRegistration(registration('dev-1', 'reg-1'));
@@ -166,6 +169,7 @@ describe.each([sqlite, postgres])('RegistryStore on $name', (engine) => {
       connectRequestId: 'req-connect-3',
       mintedByKeyId: null,
       mintedByRole: null,
+      mintedByAccess: null,
     });
   });
 
@@ -184,6 +188,20 @@ describe.each([sqlite, postgres])('RegistryStore on $name', (engine) => {
     expect(await store.consumeAuthorization({ ...authorization('t2'), now: 5_000 })).not.toBeNull();
   });
 
+  it('keeps a key view-only, and says so of the authorizations it mints', async () => {
+    await store.createApiKey({
+      ...key({ id: 'viewer-1', tokenHash: 'v'.repeat(64) }),
+      role: 'harness',
+      access: 'view',
+    });
+    expect(await store.findApiKey('v'.repeat(64))).toMatchObject({ id: 'viewer-1', access: 'view' });
+    await store.createAuthorization({ ...authorization('t1'), mintedByKeyId: 'viewer-1' });
+    expect(await store.consumeAuthorization({ ...authorization('t1'), now: 5_000 })).toMatchObject({
+      mintedByKeyId: 'viewer-1',
+      mintedByAccess: 'view',
+    });
+  });
+
   it('gives back the key that minted a consumed authorization and its role', async () => {
     await store.createApiKey({ ...key({ id: 'harness-1' }), role: 'harness' });
     await store.createApiKey({ ...key({ id: 'admin-1' }), role: 'admin' });
@@ -197,16 +215,19 @@ describe.each([sqlite, postgres])('RegistryStore on $name', (engine) => {
       connectRequestId: 'c1',
       mintedByKeyId: 'harness-1',
       mintedByRole: 'harness',
+      mintedByAccess: 'full',
     });
     expect(await store.consumeAuthorization({ ...authorization('t2'), now: 5_000 })).toEqual({
       connectRequestId: null,
       mintedByKeyId: 'admin-1',
       mintedByRole: 'admin',
+      mintedByAccess: 'full',
     });
     expect(await store.consumeAuthorization({ ...authorization('t3'), now: 5_000, apiKeyId: 'key-1' })).toEqual({
       connectRequestId: null,
       mintedByKeyId: 'harness-1',
       mintedByRole: 'harness',
+      mintedByAccess: 'full',
     });
   });
 

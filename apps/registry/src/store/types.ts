@@ -12,10 +12,15 @@ export interface ApiKeyRecord {
   revokedAt: number | null;
   /** For a `relay` key: the one node URL it may heartbeat for; null for every other role. */
   relayUrl: string | null;
+  /** `view`: a harness key whose harnesses may only watch processes shared with them; `full` otherwise. */
+  access: KeyAccess;
 }
 
-export interface NewApiKey extends Omit<ApiKeyRecord, 'revokedAt' | 'relayUrl'> {
+export type KeyAccess = 'full' | 'view';
+
+export interface NewApiKey extends Omit<ApiKeyRecord, 'revokedAt' | 'relayUrl' | 'access'> {
   relayUrl?: string | null;
+  access?: KeyAccess;
   /** SHA-256 hex of the token; the token itself is never stored. */
   tokenHash: string;
 }
@@ -90,6 +95,8 @@ export interface ConsumedAuthorization {
   mintedByKeyId: string | null;
   /** That key's role, read when the authorization is consumed; null when there is no such key. */
   mintedByRole: Role | null;
+  /** That key's access (`view`: watch shared processes only); null when there is no such key. */
+  mintedByAccess: KeyAccess | null;
 }
 
 export interface AuthorizationClaim extends Omit<NewAuthorization, 'expiresAt' | 'connectRequestId' | 'mintedByKeyId'> {
