@@ -31,6 +31,7 @@ import {
 } from '@tether/exec-protocol';
 import type { OutboundAnswer } from '@tether/jsonrpc';
 import type { NativePipe } from '@tether/native-pipe';
+import type { CredentialInterceptor } from './credential-masking.js';
 
 export type PolicyDecision = Omit<NetworkPolicyDecisionNotification, 'processId'>;
 
@@ -284,6 +285,8 @@ export class ManagedProxy {
     private readonly onDecision: (decision: PolicyDecision) => void,
     private readonly limits: ManagedProxyLimits,
     enableSocks5: boolean,
+    /** Credential masking: CONNECTs to a bound destination are intercepted by it (credential-masking.ts). */
+    private readonly interceptor: CredentialInterceptor | null,
   ) {
     this.server = createServer(
       { requestTimeout: limits.idleMs, headersTimeout: Math.min(30_000, limits.idleMs) },
@@ -306,8 +309,10 @@ export class ManagedProxy {
     onDecision: (decision: PolicyDecision) => void,
     limits: ManagedProxyLimits = DEFAULT_PROXY_LIMITS,
     decider: Decider | null = null,
+    interceptor: CredentialInterceptor | null = null,
   ): Promise<ManagedProxy> {
-    const proxy = new ManagedProxy(new DomainPolicy(config, decider), onDecision, limits, config.enableSocks5);
+    const policy = new DomainPolicy(config, decider);
+    const proxy = new ManagedProxy(policy, onDecision, limits, config.enableSocks5, interceptor);
     try {
       await listen(proxy.server, (server, done) => server.listen(0, '127.0.0.1', done));
       proxy.listenedPort = (proxy.server.address() as { port: number }).port;
@@ -587,6 +592,13 @@ export class ManagedProxy {
           `content-length: ${Buffer.byteLength(message)}\r\ndate: ${httpDate()}\r\n\r\n${message}`,
       );
       return;
+    }
+    if (this.interceptor?.binds(target.host, target.port)) {
+      // A credential's destination: TLS is terminated here and the real value swapped in (credential-masking.ts).
+      socket.write(`HTTP/1.1 200 OK\r\ndate: ${httpDate()}\r\n\r\n`);
+      const address = verdict.address ?? target.host;
+      const track = (s: Duplex) => this.track(s);
+      return this.interceptor.intercept(socket, head, { ...target, address }, track, (n) => this.count(n));
     }
     const upstream = tcpConnect(target.port, verdict.address ?? target.host);
     this.track(upstream);

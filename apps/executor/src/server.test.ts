@@ -404,6 +404,8 @@ describe('sandbox refusals', () => {
       sandboxedFileStreaming: false,
       networkProxyLaunch: false,
       networkProxyReviewDomains: false,
+      credentialMasking: false,
+      credentialMaskingCustomProviders: false,
     });
     const opened = client.call('fs/open', {
       handleId: 'h',

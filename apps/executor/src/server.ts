@@ -109,6 +109,10 @@ export class ExecServer {
         networkProxyLaunch: this.sandbox.status.available && loadNativePipe() !== null,
         // `network/policyRequest` to a client that opts in (`policyDecisionTimeoutMs`): wherever the proxy is.
         networkProxyReviewDomains: this.sandbox.status.available && loadNativePipe() !== null,
+        // `proxy.credentialMasking` (+ `credentialProviders`): dummies in a `bash -c` command's environment, the
+        // real values swapped back in intercepted TLS to their bound destinations (credential-masking.ts).
+        credentialMasking: this.sandbox.status.available && loadNativePipe() !== null,
+        credentialMaskingCustomProviders: this.sandbox.status.available && loadNativePipe() !== null,
       },
     };
     this.reaper = options.reaper === false ? null : createReaper({ subreaper: options.subreaper === true });
