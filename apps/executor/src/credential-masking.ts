@@ -6,6 +6,7 @@
 // there only. Everywhere else the dummy travels as it is. No real value is ever logged.
 
 import { createHash, KeyObject, randomBytes, randomInt, webcrypto } from 'node:crypto';
+import { lookup } from 'node:dns/promises';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import {
   createServer,
@@ -20,6 +21,7 @@ import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import type { Duplex } from 'node:stream';
 import { createSecureContext, rootCertificates, type SecureContext, TLSSocket } from 'node:tls';
+import 'reflect-metadata';
 import * as x509 from '@peculiar/x509';
 import randexpModule from 'randexp';
 
@@ -135,6 +137,8 @@ export function parseCredentialProviders(raw: unknown): Map<string, CredentialPr
         case 'url_prefix_from_env':
         case 'header':
         case 'prefix':
+          // Options: null is as absent.
+          if (field === null) break;
           if (typeof field !== 'string') throw invalidType(field, 'a string');
           config[key] = field;
           break;
@@ -442,6 +446,10 @@ x509.cryptoProvider.set(crypto as unknown as Parameters<typeof x509.cryptoProvid
 const EC = { name: 'ECDSA', namedCurve: 'P-256' } as const;
 const SIGNING = { name: 'ECDSA', hash: 'SHA-256' } as const;
 
+/** Codex's validity for its CA and leaves (rcgen's defaults). */
+const NOT_BEFORE = new Date(Date.UTC(1975, 0, 1));
+const NOT_AFTER = new Date(Date.UTC(4096, 0, 1));
+
 /** Leaf certificates kept at once (one per host); the oldest goes first. */
 export const MAX_LEAF_CERTIFICATES = 256;
 
@@ -475,8 +483,8 @@ export class MitmAuthority {
         .toString('hex')
         .replace(/^[89a-f]/, '1'),
       name: 'CN=network_proxy MITM CA',
-      notBefore: new Date(Date.now() - 3600_000),
-      notAfter: new Date(Date.now() + 10 * 365 * 86400_000),
+      notBefore: NOT_BEFORE,
+      notAfter: NOT_AFTER,
       signingAlgorithm: SIGNING,
       keys,
       extensions: [
@@ -516,10 +524,11 @@ export class MitmAuthority {
       serialNumber: randomBytes(16)
         .toString('hex')
         .replace(/^[89a-f]/, '1'),
-      subject: `CN=${host.replace(/[,+="\\<>;]/g, '')}`,
+      // Codex's leaves (rcgen's): this subject, the host only in the SAN, the CA's validity.
+      subject: 'CN=rcgen self signed cert',
       issuer: this.caCert.subject,
-      notBefore: new Date(Date.now() - 3600_000),
-      notAfter: new Date(Date.now() + 365 * 86400_000),
+      notBefore: NOT_BEFORE,
+      notAfter: NOT_AFTER,
       signingAlgorithm: SIGNING,
       publicKey: this.leafKeys.publicKey,
       signingKey: this.caKey,
@@ -690,12 +699,13 @@ export class CredentialInterceptor {
 
   /**
    * Terminates the command's TLS on `client` (already answered `200`), `head` being what it sent after CONNECT;
-   * requests go to `address` (the resolved origin) with `host` as its name. `track` owns each socket made here.
+   * requests go to `address` (the resolved origin; null: `host` is resolved here, to public addresses only) with
+   * `host` as its name. `track` owns each socket made here, `count` counts the bytes.
    */
   async intercept(
     client: Duplex,
     head: Buffer,
-    target: { host: string; port: number; address: string },
+    target: { host: string; port: number; address: string | null },
     track: (socket: Duplex) => void,
     count: (bytes: number) => void,
   ): Promise<void> {
@@ -709,21 +719,21 @@ export class CredentialInterceptor {
     tls.on('close', () => clearTimeout(timer));
     tls.on('error', () => tls.destroy());
     tls.on('data', (chunk: Buffer) => count(chunk.length));
-    (tls as TLSSocket & { tetherTarget?: unknown }).tetherTarget = { ...target, track, count };
+    this.targets.set(tls, { ...target, track, count });
     this.http.emit('connection', tls);
   }
 
+  private readonly targets = new WeakMap<object, InterceptTarget>();
+
   private forward(req: IncomingMessage, res: ServerResponse): void {
-    const target = (req.socket as TLSSocket & { tetherTarget?: unknown }).tetherTarget as {
-      host: string;
-      port: number;
-      address: string;
-      track: (socket: Duplex) => void;
-      count: (bytes: number) => void;
-    };
+    const target = this.targets.get(req.socket);
+    if (target === undefined) return void res.destroy();
     const path = req.url ?? '/';
-    if (!path.startsWith('/')) {
-      res.writeHead(400, { 'content-type': 'text/plain' }).end('invalid request');
+    const named = splitHost(req.headers.host ?? '');
+    if (!path.startsWith('/') || named !== target.host) {
+      // Codex's answer to a request for another host than the CONNECT's (nothing is sent on).
+      req.resume();
+      plainAnswer(res, 400, 'Bad Request', 'host mismatch');
       return;
     }
     const raw: string[] = [];
@@ -735,41 +745,84 @@ export class CredentialInterceptor {
       port: target.port,
       path: path.replace(/\?.*$/, ''),
     });
-    this.counters.swapped += swapped;
     const outgoing: OutgoingHttpHeaders = {};
     for (const [name, value] of headers) {
       const known = outgoing[name];
       outgoing[name] = known === undefined ? value : [...(Array.isArray(known) ? known : [String(known)]), value];
     }
-    const upstream = httpsRequest({
-      host: target.address,
-      servername: isIP(target.host) === 0 ? target.host : undefined,
-      port: target.port,
-      method: req.method,
-      path,
-      headers: outgoing,
-      setHost: false,
-      agent: false,
-      ca: this.trust,
-      timeout: this.limits.timeoutMs,
-    });
-    upstream.on('socket', (socket) => target.track(socket));
-    upstream.on('timeout', () => upstream.destroy(new Error('the origin did not answer in time')));
-    upstream.on('response', (answer) => {
-      answer.on('data', (chunk: Buffer) => target.count(chunk.length));
-      const back: string[] = [];
-      for (let i = 0; i + 1 < answer.rawHeaders.length; i += 2) {
-        if (!HOP_BY_HOP.has(answer.rawHeaders[i]!.toLowerCase()))
-          back.push(answer.rawHeaders[i]!, answer.rawHeaders[i + 1]!);
-      }
-      res.writeHead(answer.statusCode ?? 502, answer.statusMessage, back);
-      answer.pipe(res);
-    });
-    upstream.on('error', (err) => {
+    const failed = () => {
       if (res.headersSent) return void res.destroy();
-      // The origin's name and the reason, never a header (a real value is in them).
-      res.writeHead(502, { 'content-type': 'text/plain' }).end(`upstream TLS connection failed: ${err.message}`);
-    });
-    req.pipe(upstream);
+      req.resume();
+      // Codex's wording; the reason is not given (a header of the request may hold a real value).
+      plainAnswer(res, 502, 'Bad Gateway', 'mitm upstream error');
+    };
+    void publicAddress(target.host, target.address).then((address) => {
+      if (address === null) return failed();
+      this.counters.swapped += swapped;
+      const upstream = httpsRequest({
+        host: address,
+        servername: isIP(target.host) === 0 ? target.host : undefined,
+        port: target.port,
+        method: req.method,
+        path,
+        headers: outgoing,
+        setHost: false,
+        agent: false,
+        ca: this.trust,
+        timeout: this.limits.timeoutMs,
+      });
+      upstream.on('socket', (socket) => target.track(socket));
+      upstream.on('timeout', () => upstream.destroy(new Error('the origin did not answer in time')));
+      upstream.on('response', (answer) => {
+        answer.on('data', (chunk: Buffer) => target.count(chunk.length));
+        const back: string[] = [];
+        for (let i = 0; i + 1 < answer.rawHeaders.length; i += 2) {
+          const name = answer.rawHeaders[i]!;
+          if (!HOP_BY_HOP.has(name.toLowerCase())) back.push(name, answer.rawHeaders[i + 1]!);
+        }
+        res.writeHead(answer.statusCode ?? 502, answer.statusMessage, back);
+        answer.pipe(res);
+      });
+      upstream.on('error', failed);
+      req.pipe(upstream);
+    }, failed);
   }
+}
+
+interface InterceptTarget {
+  host: string;
+  port: number;
+  address: string | null;
+  track: (socket: Duplex) => void;
+  count: (bytes: number) => void;
+}
+
+/** A Host header's host, lowercase, without port or brackets. */
+function splitHost(value: string): string {
+  const m = /^(?:\[([^\]]+)\]|([^:]+))(?::\d+)?$/.exec(value.trim());
+  return (m?.[1] ?? m?.[2] ?? '').toLowerCase();
+}
+
+/** `address`, or `host` resolved to an address that is not local; null when there is none. */
+async function publicAddress(host: string, address: string | null): Promise<string | null> {
+  if (address !== null) return address;
+  const found = await lookup(host, { all: true }).catch(() => []);
+  if (found.length === 0 || found.some((a) => isLocalHost(a.address))) return null;
+  return found[0]!.address;
+}
+
+/** A short text answer as Codex's MITM writes it (these headers, in this order), closing the connection. */
+function plainAnswer(res: ServerResponse, status: number, text: string, body: string): void {
+  res.sendDate = false;
+  res.writeHead(status, text, [
+    'content-type',
+    'text/plain',
+    'connection',
+    'close',
+    'content-length',
+    String(Buffer.byteLength(body)),
+    'date',
+    new Date().toUTCString(),
+  ]);
+  res.end(body);
 }
