@@ -501,7 +501,18 @@ export class MitmAuthority {
     const dir = mkdtempSync(join(tmpdir(), 'tether-mitm-'));
     const bundlePath = join(dir, 'ca-bundle.pem');
     writeFileSync(bundlePath, `${[...rootCertificates, caPem].join('\n')}\n`, { mode: 0o644 });
-    return new MitmAuthority(cert, keys.privateKey, leafKeys, pemKey(leafKeys.privateKey), caPem, dir, bundlePath);
+    const authority = new MitmAuthority(
+      cert,
+      keys.privateKey,
+      leafKeys,
+      pemKey(leafKeys.privateKey),
+      caPem,
+      dir,
+      bundlePath,
+    );
+    // The executor's one authority lives as long as the executor: its bundle goes when the process exits.
+    process.once('exit', authority.removeBundle);
+    return authority;
   }
 
   /** A TLS server context presenting a certificate for `host`, signed by this CA (cached). */
@@ -542,9 +553,12 @@ export class MitmAuthority {
     return createSecureContext({ key: this.leafKeyPem, cert: `${leaf.toString('pem')}\n${this.caPem}` });
   }
 
+  private readonly removeBundle = () => rmSync(this.dir, { recursive: true, force: true });
+
   close(): void {
     this.leaves.clear();
-    rmSync(this.dir, { recursive: true, force: true });
+    process.off('exit', this.removeBundle);
+    this.removeBundle();
   }
 }
 
