@@ -12,6 +12,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { join } from 'node:path';
 import { collectUntilClosed } from '@tether/test-kit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { proxyConfig } from './proxy-config.ts';
 import { KIND_CASES, useHarness } from './support.ts';
 
 const OPENAI = 'sk-proj-ABCdef0123456789ABCdef0123456789ABCdef0123456789xyz';
@@ -32,6 +33,9 @@ const CREDENTIALS = {
   LOCAL_TOKEN: 'loc_abcdef',
 };
 
+/** The proxy of every start here: api.openai.com allowed, local hosts reached. */
+const MASKING = { credentialMasking: true, domains: { 'api.openai.com': 'allow' }, allowLocalBinding: true };
+
 const PROVIDERS = {
   mine: {
     env: ['MY_TOKEN'],
@@ -44,24 +48,6 @@ const PROVIDERS = {
   // Plain http: an invalid provider, ignored.
   plain: { env: ['PLAIN_TOKEN'], patterns: ['p_[a-z]+'], url_prefixes: ['http://api.example.invalid/'] },
 };
-
-const proxyConfig = (overrides: Record<string, unknown>) => ({
-  proxy: {
-    enabled: true,
-    enableSocks5: false,
-    enableSocks5Udp: false,
-    allowUpstreamProxy: true,
-    dangerouslyAllowAllUnixSockets: false,
-    mode: 'full',
-    domains: { 'api.openai.com': 'allow' },
-    unixSockets: null,
-    allowLocalBinding: true,
-    ...overrides,
-  },
-  auditMetadata: { conversationId: 'conformance', appVersion: '0.171.0', originator: 'codex_exec' },
-  environmentId: 'remote',
-  executionId: 'execution-1',
-});
 
 /**
  * Through $HTTPS_PROXY: CONNECT to argv[2] (host:port), TLS for that name without verification; prints the
@@ -138,7 +124,7 @@ describe('credential masking: the same dummies, bundle and refusals on both exec
       h.startParams(id, argv, {
         env: { PATH: process.env.PATH ?? '/usr/bin:/bin', ...CREDENTIALS },
         enforceManagedNetwork: false,
-        networkProxy: proxyConfig({ credentialMasking: true, credentialProviders: PROVIDERS }),
+        networkProxy: proxyConfig({ ...MASKING, credentialProviders: PROVIDERS }),
       }),
     );
     expect(started.error).toBeUndefined();
@@ -239,7 +225,7 @@ describe('credential masking: the same dummies, bundle and refusals on both exec
     for (const [i, overrides] of cases.entries()) {
       const answer = await rpc.request(
         'process/start',
-        h.startParams(`refused-${i}`, ['/bin/true'], { networkProxy: proxyConfig(overrides) }),
+        h.startParams(`refused-${i}`, ['/bin/true'], { networkProxy: proxyConfig({ ...MASKING, ...overrides }) }),
       );
       answers.push(answer.error ?? 'started');
     }

@@ -11,6 +11,7 @@ import { createServer as createNetServer, type Server as NetServer } from 'node:
 import { join } from 'node:path';
 import { collectUntilClosed, type RpcMessage, type TestClient } from '@tether/test-kit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { proxyConfig } from './proxy-config.ts';
 import { sandboxAt, useSandboxScratch, workspaceWrite } from './sandbox-support.ts';
 import { KIND_CASES, resumeWhenDetached, useHarness } from './support.ts';
 
@@ -43,26 +44,6 @@ const send = (raw) => new Promise((resolve) => {
 const get = (host: string, path: string) =>
   `GET http://${host}${path} HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`;
 const connect = (authority: string) => `CONNECT ${authority} HTTP/1.1\r\nHost: ${authority}\r\n\r\n`;
-
-const proxyConfig = (overrides: Record<string, unknown>, launch: Record<string, unknown> = {}) => ({
-  proxy: {
-    enabled: true,
-    // Without a SOCKS5 listener ALL_PROXY names the HTTP one (the SOCKS5 case turns it on).
-    enableSocks5: false,
-    enableSocks5Udp: false,
-    allowUpstreamProxy: true,
-    dangerouslyAllowAllUnixSockets: false,
-    mode: 'full',
-    domains: null,
-    unixSockets: null,
-    allowLocalBinding: false,
-    ...overrides,
-  },
-  auditMetadata: { conversationId: 'conformance', appVersion: '0.171.0', originator: 'codex_exec' },
-  environmentId: 'remote',
-  executionId: 'execution-1',
-  ...launch,
-});
 
 /**
  * Tries argv[2] (a port on the host's 127.0.0.1) and argv[3] (a host's unix socket the sandbox can see)

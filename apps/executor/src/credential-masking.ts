@@ -24,6 +24,7 @@ import { createSecureContext, rootCertificates, type SecureContext, TLSSocket } 
 import 'reflect-metadata';
 import * as x509 from '@peculiar/x509';
 import randexpModule from 'randexp';
+import { forwardedHeaders, HOP_BY_HOP } from './network-proxy.js';
 
 /** Set in a masked command's environment (Codex's name). */
 export const BROKER_ACTIVE_ENV = 'CODEX_NETWORK_PROXY_CREDENTIAL_BROKER_ACTIVE';
@@ -653,18 +654,6 @@ export function substituteHeaders(
   return { headers, swapped };
 }
 
-const HOP_BY_HOP = new Set([
-  'connection',
-  'proxy-connection',
-  'keep-alive',
-  'proxy-authorization',
-  'proxy-authenticate',
-  'te',
-  'trailer',
-  'transfer-encoding',
-  'upgrade',
-]);
-
 export interface InterceptLimits {
   /** A TLS handshake with the command, or the origin's answer to start, taking longer than this ends the connection. */
   timeoutMs: number;
@@ -750,10 +739,7 @@ export class CredentialInterceptor {
       plainAnswer(res, 400, 'Bad Request', 'host mismatch');
       return;
     }
-    const raw: string[] = [];
-    for (let i = 0; i + 1 < req.rawHeaders.length; i += 2) {
-      if (!HOP_BY_HOP.has(req.rawHeaders[i]!.toLowerCase())) raw.push(req.rawHeaders[i]!, req.rawHeaders[i + 1]!);
-    }
+    const raw = forwardedHeaders(req.rawHeaders).flat();
     const { headers, swapped } = substituteHeaders(raw, this.credentials, {
       host: target.host,
       port: target.port,

@@ -227,7 +227,7 @@ const literalOrNull = (host: string) => (isIP(host) === 0 ? null : host);
 const LIMITED_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
 
 /** Request headers a proxy does not pass on (hop-by-hop). */
-const HOP_BY_HOP = new Set([
+export const HOP_BY_HOP = new Set([
   'connection',
   'proxy-connection',
   'keep-alive',
@@ -239,7 +239,7 @@ const HOP_BY_HOP = new Set([
   'upgrade',
 ]);
 
-function forwardedHeaders(raw: string[]): [string, string][] {
+export function forwardedHeaders(raw: string[]): [string, string][] {
   const out: [string, string][] = [];
   for (let i = 0; i + 1 < raw.length; i += 2) {
     if (!HOP_BY_HOP.has(raw[i]!.toLowerCase())) out.push([raw[i]!, raw[i + 1]!]);
