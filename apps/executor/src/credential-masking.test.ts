@@ -144,7 +144,7 @@ describe('maskEnvironment', () => {
       NONE: 'n_abc',
       NOMATCH: 'letters',
     };
-    const { credentials, warnings } = maskEnvironment(env, BASH, providers, new DummyBook());
+    const { credentials, warnings } = maskEnvironment(env, BASH, providers, new DummyBook(), true);
     expect(env.MY_TOKEN).toMatch(/^tok_[a-z0-9]{20}$/);
     expect(env.MY_TOKEN).not.toBe('tok_abcdefghijklmnop0123');
     expect(env).toMatchObject({ PLAIN: 'p_abc', LOCAL: 'l_abc', NONE: 'n_abc', NOMATCH: 'letters' });
@@ -156,6 +156,16 @@ describe('maskEnvironment', () => {
       'ignoring invalid credential provider provider=none error=credential provider `none` has no destination URL prefixes',
       'Credential masking could not protect some environment credentials; continuing with those values unmasked.',
     ]);
+  });
+
+  it('binds a local destination when the command may not bind locally itself', () => {
+    const providers = parseCredentialProviders({
+      local: { env: ['LOCAL'], patterns: ['l_[a-z]+'], url_prefixes: ['https://127.0.0.1:8443/'] },
+    });
+    const env = { LOCAL: 'l_abc' };
+    const { credentials } = maskEnvironment(env, BASH, providers, new DummyBook(), false);
+    expect(env.LOCAL).toMatch(/^l_[a-z]+$/);
+    expect(credentials.map((c) => c.destinations)).toEqual([[{ host: '127.0.0.1', port: 8443, path: '/' }]]);
   });
 
   it('makes pattern dummies that match the whole pattern', () => {

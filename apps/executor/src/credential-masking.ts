@@ -362,13 +362,15 @@ export interface MaskOutcome {
 /**
  * Masks `env` in place for `argv`: each known credential (built-in or of `providers`) gets its dummy, every other
  * variable holding the same real value too, and Codex's marker variables are set. A credential that cannot be
- * bound (no destination, a value no pattern matches, a local destination) stays as it is, with a warning.
+ * bound (no destination, a value no pattern matches, a local destination under `allowLocalBinding`) stays as it
+ * is, with a warning.
  */
 export function maskEnvironment(
   env: Record<string, string>,
   argv: readonly string[],
   providers: Map<string, CredentialProviderConfig>,
   book: DummyBook,
+  allowLocalBinding = false,
 ): MaskOutcome {
   const warnings: string[] = [];
   const credentials: BoundCredential[] = [];
@@ -412,7 +414,8 @@ export function maskEnvironment(
       const real = env[name] ?? '';
       if (real === '' || credentials.some((c) => c.name === name)) continue;
       const pattern = compiled.patterns.find((p) => p.test(real));
-      if (pattern === undefined || compiled.destinations.some((d) => isLocalHost(d.host))) {
+      // A local destination cannot be told apart from the command's own listeners when it may bind locally.
+      if (pattern === undefined || (allowLocalBinding && compiled.destinations.some((d) => isLocalHost(d.host)))) {
         unprotected = true;
         continue;
       }
@@ -778,7 +781,9 @@ export class CredentialInterceptor {
         const back: string[] = [];
         for (let i = 0; i + 1 < answer.rawHeaders.length; i += 2) {
           const name = answer.rawHeaders[i]!;
-          if (!HOP_BY_HOP.has(name.toLowerCase())) back.push(name, answer.rawHeaders[i + 1]!);
+          // The origin's Connection stays where it was (as Codex passes it on); node adds none then.
+          const lower = name.toLowerCase();
+          if (lower === 'connection' || !HOP_BY_HOP.has(lower)) back.push(name, answer.rawHeaders[i + 1]!);
         }
         res.writeHead(answer.statusCode ?? 502, answer.statusMessage, back);
         answer.pipe(res);

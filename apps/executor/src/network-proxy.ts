@@ -178,9 +178,9 @@ export class DomainPolicy {
 
   /**
    * The verdict on `question.host` (lowercase, no brackets), asking the decider where it must and resolving
-   * a name that is allowed (unless not `resolve`: an intercepted destination resolves its name itself).
+   * a name that is allowed.
    */
-  async check(question: PolicyQuestion, resolve = true): Promise<Verdict> {
+  async check(question: PolicyQuestion): Promise<Verdict> {
     const host = question.host;
     const baseline = { source: 'baseline_policy', silent: false } as const;
     if (isLocalName(host)) {
@@ -201,7 +201,9 @@ export class DomainPolicy {
       return { ...baseline, reason: 'not_allowed', address: null };
     }
     if (isIP(host) !== 0) return { reason: 'allow', source, silent: false, address: host };
-    if (!resolve) return { reason: 'allow', source, silent: false, address: null };
+    // With allowLocalBinding nothing is refused for its address, so an allowed name is not resolved here: Codex
+    // answers its CONNECT 200 (and intercepts a credential's destination) even when it resolves nowhere.
+    if (this.config.allowLocalBinding) return { reason: 'allow', source, silent: false, address: null };
     // An allowed name must resolve, and only to public addresses (nothing local reached through a name).
     const addresses = await lookup(host, { all: true }).catch(() => []);
     if (addresses.length === 0 || addresses.some((a) => isLocalAddress(a.address))) {
@@ -576,10 +578,7 @@ export class ManagedProxy {
       socket.end('HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n');
       return;
     }
-    // A credential's destination is allowed by name, as Codex's: its interception resolves it.
-    const intercepted = this.interceptor?.binds(target.host, target.port) === true;
-    const question = { protocol: 'https_connect', host: target.host, port: target.port } as const;
-    const verdict = await this.policy.check(question, !intercepted);
+    const verdict = await this.policy.check({ protocol: 'https_connect', host: target.host, port: target.port });
     if (!verdict.silent) {
       this.report(req, 'https_connect', target.host, target.port, verdict.reason, verdict.source);
     }
@@ -597,7 +596,7 @@ export class ManagedProxy {
       );
       return;
     }
-    if (intercepted && this.interceptor) {
+    if (this.interceptor?.binds(target.host, target.port)) {
       // A credential's destination: TLS is terminated here and the real value swapped in (credential-masking.ts).
       socket.write(`HTTP/1.1 200 OK\r\ndate: ${httpDate()}\r\n\r\n`);
       const address = verdict.address;

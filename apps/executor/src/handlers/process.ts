@@ -280,7 +280,8 @@ async function maskCredentials(
   const authority = await mitmAuthority();
   Object.assign(env, caEnvironment(authority.bundlePath));
   const providers = parseCredentialProviders(params.networkProxy?.proxy.credentialProviders);
-  const { credentials } = maskEnvironment(env, params.argv, providers, dummies);
+  const allowLocal = params.networkProxy?.proxy.allowLocalBinding === true;
+  const { credentials } = maskEnvironment(env, params.argv, providers, dummies, allowLocal);
   return credentials.length === 0 ? null : new CredentialInterceptor(authority, credentials);
 }
 
