@@ -113,7 +113,8 @@ describe('credential masking: the same dummies, bundle and refusals on both exec
   beforeAll(async () => {
     writeFileSync(tlsClient, TLS_CLIENT);
     const record = (scheme: string) => (req: IncomingMessage, res: ServerResponse) => {
-      reached.push(`${scheme} ${req.method} ${req.url} authorization=${req.headers.authorization}`);
+      const host = scheme === 'https' ? ` host=${req.headers.host?.replace(String(tlsPort), '<tls port>')}` : '';
+      reached.push(`${scheme} ${req.method} ${req.url}${host} authorization=${req.headers.authorization}`);
       req.resume();
       req.on('end', () => res.end('hello from origin\n'));
     };
@@ -290,10 +291,11 @@ describe('credential masking: the same dummies, bundle and refusals on both exec
       const outcome = await scenario(kind, 'swap', ['/bin/bash', '-c', script.join('; ')]);
       expect(outcome.seen).toContain('SWAP_TOKEN=<SWAP_TOKEN dummy>');
       expect(outcome.reached).toEqual([
-        `https GET /api/x authorization=Bearer ${SWAP}`,
-        'https GET /other authorization=Bearer <SWAP_TOKEN dummy>',
-        'https GET /apix authorization=Bearer <SWAP_TOKEN dummy>',
-        `https GET /api/y authorization=Bearer ${SWAP}`,
+        `https GET /api/x host=127.0.0.1:<tls port> authorization=Bearer ${SWAP}`,
+        'https GET /other host=127.0.0.1:<tls port> authorization=Bearer <SWAP_TOKEN dummy>',
+        'https GET /apix host=127.0.0.1:<tls port> authorization=Bearer <SWAP_TOKEN dummy>',
+        // A Host without the port is the CONNECT's host too; the origin gets the CONNECT's authority.
+        `https GET /api/y host=127.0.0.1:<tls port> authorization=Bearer ${SWAP}`,
       ]);
       compare('swap', kind, outcome);
     },

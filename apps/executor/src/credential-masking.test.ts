@@ -201,6 +201,25 @@ describe('substituteHeaders', () => {
     }
   });
 
+  it('swaps in the provider’s own header only when it names one (Codex: X-Api-Key swapped, Authorization kept)', () => {
+    const providers = parseCredentialProviders({
+      keyed: {
+        env: ['K'],
+        patterns: ['k_[a-z]{8}'],
+        url_prefixes: ['https://api.example.invalid/'],
+        header: 'X-Api-Key',
+      },
+    });
+    const env = { K: 'k_abcdefgh' };
+    const { credentials } = maskEnvironment(env, BASH, providers, new DummyBook());
+    const raw = ['X-Api-Key', env.K, 'Authorization', `Bearer ${env.K}`];
+    const { headers } = substituteHeaders(raw, credentials, { host: 'api.example.invalid', port: 443, path: '/' });
+    expect(headers).toEqual([
+      ['X-Api-Key', 'k_abcdefgh'],
+      ['Authorization', `Bearer ${env.K}`],
+    ]);
+  });
+
   it('swaps inside a Basic authorization, and honours a path prefix', () => {
     const scoped = { ...credential, destinations: [{ host: 'api.openai.com', port: 443, path: '/v1/' }] };
     const basic = ['authorization', `Basic ${Buffer.from('user:sk-proj-maskedDUMMY').toString('base64')}`];

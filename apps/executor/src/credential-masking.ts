@@ -749,7 +749,10 @@ export class CredentialInterceptor {
       path: path.replace(/\?.*$/, ''),
     });
     const outgoing: OutgoingHttpHeaders = {};
-    for (const [name, value] of headers) {
+    // The Host the origin gets names the CONNECT's authority (Codex's: `127.0.0.1` becomes `127.0.0.1:<port>`).
+    const authority = `${isIP(target.host) === 6 ? `[${target.host}]` : target.host}${target.port === 443 ? '' : `:${target.port}`}`;
+    for (const [name, raw] of headers) {
+      const value = name.toLowerCase() === 'host' ? authority : raw;
       const known = outgoing[name];
       outgoing[name] = known === undefined ? value : [...(Array.isArray(known) ? known : [String(known)]), value];
     }
