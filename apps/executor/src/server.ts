@@ -19,6 +19,7 @@ import { PROMETHEUS_CONTENT_TYPE } from '@tether/telemetry';
 import { WebSocketServer } from 'ws';
 import { DEFAULT_CONFIG, type ExecutorConfig } from './config.js';
 import { ConnectionProcessor } from './connection-processor.js';
+import { closeMitmAuthority } from './credential-masking.js';
 import { environmentInfo } from './environment-info.js';
 import { confinedOpenAvailable } from './fs/confined.js';
 import { formatWebSocketUrl } from './listen-url.js';
@@ -295,6 +296,8 @@ export class ExecServer {
     await Promise.all([...this.processors].map((processor) => processor.done));
     await this.reaper?.close();
     this.readBuffers.close();
+    // The MITM CA's bundle (credential masking) goes with the executor; a later use makes a new CA.
+    await closeMitmAuthority();
     if (this.ownsSandbox) this.sandbox.close();
     this.logger.info('exec-server shutdown complete');
   }
