@@ -31,6 +31,7 @@ import {
 } from '@tether/exec-protocol';
 import type { OutboundAnswer } from '@tether/jsonrpc';
 import type { NativePipe } from '@tether/native-pipe';
+import type { CredentialInterceptor } from './credential-masking.js';
 
 export type PolicyDecision = Omit<NetworkPolicyDecisionNotification, 'processId'>;
 
@@ -214,8 +215,10 @@ export class DomainPolicy {
       return { ...baseline, reason: 'not_allowed', address: null };
     }
     if (isIP(host) !== 0) return { reason: 'allow', source, silent: false, address: host };
-    // An allowed name must resolve, and only to public addresses (nothing local reached through a name), unless
-    // local binding is allowed.
+    // With allowLocalBinding nothing is refused for its address, so an allowed name is not resolved here: Codex
+    // answers its CONNECT 200 (and intercepts a credential's destination) even when it resolves nowhere.
+    if (this.config.allowLocalBinding) return { reason: 'allow', source, silent: false, address: null };
+    // An allowed name must resolve, and only to public addresses (nothing local reached through a name).
     const addresses = await lookup(host, { all: true }).catch(() => []);
     if (addresses.length === 0 || (!allowLocal && addresses.some((a) => isLocalAddress(a.address)))) {
       return { ...baseline, reason: 'not_allowed_local', address: null };
@@ -240,7 +243,7 @@ const literalOrNull = (host: string) => (isIP(host) === 0 ? null : host);
 const LIMITED_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
 
 /** Request headers a proxy does not pass on (hop-by-hop). */
-const HOP_BY_HOP = new Set([
+export const HOP_BY_HOP = new Set([
   'connection',
   'proxy-connection',
   'keep-alive',
@@ -252,7 +255,7 @@ const HOP_BY_HOP = new Set([
   'upgrade',
 ]);
 
-function forwardedHeaders(raw: string[]): [string, string][] {
+export function forwardedHeaders(raw: string[]): [string, string][] {
   const out: [string, string][] = [];
   for (let i = 0; i + 1 < raw.length; i += 2) {
     if (!HOP_BY_HOP.has(raw[i]!.toLowerCase())) out.push([raw[i]!, raw[i + 1]!]);
@@ -299,6 +302,8 @@ export class ManagedProxy {
     private readonly onDecision: (decision: PolicyDecision) => void,
     private readonly limits: ManagedProxyLimits,
     enableSocks5: boolean,
+    /** Credential masking: CONNECTs to a bound destination are intercepted by it (credential-masking.ts). */
+    private readonly interceptor: CredentialInterceptor | null,
   ) {
     this.server = createServer(
       { requestTimeout: limits.idleMs, headersTimeout: Math.min(30_000, limits.idleMs) },
@@ -321,8 +326,10 @@ export class ManagedProxy {
     onDecision: (decision: PolicyDecision) => void,
     limits: ManagedProxyLimits = DEFAULT_PROXY_LIMITS,
     decider: Decider | null = null,
+    interceptor: CredentialInterceptor | null = null,
   ): Promise<ManagedProxy> {
-    const proxy = new ManagedProxy(new DomainPolicy(config, decider), onDecision, limits, config.enableSocks5);
+    const policy = new DomainPolicy(config, decider);
+    const proxy = new ManagedProxy(policy, onDecision, limits, config.enableSocks5, interceptor);
     try {
       await listen(proxy.server, (server, done) => server.listen(0, '127.0.0.1', done));
       proxy.listenedPort = (proxy.server.address() as { port: number }).port;
@@ -638,6 +645,13 @@ export class ManagedProxy {
           `content-length: ${Buffer.byteLength(message)}\r\ndate: ${httpDate()}\r\n\r\n${message}`,
       );
       return;
+    }
+    if (this.interceptor?.binds(target.host, target.port)) {
+      // A credential's destination: TLS is terminated here and the real value swapped in (credential-masking.ts).
+      socket.write(`HTTP/1.1 200 OK\r\ndate: ${httpDate()}\r\n\r\n`);
+      const address = verdict.address;
+      const track = (s: Duplex) => this.track(s);
+      return this.interceptor.intercept(socket, head, { ...target, address }, track, (n) => this.count(n));
     }
     const upstream = tcpConnect(target.port, verdict.address ?? target.host);
     this.track(upstream);

@@ -405,6 +405,8 @@ describe('sandbox refusals', () => {
       networkProxyLaunch: false,
       networkProxyReviewDomains: false,
       networkProxyTransparentTcp: false,
+      credentialMasking: false,
+      credentialMaskingCustomProviders: false,
     });
     const opened = client.call('fs/open', {
       handleId: 'h',

@@ -19,6 +19,7 @@ import { PROMETHEUS_CONTENT_TYPE } from '@tether/telemetry';
 import { WebSocketServer } from 'ws';
 import { DEFAULT_CONFIG, type ExecutorConfig } from './config.js';
 import { ConnectionProcessor } from './connection-processor.js';
+import { closeMitmAuthority } from './credential-masking.js';
 import { environmentInfo } from './environment-info.js';
 import { confinedOpenAvailable } from './fs/confined.js';
 import { formatWebSocketUrl } from './listen-url.js';
@@ -116,6 +117,10 @@ export class ExecServer {
         // namespace's TCP to the relay (root, ip and nft, NAT in a user namespace: @tether/sandbox transparent-tcp.ts).
         networkProxyTransparentTcp:
           this.sandbox.status.available && loadNativePipe() !== null && this.sandbox.transparentTcp.available,
+        // `proxy.credentialMasking` (+ `credentialProviders`): dummies in a `bash -c` command's environment, the
+        // real values swapped back in intercepted TLS to their bound destinations (credential-masking.ts).
+        credentialMasking: this.sandbox.status.available && loadNativePipe() !== null,
+        credentialMaskingCustomProviders: this.sandbox.status.available && loadNativePipe() !== null,
       },
     };
     this.recordings =
@@ -316,6 +321,8 @@ export class ExecServer {
     // After the last process: every recording has its exit and final seal queued.
     await this.recordings?.close();
     this.readBuffers.close();
+    // The MITM CA's bundle (credential masking) goes with the executor; a later use makes a new CA.
+    await closeMitmAuthority();
     if (this.ownsSandbox) this.sandbox.close();
     this.logger.info('exec-server shutdown complete');
   }

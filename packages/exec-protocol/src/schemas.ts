@@ -83,6 +83,16 @@ export const NetworkProxyConfig = Type.Object({
   reviewDomains: Type.Optional(Type.Array(Type.String())),
   /** Codex's transparent TCP (capability `networkProxyTransparentTcp`, which Tether does not advertise). */
   transparentTcp: Type.Optional(Type.Boolean()),
+  /**
+   * Capability `credentialMasking`: a `bash -c` command sees dummies for the credentials the executor knows, and the
+   * proxy swaps the real values back in TLS it intercepts to their bound destinations.
+   */
+  credentialMasking: Type.Optional(Type.Boolean()),
+  /**
+   * Capability `credentialMaskingCustomProviders`: name -> Codex's `CredentialProviderConfig` (`env`, `patterns`,
+   * `url_prefixes`, `url_prefix_from_env`, `auth`, `header`, `prefix`), checked by the executor with serde's words.
+   */
+  credentialProviders: Type.Optional(Type.Unknown()),
 });
 export type NetworkProxyConfig = Static<typeof NetworkProxyConfig>;
 

@@ -38,6 +38,15 @@ import {
 } from '@tether/local-process';
 import { loadNativePipe, nativePipeUnavailableReason } from '@tether/native-pipe';
 import { likelySandboxDenied, routeTransparentTcp, type Sandboxer } from '@tether/sandbox';
+import {
+  CredentialInterceptor,
+  caEnvironment,
+  DummyBook,
+  maskEnvironment,
+  mitmAuthority,
+  ProviderConfigError,
+  parseCredentialProviders,
+} from '../credential-masking.js';
 import { helperRuntime } from '../fs/confined.js';
 import { DEFAULT_PROXY_LIMITS, type Decider, ManagedProxy, proxyEnvironment, verdictOf } from '../network-proxy.js';
 import type { ProcessRecording } from '../recordings.js';
@@ -113,6 +122,12 @@ function checkNetworkProxy(
     if (unavailable !== null) {
       throw RpcError.invalidParams(`transparent TCP is not supported by this exec-server: ${unavailable}`);
     }
+  }
+  try {
+    parseCredentialProviders(launch.proxy.credentialProviders);
+  } catch (err) {
+    if (err instanceof ProviderConfigError) throw RpcError.invalidParams(err.message);
+    throw err;
   }
   const timeout = launch.policyDecisionTimeoutMs;
   if (timeout === 0) throw RpcError.invalidParams('network policy decision callback timeout must be nonzero');
@@ -266,15 +281,36 @@ async function startNetworkProxy(
               timeout + POLICY_DECISION_GRACE_MS,
             )) ?? { kind: 'none', reason: 'the session is detached' },
           );
+  const interceptor = launch.proxy.credentialMasking === true ? await maskCredentials(params, env) : null;
   const proxy = await ManagedProxy.start(
     launch.proxy,
     (decision) =>
       session.attachment?.notify(Notification.networkPolicyDecision, { processId: params.processId, ...decision }),
     DEFAULT_PROXY_LIMITS,
     decider,
+    interceptor,
   );
   Object.assign(env, proxyEnvironment(proxy.port, launch.proxy.allowLocalBinding, proxy.socksPort));
   return proxy;
+}
+
+/** The executor's dummies (credential-masking.ts): one per variable and real value for the executor's life. */
+const dummies = new DummyBook();
+
+/**
+ * Capability `credentialMasking`: `env` told to trust the executor's CA and, for a `bash -c` start, its credentials
+ * replaced by dummies; the interceptor that swaps them back at their destinations, null when nothing was masked.
+ */
+async function maskCredentials(
+  params: ProcessStartParams,
+  env: Record<string, string>,
+): Promise<CredentialInterceptor | null> {
+  const authority = await mitmAuthority();
+  Object.assign(env, caEnvironment(authority.bundlePath));
+  const providers = parseCredentialProviders(params.networkProxy?.proxy.credentialProviders);
+  const allowLocal = params.networkProxy?.proxy.allowLocalBinding === true;
+  const { credentials } = maskEnvironment(env, params.argv, providers, dummies, allowLocal);
+  return credentials.length === 0 ? null : new CredentialInterceptor(authority, credentials);
 }
 
 /** `sandbox` (or running as usual without one) that also closes `proxy` once the process is gone. */
