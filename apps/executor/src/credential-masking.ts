@@ -24,7 +24,7 @@ import { createSecureContext, rootCertificates, type SecureContext, TLSSocket } 
 import 'reflect-metadata';
 import * as x509 from '@peculiar/x509';
 import randexpModule from 'randexp';
-import { forwardedHeaders, HOP_BY_HOP } from './network-proxy.js';
+import { forwardedHeaders, HOP_BY_HOP } from './proxy-headers.js';
 
 /** Set in a masked command's environment (Codex's name). */
 export const BROKER_ACTIVE_ENV = 'CODEX_NETWORK_PROXY_CREDENTIAL_BROKER_ACTIVE';

@@ -32,6 +32,7 @@ import {
 import type { OutboundAnswer } from '@tether/jsonrpc';
 import type { NativePipe } from '@tether/native-pipe';
 import type { CredentialInterceptor } from './credential-masking.js';
+import { forwardedHeaders, HOP_BY_HOP } from './proxy-headers.js';
 
 export type PolicyDecision = Omit<NetworkPolicyDecisionNotification, 'processId'>;
 
@@ -241,27 +242,6 @@ function listen<S extends Server | NetServer>(server: S, how: (server: S, done: 
 const literalOrNull = (host: string) => (isIP(host) === 0 ? null : host);
 
 const LIMITED_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
-
-/** Request headers a proxy does not pass on (hop-by-hop). */
-export const HOP_BY_HOP = new Set([
-  'connection',
-  'proxy-connection',
-  'keep-alive',
-  'proxy-authorization',
-  'proxy-authenticate',
-  'te',
-  'trailer',
-  'transfer-encoding',
-  'upgrade',
-]);
-
-export function forwardedHeaders(raw: string[]): [string, string][] {
-  const out: [string, string][] = [];
-  for (let i = 0; i + 1 < raw.length; i += 2) {
-    if (!HOP_BY_HOP.has(raw[i]!.toLowerCase())) out.push([raw[i]!, raw[i + 1]!]);
-  }
-  return out;
-}
 
 /** Splits `host[:port]` (IPv6 in brackets) into a lowercase host without brackets and a port. */
 function splitAuthority(authority: string, defaultPort: number): { host: string; port: number } | null {
