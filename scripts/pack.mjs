@@ -70,8 +70,9 @@ const APPS = {
   executor: {
     native: ['@tether/native-crypto', '@tether/native-pipe'],
     optional: { 'node-pty': 'packages/local-process/package.json', bufferutil: 'apps/executor/package.json' },
-    // ws's other optional helper: Node validates UTF-8 itself.
-    leftOut: ['utf-8-validate'],
+    // ws's other optional helper: Node validates UTF-8 itself. reflect-metadata is bundled (credential masking's
+    // certificates); tsyringe's error text `import "reflect-metadata"` reads as a load to this check.
+    leftOut: ['utf-8-validate', 'reflect-metadata'],
   },
 };
 

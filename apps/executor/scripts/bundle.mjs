@@ -1,8 +1,9 @@
 #!/usr/bin/env node
 /**
  * Bundles the executor (src/main.ts and every workspace package and third-party library it uses, from the
- * TypeScript sources) into OUTDIR/main.js, and the confined-fs helper it spawns (src/fs/sandbox-helper.ts)
- * into OUTDIR/sandbox-helper.js beside it, where fs/confined.ts looks first. This is what the packed
+ * TypeScript sources) into OUTDIR/main.js, and beside it the confined-fs helper it spawns (src/fs/sandbox-helper.ts,
+ * where fs/confined.ts looks first), the managed proxy's sandbox relay (src/proxy-relay.ts) and the recording worker
+ * (src/recording-worker.ts). This is what the packed
  * `@tether/executor` ships (scripts/pack.mjs): an install then needs nothing from a registry but the
  * optional native addons. The workspace's own dist/ stays tsc's output.
  *
@@ -48,6 +49,10 @@ await build({
   entryPoints: {
     main: new URL('src/main.ts', here).pathname,
     'sandbox-helper': new URL('src/fs/sandbox-helper.ts', here).pathname,
+    // Found beside main.js: the managed proxy's relay a sandboxed command runs behind (handlers/process.ts), and
+    // the thread that writes session recordings (recordings.ts).
+    'proxy-relay': new URL('src/proxy-relay.ts', here).pathname,
+    'recording-worker': new URL('src/recording-worker.ts', here).pathname,
   },
   outdir,
   bundle: true,

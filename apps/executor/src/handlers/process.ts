@@ -170,11 +170,15 @@ function startProcess(params: ProcessStartParams, sandboxer: Sandboxer) {
 const TRANSPARENT_PORT_BASE = 10_000;
 const TRANSPARENT_PORT_SPAN = 20_000;
 
-/** The relay a sandboxed command with managed networking runs behind (proxy-relay.ts, built beside this). */
+/**
+ * The relay a sandboxed command with managed networking runs behind (proxy-relay.ts): beside this bundle (the
+ * packed executor's dist/), beside this file's directory (tsc's dist/), or tsc's dist/ when this runs from source.
+ */
 function relayScript(): string {
   const here = dirname(fileURLToPath(import.meta.url));
-  const beside = join(here, '..', 'proxy-relay.js');
-  if (existsSync(beside)) return beside;
+  for (const candidate of [join(here, 'proxy-relay.js'), join(here, '..', 'proxy-relay.js')]) {
+    if (existsSync(candidate)) return candidate;
+  }
   return join(here, '..', '..', 'dist', 'proxy-relay.js');
 }
 
