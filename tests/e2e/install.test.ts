@@ -10,7 +10,9 @@
  */
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:http';
 import { createRequire } from 'node:module';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
@@ -187,6 +189,35 @@ describe('through the installed executor --remote', () => {
       /^harness: process\/start: a terminal needs node-pty, which cannot be loaded \(Cannot find package 'node-pty'.*npm install -g node-pty/,
     );
     expect(result.code).toBe(1);
+  });
+
+  it('a command confined to named hosts runs behind the packaged sandbox relay: the allowed origin through it, nothing else', async () => {
+    const origin = createServer((_req, res) => res.end('origin says hi\n'));
+    await new Promise<void>((resolve) => origin.listen(0, '127.0.0.1', resolve));
+    const port = (origin.address() as AddressInfo).port;
+    try {
+      const script = `curl -sS -m 10 http://127.0.0.1:${port}/; curl -s -m 5 --noproxy '*' -o /dev/null http://127.0.0.1:${port}/; echo "direct=$?"`;
+      const result = await runHarness(
+        [
+          'exec',
+          '--sandbox',
+          'workspace-write',
+          '--cwd',
+          work,
+          '--network-allow',
+          '127.0.0.1',
+          '--',
+          'sh',
+          '-c',
+          script,
+        ],
+        id,
+      );
+      expect(result).toMatchObject({ code: 0, stdout: 'origin says hi\ndirect=7\n' });
+    } finally {
+      origin.closeAllConnections();
+      origin.close();
+    }
   });
 
   /** A profile that lets the call see the workspace and nothing else: the helper needs its own runtime. */
