@@ -9,7 +9,7 @@
  * A command proves where it ran by printing its parent's pid, which must be the exec server or one of its
  * descendants (never the agent: without an exec server, `codex exec` runs commands itself).
  */
-import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:http';
@@ -22,12 +22,14 @@ import {
   descendantPids,
   findProcesses,
   type MockScriptStep,
+  type OriginCertificates,
   type PeerHandle,
   type PeerKind,
   type Stack,
   startMockResponses,
   startPeer,
   startStack,
+  writeOriginCertificates,
 } from '@tether/test-kit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
@@ -42,22 +44,6 @@ const MCP_TOKEN = 'mcp-token-only-the-executor-knows';
  */
 const GITHUB_TOKEN = 'ghp_0123456789abcdefABCDEF0123456789abcdef';
 const SWAP_TOKEN = 'swp_0123456789abcdef';
-
-/**
- * A CA of the test's own in `dir` (origin-ca.crt) and a certificate it issued for 127.0.0.1 (origin.key, origin.crt):
- * an executor told to trust the CA (its SSL_CERT_FILE, as Codex reads it) reaches an HTTPS origin with them.
- */
-function makeOriginCertificates(dir: string): void {
-  const openssl = (args: string) => execFileSync('sh', ['-c', `openssl ${args}`], { cwd: dir, stdio: 'ignore' });
-  openssl(
-    'req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca.key -out origin-ca.crt -days 2 -subj /CN=origin-ca',
-  );
-  openssl('req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout origin.key -out origin.csr -subj /CN=origin');
-  writeFileSync(join(dir, 'ext.cnf'), 'subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n');
-  openssl(
-    'x509 -req -in origin.csr -CA origin-ca.crt -CAkey ca.key -CAcreateserial -out origin.crt -days 2 -extfile ext.cnf',
-  );
-}
 
 interface McpServer {
   url: string;
@@ -197,7 +183,7 @@ describe.each(CASES)('codex exec agent → %s', (_label, { kind, path }) => {
    * may write (a read-only sandbox silently stops the count).
    */
   let profileHome: string;
-  let originCerts: string;
+  let originCerts: OriginCertificates;
   let mcp: McpServer;
   const profileRuns = () => {
     const runs = join(profileHome, 'runs');
@@ -237,15 +223,15 @@ describe.each(CASES)('codex exec agent → %s', (_label, { kind, path }) => {
     }
     // The HTTPS origin's certificates for credential masking; the executor trusts their CA upstream (it is added
     // to the platform's roots) and holds the credentials masking hides from a command (other scenarios see them).
-    originCerts = join(profileHome, 'origin-certs');
-    mkdirSync(originCerts);
-    makeOriginCertificates(originCerts);
+    const certDir = join(profileHome, 'origin-certs');
+    mkdirSync(certDir);
+    originCerts = writeOriginCertificates(certDir);
     const executorEnv = {
       env: {
         HOME: profileHome,
         CODEX_HOME: executorCodexHome,
         PROBE_MCP_TOKEN: MCP_TOKEN,
-        SSL_CERT_FILE: join(originCerts, 'origin-ca.crt'),
+        SSL_CERT_FILE: originCerts.ca,
         GITHUB_TOKEN,
         SWAP_TOKEN,
       },
@@ -624,7 +610,7 @@ describe.each(CASES)('codex exec agent → %s', (_label, { kind, path }) => {
   it("with the managed proxy's credential masking: a bash -c command gets dummies, the real value reaches only its bound destination; a login shell is not masked", async () => {
     const tlsReached: string[] = [];
     const tlsOrigin = createHttpsServer(
-      { key: readFileSync(join(originCerts, 'origin.key')), cert: readFileSync(join(originCerts, 'origin.crt')) },
+      { key: readFileSync(originCerts.key), cert: readFileSync(originCerts.cert) },
       (req, res) => {
         tlsReached.push(`${req.method} ${req.url} ${req.headers.authorization}`);
         res.end('tls origin says hi\n');
