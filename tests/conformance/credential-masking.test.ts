@@ -7,12 +7,11 @@
 // a bound destination cannot be seen from here on Codex (it binds only public https hosts): credential-masking.test.ts
 // in apps/executor tests that part of ours against a local TLS origin.
 
-import { execFileSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createServer as createHttpsServer, type Server as HttpsServer } from 'node:https';
 import { join } from 'node:path';
-import { collectUntilClosed } from '@tether/test-kit';
+import { collectUntilClosed, writeOriginCertificates } from '@tether/test-kit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { proxyConfig } from './proxy-support.ts';
 import { sandboxAt, useSandboxScratch, workspaceWrite } from './sandbox-support.ts';
@@ -122,22 +121,8 @@ describe('credential masking: the same dummies, bundle and refusals on both exec
     origin = createServer(record('http'));
     // The HTTPS origin's certificate (for 127.0.0.1) comes from a CA of the test's own, which both executors are
     // told to trust for intercepted connections (SSL_CERT_FILE in their environment, as Codex reads it).
-    const openssl = (args: string) =>
-      execFileSync('sh', ['-c', `openssl ${args}`], { cwd: h.workDir, stdio: 'ignore' });
-    openssl(
-      'req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca.key -out origin-ca.crt -days 2 -subj /CN=origin-ca',
-    );
-    openssl(
-      'req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout origin.key -out origin.csr -subj /CN=origin',
-    );
-    writeFileSync(join(h.workDir, 'ext.cnf'), 'subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n');
-    openssl(
-      'x509 -req -in origin.csr -CA origin-ca.crt -CAkey ca.key -CAcreateserial -out origin.crt -days 2 -extfile ext.cnf',
-    );
-    tlsOrigin = createHttpsServer(
-      { key: readFileSync(join(h.workDir, 'origin.key')), cert: readFileSync(join(h.workDir, 'origin.crt')) },
-      record('https'),
-    );
+    const certs = writeOriginCertificates(h.workDir);
+    tlsOrigin = createHttpsServer({ key: readFileSync(certs.key), cert: readFileSync(certs.cert) }, record('https'));
     await new Promise<void>((resolve) => origin.listen(0, '127.0.0.1', resolve));
     await new Promise<void>((resolve) => tlsOrigin.listen(0, '127.0.0.1', resolve));
     port = (origin.address() as { port: number }).port;

@@ -13,6 +13,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -21,12 +22,14 @@ import {
   descendantPids,
   findProcesses,
   type MockScriptStep,
+  type OriginCertificates,
   type PeerHandle,
   type PeerKind,
   type Stack,
   startMockResponses,
   startPeer,
   startStack,
+  writeOriginCertificates,
 } from '@tether/test-kit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
@@ -34,6 +37,13 @@ type Path = 'ws' | 'rendezvous';
 
 /** Known only to the executor's environment and the MCP server. */
 const MCP_TOKEN = 'mcp-token-only-the-executor-knows';
+
+/**
+ * Credentials in the executor's environment only (fake): a GitHub token, masked by every masking executor, and one
+ * of the test's own credential provider (`swap`, bound to the HTTPS origin's `/api/`).
+ */
+const GITHUB_TOKEN = 'ghp_0123456789abcdefABCDEF0123456789abcdef';
+const SWAP_TOKEN = 'swp_0123456789abcdef';
 
 interface McpServer {
   url: string;
@@ -173,6 +183,7 @@ describe.each(CASES)('codex exec agent → %s', (_label, { kind, path }) => {
    * may write (a read-only sandbox silently stops the count).
    */
   let profileHome: string;
+  let originCerts: OriginCertificates;
   let mcp: McpServer;
   const profileRuns = () => {
     const runs = join(profileHome, 'runs');
@@ -210,7 +221,21 @@ describe.each(CASES)('codex exec agent → %s', (_label, { kind, path }) => {
         `---\nname: ${skill.name}\ndescription: ${skill.description}\n---\n\nSay the skill's name.\n`,
       );
     }
-    const executorEnv = { env: { HOME: profileHome, CODEX_HOME: executorCodexHome, PROBE_MCP_TOKEN: MCP_TOKEN } };
+    // The HTTPS origin's certificates for credential masking; the executor trusts their CA upstream (it is added
+    // to the platform's roots) and holds the credentials masking hides from a command (other scenarios see them).
+    const certDir = join(profileHome, 'origin-certs');
+    mkdirSync(certDir);
+    originCerts = writeOriginCertificates(certDir);
+    const executorEnv = {
+      env: {
+        HOME: profileHome,
+        CODEX_HOME: executorCodexHome,
+        PROBE_MCP_TOKEN: MCP_TOKEN,
+        SSL_CERT_FILE: originCerts.ca,
+        GITHUB_TOKEN,
+        SWAP_TOKEN,
+      },
+    };
     const environmentId = `env-agent-${kind}`;
     if (path === 'ws') {
       peer = await startPeer({ kind, transport: 'ws', ...executorEnv });
@@ -509,36 +534,38 @@ describe.each(CASES)('codex exec agent → %s', (_label, { kind, path }) => {
   });
 
   /**
-   * Starts an origin on 127.0.0.1 (it answers `origin says hi` and keeps each request's method and path), then has
-   * the agent run the command `cmdFor(port)` under `-s workspace-write` with network access and the managed network
-   * proxy (`proxyToml`: more `[features.network_proxy]` keys). The agent must exit 0 and the command too; answers
-   * the command's output as the model got it, and what reached the origin.
+   * Starts an origin on 127.0.0.1 (it answers `origin says hi` and keeps each request's method and path, and its
+   * Authorization header if any), then has the agent run `cmdFor(port)` under `-s workspace-write` with network
+   * access and the managed network proxy (`proxyToml`: more `[features.network_proxy]` keys, then any other
+   * tables): a command, or the arguments of one `exec_command` call each. The agent must exit 0 and every command
+   * too; answers the commands' outputs as the model got them (`output`: the first), and what reached the origin.
    */
   async function runUnderProxy(
-    cmdFor: (port: number) => string,
+    cmdFor: (port: number) => string | Record<string, unknown>[],
     proxyToml: string,
-  ): Promise<{ output: string; reached: string[] }> {
+  ): Promise<{ output: string; outputs: string[]; reached: string[] }> {
     const reached: string[] = [];
     const origin = createServer((req, res) => {
-      reached.push(`${req.method} ${req.url}`);
+      const { authorization } = req.headers;
+      reached.push(`${req.method} ${req.url}${authorization === undefined ? '' : ` ${authorization}`}`);
       res.end('origin says hi\n');
     });
     await new Promise<void>((resolve) => origin.listen(0, '127.0.0.1', resolve));
     try {
       const cmd = cmdFor((origin.address() as AddressInfo).port);
+      const calls = typeof cmd === 'string' ? [{ cmd }] : cmd;
       const run = await runAgent(
         [
-          { type: 'call', name: 'exec_command', arguments: { cmd } },
+          ...calls.map((call) => ({ type: 'call' as const, name: 'exec_command', arguments: call })),
           { type: 'message', text: 'proxy done' },
         ],
         ['-s', 'workspace-write'],
         `[sandbox_workspace_write]\nnetwork_access = true\n\n[features.network_proxy]\nenabled = true\n${proxyToml}`,
       );
       expect(run.code, run.stderr).toBe(0);
-      expect(run.outputs).toHaveLength(1);
-      const output = run.outputs[0] ?? '';
-      expect(output).toContain('Process exited with code 0');
-      return { output, reached };
+      expect(run.outputs).toHaveLength(calls.length);
+      for (const output of run.outputs) expect(output).toContain('Process exited with code 0');
+      return { output: run.outputs[0] ?? '', outputs: run.outputs, reached };
     } finally {
       origin.closeAllConnections();
       await new Promise((resolve) => origin.close(resolve));
@@ -577,6 +604,70 @@ describe.each(CASES)('codex exec agent → %s', (_label, { kind, path }) => {
       expect(reached).toEqual(['GET /transparent']);
     } finally {
       rmSync(script, { force: true });
+    }
+  });
+
+  it("with the managed proxy's credential masking: a bash -c command gets dummies, the real value reaches only its bound destination; a login shell is not masked", async () => {
+    const tlsReached: string[] = [];
+    const tlsOrigin = createHttpsServer(
+      { key: readFileSync(originCerts.key), cert: readFileSync(originCerts.cert) },
+      (req, res) => {
+        tlsReached.push(`${req.method} ${req.url} ${req.headers.authorization}`);
+        res.end('tls origin says hi\n');
+      },
+    );
+    await new Promise<void>((resolve) => tlsOrigin.listen(0, '127.0.0.1', resolve));
+    try {
+      const tlsPort = (tlsOrigin.address() as AddressInfo).port;
+      const show = 'echo "GITHUB_TOKEN=$GITHUB_TOKEN"; echo "SWAP_TOKEN=$SWAP_TOKEN"';
+      const curl = (token: string, url: string) => `curl -sS --max-time 20 -H "Authorization: Bearer $${token}" ${url}`;
+      const { outputs, reached } = await runUnderProxy(
+        (port) => [
+          {
+            // `login: false` makes the agent start `/bin/bash -c CMD`, the only shape an executor masks.
+            cmd: [
+              show,
+              curl('SWAP_TOKEN', `https://127.0.0.1:${tlsPort}/api/x`),
+              curl('SWAP_TOKEN', `https://127.0.0.1:${tlsPort}/other`),
+              curl('GITHUB_TOKEN', `http://127.0.0.1:${port}/elsewhere`),
+            ].join('; '),
+            login: false,
+          },
+          // The agent's default, `/bin/bash -lc CMD`: started unmasked (the executor logs why; the model is not told).
+          { cmd: `${show}; echo "BROKER=\${CODEX_NETWORK_PROXY_CREDENTIAL_BROKER_ACTIVE:-unset}"` },
+        ],
+        [
+          'domains = { "127.0.0.1" = "allow" }',
+          '',
+          '[features.network_proxy.credentials.swap]',
+          'env = ["SWAP_TOKEN"]',
+          'patterns = ["swp_[a-f0-9]{16}"]',
+          `url_prefixes = ["https://127.0.0.1:${tlsPort}/api/"]`,
+          '',
+          '[features]',
+          'credential_masking = true',
+          '',
+        ].join('\n'),
+      );
+      // Dummies: the GitHub token's prefix, `masked`, random letters and digits to the real value's length; one
+      // the provider's pattern matches.
+      const masked = new RegExp(
+        `Output:\\nGITHUB_TOKEN=(ghp_masked[A-Za-z0-9]{${GITHUB_TOKEN.length - 10}})\\nSWAP_TOKEN=(swp_[a-f0-9]{16})\\n`,
+      ).exec(outputs[0] ?? '');
+      expect(masked, outputs[0]).not.toBeNull();
+      const [, githubDummy, swapDummy] = masked ?? [];
+      expect(swapDummy).not.toBe(SWAP_TOKEN);
+      // The command's curl trusted the intercepting proxy's CA (the bundle masking names) and reached the origin.
+      expect(outputs[0]).toMatch(/\ntls origin says hi\ntls origin says hi\norigin says hi\n$/);
+      // The real value only where the credential is bound (that host and port, under /api/), the dummy elsewhere.
+      expect(tlsReached).toEqual([`GET /api/x Bearer ${SWAP_TOKEN}`, `GET /other Bearer ${swapDummy}`]);
+      expect(reached).toEqual([`GET /elsewhere Bearer ${githubDummy}`]);
+      expect(outputs[1]).toMatch(
+        new RegExp(`Output:\\nGITHUB_TOKEN=${GITHUB_TOKEN}\\nSWAP_TOKEN=${SWAP_TOKEN}\\nBROKER=unset\\n$`),
+      );
+    } finally {
+      tlsOrigin.closeAllConnections();
+      await new Promise((resolve) => tlsOrigin.close(resolve));
     }
   });
 });

@@ -84,6 +84,7 @@ export {
   type MockTurn,
   startMockResponses,
 } from './mock-responses.js';
+export { type OriginCertificates, writeOriginCertificates } from './origin-certs.js';
 export {
   type CollectedRequest,
   describeMetricPoints,
