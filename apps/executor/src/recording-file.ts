@@ -45,7 +45,7 @@ export interface RecordingFileHooks {
   failed(why: string): void;
 }
 
-type Queued = { text: string; cost: number } | { fileName: string };
+type Queued = { bytes: Buffer; cost: number } | { fileName: string };
 
 export class RecordingFile {
   readonly #start: RecordingFileStart;
@@ -89,13 +89,13 @@ export class RecordingFile {
   async open(): Promise<void> {
     const fileName = this.#newWriter(null);
     this.#file = await open(join(this.#options.dir, fileName), 'wx', 0o600);
-    this.#push(`${this.#writer.headerLine}\n`, 0);
+    this.#push(Buffer.from(`${this.#writer.headerLine}\n`), 0);
   }
 
   apply(event: RecordingEvent): void {
     if (this.#failed || this.#done) return;
     const writer = this.#writer;
-    let text: string;
+    let text: Buffer;
     switch (event.kind) {
       case 'output':
         text = writer.output(event.stream, bufferOf(event.data), event.at);
@@ -146,10 +146,10 @@ export class RecordingFile {
     if (this.#writer.events === 0 && this.#part === 1) await unlink(this.path).catch(() => undefined);
   }
 
-  #push(text: string, cost: number): void {
-    if (text === '' && cost === 0) return;
-    this.#queue.push({ text, cost });
-    this.#partBytes += text.length;
+  #push(bytes: Buffer, cost: number): void {
+    if (bytes.length === 0 && cost === 0) return;
+    this.#queue.push({ bytes, cost });
+    this.#partBytes += bytes.length;
     this.#writing ??= this.#drain();
   }
 
@@ -159,7 +159,7 @@ export class RecordingFile {
     this.#part++;
     const fileName = this.#newWriter(previous);
     this.#queue.push({ fileName });
-    this.#push(`${this.#writer.headerLine}\n`, 0);
+    this.#push(Buffer.from(`${this.#writer.headerLine}\n`), 0);
   }
 
   async #drain(): Promise<void> {
@@ -167,12 +167,13 @@ export class RecordingFile {
       while (this.#queue.length > 0 && !this.#failed) {
         const at = this.#queue.findIndex((item) => 'fileName' in item);
         const items = (at < 0 ? this.#queue.splice(0) : this.#queue.splice(0, at)) as Array<{
-          text: string;
+          bytes: Buffer;
           cost: number;
         }>;
         if (items.length > 0) {
-          const bytes = Buffer.from(items.map((item) => item.text).join(''));
-          if (bytes.length > 0) await this.#file!.write(bytes);
+          const bytes = items.length === 1 ? items[0]!.bytes : Buffer.concat(items.map((item) => item.bytes));
+          // writeFile writes it all (write may stop short); a failure (ENOSPC, EFBIG) throws.
+          if (bytes.length > 0) await this.#file!.writeFile(bytes);
           this.#hooks.written(
             items.reduce((sum, item) => sum + item.cost, 0),
             bytes.length,

@@ -22,7 +22,7 @@ export function firstLink(headerLine: string): Buffer {
   return createHash('sha256').update(CHAIN_PREFIX).update(headerLine).digest();
 }
 
-export function nextLink(previous: Buffer, line: string): Buffer {
+export function nextLink(previous: Buffer, line: string | Uint8Array): Buffer {
   return createHash('sha256').update(previous).update(line).digest();
 }
 

@@ -14,21 +14,21 @@ function session(clock = { ms: 1_000 }): string {
     privateKey,
     () => clock.ms,
   );
-  let text = `${writer.headerLine}\n`;
-  text += writer.output('pty', Buffer.from('$ '));
+  const lines: Buffer[] = [Buffer.from(`${writer.headerLine}\n`)];
+  lines.push(writer.output('pty', Buffer.from('$ ')));
   clock.ms += 500;
-  text += writer.input(Buffer.from('echo hé\r'), 'key:harness:k1');
+  lines.push(writer.input(Buffer.from('echo hé\r'), 'key:harness:k1'));
   const bytes = Buffer.from('hé\r\n');
-  text += writer.output('pty', bytes.subarray(0, 2));
-  text += writer.output('pty', bytes.subarray(2));
-  text += writer.seal();
+  lines.push(writer.output('pty', bytes.subarray(0, 2)));
+  lines.push(writer.output('pty', bytes.subarray(2)));
+  lines.push(writer.seal());
   clock.ms += 250;
-  text += writer.resize(100, 30);
-  text += writer.input(Buffer.from('x'), 'browser:s1');
-  text += writer.input(Buffer.from('y'), 'browser:s1');
-  text += writer.exit(0);
-  text += writer.seal();
-  return text;
+  lines.push(writer.resize(100, 30));
+  lines.push(writer.input(Buffer.from('x'), 'browser:s1'));
+  lines.push(writer.input(Buffer.from('y'), 'browser:s1'));
+  lines.push(writer.exit(0));
+  lines.push(writer.seal());
+  return Buffer.concat(lines).toString();
 }
 
 describe('a recording', () => {

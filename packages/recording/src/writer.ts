@@ -2,7 +2,9 @@
  * Writes one process session as asciicast v2 (a JSON header line, then `[seconds, type, data]` lines): `o`
  * output, `i` input, `r` resize (`COLSxROWS`), and Tether's own types, which players skip: `tether.from` (who sent
  * the input that follows), `tether.exit`, `tether.gap` (bytes a recording had to drop) and `tether.seal`
- * (chain.ts). The writer only makes text; its owner writes it where it goes, in order.
+ * (chain.ts). The writer only makes the lines (UTF-8 bytes, each ending in a newline); its owner writes them where
+ * they go, in order. Bytes, not strings: each line is encoded once, and the chain hashes and the file gets those
+ * same bytes (measured: encoding a 64 KiB line again cost as much as hashing it).
  */
 import type { KeyObject } from 'node:crypto';
 import { StringDecoder } from 'node:string_decoder';
@@ -24,6 +26,8 @@ export interface CastHeader {
 export const FROM_TYPE = 'tether.from';
 export const EXIT_TYPE = 'tether.exit';
 export const GAP_TYPE = 'tether.gap';
+
+const NOTHING = Buffer.alloc(0);
 
 export class CastWriter {
   readonly #key: KeyObject;
@@ -74,52 +78,54 @@ export class CastWriter {
    * Output of `stream` (a pty, stdout, stderr): decoded as UTF-8 across chunks (a character cut between two
    * reads is written whole with the second; invalid bytes become U+FFFD). '' when nothing is complete yet.
    */
-  output(stream: string, chunk: Buffer, at?: number): string {
+  output(stream: string, chunk: Buffer, at?: number): Buffer {
     let decoder = this.#decoders.get(stream);
     if (decoder === undefined) {
       decoder = new StringDecoder('utf8');
       this.#decoders.set(stream, decoder);
     }
     const text = decoder.write(chunk);
-    return text === '' ? '' : this.#line('o', text, at);
+    return text === '' ? NOTHING : this.#line('o', text, at);
   }
 
   /** Input that reached the process, and who sent it (a line of its own when the sender changes). */
-  input(chunk: Buffer, from: string, at?: number): string {
-    let text = '';
+  input(chunk: Buffer, from: string, at?: number): Buffer {
+    const lines: Buffer[] = [];
     if (from !== this.#lastFrom) {
       this.#lastFrom = from;
-      text += this.#line(FROM_TYPE, from, at);
+      lines.push(this.#line(FROM_TYPE, from, at));
     }
-    return text + this.#line('i', chunk.toString('utf8'), at);
+    lines.push(this.#line('i', chunk.toString('utf8'), at));
+    return lines.length === 1 ? lines[0]! : Buffer.concat(lines);
   }
 
-  resize(cols: number, rows: number, at?: number): string {
+  resize(cols: number, rows: number, at?: number): Buffer {
     return this.#line('r', `${cols}x${rows}`, at);
   }
 
   /** What a bounded queue could not keep: `bytes` of events dropped here. */
-  gap(bytes: number, at?: number): string {
+  gap(bytes: number, at?: number): Buffer {
     return this.#line(GAP_TYPE, String(bytes), at);
   }
 
   /** The exit, after whatever output the decoders still held. */
-  exit(code: number, at?: number): string {
-    let text = '';
+  exit(code: number, at?: number): Buffer {
+    const lines: Buffer[] = [];
     for (const decoder of this.#decoders.values()) {
       const rest = decoder.end();
-      if (rest !== '') text += this.#line('o', rest, at);
+      if (rest !== '') lines.push(this.#line('o', rest, at));
     }
     this.#decoders.clear();
-    return text + this.#line(EXIT_TYPE, String(code), at);
+    lines.push(this.#line(EXIT_TYPE, String(code), at));
+    return Buffer.concat(lines);
   }
 
-  /** A seal of everything so far; '' when nothing is unsealed. */
-  seal(): string {
-    if (this.#unsealed.length === 0) return '';
+  /** A seal of everything so far; empty when nothing is unsealed. */
+  seal(): Buffer {
+    if (this.#unsealed.length === 0) return NOTHING;
     const seal = makeSeal(this.#events, this.#link, this.#unsealed, this.#key);
     this.#unsealed = [];
-    return `${JSON.stringify([this.#seconds(), SEAL_TYPE, JSON.stringify(seal)])}\n`;
+    return Buffer.from(`${JSON.stringify([this.#seconds(), SEAL_TYPE, JSON.stringify(seal)])}\n`);
   }
 
   /** Seconds since the start, in ms steps, never going back (an event made at `at`, ms of the same clock). */
@@ -130,11 +136,12 @@ export class CastWriter {
 
   #lastMs = 0;
 
-  #line(type: string, data: string, at?: number): string {
-    const line = JSON.stringify([this.#seconds(at), type, data]);
-    this.#link = nextLink(this.#link, line);
+  #line(type: string, data: string, at?: number): Buffer {
+    const line = Buffer.from(`${JSON.stringify([this.#seconds(at), type, data])}\n`);
+    // The link covers the line without its newline (as a verifier reads the file line by line).
+    this.#link = nextLink(this.#link, line.subarray(0, line.length - 1));
     this.#events++;
     this.#unsealed.push(this.#link);
-    return `${line}\n`;
+    return line;
   }
 }
