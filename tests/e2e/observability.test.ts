@@ -216,3 +216,49 @@ describe('OTLP push from every service', () => {
     }
   });
 });
+
+describe("the managed network proxy in the executor's metrics and logs", { timeout: 60_000 }, () => {
+  it('counts each proxy and decision (bounded labels, no host) and logs each decision with its audit metadata', async () => {
+    const env = await Environment.connectRendezvous({
+      registryUrl: stack.registryUrl,
+      apiKey: stack.keys.harness,
+      environmentId: ENVIRONMENT_ID,
+      clientName: 'tether-observability-e2e',
+    });
+    try {
+      const result = await env.exec(
+        ['sh', '-c', 'curl -s -m 10 -o /dev/null -w "%{http_code}" http://audited.invalid/'],
+        {
+          network: { allow: ['allowed.invalid'] },
+        },
+      );
+      expect(result.stdout.toString()).toBe('403');
+    } finally {
+      await env.close();
+    }
+    const text = await (await fetch(`${executorBase}/metrics`)).text();
+    expect(prometheusSample(parsePrometheusText(text), 'tether_network_proxies_total')).toBeGreaterThanOrEqual(1);
+    expect(
+      prometheusSample(parsePrometheusText(text), 'tether_network_proxy_decisions_total', {
+        protocol: 'http',
+        decision: 'deny',
+        reason: 'not_allowed',
+      }),
+    ).toBe(1);
+    expect(text).not.toContain('audited.invalid');
+    await waitUntil(() => executor.stderr().includes('network policy decision'), 'the decision in the log', 5000);
+    const line = executor
+      .stderr()
+      .split('\n')
+      .find((entry) => entry.includes('network policy decision'));
+    expect(JSON.parse(line!)).toMatchObject({
+      host: 'audited.invalid',
+      port: 80,
+      decision: 'deny',
+      reason: 'not_allowed',
+      protocol: 'http',
+      auditMetadata: { originator: 'tether' },
+      principal: expect.stringMatching(/^key:harness:/),
+    });
+  });
+});

@@ -30,6 +30,7 @@ import {
 import type { ChildLedger, ProcessEvent } from '@tether/local-process';
 import type { ProxySettings } from '@tether/outbound';
 import { Sandboxer } from '@tether/sandbox';
+import { CredentialMasking } from './credential-masking.js';
 import { readEnvironmentConfig } from './environment-config.js';
 import { DEFAULT_MAX_FILE_HANDLES, FileHandleTable } from './fs/file-handles.js';
 import { DEFAULT_MAX_READ_FILE_BYTES } from './fs/operations.js';
@@ -113,11 +114,20 @@ export interface ConnectionProcessorOptions {
   shellSnapshots?: ShellSnapshots;
   /** The executor's session recordings (`--record-dir`; its owner closes them); default none. */
   recordings?: Recordings | null;
+  /** The executor's credential masking (its owner closes it); default: one of this connection's own. */
+  credentialMasking?: CredentialMasking;
   /**
    * Who this connection acts for (principal.ts): the key the registry named for a relay stream; default the
    * local principal (stdio, `--listen`).
    */
   principal?: Principal;
+}
+
+/** A client's audit metadata as logged: as given when small, else cut (it is the client's, of any size). */
+function boundedAudit(metadata: unknown): unknown {
+  if (metadata === undefined || metadata === null) return null;
+  const text = JSON.stringify(metadata);
+  return text.length <= 2048 ? metadata : `${text.slice(0, 2048)}…`;
 }
 
 /** What a view-only key's harness may call: reading about the environment and following shared processes. */
@@ -141,6 +151,8 @@ export class ConnectionProcessor implements SessionAttachment {
   private readonly principal: Principal;
   /** Snapshots of this connection alone, where the server gave it none to share (closed with it). */
   private readonly ownSnapshots: ShellSnapshots | null;
+  /** Credential masking of this connection alone, where the server gave it none to share (closed with it). */
+  private readonly ownMasking: CredentialMasking | null;
   private readonly endSessionOnClose: boolean;
   private readonly lanes: RequestLanes;
   private readonly handlers: HandlerTable;
@@ -178,6 +190,7 @@ export class ConnectionProcessor implements SessionAttachment {
     this.principal = options.principal ?? LOCAL_PRINCIPAL;
     // A set of this connection's own only where the server shares none (a bare processor, in tests).
     this.ownSnapshots = options.shellSnapshots ? null : new ShellSnapshots();
+    this.ownMasking = options.credentialMasking ? null : new CredentialMasking();
     this.endSessionOnClose = options.endSessionOnClose ?? false;
     this.logger = options.logger;
     this.metrics = options.metrics ?? new ExecutorMetrics();
@@ -259,6 +272,32 @@ export class ConnectionProcessor implements SessionAttachment {
       },
       shellSnapshots: (options.shellSnapshots ?? this.ownSnapshots!).scope(principalKey(this.principal)),
       recordings: options.recordings ?? null,
+      credentialMasking: options.credentialMasking ?? this.ownMasking!,
+      networkAudit: {
+        started: () => this.metrics.networkProxyStarted(),
+        decided: (processId, launch, decision) => {
+          this.metrics.networkDecision(decision.protocol, decision.decision, decision.reason);
+          // The audit trail Codex's proxy keeps: each decision with the start's audit metadata (the client's,
+          // bounded) and who asked; hosts are fine in a log, never in a metric label.
+          this.logger.info(
+            {
+              processId,
+              executionId: launch.executionId ?? null,
+              environmentId: launch.environmentId ?? null,
+              auditMetadata: boundedAudit(launch.auditMetadata),
+              principal: principalKey(this.principal),
+              protocol: decision.protocol,
+              host: decision.host,
+              port: decision.port,
+              ...(decision.method === undefined ? {} : { method: decision.method }),
+              decision: decision.decision,
+              reason: decision.reason.slice(0, 200),
+              source: decision.source,
+            },
+            'network policy decision',
+          );
+        },
+      },
       principal: principalKey(this.principal),
     };
   }
@@ -508,6 +547,7 @@ export class ConnectionProcessor implements SessionAttachment {
     this.http.closeAll();
     this.tcp.closeAll();
     this.ownSnapshots?.close();
+    void this.ownMasking?.close();
     this.missingWatch.close();
     this.outbound.close(`connection closed: ${reason}`);
     this.releaseDrainWaiters();

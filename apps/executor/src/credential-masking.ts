@@ -566,21 +566,28 @@ export class MitmAuthority {
   }
 }
 
-let sharedAuthority: Promise<MitmAuthority> | null = null;
+/**
+ * What credential masking keeps for the executor's life: its one CA (made at first use, its bundle removed at
+ * close) and the dummies (one per variable and real value, so a command sees the same dummy each time). Owned by
+ * the ExecServer and shared by its connections, never module state.
+ */
+export class CredentialMasking {
+  readonly dummies = new DummyBook();
+  #authority: Promise<MitmAuthority> | null = null;
 
-/** The executor's one CA, made at its first use; `closeMitmAuthority` removes its bundle. */
-export function mitmAuthority(): Promise<MitmAuthority> {
-  sharedAuthority ??= MitmAuthority.create();
-  sharedAuthority.catch(() => {
-    sharedAuthority = null;
-  });
-  return sharedAuthority;
-}
+  authority(): Promise<MitmAuthority> {
+    const made = (this.#authority ??= MitmAuthority.create());
+    made.catch(() => {
+      if (this.#authority === made) this.#authority = null;
+    });
+    return made;
+  }
 
-export async function closeMitmAuthority(): Promise<void> {
-  const authority = sharedAuthority;
-  sharedAuthority = null;
-  (await authority?.catch(() => null))?.close();
+  async close(): Promise<void> {
+    const authority = this.#authority;
+    this.#authority = null;
+    (await authority?.catch(() => null))?.close();
+  }
 }
 
 /** The CA variables of a start with `credentialMasking`: each names the bundle. */

@@ -84,6 +84,18 @@ export function executorTelemetryOptions(
  * connection, request or process, never per output chunk. Labels never carry ids, commands, paths,
  * hosts or URLs.
  */
+/** The proxy decision reasons Codex names (network-proxy.ts); any other is a decider's own text. */
+const KNOWN_REASONS = new Set([
+  'allow',
+  'denied',
+  'not_allowed',
+  'not_allowed_local',
+  'method_not_allowed',
+  'mitm_required',
+  'policy_denied',
+  'proxy_disabled',
+]);
+
 export class ExecutorMetrics {
   readonly telemetry: Telemetry;
   private readonly connectionsActive = new Map<TransportKind, number>(TRANSPORTS.map((t) => [t, 0]));
@@ -103,6 +115,9 @@ export class ExecutorMetrics {
   private readonly websocketConnectDuration: Histogram;
   private readonly websocketReconnects: Counter;
   private readonly relayFramesDropped: Counter;
+  private readonly networkDecisions: Counter;
+  private readonly networkProxies: Counter;
+  private networkProxiesOpen = 0;
   private readonly recordingBytes: Counter;
   private readonly recordingDroppedBytes: Counter;
   private readonly recordingFailures: Counter;
@@ -167,6 +182,15 @@ export class ExecutorMetrics {
       'exec_server_remote_relay_frames_dropped_total',
       'Total number of relay frames the remote exec-server dropped on its relay websocket.',
     );
+    // Tether's own: the managed network proxy (network-proxy.ts). Labels are bounded sets: never a host.
+    this.networkDecisions = t.counter(
+      'tether_network_proxy_decisions_total',
+      'Total number of managed network proxy decisions, by protocol, decision and reason.',
+    );
+    this.networkProxies = t.counter('tether_network_proxies_total', 'Total number of managed network proxies started.');
+    t.gauge('tether_network_proxies_active', 'Number of managed network proxies running.', (report) =>
+      report(this.networkProxiesOpen),
+    );
     // Tether's own: session recordings (--record-dir, recordings.ts).
     t.gauge('tether_recordings_active', 'Number of process sessions being recorded.', (report) =>
       report(this.activeRecordings()),
@@ -180,6 +204,23 @@ export class ExecutorMetrics {
       'tether_recording_failures_total',
       'Total number of recordings that failed (cause: open, write, queue_full), by the failure policy applied.',
     );
+  }
+
+  /** A process's managed proxy started; the returned function (idempotent) marks it closed. */
+  networkProxyStarted(): () => void {
+    this.networkProxies.add(1);
+    this.networkProxiesOpen++;
+    let open = true;
+    return () => {
+      if (!open) return;
+      open = false;
+      this.networkProxiesOpen--;
+    };
+  }
+
+  /** One decision of a managed proxy; a reason outside Codex's known set (a client's own words) counts as `other`. */
+  networkDecision(protocol: string, decision: 'allow' | 'deny', reason: string): void {
+    this.networkDecisions.add(1, { protocol, decision, reason: KNOWN_REASONS.has(reason) ? reason : 'other' });
   }
 
   /** The number of active recordings, read when /metrics is scraped. */

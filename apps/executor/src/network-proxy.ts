@@ -436,9 +436,18 @@ export class ManagedProxy {
     return true;
   }
 
+  /** `listener` runs once when the proxy closes (at once if it has). */
+  onClose(listener: () => void): void {
+    if (this.closed) listener();
+    else this.closeListeners.push(listener);
+  }
+
+  private readonly closeListeners: Array<() => void> = [];
+
   close(): void {
     if (this.closed) return;
     this.closed = true;
+    for (const listener of this.closeListeners.splice(0)) listener();
     this.server.close();
     this.socks?.close();
     for (const socket of this.sockets) socket.destroy();

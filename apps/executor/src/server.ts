@@ -19,7 +19,7 @@ import { PROMETHEUS_CONTENT_TYPE } from '@tether/telemetry';
 import { WebSocketServer } from 'ws';
 import { DEFAULT_CONFIG, type ExecutorConfig } from './config.js';
 import { ConnectionProcessor } from './connection-processor.js';
-import { closeMitmAuthority } from './credential-masking.js';
+import { CredentialMasking } from './credential-masking.js';
 import { environmentInfo } from './environment-info.js';
 import { confinedOpenAvailable } from './fs/confined.js';
 import { formatWebSocketUrl } from './listen-url.js';
@@ -75,6 +75,8 @@ export class ExecServer {
   private readonly processors = new Set<ConnectionProcessor>();
   /** Read buffers for every process's output pipes (closed with the server, after the last process). */
   private readonly readBuffers: ReadBufferPool;
+  /** Credential masking's CA and dummies, shared by every connection (closed with the server). */
+  private readonly credentialMasking = new CredentialMasking();
   /** Session recordings (`--record-dir`; closed with the server, after the last process), or null. */
   readonly recordings: Recordings | null;
   /** Login-shell snapshots of every connection's principal (`shellSnapshotV2`; closed with the server). */
@@ -188,6 +190,7 @@ export class ExecServer {
       adopter: this.reaper?.adopter ?? null,
       shellSnapshots: this.shellSnapshots,
       recordings: this.recordings,
+      credentialMasking: this.credentialMasking,
       ...(this.proxy ? { proxy: this.proxy } : {}),
     });
     this.processors.add(processor);
@@ -321,8 +324,8 @@ export class ExecServer {
     // After the last process: every recording has its exit and final seal queued.
     await this.recordings?.close();
     this.readBuffers.close();
-    // The MITM CA's bundle (credential masking) goes with the executor; a later use makes a new CA.
-    await closeMitmAuthority();
+    // The MITM CA's bundle (credential masking) goes with the executor.
+    await this.credentialMasking.close();
     if (this.ownsSandbox) this.sandbox.close();
     this.logger.info('exec-server shutdown complete');
   }

@@ -40,10 +40,9 @@ import { loadNativePipe, nativePipeUnavailableReason } from '@tether/native-pipe
 import { likelySandboxDenied, routeTransparentTcp, type Sandboxer } from '@tether/sandbox';
 import {
   CredentialInterceptor,
+  type CredentialMasking,
   caEnvironment,
-  DummyBook,
   maskEnvironment,
-  mitmAuthority,
   ProviderConfigError,
   parseCredentialProviders,
 } from '../credential-masking.js';
@@ -285,21 +284,22 @@ async function startNetworkProxy(
               timeout + POLICY_DECISION_GRACE_MS,
             )) ?? { kind: 'none', reason: 'the session is detached' },
           );
-  const interceptor = launch.proxy.credentialMasking === true ? await maskCredentials(params, env) : null;
+  const interceptor =
+    launch.proxy.credentialMasking === true ? await maskCredentials(params, env, ctx.credentialMasking) : null;
   const proxy = await ManagedProxy.start(
     launch.proxy,
-    (decision) =>
-      session.attachment?.notify(Notification.networkPolicyDecision, { processId: params.processId, ...decision }),
+    (decision) => {
+      ctx.networkAudit.decided(params.processId, launch, decision);
+      session.attachment?.notify(Notification.networkPolicyDecision, { processId: params.processId, ...decision });
+    },
     DEFAULT_PROXY_LIMITS,
     decider,
     interceptor,
   );
+  proxy.onClose(ctx.networkAudit.started());
   Object.assign(env, proxyEnvironment(proxy.port, launch.proxy.allowLocalBinding, proxy.socksPort));
   return proxy;
 }
-
-/** The executor's dummies (credential-masking.ts): one per variable and real value for the executor's life. */
-const dummies = new DummyBook();
 
 /**
  * Capability `credentialMasking`: `env` told to trust the executor's CA and, for a `bash -c` start, its credentials
@@ -308,12 +308,13 @@ const dummies = new DummyBook();
 async function maskCredentials(
   params: ProcessStartParams,
   env: Record<string, string>,
+  masking: CredentialMasking,
 ): Promise<CredentialInterceptor | null> {
-  const authority = await mitmAuthority();
+  const authority = await masking.authority();
   Object.assign(env, caEnvironment(authority.bundlePath));
   const providers = parseCredentialProviders(params.networkProxy?.proxy.credentialProviders);
   const allowLocal = params.networkProxy?.proxy.allowLocalBinding === true;
-  const { credentials } = maskEnvironment(env, params.argv, providers, dummies, allowLocal);
+  const { credentials } = maskEnvironment(env, params.argv, providers, masking.dummies, allowLocal);
   return credentials.length === 0 ? null : new CredentialInterceptor(authority, credentials);
 }
 

@@ -1,9 +1,11 @@
 import type { BufferPool } from '@tether/bytes';
-import type { Allocate } from '@tether/exec-protocol';
+import type { Allocate, NetworkProxyLaunch } from '@tether/exec-protocol';
 import type { ChildLedger } from '@tether/local-process';
 import type { Sandboxer } from '@tether/sandbox';
+import type { CredentialMasking } from '../credential-masking.js';
 import type { FileHandleTable } from '../fs/file-handles.js';
 import type { HttpRequests } from '../http/http-requests.js';
+import type { PolicyDecision } from '../network-proxy.js';
 import type { Recordings } from '../recordings.js';
 import type { Session } from '../session-registry.js';
 import type { ShellSnapshotScope } from '../shell-snapshot.js';
@@ -27,6 +29,13 @@ export interface RequestContext {
   sandbox: Sandboxer;
   /** The login-shell snapshots this connection's principal may use (`process/start {shellSnapshot}`). */
   shellSnapshots: ShellSnapshotScope;
+  /**
+   * A process's managed proxy for the executor's logs and metrics: `started` once it runs (answers its close),
+   * `decided` per decision, logged with the start's audit metadata.
+   */
+  networkAudit: NetworkAudit;
+  /** Credential masking's CA and dummies (`proxy.credentialMasking`), the executor's. */
+  credentialMasking: CredentialMasking;
   /** The executor's session recordings (`--record-dir`), or null. */
   recordings: Recordings | null;
   /** Who this connection acts for, as recordings name who sent input (`key:harness:ID`, `local`). */
@@ -35,6 +44,11 @@ export interface RequestContext {
   notify(method: string, params: unknown): void;
   /** The executor's orphan adopter, where a sandboxed fs helper is noted as its own child; null: none. */
   adopter: ChildLedger | null;
+}
+
+export interface NetworkAudit {
+  started(): () => void;
+  decided(processId: string, launch: NetworkProxyLaunch, decision: PolicyDecision): void;
 }
 
 export type Handler = (params: unknown, ctx: RequestContext) => Promise<unknown> | unknown;
