@@ -576,7 +576,8 @@ export class CredentialMasking {
   #authority: Promise<MitmAuthority> | null = null;
 
   authority(): Promise<MitmAuthority> {
-    const made = (this.#authority ??= MitmAuthority.create());
+    this.#authority ??= MitmAuthority.create();
+    const made = this.#authority;
     made.catch(() => {
       if (this.#authority === made) this.#authority = null;
     });
