@@ -25,6 +25,7 @@ import { closeSync } from 'node:fs';
 import { createServer, isIPv4, type Server, Socket } from 'node:net';
 import { constants } from 'node:os';
 import { loadNativePipe, type NativePipe, nativePipeUnavailableReason } from '@tether/native-pipe';
+import { socketFd } from '@tether/user-read';
 import { FakeResolver } from './relay-dns.js';
 import { socksConnect } from './relay-socks.js';
 
@@ -143,8 +144,8 @@ function relayTo(request: 'c' | 's'): Server {
 
 /** Where a redirected connection was headed, or null for one that was not (the loopback, its own port). */
 function headedFor(client: Socket): { address: string; port: number } | null {
-  const fd = (client as unknown as { _handle?: { fd?: number } })._handle?.fd;
-  if (fd === undefined || fd < 0) return null;
+  const fd = socketFd(client);
+  if (fd === null) return null;
   try {
     const target = native.originalDestination(fd);
     const loopback = isIPv4(target.address) ? target.address.startsWith('127.') : target.address === '::1';

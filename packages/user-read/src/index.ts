@@ -1,7 +1,15 @@
 import type { Socket } from 'node:net';
 import { socketUserBufferHandle, userReadSymbols } from './privates.js';
 
-export { PRIVATE_FIELDS, type PrivateField, ptyMasterFd, ptySocket, wsReceiver, wsSocket } from './privates.js';
+export {
+  PRIVATE_FIELDS,
+  type PrivateField,
+  ptyMasterFd,
+  ptySocket,
+  socketFd,
+  wsReceiver,
+  wsSocket,
+} from './privates.js';
 
 /**
  * Reads into a caller's buffers instead of a fresh buffer per read, on a socket Node already built (an

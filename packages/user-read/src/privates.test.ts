@@ -10,6 +10,7 @@ import {
   PRIVATE_FIELDS,
   ptyMasterFd,
   ptySocket,
+  socketFd,
   socketUserBufferHandle,
   userReadSymbols,
   wsReceiver,
@@ -102,6 +103,27 @@ describe('Node', () => {
     const gone = new Socket();
     gone.destroy();
     expect(socketUserBufferHandle(gone)).toBeNull();
+  });
+
+  it('net.Socket#_handle.fd of an accepted socket is its descriptor: this process holds a socket by that number', async () => {
+    const accepted = new Promise<Socket>((resolve) => {
+      const server = createServer((socket) => resolve(socket));
+      server.listen(0, '127.0.0.1', () => {
+        const client = connect((server.address() as AddressInfo).port, '127.0.0.1');
+        cleanups.push(() => {
+          client.destroy();
+          server.close();
+        });
+      });
+    });
+    const socket = await accepted;
+    const fd = socketFd(socket);
+    expect(fd).toEqual(expect.any(Number));
+    const { readlinkSync } = await import('node:fs');
+    expect(readlinkSync(`/proc/self/fd/${fd}`)).toMatch(/^socket:\[\d+\]$/);
+    socket.destroy();
+    // Without a handle (destroyed): null, not a failure.
+    expect(socketFd(socket)).toBeNull();
   });
 });
 

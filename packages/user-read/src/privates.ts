@@ -46,6 +46,14 @@ export const PRIVATE_FIELDS: readonly PrivateField[] = Object.freeze([
     fallback: "the socket keeps Node's reads",
   },
   {
+    library: 'node',
+    field: 'net.Socket#_handle.fd (TCPWrap/PipeWrap: the descriptor of an accepted or connected socket)',
+    checkedAgainst: NODE_CHECKED,
+    accessor: 'socketFd',
+    fallback:
+      "no socket option can be read (the sandbox relay's transparent TCP cannot learn where a connection was headed, and resets it)",
+  },
+  {
     library: 'ws',
     field: 'WebSocket#_receiver: the Receiver (a Writable) whose write() ws calls with every socket read',
     checkedAgainst: 'ws 8.23.1',
@@ -149,6 +157,21 @@ export function socketUserBufferHandle(socket: Socket): UserBufferHandle | null 
     return null;
   }
   return handle as UserBufferHandle;
+}
+
+/**
+ * The descriptor of a connected socket (to read a socket option Node has no API for, through a native call);
+ * null when the socket has no handle (closed) or the handle has no such number.
+ */
+export function socketFd(socket: Socket): number | null {
+  const handle = (socket as unknown as { _handle?: unknown })._handle;
+  if (handle === null || handle === undefined) return null;
+  const fd = (handle as { fd?: unknown }).fd;
+  if (typeof fd !== 'number' || !Number.isSafeInteger(fd) || fd < 0) {
+    contractBroken('socketFd', '_handle.fd is not a descriptor');
+    return null;
+  }
+  return fd;
 }
 
 // ws ---------------------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@
  */
 import { spawnSync } from 'node:child_process';
 import { closeSync, readFileSync, writeSync } from 'node:fs';
+import { socketFd } from '@tether/user-read';
 import { loadNativePipe } from '../index.js';
 
 const native = loadNativePipe();
@@ -184,8 +185,8 @@ else if (mode === 'original-destination') {
   const { createServer, connect } = await import('node:net');
   const seen: unknown[] = [];
   const accept = (socket: import('node:net').Socket) => {
-    const fd = (socket as unknown as { _handle: { fd: number } })._handle.fd;
-    seen.push(native.originalDestination(fd));
+    const fd = socketFd(socket);
+    seen.push(fd === null ? null : native.originalDestination(fd));
     socket.destroy();
   };
   const listeners = await Promise.all(
