@@ -45,6 +45,7 @@ import { EncodedResult, type HandlerTable, type RequestContext } from './handler
 import { HttpRequests } from './http/http-requests.js';
 import type { Logger } from './logger.js';
 import { ExecutorMetrics, type RequestResult, secondsSince } from './metrics.js';
+import { reasonLabel } from './network-proxy.js';
 import { LOCAL_PRINCIPAL, type Principal, principalKey } from './principal.js';
 import type { Recordings } from './recordings.js';
 import type { Session, SessionAttachment, SessionRegistry } from './session-registry.js';
@@ -276,7 +277,7 @@ export class ConnectionProcessor implements SessionAttachment {
       networkAudit: {
         started: () => this.metrics.networkProxyStarted(),
         decided: (processId, launch, decision) => {
-          this.metrics.networkDecision(decision.protocol, decision.decision, decision.reason);
+          this.metrics.networkDecision(decision.protocol, decision.decision, reasonLabel(decision.reason));
           // The audit trail Codex's proxy keeps: each decision with the start's audit metadata (the client's,
           // bounded) and who asked; hosts are fine in a log, never in a metric label.
           this.logger.info(

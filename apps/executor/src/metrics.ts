@@ -84,18 +84,6 @@ export function executorTelemetryOptions(
  * connection, request or process, never per output chunk. Labels never carry ids, commands, paths,
  * hosts or URLs.
  */
-/** The proxy decision reasons Codex names (network-proxy.ts); any other is a decider's own text. */
-const KNOWN_REASONS = new Set([
-  'allow',
-  'denied',
-  'not_allowed',
-  'not_allowed_local',
-  'method_not_allowed',
-  'mitm_required',
-  'policy_denied',
-  'proxy_disabled',
-]);
-
 export class ExecutorMetrics {
   readonly telemetry: Telemetry;
   private readonly connectionsActive = new Map<TransportKind, number>(TRANSPORTS.map((t) => [t, 0]));
@@ -218,9 +206,9 @@ export class ExecutorMetrics {
     };
   }
 
-  /** One decision of a managed proxy; a reason outside Codex's known set (a client's own words) counts as `other`. */
+  /** One decision of a managed proxy (`reason`: a bounded label, network-proxy.ts's `reasonLabel`). */
   networkDecision(protocol: string, decision: 'allow' | 'deny', reason: string): void {
-    this.networkDecisions.add(1, { protocol, decision, reason: KNOWN_REASONS.has(reason) ? reason : 'other' });
+    this.networkDecisions.add(1, { protocol, decision, reason });
   }
 
   /** The number of active recordings, read when /metrics is scraped. */

@@ -68,6 +68,13 @@ const blocked = (reason: string) =>
     ? BLOCKED[reason]!
     : { header: 'blocked-by-policy', message: 'Request blocked by network policy.' };
 
+/**
+ * A decision's reason as a metric label: Codex's own reasons as they are, a deciding client's own words
+ * (`network/policyRequest`, any text) as `other`, so that the label's values stay a small set.
+ */
+export const reasonLabel = (reason: string): string =>
+  reason === 'allow' || reason === 'policy_denied' || Object.hasOwn(BLOCKED, reason) ? reason : 'other';
+
 /** What `network/policyRequest` asks the client about: one destination. */
 export type PolicyQuestion = NetworkPolicyRequestParams['request'];
 

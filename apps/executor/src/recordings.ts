@@ -23,8 +23,9 @@ import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import type { OutputStream, RecordingSink } from '@tether/local-process';
 import { publicKeyText } from '@tether/recording';
+import { DEFAULT_CONFIG, type ExecutorConfig } from './config.js';
 import type { ExecutorMetrics } from './metrics.js';
-import type { RecordingEvent } from './recording-file.js';
+import type { RecordingEvent, RecordingFileStart } from './recording-file.js';
 import type { FromWorker, RecordingWorkerData, ToWorker } from './recording-worker.js';
 
 export type RecordingFailurePolicy = 'open' | 'closed';
@@ -42,23 +43,26 @@ export interface RecordingOptions {
   sealEveryMs: number;
 }
 
-export const DEFAULT_RECORDING_OPTIONS: Omit<RecordingOptions, 'dir'> = {
-  failurePolicy: 'open',
-  maxFileBytes: 256 * 1024 * 1024,
-  maxFileAgeMs: 24 * 3600 * 1000,
-  queueBytes: 8 * 1024 * 1024,
-  sealEveryMs: 1_000,
-};
+/** How often a recording with new events is sealed. */
+const SEAL_EVERY_MS = 1_000;
 
-export interface RecordingStart {
-  processId: string;
-  argv: string[];
-  tty: boolean;
-  size: { rows: number; cols: number } | null;
-  /** Who started it (a principal's key, `local`). */
-  startedBy: string;
-  detached: boolean;
+/** The recording options of an executor's config (`[recording]`, `--record-dir`, `--record-failure`). */
+export function recordingOptions(config: ExecutorConfig, dir: string): RecordingOptions {
+  return {
+    dir,
+    failurePolicy: config.recordFailure,
+    maxFileBytes: config.recordMaxFileBytes,
+    maxFileAgeMs: config.recordMaxFileAgeMs,
+    queueBytes: config.recordQueueBytes,
+    sealEveryMs: SEAL_EVERY_MS,
+  };
 }
+
+/** The defaults (the config's), for a directory of one's own. */
+export const DEFAULT_RECORDING_OPTIONS: Omit<RecordingOptions, 'dir'> = recordingOptions(DEFAULT_CONFIG, '');
+
+/** A process about to start, as its recording's header names it (the worker adds when). */
+export type RecordingStart = Omit<RecordingFileStart, 'startedAtMs'>;
 
 /** The recording directory or its key cannot be used (the executor does not start). */
 export class RecordDirError extends Error {}

@@ -26,7 +26,7 @@ import { formatWebSocketUrl } from './listen-url.js';
 import { type Logger, silentLogger } from './logger.js';
 import { ExecutorMetrics } from './metrics.js';
 import type { Principal } from './principal.js';
-import { DEFAULT_RECORDING_OPTIONS, Recordings } from './recordings.js';
+import { Recordings, recordingOptions } from './recordings.js';
 import { SessionRegistry } from './session-registry.js';
 import { ShellSnapshots } from './shell-snapshot.js';
 import { type ForwardOptions, forwardOptions } from './tcp/policy.js';
@@ -128,17 +128,8 @@ export class ExecServer {
     this.recordings =
       this.config.recordDir === null
         ? null
-        : new Recordings(
-            {
-              dir: this.config.recordDir,
-              failurePolicy: this.config.recordFailure,
-              maxFileBytes: this.config.recordMaxFileBytes,
-              maxFileAgeMs: this.config.recordMaxFileAgeMs,
-              queueBytes: this.config.recordQueueBytes,
-              sealEveryMs: DEFAULT_RECORDING_OPTIONS.sealEveryMs,
-            },
-            this.metrics,
-            (message) => this.logger.warn(message),
+        : new Recordings(recordingOptions(this.config, this.config.recordDir), this.metrics, (message) =>
+            this.logger.warn(message),
           );
     this.reaper = options.reaper === false ? null : createReaper({ subreaper: options.subreaper === true });
     this.readBuffers = new ReadBufferPool({ bufferBytes: OUTPUT_READ_BYTES });
