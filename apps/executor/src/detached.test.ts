@@ -327,4 +327,18 @@ describe('shared detached processes', () => {
     expect(owner.unshareDetached('reused')).toBe(0);
     owner.terminateProcess('reused');
   });
+
+  it('holds at most 16 live shares of a process; a revoked one makes room', async () => {
+    const r = registry();
+    const owner = r.create(new Attachment(), alice);
+    await owner.startDetached({ ...start('many', 'cat'), pipeStdin: true });
+    const shares = Array.from({ length: 16 }, () => owner.shareDetached('many', 'view', 60_000));
+    expect(new Set(shares.map((share) => share.shareId)).size).toBe(16);
+    expect(() => owner.shareDetached('many', 'view', 60_000)).toThrow(
+      'too many shares: at most 16 per process and 1024 in all (revoke some with process/unshare)',
+    );
+    expect(owner.unshareDetached('many', shares[0]!.shareId)).toBe(1);
+    expect(owner.shareDetached('many', 'control', 60_000).token).toMatch(/^tsh_/);
+    owner.terminateProcess('many');
+  });
 });

@@ -72,6 +72,22 @@ describe('Recordings', () => {
     expect(output).toBe(`${'x'.repeat(200)}\n`.repeat(20));
   });
 
+  it('a session older than max_file_age goes on in a new part at its next event, both parts sealed', async () => {
+    const recordings = recordingsIn({ maxFileAgeMs: 30 });
+    const recording = await recordings.begin(START);
+    recording.output('stdout', Buffer.from('early\n'));
+    await new Promise((resolve) => setTimeout(resolve, 80));
+    recording.output('stdout', Buffer.from('late\n'));
+    recording.exit(0);
+    recording.close();
+    await recording.finished();
+    const files = casts(recordings);
+    expect(files.length).toBeGreaterThanOrEqual(2);
+    const key = publicKeyOf(recordings.publicKey);
+    for (const file of files) expect(verifyRecording(readFileSync(file, 'utf8'), { key }).ok).toBe(true);
+    expect(readFileSync(files.at(-1)!, 'utf8')).toContain('"tether.exit"');
+  });
+
   it('policy open: what does not fit its queue is dropped and noted as a gap; the rest stays whole', async () => {
     const recordings = recordingsIn({ queueBytes: 1000 });
     const recording = await recordings.begin(START);

@@ -1,10 +1,12 @@
 import { describe, expect, it } from 'vitest';
 import {
   DecodeError,
+  decode,
   decodeResult,
   FsExtensionMethod,
   isNotification,
   isRequestMethod,
+  MAX_SHARE_TTL_SEC,
   METHOD_TABLE,
   Method,
   Notification,
@@ -57,5 +59,23 @@ describe('the method table', () => {
     expect(isNotification(Notification.processOutput, { processId: 'p', seq: -1, stream: 'stdout' })).toBe(false);
     expect(isNotification(Notification.processExited, { processId: 'p', seq: 2 })).toBe(false);
     expect(isNotification(Notification.processClosed, { processId: 'p', seq: 3 })).toBe(true);
+  });
+});
+
+describe('process/share params', () => {
+  it('take a share of view or control for 1 s to a week; nothing else', () => {
+    const params = METHOD_TABLE[Method.processShare].params;
+    expect(decode(params, { processId: 'p', access: 'view', ttlSec: MAX_SHARE_TTL_SEC })).toMatchObject({
+      ttlSec: 604_800,
+    });
+    expect(decode(params, { processId: 'p', access: 'control' })).toEqual({ processId: 'p', access: 'control' });
+    for (const bad of [
+      { processId: 'p', access: 'view', ttlSec: MAX_SHARE_TTL_SEC + 1 },
+      { processId: 'p', access: 'view', ttlSec: 0 },
+      { processId: 'p', access: 'admin' },
+      { processId: 'p' },
+    ]) {
+      expect(() => decode(params, bad)).toThrow(DecodeError);
+    }
   });
 });
