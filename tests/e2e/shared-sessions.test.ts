@@ -167,11 +167,30 @@ describe('harness share, attach --token, ps', { timeout: 60_000 }, () => {
     const id = started.stdout.trim();
     const shared = await sh(`h share --read-only --ttl 10m ${id}`);
     expect(shared.code, shared.stderr).toBe(0);
-    const token = shared.stdout.trim();
+    // Line 1 the token, line 2 the browser link: a one-time view grant, with the process and token in the fragment.
+    const [token, linkText, rest] = shared.stdout.split('\n');
     expect(token).toMatch(/^tsh_/);
+    expect(rest).toBe('');
+    const link = new URL(linkText as string);
+    expect(`${link.origin}${link.pathname}`).toBe(`${stack.registryUrl}/ui/`);
+    const fragment = new URLSearchParams(link.hash.slice(1));
+    expect([fragment.get('env'), fragment.get('process'), fragment.get('share')]).toEqual([ENVIRONMENT, id, token]);
+    expect(fragment.get('grant')).toMatch(/^tbgr_/);
     expect(shared.stderr).toMatch(
-      new RegExp(`^harness: share \\w+ of ${id} \\(read-only\\) until \\S+Z: harness attach --token TOKEN ${id}\\n$`),
+      new RegExp(
+        `^harness: share \\w+ of ${id} \\(read-only\\) until \\S+Z: harness attach --token TOKEN ${id}; the link opens the browser page once, until \\d\\d:\\d\\d\\n$`,
+      ),
     );
+    // The link's grant is a view link's: its session is named apart from the key, and is a view.
+    const exchanged = await fetch(`${stack.registryUrl}/cloud/browser-grants/exchange`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ grant: fragment.get('grant') }),
+    });
+    expect(((await exchanged.json()) as { share_access?: string }).share_access).toBe('view');
+    // --no-link: the token alone.
+    const tokenOnly = await sh(`h share --no-link ${id}`);
+    expect(tokenOnly.stdout).toMatch(/^tsh_[A-Za-z0-9_-]{43}\n$/);
 
     // The other key: nothing without the token; with it (from the variable), the output, until | head has enough.
     const other = { TETHER_HARNESS_API_KEY: otherKey };
@@ -188,7 +207,7 @@ describe('harness share, attach --token, ps', { timeout: 60_000 }, () => {
 
     expect(await sh(`h share --revoke ${id}`)).toMatchObject({
       code: 0,
-      stderr: `harness: 1 share of ${id} revoked\n`,
+      stderr: `harness: 2 shares of ${id} revoked\n`,
     });
     expect((await sh(`h attach ${id}`, { ...other, TETHER_HARNESS_SHARE_TOKEN: token })).code).toBe(1);
     expect((await sh(`h kill -s KILL ${id}`)).code).toBe(0);

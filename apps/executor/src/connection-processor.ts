@@ -141,6 +141,19 @@ const VIEW_ONLY_METHODS: ReadonlySet<string> = new Set([
 ]);
 
 /**
+ * What a control link's session (`harness share` without `--read-only`, in the browser) may call: a view's methods
+ * and the control of processes shared with it (each checked against its share); never a start, a file or a share.
+ */
+const LINK_METHODS: ReadonlySet<string> = new Set([
+  ...VIEW_ONLY_METHODS,
+  Method.processWrite,
+  Method.processResize,
+  Method.processSignal,
+  Method.processTerminate,
+  Method.processCloseStdin,
+]);
+
+/**
  * Runs one RpcConnection: gates the handshake, dispatches requests through the lanes, forwards the
  * session's process events as notifications, and detaches the session when the transport goes away.
  * It never knows which transport it has.
@@ -464,7 +477,14 @@ export class ConnectionProcessor implements SessionAttachment {
     // A view-only key (`registry keys create --access view`) watches what is shared with it, and nothing else.
     if (this.principal.kind === 'key' && this.principal.viewOnly && !VIEW_ONLY_METHODS.has(method)) {
       throw RpcError.invalidRequest(
-        `this API key is view-only: ${method} is refused (it may list processes and follow those shared with it)`,
+        this.principal.link === undefined
+          ? `this API key is view-only: ${method} is refused (it may list processes and follow those shared with it)`
+          : `this is a read-only share link: ${method} is refused (it may follow the process shared with it)`,
+      );
+    }
+    if (this.principal.kind === 'key' && this.principal.link !== undefined && !LINK_METHODS.has(method)) {
+      throw RpcError.invalidRequest(
+        `this is a share link's session: ${method} is refused (it may follow and control only the process shared with it)`,
       );
     }
     return handler(params, this.context);

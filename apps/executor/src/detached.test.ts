@@ -297,9 +297,20 @@ describe('shared detached processes', () => {
     expect(viewer.tableFor('shared', 'control')).not.toBe(owner.tableFor('shared', 'control'));
     // A bob cannot share it on.
     expect(() => viewer.shareDetached('shared', 'control', 1000)).toThrow('unknown process id shared');
+    // Told who follows at its attach (only itself: the owner's session follows nothing), then the revocation.
+    expect(watching.notices).toEqual([
+      [
+        'process/participants',
+        {
+          processId: 'shared',
+          participants: [{ who: 'key bob', access: 'view', owner: false, sessions: 1, you: true }],
+        },
+      ],
+    ]);
     await expect
-      .poll(() => watching.notices, { timeout: 5000 })
-      .toEqual([['process/accessRevoked', { processId: 'shared' }]]);
+      .poll(() => watching.notices.map(([method]) => method), { timeout: 5000 })
+      .toEqual(['process/participants', 'process/accessRevoked']);
+    expect(watching.notices[1]).toEqual(['process/accessRevoked', { processId: 'shared' }]);
     expect(viewer.tableFor('shared', 'attach')).not.toBe(owner.tableFor('shared', 'attach'));
     expect(() => viewer.attachDetached('shared', share.token)).toThrow('unknown process id shared');
   });
@@ -340,5 +351,90 @@ describe('shared detached processes', () => {
     expect(owner.unshareDetached('many', shares[0]!.shareId)).toBe(1);
     expect(owner.shareDetached('many', 'control', 60_000).token).toMatch(/^tsh_/);
     owner.terminateProcess('many');
+  });
+  it('every follower is told who follows, each principal once with its access, as principals come and go', async () => {
+    const r = registry();
+    const ownerWatch = new Watching();
+    const owner = r.create(ownerWatch, alice);
+    await owner.startDetached({ ...start('watched', 'cat'), pipeStdin: true, tty: true });
+    owner.attachDetached('watched');
+    const view = owner.shareDetached('watched', 'view', 60_000);
+    const control = owner.shareDetached('watched', 'control', 60_000);
+    const bobWatch = new Watching();
+    const bobSession = r.create(bobWatch, bob);
+    bobSession.attachDetached('watched', view.token);
+    const last = (w: Watching) =>
+      (w.notices.filter(([m]) => m === 'process/participants').at(-1)?.[1] as { participants: unknown[] }).participants;
+    expect(last(ownerWatch)).toEqual([
+      { who: 'key alice', access: 'control', owner: true, sessions: 1, you: true },
+      { who: 'key bob', access: 'view', owner: false, sessions: 1, you: false },
+    ]);
+    expect(last(bobWatch)).toEqual([
+      { who: 'key alice', access: 'control', owner: true, sessions: 1, you: false },
+      { who: 'key bob', access: 'view', owner: false, sessions: 1, you: true },
+    ]);
+    // A second session of bob's, and a control token: one entry, two sessions, control for both.
+    const bobAgain = r.create(new Watching(), bob);
+    bobAgain.attachDetached('watched', control.token);
+    expect(last(ownerWatch)).toContainEqual({
+      who: 'key bob',
+      access: 'control',
+      owner: false,
+      sessions: 2,
+      you: false,
+    });
+    expect(await bobSession.writeProcess('watched', Buffer.from('x'), 'w1')).toBe('accepted');
+    // A session gone: the others are told.
+    await r.end(bobAgain);
+    expect(last(ownerWatch)).toContainEqual({
+      who: 'key bob',
+      access: 'control',
+      owner: false,
+      sessions: 1,
+      you: false,
+    });
+    // The control share revoked: bob came in by it last (a principal holds one share, the strongest), so bob's
+    // session loses the process and the owner is told who is left.
+    owner.unshareDetached('watched', control.shareId);
+    expect(bobWatch.notices.at(-1)).toEqual(['process/accessRevoked', { processId: 'watched' }]);
+    expect(last(ownerWatch)).toEqual([{ who: 'key alice', access: 'control', owner: true, sessions: 1, you: true }]);
+    owner.unshareDetached('watched');
+    expect(owner.terminateProcess('watched')).toEqual({ running: true });
+  });
+
+  it('a share link session is a principal of its own: it reaches nothing of its key but what is shared with it', async () => {
+    const r = registry();
+    const owner = r.create(new Attachment(), alice);
+    await owner.startDetached({ ...start('agent', 'cat'), pipeStdin: true });
+    await owner.startDetached({ ...start('private', 'cat'), pipeStdin: true });
+    // The link of alice's own key, and one behind an admin key: neither reaches anything by ownership or role.
+    const link = r.create(new Watching(), keyPrincipal('alice', 'harness', false, 'lnk_1'));
+    const adminLink = r.create(new Watching(), keyPrincipal('root', 'admin', false, 'lnk_2'));
+    for (const session of [link, adminLink]) {
+      expect(session.listProcesses()).toEqual([]);
+      expect(() => session.attachDetached('private')).toThrow('unknown process id private');
+      expect(session.tableFor('private', 'control')).not.toBe(owner.tableFor('private', 'control'));
+    }
+    const { token } = owner.shareDetached('agent', 'control', 60_000);
+    expect(link.attachDetached('agent', token)).toMatchObject({ access: 'control' });
+    expect(link.listProcesses().map((p) => p.processId)).toEqual(['agent']);
+    expect(await link.writeProcess('agent', Buffer.from('from the link\n'), 'w1')).toBe('accepted');
+    await expect.poll(() => outputOf(owner, 'agent')).toBe('from the link\n');
+    // It cannot share on, and alice's own sessions keep what they had.
+    expect(() => link.shareDetached('agent', 'view', 1000)).toThrow('unknown process id agent');
+    expect(owner.listProcesses().map((p) => p.processId)).toEqual(['agent', 'private']);
+    // A view link's session with a control token: view.
+    const viewLink = r.create(new Watching(), keyPrincipal('alice', 'harness', true, 'lnk_3'));
+    expect(viewLink.attachDetached('agent', token)).toMatchObject({ access: 'view' });
+    expect(owner.terminateProcess('agent')).toEqual({ running: true });
+    expect(owner.terminateProcess('private')).toEqual({ running: true });
+  });
+
+  it('a session process cannot be shared, and says to start it detached', async () => {
+    const r = registry();
+    const owner = r.create(new Attachment(), alice);
+    await owner.startProcess(start('mine', 'sleep 30'));
+    expect(() => owner.shareDetached('mine', 'view', 1000)).toThrow(/belongs to this session.*detached: true/);
+    expect(owner.terminateProcess('mine')).toEqual({ running: true });
   });
 });

@@ -1,5 +1,11 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { DEFAULT_MAX_DETACHED_PROCESSES, detachedProcessIdProblem, type ShareAccess } from '@tether/exec-protocol';
+import {
+  DEFAULT_MAX_DETACHED_PROCESSES,
+  detachedProcessIdProblem,
+  MAX_PARTICIPANTS,
+  type Participant,
+  type ShareAccess,
+} from '@tether/exec-protocol';
 import {
   ProcessError,
   type ProcessEvent,
@@ -12,7 +18,14 @@ import {
 import { DEFAULT_DETACHED_EXITED_RETENTION_MS } from './config.js';
 import type { Logger } from './logger.js';
 import { ExecutorMetrics, secondsSince } from './metrics.js';
-import { mayAccess, type Principal, type ProcessAction, principalKey } from './principal.js';
+import {
+  mayAccess,
+  type Principal,
+  type ProcessAction,
+  principalKey,
+  principalLabel,
+  samePrincipal,
+} from './principal.js';
 
 /** A session that follows detached processes (`process/attach`). */
 export interface DetachedWatcher {
@@ -20,6 +33,8 @@ export interface DetachedWatcher {
   deliverDetached(event: ProcessEvent): void;
   /** A share it followed `processId` by was revoked or expired: the process is gone to it. */
   accessRevoked(processId: string): void;
+  /** Who follows `processId` now (`process/participants`), as this watcher's principal sees it. */
+  participantsChanged(processId: string, participants: Participant[]): void;
 }
 
 /** Live shares per process, and in all (each a token's hash and a few fields). */
@@ -201,6 +216,42 @@ export class DetachedProcesses {
     const held = grants.get(key);
     // A second token never lowers what a principal holds (control stays control).
     if (held === undefined || !this.live(held.share) || held.share.access === 'view') grants.set(key, { share, who });
+    // Its sessions already following may have gained control.
+    if (held !== undefined && held.share.access !== share.access) this.announce(processId);
+  }
+
+  /**
+   * Who follows `processId` (its watchers, one entry per principal), as `viewer` is told it: each with its access
+   * now, whether it owns the process, and whether it is `viewer`.
+   */
+  participantsOf(processId: string, viewer: Principal): Participant[] {
+    const owner = this.owners.get(processId);
+    const byPrincipal = new Map<string, { who: Principal; sessions: number }>();
+    for (const who of this.watchers.get(processId)?.values() ?? []) {
+      const key = principalKey(who);
+      const entry = byPrincipal.get(key);
+      if (entry === undefined) byPrincipal.set(key, { who, sessions: 1 });
+      else entry.sessions++;
+    }
+    const viewerKey = principalKey(viewer);
+    return [...byPrincipal]
+      .map(
+        ([key, { who, sessions }]): Participant => ({
+          who: principalLabel(who),
+          access: this.allows(processId, who, 'control') ? 'control' : 'view',
+          owner: owner !== undefined && samePrincipal(owner, who),
+          sessions,
+          you: key === viewerKey,
+        }),
+      )
+      .slice(0, MAX_PARTICIPANTS);
+  }
+
+  /** Tells every session following `processId` who follows it now. */
+  private announce(processId: string): void {
+    const set = this.watchers.get(processId);
+    if (set === undefined) return;
+    for (const [watcher, who] of set) watcher.participantsChanged(processId, this.participantsOf(processId, who));
   }
 
   /** The live shares of `processId`, with how many sessions follow it by each (its owner's `process/list`). */
@@ -250,6 +301,7 @@ export class DetachedProcesses {
       }
     }
     if (grants.size === 0) this.grants.delete(share.processId);
+    this.announce(share.processId);
   }
 
   get size(): number {
@@ -309,15 +361,17 @@ export class DetachedProcesses {
         this.watchers.set(processId, set);
       }
       set.set(watcher, who);
+      this.announce(processId);
     }
     return { ...summary, detached: true };
   }
 
-  /** The watcher (a session) ended: it follows nothing any more. */
+  /** The watcher (a session) ended: it follows nothing any more (the others are told). */
   forget(watcher: DetachedWatcher): void {
     for (const [processId, set] of this.watchers) {
-      set.delete(watcher);
+      if (!set.delete(watcher)) continue;
       if (set.size === 0) this.watchers.delete(processId);
+      else this.announce(processId);
     }
   }
 

@@ -12,7 +12,17 @@
  *   executor's user, so hiding a process from them would hide nothing (`ps` on the host shows it).
  */
 export type Principal =
-  | { readonly kind: 'key'; readonly keyId: string; readonly role: KeyRole; readonly viewOnly?: boolean }
+  | {
+      readonly kind: 'key';
+      readonly keyId: string;
+      readonly role: KeyRole;
+      readonly viewOnly?: boolean;
+      /**
+       * A share link's browser session (`harness share` prints the link): a principal of its own, apart from the
+       * key behind it, that reaches only processes shared with it by their tokens (never by ownership or role).
+       */
+      readonly link?: string;
+    }
   | { readonly kind: 'unattributed' }
   | { readonly kind: 'local' };
 
@@ -29,20 +39,36 @@ export type ProcessAction = 'list' | 'attach' | 'control';
 export const LOCAL_PRINCIPAL: Principal = Object.freeze({ kind: 'local' });
 export const UNATTRIBUTED_PRINCIPAL: Principal = Object.freeze({ kind: 'unattributed' });
 
-/** `viewOnly`: a key created `--access view`, whose harness may only watch processes shared with it. */
-export function keyPrincipal(keyId: string, role: KeyRole, viewOnly = false): Principal {
-  return Object.freeze(viewOnly ? { kind: 'key', keyId, role, viewOnly: true } : { kind: 'key', keyId, role });
+/**
+ * `viewOnly`: a key created `--access view` (or a view link's session), whose harness may only watch processes
+ * shared with it. `link`: a share link's session id (Principal's `link`).
+ */
+export function keyPrincipal(keyId: string, role: KeyRole, viewOnly = false, link?: string): Principal {
+  return Object.freeze({
+    kind: 'key',
+    keyId,
+    role,
+    ...(viewOnly ? { viewOnly: true } : {}),
+    ...(link === undefined ? {} : { link }),
+  });
+}
+
+/** Whether `who` came in by a share link: it may use shares only (connection-processor.ts gates its methods). */
+export function isLinkSession(who: Principal): boolean {
+  return who.kind === 'key' && who.link !== undefined;
 }
 
 /** A string naming the principal, the same for the same one (a key of per-principal state). */
 export function principalKey(principal: Principal): string {
-  return principal.kind === 'key' ? `key:${principal.role}:${principal.keyId}` : principal.kind;
+  if (principal.kind !== 'key') return principal.kind;
+  const key = `key:${principal.role}:${principal.keyId}`;
+  return principal.link === undefined ? key : `${key}:link:${principal.link}`;
 }
 
 /** Whether two principals are the same one (a session may be resumed only by the principal that made it). */
 export function samePrincipal(a: Principal, b: Principal): boolean {
   if (a.kind !== b.kind) return false;
-  return a.kind !== 'key' || (b.kind === 'key' && a.keyId === b.keyId && a.role === b.role);
+  return a.kind !== 'key' || (b.kind === 'key' && a.keyId === b.keyId && a.role === b.role && a.link === b.link);
 }
 
 /**
@@ -52,12 +78,21 @@ export function samePrincipal(a: Principal, b: Principal): boolean {
  * - `local` (stdio, `--listen`) may do everything: it is the executor's own user.
  * - An `admin` key may do everything to every process, as a cluster admin with kubectl may list, attach to
  *   and delete any pod: an admin who sees a runaway process must be able to stop it.
+ * - A share link's session reaches nothing by ownership or role (not even behind an admin key): only by shares.
  * - Nobody else may do anything, and what they may not list they must not be able to tell from an unknown id.
  */
 export function mayAccess(owner: Principal, who: Principal, action: ProcessAction): boolean {
   if (who.kind === 'local') return true;
+  if (isLinkSession(who)) return false;
   // A view-only key controls nothing, whatever it is shown.
   if (who.kind === 'key' && who.viewOnly === true && action === 'control') return false;
   if (who.kind === 'key' && who.role === 'admin') return true;
   return samePrincipal(owner, who);
+}
+
+/** How a participant list names a principal (`process/participants`): ids only, never a secret. */
+export function principalLabel(who: Principal): string {
+  if (who.kind !== 'key') return who.kind;
+  const key = `${who.role === 'admin' ? 'admin key' : 'key'} ${who.keyId}`;
+  return who.link === undefined ? key : `share link of ${key}`;
 }

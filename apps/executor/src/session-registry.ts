@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { ErrorCode, Notification, RpcError, type ShareAccess } from '@tether/exec-protocol';
+import { ErrorCode, Notification, type Participant, RpcError, type ShareAccess } from '@tether/exec-protocol';
 import type { OutboundAnswer } from '@tether/jsonrpc';
 import {
   ProcessError,
@@ -143,12 +143,25 @@ export class Session implements DetachedWatcher {
 
   /** `process/share` of a detached process this session's principal owns (or may reach as local or admin). */
   shareDetached(processId: string, access: ShareAccess, ttlMs: number) {
+    if (this.table.has(processId)) {
+      throw new ProcessError(
+        'invalid_argument',
+        `process ${processId} belongs to this session and ends with it: only a detached process can be shared (start it with detached: true)`,
+      );
+    }
     return this.detached.share(processId, this.principal, access, ttlMs);
   }
 
   /** `process/unshare`: revokes one share of the process, or all of them. */
   unshareDetached(processId: string, shareId?: string): number {
     return this.detached.unshare(processId, this.principal, shareId);
+  }
+
+  /** Who follows a process this session follows changed: its client is told. */
+  participantsChanged(processId: string, participants: Participant[]): void {
+    if (this.stateValue.kind === 'attached') {
+      this.stateValue.attachment.notify(Notification.processParticipants, { processId, participants });
+    }
   }
 
   /** A share this session followed `processId` by ended: its client is told (the process is gone to it). */

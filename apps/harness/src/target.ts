@@ -152,6 +152,13 @@ function directUrl(flags: ConnectFlags, contextUrl: string | undefined, environm
   );
 }
 
+/** Whether `openEnvironment` goes through a registry (a rendezvous), not straight to an executor's `--url`. */
+export function throughRegistry(flags: ConnectFlags, env: NodeJS.ProcessEnv): boolean {
+  const file = configPath(env);
+  const context = selectContext(loadConfig(file), flags.context, file, env)?.context ?? {};
+  return directUrl(flags, context.url) === undefined;
+}
+
 /**
  * Where `openEnvironment` connects, for a message: `environment ID`, or `the executor at URL` for `--url`. Called
  * once it connected (its settings are then known to resolve).

@@ -82,6 +82,59 @@ describe.each(ENGINES)('authorizations and the key that minted them ($name)', (e
     ]);
   });
 
+  it('a share link’s session: /validate names it apart from its key (an id and the link’s access); a view-only key’s link is a view', async () => {
+    const linkSession = async (bearer: string, shareAccess?: 'view' | 'control') => {
+      const minted = await call('POST', '/cloud/browser-grants', bearer, {
+        environment_id: 'dev-1',
+        ...(shareAccess === undefined ? {} : { share_access: shareAccess }),
+      });
+      expect(minted.statusCode).toBe(201);
+      const exchanged = (
+        await call('POST', '/cloud/browser-grants/exchange', null, { grant: minted.json().grant })
+      ).json();
+      return exchanged as { token: string; share_access?: string };
+    };
+    const validated = async (bearer: string) => {
+      const answer = await validate((await connect(bearer)).json());
+      expect(answer.json()).toEqual({ valid: true });
+      return {
+        key: answer.headers['x-tether-harness-key-id'],
+        keyAccess: answer.headers['x-tether-harness-key-access'],
+        link: answer.headers['x-tether-harness-link-session'] as string | undefined,
+        linkAccess: answer.headers['x-tether-harness-link-access'],
+      };
+    };
+    const control = await linkSession(tokens.harness as string, 'control');
+    expect(control.share_access).toBe('control');
+    const first = await validated(control.token);
+    expect(first).toMatchObject({ key: 'harness', keyAccess: undefined, linkAccess: 'control' });
+    expect(first.link).toMatch(/^lnk_[0-9a-f]{24}$/);
+    // Every harness of that session is the same link; another session of the same key is another.
+    expect((await validated(control.token)).link).toBe(first.link);
+    const view = await linkSession(tokens.harness as string, 'view');
+    const viewed = await validated(view.token);
+    expect(viewed).toMatchObject({ key: 'harness', linkAccess: 'view' });
+    expect(viewed.link).not.toBe(first.link);
+    // A sign-in session (harness login --web) is its key, as before.
+    expect(await validated((await linkSession(tokens.harness as string)).token)).toEqual({
+      key: 'harness',
+      keyAccess: undefined,
+      link: undefined,
+      linkAccess: undefined,
+    });
+    // A view-only key may make links, but a control link of it is a view.
+    await registry.addKey('viewer', 'harness', 'dev-*', 'view');
+    const capped = await linkSession(tokens.viewer as string, 'control');
+    expect(capped.share_access).toBe('view');
+    expect(await validated(capped.token)).toMatchObject({ key: 'viewer', keyAccess: 'view', linkAccess: 'view' });
+    // Anything else is not a share access.
+    const bad = await call('POST', '/cloud/browser-grants', tokens.harness as string, {
+      environment_id: 'dev-1',
+      share_access: 'owner',
+    });
+    expect(bad.statusCode).toBe(400);
+  });
+
   it('an admin key may /connect to the environments of its glob (to see every key’s detached processes); an executor key may not', async () => {
     expect((await connect(tokens.admin as string)).statusCode).toBe(200);
     expect((await connect(tokens.exec as string)).statusCode).toBe(403);

@@ -31,6 +31,7 @@ export {
   AttachedProcess,
   type AttachOptions,
   type CommandOptions,
+  type Participant,
   type ProcessInfo,
   requireDetach,
   type ShareOptions,

@@ -14,6 +14,7 @@ import { DEFAULT_HIGH_WATER_BYTES, LOW_WATER_FRACTION, PROCESS_READ_MAX_BYTES } 
 import {
   detachedProcessIdProblem,
   Method,
+  type Participant,
   PROCESS_DETACH_CAPABILITY,
   PROCESS_SHARE_CAPABILITY,
   type ProcessAttachResult,
@@ -26,6 +27,9 @@ import { TetherError } from './errors.js';
 import type { ExecServerClient } from './exec-client.js';
 import { ProcessEvents } from './process-events.js';
 import { processStartParams } from './start-params.js';
+
+/** One principal following a process (`AttachOptions.onParticipants`). */
+export type { Participant };
 
 /** One process as `process/list` shows it (exec-protocol's entry; `detached` always said). */
 export type ProcessInfo = Omit<ProcessListEntry, 'detached'> & {
@@ -75,6 +79,11 @@ export interface AttachOptions {
    * the access the share gives (`view`: output only; `control`: stdin, resize and signals too).
    */
   shareToken?: string;
+  /**
+   * Who follows the process (capability `processShare`): called at the attach and whenever that changes (an
+   * attach, a session gone, a share redeemed or revoked); also kept in `AttachedProcess.participants`.
+   */
+  onParticipants?: (participants: Participant[]) => void;
 }
 
 /** Most entries a `process/list` answer may have (the executor's limits are far below). */
@@ -220,6 +229,8 @@ export class AttachedProcess extends ProcessEvents {
   info: ProcessInfo | null = null;
   /** Seqs skipped because the executor no longer retained them. */
   lostSeqs = 0;
+  /** Who follows the process, as the executor last said (`AttachOptions.onParticipants`); [] until it says. */
+  participants: Participant[] = [];
   private began = false;
   /** A read loop runs; pushed events are kept aside meanwhile (bounded), to continue after it. */
   private reading = false;
@@ -246,6 +257,10 @@ export class AttachedProcess extends ProcessEvents {
       client.onAccessRevoked(processId, () =>
         this.fail(new TetherError('invalid_state', `access to process ${processId} was revoked by its owner`)),
       ),
+      client.onParticipants(processId, (participants) => {
+        this.participants = participants;
+        options.onParticipants?.(participants);
+      }),
     );
   }
 

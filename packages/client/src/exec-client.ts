@@ -1,12 +1,15 @@
 import {
   clampFlowWindow,
   DEFAULT_FLOW_WINDOW_BYTES,
+  decode,
   ErrorCode,
   type InitializeResult,
   Method,
   type MethodParams,
   type MethodResult,
   Notification,
+  type Participant,
+  ProcessParticipantsNotification,
   type RequestMethod,
   RpcError,
   ServerRequest,
@@ -37,6 +40,26 @@ import { answerNetworkQuestion, type NetworkDecision, type NetworkPolicy, networ
 import { checkRegistryUrl } from './registry.js';
 import { channelOrDirect, type RendezvousOptions, rendezvousDialer } from './rendezvous-dialer.js';
 import { processStartParams } from './start-params.js';
+
+/** Listeners keyed by process id, each set dropped with its last listener. */
+class PerProcess<T> {
+  readonly #listeners = new Map<string, Set<(value: T) => void>>();
+
+  add(processId: string, listener: (value: T) => void): () => void {
+    const listeners = this.#listeners.get(processId) ?? new Set();
+    this.#listeners.set(processId, listeners);
+    listeners.add(listener);
+    return () => {
+      listeners.delete(listener);
+      if (listeners.size === 0) this.#listeners.delete(processId);
+    };
+  }
+
+  /** Calls each listener of `processId` (a copy of the set: a listener may unsubscribe). */
+  emit(processId: string, value: T): void {
+    for (const listener of [...(this.#listeners.get(processId) ?? [])]) listener(value);
+  }
+}
 
 /** Calls that may be sent again after a reconnect without changing their effect. */
 const IDEMPOTENT: ReadonlySet<string> = new Set<RequestMethod>([
@@ -82,9 +105,11 @@ export class ExecServerClient implements ProcessBackend {
   private capabilitiesOf: { info: InitializeInfo | null; names: ReadonlySet<string> } | undefined;
   private readonly listeners = new Set<(event: ProcessEvent) => void>();
   /** Listeners of each process's `network/policyDecision`s (only processes whose caller asked for them). */
-  private readonly decisionListeners = new Map<string, Set<(decision: NetworkDecision) => void>>();
+  private readonly decisionListeners = new PerProcess<NetworkDecision>();
   /** Who is told that this session lost a process it followed by a share (`process/accessRevoked`). */
-  private readonly revokedListeners = new Map<string, Set<() => void>>();
+  private readonly revokedListeners = new PerProcess<void>();
+  /** Who is told who follows a process this session follows (`process/participants`). */
+  private readonly participantListeners = new PerProcess<Participant[]>();
   /** Who answers each process's `network/policyRequest`s (processes started with `network.ask`), until it ends. */
   private readonly networkAskers = new Map<string, NonNullable<NetworkPolicy['ask']>>();
   private readonly reconnectListeners = new Set<() => void>();
@@ -383,24 +408,17 @@ export class ExecServerClient implements ProcessBackend {
   }
 
   onNetworkDecision(processId: string, listener: (decision: NetworkDecision) => void): () => void {
-    const listeners = this.decisionListeners.get(processId) ?? new Set();
-    this.decisionListeners.set(processId, listeners);
-    listeners.add(listener);
-    return () => {
-      listeners.delete(listener);
-      if (listeners.size === 0) this.decisionListeners.delete(processId);
-    };
+    return this.decisionListeners.add(processId, listener);
   }
 
   /** Called when a share this session followed `processId` by is revoked or expires. Returns an unsubscribe. */
   onAccessRevoked(processId: string, listener: () => void): () => void {
-    const listeners = this.revokedListeners.get(processId) ?? new Set();
-    this.revokedListeners.set(processId, listeners);
-    listeners.add(listener);
-    return () => {
-      listeners.delete(listener);
-      if (listeners.size === 0) this.revokedListeners.delete(processId);
-    };
+    return this.revokedListeners.add(processId, listener);
+  }
+
+  /** Called with who follows `processId` (capability `processShare`) each time that changes. Returns an unsubscribe. */
+  onParticipants(processId: string, listener: (participants: Participant[]) => void): () => void {
+    return this.participantListeners.add(processId, listener);
   }
 
   subscribe(listener: (event: ProcessEvent) => void): () => void {
@@ -581,15 +599,24 @@ export class ExecServerClient implements ProcessBackend {
     if (method === Notification.networkPolicyDecision) {
       // From the executor (untrusted): one that does not decode, or names a process nobody listens for, goes.
       const decision = networkDecisionOf(params);
-      const listeners = decision === null ? undefined : this.decisionListeners.get(decision.processId);
-      for (const listener of listeners ?? []) listener(decision!);
+      if (decision !== null) this.decisionListeners.emit(decision.processId, decision);
       return;
     }
     if (method === Notification.processAccessRevoked) {
       // From the executor (untrusted): only a process somebody follows is looked up.
       const processId = (params as { processId?: unknown } | null)?.processId;
-      if (typeof processId !== 'string') return;
-      for (const listener of [...(this.revokedListeners.get(processId) ?? [])]) listener();
+      if (typeof processId === 'string') this.revokedListeners.emit(processId, undefined);
+      return;
+    }
+    if (method === Notification.processParticipants) {
+      // From the executor (untrusted): a list that does not decode (shape, sizes) is dropped.
+      let notice: ProcessParticipantsNotification;
+      try {
+        notice = decode(ProcessParticipantsNotification, params);
+      } catch {
+        return;
+      }
+      this.participantListeners.emit(notice.processId, notice.participants);
       return;
     }
     const event = processEventOf(method, params);

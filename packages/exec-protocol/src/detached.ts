@@ -25,6 +25,9 @@
  * - `process/unshare {processId, shareId?}` revokes one share (all of the process's without `shareId`): the
  *   sessions that came in by it lose the process at once and get `process/accessRevoked {processId}`.
  * - The owner's `process/list` entries carry `shares` (id, access, expiry, how many sessions follow by it).
+ * - `process/participants {processId, participants}` tells every session following a process who follows it, each
+ *   principal once (with how many of its sessions, its access, whether it owns the process and whether it is the
+ *   recipient), when that changes: an attach, a session gone, a share redeemed or revoked.
  */
 import { type Static, Type } from '@sinclair/typebox';
 import { ProcessListEntry } from './schemas.js';
@@ -92,5 +95,28 @@ export const ProcessUnshareResult = Type.Object({ revoked: Type.Integer({ minimu
 export type ProcessUnshareResult = Static<typeof ProcessUnshareResult>;
 
 /** `process/accessRevoked`: a share this session came in by was revoked (or expired); the process is gone to it. */
+/** Most participants a `process/participants` lists (the executor's sessions bound it far below). */
+export const MAX_PARTICIPANTS = 256;
+
+/** One principal following a process (`process/participants`). */
+export const Participant = Type.Object({
+  /** Who: `key <id>` (an admin key: `admin key <id>`), `share link of key <id>`, `local` or `unattributed`. */
+  who: Type.String({ maxLength: 300 }),
+  access: ShareAccess,
+  /** It started the process (and may share it). */
+  owner: Type.Boolean(),
+  /** How many of its sessions follow the process. */
+  sessions: Type.Integer({ minimum: 1 }),
+  /** It is the session this notification went to. */
+  you: Type.Boolean(),
+});
+export type Participant = Static<typeof Participant>;
+
+export const ProcessParticipantsNotification = Type.Object({
+  processId: Type.String(),
+  participants: Type.Array(Participant, { maxItems: MAX_PARTICIPANTS }),
+});
+export type ProcessParticipantsNotification = Static<typeof ProcessParticipantsNotification>;
+
 export const ProcessAccessRevokedNotification = Type.Object({ processId: Type.String() });
 export type ProcessAccessRevokedNotification = Static<typeof ProcessAccessRevokedNotification>;

@@ -62,6 +62,8 @@ export const Notification = {
   networkPolicyDecision: 'network/policyDecision',
   /** Tether (capability `processShare`): a share this session followed a process by was revoked or expired. */
   processAccessRevoked: 'process/accessRevoked',
+  /** Tether (capability `processShare`): who follows a process this session follows, when that changes. */
+  processParticipants: 'process/participants',
   /** Client → server (Tether, capability `flowControl`): output consumed up to a seq; see flow-control.ts. */
   processAck: 'process/ack',
   /** Capability `tcpForward` (tcp.ts): bytes, credit, half-close and reset of a forwarded connection. */

@@ -3,6 +3,7 @@ import { connectFromBrowser } from './connect.js';
 import { element } from './dom.js';
 import { type FilesPanel, mountFiles } from './files.js';
 import { mountProcesses, type ProcessesPanel } from './processes.js';
+import { SharedView } from './shared.js';
 import { exchangeGrant, readHashParams, type SignIn, signInStore } from './sign-in.js';
 import { LOGIN_SHELL, TerminalSession } from './terminal.js';
 
@@ -23,6 +24,7 @@ let session: TerminalSession | null = null;
 let environment: Environment | null = null;
 let files: FilesPanel | null = null;
 let processes: ProcessesPanel | null = null;
+let shared: SharedView | null = null;
 
 function setState(next: PageState, text: string): void {
   state = next;
@@ -42,6 +44,9 @@ const hook = {
   transfers: () => files?.transfers() ?? [],
   refreshProcesses: () => processes?.refresh() ?? Promise.resolve(),
   attachedText: () => processes?.attachedText() ?? '',
+  sharedText: () => shared?.text() ?? '',
+  sharedState: () => shared?.state() ?? null,
+  participants: () => shared?.participants() ?? [],
 };
 (globalThis as unknown as { tether: typeof hook }).tether = hook;
 
@@ -49,7 +54,11 @@ const hook = {
 const INSECURE_CONTEXT =
   'this page needs a secure context for WebCrypto: open it over https://, or on localhost / 127.0.0.1';
 
-async function connect(signIn: SignIn): Promise<void> {
+/**
+ * Connects and opens the terminal and panels; with `share` (a share link's process and token), only that process,
+ * watched (and controlled, where the share allows) in the shared view.
+ */
+async function connect(signIn: SignIn, share?: { processId: string; token: string }): Promise<void> {
   if (!isSecureContext) {
     setState('error', INSECURE_CONTEXT);
     return;
@@ -68,8 +77,16 @@ async function connect(signIn: SignIn): Promise<void> {
       },
     });
     environment = env;
-    setState('connected', `connected to ${signIn.environmentId}`);
     form.hidden = true;
+    if (share !== undefined) {
+      setState('connected', `watching process ${share.processId} on ${signIn.environmentId}`);
+      shared = new SharedView(share.processId, {
+        onEnded: (reason) => setState('lost', `the shared process is gone to this page: ${reason}`),
+      });
+      await shared.start(env, share.token);
+      return;
+    }
+    setState('connected', `connected to ${signIn.environmentId}`);
     workspace.hidden = false;
     processes = mountProcesses(env);
     files = mountFiles(env);
@@ -108,6 +125,7 @@ form.addEventListener('submit', (event) => {
 
 addEventListener('pagehide', () => {
   session?.dispose();
+  shared?.dispose();
   void environment?.close();
 });
 
@@ -122,10 +140,17 @@ async function boot(): Promise<void> {
     return;
   }
   if (params.grant !== undefined) {
-    setState('connecting', 'exchanging the sign-in link…');
+    const share =
+      params.process !== undefined && params.share !== undefined
+        ? { processId: params.process, token: params.share }
+        : undefined;
+    setState('connecting', share ? 'opening the share link…' : 'exchanging the sign-in link…');
     try {
       const exchanged = await exchangeGrant(location.origin, params.grant);
-      await connect(exchanged);
+      if (exchanged.shareAccess !== undefined && share === undefined) {
+        throw new Error('this share link names no process: copy the whole link that harness share printed');
+      }
+      await connect(exchanged, share);
     } catch (err) {
       setState('error', (err as Error).message);
     }

@@ -2,6 +2,8 @@
 export interface SignIn {
   environmentId: string;
   credential: string;
+  /** A share link's session: it reaches only the process shared with it, at most with this access. */
+  shareAccess?: 'view' | 'control';
 }
 
 const STORAGE_KEY = 'tether.sign-in';
@@ -33,12 +35,18 @@ export const signInStore = {
   },
 };
 
-/** `#env=…&grant=…` of a sign-in link (`harness login --web`), or of a bookmark (`#env=…`). */
-export function readHashParams(hash: string): { env?: string; grant?: string } {
+/**
+ * `#env=…&grant=…` of a sign-in link (`harness login --web`), or of a bookmark (`#env=…`); a share link
+ * (`harness share`) adds `process=…&share=…` (the shared process and its token).
+ */
+export function readHashParams(hash: string): { env?: string; grant?: string; process?: string; share?: string } {
   const params = new URLSearchParams(hash.replace(/^#/, ''));
-  const env = params.get('env') ?? undefined;
-  const grant = params.get('grant') ?? undefined;
-  return { ...(env ? { env } : {}), ...(grant ? { grant } : {}) };
+  const out: { env?: string; grant?: string; process?: string; share?: string } = {};
+  for (const name of ['env', 'grant', 'process', 'share'] as const) {
+    const value = params.get(name);
+    if (value) out[name] = value;
+  }
+  return out;
 }
 
 /** A one-time grant from a sign-in link, exchanged at the registry for a session token of one environment. */
@@ -63,5 +71,9 @@ export async function exchangeGrant(registryUrl: string, grant: string): Promise
   if (typeof body.token !== 'string' || typeof body.environment_id !== 'string') {
     throw new Error('the registry answered the sign-in link with something that is not a session');
   }
-  return { environmentId: body.environment_id, credential: body.token };
+  return {
+    environmentId: body.environment_id,
+    credential: body.token,
+    ...(body.share_access === 'view' || body.share_access === 'control' ? { shareAccess: body.share_access } : {}),
+  };
 }

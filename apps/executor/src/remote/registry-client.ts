@@ -68,6 +68,9 @@ export const HARNESS_KEY_ID_HEADER = 'x-tether-harness-key-id';
 export const HARNESS_KEY_ROLE_HEADER = 'x-tether-harness-key-role';
 /** `view`: that key is view-only (its harness may only watch processes shared with it). */
 export const HARNESS_KEY_ACCESS_HEADER = 'x-tether-harness-key-access';
+/** A share link's browser session: its id, and `view` or `control` (the most it may do, by shares only). */
+export const HARNESS_LINK_SESSION_HEADER = 'x-tether-harness-link-session';
+export const HARNESS_LINK_ACCESS_HEADER = 'x-tether-harness-link-access';
 
 /**
  * A `/validate` that said yes: the request id of the harness's `/connect` when the registry gave one, and who the
@@ -92,8 +95,14 @@ export function principalFromHeaders(headers: Headers): Principal {
   } catch {
     return UNATTRIBUTED_PRINCIPAL;
   }
-  const viewOnly = headers.get(HARNESS_KEY_ACCESS_HEADER) === 'view';
-  return keyId.length >= 1 && keyId.length <= 256 ? keyPrincipal(keyId, role, viewOnly) : UNATTRIBUTED_PRINCIPAL;
+  if (keyId.length < 1 || keyId.length > 256) return UNATTRIBUTED_PRINCIPAL;
+  const link = headers.get(HARNESS_LINK_SESSION_HEADER);
+  const linkAccess = headers.get(HARNESS_LINK_ACCESS_HEADER);
+  // A link session named without a well-formed id or access is refused everything a link may not do: view only.
+  const linkId = link !== null && /^[A-Za-z0-9_-]{1,64}$/.test(link) ? link : link === null ? undefined : 'malformed';
+  const viewOnly =
+    headers.get(HARNESS_KEY_ACCESS_HEADER) === 'view' || (linkId !== undefined && linkAccess !== 'control');
+  return keyPrincipal(keyId, role, viewOnly, linkId);
 }
 
 /** A request id fit for a log line (the registry's own rule), else null. */

@@ -2,7 +2,7 @@ import { checkEnvironmentId, checkRegistryUrl, TetherError } from '@tether/clien
 import { durationArg, formatDuration } from '@tether/telemetry/cli';
 import { type Command, Option } from 'commander';
 import { type CliIo, EXIT, registryOptions, report, type SetExit } from '../common.js';
-import { type ConnectFlags, resolveRegistryAccess } from '../target.js';
+import { type ConnectFlags, type RegistryAccess, resolveRegistryAccess } from '../target.js';
 
 /** The registry's bounds for a browser grant's lifetime (seconds): default 300, at most 900. */
 const MAX_GRANT_TTL = 900;
@@ -60,60 +60,75 @@ async function loginCommand(io: CliIo, environment: string | undefined, options:
   }
   try {
     const access = resolveRegistryAccess(options, io.env, environment);
-    checkEnvironmentId(access.environmentId);
-    const base = checkRegistryUrl(access.registryUrl, access.allowInsecureRegistry);
-    let response: Response;
-    try {
-      response = await fetch(`${base}/cloud/browser-grants`, {
-        method: 'POST',
-        redirect: 'manual',
-        headers: { authorization: `Bearer ${access.apiKey}`, 'content-type': 'application/json' },
-        body: JSON.stringify({
-          environment_id: access.environmentId,
-          ...(options.ttl !== undefined ? { ttl_seconds: options.ttl } : {}),
-        }),
-        signal: AbortSignal.timeout(15_000),
-      });
-    } catch (err) {
-      const cause = (err as { cause?: { code?: string } }).cause?.code ?? (err as Error).message;
-      throw new TetherError('registry', `cannot reach the registry at ${base}: ${cause}`);
-    }
-    const text = await response.text();
-    let body: { url?: unknown; expires_at?: unknown; error?: { code?: unknown; message?: unknown } } = {};
-    try {
-      body = JSON.parse(text) as typeof body;
-    } catch {
-      // reported below
-    }
-    if (response.status !== 201 || typeof body.url !== 'string' || typeof body.expires_at !== 'number') {
-      const detail =
-        typeof body.error?.code === 'string'
-          ? ` [${body.error.code}]: ${String(body.error.message).slice(0, 300)}`
-          : '';
-      if (response.status === 403 && body.error?.code === 'forbidden_environment') {
-        throw new TetherError(
-          'unauthorized',
-          `environment ${JSON.stringify(access.environmentId)} is not one this API key may use (the registry answered HTTP 403 forbidden_environment); check the environment id, or use a key for it`,
-          { status: response.status },
-        );
-      }
-      const refused = response.status === 401 || response.status === 403;
-      throw new TetherError(
-        refused ? 'unauthorized' : 'registry',
-        refused
-          ? `the registry refused the harness API key for ${access.environmentId} (HTTP ${response.status})${detail}`
-          : `the registry answered /cloud/browser-grants with HTTP ${response.status}${detail}`,
-        { status: response.status },
-      );
-    }
-    io.stdout.write(`${body.url}\n`);
+    const grant = await mintBrowserGrant(access, options.ttl === undefined ? {} : { ttlSeconds: options.ttl });
+    io.stdout.write(`${grant.url}\n`);
     if (io.stderr.isTTY) {
-      const at = new Date(body.expires_at * 1000);
-      const hhmm = `${String(at.getHours()).padStart(2, '0')}:${String(at.getMinutes()).padStart(2, '0')}`;
-      io.stderr.write(`harness: open this link in a browser; it works once and expires at ${hhmm}\n`);
+      io.stderr.write(`harness: open this link in a browser; it works once and expires at ${clock(grant.expiresAt)}\n`);
     }
     return 0;
   } catch (err) {
     return report(io, err);
   }
+}
+
+/** HH:MM of a Unix time in seconds, local time (when a link expires). */
+export function clock(unixSeconds: number): string {
+  const at = new Date(unixSeconds * 1000);
+  return `${String(at.getHours()).padStart(2, '0')}:${String(at.getMinutes()).padStart(2, '0')}`;
+}
+
+/**
+ * A one-time browser grant for `access`'s environment (`POST /cloud/browser-grants`), its /ui link and its expiry
+ * (Unix seconds). `shareAccess`: a share link's grant, whose session may reach only processes shared with it.
+ */
+export async function mintBrowserGrant(
+  access: RegistryAccess,
+  options: { ttlSeconds?: number; shareAccess?: 'view' | 'control' },
+): Promise<{ url: string; expiresAt: number }> {
+  checkEnvironmentId(access.environmentId);
+  const base = checkRegistryUrl(access.registryUrl, access.allowInsecureRegistry);
+  let response: Response;
+  try {
+    response = await fetch(`${base}/cloud/browser-grants`, {
+      method: 'POST',
+      redirect: 'manual',
+      headers: { authorization: `Bearer ${access.apiKey}`, 'content-type': 'application/json' },
+      body: JSON.stringify({
+        environment_id: access.environmentId,
+        ...(options.ttlSeconds === undefined ? {} : { ttl_seconds: options.ttlSeconds }),
+        ...(options.shareAccess === undefined ? {} : { share_access: options.shareAccess }),
+      }),
+      signal: AbortSignal.timeout(15_000),
+    });
+  } catch (err) {
+    const cause = (err as { cause?: { code?: string } }).cause?.code ?? (err as Error).message;
+    throw new TetherError('registry', `cannot reach the registry at ${base}: ${cause}`);
+  }
+  const text = await response.text();
+  let body: { url?: unknown; expires_at?: unknown; error?: { code?: unknown; message?: unknown } } = {};
+  try {
+    body = JSON.parse(text) as typeof body;
+  } catch {
+    // Described by the status below.
+  }
+  if (response.status === 201 && typeof body.url === 'string' && typeof body.expires_at === 'number') {
+    return { url: body.url, expiresAt: body.expires_at };
+  }
+  const detail =
+    typeof body.error?.code === 'string' ? ` [${body.error.code}]: ${String(body.error.message).slice(0, 300)}` : '';
+  if (response.status === 403 && body.error?.code === 'forbidden_environment') {
+    throw new TetherError(
+      'unauthorized',
+      `environment ${JSON.stringify(access.environmentId)} is not one this API key may use (the registry answered HTTP 403 forbidden_environment); check the environment id, or use a key for it`,
+      { status: response.status },
+    );
+  }
+  const refused = response.status === 401 || response.status === 403;
+  throw new TetherError(
+    refused ? 'unauthorized' : 'registry',
+    refused
+      ? `the registry refused the harness API key for ${access.environmentId} (HTTP ${response.status})${detail}`
+      : `the registry answered /cloud/browser-grants with HTTP ${response.status}${detail}`,
+    { status: response.status },
+  );
 }

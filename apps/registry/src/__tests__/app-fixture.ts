@@ -5,7 +5,7 @@ import { generateIdentity, publicKeyToJson } from '@tether/noise';
 import type { SigningKey } from '@tether/relay-auth';
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify';
 import { buildRegistry, type RegistryConfig, type RegistryDeps } from '../app.js';
-import type { NewApiKey, RegistryStore, Role } from '../store/index.js';
+import type { KeyAccess, NewApiKey, RegistryStore, Role } from '../store/index.js';
 import { generateToken, hashToken } from '../tokens.js';
 import type { Engine } from './engines.js';
 
@@ -39,7 +39,7 @@ export interface AppFixture {
   store: RegistryStore;
   /** Each API key's token, by the key's id. */
   tokens: Record<string, string>;
-  addKey(id: string, role: Role, environments: string): Promise<void>;
+  addKey(id: string, role: Role, environments: string, access?: KeyAccess): Promise<void>;
   /** A request with `bearer` (a token, or null for none) and, when given, a JSON payload. */
   call(
     method: 'POST' | 'DELETE',
@@ -70,8 +70,15 @@ export async function openApp(
     app,
     store,
     tokens,
-    async addKey(id, role, keyEnvironments) {
-      tokens[id] = await createKey(store, { id, role, environments: keyEnvironments, label: id, createdAt: 1 });
+    async addKey(id, role, keyEnvironments, access) {
+      tokens[id] = await createKey(store, {
+        id,
+        role,
+        environments: keyEnvironments,
+        label: id,
+        createdAt: 1,
+        ...(access === undefined ? {} : { access }),
+      });
     },
     call: (method, url, bearer, payload) =>
       app.inject({

@@ -1,7 +1,8 @@
+import { createHash } from 'node:crypto';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import { RegistryError } from '../errors.js';
-import type { ApiKeyRecord, Role } from '../store/types.js';
+import type { ApiKeyRecord, LinkSession, Role } from '../store/types.js';
 import { hashToken } from '../tokens.js';
 
 /** Prefix of a browser session token (a browser grant exchanged; routes/browser.ts mints both). */
@@ -30,6 +31,8 @@ declare module 'fastify' {
   interface FastifyRequest {
     /** The API key the route's auth hook accepted (for a browser session: the key behind it). */
     apiKey: ApiKeyRecord | null;
+    /** A share link's browser session (`harness share`): it may reach only shared processes. Else null. */
+    linkSession: LinkSession | null;
   }
 }
 
@@ -39,6 +42,14 @@ function bearer(request: FastifyRequest): string | null {
   if (typeof header !== 'string') return null;
   const match = /^Bearer ([\x21-\x7e]{1,512})$/.exec(header);
   return match ? (match[1] as string) : null;
+}
+
+/**
+ * The id a share link's session is named by to the executor: derived from its token's stored hash (so the same for
+ * every request of the session) and never the hash itself, which looks the session up.
+ */
+export function linkSessionId(sessionTokenHash: string): string {
+  return `lnk_${createHash('sha256').update(`tether-link-session\n${sessionTokenHash}`).digest('hex').slice(0, 24)}`;
 }
 
 const SESSION_BEARER = new RegExp(`^Bearer (${SESSION_PREFIX}_[A-Za-z0-9_-]{1,100})$`);
@@ -51,6 +62,7 @@ export default fp(
   async (app: FastifyInstance) => {
     const { store } = app;
     app.decorateRequest('apiKey', null);
+    app.decorateRequest('linkSession', null);
 
     const apiKeyOf = (request: FastifyRequest): Promise<ApiKeyRecord | undefined> => {
       const token = bearer(request);
@@ -91,6 +103,9 @@ export default fp(
           // What the key may do is told at /validate, read from the key itself (its `access`).
           access: 'full',
         };
+        if (session.shareAccess !== null) {
+          request.linkSession = { id: linkSessionId(hashToken(token)), access: session.shareAccess };
+        }
       };
     });
   },

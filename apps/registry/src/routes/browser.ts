@@ -14,6 +14,11 @@ const GrantBody = Type.Object(
   {
     environment_id: Type.String({ pattern: ENVIRONMENT_ID_PATTERN }),
     ttl_seconds: Type.Optional(Type.Integer({ minimum: 1, maximum: GRANT_TTL_MAX_S })),
+    /**
+     * A share link's grant (`harness share`): its session reaches only processes shared with it, by their share
+     * tokens, and at most with this access. Absent: a sign-in grant, the key's own access (`harness login --web`).
+     */
+    share_access: Type.Optional(Type.Union([Type.Literal('view'), Type.Literal('control')])),
   },
   { additionalProperties: false },
 );
@@ -21,6 +26,7 @@ type GrantBody = Static<typeof GrantBody>;
 const GrantResponse = Type.Object({
   grant: Type.String(),
   environment_id: Type.String(),
+  share_access: Type.Optional(Type.Union([Type.Literal('view'), Type.Literal('control')])),
   expires_at: Type.Integer(),
   url: Type.String(),
 });
@@ -32,6 +38,7 @@ type ExchangeBody = Static<typeof ExchangeBody>;
 const ExchangeResponse = Type.Object({
   token: Type.String(),
   environment_id: Type.String(),
+  share_access: Type.Optional(Type.Union([Type.Literal('view'), Type.Literal('control')])),
   expires_at: Type.Integer(),
 });
 
@@ -56,17 +63,27 @@ export async function browserGrantRoutes(app: FastifyInstance, options: { sessio
       if (!matchesEnvironmentGlob(key.environments, environmentId)) throw new RegistryError('forbidden_environment');
       const grant = generateToken(GRANT_PREFIX);
       const expiresAt = Math.floor(now() / 1000) + (request.body.ttl_seconds ?? GRANT_TTL_DEFAULT_S);
+      // A view-only key's link is a view link, whatever it asked for (the executor caps it too).
+      const asked = request.body.share_access;
+      const shareAccess = asked === undefined ? null : key.access === 'view' ? 'view' : asked;
       await store.createBrowserGrant({
         tokenHash: hashToken(grant),
         environmentId,
         apiKeyId: key.id,
         expiresAt: expiresAt * 1000,
+        shareAccess,
       });
-      request.log.info({ environmentId, apiKeyId: key.id, expiresAt }, 'browser grant issued');
+      request.log.info({ environmentId, apiKeyId: key.id, expiresAt, shareAccess }, 'browser grant issued');
       // The fragment never reaches a server (nor its logs, nor a Referer: the page sends no-referrer).
       const base = `${request.protocol}://${request.host}`;
       const url = `${base}/ui/#env=${encodeURIComponent(environmentId)}&grant=${encodeURIComponent(grant)}`;
-      return reply.code(201).send({ grant, environment_id: environmentId, expires_at: expiresAt, url });
+      return reply.code(201).send({
+        grant,
+        environment_id: environmentId,
+        expires_at: expiresAt,
+        url,
+        ...(shareAccess === null ? {} : { share_access: shareAccess }),
+      });
     },
   );
 
@@ -88,10 +105,20 @@ export async function browserGrantRoutes(app: FastifyInstance, options: { sessio
       }
       const expiresAt = Math.floor(session.expiresAt / 1000);
       request.log.info(
-        { environmentId: session.environmentId, apiKeyId: session.apiKeyId, expiresAt },
+        {
+          environmentId: session.environmentId,
+          apiKeyId: session.apiKeyId,
+          expiresAt,
+          shareAccess: session.shareAccess,
+        },
         'browser grant exchanged',
       );
-      return { token, environment_id: session.environmentId, expires_at: expiresAt };
+      return {
+        token,
+        environment_id: session.environmentId,
+        expires_at: expiresAt,
+        ...(session.shareAccess === null ? {} : { share_access: session.shareAccess }),
+      };
     },
   );
 }

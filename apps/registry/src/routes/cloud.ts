@@ -28,6 +28,13 @@ export const HARNESS_KEY_ID_HEADER = 'x-tether-harness-key-id';
 export const HARNESS_KEY_ROLE_HEADER = 'x-tether-harness-key-role';
 /** `view` when that key is view-only (`keys create --access view`): the harness may only watch shared processes. */
 export const HARNESS_KEY_ACCESS_HEADER = 'x-tether-harness-key-access';
+/**
+ * On a `/validate` answer for a harness of a share link's browser session (`harness share`): the session's id and
+ * the most it may do (`view` or `control`). The executor treats it as a principal of its own that reaches only
+ * processes shared with it, by their tokens.
+ */
+export const HARNESS_LINK_SESSION_HEADER = 'x-tether-harness-link-session';
+export const HARNESS_LINK_ACCESS_HEADER = 'x-tether-harness-link-access';
 
 /** Canonical JSON of a NoiseChannelPublicKey (strict codec, fixed field order), or null when invalid. */
 function parseCanonicalKey(value: unknown): string | null {
@@ -195,6 +202,11 @@ export async function cloudRoutes(app: FastifyInstance) {
           reply.header(HARNESS_KEY_ROLE_HEADER, mintedByRole);
           // A view-only key's harness may only watch what is shared with it (the executor enforces it).
           if (valid && consumed.mintedByAccess === 'view') reply.header(HARNESS_KEY_ACCESS_HEADER, 'view');
+          const link = valid ? consumed.linkSession : null;
+          if (link !== null) {
+            reply.header(HARNESS_LINK_SESSION_HEADER, link.id);
+            reply.header(HARNESS_LINK_ACCESS_HEADER, link.access);
+          }
         }
         request.log.info({ environmentId, valid, connectRequestId, mintedBy }, 'harness key validation');
         return { valid };
@@ -237,6 +249,7 @@ export async function cloudRoutes(app: FastifyInstance) {
           connectRequestId: request.id,
           // The key that minted it (a harness key, or the one behind a browser session): revoking it voids it.
           mintedByKeyId: (request.apiKey as { id: string }).id,
+          linkSession: request.linkSession,
         });
         if (!current) throw await noRegistration(environmentId);
         // To the node the executor was sent to, never to one a hash would pick now. While that node is dead or does

@@ -64,6 +64,12 @@ it('a store with background checkpoints works and closes cleanly', async () => {
       harnessPublicKey: '{}',
       now: 5_000,
     }),
-  ).toEqual({ connectRequestId: null, mintedByKeyId: null, mintedByRole: null, mintedByAccess: null });
+  ).toEqual({
+    connectRequestId: null,
+    mintedByKeyId: null,
+    mintedByRole: null,
+    mintedByAccess: null,
+    linkSession: null,
+  });
   await again.close();
 });

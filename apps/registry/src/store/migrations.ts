@@ -142,6 +142,22 @@ const KEY_ACCESS: Migration = {
   sql: "ALTER TABLE api_keys ADD COLUMN access TEXT NOT NULL DEFAULT 'full' CHECK (access IN ('full', 'view'));",
 };
 
+/**
+ * Version 9 (issue 37): share links. A browser grant printed by `harness share` carries the most its session may do
+ * (`view` or `control`): that session reaches only processes shared with it, by their share tokens, and the
+ * authorizations it mints at /connect name it (an id derived from its token's hash) so that /validate tells the
+ * executor. NULL everywhere else: sign-in grants and sessions keep the key's access.
+ */
+const SHARE_LINKS: Migration = {
+  version: 9,
+  sql: `
+ALTER TABLE browser_grants ADD COLUMN share_access TEXT CHECK (share_access IN ('view', 'control'));
+ALTER TABLE browser_sessions ADD COLUMN share_access TEXT CHECK (share_access IN ('view', 'control'));
+ALTER TABLE authorizations ADD COLUMN link_session TEXT;
+ALTER TABLE authorizations ADD COLUMN share_access TEXT CHECK (share_access IN ('view', 'control'));
+`,
+};
+
 const ROLE_CHECK = "CHECK (role IN ('executor', 'harness', 'admin', 'relay'))";
 
 export const SQLITE_MIGRATIONS: Migration[] = [
@@ -170,6 +186,7 @@ ${ownershipAndRevocations('INTEGER')}`,
   browserGrants('INTEGER'),
   AUTHORIZATION_MINTED_BY,
   KEY_ACCESS,
+  SHARE_LINKS,
 ];
 
 export const POSTGRES_MIGRATIONS: Migration[] = [
@@ -187,4 +204,5 @@ ${ownershipAndRevocations('BIGINT')}`,
   browserGrants('BIGINT'),
   AUTHORIZATION_MINTED_BY,
   KEY_ACCESS,
+  SHARE_LINKS,
 ];

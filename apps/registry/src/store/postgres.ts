@@ -2,12 +2,16 @@ import pg from 'pg';
 import { BoundedCache } from '../cache.js';
 import { POSTGRES_MIGRATIONS } from './migrations.js';
 import {
+  AUTHORIZATION_COLUMNS,
   authorizationValues,
   CACHE_ENTRIES,
   type ConsumedRow,
   consumedFrom,
+  consumedReturning,
   type EnvironmentRow,
   relayLinkSql,
+  type SessionRow,
+  toBrowserSession,
   toEnvironment,
   toKey,
   toRegistration,
@@ -260,8 +264,7 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
     async createAuthorization(a) {
       await pool.query({
         name: 'registry_create_authorization',
-        text: `INSERT INTO authorizations (token_hash, environment_id, registration_id, harness_public_key, expires_at,
-          connect_request_id, minted_by_key_id) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+        text: `INSERT INTO authorizations (${AUTHORIZATION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
         values: [...authorizationValues(a, a.registrationId)],
       });
     },
@@ -270,9 +273,8 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
       const { rows } = await pool.query({
         name: 'registry_create_authorization_for_current',
         text: `WITH r AS (SELECT ${regColumns} FROM registrations WHERE environment_id = $1),
-          ins AS (INSERT INTO authorizations (token_hash, environment_id, registration_id, harness_public_key, expires_at,
-              connect_request_id, minted_by_key_id)
-            SELECT $2, environment_id, registration_id, $3, $4, $5, $6 FROM r)
+          ins AS (INSERT INTO authorizations (${AUTHORIZATION_COLUMNS})
+            SELECT $2, environment_id, registration_id, $3, $4, $5, $6, $7, $8 FROM r)
           SELECT * FROM r`,
         values: [
           a.environmentId,
@@ -281,6 +283,8 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
           a.expiresAt,
           a.connectRequestId ?? null,
           a.mintedByKeyId ?? null,
+          a.linkSession?.id ?? null,
+          a.linkSession?.access ?? null,
         ],
       });
       return rows[0] && toRegistration(rows[0]);
@@ -299,9 +303,7 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
                 AND harness_public_key = $5 AND used_at IS NULL AND expires_at > $1
                 AND (a.minted_by_key_id IS NULL OR EXISTS (SELECT 1 FROM api_keys k
                   WHERE k.id = a.minted_by_key_id AND k.revoked_at IS NULL))
-                RETURNING connect_request_id, minted_by_key_id,
-                  (SELECT k.role FROM api_keys k WHERE k.id = a.minted_by_key_id) AS minted_by_role,
-                  (SELECT k.access FROM api_keys k WHERE k.id = a.minted_by_key_id) AS minted_by_access`,
+                RETURNING ${consumedReturning('a')}`,
               values,
             }
           : {
@@ -312,9 +314,7 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
                   AND r.registration_id = a.registration_id AND r.api_key_id = $6)
                 AND (a.minted_by_key_id IS NULL OR EXISTS (SELECT 1 FROM api_keys k
                   WHERE k.id = a.minted_by_key_id AND k.revoked_at IS NULL))
-                RETURNING connect_request_id, minted_by_key_id,
-                  (SELECT k.role FROM api_keys k WHERE k.id = a.minted_by_key_id) AS minted_by_role,
-                  (SELECT k.access FROM api_keys k WHERE k.id = a.minted_by_key_id) AS minted_by_access`,
+                RETURNING ${consumedReturning('a')}`,
               values: [...values, c.apiKeyId],
             },
       );
@@ -327,36 +327,36 @@ export async function openPostgresStore(options: PostgresStoreOptions): Promise<
     },
     async createBrowserGrant(g) {
       await pool.query(
-        'INSERT INTO browser_grants (token_hash, environment_id, api_key_id, expires_at) VALUES ($1, $2, $3, $4)',
-        [g.tokenHash, g.environmentId, g.apiKeyId, g.expiresAt],
+        `INSERT INTO browser_grants (token_hash, environment_id, api_key_id, expires_at, share_access)
+         VALUES ($1, $2, $3, $4, $5)`,
+        [g.tokenHash, g.environmentId, g.apiKeyId, g.expiresAt, g.shareAccess ?? null],
       );
     },
     async exchangeBrowserGrant(e) {
       // One statement: the DELETE … RETURNING takes the grant's row lock, so of concurrent exchanges only one gets
       // the row (the others re-check the predicate against its committed delete and get none).
-      const { rows } = await pool.query<{ environment_id: string; api_key_id: string }>(
+      const { rows } = await pool.query<SessionRow>(
         `WITH g AS (DELETE FROM browser_grants b WHERE token_hash = $1 AND expires_at > $2
             AND EXISTS (SELECT 1 FROM api_keys k WHERE k.id = b.api_key_id AND k.revoked_at IS NULL)
-            RETURNING environment_id, api_key_id)
-         INSERT INTO browser_sessions (token_hash, environment_id, api_key_id, expires_at)
-           SELECT $3, environment_id, api_key_id, $4::bigint FROM g RETURNING environment_id, api_key_id`,
+            RETURNING environment_id, api_key_id, share_access)
+         INSERT INTO browser_sessions (token_hash, environment_id, api_key_id, expires_at, share_access)
+           SELECT $3, environment_id, api_key_id, $4::bigint, share_access FROM g
+           RETURNING environment_id, api_key_id, expires_at, share_access`,
         [e.grantHash, e.now, e.sessionHash, e.sessionExpiresAt],
       );
       const row = rows[0];
-      return row
-        ? { environmentId: row.environment_id, apiKeyId: row.api_key_id, expiresAt: e.sessionExpiresAt }
-        : null;
+      return row ? toBrowserSession(row) : null;
     },
     async findBrowserSession(tokenHash, now) {
       const { rows } = await pool.query({
         name: 'registry_find_browser_session',
-        text: `SELECT s.environment_id, s.api_key_id, s.expires_at FROM browser_sessions s
+        text: `SELECT s.environment_id, s.api_key_id, s.expires_at, s.share_access FROM browser_sessions s
           JOIN api_keys k ON k.id = s.api_key_id AND k.revoked_at IS NULL
           WHERE s.token_hash = $1 AND s.expires_at > $2`,
         values: [tokenHash, now],
       });
-      const row = rows[0] as { environment_id: string; api_key_id: string; expires_at: string } | undefined;
-      return row && { environmentId: row.environment_id, apiKeyId: row.api_key_id, expiresAt: Number(row.expires_at) };
+      const row = rows[0] as SessionRow | undefined;
+      return row && toBrowserSession(row);
     },
     async pruneBrowserGrants(before) {
       const grants = await pool.query('DELETE FROM browser_grants WHERE expires_at < $1', [before]);

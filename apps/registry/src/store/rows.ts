@@ -4,6 +4,7 @@
  */
 import type {
   ApiKeyRecord,
+  BrowserSessionRecord,
   ConsumedAuthorization,
   EnvironmentRecord,
   NewAuthorization,
@@ -11,6 +12,7 @@ import type {
   RelayLinkRecord,
   RevokedRegistrationRecord,
   Role,
+  ShareLinkAccess,
 } from './types.js';
 
 /** Bound on each read cache (API keys, registrations, relay links); past it the oldest entries go. */
@@ -59,6 +61,8 @@ export interface ConsumedRow {
   minted_by_key_id: string | null;
   minted_by_role: string | null;
   minted_by_access: string | null;
+  link_session: string | null;
+  share_access: string | null;
 }
 
 export const consumedFrom = (row: ConsumedRow): ConsumedAuthorization => ({
@@ -66,7 +70,21 @@ export const consumedFrom = (row: ConsumedRow): ConsumedAuthorization => ({
   mintedByKeyId: row.minted_by_key_id,
   mintedByRole: row.minted_by_role as Role | null,
   mintedByAccess: row.minted_by_access === null ? null : row.minted_by_access === 'view' ? 'view' : 'full',
+  linkSession:
+    row.link_session === null ? null : { id: row.link_session, access: shareLinkAccess(row.share_access) ?? 'view' },
 });
+
+/** A stored share-link access: `control` or `view`; anything else (NULL) is none. */
+export const shareLinkAccess = (value: string | null | undefined): ShareLinkAccess | null =>
+  value === 'control' ? 'control' : value === 'view' ? 'view' : null;
+
+/**
+ * What a consumed authorization's RETURNING lists (both engines), the deleted row named `table` (SQLite's
+ * RETURNING cannot name an alias; PostgreSQL's statements alias the table `a`).
+ */
+export const consumedReturning = (table: string) => `connect_request_id, minted_by_key_id, link_session, share_access,
+  (SELECT k.role FROM api_keys k WHERE k.id = ${table}.minted_by_key_id) AS minted_by_role,
+  (SELECT k.access FROM api_keys k WHERE k.id = ${table}.minted_by_key_id) AS minted_by_access`;
 
 export const toRegistration = (row: RegistrationRow): RegistrationRecord => ({
   environmentId: row.environment_id,
@@ -133,4 +151,25 @@ export const authorizationValues = (a: Omit<NewAuthorization, 'registrationId'>,
     a.expiresAt,
     a.connectRequestId ?? null,
     a.mintedByKeyId ?? null,
+    a.linkSession?.id ?? null,
+    a.linkSession?.access ?? null,
   ] as const;
+
+/** The columns of an authorization's INSERT, in authorizationValues' order (both engines). */
+export const AUTHORIZATION_COLUMNS = `token_hash, environment_id, registration_id, harness_public_key, expires_at,
+  connect_request_id, minted_by_key_id, link_session, share_access`;
+
+/** A browser session as both engines read it. */
+export interface SessionRow {
+  environment_id: string;
+  api_key_id: string;
+  expires_at: number | string;
+  share_access: string | null;
+}
+
+export const toBrowserSession = (row: SessionRow): BrowserSessionRecord => ({
+  environmentId: row.environment_id,
+  apiKeyId: row.api_key_id,
+  expiresAt: Number(row.expires_at),
+  shareAccess: shareLinkAccess(row.share_access),
+});

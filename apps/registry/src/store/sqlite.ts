@@ -5,14 +5,19 @@ import { BoundedCache } from '../cache.js';
 import { type Checkpointer, startCheckpointer } from './checkpointer.js';
 import { SQLITE_MIGRATIONS } from './migrations.js';
 import {
+  AUTHORIZATION_COLUMNS,
   authorizationValues,
   CACHE_ENTRIES,
   type ConsumedRow,
   consumedFrom,
+  consumedReturning,
   type EnvironmentRow,
   type KeyRow,
   type RevokedRow,
   relayLinkSql,
+  type SessionRow,
+  shareLinkAccess,
+  toBrowserSession,
   toEnvironment,
   toKey,
   toRegistration,
@@ -162,10 +167,7 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
       `SELECT e.id, e.created_at AS env_created_at, e.owner_key_id, r.* FROM environments e
        LEFT JOIN registrations r ON r.environment_id = e.id ORDER BY e.id`,
     ),
-    insertAuth: db.prepare(
-      `INSERT INTO authorizations (token_hash, environment_id, registration_id, harness_public_key, expires_at,
-         connect_request_id, minted_by_key_id) VALUES (?, ?, ?, ?, ?, ?, ?)`,
-    ),
+    insertAuth: db.prepare(`INSERT INTO authorizations (${AUTHORIZATION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`),
     // A consumed authorization is deleted (rather than marked used): the table holds only live ones, which
     // keeps its pages few and hot; rows with used_at set by older versions still never match.
     consumeAuth: db.prepare(
@@ -173,9 +175,7 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
        AND harness_public_key = ? AND used_at IS NULL AND expires_at > ?
        AND (minted_by_key_id IS NULL OR EXISTS (SELECT 1 FROM api_keys k
          WHERE k.id = authorizations.minted_by_key_id AND k.revoked_at IS NULL))
-       RETURNING connect_request_id, minted_by_key_id,
-         (SELECT k.role FROM api_keys k WHERE k.id = authorizations.minted_by_key_id) AS minted_by_role,
-         (SELECT k.access FROM api_keys k WHERE k.id = authorizations.minted_by_key_id) AS minted_by_access`,
+       RETURNING ${consumedReturning('authorizations')}`,
     ),
     consumeOwnedAuth: db.prepare(
       `DELETE FROM authorizations WHERE token_hash = ? AND environment_id = ? AND registration_id = ?
@@ -184,24 +184,23 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
          AND r.registration_id = authorizations.registration_id AND r.api_key_id = ?)
        AND (minted_by_key_id IS NULL OR EXISTS (SELECT 1 FROM api_keys k
          WHERE k.id = authorizations.minted_by_key_id AND k.revoked_at IS NULL))
-       RETURNING connect_request_id, minted_by_key_id,
-         (SELECT k.role FROM api_keys k WHERE k.id = authorizations.minted_by_key_id) AS minted_by_role,
-         (SELECT k.access FROM api_keys k WHERE k.id = authorizations.minted_by_key_id) AS minted_by_access`,
+       RETURNING ${consumedReturning('authorizations')}`,
     ),
     pruneAuth: db.prepare('DELETE FROM authorizations WHERE expires_at < ?'),
     insertGrant: db.prepare(
-      'INSERT INTO browser_grants (token_hash, environment_id, api_key_id, expires_at) VALUES (?, ?, ?, ?)',
+      'INSERT INTO browser_grants (token_hash, environment_id, api_key_id, expires_at, share_access) VALUES (?, ?, ?, ?, ?)',
     ),
     consumeGrant: db.prepare(
       `DELETE FROM browser_grants WHERE token_hash = ? AND expires_at > ?
        AND EXISTS (SELECT 1 FROM api_keys k WHERE k.id = browser_grants.api_key_id AND k.revoked_at IS NULL)
-       RETURNING environment_id, api_key_id`,
+       RETURNING environment_id, api_key_id, share_access`,
     ),
     insertSession: db.prepare(
-      'INSERT INTO browser_sessions (token_hash, environment_id, api_key_id, expires_at) VALUES (?, ?, ?, ?)',
+      `INSERT INTO browser_sessions (token_hash, environment_id, api_key_id, expires_at, share_access)
+       VALUES (?, ?, ?, ?, ?)`,
     ),
     findSession: db.prepare(
-      `SELECT s.environment_id, s.api_key_id, s.expires_at FROM browser_sessions s
+      `SELECT s.environment_id, s.api_key_id, s.expires_at, s.share_access FROM browser_sessions s
        JOIN api_keys k ON k.id = s.api_key_id AND k.revoked_at IS NULL
        WHERE s.token_hash = ? AND s.expires_at > ?`,
     ),
@@ -285,11 +284,17 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
   const exchangeGrant = db.transaction(
     (e: { grantHash: string; sessionHash: string; sessionExpiresAt: number; now: number }) => {
       const row = stmt.consumeGrant.get(e.grantHash, e.now) as
-        | { environment_id: string; api_key_id: string }
+        | { environment_id: string; api_key_id: string; share_access: string | null }
         | undefined;
       if (!row) return null;
-      stmt.insertSession.run(e.sessionHash, row.environment_id, row.api_key_id, e.sessionExpiresAt);
-      return { environmentId: row.environment_id, apiKeyId: row.api_key_id, expiresAt: e.sessionExpiresAt };
+      const shareAccess = shareLinkAccess(row.share_access);
+      stmt.insertSession.run(e.sessionHash, row.environment_id, row.api_key_id, e.sessionExpiresAt, shareAccess);
+      return {
+        environmentId: row.environment_id,
+        apiKeyId: row.api_key_id,
+        expiresAt: e.sessionExpiresAt,
+        shareAccess,
+      };
     },
   );
 
@@ -458,16 +463,16 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
       return write(() => stmt.pruneAuth.run(before).changes);
     },
     async createBrowserGrant(g) {
-      await write(() => stmt.insertGrant.run(g.tokenHash, g.environmentId, g.apiKeyId, g.expiresAt));
+      await write(() =>
+        stmt.insertGrant.run(g.tokenHash, g.environmentId, g.apiKeyId, g.expiresAt, g.shareAccess ?? null),
+      );
     },
     async exchangeBrowserGrant(e) {
       return write(() => exchangeGrant(e));
     },
     async findBrowserSession(tokenHash, now) {
-      const row = stmt.findSession.get(tokenHash, now) as
-        | { environment_id: string; api_key_id: string; expires_at: number }
-        | undefined;
-      return row && { environmentId: row.environment_id, apiKeyId: row.api_key_id, expiresAt: Number(row.expires_at) };
+      const row = stmt.findSession.get(tokenHash, now) as SessionRow | undefined;
+      return row && toBrowserSession(row);
     },
     async pruneBrowserGrants(before) {
       return write(() => stmt.pruneGrants.run(before).changes + stmt.pruneSessions.run(before).changes);

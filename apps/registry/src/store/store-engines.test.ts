@@ -159,7 +159,13 @@ describe('SQLite group commit', () => {
       ),
     );
     expect(claims).toEqual(
-      Array(6).fill({ connectRequestId: null, mintedByKeyId: null, mintedByRole: null, mintedByAccess: null }),
+      Array(6).fill({
+        connectRequestId: null,
+        mintedByKeyId: null,
+        mintedByRole: null,
+        mintedByAccess: null,
+        linkSession: null,
+      }),
     );
   });
 

@@ -153,12 +153,14 @@ describe.each([sqlite, postgres])('RegistryStore on $name', (engine) => {
       mintedByKeyId: null,
       mintedByRole: null,
       mintedByAccess: null,
+      linkSession: null,
     });
     expect(await store.consumeAuthorization({ ...authorization('t2'), now: 5_000 })).toEqual({
       connectRequestId: null,
       mintedByKeyId: null,
       mintedByRole: null,
       mintedByAccess: null,
+      linkSession: null,
     });
     await executorKey(store);
     await store.putRegistration(registration('dev-1', 'reg-1'));
@@ -170,6 +172,7 @@ describe.each([sqlite, postgres])('RegistryStore on $name', (engine) => {
       mintedByKeyId: null,
       mintedByRole: null,
       mintedByAccess: null,
+      linkSession: null,
     });
   });
 
@@ -202,6 +205,55 @@ describe.each([sqlite, postgres])('RegistryStore on $name', (engine) => {
     });
   });
 
+  it('carries a share link’s access from grant to session, and its session id from /connect to /validate', async () => {
+    await store.createApiKey({ ...key({ id: 'harness-1' }), role: 'harness' });
+    for (const [grant, shareAccess] of [
+      ['g-view', 'view'],
+      ['g-control', 'control'],
+      ['g-plain', null],
+    ] as const) {
+      await store.createBrowserGrant({
+        tokenHash: grant,
+        environmentId: 'dev-1',
+        apiKeyId: 'harness-1',
+        expiresAt: 10_000,
+        shareAccess,
+      });
+      const session = await store.exchangeBrowserGrant({
+        grantHash: grant,
+        sessionHash: `s-${grant}`,
+        sessionExpiresAt: 20_000,
+        now: 1_000,
+      });
+      expect(session).toEqual({ environmentId: 'dev-1', apiKeyId: 'harness-1', expiresAt: 20_000, shareAccess });
+      expect(await store.findBrowserSession(`s-${grant}`, 2_000)).toEqual(session);
+    }
+    const linkSession = { id: 'lnk_1', access: 'control' as const };
+    await store.createAuthorization({ ...authorization('t1'), mintedByKeyId: 'harness-1', linkSession });
+    await store.createAuthorization({ ...authorization('t2'), mintedByKeyId: 'harness-1' });
+    await executorKey(store);
+    await store.putRegistration(registration('dev-1', 'reg-1'));
+    const current = { tokenHash: 't3', environmentId: 'dev-1', harnessPublicKey: '{"harness":1}', expiresAt: 10_000 };
+    await store.createAuthorizationForCurrent({
+      ...current,
+      mintedByKeyId: 'harness-1',
+      linkSession: { id: 'lnk_2', access: 'view' },
+    });
+    expect(await store.consumeAuthorization({ ...authorization('t1'), now: 5_000 })).toMatchObject({ linkSession });
+    expect(await store.consumeAuthorization({ ...authorization('t2'), now: 5_000 })).toMatchObject({
+      linkSession: null,
+    });
+    expect(
+      await store.consumeAuthorization({
+        tokenHash: 't3',
+        environmentId: 'dev-1',
+        registrationId: 'reg-1',
+        harnessPublicKey: '{"harness":1}',
+        now: 5_000,
+      }),
+    ).toMatchObject({ linkSession: { id: 'lnk_2', access: 'view' } });
+  });
+
   it('gives back the key that minted a consumed authorization and its role', async () => {
     await store.createApiKey({ ...key({ id: 'harness-1' }), role: 'harness' });
     await store.createApiKey({ ...key({ id: 'admin-1' }), role: 'admin' });
@@ -216,18 +268,21 @@ describe.each([sqlite, postgres])('RegistryStore on $name', (engine) => {
       mintedByKeyId: 'harness-1',
       mintedByRole: 'harness',
       mintedByAccess: 'full',
+      linkSession: null,
     });
     expect(await store.consumeAuthorization({ ...authorization('t2'), now: 5_000 })).toEqual({
       connectRequestId: null,
       mintedByKeyId: 'admin-1',
       mintedByRole: 'admin',
       mintedByAccess: 'full',
+      linkSession: null,
     });
     expect(await store.consumeAuthorization({ ...authorization('t3'), now: 5_000, apiKeyId: 'key-1' })).toEqual({
       connectRequestId: null,
       mintedByKeyId: 'harness-1',
       mintedByRole: 'harness',
       mintedByAccess: 'full',
+      linkSession: null,
     });
   });
 

@@ -86,7 +86,21 @@ export interface NewAuthorization {
    * revoked the authorization no longer validates. Null only for authorizations stored before this was recorded.
    */
   mintedByKeyId?: string | null;
+  /**
+   * Minted by a share-link browser session (`harness share` prints the link): that session's id, and the most it
+   * may do (`view` or `control`, only by share tokens). Null for every other harness.
+   */
+  linkSession?: LinkSession | null;
 }
+
+/** A browser session made from a share link: it reaches only shared processes, and at most with `access`. */
+export interface LinkSession {
+  /** Stable for the session (derived from its token's hash; names it to the executor, never the token). */
+  id: string;
+  access: ShareLinkAccess;
+}
+
+export type ShareLinkAccess = 'view' | 'control';
 
 /** What a consumed authorization still tells: the `/connect` it came from, and the key that minted it. */
 export interface ConsumedAuthorization {
@@ -97,9 +111,12 @@ export interface ConsumedAuthorization {
   mintedByRole: Role | null;
   /** That key's access (`view`: watch shared processes only); null when there is no such key. */
   mintedByAccess: KeyAccess | null;
+  /** The share-link session that minted it (NewAuthorization.linkSession), or null. */
+  linkSession: LinkSession | null;
 }
 
-export interface AuthorizationClaim extends Omit<NewAuthorization, 'expiresAt' | 'connectRequestId' | 'mintedByKeyId'> {
+export interface AuthorizationClaim
+  extends Omit<NewAuthorization, 'expiresAt' | 'connectRequestId' | 'mintedByKeyId' | 'linkSession'> {
   now: number;
   /**
    * When set, the claim also needs `registrationId` to be the environment's current registration, made with this
@@ -116,6 +133,8 @@ export interface NewBrowserGrant {
   /** The harness key that minted it: its revocation voids the grant and every session made from it. */
   apiKeyId: string;
   expiresAt: number;
+  /** A share link's grant: its session reaches only processes shared with it, at most with this access. */
+  shareAccess?: ShareLinkAccess | null;
 }
 
 /** What a browser session token stands for: that key, on that one environment, until expiresAt. */
@@ -123,6 +142,8 @@ export interface BrowserSessionRecord {
   environmentId: string;
   apiKeyId: string;
   expiresAt: number;
+  /** Set for a share link's session (NewBrowserGrant.shareAccess); null for a sign-in session. */
+  shareAccess: ShareLinkAccess | null;
 }
 
 export interface RelayNodeRecord {
