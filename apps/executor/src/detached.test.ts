@@ -363,8 +363,10 @@ describe('shared detached processes', () => {
     const bobWatch = new Watching();
     const bobSession = r.create(bobWatch, bob);
     bobSession.attachDetached('watched', view.token);
-    const last = (w: Watching) =>
-      (w.notices.filter(([m]) => m === 'process/participants').at(-1)?.[1] as { participants: unknown[] }).participants;
+    const last = (w: Watching) => {
+      const notice = w.notices.filter(([m]) => m === 'process/participants').at(-1);
+      return (notice?.[1] as { participants: unknown[] } | undefined)?.participants;
+    };
     expect(last(ownerWatch)).toEqual([
       { who: 'key alice', access: 'control', owner: true, sessions: 1, you: true },
       { who: 'key bob', access: 'view', owner: false, sessions: 1, you: false },
