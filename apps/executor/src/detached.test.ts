@@ -303,7 +303,7 @@ describe('shared detached processes', () => {
         'process/participants',
         {
           processId: 'shared',
-          participants: [{ who: 'key bob', access: 'view', owner: false, sessions: 1, you: true }],
+          participants: [{ who: 'bob', access: 'view', owner: false, sessions: 1, you: true }],
         },
       ],
     ]);
@@ -368,18 +368,18 @@ describe('shared detached processes', () => {
       return (notice?.[1] as { participants: unknown[] } | undefined)?.participants;
     };
     expect(last(ownerWatch)).toEqual([
-      { who: 'key alice', access: 'control', owner: true, sessions: 1, you: true },
-      { who: 'key bob', access: 'view', owner: false, sessions: 1, you: false },
+      { who: 'alice', access: 'control', owner: true, sessions: 1, you: true },
+      { who: 'bob', access: 'view', owner: false, sessions: 1, you: false },
     ]);
     expect(last(bobWatch)).toEqual([
-      { who: 'key alice', access: 'control', owner: true, sessions: 1, you: false },
-      { who: 'key bob', access: 'view', owner: false, sessions: 1, you: true },
+      { who: 'alice', access: 'control', owner: true, sessions: 1, you: false },
+      { who: 'bob', access: 'view', owner: false, sessions: 1, you: true },
     ]);
     // A second session of bob's, and a control token: one entry, two sessions, control for both.
     const bobAgain = r.create(new Watching(), bob);
     bobAgain.attachDetached('watched', control.token);
     expect(last(ownerWatch)).toContainEqual({
-      who: 'key bob',
+      who: 'bob',
       access: 'control',
       owner: false,
       sessions: 2,
@@ -389,7 +389,7 @@ describe('shared detached processes', () => {
     // A session gone: the others are told.
     await r.end(bobAgain);
     expect(last(ownerWatch)).toContainEqual({
-      who: 'key bob',
+      who: 'bob',
       access: 'control',
       owner: false,
       sessions: 1,
@@ -399,7 +399,7 @@ describe('shared detached processes', () => {
     // session loses the process and the owner is told who is left.
     owner.unshareDetached('watched', control.shareId);
     expect(bobWatch.notices.at(-1)).toEqual(['process/accessRevoked', { processId: 'watched' }]);
-    expect(last(ownerWatch)).toEqual([{ who: 'key alice', access: 'control', owner: true, sessions: 1, you: true }]);
+    expect(last(ownerWatch)).toEqual([{ who: 'alice', access: 'control', owner: true, sessions: 1, you: true }]);
     owner.unshareDetached('watched');
     expect(owner.terminateProcess('watched')).toEqual({ running: true });
   });

@@ -90,9 +90,12 @@ export function mayAccess(owner: Principal, who: Principal, action: ProcessActio
   return samePrincipal(owner, who);
 }
 
-/** How a participant list names a principal (`process/participants`): ids only, never a secret. */
+/**
+ * How a participant list names a principal (`process/participants`): the API key's id (`admin ID` for an admin
+ * key), `share link of ID` for a link's browser session, `local` or `unattributed`. Ids only, never a secret.
+ */
 export function principalLabel(who: Principal): string {
   if (who.kind !== 'key') return who.kind;
-  const key = `${who.role === 'admin' ? 'admin key' : 'key'} ${who.keyId}`;
+  const key = who.role === 'admin' ? `admin ${who.keyId}` : who.keyId;
   return who.link === undefined ? key : `share link of ${key}`;
 }

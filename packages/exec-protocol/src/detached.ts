@@ -100,7 +100,7 @@ export const MAX_PARTICIPANTS = 256;
 
 /** One principal following a process (`process/participants`). */
 export const Participant = Type.Object({
-  /** Who: `key <id>` (an admin key: `admin key <id>`), `share link of key <id>`, `local` or `unattributed`. */
+  /** Who: an API key's id (an admin key: `admin ID`), `share link of ID`, `local` or `unattributed`. */
   who: Type.String({ maxLength: 300 }),
   access: ShareAccess,
   /** It started the process (and may share it). */

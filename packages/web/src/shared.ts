@@ -79,8 +79,9 @@ export class SharedView {
     return [...this.current];
   }
 
-  state(): { access: 'view' | 'control'; controlling: boolean; ended: boolean } {
-    return { access: this.access, controlling: this.controlling, ended: this.ended };
+  state(): { access: 'view' | 'control'; controlling: boolean; ended: boolean; rows: number; cols: number } {
+    const { rows, cols } = this.view.size;
+    return { access: this.access, controlling: this.controlling, ended: this.ended, rows, cols };
   }
 
   dispose(): void {
