@@ -256,7 +256,7 @@ describe('a share link in the browser', { timeout: 120_000 }, () => {
     }
   });
 
-  it('a read-only link watches: no "take control", and what it types reaches nothing', async () => {
+  it('a read-only link watches: it cannot take control, and what it types reaches nothing', async () => {
     const agent = await agentEnvironment();
     let tab: TestPage | null = null;
     try {
