@@ -121,4 +121,15 @@ describe('readHashParams', () => {
     expect(readHashParams('')).toEqual({});
     expect(readHashParams('#grant=')).toEqual({});
   });
+
+  it('reads a share link’s process and token too (as harness share prints them, percent-encoded)', () => {
+    const fragment = new URLSearchParams({ env: 'dev', grant: 'tbgr_x', process: 'job.1', share: 'tsh_a-b_c' });
+    expect(readHashParams(`#${fragment}`)).toEqual({
+      env: 'dev',
+      grant: 'tbgr_x',
+      process: 'job.1',
+      share: 'tsh_a-b_c',
+    });
+    expect(readHashParams('#env=dev&grant=g&process=&share=t')).toEqual({ env: 'dev', grant: 'g', share: 't' });
+  });
 });
