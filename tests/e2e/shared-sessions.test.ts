@@ -9,7 +9,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type AttachedProcess, Environment } from '@tether/client';
-import { findProcesses, type Stack, startStack } from '@tether/test-kit';
+import { findProcesses, type Stack, startPeer, startStack } from '@tether/test-kit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { harnessScript } from './stack-suite.ts';
 
@@ -211,6 +211,27 @@ describe('harness share, attach --token, ps', { timeout: 60_000 }, () => {
     });
     expect((await sh(`h attach ${id}`, { ...other, TETHER_HARNESS_SHARE_TOKEN: token })).code).toBe(1);
     expect((await sh(`h kill -s KILL ${id}`)).code).toBe(0);
+  });
+});
+
+describe('harness share straight to an executor (--url)', { timeout: 60_000 }, () => {
+  it('prints the token alone and says why there is no browser link', async () => {
+    const peer = await startPeer({ kind: 'tether', transport: 'ws' });
+    try {
+      const sh = (script: string) => harnessScript(stack, ENVIRONMENT, work, script, { URL: peer.url as string });
+      const started = await sh('h exec --url "$URL" -d -- sleep 30');
+      expect(started.code, started.stderr).toBe(0);
+      const id = started.stdout.trim();
+      const shared = await sh(`h share --url "$URL" ${id}`);
+      expect(shared.code, shared.stderr).toBe(0);
+      expect(shared.stdout).toMatch(/^tsh_[A-Za-z0-9_-]{43}\n$/);
+      expect(shared.stderr).toMatch(
+        /; no browser link: the executor is reached directly \(--url\), not through a registry\n$/,
+      );
+      expect((await sh(`h kill --url "$URL" -s KILL ${id}`)).code).toBe(0);
+    } finally {
+      await peer.close();
+    }
   });
 });
 

@@ -94,10 +94,16 @@ environment could not be reached.`,
           await flushOutput(io);
           const until = new Date(share.expiresAtMs).toISOString().replace(/\.\d{3}Z$/, 'Z');
           io.stderr.write(
-            `harness: share ${share.shareId} of ${printable(id)} (${options.readOnly ? 'read-only' : 'control'}) until ${until}: harness attach --token TOKEN ${printable(id)}${grant === null ? '' : `; the link opens the browser page once, until ${clock(grant.expiresAt)}`}\n`,
+            `harness: share ${share.shareId} of ${printable(id)} (${options.readOnly ? 'read-only' : 'control'}) until ${until}: harness attach --token TOKEN ${printable(id)}${linkNote(grant, options.link)}\n`,
           );
           return 0;
         }),
       );
     });
+}
+
+/** What stderr says of the link: when it works until, or why there is none. */
+function linkNote(grant: { expiresAt: number } | null, asked: boolean): string {
+  if (grant !== null) return `; the link opens the browser page once, until ${clock(grant.expiresAt)}`;
+  return asked ? '; no browser link: the executor is reached directly (--url), not through a registry' : '';
 }
