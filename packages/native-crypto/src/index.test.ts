@@ -1,5 +1,5 @@
 import { spawnSync } from 'node:child_process';
-import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
+import { createCipheriv, createDecipheriv, createHash, randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -212,5 +212,60 @@ describe('native AEAD contexts', () => {
       const direction = name.endsWith('.seal') ? 'sealing' : 'opening';
       expect(outcome, name).toBe(`TypeError: not a${direction === 'opening' ? 'n' : ''} ${direction} context`);
     }
+  });
+});
+
+describe('castLine (a recording line, escaped and hashed in one pass)', () => {
+  const head = Buffer.from('[1.5,"o","');
+  const tail = Buffer.from('"]');
+  /** What the addon must make: JSON.stringify of the text, and SHA-256 of the previous link and the line. */
+  function expected(previous: Buffer, body: Buffer): { line: Buffer; link: Buffer } {
+    const line = Buffer.from(`[1.5,"o",${JSON.stringify(body.toString('utf8'))}]\n`);
+    const link = createHash('sha256')
+      .update(previous)
+      .update(line.subarray(0, line.length - 1))
+      .digest();
+    return { line, link };
+  }
+
+  it('makes the bytes JSON.stringify makes of valid UTF-8, at every length and past its 8 KiB block', () => {
+    const text = 'ok "q" \\ \r\n\t\b\f\v\x00\x1b[0m\x7f é ソ \u2028 🙂 ';
+    const bodies = [
+      Buffer.alloc(0),
+      Buffer.from(Array.from({ length: 128 }, (_, i) => i)),
+      ...Array.from({ length: 40 }, (_, i) => Buffer.from(text.repeat(1 + i * 7)).subarray(0, 17 * i)),
+      Buffer.from(text.repeat(1_000)),
+      Buffer.from('x'.repeat(70_000)),
+      Buffer.from('\x01'.repeat(20_000)),
+    ].filter((body) => Buffer.from(body.toString('utf8')).equals(body));
+    for (const body of bodies) {
+      const previous = randomBytes(32);
+      const link = Buffer.alloc(32);
+      const line = native!.castLine(previous, head, body, tail, link);
+      const want = expected(previous, body);
+      expect(line.equals(want.line), body.toString('hex').slice(0, 80)).toBe(true);
+      expect(link.equals(want.link)).toBe(true);
+    }
+  });
+
+  it('reads the previous link before it writes the new one into the same bytes', () => {
+    const previous = randomBytes(32);
+    const body = Buffer.from('same bytes\n');
+    const want = expected(previous, body);
+    const shared = Buffer.from(previous);
+    native!.castLine(shared, head, body, tail, shared);
+    expect(shared.equals(want.link)).toBe(true);
+  });
+
+  it('refuses a link that is not 32 bytes, or a part that is not bytes, before writing anything', () => {
+    const link = Buffer.alloc(32, 7);
+    const body = Buffer.from('x');
+    expect(() => native!.castLine(Buffer.alloc(31), head, body, tail, link)).toThrow('previous must be 32 bytes');
+    expect(() => native!.castLine(Buffer.alloc(32), head, body, tail, Buffer.alloc(33))).toThrow(
+      'link must be 32 bytes',
+    );
+    const notBytes = 'x' as unknown as Uint8Array;
+    expect(() => native!.castLine(Buffer.alloc(32), head, notBytes, tail, link)).toThrow('must be Uint8Arrays');
+    expect(link.equals(Buffer.alloc(32, 7))).toBe(true);
   });
 });
