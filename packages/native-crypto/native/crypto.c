@@ -17,6 +17,7 @@
  * an EVP_CIPHER_CTX.
  */
 #include <limits.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <node_api.h>
@@ -243,8 +244,8 @@ static napi_value open_record(napi_env env, napi_callback_info info) {
 /*
  * A recording's line (@tether/recording, asciicast v2) made from bytes, and its SHA-256 chain link, in one call:
  *
- *   castLine(previous: 32 bytes, head, body, tail, link: 32 bytes) -> Buffer
- *     line = head ‖ json(body) ‖ tail ‖ "\n"          link = SHA-256(previous ‖ line without its "\n")
+ *   castLine(previous: 32 bytes, head, body, tail, link: 32 bytes, out, offset) -> bytes written
+ *     out[offset…] = head ‖ json(body) ‖ tail ‖ "\n"     link = SHA-256(previous ‖ that line without its "\n")
  *
  * json(body) is what JSON.stringify writes inside a string's quotes for the text `body` holds, given as
  * bytes: `"` and `\` escaped, \b \f \n \r \t short, every other byte below 0x20 as \u00xx (lowercase hex),
@@ -252,8 +253,13 @@ static napi_value open_record(napi_env env, napi_callback_info info) {
  * Buffer.from(JSON.stringify(text)) only when `body` is valid UTF-8 (which the caller checks: buffer.isUtf8):
  * invalid bytes would be copied, not replaced by U+FFFD. `previous` and `link` may be the same bytes.
  *
+ * `out` must have room for the longest such line from `offset` (head + 6 × body + tail + 1 bytes), so that
+ * nothing is counted first: the caller writes lines one after another into a large buffer (measured: counting
+ * the escapes first, and a buffer allocated per line, cost a quarter of the line). It must not overlap the
+ * other arguments.
+ *
  * Measured (bench/src/recording-line.ts): JSON.stringify of a decoded string costs ~1.4 ns per byte of text,
- * this escape ~0.25 with its count; the hash (OpenSSL's SHA-256, SHA-NI where the CPU has it) is then most of a line's cost,
+ * this escape ~0.15; the hash (OpenSSL's SHA-256, SHA-NI where the CPU has it) is then most of a line's cost,
  * taken block by block while the escaped bytes are still in cache.
  */
 static const char HEX[] = "0123456789abcdef";
@@ -273,22 +279,6 @@ static inline unsigned special_mask(__m128i v) {
   return (unsigned)_mm_movemask_epi8(_mm_or_si128(control, _mm_or_si128(quote, backslash)));
 }
 #endif
-
-/* The length of json(body). */
-static size_t escaped_length(const unsigned char *body, size_t length) {
-  size_t extra = 0, i = 0;
-#ifdef __SSE2__
-  for (; i + 16 <= length; i += 16) {
-    unsigned mask = special_mask(_mm_loadu_si128((const __m128i *)(body + i)));
-    while (mask) {
-      extra += ESCAPE_EXTRA[body[i + (unsigned)__builtin_ctz(mask)]];
-      mask &= mask - 1;
-    }
-  }
-#endif
-  for (; i < length; i++) extra += ESCAPE_EXTRA[body[i]];
-  return length + extra;
-}
 
 /* Writes the escape of one byte that needs it; returns the next free byte. */
 static inline unsigned char *escape_byte(unsigned char *at, unsigned char byte) {
@@ -348,14 +338,20 @@ static size_t escape_into(unsigned char *out, const unsigned char *body, size_t 
 /* Body bytes escaped (and hashed) per step: the escaped block is hashed while it is still in cache. */
 #define CAST_BLOCK 8192
 
+/* Whether [a, a + a_length) and [b, b + b_length) share a byte. */
+static int overlaps(const unsigned char *a, size_t a_length, const unsigned char *b, size_t b_length) {
+  return a_length > 0 && b_length > 0 && a < b + b_length && b < a + a_length;
+}
+
 static napi_value cast_line(napi_env env, napi_callback_info info) {
-  size_t argc = 5;
-  napi_value argv[5];
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc != 5) {
-    return fail(env, "castLine(previous, head, body, tail, link) takes five arguments");
+  size_t argc = 7;
+  napi_value argv[7];
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc != 7) {
+    return fail(env, "castLine(previous, head, body, tail, link, out, offset) takes seven arguments");
   }
-  unsigned char *previous, *head, *body, *tail, *link;
-  size_t previous_length, head_length, body_length, tail_length, link_length;
+  unsigned char *previous, *head, *body, *tail, *link, *out;
+  size_t previous_length, head_length, body_length, tail_length, link_length, out_length;
+  int64_t offset;
   if (!bytes_of(env, argv[0], &previous, &previous_length) || previous_length != 32) {
     return fail(env, "previous must be 32 bytes");
   }
@@ -364,36 +360,47 @@ static napi_value cast_line(napi_env env, napi_callback_info info) {
     return fail(env, "head, body and tail must be Uint8Arrays");
   }
   if (!bytes_of(env, argv[4], &link, &link_length) || link_length != 32) return fail(env, "link must be 32 bytes");
-  size_t length = head_length + escaped_length(body, body_length) + tail_length + 1;
-  void *data;
-  napi_value result;
-  if (napi_create_buffer(env, length, &data, &result) != napi_ok) return fail(env, "cannot allocate the line");
-  unsigned char *out = data;
-  /* The arguments may share memory with each other (not with the new line): `previous` is read before
-   * `link` is written. */
+  if (!bytes_of(env, argv[5], &out, &out_length)) return fail(env, "out must be a Uint8Array");
+  if (napi_get_value_int64(env, argv[6], &offset) != napi_ok || offset < 0 || (uint64_t)offset > out_length) {
+    return fail(env, "offset must be within out");
+  }
+  if (body_length > (SIZE_MAX - head_length - tail_length - 1) / 6 ||
+      head_length + 6 * body_length + tail_length + 1 > out_length - (size_t)offset) {
+    return fail(env, "out must have room for head + 6 x body + tail + 1 bytes from offset");
+  }
+  unsigned char *line = out + offset;
+  size_t room = out_length - (size_t)offset;
+  if (overlaps(line, room, previous, 32) || overlaps(line, room, head, head_length) ||
+      overlaps(line, room, body, body_length) || overlaps(line, room, tail, tail_length) ||
+      overlaps(line, room, link, 32)) {
+    return fail(env, "out overlaps another argument");
+  }
+  /* `previous` is read before `link` is written (they may be the same bytes). */
   unsigned char chained[32];
   unsigned int digest_length = 0;
   EVP_MD_CTX *sha = EVP_MD_CTX_new();
   int ok = sha != NULL && EVP_DigestInit_ex(sha, EVP_sha256(), NULL) == 1 && EVP_DigestUpdate(sha, previous, 32) == 1;
-  memcpy(out, head, head_length);
+  memcpy(line, head, head_length);
   size_t at = head_length, hashed = 0;
   for (size_t from = 0; ok && from < body_length; from += CAST_BLOCK) {
     size_t to = body_length - from > CAST_BLOCK ? from + CAST_BLOCK : body_length;
-    at += escape_into(out + at, body, from, to);
-    ok = EVP_DigestUpdate(sha, out + hashed, at - hashed) == 1;
+    at += escape_into(line + at, body, from, to);
+    ok = EVP_DigestUpdate(sha, line + hashed, at - hashed) == 1;
     hashed = at;
   }
   if (ok) {
-    memcpy(out + at, tail, tail_length);
+    memcpy(line + at, tail, tail_length);
     at += tail_length;
-    out[at] = '\n';
-    ok = EVP_DigestUpdate(sha, out + hashed, at - hashed) == 1 && EVP_DigestFinal_ex(sha, chained, &digest_length) == 1 &&
-         digest_length == 32 && at + 1 == length;
+    line[at] = '\n';
+    ok = EVP_DigestUpdate(sha, line + hashed, at - hashed) == 1 && EVP_DigestFinal_ex(sha, chained, &digest_length) == 1 &&
+         digest_length == 32;
   }
   EVP_MD_CTX_free(sha);
   if (!ok) return fail(env, "cannot hash the line");
   memcpy(link, chained, 32);
-  return result;
+  napi_value written;
+  if (napi_create_double(env, (double)(at + 1), &written) != napi_ok) return fail(env, "cannot return the length");
+  return written;
 }
 
 NAPI_MODULE_INIT() {

@@ -5,7 +5,12 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it, vi } from 'vitest';
-import { loadNativeCrypto, type NativeCipherName, nativeCryptoUnavailableReason } from './index.js';
+import {
+  loadNativeCrypto,
+  type NativeCastLine,
+  type NativeCipherName,
+  nativeCryptoUnavailableReason,
+} from './index.js';
 
 const CIPHERS: NativeCipherName[] = ['AESGCM', 'ChaChaPoly'];
 
@@ -227,6 +232,7 @@ describe('castLine (a recording line, escaped and hashed in one pass)', () => {
       .digest();
     return { line, link };
   }
+  const room = (body: Uint8Array) => head.length + 6 * body.length + tail.length + 1;
 
   it('makes the bytes JSON.stringify makes of valid UTF-8, at every length and past its 8 KiB block', () => {
     const text = 'ok "q" \\ \r\n\t\b\f\v\x00\x1b[0m\x7f é ソ \u2028 🙂 ';
@@ -238,12 +244,17 @@ describe('castLine (a recording line, escaped and hashed in one pass)', () => {
       Buffer.from('x'.repeat(70_000)),
       Buffer.from('\x01'.repeat(20_000)),
     ].filter((body) => Buffer.from(body.toString('utf8')).equals(body));
+    expect(bodies.length).toBeGreaterThan(30);
     for (const body of bodies) {
       const previous = randomBytes(32);
       const link = Buffer.alloc(32);
-      const line = native!.castLine(previous, head, body, tail, link);
+      // Written after what is already there, and nothing past the line touched.
+      const out = Buffer.alloc(7 + room(body) + 5, 0xee);
+      const length = native!.castLine(previous, head, body, tail, link, out, 7);
       const want = expected(previous, body);
-      expect(line.equals(want.line), body.toString('hex').slice(0, 80)).toBe(true);
+      expect(length).toBe(want.line.length);
+      expect(out.subarray(7, 7 + length).equals(want.line), body.toString('hex').slice(0, 80)).toBe(true);
+      expect(out.subarray(0, 7).equals(Buffer.alloc(7, 0xee))).toBe(true);
       expect(link.equals(want.link)).toBe(true);
     }
   });
@@ -253,19 +264,30 @@ describe('castLine (a recording line, escaped and hashed in one pass)', () => {
     const body = Buffer.from('same bytes\n');
     const want = expected(previous, body);
     const shared = Buffer.from(previous);
-    native!.castLine(shared, head, body, tail, shared);
+    native!.castLine(shared, head, body, tail, shared, Buffer.alloc(room(body)), 0);
     expect(shared.equals(want.link)).toBe(true);
   });
 
-  it('refuses a link that is not 32 bytes, or a part that is not bytes, before writing anything', () => {
+  it('refuses wrong arguments before writing anything: sizes, room, offset, overlap, not bytes', () => {
     const link = Buffer.alloc(32, 7);
     const body = Buffer.from('x');
-    expect(() => native!.castLine(Buffer.alloc(31), head, body, tail, link)).toThrow('previous must be 32 bytes');
-    expect(() => native!.castLine(Buffer.alloc(32), head, body, tail, Buffer.alloc(33))).toThrow(
-      'link must be 32 bytes',
+    const out = Buffer.alloc(64, 9);
+    const call =
+      (...args: Parameters<NativeCastLine>) =>
+      () =>
+        native!.castLine(...args);
+    expect(call(Buffer.alloc(31), head, body, tail, link, out, 0)).toThrow('previous must be 32 bytes');
+    expect(call(Buffer.alloc(32), head, body, tail, Buffer.alloc(33), out, 0)).toThrow('link must be 32 bytes');
+    expect(call(Buffer.alloc(32), head, 'x' as unknown as Uint8Array, tail, link, out, 0)).toThrow(
+      'must be Uint8Arrays',
     );
-    const notBytes = 'x' as unknown as Uint8Array;
-    expect(() => native!.castLine(Buffer.alloc(32), head, notBytes, tail, link)).toThrow('must be Uint8Arrays');
+    expect(call(Buffer.alloc(32), head, body, tail, link, out, 65)).toThrow('offset must be within out');
+    expect(call(Buffer.alloc(32), head, body, tail, link, out, -1)).toThrow('offset must be within out');
+    // Room for the longest line, not this one (which would fit).
+    expect(call(Buffer.alloc(32), head, body, tail, link, out, 64 - room(body) + 1)).toThrow('must have room');
+    expect(call(Buffer.alloc(32), head, out.subarray(40, 41), tail, link, out, 0)).toThrow('overlaps');
+    expect(call(Buffer.alloc(32), head, body, tail, out.subarray(32, 64), out, 0)).toThrow('overlaps');
     expect(link.equals(Buffer.alloc(32, 7))).toBe(true);
+    expect(out.equals(Buffer.alloc(64, 9))).toBe(true);
   });
 });

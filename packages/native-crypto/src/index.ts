@@ -28,11 +28,13 @@ export interface NativeAeadOpenKey {
 }
 
 /**
- * A recording's line and its chain link in one pass (@tether/recording's CastWriter):
- * `head ‖ json(body) ‖ tail ‖ "\n"`, and `link` (32 bytes) gets SHA-256(previous ‖ that line without its
- * newline). json(body) is what JSON.stringify writes inside a string's quotes for the text of `body`, which
- * must be valid UTF-8 (check with buffer.isUtf8: invalid bytes would be copied, not made U+FFFD). `previous`
- * and `link` may be the same 32 bytes.
+ * A recording's line and its chain link in one pass (@tether/recording's CastWriter): writes
+ * `head ‖ json(body) ‖ tail ‖ "\n"` into `out` at `offset` and returns its length, and `link` (32 bytes) gets
+ * SHA-256(previous ‖ that line without its newline). json(body) is what JSON.stringify writes inside a string's
+ * quotes for the text of `body`, which must be valid UTF-8 (check with buffer.isUtf8: invalid bytes would be
+ * copied, not made U+FFFD). `out` must have room for the longest such line (head + 6 × body + tail + 1 bytes
+ * from `offset`; the escapes are not counted first) and not overlap the other arguments; `previous` and `link`
+ * may be the same 32 bytes. Throws, having written nothing, when an argument is wrong.
  */
 export type NativeCastLine = (
   previous: Uint8Array,
@@ -40,7 +42,9 @@ export type NativeCastLine = (
   body: Uint8Array,
   tail: Uint8Array,
   link: Uint8Array,
-) => Buffer;
+  out: Uint8Array,
+  offset: number,
+) => number;
 
 export interface NativeCrypto {
   sealingKey(cipher: NativeCipherName, key: Uint8Array): NativeAeadKey;

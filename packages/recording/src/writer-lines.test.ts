@@ -119,6 +119,8 @@ function expectSame(castLine: (typeof WAYS)[number][1], seed: number, streams: B
   const reference = new ReferenceWriter();
   const next = random(seed);
   const at = streams.map(() => 0);
+  const allMade: Buffer[] = [];
+  const allExpected: Buffer[] = [];
   for (;;) {
     const open = streams.map((_, i) => i).filter((i) => at[i]! < streams[i]!.length);
     if (open.length === 0) break;
@@ -127,6 +129,8 @@ function expectSame(castLine: (typeof WAYS)[number][1], seed: number, streams: B
     ms += next(3);
     const made = writer.output(`s${i}`, chunk, ms);
     const expected = reference.output(`s${i}`, chunk, ms);
+    allMade.push(made);
+    allExpected.push(expected);
     if (!made.equals(expected)) {
       expect({ seed, chunk: chunk.toString('hex'), made: made.toString() }).toEqual({
         seed,
@@ -138,6 +142,8 @@ function expectSame(castLine: (typeof WAYS)[number][1], seed: number, streams: B
   }
   expect(writer.exit(0, ms).equals(reference.exit(0, ms))).toBe(true);
   expect(writer.head).toBe(reference.link.toString('base64'));
+  // Lines made earlier are still theirs (the addon's lines share buffers with later ones).
+  expect(Buffer.concat(allMade).equals(Buffer.concat(allExpected))).toBe(true);
 }
 
 describe('output lines made from bytes', () => {
@@ -188,6 +194,16 @@ describe('output lines made from bytes', () => {
         }
         const long = stream(random(5), 4_000, 0);
         expectSame(castLine, 4, [[long, long.subarray(1), long.subarray(0, long.length - 1)]]);
+      });
+
+      it('are the reference’s bytes over many megabytes in 64 KiB chunks, three streams interleaved', () => {
+        const text = stream(random(11), 600_000, 0);
+        const cut = (from: number) => {
+          const parts: Buffer[] = [];
+          for (let at = from; at < text.length; at += 65_536) parts.push(text.subarray(at, at + 65_536));
+          return parts;
+        };
+        expectSame(castLine, 6, [cut(0), cut(1), cut(2)]);
       });
     });
   }

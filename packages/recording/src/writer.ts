@@ -38,6 +38,25 @@ export const GAP_TYPE = 'tether.gap';
 const NOTHING = Buffer.alloc(0);
 const LINE_TAIL = Buffer.from('"]');
 
+/**
+ * Where castLine writes output lines, one after another, shared by every writer of this thread (a line is a
+ * slice of it, kept as long as the line is): a buffer per line cost its allocation and a first pass counting the
+ * escapes, a quarter of the line's cost (bench/src/recording-line.ts). A slab is left once it has no room for
+ * the longest line a chunk could make (6 bytes per byte), so at most that much of each slab goes unused.
+ */
+const SLAB_BYTES = 4 * 1024 * 1024;
+let slab = Buffer.alloc(0);
+let slabUsed = 0;
+
+/** Room for a line of up to `bytes` bytes in the slab: its offset there. */
+function slabRoom(bytes: number): number {
+  if (slab.length - slabUsed < bytes) {
+    slab = Buffer.allocUnsafeSlow(Math.max(SLAB_BYTES, bytes));
+    slabUsed = 0;
+  }
+  return slabUsed;
+}
+
 export interface CastWriterOptions {
   /** How output lines are made from bytes: the addon's (the default, when it loads), or null for JavaScript. */
   castLine?: NativeCastLine | null;
@@ -147,9 +166,11 @@ export class CastWriter {
     if (this.#castLine !== null) {
       const head = Buffer.from(`[${seconds},"o",${JSON.stringify(text).slice(0, -1)}`);
       const link = Buffer.allocUnsafe(32);
-      const line = this.#castLine(this.#link, head, body, LINE_TAIL, link);
+      const at = slabRoom(head.length + 6 * body.length + LINE_TAIL.length + 1);
+      const length = this.#castLine(this.#link, head, body, LINE_TAIL, link, slab, at);
+      slabUsed = at + length;
       this.#chained(link);
-      return line;
+      return slab.subarray(at, at + length);
     }
     const ascii = text === '' && isAscii(body);
     const data = ascii ? body.toString('latin1') : text + body.toString('utf8');
