@@ -2,8 +2,9 @@
  * One session's recording file(s), on the recording worker's thread (recording-worker.ts): events become
  * asciicast lines (@tether/recording's CastWriter), one write loop per recording writes them in order, a part
  * past its size or age is sealed and the session goes on in the next. The executor's thread only copies bytes
- * and posts them (recordings.ts): escaping, hashing and writing a stream's bytes cost about a core at 400 MB/s,
- * which must not come out of the event loop that serves the process.
+ * and posts them (recordings.ts): escaping, hashing and writing a stream's bytes cost about 1.5 ns per byte of
+ * CPU even with the native escape (more than half a core at 400 MB/s), which must not come out of the event loop
+ * that serves the process.
  */
 import type { KeyObject } from 'node:crypto';
 import { type FileHandle, open, unlink } from 'node:fs/promises';
