@@ -1,11 +1,16 @@
 import { spawnSync } from 'node:child_process';
-import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
+import { createCipheriv, createDecipheriv, createHash, randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it, vi } from 'vitest';
-import { loadNativeCrypto, type NativeCipherName, nativeCryptoUnavailableReason } from './index.js';
+import {
+  loadNativeCrypto,
+  type NativeCastLine,
+  type NativeCipherName,
+  nativeCryptoUnavailableReason,
+} from './index.js';
 
 const CIPHERS: NativeCipherName[] = ['AESGCM', 'ChaChaPoly'];
 
@@ -212,5 +217,77 @@ describe('native AEAD contexts', () => {
       const direction = name.endsWith('.seal') ? 'sealing' : 'opening';
       expect(outcome, name).toBe(`TypeError: not a${direction === 'opening' ? 'n' : ''} ${direction} context`);
     }
+  });
+});
+
+describe('castLine (a recording line, escaped and hashed in one pass)', () => {
+  const head = Buffer.from('[1.5,"o","');
+  const tail = Buffer.from('"]');
+  /** What the addon must make: JSON.stringify of the text, and SHA-256 of the previous link and the line. */
+  function expected(previous: Buffer, body: Buffer): { line: Buffer; link: Buffer } {
+    const line = Buffer.from(`[1.5,"o",${JSON.stringify(body.toString('utf8'))}]\n`);
+    const link = createHash('sha256')
+      .update(previous)
+      .update(line.subarray(0, line.length - 1))
+      .digest();
+    return { line, link };
+  }
+  const room = (body: Uint8Array) => head.length + 6 * body.length + tail.length + 1;
+
+  it('makes the bytes JSON.stringify makes of valid UTF-8, at every length and past its 8 KiB block', () => {
+    const text = 'ok "q" \\ \r\n\t\b\f\v\x00\x1b[0m\x7f é ソ \u2028 🙂 ';
+    const bodies = [
+      Buffer.alloc(0),
+      Buffer.from(Array.from({ length: 128 }, (_, i) => i)),
+      ...Array.from({ length: 40 }, (_, i) => Buffer.from(text.repeat(1 + i * 7)).subarray(0, 17 * i)),
+      Buffer.from(text.repeat(1_000)),
+      Buffer.from('x'.repeat(70_000)),
+      Buffer.from('\x01'.repeat(20_000)),
+    ].filter((body) => Buffer.from(body.toString('utf8')).equals(body));
+    expect(bodies.length).toBeGreaterThan(30);
+    for (const body of bodies) {
+      const previous = randomBytes(32);
+      const link = Buffer.alloc(32);
+      // Written after what is already there, and nothing past the line touched.
+      const out = Buffer.alloc(7 + room(body) + 5, 0xee);
+      const length = native!.castLine(previous, head, body, tail, link, out, 7);
+      const want = expected(previous, body);
+      expect(length).toBe(want.line.length);
+      expect(out.subarray(7, 7 + length).equals(want.line), body.toString('hex').slice(0, 80)).toBe(true);
+      expect(out.subarray(0, 7).equals(Buffer.alloc(7, 0xee))).toBe(true);
+      expect(link.equals(want.link)).toBe(true);
+    }
+  });
+
+  it('reads the previous link before it writes the new one into the same bytes', () => {
+    const previous = randomBytes(32);
+    const body = Buffer.from('same bytes\n');
+    const want = expected(previous, body);
+    const shared = Buffer.from(previous);
+    native!.castLine(shared, head, body, tail, shared, Buffer.alloc(room(body)), 0);
+    expect(shared.equals(want.link)).toBe(true);
+  });
+
+  it('refuses wrong arguments before writing anything: sizes, room, offset, overlap, not bytes', () => {
+    const link = Buffer.alloc(32, 7);
+    const body = Buffer.from('x');
+    const out = Buffer.alloc(64, 9);
+    const call =
+      (...args: Parameters<NativeCastLine>) =>
+      () =>
+        native!.castLine(...args);
+    expect(call(Buffer.alloc(31), head, body, tail, link, out, 0)).toThrow('previous must be 32 bytes');
+    expect(call(Buffer.alloc(32), head, body, tail, Buffer.alloc(33), out, 0)).toThrow('link must be 32 bytes');
+    expect(call(Buffer.alloc(32), head, 'x' as unknown as Uint8Array, tail, link, out, 0)).toThrow(
+      'must be Uint8Arrays',
+    );
+    expect(call(Buffer.alloc(32), head, body, tail, link, out, 65)).toThrow('offset must be within out');
+    expect(call(Buffer.alloc(32), head, body, tail, link, out, -1)).toThrow('offset must be within out');
+    // Room for the longest line, not this one (which would fit).
+    expect(call(Buffer.alloc(32), head, body, tail, link, out, 64 - room(body) + 1)).toThrow('must have room');
+    expect(call(Buffer.alloc(32), head, out.subarray(40, 41), tail, link, out, 0)).toThrow('overlaps');
+    expect(call(Buffer.alloc(32), head, body, tail, out.subarray(32, 64), out, 0)).toThrow('overlaps');
+    expect(link.equals(Buffer.alloc(32, 7))).toBe(true);
+    expect(out.equals(Buffer.alloc(64, 9))).toBe(true);
   });
 });

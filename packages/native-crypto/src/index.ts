@@ -3,7 +3,8 @@ const { createRequire } = process.getBuiltinModule('node:module');
 
 /**
  * Crypto for the data path (native/crypto.c), from the OpenSSL Node links: in-place AEAD for transport
- * records, AES-256-GCM or ChaCha20-Poly1305, sealing into and opening into buffers the caller owns.
+ * records, AES-256-GCM or ChaCha20-Poly1305, sealing into and opening into buffers the caller owns; and a
+ * recording's lines escaped and hashed in one pass (castLine).
  * node:crypto's update() returns a fresh zero-filled buffer per call, which at 64 KiB records costs more
  * than the cipher itself (memset, page faults, GC pressure from external memory).
  */
@@ -26,15 +27,36 @@ export interface NativeAeadOpenKey {
   open(nonce: Uint8Array, ad: Uint8Array, sealed: Uint8Array, out: Uint8Array): boolean;
 }
 
+/**
+ * A recording's line and its chain link in one pass (@tether/recording's CastWriter): writes
+ * `head ‖ json(body) ‖ tail ‖ "\n"` into `out` at `offset` and returns its length, and `link` (32 bytes) gets
+ * SHA-256(previous ‖ that line without its newline). json(body) is what JSON.stringify writes inside a string's
+ * quotes for the text of `body`, which must be valid UTF-8 (check with buffer.isUtf8: invalid bytes would be
+ * copied, not made U+FFFD). `out` must have room for the longest such line (head + 6 × body + tail + 1 bytes
+ * from `offset`; the escapes are not counted first) and not overlap the other arguments; `previous` and `link`
+ * may be the same 32 bytes. Throws, having written nothing, when an argument is wrong.
+ */
+export type NativeCastLine = (
+  previous: Uint8Array,
+  head: Uint8Array,
+  body: Uint8Array,
+  tail: Uint8Array,
+  link: Uint8Array,
+  out: Uint8Array,
+  offset: number,
+) => number;
+
 export interface NativeCrypto {
   sealingKey(cipher: NativeCipherName, key: Uint8Array): NativeAeadKey;
   openingKey(cipher: NativeCipherName, key: Uint8Array): NativeAeadOpenKey;
+  castLine: NativeCastLine;
 }
 
 interface Binding {
   create(cipher: 0 | 1, key: Uint8Array, encrypt: boolean): object;
   seal(context: object, nonce: Uint8Array, ad: Uint8Array, parts: readonly Uint8Array[], out: Uint8Array): void;
   open(context: object, nonce: Uint8Array, ad: Uint8Array, sealed: Uint8Array, out: Uint8Array): boolean;
+  castLine: NativeCastLine;
 }
 
 const CIPHERS = { AESGCM: 0, ChaChaPoly: 1 } as const;
@@ -75,6 +97,7 @@ function load(): { native: NativeCrypto | null; error: string | null } {
         const context = binding.create(CIPHERS[cipher], key, false);
         return { open: (nonce, ad, sealed, out) => binding.open(context, nonce, ad, sealed, out) };
       },
+      castLine: binding.castLine,
     },
   };
 }

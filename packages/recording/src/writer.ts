@@ -5,9 +5,17 @@
  * (chain.ts). The writer only makes the lines (UTF-8 bytes, each ending in a newline); its owner writes them where
  * they go, in order. Bytes, not strings: each line is encoded once, and the chain hashes and the file gets those
  * same bytes (measured: encoding a 64 KiB line again cost as much as hashing it).
+ *
+ * Output is most of a recording's bytes, and its lines are made from the bytes themselves where they are valid
+ * UTF-8 (nearly always): @tether/native-crypto's castLine escapes and hashes a chunk in one pass, about 1 ns per
+ * byte against 2.8 for decoding, JSON.stringify, encoding and hashing it in JavaScript (bench/src/recording-line.ts).
+ * The lines are the same bytes either way; without the addon, an ASCII chunk still skips the UTF-8 decode and
+ * encode (latin1 is a copy for ASCII).
  */
+import { isAscii, isUtf8 } from 'node:buffer';
 import type { KeyObject } from 'node:crypto';
 import { StringDecoder } from 'node:string_decoder';
+import { loadNativeCrypto, type NativeCastLine } from '@tether/native-crypto';
 import { firstLink, makeSeal, nextLink, SEAL_TYPE } from './chain.js';
 
 export interface CastHeader {
@@ -28,12 +36,48 @@ export const EXIT_TYPE = 'tether.exit';
 export const GAP_TYPE = 'tether.gap';
 
 const NOTHING = Buffer.alloc(0);
+const LINE_TAIL = Buffer.from('"]');
+
+/**
+ * Where castLine writes output lines, one after another, shared by every writer of this thread (a line is a
+ * slice of it, kept as long as the line is): a buffer per line cost its allocation and a first pass counting the
+ * escapes, a quarter of the line's cost (bench/src/recording-line.ts). A slab is left once it has no room for
+ * the longest line a chunk could make (6 bytes per byte), so at most that much of each slab goes unused.
+ */
+const SLAB_BYTES = 4 * 1024 * 1024;
+let slab = Buffer.alloc(0);
+let slabUsed = 0;
+
+/** Room for a line of up to `bytes` bytes in the slab: its offset there. */
+function slabRoom(bytes: number): number {
+  if (slab.length - slabUsed < bytes) {
+    slab = Buffer.allocUnsafeSlow(Math.max(SLAB_BYTES, bytes));
+    slabUsed = 0;
+  }
+  return slabUsed;
+}
+
+export interface CastWriterOptions {
+  /** How output lines are made from bytes: the addon's (the default, when it loads), or null for JavaScript. */
+  castLine?: NativeCastLine | null;
+}
+
+/**
+ * One output stream's UTF-8 decoding. `need`: 0 when the decoder holds nothing, n > 0 when it holds the valid
+ * start of a character that n more bytes complete, -1 when that is not known (it holds what it was given of
+ * invalid bytes): then the decoder alone decodes until a chunk ends in ASCII.
+ */
+interface OutputStream {
+  decoder: StringDecoder;
+  need: number;
+}
 
 export class CastWriter {
   readonly #key: KeyObject;
   readonly #startMs: number;
   readonly #now: () => number;
-  readonly #decoders = new Map<string, StringDecoder>();
+  readonly #castLine: NativeCastLine | null;
+  readonly #streams = new Map<string, OutputStream>();
   #link: Buffer;
   #events = 0;
   #unsealed: Buffer[] = [];
@@ -49,7 +93,9 @@ export class CastWriter {
     key: KeyObject,
     now: () => number = Date.now,
     startMs: number = now(),
+    options: CastWriterOptions = {},
   ) {
+    this.#castLine = options.castLine === undefined ? (loadNativeCrypto()?.castLine ?? null) : options.castLine;
     this.#key = key;
     this.#now = now;
     this.#startMs = startMs;
@@ -77,15 +123,61 @@ export class CastWriter {
   /**
    * Output of `stream` (a pty, stdout, stderr): decoded as UTF-8 across chunks (a character cut between two
    * reads is written whole with the second; invalid bytes become U+FFFD). '' when nothing is complete yet.
+   * The bytes are the same as a StringDecoder's text in JSON; they are made from the chunk's bytes, and only
+   * what is not valid UTF-8 (and a character cut between chunks) goes through the decoder.
    */
   output(stream: string, chunk: Buffer, at?: number): Buffer {
-    let decoder = this.#decoders.get(stream);
-    if (decoder === undefined) {
-      decoder = new StringDecoder('utf8');
-      this.#decoders.set(stream, decoder);
+    if (chunk.length === 0) return NOTHING;
+    let state = this.#streams.get(stream);
+    if (state === undefined) {
+      state = { decoder: new StringDecoder('utf8'), need: 0 };
+      this.#streams.set(stream, state);
     }
-    const text = decoder.write(chunk);
-    return text === '' ? NOTHING : this.#line('o', text, at);
+    const { decoder } = state;
+    // What the decoder gives (JSON-escaped in JavaScript), then `body`: valid UTF-8, escaped from its bytes.
+    let text = '';
+    let body = chunk;
+    if (state.need !== 0) {
+      if (state.need > 0 && continues(chunk, state.need)) {
+        text = decoder.write(chunk.subarray(0, state.need));
+        body = chunk.subarray(state.need);
+        state.need = 0;
+      } else {
+        text = decoder.write(chunk);
+        body = NOTHING;
+        state.need = endsInAscii(chunk) ? 0 : -1;
+      }
+    }
+    if (body.length > 0 && !isUtf8(body)) {
+      const cut = cutCharacter(body);
+      if (cut >= 0 && isUtf8(body.subarray(0, cut))) {
+        // The decoder keeps the character's start (and returns '') until the next chunk completes it.
+        decoder.write(body.subarray(cut));
+        state.need = sequenceLength(body[cut]!) - (body.length - cut);
+        body = body.subarray(0, cut);
+      } else {
+        text += decoder.write(body);
+        state.need = endsInAscii(body) ? 0 : -1;
+        body = NOTHING;
+      }
+    }
+    if (text === '' && body.length === 0) return NOTHING;
+    const seconds = this.#seconds(at);
+    if (this.#castLine !== null) {
+      const head = Buffer.from(`[${seconds},"o",${JSON.stringify(text).slice(0, -1)}`);
+      const link = Buffer.allocUnsafe(32);
+      const at = slabRoom(head.length + 6 * body.length + LINE_TAIL.length + 1);
+      const length = this.#castLine(this.#link, head, body, LINE_TAIL, link, slab, at);
+      slabUsed = at + length;
+      this.#chained(link);
+      return slab.subarray(at, at + length);
+    }
+    const ascii = text === '' && isAscii(body);
+    const data = ascii ? body.toString('latin1') : text + body.toString('utf8');
+    // For ASCII, latin1 is a copy both ways, where UTF-8 would be decoded and encoded.
+    const line = Buffer.from(`${JSON.stringify([seconds, 'o', data])}\n`, ascii ? 'latin1' : 'utf8');
+    this.#chained(nextLink(this.#link, line.subarray(0, line.length - 1)));
+    return line;
   }
 
   /** Input that reached the process, and who sent it (a line of its own when the sender changes). */
@@ -111,11 +203,11 @@ export class CastWriter {
   /** The exit, after whatever output the decoders still held. */
   exit(code: number, at?: number): Buffer {
     const lines: Buffer[] = [];
-    for (const decoder of this.#decoders.values()) {
+    for (const { decoder } of this.#streams.values()) {
       const rest = decoder.end();
       if (rest !== '') lines.push(this.#line('o', rest, at));
     }
-    this.#decoders.clear();
+    this.#streams.clear();
     lines.push(this.#line(EXIT_TYPE, String(code), at));
     return Buffer.concat(lines);
   }
@@ -139,9 +231,51 @@ export class CastWriter {
   #line(type: string, data: string, at?: number): Buffer {
     const line = Buffer.from(`${JSON.stringify([this.#seconds(at), type, data])}\n`);
     // The link covers the line without its newline (as a verifier reads the file line by line).
-    this.#link = nextLink(this.#link, line.subarray(0, line.length - 1));
-    this.#events++;
-    this.#unsealed.push(this.#link);
+    this.#chained(nextLink(this.#link, line.subarray(0, line.length - 1)));
     return line;
   }
+
+  /** An event's line was made: `link` is its link. */
+  #chained(link: Buffer): void {
+    this.#link = link;
+    this.#events++;
+    this.#unsealed.push(link);
+  }
+}
+
+/** Whether `bytes` starts with `count` UTF-8 continuation bytes. */
+function continues(bytes: Buffer, count: number): boolean {
+  if (bytes.length < count) return false;
+  for (let i = 0; i < count; i++) if ((bytes[i]! & 0xc0) !== 0x80) return false;
+  return true;
+}
+
+function endsInAscii(bytes: Buffer): boolean {
+  return bytes.length > 0 && bytes[bytes.length - 1]! < 0x80;
+}
+
+/** The bytes of the UTF-8 sequence `lead` starts. */
+function sequenceLength(lead: number): number {
+  return lead >= 0xf0 ? 4 : lead >= 0xe0 ? 3 : 2;
+}
+
+/**
+ * Where the valid start of a character cut short by the end of `bytes` begins (its last 1 to 3 bytes), or -1:
+ * the lead byte and what follows it as UTF-8 allows (no overlong form, surrogate, or code point past U+10FFFF).
+ */
+function cutCharacter(bytes: Buffer): number {
+  const end = bytes.length;
+  for (let at = end - 1; at >= 0 && at >= end - 3; at--) {
+    const byte = bytes[at]!;
+    if (byte < 0x80) return -1;
+    if (byte < 0xc0) continue;
+    if (byte < 0xc2 || byte > 0xf4 || end - at >= sequenceLength(byte)) return -1;
+    if (end - at === 1) return at;
+    const second = bytes[at + 1]!;
+    const low = byte === 0xe0 ? 0xa0 : byte === 0xf0 ? 0x90 : 0x80;
+    const high = byte === 0xed ? 0x9f : byte === 0xf4 ? 0x8f : 0xbf;
+    if (second < low || second > high) return -1;
+    return end - at === 2 || (bytes[at + 2]! & 0xc0) === 0x80 ? at : -1;
+  }
+  return -1;
 }
