@@ -183,9 +183,7 @@ describe('a share link in the browser', { timeout: 120_000 }, () => {
       secrets.add('typed-while-watching');
       await tab.page.click('#shared-terminal');
       await tab.page.keyboard.type('typed-while-watching\n');
-      await tab.page.waitForFunction(() =>
-        document.getElementById('shared-note')?.textContent?.includes('take control to type'),
-      );
+      await tab.page.locator('#shared-note', { hasText: 'take control to type' }).waitFor();
 
       // Take control: the page's keystrokes arrive, and the terminal takes the page's size.
       await tab.page.click('button#take-control');
@@ -274,7 +272,7 @@ describe('a share link in the browser', { timeout: 120_000 }, () => {
       secrets.add('viewer-typed');
       await tab.page.click('#shared-terminal');
       await tab.page.keyboard.type('viewer-typed\n');
-      await tab.page.waitForFunction(() => document.getElementById('shared-note')?.textContent?.includes('read-only'));
+      await tab.page.locator('#shared-note', { hasText: 'read-only' }).waitFor();
       // Even clicked, the disabled button gives no control.
       await tab.page.click('button#take-control', { force: true });
       expect(await tab.page.getAttribute('#shared', 'data-controlling')).toBe('false');

@@ -168,10 +168,10 @@ describe('harness share, attach --token, ps', { timeout: 60_000 }, () => {
     const shared = await sh(`h share --read-only --ttl 10m ${id}`);
     expect(shared.code, shared.stderr).toBe(0);
     // Line 1 the token, line 2 the browser link: a one-time view grant, with the process and token in the fragment.
-    const [token, linkText, rest] = shared.stdout.split('\n');
+    const [token = '', linkText = '', rest] = shared.stdout.split('\n');
     expect(token).toMatch(/^tsh_/);
     expect(rest).toBe('');
-    const link = new URL(linkText as string);
+    const link = new URL(linkText);
     expect(`${link.origin}${link.pathname}`).toBe(`${stack.registryUrl}/ui/`);
     const fragment = new URLSearchParams(link.hash.slice(1));
     expect([fragment.get('env'), fragment.get('process'), fragment.get('share')]).toEqual([ENVIRONMENT, id, token]);
