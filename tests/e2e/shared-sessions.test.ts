@@ -188,6 +188,13 @@ describe('harness share, attach --token, ps', { timeout: 60_000 }, () => {
       body: JSON.stringify({ grant: fragment.get('grant') }),
     });
     expect(((await exchanged.json()) as { share_access?: string }).share_access).toBe('view');
+    // An admin key may share any process, but the registry mints browser grants for harness keys only: the token
+    // alone, and stderr says why.
+    const adminKey = await stack.createKey('admin', '*');
+    const byAdmin = await sh(`h share ${id}`, { TETHER_HARNESS_API_KEY: adminKey });
+    expect(byAdmin.code, byAdmin.stderr).toBe(0);
+    expect(byAdmin.stdout).toMatch(/^tsh_[A-Za-z0-9_-]{43}\n$/);
+    expect(byAdmin.stderr).toMatch(/; no browser link: the registry refused the harness API key .*HTTP 403.*\n$/);
     // --no-link: the token alone.
     const tokenOnly = await sh(`h share --no-link ${id}`);
     expect(tokenOnly.stdout).toMatch(/^tsh_[A-Za-z0-9_-]{43}\n$/);
@@ -207,7 +214,7 @@ describe('harness share, attach --token, ps', { timeout: 60_000 }, () => {
 
     expect(await sh(`h share --revoke ${id}`)).toMatchObject({
       code: 0,
-      stderr: `harness: 2 shares of ${id} revoked\n`,
+      stderr: `harness: 3 shares of ${id} revoked\n`,
     });
     expect((await sh(`h attach ${id}`, { ...other, TETHER_HARNESS_SHARE_TOKEN: token })).code).toBe(1);
     expect((await sh(`h kill -s KILL ${id}`)).code).toBe(0);

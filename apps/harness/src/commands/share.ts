@@ -73,16 +73,22 @@ environment could not be reached.`,
             io.stderr.write(`harness: ${revoked} share${revoked === 1 ? '' : 's'} of ${printable(id)} revoked\n`);
             return revoked > 0 || shareId === undefined ? 0 : 1;
           }
-          // The link's grant first: if the registry refuses it, no share is left behind (an unused grant reaches
-          // nothing, and expires).
+          // The link's grant first (an unused one reaches nothing, and expires). Where the registry makes none, the
+          // token alone is printed and stderr says why.
           const ttlSec = options.ttl === undefined ? undefined : Math.max(1, Math.round(options.ttl / 1000));
-          const grant =
-            options.link && throughRegistry(options, io.env)
-              ? await mintBrowserGrant(resolveRegistryAccess(options, io.env), {
-                  ttlSeconds: Math.min(MAX_LINK_TTL_SEC, ttlSec ?? MAX_LINK_TTL_SEC),
-                  shareAccess: options.readOnly ? 'view' : 'control',
-                })
-              : null;
+          let grant: { url: string; expiresAt: number } | null = null;
+          let noLink = options.link ? 'the executor is reached directly (--url), not through a registry' : null;
+          if (options.link && throughRegistry(options, io.env)) {
+            try {
+              grant = await mintBrowserGrant(resolveRegistryAccess(options, io.env), {
+                ttlSeconds: Math.min(MAX_LINK_TTL_SEC, ttlSec ?? MAX_LINK_TTL_SEC),
+                shareAccess: options.readOnly ? 'view' : 'control',
+              });
+            } catch (err) {
+              // The token still works (an admin key, say, may share but mints no browser grants).
+              noLink = (err as Error).message;
+            }
+          }
           const share = await env.share(id, {
             access: options.readOnly ? 'view' : 'control',
             ...(ttlSec === undefined ? {} : { ttlSec }),
@@ -93,17 +99,17 @@ environment could not be reached.`,
           await writeOutput(io, io.stdout, `${share.token}\n${link === null ? '' : `${link}\n`}`);
           await flushOutput(io);
           const until = new Date(share.expiresAtMs).toISOString().replace(/\.\d{3}Z$/, 'Z');
+          const linkNote =
+            grant !== null
+              ? `; the link opens the browser page once, until ${clock(grant.expiresAt)}`
+              : noLink !== null
+                ? `; no browser link: ${noLink}`
+                : '';
           io.stderr.write(
-            `harness: share ${share.shareId} of ${printable(id)} (${options.readOnly ? 'read-only' : 'control'}) until ${until}: harness attach --token TOKEN ${printable(id)}${linkNote(grant, options.link)}\n`,
+            `harness: share ${share.shareId} of ${printable(id)} (${options.readOnly ? 'read-only' : 'control'}) until ${until}: harness attach --token TOKEN ${printable(id)}${linkNote}\n`,
           );
           return 0;
         }),
       );
     });
-}
-
-/** What stderr says of the link: when it works until, or why there is none. */
-function linkNote(grant: { expiresAt: number } | null, asked: boolean): string {
-  if (grant !== null) return `; the link opens the browser page once, until ${clock(grant.expiresAt)}`;
-  return asked ? '; no browser link: the executor is reached directly (--url), not through a registry' : '';
 }
