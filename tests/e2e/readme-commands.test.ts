@@ -94,17 +94,31 @@ afterAll(async () => {
 describe('README: first things to try', () => {
   it('runs every harness command of the section, as written, with exit 0', { timeout: 120_000 }, async () => {
     const { setup, commands } = firstThingsToTry();
-    const runnable = commands.filter((command) => !command.startsWith('harness shell'));
+    // `harness shell` needs a terminal; `harness attach --token` is named, not run (it needs another key's token).
+    const runnable = commands.filter(
+      (command) => !command.startsWith('harness shell') && !command.startsWith('harness attach --token'),
+    );
     expect(runnable.length, 'the section lists harness commands').toBeGreaterThanOrEqual(6);
     let id = '';
     for (const command of runnable) {
       const line = command.replace(/\bID\b/g, id);
       const run = await bash(`${setup}\n${line}`);
+      // What a share says on stderr is part of its answer (the share's id and expiry, or how many were revoked).
+      const said = command.startsWith('harness share --revoke')
+        ? new RegExp(`^harness: 1 share of ${id} revoked\n$`)
+        : command.startsWith('harness share')
+          ? new RegExp(`^harness: share \\w+ of ${id} \\(control\\) until \\S+Z: .*the link opens the browser page once, until \\d\\d:\\d\\d\n$`)
+          : /^$/;
       expect({ command: line, code: run.code, stderr: run.stderr.replace(/^copied .*\n/m, '') }).toEqual({
         command: line,
         code: 0,
-        stderr: '',
+        stderr: expect.stringMatching(said),
       });
+      if (command.startsWith('harness share ID')) {
+        const [token, link] = run.stdout.split('\n');
+        expect(token).toMatch(/^tsh_/);
+        expect(link).toMatch(new RegExp(`/ui/#env=local&grant=tbgr_[\\w-]+&process=${id}&share=${token}$`));
+      }
       if (command.startsWith('harness exec -d')) {
         id = run.stdout.trim();
         expect(id, 'exec -d prints the id').toMatch(/^[0-9a-z-]+$/);
@@ -115,5 +129,8 @@ describe('README: first things to try', () => {
       if (command.startsWith('harness login --web')) expect(run.stdout).toMatch(/\/ui\/#env=local&grant=/);
     }
     expect(id, 'the section starts a detached process and attaches to it').not.toBe('');
+    expect(runnable, 'the section shares it and revokes the share').toEqual(
+      expect.arrayContaining(['harness share ID', 'harness share --revoke ID']),
+    );
   });
 });
