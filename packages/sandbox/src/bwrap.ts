@@ -19,7 +19,7 @@
  * own), and a PTY child's terminal is its own, so TIOCSTI could only type into itself; keeping the session
  * lets Ctrl-C and job control work in a sandboxed shell.
  */
-import { existsSync, lstatSync, statSync } from 'node:fs';
+import { existsSync, lstatSync, readdirSync, statSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { depth, type SandboxPolicy } from './policy.js';
 
@@ -62,6 +62,15 @@ function kind(path: string): 'directory' | 'file' | 'missing' {
     } catch {
       return 'missing';
     }
+  }
+}
+
+/** Whether `path` is a directory with nothing in it (false when it cannot be read). */
+function isEmptyDirectory(path: string): boolean {
+  try {
+    return readdirSync(path).length === 0;
+  } catch {
+    return false;
   }
 }
 
@@ -121,6 +130,11 @@ export function bwrapArgs(policy: SandboxPolicy, sources: MountSources, options:
       if (nested.has(path)) {
         // Found by the walk: gone by the time bubblewrap starts, it has nothing left to keep.
         mounts.push({ path, apply: () => args.push('--ro-bind-try', path, path) });
+      } else if (found === 'directory' && isEmptyDirectory(path)) {
+        // Empty, so it shows as our own empty directory, which is always there: it may be another sandbox's mount
+        // point (the host's /tmp is every sandbox's), which that sandbox removes when it ends, maybe before
+        // bubblewrap starts here ("Can't find source path" would fail the launch). Not ours to remove after.
+        mounts.push({ path, apply: () => args.push('--ro-bind', sources.emptyReadOnlyDirectory, path) });
       } else if (found !== 'missing') {
         mounts.push({ path, apply: () => args.push('--ro-bind', path, path) });
       } else if (existsSync(dirname(path))) {

@@ -204,6 +204,17 @@ describe('resolvePolicy', () => {
     expect(args.join(' ')).toContain(`--ro-bind-try ${sub} ${sub}`);
     // The top-level one, missing here, is an empty read-only directory (strict: a failed mount fails the launch).
     expect(args.join(' ')).toContain(`--ro-bind /e ${join(root, '.git')}`);
+    expect(bwrapArgs(policy, sources, { cwd: root, seccompFd: null }).syntheticTargets).toContain(join(root, '.git'));
+    // One that exists but is empty (another sandbox's mount point, say, which may be gone when bubblewrap starts)
+    // shows as the same always-there empty directory, and is not this sandbox's to remove; one with content is
+    // itself, read-only.
+    mkdirSync(join(root, '.codex'));
+    mkdirSync(join(root, '.aws'));
+    writeFileSync(join(root, '.aws', 'config'), '');
+    const again = bwrapArgs(policy, sources, { cwd: root, seccompFd: null });
+    expect(again.args.join(' ')).toContain(`--ro-bind /e ${join(root, '.codex')}`);
+    expect(again.args.join(' ')).toContain(`--ro-bind ${join(root, '.aws')} ${join(root, '.aws')}`);
+    expect(again.syntheticTargets).not.toContain(join(root, '.codex'));
     const byPath = new Map(policy.entries.map((e) => [e.path, e]));
     expect(() => findNestedProtected(root, byPath, { directories: 3, entries: 1000 })).toThrow(
       /more than 3 directories to search/,
