@@ -107,7 +107,9 @@ describe('README: first things to try', () => {
       const said = command.startsWith('harness share --revoke')
         ? new RegExp(`^harness: 1 share of ${id} revoked\n$`)
         : command.startsWith('harness share')
-          ? new RegExp(`^harness: share \\w+ of ${id} \\(control\\) until \\S+Z: .*the link opens the browser page once, until \\d\\d:\\d\\d\n$`)
+          ? new RegExp(
+              `^harness: share \\w+ of ${id} \\(control\\) until \\S+Z: .*the link opens the browser page once, until \\d\\d:\\d\\d\n$`,
+            )
           : /^$/;
       expect({ command: line, code: run.code, stderr: run.stderr.replace(/^copied .*\n/m, '') }).toEqual({
         command: line,
