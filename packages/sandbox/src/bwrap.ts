@@ -40,6 +40,11 @@ export interface BwrapPlan {
    * denied path): the caller removes them once the sandbox is gone, if they are still empty.
    */
   syntheticTargets: string[];
+  /**
+   * Protected names found as empty directories and covered as if missing: one may be a mount point another sandbox
+   * of this executor made (its caller then counts this sandbox among its users, so that it stays while in use).
+   */
+  emptyTargets: string[];
 }
 
 export interface BwrapOptions {
@@ -82,6 +87,7 @@ export function bwrapArgs(policy: SandboxPolicy, sources: MountSources, options:
   const args = ['--die-with-parent', '--unshare-user', '--unshare-pid', '--unshare-ipc'];
   if (policy.network === 'restricted' || options.unshareNet === true) args.push('--unshare-net');
   const syntheticTargets: string[] = [];
+  const emptyTargets: string[] = [];
   if (!policy.restrictsFileSystem) {
     // The filesystem as it is (writable where the host's is), in namespaces of its own.
     args.push('--bind', '/', '/', '--dev-bind', '/dev', '/dev', '--proc', '/proc');
@@ -134,7 +140,13 @@ export function bwrapArgs(policy: SandboxPolicy, sources: MountSources, options:
         // Empty, so it shows as our own empty directory, which is always there: it may be another sandbox's mount
         // point (the host's /tmp is every sandbox's), which that sandbox removes when it ends, maybe before
         // bubblewrap starts here ("Can't find source path" would fail the launch). Not ours to remove after.
-        mounts.push({ path, apply: () => args.push('--ro-bind', sources.emptyReadOnlyDirectory, path) });
+        mounts.push({
+          path,
+          apply: () => {
+            args.push('--ro-bind', sources.emptyReadOnlyDirectory, path);
+            emptyTargets.push(path);
+          },
+        });
       } else if (found !== 'missing') {
         mounts.push({ path, apply: () => args.push('--ro-bind', path, path) });
       } else if (existsSync(dirname(path))) {
@@ -157,5 +169,5 @@ export function bwrapArgs(policy: SandboxPolicy, sources: MountSources, options:
   }
   args.push('--cap-drop', 'ALL', '--chdir', options.cwd);
   if (options.seccompFd !== null) args.push('--seccomp', String(options.seccompFd));
-  return { args, syntheticTargets };
+  return { args, syntheticTargets, emptyTargets };
 }

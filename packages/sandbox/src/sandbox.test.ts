@@ -333,6 +333,32 @@ describe('Sandboxer', () => {
     expect(none.prepare(open, { cwd: '/' }).prefix).toBeNull();
   });
 
+  it('a mount point one sandbox made stays while another that found it is running, and goes with the last', () => {
+    if (!sandbox.status.available) return expect.fail(`the sandbox is unavailable here: ${sandbox.status.reason}`);
+    const root = join(work, 'shared-mount-point');
+    mkdirSync(root, { recursive: true });
+    const profile = context(
+      [
+        { path: special('root'), access: 'read' },
+        { path: special('project_roots'), access: 'write' },
+      ],
+      [root],
+    );
+    const first = sandbox.prepare(profile, { cwd: root });
+    // bubblewrap makes the missing .codex as a mount point on the host, where a second sandbox finds it empty.
+    expect(run(first, 'mkdir .codex/x 2>&1; true').status).toBe(0);
+    expect(readdirSync(root)).toContain('.codex');
+    const second = sandbox.prepare(profile, { cwd: root });
+    first.release();
+    // Still there while the second may be running (removed, its mount there would be detached), and still guarded.
+    expect(readdirSync(root)).toContain('.codex');
+    expect(run(second, 'mkdir .codex/y').output).toMatch(
+      /mkdir: cannot create directory .\.codex\/y.: Read-only file system/,
+    );
+    second.release();
+    expect(readdirSync(root)).not.toContain('.codex');
+  });
+
   it('confines writes to the roots, keeps .git read-only, hides denied paths, and cleans up what it made', () => {
     if (!sandbox.status.available) return expect.fail(`the sandbox is unavailable here: ${sandbox.status.reason}`);
     const root = join(work, 'r2');

@@ -188,7 +188,10 @@ export class Sandboxer {
       ...(options.extraReadable ? { extraReadable: options.extraReadable } : {}),
       ...(managed === null ? {} : { unshareNet: true }),
     });
-    for (const target of plan.syntheticTargets) this.synthetic.set(target, (this.synthetic.get(target) ?? 0) + 1);
+    // A mount point another sandbox of ours made, found here as an empty directory, is this one's too until it
+    // ends: removed under a running sandbox, its mount there would be detached (and the name writable again).
+    const targets = [...plan.syntheticTargets, ...plan.emptyTargets.filter((target) => this.synthetic.has(target))];
+    for (const target of targets) this.synthetic.set(target, (this.synthetic.get(target) ?? 0) + 1);
     let released = false;
     return {
       policy,
@@ -197,7 +200,7 @@ export class Sandboxer {
       release: () => {
         if (released) return;
         released = true;
-        for (const target of plan.syntheticTargets) this.releaseTarget(target);
+        for (const target of targets) this.releaseTarget(target);
       },
     };
   }
