@@ -332,3 +332,17 @@ describe('wire types of known fields', () => {
     expect(() => decodeFrame(bytes)).toThrow(FrameError);
   });
 });
+
+describe('over-long varints', () => {
+  it('a frame with a varint over 10 bytes is refused, as prost refuses it and the relay’s peek does (fuzz seed 263551510)', () => {
+    const heartbeat = encodeFrame(heartbeatFrame('00000000-0000-1000-8000-000000000000'));
+    // Field 14 (unknown), wire type 0, then eleven continuation bytes and a last one.
+    const tail = [0x70, ...Array(11).fill(0x80), 0x01];
+    const bytes = new Uint8Array([...heartbeat, ...tail]);
+    expect(() => decodeFrame(bytes)).toThrow(FrameError);
+    expect(peekHeader(Buffer.from(bytes))).toBeNull();
+    // Ten bytes is a varint: skipped as an unknown field.
+    const ten = new Uint8Array([...heartbeat, 0x70, ...Array(9).fill(0x80), 0x01]);
+    expect(decodeFrame(ten)).toMatchObject({ kind: 'heartbeat' });
+  });
+});

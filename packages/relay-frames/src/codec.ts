@@ -232,8 +232,22 @@ function walkFields(bytes: Uint8Array, visit?: (fieldNo: number, wireType: WireT
   const reader = new BinaryReader(bytes);
   while (reader.pos < reader.len) {
     const [fieldNo, wireType] = reader.tag();
-    if (!visit?.(fieldNo, wireType, reader)) reader.skip(wireType, fieldNo);
+    if (visit?.(fieldNo, wireType, reader)) continue;
+    if (wireType === WireType.Varint) skipVarint(bytes, reader);
+    else reader.skip(wireType, fieldNo);
   }
+}
+
+/**
+ * Skips a varint of at most 10 bytes. The library's skip reads a varint of any length; prost (codex's decoder)
+ * refuses one over 10 bytes, and so does the relay's header peek: a frame one side refuses the other must too.
+ */
+function skipVarint(bytes: Uint8Array, reader: BinaryReader): void {
+  for (let n = 0; n < 10; n++) {
+    if (reader.pos >= reader.len) throw new Error('premature end of a varint');
+    if (((bytes[reader.pos++] as number) & 0x80) === 0) return;
+  }
+  throw new Error('a varint longer than 10 bytes');
 }
 
 /**
