@@ -110,14 +110,19 @@ export interface RegistryAccess {
   allowInsecureRegistry: boolean;
 }
 
+/** The config file's context the flags select (--context or its variable, else the file's current-context), or none. */
+function contextOf(flags: ConnectFlags, env: NodeJS.ProcessEnv) {
+  const file = configPath(env);
+  return selectContext(loadConfig(file), flags.context, file, env)?.context ?? {};
+}
+
 /** The registry, harness API key and environment, resolved as for `harness exec` (for `harness login --web`). */
 export function resolveRegistryAccess(
   flags: ConnectFlags,
   env: NodeJS.ProcessEnv,
   environmentId?: string,
 ): RegistryAccess {
-  const file = configPath(env);
-  const context = selectContext(loadConfig(file), flags.context, file, env)?.context ?? {};
+  const context = contextOf(flags, env);
   const registryUrl = flags.registry ?? context.registry;
   const id = environmentId ?? flags.environmentId ?? context.environment;
   if (!registryUrl) {
@@ -154,8 +159,7 @@ function directUrl(flags: ConnectFlags, contextUrl: string | undefined, environm
 
 /** Whether `openEnvironment` goes through a registry (a rendezvous), not straight to an executor's `--url`. */
 export function throughRegistry(flags: ConnectFlags, env: NodeJS.ProcessEnv): boolean {
-  const file = configPath(env);
-  const context = selectContext(loadConfig(file), flags.context, file, env)?.context ?? {};
+  const context = contextOf(flags, env);
   return directUrl(flags, context.url) === undefined;
 }
 
@@ -164,8 +168,7 @@ export function throughRegistry(flags: ConnectFlags, env: NodeJS.ProcessEnv): bo
  * once it connected (its settings are then known to resolve).
  */
 export function targetName(flags: ConnectFlags, env: NodeJS.ProcessEnv, environmentId?: string): string {
-  const file = configPath(env);
-  const context = selectContext(loadConfig(file), flags.context, file, env)?.context ?? {};
+  const context = contextOf(flags, env);
   const url = directUrl(flags, context.url, environmentId);
   return url ? `the executor at ${url}` : `environment ${environmentId ?? flags.environmentId ?? context.environment}`;
 }
@@ -178,10 +181,8 @@ export async function openEnvironment(
   /** Connects the resolved rendezvous options: by default through a connection master where allowed. */
   connect: RendezvousConnector = connectRendezvous,
 ): Promise<Environment> {
-  // Each setting: the flag, else its variable, else the context (--context or its variable, or the config
-  // file's current-context), else the default. `--url` as directUrl says.
-  const file = configPath(env);
-  const context = selectContext(loadConfig(file), flags.context, file, env)?.context ?? {};
+  // Each setting: the flag, else its variable, else the context, else the default. `--url` as directUrl says.
+  const context = contextOf(flags, env);
   const url = directUrl(flags, context.url, environmentId);
   const retry = connectRetry(flags);
   const common = { clientName: 'tether-harness', ...(retry ? { connectRetry: retry } : {}) };
