@@ -1,5 +1,6 @@
 import type { AttachedProcess, Environment, Participant } from '@tether/client/browser';
 import { element } from './dom.js';
+import { ProcessInput } from './process-input.js';
 import { FittedTerminal } from './xterm.js';
 
 /** How a participant is listed (text only: every field came from the executor). */
@@ -29,12 +30,10 @@ export class SharedView {
   private readonly list = element<HTMLUListElement>('participants');
   private readonly view: FittedTerminal;
   private attached: AttachedProcess | null = null;
+  /** Keystrokes and sizes to the process, once attached (sent only while this page has control). */
+  private sender: ProcessInput | null = null;
   private access: 'view' | 'control' = 'view';
   private controlling = false;
-  private pendingInput = '';
-  private writing = false;
-  private resizing = false;
-  private wantedSize: { rows: number; cols: number } | null = null;
   private ended = false;
   private current: Participant[] = [];
 
@@ -59,6 +58,14 @@ export class SharedView {
       },
     });
     this.attached = attached;
+    this.sender = new ProcessInput(attached, {
+      onStdinGone: (status) => {
+        this.note.textContent = status === 'stdinClosed' ? 'its stdin is closed' : 'the process is gone';
+      },
+      onError: (error) => {
+        this.note.textContent = error.message;
+      },
+    });
     const info = attached.info;
     this.access = info?.access === 'control' ? 'control' : 'view';
     if (info !== null) {
@@ -86,6 +93,7 @@ export class SharedView {
 
   dispose(): void {
     this.ended = true;
+    this.sender?.stop();
     this.attached?.dispose();
     this.view.dispose();
   }
@@ -148,6 +156,7 @@ export class SharedView {
     if (this.ended) return;
     this.ended = true;
     this.controlling = false;
+    this.sender?.stop();
     this.showAccess();
     this.note.textContent = reason;
     this.events.onEnded(reason);
@@ -162,51 +171,12 @@ export class SharedView {
           : 'this link is read-only: what you type reaches nothing';
       return;
     }
-    this.pendingInput += data;
-    void this.flushInput();
-  }
-
-  /** One write in flight; keystrokes typed meanwhile go in the next. */
-  private async flushInput(): Promise<void> {
-    if (this.writing || this.attached === null) return;
-    this.writing = true;
-    try {
-      while (this.pendingInput !== '' && this.controlling && !this.ended) {
-        const data = this.pendingInput;
-        this.pendingInput = '';
-        const status = await this.attached.write(data);
-        if (status === 'stdinClosed' || status === 'unknownProcess') {
-          this.note.textContent = status === 'stdinClosed' ? 'its stdin is closed' : 'the process is gone';
-          return;
-        }
-      }
-    } catch (err) {
-      this.note.textContent = (err as Error).message;
-    } finally {
-      this.writing = false;
-    }
+    this.sender?.type(data);
   }
 
   private refit(): void {
     if (!this.controlling || this.ended) return;
-    this.wantedSize = this.view.size;
-    void this.sendSize();
-  }
-
-  /** One resize in flight; sizes that arrive meanwhile collapse into the latest. */
-  private async sendSize(): Promise<void> {
-    if (this.resizing || this.attached === null) return;
-    this.resizing = true;
-    try {
-      while (this.wantedSize !== null && !this.ended) {
-        const { rows, cols } = this.wantedSize;
-        this.wantedSize = null;
-        await this.attached.resize(rows, cols);
-      }
-    } catch {
-      // The process ended or the share did: the pump says which.
-    } finally {
-      this.resizing = false;
-    }
+    const { rows, cols } = this.view.size;
+    this.sender?.size(rows, cols);
   }
 }

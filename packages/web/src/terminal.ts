@@ -1,4 +1,5 @@
 import type { Environment, ProcessHandle } from '@tether/client/browser';
+import { ProcessInput } from './process-input.js';
 import { FittedTerminal } from './xterm.js';
 
 /** The login shell a terminal runs when no command is given: the account's shell, as ssh starts it. */
@@ -23,13 +24,10 @@ export interface TerminalSessionEvents {
 export class TerminalSession {
   private readonly view: FittedTerminal;
   private handle: ProcessHandle | null = null;
+  /** Keystrokes and sizes to the process, once it started. */
+  private sender: ProcessInput | null = null;
   private readonly latencies: number[] = [];
   private keystrokeAt: number | null = null;
-  /** Keystrokes are sent one write at a time, in order; those typed meanwhile go in the next. */
-  private pendingInput = '';
-  private writing = false;
-  private resizing = false;
-  private wantedSize: { rows: number; cols: number } | null = null;
   private disposed = false;
 
   constructor(
@@ -51,6 +49,12 @@ export class TerminalSession {
       env: { TERM: 'xterm-256color', COLORTERM: 'truecolor' },
     });
     this.handle = handle;
+    this.sender = new ProcessInput(handle, {
+      onStdinGone: () => undefined,
+      onError: (error) => {
+        if (!this.disposed) this.events.onError(error);
+      },
+    });
     this.view.terminal.onData((data) => this.input(data));
     // Focus moves to the terminal unless the user went to another field while the process started:
     // their typing stays where they put it.
@@ -72,6 +76,7 @@ export class TerminalSession {
   dispose(): void {
     if (this.disposed) return;
     this.disposed = true;
+    this.sender?.stop();
     this.handle?.dispose();
     this.view.dispose();
   }
@@ -97,47 +102,12 @@ export class TerminalSession {
 
   private input(data: string): void {
     this.keystrokeAt ??= performance.now();
-    this.pendingInput += data;
-    void this.flushInput();
-  }
-
-  private async flushInput(): Promise<void> {
-    if (this.writing || !this.handle) return;
-    this.writing = true;
-    try {
-      while (this.pendingInput !== '' && !this.disposed) {
-        const data = this.pendingInput;
-        this.pendingInput = '';
-        const status = await this.handle.write(data);
-        if (status === 'stdinClosed' || status === 'unknownProcess') return;
-      }
-    } catch (err) {
-      if (!this.disposed) this.events.onError(err as Error);
-    } finally {
-      this.writing = false;
-    }
+    this.sender?.type(data);
   }
 
   private refit(): void {
     if (this.disposed) return;
-    this.wantedSize = this.size;
-    void this.sendSize();
-  }
-
-  /** One resize in flight; sizes that arrive meanwhile collapse into the latest. */
-  private async sendSize(): Promise<void> {
-    if (this.resizing || !this.handle) return;
-    this.resizing = true;
-    try {
-      while (this.wantedSize !== null && !this.disposed) {
-        const { rows, cols } = this.wantedSize;
-        this.wantedSize = null;
-        await this.handle.resize(rows, cols);
-      }
-    } catch {
-      // The process ended: its exit is reported by the pump.
-    } finally {
-      this.resizing = false;
-    }
+    const { rows, cols } = this.size;
+    this.sender?.size(rows, cols);
   }
 }
