@@ -12,7 +12,7 @@
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { type AttachedProcess, Environment, type Participant } from '@tether/client';
+import { Environment, type Participant } from '@tether/client';
 import {
   findProcesses,
   type RelayTap,
@@ -25,7 +25,7 @@ import {
   type TestPage,
 } from '@tether/test-kit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { harnessScript } from './stack-suite.ts';
+import { follow, harnessScript } from './stack-suite.ts';
 
 const ENVIRONMENT = 'browser-share-e2e';
 const UI_DIR = join(repoRoot(), 'packages', 'web', 'dist');
@@ -76,30 +76,6 @@ const ECHO = [
   '-c',
   'stty -echo; while IFS= read -r line; do if [ "$line" = size ]; then stty size; else echo "got:$line"; fi; done',
 ];
-
-/** Follows an attachment's output; `until` resolves once `text` has shown. */
-function follow(attached: AttachedProcess) {
-  let seen = '';
-  const waiters: Array<{ text: string; resolve: () => void }> = [];
-  const done = (async () => {
-    for await (const event of attached) {
-      if (event.kind !== 'output') continue;
-      seen += event.chunk.toString();
-      for (const waiter of waiters.splice(0)) {
-        if (seen.includes(waiter.text)) waiter.resolve();
-        else waiters.push(waiter);
-      }
-    }
-  })();
-  done.catch(() => undefined);
-  return {
-    get seen() {
-      return seen;
-    },
-    until: (text: string) =>
-      seen.includes(text) ? Promise.resolve() : new Promise<void>((resolve) => waiters.push({ text, resolve })),
-  };
-}
 
 /** `harness share ARGS` through the built CLI: its token and link. */
 async function share(args: string): Promise<{ token: string; link: string }> {

@@ -8,10 +8,10 @@
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { type AttachedProcess, Environment } from '@tether/client';
+import { Environment } from '@tether/client';
 import { findProcesses, type Stack, startPeer, startStack } from '@tether/test-kit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { harnessScript } from './stack-suite.ts';
+import { follow, harnessScript } from './stack-suite.ts';
 
 const ENVIRONMENT = 'shared-e2e';
 const work = mkdtempSync(join(tmpdir(), 'tether-shared-'));
@@ -27,32 +27,6 @@ const connect = (apiKey: string) =>
     environmentId: ENVIRONMENT,
     clientName: 'shared-e2e',
   });
-
-/** Collects an attachment's terminal output; `until` resolves once `text` has shown. */
-function follow(attached: AttachedProcess) {
-  let seen = '';
-  const waiters: Array<{ text: string; resolve: () => void }> = [];
-  const done = (async () => {
-    for await (const event of attached) {
-      if (event.kind !== 'output') continue;
-      seen += event.chunk.toString();
-      for (const waiter of waiters.splice(0)) {
-        if (seen.includes(waiter.text)) waiter.resolve();
-        else waiters.push(waiter);
-      }
-    }
-  })();
-  // Asserted where it matters; a failure before then is not an unhandled rejection.
-  done.catch(() => undefined);
-  return {
-    get seen() {
-      return seen;
-    },
-    done,
-    until: (text: string) =>
-      seen.includes(text) ? Promise.resolve() : new Promise<void>((resolve) => waiters.push({ text, resolve })),
-  };
-}
 
 beforeAll(async () => {
   stack = await startStack();

@@ -3,6 +3,7 @@ import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import type { AttachedProcess } from '@tether/client';
 import {
   findProcesses,
   type PeerHandle,
@@ -139,4 +140,30 @@ export function harnessScript(
     child.once('error', reject);
     child.once('close', (code) => resolve({ code, stdout, stderr, ms: Date.now() - started }));
   });
+}
+
+/** Collects an attachment's terminal output; `until` resolves once `text` has shown. */
+export function follow(attached: AttachedProcess) {
+  let seen = '';
+  const waiters: Array<{ text: string; resolve: () => void }> = [];
+  const done = (async () => {
+    for await (const event of attached) {
+      if (event.kind !== 'output') continue;
+      seen += event.chunk.toString();
+      for (const waiter of waiters.splice(0)) {
+        if (seen.includes(waiter.text)) waiter.resolve();
+        else waiters.push(waiter);
+      }
+    }
+  })();
+  // Asserted where it matters; a failure before then is not an unhandled rejection.
+  done.catch(() => undefined);
+  return {
+    get seen() {
+      return seen;
+    },
+    done,
+    until: (text: string) =>
+      seen.includes(text) ? Promise.resolve() : new Promise<void>((resolve) => waiters.push({ text, resolve })),
+  };
 }
