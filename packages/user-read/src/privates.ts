@@ -145,13 +145,19 @@ export interface UserBufferHandle {
   useUserBuffer(buffer: Buffer): void;
 }
 
+/** `net.Socket#_handle` (both fields above read it): the libuv handle, or null when there is none (closed). */
+function socketHandle(socket: Socket): object | null {
+  const handle = (socket as unknown as { _handle?: unknown })._handle;
+  return handle === null || handle === undefined ? null : (handle as object);
+}
+
 /**
  * The libuv handle of `socket` when it can read into a user buffer; null when the socket has no handle
  * (closed, or not yet connected) or the handle lacks `useUserBuffer`.
  */
 export function socketUserBufferHandle(socket: Socket): UserBufferHandle | null {
-  const handle = (socket as unknown as { _handle?: unknown })._handle;
-  if (handle === null || handle === undefined) return null;
+  const handle = socketHandle(socket);
+  if (handle === null) return null;
   if (typeof (handle as { useUserBuffer?: unknown }).useUserBuffer !== 'function') {
     contractBroken('socketUserBufferHandle', '_handle.useUserBuffer is not a function');
     return null;
@@ -164,8 +170,8 @@ export function socketUserBufferHandle(socket: Socket): UserBufferHandle | null 
  * null when the socket has no handle (closed) or the handle has no such number.
  */
 export function socketFd(socket: Socket): number | null {
-  const handle = (socket as unknown as { _handle?: unknown })._handle;
-  if (handle === null || handle === undefined) return null;
+  const handle = socketHandle(socket);
+  if (handle === null) return null;
   const fd = (handle as { fd?: unknown }).fd;
   if (typeof fd !== 'number' || !Number.isSafeInteger(fd) || fd < 0) {
     contractBroken('socketFd', '_handle.fd is not a descriptor');
