@@ -9,12 +9,14 @@
 import type { KeyObject } from 'node:crypto';
 import { type FileHandle, open, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
-import { CastWriter } from '@tether/recording';
+import { CastWriter, type LineSlab } from '@tether/recording';
 
 export interface RecordingFileOptions {
   dir: string;
   maxFileBytes: number;
   maxFileAgeMs: number;
+  /** Where the lines are made: the worker's one slab, shared by its files (default: the writer's own). */
+  slab?: LineSlab;
 }
 
 export interface RecordingFileStart {
@@ -222,6 +224,7 @@ export class RecordingFile {
       this.#key,
       Date.now,
       previous ? Date.now() : this.#start.startedAtMs,
+      this.#options.slab ? { slab: this.#options.slab } : {},
     );
     return this.#fileName;
   }

@@ -5,6 +5,7 @@
  */
 import { createPrivateKey } from 'node:crypto';
 import { parentPort, workerData } from 'node:worker_threads';
+import { LineSlab } from '@tether/recording';
 import { type RecordingEvent, RecordingFile, type RecordingFileStart } from './recording-file.js';
 
 export interface RecordingWorkerData {
@@ -37,6 +38,8 @@ const key = createPrivateKey(data.keyPem);
 const files = new Map<number, RecordingFile>();
 const post = (message: FromWorker) => port.postMessage(message);
 
+/** The lines of every file of this worker are made in one slab (LineSlab). */
+const slab = new LineSlab();
 const sealTimer = setInterval(() => {
   for (const file of files.values()) file.sealIfDue();
 }, data.sealEveryMs);
@@ -45,10 +48,16 @@ port.on('message', (message: ToWorker) => {
   switch (message.kind) {
     case 'open': {
       const { id } = message;
-      const file = new RecordingFile(message.start, key, data.publicKey, data, {
-        written: (cost, bytes) => post({ kind: 'written', id, cost, bytes }),
-        failed: (why) => post({ kind: 'failed', id, why }),
-      });
+      const file = new RecordingFile(
+        message.start,
+        key,
+        data.publicKey,
+        { ...data, slab },
+        {
+          written: (cost, bytes) => post({ kind: 'written', id, cost, bytes }),
+          failed: (why) => post({ kind: 'failed', id, why }),
+        },
+      );
       file.open().then(
         () => {
           files.set(id, file);

@@ -39,27 +39,38 @@ const NOTHING = Buffer.alloc(0);
 const LINE_TAIL = Buffer.from('"]');
 
 /**
- * Where castLine writes output lines, one after another, shared by every writer of this thread (a line is a
- * slice of it, kept as long as the line is): a buffer per line cost its allocation and a first pass counting the
- * escapes, a quarter of the line's cost (bench/src/recording-line.ts). A slab is left once it has no room for
- * the longest line a chunk could make (6 bytes per byte), so at most that much of each slab goes unused.
+ * Where castLine writes output lines, one after another (a line is a slice of it, kept as long as the line is): a
+ * buffer per line cost its allocation and a first pass counting the escapes, a quarter of the line's cost
+ * (bench/src/recording-line.ts). A slab is left once it has no room for the longest line a chunk could make (6
+ * bytes per byte), so at most that much of each slab goes unused. Its owner may give one to several writers of a
+ * thread (the recording worker gives one to all its files); each writer has its own otherwise.
  */
-const SLAB_BYTES = 4 * 1024 * 1024;
-let slab = Buffer.alloc(0);
-let slabUsed = 0;
+export class LineSlab {
+  static readonly BYTES = 4 * 1024 * 1024;
+  #buffer = Buffer.alloc(0);
+  #used = 0;
 
-/** Room for a line of up to `bytes` bytes in the slab: its offset there. */
-function slabRoom(bytes: number): number {
-  if (slab.length - slabUsed < bytes) {
-    slab = Buffer.allocUnsafeSlow(Math.max(SLAB_BYTES, bytes));
-    slabUsed = 0;
+  /** The buffer that has room for a line of up to `bytes` bytes, and the line's offset in it. */
+  room(bytes: number): { buffer: Buffer; at: number } {
+    if (this.#buffer.length - this.#used < bytes) {
+      this.#buffer = Buffer.allocUnsafeSlow(Math.max(LineSlab.BYTES, bytes));
+      this.#used = 0;
+    }
+    return { buffer: this.#buffer, at: this.#used };
   }
-  return slabUsed;
+
+  /** The line written at `at` is `length` bytes long: its slice (the next goes after it). */
+  take(at: number, length: number): Buffer {
+    this.#used = at + length;
+    return this.#buffer.subarray(at, at + length);
+  }
 }
 
 export interface CastWriterOptions {
   /** How output lines are made from bytes: the addon's (the default, when it loads), or null for JavaScript. */
   castLine?: NativeCastLine | null;
+  /** Where the addon writes the lines (default: a slab of the writer's own). */
+  slab?: LineSlab;
 }
 
 /**
@@ -77,6 +88,7 @@ export class CastWriter {
   readonly #startMs: number;
   readonly #now: () => number;
   readonly #castLine: NativeCastLine | null;
+  readonly #slab: LineSlab;
   readonly #streams = new Map<string, OutputStream>();
   #link: Buffer;
   #events = 0;
@@ -96,6 +108,7 @@ export class CastWriter {
     options: CastWriterOptions = {},
   ) {
     this.#castLine = options.castLine === undefined ? (loadNativeCrypto()?.castLine ?? null) : options.castLine;
+    this.#slab = options.slab ?? new LineSlab();
     this.#key = key;
     this.#now = now;
     this.#startMs = startMs;
@@ -166,11 +179,10 @@ export class CastWriter {
     if (this.#castLine !== null) {
       const head = Buffer.from(`[${seconds},"o",${JSON.stringify(text).slice(0, -1)}`);
       const link = Buffer.allocUnsafe(32);
-      const at = slabRoom(head.length + 6 * body.length + LINE_TAIL.length + 1);
-      const length = this.#castLine(this.#link, head, body, LINE_TAIL, link, slab, at);
-      slabUsed = at + length;
+      const { buffer, at } = this.#slab.room(head.length + 6 * body.length + LINE_TAIL.length + 1);
+      const length = this.#castLine(this.#link, head, body, LINE_TAIL, link, buffer, at);
       this.#chained(link);
-      return slab.subarray(at, at + length);
+      return this.#slab.take(at, length);
     }
     const ascii = text === '' && isAscii(body);
     const data = ascii ? body.toString('latin1') : text + body.toString('utf8');
