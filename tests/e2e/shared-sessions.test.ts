@@ -249,3 +249,67 @@ describe('a view-only harness key (registry keys create --access view)', { timeo
     }
   });
 });
+
+describe('a share link’s session (the grant harness share mints), driven by the SDK as the page drives it', {
+  timeout: 60_000,
+}, () => {
+  /** A session token of a share link's grant, minted with `apiKey` for `access`. */
+  async function linkSession(apiKey: string, access: 'view' | 'control'): Promise<string> {
+    const minted = await fetch(`${stack.registryUrl}/cloud/browser-grants`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ environment_id: ENVIRONMENT, share_access: access }),
+    });
+    const { grant } = (await minted.json()) as { grant: string };
+    const exchanged = await fetch(`${stack.registryUrl}/cloud/browser-grants/exchange`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ grant }),
+    });
+    return ((await exchanged.json()) as { token: string }).token;
+  }
+
+  it('reaches nothing of its own key but the shared process: no start, no file, no other process, no share on', async () => {
+    const owner = await connect(stack.keys.harness);
+    const control = await connect(await linkSession(stack.keys.harness, 'control'));
+    const view = await connect(await linkSession(stack.keys.harness, 'view'));
+    try {
+      const { processId } = await owner.spawnDetached(['/bin/sh', '-c', 'while read line; do echo "got:$line"; done'], {
+        cwd: work,
+        tty: true,
+      });
+      const other = await owner.spawnDetached(['sleep', '30'], { cwd: work });
+      await expect(control.exec(['true'])).rejects.toThrow(
+        "this is a share link's session: process/start is refused (it may follow and control only the process shared with it)",
+      );
+      await expect(control.fs.readFile(join(work, 'x'))).rejects.toThrow("this is a share link's session: fs/");
+      await expect(view.exec(['true'])).rejects.toThrow('this is a read-only share link: process/start is refused');
+      // The key's own processes are not its own: listed and reached only by a token.
+      expect(await control.listProcesses()).toEqual([]);
+      await expect(control.attach(other.processId)).rejects.toThrow(`unknown process id ${other.processId}`);
+      const { token } = await owner.share(processId, { access: 'control' });
+      const attached = await control.attach(processId, { shareToken: token });
+      expect(attached.info?.access).toBe('control');
+      expect((await control.listProcesses()).map((p) => p.processId)).toEqual([processId]);
+      await expect(control.share(processId)).rejects.toThrow(
+        "this is a share link's session: process/share is refused",
+      );
+      const seen = follow(attached);
+      expect(await attached.write('from-the-link\n')).toBe('accepted');
+      await seen.until('got:from-the-link');
+      // A view link with the same control token only watches.
+      const watching = await view.attach(processId, { shareToken: token });
+      expect(watching.info?.access).toBe('view');
+      await expect(watching.write('from-the-view-link\n')).rejects.toThrow(
+        'this is a read-only share link: process/write is refused',
+      );
+      await owner.kill(processId, 'kill');
+      await owner.kill(other.processId, 'kill');
+      await seen.done;
+    } finally {
+      await owner.close();
+      await control.close();
+      await view.close();
+    }
+  });
+});
