@@ -10,7 +10,7 @@ import {
   StdioTransport,
   WebSocketTransport,
 } from '@tether/jsonrpc';
-import { createReaper, OutputBudget, type ProcessReaper } from '@tether/local-process';
+import { createReaper, OutputBudget, PipeGrowth, type ProcessReaper } from '@tether/local-process';
 import { loadNativePipe } from '@tether/native-pipe';
 import type { ProxySettings } from '@tether/outbound';
 import { MAX_RECORD_PLAINTEXT_BYTES, MESSAGE_LENGTH_PREFIX_BYTES } from '@tether/relay-frames';
@@ -58,6 +58,13 @@ export interface ExecServerOptions {
  */
 /** Room left in a record for the message length prefix and a process/output header (ids up to ~400 bytes). */
 const OUTPUT_READ_BYTES = MAX_RECORD_PLAINTEXT_BYTES - MESSAGE_LENGTH_PREFIX_BYTES - 512;
+/**
+ * A read of a raised pipe (PipeGrowth: a child streaming faster than we read) fills four records: one message,
+ * sealed and sent in one write, per four records' worth of output. bench:path row 1, 2026-12-07, against one
+ * record per read: the executor's and the relay's CPU per 256 MiB fell by about a fifth, the harness's by a
+ * tenth (a quarter of the wakeups, output notifications and writes at every hop).
+ */
+const BULK_OUTPUT_READ_BYTES = 4 * MAX_RECORD_PLAINTEXT_BYTES - MESSAGE_LENGTH_PREFIX_BYTES - 512;
 
 export class ExecServer {
   readonly config: ExecutorConfig;
@@ -132,7 +139,7 @@ export class ExecServer {
             this.logger.warn(message),
           );
     this.reaper = options.reaper === false ? null : createReaper({ subreaper: options.subreaper === true });
-    this.readBuffers = new ReadBufferPool({ bufferBytes: OUTPUT_READ_BYTES });
+    this.readBuffers = new ReadBufferPool({ bufferBytes: OUTPUT_READ_BYTES, bulkBufferBytes: BULK_OUTPUT_READ_BYTES });
     this.registry = new SessionRegistry({
       detachedTtlMs: this.config.detachedTtlMs,
       maxSessions: this.config.maxSessions,
@@ -153,6 +160,9 @@ export class ExecServer {
         // A chunk read fits one secure-stream record with its process/output header (a 64 KiB read took
         // a full record and a 4 KiB one: twice the records to seal, forward and open per chunk).
         readBuffers: this.readBuffers,
+        // Pipes of children that stream (output filling reads, stdin in large writes) are raised to 256 KiB,
+        // at most 64 at once for the whole executor (the user's pipe budget is 64 MiB).
+        pipeGrowth: new PipeGrowth(),
         // One budget for every session's flow-controlled processes: memory stays bounded however many
         // harnesses stream at once, while one busy stream still gets its whole window.
         outputBudget: new OutputBudget(this.config.flowOutputBudgetBytes),

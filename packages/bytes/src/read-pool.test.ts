@@ -28,6 +28,30 @@ describe('ReadBufferPool', () => {
     expect(pool.freeBuffers).toBe(64);
   });
 
+  it('hands out bulk buffers on request and keeps a read only when it fills half of its buffer', () => {
+    const pool = new ReadBufferPool({ bufferBytes: 60 * 1024, bulkBufferBytes: 240 * 1024 });
+    const bulk = pool.acquire(true);
+    expect(bulk.length).toBe(240 * 1024);
+    expect(pool.acquire().length).toBe(60 * 1024);
+    // 100 KiB would pin 240: copied out, and the buffer comes back for the next bulk read.
+    const copied = pool.chunkOf(bulk, 100 * 1024);
+    expect(copied.buffer).not.toBe(bulk.buffer);
+    const again = pool.acquire(true);
+    expect(again.buffer).toBe(bulk.buffer);
+    const kept = pool.chunkOf(again, 120 * 1024);
+    expect(kept.buffer).toBe(again.buffer);
+  });
+
+  it('bounds its free buffers in bytes over both sizes: 16 free bulk buffers of 256 KiB fill it', () => {
+    const pool = new ReadBufferPool({ bulkBufferBytes: 256 * 1024 });
+    const buffers = Array.from({ length: 17 }, () => pool.acquire(true));
+    for (const buffer of buffers) pool.release(buffer);
+    expect(pool.freeBuffers).toBe(64); // 4 MiB, counted in default-size buffers
+    const small = pool.acquire();
+    pool.release(small);
+    expect(pool.freeBuffers).toBe(64); // the bound holds: the small one was dropped
+  });
+
   it('takes back only its own buffers, and each once', () => {
     const pool = new ReadBufferPool();
     pool.release(Buffer.alloc(READ_BUFFER_BYTES));

@@ -2,10 +2,10 @@ import { BufferPool, HandedChunks } from './pool.js';
 
 /** Read buffer size: what libuv asks for per read of a pipe. */
 export const READ_BUFFER_BYTES = 64 * 1024;
-/** A read shorter than this is copied into a buffer of its own size (so a kept buffer is at least half used). */
+/** A read this long says more is waiting (half a default buffer: a shorter one is copied out, see chunkOf). */
 export const KEEP_READ_AT_BYTES = 32 * 1024;
-/** Free read buffers kept per pool (4 MiB at the default size). */
-const MAX_FREE_BUFFERS = 64;
+/** Free read buffers kept per pool, in bytes over both sizes (64 buffers of the default size). */
+const MAX_FREE_BYTES = 64 * READ_BUFFER_BYTES;
 
 /**
  * Read buffers for child output pipes, reused instead of allocated per read.
@@ -29,17 +29,21 @@ export class ReadBufferPool {
   readonly #handed = new HandedChunks();
   /** Bytes of each buffer (one read at most). */
   readonly bufferBytes: number;
+  /** Bytes of a bulk buffer, for a pipe raised past its 64 KiB (PipeGrowth): one read at most. */
+  readonly bulkBufferBytes: number;
 
   /**
    * `bufferBytes` (default READ_BUFFER_BYTES) bounds one read: a consumer that frames each chunk into a
    * record of its own (the executor, for the relay's secure stream) sizes it so a chunk and its header fit.
+   * `bulkBufferBytes` (default the same) bounds one read of a raised pipe (the executor: four records).
    */
-  constructor(options: { bufferBytes?: number } = {}) {
+  constructor(options: { bufferBytes?: number; bulkBufferBytes?: number } = {}) {
     this.bufferBytes = options.bufferBytes ?? READ_BUFFER_BYTES;
-    this.#pool = new BufferPool({ step: this.bufferBytes, maxPooledBytes: MAX_FREE_BUFFERS * this.bufferBytes });
+    this.bulkBufferBytes = Math.max(this.bufferBytes, options.bulkBufferBytes ?? this.bufferBytes);
+    this.#pool = new BufferPool({ step: this.bufferBytes, maxPooledBytes: MAX_FREE_BYTES });
   }
 
-  /** Free buffers held for reuse. */
+  /** Free buffers held for reuse (counted in buffers of the default size). */
   get freeBuffers(): number {
     return this.#pool.pooledBytes / this.bufferBytes;
   }
@@ -49,8 +53,9 @@ export class ReadBufferPool {
     return this.#pool.createdSlabs;
   }
 
-  acquire(): Buffer {
-    const lease = this.#pool.lease(this.bufferBytes);
+  /** A buffer for one read: `bufferBytes`, or `bulkBufferBytes` for a raised pipe. */
+  acquire(bulk = false): Buffer {
+    const lease = this.#pool.lease(bulk ? this.bulkBufferBytes : this.bufferBytes);
     this.#handed.hand(lease.buffer, lease.release);
     return lease.buffer;
   }
@@ -65,9 +70,12 @@ export class ReadBufferPool {
     this.#pool.close();
   }
 
-  /** The chunk for `length` bytes just read into `buffer`: a view of it, or a copy of a short read. */
+  /**
+   * The chunk for `length` bytes just read into `buffer`: a view of it, or a copy of a read shorter than half
+   * the buffer (so that a kept buffer is at least half used, whichever its size).
+   */
   chunkOf(buffer: Buffer, length: number): Buffer {
-    if (length >= KEEP_READ_AT_BYTES) return buffer.subarray(0, length);
+    if (length * 2 >= buffer.length) return buffer.subarray(0, length);
     const copy = Buffer.from(buffer.subarray(0, length));
     this.release(buffer);
     return copy;

@@ -3,6 +3,7 @@ export { ProcessError } from './errors.js';
 export { type ChildLedger, noteChildProcess } from './orphans.js';
 export { DEFAULT_OUTPUT_BUDGET_BYTES, OutputBudget } from './output-budget.js';
 export { DEFAULT_RETAINED_OUTPUT_BYTES, DEFAULT_RETAINED_OUTPUT_CHUNKS } from './output-log.js';
+export { PipeGrowth, type PipeGrowthOptions } from './pipe-growth.js';
 export {
   DEFAULT_EXITED_RETENTION_MS,
   DEFAULT_MAX_PROCESSES,

@@ -10,6 +10,7 @@ import { ProcessError } from './errors.js';
 import type { ChildLedger } from './orphans.js';
 import type { OutputBudget } from './output-budget.js';
 import { OutputLog } from './output-log.js';
+import { DEFAULT_PIPE_BYTES, type PipeGrowth } from './pipe-growth.js';
 import { type ProcessSink, type SpawnedProcess, spawnProcess } from './spawn.js';
 import { checkSize } from './spawn-checks.js';
 import { StdinWriter } from './stdin-writer.js';
@@ -38,6 +39,10 @@ export const DEFAULT_MAX_PROCESSES = 1024;
  * descendant that left the killed group can hold a pipe forever; past this its stream is destroyed.
  */
 const SHUTDOWN_STREAM_GRACE_MS = 500;
+/** A write this large is bulk stdin (a file piped in): the child's stdin pipe may be raised (PipeGrowth). */
+const BULK_STDIN_BYTES = DEFAULT_PIPE_BYTES;
+/** The smallest flow window whose process may get raised pipes (and so reads of up to 256 KiB). */
+const BULK_FLOW_WINDOW_BYTES = 1024 * 1024;
 
 const SIGNALS: Readonly<Record<SignalName, NodeJS.Signals>> = {
   interrupt: 'SIGINT',
@@ -91,6 +96,7 @@ export class ProcessTable {
   readonly #stdinQueueBytes: number | undefined;
   readonly #reaper: Reaper | null;
   readonly #readBuffers: ReadBufferPool | null;
+  readonly #pipeGrowth: PipeGrowth | null;
   readonly #adopter: ChildLedger | null;
   readonly #outputBudget: OutputBudget | null;
   readonly #stopWatchingBudget: (() => void) | null;
@@ -110,6 +116,7 @@ export class ProcessTable {
     this.#stdinQueueBytes = options.stdinQueueBytes;
     this.#reaper = options.reaper ?? null;
     this.#readBuffers = options.readBuffers ?? null;
+    this.#pipeGrowth = options.pipeGrowth ?? null;
     this.#adopter = options.adopter ?? null;
     this.#outputBudget = options.outputBudget ?? null;
     // Another table's process closed: shares grew, so this table's paused processes may go on.
@@ -187,6 +194,7 @@ export class ProcessTable {
     if (writeId != null) this.#rememberWriteId(entry, writeId);
     // Recorded as accepted (before the child has read it: the recording's order is the order it was given).
     entry.recording?.input(chunk, from);
+    if (chunk.length >= BULK_STDIN_BYTES) entry.handle?.bulkStdin?.();
     try {
       await entry.stdin!.write(chunk, release);
     } catch (err) {
@@ -433,6 +441,11 @@ export class ProcessTable {
           size: request.size,
           serverPath: process.env.PATH,
           readBuffers: this.#readBuffers,
+          // A bulk read may pass the flow window by one read: only a window of several such reads gets them.
+          pipeGrowth:
+            request.flowWindowBytes == null || request.flowWindowBytes >= BULK_FLOW_WINDOW_BYTES
+              ? this.#pipeGrowth
+              : null,
           wrap: request.wrap ?? null,
           adopter: this.#adopter,
         },

@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import { READ_BUFFER_BYTES, ReadBufferPool } from '@tether/bytes';
 import { afterEach, describe, expect, it } from 'vitest';
 import { waitFor } from './__tests__/helpers.js';
+import { PipeGrowth } from './pipe-growth.js';
 import { ProcessTable } from './process-table.js';
 import type { ProcessEvent, ProcessTableOptions } from './types.js';
 
@@ -123,5 +124,130 @@ describe('ProcessTable with recycled read buffers', () => {
     table.resumeOutput();
     await waitFor(() => closed, 'the process to close', 30_000);
     expect(Buffer.concat(chunks).equals(expectedPattern(total))).toBe(true);
+  });
+});
+
+describe('ProcessTable with raised pipes (PipeGrowth)', () => {
+  const tables: ProcessTable[] = [];
+  afterEach(async () => {
+    await Promise.all(tables.splice(0).map((t) => t.shutdown()));
+  });
+
+  function table(options: ProcessTableOptions): ProcessTable {
+    const made = new ProcessTable(options);
+    tables.push(made);
+    return made;
+  }
+
+  it('raises a streaming child’s pipe, reads it in bulk buffers, loses nothing and gives the share back', async () => {
+    const total = 16 * 1024 * 1024;
+    const pool = new ReadBufferPool({ bulkBufferBytes: 4 * READ_BUFFER_BYTES });
+    const growth = new PipeGrowth();
+    const hash = createHash('sha256');
+    let bytes = 0;
+    let largest = 0;
+    let raisedWhileRunning = 0;
+    let closed = false;
+    const t = table({
+      readBuffers: pool,
+      pipeGrowth: growth,
+      onEvent: (event: ProcessEvent) => {
+        if (event.kind === 'output') {
+          hash.update(event.chunk);
+          bytes += event.chunk.length;
+          largest = Math.max(largest, event.chunk.length);
+          raisedWhileRunning = Math.max(raisedWhileRunning, growth.raised);
+        }
+        if (event.kind === 'closed') closed = true;
+      },
+    });
+    await t.start({
+      processId: 'p',
+      argv: [process.execPath, '-e', PATTERN_SCRIPT, String(total)],
+      cwd: process.cwd(),
+      env: {},
+      tty: false,
+      pipeStdin: false,
+    });
+    await waitFor(() => closed, 'the process to close', 30_000);
+    expect(bytes).toBe(total);
+    expect(hash.digest('hex')).toBe(createHash('sha256').update(expectedPattern(total)).digest('hex'));
+    expect(raisedWhileRunning).toBe(1);
+    // More than the 64 KiB an unraised pipe holds came in one read.
+    expect(largest).toBeGreaterThan(READ_BUFFER_BYTES);
+    expect(growth.raised).toBe(0);
+  });
+
+  it('raises no more pipes at once than its budget allows, and gives each share back', async () => {
+    const growth = new PipeGrowth({ maxPipes: 1 });
+    const t = table({ readBuffers: new ReadBufferPool(), pipeGrowth: growth });
+    let most = 0;
+    const watch = setInterval(() => {
+      most = Math.max(most, growth.raised);
+    }, 1);
+    try {
+      // Both stream until terminated: they run side by side while the budget is watched.
+      for (const id of ['a', 'b']) {
+        await t.start({ processId: id, argv: ['cat', '/dev/zero'], cwd: '/', env: {}, tty: false, pipeStdin: false });
+      }
+      await waitFor(() => growth.raised === 1, 'a pipe to be raised');
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      expect(most).toBe(1);
+      for (const id of ['a', 'b']) t.terminate(id);
+      await waitFor(() => t.list().every((p) => p.state === 'closed'), 'both to close');
+      expect(growth.raised).toBe(0);
+    } finally {
+      clearInterval(watch);
+    }
+  });
+
+  it('raises no pipe of a process whose flow window is smaller than a few bulk reads', async () => {
+    const growth = new PipeGrowth();
+    const chunks: number[] = [];
+    const t = table({
+      readBuffers: new ReadBufferPool(),
+      pipeGrowth: growth,
+      onEvent: (event: ProcessEvent) => {
+        if (event.kind === 'output') chunks.push(event.chunk.length);
+      },
+    });
+    const window = 512 * 1024;
+    await t.start({
+      processId: 'w',
+      argv: ['cat', '/dev/zero'],
+      cwd: '/',
+      env: {},
+      tty: false,
+      pipeStdin: false,
+      flowWindowBytes: window,
+    });
+    // Nothing acknowledges: the window fills with full reads, and then reading stops.
+    await waitFor(() => chunks.reduce((sum, n) => sum + n, 0) >= window, 'the window to fill');
+    expect(Math.max(...chunks)).toBe(READ_BUFFER_BYTES);
+    expect(growth.raised).toBe(0);
+  });
+
+  it('raises a child’s stdin pipe when a large write comes, and every byte arrives', async () => {
+    const growth = new PipeGrowth();
+    let stdout = '';
+    let closed = false;
+    const t = table({
+      pipeGrowth: growth,
+      onEvent: (event: ProcessEvent) => {
+        if (event.kind === 'output') stdout += event.chunk.toString();
+        if (event.kind === 'closed') closed = true;
+      },
+    });
+    await t.start({ processId: 'in', argv: ['wc', '-c'], cwd: '/', env: {}, tty: false, pipeStdin: true });
+    const piece = Buffer.alloc(256 * 1024, 7);
+    await t.write('in', Buffer.from('small'));
+    expect(growth.raised).toBe(0);
+    await t.write('in', piece);
+    expect(growth.raised).toBe(1);
+    await t.write('in', piece);
+    t.closeStdin('in');
+    await waitFor(() => closed, 'the process to close');
+    expect(stdout.trim()).toBe(String(2 * piece.length + 5));
+    expect(growth.raised).toBe(0);
   });
 });

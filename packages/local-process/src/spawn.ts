@@ -9,7 +9,7 @@ import { spawn as spawnChild } from 'node:child_process';
 import { closeSync, constants as fsConstants, openSync } from 'node:fs';
 import { Socket } from 'node:net';
 import { constants as osConstants } from 'node:os';
-import type { Readable } from 'node:stream';
+import type { Readable, Writable } from 'node:stream';
 import { loadNativePipe, type NativePipe, nativePipeUnavailableReason } from '@tether/native-pipe';
 import { ProcessError } from './errors.js';
 import { noteChildProcess } from './orphans.js';
@@ -182,17 +182,31 @@ function spawnPipes(
     pipes === null
       ? child.stdin
       : pipes.stdin && new Socket({ fd: pipes.stdin.parent, readable: false, writable: true });
-  const forward = (stream: OutputStream, readable: Readable) => {
+  const growth = pipes === null ? null : (options.pipeGrowth ?? null);
+  /** Raises the pipe of `fd` (PipeGrowth) and gives its share back when `stream` closes. */
+  const raiser = (fd: number, stream: Readable | Writable) => () => {
+    const giveBack = growth?.grow(fd) ?? null;
+    if (giveBack === null) return false;
+    if (stream.closed) giveBack();
+    else stream.once('close', giveBack);
+    return true;
+  };
+  const forward = (stream: OutputStream, readable: Readable, fd: number | null) => {
     const output = (chunk: Buffer) => sink.output(stream, chunk);
     const pool = options.readBuffers;
+    const raise = fd === null || growth === null ? undefined : raiser(fd, readable);
     // Each stream is a net.Socket: reads can go into the pool's buffers.
-    if (!pool || !(readable instanceof Socket) || !readIntoPool(readable, pool, output)) readable.on('data', output);
+    if (!pool || !(readable instanceof Socket) || !readIntoPool(readable, pool, output, raise))
+      readable.on('data', output);
     // 'close' follows 'end', and also a read error or destroy(): either way the stream is over.
     readable.on('close', () => sink.streamEnd(stream));
     readable.on('error', () => {});
   };
-  forward('stdout', stdout);
-  forward('stderr', stderr);
+  forward('stdout', stdout, pipes?.stdout.parent ?? null);
+  forward('stderr', stderr, pipes?.stderr.parent ?? null);
+  // Raised once, when a large write first comes (a file piped in: `exec -i … < file`).
+  let raiseStdin =
+    stdin !== null && pipes?.stdin != null && growth !== null ? raiser(pipes.stdin.parent, stdin) : undefined;
   // Node destroys stdin itself when the child exits (its own, and ours below); EPIPE surfaces to the stdin
   // writer as an error.
   stdin?.on('error', () => {});
@@ -244,6 +258,10 @@ function spawnPipes(
         destroyStreams: () => {
           stdout.destroy();
           stderr.destroy();
+        },
+        bulkStdin: () => {
+          raiseStdin?.();
+          raiseStdin = undefined;
         },
       });
     });

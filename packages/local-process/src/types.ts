@@ -2,6 +2,7 @@ import type { Writable } from 'node:stream';
 import type { ReadBufferPool } from '@tether/bytes';
 import type { ChildLedger } from './orphans.js';
 import type { OutputBudget } from './output-budget.js';
+import type { PipeGrowth } from './pipe-growth.js';
 /**
  * Public contract of the process engine. The executor (one ProcessTable per session) and the SDK's
  * local backend use only what is exported from index.ts.
@@ -166,6 +167,12 @@ export interface ProcessTableOptions {
    */
   readBuffers?: ReadBufferPool | null;
   /**
+   * Raises the pipes of children's bulk output (reads that fill a buffer) and bulk stdin (large writes) past
+   * Linux's 64 KiB, within its budget (shared by every table given the same one); with `readBuffers`, a
+   * raised pipe's reads go into the pool's bulk buffers. Default: none, pipes keep their size.
+   */
+  pipeGrowth?: PipeGrowth | null;
+  /**
    * Bounds the unacknowledged output of flow-controlled processes across every table given the same
    * budget (an executor's): each may hold at most its window or its fair share (OutputBudget).
    * Default: none, each process is bounded by its window alone.
@@ -212,6 +219,8 @@ export interface SpawnOptions {
   serverPath: string | undefined;
   /** Read stdout and stderr into these reusable buffers (pipes only; see ProcessTableOptions). */
   readBuffers?: ReadBufferPool | null | undefined;
+  /** Raises bulk pipes within its budget (see ProcessTableOptions). */
+  pipeGrowth?: PipeGrowth | null | undefined;
   /** The program the command runs inside (a sandbox), or none. */
   wrap?: ProcessWrap | null | undefined;
   /** Where the child is noted as this process's own (the orphan adopter, see ProcessTableOptions.adopter). */
@@ -250,4 +259,6 @@ export interface SpawnedProcess {
   pauseOutput(paused: boolean): void;
   /** Stops reading output (used at shutdown when a descendant that left the group still holds the pipes). */
   destroyStreams(): void;
+  /** Stdin is written in large pieces: its pipe may be raised (PipeGrowth; once, pipes only). */
+  bulkStdin?(): void;
 }
