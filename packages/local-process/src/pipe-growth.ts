@@ -3,23 +3,23 @@ import { loadNativePipe } from '@tether/native-pipe';
 /** Linux's pipe capacity until someone raises it. */
 export const DEFAULT_PIPE_BYTES = 64 * 1024;
 /** What a bulk pipe is raised to (bench:path: 1 MiB measured no better than this). */
-const BULK_PIPE_BYTES = 256 * 1024;
-/** Raised pipes at once, per owner: 64 × 256 KiB = 16 MiB of the user's 64 MiB soft pipe budget. */
-const MAX_RAISED_PIPES = 64;
+const BULK_PIPE_BYTES = 512 * 1024;
+/** Raised pipes at once, per owner: 32 × 512 KiB = 16 MiB of the user's 64 MiB soft pipe budget. */
+const MAX_RAISED_PIPES = 32;
 
 export interface PipeGrowthOptions {
-  /** Capacity a bulk pipe is raised to (default 256 KiB). */
+  /** Capacity a bulk pipe is raised to (default 512 KiB). */
   bytes?: number;
-  /** Most pipes raised at once (default 64); past it a pipe keeps its 64 KiB. */
+  /** Most pipes raised at once (default 32); past it a pipe keeps its 64 KiB. */
   maxPipes?: number;
 }
 
 /**
  * Raises the capacity of children's pipes that carry bulk data (output that fills a read, stdin written in
  * large pieces), within a budget. With Linux's 64 KiB a child streaming output hands over at most 64 KiB per
- * wakeup of ours and stalls whenever we are not scheduled at once; with 256 KiB both sides do a quarter of
+ * wakeup of ours and stalls whenever we are not scheduled at once; with 512 KiB both sides do an eighth of
  * the wakeups (bench:path, `exec -- head -c 256M /dev/zero`: the executor's and the relay's CPU per 256 MiB
- * fell by about a fifth together with 4-record output reads).
+ * fell by about a fifth together with the executor's 8-record output reads).
  *
  * Pipes count against the user's pipe budget (`/proc/sys/fs/pipe-user-pages-soft`, 64 MiB by default; past
  * it, every new pipe of that user gets a single page), so at most `maxPipes` are raised at once and each

@@ -41,8 +41,8 @@ export const DEFAULT_MAX_PROCESSES = 1024;
 const SHUTDOWN_STREAM_GRACE_MS = 500;
 /** A write this large is bulk stdin (a file piped in): the child's stdin pipe may be raised (PipeGrowth). */
 const BULK_STDIN_BYTES = DEFAULT_PIPE_BYTES;
-/** The smallest flow window whose process may get raised pipes (and so reads of up to 256 KiB). */
-const BULK_FLOW_WINDOW_BYTES = 1024 * 1024;
+/** The smallest flow window whose process may get raised pipes (and so reads of up to 512 KiB). */
+const BULK_FLOW_WINDOW_BYTES = 2 * 1024 * 1024;
 
 const SIGNALS: Readonly<Record<SignalName, NodeJS.Signals>> = {
   interrupt: 'SIGINT',
