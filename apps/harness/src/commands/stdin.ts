@@ -11,10 +11,13 @@ export const STDIN_UNANSWERED_BYTES = 1024 * 1024;
  * (`FileStdin`). Each write costs a request, an answer and their sealing on both ends and in the relay, so
  * the 64 KiB a pipe read gives were most of an upload's CPU: 256 KiB writes cut the harness's CPU per
  * 256 MiB from 2.3 to 1.3 s, the executor's from 1.4 to 0.85 s and the relay's from 0.6 to 0.35 s (measured
- * with `harness exec -i -- sh -c 'cat > /dev/null' < 256M.bin` against the quickstart stack; 512 KiB and
- * 1 MiB gained little more, and a write must stay well under the window).
+ * with `harness exec -i -- sh -c 'cat > /dev/null' < 256M.bin` against the quickstart stack). Since the
+ * executor raises a child's stdin pipe for large writes (512 KiB), 512 KiB writes took a tenth less time and
+ * harness CPU than 256 KiB (`exec -i -- sh -c 'cat > f' < 256M.bin`, farm-bench, 10 and 12 pairs both ways
+ * round, 2026-12-07). Two of them fit the unanswered bound, so one is always on its way while the other is
+ * answered.
  */
-export const STDIN_WRITE_BYTES = 256 * 1024;
+export const STDIN_WRITE_BYTES = 512 * 1024;
 
 /** Where the input goes: a process this session started, or a detached one it attached to. */
 export interface StdinTarget {
