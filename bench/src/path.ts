@@ -21,6 +21,13 @@ import type { LoadPlan, LoadResult } from './path-load.js';
 import { type SshMaster, startSshd, startSshMaster } from './sshd.js';
 
 const REPEATS = Number(process.env.BENCH_PATH_REPEATS ?? 3);
+/**
+ * Unmeasured runs of each side per row before the timed pairs. Three: the harness writes its code cache
+ * after each of the first three runs of a command (bundle-runner.ts, GENERATIONS), 20-30 ms of serialising
+ * at the end of each, which a user pays on the first three commands after an install and never again; and
+ * the executor's and relay's JIT settle over the first streams. ssh gets the same warm-up.
+ */
+const WARMUP = Number(process.env.BENCH_PATH_WARMUP ?? 3);
 const MIB = Number(process.env.BENCH_PATH_MIB ?? 256);
 const BYTES = MIB * 1024 * 1024;
 const SOURCE = process.env.BENCH_PATH_FILE ?? `/tmp/bench-path-${MIB}M.bin`;
@@ -311,7 +318,7 @@ try {
     };
     for (const row of all) {
       runs[row.name] = { tether: [], ssh: [] };
-      for (const side of sides) await once(row, side); // warm-up, verified, not timed
+      for (let warm = 0; warm < WARMUP; warm++) for (const side of sides) await once(row, side); // verified, not timed
       for (let round = 0; round < REPEATS; round++) {
         const order = round % 2 === 0 ? sides : [...sides].reverse();
         for (const side of order) runs[row.name]![side].push(await once(row, side));
