@@ -185,6 +185,8 @@ function spawnPipes(
   const growth = pipes === null ? null : (options.pipeGrowth ?? null);
   /** Raises the pipe of `fd` (PipeGrowth) and gives its share back when `stream` closes. */
   const raiser = (fd: number, stream: Readable | Writable) => () => {
+    // A destroyed stream's fd is closed, and its number may already be another file's.
+    if (stream.destroyed) return false;
     const giveBack = growth?.grow(fd) ?? null;
     if (giveBack === null) return false;
     if (stream.closed) giveBack();
