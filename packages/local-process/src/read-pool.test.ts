@@ -12,6 +12,18 @@ const PATTERN_SCRIPT =
   'let w = 0; (function next() { while (w * 4 < total) { for (let i = 0; i < block.length; i += 4) block.writeUInt32BE(w++, i);' +
   'if (!process.stdout.write(block)) return process.stdout.once("drain", next); } })();';
 
+/** Process `p` of `table`, printing `total` bytes of the pattern. */
+function startPattern(table: ProcessTable, total: number) {
+  return table.start({
+    processId: 'p',
+    argv: [process.execPath, '-e', PATTERN_SCRIPT, String(total)],
+    cwd: process.cwd(),
+    env: {},
+    tty: false,
+    pipeStdin: false,
+  });
+}
+
 function expectedPattern(total: number): Buffer {
   const out = Buffer.alloc(total);
   for (let i = 0; i < total; i += 4) out.writeUInt32BE(i / 4, i);
@@ -55,14 +67,7 @@ describe('ProcessTable with recycled read buffers', () => {
   function start(total: number, options: ProcessTableOptions) {
     const table = new ProcessTable(options);
     tables.push(table);
-    return table.start({
-      processId: 'p',
-      argv: [process.execPath, '-e', PATTERN_SCRIPT, String(total)],
-      cwd: process.cwd(),
-      env: {},
-      tty: false,
-      pipeStdin: false,
-    });
+    return startPattern(table, total);
   }
 
   it('delivers every byte in order while retention recycles the buffers, and keeps what it retains intact', async () => {
@@ -161,14 +166,7 @@ describe('ProcessTable with raised pipes (PipeGrowth)', () => {
         if (event.kind === 'closed') closed = true;
       },
     });
-    await t.start({
-      processId: 'p',
-      argv: [process.execPath, '-e', PATTERN_SCRIPT, String(total)],
-      cwd: process.cwd(),
-      env: {},
-      tty: false,
-      pipeStdin: false,
-    });
+    await startPattern(t, total);
     await waitFor(() => closed, 'the process to close', 30_000);
     expect(bytes).toBe(total);
     expect(hash.digest('hex')).toBe(createHash('sha256').update(expectedPattern(total)).digest('hex'));
