@@ -42,6 +42,15 @@ describe('ReadBufferPool', () => {
     expect(kept.buffer).toBe(again.buffer);
   });
 
+  it('copies every read shorter than KEEP_READ_AT_BYTES, however full its buffer (a reader’s own reused one)', () => {
+    const pool = new ReadBufferPool();
+    const own = Buffer.alloc(8 * 1024, 3);
+    const chunk = pool.chunkOf(own, own.length);
+    expect(chunk.buffer).not.toBe(own.buffer);
+    own.fill(4);
+    expect(chunk.every((byte) => byte === 3)).toBe(true);
+  });
+
   it('bounds its free buffers in bytes over both sizes: 16 free bulk buffers of 256 KiB fill it', () => {
     const pool = new ReadBufferPool({ bulkBufferBytes: 256 * 1024 });
     const buffers = Array.from({ length: 17 }, () => pool.acquire(true));

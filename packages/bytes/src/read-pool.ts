@@ -71,11 +71,13 @@ export class ReadBufferPool {
   }
 
   /**
-   * The chunk for `length` bytes just read into `buffer`: a view of it, or a copy of a read shorter than half
-   * the buffer (so that a kept buffer is at least half used, whichever its size).
+   * The chunk for `length` bytes just read into `buffer`: a view of it, or a copy of a read shorter than
+   * KEEP_READ_AT_BYTES or than half the buffer (so that a kept buffer is at least half used, whichever its
+   * size). A buffer of the caller's own that is reused for every read (shorter than KEEP_READ_AT_BYTES) is
+   * therefore always copied out of.
    */
   chunkOf(buffer: Buffer, length: number): Buffer {
-    if (length * 2 >= buffer.length) return buffer.subarray(0, length);
+    if (length >= KEEP_READ_AT_BYTES && length * 2 >= buffer.length) return buffer.subarray(0, length);
     const copy = Buffer.from(buffer.subarray(0, length));
     this.release(buffer);
     return copy;

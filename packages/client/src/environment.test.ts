@@ -1,6 +1,7 @@
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { MAX_RECORD_PLAINTEXT_BYTES } from '@tether/relay-frames';
 import { type PeerHandle, type Stack, startPeer, startStack, tetherMainPath } from '@tether/test-kit';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { executorOnRendezvous } from './__tests__/rendezvous-executor.js';
@@ -157,8 +158,10 @@ describe.each<Backend>(['local', 'remote (ws)', 'remote (rendezvous)', 'remote (
     // Stall: the child must block on its pipe instead of running to the end.
     await new Promise((resolve) => setTimeout(resolve, 500));
     expect(existsSync(marker)).toBe(false);
-    // The window, plus a read in flight and the stall's first chunk.
-    expect(handle.bufferedBytes).toBeLessThanOrEqual(window! + 2 * 64 * 1024);
+    // The window, plus a read in flight and the stall's first chunk: the executor reads a streaming child's
+    // raised pipe up to eight records at a time.
+    const read = 8 * MAX_RECORD_PLAINTEXT_BYTES;
+    expect(handle.bufferedBytes).toBeLessThanOrEqual(window! + 2 * read);
     let peak = 0;
     for (let r = await iterator.next(); !r.done; r = await iterator.next()) {
       peak = Math.max(peak, handle.bufferedBytes);
@@ -168,7 +171,7 @@ describe.each<Backend>(['local', 'remote (ws)', 'remote (rendezvous)', 'remote (
       }
     }
     expect(total).toBe(16 * 1024 * 1024);
-    expect(peak).toBeLessThanOrEqual(window! + 2 * 64 * 1024);
+    expect(peak).toBeLessThanOrEqual(window! + 2 * read);
     expect(handle.deliveryStats.switchesToPull).toBe(0);
     await expect(handle.completion).resolves.toEqual({ exitCode: 0 });
     expect(existsSync(marker)).toBe(true);
@@ -223,7 +226,9 @@ describe.each<Backend>(['local', 'remote (ws)', 'remote (rendezvous)', 'remote (
   }
 
   it('after pulling has caught up, the handle goes back to pushed events', async () => {
-    const handle = await env.spawn(['/bin/sh', '-c', 'head -c 300000 /dev/zero; read x; echo after'], {
+    // Several reads' worth (the executor reads a streaming child up to eight records at a time), so that
+    // pushed output piles up past the high-water mark while the probes run; under the 1 MiB retained.
+    const handle = await env.spawn(['/bin/sh', '-c', 'head -c 900000 /dev/zero; read x; echo after'], {
       cwd: work,
       stdin: true,
       highWaterBytes: 64 * 1024,
@@ -237,7 +242,7 @@ describe.each<Backend>(['local', 'remote (ws)', 'remote (rendezvous)', 'remote (
       const probe = await env.spawn(['true'], { cwd: work });
       await probe.wait();
     }
-    while (total < 300_000) {
+    while (total < 900_000) {
       const r = await iterator.next();
       if (r.value?.kind === 'output') total += r.value.chunk.byteLength;
     }

@@ -104,6 +104,35 @@ describe('ProcessTable with recycled read buffers', () => {
     expect(retained.equals(expected.subarray(total - retained.length))).toBe(true);
   });
 
+  it('keeps what it retains intact when a slow child fills the small buffer read after read', async () => {
+    // Each block fills the stream's own 8 KiB buffer, which every later short read reuses: a retained chunk
+    // must be a copy of it, not a view (a view showed the last block's bytes on a later process/read).
+    const script =
+      'let i = 0; const t = setInterval(() => { process.stdout.write(Buffer.alloc(8192, 65 + i)); ' +
+      'if (++i === 12) clearInterval(t); }, 15);';
+    let closed = false;
+    const table = new ProcessTable({
+      readBuffers: new ReadBufferPool(),
+      onEvent: (event: ProcessEvent) => {
+        if (event.kind === 'closed') closed = true;
+      },
+    });
+    tables.push(table);
+    await table.start({
+      processId: 'slow',
+      argv: [process.execPath, '-e', script],
+      cwd: process.cwd(),
+      env: {},
+      tty: false,
+      pipeStdin: false,
+    });
+    await waitFor(() => closed, 'the process to close');
+    const read = await table.read('slow', { afterSeq: 0 });
+    const retained = Buffer.concat(read.chunks.map((c) => c.chunk));
+    const expected = Buffer.concat(Array.from({ length: 12 }, (_, i) => Buffer.alloc(8192, 65 + i)));
+    expect(retained.toString('latin1')).toBe(expected.toString('latin1'));
+  });
+
   it('stops reading while output is paused and loses nothing when resumed', async () => {
     const total = 4 * 1024 * 1024;
     const pool = new ReadBufferPool();
