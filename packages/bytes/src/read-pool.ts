@@ -35,7 +35,7 @@ export class ReadBufferPool {
   /**
    * `bufferBytes` (default READ_BUFFER_BYTES) bounds one read: a consumer that frames each chunk into a
    * record of its own (the executor, for the relay's secure stream) sizes it so a chunk and its header fit.
-   * `bulkBufferBytes` (default the same) bounds one read of a raised pipe (the executor: four records).
+   * `bulkBufferBytes` (default the same) bounds one read of a raised pipe (the executor: eight records).
    */
   constructor(options: { bufferBytes?: number; bulkBufferBytes?: number } = {}) {
     this.bufferBytes = options.bufferBytes ?? READ_BUFFER_BYTES;
