@@ -240,6 +240,8 @@ describe('a share link in the browser', { timeout: 120_000 }, () => {
       const { link } = await share(`--read-only ${processId}`);
       tab = await openLink(link);
       await waitForState(tab, 'connected');
+      // 'connected' is the session's state: the shared view shows its access once its attach is answered.
+      await tab.page.waitForSelector('#shared[data-access]', { state: 'attached' });
       expect(await tab.page.getAttribute('#shared', 'data-access')).toBe('view');
       expect(await tab.page.isDisabled('button#take-control')).toBe(true);
       expect(await tab.page.textContent('#shared-access')).toBe('read-only');

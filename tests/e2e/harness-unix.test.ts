@@ -56,9 +56,10 @@ beforeAll(async () => {
   await stack.startExecutor('tether', ENVIRONMENT);
   writeFileSync(join(work, 'big'), randomBytes(4 * 1024 * 1024));
   mkdirSync(join(work, 'many'));
-  // More than a pipe holds (64 KiB) of names, so that ls is still writing when head has gone.
-  for (let i = 0; i < 2000; i++)
-    writeFileSync(join(work, 'many', `${String(i).padStart(4, '0')}-${'x'.repeat(60)}`), '');
+  // More names than the harness's stdout pipe holds once it is raised for bulk output (1 MiB): 8000 × 206
+  // bytes, so that ls is still writing when head has gone (with 132 KB it sometimes wrote all before).
+  for (let i = 0; i < 8000; i++)
+    writeFileSync(join(work, 'many', `${String(i).padStart(4, '0')}-${'x'.repeat(200)}`), '');
 }, 120_000);
 
 describe('a closed stdout ends the command at once and quietly, with 141 (128+SIGPIPE)', { timeout: 60_000 }, () => {
@@ -84,7 +85,7 @@ describe('a closed stdout ends the command at once and quietly, with 141 (128+SI
 
   it('harness ls ENV:/dir | head -1', async () => {
     const result = await sh(`h ls ${ENVIRONMENT}:"$W/many" | head -1${FIRST_STATUS}`);
-    expect(result).toMatchObject({ code: 141, stdout: `0000-${'x'.repeat(60)}\n`, stderr: '' });
+    expect(result).toMatchObject({ code: 141, stdout: `0000-${'x'.repeat(200)}\n`, stderr: '' });
   });
 
   it('harness attach ID | head -2 detaches quietly; the detached process goes on', async () => {
