@@ -160,7 +160,8 @@ export class ExecServer {
         // Output chunks are encoded as soon as they are emitted or read (ConnectionProcessor, process/read),
         // so their read buffers can be recycled when retention drops them.
         // A chunk read fits one secure-stream record with its process/output header (a 64 KiB read took
-        // a full record and a 4 KiB one: twice the records to seal, forward and open per chunk).
+        // a full record and a 4 KiB one: twice the records to seal, forward and open per chunk); a raised
+        // pipe's read fills eight whole records (BULK_OUTPUT_READ_BYTES).
         readBuffers: this.readBuffers,
         // Pipes of children that stream (output filling reads, stdin in large writes) are raised to 512 KiB,
         // at most 32 at once for the whole executor (16 MiB of the user's 64 MiB pipe budget).

@@ -125,6 +125,18 @@ describe('Node', () => {
     // Without a handle (destroyed): null, not a failure.
     expect(socketFd(socket)).toBeNull();
   });
+  it('answers null, and warns once per accessor, for a socket without _handle (a shape it was not checked against)', async () => {
+    const unchecked = {} as Socket;
+    const warnings = await warningsOf(() => {
+      expect(socketFd(unchecked)).toBeNull();
+      expect(socketFd(unchecked)).toBeNull();
+      expect(socketUserBufferHandle(unchecked)).toBeNull();
+    });
+    expect(warnings).toHaveLength(2);
+    expect(warnings[0]).toContain('net.Socket has no _handle');
+    expect(warnings[0]).toContain('_handle.fd');
+    expect(warnings[1]).toContain('_handle.useUserBuffer');
+  });
 });
 
 describe('ws', () => {

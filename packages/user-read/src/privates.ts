@@ -145,9 +145,17 @@ export interface UserBufferHandle {
   useUserBuffer(buffer: Buffer): void;
 }
 
-/** `net.Socket#_handle` (both fields above read it): the libuv handle, or null when there is none (closed). */
-function socketHandle(socket: Socket): object | null {
-  const handle = (socket as unknown as { _handle?: unknown })._handle;
+/**
+ * `net.Socket#_handle` (both fields above read it): the libuv handle, or null when there is none (closed).
+ * Node's Socket always has the property (null once closed); a socket without it is a Node whose shape was
+ * not checked, reported for `accessor` rather than taken silently for a closed socket.
+ */
+function socketHandle(socket: Socket, accessor: string): object | null {
+  if (!('_handle' in socket)) {
+    contractBroken(accessor, 'net.Socket has no _handle');
+    return null;
+  }
+  const handle = (socket as unknown as { _handle: unknown })._handle;
   return handle === null || handle === undefined ? null : (handle as object);
 }
 
@@ -156,7 +164,7 @@ function socketHandle(socket: Socket): object | null {
  * (closed, or not yet connected) or the handle lacks `useUserBuffer`.
  */
 export function socketUserBufferHandle(socket: Socket): UserBufferHandle | null {
-  const handle = socketHandle(socket);
+  const handle = socketHandle(socket, 'socketUserBufferHandle');
   if (handle === null) return null;
   if (typeof (handle as { useUserBuffer?: unknown }).useUserBuffer !== 'function') {
     contractBroken('socketUserBufferHandle', '_handle.useUserBuffer is not a function');
@@ -170,7 +178,7 @@ export function socketUserBufferHandle(socket: Socket): UserBufferHandle | null 
  * null when the socket has no handle (closed) or the handle has no such number.
  */
 export function socketFd(socket: Socket): number | null {
-  const handle = socketHandle(socket);
+  const handle = socketHandle(socket, 'socketFd');
   if (handle === null) return null;
   const fd = (handle as { fd?: unknown }).fd;
   if (typeof fd !== 'number' || !Number.isSafeInteger(fd) || fd < 0) {
