@@ -12,6 +12,7 @@ import {
   existsSync,
   mkdirSync,
   mkdtempSync,
+  openSync,
   readdirSync,
   readFileSync,
   rmSync,
@@ -33,11 +34,18 @@ interface Run {
   stderr: string;
 }
 
-function harness(args: string[], env: NodeJS.ProcessEnv, stdin?: Buffer): Promise<Run> {
+function harness(
+  args: string[],
+  env: NodeJS.ProcessEnv,
+  stdin?: Buffer,
+  options: { cwd?: string; onSpawn?: (child: ReturnType<typeof spawn>) => void } = {},
+): Promise<Run> {
   const child = spawn(process.execPath, [MAIN, ...args], {
     env: { ...process.env, ...env },
     stdio: [stdin ? 'pipe' : 'ignore', 'pipe', 'pipe'],
+    ...(options.cwd ? { cwd: options.cwd } : {}),
   });
+  options.onSpawn?.(child);
   const out: Buffer[] = [];
   let stderr = '';
   child.stdout?.on('data', (d: Buffer) => out.push(d));
@@ -159,6 +167,165 @@ describe('harness connection master (reuse) through registry, relay and executor
     expect(existsSync(socket)).toBe(false);
     expect((await harness(['master', 'status'], env)).code).toBe(1);
     expect(logText()).not.toContain(stack.keys.harness);
+  });
+
+  describe('warm process', () => {
+    async function warmPid(): Promise<number | null> {
+      const run = await harness(['master', 'status'], env);
+      const pid = /warm process pid (\d+)/.exec(run.stdout.toString())?.[1];
+      if (pid) pids.add(Number(pid));
+      return pid ? Number(pid) : null;
+    }
+    /** The warm process waiting now, once the master has one ready (after `after`, when given, has gone). */
+    async function nextWarm(after: number | null = null): Promise<number> {
+      let pid: number | null = null;
+      await waitFor('a warm process', async () => {
+        pid = await warmPid();
+        return (
+          pid !== null &&
+          pid !== after &&
+          existsSync(join(tetherDir(), readdirSync(tetherDir()).find((n) => n.endsWith('.warm.sock')) ?? '-'))
+        );
+      });
+      return pid as unknown as number;
+    }
+
+    it("runs a command with no terminal in the master's warm process: bytes, stdin, exit status, cwd and umask", {
+      timeout: 120_000,
+    }, async () => {
+      const { pid: masterPid } = await startMaster();
+      const first = await nextWarm();
+      const warmSocket = readdirSync(tetherDir()).find((name) => name.endsWith('.warm.sock')) as string;
+      expect(statSync(join(tetherDir(), warmSocket)).mode & 0o777).toBe(0o600);
+
+      const hello = await harness(['exec', '--', 'sh', '-c', 'echo hello; echo oops >&2; exit 3'], env);
+      expect([hello.code, hello.stdout.toString(), hello.stderr]).toEqual([3, 'hello\n', 'oops\n']);
+      // The warm process took it (and became the command: gone with it); the master started the next.
+      await waitFor('the warm process to end with its command', () => !isAlive(first));
+      const second = await nextWarm(first);
+
+      // stdin handed over as a file, and 3 MiB both ways byte for byte.
+      const data = randomBytes(3 * 1024 * 1024);
+      const input = join(dir, 'warm-input.bin');
+      writeFileSync(input, data);
+      const child = spawn(process.execPath, [MAIN, 'exec', '-i', '--', 'cat'], {
+        env: { ...process.env, ...env },
+        stdio: [openSync(input, 'r'), 'pipe', 'pipe'],
+      });
+      const out: Buffer[] = [];
+      child.stdout?.on('data', (d: Buffer) => out.push(d));
+      const code = await new Promise((resolve) => child.once('close', resolve));
+      expect(code).toBe(0);
+      expect(Buffer.concat(out).equals(data)).toBe(true);
+      await waitFor('the second warm process to end', () => !isAlive(second));
+
+      // The command's working directory (a relative local path) and umask (the copy's mode).
+      const third = await nextWarm(second);
+      const work = mkdtempSync(join(dir, 'cwd-'));
+      writeFileSync(join(work, 'local.txt'), 'from the cwd\n');
+      const copy = await harness(['cp', 'local.txt', `${ENVIRONMENT}:${join(dir, 'remote.txt')}`], env, undefined, {
+        cwd: work,
+      });
+      expect(copy.code).toBe(0);
+      expect(copy.stderr).toContain('sha256 verified');
+      expect(readFileSync(join(dir, 'remote.txt'), 'utf8')).toBe('from the cwd\n');
+      const back = await harness(['cp', `${ENVIRONMENT}:${join(dir, 'remote.txt')}`, 'back.txt'], env, undefined, {
+        cwd: work,
+      });
+      expect(back.code).toBe(0);
+      expect(readFileSync(join(work, 'back.txt'), 'utf8')).toBe('from the cwd\n');
+      await waitFor('the third warm process to end', () => !isAlive(third));
+      expect(isAlive(masterPid)).toBe(true);
+    });
+
+    it('exits 141 when its reader goes away, and passes SIGINT on to the remote process', {
+      timeout: 120_000,
+    }, async () => {
+      await startMaster();
+      const first = await nextWarm();
+      const piped = spawn(
+        'bash',
+        ['-c', `"${process.execPath}" "${MAIN}" exec -- yes | head -1; echo "\${PIPESTATUS[0]}"`],
+        {
+          env: { ...process.env, ...env },
+          stdio: ['ignore', 'pipe', 'pipe'],
+        },
+      );
+      let text = '';
+      piped.stdout?.on('data', (d: Buffer) => {
+        text += d;
+      });
+      await new Promise((resolve) => piped.once('close', resolve));
+      expect(text).toBe('y\n141\n');
+      await waitFor('the first warm process to end', () => !isAlive(first));
+
+      const second = await nextWarm(first);
+      let client: ReturnType<typeof spawn> | null = null;
+      let seen = '';
+      const interrupted = harness(
+        ['exec', '--', 'sh', '-c', 'trap "echo interrupted; exit 5" INT; echo ready; while :; do sleep 0.1; done'],
+        env,
+        undefined,
+        {
+          onSpawn: (child) => {
+            client = child;
+            child.stdout?.on('data', (d: Buffer) => {
+              seen += d;
+            });
+          },
+        },
+      );
+      await waitFor('the remote command to start', () => seen.includes('ready'));
+      (client as unknown as ReturnType<typeof spawn>).kill('SIGINT');
+      const run = await interrupted;
+      expect([run.code, run.stdout.toString()]).toEqual([5, 'ready\ninterrupted\n']);
+      await waitFor('the second warm process to end', () => !isAlive(second));
+    });
+
+    it('ends with a command whose own process was killed, and leaves nothing running', {
+      timeout: 120_000,
+    }, async () => {
+      await startMaster();
+      const first = await nextWarm();
+      let seen = '';
+      let client: ReturnType<typeof spawn> | null = null;
+      const running = harness(['exec', '--', 'sh', '-c', 'echo ready; sleep 30'], env, undefined, {
+        onSpawn: (child) => {
+          client = child;
+          child.stdout?.on('data', (d: Buffer) => {
+            seen += d;
+          });
+        },
+      });
+      await waitFor('the remote command to start', () => seen.includes('ready'));
+      (client as unknown as ReturnType<typeof spawn>).kill('SIGKILL');
+      await running;
+      await waitFor('the warm process running it to end', () => !isAlive(first));
+      await nextWarm(first);
+    });
+
+    it('is not used by another Node setup, TETHER_REUSE=no or a master started with --no-warm', {
+      timeout: 120_000,
+    }, async () => {
+      await startMaster();
+      const warm = await nextWarm();
+      // NODE_OPTIONS differs: the warm process declines and the command runs itself, through the master.
+      const other = await harness(['exec', '--', 'echo', 'declined'], { ...env, NODE_OPTIONS: '--no-warnings' });
+      expect([other.code, other.stdout.toString(), other.stderr]).toEqual([0, 'declined\n', '']);
+      const direct = await harness(['exec', '--', 'echo', 'direct'], { ...env, TETHER_REUSE: 'no' });
+      expect([direct.code, direct.stdout.toString()]).toEqual([0, 'direct\n']);
+      expect(await warmPid()).toBe(warm);
+      expect(handouts()).toBe(1);
+
+      expect((await harness(['master', 'stop'], env)).code).toBe(0);
+      await waitFor('the warm process to end with its master', () => !isAlive(warm));
+      expect(readdirSync(tetherDir()).filter((name) => name.endsWith('.sock'))).toEqual([]);
+
+      await startMaster(['--no-warm']);
+      expect(await warmPid()).toBeNull();
+      expect(readdirSync(tetherDir()).filter((name) => name.endsWith('.warm.sock'))).toEqual([]);
+      expect((await harness(['exec', '--', 'echo', 'cold'], env)).stdout.toString()).toBe('cold\n');
+    });
   });
 
   it('sets up more channels than the executor lets one harness key handshake', { timeout: 120_000 }, async () => {

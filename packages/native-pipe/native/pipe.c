@@ -24,6 +24,16 @@
  *   peerPid(socket) -> pid | -errno    SO_PEERCRED: the pid (in this process's PID namespace) of the process
  *                                      that made the AF_UNIX socket's peer (a socketpair's maker); -ENOSYS off
  *                                      Linux
+ *   listenUnix(path) -> fd | -errno     a blocking AF_UNIX stream socket bound to path and listening,
+ *                                      close-on-exec
+ *   acceptUnix(listener, watch) -> fd | -errno   waits (poll) for a connection and accepts it, blocking and
+ *                                      close-on-exec; -ECANCELED as soon as `watch` is readable or hung up
+ *   connectUnix(path) -> fd | -errno    a blocking, close-on-exec AF_UNIX stream socket connected to path;
+ *                                      -EAGAIN when the listener's backlog is full (it never waits)
+ *   waitReadable(fd, ms) -> 1 | 0 | -errno   poll: 1 when fd is readable or hung up, 0 after ms
+ *   peerUid(socket) -> uid | -errno    SO_PEERCRED: the user id of the socket peer's process; -ENOSYS off Linux
+ *   dup2(fd, target) -> 0 | -errno     dup2: target becomes fd's open file, without close-on-exec
+ *   exitNow(status)                    _exit(status): ends the process at once, without Node's teardown
  *   originalDestination(fd) -> [address, port] | -errno   SO_ORIGINAL_DST (IPv4) or IP6T_SO_ORIGINAL_DST
  *                                      (IPv6): where a connection redirected by the netfilter NAT was headed;
  *                                      -ENOENT when the connection is not tracked, -ENOSYS off Linux
@@ -44,10 +54,12 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <poll.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <node_api.h>
@@ -660,6 +672,158 @@ static napi_value peer_pid(napi_env env, napi_callback_info info) {
 }
 
 /*
+ * A unix socket path as a sockaddr_un; 0 when it does not fit sun_path (or holds NUL: C would cut it there) or
+ * is not a string, after throwing a TypeError.
+ */
+static int unix_address(napi_env env, napi_callback_info info, const char *usage, struct sockaddr_un *address) {
+  size_t argc = 1;
+  napi_value argv[1];
+  napi_valuetype type;
+  size_t length = 0;
+  memset(address, 0, sizeof *address);
+  address->sun_family = AF_UNIX;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc != 1 ||
+      napi_typeof(env, argv[0], &type) != napi_ok || type != napi_string ||
+      napi_get_value_string_utf8(env, argv[0], NULL, 0, &length) != napi_ok || length == 0 ||
+      length >= sizeof address->sun_path ||
+      napi_get_value_string_utf8(env, argv[0], address->sun_path, sizeof address->sun_path, &length) != napi_ok ||
+      strlen(address->sun_path) != length) {
+    type_error(env, usage);
+    return 0;
+  }
+  return 1;
+}
+
+static int unix_socket(int nonblocking) {
+  int type = SOCK_STREAM;
+#ifdef SOCK_CLOEXEC
+  type |= SOCK_CLOEXEC;
+  if (nonblocking) type |= SOCK_NONBLOCK;
+  return socket(AF_UNIX, type, 0);
+#else
+  int fd = socket(AF_UNIX, type, 0);
+  if (fd >= 0) {
+    fcntl(fd, F_SETFD, FD_CLOEXEC);
+    if (nonblocking) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  }
+  return fd;
+#endif
+}
+
+/* A listening unix socket at a path (the caller removes a stale one first and sets its mode after). */
+static napi_value listen_unix(napi_env env, napi_callback_info info) {
+  struct sockaddr_un address;
+  if (!unix_address(env, info, "listenUnix(path) takes a path string shorter than sun_path, without NUL", &address))
+    return NULL;
+  int fd = unix_socket(0);
+  if (fd < 0) return int_result(env, -errno);
+  if (bind(fd, (struct sockaddr *)&address, sizeof address) != 0 || listen(fd, 16) != 0) {
+    int saved = errno;
+    close(fd);
+    return int_result(env, -saved);
+  }
+  return int_result(env, fd);
+}
+
+/*
+ * Waits for a connection on `listener` and accepts it; gives up with -ECANCELED as soon as `watch` (a pipe from
+ * whoever started this process) is readable or hung up, so a process waiting here ends with its parent.
+ */
+static napi_value accept_unix(napi_env env, napi_callback_info info) {
+  int32_t listener, watch;
+  if (!two_int_arguments(env, info, "acceptUnix(listener, watch) takes two fds, non-negative integers", &listener,
+                         &watch))
+    return NULL;
+  for (;;) {
+    struct pollfd fds[2] = {{.fd = listener, .events = POLLIN}, {.fd = watch, .events = POLLIN}};
+    int ready = poll(fds, 2, -1);
+    if (ready < 0) {
+      if (errno == EINTR) continue;
+      return int_result(env, -errno);
+    }
+    if (fds[1].revents) return int_result(env, -ECANCELED);
+    if (fds[0].revents & (POLLERR | POLLNVAL)) return int_result(env, -EBADF);
+    if (!(fds[0].revents & POLLIN)) continue;
+#ifdef SOCK_CLOEXEC
+    int fd = accept4(listener, NULL, NULL, SOCK_CLOEXEC);
+#else
+    int fd = accept(listener, NULL, NULL);
+    if (fd >= 0) fcntl(fd, F_SETFD, FD_CLOEXEC);
+#endif
+    if (fd >= 0) return int_result(env, fd);
+    if (errno == EINTR || errno == EAGAIN || errno == ECONNABORTED) continue;
+    return int_result(env, -errno);
+  }
+}
+
+/* Connects without waiting (a full backlog is -EAGAIN, not a hang), then makes the socket blocking. */
+static napi_value connect_unix(napi_env env, napi_callback_info info) {
+  struct sockaddr_un address;
+  if (!unix_address(env, info, "connectUnix(path) takes a path string shorter than sun_path, without NUL", &address))
+    return NULL;
+  int fd = unix_socket(1);
+  if (fd < 0) return int_result(env, -errno);
+  int made;
+  do made = connect(fd, (struct sockaddr *)&address, sizeof address);
+  while (made != 0 && errno == EINTR);
+  if (made != 0 || fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
+    int saved = errno;
+    close(fd);
+    return int_result(env, -saved);
+  }
+  return int_result(env, fd);
+}
+
+static napi_value wait_readable(napi_env env, napi_callback_info info) {
+  int32_t fd, ms;
+  if (!two_int_arguments(env, info, "waitReadable(fd, ms) takes an fd and milliseconds, non-negative integers", &fd,
+                         &ms))
+    return NULL;
+  struct pollfd one = {.fd = fd, .events = POLLIN};
+  int ready;
+  do ready = poll(&one, 1, ms);
+  while (ready < 0 && errno == EINTR);
+  if (ready < 0) return int_result(env, -errno);
+  if (ready == 1 && (one.revents & POLLNVAL)) return int_result(env, -EBADF);
+  return int_result(env, ready);
+}
+
+static napi_value peer_uid(napi_env env, napi_callback_info info) {
+  int32_t sock;
+  if (!int_argument(env, info, "peerUid(socket) takes one fd, a non-negative integer", &sock)) return NULL;
+#ifdef SO_PEERCRED
+  struct ucred cred;
+  socklen_t length = sizeof cred;
+  if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &length) != 0) return int_result(env, -errno);
+  if (length != sizeof cred || cred.pid <= 0) return int_result(env, -ENODATA);
+  return int_result(env, (int32_t)cred.uid);
+#else
+  return int_result(env, -ENOSYS);
+#endif
+}
+
+static napi_value dup_to(napi_env env, napi_callback_info info) {
+  int32_t fd, target;
+  if (!two_int_arguments(env, info, "dup2(fd, target) takes two fds, non-negative integers", &fd, &target))
+    return NULL;
+  int made;
+  do made = dup2(fd, target);
+  while (made < 0 && errno == EINTR);
+  return int_result(env, made < 0 ? -errno : 0);
+}
+
+/*
+ * _exit: no atexit handlers, no V8 or libuv teardown (joining V8's worker threads and unmapping its heap took
+ * a harness whose warm process ran its command 5-10 ms after it had nothing left to do). Nothing buffered in
+ * this process is written: the caller has nothing left to write.
+ */
+static napi_value exit_now(napi_env env, napi_callback_info info) {
+  int32_t status;
+  if (!int_argument(env, info, "exitNow(status) takes one exit status, 0-255", &status)) return NULL;
+  _exit(status & 0xff);
+}
+
+/*
  * Where a connection the netfilter NAT redirected to this listener was headed (the sandbox's transparent TCP):
  * SO_ORIGINAL_DST for an IPv4 socket, IP6T_SO_ORIGINAL_DST (the same number at SOL_IPV6) for an IPv6 one.
  */
@@ -720,6 +884,13 @@ NAPI_MODULE_INIT() {
       {"receiveFd", NULL, receive_fd, NULL, NULL, NULL, napi_default, NULL},
       {"peerPid", NULL, peer_pid, NULL, NULL, NULL, napi_default, NULL},
       {"originalDestination", NULL, original_destination, NULL, NULL, NULL, napi_default, NULL},
+      {"listenUnix", NULL, listen_unix, NULL, NULL, NULL, napi_default, NULL},
+      {"acceptUnix", NULL, accept_unix, NULL, NULL, NULL, napi_default, NULL},
+      {"connectUnix", NULL, connect_unix, NULL, NULL, NULL, napi_default, NULL},
+      {"waitReadable", NULL, wait_readable, NULL, NULL, NULL, napi_default, NULL},
+      {"peerUid", NULL, peer_uid, NULL, NULL, NULL, napi_default, NULL},
+      {"dup2", NULL, dup_to, NULL, NULL, NULL, napi_default, NULL},
+      {"exitNow", NULL, exit_now, NULL, NULL, NULL, napi_default, NULL},
   };
   if (napi_define_properties(env, exports, sizeof methods / sizeof methods[0], methods) != napi_ok) return NULL;
   return exports;

@@ -7,6 +7,7 @@ import {
   readFileSync,
   readSync,
   rmSync,
+  statSync,
   writeFileSync,
   writeSync,
 } from 'node:fs';
@@ -312,6 +313,69 @@ describe('descriptor passing', () => {
     expect(() => native!.sendFd(b, file)).toThrow(expect.objectContaining({ code: 'EPIPE', syscall: 'sendmsg' }));
     expect(() => native!.sendFd(-1, file)).toThrow(TypeError);
     expect(() => native!.receiveFd(1.5)).toThrow(TypeError);
+  });
+});
+
+describe('unix sockets by path (a warm process and its commands)', () => {
+  it('listenUnix, connectUnix and acceptUnix make blocking, close-on-exec sockets; peerUid names the user', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'native-unix-'));
+    const path = join(dir, 'listen.sock');
+    const listener = native!.listenUnix(path);
+    const [watchRead, watchWrite] = pipe();
+    opened.push(listener);
+    expect(statSync(path).isSocket()).toBe(true);
+    const client = native!.connectUnix(path);
+    opened.push(client);
+    const server = native!.acceptUnix(listener, watchRead)!;
+    opened.push(server);
+    for (const fd of [listener, client, server]) {
+      expect(flagsOf(fd) & O_CLOEXEC).toBe(O_CLOEXEC);
+      expect(flagsOf(fd) & O_NONBLOCK).toBe(0);
+    }
+    expect(native!.peerUid(server)).toBe(process.getuid!());
+    expect(native!.peerUid(client)).toBe(process.getuid!());
+    expect(native!.waitReadable(server, 0)).toBe(false);
+    writeSync(client, 'x');
+    expect(native!.waitReadable(server, 1000)).toBe(true);
+    // A byte on the watched pipe ends the wait, with no connection pending.
+    writeSync(watchWrite, 'x');
+    expect(native!.acceptUnix(listener, watchRead)).toBeNull();
+    closeSync(client);
+    expect(native!.waitReadable(server, 1000)).toBe(true); // the byte, then the hang-up
+    rmSync(dir, { recursive: true });
+  });
+
+  it('connectUnix names a socket nobody listens on, a missing path and a bad argument', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'native-unix-'));
+    const stale = join(dir, 'stale.sock');
+    closeSync(native!.listenUnix(stale));
+    expect(() => native!.connectUnix(stale)).toThrow(
+      expect.objectContaining({ code: 'ECONNREFUSED', syscall: 'connect' }),
+    );
+    expect(() => native!.connectUnix(join(dir, 'none.sock'))).toThrow(expect.objectContaining({ code: 'ENOENT' }));
+    expect(() => native!.listenUnix(stale)).toThrow(expect.objectContaining({ code: 'EADDRINUSE', syscall: 'bind' }));
+    expect(() => native!.connectUnix(`${dir}/${'x'.repeat(120)}`)).toThrow(TypeError);
+    expect(() => native!.connectUnix(`${dir}/a\0b`)).toThrow(TypeError);
+    expect(() => native!.waitReadable(0, -1)).toThrow(TypeError);
+    rmSync(dir, { recursive: true });
+  });
+
+  it('dup2 puts a descriptor of the same open file at a number, without close-on-exec', () => {
+    const [readFd] = pipe();
+    const [, spare] = pipe();
+    native!.dup2(readFd, spare);
+    expect(fstatSync(spare).ino).toBe(fstatSync(readFd).ino);
+    expect(flagsOf(spare) & O_CLOEXEC).toBe(0);
+    expect(() => native!.dup2(1_000_000, spare)).toThrow(expect.objectContaining({ code: 'EBADF', syscall: 'dup2' }));
+  });
+
+  it('exitNow ends the process with its status, without running exit listeners', () => {
+    const result = spawnSync(process.execPath, ['--import', 'tsx', FIXTURE, 'exit-now'], {
+      cwd: new URL('..', import.meta.url).pathname,
+      encoding: 'utf8',
+    });
+    expect([result.status, result.stdout, result.stderr]).toEqual([7, 'before\n', '']);
+    expect(() => native!.exitNow(256)).toThrow(TypeError);
   });
 });
 

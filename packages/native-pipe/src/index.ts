@@ -112,6 +112,37 @@ export interface NativePipe {
    * (`ENOENT` when conntrack does not track it, `ENOTSOCK`, `ENOSYS` off Linux; syscall `getsockopt`).
    */
   originalDestination(fd: number): { address: string; port: number };
+  /**
+   * A listening AF_UNIX stream socket bound to `path` (blocking, close-on-exec), for a process that waits in
+   * `acceptUnix` with nothing else to do. The caller removes a stale socket first, sets the path's mode after
+   * and owns the fd. Throws an errno error (`EADDRINUSE`, `ENOENT`; syscall `bind`); a path that does not fit
+   * `sun_path` (107 bytes on Linux) or holds NUL is a TypeError.
+   */
+  listenUnix(path: string): number;
+  /**
+   * Waits (blocking this thread) for a connection on `listener` and accepts it: a blocking, close-on-exec
+   * socket the caller owns. Null as soon as `watch` is readable or hung up (a pipe from this process's parent:
+   * the wait ends with the parent). Throws an errno error (syscall `accept`).
+   */
+  acceptUnix(listener: number, watch: number): number | null;
+  /**
+   * A blocking, close-on-exec AF_UNIX stream socket connected to `path`. It never waits for room in the
+   * listener's backlog: that is `EAGAIN`. Throws an errno error (`ENOENT`, `ECONNREFUSED` for a socket nobody
+   * listens on, `EAGAIN`; syscall `connect`).
+   */
+  connectUnix(path: string): number;
+  /** Waits up to `ms` for `fd` to be readable (or hung up): false when it was not. Throws an errno error (`EBADF`; syscall `poll`). */
+  waitReadable(fd: number, ms: number): boolean;
+  /** The user id of the process at the other end of the AF_UNIX socket (SO_PEERCRED). Throws an errno error (`ENOSYS` off Linux; syscall `getsockopt`). */
+  peerUid(socket: number): number;
+  /** `dup2(fd, target)`: `target` (closed first if open) becomes another descriptor of `fd`'s open file, without close-on-exec. Throws an errno error (`EBADF`; syscall `dup2`). */
+  dup2(fd: number, target: number): void;
+  /**
+   * Ends this process at once with `status` (`_exit`): no 'exit' event, no atexit handlers, none of Node's
+   * teardown, and nothing still buffered is written. For a process that has written everything it will and
+   * only waits to end: Node's teardown (joining V8's threads, unmapping its heap) takes several milliseconds.
+   */
+  exitNow(status: number): never;
 }
 
 interface Binding {
@@ -145,6 +176,19 @@ interface Binding {
   peerPid(socket: number): number;
   /** `[address, port]`, or -errno. */
   originalDestination(fd: number): [string, number] | number;
+  /** The fd, or -errno. */
+  listenUnix(path: string): number;
+  /** The fd, or -errno (-ECANCELED: `watch` became readable). */
+  acceptUnix(listener: number, watch: number): number;
+  /** The fd, or -errno. */
+  connectUnix(path: string): number;
+  /** 1 readable, 0 not within ms, or -errno. */
+  waitReadable(fd: number, ms: number): number;
+  /** The uid, or -errno. */
+  peerUid(socket: number): number;
+  /** 0 or -errno. */
+  dup2(fd: number, target: number): number;
+  exitNow(status: number): never;
 }
 
 let loaded: { native: NativePipe | null; error: string | null } | undefined;
@@ -240,6 +284,39 @@ function load(): { native: NativePipe | null; error: string | null } {
         const found = binding.originalDestination(fd);
         if (typeof found === 'number') throw errnoError(found, 'getsockopt');
         return { address: found[0], port: found[1] };
+      },
+      listenUnix(path) {
+        return check(binding.listenUnix(path), 'bind');
+      },
+      acceptUnix(listener, watch) {
+        fdArgument('acceptUnix', listener);
+        fdArgument('acceptUnix', watch);
+        const fd = binding.acceptUnix(listener, watch);
+        return fd === -ERRNO.ECANCELED ? null : check(fd, 'accept');
+      },
+      connectUnix(path) {
+        return check(binding.connectUnix(path), 'connect');
+      },
+      waitReadable(fd, ms) {
+        fdArgument('waitReadable', fd);
+        if (!Number.isSafeInteger(ms) || ms < 0 || ms > 0x7fffffff)
+          throw new TypeError(`waitReadable: not milliseconds: ${ms}`);
+        return check(binding.waitReadable(fd, ms), 'poll') === 1;
+      },
+      peerUid(socket) {
+        fdArgument('peerUid', socket);
+        return check(binding.peerUid(socket), 'getsockopt');
+      },
+      dup2(fd, target) {
+        fdArgument('dup2', fd);
+        fdArgument('dup2', target);
+        check(binding.dup2(fd, target), 'dup2');
+      },
+      exitNow(status) {
+        if (!Number.isInteger(status) || status < 0 || status > 255) {
+          throw new TypeError(`exitNow: not an exit status: ${status}`);
+        }
+        return binding.exitNow(status);
       },
     },
   };

@@ -191,11 +191,15 @@ export interface MasterSpec {
   connectTimeoutMs: number | null;
   persistSeconds: number;
   pool: number;
+  /** Keep a warm process for commands (src/warm.ts); absent from older starters: kept. */
+  warm?: boolean;
 }
 
 export interface StartOptions {
   persistSeconds?: number;
   pool?: number;
+  /** False: no warm process (default true). */
+  warm?: boolean;
 }
 
 export type StartResult = { socket: string; pid: number; started: boolean };
@@ -223,10 +227,14 @@ export async function startMaster(
     connectTimeoutMs: options.connectRetry ? (options.connectRetry.timeoutMs ?? null) : null,
     persistSeconds: start.persistSeconds ?? DEFAULT_PERSIST_SECONDS,
     pool: start.pool ?? DEFAULT_POOL,
+    warm: start.warm !== false,
   };
-  // Only what the master needs from here: no TETHER_* setting may redirect it.
+  // Only what the master needs from here: no TETHER_* setting may redirect it. TETHER_NATIVE_* (which native
+  // addons load) stay: its warm process must load what the commands it serves would (src/warm.ts).
   const childEnv: NodeJS.ProcessEnv = {};
-  for (const [name, value] of Object.entries(env)) if (!name.startsWith('TETHER_')) childEnv[name] = value;
+  for (const [name, value] of Object.entries(env)) {
+    if (!name.startsWith('TETHER_') || name.startsWith('TETHER_NATIVE_')) childEnv[name] = value;
+  }
   childEnv[SPEC_ENV] = JSON.stringify(spec);
   const entry = process.argv[1];
   if (!entry) throw new TetherError('invalid_argument', 'cannot tell which harness to start as the master');

@@ -20,6 +20,7 @@ import {
 type MessageTransport = OpenedChannel['transport'];
 
 import { type ControlReply, encodeFrame, type MasterStatus, parseRequest, readControlFrame } from './protocol.js';
+import { WarmKeeper, type WarmKeeperOptions } from './warm-keeper.js';
 
 export interface MasterOptions {
   dialer: RendezvousDialer;
@@ -35,6 +36,8 @@ export interface MasterOptions {
   maxChannelAgeMs?: number;
   /** One line per event; never given a secret. */
   log: (line: string) => void;
+  /** Keep a warm process waiting here for commands (src/warm.ts); none when absent. */
+  warm?: Omit<WarmKeeperOptions, 'log'>;
 }
 
 export const MAX_POOL = 8;
@@ -72,6 +75,7 @@ export class Master {
   private readonly abort = new AbortController();
   private readonly startedAt = new Date();
   private readonly server: Server;
+  private warm: WarmKeeper | null = null;
   private resolveClosed!: () => void;
   /** Resolves once the master has stopped (stop request, idle timeout, a final failure or `close`). */
   readonly closed: Promise<void> = new Promise((resolve) => {
@@ -102,6 +106,10 @@ export class Master {
     master.options.log(`listening on ${options.socketPath}, environment ${options.environmentId}`);
     master.fill();
     master.armIdle();
+    if (options.warm) {
+      master.warm = new WarmKeeper({ ...options.warm, log: options.log });
+      master.warm.start();
+    }
     return master;
   }
 
@@ -120,6 +128,7 @@ export class Master {
       inUse: this.inUse.size,
       persistSeconds: Math.round(this.options.persistMs / 1000),
       startedAt: this.startedAt.toISOString(),
+      warmPid: this.warm?.pid ?? null,
     };
   }
 
@@ -130,6 +139,7 @@ export class Master {
     this.options.log(`stopping: ${reason}`);
     this.abort.abort(new TetherError('closed', reason));
     for (const timer of [this.retryTimer, this.idleTimer]) if (timer) clearTimeout(timer);
+    this.warm?.close();
     for (const channel of [...this.pool, ...this.inUse]) this.dropChannel(channel, reason);
     for (const socket of this.clients) socket.destroy();
     if (this.server.listening) {

@@ -1,7 +1,10 @@
 import { lstatSync, mkdirSync } from 'node:fs';
-import { isAbsolute, join } from 'node:path';
+import { join } from 'node:path';
 import { sha256 } from '@noble/hashes/sha2.js';
 import { TetherError } from '@tether/client';
+import { runtimeDir, WARM_SOCKET_SUFFIX } from './runtime-dir.js';
+
+export { runtimeDir } from './runtime-dir.js';
 
 /** What a master connects to; its socket is named after this (the API key only as a hash). */
 export interface MasterKey {
@@ -15,13 +18,6 @@ const MAX_SOCKET_PATH_BYTES = 107;
 
 function uid(): number {
   return process.getuid?.() ?? -1;
-}
-
-/** `$XDG_RUNTIME_DIR/tether` when that is an absolute path, else `/tmp/tether-$UID`. */
-export function runtimeDir(env: NodeJS.ProcessEnv): string {
-  const xdg = env.XDG_RUNTIME_DIR;
-  if (xdg && isAbsolute(xdg)) return join(xdg, 'tether');
-  return `/tmp/tether-${uid()}`;
 }
 
 /**
@@ -52,19 +48,22 @@ export interface MasterPaths {
   dir: string;
   socket: string;
   log: string;
+  /** Where the master's warm process listens (src/warm.ts). */
+  warm: string;
 }
 
 export function masterPaths(key: MasterKey, env: NodeJS.ProcessEnv): MasterPaths {
   const dir = runtimeDir(env);
   const name = masterName(key);
   const socket = join(dir, `${name}.sock`);
-  if (Buffer.byteLength(socket) > MAX_SOCKET_PATH_BYTES) {
+  const warm = join(dir, `${name}${WARM_SOCKET_SUFFIX}`);
+  if (Buffer.byteLength(warm) > MAX_SOCKET_PATH_BYTES) {
     throw new TetherError(
       'invalid_argument',
-      `the master socket path ${socket} is longer than ${MAX_SOCKET_PATH_BYTES} bytes; use a shorter XDG_RUNTIME_DIR`,
+      `the master socket path ${warm} is longer than ${MAX_SOCKET_PATH_BYTES} bytes; use a shorter XDG_RUNTIME_DIR`,
     );
   }
-  return { dir, socket, log: join(dir, `${name}.log`) };
+  return { dir, socket, log: join(dir, `${name}.log`), warm };
 }
 
 /** Why `path` (lstat'ed) is not this user's private entry, or null when it is. */

@@ -26,6 +26,8 @@ export interface MasterStatus {
   /** Idle timeout in seconds (0: none). */
   persistSeconds: number;
   startedAt: string;
+  /** The warm process waiting for a command (src/warm.ts), null when none (absent from older masters). */
+  warmPid?: number | null;
 }
 
 export type ControlReply =

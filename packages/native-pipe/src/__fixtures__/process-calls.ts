@@ -19,6 +19,7 @@
  * - `cloexec`: the fds a child shell has before and after setCloexecAbove(2), what it returned (twice),
  *   and the close-on-exec flag of 0-2 and of fd 20 before and after.
  * - `send-pair`: with a socket as fd 3, sends over it one end of a pair made here (peerPid's other side).
+ * - `exit-now`: prints a line, then exitNow(7) with an 'exit' listener that would print another.
  * - `original-destination`: as root of namespaces of its own (`unshare -rn`), where NAT-redirected connections
  *   were headed (originalDestination), IPv4 and IPv6, and a connection that was not redirected.
  */
@@ -157,7 +158,11 @@ else if (mode === 'send-pair') {
   native.sendFd(3, theirs);
   print({ pid: process.pid, mine: native.peerPid(mine) });
 }
-else if (mode === 'original-destination') {
+else if (mode === 'exit-now') {
+  process.on('exit', () => writeSync(1, 'exit listener ran\n'));
+  writeSync(1, 'before\n');
+  native!.exitNow(7);
+} else if (mode === 'original-destination') {
   // Run as root of a user and network namespace of its own (unshare -rn): the loopback up, every address
   // local, an nftables NAT rule redirecting TCP not to the loopback to port 1080, where this listens (both
   // families); then where each connection accepted there was headed, one redirected per family and one not.

@@ -1,0 +1,417 @@
+/**
+ * Warm processes: what makes a command through a connection master start as fast as ssh's multiplexed
+ * client. A master (`harness master start`) keeps one harness process beside it with the CLI bundle already
+ * loaded, waiting on `<runtime dir>/<master>.warm.sock`. A command started with no terminal on its stdio
+ * hands that process its stdin, stdout and stderr (SCM_RIGHTS), its arguments, environment, working
+ * directory and umask, and waits for its exit status; the warm process runs the command exactly as the
+ * command's own process would (the same bundle, on the same descriptors), and the master starts the next
+ * one. This is ssh's ControlMaster design (its client passes its descriptors to the master): the command's
+ * own process then costs Node's start and this module, not the bundle's load (about 40 ms of a 75 ms start).
+ *
+ * - Only the user's own: the runtime directory must be the user's, mode 0700, the socket the user's, 0600;
+ *   the warm process checks its peer's uid (SO_PEERCRED) and takes nothing from anyone else.
+ * - Only the same code: a request carries the Node binary, its flags, the bundle and the NODE_*, UV_* and
+ *   TETHER_NATIVE_* variables; a warm process of another build declines, and the command runs itself.
+ * - Never twice: the warm process answers `accepted`, and runs only once the command says `go`. A command
+ *   that gets no answer in time closes the socket and runs itself; the warm process, finding no `go`,
+ *   runs nothing.
+ * - Signals the command's process gets (SIGINT, SIGTERM, SIGHUP, SIGQUIT) are sent on to the warm process;
+ *   one the warm process dies of is raised again in the command's own, so the caller sees the same end.
+ * - Terminals are left out: a process outside the terminal's foreground group could not read it or set its
+ *   mode. A command with a terminal on any of fds 0-2, `TETHER_REUSE=no`, and the `master` commands always
+ *   run in their own process.
+ */
+import { chmodSync, closeSync, fstatSync, lstatSync, readdirSync, readSync, unlinkSync, writeSync } from 'node:fs';
+import { Socket } from 'node:net';
+import { join } from 'node:path';
+import { isatty } from 'node:tty';
+import type { NativePipe } from '@tether/native-pipe';
+import { runtimeDir, WARM_SOCKET_SUFFIX } from './reuse/runtime-dir.js';
+
+/** The argument a master starts its warm process with (with WARM_SOCKET_ENV and fd 3, a pipe from the master). */
+export const WARM_ARG = '__tether-warm-process';
+export const WARM_SOCKET_ENV = 'TETHER_WARM_SOCKET';
+/** The command whose code cache a warm process loads (and may update): the one most run through a master. */
+export const WARM_COMMAND = 'exec';
+/** Fd 3 of a warm process, a pipe from its master: hung up once the master is gone; `taken\n` is written to it. */
+const MASTER_FD = 3;
+const FORWARDED_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT'] as const;
+type ForwardedSignal = (typeof FORWARDED_SIGNALS)[number];
+/** An environment is a few KiB; Linux allows an argument list and environment of up to 2 MiB together. */
+const MAX_REQUEST_BYTES = 4 * 1024 * 1024;
+/** How long a warm process waits for the rest of a request, and for `go`. */
+const REQUEST_WAIT_MS = 2_000;
+/** How long a command waits for a warm process to answer before it runs itself. */
+const ANSWER_WAIT_MS = 5_000;
+
+interface WarmRequest {
+  version: 1;
+  /** The command's arguments (process.argv from index 2) and its argv[1]. */
+  args: string[];
+  entry: string;
+  env: Record<string, string>;
+  cwd: string;
+  umask: number;
+  /** `runtimeIdentity` of the command's process: a warm process of other code declines. */
+  runtime: string;
+}
+
+/** What must be the same for a warm process to run a command as the command's own process would. */
+export function runtimeIdentity(bundle: string, main: string, env: NodeJS.ProcessEnv): string {
+  const variables = Object.entries(env)
+    .filter(([name]) => /^(NODE_|UV_|TETHER_NATIVE_)/.test(name))
+    .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  return JSON.stringify([process.execPath, process.version, process.execArgv, bundle, main, variables]);
+}
+
+function ownsPrivate(path: string, kind: 'directory' | 'socket'): boolean {
+  const stat = lstatSync(path);
+  if (kind === 'directory' ? !stat.isDirectory() : !stat.isSocket()) return false;
+  return stat.uid === process.getuid?.() && (stat.mode & 0o077) === 0;
+}
+
+function reuseRefused(env: NodeJS.ProcessEnv): boolean {
+  return /^(no|0|false|off)$/.test(env.TETHER_REUSE?.trim().toLowerCase() ?? '');
+}
+
+// The command's side -----------------------------------------------------------------------------------
+
+/**
+ * Runs the command `args` in a master's warm process when there is one that takes it: its exit status, or
+ * null when the command is to run in this process (no warm process, one of another build, a terminal on
+ * fds 0-2, `TETHER_REUSE=no`, a `master` command, no native addon).
+ */
+export async function runWarm(args: string[], native: NativePipe | null, runtime: string): Promise<number | null> {
+  if (native === null || args[0] === 'master' || args[0] === WARM_ARG || reuseRefused(process.env)) return null;
+  for (const fd of [0, 1, 2]) {
+    try {
+      fstatSync(fd);
+    } catch {
+      return null; // a closed standard descriptor cannot be handed over
+    }
+    if (isatty(fd)) return null;
+  }
+  const dir = runtimeDir(process.env);
+  let names: string[];
+  try {
+    if (!ownsPrivate(dir, 'directory')) return null;
+    names = readdirSync(dir).filter((name) => name.endsWith(WARM_SOCKET_SUFFIX));
+  } catch {
+    return null;
+  }
+  if (names.length === 0) return null;
+  const request: WarmRequest = {
+    version: 1,
+    args,
+    entry: process.argv[1] ?? '',
+    env: Object.fromEntries(
+      Object.entries(process.env).filter((entry): entry is [string, string] => entry[1] !== undefined),
+    ),
+    cwd: process.cwd(),
+    umask: process.umask(),
+    runtime,
+  };
+  const frame = encodeRequest(request);
+  for (const name of names) {
+    const path = join(dir, name);
+    let socket: number;
+    try {
+      if (!ownsPrivate(path, 'socket')) continue;
+      socket = native.connectUnix(path);
+    } catch {
+      continue; // gone, or nobody listening (its master died): the next, or this process
+    }
+    let pid: number | null = null;
+    try {
+      pid = offer(native, socket, frame);
+    } catch {
+      pid = null;
+    }
+    if (pid !== null) return follow(socket, pid);
+    closeSync(socket);
+  }
+  return null;
+}
+
+function encodeRequest(request: WarmRequest): Buffer {
+  const json = Buffer.from(JSON.stringify(request), 'utf8');
+  const frame = Buffer.allocUnsafe(4 + json.length);
+  frame.writeUInt32BE(json.length, 0);
+  json.copy(frame, 4);
+  return frame;
+}
+
+function writeAll(fd: number, data: Buffer): void {
+  for (let offset = 0; offset < data.length; ) offset += writeSync(fd, data, offset);
+}
+
+/**
+ * One line from the blocking socket `fd` (at most 4 KiB), or null when none came in `ms` or it closed. Read a
+ * byte at a time, so nothing after the line is taken from whoever reads the socket next (a line is a few
+ * dozen bytes).
+ */
+function readLine(native: NativePipe, fd: number, ms: number): string | null {
+  const deadline = Date.now() + ms;
+  const buffer = Buffer.alloc(4096);
+  for (let length = 0; length < buffer.length; length++) {
+    const left = deadline - Date.now();
+    if (left <= 0 || !native.waitReadable(fd, left)) return null;
+    if (readSync(fd, buffer, length, 1, null) === 0) return null;
+    if (buffer[length] === 10) return buffer.toString('utf8', 0, length);
+  }
+  return null;
+}
+
+/** Offers the command to the warm process on `socket`: its pid once it accepted and was told to go, else null. */
+function offer(native: NativePipe, socket: number, frame: Buffer): number | null {
+  for (const fd of [0, 1, 2]) native.sendFd(socket, fd);
+  writeAll(socket, frame);
+  const line = readLine(native, socket, ANSWER_WAIT_MS);
+  if (line === null) return null;
+  const answer = JSON.parse(line) as { accepted?: unknown; pid?: unknown };
+  if (answer.accepted !== true || typeof answer.pid !== 'number') return null;
+  writeAll(socket, Buffer.from('go\n'));
+  return answer.pid;
+}
+
+/** Waits for the warm process's exit status, sending it the signals this process gets meanwhile. */
+function follow(socket: number, pid: number): Promise<number> {
+  return new Promise((resolve) => {
+    const link = new Socket({ fd: socket, readable: true, writable: true });
+    let received = '';
+    let lastSignal: ForwardedSignal | null = null;
+    let ended = false;
+    const handlers = FORWARDED_SIGNALS.map((signal) => {
+      const handler = () => {
+        lastSignal = signal;
+        link.write(`${JSON.stringify({ signal })}\n`);
+      };
+      process.on(signal, handler);
+      return [signal, handler] as const;
+    });
+    const end = (status: number | null) => {
+      if (ended) return;
+      ended = true;
+      for (const [signal, handler] of handlers) process.off(signal, handler);
+      link.destroy();
+      if (status !== null) return resolve(status);
+      if (lastSignal !== null) {
+        // It died of the signal we passed on: so does this process (with the handler gone, Node's default).
+        process.kill(process.pid, lastSignal);
+        return resolve(128 + (process.getBuiltinModule('node:os').constants.signals[lastSignal] ?? 0));
+      }
+      process.stderr.write(
+        `harness: the warm process (pid ${pid}) running this command ended without an exit status\n`,
+      );
+      resolve(255);
+    };
+    link.setEncoding('utf8');
+    link.on('data', (chunk: string) => {
+      received += chunk;
+      if (received.length > 4096) return end(null);
+      for (let newline = received.indexOf('\n'); newline !== -1; newline = received.indexOf('\n')) {
+        const line = received.slice(0, newline);
+        received = received.slice(newline + 1);
+        try {
+          const message = JSON.parse(line) as { exit?: unknown };
+          if (typeof message.exit === 'number' && Number.isInteger(message.exit)) return end(message.exit & 0xff);
+        } catch {
+          // not ours to act on
+        }
+      }
+    });
+    link.on('error', () => undefined);
+    link.on('close', () => end(null));
+  });
+}
+
+// The warm process's side ------------------------------------------------------------------------------
+
+export interface Taken<T> {
+  /** The command's arguments; process.argv, env, cwd, umask and fds 0-2 are the command's already. */
+  args: string[];
+  loaded: T;
+}
+
+/**
+ * Runs as a master's warm process (`WARM_ARG`), with the bundle loaded (`loaded`): listens on WARM_SOCKET_ENV's
+ * path, then waits (blocking: it has nothing else to do) until a command of this user and this code
+ * hands itself over, and becomes that command's process. Exits when its master is gone (fd 3 hung up).
+ */
+export function serveWarm<T>(native: NativePipe, runtime: (env: NodeJS.ProcessEnv) => string, loaded: T): Taken<T> {
+  const path = process.env[WARM_SOCKET_ENV];
+  delete process.env[WARM_SOCKET_ENV];
+  let masterPipe = false;
+  try {
+    const stat = fstatSync(MASTER_FD); // libuv's 'pipe' is a socket pair
+    masterPipe = stat.isSocket() || stat.isFIFO();
+  } catch {
+    // reported below
+  }
+  if (!path || !masterPipe) {
+    process.stderr.write(`harness: ${WARM_ARG} is started by a connection master only\n`);
+    process.exit(2);
+  }
+  const own = runtime(process.env);
+  try {
+    if (lstatSync(path).isSocket()) unlinkSync(path); // an earlier warm process's, killed before it removed it
+  } catch {
+    // none
+  }
+  const listener = native.listenUnix(path);
+  chmodSync(path, 0o600);
+  warmUp();
+  for (;;) {
+    const socket = native.acceptUnix(listener, MASTER_FD);
+    if (socket === null) {
+      // The master is gone: so is this process, and its socket.
+      try {
+        unlinkSync(path);
+      } catch {
+        // gone already
+      }
+      process.exit(0);
+    }
+    const taken = take(native, socket, own);
+    if (taken === null) continue;
+    unlinkSync(path);
+    closeSync(listener);
+    try {
+      writeSync(MASTER_FD, 'taken\n');
+    } catch {
+      // the master is gone; the command runs all the same
+    }
+    closeSync(MASTER_FD);
+    becomeCommand(native, socket, taken);
+    return { args: taken.request.args, loaded };
+  }
+}
+
+/**
+ * Loads and runs once what every command's start needs from Node and is not part of the bundle: a socket
+ * (the link to the command's process; stdin or stdout on a pipe) and the file streams (stdin on a file or
+ * /dev/null). Each cost 5-10 ms on a command's first use of it.
+ */
+function warmUp(): void {
+  new Socket().destroy();
+  void process.getBuiltinModule('node:fs').ReadStream;
+}
+
+interface Offer {
+  request: WarmRequest;
+  fds: number[];
+}
+
+/** Reads and answers one offer on `socket`; the offer once the command said `go`, else null (all closed). */
+function take(native: NativePipe, socket: number, own: string): Offer | null {
+  const fds: number[] = [];
+  let ok = false;
+  try {
+    if (native.peerUid(socket) !== process.getuid?.()) return null;
+    for (let i = 0; i < 3; i++) {
+      if (!native.waitReadable(socket, REQUEST_WAIT_MS)) return null;
+      const fd = native.receiveFd(socket);
+      if (fd === null) return null;
+      fds.push(fd);
+    }
+    const request = readRequest(native, socket);
+    if (request === null) return null;
+    const answer = (value: unknown) => writeAll(socket, Buffer.from(`${JSON.stringify(value)}\n`));
+    if (request.runtime !== own) {
+      answer({ declined: 'another build, Node or Node settings' });
+      return null;
+    }
+    try {
+      process.chdir(request.cwd);
+    } catch {
+      answer({ declined: 'cannot enter its working directory' });
+      return null;
+    }
+    answer({ accepted: true, pid: process.pid });
+    if (readLine(native, socket, REQUEST_WAIT_MS) !== 'go') return null;
+    ok = true;
+    return { request, fds };
+  } catch {
+    return null;
+  } finally {
+    if (!ok) {
+      for (const fd of fds) closeSync(fd);
+      closeSync(socket);
+    }
+  }
+}
+
+function readRequest(native: NativePipe, socket: number): WarmRequest | null {
+  const read = (length: number): Buffer | null => {
+    const buffer = Buffer.allocUnsafe(length);
+    for (let offset = 0; offset < length; ) {
+      if (!native.waitReadable(socket, REQUEST_WAIT_MS)) return null;
+      const got = readSync(socket, buffer, offset, length - offset, null);
+      if (got === 0) return null;
+      offset += got;
+    }
+    return buffer;
+  };
+  const header = read(4);
+  if (header === null) return null;
+  const length = header.readUInt32BE(0);
+  if (length > MAX_REQUEST_BYTES) return null;
+  const body = read(length);
+  if (body === null) return null;
+  const value = JSON.parse(body.toString('utf8')) as Partial<WarmRequest>;
+  const strings = (list: unknown): list is string[] => Array.isArray(list) && list.every((s) => typeof s === 'string');
+  if (
+    value.version !== 1 ||
+    !strings(value.args) ||
+    typeof value.entry !== 'string' ||
+    typeof value.cwd !== 'string' ||
+    typeof value.runtime !== 'string' ||
+    !Number.isInteger(value.umask) ||
+    typeof value.env !== 'object' ||
+    value.env === null ||
+    !Object.values(value.env).every((v) => typeof v === 'string')
+  ) {
+    return null;
+  }
+  return value as WarmRequest;
+}
+
+/** Takes on the command's descriptors, environment, arguments and umask, and reports its end to it. */
+function becomeCommand(native: NativePipe, socket: number, { request, fds }: Offer): void {
+  for (const [target, fd] of fds.entries()) {
+    native.dup2(fd, target);
+    closeSync(fd);
+  }
+  process.umask(request.umask);
+  for (const name of Object.keys(process.env)) delete process.env[name];
+  Object.assign(process.env, request.env);
+  process.argv.splice(1, process.argv.length - 1, request.entry, ...request.args);
+  process.on('exit', (code) => {
+    try {
+      writeSync(socket, `${JSON.stringify({ exit: code })}\n`);
+    } catch {
+      // the command's process is gone
+    }
+  });
+  const link = new Socket({ fd: socket, readable: true, writable: false });
+  let received = '';
+  link.setEncoding('utf8');
+  link.on('data', (chunk: string) => {
+    received += chunk;
+    if (received.length > 4096) received = '';
+    for (let newline = received.indexOf('\n'); newline !== -1; newline = received.indexOf('\n')) {
+      const line = received.slice(0, newline);
+      received = received.slice(newline + 1);
+      try {
+        const { signal } = JSON.parse(line) as { signal?: unknown };
+        if (FORWARDED_SIGNALS.includes(signal as ForwardedSignal)) process.kill(process.pid, signal as ForwardedSignal);
+      } catch {
+        // not a signal
+      }
+    }
+  });
+  // The command's process went away without waiting for the end (killed): as its terminal hanging up.
+  link.on('end', () => process.kill(process.pid, 'SIGHUP'));
+  link.on('error', () => undefined);
+  link.unref();
+}
