@@ -149,6 +149,20 @@ describe('WebSocketFrameLink', () => {
     expect(b.inboundPool.closed).toBe(true);
   });
 
+  it("closes a paused link at once: the peer's close frame is read, not left for the close timeout", async () => {
+    const { server, client } = await pair();
+    const link = new WebSocketFrameLink(client, 'mine');
+    link.start({ onFrame: () => undefined, onClose: () => undefined, onDrain: () => undefined });
+    link.pause();
+    server.send(encodeFrame(dataFrame('mine', 1, Buffer.alloc(64 * 1024))));
+    const closed = once(client, 'close');
+    link.close('done');
+    // Without reading the server's answer the client would sit in CLOSING for ws's 30 s close timeout (and
+    // the test time out); it reaches CLOSED by the handshake, with the server's code.
+    const [code] = (await closed) as [number];
+    expect(code).toBe(1000);
+  });
+
   it('drops, counts and reports frames of another stream', async () => {
     const { server, client } = await pair();
     const foreign: ForeignFrame[] = [];

@@ -186,6 +186,9 @@ export class WebSocketFrameLink implements FrameLink {
   }
 
   close(reason: string): void {
+    // Read again if paused: the close handshake needs the peer's close frame, which a paused socket never reads
+    // (ws would then wait its 30 s close timeout with the socket held open, and its process with it).
+    this.ws.resume();
     if (this.ws.readyState === this.ws.OPEN || this.ws.readyState === this.ws.CONNECTING) this.ws.close(1000);
     this.finish(reason);
   }
