@@ -5,7 +5,7 @@ import { PassThrough, Writable } from 'node:stream';
 import type { ProcessEvent } from '@tether/client';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { CliIo } from './common.js';
-import { printOutput, watchOutput, writeOutput } from './common.js';
+import { formatBytes, printOutput, watchOutput, writeOutput } from './common.js';
 
 const dirs: string[] = [];
 afterEach(() => {
@@ -89,5 +89,14 @@ describe('writeOutput', () => {
     }
     await seventeenth;
     expect(waited).toBe(true);
+  });
+});
+
+describe('formatBytes', () => {
+  it('prints whole bytes below a KiB, a rate included, and one decimal above', () => {
+    expect(formatBytes(13)).toBe('13 B');
+    expect(formatBytes(13 / 0.045)).toBe('289 B');
+    expect(formatBytes(1536)).toBe('1.5 KiB');
+    expect(formatBytes(3 * 1024 ** 3)).toBe('3.0 GiB');
   });
 });

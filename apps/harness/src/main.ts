@@ -26,8 +26,8 @@ const load = async (command: string) => {
 };
 
 let args = process.argv.slice(2);
-let cli: Awaited<ReturnType<typeof load>> | null = null;
 let cacheCommand = args[0] ?? '';
+let cli: Awaited<ReturnType<typeof load>>;
 if (args[0] === WARM_ARG && args.length === 1 && native !== null) {
   // A master's warm process: the bundle loaded ahead, then a command's whole run (src/warm.ts).
   ({ args, loaded: cli } = serveWarm(native, runtime, await load(WARM_COMMAND)));
@@ -35,18 +35,16 @@ if (args[0] === WARM_ARG && args.length === 1 && native !== null) {
 } else {
   const status = await runWarm(args, native, runtime(process.env));
   // A command a warm process ran left nothing for this process to write: it ends without Node's teardown.
-  if (status !== null && native !== null) native.exitNow(status);
+  if (status !== null) native?.exitNow(status);
   cli = await load(cacheCommand);
 }
-if (cli !== null) {
-  const code = await cli.exports.run(args, {
-    stdin: cli.exports.stdinSource(),
-    stdout: process.stdout,
-    stderr: process.stderr,
-    env: process.env,
-  });
-  // A run cut short by bad usage or an unreachable environment called little of what the command calls (and a
-  // warm process's cache is the one of WARM_COMMAND).
-  if (code !== 2 && code !== 255 && args[0] === cacheCommand) cli.save();
-  process.exitCode = code;
-}
+const code = await cli.exports.run(args, {
+  stdin: cli.exports.stdinSource(),
+  stdout: process.stdout,
+  stderr: process.stderr,
+  env: process.env,
+});
+// A run cut short by bad usage or an unreachable environment called little of what the command calls (and a
+// warm process's cache is the one of WARM_COMMAND).
+if (code !== 2 && code !== 255 && args[0] === cacheCommand) cli.save();
+process.exitCode = code;
