@@ -75,6 +75,27 @@ export const COMMANDS: ReadonlyArray<readonly [readonly string[], Register]> = [
  * Builds the program; `run` gives each action its IO and collects the exit code. With `argv`, a program for
  * what it runs: only the command it names first, when it does.
  */
+/**
+ * Commander writes a help in pieces (the options, then each `addHelpText`): joined into one write at the end of
+ * the tick, so `harness exec --help | head -2` ends as `ls --help | head -2` does (exit 0: the whole text fits
+ * the pipe before head closes it), not by the EPIPE of a second write the reader no longer takes.
+ */
+function coalesced(write: (text: string) => void): (text: string) => void {
+  let pending: string[] | null = null;
+  return (text) => {
+    if (pending !== null) {
+      pending.push(text);
+      return;
+    }
+    pending = [text];
+    queueMicrotask(() => {
+      const whole = (pending as string[]).join('');
+      pending = null;
+      write(whole);
+    });
+  };
+}
+
 export function buildProgram(io: CliIo, setExit: (code: number) => void, argv?: readonly string[]): Command {
   const program = new SchemeCommand('harness', HARNESS_ENV, { env: io.env })
     .description(
@@ -82,7 +103,7 @@ export function buildProgram(io: CliIo, setExit: (code: number) => void, argv?: 
     )
     .version(VERSION)
     .configureOutput({
-      writeOut: (text) => io.stdout.write(text),
+      writeOut: coalesced((text) => io.stdout.write(text)),
       writeErr: (text) => io.stderr.write(text),
     })
     .exitOverride()

@@ -5,7 +5,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { PassThrough } from 'node:stream';
+import { PassThrough, Writable } from 'node:stream';
 import type { Command } from 'commander';
 import { afterAll, describe, expect, it } from 'vitest';
 import { buildProgram, COMMANDS, run } from './cli.js';
@@ -77,5 +77,28 @@ describe('the program of one command', () => {
       expect({ argv, ...narrowed }).toEqual({ argv, ...(await outcome(argv, true)) });
       expect(narrowed.stdout + narrowed.stderr).not.toBe('');
     }
+  });
+});
+
+describe('help output', () => {
+  it('leaves in one write, so a reader that stops early (| head) takes it whole', async () => {
+    const writes: string[] = [];
+    const stdout = new Writable({
+      write(chunk: Buffer, _encoding, done) {
+        writes.push(chunk.toString());
+        done();
+      },
+    });
+    const env = { TETHER_CONFIG: join(work, 'no-config.toml'), TETHER_REUSE: 'no' };
+    const code = await run(['exec', '--help'], {
+      stdin: new PassThrough(),
+      stdout,
+      stderr: new PassThrough(),
+      env,
+    } as never);
+    expect(code).toBe(0);
+    expect(writes).toHaveLength(1);
+    expect(writes[0]).toMatch(/^Usage: harness exec/);
+    expect(writes[0]).toContain('Exit status');
   });
 });
