@@ -1,8 +1,9 @@
 /**
  * The master's side of warm processes (src/warm.ts): one harness process at a time, the CLI bundle loaded,
  * waiting on the master's `.warm.sock` for a command to hand itself over. When one is taken (it says so on its
- * fd 3) the next is started; the taken one is the command's now and is left to finish. A warm process ends
- * with its master: it waits on fd 3, which hangs up when the master closes it or dies.
+ * fd 3) it is the command's and is left to finish; the next is started once it has (started beside it, its load
+ * would take CPU from the command). A waiting warm process ends with its master: it waits on fd 3, which hangs
+ * up when the master closes it or dies.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import type { Readable } from 'node:stream';
