@@ -33,7 +33,7 @@ if (args[0] === WARM_ARG && args.length === 1 && native !== null) {
   ({ args, loaded: cli } = serveWarm(native, runtime, await load(WARM_COMMAND)));
   cacheCommand = WARM_COMMAND;
 } else {
-  const status = await runWarm(args, native, runtime(process.env));
+  const status = await runWarm(args, native, () => runtime(process.env));
   // A command a warm process ran left nothing for this process to write: it ends without Node's teardown.
   if (status !== null) native?.exitNow(status);
   cli = await load(cacheCommand);

@@ -26,7 +26,8 @@ import { Socket } from 'node:net';
 import { join } from 'node:path';
 import { isatty } from 'node:tty';
 import type { NativePipe } from '@tether/native-pipe';
-import { runtimeDir, WARM_SOCKET_SUFFIX } from './reuse/runtime-dir.js';
+import { encodeFrame } from './reuse/protocol.js';
+import { ownershipProblem, reuseSetting, runtimeDir, WARM_SOCKET_SUFFIX } from './reuse/runtime-dir.js';
 
 /** The argument a master starts its warm process with (with WARM_SOCKET_ENV and fd 3, a pipe from the master). */
 export const WARM_ARG = '__tether-warm-process';
@@ -64,14 +65,38 @@ export function runtimeIdentity(bundle: string, main: string, env: NodeJS.Proces
   return JSON.stringify([process.execPath, process.version, process.execArgv, bundle, main, variables]);
 }
 
-function ownsPrivate(path: string, kind: 'directory' | 'socket'): boolean {
-  const stat = lstatSync(path);
-  if (kind === 'directory' ? !stat.isDirectory() : !stat.isSocket()) return false;
-  return stat.uid === process.getuid?.() && (stat.mode & 0o077) === 0;
-}
+/** Newline-delimited JSON objects a peer sends on the link, after the request: at most this long each. */
+const MAX_LINE_BYTES = 4096;
 
-function reuseRefused(env: NodeJS.ProcessEnv): boolean {
-  return /^(no|0|false|off)$/.test(env.TETHER_REUSE?.trim().toLowerCase() ?? '');
+/**
+ * The JSON objects of `link`'s lines, each to `onMessage` until it answers true (a line that is not one is
+ * skipped); more than MAX_LINE_BYTES without a newline are dropped and reported to `onOverflow`.
+ */
+function readMessages(
+  link: Socket,
+  onMessage: (message: Record<string, unknown>) => boolean,
+  onOverflow: () => void,
+): void {
+  let received = '';
+  link.setEncoding('utf8');
+  link.on('data', (chunk: string) => {
+    received += chunk;
+    if (received.length > MAX_LINE_BYTES) {
+      received = '';
+      return onOverflow();
+    }
+    for (let newline = received.indexOf('\n'); newline !== -1; newline = received.indexOf('\n')) {
+      const line = received.slice(0, newline);
+      received = received.slice(newline + 1);
+      let message: unknown;
+      try {
+        message = JSON.parse(line);
+      } catch {
+        continue; // not ours to act on
+      }
+      if (typeof message === 'object' && message !== null && onMessage(message as Record<string, unknown>)) return;
+    }
+  });
 }
 
 // The command's side -----------------------------------------------------------------------------------
@@ -81,8 +106,14 @@ function reuseRefused(env: NodeJS.ProcessEnv): boolean {
  * null when the command is to run in this process (no warm process, one of another build, a terminal on
  * fds 0-2, `TETHER_REUSE=no`, a `master` command, no native addon).
  */
-export async function runWarm(args: string[], native: NativePipe | null, runtime: string): Promise<number | null> {
-  if (native === null || args[0] === 'master' || args[0] === WARM_ARG || reuseRefused(process.env)) return null;
+export async function runWarm(
+  args: string[],
+  native: NativePipe | null,
+  runtime: () => string,
+): Promise<number | null> {
+  if (native === null || args[0] === 'master' || args[0] === WARM_ARG || reuseSetting(process.env) === 'no') {
+    return null;
+  }
   for (const fd of [0, 1, 2]) {
     try {
       fstatSync(fd);
@@ -94,7 +125,7 @@ export async function runWarm(args: string[], native: NativePipe | null, runtime
   const dir = runtimeDir(process.env);
   let names: string[];
   try {
-    if (!ownsPrivate(dir, 'directory')) return null;
+    if (ownershipProblem(dir, 'directory') !== null) return null;
     names = readdirSync(dir).filter((name) => name.endsWith(WARM_SOCKET_SUFFIX));
   } catch {
     return null;
@@ -109,14 +140,14 @@ export async function runWarm(args: string[], native: NativePipe | null, runtime
     ),
     cwd: process.cwd(),
     umask: process.umask(),
-    runtime,
+    runtime: runtime(),
   };
-  const frame = encodeRequest(request);
+  const frame = encodeFrame(request);
   for (const name of names) {
     const path = join(dir, name);
     let socket: number;
     try {
-      if (!ownsPrivate(path, 'socket')) continue;
+      if (ownershipProblem(path, 'socket') !== null) continue;
       socket = native.connectUnix(path);
     } catch {
       continue; // gone, or nobody listening (its master died): the next, or this process
@@ -131,14 +162,6 @@ export async function runWarm(args: string[], native: NativePipe | null, runtime
     closeSync(socket);
   }
   return null;
-}
-
-function encodeRequest(request: WarmRequest): Buffer {
-  const json = Buffer.from(JSON.stringify(request), 'utf8');
-  const frame = Buffer.allocUnsafe(4 + json.length);
-  frame.writeUInt32BE(json.length, 0);
-  json.copy(frame, 4);
-  return frame;
 }
 
 function writeAll(fd: number, data: Buffer): void {
@@ -178,7 +201,6 @@ function offer(native: NativePipe, socket: number, frame: Buffer): number | null
 function follow(socket: number, pid: number): Promise<number> {
   return new Promise((resolve) => {
     const link = new Socket({ fd: socket, readable: true, writable: true });
-    let received = '';
     let lastSignal: ForwardedSignal | null = null;
     let ended = false;
     const handlers = FORWARDED_SIGNALS.map((signal) => {
@@ -205,21 +227,15 @@ function follow(socket: number, pid: number): Promise<number> {
       );
       resolve(255);
     };
-    link.setEncoding('utf8');
-    link.on('data', (chunk: string) => {
-      received += chunk;
-      if (received.length > 4096) return end(null);
-      for (let newline = received.indexOf('\n'); newline !== -1; newline = received.indexOf('\n')) {
-        const line = received.slice(0, newline);
-        received = received.slice(newline + 1);
-        try {
-          const message = JSON.parse(line) as { exit?: unknown };
-          if (typeof message.exit === 'number' && Number.isInteger(message.exit)) return end(message.exit & 0xff);
-        } catch {
-          // not ours to act on
-        }
-      }
-    });
+    readMessages(
+      link,
+      ({ exit }) => {
+        if (typeof exit !== 'number' || !Number.isInteger(exit)) return false;
+        end(exit & 0xff);
+        return true;
+      },
+      () => end(null),
+    );
     link.on('error', () => undefined);
     link.on('close', () => end(null));
   });
@@ -394,22 +410,14 @@ function becomeCommand(native: NativePipe, socket: number, { request, fds }: Off
     }
   });
   const link = new Socket({ fd: socket, readable: true, writable: false });
-  let received = '';
-  link.setEncoding('utf8');
-  link.on('data', (chunk: string) => {
-    received += chunk;
-    if (received.length > 4096) received = '';
-    for (let newline = received.indexOf('\n'); newline !== -1; newline = received.indexOf('\n')) {
-      const line = received.slice(0, newline);
-      received = received.slice(newline + 1);
-      try {
-        const { signal } = JSON.parse(line) as { signal?: unknown };
-        if (FORWARDED_SIGNALS.includes(signal as ForwardedSignal)) process.kill(process.pid, signal as ForwardedSignal);
-      } catch {
-        // not a signal
-      }
-    }
-  });
+  readMessages(
+    link,
+    ({ signal }) => {
+      if (FORWARDED_SIGNALS.includes(signal as ForwardedSignal)) process.kill(process.pid, signal as ForwardedSignal);
+      return false;
+    },
+    () => undefined,
+  );
   // The command's process went away without waiting for the end (killed): as its terminal hanging up.
   link.on('end', () => process.kill(process.pid, 'SIGHUP'));
   link.on('error', () => undefined);

@@ -30,9 +30,9 @@ import {
   parseReply,
   readControlFrame,
 } from './protocol.js';
+import { REUSE_ENV, type ReuseMode, reuseSetting } from './runtime-dir.js';
 
-export const REUSE_ENV = 'TETHER_REUSE';
-export type ReuseMode = 'no' | 'use' | 'auto';
+export { REUSE_ENV, type ReuseMode } from './runtime-dir.js';
 /** Idle timeout of a master started without `--persist` (ssh's ControlPersist 10m). */
 export const DEFAULT_PERSIST_SECONDS = 600;
 export const DEFAULT_POOL = 2;
@@ -47,9 +47,9 @@ export type RendezvousConnector = (options: RendezvousConnectOptions, env: NodeJ
 
 /** `TETHER_REUSE`: `no`, `use` (default: a running master if there is one), `auto` (start one if none). */
 export function reuseMode(env: NodeJS.ProcessEnv): ReuseMode {
-  const value = env[REUSE_ENV]?.trim().toLowerCase() || 'use';
-  if (value === 'no' || value === 'use' || value === 'auto') return value;
-  if (value === '0' || value === 'false' || value === 'off') return 'no';
+  const mode = reuseSetting(env);
+  if (mode !== null) return mode;
+  const value = env[REUSE_ENV]?.trim().toLowerCase();
   throw new TetherError('invalid_argument', `${REUSE_ENV} must be no, use or auto (got ${JSON.stringify(value)})`);
 }
 

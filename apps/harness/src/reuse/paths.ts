@@ -1,10 +1,8 @@
-import { lstatSync, mkdirSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { sha256 } from '@noble/hashes/sha2.js';
 import { TetherError } from '@tether/client';
-import { runtimeDir, WARM_SOCKET_SUFFIX } from './runtime-dir.js';
-
-export { runtimeDir } from './runtime-dir.js';
+import { ownershipProblem, runtimeDir, WARM_SOCKET_SUFFIX } from './runtime-dir.js';
 
 /** What a master connects to; its socket is named after this (the API key only as a hash). */
 export interface MasterKey {
@@ -15,10 +13,6 @@ export interface MasterKey {
 
 /** Unix socket paths are at most 107 bytes on Linux (sun_path): longer runtime dirs are refused. */
 const MAX_SOCKET_PATH_BYTES = 107;
-
-function uid(): number {
-  return process.getuid?.() ?? -1;
-}
 
 /**
  * SHA-256 of UTF-8 text, in hex. @noble/hashes rather than node:crypto: a command served by a master needs no
@@ -64,16 +58,6 @@ export function masterPaths(key: MasterKey, env: NodeJS.ProcessEnv): MasterPaths
     );
   }
   return { dir, socket, log: join(dir, `${name}.log`), warm };
-}
-
-/** Why `path` (lstat'ed) is not this user's private entry, or null when it is. */
-function ownershipProblem(path: string, kind: 'directory' | 'socket'): string | null {
-  const stat = lstatSync(path);
-  const isKind = kind === 'directory' ? stat.isDirectory() : stat.isSocket();
-  if (!isKind) return `${path} is not a ${kind}`;
-  if (stat.uid !== uid()) return `${path} belongs to uid ${stat.uid}, not to this user (${uid()})`;
-  if ((stat.mode & 0o077) !== 0) return `${path} is open to other users (mode ${(stat.mode & 0o777).toString(8)})`;
-  return null;
 }
 
 /** Absent → false; this user's private `kind` → true; else a TetherError naming the problem. */
