@@ -652,23 +652,29 @@ static napi_value receive_fd(napi_env env, napi_callback_info info) {
   return int_result(env, received);
 }
 
+/* SO_PEERCRED of the AF_UNIX socket argument: its peer's pid, or its uid; -errno, -ENOSYS off Linux. */
+static napi_value peer_credential(napi_env env, napi_callback_info info, const char *usage, int uid) {
+  int32_t sock;
+  if (!int_argument(env, info, usage, &sock)) return NULL;
+#ifdef SO_PEERCRED
+  struct ucred cred;
+  socklen_t length = sizeof cred;
+  if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &length) != 0) return int_result(env, -errno);
+  if (length != sizeof cred || cred.pid <= 0) return int_result(env, -ENODATA);
+  return int_result(env, uid ? (int32_t)cred.uid : cred.pid);
+#else
+  (void)uid;
+  return int_result(env, -ENOSYS);
+#endif
+}
+
 /*
  * Who is at the other end of a socket pair (SO_PEERCRED): a sandbox's helper makes a pair and sends one end,
  * so that its parent learns the helper's pid as its own PID namespace numbers it (the helper, in a namespace of
  * its own, cannot say it).
  */
 static napi_value peer_pid(napi_env env, napi_callback_info info) {
-  int32_t sock;
-  if (!int_argument(env, info, "peerPid(socket) takes one fd, a non-negative integer", &sock)) return NULL;
-#ifdef SO_PEERCRED
-  struct ucred cred;
-  socklen_t length = sizeof cred;
-  if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &length) != 0) return int_result(env, -errno);
-  if (length != sizeof cred || cred.pid <= 0) return int_result(env, -ENODATA);
-  return int_result(env, cred.pid);
-#else
-  return int_result(env, -ENOSYS);
-#endif
+  return peer_credential(env, info, "peerPid(socket) takes one fd, a non-negative integer", 0);
 }
 
 /*
@@ -710,19 +716,38 @@ static int unix_socket(int nonblocking) {
 #endif
 }
 
-/* A listening unix socket at a path (the caller removes a stale one first and sets its mode after). */
-static napi_value listen_unix(napi_env env, napi_callback_info info) {
+/*
+ * A unix socket at the path argument: bound and listening on it (the caller removes a stale socket first and
+ * sets its mode after), or connected to it without waiting for room in its backlog (-EAGAIN), then blocking.
+ */
+static napi_value unix_endpoint(napi_env env, napi_callback_info info, const char *usage, int listening) {
   struct sockaddr_un address;
-  if (!unix_address(env, info, "listenUnix(path) takes a path string shorter than sun_path, without NUL", &address))
-    return NULL;
-  int fd = unix_socket(0);
+  if (!unix_address(env, info, usage, &address)) return NULL;
+  int fd = unix_socket(!listening);
   if (fd < 0) return int_result(env, -errno);
-  if (bind(fd, (struct sockaddr *)&address, sizeof address) != 0 || listen(fd, 16) != 0) {
+  int failed;
+  if (listening) {
+    failed = bind(fd, (struct sockaddr *)&address, sizeof address) != 0 || listen(fd, 16) != 0;
+  } else {
+    int made;
+    do made = connect(fd, (struct sockaddr *)&address, sizeof address);
+    while (made != 0 && errno == EINTR);
+    failed = made != 0 || fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0;
+  }
+  if (failed) {
     int saved = errno;
     close(fd);
     return int_result(env, -saved);
   }
   return int_result(env, fd);
+}
+
+static napi_value listen_unix(napi_env env, napi_callback_info info) {
+  return unix_endpoint(env, info, "listenUnix(path) takes a path string shorter than sun_path, without NUL", 1);
+}
+
+static napi_value connect_unix(napi_env env, napi_callback_info info) {
+  return unix_endpoint(env, info, "connectUnix(path) takes a path string shorter than sun_path, without NUL", 0);
 }
 
 /*
@@ -756,24 +781,6 @@ static napi_value accept_unix(napi_env env, napi_callback_info info) {
   }
 }
 
-/* Connects without waiting (a full backlog is -EAGAIN, not a hang), then makes the socket blocking. */
-static napi_value connect_unix(napi_env env, napi_callback_info info) {
-  struct sockaddr_un address;
-  if (!unix_address(env, info, "connectUnix(path) takes a path string shorter than sun_path, without NUL", &address))
-    return NULL;
-  int fd = unix_socket(1);
-  if (fd < 0) return int_result(env, -errno);
-  int made;
-  do made = connect(fd, (struct sockaddr *)&address, sizeof address);
-  while (made != 0 && errno == EINTR);
-  if (made != 0 || fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
-    int saved = errno;
-    close(fd);
-    return int_result(env, -saved);
-  }
-  return int_result(env, fd);
-}
-
 static napi_value wait_readable(napi_env env, napi_callback_info info) {
   int32_t fd, ms;
   if (!two_int_arguments(env, info, "waitReadable(fd, ms) takes an fd and milliseconds, non-negative integers", &fd,
@@ -788,18 +795,9 @@ static napi_value wait_readable(napi_env env, napi_callback_info info) {
   return int_result(env, ready);
 }
 
+/* Whose process is at the other end of a unix socket: a warm harness process serves its own user only. */
 static napi_value peer_uid(napi_env env, napi_callback_info info) {
-  int32_t sock;
-  if (!int_argument(env, info, "peerUid(socket) takes one fd, a non-negative integer", &sock)) return NULL;
-#ifdef SO_PEERCRED
-  struct ucred cred;
-  socklen_t length = sizeof cred;
-  if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &length) != 0) return int_result(env, -errno);
-  if (length != sizeof cred || cred.pid <= 0) return int_result(env, -ENODATA);
-  return int_result(env, (int32_t)cred.uid);
-#else
-  return int_result(env, -ENOSYS);
-#endif
+  return peer_credential(env, info, "peerUid(socket) takes one fd, a non-negative integer", 1);
 }
 
 static napi_value dup_to(napi_env env, napi_callback_info info) {
