@@ -190,6 +190,23 @@ describe('harness connection master (reuse) through registry, relay and executor
       return pid as unknown as number;
     }
 
+    /** `harness exec -- sh -c SCRIPT`, its own process sent `signal` once the script printed `ready`. */
+    async function signalOnceReady(script: string, signal: NodeJS.Signals): Promise<Run> {
+      let client: ReturnType<typeof spawn> | null = null;
+      let seen = '';
+      const run = harness(['exec', '--', 'sh', '-c', script], env, undefined, {
+        onSpawn: (child) => {
+          client = child;
+          child.stdout?.on('data', (d: Buffer) => {
+            seen += d;
+          });
+        },
+      });
+      await waitFor('the remote command to start', () => seen.includes('ready'));
+      (client as unknown as ReturnType<typeof spawn>).kill(signal);
+      return run;
+    }
+
     it("runs a command with no terminal in the master's warm process: bytes, stdin, exit status, cwd and umask", {
       timeout: 120_000,
     }, async () => {
@@ -260,24 +277,10 @@ describe('harness connection master (reuse) through registry, relay and executor
       await waitFor('the first warm process to end', () => !isAlive(first));
 
       const second = await nextWarm(first);
-      let client: ReturnType<typeof spawn> | null = null;
-      let seen = '';
-      const interrupted = harness(
-        ['exec', '--', 'sh', '-c', 'trap "echo interrupted; exit 5" INT; echo ready; while :; do sleep 0.1; done'],
-        env,
-        undefined,
-        {
-          onSpawn: (child) => {
-            client = child;
-            child.stdout?.on('data', (d: Buffer) => {
-              seen += d;
-            });
-          },
-        },
+      const run = await signalOnceReady(
+        'trap "echo interrupted; exit 5" INT; echo ready; while :; do sleep 0.1; done',
+        'SIGINT',
       );
-      await waitFor('the remote command to start', () => seen.includes('ready'));
-      (client as unknown as ReturnType<typeof spawn>).kill('SIGINT');
-      const run = await interrupted;
       expect([run.code, run.stdout.toString()]).toEqual([5, 'ready\ninterrupted\n']);
       await waitFor('the second warm process to end', () => !isAlive(second));
     });
@@ -287,19 +290,7 @@ describe('harness connection master (reuse) through registry, relay and executor
     }, async () => {
       await startMaster();
       const first = await nextWarm();
-      let seen = '';
-      let client: ReturnType<typeof spawn> | null = null;
-      const running = harness(['exec', '--', 'sh', '-c', 'echo ready; sleep 30'], env, undefined, {
-        onSpawn: (child) => {
-          client = child;
-          child.stdout?.on('data', (d: Buffer) => {
-            seen += d;
-          });
-        },
-      });
-      await waitFor('the remote command to start', () => seen.includes('ready'));
-      (client as unknown as ReturnType<typeof spawn>).kill('SIGKILL');
-      await running;
+      await signalOnceReady('echo ready; sleep 30', 'SIGKILL');
       await waitFor('the warm process running it to end', () => !isAlive(first));
       await nextWarm(first);
     });

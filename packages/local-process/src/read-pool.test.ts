@@ -12,16 +12,21 @@ const PATTERN_SCRIPT =
   'let w = 0; (function next() { while (w * 4 < total) { for (let i = 0; i < block.length; i += 4) block.writeUInt32BE(w++, i);' +
   'if (!process.stdout.write(block)) return process.stdout.once("drain", next); } })();';
 
-/** Process `p` of `table`, printing `total` bytes of the pattern. */
-function startPattern(table: ProcessTable, total: number) {
+/** Process `processId` of `table`: Node running `script` with `args`, its output on pipes. */
+function startScript(table: ProcessTable, processId: string, script: string, ...args: string[]) {
   return table.start({
-    processId: 'p',
-    argv: [process.execPath, '-e', PATTERN_SCRIPT, String(total)],
+    processId,
+    argv: [process.execPath, '-e', script, ...args],
     cwd: process.cwd(),
     env: {},
     tty: false,
     pipeStdin: false,
   });
+}
+
+/** Process `p` of `table`, printing `total` bytes of the pattern. */
+function startPattern(table: ProcessTable, total: number) {
+  return startScript(table, 'p', PATTERN_SCRIPT, String(total));
 }
 
 function expectedPattern(total: number): Buffer {
@@ -118,14 +123,7 @@ describe('ProcessTable with recycled read buffers', () => {
       },
     });
     tables.push(table);
-    await table.start({
-      processId: 'slow',
-      argv: [process.execPath, '-e', script],
-      cwd: process.cwd(),
-      env: {},
-      tty: false,
-      pipeStdin: false,
-    });
+    await startScript(table, 'slow', script);
     await waitFor(() => closed, 'the process to close');
     const read = await table.read('slow', { afterSeq: 0 });
     const retained = Buffer.concat(read.chunks.map((c) => c.chunk));
