@@ -18,9 +18,12 @@ import {
   rmSync,
   statSync,
   writeFileSync,
+  writeSync,
 } from 'node:fs';
+import { Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { loadNativePipe, nativePipeUnavailableReason } from '@tether/native-pipe';
 import { generateIdentity, publicKeyToJson } from '@tether/noise';
 import { isAlive, repoRoot, type Stack, startStack } from '@tether/test-kit';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -293,6 +296,40 @@ describe('harness connection master (reuse) through registry, relay and executor
       await signalOnceReady('echo ready; sleep 30', 'SIGKILL');
       await waitFor('the warm process running it to end', () => !isAlive(first));
       await nextWarm(first);
+    });
+
+    it('refuses an offer without descriptors, one too long or one that never comes, and serves the next command', {
+      timeout: 120_000,
+    }, async () => {
+      await startMaster();
+      const warm = await nextWarm();
+      const native = loadNativePipe();
+      expect(native, nativePipeUnavailableReason() ?? '').not.toBeNull();
+      const path = join(tetherDir(), readdirSync(tetherDir()).find((name) => name.endsWith('.warm.sock')) as string);
+      /** An offer on a fresh connection; resolves once the warm process has closed it. */
+      const refused = async (send: (fd: number) => void) => {
+        const fd = (native as NonNullable<typeof native>).connectUnix(path);
+        send(fd);
+        const socket = new Socket({ fd, readable: true, writable: false });
+        socket.on('error', () => undefined); // a reset: it closed with our bytes unread
+        socket.resume();
+        await new Promise((resolve) => socket.once('close', resolve));
+      };
+      const handOver = (fd: number) => {
+        for (const own of [0, 1, 2]) (native as NonNullable<typeof native>).sendFd(fd, own);
+      };
+      const tooLong = Buffer.alloc(4);
+      tooLong.writeUInt32BE(4 * 1024 * 1024 + 1);
+      await refused((fd) => writeSync(fd, 'no descriptors\n'));
+      await refused((fd) => {
+        handOver(fd);
+        writeSync(fd, tooLong);
+      });
+      await refused(handOver); // then nothing: the warm process gives up after its wait
+      expect(await warmPid()).toBe(warm);
+      const run = await harness(['exec', '--', 'echo', 'still serving'], env);
+      expect([run.code, run.stdout.toString()]).toEqual([0, 'still serving\n']);
+      await waitFor('the warm process to end with its command', () => !isAlive(warm));
     });
 
     it('is not used by another Node setup, TETHER_REUSE=no or a master started with --no-warm', {
