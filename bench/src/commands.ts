@@ -130,3 +130,59 @@ export function writeResults(name: string, data: unknown): string {
   writeFileSync(file, `${JSON.stringify(data, null, 2)}\n`);
   return file;
 }
+
+/** A harness connection master for a bench's tether side (`startHarnessMaster`). */
+export interface HarnessMaster {
+  /** The master's pid. */
+  readonly pid: number;
+  /**
+   * Waits (outside any timed run) until the master's warm process has its command's channel set up, and
+   * answers its pid. A command takes the warm process waiting, and the next one starts once that command is
+   * done: its load and set-up (registry, relay, handshake) would otherwise run during the next timed command,
+   * of either side, as they would not for a person at a prompt.
+   */
+  settle(): Promise<number>;
+  stop(): Promise<void>;
+}
+
+function runHarness(args: string[], env: NodeJS.ProcessEnv): Promise<{ code: number | null; out: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [harnessMain(), ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => {
+      out += d;
+    });
+    child.stderr.on('data', (d: Buffer) => {
+      out += d;
+    });
+    child.once('error', reject);
+    child.once('close', (code) => resolve({ code, out }));
+  });
+}
+
+/**
+ * `harness master start --persist 0` for `env`'s environment, the counterpart of the ssh side's ControlMaster
+ * (started beforehand and kept, `ControlPersist`).
+ */
+export async function startHarnessMaster(env: NodeJS.ProcessEnv): Promise<HarnessMaster> {
+  const started = await runHarness(['master', 'start', '--persist', '0'], env);
+  if (started.code !== 0) throw new Error(`harness master start failed: ${started.out}`);
+  const status = async () => (await runHarness(['master', 'status'], env)).out;
+  const pid = Number(/master pid (\d+)/.exec(await status())?.[1]);
+  if (!Number.isInteger(pid)) throw new Error('harness master status named no pid');
+  return {
+    pid,
+    settle: async () => {
+      const until = Date.now() + 30_000;
+      for (;;) {
+        const warm = /warm process pid (\d+) \(channel ready\)/.exec(await status());
+        if (warm) return Number(warm[1]);
+        if (Date.now() > until) throw new Error('the harness master has no warm process with a channel ready');
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+    },
+    stop: async () => {
+      await runHarness(['master', 'stop'], env);
+    },
+  };
+}

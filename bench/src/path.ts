@@ -3,6 +3,7 @@ import {
   closeSync,
   createReadStream,
   existsSync,
+  mkdirSync,
   mkdtempSync,
   openSync,
   readFileSync,
@@ -15,8 +16,17 @@ import {
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { descendantPids, peakRssMib, rssMib, runToEnd, startStack } from '@tether/test-kit';
-import { harnessBinDir, harnessEnv, median, type ShellRun, shell, writeResults } from './commands.js';
+import { descendantPids, isAlive, peakRssMib, rssMib, runToEnd, startStack } from '@tether/test-kit';
+import {
+  type HarnessMaster,
+  harnessBinDir,
+  harnessEnv,
+  median,
+  type ShellRun,
+  shell,
+  startHarnessMaster,
+  writeResults,
+} from './commands.js';
 import type { LoadPlan, LoadResult } from './path-load.js';
 import { type SshMaster, startSshd, startSshMaster } from './sshd.js';
 
@@ -120,6 +130,15 @@ function procTimes(pid: number | 'self'): Times {
     return { self: ((f[11] ?? 0) + (f[12] ?? 0)) / CLOCK_TICK, children: ((f[13] ?? 0) + (f[14] ?? 0)) / CLOCK_TICK };
   } catch {
     return { self: 0, children: 0 };
+  }
+}
+
+/** Polls `check` every 10 ms until it holds (throws after 10 s, naming `what`). */
+async function waitUntil(what: string, check: () => boolean): Promise<void> {
+  const until = Date.now() + 10_000;
+  while (!check()) {
+    if (Date.now() > until) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 10));
   }
 }
 
@@ -251,6 +270,7 @@ const shown = (command: string) => command.replaceAll(`${dir}/`, '/tmp/');
 const stack = await startStack();
 const sshd = ONLY_LOAD ? null : await startSshd(dir);
 let master: SshMaster | null = null;
+let harnessMaster: HarnessMaster | null = null;
 const fmt = (n: number) => (n >= 100 ? n.toFixed(0) : n >= 10 ? n.toFixed(1) : n.toFixed(2));
 const out: string[] = [];
 const print = (text: string) => {
@@ -259,9 +279,12 @@ const print = (text: string) => {
 };
 try {
   const executor = await stack.startExecutor('tether', ENVIRONMENT);
+  const runtime = join(dir, 'run');
+  mkdirSync(runtime, { mode: 0o700 });
   const env = {
     ...harnessEnv(stack, ENVIRONMENT),
     PATH: `${harnessBinDir(dir)}:${process.env.PATH ?? '/usr/bin:/bin'}`,
+    XDG_RUNTIME_DIR: runtime,
   };
   // The stack's relay and registry: our children running those bins.
   const stackPid = (app: string) =>
@@ -269,6 +292,9 @@ try {
   const relayPid = stackPid('relay');
   const registryPid = stackPid('registry');
   master = sshd ? await startSshMaster(sshd, dir, SSH_CIPHERS) : null;
+  // Each side with its connection master, started beforehand and kept: ssh's ControlMaster, the harness's.
+  harnessMaster = ONLY_LOAD ? null : await startHarnessMaster(env);
+  await harnessMaster?.settle();
 
   const results: Record<string, unknown> = {
     repeats: REPEATS,
@@ -297,6 +323,7 @@ try {
           ? `harness exec -- head -c ${BYTES} /dev/zero | wc -c`
           : `ssh bench head -c ${BYTES} /dev/zero | wc -c`;
       const run = await shell(sshCommand(master, command), env, { timeoutMs: COMMAND_TIMEOUT_MS });
+      if (side === 'tether') await harnessMaster?.settle();
       const count = Number(run.stdout.trim());
       return count === BYTES
         ? runProblem(run)
@@ -312,6 +339,7 @@ try {
     const sides: Side[] = master ? ['tether', 'ssh'] : ['tether'];
     const once = async (row: Row, side: Side) => {
       const run = await shell(sshCommand(master, row.command[side]), env, { timeoutMs: COMMAND_TIMEOUT_MS });
+      if (side === 'tether') await harnessMaster?.settle();
       const problem = await row.check(side, run);
       if (problem) problemsOf(row).push(`${side}: ${problem}`);
       return run.seconds;
@@ -330,6 +358,11 @@ try {
     for (const row of all) {
       profiles[row.name] = { tether: {}, ssh: {} };
       for (const side of sides) {
+        // The harness's command runs in its master's warm process (a child of the master): its CPU is the
+        // master's reaped children's once it ended, less what it spent before (loading, setting up its channel).
+        const warmPid = side === 'tether' ? await harnessMaster!.settle() : -1;
+        const harnessBefore = side === 'tether' ? procTimes(harnessMaster!.pid) : { self: 0, children: 0 };
+        const warmBefore = side === 'tether' ? procTimes(warmPid).self : 0;
         const longLived =
           side === 'tether'
             ? { relay: [relayPid], registry: [registryPid], server: [executor.pid] }
@@ -349,7 +382,13 @@ try {
         });
         const byName = sampler.stop();
         const tree = procTimes('self').children - before.tree;
-        const client = byName.get(side === 'tether' ? 'node' : 'ssh') ?? 0;
+        let client = byName.get(side === 'tether' ? 'node' : 'ssh') ?? 0;
+        if (side === 'tether') {
+          await waitUntil('the warm process to be reaped by its master', () => !isAlive(warmPid));
+          const harnessAfter = procTimes(harnessMaster!.pid);
+          client +=
+            harnessAfter.self - harnessBefore.self + (harnessAfter.children - harnessBefore.children - warmBefore);
+        }
         const profile = {
           client,
           relay: sum(longLived.relay, 'self') - before.relay,
@@ -475,7 +514,7 @@ try {
       `\nFull path, ${MIB} MiB, median of ${REPEATS} (whole commands under sh -c, tether/ssh alternating; ${cpus().length} cores, 1-min load average ${loadAverage.start.toFixed(1)} at the start and ${loadAverage.end.toFixed(1)} at the end; every run's bytes checked)`,
     );
     print(
-      `tether: harness CLI → registry + relay → executor --registry, ${TETHER_SUITE}; ssh: OpenSSH over one ControlMaster connection, negotiated cipher ${master?.cipher ?? 'n/a'}${SSH_CIPHERS ? ' (set by BENCH_PATH_SSH_CIPHERS)' : " (ssh's default)"}\n`,
+      `tether: harness CLI through \`harness master\` (its warm process, with a channel of its own) → registry + relay → executor --registry, ${TETHER_SUITE}; ssh: OpenSSH over one ControlMaster connection, negotiated cipher ${master?.cipher ?? 'n/a'}${SSH_CIPHERS ? ' (set by BENCH_PATH_SSH_CIPHERS)' : " (ssh's default)"}\n`,
     );
     print('| row | ssh (MB/s) | harness (MB/s) | harness/ssh | target | met |');
     print('|---|---:|---:|---:|---|---|');
@@ -521,6 +560,7 @@ try {
   results.table = table;
   writeResults('path-latest.json', { ...results, printed: out.join('\n') });
 } finally {
+  await harnessMaster?.stop();
   await master?.close();
   await sshd?.close();
   await stack.close();

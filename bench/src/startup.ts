@@ -15,7 +15,7 @@ import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { Environment, fetchBundle, generateIdentity, rendezvousDialer } from '@tether/client';
 import { startStack } from '@tether/test-kit';
-import { harnessBinDir, harnessEnv, harnessMain, median, shell, writeResults } from './commands.js';
+import { harnessBinDir, harnessEnv, harnessMain, median, shell, startHarnessMaster, writeResults } from './commands.js';
 import { startSshd, startSshMaster } from './sshd.js';
 
 const REPEATS = Number(process.env.BENCH_STARTUP_REPEATS ?? 21);
@@ -47,11 +47,7 @@ try {
     sshCold: master ? `${master.command} -o ControlMaster=no -o ControlPath=none true` : null,
     sshReuse: master ? `${master.command} true` : null,
   };
-  const started = spawnSync(process.execPath, [harnessMain(), 'master', 'start', '--persist', '0'], {
-    env,
-    encoding: 'utf8',
-  });
-  if (started.status !== 0) throw new Error(`harness master start failed: ${started.stderr}`);
+  const harnessMaster = await startHarnessMaster(env);
 
   const times: Record<keyof typeof commands, number[]> = {
     harnessCold: [],
@@ -65,6 +61,7 @@ try {
     const run = await shell(command, env, { timeoutMs: 60_000 });
     if (run.code !== 0) throw new Error(`${command} exited ${run.code}: ${run.stderr}`);
     times[name].push(run.seconds);
+    if (name === 'harnessReuse') await harnessMaster.settle();
   };
   const load = { start: loadavg()[0] as number, end: Number.NaN };
   // One warm-up of each (page cache, sshd's first fork), then alternate.

@@ -258,6 +258,32 @@ describe('harness connection master (reuse) through registry, relay and executor
       expect(isAlive(masterPid)).toBe(true);
     });
 
+    it('runs its command over a channel it set up while waiting, not through the master, which may stop meanwhile', {
+      timeout: 120_000,
+    }, async () => {
+      await startMaster();
+      const channelReady = async () =>
+        /\(channel ready\)/.test((await harness(['master', 'status'], env)).stdout.toString());
+      await waitFor('a warm process with its channel set up', channelReady);
+      const bytes = 3 * 1024 * 1024;
+      const out = await harness(['exec', '--', 'head', '-c', String(bytes), '/dev/urandom'], env);
+      expect([out.code, out.stdout.length, out.stderr]).toEqual([0, bytes, '']);
+      // The next warm process sets up a channel of its own too; a command running over it does not need the master.
+      await waitFor('the next warm process with its channel set up', channelReady);
+      let seen = '';
+      const running = harness(['exec', '--', 'sh', '-c', 'echo started; sleep 2; echo survived'], env, undefined, {
+        onSpawn: (child) =>
+          child.stdout?.on('data', (d: Buffer) => {
+            seen += d;
+          }),
+      });
+      await waitFor('the command to start', () => seen.includes('started'));
+      expect((await harness(['master', 'stop'], env)).code).toBe(0);
+      const run = await running;
+      expect([run.code, run.stdout.toString(), run.stderr]).toEqual([0, 'started\nsurvived\n', '']);
+      expect(handouts()).toBe(0);
+    });
+
     it('exits 141 when its reader goes away, and passes SIGINT on to the remote process', {
       timeout: 120_000,
     }, async () => {
@@ -360,7 +386,8 @@ describe('harness connection master (reuse) through registry, relay and executor
     // The executor starts 16 handshakes at once per harness key, one more a second: the pool (8) and three
     // rounds of 8 commands, each round's channels set up again before the next, go well beyond that, so the
     // master's channels must not share one key (else its refills are refused and commands connect directly).
-    await startMaster(['--pool', '8']);
+    // No warm process: it would run one command of each round over a channel of its own.
+    await startMaster(['--pool', '8', '--no-warm']);
     const ready = async () => /8 channel\(s\) ready/.test((await harness(['master', 'status'], env)).stdout.toString());
     for (let round = 0; round < 3; round++) {
       await waitFor('the pool to be full', ready, 30_000);
@@ -406,7 +433,8 @@ describe('harness connection master (reuse) through registry, relay and executor
   });
 
   it('does not use a master whose directory or socket other users can reach', { timeout: 120_000 }, async () => {
-    const { socket } = await startMaster();
+    // Its warm process (which runs a command over a channel of its own) is checked the same way, below.
+    const { socket } = await startMaster(['--no-warm']);
     chmodSync(socket, 0o666);
     const open = await harness(['exec', '--', 'true'], env);
     expect(open.code).toBe(0);
@@ -422,7 +450,8 @@ describe('harness connection master (reuse) through registry, relay and executor
   });
 
   it('keeps a session going when its master stops mid-command (resumed directly)', { timeout: 120_000 }, async () => {
-    const { pid } = await startMaster();
+    // A channel of the master's: a warm process's command would have its own (tested above).
+    const { pid } = await startMaster(['--no-warm']);
     const running = harness(['exec', '--', 'sh', '-c', 'sleep 3; echo survived'], env);
     await waitFor('the command to take a channel', () => handouts() === 1);
     expect((await harness(['master', 'stop'], env)).code).toBe(0);

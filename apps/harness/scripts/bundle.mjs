@@ -49,7 +49,7 @@ const nativeFromStarter = {
 
 const cli = await build({
   stdin: {
-    contents: "export { run, stdinSource } from './cli.ts';",
+    contents: "export { holdChannel, run, stdinSource } from './cli.ts';",
     resolveDir: new URL('src', here).pathname,
     sourcefile: 'cli-entry.ts',
     loader: 'ts',

@@ -17,6 +17,7 @@ import { DEPRECATED_ENV, ENV } from './target.js';
 
 export { stdinSource } from './commands/stdin.js';
 export type { CliIo } from './common.js';
+export { holdChannel } from './reuse/ready-channel.js';
 
 export const VERSION = packageVersion(import.meta.url, '@tether/harness');
 

@@ -5,6 +5,8 @@ import { durationArg } from '@tether/telemetry/cli';
 import { type Command, InvalidArgumentError, Option } from 'commander';
 import type { Endpoint } from './copy.js';
 import { namingFs } from './fs-errors.js';
+import { connectRendezvous, type RendezvousConnector } from './reuse/client.js';
+import type { ReadyChannel } from './reuse/ready-channel.js';
 import { type ConnectFlags, type Location, openEnvironment, parseLocation } from './target.js';
 
 export interface CliIo {
@@ -12,6 +14,14 @@ export interface CliIo {
   stdout: Writable & { isTTY?: boolean; columns?: number; rows?: number };
   stderr: Writable & { isTTY?: boolean };
   env: NodeJS.ProcessEnv;
+  /** A warm process's channel set up ahead for this command (src/reuse/ready-channel.ts). */
+  readyChannel?: ReadyChannel;
+}
+
+/** How a command reaches a registry environment: a warm process's ready channel first, when it has one. */
+export function connectorOf(io: CliIo): RendezvousConnector {
+  const ready = io.readyChannel;
+  return ready ? (options, env) => connectRendezvous(options, env, ready) : connectRendezvous;
 }
 
 /**
@@ -268,7 +278,7 @@ export async function withEnvironment(
 ): Promise<number> {
   let env: Environment | null = null;
   try {
-    env = await openEnvironment(flags, io.env, environmentId);
+    env = await openEnvironment(flags, io.env, environmentId, connectorOf(io));
     return await action(env);
   } catch (err) {
     return report(io, err);

@@ -1,7 +1,15 @@
 #!/usr/bin/env node
 import { join } from 'node:path';
 import type * as Cli from './cli.js';
-import { runtimeIdentity, runWarm, serveWarm, WARM_ARG, WARM_COMMAND } from './warm.js';
+import {
+  acceptInWorker,
+  runtimeIdentity,
+  runWarm,
+  serveWarm,
+  WARM_ACCEPT_ARG,
+  WARM_ARG,
+  WARM_COMMAND,
+} from './warm.js';
 
 /** The CLI bundle's file name beside this file (scripts/bundle.mjs writes it in). */
 declare const __CLI_BUNDLE__: string;
@@ -26,25 +34,46 @@ const load = async (command: string) => {
 };
 
 let args = process.argv.slice(2);
-let cacheCommand = args[0] ?? '';
-let cli: Awaited<ReturnType<typeof load>>;
-if (args[0] === WARM_ARG && args.length === 1 && native !== null) {
-  // A master's warm process: the bundle loaded ahead, then a command's whole run (src/warm.ts).
-  ({ args, loaded: cli } = serveWarm(native, runtime, await load(WARM_COMMAND)));
-  cacheCommand = WARM_COMMAND;
+if (args[0] === WARM_ACCEPT_ARG && native !== null) {
+  // A warm process's accepting thread (src/warm.ts): nothing else runs here.
+  acceptInWorker(native);
 } else {
-  const status = await runWarm(args, native, () => runtime(process.env));
-  // A command a warm process ran left nothing for this process to write: it ends without Node's teardown.
-  if (status !== null) native?.exitNow(status);
-  cli = await load(cacheCommand);
+  await runCommand();
 }
-const code = await cli.exports.run(args, {
-  stdin: cli.exports.stdinSource(),
-  stdout: process.stdout,
-  stderr: process.stderr,
-  env: process.env,
-});
-// A run cut short by bad usage or an unreachable environment called little of what the command calls (and a
-// warm process's cache is the one of WARM_COMMAND).
-if (code !== 2 && code !== 255 && args[0] === cacheCommand) cli.save();
-process.exitCode = code;
+
+async function runCommand(): Promise<void> {
+  let cacheCommand = args[0] ?? '';
+  let cli: Awaited<ReturnType<typeof load>>;
+  let ready: ReturnType<typeof cli.exports.holdChannel> = null;
+  if (args[0] === WARM_ARG && args.length === 1 && native !== null) {
+    // A master's warm process: the bundle loaded and a channel set up ahead, then a command's whole run
+    // (src/warm.ts).
+    const loaded = await load(WARM_COMMAND);
+    ({
+      args,
+      loaded: cli,
+      ready,
+    } = await serveWarm(native, runtime, loaded, (spec, tell) =>
+      loaded.exports.holdChannel(spec, (line) => process.stderr.write(`${line}\n`), tell),
+    ));
+    cacheCommand = WARM_COMMAND;
+  } else {
+    const status = await runWarm(args, native, () => runtime(process.env));
+    // A command a warm process ran left nothing for this process to write: it ends without Node's teardown.
+    if (status !== null) native?.exitNow(status);
+    cli = await load(cacheCommand);
+  }
+  const code = await cli.exports.run(args, {
+    stdin: cli.exports.stdinSource(),
+    stdout: process.stdout,
+    stderr: process.stderr,
+    env: process.env,
+    ...(ready ? { readyChannel: ready } : {}),
+  });
+  // A command that connected nowhere (or elsewhere) leaves the channel unused: it must not hold the process.
+  ready?.close();
+  // A run cut short by bad usage or an unreachable environment called little of what the command calls (and a
+  // warm process's cache is the one of WARM_COMMAND).
+  if (code !== 2 && code !== 255 && args[0] === cacheCommand) cli.save();
+  process.exitCode = code;
+}

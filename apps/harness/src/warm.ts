@@ -243,18 +243,37 @@ function follow(socket: number, pid: number): Promise<number> {
 
 // The warm process's side ------------------------------------------------------------------------------
 
-export interface Taken<T> {
+export interface Taken<T, R> {
   /** The command's arguments; process.argv, env, cwd, umask and fds 0-2 are the command's already. */
   args: string[];
   loaded: T;
+  /** What `hold` made of the master's spec (the command's ready channel), null when it sent none. */
+  ready: R | null;
 }
 
+/** What the accepting thread and the warm process's main thread say to each other in `state[0]`. */
+const ACCEPT_WAITING = 0;
+const ACCEPT_NEXT = 1;
+const ACCEPT_DONE = 2;
+/** The argument the accepting thread runs main.js with (`acceptInWorker`). */
+export const WARM_ACCEPT_ARG = '__tether-warm-accept';
+/** The master's spec line on fd 3: a few KiB (the executor key's ML-KEM half is 1.6 KiB in base64). */
+const MAX_SPEC_BYTES = 64 * 1024;
+
 /**
- * Runs as a master's warm process (`WARM_ARG`), with the bundle loaded (`loaded`): listens on WARM_SOCKET_ENV's
- * path, then waits (blocking: it has nothing else to do) until a command of this user and this code
- * hands itself over, and becomes that command's process. Exits when its master is gone (fd 3 hung up).
+ * Runs as a master's warm process (`WARM_ARG`), with the bundle loaded (`loaded`): reads its master's spec from
+ * fd 3 and gives it to `hold` (which sets up the command's channel ahead, in this thread's event loop), listens
+ * on WARM_SOCKET_ENV's path, and waits until a command of this user and this code hands itself over; then it
+ * becomes that command's process. A thread of its own blocks in accept (`acceptInWorker`) so that the event
+ * loop here keeps the held channel alive (the relay pings it). Exits when its master is gone (fd 3 hung up).
  */
-export function serveWarm<T>(native: NativePipe, runtime: (env: NodeJS.ProcessEnv) => string, loaded: T): Taken<T> {
+export async function serveWarm<T, R extends { close(): void }>(
+  native: NativePipe,
+  runtime: (env: NodeJS.ProcessEnv) => string,
+  loaded: T,
+  /** Sets up the command's channel from the master's spec, and says when it is ready (or lost) with `tell`. */
+  hold: (spec: unknown, tell: (ready: boolean) => void) => R | null,
+): Promise<Taken<T, R>> {
   const path = process.env[WARM_SOCKET_ENV];
   delete process.env[WARM_SOCKET_ENV];
   let masterPipe = false;
@@ -269,6 +288,7 @@ export function serveWarm<T>(native: NativePipe, runtime: (env: NodeJS.ProcessEn
     process.exit(2);
   }
   const own = runtime(process.env);
+  const spec = readSpec(native);
   try {
     if (lstatSync(path).isSocket()) unlinkSync(path); // an earlier warm process's, killed before it removed it
   } catch {
@@ -277,30 +297,112 @@ export function serveWarm<T>(native: NativePipe, runtime: (env: NodeJS.ProcessEn
   const listener = native.listenUnix(path);
   chmodSync(path, 0o600);
   warmUp();
+  let ready: R | null = null;
+  try {
+    const tell = (channelReady: boolean) => {
+      try {
+        writeSync(MASTER_FD, channelReady ? 'ready\n' : 'unready\n');
+      } catch {
+        // the master is gone: so will this process be
+      }
+    };
+    ready = spec === null ? null : hold(spec, tell);
+  } catch (err) {
+    process.stderr.write(`harness: warm process: no channel of its own: ${(err as Error).message}\n`);
+  }
+  const gone = () => {
+    // The master is gone: so is this process, and its socket.
+    try {
+      unlinkSync(path);
+    } catch {
+      // gone already
+    }
+    process.exit(0);
+  };
+  const { Worker } = process.getBuiltinModule('node:worker_threads');
+  const state = new Int32Array(new SharedArrayBuffer(4));
+  const offer = await new Promise<Offer>((resolve) => {
+    const worker = new Worker(new URL(import.meta.url), {
+      argv: [WARM_ACCEPT_ARG],
+      workerData: { listener, state },
+      stdout: false,
+      stderr: false,
+    });
+    worker.on('error', (err) => {
+      process.stderr.write(`harness: warm process: its accepting thread failed: ${err.message}\n`);
+      gone();
+    });
+    worker.on('message', (message: { socket?: number; gone?: boolean }) => {
+      if (typeof message.socket !== 'number') return gone();
+      const taken = take(native, message.socket, own);
+      Atomics.store(state, 0, taken === null ? ACCEPT_NEXT : ACCEPT_DONE);
+      Atomics.notify(state, 0);
+      if (taken === null) return;
+      worker.unref();
+      resolve(taken);
+    });
+  });
+  unlinkSync(path);
+  closeSync(listener);
+  try {
+    writeSync(MASTER_FD, 'taken\n');
+  } catch {
+    // the master is gone; the command runs all the same
+  }
+  closeSync(MASTER_FD);
+  becomeCommand(native, offer.socket, offer);
+  return { args: offer.request.args, loaded, ready };
+}
+
+/**
+ * The warm process's accepting thread (main.js run with WARM_ACCEPT_ARG in a worker): blocks in accept on the
+ * listener, hands each connection to the main thread and waits for its verdict; ends once one was taken, or
+ * when the master is gone (fd 3 readable or hung up).
+ */
+export function acceptInWorker(native: NativePipe): void {
+  const { isMainThread, parentPort, workerData } = process.getBuiltinModule('node:worker_threads');
+  if (isMainThread || parentPort === null) {
+    process.stderr.write(`harness: ${WARM_ACCEPT_ARG} is a warm process's own thread\n`);
+    process.exit(2);
+  }
+  const { listener, state } = workerData as { listener: number; state: Int32Array };
   for (;;) {
     const socket = native.acceptUnix(listener, MASTER_FD);
     if (socket === null) {
-      // The master is gone: so is this process, and its socket.
-      try {
-        unlinkSync(path);
-      } catch {
-        // gone already
-      }
-      process.exit(0);
+      parentPort.postMessage({ gone: true });
+      return;
     }
-    const taken = take(native, socket, own);
-    if (taken === null) continue;
-    unlinkSync(path);
-    closeSync(listener);
-    try {
-      writeSync(MASTER_FD, 'taken\n');
-    } catch {
-      // the master is gone; the command runs all the same
-    }
-    closeSync(MASTER_FD);
-    becomeCommand(native, socket, taken);
-    return { args: taken.request.args, loaded };
+    Atomics.store(state, 0, ACCEPT_WAITING);
+    parentPort.postMessage({ socket });
+    Atomics.wait(state, 0, ACCEPT_WAITING);
+    if (Atomics.load(state, 0) === ACCEPT_DONE) return;
   }
+}
+
+/**
+ * The master's spec line from fd 3 (written as soon as it started this process), parsed; null when none came
+ * in time or it is not JSON. Nothing else is ever written there, so reading past the line takes nothing.
+ */
+function readSpec(native: NativePipe): unknown {
+  let length = 0;
+  const deadline = Date.now() + REQUEST_WAIT_MS;
+  const buffer = Buffer.allocUnsafe(MAX_SPEC_BYTES);
+  while (length < MAX_SPEC_BYTES) {
+    const left = deadline - Date.now();
+    if (left <= 0 || !native.waitReadable(MASTER_FD, left)) return null;
+    const got = readSync(MASTER_FD, buffer, length, MAX_SPEC_BYTES - length, null);
+    if (got === 0) return null;
+    const newline = buffer.indexOf(10, length);
+    length += got;
+    if (newline !== -1 && newline < length) {
+      try {
+        return JSON.parse(buffer.toString('utf8', 0, newline));
+      } catch {
+        return null;
+      }
+    }
+  }
+  return null;
 }
 
 /**
@@ -316,6 +418,8 @@ function warmUp(): void {
 interface Offer {
   request: WarmRequest;
   fds: number[];
+  /** The link to the command's process. */
+  socket: number;
 }
 
 /** Reads and answers one offer on `socket`; the offer once the command said `go`, else null (all closed). */
@@ -346,7 +450,7 @@ function take(native: NativePipe, socket: number, own: string): Offer | null {
     answer({ accepted: true, pid: process.pid });
     if (readLine(native, socket, REQUEST_WAIT_MS) !== 'go') return null;
     ok = true;
-    return { request, fds };
+    return { request, fds, socket };
   } catch {
     return null;
   } finally {

@@ -1,6 +1,6 @@
 import { type Environment, LocalFs, TetherError } from '@tether/client';
 import type { Command } from 'commander';
-import { type CliIo, connectOptions, formatBytes, printable, report, type SetExit } from '../common.js';
+import { type CliIo, connectOptions, connectorOf, formatBytes, printable, report, type SetExit } from '../common.js';
 import { copy, type Endpoint } from '../copy.js';
 import { namingFs } from '../fs-errors.js';
 import { type ConnectFlags, type Location, openEnvironment, parseLocation } from '../target.js';
@@ -59,7 +59,7 @@ async function cpCommand(
       }
       let env = opened.get(location.environmentId);
       if (!env) {
-        env = await openEnvironment(options, io.env, location.environmentId);
+        env = await openEnvironment(options, io.env, location.environmentId, connectorOf(io));
         opened.set(location.environmentId, env);
       }
       return { fs: namingFs(env.fs, `${location.environmentId}:`), env, path: location.path, label: text };

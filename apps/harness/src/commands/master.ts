@@ -23,6 +23,7 @@ import {
 import { MAX_POOL, Master } from '../reuse/master.js';
 import { masterPaths } from '../reuse/paths.js';
 import type { ControlReply } from '../reuse/protocol.js';
+import { warmChannelSpec } from '../reuse/ready-channel.js';
 import { type ConnectFlags, openEnvironment } from '../target.js';
 
 /** A master's log (its stderr, a file in the runtime dir) stops growing here. */
@@ -184,7 +185,7 @@ Examples:
       io.stdout.write(
         `master pid ${s.pid} for ${s.environmentId} at ${s.registry}: ${s.ready} channel(s) ready, ${s.inUse} in use, ` +
           `${s.persistSeconds ? `exits after ${s.persistSeconds} s idle` : 'no idle timeout'}, since ${s.startedAt}` +
-          `${typeof s.warmPid === 'number' ? `, warm process pid ${s.warmPid}` : ''}\n` +
+          `${typeof s.warmPid === 'number' ? `, warm process pid ${s.warmPid}${s.warmChannel ? ' (channel ready)' : ''}` : ''}\n` +
           `socket ${socket}\n`,
       );
     },
@@ -276,21 +277,24 @@ async function serve(io: CliIo, readyFd: number | undefined): Promise<number> {
   let master: Master;
   try {
     const { socket, warm } = masterPaths(spec, io.env);
+    const dialer = channelDialer({
+      registryUrl: spec.registryUrl,
+      apiKey: spec.apiKey,
+      environmentId: spec.environmentId,
+      allowInsecureRegistry: spec.allowInsecureRegistry,
+      ...(spec.executorPublicKey
+        ? { executorPublicKey: parsePublicKeyJson(JSON.stringify(spec.executorPublicKey)) }
+        : {}),
+    });
+    // Each warm process sets up its command's channel itself, pinned to the key this master's channels proved.
+    const warmSpec = () => warmChannelSpec(spec, dialer.pin.key, socket);
     master = await Master.start({
-      dialer: channelDialer({
-        registryUrl: spec.registryUrl,
-        apiKey: spec.apiKey,
-        environmentId: spec.environmentId,
-        allowInsecureRegistry: spec.allowInsecureRegistry,
-        ...(spec.executorPublicKey
-          ? { executorPublicKey: parsePublicKeyJson(JSON.stringify(spec.executorPublicKey)) }
-          : {}),
-      }),
+      dialer,
       environmentId: spec.environmentId,
       registryUrl: spec.registryUrl,
       socketPath: socket,
       // A warm process takes commands' descriptors through the native pipe addon (not in the single executable).
-      ...(spec.warm === false || loadNativePipe() === null ? {} : { warm: { socketPath: warm } }),
+      ...(spec.warm === false || loadNativePipe() === null ? {} : { warm: { socketPath: warm, spec: warmSpec } }),
       poolSize: spec.pool,
       persistMs: spec.persistSeconds * 1000,
       log,

@@ -30,6 +30,7 @@ import {
   parseReply,
   readControlFrame,
 } from './protocol.js';
+import type { ReadyChannel } from './ready-channel.js';
 import { REUSE_ENV, type ReuseMode, reuseSetting } from './runtime-dir.js';
 
 export { REUSE_ENV, type ReuseMode } from './runtime-dir.js';
@@ -53,14 +54,31 @@ export function reuseMode(env: NodeJS.ProcessEnv): ReuseMode {
   throw new TetherError('invalid_argument', `${REUSE_ENV} must be no, use or auto (got ${JSON.stringify(value)})`);
 }
 
-/** The default connector: through the master where `TETHER_REUSE` allows it, else (or on any problem) directly. */
-export const connectRendezvous: RendezvousConnector = (options, env) => {
+/**
+ * The default connector: through the master where `TETHER_REUSE` allows it, else (or on any problem) directly.
+ * A command a warm process runs has that process's `ready` channel first (src/reuse/ready-channel.ts), when it
+ * was set up for this command's master; a reconnect then asks the master as any command does.
+ */
+export function connectRendezvous(
+  options: RendezvousConnectOptions,
+  env: NodeJS.ProcessEnv,
+  ready?: ReadyChannel,
+): Promise<Environment> {
   const mode = reuseMode(env);
   if (mode === 'no') return Environment.connectRendezvous(options);
   const paths = masterPaths(options, env);
-  const source = new MasterChannelSource(paths, mode === 'auto' ? () => startMaster(options, env, {}) : null);
+  const master = new MasterChannelSource(paths, mode === 'auto' ? () => startMaster(options, env, {}) : null);
+  const source: ChannelSource =
+    ready && ready.spec.socket === paths.socket
+      ? {
+          open: (signal) => {
+            const channel = ready.take();
+            return channel ? Promise.resolve(channel) : master.open(signal);
+          },
+        }
+      : master;
   return Environment.connectRendezvous({ ...options, channelSource: source });
-};
+}
 
 /**
  * Channels from the master on `paths.socket`. When there is no usable master it answers null (the SDK then

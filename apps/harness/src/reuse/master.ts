@@ -129,6 +129,7 @@ export class Master {
       persistSeconds: Math.round(this.options.persistMs / 1000),
       startedAt: this.startedAt.toISOString(),
       warmPid: this.warm?.pid ?? null,
+      warmChannel: this.warm?.channelReady ?? false,
     };
   }
 

@@ -28,6 +28,8 @@ export interface MasterStatus {
   startedAt: string;
   /** The warm process waiting for a command (src/warm.ts), null when none (absent from older masters). */
   warmPid?: number | null;
+  /** Whether that warm process has its command's channel set up (src/reuse/ready-channel.ts). */
+  warmChannel?: boolean;
 }
 
 export type ControlReply =

@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -70,5 +70,42 @@ describe('WarmKeeper', () => {
       }
     });
     expect(lines).toEqual([]);
+  });
+
+  it('tells each warm process its spec first on fd 3, and follows what it says of its channel', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'warm-keeper-'));
+    dirs.push(dir);
+    // Stands in for a warm process: echoes the spec's socket into a file, then says ready, unready, ready.
+    const script = `
+      const fs = require('node:fs');
+      const net = require('node:net');
+      const pipe = new net.Socket({ fd: 3 });
+      let text = '';
+      pipe.setEncoding('utf8');
+      pipe.on('data', (chunk) => {
+        text += chunk;
+        if (!text.includes('\\n')) return;
+        fs.writeFileSync(process.env.TETHER_WARM_SOCKET + '.spec', text);
+        pipe.write('ready\\n');
+        setTimeout(() => pipe.write('unready\\n'), 100);
+        setTimeout(() => pipe.write('ready\\n'), 300);
+      });
+      pipe.on('close', () => process.exit(0));`;
+    const socketPath = join(dir, 'x.warm.sock');
+    let asked = 0;
+    const keeper = new WarmKeeper({
+      socketPath,
+      log: () => undefined,
+      command: { file: process.execPath, args: ['-e', script] },
+      spec: () => ({ socket: `/run/${++asked}.sock` }),
+    });
+    expect(keeper.channelReady).toBe(false);
+    keeper.start();
+    await waitFor(() => keeper.channelReady);
+    expect(JSON.parse(readFileSync(`${socketPath}.spec`, 'utf8'))).toEqual({ socket: '/run/1.sock' });
+    await waitFor(() => !keeper.channelReady);
+    await waitFor(() => keeper.channelReady);
+    keeper.close();
+    expect(keeper.channelReady).toBe(false);
   });
 });

@@ -6,7 +6,7 @@
  * up when the master closes it or dies.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import type { Readable } from 'node:stream';
+import type { Duplex, Readable } from 'node:stream';
 import { WARM_ARG, WARM_SOCKET_ENV } from '../warm.js';
 
 /** Warm processes that end without serving a command, in a row, after which the master starts no more. */
@@ -19,6 +19,11 @@ export interface WarmKeeperOptions {
   log: (line: string) => void;
   /** The program and arguments before WARM_ARG (default: this process's Node, flags and entry script). */
   command?: { file: string; args: string[] };
+  /**
+   * What each warm process is told first on its fd 3, one JSON value (`WarmChannelSpec`: where to set up the
+   * channel of the command it will run); asked for at each start, as the master's pin may be new.
+   */
+  spec?: () => unknown;
 }
 
 export class WarmKeeper {
@@ -26,8 +31,14 @@ export class WarmKeeper {
   private closed = false;
   private failures = 0;
   private retryTimer: NodeJS.Timeout | null = null;
+  private ready = false;
 
   constructor(private readonly options: WarmKeeperOptions) {}
+
+  /** Whether the waiting warm process has its command's channel set up (it says `ready` / `unready` on fd 3). */
+  get channelReady(): boolean {
+    return this.child !== null && this.ready;
+  }
 
   /** The waiting warm process's pid, null when none waits. */
   get pid(): number | null {
@@ -47,11 +58,18 @@ export class WarmKeeper {
       stdio: ['ignore', 'inherit', 'inherit', 'pipe'],
     });
     this.child = child;
-    const control = child.stdio[3] as Readable;
+    const control = child.stdio[3] as Duplex;
+    // It holds the API key: a pipe of this process's, never an argument or a variable.
+    if (this.options.spec) control.write(`${JSON.stringify(this.options.spec())}\n`);
     let taken = false;
     control.setEncoding('utf8');
+    this.ready = false;
     control.on('data', (text: string) => {
-      if (taken || !text.includes('taken')) return;
+      if (taken) return;
+      // Lines are a word each; the last state word in this chunk is the one that holds.
+      const states = text.match(/\b(?:ready|unready)\b/g);
+      if (states && this.child === child) this.ready = states[states.length - 1] === 'ready';
+      if (!text.includes('taken')) return;
       taken = true;
       this.failures = 0;
       control.destroy();
