@@ -46,6 +46,8 @@ const LOAD_CONNECTIONS = Number(process.env.BENCH_PATH_LOAD_CONNECTIONS ?? 50);
 const LOAD_PROCESSES = Number(process.env.BENCH_PATH_LOAD_PROCESSES ?? 20);
 const LOAD_BYTES = Number(process.env.BENCH_PATH_LOAD_KIB ?? 256) * 1024;
 const ONLY_LOAD = process.env.BENCH_PATH_ONLY === 'load';
+/** `BENCH_PATH_HARNESS_MASTER=0`: the harness connects anew for each command (no master), for a comparison. */
+const WITH_HARNESS_MASTER = process.env.BENCH_PATH_HARNESS_MASTER !== '0';
 const ENVIRONMENT = 'bench-path';
 /** A command that takes longer has hung (a 256 MiB run takes seconds). */
 const COMMAND_TIMEOUT_MS = 120_000;
@@ -293,7 +295,7 @@ try {
   const registryPid = stackPid('registry');
   master = sshd ? await startSshMaster(sshd, dir, SSH_CIPHERS) : null;
   // Each side with its connection master, started beforehand and kept: ssh's ControlMaster, the harness's.
-  harnessMaster = ONLY_LOAD ? null : await startHarnessMaster(env);
+  harnessMaster = ONLY_LOAD || !WITH_HARNESS_MASTER ? null : await startHarnessMaster(env);
   await harnessMaster?.settle();
 
   const results: Record<string, unknown> = {
@@ -360,9 +362,10 @@ try {
       for (const side of sides) {
         // The harness's command runs in its master's warm process (a child of the master): its CPU is the
         // master's reaped children's once it ended, less what it spent before (loading, setting up its channel).
-        const warmPid = side === 'tether' ? await harnessMaster!.settle() : -1;
-        const harnessBefore = side === 'tether' ? procTimes(harnessMaster!.pid) : { self: 0, children: 0 };
-        const warmBefore = side === 'tether' ? procTimes(warmPid).self : 0;
+        const viaMaster = side === 'tether' ? harnessMaster : null;
+        const warmPid = viaMaster ? await viaMaster.settle() : -1;
+        const harnessBefore = viaMaster ? procTimes(viaMaster.pid) : { self: 0, children: 0 };
+        const warmBefore = viaMaster ? procTimes(warmPid).self : 0;
         const longLived =
           side === 'tether'
             ? { relay: [relayPid], registry: [registryPid], server: [executor.pid] }
@@ -382,10 +385,12 @@ try {
         });
         const byName = sampler.stop();
         const tree = procTimes('self').children - before.tree;
-        let client = byName.get(side === 'tether' ? 'node' : 'ssh') ?? 0;
-        if (side === 'tether') {
+        // The command's own process, in the shell's tree (sampled).
+        const sampled = byName.get(side === 'tether' ? 'node' : 'ssh') ?? 0;
+        let client = sampled;
+        if (viaMaster) {
           await waitUntil('the warm process to be reaped by its master', () => !isAlive(warmPid));
-          const harnessAfter = procTimes(harnessMaster!.pid);
+          const harnessAfter = procTimes(viaMaster.pid);
           client +=
             harnessAfter.self - harnessBefore.self + (harnessAfter.children - harnessBefore.children - warmBefore);
         }
@@ -396,7 +401,7 @@ try {
           server: sum(longLived.server, 'self') - before.server,
           remote: sum(longLived.server, 'children') - before.remote,
           // The shell, the local end of the pipe (wc, sha256sum) and what sampling missed of the client.
-          local: Math.max(0, tree - client),
+          local: Math.max(0, tree - sampled),
           wall: run.seconds,
         };
         // Checked once every figure is read (row 1's check is a command of its own).
@@ -514,7 +519,7 @@ try {
       `\nFull path, ${MIB} MiB, median of ${REPEATS} (whole commands under sh -c, tether/ssh alternating; ${cpus().length} cores, 1-min load average ${loadAverage.start.toFixed(1)} at the start and ${loadAverage.end.toFixed(1)} at the end; every run's bytes checked)`,
     );
     print(
-      `tether: harness CLI through \`harness master\` (its warm process, with a channel of its own) → registry + relay → executor --registry, ${TETHER_SUITE}; ssh: OpenSSH over one ControlMaster connection, negotiated cipher ${master?.cipher ?? 'n/a'}${SSH_CIPHERS ? ' (set by BENCH_PATH_SSH_CIPHERS)' : " (ssh's default)"}\n`,
+      `tether: harness CLI${harnessMaster ? ' through `harness master` (its warm process, with a channel of its own)' : ', a new connection each'} → registry + relay → executor --registry, ${TETHER_SUITE}; ssh: OpenSSH over one ControlMaster connection, negotiated cipher ${master?.cipher ?? 'n/a'}${SSH_CIPHERS ? ' (set by BENCH_PATH_SSH_CIPHERS)' : " (ssh's default)"}\n`,
     );
     print('| row | ssh (MB/s) | harness (MB/s) | harness/ssh | target | met |');
     print('|---|---:|---:|---:|---|---|');

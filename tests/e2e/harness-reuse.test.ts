@@ -138,7 +138,8 @@ describe('harness connection master (reuse) through registry, relay and executor
   it('serves commands over a private socket, passes bytes and exit codes, and stops', {
     timeout: 120_000,
   }, async () => {
-    const { socket, pid } = await startMaster();
+    // The master's own channels: with a warm process, its commands would run over the warm process's (below).
+    const { socket, pid } = await startMaster(['--no-warm']);
     expect(socket.startsWith(`${tetherDir()}/`)).toBe(true);
     expect(socket).not.toContain(stack.keys.harness);
     expect(statSync(tetherDir()).mode & 0o777).toBe(0o700);

@@ -53,7 +53,7 @@ async function runCommand(): Promise<void> {
       args,
       loaded: cli,
       ready,
-    } = await serveWarm(native, runtime, loaded, (spec, tell) =>
+    } = await serveWarm(native, runtime, loaded, new URL(import.meta.url), (spec, tell) =>
       loaded.exports.holdChannel(spec, (line) => process.stderr.write(`${line}\n`), tell),
     ));
     cacheCommand = WARM_COMMAND;

@@ -271,6 +271,8 @@ export async function serveWarm<T, R extends { close(): void }>(
   native: NativePipe,
   runtime: (env: NodeJS.ProcessEnv) => string,
   loaded: T,
+  /** The script the accepting thread runs (main.js, which hands it to `acceptInWorker`). */
+  script: URL,
   /** Sets up the command's channel from the master's spec, and says when it is ready (or lost) with `tell`. */
   hold: (spec: unknown, tell: (ready: boolean) => void) => R | null,
 ): Promise<Taken<T, R>> {
@@ -322,7 +324,7 @@ export async function serveWarm<T, R extends { close(): void }>(
   const { Worker } = process.getBuiltinModule('node:worker_threads');
   const state = new Int32Array(new SharedArrayBuffer(4));
   const offer = await new Promise<Offer>((resolve) => {
-    const worker = new Worker(new URL(import.meta.url), {
+    const worker = new Worker(script, {
       argv: [WARM_ACCEPT_ARG],
       workerData: { listener, state },
       stdout: false,

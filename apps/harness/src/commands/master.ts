@@ -95,8 +95,9 @@ a session in progress resumes over a direct connection.
 
 A master also keeps one harness process loaded and waiting (unless --no-warm): a command with no
 terminal on its stdin, stdout and stderr hands it those and its arguments, environment and directory,
-and it runs the command in its place, about 40 ms sooner than a new process could (as ssh's client hands
-its descriptors to its master). A command on a terminal runs in its own process.
+and it runs the command in its place, over a channel it set up while it waited, about 40 ms sooner than
+a new process could (as ssh's client hands its descriptors to its master). A command on a terminal runs
+in its own process.
 
 Examples:
   harness master start dev-1          # prints the socket path

@@ -19,7 +19,6 @@ import {
   rendezvousDialer,
   TetherError,
 } from '@tether/client';
-import type { RendezvousConnectOptions } from './client.js';
 
 type MessageTransport = OpenedChannel['transport'];
 type Handlers = Parameters<MessageTransport['start']>[0];
@@ -38,7 +37,7 @@ export interface WarmChannelSpec {
 
 /** The spec of a master for `options` on `socket`. */
 export function warmChannelSpec(
-  options: Pick<RendezvousConnectOptions, 'registryUrl' | 'environmentId' | 'apiKey' | 'allowInsecureRegistry'>,
+  options: { registryUrl: string; environmentId: string; apiKey: string; allowInsecureRegistry?: boolean },
   executorPublicKey: NoisePublicKey | null,
   socket: string,
 ): WarmChannelSpec {
