@@ -16,7 +16,7 @@ import {
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { descendantPids, isAlive, peakRssMib, rssMib, runToEnd, startStack } from '@tether/test-kit';
+import { descendantPids, peakRssMib, rssMib, runToEnd, startStack } from '@tether/test-kit';
 import {
   type HarnessMaster,
   harnessBinDir,
@@ -132,6 +132,16 @@ function procTimes(pid: number | 'self'): Times {
     return { self: ((f[11] ?? 0) + (f[12] ?? 0)) / CLOCK_TICK, children: ((f[13] ?? 0) + (f[14] ?? 0)) / CLOCK_TICK };
   } catch {
     return { self: 0, children: 0 };
+  }
+}
+
+/** Whether `pid` is gone altogether: ended and reaped by its parent (a zombie still answers signal 0). */
+function reaped(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return false;
+  } catch {
+    return true;
   }
 }
 
@@ -389,7 +399,8 @@ try {
         const sampled = byName.get(side === 'tether' ? 'node' : 'ssh') ?? 0;
         let client = sampled;
         if (viaMaster) {
-          await waitUntil('the warm process to be reaped by its master', () => !isAlive(warmPid));
+          // Reaped, not only ended: its CPU joins the master's children's then (a zombie's has not yet).
+          await waitUntil('the warm process to be reaped by its master', () => reaped(warmPid));
           const harnessAfter = procTimes(viaMaster.pid);
           client +=
             harnessAfter.self - harnessBefore.self + (harnessAfter.children - harnessBefore.children - warmBefore);

@@ -17,6 +17,25 @@ describe('BufferPool', () => {
     expect(third.buffer.buffer).not.toBe(slab);
   });
 
+  it('lends the smallest free slab up to twice the size asked when none of its own size is free', () => {
+    const pool = new BufferPool({ step: 1024 });
+    const leases = [pool.lease(3 * 1024), pool.lease(5 * 1024), pool.lease(9 * 1024)];
+    const [three, five, nine] = leases.map((lease) => lease.buffer.buffer);
+    for (const lease of leases) lease.release();
+    const created = pool.createdSlabs;
+    const a = pool.lease(2 * 1024); // no 2 KiB slab: the 3 KiB one (the 5 and 9 KiB ones would do too, but are larger)
+    expect([a.buffer.length, a.buffer.buffer]).toEqual([2048, three]);
+    const b = pool.lease(2 * 1024); // 5 KiB is more than twice 2 KiB: a new slab
+    expect(b.buffer.buffer).not.toBe(five);
+    expect(pool.createdSlabs).toBe(created + 1);
+    const c = pool.lease(5 * 1024);
+    expect(c.buffer.buffer).toBe(five);
+    a.release(); // back to its own 3 KiB class
+    expect(pool.lease(3 * 1024).buffer.buffer).toBe(three);
+    expect(pool.pooledBytes).toBe(9 * 1024);
+    expect(pool.lease(8 * 1024).buffer.buffer).toBe(nine);
+  });
+
   it('ignores a second release of the same lease (a slab is never handed out twice)', () => {
     const pool = new BufferPool({ step: 1024 });
     const lease = pool.lease(1024);

@@ -61,6 +61,16 @@ describe('ReadBufferPool', () => {
     expect(pool.freeBuffers).toBe(64); // the bound holds: the small one was dropped
   });
 
+  it('keeps 16 free bulk buffers where those are larger than 4 MiB over 16 (a raised pipe’s stream)', () => {
+    const pool = new ReadBufferPool({ bulkBufferBytes: 512 * 1024 });
+    const buffers = Array.from({ length: 17 }, () => pool.acquire(true));
+    for (const buffer of buffers) pool.release(buffer);
+    expect(pool.freeBuffers).toBe(128); // 8 MiB: sixteen of 512 KiB, counted in default-size buffers
+    const again = Array.from({ length: 16 }, () => pool.acquire(true));
+    expect(pool.createdBuffers).toBe(17); // all sixteen came from the free list
+    expect(new Set(again.map((buffer) => buffer.buffer)).size).toBe(16);
+  });
+
   it('takes back only its own buffers, and each once', () => {
     const pool = new ReadBufferPool();
     pool.release(Buffer.alloc(READ_BUFFER_BYTES));

@@ -6,6 +6,8 @@ export const READ_BUFFER_BYTES = 64 * 1024;
 export const KEEP_READ_AT_BYTES = 32 * 1024;
 /** Free read buffers kept per pool, in bytes over both sizes (64 buffers of the default size). */
 const MAX_FREE_BYTES = 64 * READ_BUFFER_BYTES;
+/** Free bulk buffers kept per pool (`bulkBufferBytes`), when that is more than MAX_FREE_BYTES. */
+const MAX_FREE_BULK_BUFFERS = 16;
 
 /**
  * Read buffers for child output pipes, reused instead of allocated per read.
@@ -40,7 +42,12 @@ export class ReadBufferPool {
   constructor(options: { bufferBytes?: number; bulkBufferBytes?: number } = {}) {
     this.bufferBytes = options.bufferBytes ?? READ_BUFFER_BYTES;
     this.bulkBufferBytes = Math.max(this.bufferBytes, options.bulkBufferBytes ?? this.bufferBytes);
-    this.#pool = new BufferPool({ step: this.bufferBytes, maxPooledBytes: MAX_FREE_BYTES });
+    // Sixteen free bulk buffers where those are larger: a raised pipe's stream keeps about its flow window (4
+    // MiB: eight bulk buffers) retained until acknowledged, and they come back a quarter window at a time.
+    this.#pool = new BufferPool({
+      step: this.bufferBytes,
+      maxPooledBytes: Math.max(MAX_FREE_BYTES, MAX_FREE_BULK_BUFFERS * this.bulkBufferBytes),
+    });
   }
 
   /** Free buffers held for reuse (counted in buffers of the default size). */
