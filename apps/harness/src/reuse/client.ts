@@ -65,8 +65,10 @@ export function connectRendezvous(
   ready?: ReadyChannel,
 ): Promise<Environment> {
   const mode = reuseMode(env);
-  if (mode === 'no') return Environment.connectRendezvous(options);
-  const paths = masterPaths(options, env);
+  const paths = mode === 'no' ? null : masterPaths(options, env);
+  // A warm process may run a command for another master's environment: its channel is of no use then.
+  if (ready && ready.spec.socket !== paths?.socket) ready.close();
+  if (paths === null) return Environment.connectRendezvous(options);
   const master = new MasterChannelSource(paths, mode === 'auto' ? () => startMaster(options, env, {}) : null);
   const source: ChannelSource =
     ready && ready.spec.socket === paths.socket

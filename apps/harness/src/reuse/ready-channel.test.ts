@@ -1,3 +1,6 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import type { OpenedChannel } from '@tether/client';
 import { describe, expect, it, vi } from 'vitest';
 import { holdChannel, parseWarmChannelSpec, ReadyChannel, type WarmChannelSpec } from './ready-channel.js';
@@ -195,5 +198,38 @@ describe('the spec a master sends its warm process', () => {
         () => undefined,
       ),
     ).toBeNull();
+  });
+});
+
+describe('a command a warm process runs', () => {
+  it("closes the warm process's channel at once when it connects to another master's environment", async () => {
+    const { connectRendezvous } = await import('./client.js');
+    const { masterPaths } = await import('./paths.js');
+    const runtime = mkdtempSync(join(tmpdir(), 'ready-'));
+    try {
+      const env = { XDG_RUNTIME_DIR: runtime };
+      const options = {
+        registryUrl: 'http://127.0.0.1:1',
+        apiKey: 'other-key',
+        environmentId: 'env-2',
+        allowInsecureRegistry: true,
+        clientName: 'test',
+        connectRetry: false as const,
+      };
+      const own = fakeChannel('own');
+      const { dial, release } = dials(own);
+      const holder = new ReadyChannel(
+        { ...spec, socket: masterPaths({ ...options, environmentId: 'env-1' }, env).socket },
+        { log: () => undefined, dial },
+      ).start();
+      release();
+      await settle();
+      expect(holder.ready).toBe(true);
+      // Nothing listens on port 1: the direct dial fails, after the channel was closed.
+      await expect(connectRendezvous(options, env, holder)).rejects.toThrow();
+      expect(own.closed).toEqual(['warm process closing']);
+    } finally {
+      rmSync(runtime, { recursive: true, force: true });
+    }
   });
 });
