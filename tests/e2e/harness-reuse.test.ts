@@ -406,7 +406,8 @@ describe('harness connection master (reuse) through registry, relay and executor
   it('replaces a channel once its command is done while another is ready, at once when none is', {
     timeout: 120_000,
   }, async () => {
-    await startMaster(['--pool', '2']);
+    // The master's own channels: a warm process's command would run over the warm process's channel.
+    await startMaster(['--pool', '2', '--no-warm']);
     const status = async () => (await harness(['master', 'status'], env)).stdout.toString();
     const running = harness(['exec', '--', 'sh', '-c', 'sleep 3; echo done'], env);
     await waitFor('the command to take a channel', () => handouts() === 1);
