@@ -1,15 +1,10 @@
 import { createWriteStream } from 'node:fs';
-import {
-  parsePublicKeyJson,
-  type RendezvousDialer,
-  type RendezvousOptions,
-  rendezvousDialer,
-  TetherError,
-} from '@tether/client';
+import { TetherError } from '@tether/client';
 import { loadNativePipe } from '@tether/native-pipe';
 import { durationArg, formatDuration } from '@tether/telemetry/cli';
 import { type Command, InvalidArgumentError, Option } from 'commander';
 import { type CliIo, connectOptions, report, type SetExit } from '../common.js';
+import { channelDialer } from '../reuse/channels.js';
 import {
   controlRequest,
   DEFAULT_PERSIST_SECONDS,
@@ -228,25 +223,6 @@ function readSpec(env: NodeJS.ProcessEnv): MasterSpec {
   return spec;
 }
 
-/**
- * The master's dialer: each channel with a Noise identity of its own, as each command that connects directly
- * has one. The executor lets one harness key start 16 handshakes at once and one more a second (its `/validate`
- * budget), so with one identity for every channel the master could hand out one channel a second, and commands
- * beyond that (a script's loop) were refused a channel and connected directly. The executor key the first
- * handshake pinned (or the one given) holds for every channel.
- */
-function channelDialer(options: RendezvousOptions): RendezvousDialer {
-  const first = rendezvousDialer(options);
-  return {
-    pin: first.pin,
-    dial: (signal, onPhase) => {
-      const key = first.pin.key;
-      const dialer = key === null ? first : rendezvousDialer({ ...options, executorPublicKey: key });
-      return dialer.dial(signal, onPhase);
-    },
-  };
-}
-
 async function serve(io: CliIo, readyFd: number | undefined): Promise<number> {
   const ready = readyFd === undefined ? io.stdout : createWriteStream('', { fd: readyFd });
   const tell = (value: unknown) =>
@@ -278,15 +254,7 @@ async function serve(io: CliIo, readyFd: number | undefined): Promise<number> {
   let master: Master;
   try {
     const { socket, warm } = masterPaths(spec, io.env);
-    const dialer = channelDialer({
-      registryUrl: spec.registryUrl,
-      apiKey: spec.apiKey,
-      environmentId: spec.environmentId,
-      allowInsecureRegistry: spec.allowInsecureRegistry,
-      ...(spec.executorPublicKey
-        ? { executorPublicKey: parsePublicKeyJson(JSON.stringify(spec.executorPublicKey)) }
-        : {}),
-    });
+    const dialer = channelDialer(spec);
     // Each warm process sets up its command's channel itself, pinned to the key this master's channels proved.
     const warmSpec = () => warmChannelSpec(spec, dialer.pin.key, socket);
     master = await Master.start({

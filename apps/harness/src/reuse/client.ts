@@ -21,6 +21,7 @@ import {
   SocketMessageTransport,
   TetherError,
 } from '@tether/client';
+import type { ChannelTarget } from './channels.js';
 import { checkPrivateDir, checkSocket, ensurePrivateDir, type MasterPaths, masterPaths } from './paths.js';
 import {
   type ControlReply,
@@ -67,18 +68,18 @@ export function connectRendezvous(
   const mode = reuseMode(env);
   const paths = mode === 'no' ? null : masterPaths(options, env);
   // A warm process may run a command for another master's environment: its channel is of no use then.
-  if (ready && ready.spec.socket !== paths?.socket) ready.close();
+  const own = ready?.spec.socket === paths?.socket ? ready : undefined;
+  if (ready && !own) ready.close();
   if (paths === null) return Environment.connectRendezvous(options);
   const master = new MasterChannelSource(paths, mode === 'auto' ? () => startMaster(options, env, {}) : null);
-  const source: ChannelSource =
-    ready && ready.spec.socket === paths.socket
-      ? {
-          open: (signal) => {
-            const channel = ready.take();
-            return channel ? Promise.resolve(channel) : master.open(signal);
-          },
-        }
-      : master;
+  const source: ChannelSource = own
+    ? {
+        open: (signal) => {
+          const channel = own.take();
+          return channel ? Promise.resolve(channel) : master.open(signal);
+        },
+      }
+    : master;
   return Environment.connectRendezvous({ ...options, channelSource: source });
 }
 
@@ -202,12 +203,7 @@ export async function controlRequest(path: string, op: 'status' | 'stop'): Promi
 /** What `master serve` gets from its starter (`TETHER_MASTER_SPEC`, JSON): the resolved target, key included. */
 export const SPEC_ENV = 'TETHER_MASTER_SPEC';
 
-export interface MasterSpec {
-  registryUrl: string;
-  environmentId: string;
-  apiKey: string;
-  allowInsecureRegistry: boolean;
-  executorPublicKey: ReturnType<typeof publicKeyToJson> | null;
+export interface MasterSpec extends ChannelTarget {
   connectTimeoutMs: number | null;
   persistSeconds: number;
   pool: number;

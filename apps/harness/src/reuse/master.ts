@@ -19,6 +19,7 @@ import {
 
 type MessageTransport = OpenedChannel['transport'];
 
+import { DISCARDING_SINK, idleSink, type Switchable, startSwitchable } from './channels.js';
 import { type ControlReply, encodeFrame, type MasterStatus, parseRequest, readControlFrame } from './protocol.js';
 import { WarmKeeper, type WarmKeeperOptions } from './warm-keeper.js';
 
@@ -54,10 +55,9 @@ const RETRY_MAX_MS = 10_000;
 const FINAL_CODES: ReadonlySet<string> = new Set(['unauthorized', 'revoked', 'executor_key_changed', 'not_found']);
 
 /** A set-up channel and whoever is reading it now (the pool, then the invocation it was handed to). */
-interface Channel {
+interface Channel extends Switchable {
   transport: MessageTransport;
   openedAt: number;
-  sink: Parameters<MessageTransport['start']>[0];
   ageTimer: NodeJS.Timeout | null;
 }
 
@@ -185,21 +185,9 @@ export class Master {
       transport,
       openedAt: Date.now(),
       ageTimer: null,
-      // While pooled: the executor speaks only when spoken to, so any message is a broken channel.
-      sink: {
-        onMessage: (_data, release) => {
-          release?.();
-          this.dropChannel(channel, 'unexpected message on an idle channel');
-        },
-        onClose: () => this.dropChannel(channel, 'closed while idle'),
-        onDrain: () => undefined,
-      },
+      sink: idleSink((reason) => this.dropChannel(channel, reason)),
     };
-    transport.start({
-      onMessage: (data, release) => channel.sink.onMessage(data, release),
-      onClose: (reason) => channel.sink.onClose(reason),
-      onDrain: () => channel.sink.onDrain(),
-    });
+    startSwitchable(transport, channel);
     if (this.state !== 'running') {
       transport.close(1000, 'master closing');
       return;
@@ -217,7 +205,7 @@ export class Master {
     const index = this.pool.indexOf(channel);
     if (index >= 0) this.pool.splice(index, 1);
     const handedOut = this.inUse.delete(channel);
-    channel.sink = { onMessage: (_data, release) => release?.(), onClose: () => undefined, onDrain: () => undefined };
+    channel.sink = DISCARDING_SINK;
     channel.transport.close(1000, reason);
     if ((index >= 0 || handedOut) && this.state === 'running') this.fill();
   }

@@ -11,42 +11,40 @@
  * dialed again with backoff when it fails or closes. The master's key pin holds (its spec names the key its
  * channels proved), and the command checks that key against its own pin as for a master's channel.
  */
+import { type NoisePublicKey, type OpenedChannel, publicKeyToJson, TetherError } from '@tether/client';
 import {
-  type NoisePublicKey,
-  type OpenedChannel,
-  parsePublicKeyJson,
-  publicKeyToJson,
-  rendezvousDialer,
-  TetherError,
-} from '@tether/client';
+  type ChannelHandlers,
+  type ChannelTarget,
+  channelDialer,
+  DISCARDING_SINK,
+  idleSink,
+  type Switchable,
+  startSwitchable,
+} from './channels.js';
 
 type MessageTransport = OpenedChannel['transport'];
-type Handlers = Parameters<MessageTransport['start']>[0];
 
-/** What a master tells its warm process (one JSON line on fd 3): where to dial, and under which master. */
-export interface WarmChannelSpec {
-  registryUrl: string;
-  environmentId: string;
-  apiKey: string;
-  allowInsecureRegistry: boolean;
-  /** The key the master pinned (given at start, or proved by its first channel). */
-  executorPublicKey: ReturnType<typeof publicKeyToJson> | null;
+/**
+ * What a master tells its warm process (one JSON line on fd 3): where to dial, with the key the master pinned
+ * (given at start, or proved by its first channel), and under which master.
+ */
+export interface WarmChannelSpec extends ChannelTarget {
   /** The master's socket path: a command whose own settings name another master does not take this channel. */
   socket: string;
 }
 
-/** The spec of a master for `options` on `socket`. */
+/** The spec of the master for `target` on `socket`, whose channels proved `executorPublicKey` (if any yet). */
 export function warmChannelSpec(
-  options: { registryUrl: string; environmentId: string; apiKey: string; allowInsecureRegistry?: boolean },
+  target: ChannelTarget,
   executorPublicKey: NoisePublicKey | null,
   socket: string,
 ): WarmChannelSpec {
   return {
-    registryUrl: options.registryUrl,
-    environmentId: options.environmentId,
-    apiKey: options.apiKey,
-    allowInsecureRegistry: options.allowInsecureRegistry === true,
-    executorPublicKey: executorPublicKey ? publicKeyToJson(executorPublicKey) : null,
+    registryUrl: target.registryUrl,
+    environmentId: target.environmentId,
+    apiKey: target.apiKey,
+    allowInsecureRegistry: target.allowInsecureRegistry,
+    executorPublicKey: executorPublicKey ? publicKeyToJson(executorPublicKey) : target.executorPublicKey,
     socket,
   };
 }
@@ -83,17 +81,10 @@ const DEFAULT_MAX_AGE_MS = 5 * 60_000;
 const RETRY_FIRST_MS = 200;
 const RETRY_MAX_MS = 10_000;
 
-/** The direct dial of a spec: a fresh identity per channel, the master's pin. */
+/** The direct dial of a spec, as its master dials: a fresh identity per channel, the master's pin. */
 function dialSpec(spec: WarmChannelSpec): (signal: AbortSignal) => Promise<OpenedChannel> {
-  const pinned = spec.executorPublicKey ? parsePublicKeyJson(JSON.stringify(spec.executorPublicKey)) : null;
+  const dialer = channelDialer(spec);
   return async (signal) => {
-    const dialer = rendezvousDialer({
-      registryUrl: spec.registryUrl,
-      apiKey: spec.apiKey,
-      environmentId: spec.environmentId,
-      allowInsecureRegistry: spec.allowInsecureRegistry,
-      ...(pinned ? { executorPublicKey: pinned } : {}),
-    });
     const transport = await dialer.dial(signal);
     const key = dialer.pin.key;
     if (key === null) {
@@ -104,10 +95,9 @@ function dialSpec(spec: WarmChannelSpec): (signal: AbortSignal) => Promise<Opene
   };
 }
 
-interface Held {
+/** The channel held; its events go to the holder while it waits, to the command once taken. */
+interface Held extends Switchable {
   channel: OpenedChannel;
-  /** Who reads the channel's events: the holder while it waits, the command once taken. */
-  sink: Handlers;
   ageTimer: NodeJS.Timeout;
 }
 
@@ -151,7 +141,7 @@ export class ReadyChannel {
     const inner = held.channel.transport;
     // Until the command starts the transport, what arrives waits for it (nothing should: the executor speaks
     // when spoken to; a close may).
-    const early: Array<(handlers: Handlers) => void> = [];
+    const early: Array<(handlers: ChannelHandlers) => void> = [];
     held.sink = {
       onMessage: (data, release) => early.push((handlers) => handlers.onMessage(data, release)),
       onClose: (reason) => early.push((handlers) => handlers.onClose(reason)),
@@ -228,21 +218,9 @@ export class ReadyChannel {
     const held: Held = {
       channel,
       ageTimer: setTimeout(() => this.replace(held, 'replaced (age)'), this.options.maxAgeMs ?? DEFAULT_MAX_AGE_MS),
-      // While held: the executor speaks only when spoken to, so any message means a broken channel.
-      sink: {
-        onMessage: (_data, release) => {
-          release?.();
-          this.replace(held, 'unexpected message on an idle channel');
-        },
-        onClose: () => this.replace(held, 'closed while idle'),
-        onDrain: () => undefined,
-      },
+      sink: idleSink((reason) => this.replace(held, reason)),
     };
-    channel.transport.start({
-      onMessage: (data, release) => held.sink.onMessage(data, release),
-      onClose: (reason) => held.sink.onClose(reason),
-      onDrain: () => held.sink.onDrain(),
-    });
+    startSwitchable(channel.transport, held);
     this.held = held;
     this.options.onReady?.(true);
   }
@@ -257,7 +235,7 @@ export class ReadyChannel {
 
   private drop(held: Held, reason: string): void {
     clearTimeout(held.ageTimer);
-    held.sink = { onMessage: (_data, release) => release?.(), onClose: () => undefined, onDrain: () => undefined };
+    held.sink = DISCARDING_SINK;
     held.channel.transport.close(1000, reason);
   }
 }
