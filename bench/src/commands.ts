@@ -7,7 +7,7 @@ import { mkdirSync, symlinkSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { repoRoot, type Stack } from '@tether/test-kit';
+import { repoRoot, type Stack, waitUntil } from '@tether/test-kit';
 
 export const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] as number;
 
@@ -145,44 +145,33 @@ export interface HarnessMaster {
   stop(): Promise<void>;
 }
 
-function runHarness(args: string[], env: NodeJS.ProcessEnv): Promise<{ code: number | null; out: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [harnessMain(), ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    child.stdout.on('data', (d: Buffer) => {
-      out += d;
-    });
-    child.stderr.on('data', (d: Buffer) => {
-      out += d;
-    });
-    child.once('error', reject);
-    child.once('close', (code) => resolve({ code, out }));
-  });
-}
-
 /**
- * `harness master start --persist 0` for `env`'s environment, the counterpart of the ssh side's ControlMaster
- * (started beforehand and kept, `ControlPersist`).
+ * `harness master start --persist 0` for `env`'s environment (`harness` on its PATH, as both benches put it):
+ * the counterpart of the ssh side's ControlMaster (started beforehand and kept, `ControlPersist`).
  */
 export async function startHarnessMaster(env: NodeJS.ProcessEnv): Promise<HarnessMaster> {
-  const started = await runHarness(['master', 'start', '--persist', '0'], env);
-  if (started.code !== 0) throw new Error(`harness master start failed: ${started.out}`);
-  const status = async () => (await runHarness(['master', 'status'], env)).out;
+  const started = await shell('harness master start --persist 0', env);
+  if (started.code !== 0) throw new Error(`harness master start failed: ${started.stderr}`);
+  const status = async () => (await shell('harness master status', env)).stdout;
   const pid = Number(/master pid (\d+)/.exec(await status())?.[1]);
   if (!Number.isInteger(pid)) throw new Error('harness master status named no pid');
   return {
     pid,
     settle: async () => {
-      const until = Date.now() + 30_000;
-      for (;;) {
-        const warm = /warm process pid (\d+) \(channel ready\)/.exec(await status());
-        if (warm) return Number(warm[1]);
-        if (Date.now() > until) throw new Error('the harness master has no warm process with a channel ready');
-        await new Promise((resolve) => setTimeout(resolve, 50));
-      }
+      let warm = Number.NaN;
+      await waitUntil(
+        async () => {
+          warm = Number(/warm process pid (\d+) \(channel ready\)/.exec(await status())?.[1]);
+          return Number.isInteger(warm);
+        },
+        'a warm process of the harness master with its channel set up',
+        30_000,
+        50,
+      );
+      return warm;
     },
     stop: async () => {
-      await runHarness(['master', 'stop'], env);
+      await shell('harness master stop', env);
     },
   };
 }

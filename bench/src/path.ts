@@ -16,7 +16,7 @@ import {
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { descendantPids, peakRssMib, rssMib, runToEnd, startStack } from '@tether/test-kit';
+import { descendantPids, peakRssMib, pidExists, rssMib, runToEnd, startStack, waitUntil } from '@tether/test-kit';
 import {
   type HarnessMaster,
   harnessBinDir,
@@ -132,25 +132,6 @@ function procTimes(pid: number | 'self'): Times {
     return { self: ((f[11] ?? 0) + (f[12] ?? 0)) / CLOCK_TICK, children: ((f[13] ?? 0) + (f[14] ?? 0)) / CLOCK_TICK };
   } catch {
     return { self: 0, children: 0 };
-  }
-}
-
-/** Whether `pid` is gone altogether: ended and reaped by its parent (a zombie still answers signal 0). */
-function reaped(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return false;
-  } catch {
-    return true;
-  }
-}
-
-/** Polls `check` every 10 ms until it holds (throws after 10 s, naming `what`). */
-async function waitUntil(what: string, check: () => boolean): Promise<void> {
-  const until = Date.now() + 10_000;
-  while (!check()) {
-    if (Date.now() > until) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 10));
   }
 }
 
@@ -400,7 +381,7 @@ try {
         let client = sampled;
         if (viaMaster) {
           // Reaped, not only ended: its CPU joins the master's children's then (a zombie's has not yet).
-          await waitUntil('the warm process to be reaped by its master', () => reaped(warmPid));
+          await waitUntil(() => !pidExists(warmPid), 'the warm process to be reaped by its master');
           const harnessAfter = procTimes(viaMaster.pid);
           client +=
             harnessAfter.self - harnessBefore.self + (harnessAfter.children - harnessBefore.children - warmBefore);

@@ -15,7 +15,7 @@ import { join } from 'node:path';
 import { Environment } from '@tether/client';
 import { generateIdentity, publicKeyToJson } from '@tether/noise';
 import { encodeFrame, resumeFrame } from '@tether/relay-frames';
-import { repoRoot, runToEnd, type Stack, startStack, waitUntil } from '@tether/test-kit';
+import { pidExists, repoRoot, runToEnd, type Stack, startStack, waitUntil } from '@tether/test-kit';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
 
@@ -53,15 +53,6 @@ function connect(environmentId: string, onStatus?: (status: string, detail: stri
     clientName: 'tether-security-e2e',
     ...(onStatus ? { onStatus } : {}),
   });
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 /** The parent pid of `pid` from /proc, or null once it is gone. */
@@ -117,9 +108,9 @@ describe('security through the real stack', () => {
       // Without a subreaper the orphan would go to init (or to the nearest subreaper above us).
       await waitUntil(() => parentOf(sleeper) === executor.pid, 'the executor to adopt the setsid sleeper', 10_000);
       expect((await executor.close()).code).toBe(0);
-      await waitUntil(() => !alive(sleeper), 'the setsid sleeper to die with the executor', 10_000);
+      await waitUntil(() => !pidExists(sleeper), 'the setsid sleeper to die with the executor', 10_000);
     } finally {
-      if (alive(sleeper)) process.kill(sleeper, 'SIGKILL');
+      if (pidExists(sleeper)) process.kill(sleeper, 'SIGKILL');
     }
   });
 

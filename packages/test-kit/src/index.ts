@@ -148,6 +148,7 @@ export {
   findProcesses,
   isAlive,
   type ProcessInfo,
+  pidExists,
   procPids,
   statFields,
 } from './processes.js';

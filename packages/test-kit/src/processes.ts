@@ -1,13 +1,19 @@
 import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { PEER_MARKER_ENV, peerMarker } from './peer.js';
 
-/** Whether a pid refers to a live (non-zombie) process. */
-export function isAlive(pid: number): boolean {
+/** Whether a pid still exists: running, or ended and not yet reaped by its parent (a zombie answers signal 0). */
+export function pidExists(pid: number): boolean {
   try {
     process.kill(pid, 0);
+    return true;
   } catch {
     return false;
   }
+}
+
+/** Whether a pid refers to a live (non-zombie) process. */
+export function isAlive(pid: number): boolean {
+  if (!pidExists(pid)) return false;
   const state = statFields(pid)?.[0];
   if (state === undefined) return !existsProc();
   return state !== 'Z' && state !== 'X';
