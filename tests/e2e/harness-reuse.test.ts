@@ -285,6 +285,39 @@ describe('harness connection master (reuse) through registry, relay and executor
       expect(handouts()).toBe(0);
     });
 
+    it('runs a command without a channel of its own when its starter sent no usable spec; its arguments are refused from a command line', {
+      timeout: 120_000,
+    }, async () => {
+      // No master: a warm process started by hand, told nonsense on its fd 3.
+      mkdirSync(tetherDir(), { recursive: true, mode: 0o700 });
+      chmodSync(tetherDir(), 0o700);
+      const socket = join(tetherDir(), 'by-hand.warm.sock');
+      const warm = spawn(process.execPath, [MAIN, '__tether-warm-process'], {
+        env: { ...process.env, ...env, TETHER_WARM_SOCKET: socket },
+        stdio: ['ignore', 'ignore', 'ignore', 'pipe'],
+      });
+      pids.add(warm.pid as number);
+      (warm.stdio[3] as NodeJS.WritableStream).write('not a spec\n');
+      await waitFor('the warm process to listen', () => existsSync(socket));
+      const run = await harness(['exec', '--', 'sh', '-c', 'echo served by $PPID'], env);
+      expect([run.code, run.stderr]).toEqual([0, '']);
+      // It ran the command (over a direct connection: there is no master) and ended with it.
+      await waitFor('the warm process to end with its command', () => !isAlive(warm.pid as number));
+      expect(run.stdout.toString()).toMatch(/^served by \d+\n$/);
+      expect(existsSync(socket)).toBe(false);
+
+      const thread = await harness(['__tether-warm-accept'], env);
+      expect([thread.code, thread.stderr]).toEqual([
+        2,
+        "harness: __tether-warm-accept is a warm process's own thread\n",
+      ]);
+      const alone = await harness(['__tether-warm-process'], env);
+      expect([alone.code, alone.stderr]).toEqual([
+        2,
+        'harness: __tether-warm-process is started by a connection master only\n',
+      ]);
+    });
+
     it('exits 141 when its reader goes away, and passes SIGINT on to the remote process', {
       timeout: 120_000,
     }, async () => {
