@@ -11,8 +11,12 @@ import { useHarness } from './support.ts';
 
 const LEAKED = 100;
 
-/** Lists the shell's own fds, then tries to write through the leaked one. */
-const SCRIPT = `echo "fds $(ls /proc/$$/fd | sort -n | tr '\\n' ' ')"; if { echo through-${LEAKED} >&${LEAKED}; } 2>/dev/null; then echo wrote; else echo refused; fi`;
+/**
+ * Lists the shell's own fds by a glob the shell expands itself (a `$(ls …)` raced: bash closes its copy of
+ * the substitution pipe's write end only after the fork, so `ls` sometimes saw it as fd 4), then tries to
+ * write through the leaked one.
+ */
+const SCRIPT = `fds=(/proc/$$/fd/*); echo "fds \${fds[*]##*/}"; if { echo through-${LEAKED} >&${LEAKED}; } 2>/dev/null; then echo wrote; else echo refused; fi`;
 
 const READ_ONLY = {
   type: 'managed',
@@ -81,8 +85,13 @@ describe('descriptors the executor inherited', () => {
       outcomes[name] = collected.output.replaceAll('\r', '').trim();
     }
     for (const [name, output] of Object.entries(outcomes)) {
-      const fds = /^fds (.*)$/m.exec(output)?.[1]?.trim().split(' ').map(Number);
-      // Its stdio, and the pipe bash reads `$(…)` from (3); before, also 100 (and whatever else leaked).
+      const fds = /^fds (.*)$/m
+        .exec(output)?.[1]
+        ?.trim()
+        .split(' ')
+        .map(Number)
+        .sort((a, b) => a - b);
+      // Its stdio, and the directory the glob reads (3); before, also 100 (and whatever else leaked).
       expect(fds, `${name}: ${output}`).toEqual([0, 1, 2, 3]);
       expect(output, name).toMatch(/^refused$/m);
     }
