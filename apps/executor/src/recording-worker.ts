@@ -1,7 +1,8 @@
 /**
  * The recording worker (recordings.ts starts one per executor with `--record-dir`, from the executor's dist): the
  * executor's thread posts each session's events, this thread makes, hashes, seals and writes their lines
- * (recording-file.ts) and says what was written or failed.
+ * (recording-file.ts) and says what was written or failed. Its writes block this thread alone, which has
+ * nothing else to do meanwhile: the executor's thread never waits for it (its queue bound, recordings.ts).
  */
 import { createPrivateKey } from 'node:crypto';
 import { parentPort, workerData } from 'node:worker_threads';
@@ -58,24 +59,32 @@ port.on('message', (message: ToWorker) => {
           failed: (why) => post({ kind: 'failed', id, why }),
         },
       );
-      file.open().then(
-        () => {
-          files.set(id, file);
-          post({ kind: 'opened', id, path: file.path });
-        },
-        (err: Error) => post({ kind: 'openFailed', id, message: err.message }),
-      );
+      try {
+        file.open();
+      } catch (err) {
+        post({ kind: 'openFailed', id, message: (err as Error).message });
+        return;
+      }
+      files.set(id, file);
+      post({ kind: 'opened', id, path: file.path });
       return;
     }
-    case 'events':
-      for (const [id, event] of message.batch) files.get(id)?.apply(event);
+    case 'events': {
+      const touched = new Set<RecordingFile>();
+      for (const [id, event] of message.batch) {
+        const file = files.get(id);
+        if (file === undefined) continue;
+        file.apply(event);
+        touched.add(file);
+      }
+      for (const file of touched) file.flush();
       return;
+    }
     case 'close': {
       const file = files.get(message.id);
       files.delete(message.id);
-      const closed = () => post({ kind: 'closed', id: message.id });
-      if (file === undefined) closed();
-      else void file.close().then(closed);
+      file?.close();
+      post({ kind: 'closed', id: message.id });
       return;
     }
   }
