@@ -139,7 +139,8 @@ export class RecordingFile {
    * Writes the lines made since the last flush, in one writev (the worker flushes after each batch of events). On
    * this thread, not the thread pool's: the worker does nothing else, and a write through fs/promises cost 2.4
    * times the CPU of the same writev made here (1 GiB in 72 KiB writes: 0.9 CPU-s against 0.37, tmpfs and ext4
-   * alike; its thread hand-offs, not the copy).
+   * alike; its thread hand-offs, not the copy). A disk that hangs holds this thread, not the pool the executor's
+   * file system methods share.
    */
   flush(): void {
     if (this.#pending.length === 0 || this.#failed) return;
