@@ -3,7 +3,7 @@
  * Bundles the executor (src/main.ts and every workspace package and third-party library it uses, from the
  * TypeScript sources) into OUTDIR/main.js, and beside it the confined-fs helper it spawns (src/fs/sandbox-helper.ts,
  * where fs/confined.ts looks first), the managed proxy's sandbox relay (src/proxy-relay.ts) and the recording worker
- * (src/recording-worker.ts). This is what the packed
+ * (src/recording-worker.ts), and the sandbox's walk thread (@tether/sandbox's walk-worker.ts). This is what the packed
  * `@tether/executor` ships (scripts/pack.mjs): an install then needs nothing from a registry but the
  * optional native addons. The workspace's own dist/ stays tsc's output.
  *
@@ -53,6 +53,8 @@ await build({
     // the thread that writes session recordings (recordings.ts).
     'proxy-relay': new URL('src/proxy-relay.ts', here).pathname,
     'recording-worker': new URL('src/recording-worker.ts', here).pathname,
+    // …and the sandbox's walk thread (@tether/sandbox's walk-thread.ts looks beside the module that runs it).
+    'walk-worker': new URL('../../packages/sandbox/src/walk-worker.ts', here).pathname,
   },
   outdir,
   bundle: true,

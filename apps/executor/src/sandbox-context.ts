@@ -19,15 +19,15 @@ export function decodeSandbox(raw: unknown): SandboxContext | null {
  * `sandbox.prepare`, with its refusals made RpcErrors by `refuse`: a policy error as it is worded, a sandbox
  * this host cannot enforce as `<what> cannot be enforced on this executor: <why>`.
  */
-export function prepareSandbox(
+export async function prepareSandbox(
   sandbox: Sandboxer,
   context: SandboxContext,
   options: Parameters<Sandboxer['prepare']>[1],
   what: string,
   refuse: (message: string) => RpcError,
-): PreparedSandbox {
+): Promise<PreparedSandbox> {
   try {
-    return sandbox.prepare(context, options);
+    return await sandbox.prepare(context, options);
   } catch (err) {
     if (err instanceof SandboxUnavailableError) {
       throw refuse(`${what} cannot be enforced on this executor: ${err.message}`);

@@ -42,6 +42,12 @@ export const PROTECTED_NAMES = ['.git', '.agents', '.codex', '.aws'];
 export const MAX_PROTECTED_SCAN_DIRECTORIES = 50_000;
 export const MAX_PROTECTED_SCAN_ENTRIES = 1_000_000;
 
+/** How far findNestedProtected searches before it refuses the profile. */
+export interface ScanLimits {
+  directories: number;
+  entries: number;
+}
+
 /** A request the policy cannot be built from (a path URI of another host, a glob); the message says which. */
 export class SandboxPolicyError extends Error {
   override readonly name = 'SandboxPolicyError';
@@ -113,13 +119,6 @@ export function depth(path: string): number {
 
 const ACCESS_RANK: Record<FileAccess, number> = { read: 0, write: 1, deny: 2 };
 
-/**
- * The protected names that exist below `root` (not its own top level), found by walking it: links are not
- * followed, a protected directory is not entered, nor is a path with an entry of its own that is not a write
- * (read-only or denied already). A repository nested in a workspace (`sub/.git/hooks`) would otherwise be
- * writable, and a later unconfined `git` there would run what the command planted. Bounded (the constants
- * above): past a bound the profile is refused.
- */
 /** Linux's PATH_MAX: bubblewrap cannot name a longer path (`File name too long`), nor can a command. */
 const PATH_MAX = 4096;
 
@@ -133,10 +132,17 @@ function nameable(path: string): string {
   return kept;
 }
 
+/**
+ * The protected names that exist below `root` (not its own top level), found by walking it: links are not
+ * followed, a protected directory is not entered, nor is a path with an entry of its own that is not a write
+ * (read-only or denied already). A repository nested in a workspace (`sub/.git/hooks`) would otherwise be
+ * writable, and a later unconfined `git` there would run what the command planted. Bounded (the constants
+ * above): past a bound the profile is refused. Synchronous: the Sandboxer runs it on its walk thread (walker.ts).
+ */
 export function findNestedProtected(
   root: string,
   entries: Map<string, ResolvedEntry>,
-  limits = { directories: MAX_PROTECTED_SCAN_DIRECTORIES, entries: MAX_PROTECTED_SCAN_ENTRIES },
+  limits: ScanLimits = { directories: MAX_PROTECTED_SCAN_DIRECTORIES, entries: MAX_PROTECTED_SCAN_ENTRIES },
 ): string[] {
   const found: string[] = [];
   let directories = 0;
@@ -183,7 +189,32 @@ export function findNestedProtected(
   return found;
 }
 
-export function resolvePolicy(context: SandboxContext, options: ResolveOptions = {}): SandboxPolicy {
+/**
+ * Where a policy's walks of the disk run. Each may list up to a million directory entries (MAX_GLOB_VISITS,
+ * MAX_PROTECTED_SCAN_ENTRIES): on an executor's event loop that is every other session stopped for a second or more.
+ */
+export interface Walker {
+  /** expandGlob's answer (its GlobExpansionError, or another Error, when it cannot). */
+  glob(pattern: string, maxDepth: number | null): Promise<string[]>;
+  /** findNestedProtected's answer (its SandboxPolicyError when past a bound; `limits` as its own). */
+  nested(root: string, entries: Map<string, ResolvedEntry>, limits?: ScanLimits): Promise<string[]>;
+}
+
+/** The walks on the calling thread (tests, and the Sandboxer when its walk thread is gone). */
+export const IN_THREAD_WALKER: Walker = {
+  glob: async (pattern, maxDepth) => expandGlob(pattern, maxDepth),
+  nested: async (root, entries, limits) => findNestedProtected(root, entries, limits),
+};
+
+/**
+ * The policy `context` asks for, as paths of this host. Its walks (deny globs, nested protected names) are
+ * `walker`'s: on this thread by default, on the Sandboxer's walk thread when it prepares a sandbox.
+ */
+export async function resolvePolicy(
+  context: SandboxContext,
+  options: ResolveOptions = {},
+  walker: Walker = IN_THREAD_WALKER,
+): Promise<SandboxPolicy> {
   const network = sandboxNetwork(context);
   const restricted = restrictsFileSystem(context);
   const permissions = context.permissions;
@@ -219,7 +250,7 @@ export function resolvePolicy(context: SandboxContext, options: ResolveOptions =
         : [isAbsolute(where.pattern) ? where.pattern : join(options.cwd ?? '/', where.pattern)];
       for (const pattern of patterns) {
         try {
-          for (const match of expandGlob(pattern, permissions.fileSystem.globScanMaxDepth ?? null)) add(match);
+          for (const match of await walker.glob(pattern, permissions.fileSystem.globScanMaxDepth ?? null)) add(match);
         } catch (err) {
           throw new SandboxPolicyError((err as Error).message);
         }
@@ -264,12 +295,11 @@ export function resolvePolicy(context: SandboxContext, options: ResolveOptions =
   // A writable `/` is an approved escalation that keeps the profile's denials (Codex's
   // `linuxApprovedRootWritePreservesRestrictions`): the whole disk was granted, so, as Codex, only its top
   // level's protected names are kept (a search of every directory would refuse it on any real machine).
-  const nested = new Set(
-    writableRoots
-      .filter((root) => root.path !== '/')
-      .flatMap((root) => findNestedProtected(root.path, byPath))
-      .filter((p) => !topLevel.has(p)),
+  // Asked all at once: the walk thread takes them one after another, with one wake-up between them and this thread.
+  const searched = await Promise.all(
+    writableRoots.filter((root) => root.path !== '/').map((root) => walker.nested(root.path, byPath)),
   );
+  const nested = new Set(searched.flat().filter((path) => !topLevel.has(path)));
   return {
     restrictsFileSystem: true,
     network,

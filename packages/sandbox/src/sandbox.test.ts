@@ -18,7 +18,7 @@ import { bwrapArgs } from './bwrap.js';
 import { likelySandboxDenied } from './denial.js';
 import { expandGlob, GlobExpansionError, MAX_GLOB_MATCHES } from './glob.js';
 import { findNestedProtected, resolvePolicy, SandboxPolicyError } from './policy.js';
-import { Sandboxer } from './sandboxer.js';
+import { type PreparedSandbox, Sandboxer } from './sandboxer.js';
 import { seccompProgram, seccompSupported } from './seccomp.js';
 
 const special = (kind: string, extra: Record<string, unknown> = {}) => ({ type: 'special', value: { kind, ...extra } });
@@ -35,10 +35,10 @@ const work = mkdtempSync('/var/tmp/tether-sandbox-unit-');
 afterAll(() => rmSync(work, { recursive: true, force: true }));
 
 describe('resolvePolicy', () => {
-  it('resolves the special paths as Codex does', () => {
+  it('resolves the special paths as Codex does', async () => {
     const root = join(work, 'r1');
     mkdirSync(root, { recursive: true });
-    const policy = resolvePolicy(
+    const policy = await resolvePolicy(
       context(
         [
           { path: special('root'), access: 'read' },
@@ -61,8 +61,8 @@ describe('resolvePolicy', () => {
     expect(policy.protectedPaths).toContain(join(root, '.aws'));
   });
 
-  it('project_roots without workspaceRoots means nothing; at one path deny beats write beats read', () => {
-    const policy = resolvePolicy(
+  it('project_roots without workspaceRoots means nothing; at one path deny beats write beats read', async () => {
+    const policy = await resolvePolicy(
       context([
         { path: special('project_roots'), access: 'write' },
         { path: { type: 'path', path: pathToFileUri('/opt') }, access: 'read' },
@@ -75,23 +75,23 @@ describe('resolvePolicy', () => {
     expect(policy.entries).toEqual([{ path: '/opt', access: 'deny', skipMissing: false }]);
   });
 
-  it('expands deny globs into the files they match; refuses one without a static directory; ignores others', () => {
+  it('expands deny globs into the files they match; refuses one without a static directory; ignores others', async () => {
     const root = join(work, 'globs');
     mkdirSync(join(root, 'a', 'b'), { recursive: true });
     for (const file of ['x.key', 'a/y.key', 'a/b/z.key', 'a/b/keep.txt', '.hidden.key'])
       writeFileSync(join(root, file), '');
     const deny = (pattern: string, access = 'deny') => ({ path: { type: 'glob_pattern', pattern }, access });
-    const denied = (pattern: string) =>
-      resolvePolicy(context([{ path: special('root'), access: 'read' }, deny(pattern)]), { cwd: root })
-        .entries.filter((e) => e.access === 'deny')
+    const denied = async (pattern: string) =>
+      (await resolvePolicy(context([{ path: special('root'), access: 'read' }, deny(pattern)]), { cwd: root })).entries
+        .filter((e) => e.access === 'deny')
         .map((e) => e.path.slice(root.length + 1))
         .sort();
-    expect(denied(`${root}/**/*.key`)).toEqual(['.hidden.key', 'a/b/z.key', 'a/y.key', 'x.key']);
-    expect(denied(`${root}/*.key`)).toEqual(['.hidden.key', 'x.key']);
-    expect(denied(`${root}/a/{b/z,y}.key`)).toEqual(['a/b/z.key', 'a/y.key']);
-    expect(denied('a/**/[yz].key')).toEqual(['a/b/z.key', 'a/y.key']);
-    expect(() => resolvePolicy(context([deny('/**/*.key')]))).toThrow(SandboxPolicyError);
-    const write = resolvePolicy(context([deny(`${root}/*.key`, 'write')]));
+    expect(await denied(`${root}/**/*.key`)).toEqual(['.hidden.key', 'a/b/z.key', 'a/y.key', 'x.key']);
+    expect(await denied(`${root}/*.key`)).toEqual(['.hidden.key', 'x.key']);
+    expect(await denied(`${root}/a/{b/z,y}.key`)).toEqual(['a/b/z.key', 'a/y.key']);
+    expect(await denied('a/**/[yz].key')).toEqual(['a/b/z.key', 'a/y.key']);
+    await expect(resolvePolicy(context([deny('/**/*.key')]))).rejects.toThrow(SandboxPolicyError);
+    const write = await resolvePolicy(context([deny(`${root}/*.key`, 'write')]));
     expect(write.entries).toEqual([]);
   });
 
@@ -168,7 +168,7 @@ describe('resolvePolicy', () => {
     expect(matches('**/k.key', 2)).toEqual(['.hidden/k.key', 'd/k.key', 'k.key']);
   });
 
-  it('keeps nested .git, .codex and .agents read-only too, found by a bounded walk that fails closed', () => {
+  it('keeps nested .git, .codex and .agents read-only too, found by a bounded walk that fails closed', async () => {
     const root = join(work, 'nested');
     for (const dir of [
       'sub/.git/hooks',
@@ -187,7 +187,7 @@ describe('resolvePolicy', () => {
       ],
       [root],
     );
-    const policy = resolvePolicy(profile);
+    const policy = await resolvePolicy(profile);
     const nested = policy.protectedPaths.filter((p) => p.startsWith(`${root}/`)).map((p) => p.slice(root.length + 1));
     // The top-level names (missing or not), every nested one that exists, not what is under a protected
     // directory (it is read-only whole) nor under a denied one.
@@ -248,11 +248,11 @@ describe('resolvePolicy', () => {
     expect(found[0]!.startsWith(`${root}/${level}/`)).toBe(true);
   });
 
-  it('a writable / that keeps a denial: only its top level is protected, and /dev and /proc go back over it', () => {
+  it('a writable / that keeps a denial: only its top level is protected, and /dev and /proc go back over it', async () => {
     const secret = join(work, 'root-write-secret');
     writeFileSync(secret, 'x');
     const denied = { path: { type: 'glob_pattern', pattern: secret }, access: 'deny' };
-    const policy = resolvePolicy(context([{ path: special('root'), access: 'write' }, denied]));
+    const policy = await resolvePolicy(context([{ path: special('root'), access: 'write' }, denied]));
     expect(policy.restrictsFileSystem).toBe(true);
     // No search of the whole disk (it would refuse the profile on any real machine).
     expect(policy.nestedProtectedPaths).toEqual([]);
@@ -266,11 +266,11 @@ describe('resolvePolicy', () => {
     expect(args).toContain(`--ro-bind /f ${secret}`);
   });
 
-  it('leaves unrestricted profiles unconfined', () => {
+  it('leaves unrestricted profiles unconfined', async () => {
     const disabled = decodeSandboxContext({ permissions: { type: 'disabled' }, windowsSandboxLevel: 'disabled' })!;
-    expect(resolvePolicy(disabled)).toMatchObject({ restrictsFileSystem: false, network: 'enabled' });
+    expect(await resolvePolicy(disabled)).toMatchObject({ restrictsFileSystem: false, network: 'enabled' });
     const rootWrite = context([{ path: special('root'), access: 'write' }]);
-    expect(resolvePolicy(rootWrite).restrictsFileSystem).toBe(false);
+    expect((await resolvePolicy(rootWrite)).restrictsFileSystem).toBe(false);
   });
 });
 
@@ -309,7 +309,7 @@ describe('Sandboxer', () => {
   });
   afterAll(() => sandbox.close());
 
-  const run = (prepared: ReturnType<Sandboxer['prepare']>, script: string) => {
+  const run = (prepared: PreparedSandbox, script: string) => {
     const fd = prepared.seccompFile === null ? null : openSync(prepared.seccompFile, 'r');
     try {
       const result = spawnSync(prepared.prefix!.file, [...prepared.prefix!.args, '/bin/bash', '-c', script], {
@@ -321,19 +321,19 @@ describe('Sandboxer', () => {
     }
   };
 
-  it('says whether it can enforce, and refuses a restricting profile when it cannot', () => {
+  it('says whether it can enforce, and refuses a restricting profile when it cannot', async () => {
     const none = Sandboxer.none('no bubblewrap in this test');
     expect(none.status.available).toBe(false);
-    expect(() => none.prepare(context([]), { cwd: '/' })).toThrow(/no bubblewrap in this test/);
+    await expect(none.prepare(context([]), { cwd: '/' })).rejects.toThrow(/no bubblewrap in this test/);
     // A profile that restricts nothing needs no sandbox, available or not.
     const open = decodeSandboxContext({
       permissions: { type: 'external', network: 'enabled' },
       windowsSandboxLevel: 'disabled',
     })!;
-    expect(none.prepare(open, { cwd: '/' }).prefix).toBeNull();
+    expect((await none.prepare(open, { cwd: '/' })).prefix).toBeNull();
   });
 
-  it('a mount point one sandbox made stays while another that found it is running, and goes with the last', () => {
+  it('a mount point one sandbox made stays while another that found it is running, and goes with the last', async () => {
     if (!sandbox.status.available) return expect.fail(`the sandbox is unavailable here: ${sandbox.status.reason}`);
     const root = join(work, 'shared-mount-point');
     mkdirSync(root, { recursive: true });
@@ -344,11 +344,11 @@ describe('Sandboxer', () => {
       ],
       [root],
     );
-    const first = sandbox.prepare(profile, { cwd: root });
+    const first = await sandbox.prepare(profile, { cwd: root });
     // bubblewrap makes the missing .codex as a mount point on the host, where a second sandbox finds it empty.
     expect(run(first, 'mkdir .codex/x 2>&1; true').status).toBe(0);
     expect(readdirSync(root)).toContain('.codex');
-    const second = sandbox.prepare(profile, { cwd: root });
+    const second = await sandbox.prepare(profile, { cwd: root });
     first.release();
     // Still there while the second may be running (removed, its mount there would be detached), and still guarded.
     expect(readdirSync(root)).toContain('.codex');
@@ -359,7 +359,7 @@ describe('Sandboxer', () => {
     expect(readdirSync(root)).not.toContain('.codex');
   });
 
-  it('confines writes to the roots, keeps .git read-only, hides denied paths, and cleans up what it made', () => {
+  it('confines writes to the roots, keeps .git read-only, hides denied paths, and cleans up what it made', async () => {
     if (!sandbox.status.available) return expect.fail(`the sandbox is unavailable here: ${sandbox.status.reason}`);
     const root = join(work, 'r2');
     const outside = join(work, 'outside2');
@@ -368,7 +368,7 @@ describe('Sandboxer', () => {
     writeFileSync(join(root, 'sub', '.git', 'hooks', 'pre-commit'), '#!/bin/sh\n');
     mkdirSync(outside, { recursive: true });
     writeFileSync(join(root, 'secret'), 'x');
-    const prepared = sandbox.prepare(
+    const prepared = await sandbox.prepare(
       context(
         [
           { path: special('root'), access: 'read' },

@@ -24,6 +24,7 @@ import { resolvePolicy, type SandboxPolicy } from './policy.js';
 import { findProgram } from './programs.js';
 import { type SeccompMode, seccompProgram, seccompSupported } from './seccomp.js';
 import { probeTransparentTcp, type TransparentTcpStatus } from './transparent-tcp.js';
+import { WalkThread } from './walk-thread.js';
 
 /** What this executor can enforce (advertised in `environment/info` and `executor --help`). */
 export interface SandboxStatus {
@@ -94,6 +95,8 @@ export class Sandboxer {
   private readonly seccompFiles: Record<SeccompMode, string> | null;
   /** Synthetic mount points in use, with how many sandboxes use each. */
   private readonly synthetic = new Map<string, number>();
+  /** Where the policies' walks of the disk run (off the event loop). */
+  private readonly walker = new WalkThread();
   private closed = false;
 
   private constructor(
@@ -166,12 +169,19 @@ export class Sandboxer {
   }
 
   /**
-   * The command prefix that runs a process under `context`. Throws SandboxUnavailableError when the profile
-   * needs a sandbox this host cannot build, SandboxPolicyError when it cannot be read here.
+   * The command prefix that runs a process under `context`. Rejects with SandboxUnavailableError when the profile
+   * needs a sandbox this host cannot build, SandboxPolicyError when it cannot be read here. Its walks (deny globs,
+   * nested protected names) run on the walk thread (walk-thread.ts); the plan is made and its mount points counted
+   * after them, in one step.
    */
-  prepare(context: SandboxContext, options: PrepareOptions): PreparedSandbox {
+  async prepare(context: SandboxContext, options: PrepareOptions): Promise<PreparedSandbox> {
     if (this.closed) throw new SandboxUnavailableError('the sandbox is closed');
-    const policy = resolvePolicy(context, { tmpdir: options.tmpdir, cwd: sandboxCwd(context) ?? options.cwd });
+    const policy = await resolvePolicy(
+      context,
+      { tmpdir: options.tmpdir, cwd: sandboxCwd(context) ?? options.cwd },
+      this.walker,
+    );
+    if (this.closed) throw new SandboxUnavailableError('the sandbox is closed');
     if (options.forceNetworkRestricted) policy.network = 'restricted';
     const managed = options.managedNetwork ?? null;
     if (!policy.restrictsFileSystem && policy.network === 'enabled' && managed === null) {
@@ -228,6 +238,7 @@ export class Sandboxer {
   close(): void {
     if (this.closed) return;
     this.closed = true;
+    this.walker.close();
     for (const target of [...this.synthetic.keys()]) {
       this.synthetic.set(target, 1);
       this.releaseTarget(target);

@@ -152,7 +152,7 @@ async function runHelper<K extends ConfinedOp>(
 ): Promise<{ answer: unknown; received: number | null }> {
   const { sandbox, signal } = ctx;
   checkSandboxCwd(context);
-  const prepared = prepareSandbox(
+  const prepared = await prepareSandbox(
     sandbox,
     context,
     { cwd: '/', tmpdir: process.env.TMPDIR, forceNetworkRestricted: true, extraReadable: helperRuntime() },

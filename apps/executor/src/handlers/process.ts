@@ -188,14 +188,14 @@ function relayScript(): string {
  * managed network enforced (`proxy`), the command runs in a network namespace of its own behind the relay,
  * whose loopback port is the only way out (the relay's upstream connections come over its channel).
  */
-function startSandbox(
+async function startSandbox(
   raw: unknown,
   cwd: string,
   env: Record<string, string>,
   ctx: RequestContext,
   proxy: ManagedProxy | null,
   transparentTcp = false,
-): ProcessWrap | null {
+): Promise<ProcessWrap | null> {
   const context = decodeSandbox(raw);
   if (context === null) return null;
   let managedNetwork: { relay: string[] } | null = null;
@@ -238,7 +238,7 @@ function startSandbox(
     // A channel of its own for each run of the relay (the snapshot's capture, the command).
     inheritFds = () => proxy.openRelayChannel(native, route);
   }
-  const prepared = prepareSandbox(
+  const prepared = await prepareSandbox(
     ctx.sandbox,
     context,
     { cwd, tmpdir: env.TMPDIR, managedNetwork, ...(extraReadable ? { extraReadable } : {}) },
@@ -350,7 +350,10 @@ export const processHandlers: HandlerTable = {
       // Transparent TCP implies the sandbox's own network behind the relay, enforced or not (as Codex's).
       const transparentTcp = params.networkProxy?.proxy.transparentTcp === true;
       const enforced = params.enforceManagedNetwork === true || transparentTcp ? proxy : null;
-      wrap = closingProxy(startSandbox(params.sandbox, started.cwd, started.env, ctx, enforced, transparentTcp), proxy);
+      wrap = closingProxy(
+        await startSandbox(params.sandbox, started.cwd, started.env, ctx, enforced, transparentTcp),
+        proxy,
+      );
     } catch (err) {
       proxy?.close();
       throw err;
