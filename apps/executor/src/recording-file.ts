@@ -203,7 +203,7 @@ export class RecordingFile {
     this.#push(Buffer.from(`${this.#writer.headerLine}\n`), 0);
   }
 
-  /** A writer for the next part (its name becomes the current one); the file is opened by the write loop. */
+  /** A writer for the next part (its name becomes the current one); its caller opens the file. */
   #newWriter(previous: { file: string; head: string } | null): string {
     const stamp = new Date(this.#start.startedAtMs).toISOString().replace(/[:.]/g, '-');
     const safeId = this.#start.processId.replace(/[^A-Za-z0-9_-]/g, '_').slice(0, 100);
