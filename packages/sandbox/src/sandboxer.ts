@@ -20,7 +20,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileUriToPath, type SandboxContext } from '@tether/exec-protocol';
 import { type BwrapPlan, bwrapArgs, type MountSources } from './bwrap.js';
-import { resolvePolicy, type SandboxPolicy } from './policy.js';
+import { IN_THREAD_WALKER, resolvePolicy, type SandboxPolicy } from './policy.js';
 import { findProgram } from './programs.js';
 import { type SeccompMode, seccompProgram, seccompSupported } from './seccomp.js';
 import { probeTransparentTcp, type TransparentTcpStatus } from './transparent-tcp.js';
@@ -179,7 +179,9 @@ export class Sandboxer {
     const policy = await resolvePolicy(
       context,
       { tmpdir: options.tmpdir, cwd: sandboxCwd(context) ?? options.cwd },
-      this.walker,
+      // One that cannot sandbox refuses every profile the walks matter to: no thread for it (a connection served
+      // without a sandbox has one of these of its own).
+      this.status.available ? this.walker : IN_THREAD_WALKER,
     );
     if (this.closed) throw new SandboxUnavailableError('the sandbox is closed');
     if (options.forceNetworkRestricted) policy.network = 'restricted';
