@@ -95,8 +95,12 @@ export class Sandboxer {
   private readonly seccompFiles: Record<SeccompMode, string> | null;
   /** Synthetic mount points in use, with how many sandboxes use each. */
   private readonly synthetic = new Map<string, number>();
-  /** Where the policies' walks of the disk run (off the event loop). */
-  private readonly walker = new WalkThread();
+  /**
+   * Where the policies' walks of the disk run: a thread of their own, off the event loop. One that cannot sandbox
+   * refuses every profile the walks matter to, so it walks on the calling thread and starts no thread (a connection
+   * served without a sandbox has one of these of its own).
+   */
+  private readonly walkThread: WalkThread | null;
   private closed = false;
 
   private constructor(
@@ -111,6 +115,7 @@ export class Sandboxer {
     this.sources = sources;
     this.seccompFiles = seccompFiles;
     this.status = status;
+    this.walkThread = status.available ? new WalkThread() : null;
   }
 
   /** A sandbox that enforces nothing: every restricting profile is refused with `reason`. */
@@ -179,9 +184,7 @@ export class Sandboxer {
     const policy = await resolvePolicy(
       context,
       { tmpdir: options.tmpdir, cwd: sandboxCwd(context) ?? options.cwd },
-      // One that cannot sandbox refuses every profile the walks matter to: no thread for it (a connection served
-      // without a sandbox has one of these of its own).
-      this.status.available ? this.walker : IN_THREAD_WALKER,
+      this.walkThread ?? IN_THREAD_WALKER,
     );
     if (this.closed) throw new SandboxUnavailableError('the sandbox is closed');
     if (options.forceNetworkRestricted) policy.network = 'restricted';
@@ -240,7 +243,7 @@ export class Sandboxer {
   close(): void {
     if (this.closed) return;
     this.closed = true;
-    this.walker.close();
+    this.walkThread?.close();
     for (const target of [...this.synthetic.keys()]) {
       this.synthetic.set(target, 1);
       this.releaseTarget(target);

@@ -15,19 +15,15 @@ import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { GlobExpansionError } from './glob.js';
 import { IN_THREAD_WALKER, type ResolvedEntry, SandboxPolicyError, type ScanLimits, type Walker } from './policy.js';
-import type { WalkAnswer, WalkRequest } from './walk-worker.js';
+import type { WalkAnswer, WalkOp, WalkRequest } from './walk-worker.js';
 
 type Pending = { resolve: (paths: string[]) => void; reject: (err: Error) => void };
-
-/** Distributes a request over the union without repeating the id (the caller fills it in). */
-type Request = WalkRequest extends infer R ? (R extends WalkRequest ? Omit<R, 'id'> : never) : never;
 
 export class WalkThread implements Walker {
   readonly #script: string;
   #worker: Worker | null = null;
-  /** The thread failed or exited: walks run on the calling thread from then on. */
-  #gone = false;
-  #closed = false;
+  /** Closed, or the thread failed or exited: walks run on the calling thread from then on. */
+  #stopped = false;
   #nextId = 1;
   readonly #pending = new Map<number, Pending>();
 
@@ -37,25 +33,24 @@ export class WalkThread implements Walker {
   }
 
   glob(pattern: string, maxDepth: number | null): Promise<string[]> {
-    if (this.#gone || this.#closed) return IN_THREAD_WALKER.glob(pattern, maxDepth);
+    if (this.#stopped) return IN_THREAD_WALKER.glob(pattern, maxDepth);
     return this.#ask({ op: 'glob', pattern, maxDepth });
   }
 
   nested(root: string, entries: Map<string, ResolvedEntry>, limits?: ScanLimits): Promise<string[]> {
-    if (this.#gone || this.#closed) return IN_THREAD_WALKER.nested(root, entries, limits);
+    if (this.#stopped) return IN_THREAD_WALKER.nested(root, entries, limits);
     return this.#ask({ op: 'nested', root, entries, ...(limits ? { limits } : {}) });
   }
 
   /** Ends the thread; a walk still going is answered with an error. */
   close(): void {
-    if (this.#closed) return;
-    this.#closed = true;
+    this.#stopped = true;
     this.#fail('the sandbox is closed');
     void this.#worker?.terminate();
     this.#worker = null;
   }
 
-  #ask(request: Request): Promise<string[]> {
+  #ask(request: WalkOp): Promise<string[]> {
     const worker = this.#thread();
     const id = this.#nextId++;
     const answer = new Promise<string[]>((resolve, reject) => this.#pending.set(id, { resolve, reject }));
@@ -72,7 +67,7 @@ export class WalkThread implements Walker {
     const gone = (why: string) => {
       if (this.#worker !== worker) return;
       this.#worker = null;
-      this.#gone = true;
+      this.#stopped = true;
       this.#fail(why);
     };
     worker.on('error', (err) => gone(`the sandbox's walk thread failed: ${err.message}`));

@@ -7,9 +7,13 @@ import { parentPort } from 'node:worker_threads';
 import { expandGlob, GlobExpansionError } from './glob.js';
 import { findNestedProtected, type ResolvedEntry, SandboxPolicyError, type ScanLimits } from './policy.js';
 
-export type WalkRequest =
-  | { id: number; op: 'glob'; pattern: string; maxDepth: number | null }
-  | { id: number; op: 'nested'; root: string; entries: Map<string, ResolvedEntry>; limits?: ScanLimits };
+/** A walk to run. */
+export type WalkOp =
+  | { op: 'glob'; pattern: string; maxDepth: number | null }
+  | { op: 'nested'; root: string; entries: Map<string, ResolvedEntry>; limits?: ScanLimits };
+
+/** A walk and the id its answer carries. */
+export type WalkRequest = WalkOp & { id: number };
 
 /** The error's class travels as `kind`, so that the caller throws what the walk on its own thread would. */
 export type WalkAnswer =
