@@ -18,7 +18,7 @@ import { bwrapArgs } from './bwrap.js';
 import { likelySandboxDenied } from './denial.js';
 import { expandGlob, GlobExpansionError, MAX_GLOB_MATCHES } from './glob.js';
 import { findNestedProtected, resolvePolicy, SandboxPolicyError } from './policy.js';
-import { type PreparedSandbox, Sandboxer } from './sandboxer.js';
+import { type PreparedSandbox, Sandboxer, SandboxUnavailableError } from './sandboxer.js';
 import { seccompProgram, seccompSupported } from './seccomp.js';
 
 const special = (kind: string, extra: Record<string, unknown> = {}) => ({ type: 'special', value: { kind, ...extra } });
@@ -320,6 +320,18 @@ describe('Sandboxer', () => {
       if (fd !== null) closeSync(fd);
     }
   };
+
+  it('closed while its walks run, refuses the start as unavailable (a state of the executor, not a fault of the request)', async () => {
+    const own = Sandboxer.open();
+    const root = join(work, 'closing');
+    for (let i = 0; i < 500; i++) mkdirSync(join(root, `d${i}`, 'sub'), { recursive: true });
+    const preparing = own.prepare(context([{ path: special('project_roots'), access: 'write' }], [root]), {
+      cwd: root,
+    });
+    own.close();
+    await expect(preparing).rejects.toBeInstanceOf(SandboxUnavailableError);
+    await expect(preparing).rejects.toThrow(/the sandbox is closed/);
+  });
 
   it('says whether it can enforce, and refuses a restricting profile when it cannot', async () => {
     const none = Sandboxer.none('no bubblewrap in this test');

@@ -20,7 +20,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileUriToPath, type SandboxContext } from '@tether/exec-protocol';
 import { type BwrapPlan, bwrapArgs, type MountSources } from './bwrap.js';
-import { IN_THREAD_WALKER, resolvePolicy, type SandboxPolicy } from './policy.js';
+import { IN_THREAD_WALKER, resolvePolicy, type SandboxPolicy, WalkUnavailableError } from './policy.js';
 import { findProgram } from './programs.js';
 import { type SeccompMode, seccompProgram, seccompSupported } from './seccomp.js';
 import { probeTransparentTcp, type TransparentTcpStatus } from './transparent-tcp.js';
@@ -181,11 +181,19 @@ export class Sandboxer {
    */
   async prepare(context: SandboxContext, options: PrepareOptions): Promise<PreparedSandbox> {
     if (this.closed) throw new SandboxUnavailableError('the sandbox is closed');
-    const policy = await resolvePolicy(
-      context,
-      { tmpdir: options.tmpdir, cwd: sandboxCwd(context) ?? options.cwd },
-      this.walkThread ?? IN_THREAD_WALKER,
-    );
+    let policy: SandboxPolicy;
+    try {
+      policy = await resolvePolicy(
+        context,
+        { tmpdir: options.tmpdir, cwd: sandboxCwd(context) ?? options.cwd },
+        this.walkThread ?? IN_THREAD_WALKER,
+      );
+    } catch (err) {
+      // Closed meanwhile, or the walk thread failed: the executor cannot sandbox this start, the request is fine.
+      if (this.closed) throw new SandboxUnavailableError('the sandbox is closed');
+      if (err instanceof WalkUnavailableError) throw new SandboxUnavailableError(err.message);
+      throw err;
+    }
     if (this.closed) throw new SandboxUnavailableError('the sandbox is closed');
     if (options.forceNetworkRestricted) policy.network = 'restricted';
     const managed = options.managedNetwork ?? null;

@@ -1,9 +1,10 @@
+import { once } from 'node:events';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { expandGlob, GlobExpansionError } from './glob.js';
-import { findNestedProtected, type ResolvedEntry, SandboxPolicyError } from './policy.js';
+import { findNestedProtected, type ResolvedEntry, SandboxPolicyError, WalkUnavailableError } from './policy.js';
 import { WalkThread } from './walk-thread.js';
 
 let work: string;
@@ -78,20 +79,43 @@ describe('WalkThread', () => {
     expect(await walker.nested(root, byPath)).toEqual([join(root, 'd3', '.git')]);
   });
 
-  it('a thread that cannot start fails what it was asked, and later walks run on the calling thread', async () => {
+  it('a thread that fails fails what it was asked as unavailable, and later walks run on the calling thread', async () => {
     const { root, byPath } = tree('fallback', 3);
-    const walker = thread(join(work, 'no-such-walk-worker.js'));
-    await expect(walker.nested(root, byPath)).rejects.toThrow(/walk thread/);
+    const broken = join(work, 'broken-walk-worker.mjs');
+    writeFileSync(broken, "throw new Error('no walks here');\n");
+    const walker = thread(broken);
+    const failed = walker.nested(root, byPath);
+    await expect(failed).rejects.toBeInstanceOf(WalkUnavailableError);
+    await expect(failed).rejects.toThrow(/walk thread failed: no walks here/);
     const after = await turnsDuring(() => walker.nested(root, byPath));
     expect(after.result).toEqual([join(root, 'd3', '.git')]);
     expect(after.turns).toBe(0);
   });
 
-  it('closed, it ends its thread and walks on the calling thread (a sandbox that is closed refuses first)', async () => {
-    const { root, byPath } = tree('closed', 3);
-    const walker = thread();
+  it('without its built script, walks on the calling thread from the first walk', async () => {
+    const { root, byPath } = tree('unbuilt', 3);
+    const walker = thread(join(work, 'no-such-walk-worker.js'));
+    const first = await turnsDuring(() => walker.nested(root, byPath));
+    expect(first.result).toEqual([join(root, 'd3', '.git')]);
+    expect(first.turns).toBe(0);
+  });
+
+  it('closed with a walk going, rejects it as unavailable, ends its thread, and walks on the calling thread', async () => {
+    const { root, byPath } = tree('closed', 2000);
+    let exited: Promise<unknown> | null = null;
+    const walker = new WalkThread(undefined, (worker) => {
+      exited = once(worker, 'exit');
+    });
+    threads.push(walker);
     expect(await walker.nested(root, byPath)).toEqual([join(root, 'd3', '.git')]);
+    expect(exited).not.toBeNull();
+    const going = walker.nested(root, byPath);
     walker.close();
-    expect(await walker.nested(root, byPath)).toEqual([join(root, 'd3', '.git')]);
+    await expect(going).rejects.toBeInstanceOf(WalkUnavailableError);
+    await expect(going).rejects.toThrow(/the sandbox is closed/);
+    await exited; // the thread ended
+    const after = await turnsDuring(() => walker.nested(root, byPath));
+    expect(after.result).toEqual([join(root, 'd3', '.git')]);
+    expect(after.turns).toBe(0);
   });
 });

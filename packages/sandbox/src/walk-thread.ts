@@ -6,15 +6,24 @@
  * long (a thread-pool hop per directory). Here it takes what the synchronous walk takes, off the loop.
  *
  * Owned by its Sandboxer (closed with it). The thread starts with the first walk and is unref'd while nothing is
- * asked of it. A thread that fails or exits answers what it was asked with an error (the start is refused), and
- * later walks run on the caller's thread: never a walk skipped.
+ * asked of it. A thread that fails or exits answers what it was asked with WalkUnavailableError (the start is
+ * refused as the executor's fault, not the request's), and later walks run on the caller's thread: never a walk
+ * skipped. One that cannot be made at all, or without its built script (sources never built), every walk runs
+ * on the caller's thread from the start.
  */
 import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { GlobExpansionError } from './glob.js';
-import { IN_THREAD_WALKER, type ResolvedEntry, SandboxPolicyError, type ScanLimits, type Walker } from './policy.js';
+import {
+  IN_THREAD_WALKER,
+  type ResolvedEntry,
+  SandboxPolicyError,
+  type ScanLimits,
+  type Walker,
+  WalkUnavailableError,
+} from './policy.js';
 import type { WalkAnswer, WalkOp, WalkRequest } from './walk-worker.js';
 
 type Pending = { resolve: (paths: string[]) => void; reject: (err: Error) => void };
@@ -27,54 +36,86 @@ export class WalkThread implements Walker {
   #nextId = 1;
   readonly #pending = new Map<number, Pending>();
 
-  /** `script`: the built walk-worker.js (default: beside this module, or the package's dist from its sources). */
-  constructor(script: string = walkWorkerScript()) {
+  readonly #onStart: ((worker: Worker) => void) | undefined;
+
+  /**
+   * `script`: the built walk-worker.js (default: beside this module, or the package's dist from its sources).
+   * `onStart` sees each thread as it starts (tests watch it end).
+   */
+  constructor(script: string = walkWorkerScript(), onStart?: (worker: Worker) => void) {
     this.#script = script;
+    this.#onStart = onStart;
+    this.#stopped = !existsSync(script);
   }
 
   glob(pattern: string, maxDepth: number | null): Promise<string[]> {
-    if (this.#stopped) return IN_THREAD_WALKER.glob(pattern, maxDepth);
-    return this.#ask({ op: 'glob', pattern, maxDepth });
+    const here = () => IN_THREAD_WALKER.glob(pattern, maxDepth);
+    return this.#stopped ? here() : this.#ask({ op: 'glob', pattern, maxDepth }, here);
   }
 
   nested(root: string, entries: Map<string, ResolvedEntry>, limits?: ScanLimits): Promise<string[]> {
-    if (this.#stopped) return IN_THREAD_WALKER.nested(root, entries, limits);
-    return this.#ask({ op: 'nested', root, entries, ...(limits ? { limits } : {}) });
+    const here = () => IN_THREAD_WALKER.nested(root, entries, limits);
+    return this.#stopped ? here() : this.#ask({ op: 'nested', root, entries, ...(limits ? { limits } : {}) }, here);
   }
 
   /** Ends the thread; a walk still going is answered with an error. */
   close(): void {
     this.#stopped = true;
     this.#fail('the sandbox is closed');
-    void this.#worker?.terminate();
+    const worker = this.#worker;
     this.#worker = null;
+    // Unref'd first: a walk stuck in a hung mount must not keep the executor from exiting while it terminates.
+    worker?.unref();
+    void worker?.terminate();
   }
 
-  #ask(request: WalkOp): Promise<string[]> {
+  /** Asks the thread for `request`; `here` walks on this thread instead when no thread can be made. */
+  #ask(request: WalkOp, here: () => Promise<string[]>): Promise<string[]> {
     const worker = this.#thread();
+    if (worker === null) return here();
     const id = this.#nextId++;
     const answer = new Promise<string[]>((resolve, reject) => this.#pending.set(id, { resolve, reject }));
     worker.ref();
-    worker.postMessage({ ...request, id } as WalkRequest);
+    try {
+      worker.postMessage({ ...request, id } as WalkRequest);
+    } catch (err) {
+      // Nothing was sent: no answer will come, so the walk may not stay pending (and the thread ref'd).
+      this.#stop(worker, `the sandbox's walk thread could not be asked: ${(err as Error).message}`);
+    }
     return answer;
   }
 
-  #thread(): Worker {
+  /** The thread, started by the first walk; null when it cannot start (walks run on the calling thread after). */
+  #thread(): Worker | null {
     if (this.#worker !== null) return this.#worker;
-    // No TypeScript loader and none of the executor's flags (its source condition among them): the built script.
-    const worker = new Worker(this.#script, { execArgv: [] });
-    worker.on('message', (answer: WalkAnswer) => this.#answered(answer));
-    const gone = (why: string) => {
-      if (this.#worker !== worker) return;
-      this.#worker = null;
+    let worker: Worker;
+    try {
+      // No TypeScript loader and none of the executor's flags (its source condition among them): the built script.
+      worker = new Worker(this.#script, { execArgv: [] });
+    } catch {
       this.#stopped = true;
-      this.#fail(why);
-    };
-    worker.on('error', (err) => gone(`the sandbox's walk thread failed: ${err.message}`));
-    worker.on('exit', (code) => gone(`the sandbox's walk thread exited (${code})`));
+      return null;
+    }
+    worker.on('message', (answer: WalkAnswer) => this.#answered(answer));
+    worker.on('messageerror', (err) =>
+      this.#stop(worker, `the sandbox's walk thread's answer was lost: ${err.message}`),
+    );
+    worker.on('error', (err) => this.#stop(worker, `the sandbox's walk thread failed: ${err.message}`));
+    worker.on('exit', (code) => this.#stop(worker, `the sandbox's walk thread exited (${code})`));
     worker.unref();
     this.#worker = worker;
+    this.#onStart?.(worker);
     return worker;
+  }
+
+  /** `worker` (if still this one's) is done for: what it was asked fails, later walks run on the calling thread. */
+  #stop(worker: Worker, why: string): void {
+    if (this.#worker !== worker) return;
+    this.#worker = null;
+    this.#stopped = true;
+    this.#fail(why);
+    worker.unref();
+    void worker.terminate();
   }
 
   #answered(answer: WalkAnswer): void {
@@ -97,7 +138,7 @@ export class WalkThread implements Walker {
   }
 
   #fail(why: string): void {
-    for (const pending of this.#pending.values()) pending.reject(new Error(why));
+    for (const pending of this.#pending.values()) pending.reject(new WalkUnavailableError(why));
     this.#pending.clear();
   }
 }

@@ -165,6 +165,8 @@ async function runHelper<K extends ConfinedOp>(
   let theirs: number | null = null;
   let received: number | null = null;
   try {
+    // The connection may have gone while the policy's walks ran: start nothing for it (as spawn would, killing it).
+    signal?.throwIfAborted();
     if (prepared.prefix === null) throw RpcError.internal('a restricted filesystem sandbox came without a command');
     const { file, args: prefix } = prepared.prefix;
     const env: Record<string, string> = { PATH: process.env.PATH ?? '/usr/bin:/bin' };
