@@ -328,6 +328,11 @@ async function attachCommand(env: Environment, id: string, options: AttachFlags,
   // typed is sent, and the window's size stays the controllers'.
   const watching = options.readOnly === true || info.access === 'view';
   const forwardStdin = !watching && (terminal || options.interactive);
+  // A person at a terminal sees their keys echoed while watching: say at once that none of them are sent.
+  if (watching && io.stdin.isTTY === true) {
+    const why = options.readOnly === true ? '' : ' (all the share allows)';
+    note(`watching ${id} read-only${why}: nothing typed here reaches it; Ctrl-C detaches`);
+  }
   const cleanups: Array<() => void> = [];
   let stopped: 'keys' | 'interrupt' | null = null;
   const stop = (why: 'keys' | 'interrupt') => {
@@ -372,7 +377,8 @@ async function attachCommand(env: Environment, id: string, options: AttachFlags,
       if (err instanceof OutputClosedError) attached.dispose();
       if (stopped === null) throw err;
     }
-    note(`detached from ${id}; it keeps running (harness attach ${id} to come back)`);
+    const back = shareToken ? `harness attach --token TOKEN ${id}` : `harness attach ${id}`;
+    note(`detached from ${id}; it keeps running (${back} to come back)`);
     return stopped === 'keys' ? 0 : 130;
   } finally {
     for (const cleanup of cleanups) cleanup();
