@@ -17,6 +17,7 @@ import {
   decodeFrame,
   encodeFrame,
   handshakeFrame,
+  MAX_RECORD_PLAINTEXT_BYTES,
   peekHeader,
   resumeFrame,
   streamKey,
@@ -24,7 +25,13 @@ import {
 import { WebSocket } from 'ws';
 import { onCleanup, type ServiceProcess, startService } from './services.js';
 
-export const FRAME_BYTES = 64 * 1024;
+/**
+ * A Data frame's payload: the largest a stream carries, one Noise record of 60 KiB (MAX_RECORD_PLAINTEXT_BYTES)
+ * and its 16-byte AEAD tag, as the executor and the SDK seal a long message (and codex does). Until 2026-12-07 the
+ * bench sent 64 KiB, larger than any real frame: each then took two TCP segments on loopback (its 65,483-byte MSS)
+ * where a real record takes one. `BENCH_RELAY_FRAME_BYTES` sets another size.
+ */
+export const FRAME_BYTES = Number(process.env.BENCH_RELAY_FRAME_BYTES ?? MAX_RECORD_PLAINTEXT_BYTES + 16);
 /**
  * Bytes in flight (sent, not yet received) the sender allows, like a reader's window: without one, a sender
  * faster than its receiver makes the relay reset the stream (`relay_backpressure`, at 4 MiB queued), as designed.
@@ -162,7 +169,7 @@ export async function viaRelay(key: SigningKey, relayUrl: string, streams: numbe
 }
 
 /**
- * Sends `totalMiB` of 64 KiB Data frames from the senders to the receivers, round-robin over the streams, and
+ * Sends `totalMiB` of Data frames (FRAME_BYTES) from the senders to the receivers, round-robin over the streams, and
  * waits until every byte arrived. Resolves with the bytes received and the seconds it took.
  */
 export async function transfer(p: Pairing, totalMiB: number): Promise<{ bytes: number; seconds: number }> {
@@ -222,7 +229,7 @@ export interface ActiveRun {
 }
 
 /**
- * Every stream at once, each sending 64 KiB Data frames as fast as its own window lets it, for `seconds`. The
+ * Every stream at once, each sending Data frames (FRAME_BYTES) as fast as its own window lets it, for `seconds`. The
  * window is the receiver's, as in a real stream: the receiver answers every quarter window of frames with an `Ack`
  * on the same stream (back through the relay, or over the direct socket; Tether's SDK returns flow-control credit
  * every quarter window too), and a sender keeps at most `windowBytes` of frames not yet acknowledged, sending a

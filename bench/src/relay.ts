@@ -46,7 +46,7 @@ const ACTIVE_ENVIRONMENTS = Number(process.env.BENCH_RELAY_ACTIVE_ENVIRONMENTS ?
 const ACTIVE_SECONDS = Number(process.env.BENCH_RELAY_ACTIVE_SECONDS ?? 5);
 /** The first second of an active run is not measured: every stream has reached its pace by then. */
 const ACTIVE_SETTLE_SECONDS = 1;
-/** In flight per active stream (8 frames): the streams' windows add up to 50 MiB at 100 streams. */
+/** In flight per active stream (about 8 frames): the streams' windows add up to 50 MiB at 100 streams. */
 const ACTIVE_WINDOW_BYTES = 512 * 1024;
 
 const key = benchSigningKey();
@@ -278,11 +278,11 @@ await runBench(async () => {
       : `on ${ACTIVE_ENVIRONMENTS} environment${ACTIVE_ENVIRONMENTS === 1 ? '' : 's'}`;
   const rows: Array<readonly [string, string, string, string, string, string, string]> = [
     [
-      '64 KiB Data frames, 1 stream (MB/s)',
+      '60 KiB records (a stream\u2019s largest Data frames), 1 stream (MB/s)',
       ...vsDirect(figures.relay.one, figures.direct.one, figures.relayCpuPerGB.one),
     ],
     [
-      `64 KiB Data frames, ${FANOUT} streams aggregate (MB/s)`,
+      `60 KiB records, ${FANOUT} streams aggregate (MB/s)`,
       ...vsDirect(figures.relay.fanout, figures.direct.fanout, figures.relayCpuPerGB.fanout),
     ],
     [
