@@ -4,7 +4,7 @@
  * 32 streams, 100 streams all active at once (aggregate and how evenly they share the node), round trips, and
  * what idle paired streams cost the node. Prints a table and writes bench/results/relay-latest.json.
  *
- *   BENCH_RELAY_MIB=256 BENCH_RELAY_ROUNDS=2000 BENCH_RELAY_IDLE_STREAMS=10000 BENCH_RELAY_REPEATS=5 \
+ *   BENCH_RELAY_MIB=256 BENCH_RELAY_FRAME_BYTES=61456 BENCH_RELAY_ROUNDS=2000 BENCH_RELAY_IDLE_STREAMS=10000 BENCH_RELAY_REPEATS=5 \
  *   BENCH_RELAY_ACTIVE_STREAMS=100 BENCH_RELAY_ACTIVE_ENVIRONMENTS=100 BENCH_RELAY_ACTIVE_SECONDS=5 pnpm bench
  */
 
