@@ -237,35 +237,38 @@ describe('harness attach at a terminal, with the process’s PTY', () => {
     const shared = await harness(['share', '--read-only', '--no-link', id]);
     expect(shared.code, shared.stderr).toBe(0);
     const token = shared.stdout.trim();
-    const viewerKey = await stack.createKey('harness', ENVIRONMENT);
-    const viewer = await startTerminal({
-      command: [process.execPath, bin, 'attach', id].map(quote).join(' '),
-      cwd: work,
-      cols: 160,
-      rows: 30,
-      env: { ...harnessEnv(ENVIRONMENT, viewerKey), TETHER_HARNESS_SHARE_TOKEN: token },
-    });
-    await viewer.waitFor(`harness: watching ${id} read-only (all the share allows): nothing typed here reaches it`);
-    await viewer.send(['from-viewer', 'Enter']);
-    // The owner's line reaches the process and both screens; the viewer's, typed first, reached neither.
-    const owner = await terminal(['attach', id]);
-    await owner.send(['from-owner', 'Enter']);
-    await owner.waitFor('got=from-owner');
-    await viewer.waitFor('got=from-owner');
-    expect(await owner.screen()).not.toContain('from-viewer');
-    expect(await viewer.screen()).not.toContain('got=from-viewer');
-    await viewer.send('C-c');
-    expect(await exitOf(viewer)).toBe(130);
-    expect(await viewer.screen()).toContain(
-      `harness: detached from ${id}; it keeps running (harness attach --token TOKEN ${id} to come back)`,
-    );
-    // The owner is not watching: no such line at its terminal.
-    expect(await owner.screen()).not.toContain('read-only');
-    await owner.send(['C-p', 'C-q']);
-    expect(await exitOf(owner)).toBe(0);
-    // Revoked, so that later tests' ps has no SHARES column.
-    expect((await harness(['share', '--revoke', id])).code).toBe(0);
-    expect((await harness(['kill', '-s', 'KILL', id])).code).toBe(0);
+    try {
+      const viewerKey = await stack.createKey('harness', ENVIRONMENT);
+      const viewer = await startTerminal({
+        command: [process.execPath, bin, 'attach', id].map(quote).join(' '),
+        cwd: work,
+        cols: 160,
+        rows: 30,
+        env: { ...harnessEnv(ENVIRONMENT, viewerKey), TETHER_HARNESS_SHARE_TOKEN: token },
+      });
+      await viewer.waitFor(`harness: watching ${id} read-only (all the share allows): nothing typed here reaches it`);
+      await viewer.send(['from-viewer', 'Enter']);
+      // The owner's line reaches the process and both screens; the viewer's, typed first, reached neither.
+      const owner = await terminal(['attach', id]);
+      await owner.send(['from-owner', 'Enter']);
+      await owner.waitFor('got=from-owner');
+      await viewer.waitFor('got=from-owner');
+      expect(await owner.screen()).not.toContain('from-viewer');
+      expect(await viewer.screen()).not.toContain('got=from-viewer');
+      await viewer.send('C-c');
+      expect(await exitOf(viewer)).toBe(130);
+      expect(await viewer.screen()).toContain(
+        `harness: detached from ${id}; it keeps running (harness attach --token TOKEN ${id} to come back)`,
+      );
+      // The owner is not watching: no such line at its terminal.
+      expect(await owner.screen()).not.toContain('read-only');
+      await owner.send(['C-p', 'C-q']);
+      expect(await exitOf(owner)).toBe(0);
+    } finally {
+      // Revoked and ended, also after a failure: later tests' ps tables have no SHARES column.
+      expect((await harness(['share', '--revoke', id])).code).toBe(0);
+      expect((await harness(['kill', '-s', 'KILL', id])).code).toBe(0);
+    }
   });
 });
 

@@ -190,10 +190,6 @@ export function findNestedProtected(
 }
 
 /**
- * Where a policy's walks of the disk run. Each may list up to a million directory entries (MAX_GLOB_VISITS,
- * MAX_PROTECTED_SCAN_ENTRIES): on an executor's event loop that is every other session stopped for a second or more.
- */
-/**
  * A walker could not walk at all (its thread closed or failed): the executor's fault, not the policy's, so it is
  * not turned into a SandboxPolicyError (which blames the request).
  */
@@ -201,7 +197,11 @@ export class WalkUnavailableError extends Error {
   override readonly name = 'WalkUnavailableError';
 }
 
-/** Where the policy's walks of the disk run. Either walk rejects with WalkUnavailableError when it could not run. */
+/**
+ * Where a policy's walks of the disk run. Each may list up to a million directory entries (MAX_GLOB_VISITS,
+ * MAX_PROTECTED_SCAN_ENTRIES): on an executor's event loop that is every other session stopped for a second or more.
+ * Either walk rejects with WalkUnavailableError when it could not run at all.
+ */
 export interface Walker {
   /** expandGlob's answer (its GlobExpansionError, or another Error, when it cannot). */
   glob(pattern: string, maxDepth: number | null): Promise<string[]>;
