@@ -47,10 +47,20 @@ export const HARNESS_ENV: EnvScheme = {
       secret: true,
       deprecated: [DEPRECATED_ENV.apiKey],
     },
+    {
+      name: 'TETHER_HARNESS_SHARE_TOKEN',
+      what: 'the share token, where no --token is given: it stays out of the process list',
+      commands: ['attach'],
+      secret: true,
+    },
   ],
+  // A share token is a secret: never a default in --help, never its value in an error.
+  secrets: ['--token'],
   withoutVariables: {
     'config set-context': 'it writes the config file: a variable would be written into it unseen',
     'master serve': 'internal: started by `harness master start`',
+    // One name for it, the one that says what it holds (the flag's own would be TETHER_HARNESS_TOKEN).
+    'attach --token': 'read from TETHER_HARNESS_SHARE_TOKEN',
   },
 };
 

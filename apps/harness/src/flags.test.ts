@@ -25,7 +25,7 @@ function harness(args: string[], extra: Record<string, string> = {}) {
 }
 
 describe('harness flags and variables', () => {
-  it('every long flag has its TETHER_HARNESS_ variable, but where writing the config file or internal', () => {
+  it('every long flag has its TETHER_HARNESS_ variable, but where writing the config file, internal, or named apart', () => {
     const quiet = { write: () => true };
     const rows = flagRows(
       buildProgram({ stdin: process.stdin, stdout: quiet, stderr: quiet, env: {} } as never, () => {}),
@@ -43,9 +43,18 @@ describe('harness flags and variables', () => {
         expect(row.variable, row.flag).toBeNull();
         continue;
       }
+      if (long === '--token') {
+        // attach's share token has one variable, named for what it holds, not the flag's TETHER_HARNESS_TOKEN.
+        expect([row.variable, row.secret]).toEqual([null, true]);
+        continue;
+      }
       expect(row.variable, row.flag).toBe(long === '--version' ? null : envVarName(HARNESS_ENV.app, long));
     }
     expect(rows.find((r) => r.flag.startsWith('--connect-timeout'))?.deprecated).toEqual(['TETHER_CONNECT_TIMEOUT']);
+    expect(rows.find((r) => r.variable === 'TETHER_HARNESS_SHARE_TOKEN')).toMatchObject({
+      commands: ['attach'],
+      secret: true,
+    });
   });
 
   it('--version prints package.json’s version, from the bundle', () => {
