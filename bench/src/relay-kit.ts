@@ -10,6 +10,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
+import { TAG_LENGTH_BYTES } from '@tether/noise';
 import { nonceForGrant, type SigningKey, signRelayUrl } from '@tether/relay-auth';
 import {
   ackFrame,
@@ -27,11 +28,11 @@ import { onCleanup, type ServiceProcess, startService } from './services.js';
 
 /**
  * A Data frame's payload: the largest a stream carries, one Noise record of 60 KiB (MAX_RECORD_PLAINTEXT_BYTES)
- * and its 16-byte AEAD tag, as the executor and the SDK seal a long message (and codex does). Until 2026-12-07 the
+ * and its AEAD tag (TAG_LENGTH_BYTES), as the executor and the SDK seal a long message (and codex does). Until 2026-12-07 the
  * bench sent 64 KiB, larger than any real frame: each then took two TCP segments on loopback (its 65,483-byte MSS)
  * where a real record takes one. `BENCH_RELAY_FRAME_BYTES` sets another size.
  */
-export const FRAME_BYTES = Number(process.env.BENCH_RELAY_FRAME_BYTES ?? MAX_RECORD_PLAINTEXT_BYTES + 16);
+export const FRAME_BYTES = Number(process.env.BENCH_RELAY_FRAME_BYTES ?? MAX_RECORD_PLAINTEXT_BYTES + TAG_LENGTH_BYTES);
 /**
  * Bytes in flight (sent, not yet received) the sender allows, like a reader's window: without one, a sender
  * faster than its receiver makes the relay reset the stream (`relay_backpressure`, at 4 MiB queued), as designed.

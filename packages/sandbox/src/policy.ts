@@ -137,7 +137,7 @@ function nameable(path: string): string {
  * followed, a protected directory is not entered, nor is a path with an entry of its own that is not a write
  * (read-only or denied already). A repository nested in a workspace (`sub/.git/hooks`) would otherwise be
  * writable, and a later unconfined `git` there would run what the command planted. Bounded (the constants
- * above): past a bound the profile is refused. Synchronous: the Sandboxer runs it on its walk thread (walker.ts).
+ * above): past a bound the profile is refused. Synchronous: the Sandboxer runs it on its walk thread (walk-thread.ts).
  */
 export function findNestedProtected(
   root: string,
