@@ -5,6 +5,7 @@
  * what idle paired streams cost the node. Prints a table and writes bench/results/relay-latest.json.
  *
  *   BENCH_RELAY_MIB=256 BENCH_RELAY_FRAME_BYTES=61456 BENCH_RELAY_ROUNDS=2000 BENCH_RELAY_IDLE_STREAMS=10000 BENCH_RELAY_REPEATS=5 \
+ *   BENCH_RELAY_THROUGHPUT_REPEATS=15 \
  *   BENCH_RELAY_ACTIVE_STREAMS=100 BENCH_RELAY_ACTIVE_ENVIRONMENTS=100 BENCH_RELAY_ACTIVE_SECONDS=5 pnpm bench
  */
 
@@ -40,6 +41,14 @@ const IDLE_STREAMS = Number(process.env.BENCH_RELAY_IDLE_STREAMS ?? 10_000);
 const IDLE_ENVIRONMENTS = 100;
 const FANOUT = 32;
 const REPEATS = Number(process.env.BENCH_RELAY_REPEATS ?? 5);
+/**
+ * Pairs of runs (direct, then relayed) behind the one- and 32-stream rows. A 256 MiB run takes a third of a second
+ * and single runs on two cores spread by ±20 %: over 30 pairs (2026-12-08) the one-stream ratio of medians was
+ * 0.84×, while a median of 5 pairs fell under 0.8× in a fifth of the resamples of those same pairs, and a median
+ * of 15 in one in fifty. 15 pairs cost about 20 s.
+ */
+const THROUGHPUT_REPEATS = Number(process.env.BENCH_RELAY_THROUGHPUT_REPEATS ?? 15);
+const WARM_RUNS = 3;
 const ACTIVE_STREAMS = Number(process.env.BENCH_RELAY_ACTIVE_STREAMS ?? 100);
 /** Each active stream on an environment socket of its own by default: independent sessions, as a node carries. */
 const ACTIVE_ENVIRONMENTS = Number(process.env.BENCH_RELAY_ACTIVE_ENVIRONMENTS ?? ACTIVE_STREAMS);
@@ -173,7 +182,7 @@ async function idleMemory(): Promise<{ perStreamKiB: number; baselineMiB: number
 await runBench(async () => {
   const loadAtStart = loadavg();
   process.stderr.write(
-    `relay bench: ${TOTAL_MIB} MiB per throughput run, ${ROUNDS} round trips, median of ${REPEATS}\n`,
+    `relay bench: ${TOTAL_MIB} MiB per throughput run, median of ${THROUGHPUT_REPEATS}; ${ROUNDS} round trips; active runs median of ${REPEATS}\n`,
   );
   const relay = await startRelayProcess();
   const figures = {
@@ -185,14 +194,17 @@ await runBench(async () => {
   const active = { direct: [] as ActiveSummary[], relay: [] as ActiveSummary[], relayRssMiB: [] as number[] };
   const cpuPerGB = (seconds: number, bytes: number) => seconds / (bytes / 1e9);
   try {
-    // One uncounted run each way first: the endpoints' and the relay's code paths are compiled before either
-    // column is measured (the first run of a fresh process was up to twice as slow).
-    const warmDirect = await direct(1);
-    await throughput(warmDirect);
-    await warmDirect.close();
-    const warmRelay = await viaRelay(key, relay.url, 1);
-    await throughput(warmRelay);
-    await warmRelay.close();
+    // Uncounted runs each way first: the endpoints' and the relay's code paths are optimized before either column
+    // is measured. The first run of a fresh process was up to twice as slow, and after one warm run the relay's
+    // next two still spent 0.67 CPU-s per GB against 0.4–0.5 later (2026-12-08).
+    for (let w = 0; w < WARM_RUNS; w++) {
+      const warmDirect = await direct(1);
+      await throughput(warmDirect);
+      await warmDirect.close();
+      const warmRelay = await viaRelay(key, relay.url, 1);
+      await throughput(warmRelay);
+      await warmRelay.close();
+    }
     for (const [name, streams] of [
       ['one', 1],
       ['fanout', FANOUT],
@@ -200,7 +212,7 @@ await runBench(async () => {
       const directRuns: number[] = [];
       const relayRuns: number[] = [];
       const relayCpuPerGB: number[] = [];
-      for (let r = 0; r < REPEATS; r++) {
+      for (let r = 0; r < THROUGHPUT_REPEATS; r++) {
         // Alternate so that machine noise hits both columns alike.
         const d = await direct(streams);
         directRuns.push(await throughput(d));
