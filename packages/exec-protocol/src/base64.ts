@@ -17,22 +17,39 @@ export function encodeBase64(bytes: Uint8Array): string {
  */
 function decodeStrict(text: string, allocate?: (size: number) => Buffer): Buffer | null {
   if (text.length % 4 !== 0) return null;
-  // Node's decoder reads a UTF-16 unit by its low byte, so U+4141 would pass for `A`: only ASCII text has a
-  // UTF-8 length equal to its length (a native count, ≈ 0.2 ms per MiB against the decoder's ≈ 0.7).
-  if (Buffer.byteLength(text, 'utf8') !== text.length) return null;
   const padding = text.endsWith('==') ? 2 : text.endsWith('=') ? 1 : 0;
   const expected = (text.length / 4) * 3 - padding;
-  let bytes: Buffer;
-  if (allocate) {
-    // Decoding never yields more than `expected` bytes (see above), so the target is never too short.
-    bytes = allocate(expected);
-    if (bytes.write(text, 'base64') !== expected) return null;
-  } else {
-    bytes = Buffer.from(text, 'base64');
-    if (bytes.length !== expected) return null;
-  }
+  // Decoding never yields more than `expected` bytes (see above), so the target is never too short.
+  const bytes = allocate ? allocate(expected) : Buffer.allocUnsafe(expected);
+  // Node's decoder reads a UTF-16 unit by its low byte, so U+4141 would pass for `A`: the text must be ASCII,
+  // checked before the target is decoded into (it serves as the check's scratch).
+  if (!isAsciiText(text, bytes)) return null;
+  if (bytes.write(text, 'base64') !== expected) return null;
   if (text.indexOf('-') !== -1 || text.indexOf('_') !== -1) return null;
   return bytes;
+}
+
+const encoder = new TextEncoder();
+
+/**
+ * True when every character of `text` is ASCII. It encodes the text as UTF-8 into `scratch`, a piece at a
+ * time: a piece is ASCII exactly when as many bytes were written as characters read. That is a native
+ * pass (simdutf); `Buffer.byteLength(text, 'utf8')`, which V8 counts character by character, took 0.39 ms
+ * per 1 MiB block's text against 0.04–0.09 for this (Node 24, 2026-12-08), a tenth of the executor's
+ * main thread on a run of `fs/writeBlock`s.
+ */
+function isAsciiText(text: string, scratch: Uint8Array): boolean {
+  if (text.length === 0) return true;
+  if (scratch.length === 0) return Buffer.byteLength(text, 'utf8') === text.length; // nothing to write into
+  let rest = text;
+  for (;;) {
+    const { read, written } = encoder.encodeInto(rest, scratch);
+    if (written !== read) return false;
+    if (read === rest.length) return true;
+    // The scratch filled up: a character wider than one byte (one did not fit), or only more text to come.
+    if (read === 0) return false;
+    rest = rest.slice(read);
+  }
 }
 
 export function isStrictBase64(text: string): boolean {

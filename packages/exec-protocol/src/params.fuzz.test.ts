@@ -166,6 +166,21 @@ describe('regressions found by fuzzing', () => {
       expect(() => decodeBase64Codex(text, (size) => Buffer.alloc(size))).toThrow(TypeError);
     }
   });
+
+  it('base64: a non-ASCII character is refused wherever it sits in a long text, also past what the bytes hold', () => {
+    // The ASCII check encodes the text into the decoding target, a piece at a time: 4 000 characters into 3 000
+    // bytes. A character in the last quarter is only seen by a later piece.
+    const text = Buffer.alloc(3000, 0x41).toString('base64');
+    expect(decodeBase64Codex(text, (size) => Buffer.alloc(size))).toEqual(Buffer.alloc(3000, 0x41));
+    for (const at of [0, 2999, 3000, 3990, text.length - 1]) {
+      for (const char of ['\u4141', '\u0141', '\u00c1']) {
+        const foreign = text.slice(0, at) + char + text.slice(at + 1);
+        expect(() => decodeBase64Codex(foreign)).toThrow(TypeError);
+        expect(() => decodeBase64Codex(foreign, (size) => Buffer.alloc(size))).toThrow(TypeError);
+        expect(isStrictBase64(foreign)).toBe(false);
+      }
+    }
+  });
 });
 
 describe('fuzz: URIs, ids and registry bodies', () => {
