@@ -184,6 +184,26 @@ describe.each(CASES)('fs handles, walks: %s', (label, { kind, transport }) => {
     return client;
   }
 
+  it('streaming write: a whole 1 MiB block as base64 lands byte for byte; a non-ASCII symbol near its end is refused and writes nothing', async () => {
+    // The executor checks that a long text is ASCII a piece at a time; this symbol sits in the last piece.
+    const dir = scratch();
+    const { client } = await h.session(kind, transport);
+    const block = Buffer.alloc(1024 * 1024);
+    for (let i = 0; i < block.length; i++) block[i] = (i * 31 + (i >> 10)) & 0xff;
+    const path = fileUri(join(dir, 'block'));
+    await client.call('fs/open', { handleId: 'w', path, mode: 'replace' });
+    const text = block.toString('base64');
+    expect(await client.call('fs/writeBlock', { handleId: 'w', offset: 0, chunk: text })).toEqual({});
+    const at = text.length - 10;
+    const foreign = `${text.slice(0, at)}\u4141${text.slice(at + 1)}`;
+    expect(await errorOf(client, 'fs/writeBlock', { handleId: 'w', offset: 1, chunk: foreign })).toEqual({
+      code: -32602,
+      message: `Invalid symbol 228, offset ${at}.`, // U+4141's first UTF-8 byte, 0xE4
+    });
+    expect(await client.call('fs/close', { handleId: 'w' })).toEqual({});
+    expect(readFileSync(join(dir, 'block')).equals(block)).toBe(true);
+  });
+
   it('Tether extension: fs/open mode overwrite writes in place and cuts at close (Codex refuses the mode)', async () => {
     const file = join(scratch(), 'target');
     writeFileSync(file, 'the previous contents of this file');
