@@ -245,13 +245,16 @@ describe('pipe stdio (pipe2, not socketpairs)', () => {
         return written === before && /pipe_write|sock_alloc_send/.test(wchan);
       }, 'head to block');
       // Nothing was delivered while paused; beyond that, the 64 KiB pipe and at most one 64 KiB read that
-      // the paused stream kept (a socketpair lets the writer get ~200 KiB further), plus a few bytes /proc
-      // counts from before the exec (libuv's forked child writes one), plus a few of head's 8 KiB writes: libuv
-      // reads a readable pipe several times in one turn, so the read the pause caught may be followed by short
-      // ones (CI runs under load counted 139265 = 128 KiB + 8 KiB + 1, and 151553 = 128 KiB + 20 KiB + 1). A
-      // socketpair lets the writer get about 264 KiB further, well above this bound of four writes.
+      // the paused stream kept, plus a few bytes /proc counts from before the exec (libuv's forked child writes
+      // one), plus some of head's 8 KiB writes: libuv reads a readable pipe several times in one turn, so the
+      // read the pause caught may be followed by short ones. CI runs under load counted 139265 = 128 KiB + 8 KiB
+      // + 1, 151553 = 128 KiB + 20 KiB + 1, and on 2026-12-08 172033 = 128 KiB + 40 KiB + 1; a quiet machine
+      // 65537 to 131073. The bound, 224 KiB, is a third above the most seen: what it guards is that a paused
+      // child is held to a few pipe buffers instead of being read on without end. (It does not tell pipes from
+      // socketpairs: with TETHER_NATIVE_PIPE=off head got 114689 bytes out on 2026-12-08; the FIFO tests above
+      // do that.)
       expect(bytes.stdout).toBe(0);
-      expect(written).toBeLessThanOrEqual(160 * 1024 + 64);
+      expect(written).toBeLessThanOrEqual(224 * 1024 + 64);
       child.pauseOutput(false);
       await done;
       expect(bytes.stdout).toBe(total);
