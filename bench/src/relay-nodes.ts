@@ -6,7 +6,8 @@
  * 1. Memory per idle paired stream, per node: each node gets 100 environment sockets, then K harness streams
  *    claimed on them and answered (so fully paired); RSS (VmRSS) before and with them, medians of a few samples,
  *    and each node's `relay_streams` must equal K. No GC is forced (the relay exposes none).
- * 2. Forwarding capacity: Data frames of a stream's largest record (relay-kit's FRAME_BYTES) environment → harnesses with a 3 MiB window, S streams per node.
+ * 2. Forwarding capacity: Data frames the size of a stream's largest record (relay-kit's FRAME_BYTES), environment
+ *    → harnesses with a 3 MiB window, S streams per node.
  *    Each node's load runs in its own forked process (relay-load.ts), so the loads are concurrent. First node 1
  *    alone, then all three at once: MB/s per node, the sum (bytes of all three over the wall time of the
  *    slowest), and each relay's CPU per GB. Every byte sent must arrive, or the run fails.
